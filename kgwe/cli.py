@@ -1,0 +1,55 @@
+"""The one `kgwe` command. Each subcommand lives beside the code it drives and is imported only when used."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+import traceback
+
+from kgwe import __version__
+from kgwe.errors import KgweError
+
+# name -> (module, help). The module defines `add_arguments(parser)` and `run(args) -> int`.
+COMMANDS: dict[str, tuple[str, str]] = {}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kgwe", description="Kubernetes GPU Workload Enhancer")
+    parser.add_argument("--version", action="version", version=f"kgwe {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (module_name, help_text) in COMMANDS.items():
+        module = importlib.import_module(module_name)
+        p = sub.add_parser(name, help=help_text, description=(module.__doc__ or help_text).strip())
+        module.add_arguments(p)
+        p.set_defaults(_run=module.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "_run", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args._run(args) or 0)
+    except KgweError as exc:
+        print(f"kgwe {args.command}: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print(f"kgwe {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # a user never sees a traceback unless they ask for it
+        if os.environ.get("KGWE_DEBUG"):
+            traceback.print_exc()
+        print(
+            f"kgwe {args.command}: internal error: {type(exc).__name__}: {exc} (set KGWE_DEBUG=1 for details)",
+            file=sys.stderr,
+        )
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
