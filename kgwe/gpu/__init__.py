@@ -1,0 +1,1 @@
+"""Hardware facts as data: GPU models, MIG profiles and their placements."""

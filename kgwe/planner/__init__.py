@@ -1,0 +1,1 @@
+"""MIG partition planning: strategy + demand + current state -> per-GPU layouts (pure functions)."""
