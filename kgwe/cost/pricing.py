@@ -1,0 +1,180 @@
+"""GPU prices and how much of a GPU a usage interval holds.
+
+Rules (documented in docs of the PricingCatalog kind):
+- A whole GPU costs the product's hourly price: on-demand, or spot when the node carries a spot label.
+- A MIG instance costs a share of its parent GPU: `ComputeSlices` = compute slices / compute slots
+  (3g.40gb on H100 = 3/7), `MemorySlices` = memory slices / memory slots (3g.40gb = 4/8), `Max` = the
+  larger of the two (an instance blocks whichever resource it takes more of). Default ComputeSlices.
+- A shared GPU (`nvidia.com/gpu.shared`) costs its `kgwe.nvidia.io/gpu-milli` share / 1000.
+- Idle capacity (node GPU-hours nobody held) is either its own line (`Separate`, OpenCost `__idle__`) or
+  shared across the period's allocations in proportion to their cost (`ShareByAllocation`, OpenCost shareIdle).
+Shares are exact Fractions; money becomes Decimal cents only once, at the end of a chargeback.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+from fractions import Fraction
+from typing import Any
+
+from kgwe.cost.usage import MIG, SHARED
+from kgwe.errors import KgweError
+
+MIG_PRICING = ("ComputeSlices", "MemorySlices", "Max")
+IDLE_COST = ("Separate", "ShareByAllocation")
+
+# Common node labels that mark spot/preemptible capacity (key, value); value None = any value.
+DEFAULT_SPOT_LABELS: tuple[tuple[str, str | None], ...] = (
+    ("kgwe.nvidia.io/capacity-type", "spot"),
+    ("karpenter.sh/capacity-type", "spot"),
+    ("eks.amazonaws.com/capacityType", "SPOT"),
+    ("cloud.google.com/gke-spot", "true"),
+    ("cloud.google.com/gke-preemptible", "true"),
+    ("kubernetes.azure.com/scalesetpriority", "spot"),
+    ("node.kubernetes.io/lifecycle", "spot"),
+)
+
+# GFD appends these to nvidia.com/gpu.product: "-MIG-1g.10gb" (single strategy), "-SHARED" (time-slicing).
+_PRODUCT_SUFFIX = re.compile(r"(-MIG-[0-9a-z.+]+|-SHARED)+$", re.IGNORECASE)
+
+
+def base_product(product: str) -> str:
+    """The physical GPU product behind a GFD product label value."""
+    return _PRODUCT_SUFFIX.sub("", product.strip())
+
+
+def parse_money(text: Any, what: str) -> Decimal:
+    """A price from YAML: a string or number, finite and non-negative, else a clear error."""
+    try:
+        value = Decimal(str(text).strip())
+    except (InvalidOperation, ValueError):
+        raise KgweError(f"{what}: {text!r} is not a price (write it as a decimal string such as \"4.10\")") from None
+    if not value.is_finite() or value < 0:
+        raise KgweError(f"{what}: price must be a finite non-negative number, got {text!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class GpuPrice:
+    product: str
+    on_demand_per_hour: Decimal
+    spot_per_hour: Decimal | None = None
+
+    def per_hour(self, spot: bool) -> Decimal:
+        if spot and self.spot_per_hour is not None:
+            return self.spot_per_hour
+        return self.on_demand_per_hour
+
+
+# (product, mig profile) -> (compute slices, compute slots, memory slices, memory slots)
+SliceLookup = Callable[[str, str], tuple[int, int, int, int]]
+
+
+def catalog_slices(product: str, profile: str) -> tuple[int, int, int, int]:
+    """Slice geometry from the MIG catalog (kgwe.gpu.catalog)."""
+    from kgwe.gpu import catalog
+
+    model = catalog.model_for_product(base_product(product))
+    if model is None:
+        raise KgweError(f"unknown GPU product {product!r}: not in the MIG catalog")
+    prof = model.profiles.get(profile)
+    if prof is None:
+        raise KgweError(f"MIG profile {profile!r} does not exist on {model.key}")
+    return prof.compute_slices, model.compute_slots, prof.memory_slices, model.memory_slots
+
+
+@dataclass(frozen=True)
+class PriceBook:
+    """Everything pricing needs, as plain data."""
+
+    currency: str
+    gpus: Mapping[str, GpuPrice]
+    mig_pricing: str = "ComputeSlices"
+    idle_cost: str = "Separate"
+    spot_labels: tuple[tuple[str, str | None], ...] = DEFAULT_SPOT_LABELS
+    slices: SliceLookup = field(default=catalog_slices, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.mig_pricing not in MIG_PRICING:
+            raise KgweError(f"migPricing must be one of {', '.join(MIG_PRICING)}, got {self.mig_pricing!r}")
+        if self.idle_cost not in IDLE_COST:
+            raise KgweError(f"idleCost must be one of {', '.join(IDLE_COST)}, got {self.idle_cost!r}")
+
+    def price(self, product: str) -> GpuPrice | None:
+        return self.gpus.get(product) or self.gpus.get(base_product(product))
+
+    def is_spot(self, labels: Mapping[str, str]) -> bool:
+        return any(k in labels and (v is None or labels[k] == v) for k, v in self.spot_labels)
+
+    def gpu_share(self, product: str, kind: str, mig_profile: str | None, gpu_milli: int | None) -> Fraction:
+        """How much of one physical GPU a single unit of this resource is."""
+        if kind == MIG:
+            c, c_slots, m, m_slots = self.slices(product, mig_profile or "")
+            compute, memory = Fraction(c, c_slots), Fraction(m, m_slots)
+            return {"ComputeSlices": compute, "MemorySlices": memory, "Max": max(compute, memory)}[self.mig_pricing]
+        if kind == SHARED:
+            return Fraction(gpu_milli or 0, 1000)
+        return Fraction(1)
+
+
+def pricebook(
+    prices: Iterable[Mapping[str, Any]],
+    *,
+    currency: str = "USD",
+    mig_pricing: str = "ComputeSlices",
+    idle_cost: str = "Separate",
+    spot_labels: tuple[tuple[str, str | None], ...] = DEFAULT_SPOT_LABELS,
+    slices: SliceLookup = catalog_slices,
+) -> PriceBook:
+    """Build a PriceBook from catalog-style rows {product, onDemandPerHour, spotPerHour?}."""
+    gpus: dict[str, GpuPrice] = {}
+    for i, row in enumerate(prices):
+        product = str(row.get("product") or "").strip()
+        if not product:
+            raise KgweError(f"gpus[{i}]: product is required")
+        if product in gpus:
+            raise KgweError(f"gpus[{i}]: product {product!r} is priced twice")
+        on_demand = parse_money(row.get("onDemandPerHour"), f"gpus[{i}] ({product}).onDemandPerHour")
+        spot_raw = row.get("spotPerHour")
+        spot = None if spot_raw is None else parse_money(spot_raw, f"gpus[{i}] ({product}).spotPerHour")
+        gpus[product] = GpuPrice(product, on_demand, spot)
+    return PriceBook(currency, gpus, mig_pricing, idle_cost, spot_labels, slices)
+
+
+def _get(obj: Any, *names: str, default: Any = None) -> Any:
+    for name in names:
+        if isinstance(obj, Mapping) and name in obj:
+            return obj[name]
+        if hasattr(obj, name):
+            return getattr(obj, name)
+    return default
+
+
+def pricebook_from_catalog(catalog: Any) -> PriceBook:
+    """Adapt a PricingCatalog (kgwe.policy model, or its YAML as a dict) into a PriceBook."""
+    spec = _get(catalog, "spec", default=catalog)
+    rows = []
+    for gpu in _get(spec, "gpus", default=()) or ():
+        rows.append({
+            "product": _get(gpu, "product"),
+            "onDemandPerHour": _get(gpu, "onDemandPerHour", "on_demand_per_hour"),
+            "spotPerHour": _get(gpu, "spotPerHour", "spot_per_hour"),
+        })
+    labels = _get(spec, "spotNodeLabels", "spot_node_labels")
+    spot_labels = DEFAULT_SPOT_LABELS
+    if labels:
+        spot_labels = tuple((str(k), None if v in (None, "") else str(v)) for k, v in dict(labels).items())
+    return pricebook(
+        rows,
+        currency=str(_get(spec, "currency", default="USD")),
+        mig_pricing=str(_enum_value(_get(spec, "migPricing", "mig_pricing", default="ComputeSlices"))),
+        idle_cost=str(_enum_value(_get(spec, "idleCost", "idle_cost", default="Separate"))),
+        spot_labels=spot_labels,
+    )
+
+
+def _enum_value(value: Any) -> Any:
+    return getattr(value, "value", value)

@@ -1,0 +1,150 @@
+"""Chargeback conservation and pricing rules, property-tested with hypothesis."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from fractions import Fraction
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kgwe.cost.allocate import largest_remainder, round_cents
+from kgwe.cost.chargeback import chargeback_from_intervals
+from kgwe.cost.pricing import base_product, parse_money, pricebook
+from kgwe.cost.usage import NodeCapacity, Period, UsageInterval, to_epoch
+from kgwe.errors import KgweError
+
+H100 = "NVIDIA-H100-80GB-HBM3"
+A100 = "NVIDIA-A100-SXM4-80GB"
+T0 = datetime(2026, 10, 1, tzinfo=UTC)
+PERIOD = Period(T0, T0 + timedelta(days=3))
+PRICES = [
+    {"product": H100, "onDemandPerHour": "4.10", "spotPerHour": "1.60"},
+    {"product": A100, "onDemandPerHour": "2.933", "spotPerHour": "1.07"},
+]
+MIG_PROFILES = {H100: ["1g.10gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb", "1g.20gb"],
+                A100: ["1g.10gb", "3g.40gb", "7g.80gb"]}
+
+
+def book(**kw):
+    return pricebook(PRICES, **kw)
+
+
+def exact_cluster_cents(nodes, prices) -> int:
+    """Independent oracle: capacity seconds × hourly price / 3600, rounded once."""
+    total = Fraction(0)
+    lo, hi = to_epoch(PERIOD.since), to_epoch(PERIOD.until)
+    for n in nodes:
+        price = next(p for p in prices if p["product"] == n.gpu_product)
+        rate = Fraction(Decimal(price["spotPerHour"] if n.spot else price["onDemandPerHour"]))
+        end = to_epoch(n.end) if n.end else hi
+        seconds = max(0, min(end, hi) - max(to_epoch(n.start), lo))
+        total += seconds * n.gpu_count * rate / 3600
+    return round_cents(total)
+
+
+@st.composite
+def clusters(draw):
+    nodes, intervals = [], []
+    for i in range(draw(st.integers(1, 4))):
+        product = draw(st.sampled_from([H100, A100]))
+        spot = draw(st.booleans())
+        start = T0 + timedelta(seconds=draw(st.integers(-3600, 3600 * 24)))
+        end = start + timedelta(seconds=draw(st.integers(1, 3600 * 100)))
+        node = NodeCapacity(f"n{i}", product, 8, start, end, spot)
+        nodes.append(node)
+        for j in range(draw(st.integers(0, 5))):
+            kind = draw(st.sampled_from(["whole", "mig", "shared"]))
+            s = start + timedelta(seconds=draw(st.integers(0, 3600 * 50)))
+            e = min(node.end, s + timedelta(seconds=draw(st.integers(1, 3600 * 50))))
+            if e <= s:
+                continue
+            common = dict(pod=f"p{i}-{j}", namespace=draw(st.sampled_from(["ml", "web", "ops"])),
+                          team=draw(st.sampled_from(["red", "blue"])), node=node.node, gpu_product=product,
+                          start=s, end=e, spot=spot)
+            if kind == "whole":
+                intervals.append(UsageInterval(kind="whole", count=1, **common))
+            elif kind == "mig":
+                prof = draw(st.sampled_from(MIG_PROFILES[product]))
+                intervals.append(UsageInterval(kind="mig", count=1, mig_profile=prof, **common))
+            else:
+                intervals.append(UsageInterval(kind="shared", count=1,
+                                               gpu_milli=draw(st.integers(1, 1000)), **common))
+    return nodes, intervals
+
+
+@settings(max_examples=150, deadline=None)
+@given(clusters(), st.sampled_from(["Separate", "ShareByAllocation"]),
+       st.sampled_from(["ComputeSlices", "MemorySlices", "Max"]), st.sampled_from(["total", "day"]),
+       st.sampled_from([("team",), ("namespace",), ("team", "gpu_product")]))
+def test_conservation_to_the_cent(cluster, idle_cost, mig_pricing, granularity, group_by):
+    nodes, intervals = cluster
+    cb = chargeback_from_intervals(intervals, nodes, book(idle_cost=idle_cost, mig_pricing=mig_pricing),
+                                   PERIOD, granularity=granularity, group_by=group_by)
+    expected = Decimal(exact_cluster_cents(nodes, PRICES)) / 100
+    assert cb.cluster_cost == expected
+    assert cb.allocated_cost + cb.idle_cost_total == expected
+    assert sum(cb.totals_by(group_by[0]).values(), Decimal(0)) == cb.allocated_cost
+    if idle_cost == "ShareByAllocation":
+        assert all(i.bucket not in {ln.bucket for ln in cb.lines} for i in cb.idle)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(st.text(max_size=3), st.fractions(min_value=-100, max_value=10_000), max_size=30))
+def test_largest_remainder_conserves_and_stays_within_a_cent(exact):
+    cents = largest_remainder(exact)
+    assert sum(cents.values()) == round_cents(sum(exact.values(), Fraction(0)))
+    for k, v in exact.items():
+        assert abs(Fraction(cents[k]) - v * 100) < 1
+
+
+def test_mig_pricing_modes_follow_the_slice_geometry():
+    iv = UsageInterval("p", "ml", "red", "n0", H100, "mig", 1, T0, T0 + timedelta(hours=7), mig_profile="3g.40gb")
+    node = NodeCapacity("n0", H100, 1, T0, T0 + timedelta(hours=7))
+    period = Period(T0, T0 + timedelta(hours=7))
+    costs = {}
+    for mode in ("ComputeSlices", "MemorySlices", "Max"):
+        cb = chargeback_from_intervals([iv], [node], book(mig_pricing=mode), period)
+        costs[mode] = cb.lines[0].cost
+        assert cb.cluster_cost == Decimal("28.70")
+    assert costs["ComputeSlices"] == Decimal("12.30")  # 3/7 of 7 h × 4.10
+    assert costs["MemorySlices"] == Decimal("14.35")  # 4/8
+    assert costs["Max"] == Decimal("14.35")
+
+
+def test_spot_shared_and_idle_lines():
+    period = Period(T0, T0 + timedelta(hours=10))
+    nodes = [NodeCapacity("s0", H100, 2, T0, None, spot=True)]
+    ivs = [UsageInterval("a", "ml", "red", "s0", H100, "shared", 1, T0, T0 + timedelta(hours=10),
+                         gpu_milli=250, spot=True),
+           UsageInterval("b", "ml", "blue", "s0", H100, "whole", 1, T0, T0 + timedelta(hours=5), spot=True)]
+    sep = chargeback_from_intervals(ivs, nodes, book(), period)
+    assert sep.totals_by("team") == {"blue": Decimal("8.00"), "red": Decimal("4.00")}
+    assert sep.idle_cost_total == Decimal("20.00")  # 32.00 capacity − 12.00 allocated
+    shared = chargeback_from_intervals(ivs, nodes, book(idle_cost="ShareByAllocation"), period)
+    assert shared.idle == ()
+    assert shared.totals_by("team") == {"blue": Decimal("21.33"), "red": Decimal("10.67")}
+
+
+def test_unknown_product_and_uninventoried_node_are_warned_not_lost():
+    period = Period(T0, T0 + timedelta(hours=1))
+    ivs = [UsageInterval("a", "ml", "red", "ghost", H100, "whole", 2, T0, None),
+           UsageInterval("b", "ml", "red", "x", "NVIDIA-Mystery-GPU", "whole", 1, T0, None)]
+    cb = chargeback_from_intervals(ivs, [], book(), period)
+    assert cb.cluster_cost == Decimal("8.20")
+    assert any("Mystery" in w for w in cb.warnings) and any("ghost" in w for w in cb.warnings)
+    assert cb.lines[0].gpu_hours == Decimal("3.000")
+
+
+def test_bad_prices_and_naive_times_are_clear_errors():
+    with pytest.raises(KgweError, match="not a price"):
+        parse_money("4,10", "gpus[0].onDemandPerHour")
+    with pytest.raises(KgweError, match="non-negative"):
+        pricebook([{"product": H100, "onDemandPerHour": "-1"}])
+    with pytest.raises(KgweError, match="migPricing"):
+        pricebook(PRICES, mig_pricing="Slices")
+    with pytest.raises(KgweError, match="timezone-aware"):
+        UsageInterval("a", "ml", "red", "n", H100, "whole", 1, datetime(2026, 1, 1))
+    assert base_product(H100 + "-MIG-1g.10gb") == H100 and base_product(H100 + "-SHARED") == H100
