@@ -25,7 +25,9 @@ def round_cents(value: Fraction) -> int:
     return quotient
 
 
-def largest_remainder(exact: Mapping[Hashable, Fraction], total_cents: int | None = None) -> dict[Hashable, int]:
+def largest_remainder(
+    exact: Mapping[Hashable, Fraction], total_cents: int | None = None
+) -> dict[Hashable, int]:
     """Apportion cents to keys so they sum to total_cents (default: the rounded exact sum).
 
     Ties on the remainder go to the key that sorts first (by repr), so results are deterministic.

@@ -113,7 +113,11 @@ def _overlap(start: int, end: int, lo: int, hi: int) -> int:
 
 
 def aggregate_usage(
-    intervals: Iterable[UsageInterval], period: Period, granularity: str, group_by: Sequence[str], now: datetime
+    intervals: Iterable[UsageInterval],
+    period: Period,
+    granularity: str,
+    group_by: Sequence[str],
+    now: datetime,
 ) -> list[UsageAggregate]:
     """In-memory twin of the store's SQL aggregation (open intervals run until `now`)."""
     group_by = check_group_by(group_by)
@@ -206,8 +210,6 @@ def compute_chargeback(
     for b in bucket_labels:
         if idle_seconds[b] < 0:
             warnings.add(f"{b}: more GPU time allocated than nodes have; idle is negative")
-    cluster_exact = sum(cap_cost.values(), Fraction(0)) + sum(extra_cost.values(), Fraction(0))
-
     cells: dict[tuple, Fraction] = {}
     idle_share_exact: dict[tuple[str, tuple[str, ...]], Fraction] = {}
     per_bucket_alloc: dict[str, Fraction] = defaultdict(Fraction)
@@ -248,7 +250,9 @@ def compute_chargeback(
         lines=lines,
         idle=idle,
         cluster_cost=cents_to_decimal(sum(cents.values())),
-        cluster_gpu_hours=_hours(sum(cap_seconds.values(), Fraction(0)) + sum(extra_seconds.values(), Fraction(0))),
+        cluster_gpu_hours=_hours(
+            sum(cap_seconds.values(), Fraction(0)) + sum(extra_seconds.values(), Fraction(0))
+        ),
         warnings=tuple(sorted(warnings)),
     )
 

@@ -7,7 +7,8 @@ Rules (documented in docs of the PricingCatalog kind):
   larger of the two (an instance blocks whichever resource it takes more of). Default ComputeSlices.
 - A shared GPU (`nvidia.com/gpu.shared`) costs its `kgwe.nvidia.io/gpu-milli` share / 1000.
 - Idle capacity (node GPU-hours nobody held) is either its own line (`Separate`, OpenCost `__idle__`) or
-  shared across the period's allocations in proportion to their cost (`ShareByAllocation`, OpenCost shareIdle).
+  shared across the period's allocations in proportion to their cost (`ShareByAllocation`,
+  OpenCost shareIdle).
 Shares are exact Fractions; money becomes Decimal cents only once, at the end of a chargeback.
 """
 
@@ -51,7 +52,8 @@ def parse_money(text: Any, what: str) -> Decimal:
     try:
         value = Decimal(str(text).strip())
     except (InvalidOperation, ValueError):
-        raise KgweError(f"{what}: {text!r} is not a price (write it as a decimal string such as \"4.10\")") from None
+        hint = 'write it as a decimal string such as "4.10"'
+        raise KgweError(f"{what}: {text!r} is not a price ({hint})") from None
     if not value.is_finite() or value < 0:
         raise KgweError(f"{what}: price must be a finite non-negative number, got {text!r}")
     return value
@@ -114,7 +116,8 @@ class PriceBook:
         if kind == MIG:
             c, c_slots, m, m_slots = self.slices(product, mig_profile or "")
             compute, memory = Fraction(c, c_slots), Fraction(m, m_slots)
-            return {"ComputeSlices": compute, "MemorySlices": memory, "Max": max(compute, memory)}[self.mig_pricing]
+            by_mode = {"ComputeSlices": compute, "MemorySlices": memory, "Max": max(compute, memory)}
+            return by_mode[self.mig_pricing]
         if kind == SHARED:
             return Fraction(gpu_milli or 0, 1000)
         return Fraction(1)

@@ -101,7 +101,8 @@ def test_largest_remainder_conserves_and_stays_within_a_cent(exact):
 
 
 def test_mig_pricing_modes_follow_the_slice_geometry():
-    iv = UsageInterval("p", "ml", "red", "n0", H100, "mig", 1, T0, T0 + timedelta(hours=7), mig_profile="3g.40gb")
+    end = T0 + timedelta(hours=7)
+    iv = UsageInterval("p", "ml", "red", "n0", H100, "mig", 1, T0, end, mig_profile="3g.40gb")
     node = NodeCapacity("n0", H100, 1, T0, T0 + timedelta(hours=7))
     period = Period(T0, T0 + timedelta(hours=7))
     costs = {}
