@@ -1,0 +1,61 @@
+"""Common shape of every KGWE object: camelCase YAML, unknown fields rejected, Kubernetes-style metadata."""
+
+from __future__ import annotations
+
+from typing import Annotated, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from kgwe import API_VERSION
+from kgwe.policy.types import DNS_LABEL_PATTERN, DNS_SUBDOMAIN_PATTERN, LabelMap
+
+DnsSubdomain = Annotated[str, Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN_PATTERN)]
+DnsLabel = Annotated[str, Field(min_length=1, max_length=63, pattern=DNS_LABEL_PATTERN)]
+
+
+class KgweModel(BaseModel):
+    """Base of every spec type: YAML keys are camelCase aliases, Python attributes snake_case."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        populate_by_name=True,
+        alias_generator=to_camel,
+        validate_default=False,
+        use_enum_values=True,
+    )
+
+    def to_yaml_dict(self) -> dict:
+        """The object as it is written in YAML/JSON (aliases, unset optional fields left out)."""
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+class ObjectMeta(KgweModel):
+    """metadata of a policy kind living in Git: only what a person writes."""
+
+    name: DnsSubdomain
+    namespace: DnsLabel | None = None
+    labels: LabelMap = Field(default_factory=dict)
+    annotations: LabelMap = Field(default_factory=dict)
+
+
+class ClusterObjectMeta(ObjectMeta):
+    """metadata of a cluster kind (CRD): the API server adds uid, resourceVersion, managedFields, ...
+
+    Those are accepted and ignored so objects read back from the cluster validate too."""
+
+    model_config = ConfigDict(extra="ignore")
+
+
+class KgweObject(KgweModel):
+    """apiVersion/kind/metadata/spec envelope. Subclasses pin `kind` and `spec`."""
+
+    api_version: str = Field(default=API_VERSION, alias="apiVersion", pattern=f"^{API_VERSION}$")
+    kind: str
+    metadata: ObjectMeta
+
+    KIND: ClassVar[str] = ""  # the `kind` value; each subclass also pins `kind` as a Literal field
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name

@@ -1,0 +1,150 @@
+"""Cluster kinds (CRDs): PolicyRepository (what to sync) and GPUWorkload (seed README, verbatim)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any, ClassVar, Literal
+
+from pydantic import ConfigDict, Field, model_validator
+
+from kgwe.policy.base import ClusterObjectMeta, KgweModel, KgweObject
+from kgwe.policy.types import Duration
+
+
+class Condition(KgweModel):
+    """kstatus / metav1.Condition."""
+
+    type: str
+    status: Literal["True", "False", "Unknown"]
+    reason: str | None = None
+    message: str | None = None
+    last_transition_time: str | None = None
+    observed_generation: int | None = None
+
+
+class GitRef(KgweModel):
+    branch: str | None = None
+    tag: str | None = None
+    commit: str | None = Field(default=None, pattern=r"^[0-9a-f]{7,40}$")
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> GitRef:
+        if sum(x is not None for x in (self.branch, self.tag, self.commit)) != 1:
+            raise ValueError("set exactly one of branch, tag, commit")
+        return self
+
+
+class SecretRef(KgweModel):
+    name: str = Field(min_length=1)
+
+
+class ReportsSpec(KgweModel):
+    branch: str | None = None  # default: the synced branch
+    path: str = "reports"
+    schedule: str = Field(default="0 6 * * *", pattern=r"^\S+( \S+){4}$")  # cron, UTC
+
+
+class PolicyRepositorySpec(KgweModel):
+    url: str = Field(min_length=1)
+    ref: GitRef = Field(default_factory=lambda: GitRef(branch="main"))
+    path: str = "."
+    interval: Duration = Field(default=timedelta(minutes=1))
+    timeout: Duration | None = None
+    secret_ref: SecretRef | None = None
+    suspend: bool = False
+    reports: ReportsSpec | None = None
+
+
+class AppliedObject(KgweModel):
+    api_version: str = Field(alias="apiVersion")
+    kind: str
+    name: str
+    namespace: str | None = None
+
+
+class PolicyRepositoryStatus(KgweModel):
+    """Written by the controller. `rollout` is per-pool MIG rollout progress (free-form, owned by the
+    reconciler)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    observed_generation: int | None = None
+    conditions: list[Condition] = Field(default_factory=list)
+    last_applied_revision: str | None = None
+    last_attempted_revision: str | None = None
+    inventory: list[AppliedObject] = Field(default_factory=list)
+    rollout: dict[str, Any] = Field(default_factory=dict)
+
+
+class PolicyRepository(KgweObject):
+    KIND: ClassVar[str] = "PolicyRepository"
+    kind: Literal["PolicyRepository"] = "PolicyRepository"
+    metadata: ClusterObjectMeta
+    spec: PolicyRepositorySpec
+    status: PolicyRepositoryStatus | None = None
+
+
+TopologyPreference = Literal["NVLinkOptimal", "SameNUMA", "SamePCIeSwitch", "None"]
+
+
+class TopologyRequirement(KgweModel):
+    preference: TopologyPreference = "None"
+    min_bandwidth_gbps: float | None = Field(default=None, ge=0, alias="minBandwidthGBps")
+
+
+class GPURequirements(KgweModel):
+    count: int = Field(default=1, ge=1, le=64)
+    min_memory_gb: float | None = Field(default=None, ge=0, alias="minMemoryGB")
+    product: str | None = None  # GFD product or family (e.g. H100) the GPUs must be
+    mig_profile: str | None = Field(default=None, pattern=r"^\d+g\.\d+gb([+-][a-z.]+)?$")
+    gpu_milli: int | None = Field(default=None, ge=1, le=999)  # share of one GPU (nvidia.com/gpu.shared)
+    topology: TopologyRequirement = Field(default_factory=TopologyRequirement)
+
+
+class DistributedConfig(KgweModel):
+    strategy: str | None = None  # e.g. DDP, FSDP, DeepSpeed, Horovod, MPI
+    backend: str | None = None  # e.g. nccl, gloo, mpi
+    world_size: int | None = Field(default=None, ge=1)
+    replicas: int | None = Field(default=None, ge=1)
+    nodes: int | None = Field(default=None, ge=1)
+    gpus_per_node: int | None = Field(default=None, ge=1)
+    processes_per_node: int | None = Field(default=None, ge=1)
+    master_port: int | None = Field(default=None, ge=1, le=65535)
+
+
+class GPUWorkloadSpec(KgweModel):
+    gpu_requirements: GPURequirements = Field(alias="gpuRequirements")
+    workload_type: Literal["Training", "Inference", "Batch", "Interactive", "HPC"] = "Training"
+    framework: str | None = None  # e.g. PyTorch, TensorFlow, JAX, Triton
+    distributed_config: DistributedConfig | None = None
+    scoring_profile: str | None = None
+    team: str | None = None
+    priority: int | None = None
+    pod_template: dict[str, Any] = Field(default_factory=dict)  # a core/v1 PodTemplateSpec
+
+
+class WorkloadPlacement(KgweModel):
+    pod: str
+    node: str
+    gpus: list[int] = Field(default_factory=list)
+
+
+class GPUWorkloadStatus(KgweModel):
+    model_config = ConfigDict(extra="allow")
+
+    phase: Literal["Pending", "Scheduled", "Running", "Succeeded", "Failed"] | None = None
+    observed_generation: int | None = None
+    conditions: list[Condition] = Field(default_factory=list)
+    placements: list[WorkloadPlacement] = Field(default_factory=list)
+
+
+class GPUWorkload(KgweObject):
+    KIND: ClassVar[str] = "GPUWorkload"
+    kind: Literal["GPUWorkload"] = "GPUWorkload"
+    metadata: ClusterObjectMeta | None = None  # the seed README's example has none; kubectl/CI adds it
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name if self.metadata else ""
+    spec: GPUWorkloadSpec
+    status: GPUWorkloadStatus | None = None

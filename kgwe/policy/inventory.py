@@ -1,0 +1,99 @@
+"""GPUInventory: a snapshot of GPU nodes, so render/plan/simulate run offline exactly as in the cluster.
+
+Per node:
+  name        node name
+  labels      node labels (GFD labels included) - MIGStrategy/PricingCatalog selectors match these
+  gpus        number of physical GPUs
+  product     GFD `nvidia.com/gpu.product` of the full GPU (e.g. NVIDIA-H100-80GB-HBM3)
+  topology    a known topology name (kgwe.topology.known, e.g. DGX-H100, DGX-A100, L40S-8-PCIE)
+  migConfig / migConfigState
+              current `nvidia.com/mig.config` and `nvidia.com/mig.config.state` label values
+  devices     optional per-GPU current state, for realistic offline planning:
+                index   GPU index (0..gpus-1), each at most once; GPUs not listed have MIG disabled and idle
+                mig     current MIG instances (profile names); omitted/null = MIG disabled; [] = enabled, none
+                inUse   MIG instances held by running pods (a sub-multiset of `mig`)
+                busy    the whole GPU is held by a pod (only with MIG disabled)
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import ClassVar, Literal
+
+from pydantic import Field, model_validator
+
+from kgwe.policy.base import DnsSubdomain, KgweModel, KgweObject, ObjectMeta
+from kgwe.policy.types import LabelMap
+
+MigConfigState = Literal["pending", "rebooting", "success", "failed"]
+
+
+class GPUDeviceState(KgweModel):
+    index: int = Field(ge=0)
+    mig: list[str] | None = None
+    in_use: list[str] = Field(default_factory=list)
+    busy: bool = False
+
+    @model_validator(mode="after")
+    def _consistent(self) -> GPUDeviceState:
+        if self.mig is None:
+            if self.in_use:
+                raise ValueError("inUse lists MIG instances but the GPU has MIG disabled (no `mig`)")
+        else:
+            if self.busy:
+                raise ValueError("busy is for whole GPUs; with MIG enabled list the held instances in inUse")
+            missing = Counter(self.in_use) - Counter(self.mig)
+            if missing:
+                raise ValueError(f"inUse names instances not in `mig`: {sorted(missing.elements())}")
+        return self
+
+
+class InventoryNode(KgweModel):
+    name: DnsSubdomain
+    labels: LabelMap = Field(default_factory=dict)
+    gpus: int = Field(ge=1, le=64)
+    product: str = Field(min_length=1)
+    topology: str | None = None
+    mig_config: str | None = None
+    mig_config_state: MigConfigState | None = None
+    devices: list[GPUDeviceState] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _devices_in_range(self) -> InventoryNode:
+        seen: set[int] = set()
+        for d in self.devices:
+            if d.index >= self.gpus:
+                raise ValueError(f"devices: GPU index {d.index} but the node has {self.gpus} GPUs")
+            if d.index in seen:
+                raise ValueError(f"devices: GPU index {d.index} listed twice")
+            seen.add(d.index)
+        return self
+
+    def current_layouts(self) -> list[tuple[str, ...] | None]:
+        """Per GPU index: the current MIG instances (None = MIG disabled)."""
+        out: list[tuple[str, ...] | None] = [None] * self.gpus
+        for d in self.devices:
+            out[d.index] = None if d.mig is None else tuple(d.mig)
+        return out
+
+    def in_use(self) -> list[tuple[str, ...]]:
+        """Per GPU index: instances held by pods ("gpu" stands for a whole busy GPU)."""
+        out: list[tuple[str, ...]] = [()] * self.gpus
+        for d in self.devices:
+            out[d.index] = ("gpu",) if d.busy else tuple(d.in_use)
+        return out
+
+
+class GPUInventorySpec(KgweModel):
+    cluster: str | None = None
+    nodes: list[InventoryNode] = Field(default_factory=list)
+
+
+class GPUInventory(KgweObject):
+    KIND: ClassVar[str] = "GPUInventory"
+    kind: Literal["GPUInventory"] = "GPUInventory"
+    metadata: ObjectMeta
+    spec: GPUInventorySpec
+
+    def node(self, name: str) -> InventoryNode | None:
+        return next((n for n in self.spec.nodes if n.name == name), None)

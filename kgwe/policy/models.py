@@ -1,0 +1,69 @@
+"""Every KGWE kind in one place, by `kind` name (apiVersion kgwe.nvidia.io/v1)."""
+
+from __future__ import annotations
+
+from kgwe.policy.base import KgweObject
+from kgwe.policy.budget import BudgetAlert, BudgetLimit, GPUBudget, GPUBudgetSpec
+from kgwe.policy.cluster_kinds import (
+    Condition,
+    DistributedConfig,
+    GPURequirements,
+    GPUWorkload,
+    GPUWorkloadSpec,
+    GPUWorkloadStatus,
+    PolicyRepository,
+    PolicyRepositorySpec,
+    PolicyRepositoryStatus,
+    TopologyRequirement,
+)
+from kgwe.policy.inventory import GPUDeviceState, GPUInventory, GPUInventorySpec, InventoryNode
+from kgwe.policy.mig_strategy import MIGStrategy, MIGStrategySpec, PartitionStrategy, ProfileShare, Rollout
+from kgwe.policy.pricing import GPUPrice, PricingCatalog, PricingCatalogSpec
+from kgwe.policy.scoring_profile import ExtenderSettings, ScoringProfile, ScoringProfileSpec, Weights
+
+POLICY_KINDS: tuple[type[KgweObject], ...] = (
+    MIGStrategy,
+    ScoringProfile,
+    GPUBudget,
+    PricingCatalog,
+    GPUInventory,
+)
+CLUSTER_KINDS: tuple[type[KgweObject], ...] = (PolicyRepository, GPUWorkload)
+KINDS: dict[str, type[KgweObject]] = {k.KIND: k for k in (*POLICY_KINDS, *CLUSTER_KINDS)}
+
+__all__ = [
+    "CLUSTER_KINDS",
+    "KINDS",
+    "POLICY_KINDS",
+    "BudgetAlert",
+    "BudgetLimit",
+    "Condition",
+    "DistributedConfig",
+    "ExtenderSettings",
+    "GPUBudget",
+    "GPUBudgetSpec",
+    "GPUDeviceState",
+    "GPUInventory",
+    "GPUInventorySpec",
+    "GPUPrice",
+    "GPURequirements",
+    "GPUWorkload",
+    "GPUWorkloadSpec",
+    "GPUWorkloadStatus",
+    "InventoryNode",
+    "KgweObject",
+    "MIGStrategy",
+    "MIGStrategySpec",
+    "PartitionStrategy",
+    "PolicyRepository",
+    "PolicyRepositorySpec",
+    "PolicyRepositoryStatus",
+    "PricingCatalog",
+    "PricingCatalogSpec",
+    "ProfileShare",
+    "Rollout",
+    "ScoringProfile",
+    "ScoringProfileSpec",
+    "TopologyRequirement",
+    "Weights",
+]

@@ -1,0 +1,57 @@
+"""ScoringProfile: how the scheduler extender ranks nodes, and how kube-scheduler calls it."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import ClassVar, Literal
+
+from pydantic import Field, model_validator
+
+from kgwe.policy.base import KgweModel, KgweObject, ObjectMeta
+from kgwe.policy.types import Duration
+
+ScoringStrategy = Literal[
+    "BinPack", "Spread", "LeastLoaded", "BestFit", "CostOptimized", "RoundRobin", "Random", "Priority"
+]
+
+
+class Weights(KgweModel):
+    """Relative weights of the three score components, each 0..100 (seed architecture: 40/35/25)."""
+
+    topology: int = Field(default=40, ge=0, le=100)
+    resource: int = Field(default=35, ge=0, le=100)
+    balance: int = Field(default=25, ge=0, le=100)
+
+    @model_validator(mode="after")
+    def _not_all_zero(self) -> Weights:
+        if self.topology + self.resource + self.balance == 0:
+            raise ValueError("at least one weight must be greater than 0")
+        return self
+
+
+class ExtenderSettings(KgweModel):
+    """The kube-scheduler `extenders:` entry fields KGWE lets policy choose (reference A3)."""
+
+    weight: int = Field(default=5, ge=1, le=100)  # kube-scheduler requires > 0 with a prioritizeVerb
+    ignorable: bool = False
+    http_timeout: Duration = Field(default=timedelta(seconds=5), alias="httpTimeout")
+
+    @model_validator(mode="after")
+    def _timeout_positive(self) -> ExtenderSettings:
+        if self.http_timeout.total_seconds() <= 0 or self.http_timeout.total_seconds() > 300:
+            raise ValueError("httpTimeout must be > 0s and <= 5m")
+        return self
+
+
+class ScoringProfileSpec(KgweModel):
+    default: bool = False
+    weights: Weights = Field(default_factory=Weights)
+    strategy: ScoringStrategy = "BinPack"
+    extender: ExtenderSettings = Field(default_factory=ExtenderSettings)
+
+
+class ScoringProfile(KgweObject):
+    KIND: ClassVar[str] = "ScoringProfile"
+    kind: Literal["ScoringProfile"] = "ScoringProfile"
+    metadata: ObjectMeta
+    spec: ScoringProfileSpec = Field(default_factory=ScoringProfileSpec)
