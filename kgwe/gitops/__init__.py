@@ -1,0 +1,1 @@
+"""Git edges of KGWE: the policy source (clone/fetch/export/poll/webhook) and commit-back of reports."""

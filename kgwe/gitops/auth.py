@@ -1,0 +1,135 @@
+"""Git credentials turned into a git process environment, never into URLs or on-disk git config.
+
+HTTPS tokens travel as an `http.extraHeader` passed through GIT_CONFIG_* variables (git >= 2.31), so the
+token shows up neither in `.git/config`, nor in the remote URL, nor in error messages. SSH keys are written
+to a private temporary file and used through GIT_SSH_COMMAND. The Secret layout follows Flux's
+(`username`/`password`, `bearerToken`, `identity`, `known_hosts`), so existing Secrets can be reused.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import shlex
+import shutil
+import tempfile
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from kgwe.errors import KgweError
+
+
+@dataclass(frozen=True)
+class GitCredentials:
+    username: str | None = None
+    password: str | None = None  # a password or a personal access token
+    bearer_token: str | None = None
+    ssh_identity: bytes | None = None  # private key, OpenSSH or PEM
+    ssh_known_hosts: bytes | None = None
+
+    def __repr__(self) -> str:  # never print secrets in logs or tracebacks
+        kinds = [k for k in ("password", "bearer_token", "ssh_identity") if getattr(self, k)]
+        return f"GitCredentials(username={self.username!r}, has={kinds})"
+
+    @classmethod
+    def from_secret_data(cls, data: Mapping[str, str | bytes]) -> GitCredentials:
+        """From a Kubernetes Secret's `.data` (base64 strings) or already-decoded bytes/str values."""
+
+        def value(key: str) -> bytes | None:
+            raw = data.get(key)
+            if raw is None:
+                return None
+            if isinstance(raw, bytes):
+                return raw
+            try:
+                return base64.b64decode(raw, validate=True)
+            except ValueError as exc:
+                raise KgweError(f"git secret key {key!r} is not valid base64") from exc
+
+        def text(key: str) -> str | None:
+            raw = value(key)
+            return raw.decode().strip() if raw is not None else None
+
+        return cls(
+            username=text("username"),
+            password=text("password"),
+            bearer_token=text("bearerToken"),
+            ssh_identity=value("identity"),
+            ssh_known_hosts=value("known_hosts"),
+        )
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] = os.environ) -> GitCredentials:
+        """For local use: KGWE_GIT_USERNAME/KGWE_GIT_TOKEN/KGWE_GIT_SSH_KEY_FILE/KGWE_GIT_KNOWN_HOSTS_FILE."""
+
+        def read(name: str) -> bytes | None:
+            path = environ.get(name)
+            if not path:
+                return None
+            try:
+                with open(path, "rb") as fh:
+                    return fh.read()
+            except OSError as exc:
+                raise KgweError(f"cannot read {name}={path}: {exc.strerror}") from exc
+
+        return cls(
+            username=environ.get("KGWE_GIT_USERNAME") or None,
+            password=environ.get("KGWE_GIT_TOKEN") or None,
+            ssh_identity=read("KGWE_GIT_SSH_KEY_FILE"),
+            ssh_known_hosts=read("KGWE_GIT_KNOWN_HOSTS_FILE"),
+        )
+
+
+def _http_header(creds: GitCredentials) -> str | None:
+    if creds.bearer_token:
+        return f"Authorization: Bearer {creds.bearer_token}"
+    if creds.password:
+        user = creds.username or "git"
+        pair = base64.b64encode(f"{user}:{creds.password}".encode()).decode()
+        return f"Authorization: Basic {pair}"
+    return None
+
+
+@contextmanager
+def git_environment(
+    creds: GitCredentials | None, *, connect_timeout_seconds: int = 30
+) -> Iterator[dict[str, str]]:
+    """Environment variables for one git invocation; key files exist only inside the `with` block."""
+    env: dict[str, str] = {
+        "GIT_TERMINAL_PROMPT": "0",  # never hang on a password prompt
+        "GIT_ASKPASS": "true",
+        "SSH_ASKPASS": "true",
+        "GIT_CONFIG_NOSYSTEM": "1",
+        # Abort transfers slower than 1 KiB/s for the timeout (a stuck server must not hang a reconcile).
+        "GIT_HTTP_LOW_SPEED_LIMIT": "1024",
+        "GIT_HTTP_LOW_SPEED_TIME": str(connect_timeout_seconds),
+    }
+    tmpdir = None
+    try:
+        if creds is not None:
+            header = _http_header(creds)
+            if header:
+                env.update({"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "http.extraHeader",
+                            "GIT_CONFIG_VALUE_0": header})
+            if creds.ssh_identity:
+                tmpdir = tempfile.mkdtemp(prefix="kgwe-ssh-")
+                key_path = os.path.join(tmpdir, "identity")
+                fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                with os.fdopen(fd, "wb") as fh:
+                    identity = creds.ssh_identity
+                    fh.write(identity if identity.endswith(b"\n") else identity + b"\n")
+                opts = ["-i", key_path, "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes",
+                        "-o", f"ConnectTimeout={connect_timeout_seconds}"]
+                if creds.ssh_known_hosts:
+                    hosts_path = os.path.join(tmpdir, "known_hosts")
+                    with open(hosts_path, "wb") as fh:
+                        fh.write(creds.ssh_known_hosts)
+                    opts += ["-o", f"UserKnownHostsFile={hosts_path}", "-o", "StrictHostKeyChecking=yes"]
+                else:
+                    opts += ["-o", "StrictHostKeyChecking=accept-new"]
+                env["GIT_SSH_COMMAND"] = "ssh " + " ".join(shlex.quote(o) for o in opts)
+        yield env
+    finally:
+        if tmpdir:
+            shutil.rmtree(tmpdir, ignore_errors=True)

@@ -1,0 +1,254 @@
+"""The policy repository as a Git source: fetch into a private bare mirror, resolve the tracked ref to a
+commit, and export that commit's tree into a fresh directory.
+
+Why a bare mirror plus `git archive`: there is no working tree to get dirty, so what the controller reads is
+exactly what the commit holds (no leftovers from an earlier revision, no local edits, no untracked files).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import re
+import tarfile
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import git
+
+from kgwe.errors import KgweError
+from kgwe.gitops.auth import GitCredentials, git_environment
+from kgwe.gitops.retry import with_retries
+
+_SHA_RE = re.compile(r"^[0-9a-f]{7,40}$")
+
+
+class GitSourceError(KgweError):
+    """Fetching or reading the policy repository failed (after the bounded retries)."""
+
+
+@dataclass(frozen=True)
+class GitRef:
+    """What to track. When several are set the most specific wins: commit > tag > branch (as in Flux)."""
+
+    branch: str | None = None
+    tag: str | None = None
+    commit: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.commit is not None and not _SHA_RE.match(self.commit):
+            raise KgweError(f"ref.commit {self.commit!r} is not a hexadecimal commit id")
+        for value in (self.branch, self.tag):
+            if value is not None and (not value or value.startswith("-") or ".." in value or " " in value):
+                raise KgweError(f"invalid git ref name {value!r}")
+
+    @classmethod
+    def from_spec(cls, spec: dict | None) -> GitRef:
+        spec = spec or {}
+        ref = cls(branch=spec.get("branch"), tag=spec.get("tag"), commit=spec.get("commit"))
+        return ref if (ref.branch or ref.tag or ref.commit) else cls(branch="main")
+
+    @property
+    def name(self) -> str:
+        """The human name used in revisions: branch or tag name, "" for a bare commit."""
+        if self.commit:
+            return ""
+        return self.tag or self.branch or "main"
+
+
+@dataclass(frozen=True)
+class Revision:
+    """One resolved revision, printed Flux-style: `main@sha1:<40 hex>`."""
+
+    ref_name: str
+    sha: str
+
+    def __str__(self) -> str:
+        return f"{self.ref_name}@sha1:{self.sha}" if self.ref_name else f"sha1:{self.sha}"
+
+    @staticmethod
+    def sha_of(text: str) -> str:
+        """The commit id inside a printed revision (or the text itself when it already is one)."""
+        return text.rsplit("sha1:", 1)[-1]
+
+
+def normalize_url(url: str) -> str:
+    """Local paths become absolute (git treats `repo` and `./repo` relative to its own cwd)."""
+    if "://" in url or re.match(r"^[\w.-]+@[\w.-]+:", url):
+        return url
+    return str(Path(url).expanduser().resolve())
+
+
+def export_commit(repo: git.Repo, sha: str, dest: Path, subpath: str | None = None) -> Path:
+    """Write the tree of commit `sha` (optionally only `subpath`) into `dest`; returns the policy folder."""
+    dest.mkdir(parents=True, exist_ok=True)
+    sub = (subpath or "").strip("/")
+    if sub and (sub.startswith("..") or "/../" in f"/{sub}/"):
+        raise KgweError(f"path {subpath!r} leaves the repository")
+    args = ["--format=tar", sha]
+    if sub:
+        try:
+            repo.git.cat_file("-e", f"{sha}:{sub}")
+        except git.GitCommandError as exc:
+            raise GitSourceError(f"path {sub!r} does not exist at commit {sha[:12]}") from exc
+        args += ["--", sub]
+    with tempfile.TemporaryFile() as tar_file:
+        repo.git.archive(*args, output_stream=tar_file)
+        tar_file.seek(0)
+        with tarfile.open(fileobj=tar_file) as tar:
+            tar.extractall(dest, filter="data")
+    return dest / sub if sub else dest
+
+
+def resolve_local(repo: git.Repo, refname: str) -> str:
+    """A ref name, tag or commit id in a local repository → full commit id (KgweError if unknown)."""
+    try:
+        return repo.git.rev_parse("--verify", "--quiet", f"{refname}^{{commit}}")
+    except git.GitCommandError as exc:
+        raise KgweError(f"unknown git revision {refname!r}") from exc
+
+
+def changed_paths(repo: git.Repo, old_sha: str | None, new_sha: str) -> list[str]:
+    """Paths that differ between two commits (every path of `new_sha` when there is no old one)."""
+    if old_sha is None:
+        out = repo.git.ls_tree("-r", "--name-only", new_sha)
+    else:
+        out = repo.git.diff("--name-only", "--no-renames", old_sha, new_sha)
+    return [line for line in out.splitlines() if line]
+
+
+def touches_policy(
+    paths: list[str], policy_path: str = "", ignored_prefixes: tuple[str, ...] = ("reports/",)
+) -> bool:
+    """Whether a change matters to the reconciler: it touches the policy folder outside ignored folders.
+
+    Commits that only touch `reports/` (what KGWE commits back itself) must not trigger a reconcile, so
+    the controller never feeds on its own commits.
+    """
+    root = policy_path.strip("/")
+    prefixes = tuple(p.strip("/") + "/" for p in ignored_prefixes if p.strip("/"))
+    for path in paths:
+        if prefixes and path.startswith(prefixes):
+            continue
+        if not root or path == root or path.startswith(root + "/"):
+            return True
+    return False
+
+
+class GitSource:
+    """A remote policy repository tracked at one ref, mirrored under `cache_dir`."""
+
+    def __init__(
+        self,
+        url: str,
+        ref: GitRef,
+        *,
+        cache_dir: Path,
+        credentials: GitCredentials | None = None,
+        timeout_seconds: float = 60.0,
+        attempts: int = 3,
+        backoff_base_seconds: float = 1.0,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.url = normalize_url(url)
+        self.ref = ref
+        self.credentials = credentials
+        self.timeout_seconds = timeout_seconds
+        self.attempts = max(1, attempts)
+        self.backoff_base_seconds = backoff_base_seconds
+        self._sleep = sleep
+        digest = hashlib.sha256(self.url.encode()).hexdigest()[:16]
+        self.mirror_path = Path(cache_dir) / f"{digest}.git"
+        self._repo: git.Repo | None = None
+
+    @property
+    def repo(self) -> git.Repo:
+        if self._repo is None:
+            if (self.mirror_path / "HEAD").exists():
+                self._repo = git.Repo(self.mirror_path)
+            else:
+                self.mirror_path.parent.mkdir(parents=True, exist_ok=True)
+                self._repo = git.Repo.init(self.mirror_path, bare=True)
+        return self._repo
+
+    def _git(self, *args: str) -> str:
+        with git_environment(self.credentials, connect_timeout_seconds=int(self.timeout_seconds)) as env:
+            return self.repo.git.execute(
+                ["git", *args], env=env, kill_after_timeout=self.timeout_seconds
+            )
+
+    def _fetch_once(self) -> None:
+        refspecs = ["+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*"]
+        self._git("fetch", "--prune", "--prune-tags", "--force", "--no-write-fetch-head", self.url, *refspecs)
+
+    def fetch(self) -> Revision:
+        """Fetch (bounded retries with backoff) and resolve the tracked ref to a commit."""
+        try:
+            with_retries(
+                self._fetch_once,
+                attempts=self.attempts,
+                retry_on=lambda exc: isinstance(exc, git.GitCommandError),
+                base_seconds=self.backoff_base_seconds,
+                sleep=self._sleep,
+                rng=random.Random(),
+            )
+        except git.GitCommandError as exc:
+            raise GitSourceError(f"fetching {self.display_url} failed after {self.attempts} attempt(s): "
+                                 f"{_git_error_text(exc)}") from exc
+        return Revision(self.ref.name, self._resolve())
+
+    def _resolve(self) -> str:
+        if self.ref.commit:
+            candidate = self.ref.commit
+            where = f"commit {candidate}"
+        elif self.ref.tag:
+            candidate, where = f"refs/tags/{self.ref.tag}", f"tag {self.ref.tag!r}"
+        else:
+            candidate, where = f"refs/heads/{self.ref.branch}", f"branch {self.ref.branch!r}"
+        try:
+            return self.repo.git.rev_parse("--verify", "--quiet", f"{candidate}^{{commit}}")
+        except git.GitCommandError as exc:
+            raise GitSourceError(f"{where} not found in {self.display_url}") from exc
+
+    @property
+    def display_url(self) -> str:
+        """The URL without any user-info, safe for status and logs."""
+        return re.sub(r"//[^/@]+@", "//", self.url)
+
+    def export(self, sha: str, dest: Path, subpath: str | None = None) -> Path:
+        """A clean copy of commit `sha` (or its `subpath`) in `dest`."""
+        return export_commit(self.repo, sha, dest, subpath)
+
+    def changed_paths(self, old_sha: str | None, new_sha: str) -> list[str]:
+        if old_sha is not None:
+            try:
+                self.repo.git.cat_file("-e", f"{old_sha}^{{commit}}")
+            except git.GitCommandError:
+                old_sha = None  # history rewritten or unknown: treat everything as changed
+        return changed_paths(self.repo, old_sha, new_sha)
+
+
+def _git_error_text(exc: git.GitCommandError) -> str:
+    """The last meaningful stderr line of a failed git command (no command line: it may hold secrets)."""
+    stderr = exc.stderr if isinstance(exc.stderr, str) else str(exc.stderr or "")
+    lines = [ln.strip().removeprefix("stderr: ").strip("'") for ln in stderr.splitlines() if ln.strip()]
+    lines = [ln for ln in lines if ln]
+    if lines:
+        return lines[-1]
+    return f"git exited with status {exc.status}" if exc.status is not None else "git timed out"
+
+
+__all__ = [
+    "GitRef",
+    "GitSource",
+    "GitSourceError",
+    "Revision",
+    "changed_paths",
+    "export_commit",
+    "normalize_url",
+    "resolve_local",
+    "touches_policy",
+]
