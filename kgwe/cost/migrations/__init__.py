@@ -1,0 +1,1 @@
+"""Alembic migrations of the cost store; run through kgwe.cost.store.migrate(), no alembic.ini needed."""

@@ -1,0 +1,275 @@
+"""The cost store: usage intervals and node capacity in SQL (SQLite file by default, PostgreSQL by URL).
+
+Aggregation happens in SQL (integer overlap arithmetic, GROUP BY), so a month of a million intervals
+comes back as a few thousand rows for the pure chargeback code. Writes are idempotent: starting an
+interval that is already open is a no-op (unique partial index), ending one that is not open is too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Iterator, Sequence
+from datetime import datetime
+from pathlib import Path
+
+from sqlalchemy import event, text
+from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.exc import ArgumentError, IntegrityError, OperationalError
+from sqlmodel import Session, create_engine, select
+
+from kgwe.cost.chargeback import (
+    CapacityAggregate,
+    Chargeback,
+    UsageAggregate,
+    check_group_by,
+    compute_chargeback,
+)
+from kgwe.cost.pricing import PriceBook
+from kgwe.cost.tables import NodeRecord, UsageRecord, resource_key
+from kgwe.cost.usage import NodeCapacity, Period, UsageInterval, buckets, to_epoch
+from kgwe.errors import KgweError
+
+DEFAULT_SQLITE = "kgwe-cost.db"
+MIGRATIONS = Path(__file__).resolve().parent / "migrations"
+
+
+def normalize_url(url: str | None) -> str:
+    """A plain path or None means a SQLite file; postgres URLs get the psycopg 3 driver."""
+    if not url:
+        url = DEFAULT_SQLITE
+    if "://" not in url:
+        return f"sqlite:///{Path(url).expanduser().resolve()}"
+    for prefix in ("postgresql://", "postgres://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url[len(prefix):]
+    return url
+
+
+def _safe(url: str) -> str:
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return "<invalid URL>"
+
+
+class CostStore:
+    def __init__(self, url: str | None = None, *, connect_timeout_s: int = 5) -> None:
+        self.url = normalize_url(url)
+        try:
+            parsed = make_url(self.url)
+        except ArgumentError:
+            raise KgweError(f"not a database URL: {url!r}") from None
+        args = {"connect_timeout": connect_timeout_s} if parsed.get_backend_name() == "postgresql" else {}
+        try:
+            self.engine: Engine = create_engine(self.url, connect_args=args)
+        except (ArgumentError, ModuleNotFoundError) as exc:
+            raise KgweError(f"cannot use database {_safe(self.url)}: {exc}") from None
+        self.dialect = parsed.get_backend_name()
+        if self.dialect == "sqlite":
+            event.listen(self.engine, "connect", _sqlite_pragmas)
+
+    @contextlib.contextmanager
+    def session(self) -> Iterator[Session]:
+        try:
+            with Session(self.engine) as session:
+                yield session
+        except OperationalError as exc:
+            reason = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
+            raise KgweError(f"cost database {_safe(self.url)} is unavailable: {reason}") from None
+
+    def migrate(self) -> None:
+        """Bring the schema to the newest alembic revision (safe to run on every start)."""
+        from alembic import command
+        from alembic.config import Config
+
+        cfg = Config()
+        cfg.set_main_option("script_location", str(MIGRATIONS))
+        cfg.set_main_option("sqlalchemy.url", self.url.replace("%", "%%"))
+        try:
+            with self.engine.begin() as conn:
+                cfg.attributes["connection"] = conn
+                command.upgrade(cfg, "head")
+        except OperationalError as exc:
+            reason = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
+            raise KgweError(f"cost database {_safe(self.url)} is unavailable: {reason}") from None
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    # -- usage -----------------------------------------------------------------------------------
+    @staticmethod
+    def _record(iv: UsageInterval) -> UsageRecord:
+        return UsageRecord(
+            pod_uid=iv.pod_uid or f"{iv.namespace}/{iv.pod}", pod=iv.pod, namespace=iv.namespace,
+            team=iv.team, node=iv.node, gpu_product=iv.gpu_product, kind=iv.kind,
+            resource=resource_key(iv.kind, iv.mig_profile, iv.gpu_milli), mig_profile=iv.mig_profile,
+            gpu_milli=iv.gpu_milli, count=iv.count, spot=iv.spot, start_s=to_epoch(iv.start),
+            end_s=None if iv.end is None else to_epoch(iv.end),
+        )
+
+    def start_usage(self, iv: UsageInterval) -> bool:
+        """Record an open (or closed) interval; False if that holding is already open (no double count)."""
+        with self.session() as s:
+            s.add(self._record(iv))
+            return _commit_unless_duplicate(s)
+
+    def end_usage(self, pod_uid: str, end: datetime, resource: str | None = None) -> int:
+        """Close the pod's open intervals at `end` (never before their start); returns how many."""
+        end_s = to_epoch(end)
+        with self.session() as s:
+            query = select(UsageRecord).where(UsageRecord.pod_uid == pod_uid, UsageRecord.end_s.is_(None))
+            if resource is not None:
+                query = query.where(UsageRecord.resource == resource)
+            rows = s.exec(query).all()
+            return _close(s, rows, end_s)
+
+    def open_usage(self) -> list[UsageInterval]:
+        with self.session() as s:
+            return [r.to_interval() for r in s.exec(select(UsageRecord).where(UsageRecord.end_s.is_(None)))]
+
+    def add_usage(self, intervals: Iterable[UsageInterval], batch: int = 20_000) -> int:
+        """Bulk insert (imports, benchmarks). Uses core inserts: ORM objects are too slow for millions."""
+        table = UsageRecord.__table__
+        total = 0
+        chunk: list[dict] = []
+        with self.session() as s:
+            for iv in intervals:
+                row = self._record(iv).model_dump(exclude={"id"})
+                chunk.append(row)
+                if len(chunk) >= batch:
+                    s.execute(table.insert(), chunk)
+                    total += len(chunk)
+                    chunk = []
+            if chunk:
+                s.execute(table.insert(), chunk)
+                total += len(chunk)
+            s.commit()
+        return total
+
+    def usage(self, period: Period) -> list[UsageInterval]:
+        lo, hi = to_epoch(period.since), to_epoch(period.until)
+        with self.session() as s:
+            rows = s.exec(select(UsageRecord).where(
+                UsageRecord.start_s < hi, (UsageRecord.end_s.is_(None)) | (UsageRecord.end_s > lo)))
+            return [r.to_interval() for r in rows]
+
+    # -- nodes -----------------------------------------------------------------------------------
+    def set_node(self, cap: NodeCapacity) -> bool:
+        """Open capacity for a node; if it changed (product, count, spot), close the old record first."""
+        start_s = to_epoch(cap.start)
+        with self.session() as s:
+            query = select(NodeRecord).where(NodeRecord.node == cap.node, NodeRecord.end_s.is_(None))
+            current = s.exec(query).first()
+            if current and (current.gpu_product, current.gpu_count, current.spot) == (
+                    cap.gpu_product, cap.gpu_count, cap.spot):
+                return False
+            if current:
+                current.end_s = max(start_s, current.start_s)
+                s.add(current)
+                s.flush()
+            s.add(NodeRecord(node=cap.node, gpu_product=cap.gpu_product, gpu_count=cap.gpu_count,
+                             spot=cap.spot, start_s=start_s,
+                             end_s=None if cap.end is None else to_epoch(cap.end)))
+            return _commit_unless_duplicate(s)
+
+    def end_node(self, node: str, end: datetime) -> int:
+        end_s = to_epoch(end)
+        with self.session() as s:
+            rows = s.exec(select(NodeRecord).where(NodeRecord.node == node, NodeRecord.end_s.is_(None))).all()
+            return _close(s, rows, end_s)
+
+    def nodes(self, period: Period) -> list[NodeCapacity]:
+        lo, hi = to_epoch(period.since), to_epoch(period.until)
+        with self.session() as s:
+            rows = s.exec(select(NodeRecord).where(
+                NodeRecord.start_s < hi, (NodeRecord.end_s.is_(None)) | (NodeRecord.end_s > lo)))
+            return [r.to_capacity() for r in rows]
+
+    # -- aggregation in SQL ------------------------------------------------------------------------
+    def usage_aggregates(
+        self, period: Period, granularity: str, group_by: Sequence[str], now: datetime
+    ) -> list[UsageAggregate]:
+        dims = check_group_by(group_by)
+        cols = ", ".join(dims)
+        sql = text(f"""
+            SELECT node, gpu_product, spot, kind, mig_profile, gpu_milli, {cols},
+                   SUM(({_least('COALESCE(end_s, :now)', ':hi')} - {_greatest('start_s', ':lo')}) * count)
+            FROM kgwe_usage
+            WHERE start_s < :hi AND COALESCE(end_s, :now) > :lo AND start_s < COALESCE(end_s, :now)
+            GROUP BY node, gpu_product, spot, kind, mig_profile, gpu_milli, {cols}
+        """)
+        now_s = to_epoch(now)
+        out: list[UsageAggregate] = []
+        with self.session() as s:
+            for label, lo, hi in buckets(period, granularity):
+                for row in s.execute(sql, {"lo": lo, "hi": hi, "now": now_s}):
+                    node, product, spot, kind, profile, milli, *key, seconds = row
+                    if seconds and int(seconds) > 0:
+                        out.append(UsageAggregate(label, node, product, bool(spot), kind, profile, milli,
+                                                  tuple(str(k) for k in key), int(seconds)))
+        return out
+
+    def capacity_aggregates(self, period: Period, granularity: str, now: datetime) -> list[CapacityAggregate]:
+        sql = text(f"""
+            SELECT node, gpu_product, spot,
+                   SUM(({_least('COALESCE(end_s, :now)', ':hi')} - {_greatest('start_s', ':lo')}) * gpu_count)
+            FROM kgwe_node_capacity
+            WHERE start_s < :hi AND COALESCE(end_s, :now) > :lo AND start_s < COALESCE(end_s, :now)
+            GROUP BY node, gpu_product, spot
+        """)
+        now_s = to_epoch(now)
+        out: list[CapacityAggregate] = []
+        with self.session() as s:
+            for label, lo, hi in buckets(period, granularity):
+                for node, product, spot, seconds in s.execute(sql, {"lo": lo, "hi": hi, "now": now_s}):
+                    if seconds and int(seconds) > 0:
+                        out.append(CapacityAggregate(label, node, product, bool(spot), int(seconds)))
+        return out
+
+    def chargeback(
+        self,
+        book: PriceBook,
+        period: Period,
+        *,
+        now: datetime,
+        granularity: str = "total",
+        group_by: Sequence[str] = ("team",),
+    ) -> Chargeback:
+        """Open intervals are charged up to `now` (the caller's clock), never past the period end."""
+        usage = self.usage_aggregates(period, granularity, group_by, now)
+        capacity = self.capacity_aggregates(period, granularity, now)
+        return compute_chargeback(usage, capacity, book, period, granularity, group_by)
+
+
+def _commit_unless_duplicate(s: Session) -> bool:
+    """Commit; a unique-index conflict (the holding is already open) is a no-op, not an error."""
+    try:
+        s.commit()
+    except IntegrityError:
+        s.rollback()
+        return False
+    return True
+
+
+def _close(s: Session, rows: Sequence[UsageRecord | NodeRecord], end_s: int) -> int:
+    for row in rows:
+        row.end_s = max(end_s, row.start_s)
+        s.add(row)
+    s.commit()
+    return len(rows)
+
+
+def _least(a: str, b: str) -> str:
+    return f"(CASE WHEN {a} < {b} THEN {a} ELSE {b} END)"
+
+
+def _greatest(a: str, b: str) -> str:
+    return f"(CASE WHEN {a} > {b} THEN {a} ELSE {b} END)"
+
+
+def _sqlite_pragmas(dbapi_connection, _record) -> None:
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.execute("PRAGMA busy_timeout=5000")
+    cursor.close()
