@@ -1,0 +1,552 @@
+"""A real, local Kubernetes control plane: etcd + kube-apiserver + kube-scheduler + kwok.
+
+Tests and `kgwe demo` talk to genuine Kubernetes components (built from Go modules by
+hack/cluster-bins.sh), not mocks: schema validation, server-side apply, RBAC and the real scheduler all
+behave as in production. Nodes are simulated by kwok. What kube-controller-manager would do is done by
+`ControllerManagerStandIn` (see kcm_standin.py for exactly which two behaviours and why).
+
+Every process runs in its own process group and is stopped on `stop()`, at interpreter exit, on SIGTERM /
+SIGHUP, and (via PR_SET_PDEATHSIG) if this process is killed outright. Component logs live in the work dir;
+`keep_logs()` preserves them when a test fails.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import ctypes
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+import weakref
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes import client
+
+from kgwe.errors import KgweError
+from kgwe.testing.kcm_standin import ControllerManagerStandIn
+from kgwe.testing.pki import PkiFiles, write_pki
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+BUILD_SCRIPT = REPO_ROOT / "hack" / "cluster-bins.sh"
+WRAPPER_GO_MOD = REPO_ROOT / "hack" / "k8s" / "go.mod"
+COMPONENTS = ("etcd", "kube-apiserver", "kube-scheduler", "kwok")
+SCHEDULER_API_VERSION = "kubescheduler.config.k8s.io/v1"
+
+
+class ControlPlaneError(KgweError):
+    """The local control plane could not be built, started or reached."""
+
+
+# --------------------------------------------------------------------------------------------------
+# binaries
+
+
+@dataclass(frozen=True)
+class Binaries:
+    """Where the four component binaries are, and which Kubernetes release they are."""
+
+    directory: Path
+    kubernetes_version: str
+    manifest: Mapping[str, str]
+
+    def path(self, component: str) -> Path:
+        return self.directory / component
+
+
+def pinned_kubernetes_version() -> str:
+    """The k8s.io/kubernetes version pinned by the wrapper module (the cache key)."""
+    try:
+        text = WRAPPER_GO_MOD.read_text()
+    except OSError as exc:
+        raise ControlPlaneError(f"cannot read {WRAPPER_GO_MOD}: {exc.strerror}") from exc
+    match = re.search(r"^\s*(?:require\s+)?k8s\.io/kubernetes\s+(v\S+)", text, re.MULTILINE)
+    if not match:
+        raise ControlPlaneError(f"{WRAPPER_GO_MOD} does not pin k8s.io/kubernetes")
+    return match.group(1)
+
+
+def cache_base() -> Path:
+    """Same rule as hack/cluster-bins.sh: $KGWE_CACHE_DIR, else $XDG_CACHE_HOME/kgwe, else ~/.cache/kgwe."""
+    if os.environ.get("KGWE_CACHE_DIR"):
+        return Path(os.environ["KGWE_CACHE_DIR"])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kgwe"
+
+
+def _read_manifest(directory: Path) -> dict[str, str] | None:
+    manifest = directory / "MANIFEST"
+    if not manifest.is_file() or not all(os.access(directory / c, os.X_OK) for c in COMPONENTS):
+        return None
+    pairs = (line.split("=", 1) for line in manifest.read_text().splitlines() if "=" in line)
+    return {k: v for k, v in pairs}
+
+
+def find_binaries(build: bool = True) -> Binaries:
+    """Locate the control-plane binaries, building them with hack/cluster-bins.sh when missing.
+
+    $KGWE_K8S_BIN_DIR points at a directory with the four binaries (and MANIFEST) to use as is.
+    Never returns without binaries: a missing Go toolchain is an error saying what to install.
+    """
+    override = os.environ.get("KGWE_K8S_BIN_DIR")
+    if override:
+        directory = Path(override)
+        manifest = _read_manifest(directory)
+        if manifest is None:
+            raise ControlPlaneError(
+                f"KGWE_K8S_BIN_DIR={override} must hold MANIFEST and executables {', '.join(COMPONENTS)}"
+            )
+        return Binaries(directory, manifest.get("kubernetes", "unknown"), manifest)
+
+    version = pinned_kubernetes_version()
+    directory = cache_base() / f"k8s-{version}"
+    manifest = _read_manifest(directory)
+    if manifest is None or manifest.get("kubernetes") != version:
+        if not build:
+            raise ControlPlaneError(f"control-plane binaries missing in {directory}; run `make cluster-bins`")
+        if not BUILD_SCRIPT.is_file():
+            raise ControlPlaneError(
+                f"control-plane binaries missing in {directory} and {BUILD_SCRIPT} is not available; "
+                "run hack/cluster-bins.sh from a KGWE checkout or set KGWE_K8S_BIN_DIR"
+            )
+        print(f"kgwe: building control-plane binaries into {directory} (first run only, takes minutes)",
+              flush=True)
+        proc = subprocess.run(["bash", str(BUILD_SCRIPT)], stdout=subprocess.PIPE, text=True, check=False)
+        if proc.returncode != 0:
+            raise ControlPlaneError(
+                f"hack/cluster-bins.sh failed (exit {proc.returncode}); its message is above. "
+                "The cluster tests need Go >= 1.26 (https://go.dev/dl/) to build etcd, kube-apiserver, "
+                "kube-scheduler and kwok."
+            )
+        manifest = _read_manifest(directory)
+        if manifest is None:
+            raise ControlPlaneError(f"hack/cluster-bins.sh finished but {directory} is incomplete")
+    return Binaries(directory, version, manifest)
+
+
+# --------------------------------------------------------------------------------------------------
+# process handling
+
+
+def free_port() -> int:
+    """A currently free loopback port (a race with other processes is handled by retrying start)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    with contextlib.suppress(Exception):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+@dataclass
+class _Process:
+    name: str
+    popen: subprocess.Popen[bytes]
+    log_path: Path
+
+
+def tail(path: Path, lines: int = 20) -> str:
+    """Last `lines` lines of a log file (for failure reports)."""
+    try:
+        with path.open("rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 64 * 1024))
+            data = f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+    return "\n".join(data.splitlines()[-lines:])
+
+
+_LIVE: weakref.WeakSet[ControlPlane] = weakref.WeakSet()
+_HANDLERS_INSTALLED = False
+
+
+def _stop_all_live() -> None:
+    for cp in list(_LIVE):
+        with contextlib.suppress(Exception):
+            cp.stop()
+
+
+def _install_exit_handlers() -> None:
+    """atexit + SIGTERM/SIGHUP: stop every live control plane, then behave as before."""
+    global _HANDLERS_INSTALLED
+    if _HANDLERS_INSTALLED:
+        return
+    _HANDLERS_INSTALLED = True
+    atexit.register(_stop_all_live)
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        previous = signal.getsignal(signum)
+
+        def handler(sig: int, frame: Any, previous: Any = previous) -> None:
+            _stop_all_live()
+            if callable(previous):
+                previous(sig, frame)
+            elif previous != signal.SIG_IGN:
+                signal.signal(sig, signal.SIG_DFL)
+                os.kill(os.getpid(), sig)
+
+        signal.signal(signum, handler)
+
+
+def default_scheduler_config(qps: int = 50, burst: int = 100, **extra: Any) -> dict[str, Any]:
+    """A KubeSchedulerConfiguration for tests; `extra` keys (e.g. `extenders`, `profiles`) are merged in.
+
+    qps/burst are kube-scheduler's own defaults; the baseline benchmark raises them so the client rate
+    limiter does not hide the scheduler's real throughput.
+    """
+    config: dict[str, Any] = {
+        "apiVersion": SCHEDULER_API_VERSION,
+        "kind": "KubeSchedulerConfiguration",
+        "leaderElection": {"leaderElect": False},
+        "clientConnection": {"qps": qps, "burst": burst},
+    }
+    config.update(extra)
+    return config
+
+
+# --------------------------------------------------------------------------------------------------
+# the control plane
+
+
+class ControlPlane:
+    """etcd + kube-apiserver + kube-scheduler + kwok on loopback, with the KCM stand-in.
+
+    Use as a context manager or call start()/stop(). `scheduler_config` is a KubeSchedulerConfiguration
+    mapping (e.g. from `default_scheduler_config(extenders=[...])`); the kubeconfig and
+    `leaderElect: false` are filled in.
+    """
+
+    def __init__(
+        self,
+        binaries: Binaries | None = None,
+        *,
+        scheduler_config: Mapping[str, Any] | None = None,
+        start_scheduler: bool = True,
+        run_kcm_standin: bool = True,
+        workdir: Path | None = None,
+        start_timeout_seconds: float = 90.0,
+    ) -> None:
+        self.binaries = binaries or find_binaries()
+        self.scheduler_config = dict(scheduler_config or default_scheduler_config())
+        self._want_scheduler = start_scheduler
+        self._want_kcm = run_kcm_standin
+        self._given_workdir = workdir
+        self.start_timeout_seconds = start_timeout_seconds
+        self.workdir: Path | None = None
+        self.pki: PkiFiles | None = None
+        self.apiserver_port = 0
+        self.etcd_port = 0
+        self.scheduler_port = 0
+        self.kwok_port = 0
+        self._procs: dict[str, _Process] = {}
+        self._kcm: ControllerManagerStandIn | None = None
+        self._api_client: client.ApiClient | None = None
+        self._keep_logs_to: Path | None = None
+        self._lock = threading.RLock()
+        self.started_seconds: float | None = None
+
+    # ---- public surface -------------------------------------------------------------------------
+    @property
+    def server_url(self) -> str:
+        return f"https://127.0.0.1:{self.apiserver_port}"
+
+    @property
+    def kubeconfig_path(self) -> Path:
+        assert self.workdir is not None, "control plane not started"
+        return self.workdir / "kubeconfig"
+
+    @property
+    def logs_dir(self) -> Path:
+        assert self.workdir is not None, "control plane not started"
+        return self.workdir / "logs"
+
+    @property
+    def pids(self) -> dict[str, int]:
+        return {name: p.popen.pid for name, p in self._procs.items()}
+
+    def log_paths(self) -> dict[str, Path]:
+        return {name: p.log_path for name, p in self._procs.items()}
+
+    def log_tails(self, lines: int = 20) -> str:
+        """Human-readable tail of every component log, for test failure reports."""
+        parts = []
+        for name, path in sorted(self.log_paths().items()):
+            parts.append(f"----- {name}: {path} (last {lines} lines) -----\n{tail(path, lines)}")
+        return "\n".join(parts)
+
+    def keep_logs(self) -> Path:
+        """Preserve component logs past stop(); returns where they will be (kept for failed tests)."""
+        if self._keep_logs_to is None:
+            default = Path(tempfile.gettempdir()) / "kgwe-control-plane-logs"
+            base = Path(os.environ.get("KGWE_LOG_DIR") or default)
+            stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+            self._keep_logs_to = base / f"{stamp}-{os.getpid()}-{self.apiserver_port}"
+        return self._keep_logs_to
+
+    def api_client(self) -> client.ApiClient:
+        """A shared kubernetes ApiClient authenticated as the admin client certificate."""
+        if self._api_client is None:
+            self._api_client = self.new_api_client()
+        return self._api_client
+
+    def new_api_client(self, pool_size: int = 32) -> client.ApiClient:
+        assert self.pki is not None, "control plane not started"
+        cfg = client.Configuration()
+        cfg.host = self.server_url
+        cfg.ssl_ca_cert = str(self.pki.ca_cert)
+        cfg.cert_file = str(self.pki.admin_cert)
+        cfg.key_file = str(self.pki.admin_key)
+        cfg.connection_pool_maxsize = pool_size
+        return client.ApiClient(cfg)
+
+    def version(self) -> dict[str, Any]:
+        """GET /version from the apiserver."""
+        return json.loads(self._get(f"{self.server_url}/version"))
+
+    # ---- lifecycle ------------------------------------------------------------------------------
+    def __enter__(self) -> ControlPlane:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self, attempts: int = 3) -> ControlPlane:
+        """Start everything and wait until ready; retries when a picked port was taken meanwhile."""
+        _install_exit_handlers()
+        t0 = time.monotonic()
+        for attempt in range(1, attempts + 1):
+            try:
+                self._start_once()
+                break
+            except ControlPlaneError as exc:
+                port_clash = "address already in use" in str(exc).lower()
+                self.stop(remove_workdir=not port_clash or attempt == attempts)
+                if not port_clash or attempt == attempts:
+                    raise
+        self.started_seconds = time.monotonic() - t0
+        return self
+
+    def _start_once(self) -> None:
+        with self._lock:
+            self.workdir = self._given_workdir or Path(tempfile.mkdtemp(prefix="kgwe-cp-"))
+            self.workdir.mkdir(parents=True, exist_ok=True)
+            self.logs_dir.mkdir(exist_ok=True)
+            _LIVE.add(self)
+            self.pki = write_pki(self.workdir / "pki")
+            self.apiserver_port = free_port()
+            self._write_kubeconfig()
+            self._start_etcd()
+            self._start_apiserver()
+            if self._want_kcm:
+                self._kcm = ControllerManagerStandIn(self.new_api_client(pool_size=8))
+                self._kcm.start()
+            self._start_kwok()
+            if self._want_scheduler:
+                self.start_scheduler()
+
+    def stop(self, remove_workdir: bool = True) -> None:
+        """Stop every process (kwok, scheduler, apiserver, etcd) and remove the work dir."""
+        with self._lock:
+            if self._kcm is not None:
+                self._kcm.stop()
+                self._kcm = None
+            for name in ("kwok", "kube-scheduler", "kube-apiserver", "etcd"):
+                self._stop_process(name)
+            if self._api_client is not None:
+                with contextlib.suppress(Exception):
+                    self._api_client.close()
+                self._api_client = None
+            _LIVE.discard(self)
+            if self.workdir is None:
+                return
+            if self._keep_logs_to is not None and self.logs_dir.is_dir():
+                self._keep_logs_to.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copytree(self.logs_dir, self._keep_logs_to, dirs_exist_ok=True)
+            if remove_workdir and self._given_workdir is None:
+                shutil.rmtree(self.workdir, ignore_errors=True)
+            self.workdir = None if remove_workdir else self.workdir
+
+    def start_scheduler(self, config: Mapping[str, Any] | None = None) -> None:
+        """(Re)start kube-scheduler, optionally with a new KubeSchedulerConfiguration (e.g. extenders)."""
+        with self._lock:
+            if config is not None:
+                self.scheduler_config = dict(config)
+            self._stop_process("kube-scheduler")
+            cfg = dict(self.scheduler_config)
+            cfg.setdefault("apiVersion", SCHEDULER_API_VERSION)
+            cfg.setdefault("kind", "KubeSchedulerConfiguration")
+            cfg["leaderElection"] = {**cfg.get("leaderElection", {}), "leaderElect": False}
+            connection = {**cfg.get("clientConnection", {}), "kubeconfig": str(self.kubeconfig_path)}
+            cfg["clientConnection"] = connection
+            path = self.workdir / "kube-scheduler.yaml"
+            path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+            self.scheduler_port = free_port()
+            kubeconfig = str(self.kubeconfig_path)
+            self._spawn("kube-scheduler", [
+                str(self.binaries.path("kube-scheduler")),
+                f"--config={path}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={self.scheduler_port}",
+                f"--authentication-kubeconfig={kubeconfig}",
+                f"--authorization-kubeconfig={kubeconfig}",
+                "--v=2",
+            ])
+            self._wait_http("kube-scheduler", f"https://127.0.0.1:{self.scheduler_port}/readyz", verify=False)
+
+    def stop_scheduler(self) -> None:
+        with self._lock:
+            self._stop_process("kube-scheduler")
+
+    # ---- components -----------------------------------------------------------------------------
+    def _start_etcd(self) -> None:
+        self.etcd_port, peer = free_port(), free_port()
+        client_url, peer_url = f"http://127.0.0.1:{self.etcd_port}", f"http://127.0.0.1:{peer}"
+        self._spawn("etcd", [
+            str(self.binaries.path("etcd")),
+            "--name=kgwe",
+            f"--data-dir={self.workdir / 'etcd'}",
+            f"--listen-client-urls={client_url}",
+            f"--advertise-client-urls={client_url}",
+            f"--listen-peer-urls={peer_url}",
+            f"--initial-advertise-peer-urls={peer_url}",
+            f"--initial-cluster=kgwe={peer_url}",
+            "--unsafe-no-fsync=true",  # throw-away data: fsync only slows tests down
+            "--quota-backend-bytes=4294967296",
+            "--log-level=warn",
+        ])
+        self._wait_http("etcd", f"{client_url}/health", verify=False)
+
+    def _start_apiserver(self) -> None:
+        assert self.pki is not None
+        self._spawn("kube-apiserver", [
+            str(self.binaries.path("kube-apiserver")),
+            f"--etcd-servers=http://127.0.0.1:{self.etcd_port}",
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",
+            f"--secure-port={self.apiserver_port}",
+            f"--cert-dir={self.workdir / 'apiserver-certs'}",
+            f"--tls-cert-file={self.pki.serving_cert}",
+            f"--tls-private-key-file={self.pki.serving_key}",
+            f"--client-ca-file={self.pki.ca_cert}",
+            f"--service-account-key-file={self.pki.sa_public_key}",
+            f"--service-account-signing-key-file={self.pki.sa_private_key}",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            "--service-cluster-ip-range=10.96.0.0/16",
+            "--authorization-mode=RBAC",
+            "--allow-privileged=true",
+            "--profiling=false",
+            "--v=1",
+        ])
+        self._wait_http("kube-apiserver", f"{self.server_url}/readyz", verify=True)
+
+    def _start_kwok(self) -> None:
+        self.kwok_port = free_port()
+        self._spawn("kwok", [
+            str(self.binaries.path("kwok")),
+            f"--kubeconfig={self.kubeconfig_path}",
+            # Only nodes created as simulated (gpunodes.py sets this annotation) are driven by kwok.
+            "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+            f"--server-address=127.0.0.1:{self.kwok_port}",
+            "--node-lease-duration-seconds=40",
+            "--cidr=10.0.0.1/16",
+        ])
+        self._wait_http("kwok", f"http://127.0.0.1:{self.kwok_port}/healthz", verify=False)
+
+    def _write_kubeconfig(self) -> None:
+        assert self.pki is not None and self.workdir is not None
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "kgwe-local", "cluster": {
+                "server": self.server_url, "certificate-authority": str(self.pki.ca_cert)}}],
+            "users": [{"name": "kgwe-admin", "user": {
+                "client-certificate": str(self.pki.admin_cert), "client-key": str(self.pki.admin_key)}}],
+            "contexts": [{"name": "kgwe-local", "context": {"cluster": "kgwe-local", "user": "kgwe-admin"}}],
+            "current-context": "kgwe-local",
+        }
+        self.kubeconfig_path.write_text(yaml.safe_dump(config, sort_keys=False))
+
+    # ---- helpers --------------------------------------------------------------------------------
+    def _spawn(self, name: str, argv: list[str]) -> None:
+        assert self.workdir is not None
+        log_path = self.logs_dir / f"{name}.log"
+        main = threading.current_thread() is threading.main_thread()
+        with log_path.open("ab") as log:
+            log.write(f"$ {' '.join(argv)}\n".encode())
+            log.flush()
+            popen = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.workdir,
+                start_new_session=True,  # own process group: Ctrl-C reaches us, we stop them in order
+                preexec_fn=_die_with_parent if main else None,
+            )
+        self._procs[name] = _Process(name, popen, log_path)
+
+    def _stop_process(self, name: str) -> None:
+        proc = self._procs.pop(name, None)
+        if proc is None or proc.popen.poll() is not None:
+            return
+        for sig, wait in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.popen.pid, sig)
+            try:
+                proc.popen.wait(timeout=wait)
+                return
+            except subprocess.TimeoutExpired:
+                continue
+
+    def _ssl_context(self, verify: bool) -> ssl.SSLContext:
+        assert self.pki is not None
+        if verify:
+            ctx = ssl.create_default_context(cafile=str(self.pki.ca_cert))
+        else:
+            ctx = ssl._create_unverified_context()  # scheduler serves a self-signed cert on loopback
+        ctx.load_cert_chain(str(self.pki.admin_cert), str(self.pki.admin_key))
+        return ctx
+
+    def _get(self, url: str, verify: bool = True, timeout: float = 5.0) -> str:
+        ctx = self._ssl_context(verify) if url.startswith("https") else None
+        with urllib.request.urlopen(url, timeout=timeout, context=ctx) as resp:
+            return resp.read().decode()
+
+    def _wait_http(self, name: str, url: str, verify: bool) -> None:
+        deadline = time.monotonic() + self.start_timeout_seconds
+        last_error = ""
+        proc = self._procs[name]
+        while time.monotonic() < deadline:
+            if proc.popen.poll() is not None:
+                raise ControlPlaneError(
+                    f"{name} exited with code {proc.popen.returncode} while starting; log {proc.log_path}:\n"
+                    f"{tail(proc.log_path, 15)}"
+                )
+            try:
+                self._get(url, verify=verify, timeout=2.0)
+                return
+            except (urllib.error.URLError, OSError, ssl.SSLError) as exc:
+                last_error = str(getattr(exc, "reason", exc))
+            time.sleep(0.1)
+        raise ControlPlaneError(
+            f"{name} not ready after {self.start_timeout_seconds:.0f}s ({url}: {last_error}); "
+            f"log {proc.log_path}:\n{tail(proc.log_path, 15)}"
+        )

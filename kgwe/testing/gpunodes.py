@@ -1,0 +1,252 @@
+"""Simulated GPU nodes (kwok) that look like real GPU Operator nodes to anything reading the API.
+
+A node carries what GPU Feature Discovery and the device plugin would publish on real hardware — GFD labels
+(`nvidia.com/gpu.product`, `gpu.count`, `gpu.memory`, `mig.capable`, `mig.strategy`, ...), allocatable
+`nvidia.com/gpu` or `nvidia.com/mig-<profile>` (mixed strategy) — plus KGWE's own topology annotation as the
+KGWE agent would write it from NVML. So code and tests written against these nodes read the same fields they
+would read on a cluster running the GPU Operator.
+
+`node_manifest` is pure (a dict); the create/wait/delete helpers do the API calls.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes import client, watch
+from kubernetes.client.exceptions import ApiException
+
+from kgwe.errors import KgweError
+from kgwe.gpu import catalog
+from kgwe.topology import annotation as topology_annotation
+from kgwe.topology import known as known_topologies
+
+KWOK_ANNOTATION = "kwok.x-k8s.io/node"
+NOT_READY_TAINT = "node.kubernetes.io/not-ready"
+GPU_RESOURCE = "nvidia.com/gpu"
+MIG_CONFIG_LABEL = "nvidia.com/mig.config"
+MIG_STATE_LABEL = "nvidia.com/mig.config.state"
+MIG_MANAGER_DEPLOY_LABEL = "nvidia.com/gpu.deploy.mig-manager"
+MACHINE_LABEL = "node.kubernetes.io/instance-type"
+
+# Per-GPU MIG layout, as in kgwe.planner.migparted: None = MIG disabled, else the profile names on that GPU.
+MigLayout = Sequence[Sequence[str] | None]
+
+
+@dataclass(frozen=True)
+class GpuMachine:
+    """A real GPU server model: what GFD would report and which replayed topology it has."""
+
+    key: str
+    product: str  # GFD nvidia.com/gpu.product
+    gpu_count: int
+    topology: str  # kgwe.topology.known name
+    cpu: str
+    memory: str
+    family: str
+    compute_capability: tuple[int, int]
+
+    @property
+    def gpu_model(self) -> catalog.GPUModel:
+        model = catalog.model_for_product(self.product)
+        if model is None:
+            raise KgweError(f"GPU product {self.product!r} is not in the catalog")
+        return model
+
+
+MACHINES: dict[str, GpuMachine] = {
+    m.key: m
+    for m in (
+        GpuMachine("DGX-H100", "NVIDIA-H100-80GB-HBM3", 8, "HGX-H100", "224", "2063937Mi", "hopper", (9, 0)),
+        GpuMachine("DGX-A100", "NVIDIA-A100-SXM4-80GB", 8, "DGX-A100", "256", "2113645Mi", "ampere", (8, 0)),
+        GpuMachine("DGX-1-V100", "Tesla-V100-SXM2-32GB", 8, "DGX-1-V100", "80", "527988Mi", "volta", (7, 0)),
+        GpuMachine("A100-PCIE-NVLINK-PAIRS", "NVIDIA-A100-80GB-PCIe", 8, "A100-PCIE-PAIRS-ADJACENT",
+                   "128", "1056773Mi", "ampere", (8, 0)),
+        GpuMachine("L40S-8-PCIE", "NVIDIA-L40S", 8, "L40S-8-PCIE", "128", "1056773Mi", "ada-lovelace",
+                   (8, 9)),
+    )
+}
+
+
+def machine(key: str) -> GpuMachine:
+    try:
+        return MACHINES[key]
+    except KeyError:
+        raise KgweError(f"unknown GPU machine {key!r}; known: {', '.join(MACHINES)}") from None
+
+
+def mig_resource_name(profile: str) -> str:
+    """Device-plugin (mixed strategy) resource name: `1g.10gb+me` -> `nvidia.com/mig-1g.10gb.me`."""
+    return "nvidia.com/mig-" + profile.replace("+", ".")
+
+
+def gpu_resources(gpu_count: int, layout: MigLayout | None, strategy: str = "mixed") -> dict[str, int]:
+    """Extended resources the NVIDIA device plugin would advertise for a per-GPU MIG layout."""
+    if layout is None:
+        return {GPU_RESOURCE: gpu_count}
+    if len(layout) != gpu_count:
+        raise KgweError(f"MIG layout lists {len(layout)} GPUs but the node has {gpu_count}")
+    whole = sum(1 for gpu in layout if gpu is None)
+    instances = Counter(p for gpu in layout if gpu is not None for p in gpu)
+    if strategy == "single":
+        return {GPU_RESOURCE: whole + sum(instances.values())}
+    resources = {GPU_RESOURCE: whole}
+    resources.update({mig_resource_name(p): n for p, n in sorted(instances.items())})
+    return resources
+
+
+def topology_annotation_value(topology: str) -> str:
+    """KGWE's topology annotation as the agent writes it (engineer D's encoder)."""
+    return topology_annotation.encode(known_topologies.load(topology))
+
+
+def node_manifest(
+    name: str,
+    gpu_machine: GpuMachine,
+    *,
+    mig_layout: MigLayout | None = None,
+    mig_config: str | None = None,
+    mig_strategy: str = "mixed",
+    labels: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """A kwok Node manifest for `gpu_machine`; `mig_layout` sets MIG instances already applied.
+
+    MIG-capable nodes get `nvidia.com/mig.config` (default `all-disabled`, as the GPU Operator sets it) with
+    state `success`, and `nvidia.com/gpu.deploy.mig-manager=true` so a MIG manager manages them.
+    """
+    model = gpu_machine.gpu_model
+    if mig_layout is not None and not model.mig_capable:
+        raise KgweError(f"{gpu_machine.key} ({model.key}) is not MIG capable")
+    node_labels = {
+        "kubernetes.io/hostname": name,
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64",
+        "type": "kwok",
+        MACHINE_LABEL: gpu_machine.key,
+        "nvidia.com/gpu.present": "true",
+        "nvidia.com/gpu.product": gpu_machine.product,
+        "nvidia.com/gpu.count": str(gpu_machine.gpu_count),
+        "nvidia.com/gpu.memory": str(model.memory_mib),
+        "nvidia.com/gpu.family": gpu_machine.family,
+        "nvidia.com/gpu.compute.major": str(gpu_machine.compute_capability[0]),
+        "nvidia.com/gpu.compute.minor": str(gpu_machine.compute_capability[1]),
+        "nvidia.com/mig.capable": "true" if model.mig_capable else "false",
+    }
+    if model.mig_capable:
+        node_labels.update({
+            "nvidia.com/mig.strategy": mig_strategy,
+            MIG_CONFIG_LABEL: mig_config or ("all-disabled" if mig_layout is None else "custom"),
+            MIG_STATE_LABEL: "success",
+            MIG_MANAGER_DEPLOY_LABEL: "true",
+        })
+    node_labels.update(labels or {})
+    resources = {
+        "cpu": gpu_machine.cpu,
+        "memory": gpu_machine.memory,
+        "pods": "110",
+        "ephemeral-storage": "3Ti",
+        **{k: str(v) for k, v in gpu_resources(gpu_machine.gpu_count, mig_layout, mig_strategy).items()},
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": node_labels,
+            "annotations": {
+                KWOK_ANNOTATION: "fake",
+                "node.alpha.kubernetes.io/ttl": "0",
+                topology_annotation.ANNOTATION_KEY: topology_annotation_value(gpu_machine.topology),
+            },
+        },
+        "spec": {},
+        "status": {"capacity": dict(resources), "allocatable": dict(resources)},
+    }
+
+
+# --------------------------------------------------------------------------------------------------
+# API helpers
+
+
+def create_gpu_node(api_client: client.ApiClient, name: str, gpu_machine: GpuMachine | str,
+                    **manifest_options: Any) -> Any:
+    """Create one simulated GPU node; returns the created V1Node."""
+    m = machine(gpu_machine) if isinstance(gpu_machine, str) else gpu_machine
+    return client.CoreV1Api(api_client).create_node(node_manifest(name, m, **manifest_options))
+
+
+def create_gpu_nodes(
+    api_client: client.ApiClient,
+    gpu_machine: GpuMachine | str,
+    names: Iterable[str],
+    workers: int = 8,
+    **manifest_options: Any,
+) -> list[str]:
+    """Create many nodes concurrently (the apiserver, not this loop, should be the bottleneck)."""
+    names = list(names)
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        list(pool.map(lambda n: create_gpu_node(api_client, n, gpu_machine, **manifest_options), names))
+    return names
+
+
+def is_schedulable_ready(node: Any) -> bool:
+    """Ready condition True and no not-ready taint left (the scheduler can place pods on it)."""
+    conditions = (node.status and node.status.conditions) or []
+    ready = any(c.type == "Ready" and c.status == "True" for c in conditions)
+    tainted = any(t.key == NOT_READY_TAINT for t in (node.spec.taints or []))
+    return ready and not tainted
+
+
+def wait_nodes_ready(api_client: client.ApiClient, names: Iterable[str], timeout_seconds: float = 60.0,
+                     label_selector: str | None = None) -> float:
+    """Block until every named node is Ready and untainted; returns the seconds waited."""
+    core = client.CoreV1Api(api_client)
+    pending = set(names)
+    t0 = time.monotonic()
+    deadline = t0 + timeout_seconds
+    while pending:
+        listing = core.list_node(label_selector=label_selector)
+        pending -= {n.metadata.name for n in listing.items if is_schedulable_ready(n)}
+        if not pending:
+            break
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            sample = ", ".join(sorted(pending)[:5])
+            raise KgweError(f"{len(pending)} node(s) not Ready after {timeout_seconds:.0f}s (e.g. {sample})")
+        w = watch.Watch()
+        for event in w.stream(core.list_node, label_selector=label_selector,
+                              resource_version=listing.metadata.resource_version,
+                              timeout_seconds=max(1, int(min(remaining, 10)))):
+            node = event["object"]
+            if event["type"] in ("ADDED", "MODIFIED") and is_schedulable_ready(node):
+                pending.discard(node.metadata.name)
+            if not pending:
+                w.stop()
+                break
+    return time.monotonic() - t0
+
+
+def delete_nodes(api_client: client.ApiClient, names: Iterable[str], workers: int = 8) -> None:
+    """Delete nodes, ignoring ones already gone."""
+    core = client.CoreV1Api(api_client)
+    lock = threading.Lock()
+    errors: list[str] = []
+
+    def delete(name: str) -> None:
+        try:
+            core.delete_node(name)
+        except ApiException as exc:
+            if exc.status != 404:
+                with lock:
+                    errors.append(f"{name}: {exc.reason}")
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        list(pool.map(delete, list(names)))
+    if errors:
+        raise KgweError("could not delete nodes: " + "; ".join(errors[:5]))

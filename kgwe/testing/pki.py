@@ -1,0 +1,139 @@
+"""Throw-away PKI for the local control plane, made with `cryptography`.
+
+kube-apiserver needs a serving certificate, a client CA (we authenticate as an admin client cert in
+`system:masters`, so RBAC is on but never in our way) and a service-account signing key pair. ECDSA P-256
+keys keep generation instant, which matters because every test session makes a fresh set.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import ipaddress
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+ADMIN_USER = "kgwe-admin"
+ADMIN_GROUP = "system:masters"
+_SERVER_DNS = (
+    "localhost",
+    "kubernetes",
+    "kubernetes.default",
+    "kubernetes.default.svc",
+    "kubernetes.default.svc.cluster.local",
+)
+
+
+@dataclass(frozen=True)
+class PkiFiles:
+    """Paths of the PEM files written by `write_pki`."""
+
+    ca_cert: Path
+    serving_cert: Path
+    serving_key: Path
+    admin_cert: Path
+    admin_key: Path
+    sa_public_key: Path
+    sa_private_key: Path
+
+
+def _key() -> ec.EllipticCurvePrivateKey:
+    return ec.generate_private_key(ec.SECP256R1())
+
+
+def _name(common_name: str, organization: str | None = None) -> x509.Name:
+    attrs = [x509.NameAttribute(NameOID.COMMON_NAME, common_name)]
+    if organization:
+        attrs.append(x509.NameAttribute(NameOID.ORGANIZATION_NAME, organization))
+    return x509.Name(attrs)
+
+
+def _write_key(path: Path, key: ec.EllipticCurvePrivateKey) -> None:
+    path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
+    path.chmod(0o600)
+
+
+def _write_cert(path: Path, cert: x509.Certificate) -> None:
+    path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+
+
+def write_pki(directory: Path, valid_days: int = 7) -> PkiFiles:
+    """Create a CA, an apiserver serving cert, an admin client cert and an SA key pair in `directory`."""
+    directory.mkdir(parents=True, exist_ok=True)
+    now = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5)  # tolerate small clock skew
+    until = now + dt.timedelta(days=valid_days)
+
+    ca_key = _key()
+    ca_name = _name("kgwe-test-ca")
+
+    def builder(subject: x509.Name, key: ec.EllipticCurvePrivateKey, is_ca: bool) -> x509.CertificateBuilder:
+        return (
+            x509.CertificateBuilder()
+            .subject_name(subject)
+            .issuer_name(ca_name)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now)
+            .not_valid_after(until)
+            .add_extension(x509.BasicConstraints(ca=is_ca, path_length=None), critical=True)
+        )
+
+    ca_cert = (
+        builder(ca_name, ca_key, is_ca=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True, content_commitment=False, key_encipherment=False,
+                data_encipherment=False, key_agreement=False, key_cert_sign=True, crl_sign=True,
+                encipher_only=False, decipher_only=False,
+            ),
+            critical=True,
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+
+    def leaf(subject: x509.Name, key: ec.EllipticCurvePrivateKey, usage: x509.ObjectIdentifier,
+             san: x509.SubjectAlternativeName | None) -> x509.Certificate:
+        b = builder(subject, key, is_ca=False).add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+        if san is not None:
+            b = b.add_extension(san, critical=False)
+        return b.sign(ca_key, hashes.SHA256())
+
+    serving_key = _key()
+    serving_san = x509.SubjectAlternativeName(
+        [x509.DNSName(n) for n in _SERVER_DNS]
+        + [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.IPAddress(ipaddress.ip_address("::1"))]
+    )
+    serving_cert = leaf(_name("kube-apiserver"), serving_key, ExtendedKeyUsageOID.SERVER_AUTH, serving_san)
+    admin_key = _key()
+    admin_cert = leaf(_name(ADMIN_USER, ADMIN_GROUP), admin_key, ExtendedKeyUsageOID.CLIENT_AUTH, None)
+    sa_key = _key()
+
+    files = PkiFiles(
+        ca_cert=directory / "ca.crt",
+        serving_cert=directory / "apiserver.crt",
+        serving_key=directory / "apiserver.key",
+        admin_cert=directory / "admin.crt",
+        admin_key=directory / "admin.key",
+        sa_public_key=directory / "sa.pub",
+        sa_private_key=directory / "sa.key",
+    )
+    _write_cert(files.ca_cert, ca_cert)
+    _write_cert(files.serving_cert, serving_cert)
+    _write_key(files.serving_key, serving_key)
+    _write_cert(files.admin_cert, admin_cert)
+    _write_key(files.admin_key, admin_key)
+    _write_key(files.sa_private_key, sa_key)
+    files.sa_public_key.write_bytes(
+        sa_key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    )
+    return files

@@ -1,0 +1,145 @@
+"""pytest plugin: one real local control plane per test session, a fresh namespace per test.
+
+Fixtures:
+  control_plane  (session)  a started ControlPlane (binaries built on first use via hack/cluster-bins.sh)
+  k8s_api        (session)  kubernetes ApiClient authenticated as cluster admin
+  namespace      (function) name of a fresh namespace (with its `default` ServiceAccount); its pods are
+                            force-deleted and the namespace finalized afterwards
+  gpu_node       (function) factory: gpu_node("DGX-H100", **node_manifest options) -> node name, Ready;
+                            deleted afterwards
+  mig_manager    (function) a running MigManagerStandIn (delay 0.2 s), stopped afterwards
+
+Every test that uses them is marked `cluster` (added automatically if missing). A missing Go toolchain or a
+broken build fails those tests with the build script's message; they are never skipped. When a cluster test
+fails, its report shows the tail of each component log and the directory the full logs are kept in.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from kgwe.testing import gpunodes
+from kgwe.testing.controlplane import ControlPlane, ControlPlaneError, find_binaries
+from kgwe.testing.migmanager import MigManagerStandIn
+
+_CLUSTER_FIXTURES = {"control_plane", "k8s_api", "namespace", "gpu_node", "mig_manager"}
+_state: dict[str, Any] = {"control_plane": None}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "cluster: needs the real local control plane (etcd, kube-apiserver, kube-scheduler, kwok)"
+    )
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        uses_cluster = _CLUSTER_FIXTURES & set(getattr(item, "fixturenames", ()))
+        if uses_cluster and not item.get_closest_marker("cluster"):
+            item.add_marker(pytest.mark.cluster)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    report = outcome.get_result()
+    cp: ControlPlane | None = _state["control_plane"]
+    if report.failed and cp is not None and cp.workdir is not None and item.get_closest_marker("cluster"):
+        kept = cp.keep_logs()
+        report.sections.append(
+            ("control plane logs", f"full logs will be kept in {kept}\n{cp.log_tails(lines=15)}")
+        )
+
+
+@pytest.fixture(scope="session")
+def control_plane() -> Iterator[ControlPlane]:
+    try:
+        cp = ControlPlane(find_binaries(build=True))
+        cp.start()
+    except ControlPlaneError as exc:
+        pytest.fail(f"local Kubernetes control plane unavailable: {exc}", pytrace=False)
+    _state["control_plane"] = cp
+    try:
+        yield cp
+    finally:
+        _state["control_plane"] = None
+        kept = cp._keep_logs_to
+        cp.stop()
+        if kept is not None:
+            print(f"\nkgwe: control plane logs of failed tests kept in {kept}")
+
+
+@pytest.fixture(scope="session")
+def k8s_api(control_plane: ControlPlane) -> client.ApiClient:
+    return control_plane.api_client()
+
+
+def _wait_default_service_account(core: client.CoreV1Api, namespace: str, timeout_seconds: float = 30
+                                  ) -> None:
+    deadline = time.monotonic() + timeout_seconds
+    while True:
+        try:
+            core.read_namespaced_service_account("default", namespace)
+            return
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+        if time.monotonic() > deadline:
+            pytest.fail(f"no `default` ServiceAccount in {namespace} after {timeout_seconds}s "
+                        "(the controller-manager stand-in should create it)", pytrace=False)
+        time.sleep(0.05)
+
+
+def delete_namespace(core: client.CoreV1Api, name: str) -> None:
+    """Force-delete the namespace's pods, delete it and finalize it (no namespace controller runs here)."""
+    try:
+        core.delete_collection_namespaced_pod(name, grace_period_seconds=0)
+        core.delete_namespace(name)
+        ns = core.read_namespace(name)
+        ns.spec.finalizers = []
+        core.replace_namespace_finalize(name, ns)
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+
+
+@pytest.fixture
+def namespace(k8s_api: client.ApiClient, request: pytest.FixtureRequest) -> Iterator[str]:
+    core = client.CoreV1Api(k8s_api)
+    base = re.sub(r"[^a-z0-9-]+", "-", request.node.name.lower()).strip("-")[:40].strip("-")
+    name = f"{base or 't'}-{secrets.token_hex(3)}"
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(
+        name=name, labels={"kgwe.nvidia.io/test": "true"})))
+    _wait_default_service_account(core, name)
+    yield name
+    delete_namespace(core, name)
+
+
+@pytest.fixture
+def gpu_node(k8s_api: client.ApiClient) -> Iterator[Callable[..., str]]:
+    created: list[str] = []
+
+    def make(machine: str = "DGX-H100", name: str | None = None, ready_timeout_seconds: float = 60,
+             **manifest_options: Any) -> str:
+        node_name = name or f"{machine.lower()}-{secrets.token_hex(3)}"
+        gpunodes.create_gpu_node(k8s_api, node_name, machine, **manifest_options)
+        created.append(node_name)
+        gpunodes.wait_nodes_ready(k8s_api, [node_name], timeout_seconds=ready_timeout_seconds)
+        return node_name
+
+    yield make
+    gpunodes.delete_nodes(k8s_api, created)
+
+
+@pytest.fixture
+def mig_manager(k8s_api: client.ApiClient) -> Iterator[MigManagerStandIn]:
+    with MigManagerStandIn(k8s_api, delay_seconds=0.2) as manager:
+        yield manager
