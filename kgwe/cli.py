@@ -12,7 +12,10 @@ from kgwe import __version__
 from kgwe.errors import KgweError
 
 # name -> (module, help). The module defines `add_arguments(parser)` and `run(args) -> int`.
-COMMANDS: dict[str, tuple[str, str]] = {}
+COMMANDS: dict[str, tuple[str, str]] = {
+    "extender": ("kgwe.extender.command", "kube-scheduler extender: GPU-aware filter and prioritize"),
+    "simulate": ("kgwe.sim.command", "replay the openb GPU trace through the scoring core (FGD method)"),
+}
 
 
 def build_parser() -> argparse.ArgumentParser:

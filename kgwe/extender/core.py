@@ -1,0 +1,477 @@
+"""The scoring core: filter and score pods against a columnar table of nodes. Pure: no I/O, no clock.
+
+The extender and `kgwe simulate` both run THIS code. Nodes are kept as numpy columns (GPU share free per
+physical GPU, CPU/memory free, MIG instances free, model/product ids) so one request is answered for
+thousands of nodes with a handful of vector operations, and per-node answers are cached per request shape:
+each row carries a version that changes whenever the node changes, and a cached answer is reused while the
+row's version is the one it was computed at. Placing or releasing a pod bumps one row only.
+
+Scores are floats 0..100 (the extender maps them to kube-scheduler's 0..10):
+  total = (wT*topology + wR*resource + wB*balance + wF*fragmentation) / (wT + wR + wB + wF)
+- topology: the topology area's GPU-set score for multi-GPU pods (NVLink pairs etc.), 100 otherwise.
+- resource: the profile's strategy (BinPack, BestFit, Spread, LeastLoaded, CostOptimized, Priority,
+  RoundRobin, Random).
+- balance: GPU vs CPU/memory utilisation after placement kept level (a GPU node whose CPUs are gone
+  strands its GPUs).
+- fragmentation: FGD (Weng et al., ATC'23): expected GPU share made unusable for the recent mix of request
+  shapes, before vs after the placement; smaller increase = higher score.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from kgwe.extender.nodes import UNLIMITED, NodeState
+from kgwe.extender.profile import Profile
+from kgwe.extender.request import PodRequest
+
+# Reason codes (per node) and the sentence a person reads in `kubectl describe pod`.
+OK, NO_GPU, PRODUCT, FAMILY, MEMORY, WHOLE, SHARE, MIG, CPU, RAM, TOPOLOGY, NO_TOPOLOGY = range(12)
+
+TopologyScorer = Callable[[object, frozenset, int, str, "float | None"], "int | None"]
+
+
+@dataclass(frozen=True)
+class WorkloadType:
+    """One request shape of the target workload the fragmentation term protects (FGD's 'typical pods')."""
+
+    gpus: int
+    gpu_milli: int
+    cpu_milli: int
+    memory_mib: int
+    weight: float
+
+
+class NodeTable:
+    """Columnar node state. Rows are reused after removal; `version[row]` changes on every change."""
+
+    def __init__(self, max_gpus: int = 8, capacity: int = 64) -> None:
+        self.G = max_gpus
+        self.cap = 0
+        self.rows: dict[str, int] = {}
+        self.names: list[str | None] = []
+        self.free_rows: list[int] = []
+        self.nodes: list[NodeState | None] = []
+        self.mig_names: dict[str, int] = {}
+        self._products: dict[str, int] = {}
+        self._families: dict[str, int] = {}
+        self.product_names: list[str] = []
+        self.family_names: list[str] = []
+        self._clock = 0
+        self.mix: tuple[WorkloadType, ...] = ()
+        self._alloc(capacity)
+
+    # ---- storage -------------------------------------------------------------------------------------
+    def _alloc(self, cap: int) -> None:
+        old = self.cap
+
+        def grow(arr: np.ndarray | None, shape: tuple, fill, dtype) -> np.ndarray:
+            new = np.full(shape, fill, dtype=dtype)
+            if arr is not None and old:
+                new[tuple(slice(0, s) for s in arr.shape)] = arr
+            return new
+
+        g = getattr
+        self.gpu_free = grow(g(self, "gpu_free", None), (cap, self.G), -1, np.int32)
+        self.gpu_count = grow(g(self, "gpu_count", None), (cap,), 0, np.int32)
+        self.cpu_free = grow(g(self, "cpu_free", None), (cap,), 0, np.int64)
+        self.cpu_cap = grow(g(self, "cpu_cap", None), (cap,), 1, np.int64)
+        self.mem_free = grow(g(self, "mem_free", None), (cap,), 0, np.int64)
+        self.mem_cap = grow(g(self, "mem_cap", None), (cap,), 1, np.int64)
+        self.gpu_mem = grow(g(self, "gpu_mem", None), (cap,), 0, np.int64)
+        self.product_id = grow(g(self, "product_id", None), (cap,), -1, np.int32)
+        self.family_id = grow(g(self, "family_id", None), (cap,), -1, np.int32)
+        self.priority = grow(g(self, "priority", None), (cap,), 0.0, np.float64)
+        self.version = grow(g(self, "version", None), (cap,), 0, np.int64)
+        self.live = grow(g(self, "live", None), (cap,), False, np.bool_)
+        self.frag = grow(g(self, "frag", None), (cap,), 0.0, np.float64)
+        self.mig_free = grow(g(self, "mig_free", None), (cap, max(1, len(self.mig_names))), 0, np.int32)
+        self.names.extend([None] * (cap - old))
+        self.nodes.extend([None] * (cap - old))
+        self.free_rows.extend(range(cap - 1, old - 1, -1))
+        self.cap = cap
+
+    def _intern(self, table: dict[str, int], names: list[str], value: str) -> int:
+        if not value:
+            return -1
+        key = value.lower()
+        if key not in table:
+            table[key] = len(names)
+            names.append(key)
+        return table[key]
+
+    def _mig_col(self, profile: str) -> int:
+        if profile not in self.mig_names:
+            self.mig_names[profile] = len(self.mig_names)
+            if len(self.mig_names) > self.mig_free.shape[1]:
+                extra = np.zeros((self.cap, len(self.mig_names) - self.mig_free.shape[1]), dtype=np.int32)
+                self.mig_free = np.concatenate([self.mig_free, extra], axis=1)
+        return self.mig_names[profile]
+
+    def _bump(self, row: int) -> None:
+        self._clock += 1
+        self.version[row] = self._clock
+
+    # ---- node updates ----------------------------------------------------------------------------------
+    def upsert(self, node: NodeState) -> int:
+        """Insert or replace a node's full state; returns its row."""
+        if node.gpus > self.G:
+            raise ValueError(f"node {node.name}: {node.gpus} GPUs exceeds the table's {self.G}")
+        row = self.rows.get(node.name)
+        if row is None:
+            if not self.free_rows:
+                self._alloc(self.cap * 2)
+            row = self.free_rows.pop()
+            self.rows[node.name] = row
+            self.names[row] = node.name
+        self.nodes[row] = node
+        self.gpu_free[row] = -1
+        self.gpu_free[row, : node.gpus] = [max(0, 1000 - u) for u in node.gpu_used_milli]
+        self.gpu_count[row] = node.gpus
+        self.cpu_cap[row] = max(1, node.cpu_milli)
+        self.cpu_free[row] = node.cpu_milli - node.cpu_used_milli
+        self.mem_cap[row] = max(1, node.memory_mib)
+        self.mem_free[row] = node.memory_mib - node.memory_used_mib
+        self.gpu_mem[row] = node.gpu_memory_mib
+        self.product_id[row] = self._intern(self._products, self.product_names, node.product or node.model)
+        self.family_id[row] = self._intern(self._families, self.family_names, node.family)
+        self.priority[row] = node.priority
+        self.mig_free[row] = 0
+        for prof, n in node.mig_free.items():
+            self.mig_free[row, self._mig_col(prof)] = n
+        self.live[row] = True
+        self._refresh_frag(np.array([row]))
+        self._bump(row)
+        return row
+
+    def remove(self, name: str) -> None:
+        row = self.rows.pop(name, None)
+        if row is None:
+            return
+        self.live[row] = False
+        self.names[row] = None
+        self.nodes[row] = None
+        self.gpu_free[row] = -1
+        self._bump(row)
+        self.free_rows.append(row)
+
+    def allocate(self, row: int, req: PodRequest, gpu_indices: Sequence[int], sign: int = 1) -> None:
+        """Account a bound pod (sign=+1) or its departure (sign=-1) on the GPUs it holds."""
+        for i in gpu_indices:
+            v = int(self.gpu_free[row, i]) - sign * req.gpu_milli
+            self.gpu_free[row, i] = min(1000, max(0, v))
+        self.cpu_free[row] -= sign * req.cpu_milli
+        self.mem_free[row] -= sign * req.memory_mib
+        for prof, n in req.mig:
+            col = self._mig_col(prof)
+            self.mig_free[row, col] = max(0, int(self.mig_free[row, col]) - sign * n)
+        self._refresh_frag(np.array([row]))
+        self._bump(row)
+
+    def choose_gpus(self, row: int, req: PodRequest, hint: int = -1) -> tuple[int, ...]:
+        """The physical GPUs a pod would take on this row (hint = the scorer's best GPU for a share)."""
+        free = self.gpu_free[row]
+        if req.gpus == 0:
+            return ()
+        if req.shared:
+            if hint >= 0 and free[hint] >= req.gpu_milli:
+                return (int(hint),)
+            fits = np.where(free >= req.gpu_milli, free, 10**6)
+            return (int(np.argmin(fits)),)
+        whole = [i for i in range(int(self.gpu_count[row])) if free[i] == 1000]
+        topo = self.nodes[row].topology if self.nodes[row] is not None else None
+        if topo is not None and req.gpus >= 2 and self.topology_chooser is not None:
+            picked = self.topology_chooser(topo, frozenset(whole), req.gpus)
+            if picked:
+                return tuple(picked)
+        return tuple(whole[: req.gpus])
+
+    topology_scorer: TopologyScorer | None = None
+    topology_chooser: Callable[[object, frozenset, int], Sequence[int] | None] | None = None
+
+    # ---- fragmentation (FGD) -----------------------------------------------------------------------------
+    def set_mix(self, mix: Iterable[WorkloadType]) -> None:
+        """Set the workload mix the fragmentation term protects and recompute every row's fragmentation."""
+        items = tuple(t for t in mix if t.gpus > 0 and t.weight > 0)
+        total = sum(t.weight for t in items) or 1.0
+        self.mix = tuple(WorkloadType(t.gpus, t.gpu_milli, t.cpu_milli, t.memory_mib, t.weight / total)
+                         for t in items)
+        self._m_need = np.array([t.gpu_milli if t.gpus == 1 else 1000 for t in self.mix], dtype=np.int32)
+        self._m_k = np.array([t.gpus for t in self.mix], dtype=np.int32)
+        self._m_cpu = np.array([t.cpu_milli for t in self.mix], dtype=np.int64)
+        self._m_mem = np.array([t.memory_mib for t in self.mix], dtype=np.int64)
+        self._m_p = np.array([t.weight for t in self.mix], dtype=np.float64)
+        live = np.nonzero(self.live)[0]
+        if len(live):
+            self._refresh_frag(live)
+            for r in live:
+                self._bump(int(r))
+
+    def _frag_of(self, free: np.ndarray, cpu: np.ndarray, mem: np.ndarray) -> np.ndarray:
+        """Expected fragment (milli) of GPU states free[..., G] for the mix; leading dims are broadcast."""
+        if not self.mix:
+            return np.zeros(free.shape[:-1])
+        f = free[..., None]  # (..., G, 1)
+        need = self._m_need  # (M,)
+        usable = f >= need  # (..., G, M)
+        idle = np.maximum(free, 0)
+        # (..., M): idle share that a type-m pod cannot use
+        small = np.where(usable, 0, np.maximum(f, 0)).sum(axis=-2)
+        fits = usable.sum(axis=-2) >= self._m_k
+        fits &= (cpu[..., None] >= self._m_cpu) & (mem[..., None] >= self._m_mem)
+        total = idle.sum(axis=-1)[..., None]
+        return np.where(fits, small, total) @ self._m_p
+
+    def _refresh_frag(self, rows: np.ndarray) -> None:
+        if self.mix:
+            self.frag[rows] = self._frag_of(self.gpu_free[rows], self.cpu_free[rows], self.mem_free[rows])
+
+    # ---- filter + score --------------------------------------------------------------------------------
+    def evaluate(self, rows: np.ndarray, req: PodRequest, profile: Profile) -> tuple[np.ndarray, np.ndarray,
+                                                                                        np.ndarray]:
+        """(reason codes, scores 0..100, best GPU index for shares) for `rows`. Pure function of the rows."""
+        n = len(rows)
+        reason = np.zeros(n, dtype=np.int8)
+        score = np.zeros(n, dtype=np.float64)
+        best = np.full(n, -1, dtype=np.int8)
+        free = self.gpu_free[rows]
+        count = self.gpu_count[rows]
+        cpu = self.cpu_free[rows]
+        mem = self.mem_free[rows]
+
+        def fail(mask: np.ndarray, code: int) -> None:
+            reason[(reason == OK) & mask] = code
+
+        fail(~self.live[rows], NO_GPU)
+        if req.wants_gpu:
+            if not req.mig:
+                fail(count == 0, NO_GPU)
+            if req.products:
+                fail(~np.isin(self.product_id[rows], self._ids(self.product_names, req.products)), PRODUCT)
+            if req.families:
+                fail(~np.isin(self.family_id[rows], self._ids(self.family_names, req.families)), FAMILY)
+            if req.min_memory_mib:
+                fail(self.gpu_mem[rows] < req.min_memory_mib, MEMORY)
+        whole_free = (free == 1000).sum(axis=1)
+        if req.gpus and not req.shared:
+            fail(whole_free < req.gpus, WHOLE)
+        if req.shared:
+            fits = free >= req.gpu_milli
+            fail(~fits.any(axis=1), SHARE)
+        for prof, k in req.mig:
+            col = self.mig_names.get(prof)
+            have = self.mig_free[rows, col] if col is not None else np.zeros(n, dtype=np.int32)
+            fail(have < k, MIG)
+        if req.cpu_milli:
+            fail(cpu < req.cpu_milli, CPU)
+        if req.memory_mib:
+            fail(mem < req.memory_mib, RAM)
+        ok = reason == OK
+        topo = np.full(n, 100.0)
+        wants_topology = req.gpus >= 2 and (req.min_bandwidth_gbps is not None or req.preference != "None" or
+                                            profile.topology > 0)
+        if wants_topology:
+            for i in np.nonzero(ok)[0]:
+                node = self.nodes[int(rows[i])]
+                if node is None or node.topology is None or self.topology_scorer is None:
+                    if req.min_bandwidth_gbps is not None:
+                        reason[i] = NO_TOPOLOGY
+                    else:
+                        topo[i] = 50.0
+                    continue
+                idle = frozenset(int(j) for j in np.nonzero(free[i] == 1000)[0])
+                s = self.topology_scorer(node.topology, idle, req.gpus, req.preference,
+                                         req.min_bandwidth_gbps)
+                if s is None:
+                    reason[i] = TOPOLOGY
+                else:
+                    topo[i] = float(s)
+            ok = reason == OK
+        idx = np.nonzero(ok)[0]
+        if not len(idx):
+            return reason, score, best
+        f = free[idx]
+        c = count[idx].astype(np.float64)
+        cap_milli = np.maximum(c * 1000.0, 1.0)
+        take_milli = req.gpu_milli_total
+        # Share placement: the GPU the pod would take. With fragmentation on, the one that adds least
+        # fragment (FGD); otherwise best fit (least share left over).
+        delta = None
+        if req.shared:
+            cand = f >= req.gpu_milli
+            if self.mix and profile.fragmentation > 0:
+                after = np.repeat(f[:, None, :], self.G, axis=1)  # (k, G candidates, G)
+                g_idx = np.arange(self.G)
+                after[:, g_idx, g_idx] -= req.gpu_milli
+                fr = self._frag_of(after, (cpu[idx] - req.cpu_milli)[:, None],
+                                   (mem[idx] - req.memory_mib)[:, None])
+                fr = np.where(cand, fr, np.inf)
+                b = np.argmin(fr, axis=1)
+                delta = fr[np.arange(len(idx)), b] - self.frag[rows[idx]]
+            else:
+                b = np.argmin(np.where(cand, f, 10**6), axis=1)
+            best[idx] = b
+            left_on_gpu = f[np.arange(len(idx)), b] - req.gpu_milli
+        elif self.mix and profile.fragmentation > 0 and req.gpus:
+            after = f.copy()
+            # taking k idle GPUs: which ones does not change the multiset beyond "k fewer 1000s"
+            order = np.argsort(after != 1000, axis=1, kind="stable")[:, : req.gpus]
+            np.put_along_axis(after, order, 0, axis=1)
+            fr = self._frag_of(after, cpu[idx] - req.cpu_milli, mem[idx] - req.memory_mib)
+            delta = fr - self.frag[rows[idx]]
+        elif self.mix and profile.fragmentation > 0:
+            fr = self._frag_of(f, cpu[idx] - req.cpu_milli, mem[idx] - req.memory_mib)
+            delta = fr - self.frag[rows[idx]]
+        used_after = (cap_milli - np.maximum(f, 0).sum(axis=1) + take_milli) / cap_milli
+        used_after = np.where(c > 0, used_after, 0.0)
+        resource = self._resource(profile, req, rows[idx], f, whole_free[idx], c, used_after,
+                                  left_on_gpu if req.shared else None)
+        cpu_cap = self.cpu_cap[rows[idx]]
+        mem_cap = self.mem_cap[rows[idx]]
+        tracked = cpu_cap < UNLIMITED
+        cpu_used = np.where(tracked, 1 - (cpu[idx] - req.cpu_milli) / cpu_cap, used_after)
+        mem_tracked = mem_cap < UNLIMITED
+        mem_used = np.where(mem_tracked, 1 - (mem[idx] - req.memory_mib) / mem_cap, used_after)
+        if req.gpus:
+            balance = 100.0 * (1.0 - (np.abs(used_after - cpu_used) + np.abs(used_after - mem_used)) / 2)
+        else:  # CPU-only pods: keep CPU on GPU nodes for the GPU pods that will need it
+            balance = 100.0 * (1.0 - np.clip(cpu_used - used_after, 0, 1))
+        parts = profile.topology * topo[idx] + profile.resource * resource + profile.balance * balance
+        weights = profile.topology + profile.resource + profile.balance
+        if delta is not None:
+            frag_score = np.clip(50.0 - 50.0 * delta / (1000.0 * self.G), 0.0, 100.0)
+            parts = parts + profile.fragmentation * frag_score
+            weights += profile.fragmentation
+        score[idx] = parts / max(weights, 1e-9)
+        return reason, score, best
+
+    def _ids(self, names: list[str], wanted: tuple[str, ...]) -> np.ndarray:
+        return np.array([i for i, nm in enumerate(names) if any(w in nm for w in wanted)], dtype=np.int32)
+
+    def _resource(self, profile: Profile, req: PodRequest, rows: np.ndarray, f: np.ndarray, whole: np.ndarray,
+                  count: np.ndarray, used_after: np.ndarray, left_on_gpu: np.ndarray | None) -> np.ndarray:
+        s = profile.strategy
+        safe = np.maximum(count, 1.0)
+        if s == "BestFit":
+            if left_on_gpu is not None:
+                return 100.0 * (1.0 - left_on_gpu / 1000.0)
+            if req.mig:
+                cols = [self.mig_names[p] for p, _ in req.mig if p in self.mig_names]
+                want = sum(k for _, k in req.mig)
+                spare = (self.mig_free[np.ix_(rows, cols)].sum(axis=1) - want) if cols else 0
+                return 100.0 / (1.0 + np.maximum(spare, 0))
+            return 100.0 * (1.0 - np.maximum(whole - req.gpus, 0) / safe)
+        if s in ("Spread", "LeastLoaded"):
+            if s == "LeastLoaded":
+                return 100.0 * np.maximum(whole - (req.gpus if not req.shared else 0), 0) / safe
+            return 100.0 * (1.0 - used_after)
+        if s == "CostOptimized" and profile.prices:
+            top = max(v for _, v in profile.prices) or 1.0
+            price = np.array([self._price(profile, int(p)) for p in self.product_id[rows]], dtype=np.float64)
+            return 100.0 * (1.0 - np.where(np.isnan(price), top, price) / top)
+        if s == "Priority":
+            return np.clip(self.priority[rows], 0.0, 100.0)
+        # BinPack; also the cached base of RoundRobin/Random and of CostOptimized without prices
+        return 100.0 * used_after
+
+    def _price(self, profile: Profile, product_id: int) -> float:
+        if product_id < 0:
+            return float("nan")
+        name = self.product_names[product_id]
+        for key, price in profile.prices:
+            if key in name:
+                return price
+        return float("nan")
+
+
+def dynamic_term(profile: Profile, names: Sequence[str], uid: str, tick: int) -> np.ndarray | None:
+    """Per-request part of RoundRobin / Random (0..100), or None. Deterministic in (uid, tick, names)."""
+    if profile.strategy == "Random":
+        return np.array([zlib.crc32(f"{uid}/{nm}".encode()) % 101 for nm in names], dtype=np.float64)
+    if profile.strategy == "RoundRobin":
+        n = max(len(names), 1)
+        return np.array([100.0 * ((i - tick) % n) / n for i in range(len(names))])[::-1].copy()
+    return None
+
+
+class ShapeCache:
+    """Per-(request shape, profile) answers, valid while the row's version is unchanged. LRU-bounded."""
+
+    def __init__(self, table: NodeTable, max_shapes: int = 512) -> None:
+        self.table = table
+        self.max_shapes = max_shapes
+        self._entries: OrderedDict[tuple, list[np.ndarray]] = OrderedDict()
+
+    def answer(self, rows: np.ndarray, req: PodRequest, profile: Profile) -> tuple[np.ndarray, np.ndarray,
+                                                                                     np.ndarray]:
+        t = self.table
+        key = (req.shape, profile)
+        entry = self._entries.get(key)
+        if entry is None or len(entry[0]) < t.cap:
+            fresh = [np.full(t.cap, -1, np.int64), np.zeros(t.cap, np.int8), np.zeros(t.cap),
+                     np.zeros(t.cap, np.int8)]
+            if entry is not None:
+                for new, old in zip(fresh, entry, strict=True):
+                    new[: len(old)] = old
+            entry = fresh
+            self._entries[key] = entry
+            if len(self._entries) > self.max_shapes:
+                self._entries.popitem(last=False)
+        else:
+            self._entries.move_to_end(key)
+        ver, reason, score, best = entry
+        stale = rows[ver[rows] != t.version[rows]]
+        if len(stale):
+            r, s, b = t.evaluate(stale, req, profile)
+            reason[stale], score[stale], best[stale] = r, s, b
+            ver[stale] = t.version[stale]
+        return reason[rows], score[rows], best[rows]
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+
+def describe(code: int, table: NodeTable, row: int, req: PodRequest) -> str:
+    """The sentence for a failed node (shown by kube-scheduler in the pod's FailedScheduling event)."""
+    node = table.nodes[row] if 0 <= row < len(table.nodes) else None
+    free = table.gpu_free[row] if node is not None else None
+    gpus = int(table.gpu_count[row]) if node is not None else 0
+    if code == NO_GPU:
+        return "kgwe: node has no NVIDIA GPUs"
+    if code == PRODUCT:
+        have = node.product or node.model or "unknown"
+        return f"kgwe: GPU product {have} is not one of {'|'.join(req.products)}"
+    if code == FAMILY:
+        return f"kgwe: GPU family {node.family or 'unknown'} is not one of {'|'.join(req.families)}"
+    if code == MEMORY:
+        return (f"kgwe: GPU memory {node.gpu_memory_mib // 1024} GiB is below the requested "
+                f"{req.min_memory_mib // 1024} GiB")
+    if code == WHOLE:
+        whole = int((free == 1000).sum())
+        return f"kgwe: pod needs {req.gpus} whole GPUs, node has {whole} of {gpus} free"
+    if code == SHARE:
+        most = int(free[:gpus].max()) if gpus else 0
+        return f"kgwe: pod needs {req.gpu_milli}/1000 of one GPU, the freest GPU has {most}/1000 left"
+    if code == MIG:
+        parts = []
+        for prof, k in req.mig:
+            col = table.mig_names.get(prof)
+            have = int(table.mig_free[row, col]) if col is not None else 0
+            if have < k:
+                parts.append(f"{k}x {prof} (free {have})")
+        return "kgwe: MIG instances not available: " + ", ".join(parts)
+    if code == CPU:
+        return f"kgwe: pod needs {req.cpu_milli}m CPU, node has {int(table.cpu_free[row])}m free"
+    if code == RAM:
+        return f"kgwe: pod needs {req.memory_mib} MiB memory, node has {int(table.mem_free[row])} MiB free"
+    if code == TOPOLOGY:
+        bw = f" with at least {req.min_bandwidth_gbps:g} GB/s" if req.min_bandwidth_gbps is not None else ""
+        return f"kgwe: no set of {req.gpus} free GPUs{bw} (preference {req.preference})"
+    if code == NO_TOPOLOGY:
+        return "kgwe: node publishes no GPU topology (kgwe.nvidia.io/topology), bandwidth cannot be checked"
+    return "kgwe: node rejected"

@@ -1,0 +1,119 @@
+"""Scoring profiles as the extender uses them: plain frozen data, read from the `kgwe-scoring` ConfigMap JSON.
+
+The ConfigMap (rendered by the policy area from ScoringProfile objects) holds one key `profiles.json`:
+`{"profiles": [{"name": "default", "default": true, "weights": {"topology": 40, "resource": 35,
+"balance": 25}, "strategy": "BinPack", "fragmentation": 60, "extender": {"weight": 5, "ignorable": false,
+"httpTimeout": "2s"}}]}`. A bare list of profiles, or ScoringProfile objects (`metadata.name` + `spec`), are
+accepted too, so the extender follows the policy area's rendering without a second format.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+STRATEGIES = (
+    "BinPack", "Spread", "LeastLoaded", "BestFit", "CostOptimized", "RoundRobin", "Random", "Priority",
+)
+_STRATEGY_BY_LOWER = {s.lower(): s for s in STRATEGIES}
+
+# Fragmentation-term weight of the built-in default: the openb replay (kgwe simulate) showed the FGD term
+# raising the GPU allocation ratio at 130% load, so it is on by default; 0 turns it off.
+DEFAULT_FRAGMENTATION = 100.0
+
+
+class ProfileError(ValueError):
+    """A scoring profile cannot be used; the message names the profile and the field."""
+
+
+@dataclass(frozen=True)
+class Profile:
+    """How to rank feasible nodes. Weights are relative; fragmentation is the FGD term (0 = off)."""
+
+    name: str = "default"
+    topology: float = 40.0
+    resource: float = 35.0
+    balance: float = 25.0
+    strategy: str = "BestFit"
+    fragmentation: float = DEFAULT_FRAGMENTATION
+    prices: tuple[tuple[str, float], ...] = ()  # (product substring, lower case; price per GPU-hour)
+    is_default: bool = False
+    weight: int = 5
+    ignorable: bool = False
+    http_timeout: str = "2s"
+
+    @property
+    def dynamic(self) -> bool:
+        """Strategies whose per-node score changes per request, so it is never cached."""
+        return self.strategy in ("RoundRobin", "Random")
+
+
+DEFAULT_PROFILE = Profile(is_default=True)
+
+
+def _num(raw: Mapping, key: str, default: float, where: str) -> float:
+    value = raw.get(key, default)
+    if isinstance(value, str):
+        value = value.rstrip("%")
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        raise ProfileError(f"{where}.{key}: expected a number, got {value!r}") from None
+    if f < 0:
+        raise ProfileError(f"{where}.{key}: must not be negative")
+    return f
+
+
+def profile_from_dict(raw: Mapping) -> Profile:
+    """One profile from either the flat rendering or a ScoringProfile object (`metadata` + `spec`)."""
+    if not isinstance(raw, Mapping):
+        raise ProfileError("a scoring profile must be an object")
+    name = raw.get("name") or (raw.get("metadata") or {}).get("name")
+    spec = raw.get("spec") if isinstance(raw.get("spec"), Mapping) else raw
+    if not name or not isinstance(name, str):
+        raise ProfileError("a scoring profile needs a name")
+    where = f"profile {name}"
+    weights = spec.get("weights") or {}
+    if not isinstance(weights, Mapping):
+        raise ProfileError(f"{where}.weights: expected an object")
+    strategy = str(spec.get("strategy") or "BinPack")
+    canonical = _STRATEGY_BY_LOWER.get(strategy.lower())
+    if canonical is None:
+        raise ProfileError(f"{where}.strategy: {strategy!r} is not one of {', '.join(STRATEGIES)}")
+    ext = spec.get("extender") or {}
+    prices_raw = spec.get("prices") or {}
+    if not isinstance(ext, Mapping) or not isinstance(prices_raw, Mapping):
+        raise ProfileError(f"{where}: extender and prices must be objects")
+    prices = tuple(sorted((str(k).lower(), _num(prices_raw, k, 0, f"{where}.prices")) for k in prices_raw))
+    return Profile(
+        name=name,
+        topology=_num(weights, "topology", 40, f"{where}.weights"),
+        resource=_num(weights, "resource", 35, f"{where}.weights"),
+        balance=_num(weights, "balance", 25, f"{where}.weights"),
+        strategy=canonical,
+        fragmentation=_num(spec, "fragmentation", DEFAULT_FRAGMENTATION, where),
+        prices=prices,
+        is_default=bool(spec.get("default", False)),
+        weight=int(_num(ext, "weight", 5, f"{where}.extender")),
+        ignorable=bool(ext.get("ignorable", False)),
+        http_timeout=str(ext.get("httpTimeout", "2s")),
+    )
+
+
+def profiles_from_document(doc: object) -> dict[str, Profile]:
+    """All profiles of a `kgwe-scoring` document; the default one is also reachable under ''."""
+    items = doc.get("profiles") if isinstance(doc, Mapping) else doc
+    if not isinstance(items, list):
+        raise ProfileError("kgwe-scoring: expected a list of profiles or {\"profiles\": [...]}")
+    out: dict[str, Profile] = {}
+    for item in items:
+        p = profile_from_dict(item)
+        if p.name in out:
+            raise ProfileError(f"kgwe-scoring: profile {p.name} defined twice")
+        out[p.name] = p
+    defaults = [p for p in out.values() if p.is_default]
+    if len(defaults) > 1:
+        names = ", ".join(p.name for p in defaults)
+        raise ProfileError(f"kgwe-scoring: more than one default profile: {names}")
+    out[""] = defaults[0] if defaults else out.get("default", DEFAULT_PROFILE)
+    return out

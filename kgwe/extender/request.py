@@ -1,0 +1,225 @@
+"""What a pod asks of GPUs, read from the pod JSON exactly as kube-scheduler sends it.
+
+Where each requirement comes from (documented contract for workload authors and the GitOps controller):
+
+- whole GPUs: resource `nvidia.com/gpu` (requests or limits; containers summed, init containers maxed).
+- a share of ONE GPU: resource `nvidia.com/gpu.shared` plus annotation `kgwe.nvidia.io/gpu-milli`
+  (1..999, thousandths of one physical GPU; default 1000 // shared count when absent).
+- MIG: resources `nvidia.com/mig-<profile>` (mixed strategy names, e.g. `nvidia.com/mig-1g.10gb`).
+- product / architecture: annotation `kgwe.nvidia.io/gpu-product` (`|`-separated alternatives, each matched
+  case-insensitively as a substring of the node's `nvidia.com/gpu.product` label or its model key) and
+  `kgwe.nvidia.io/gpu-family` (GFD `nvidia.com/gpu.family`, e.g. `hopper|ampere`). nodeSelector entries for
+  `nvidia.com/gpu.product` / `nvidia.com/gpu.family` are read too, so the extender explains the failure.
+- minimum memory per GPU: annotation `kgwe.nvidia.io/min-memory-gb` (GiB, compared with GFD
+  `nvidia.com/gpu.memory` MiB).
+- topology: annotations `kgwe.nvidia.io/topology-preference` (None, NVLinkOptimal, ...) and
+  `kgwe.nvidia.io/min-bandwidth-gbps`.
+- profile: annotation `kgwe.nvidia.io/scoring-profile` (else the default profile).
+
+Bad values raise RequestError, which the server turns into a 400 with the message.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+GPU = "nvidia.com/gpu"
+GPU_SHARED = "nvidia.com/gpu.shared"
+MIG_PREFIX = "nvidia.com/mig-"
+ANN = "kgwe.nvidia.io/"
+ANN_MILLI = ANN + "gpu-milli"
+ANN_PRODUCT = ANN + "gpu-product"
+ANN_FAMILY = ANN + "gpu-family"
+ANN_MIN_MEMORY = ANN + "min-memory-gb"
+ANN_PREFERENCE = ANN + "topology-preference"
+ANN_MIN_BW = ANN + "min-bandwidth-gbps"
+ANN_PROFILE = ANN + "scoring-profile"
+LABEL_PRODUCT = "nvidia.com/gpu.product"
+LABEL_FAMILY = "nvidia.com/gpu.family"
+
+_QUANTITY = re.compile(r"^\s*(\d+)\s*$")
+
+
+class RequestError(ValueError):
+    """The pod cannot be understood; the message is shown to the caller."""
+
+
+@dataclass(frozen=True)
+class PodRequest:
+    """GPU needs of one pod. `shape` is the cache key: pods with equal shapes get equal per-node answers."""
+
+    gpus: int = 0  # whole GPUs
+    gpu_milli: int = 1000  # per-GPU share; < 1000 only when gpus == 1 and the pod shares a GPU
+    mig: tuple[tuple[str, int], ...] = ()  # (profile, count), sorted
+    cpu_milli: int = 0
+    memory_mib: int = 0
+    products: tuple[str, ...] = ()  # lower-case alternatives; empty = any
+    families: tuple[str, ...] = ()
+    min_memory_mib: int = 0
+    preference: str = "None"
+    min_bandwidth_gbps: float | None = None
+    profile: str | None = None
+    uid: str = field(default="", compare=False)
+
+    @property
+    def shared(self) -> bool:
+        return self.gpus == 1 and self.gpu_milli < 1000
+
+    @property
+    def gpu_milli_total(self) -> int:
+        return self.gpus * self.gpu_milli
+
+    @property
+    def wants_gpu(self) -> bool:
+        return self.gpus > 0 or bool(self.mig)
+
+    @property
+    def shape(self) -> tuple:
+        return (self.gpus, self.gpu_milli, self.mig, self.cpu_milli, self.memory_mib, self.products,
+                self.families, self.min_memory_mib, self.preference, self.min_bandwidth_gbps)
+
+
+def _count(value: object, what: str) -> int:
+    """Extended resources are integers; accept '2', 2, '2.0' is rejected like the API server would."""
+    if isinstance(value, bool):
+        raise RequestError(f"{what}: expected an integer quantity, got {value!r}")
+    if isinstance(value, int):
+        n = value
+    else:
+        m = _QUANTITY.match(str(value))
+        if not m:
+            raise RequestError(f"{what}: expected an integer quantity, got {value!r}")
+        n = int(m.group(1))
+    if n < 0:
+        raise RequestError(f"{what}: must not be negative")
+    return n
+
+
+_CPU = re.compile(r"^(\d+(?:\.\d+)?)(m?)$")
+_MEM = re.compile(r"^(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|k|M|G|T|)$")
+_MEM_FACTOR = {"": 1 / 2**20, "Ki": 1 / 1024, "Mi": 1, "Gi": 1024, "Ti": 2**20,
+               "k": 1000 / 2**20, "M": 1e6 / 2**20, "G": 1e9 / 2**20, "T": 1e12 / 2**20}
+
+
+def cpu_milli(value: object) -> int:
+    m = _CPU.match(str(value).strip())
+    if not m:
+        raise RequestError(f"cpu: cannot read quantity {value!r}")
+    return int(float(m.group(1)) * (1 if m.group(2) else 1000))
+
+
+def memory_mib(value: object) -> int:
+    m = _MEM.match(str(value).strip())
+    if not m:
+        raise RequestError(f"memory: cannot read quantity {value!r}")
+    return int(float(m.group(1)) * _MEM_FACTOR[m.group(2)])
+
+
+def _container_resources(container: Mapping) -> dict[str, object]:
+    res = container.get("resources") or {}
+    if not isinstance(res, Mapping):
+        raise RequestError("container resources must be an object")
+    merged: dict[str, object] = {}
+    for part in ("limits", "requests"):  # requests win; extended resources must be equal anyway
+        values = res.get(part) or {}
+        if not isinstance(values, Mapping):
+            raise RequestError(f"container resources.{part} must be an object")
+        merged.update(values)
+    return merged
+
+
+def _sum_resources(pod_spec: Mapping) -> dict[str, int]:
+    """Pod-level need: sum over containers, max with each init container (kube-scheduler's rule)."""
+    totals: dict[str, int] = {}
+
+    def read(container: Mapping) -> dict[str, int]:
+        if not isinstance(container, Mapping):
+            raise RequestError("containers must be objects")
+        out: dict[str, int] = {}
+        for name, value in _container_resources(container).items():
+            if name == "cpu":
+                out[name] = cpu_milli(value)
+            elif name == "memory":
+                out[name] = memory_mib(value)
+            elif name in (GPU, GPU_SHARED) or name.startswith(MIG_PREFIX):
+                out[name] = _count(value, name)
+        return out
+
+    containers = pod_spec.get("containers") or []
+    if not isinstance(containers, list):
+        raise RequestError("spec.containers must be a list")
+    for c in containers:
+        for k, v in read(c).items():
+            totals[k] = totals.get(k, 0) + v
+    init = pod_spec.get("initContainers") or []
+    if not isinstance(init, list):
+        raise RequestError("spec.initContainers must be a list")
+    for c in init:
+        for k, v in read(c).items():
+            totals[k] = max(totals.get(k, 0), v)
+    return totals
+
+
+def _alternatives(text: str) -> tuple[str, ...]:
+    return tuple(sorted({p.strip().lower() for p in str(text).split("|") if p.strip()}))
+
+
+def _float(value: str, what: str) -> float:
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        raise RequestError(f"annotation {what}: expected a number, got {value!r}") from None
+    if f < 0 or f != f:
+        raise RequestError(f"annotation {what}: must be a non-negative number")
+    return f
+
+
+def parse_pod(pod: object) -> PodRequest:
+    """Read a v1.Pod (dict from JSON) into a PodRequest; RequestError on anything malformed."""
+    if not isinstance(pod, Mapping):
+        raise RequestError("Pod must be an object")
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec")
+    if not isinstance(meta, Mapping) or not isinstance(spec, Mapping):
+        raise RequestError("Pod needs metadata and spec objects")
+    ann = meta.get("annotations") or {}
+    if not isinstance(ann, Mapping):
+        raise RequestError("metadata.annotations must be an object")
+    totals = _sum_resources(spec)
+    gpus = totals.get(GPU, 0)
+    shared = totals.get(GPU_SHARED, 0)
+    milli = 1000
+    if shared:
+        if gpus:
+            raise RequestError(f"a pod asks either {GPU} or {GPU_SHARED}, not both")
+        raw = ann.get(ANN_MILLI)
+        milli = 1000 // shared if raw is None else int(_float(raw, ANN_MILLI))
+        if not 1 <= milli <= 1000:
+            raise RequestError(f"annotation {ANN_MILLI}: must be between 1 and 1000, got {raw}")
+        gpus = 1
+    mig = tuple(sorted((k[len(MIG_PREFIX):], v) for k, v in totals.items() if k.startswith(MIG_PREFIX) and v))
+    selector = spec.get("nodeSelector") or {}
+    if not isinstance(selector, Mapping):
+        raise RequestError("spec.nodeSelector must be an object")
+    products = _alternatives(ann.get(ANN_PRODUCT) or selector.get(LABEL_PRODUCT) or "")
+    families = _alternatives(ann.get(ANN_FAMILY) or selector.get(LABEL_FAMILY) or "")
+    min_mem = ann.get(ANN_MIN_MEMORY)
+    min_bw = ann.get(ANN_MIN_BW)
+    preference = str(ann.get(ANN_PREFERENCE) or "None")
+    profile = ann.get(ANN_PROFILE)
+    return PodRequest(
+        gpus=gpus,
+        gpu_milli=milli,
+        mig=mig,
+        cpu_milli=totals.get("cpu", 0),
+        memory_mib=totals.get("memory", 0),
+        products=products,
+        families=families,
+        min_memory_mib=int(_float(min_mem, ANN_MIN_MEMORY) * 1024) if min_mem is not None else 0,
+        preference=preference,
+        min_bandwidth_gbps=_float(min_bw, ANN_MIN_BW) if min_bw is not None else None,
+        profile=str(profile) if profile else None,
+        uid=str(meta.get("uid") or ""),
+    )

@@ -1,0 +1,102 @@
+"""Read the Alibaba cluster-trace-gpu-v2023 ("openb") node and pod lists and the FGD published results."""
+
+from __future__ import annotations
+
+import csv
+import os
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+from kgwe.errors import KgweError
+from kgwe.extender.core import WorkloadType
+from kgwe.extender.nodes import NodeState
+from kgwe.extender.request import PodRequest
+
+DEFAULT_DATA = Path(os.environ.get("KGWE_OPENB_DIR", "/work/shared/data/alibaba-gpu-v2023"))
+DEFAULT_RESULTS = Path(os.environ.get("KGWE_FGD_RESULTS_DIR", "/work/shared/data/fgd-atc23-expected-results"))
+# The 17 workloads of the FGD experiments (experiments/README: 6 policies x 17 traces x 10 seeds).
+WORKLOADS = ("default", "cpu050", "cpu100", "cpu200", "cpu250", "gpushare40", "gpushare60", "gpushare80",
+             "gpushare100", "gpuspec10", "gpuspec20", "gpuspec25", "gpuspec33", "multigpu20", "multigpu30",
+             "multigpu40", "multigpu50")
+POLICIES = ("Random", "DotProd", "GpuClustering", "GpuPacking", "BestFit", "FGD")
+
+
+@dataclass(frozen=True)
+class TracePod:
+    """A pod of the trace reduced to what placement needs; `req` is shared by pods of equal shape."""
+
+    req: PodRequest
+
+    @property
+    def gpu_milli_total(self) -> int:
+        return self.req.gpu_milli_total
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    if not path.is_file():
+        raise KgweError(f"trace file not found: {path} (set KGWE_OPENB_DIR or --data)")
+    with path.open(newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def load_nodes(data_dir: Path = DEFAULT_DATA) -> list[NodeState]:
+    """All 1,523 openb nodes (CPU-only ones included: CPU pods land there). Model codes double as products."""
+    nodes = []
+    for r in _rows(data_dir / "openb_node_list_all_node.csv"):
+        gpus = int(r["gpu"] or 0)
+        model = r["model"] if gpus else ""
+        nodes.append(NodeState(name=r["sn"], gpus=gpus, model=model, product=model,
+                               cpu_milli=int(r["cpu_milli"]), memory_mib=int(r["memory_mib"])))
+    return nodes
+
+
+def load_pods(workload: str, data_dir: Path = DEFAULT_DATA) -> list[TracePod]:
+    rows = _rows(data_dir / f"openb_pod_list_{workload}.csv")
+    shapes: dict[tuple, PodRequest] = {}
+    pods = []
+    for r in rows:
+        gpus = int(r["num_gpu"] or 0)
+        milli = int(r["gpu_milli"] or 0)
+        spec = tuple(sorted(s.strip().lower() for s in (r.get("gpu_spec") or "").split("|") if s.strip()))
+        key = (gpus, milli, int(r["cpu_milli"]), int(r["memory_mib"]), spec)
+        req = shapes.get(key)
+        if req is None:
+            req = PodRequest(gpus=gpus, gpu_milli=milli if gpus == 1 and 0 < milli < 1000 else 1000,
+                             cpu_milli=key[2], memory_mib=key[3], products=spec)
+            shapes[key] = req
+        pods.append(TracePod(req))
+    return pods
+
+
+def workload_mix(pods: list[TracePod], coverage: float = 0.995) -> list[WorkloadType]:
+    """FGD's target workload: the GPU request shapes of the trace with their frequencies (typical CPU/mem)."""
+    counts: Counter = Counter()
+    cpus: dict[tuple, Counter] = defaultdict(Counter)
+    mems: dict[tuple, Counter] = defaultdict(Counter)
+    for p in pods:
+        if p.req.gpus:
+            k = (p.req.gpus, p.req.gpu_milli)
+            counts[k] += 1
+            cpus[k][p.req.cpu_milli] += 1
+            mems[k][p.req.memory_mib] += 1
+    total = sum(counts.values()) or 1
+    out, seen = [], 0
+    for (gpus, milli), n in counts.most_common():
+        if seen / total >= coverage:
+            break
+        seen += n
+        cpu = cpus[(gpus, milli)].most_common(1)[0][0]
+        mem = mems[(gpus, milli)].most_common(1)[0][0]
+        out.append(WorkloadType(gpus, milli, cpu, mem, n / total))
+    return out
+
+
+def published(results_dir: Path = DEFAULT_RESULTS) -> dict[tuple[str, str], tuple[float, float]]:
+    """(workload, policy) -> mean GPU allocation % at arrived 100% and 130% over the published seeds."""
+    acc: dict[tuple[str, str], list[tuple[float, float]]] = defaultdict(list)
+    for r in _rows(results_dir / "analysis_allo_discrete.csv"):
+        workload = r["workload"].removeprefix("openb_pod_list_")
+        policy = r["sc_policy"].split("-", 1)[-1]
+        acc[(workload, policy)].append((float(r["100"]), float(r["130"])))
+    return {k: (sum(a for a, _ in v) / len(v), sum(b for _, b in v) / len(v)) for k, v in acc.items()}
