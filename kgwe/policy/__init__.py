@@ -7,7 +7,9 @@ file:line:column and a field path.
 
 from __future__ import annotations
 
+from kgwe.policy.diagnostics import Diagnostic
+from kgwe.policy.loader import LoadedObject, PolicySet, load_repository
 from kgwe.policy.models import *  # noqa: F403
 from kgwe.policy.models import __all__ as _model_names
 
-__all__ = [*_model_names]
+__all__ = [*_model_names, "Diagnostic", "LoadedObject", "PolicySet", "load_repository"]

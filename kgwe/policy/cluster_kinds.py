@@ -146,5 +146,6 @@ class GPUWorkload(KgweObject):
     @property
     def name(self) -> str:
         return self.metadata.name if self.metadata else ""
+
     spec: GPUWorkloadSpec
     status: GPUWorkloadStatus | None = None

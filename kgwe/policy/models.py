@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kgwe.policy.base import KgweObject
+from kgwe.policy.base import ClusterObjectMeta, KgweModel, KgweObject, ObjectMeta
 from kgwe.policy.budget import BudgetAlert, BudgetLimit, GPUBudget, GPUBudgetSpec
 from kgwe.policy.cluster_kinds import (
     Condition,
@@ -37,6 +37,7 @@ __all__ = [
     "POLICY_KINDS",
     "BudgetAlert",
     "BudgetLimit",
+    "ClusterObjectMeta",
     "Condition",
     "DistributedConfig",
     "ExtenderSettings",
@@ -51,9 +52,11 @@ __all__ = [
     "GPUWorkloadSpec",
     "GPUWorkloadStatus",
     "InventoryNode",
+    "KgweModel",
     "KgweObject",
     "MIGStrategy",
     "MIGStrategySpec",
+    "ObjectMeta",
     "PartitionStrategy",
     "PolicyRepository",
     "PolicyRepositorySpec",

@@ -80,7 +80,7 @@ def parse_money(value: Any) -> Decimal:
     if isinstance(value, Decimal):
         return value
     if isinstance(value, bool):
-        raise ValueError(f"expected an amount like \"4.10\", got {value!r}")
+        raise ValueError(f'expected an amount like "4.10", got {value!r}')
     if isinstance(value, int):
         return Decimal(value)
     if isinstance(value, float):

@@ -1,0 +1,415 @@
+"""Checks across objects of one repository: what no single object's schema can see.
+
+Each check adds Diagnostics to the PolicySet; none raises. GPU facts come from kgwe.gpu.catalog, so a
+profile name is judged against the GPU model(s) a strategy really targets.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from kgwe.gpu import catalog
+from kgwe.gpu.catalog import GPUModel
+from kgwe.policy.diagnostics import did_you_mean
+from kgwe.policy.loader import LoadedObject, PolicySet
+from kgwe.policy.models import (
+    GPUBudget,
+    GPUInventory,
+    GPUWorkload,
+    InventoryNode,
+    MIGStrategy,
+    PricingCatalog,
+    ScoringProfile,
+)
+
+
+def _at(entry: LoadedObject) -> str:
+    return f"{entry.file}:{entry.doc.line}"
+
+
+def _known_topologies() -> list[str] | None:
+    """Names from kgwe.topology.known, or None while that module is not available."""
+    try:
+        from kgwe.topology import known
+    except ImportError:
+        return None
+    try:
+        return [*known.names(), *getattr(known, "aliases", dict)()]
+    except Exception:
+        return None
+
+
+def check_duplicates(ps: PolicySet) -> None:
+    seen: dict[tuple[str, str, str], LoadedObject] = {}
+    for entry in ps.entries:
+        obj = entry.obj
+        if not obj.name:
+            continue
+        ns = obj.metadata.namespace if obj.metadata and obj.metadata.namespace else ""
+        key = (obj.kind, ns, obj.name)
+        first = seen.get(key)
+        if first is None:
+            seen[key] = entry
+        else:
+            ps.report(
+                entry,
+                ("metadata", "name"),
+                f'duplicate {obj.kind} "{obj.name}" (first defined at {_at(first)})',
+            )
+
+
+def _inventory_nodes(ps: PolicySet) -> list[tuple[LoadedObject, int, InventoryNode]]:
+    return [(e, i, n) for e in ps.entries_of(GPUInventory) for i, n in enumerate(e.obj.spec.nodes)]
+
+
+def check_inventory(ps: PolicySet) -> None:
+    topologies = _known_topologies()
+    seen: dict[str, LoadedObject] = {}
+    for entry, i, node in _inventory_nodes(ps):
+        base = ("spec", "nodes", i)
+        if node.name in seen:
+            ps.report(
+                entry, (*base, "name"), f'node "{node.name}" listed twice (also in {_at(seen[node.name])})'
+            )
+        seen[node.name] = entry
+        if (
+            topologies is not None
+            and node.topology is not None
+            and node.topology.upper() not in {t.upper() for t in topologies}
+        ):
+            hint = did_you_mean(node.topology, topologies)
+            ps.report(
+                entry,
+                (*base, "topology"),
+                f'unknown topology "{node.topology}"{hint}; known: {", ".join(sorted(topologies))}',
+            )
+        model = catalog.model_for_product(node.product)
+        if model is None:
+            ps.report(
+                entry,
+                (*base, "product"),
+                f'unknown GPU product "{node.product}"; KGWE treats the node as not MIG-capable',
+                "warning",
+            )
+        for j, dev in enumerate(node.devices):
+            if dev.mig is None:
+                continue
+            where = (*base, "devices", j, "mig")
+            if model is None or not model.mig_capable:
+                ps.report(
+                    entry,
+                    where,
+                    f'GPU {dev.index} has MIG instances but "{node.product}" does not support MIG',
+                )
+                continue
+            bad = [p for p in dev.mig if p not in model.profiles]
+            if bad:
+                ps.report(entry, where, _invalid_profiles_message(bad, model))
+                continue
+            from kgwe.gpu.layouts import fit
+
+            if fit(model, dev.mig) is None:
+                ps.report(
+                    entry, where, f"GPU {dev.index}: {', '.join(dev.mig)} do not fit on one {model.key}"
+                )
+
+
+def _invalid_profiles_message(bad: list[str], model: GPUModel) -> str:
+    names = ", ".join(f'"{b}"{did_you_mean(b, model.profiles)}' for b in bad)
+    return f"MIG profile {names} not valid for {model.key} (valid: {', '.join(model.profiles)})"
+
+
+def _models_named_by(selector: dict[str, str]) -> set[GPUModel] | None:
+    """Models the selector's label values name (intersection), None when no value names a model."""
+    named: set[GPUModel] | None = None
+    for value in selector.values():
+        models = set(catalog.models_matching(value))
+        if models:
+            named = models if named is None else named & models
+    return named
+
+
+def _check_profiles(ps: PolicySet, entry: LoadedObject, nodes: list[InventoryNode]) -> None:
+    strategy: MIGStrategy = entry.obj  # type: ignore[assignment]
+    part = strategy.spec.partition_strategy
+    if part is None:
+        return
+    shares_path = ("spec", "partitionStrategy", "preferredProfiles")
+    if nodes:
+        models: set[GPUModel] = set()
+        for node in nodes:
+            model = catalog.model_for_product(node.product)
+            if model is None or not model.mig_capable:
+                ps.report(
+                    entry,
+                    ("spec", "nodeSelector"),
+                    f'selects node "{node.name}" whose GPU "{node.product}" does not support MIG',
+                )
+            else:
+                models.add(model)
+        for i, share in enumerate(part.preferred_profiles):
+            lacking = sorted((m for m in models if share.profile not in m.profiles), key=lambda m: m.key)
+            for model in lacking:
+                ps.report(entry, (*shares_path, i), _invalid_profiles_message([share.profile], model))
+        return
+    named = _models_named_by(strategy.spec.node_selector)
+    candidates = [m for m in (catalog.all_models() if named is None else named) if m.mig_capable]
+    candidates.sort(key=lambda m: m.key)
+    if not candidates:
+        names = ", ".join(sorted(m.key for m in named or ()))
+        ps.report(entry, ("spec", "nodeSelector"), f"selects GPUs that do not support MIG ({names})")
+        return
+    valid_everywhere = True
+    for i, share in enumerate(part.preferred_profiles):
+        if not any(share.profile in m.profiles for m in candidates):
+            valid_everywhere = False
+            known = sorted({p for m in candidates for p in m.profiles})
+            scope = ", ".join(m.key for m in candidates) if named is not None else "any known GPU"
+            ps.report(
+                entry,
+                (*shares_path, i),
+                f'MIG profile "{share.profile}"{did_you_mean(share.profile, known)} is not valid for {scope}',
+            )
+    wanted = {s.profile for s in part.preferred_profiles}
+    if valid_everywhere and not any(wanted <= set(m.profiles) for m in candidates):
+        ps.report(
+            entry,
+            shares_path,
+            f"no single GPU model offers all of {', '.join(sorted(wanted))}; "
+            "profile names differ between models (e.g. 1g.10gb on H100-80GB vs 1g.12gb on H100 NVL)",
+        )
+
+
+def _check_shares(ps: PolicySet, entry: LoadedObject, nodes: list[InventoryNode]) -> None:
+    part = entry.obj.spec.partition_strategy  # type: ignore[attr-defined]
+    if part is None:
+        return
+    path = ("spec", "partitionStrategy", "preferredProfiles")
+    seen: dict[str, int] = {}
+    for i, share in enumerate(part.preferred_profiles):
+        if share.profile in seen:
+            ps.report(
+                entry,
+                (*path, i),
+                f'profile "{share.profile}" listed twice (also at index {seen[share.profile]})',
+            )
+        seen.setdefault(share.profile, i)
+    percents = [s.percent for s in part.preferred_profiles if s.percent is not None]
+    counts = [s for s in part.preferred_profiles if s.count is not None]
+    if percents and counts:
+        ps.report(entry, path, "mixes shares (70%) and instance counts (4); use one form per strategy")
+        return
+    if percents:
+        total = sum(percents, Decimal(0))
+        if total != 100:
+            ps.report(entry, path, f"shares add up to {total.normalize():f}%; they must add up to 100%")
+    if counts and nodes:
+        capacity = 0
+        needed = 0
+        for node in nodes:
+            model = catalog.model_for_product(node.product)
+            if model is not None and model.mig_capable:
+                capacity += node.gpus * model.compute_slots
+                needed_model = model
+        if capacity:
+            for s in counts:
+                prof = needed_model.profiles.get(s.profile)
+                needed += (prof.compute_slices if prof else 0) * (s.count or 0)
+            if needed > capacity:
+                ps.report(
+                    entry,
+                    path,
+                    f"instance counts need {needed} compute slices but the selected nodes have {capacity}",
+                )
+
+
+def _selectors_compatible(a: dict[str, str], b: dict[str, str]) -> bool:
+    """True when one node could carry both selectors' labels (no key with two different values)."""
+    return all(b[k] == v for k, v in a.items() if k in b)
+
+
+def check_mig_strategies(ps: PolicySet) -> None:
+    entries = ps.entries_of(MIGStrategy)
+    inventory = [n for _, _, n in _inventory_nodes(ps)]
+    for entry in entries:
+        strategy: MIGStrategy = entry.obj  # type: ignore[assignment]
+        nodes = [n for n in inventory if strategy.selects(n.labels)]
+        if inventory and not nodes:
+            ps.report(
+                entry,
+                ("spec", "nodeSelector"),
+                "selects no node of the GPUInventory (the strategy has no effect there)",
+                "warning",
+            )
+        if strategy.spec.mig_enabled:
+            _check_profiles(ps, entry, nodes)
+            _check_shares(ps, entry, nodes)
+    for j, later in enumerate(entries):
+        for earlier in entries[:j]:
+            a, b = earlier.obj.spec.node_selector, later.obj.spec.node_selector  # type: ignore[attr-defined]
+            if not _selectors_compatible(a, b):
+                continue
+            both = [
+                n.name for n in inventory if earlier.obj.selects(n.labels) and later.obj.selects(n.labels)
+            ]  # type: ignore[attr-defined]
+            example = f" (e.g. node {both[0]})" if both else ""
+            ps.report(
+                later,
+                ("spec", "nodeSelector"),
+                f'claims the same nodes as MIGStrategy "{earlier.obj.name}" ({_at(earlier)}){example}; '
+                "give the selectors a label key with different values",
+            )
+
+
+def check_scoring_profiles(ps: PolicySet) -> None:
+    entries = ps.entries_of(ScoringProfile)
+    defaults = [e for e in entries if e.obj.spec.default]  # type: ignore[attr-defined]
+    for extra in defaults[1:]:
+        ps.report(
+            extra,
+            ("spec", "default"),
+            f'a second default ScoringProfile ("{defaults[0].obj.name}" at {_at(defaults[0])} is default)',
+        )
+    if len(entries) > 1 and not defaults:
+        ps.report(entries[0], ("metadata", "name"), "several ScoringProfiles and none has `default: true`")
+
+
+def check_pricing(ps: PolicySet) -> None:
+    catalogs = ps.entries_of(PricingCatalog)
+    for extra in catalogs[1:]:
+        ps.report(
+            extra,
+            ("metadata", "name"),
+            f"only one PricingCatalog per repository (another at {_at(catalogs[0])})",
+        )
+    for entry in catalogs:
+        seen: dict[str, int] = {}
+        for i, price in enumerate(entry.obj.spec.gpus):  # type: ignore[attr-defined]
+            key = price.product.lower()
+            if key in seen:
+                ps.report(entry, ("spec", "gpus", i, "product"), f'product "{price.product}" priced twice')
+            seen.setdefault(key, i)
+    nodes = _inventory_nodes(ps)
+    if not nodes:
+        return
+    if not catalogs:
+        inv = nodes[0][0]
+        ps.report(
+            inv,
+            ("spec", "nodes"),
+            "no PricingCatalog in the repository: GPU costs cannot be computed",
+            "warning",
+        )
+        return
+    pricing: PricingCatalog = catalogs[0].obj  # type: ignore[assignment]
+    reported: set[str] = set()
+    for entry, i, node in nodes:
+        if node.product in reported or pricing.spec.price_for(node.product) is not None:
+            continue
+        reported.add(node.product)
+        ps.report(
+            entry,
+            ("spec", "nodes", i, "product"),
+            f'no price for GPU product "{node.product}" in PricingCatalog "{pricing.name}" '
+            f"({_at(catalogs[0])})",
+        )
+
+
+def _mig_resource_ok(resource: str) -> tuple[bool, list[str]]:
+    name = resource.removeprefix("requests.")
+    if not name.startswith("nvidia.com/mig-"):
+        return True, []
+    profile = name.removeprefix("nvidia.com/mig-")
+    known = sorted({p.replace("+", ".") for m in catalog.all_models() for p in m.profiles})
+    return profile in known, known
+
+
+def check_budgets(ps: PolicySet) -> None:
+    owner: dict[str, LoadedObject] = {}
+    catalogs = ps.pricing_catalogs
+    currency = catalogs[0].spec.currency if catalogs else None
+    for entry in ps.entries_of(GPUBudget):
+        budget: GPUBudget = entry.obj  # type: ignore[assignment]
+        for i, ns in enumerate(budget.spec.namespaces):
+            first = owner.get(ns)
+            if first is not None and first is not entry:
+                ps.report(
+                    entry,
+                    ("spec", "namespaces", i),
+                    f'namespace "{ns}" is already claimed by GPUBudget "{first.obj.name}" ({_at(first)})',
+                )
+            elif first is entry:
+                ps.report(entry, ("spec", "namespaces", i), f'namespace "{ns}" listed twice')
+            owner.setdefault(ns, entry)
+        previous = None
+        for i, alert in enumerate(budget.spec.alerts):
+            if alert.at <= 0:
+                ps.report(entry, ("spec", "alerts", i, "at"), "alert threshold must be greater than 0%")
+            if previous is not None and alert.at <= previous:
+                ps.report(
+                    entry,
+                    ("spec", "alerts", i, "at"),
+                    f"alert thresholds must increase: {alert.at.normalize():f}% comes after "
+                    f"{previous.normalize():f}%",
+                )
+            previous = alert.at
+        for resource in budget.spec.quota:
+            ok, known = _mig_resource_ok(resource)
+            if not ok:
+                profile = resource.removeprefix("requests.").removeprefix("nvidia.com/mig-")
+                ps.report(
+                    entry,
+                    ("spec", "quota", resource),
+                    f'"{resource}" names no MIG profile of any known GPU{did_you_mean(profile, known)}',
+                )
+        if currency is not None and budget.spec.limit.currency != currency:
+            ps.report(
+                entry,
+                ("spec", "limit", "currency"),
+                f"budget in {budget.spec.limit.currency} but the PricingCatalog prices in {currency}",
+            )
+
+
+def check_workloads(ps: PolicySet) -> None:
+    profiles = {p.name for p in ps.scoring_profiles}
+    known_profiles = sorted({p for m in catalog.all_models() for p in m.profiles})
+    for entry in ps.entries_of(GPUWorkload):
+        wl: GPUWorkload = entry.obj  # type: ignore[assignment]
+        if wl.metadata is None:
+            ps.report(entry, (), "no metadata.name: the API server will reject it without a name", "warning")
+        req = wl.spec.gpu_requirements
+        if req.mig_profile and req.mig_profile not in known_profiles:
+            ps.report(
+                entry,
+                ("spec", "gpuRequirements", "migProfile"),
+                f'"{req.mig_profile}" is not a MIG profile of any known GPU'
+                + did_you_mean(req.mig_profile, known_profiles),
+            )
+        if req.product and not catalog.models_matching(req.product):
+            ps.report(
+                entry, ("spec", "gpuRequirements", "product"), f'"{req.product}" names no known GPU model'
+            )
+        if wl.spec.scoring_profile and profiles and wl.spec.scoring_profile not in profiles:
+            ps.report(
+                entry,
+                ("spec", "scoringProfile"),
+                f'no ScoringProfile "{wl.spec.scoring_profile}" in this repository'
+                + did_you_mean(wl.spec.scoring_profile, profiles),
+                "warning",
+            )
+
+
+CHECKS = (
+    check_duplicates,
+    check_inventory,
+    check_mig_strategies,
+    check_scoring_profiles,
+    check_pricing,
+    check_budgets,
+    check_workloads,
+)
+
+
+def run_checks(ps: PolicySet) -> None:
+    for check in CHECKS:
+        check(ps)

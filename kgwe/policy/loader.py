@@ -1,0 +1,333 @@
+"""Load a policy repository: walk it, parse every YAML document, validate each object against its kind,
+run the cross-object checks, and report every problem of the repository in one go.
+
+Nothing here raises for bad input; problems become Diagnostics. `PolicySet.raise_for_errors()` turns them
+into one KgweError for callers that only want valid policy.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TypeVar
+
+from pydantic import ValidationError
+
+from kgwe import API_GROUP, API_VERSION
+from kgwe.errors import KgweError
+from kgwe.policy.diagnostics import Diagnostic, Severity, did_you_mean, format_path, messages_from_validation
+from kgwe.policy.diagnostics import Path as FieldPath
+from kgwe.policy.models import (
+    KINDS,
+    GPUBudget,
+    GPUInventory,
+    GPUInventorySpec,
+    GPUWorkload,
+    KgweObject,
+    MIGStrategy,
+    ObjectMeta,
+    PolicyRepository,
+    PricingCatalog,
+    ScoringProfile,
+)
+from kgwe.policy.yaml_source import YamlDocument, YamlSyntaxError, parse_documents
+
+MAX_FILE_BYTES = 1024 * 1024
+YAML_SUFFIXES = (".yaml", ".yml")
+SKIPPED_DIRS = frozenset({"reports"})
+
+T = TypeVar("T", bound=KgweObject)
+
+
+@dataclass
+class LoadedObject:
+    """A valid object plus where it came from (for diagnostics that cross objects)."""
+
+    obj: KgweObject
+    file: str
+    doc: YamlDocument
+
+    def where(self, path: FieldPath) -> tuple[int, int]:
+        return self.doc.where(path)
+
+
+@dataclass
+class PolicySet:
+    """The valid objects of a repository by kind, and every diagnostic found while loading it."""
+
+    root: Path
+    entries: list[LoadedObject] = field(default_factory=list)
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    files: int = 0
+
+    # -- diagnostics ---------------------------------------------------------------------------------
+    def add(
+        self,
+        severity: Severity,
+        file: str,
+        line: int,
+        column: int,
+        path: FieldPath | str,
+        message: str,
+        kind: str = "",
+        name: str = "",
+    ) -> None:
+        p = path if isinstance(path, str) else format_path(path)
+        self.diagnostics.append(Diagnostic(file, line, column, severity, p, message, kind, name))
+
+    def report(
+        self, entry: LoadedObject, path: FieldPath, message: str, severity: Severity = "error"
+    ) -> None:
+        line, column = entry.where(path)
+        self.add(severity, entry.file, line, column, path, message, entry.obj.kind, entry.obj.name)
+
+    @property
+    def errors(self) -> list[Diagnostic]:
+        return sorted(d for d in self.diagnostics if d.severity == "error")
+
+    @property
+    def warnings(self) -> list[Diagnostic]:
+        return sorted(d for d in self.diagnostics if d.severity == "warning")
+
+    @property
+    def ok(self) -> bool:
+        return not any(d.severity == "error" for d in self.diagnostics)
+
+    def raise_for_errors(self) -> None:
+        """KgweError listing every error (the controller keeps the last good revision on this)."""
+        errors = self.errors
+        if errors:
+            lines = "\n".join(f"  {d}" for d in errors)
+            raise KgweError(f"{len(errors)} error(s) in policy repository {self.root}:\n{lines}")
+
+    # -- objects -------------------------------------------------------------------------------------
+    def objects(self, kind: type[T] | None = None) -> list[T]:
+        return [e.obj for e in self.entries if kind is None or isinstance(e.obj, kind)]  # type: ignore[misc]
+
+    def entries_of(self, kind: type[KgweObject]) -> list[LoadedObject]:
+        return [e for e in self.entries if isinstance(e.obj, kind)]
+
+    def source(self, obj: KgweObject) -> tuple[str, int]:
+        """(file, line) an object was loaded from."""
+        for e in self.entries:
+            if e.obj is obj:
+                return e.file, e.doc.line
+        raise KeyError(obj.name)
+
+    @property
+    def mig_strategies(self) -> list[MIGStrategy]:
+        return self.objects(MIGStrategy)
+
+    @property
+    def scoring_profiles(self) -> list[ScoringProfile]:
+        return self.objects(ScoringProfile)
+
+    @property
+    def budgets(self) -> list[GPUBudget]:
+        return self.objects(GPUBudget)
+
+    @property
+    def pricing_catalogs(self) -> list[PricingCatalog]:
+        return self.objects(PricingCatalog)
+
+    @property
+    def inventories(self) -> list[GPUInventory]:
+        return self.objects(GPUInventory)
+
+    @property
+    def workloads(self) -> list[GPUWorkload]:
+        return self.objects(GPUWorkload)
+
+    @property
+    def policy_repositories(self) -> list[PolicyRepository]:
+        return self.objects(PolicyRepository)
+
+    def default_scoring_profile(self) -> ScoringProfile | None:
+        """The profile marked `default: true`, or the only profile, or None."""
+        profiles = self.scoring_profiles
+        marked = [p for p in profiles if p.spec.default]
+        if marked:
+            return marked[0]
+        return profiles[0] if len(profiles) == 1 else None
+
+    def pricing_catalog(self) -> PricingCatalog | None:
+        catalogs = self.pricing_catalogs
+        return catalogs[0] if catalogs else None
+
+    def inventory(self) -> GPUInventory | None:
+        """The repository's GPUInventory; several are merged into one (node names are checked unique)."""
+        inventories = self.inventories
+        if len(inventories) <= 1:
+            return inventories[0] if inventories else None
+        nodes = [n for inv in inventories for n in inv.spec.nodes]
+        return GPUInventory(metadata=ObjectMeta(name=inventories[0].name), spec=GPUInventorySpec(nodes=nodes))
+
+
+# -- walking ----------------------------------------------------------------------------------------------
+
+
+def _inside(path: Path, root: Path) -> bool:
+    try:
+        path.relative_to(root)
+    except ValueError:
+        return False
+    return True
+
+
+def _yaml_files(root: Path, ps: PolicySet) -> Iterator[Path]:
+    """YAML files under root in a stable order; dotfiles, reports/ and in-repo symlinks skipped;
+    symlinks leaving the repository reported."""
+    real_root = root.resolve()
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        here = Path(dirpath)
+        keep = []
+        for d in sorted(dirnames):
+            full = here / d
+            if d.startswith(".") or d in SKIPPED_DIRS:
+                continue
+            if full.is_symlink():
+                if not _inside(full.resolve(), real_root):
+                    rel = full.relative_to(root).as_posix()
+                    ps.add(
+                        "error", rel, 1, 1, "", f"symlink leaves the repository (points to {full.resolve()})"
+                    )
+                continue
+            keep.append(d)
+        dirnames[:] = keep
+        for f in sorted(filenames):
+            if f.startswith(".") or not f.endswith(YAML_SUFFIXES):
+                continue
+            full = here / f
+            if full.is_symlink():
+                if not _inside(full.resolve(), real_root):
+                    rel = full.relative_to(root).as_posix()
+                    ps.add(
+                        "error", rel, 1, 1, "", f"symlink leaves the repository (points to {full.resolve()})"
+                    )
+                continue
+            yield full
+
+
+def _read_text(path: Path, rel: str, ps: PolicySet) -> str | None:
+    try:
+        size = path.stat().st_size
+        if size > MAX_FILE_BYTES:
+            ps.add("error", rel, 1, 1, "", f"file is {size} bytes; policy files may be at most 1 MiB")
+            return None
+        raw = path.read_bytes()
+    except OSError as exc:
+        ps.add("error", rel, 1, 1, "", f"cannot read file: {exc.strerror or exc}")
+        return None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
+        ps.add(
+            "error",
+            rel,
+            line,
+            column,
+            "",
+            f"file is not UTF-8 (byte 0x{raw[exc.start]:02x} at offset {exc.start})",
+        )
+        return None
+
+
+def _load_document(doc: YamlDocument, rel: str, ps: PolicySet) -> None:
+    data = doc.data
+    if data is None:
+        return
+    if not isinstance(data, dict):
+        ps.add(
+            "error",
+            rel,
+            doc.line,
+            doc.column,
+            "",
+            f"expected a KGWE object (a map), got {type(data).__name__}",
+        )
+        return
+    for dup_path, line, column in doc.duplicate_keys:
+        ps.add("error", rel, line, column, dup_path, "key appears twice in the same map")
+    api_version, kind = data.get("apiVersion"), data.get("kind")
+    meta = data.get("metadata")
+    name = str(meta.get("name", "")) if isinstance(meta, dict) else ""
+    if not isinstance(api_version, str) or not api_version:
+        line, column = doc.where(("apiVersion",))
+        ps.add(
+            "error", rel, line, column, "apiVersion", f'missing apiVersion (KGWE objects use "{API_VERSION}")'
+        )
+        return
+    if api_version != API_VERSION:
+        line, column = doc.where(("apiVersion",))
+        if api_version.startswith(API_GROUP + "/"):
+            msg = f'unsupported version "{api_version}"; this KGWE reads "{API_VERSION}"'
+        else:
+            msg = f'"{api_version}" is not a KGWE apiVersion (expected "{API_VERSION}")'
+        ps.add("error", rel, line, column, "apiVersion", msg, str(kind or ""), name)
+        return
+    model = KINDS.get(kind) if isinstance(kind, str) else None
+    if model is None:
+        line, column = doc.where(("kind",))
+        hint = did_you_mean(str(kind), KINDS) if kind else ""
+        msg = f'unknown kind "{kind}"{hint}; known kinds: {", ".join(KINDS)}' if kind else "missing kind"
+        ps.add("error", rel, line, column, "kind", msg, "", name)
+        return
+    try:
+        obj = model.model_validate(data)
+    except ValidationError as exc:
+        for loc, message in messages_from_validation(model, exc):
+            line, column = doc.where(loc)
+            ps.add("error", rel, line, column, loc, message, kind, name)
+        return
+    ps.entries.append(LoadedObject(obj=obj, file=rel, doc=doc))
+
+
+def _load_file(path: Path, rel: str, ps: PolicySet) -> None:
+    text = _read_text(path, rel, ps)
+    if text is None:
+        return
+    ps.files += 1
+    try:
+        docs = parse_documents(text)
+    except YamlSyntaxError as exc:
+        ps.add("error", rel, exc.line, exc.column, "", str(exc))
+        return
+    for doc in docs:
+        _load_document(doc, rel, ps)
+
+
+def load_repository(path: str | os.PathLike[str], *, checks: bool = True) -> PolicySet:
+    """Load every KGWE object under `path` (a directory, or one YAML file) and check them together.
+
+    Never raises for bad content: see `PolicySet.diagnostics` / `.ok` / `.raise_for_errors()`.
+    KgweError only when `path` itself does not exist.
+    """
+    root = Path(path)
+    if not root.exists() and not root.is_symlink():
+        raise KgweError(f"{root}: no such file or directory")
+    ps = PolicySet(root=root)
+    if root.is_file():
+        _load_file(root, root.name, ps)
+    else:
+        for file in _yaml_files(root, ps):
+            _load_file(file, file.relative_to(root).as_posix(), ps)
+    if not ps.entries and not ps.diagnostics:
+        what = "no YAML files" if ps.files == 0 else "no KGWE objects"
+        ps.add(
+            "error",
+            root.name if root.is_file() else ".",
+            1,
+            1,
+            "",
+            f"{what} found in {root}: the repository is empty",
+        )
+    if checks:
+        from kgwe.policy.checks import run_checks
+
+        run_checks(ps)
+    ps.diagnostics.sort()
+    return ps
