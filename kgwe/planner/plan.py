@@ -1,0 +1,394 @@
+"""The MIG partition planner: a pool's GPUs + what it should serve -> a target layout per GPU, with reasons.
+
+Objectives, lexicographically (issue 4): (0) never destroy in-use instances unless the rollout allows drain,
+(1) meet counts/demand, then (2) come close to the compute-slice shares, (3) destroy as few in-use
+instances as possible when drain is allowed, (4) change as few GPUs as possible, (5) leave few slices idle.
+
+How it scales: GPUs with the same model, current layout and busyness are interchangeable, so they form one
+class; the decision is how many GPUs of each class take each candidate layout (the maximal profile multisets
+over the profiles the pool asks for, 12-28 per model). That is a small exact integer program whatever the
+pool size; which GPUs of a class change is then chosen to touch as few nodes as possible, because MIG
+Manager pauses a whole node for any change on it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from kgwe.errors import KgweError
+from kgwe.gpu import catalog
+from kgwe.gpu.catalog import GPUModel
+from kgwe.gpu.layouts import Layout, check_layout, feasible_multisets, fit
+from kgwe.planner import lexmilp
+from kgwe.planner.model import GPUPlan, GPUState, PoolPlan, PoolRequest
+
+Multiset = tuple[tuple[str, int], ...]
+_SHARE_TOLERANCE = 1e-6
+
+
+@dataclass
+class _Class:
+    """Interchangeable GPUs: same model, same current layout, same number of busy instances."""
+
+    model: GPUModel
+    current: Layout | None
+    busy: int
+    gpus: list[GPUState] = field(default_factory=list)
+    locked: str = ""  # why the class may not change ("" = free)
+    options: list[Multiset] = field(default_factory=list)  # candidate layouts other than keeping
+    take: list[int] = field(default_factory=list)  # GPUs per option, from the solver
+
+
+def _multiset(layout: Iterable[tuple[str, int]] | None) -> Multiset:
+    return tuple(sorted(Counter(name for name, _ in layout or ()).items()))
+
+
+def _ms_text(ms: Multiset | None) -> str:
+    if ms is None:
+        return "MIG disabled"
+    if not ms:
+        return "MIG enabled, no instances"
+    return " + ".join(name if n == 1 else f"{n}×{name}" for name, n in sorted(ms, key=lambda kv: kv[0]))
+
+
+def _validate(req: PoolRequest) -> tuple[dict[str, GPUModel], dict[str, int]]:
+    """Models by key and compute slices per requested profile; KgweError on anything a user got wrong."""
+    models: dict[str, GPUModel] = {}
+    seen: set[tuple[str, int]] = set()
+    for gpu in req.gpus:
+        if (gpu.node, gpu.index) in seen:
+            raise KgweError(f"pool {req.name}: GPU {gpu.node}/{gpu.index} is listed twice")
+        seen.add((gpu.node, gpu.index))
+        model = models.setdefault(gpu.model, catalog.model_by_key(gpu.model))
+        if gpu.layout is not None:
+            try:
+                check_layout(model, gpu.layout)
+            except KgweError as exc:
+                where = f"pool {req.name}: GPU {gpu.node}/{gpu.index}"
+                raise KgweError(f"{where} current layout: {exc}") from None
+        missing = Counter(gpu.in_use) - Counter(gpu.layout or ())
+        if missing:
+            raise KgweError(
+                f"pool {req.name}: GPU {gpu.node}/{gpu.index} has in-use instances not in its layout: "
+                f"{sorted(missing)}"
+            )
+    mig = [m for m in models.values() if m.mig_capable]
+    compute: dict[str, int] = {}
+    for kind, mapping in (("shares", req.shares), ("counts", req.counts), ("demand", req.demand)):
+        for name, value in mapping.items():
+            if not isinstance(value, int | float) or value < 0 or math.isnan(value):
+                raise KgweError(f"pool {req.name}: {kind} for {name} must be a number >= 0, got {value!r}")
+            if kind != "shares" and value != int(value):
+                raise KgweError(f"pool {req.name}: {kind} for {name} must be a whole number, got {value!r}")
+            owners = [m for m in mig if name in m.profiles]
+            if not owners:
+                keys = ", ".join(sorted(m.key for m in mig)) or "no MIG-capable GPUs"
+                raise KgweError(f"pool {req.name}: no GPU of this pool offers profile {name!r} ({keys})")
+            compute[name] = owners[0].profiles[name].compute_slices
+    total_share = sum(req.shares.values())
+    if total_share > 1 + _SHARE_TOLERANCE:
+        raise KgweError(f"pool {req.name}: profile shares add up to {total_share:.0%}, more than 100%")
+    return models, compute
+
+
+def _classes(req: PoolRequest, models: Mapping[str, GPUModel], wanted: set[str]) -> list[_Class]:
+    groups: dict[tuple, _Class] = {}
+    for gpu in sorted(req.gpus, key=lambda g: (g.node, g.index)):
+        model = models[gpu.model]
+        if not model.mig_capable:
+            continue
+        current = check_layout(model, gpu.layout) if gpu.layout is not None else None
+        key = (model.key, current, gpu.busy)
+        cls = groups.get(key)
+        if cls is None:
+            cls = groups[key] = _Class(model, current, gpu.busy)
+            relevant = sorted(wanted & set(model.profiles))
+            if gpu.busy and not req.limits.allow_drain:
+                cls.locked = f"{gpu.busy} instance(s) in use and drain is not allowed"
+            elif not relevant:
+                cls.locked = "the strategy asks for no profile this model offers"
+            else:
+                here = _multiset(current) if current is not None else None
+                cls.options = [ms for ms in _candidates(model, tuple(relevant)) if ms != here]
+        cls.gpus.append(gpu)
+    return list(groups.values())
+
+
+_CANDIDATE_CACHE: dict[tuple[str, tuple[str, ...]], tuple[Multiset, ...]] = {}
+
+
+def _candidates(model: GPUModel, profiles: tuple[str, ...]) -> tuple[Multiset, ...]:
+    """Maximal multisets over `profiles`: any other layout is dominated (same or fewer instances of each)."""
+    key = (model.key, profiles)
+    if key not in _CANDIDATE_CACHE:
+        _CANDIDATE_CACHE[key] = tuple(feasible_multisets(model, profiles, maximal=True))
+    return _CANDIDATE_CACHE[key]
+
+
+def _idle(model: GPUModel, ms: Multiset | None) -> int:
+    if ms is None:
+        return model.compute_slots + model.memory_slots
+    used = sum((model.profiles[n].compute_slices + model.profiles[n].memory_slices) * k for n, k in ms)
+    return model.compute_slots + model.memory_slots - used
+
+
+def _solve(
+    req: PoolRequest,
+    classes: Sequence[_Class],
+    required: Mapping[str, float],
+    share_target: Mapping[str, float],
+    compute: Mapping[str, int],
+) -> None:
+    """Fill `take` of every free class with how many of its GPUs get each option (index 0 = keep)."""
+    fixed: Counter[str] = Counter()
+    free = [c for c in classes if not c.locked]
+    for cls in classes:
+        if cls.locked:
+            for name, n in _multiset(cls.current) if cls.current is not None else ():
+                fixed[name] += n * len(cls.gpus)
+    if not free:
+        return
+    columns: list[tuple[_Class, int, Multiset | None]] = []
+    for cls in free:
+        columns.append((cls, 0, _multiset(cls.current) if cls.current is not None else None))
+        columns.extend((cls, j + 1, ms) for j, ms in enumerate(cls.options))
+    req_names, share_names = sorted(required), sorted(share_target)
+    n_x = len(columns)
+    n_vars = n_x + len(req_names) + len(share_names)
+    rows = lexmilp.Rows(n_vars)
+    for cls in free:
+        rows.add({i: 1.0 for i, (c, _, _) in enumerate(columns) if c is cls}, len(cls.gpus), len(cls.gpus))
+    counts = [dict(ms or ()) for _, _, ms in columns]
+    tiers = ((n_x, req_names, required), (n_x + len(req_names), share_names, share_target))
+    for offset, names, target in tiers:
+        for k, name in enumerate(names):
+            coefs = {i: float(cnt.get(name, 0)) for i, cnt in enumerate(counts)}
+            coefs[offset + k] = 1.0
+            rows.add(coefs, target[name] - fixed[name], np.inf)
+    changes = np.array([1.0 if j else 0.0 for _, j, _ in columns] + [0.0] * (n_vars - n_x))
+    if req.limits.max_gpus_changed is not None:
+        rows.add({i: 1.0 for i, (_, j, _) in enumerate(columns) if j}, 0, req.limits.max_gpus_changed)
+    objectives = []
+    unmet = np.zeros(n_vars)
+    unmet[n_x : n_x + len(req_names)] = 1.0
+    objectives.append(unmet)
+    short = np.zeros(n_vars)
+    short[n_x + len(req_names) :] = [compute[n] for n in share_names]
+    objectives.append(short)
+    destroyed = np.array([float(c.busy) if j else 0.0 for c, j, _ in columns] + [0.0] * (n_vars - n_x))
+    objectives.append(destroyed)
+    idle = np.array([float(_idle(c.model, ms)) for c, _, ms in columns] + [0.0] * (n_vars - n_x))
+    big = float(idle @ np.array([len(c.gpus) for c, _, _ in columns] + [0] * (n_vars - n_x))) + 1.0
+    objectives.append(changes * big + idle)
+    upper = np.array([float(len(c.gpus)) for c, _, _ in columns] + [np.inf] * (n_vars - n_x))
+    integrality = np.array([1] * n_x + [0] * (n_vars - n_x))
+    x = lexmilp.solve(objectives, rows, integrality, upper)
+    for cls in free:
+        cls.take = [0] * (len(cls.options) + 1)
+    for i, (cls, j, _) in enumerate(columns):
+        cls.take[j] = int(x[i])
+
+
+def _assign(classes: Sequence[_Class]) -> dict[tuple[str, int], Multiset]:
+    """Which GPUs of each class change, packing changes onto as few nodes as possible. Deterministic."""
+    touched: dict[str, int] = {}  # node -> order in which it was first touched
+    out: dict[tuple[str, int], Multiset] = {}
+    for cls in classes:
+        if cls.locked or not any(cls.take[1:]):
+            continue
+        per_node: dict[str, list[GPUState]] = defaultdict(list)
+        for gpu in cls.gpus:
+            per_node[gpu.node].append(gpu)
+        order = sorted(per_node, key=lambda n: (n not in touched, -len(per_node[n]), n))
+        chosen = [gpu for node in order for gpu in per_node[node]]
+        pos = 0
+        for j, ms in enumerate(cls.options, start=1):
+            for gpu in chosen[pos : pos + cls.take[j]]:
+                out[(gpu.node, gpu.index)] = ms
+                touched.setdefault(gpu.node, len(touched))
+            pos += cls.take[j]
+    return out
+
+
+def plan_pool(req: PoolRequest) -> PoolPlan:
+    """Plan one pool. Pure and deterministic: same request, same plan."""
+    models, compute = _validate(req)
+    mig_gpus = [g for g in req.gpus if models[g.model].mig_capable]
+    wanted = {n for m in (req.shares, req.counts, req.demand) for n, v in m.items() if v > 0}
+    if wanted and not mig_gpus:
+        raise KgweError(f"pool {req.name}: the strategy asks for MIG profiles but no GPU of the pool has MIG")
+    total_compute = sum(models[g.model].compute_slots for g in mig_gpus)
+    share_target = {n: v * total_compute / compute[n] for n, v in req.shares.items() if v > 0}
+    required = {
+        n: float(max(req.counts.get(n, 0), req.demand.get(n, 0)))
+        for n in {*req.counts, *req.demand}
+        if max(req.counts.get(n, 0), req.demand.get(n, 0)) > 0
+    }
+    _check_counts_possible(req, models, mig_gpus)
+    classes = _classes(req, models, wanted)
+    before = Counter[str]()
+    for cls in classes:
+        for name, n in _multiset(cls.current) if cls.current is not None else ():
+            before[name] += n * len(cls.gpus)
+    _solve(req, classes, required, share_target, compute)
+    changes = _assign(classes)
+    changes = _limit_nodes(changes, req.limits.max_nodes_changed)
+    return _report(req, models, classes, changes, before, required, share_target, compute, total_compute)
+
+
+Changes = dict[tuple[str, int], Multiset]
+
+
+def _limit_nodes(changes: Changes, limit: int | None) -> Changes:
+    if limit is None:
+        return changes
+    nodes: list[str] = []
+    for node, _ in changes:  # insertion order = the order nodes were touched
+        if node not in nodes:
+            nodes.append(node)
+    keep = set(nodes[:limit])
+    return {k: v for k, v in changes.items() if k[0] in keep}
+
+
+def _check_counts_possible(req: PoolRequest,
+    models: Mapping[str, GPUModel],
+    mig_gpus: list[GPUState],
+) -> None:
+    """Counts the pool could not hold even with every GPU repartitioned are a strategy error, not a plan."""
+    if not req.counts:
+        return
+    fresh = tuple(GPUState(g.node, g.index, g.model) for g in mig_gpus)
+    scratch = PoolRequest(req.name, fresh, counts=req.counts)
+    wanted = {n for n, v in req.counts.items() if v > 0}
+    classes = _classes(scratch, models, wanted)
+    required = {n: float(v) for n, v in req.counts.items() if v > 0}
+    _solve(scratch, classes, required, {}, {})
+    got: Counter[str] = Counter()
+    for cls in classes:
+        for j, ms in enumerate(cls.options, start=1):
+            for name, n in ms:
+                got[name] += n * cls.take[j]
+    short = {n: int(v) - got[n] for n, v in required.items() if got[n] < v}
+    if short:
+        text = ", ".join(f"{n}: {int(required[n])} asked, at most {got[n]}" for n in sorted(short))
+        raise KgweError(f"pool {req.name}: the counts cannot fit on its {len(mig_gpus)} GPUs ({text})")
+
+
+def _report(
+    req: PoolRequest,
+    models: Mapping[str, GPUModel],
+    classes: Sequence[_Class],
+    changes: Mapping[tuple[str, int], Multiset],
+    before: Mapping[str, int],
+    required: Mapping[str, float],
+    share_target: Mapping[str, float],
+    compute: Mapping[str, int],
+    total_compute: int,
+) -> PoolPlan:
+    want = {n: max(required.get(n, 0.0), share_target.get(n, 0.0)) for n in {*required, *share_target}}
+    why = {n: f"pool had {before.get(n, 0)} of {_num(want[n])} wanted" for n in want}
+    locked_reason = {id(c): c.locked for c in classes}
+    class_of = {(g.node, g.index): c for c in classes for g in c.gpus}
+    wanted_change = sum(sum(c.take[1:]) for c in classes if not c.locked)
+    plans: list[GPUPlan] = []
+    achieved: Counter[str] = Counter()
+    idle_c = idle_m = kept = destroyed = 0
+    for gpu in sorted(req.gpus, key=lambda g: (g.node, g.index)):
+        model = models[gpu.model]
+        current = check_layout(model, gpu.layout) if gpu.layout is not None and model.mig_capable else None
+        ms = changes.get((gpu.node, gpu.index))
+        if ms is not None:
+            target = fit(model, [n for n, k in ms for _ in range(k)])
+            assert target is not None, "a candidate multiset always fits"
+            reason = _change_reason(_multiset(current) if gpu.layout is not None else None, ms, why, gpu)
+            destroyed += gpu.busy
+        else:
+            target = current if gpu.layout is not None else None
+            cls = class_of.get((gpu.node, gpu.index))
+            if not model.mig_capable:
+                reason = f"{model.key} does not support MIG"
+            elif cls is not None and locked_reason[id(cls)]:
+                reason = f"kept: {locked_reason[id(cls)]}"
+            else:
+                reason = "kept: already serves the strategy as well as a change would"
+            kept += gpu.busy
+        if model.mig_capable and target is not None:
+            for inst in target:
+                achieved[inst.profile] += 1
+                idle_c -= model.profiles[inst.profile].compute_slices
+                idle_m -= model.profiles[inst.profile].memory_slices
+            idle_c += model.compute_slots
+            idle_m += model.memory_slots
+        plans.append(
+            GPUPlan(gpu.node, gpu.index, gpu.model, current, target, ms is not None,
+                    gpu.busy if ms is not None else 0, reason)
+        )
+    deferred = wanted_change - len(changes)
+    notes = []
+    if deferred:
+        notes.append(f"{deferred} GPU change(s) deferred by the rollout limit of "
+                     f"{req.limits.max_nodes_changed} node(s)")
+    names = sorted({*want, *achieved})
+    return PoolPlan(
+        name=req.name,
+        gpus=tuple(plans),
+        target_shares={n: float(req.shares.get(n, 0.0)) for n in names},
+        achieved_shares={
+            n: achieved[n] * compute.get(n, _compute_of(models, n)) / total_compute if total_compute else 0.0
+            for n in names
+        },
+        wanted_counts={n: math.ceil(want.get(n, 0.0) - _SHARE_TOLERANCE) for n in names},
+        achieved_counts={n: achieved[n] for n in names},
+        unmet={n: int(v) - achieved[n] for n, v in required.items() if achieved[n] < v},
+        gpus_changed=len(changes),
+        nodes_changed=len({node for node, _ in changes}),
+        in_use_kept=kept,
+        in_use_destroyed=destroyed,
+        deferred=deferred,
+        idle_compute_slices=idle_c,
+        idle_memory_slices=idle_m,
+        total_compute_slices=total_compute,
+        notes=tuple(notes),
+    )
+
+
+def _num(value: float) -> str:
+    return f"{value:.0f}" if value >= 100 or value == int(value) else f"{value:.1f}"
+
+
+def _compute_of(models: Mapping[str, GPUModel], name: str) -> int:
+    for model in models.values():
+        if name in model.profiles:
+            return model.profiles[name].compute_slices
+    return 0
+
+
+def _change_reason(old: Multiset | None, new: Multiset, why: Mapping[str, str], gpu: GPUState) -> str:
+    delta = Counter(dict(new))
+    delta.subtract(Counter(dict(old or ())))
+    gained = [f"+{k} {n} ({why[n]})" if n in why else f"+{k} {n}" for n, k in sorted(delta.items()) if k > 0]
+    lost = [f"-{-k} {n}" for n, k in sorted(delta.items()) if k < 0]
+    text = f"{_ms_text(old)} -> {_ms_text(new)}: " + ", ".join(gained + lost)
+    if old is None:
+        text = "enable MIG; " + text
+    if gpu.busy:
+        text += f"; drains {gpu.busy} in-use workload(s) (drain allowed)"
+    return text
+
+
+def plan_pools(requests: Iterable[PoolRequest]) -> list[PoolPlan]:
+    """Plan several pools; a GPU may belong to one pool only."""
+    seen: dict[tuple[str, int], str] = {}
+    plans = []
+    for req in requests:
+        for gpu in req.gpus:
+            other = seen.setdefault((gpu.node, gpu.index), req.name)
+            if other != req.name:
+                raise KgweError(f"GPU {gpu.node}/{gpu.index} is in both pool {other} and pool {req.name}")
+        plans.append(plan_pool(req))
+    return plans
