@@ -13,6 +13,7 @@ from kgwe.errors import KgweError
 
 # name -> (module, help). The module defines `add_arguments(parser)` and `run(args) -> int`.
 COMMANDS: dict[str, tuple[str, str]] = {
+    "validate": ("kgwe.policy.validate_cmd", "check a policy repository or manifest (exit 1 on errors)"),
     "extender": ("kgwe.extender.command", "kube-scheduler extender: GPU-aware filter and prioritize"),
     "simulate": ("kgwe.sim.command", "replay the openb GPU trace through the scoring core (FGD method)"),
 }
