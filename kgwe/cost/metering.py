@@ -1,0 +1,286 @@
+"""Metering: pod and node observations -> usage interval actions. Pure: no API calls, no clock.
+
+A pod holds GPUs while it is bound to a node and not finished. The resources it holds are
+`nvidia.com/gpu` (whole GPUs), `nvidia.com/mig-<profile>` (MIG instances) and `nvidia.com/gpu.shared`
+with the `kgwe.nvidia.io/gpu-milli` annotation (a share of a GPU). The watch loop turns each pod
+event into Start/End actions; on (re)start it reconciles the store's open intervals with the live pod
+list, so nothing is counted twice (a holding already open stays open) and nothing is lost (an open
+interval whose pod vanished while we were down is closed; a live holding we never saw is opened).
+Pods we cannot price unambiguously are skipped with a logged reason, never guessed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from kgwe.cost.tables import resource_key
+from kgwe.cost.usage import MIG, SHARED, WHOLE, NodeCapacity, UsageInterval, ensure_utc
+
+log = logging.getLogger(__name__)
+
+GPU = "nvidia.com/gpu"
+GPU_SHARED = "nvidia.com/gpu.shared"
+MIG_PREFIX = "nvidia.com/mig-"
+MILLI_ANNOTATION = "kgwe.nvidia.io/gpu-milli"
+TEAM_KEYS = ("kgwe.nvidia.io/team", "team")
+PRODUCT_LABEL = "nvidia.com/gpu.product"
+COUNT_LABEL = "nvidia.com/gpu.count"
+FINISHED = ("Succeeded", "Failed")
+
+
+@dataclass(frozen=True)
+class Start:
+    interval: UsageInterval
+
+
+@dataclass(frozen=True)
+class End:
+    pod_uid: str
+    resource: str
+    at: datetime
+
+
+@dataclass(frozen=True)
+class Skip:
+    pod: str
+    reason: str
+
+
+Action = Start | End | Skip
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    node: str
+    gpu_product: str
+    gpu_count: int
+    spot: bool
+
+
+@dataclass(frozen=True)
+class Holding:
+    kind: str
+    count: int
+    mig_profile: str | None = None
+    gpu_milli: int | None = None
+
+    @property
+    def resource(self) -> str:
+        return resource_key(self.kind, self.mig_profile, self.gpu_milli)
+
+
+def _get(obj: Mapping[str, Any] | None, *path: str) -> Any:
+    for key in path:
+        if not isinstance(obj, Mapping):
+            return None
+        obj = obj.get(key)
+    return obj
+
+
+def _quantity(value: Any) -> int | None:
+    """Extended resources are whole numbers; anything else is not a GPU count we can trust."""
+    try:
+        number = int(str(value).strip())
+    except (TypeError, ValueError):
+        return None
+    return number if number >= 0 else None
+
+
+def _parse_time(value: Any) -> datetime | None:
+    if isinstance(value, datetime):
+        return ensure_utc(value)
+    if isinstance(value, str) and value:
+        try:
+            return ensure_utc(datetime.fromisoformat(value.replace("Z", "+00:00")))
+        except ValueError:
+            return None
+    return None
+
+
+def pod_name(pod: Mapping[str, Any]) -> str:
+    return f"{_get(pod, 'metadata', 'namespace')}/{_get(pod, 'metadata', 'name')}"
+
+
+def holdings(pod: Mapping[str, Any]) -> tuple[list[Holding], str | None]:
+    """The GPU resources a pod holds, or a reason to skip it. Effective request as the scheduler sees it:
+    max(largest init container, sum of app containers) per resource; limits win over requests."""
+
+    def totals(containers: Iterable[Mapping[str, Any]] | None, combine: Callable[[int, int], int]):
+        out: dict[str, int] = {}
+        for c in containers or ():
+            res = _get(c, "resources") or {}
+            merged = {**(res.get("requests") or {}), **(res.get("limits") or {})}
+            for name, value in merged.items():
+                if name in (GPU, GPU_SHARED) or name.startswith(MIG_PREFIX):
+                    qty = _quantity(value)
+                    if qty is None:
+                        return None, f"{name}={value!r} is not a whole number"
+                    out[name] = combine(out.get(name, 0), qty)
+        return out, None
+
+    spec = _get(pod, "spec") or {}
+    app, err = totals(spec.get("containers"), lambda a, b: a + b)
+    init, err2 = totals(spec.get("initContainers"), max)
+    if err or err2:
+        return [], err or err2
+    want = {k: max(app.get(k, 0), init.get(k, 0)) for k in set(app) | set(init)}
+    want = {k: v for k, v in want.items() if v > 0}
+    milli_raw = (_get(pod, "metadata", "annotations") or {}).get(MILLI_ANNOTATION)
+    milli = None
+    if milli_raw is not None:
+        milli = _quantity(milli_raw)
+        if milli is None or not 1 <= milli <= 1000:
+            return [], f"annotation {MILLI_ANNOTATION}={milli_raw!r} must be an integer in 1..1000"
+        if GPU_SHARED not in want:
+            return [], f"annotation {MILLI_ANNOTATION} is set but the pod requests no {GPU_SHARED}"
+    out: list[Holding] = []
+    for name, qty in sorted(want.items()):
+        if name == GPU:
+            out.append(Holding(WHOLE, qty))
+        elif name == GPU_SHARED:
+            if milli is None:
+                return [], f"{GPU_SHARED} requested without annotation {MILLI_ANNOTATION}: share unknown"
+            out.append(Holding(SHARED, qty, gpu_milli=milli))
+        else:
+            out.append(Holding(MIG, qty, mig_profile=name[len(MIG_PREFIX):]))
+    return out, None
+
+
+def team_of(pod: Mapping[str, Any]) -> tuple[str | None, str | None]:
+    """Team from the pod label or annotation (label wins only if they agree); default: the namespace."""
+    labels = _get(pod, "metadata", "labels") or {}
+    annotations = _get(pod, "metadata", "annotations") or {}
+    found = {src[TEAM_KEYS[0]] for src in (labels, annotations) if src.get(TEAM_KEYS[0])}
+    if len(found) > 1:
+        return None, f"team label and annotation disagree: {sorted(found)}"
+    if found:
+        return found.pop(), None
+    return labels.get(TEAM_KEYS[1]) or _get(pod, "metadata", "namespace"), None
+
+
+def is_holding(pod: Mapping[str, Any]) -> bool:
+    """Bound to a node and not finished: the device plugin has given it its devices."""
+    return bool(_get(pod, "spec", "nodeName")) and _get(pod, "status", "phase") not in FINISHED
+
+
+def finished_at(pod: Mapping[str, Any]) -> datetime | None:
+    """When a finished pod released its GPUs: the last container termination time."""
+    times = [
+        _parse_time(_get(cs, "state", "terminated", "finishedAt"))
+        for cs in (_get(pod, "status", "containerStatuses") or [])
+    ]
+    times = [t for t in times if t]
+    return max(times) if times else None
+
+
+class Meter:
+    """Turns observations into actions. `nodes` maps node name -> NodeInfo (kept up to date by the caller)."""
+
+    def __init__(self, nodes: Mapping[str, NodeInfo] | None = None) -> None:
+        self.nodes: dict[str, NodeInfo] = dict(nodes or {})
+
+    def _intervals(self, pod: Mapping[str, Any], at: datetime) -> tuple[list[UsageInterval], Skip | None]:
+        held, reason = holdings(pod)
+        team, team_reason = team_of(pod)
+        reason = reason or team_reason
+        if reason:
+            return [], Skip(pod_name(pod), reason)
+        if not held:
+            return [], None
+        node = _get(pod, "spec", "nodeName")
+        info = self.nodes.get(node)
+        if info is None:
+            reason = f"node {node!r} is not a known GPU node (no {PRODUCT_LABEL} label)"
+            return [], Skip(pod_name(pod), reason)
+        start = _parse_time(_get(pod, "status", "startTime")) or at
+        meta = pod.get("metadata") or {}
+        uid = meta.get("uid") or pod_name(pod)
+        return [
+            UsageInterval(
+                pod=meta.get("name", ""), namespace=meta.get("namespace", ""), team=team or "", node=node,
+                gpu_product=info.gpu_product, kind=h.kind, count=h.count, start=min(start, at),
+                mig_profile=h.mig_profile, gpu_milli=h.gpu_milli, spot=info.spot, pod_uid=uid,
+            )
+            for h in held
+        ], None
+
+    def observe(self, event_type: str, pod: Mapping[str, Any], at: datetime) -> list[Action]:
+        """One watch event (ADDED/MODIFIED/DELETED) at time `at`."""
+        at = ensure_utc(at)
+        uid = _get(pod, "metadata", "uid") or pod_name(pod)
+        if event_type == "DELETED" or not is_holding(pod):
+            held, _ = holdings(pod)
+            if not held or not _get(pod, "spec", "nodeName"):
+                return []
+            end = finished_at(pod) if event_type != "DELETED" or not is_holding(pod) else None
+            return [End(uid, h.resource, min(end or at, at)) for h in held]
+        intervals, skip = self._intervals(pod, at)
+        if skip:
+            log.warning("metering: skipping pod %s: %s", skip.pod, skip.reason)
+            return [skip]
+        return [Start(iv) for iv in intervals]
+
+    def reconcile(
+        self, open_intervals: Iterable[UsageInterval], live_pods: Iterable[Mapping[str, Any]], at: datetime
+    ) -> list[Action]:
+        """On start or after a watch gap: open what is held but not recorded, close what is recorded
+        but no longer held. Holdings already open are left alone (never a second interval)."""
+        at = ensure_utc(at)
+        recorded = {(iv.pod_uid, _resource(iv)) for iv in open_intervals}
+        live: set[tuple[str, str]] = set()
+        actions: list[Action] = []
+        finished: dict[str, datetime | None] = {}
+        for pod in live_pods:
+            uid = _get(pod, "metadata", "uid") or pod_name(pod)
+            if not is_holding(pod):
+                finished[uid] = finished_at(pod)
+                continue
+            intervals, skip = self._intervals(pod, at)
+            if skip:
+                log.warning("metering: skipping pod %s: %s", skip.pod, skip.reason)
+                actions.append(skip)
+            for iv in intervals:
+                key = (iv.pod_uid, _resource(iv))
+                live.add(key)
+                if key not in recorded:
+                    actions.append(Start(iv))
+        for uid, resource in sorted(recorded - live):
+            actions.append(End(uid, resource, min(finished.get(uid) or at, at)))
+        return actions
+
+
+def _resource(iv: UsageInterval) -> str:
+    return resource_key(iv.kind, iv.mig_profile, iv.gpu_milli)
+
+
+def node_info(node: Mapping[str, Any], is_spot: Callable[[Mapping[str, str]], bool]) -> NodeInfo | None:
+    """A GPU node's product and physical GPU count (the count label survives MIG; nvidia.com/gpu is 0)."""
+    labels = _get(node, "metadata", "labels") or {}
+    product = labels.get(PRODUCT_LABEL)
+    if not product:
+        return None
+    count = _quantity(labels.get(COUNT_LABEL))
+    if count is None:
+        count = _quantity(_get(node, "status", "capacity", GPU)) or 0
+    return NodeInfo(_get(node, "metadata", "name"), product, count, is_spot(labels))
+
+
+def capacity(info: NodeInfo, at: datetime) -> NodeCapacity:
+    return NodeCapacity(info.node, info.gpu_product, info.gpu_count, at, None, info.spot)
+
+
+def apply(store: Any, actions: Iterable[Action]) -> dict[str, int]:
+    """Write actions to the store; returns counts. Idempotent: replaying actions changes nothing."""
+    counts = {"started": 0, "ended": 0, "skipped": 0, "duplicates": 0}
+    for action in actions:
+        if isinstance(action, Start):
+            counts["started" if store.start_usage(action.interval) else "duplicates"] += 1
+        elif isinstance(action, End):
+            counts["ended"] += store.end_usage(action.pod_uid, action.at, action.resource)
+        else:
+            counts["skipped"] += 1
+    return counts
