@@ -44,8 +44,16 @@ def encode(topo: NodeTopology) -> str:
         "r": [_num(topo.rates.nvlink_gbps_per_link), _num(topo.rates.pcie_gbps), _num(topo.rates.sys_gbps)],
         "g": [
             [
-                g.index, g.uuid, g.pci_bus_id, g.name, g.memory_mib, g.numa_node, g.cpu_affinity,
-                g.nvswitch_links, int(g.mig_enabled), g.gpu_numa_id,
+                g.index,
+                g.uuid,
+                g.pci_bus_id,
+                g.name,
+                g.memory_mib,
+                g.numa_node,
+                g.cpu_affinity,
+                g.nvswitch_links,
+                int(g.mig_enabled),
+                g.gpu_numa_id,
                 [[m.profile, m.start, m.size] for m in g.mig_devices],
             ]
             for g in topo.gpus
@@ -76,9 +84,15 @@ def decode(text: str) -> NodeTopology:
     try:
         gpus = tuple(
             GPU(
-                index=int(g[0]), uuid=str(g[1]), pci_bus_id=str(g[2]), name=str(g[3]), memory_mib=int(g[4]),
-                numa_node=None if g[5] is None else int(g[5]), cpu_affinity=str(g[6]),
-                nvswitch_links=int(g[7]), mig_enabled=bool(g[8]),
+                index=int(g[0]),
+                uuid=str(g[1]),
+                pci_bus_id=str(g[2]),
+                name=str(g[3]),
+                memory_mib=int(g[4]),
+                numa_node=None if g[5] is None else int(g[5]),
+                cpu_affinity=str(g[6]),
+                nvswitch_links=int(g[7]),
+                mig_enabled=bool(g[8]),
                 gpu_numa_id=None if g[9] is None else int(g[9]),
                 mig_devices=tuple(MigDevice(str(m[0]), int(m[1]), int(m[2])) for m in g[10]),
             )

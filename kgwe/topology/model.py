@@ -85,8 +85,10 @@ class NodeTopology:
 
     def __post_init__(self) -> None:
         n = len(self.gpus)
-        if len(self.nvlinks) != n or len(self.pcie) != n or any(
-            len(r) != n for r in (*self.nvlinks, *self.pcie)
+        if (
+            len(self.nvlinks) != n
+            or len(self.pcie) != n
+            or any(len(r) != n for r in (*self.nvlinks, *self.pcie))
         ):
             raise ValueError(f"topology {self.name!r}: link matrices must be {n}x{n}")
         for i, j in _upper_pairs(n):

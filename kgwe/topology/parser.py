@@ -74,12 +74,12 @@ def parse_topo_matrix(text: str) -> TopoMatrix:
         raise KgweError("no `nvidia-smi topo -m` matrix found (expected a header line with GPU0)")
     columns = _header_columns(lines[header_at])
     matrix_cols = [c for c in columns if _GPU.match(c) or re.match(r"^(NIC\d+|mlx\S+)$", c)]
-    extra_cols = columns[len(matrix_cols):]
+    extra_cols = columns[len(matrix_cols) :]
     gpu_cols = [k for k, c in enumerate(matrix_cols) if _GPU.match(c)]
     indices: list[int] = []
     rows: list[list[str]] = []
     extras: list[dict[str, str]] = []
-    for ln in lines[header_at + 1:]:
+    for ln in lines[header_at + 1 :]:
         tokens = ln.split()
         if not tokens or not _GPU.match(tokens[0]):
             if indices:
@@ -90,7 +90,7 @@ def parse_topo_matrix(text: str) -> TopoMatrix:
             raise KgweError(f"topology row {tokens[0]} has {len(values)} cells, expected {len(matrix_cols)}")
         indices.append(int(_GPU.match(tokens[0]).group(1)))
         rows.append([normalize_cell(values[k]) for k in gpu_cols])
-        extras.append(dict(zip(extra_cols, values[len(matrix_cols):], strict=False)))
+        extras.append(dict(zip(extra_cols, values[len(matrix_cols) :], strict=False)))
     if not rows:
         raise KgweError("topology matrix has no GPU rows")
     n = len(rows)

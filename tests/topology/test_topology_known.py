@@ -10,8 +10,13 @@ from kgwe.topology.model import to_graph
 from kgwe.topology.parser import parse_known_file, parse_topo_matrix
 
 REQUIRED = {
-    "DGX-1-V100", "DGX-A100", "HGX-H100", "A100-PCIE-PAIRS-ADJACENT", "A100-PCIE-PAIRS-NONADJACENT",
-    "L40S-8-PCIE", "GB200-TRAY",
+    "DGX-1-V100",
+    "DGX-A100",
+    "HGX-H100",
+    "A100-PCIE-PAIRS-ADJACENT",
+    "A100-PCIE-PAIRS-NONADJACENT",
+    "L40S-8-PCIE",
+    "GB200-TRAY",
 }
 
 

@@ -135,3 +135,8 @@ def from_known_file(kf: KnownFile, default_name: str = "custom") -> NodeTopology
         pcie=tuple(tuple(r) for r in pcie),
         rates=rates,
     )
+
+
+def facts(name: str) -> dict[str, str]:
+    """The `# key: value` facts of known topology `name` (GPU model, rates, NVSwitch count, sources)."""
+    return dict(parse_known_file(source_text(name)).meta)

@@ -1,0 +1,345 @@
+"""A stand-in for the `pynvml` module that replays a known topology (the only GPU fake KGWE allows).
+
+It answers the same nvidia-ml-py calls the real discovery makes, with the same types: ctypes structures
+and arrays from pynvml itself (`nvmlPciInfo_t` with bytes `busId`, `c_ulonglong` affinity words, caller-
+allocated placement arrays filled through `byref` counts), pynvml's constants (including the
+`NVML_P2P_CAPS_INDEX_READ = (0,)` tuple) and pynvml's exception classes. On NVSwitch systems every NVLink
+ends at a switch (remote device type SWITCH, remote PCI id of the switch), as on a real DGX/HGX.
+
+Quirks can be switched on to exercise the discovery's handling of them: a GPU lost from the bus, NVLinks
+down (fabric manager not running), NVSwitches invisible in a VM, MIG instances and a pending MIG change.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+import pynvml
+
+from kgwe.topology import known
+from kgwe.topology.model import PCIE_LEVELS, NodeTopology
+
+_NVLINK_VERSION_BY_GPU = (
+    ("P100", 1),
+    ("V100", 2),
+    ("A100", 4),
+    ("H100", 6),
+    ("H200", 6),
+    ("B200", 7),
+    ("GB200", 7),
+)
+_PCIE_GEN_BY_GBPS = {12.0: 3, 24.0: 4, 48.0: 5, 96.0: 6}
+_SWITCH_DOMAIN = 8  # remote PCI domain of NVSwitch links, as GH NVIDIA/go-nvml#166 shows on A100
+_BASE_PROFILE_INDEX = {1: 0x0, 2: 0x1, 3: 0x2, 4: 0x3, 7: 0x4, 8: 0x5, 6: 0x6}
+_DRIVER_VERSION = "570.133.20"
+
+
+def _err(code: int) -> pynvml.NVMLError:
+    return pynvml.NVMLError(code)
+
+
+def _cpu_list(text: str) -> list[int]:
+    cpus: list[int] = []
+    for part in filter(None, text.split(",")):
+        lo, _, hi = part.partition("-")
+        cpus.extend(range(int(lo), int(hi or lo) + 1))
+    return cpus
+
+
+def _bus_fields(bus_id: str) -> tuple[int, int, int]:
+    dom, bus, devfn = bus_id.split(":")
+    return int(dom, 16), int(bus, 16), int(devfn.split(".")[0], 16)
+
+
+@dataclass(frozen=True)
+class _Handle:
+    """Opaque device handle, like pynvml's c_nvmlDevice_t."""
+
+    index: int
+
+
+class FakeNvml:
+    """Use where `pynvml` would be used: `discover(FakeNvml.for_known("DGX-A100"))`.
+
+    Attribute lookups it does not define (constants, structures, errors) come from pynvml itself.
+    """
+
+    def __init__(
+        self,
+        topo: NodeTopology,
+        *,
+        nvswitches: int = 0,
+        lost: Iterable[int] = (),
+        nvlink_down: bool = False,
+        hidden_switches: bool = False,
+        mig: Mapping[int, Iterable[tuple[str, int]]] | None = None,
+        mig_pending: Iterable[int] = (),
+        no_driver: bool = False,
+    ) -> None:
+        self._topo = topo
+        self._lost = frozenset(lost)
+        self._nvlink_down = nvlink_down
+        self._hidden_switches = hidden_switches
+        self._no_driver = no_driver
+        self._mig = {int(k): list(v) for k, v in (mig or {}).items()}
+        self._mig_pending = frozenset(mig_pending)
+        self._initialized = False
+        self._switches = max(nvswitches, 1 if any(g.nvswitch_links for g in topo.gpus) else 0)
+        self._links = [self._link_table(pos) for pos in range(topo.size)]
+        self._instances: dict[
+            int, tuple[int, int, int, int]
+        ] = {}  # addressof -> (gpu, id, profile id, start)
+        self._instance_objects: list = []
+
+    @classmethod
+    def for_known(cls, name: str, **quirks) -> FakeNvml:
+        """Replay the known topology `name` (see kgwe.topology.known)."""
+        meta = known.facts(name)
+        return cls(known.load(name), nvswitches=int(meta.get("nvswitches", "0").split()[0]), **quirks)
+
+    def __getattr__(self, name: str):
+        return getattr(pynvml, name)
+
+    # --- internals -------------------------------------------------------------------------------------
+    def _link_table(self, pos: int) -> list[tuple[str, int]]:
+        """(remote bus id, remote device type) per NVLink of the GPU at `pos`."""
+        topo = self._topo
+        links: list[tuple[str, int]] = []
+        for other in range(topo.size):
+            links += [(topo.gpus[other].pci_bus_id, pynvml.NVML_NVLINK_DEVICE_TYPE_GPU)] * topo.nvlinks[pos][
+                other
+            ]
+        for k in range(topo.gpus[pos].nvswitch_links):
+            switch = k % self._switches
+            links.append((f"{_SWITCH_DOMAIN:08X}:{switch:02X}:00.0", pynvml.NVML_NVLINK_DEVICE_TYPE_SWITCH))
+        return links
+
+    def _pos(self, handle: _Handle) -> int:
+        if not self._initialized:
+            raise _err(pynvml.NVML_ERROR_UNINITIALIZED)
+        if not isinstance(handle, _Handle):
+            raise ctypes.ArgumentError("argument 1: wrong type")
+        return self._topo.position(handle.index)
+
+    def _gpu(self, handle: _Handle):
+        return self._topo.gpus[self._pos(handle)]
+
+    def _model(self, handle: _Handle):
+        from kgwe.gpu import catalog
+
+        matches = catalog.models_matching(self._gpu(handle).name)
+        return matches[0] if matches and matches[0].mig_capable else None
+
+    def _profiles(self, handle: _Handle) -> list[tuple[int, int, object]]:
+        """(NVML profile index, profile id, MigProfile) for the GPU's MIG profiles."""
+        model = self._model(handle)
+        if model is None:
+            return []
+        out = []
+        for pid, profile in enumerate(model.profiles.values()):
+            name = profile.name
+            if "+me" in name:
+                index = 0x7 if profile.compute_slices == 1 else 0x8
+            elif "+gfx" in name:
+                index = {1: 0xA, 2: 0xB, 4: 0xC, 3: 0x11}.get(profile.compute_slices, 0x11)
+            elif "-me" in name:
+                index = 0xD if profile.compute_slices == 1 else 0xE
+            elif profile.compute_slices == 1 and profile.memory_slices == 2:
+                index = 0x9
+            else:
+                index = _BASE_PROFILE_INDEX.get(profile.compute_slices, 0x6)
+            if index not in {i for i, _, _ in out}:
+                out.append((index, pid, profile))
+        return out
+
+    # --- pynvml API ----------------------------------------------------------------------------------
+    def nvmlInit(self) -> None:
+        if self._no_driver:
+            raise _err(pynvml.NVML_ERROR_DRIVER_NOT_LOADED)
+        self._initialized = True
+
+    nvmlInitWithFlags = nvmlInit
+
+    def nvmlShutdown(self) -> None:
+        self._initialized = False
+
+    def nvmlSystemGetDriverVersion(self) -> str:
+        return _DRIVER_VERSION
+
+    def nvmlDeviceGetCount(self) -> int:
+        if not self._initialized:
+            raise _err(pynvml.NVML_ERROR_UNINITIALIZED)
+        return max(g.index for g in self._topo.gpus) + 1
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> _Handle:
+        if not self._initialized:
+            raise _err(pynvml.NVML_ERROR_UNINITIALIZED)
+        if index in self._lost:
+            raise _err(pynvml.NVML_ERROR_GPU_IS_LOST)
+        self._topo.position(index)
+        return _Handle(index)
+
+    def nvmlDeviceGetName(self, handle: _Handle) -> str:
+        return self._gpu(handle).name
+
+    def nvmlDeviceGetUUID(self, handle: _Handle) -> str:
+        return self._gpu(handle).uuid
+
+    def nvmlDeviceGetPciInfo(self, handle: _Handle):
+        return self._pci_info(self._gpu(handle).pci_bus_id)
+
+    @staticmethod
+    def _pci_info(bus_id: str):
+        info = pynvml.nvmlPciInfo_t()
+        dom, bus, dev = _bus_fields(bus_id)
+        info.domain, info.bus, info.device = dom, bus, dev
+        info.busId = bus_id.encode()
+        info.busIdLegacy = f"{dom:04X}:{bus:02X}:{dev:02X}.0".encode()  # the 4-digit-domain form
+        info.pciDeviceId = 0x10DE
+        return info
+
+    def nvmlDeviceGetMemoryInfo(self, handle: _Handle, version=None):
+        mem = pynvml.c_nvmlMemory_t()
+        mem.total = self._gpu(handle).memory_mib * 1024 * 1024
+        mem.free = mem.total
+        return mem
+
+    def nvmlDeviceGetCpuAffinity(self, handle: _Handle, cpuSetSize: int):
+        words = (ctypes.c_ulonglong * cpuSetSize)()
+        for cpu in _cpu_list(self._gpu(handle).cpu_affinity):
+            if cpu // 64 < cpuSetSize:
+                words[cpu // 64] |= 1 << (cpu % 64)
+        return words
+
+    def nvmlDeviceGetCpuAffinityWithinScope(self, handle: _Handle, cpuSetSize: int, scope: int):
+        return self.nvmlDeviceGetCpuAffinity(handle, cpuSetSize)
+
+    def nvmlDeviceGetMemoryAffinity(self, handle: _Handle, nodeSetSize: int, scope: int):
+        words = (ctypes.c_ulonglong * nodeSetSize)()
+        numa = self._gpu(handle).numa_node
+        if numa is not None and numa // 64 < nodeSetSize:
+            words[numa // 64] |= 1 << (numa % 64)
+        return words
+
+    def nvmlDeviceGetNumaNodeId(self, handle: _Handle) -> int:
+        gpu = self._gpu(handle)
+        if gpu.gpu_numa_id is not None:
+            return gpu.gpu_numa_id
+        return gpu.numa_node if gpu.numa_node is not None else -1
+
+    def nvmlDeviceGetTopologyCommonAncestor(self, device1: _Handle, device2: _Handle) -> int:
+        a, b = self._pos(device1), self._pos(device2)
+        if a == b:
+            return pynvml.NVML_TOPOLOGY_INTERNAL
+        return PCIE_LEVELS[self._topo.pcie[a][b]]
+
+    def nvmlDeviceGetP2PStatus(self, device1: _Handle, device2: _Handle, p2pIndex) -> int:
+        if not isinstance(p2pIndex, int):  # what ctypes does with pynvml's `NVML_P2P_CAPS_INDEX_READ = 0,`
+            raise ctypes.ArgumentError(
+                "argument 3: <class 'TypeError'>: Don't know how to convert parameter 3"
+            )
+        a, b = self._pos(device1), self._pos(device2)
+        if (a, b) in self._topo.no_p2p or (b, a) in self._topo.no_p2p:
+            return pynvml.NVML_P2P_STATUS_GPU_NOT_SUPPORTED
+        return pynvml.NVML_P2P_STATUS_OK
+
+    def _link(self, handle: _Handle, link: int) -> tuple[str, int]:
+        links = self._links[self._pos(handle)]
+        if not 0 <= link < pynvml.NVML_NVLINK_MAX_LINKS:
+            raise _err(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        if link >= len(links):
+            raise _err(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return links[link]
+
+    def nvmlDeviceGetNvLinkState(self, device: _Handle, link: int) -> int:
+        self._link(device, link)
+        return pynvml.NVML_FEATURE_DISABLED if self._nvlink_down else pynvml.NVML_FEATURE_ENABLED
+
+    def nvmlDeviceGetNvLinkVersion(self, device: _Handle, link: int) -> int:
+        self._link(device, link)
+        name = self._gpu(device).name.upper()
+        return next((v for key, v in _NVLINK_VERSION_BY_GPU if key in name), 4)
+
+    def nvmlDeviceGetNvLinkRemotePciInfo(self, device: _Handle, link: int):
+        bus_id, kind = self._link(device, link)
+        if kind == pynvml.NVML_NVLINK_DEVICE_TYPE_SWITCH and self._hidden_switches:
+            return self._pci_info("FFFFFFFF:FF:1F.0")
+        return self._pci_info(bus_id)
+
+    def nvmlDeviceGetNvLinkRemoteDeviceType(self, handle: _Handle, link: int) -> int:
+        _, kind = self._link(handle, link)
+        if kind == pynvml.NVML_NVLINK_DEVICE_TYPE_SWITCH and self._hidden_switches:
+            return pynvml.NVML_NVLINK_DEVICE_TYPE_UNKNOWN
+        return kind
+
+    def nvmlDeviceGetMaxPcieLinkGeneration(self, handle: _Handle) -> int:
+        self._pos(handle)
+        return _PCIE_GEN_BY_GBPS.get(self._topo.rates.pcie_gbps, 4)
+
+    nvmlDeviceGetCurrPcieLinkGeneration = nvmlDeviceGetMaxPcieLinkGeneration
+
+    def nvmlDeviceGetMigMode(self, device: _Handle) -> list[int]:
+        if self._model(device) is None:
+            raise _err(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        index = self._gpu(device).index
+        current = int(index in self._mig)
+        pending = 1 - current if index in self._mig_pending else current
+        return [current, pending]
+
+    def nvmlDeviceGetGpuInstanceProfileInfo(self, device: _Handle, profile: int, version: int = 2):
+        for index, pid, mig_profile in self._profiles(device):
+            if index == profile:
+                info = pynvml.c_nvmlGpuInstanceProfileInfo_v2_t()
+                info.id = pid
+                info.sliceCount = mig_profile.compute_slices
+                info.instanceCount = mig_profile.max_count
+                info.memorySizeMB = mig_profile.memory_mib
+                info.name = f"MIG {mig_profile.name}".encode()
+                return info
+        if self._model(device) is None:
+            raise _err(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        raise _err(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+
+    def _profile_by_id(self, device: _Handle, profile_id: int):
+        for _, pid, mig_profile in self._profiles(device):
+            if pid == profile_id:
+                return mig_profile
+        raise _err(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+
+    def nvmlDeviceGetGpuInstancePossiblePlacements(self, device, profileId, placementsRef, countRef) -> int:
+        placements = self._profile_by_id(device, profileId).placements
+        count = getattr(countRef, "_obj", countRef)
+        if placementsRef is None or len(placementsRef) < len(placements):
+            count.value = len(placements)
+            raise _err(pynvml.NVML_ERROR_INSUFFICIENT_SIZE)
+        for k, (start, size) in enumerate(placements):
+            placementsRef[k].start, placementsRef[k].size = start, size
+        count.value = len(placements)
+        return pynvml.NVML_SUCCESS
+
+    def nvmlDeviceGetGpuInstances(self, device, profileId, gpuInstancesRef, countRef) -> int:
+        profile = self._profile_by_id(device, profileId)
+        gpu_index = self._gpu(device).index
+        count = getattr(countRef, "_obj", countRef)
+        found = 0
+        for gi_id, (name, start) in enumerate(self._mig.get(gpu_index, ()), start=1):
+            if name != profile.name:
+                continue
+            obj = pynvml.struct_c_nvmlGpuInstance_t()
+            self._instance_objects.append(obj)
+            self._instances[ctypes.addressof(obj)] = (gpu_index, gi_id, profileId, start)
+            gpuInstancesRef[found] = ctypes.pointer(obj)
+            found += 1
+        count.value = found
+        return pynvml.NVML_SUCCESS
+
+    def nvmlGpuInstanceGetInfo(self, gpuInstance):
+        gpu_index, gi_id, profile_id, start = self._instances[ctypes.addressof(gpuInstance.contents)]
+        info = pynvml.c_nvmlGpuInstanceInfo_t()
+        info.id = gi_id
+        info.profileId = profile_id
+        info.placement.start = start
+        info.placement.size = self._profile_by_id(_Handle(gpu_index), profile_id).memory_slices
+        return info
