@@ -24,7 +24,7 @@ cluster-bins:
 	hack/cluster-bins.sh
 
 schemas: venv
-	$(BIN)/kgwe schema --out schemas
+	$(BIN)/kgwe schema --out schemas --crds deploy/crds
 
 test: venv cluster-bins lint
 	$(BIN)/python -m pytest

@@ -14,6 +14,7 @@ from kgwe.errors import KgweError
 # name -> (module, help). The module defines `add_arguments(parser)` and `run(args) -> int`.
 COMMANDS: dict[str, tuple[str, str]] = {
     "validate": ("kgwe.policy.validate_cmd", "check a policy repository or manifest (exit 1 on errors)"),
+    "schema": ("kgwe.policy.schema_cmd", "write the JSON Schemas of the KGWE kinds (and the CRDs)"),
     "extender": ("kgwe.extender.command", "kube-scheduler extender: GPU-aware filter and prioritize"),
     "simulate": ("kgwe.sim.command", "replay the openb GPU trace through the scoring core (FGD method)"),
 }

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, ClassVar
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
@@ -50,7 +50,7 @@ class ClusterObjectMeta(ObjectMeta):
 class KgweObject(KgweModel):
     """apiVersion/kind/metadata/spec envelope. Subclasses pin `kind` and `spec`."""
 
-    api_version: str = Field(default=API_VERSION, alias="apiVersion", pattern=f"^{API_VERSION}$")
+    api_version: Literal["kgwe.nvidia.io/v1"] = Field(default=API_VERSION, alias="apiVersion")
     kind: str
     metadata: ObjectMeta
 

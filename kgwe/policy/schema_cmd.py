@@ -1,0 +1,29 @@
+"""Write one JSON Schema per KGWE kind (for editors and CI) and, with --crds, the CRDs of the cluster kinds.
+Without --out the schemas are printed as one JSON object keyed by kind."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from kgwe.policy.models import KINDS
+from kgwe.policy.schema_export import dumps, json_schema, write_crds, write_schemas
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out", metavar="DIR", help="write <kind>.schema.json files into DIR")
+    parser.add_argument(
+        "--crds", metavar="DIR", help="also write the CRDs (PolicyRepository, GPUWorkload) into DIR"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.out:
+        for path in write_schemas(args.out):
+            print(f"wrote {path}")
+    else:
+        sys.stdout.write(dumps({kind: json_schema(model) for kind, model in KINDS.items()}))
+    if args.crds:
+        for path in write_crds(args.crds):
+            print(f"wrote {path}")
+    return 0

@@ -1,0 +1,194 @@
+"""JSON Schemas (for editors and CI) and CRD openAPIV3Schemas (for the API server), both from the models.
+
+One source of truth: the pydantic models. JSON Schema keeps `additionalProperties: false` so editors flag
+typos; the CRD form is made *structural* (no $ref, no anyOf except int-or-string, nullable instead of
+null unions, unknown-field preservation only where the model allows arbitrary content).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+from kgwe import API_GROUP
+from kgwe.policy.models import KINDS, GPUWorkload, KgweObject, PolicyRepository
+
+SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
+
+
+def schema_file_name(kind: str) -> str:
+    return f"{kind.lower()}.schema.json"
+
+
+def json_schema(model: type[KgweObject]) -> dict[str, Any]:
+    schema = model.model_json_schema(by_alias=True, mode="validation")
+    return {"$schema": SCHEMA_DIALECT, "$id": schema_file_name(model.KIND), **schema}
+
+
+def dumps(data: Any) -> str:
+    """Stable text: same models, byte-identical files."""
+    return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+
+
+def write_schemas(out_dir: str | Path) -> list[Path]:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for kind, model in KINDS.items():
+        path = out / schema_file_name(kind)
+        path.write_text(dumps(json_schema(model)), encoding="utf-8")
+        written.append(path)
+    return written
+
+
+# -- structural schema for CRDs ------------------------------------------------------------------------------
+
+_DROP = ("title", "default", "$schema", "$id", "propertyNames", "examples")
+
+
+def _inline(node: Any, defs: dict[str, Any]) -> Any:
+    if isinstance(node, dict):
+        if "$ref" in node:
+            target = defs[node["$ref"].rsplit("/", 1)[-1]]
+            merged = {**copy.deepcopy(target), **{k: v for k, v in node.items() if k != "$ref"}}
+            return _inline(merged, defs)
+        return {k: _inline(v, defs) for k, v in node.items() if k != "$defs"}
+    if isinstance(node, list):
+        return [_inline(v, defs) for v in node]
+    return node
+
+
+def _structural(node: dict[str, Any]) -> dict[str, Any]:
+    node = {k: v for k, v in node.items() if k not in _DROP}
+    if "anyOf" in node:
+        options = node.pop("anyOf")
+        non_null = [o for o in options if o.get("type") != "null"]
+        nullable = len(non_null) < len(options)
+        types = sorted({o.get("type") for o in non_null})
+        if len(non_null) == 1:
+            node = {**_structural(non_null[0]), **node}
+        elif types == ["integer", "string"]:
+            node = {**node, "x-kubernetes-int-or-string": True}
+        elif types == ["integer", "number"]:
+            node = {**node, "type": "number"}
+        else:
+            node = {**node, "x-kubernetes-preserve-unknown-fields": True}
+        if nullable:
+            node["nullable"] = True
+    if isinstance(node.get("type"), list):  # e.g. label values: string|boolean|number -> string
+        node["type"] = "string"
+    if "const" in node:
+        node["enum"] = [node.pop("const")]
+    if "properties" in node:
+        node["properties"] = {k: _structural(v) for k, v in node["properties"].items()}
+    if "items" in node:
+        node["items"] = _structural(node["items"])
+    ap = node.get("additionalProperties")
+    if ap is False:
+        del node["additionalProperties"]  # structural schemas prune unknown fields instead
+    elif ap is True or ap == {}:
+        del node["additionalProperties"]
+        node["x-kubernetes-preserve-unknown-fields"] = True
+        node.setdefault("type", "object")
+    elif isinstance(ap, dict):
+        node["additionalProperties"] = _structural(ap)
+    if node.get("type") == "object" and not any(
+        k in node for k in ("properties", "additionalProperties", "x-kubernetes-preserve-unknown-fields")
+    ):
+        node["x-kubernetes-preserve-unknown-fields"] = True
+    return node
+
+
+def openapi_schema(model: type[KgweObject]) -> dict[str, Any]:
+    raw = model.model_json_schema(by_alias=True, mode="validation")
+    inlined = _inline(raw, raw.get("$defs", {}))
+    schema = _structural(inlined)
+    # The API server owns metadata's schema; a CRD may not describe it beyond `type: object`.
+    schema["properties"]["metadata"] = {"type": "object"}
+    schema["required"] = [r for r in schema.get("required", []) if r != "metadata"]
+    if not schema["required"]:
+        del schema["required"]
+    if "description" in schema:
+        schema["description"] = schema["description"].strip()
+    return schema
+
+
+_PRINTER_COLUMNS: dict[str, list[dict[str, Any]]] = {
+    "PolicyRepository": [
+        {"name": "URL", "type": "string", "jsonPath": ".spec.url"},
+        {"name": "Ready", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Ready")].status'},
+        {"name": "Revision", "type": "string", "jsonPath": ".status.lastAppliedRevision"},
+        {
+            "name": "Status",
+            "type": "string",
+            "priority": 1,
+            "jsonPath": '.status.conditions[?(@.type=="Ready")].message',
+        },
+        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    ],
+    "GPUWorkload": [
+        {"name": "GPUs", "type": "integer", "jsonPath": ".spec.gpuRequirements.count"},
+        {"name": "Type", "type": "string", "jsonPath": ".spec.workloadType"},
+        {"name": "Topology", "type": "string", "jsonPath": ".spec.gpuRequirements.topology.preference"},
+        {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    ],
+}
+_SHORT_NAMES = {"PolicyRepository": ["gpr"], "GPUWorkload": ["gwl"]}
+
+
+def crd(model: type[KgweObject]) -> dict[str, Any]:
+    kind = model.KIND
+    plural = kind.lower()[:-1] + "ies" if kind.endswith("y") else kind.lower() + "s"
+    columns = _PRINTER_COLUMNS.get(kind, [])
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {
+            "name": f"{plural}.{API_GROUP}",
+            "labels": {"app.kubernetes.io/name": "kgwe", "app.kubernetes.io/part-of": "kgwe"},
+        },
+        "spec": {
+            "group": API_GROUP,
+            "names": {
+                "kind": kind,
+                "listKind": f"{kind}List",
+                "plural": plural,
+                "singular": kind.lower(),
+                "shortNames": _SHORT_NAMES.get(kind, []),
+                "categories": ["kgwe"],
+            },
+            "scope": "Namespaced",
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": columns,
+                    "schema": {"openAPIV3Schema": openapi_schema(model)},
+                }
+            ],
+        },
+    }
+
+
+CRD_KINDS = (PolicyRepository, GPUWorkload)
+
+
+def write_crds(out_dir: str | Path) -> list[Path]:
+    """deploy/crds/<plural>.yaml, as YAML generated from the same models as the JSON Schemas."""
+    import yaml
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for model in CRD_KINDS:
+        doc = crd(model)
+        path = out / f"{doc['metadata']['name']}.yaml"
+        header = "# Generated by `kgwe schema` from kgwe/policy models; do not edit by hand.\n"
+        path.write_text(header + yaml.safe_dump(doc, sort_keys=False, width=100), encoding="utf-8")
+        written.append(path)
+    return written
