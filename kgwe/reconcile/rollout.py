@@ -19,13 +19,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
-MIG_CONFIG_LABEL = "nvidia.com/mig.config"
-MIG_STATE_LABEL = "nvidia.com/mig.config.state"
-# When KGWE set the label (RFC 3339 UTC): the start of the success timeout, readable after a restart.
-REQUESTED_AT_ANNOTATION = "kgwe.nvidia.io/mig-config-requested-at"
-# Present while KGWE holds the node cordoned for a layout change (value: the config it is draining for),
-# so KGWE uncordons only nodes it cordoned itself, never an administrator's cordon.
-CORDONED_ANNOTATION = "kgwe.nvidia.io/cordoned-for-mig-config"
+from kgwe.cluster.names import (  # noqa: F401  (re-exported: the names the rollout state lives in)
+    CORDONED_ANNOTATION,
+    MIG_CONFIG_LABEL,
+    MIG_STATE_LABEL,
+    REQUESTED_AT_ANNOTATION,
+)
 
 STATE_SUCCESS = "success"
 STATE_FAILED = "failed"

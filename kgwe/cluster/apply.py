@@ -1,0 +1,229 @@
+"""Server-side apply with a dry-run diff first, and inventory-based prune.
+
+For each desired object: a server-side-apply dry run (field manager `kgwe-controller`, forced, so KGWE
+takes back fields it owns that someone edited by hand) tells what the object would become; only when that
+differs from the live object is it applied for real. So a no-op reconcile makes zero writes, admission
+webhooks and defaulting take part in the comparison (as in Argo CD's server-side diff and Flux), and fields
+other managers own are never touched (SSA only sets the fields KGWE sends).
+
+An update of an object whose desired content has not changed since KGWE last applied it (same hash in
+`kgwe.nvidia.io/desired-hash`) is a hand edit being undone: it is counted as drift.
+
+Prune deletes what a previous revision applied and the current one no longer renders, but only objects
+that carry this repository's label, and never one annotated `kgwe.nvidia.io/prune: disabled`.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from kubernetes import client, dynamic
+from kubernetes.client.exceptions import ApiException
+from kubernetes.dynamic.exceptions import NotFoundError, ResourceNotFoundError
+
+from kgwe.cluster.names import (
+    DESIRED_HASH_ANNOTATION,
+    FIELD_MANAGER,
+    MANAGED_BY_LABEL,
+    MANAGED_BY_VALUE,
+    PRUNE_ANNOTATION,
+    PRUNE_DISABLED,
+    REPOSITORY_LABEL,
+)
+from kgwe.errors import KgweError
+
+_VOLATILE_METADATA = (
+    "managedFields", "resourceVersion", "generation", "creationTimestamp", "uid", "selfLink",
+)
+
+
+@dataclass(frozen=True, order=True)
+class ObjectRef:
+    api_version: str
+    kind: str
+    namespace: str | None
+    name: str
+
+    @classmethod
+    def of(cls, obj: dict) -> ObjectRef:
+        meta = obj.get("metadata") or {}
+        if not obj.get("apiVersion") or not obj.get("kind") or not meta.get("name"):
+            raise KgweError(f"rendered object lacks apiVersion/kind/metadata.name: {str(obj)[:120]}")
+        return cls(obj["apiVersion"], obj["kind"], meta.get("namespace") or None, meta["name"])
+
+    @classmethod
+    def from_status(cls, entry: dict) -> ObjectRef:
+        return cls(entry["apiVersion"], entry["kind"], entry.get("namespace") or None, entry["name"])
+
+    def as_status(self) -> dict:
+        out = {"apiVersion": self.api_version, "kind": self.kind, "name": self.name}
+        if self.namespace:
+            out["namespace"] = self.namespace
+        return out
+
+    def __str__(self) -> str:
+        where = f"{self.namespace}/" if self.namespace else ""
+        return f"{self.kind}/{where}{self.name}"
+
+
+@dataclass
+class SyncResult:
+    created: list[ObjectRef] = field(default_factory=list)
+    updated: list[ObjectRef] = field(default_factory=list)
+    unchanged: list[ObjectRef] = field(default_factory=list)
+    drift_corrected: list[ObjectRef] = field(default_factory=list)
+    pruned: list[ObjectRef] = field(default_factory=list)
+    prune_skipped: list[ObjectRef] = field(default_factory=list)  # protected or not ours
+    writes: int = 0  # real API writes (creates, updates, deletes); dry runs are not writes
+
+    @property
+    def applied(self) -> list[ObjectRef]:
+        return self.created + self.updated
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.created or self.updated or self.pruned)
+
+
+def desired_hash(obj: dict) -> str:
+    """Content hash of a desired object (without the hash annotation itself), stable across runs."""
+    clean = copy.deepcopy(obj)
+    (clean.get("metadata") or {}).get("annotations", {}).pop(DESIRED_HASH_ANNOTATION, None)
+    return hashlib.sha256(orjson.dumps(clean, option=orjson.OPT_SORT_KEYS)).hexdigest()[:20]
+
+
+def with_ownership(obj: dict, repository: str) -> dict:
+    """The object as KGWE applies it: managed-by and repository labels, and the desired-content hash."""
+    out = copy.deepcopy(obj)
+    meta = out.setdefault("metadata", {})
+    meta.setdefault("labels", {}).update({MANAGED_BY_LABEL: MANAGED_BY_VALUE, REPOSITORY_LABEL: repository})
+    meta.setdefault("annotations", {})
+    meta["annotations"][DESIRED_HASH_ANNOTATION] = desired_hash(out)
+    return out
+
+
+def comparable(obj: dict) -> dict:
+    """An object without the fields the server changes on every write (for live vs dry-run equality)."""
+    out = copy.deepcopy(obj)
+    meta = out.get("metadata") or {}
+    for key in _VOLATILE_METADATA:
+        meta.pop(key, None)
+    return out
+
+
+class Applier:
+    """Applies and prunes objects for one PolicyRepository (`repository` = its label value)."""
+
+    def __init__(self, api_client: client.ApiClient, repository: str, *, field_manager: str = FIELD_MANAGER):
+        self.api_client = api_client
+        self.repository = repository
+        self.field_manager = field_manager
+        self._dyn: dynamic.DynamicClient | None = None
+
+    @property
+    def dyn(self) -> dynamic.DynamicClient:
+        if self._dyn is None:
+            self._dyn = dynamic.DynamicClient(self.api_client)
+        return self._dyn
+
+    def _resource(self, ref: ObjectRef) -> Any:
+        try:
+            return self.dyn.resources.get(api_version=ref.api_version, kind=ref.kind)
+        except ResourceNotFoundError:
+            self.dyn.resources.invalidate_cache()
+            try:
+                return self.dyn.resources.get(api_version=ref.api_version, kind=ref.kind)
+            except ResourceNotFoundError as exc:
+                raise KgweError(
+                    f"the cluster does not serve {ref.api_version} {ref.kind} (CRD missing?)"
+                ) from exc
+
+    def _live(self, resource: Any, ref: ObjectRef) -> dict | None:
+        try:
+            return resource.get(name=ref.name, namespace=ref.namespace).to_dict()
+        except NotFoundError:
+            return None
+
+    def _ssa(self, resource: Any, obj: dict, ref: ObjectRef, *, dry_run: bool) -> dict:
+        result = self.dyn.server_side_apply(
+            resource, body=obj, name=ref.name, namespace=ref.namespace, field_manager=self.field_manager,
+            force_conflicts=True, dry_run="All" if dry_run else None,
+        )
+        return result.to_dict()
+
+    def diff(self, obj: dict) -> tuple[str, dict | None, dict]:
+        """("create" | "update" | "unchanged", live, would-be) for one desired object, writing nothing."""
+        desired = with_ownership(obj, self.repository)
+        ref = ObjectRef.of(desired)
+        resource = self._resource(ref)
+        live = self._live(resource, ref)
+        would_be = self._ssa(resource, desired, ref, dry_run=True)
+        if live is None:
+            return "create", None, would_be
+        return ("unchanged" if comparable(would_be) == comparable(live) else "update"), live, would_be
+
+    def apply(self, objects: Sequence[dict], result: SyncResult | None = None) -> SyncResult:
+        """Apply only the objects whose dry run differs from live."""
+        result = result or SyncResult()
+        for obj in objects:
+            desired = with_ownership(obj, self.repository)
+            ref = ObjectRef.of(desired)
+            action, live, _ = self.diff(obj)
+            if action == "unchanged":
+                result.unchanged.append(ref)
+                continue
+            self._ssa(self._resource(ref), desired, ref, dry_run=False)
+            result.writes += 1
+            if action == "create":
+                result.created.append(ref)
+            else:
+                result.updated.append(ref)
+                live_annotations = (live or {}).get("metadata", {}).get("annotations") or {}
+                live_hash = live_annotations.get(DESIRED_HASH_ANNOTATION)
+                if live_hash == desired["metadata"]["annotations"][DESIRED_HASH_ANNOTATION]:
+                    result.drift_corrected.append(ref)
+        return result
+
+    def prune(self, previous: Iterable[ObjectRef], current: Iterable[ObjectRef],
+              result: SyncResult | None = None) -> SyncResult:
+        """Delete objects applied before and no longer desired (ours only, unless protected)."""
+        result = result or SyncResult()
+        keep = set(current)
+        for ref in sorted(set(previous) - keep):
+            try:
+                resource = self._resource(ref)
+            except KgweError:
+                continue  # the kind is gone from the cluster, so are its objects
+            live = self._live(resource, ref)
+            if live is None:
+                continue
+            meta = live.get("metadata") or {}
+            if (meta.get("annotations") or {}).get(PRUNE_ANNOTATION) == PRUNE_DISABLED or (
+                (meta.get("labels") or {}).get(REPOSITORY_LABEL) != self.repository
+            ):
+                result.prune_skipped.append(ref)
+                continue
+            try:
+                resource.delete(name=ref.name, namespace=ref.namespace,
+                                body={"propagationPolicy": "Background"})
+            except (NotFoundError, ApiException) as exc:
+                if getattr(exc, "status", None) != 404:
+                    raise
+                continue
+            result.writes += 1
+            result.pruned.append(ref)
+        return result
+
+    def sync(self, objects: Sequence[dict], previous: Iterable[ObjectRef]) -> SyncResult:
+        """Apply then prune; the new inventory is `[ObjectRef.of(o) for o in objects]` + skipped prunes."""
+        refs = [ObjectRef.of(o) for o in objects]
+        if len(set(refs)) != len(refs):
+            dupes = sorted({str(r) for r in refs if refs.count(r) > 1})
+            raise KgweError(f"rendered objects are not unique: {', '.join(dupes)}")
+        result = self.apply(objects)
+        return self.prune(previous, refs, result)

@@ -1,0 +1,25 @@
+"""Building an authenticated Kubernetes ApiClient: a kubeconfig file when given, else in-cluster."""
+
+from __future__ import annotations
+
+import os
+
+from kubernetes import client, config
+from kubernetes.config.config_exception import ConfigException
+
+from kgwe.errors import KgweError
+
+
+def api_client(kubeconfig: str | None = None, *, context: str | None = None) -> client.ApiClient:
+    """An ApiClient for `kubeconfig` (or $KUBECONFIG), falling back to the pod's service account."""
+    path = kubeconfig or os.environ.get("KUBECONFIG")
+    try:
+        if path:
+            if not os.path.exists(path):
+                raise KgweError(f"kubeconfig {path} does not exist")
+            return config.new_client_from_config(config_file=path, context=context)
+        configuration = client.Configuration()
+        config.load_incluster_config(client_configuration=configuration)
+        return client.ApiClient(configuration)
+    except ConfigException as exc:
+        raise KgweError(f"cannot configure a Kubernetes client: {exc}") from exc

@@ -1,0 +1,67 @@
+"""Kubernetes Events about a PolicyRepository: one per step that matters (applied, pruned, rollout
+started/finished, stalled, invalid revision). Repeats of the same reason+message bump `count` instead of
+creating new objects, as kubelet and client-go's recorder do."""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import threading
+from datetime import UTC, datetime
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+log = logging.getLogger(__name__)
+COMPONENT = "kgwe-controller"
+
+
+class EventRecorder:
+    def __init__(self, api_client: client.ApiClient, *, component: str = COMPONENT) -> None:
+        self.core = client.CoreV1Api(api_client)
+        self.component = component
+        self._seen: dict[tuple, tuple[str, int]] = {}
+        self._lock = threading.Lock()
+
+    def record(self, involved: dict, event_type: str, reason: str, message: str) -> None:
+        """Emit an event about `involved` (an object dict with apiVersion/kind/metadata); never raises."""
+        meta = involved.get("metadata") or {}
+        namespace = meta.get("namespace") or "default"
+        key = (namespace, meta.get("name"), event_type, reason, message)
+        now = datetime.now(UTC)
+        try:
+            with self._lock:
+                previous = self._seen.get(key)
+            if previous is not None:
+                name, count = previous
+                self.core.patch_namespaced_event(name, namespace, {"count": count + 1, "lastTimestamp": now})
+                with self._lock:
+                    self._seen[key] = (name, count + 1)
+                return
+            name = f"{meta.get('name', 'kgwe')}.{secrets.token_hex(8)}"
+            body = client.CoreV1Event(
+                metadata=client.V1ObjectMeta(name=name, namespace=namespace),
+                involved_object=client.V1ObjectReference(
+                    api_version=involved.get("apiVersion"), kind=involved.get("kind"), name=meta.get("name"),
+                    namespace=namespace, uid=meta.get("uid"), resource_version=meta.get("resourceVersion"),
+                ),
+                reason=reason, message=message[:1024], type=event_type, count=1,
+                first_timestamp=now, last_timestamp=now,
+                source=client.V1EventSource(component=self.component), reporting_component=self.component,
+                reporting_instance=self.component,
+            )
+            self.core.create_namespaced_event(namespace, body)
+            with self._lock:
+                self._seen[key] = (name, 1)
+                if len(self._seen) > 1000:
+                    self._seen.clear()
+        except ApiException as exc:  # events are best effort: never fail a reconcile over one
+            log.warning("could not record event %s/%s: %s", reason, message[:80], exc.reason)
+            with self._lock:
+                self._seen.pop(key, None)
+
+    def normal(self, involved: dict, reason: str, message: str) -> None:
+        self.record(involved, "Normal", reason, message)
+
+    def warning(self, involved: dict, reason: str, message: str) -> None:
+        self.record(involved, "Warning", reason, message)

@@ -1,0 +1,175 @@
+"""Read the cluster's GPU nodes into plain data: A's GPUInventory shape (for planning, `kgwe plan` and the
+snapshot committed under reports/) and the facts the rollout decision needs.
+
+Sources, all as published on a cluster running the GPU Operator plus the KGWE agent:
+- GPU nodes: label `nvidia.com/gpu.present=true`; GFD labels `nvidia.com/gpu.product`, `gpu.count`;
+- `kgwe.nvidia.io/topology`: the agent's annotation (only its `name` is kept here);
+- `nvidia.com/mig.config` / `nvidia.com/mig.config.state`: the MIG manager's protocol;
+- the current per-GPU MIG layout: the mig-parted config named by the node's label, when KGWE has it;
+- pods holding GPUs: non-terminal pods bound to the node with nvidia.com/gpu or nvidia.com/mig-* requests.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from kubernetes import client
+
+from kgwe.cluster.names import (
+    CORDONED_ANNOTATION,
+    GPU_RESOURCE,
+    MIG_CONFIG_LABEL,
+    MIG_RESOURCE_PREFIX,
+    MIG_STATE_LABEL,
+    REQUESTED_AT_ANNOTATION,
+)
+from kgwe.cluster.nodes import gpu_pods_by_node, parse_time, pod_gpu_requests
+
+GPU_NODE_SELECTOR = "nvidia.com/gpu.present=true"
+TOPOLOGY_ANNOTATION = "kgwe.nvidia.io/topology"
+_STATES = ("pending", "rebooting", "success", "failed")
+
+
+@dataclass
+class GpuNodeFacts:
+    name: str
+    labels: dict[str, str]
+    annotations: dict[str, str]
+    gpus: int
+    product: str
+    topology: str | None
+    unschedulable: bool
+    gpu_pods: list[str] = field(default_factory=list)  # namespace/name
+    whole_gpus_in_use: int = 0
+    mig_in_use: Counter = field(default_factory=Counter)  # profile -> instances held
+
+    @property
+    def mig_config(self) -> str | None:
+        return self.labels.get(MIG_CONFIG_LABEL)
+
+    @property
+    def mig_state(self) -> str | None:
+        return self.labels.get(MIG_STATE_LABEL)
+
+    @property
+    def cordoned_by_kgwe(self) -> bool:
+        return CORDONED_ANNOTATION in self.annotations
+
+    @property
+    def requested_at(self):
+        return parse_time(self.annotations.get(REQUESTED_AT_ANNOTATION))
+
+
+def _topology_name(annotations: Mapping[str, str]) -> str | None:
+    raw = annotations.get(TOPOLOGY_ANNOTATION)
+    if not raw:
+        return None
+    try:
+        doc = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    name = doc.get("name") if isinstance(doc, dict) else None
+    return name if isinstance(name, str) else None
+
+
+def facts_from_objects(nodes: Sequence[Any], gpu_pods: Mapping[str, list[Any]]) -> list[GpuNodeFacts]:
+    """Pure: V1Node/V1Pod objects → facts (separate from the reads so benchmarks can reuse it)."""
+    out = []
+    for node in nodes:
+        meta = node.metadata
+        labels = dict(meta.labels or {})
+        annotations = dict(meta.annotations or {})
+        try:
+            gpus = int(labels.get("nvidia.com/gpu.count", "0"))
+        except ValueError:
+            gpus = 0
+        facts = GpuNodeFacts(
+            name=meta.name, labels=labels, annotations=annotations, gpus=gpus,
+            product=labels.get("nvidia.com/gpu.product", ""), topology=_topology_name(annotations),
+            unschedulable=bool(node.spec and node.spec.unschedulable),
+        )
+        for pod in gpu_pods.get(meta.name, []):
+            facts.gpu_pods.append(f"{pod.metadata.namespace}/{pod.metadata.name}")
+            for resource, count in pod_gpu_requests(pod).items():
+                if resource == GPU_RESOURCE:
+                    facts.whole_gpus_in_use += count
+                elif resource.startswith(MIG_RESOURCE_PREFIX):
+                    facts.mig_in_use[resource.removeprefix(MIG_RESOURCE_PREFIX)] += count
+        out.append(facts)
+    return sorted(out, key=lambda f: f.name)
+
+
+def read_gpu_nodes(api_client: client.ApiClient) -> list[GpuNodeFacts]:
+    core = client.CoreV1Api(api_client)
+    nodes = core.list_node(label_selector=GPU_NODE_SELECTOR).items
+    return facts_from_objects(nodes, gpu_pods_by_node(core))
+
+
+def _current_layouts(facts: GpuNodeFacts, mig_configs: Mapping[str, Any]) -> list[list[str] | None]:
+    """Per-GPU layout as the node's selected mig-parted config says (all MIG-disabled when unknown)."""
+    layout: list[list[str] | None] = [None] * facts.gpus
+    if facts.mig_state != "success":
+        return layout
+    for entry in mig_configs.get(facts.mig_config or "", []) or []:
+        devices = entry.get("devices")
+        indices = range(facts.gpus) if devices == "all" else [i for i in devices or [] if 0 <= i < facts.gpus]
+        profiles = ([p for p, n in sorted((entry.get("mig-devices") or {}).items()) for _ in range(int(n))]
+                    if entry.get("mig-enabled") else None)
+        for i in indices:
+            layout[i] = list(profiles) if profiles is not None else None
+    return layout
+
+
+def inventory_document(
+    facts: Sequence[GpuNodeFacts],
+    *,
+    name: str = "cluster",
+    cluster: str | None = None,
+    mig_configs: Mapping[str, Any] | None = None,
+) -> dict:
+    """A GPUInventory object (as YAML/JSON data) describing `facts`; validated by kgwe.policy."""
+    nodes = []
+    for f in facts:
+        if f.gpus < 1:
+            continue
+        layouts = _current_layouts(f, mig_configs or {})
+        in_use = Counter(f.mig_in_use)
+        whole_busy = f.whole_gpus_in_use
+        devices = []
+        for index, layout in enumerate(layouts):
+            device: dict[str, Any] = {"index": index}
+            if layout is None:
+                if whole_busy > 0:
+                    device["busy"] = True
+                    whole_busy -= 1
+            else:
+                device["mig"] = list(layout)
+                held = []
+                for profile in layout:  # assign held instances to GPUs in index order
+                    if in_use[profile] > 0:
+                        in_use[profile] -= 1
+                        held.append(profile)
+                if held:
+                    device["inUse"] = held
+            if len(device) > 1:
+                devices.append(device)
+        node: dict[str, Any] = {"name": f.name, "labels": dict(sorted(f.labels.items())), "gpus": f.gpus,
+                                "product": f.product}
+        if f.topology:
+            node["topology"] = f.topology
+        if f.mig_config:
+            node["migConfig"] = f.mig_config
+        if f.mig_state in _STATES:
+            node["migConfigState"] = f.mig_state
+        if devices:
+            node["devices"] = devices
+        nodes.append(node)
+    spec: dict[str, Any] = {"nodes": nodes}
+    if cluster:
+        spec["cluster"] = cluster
+    return {"apiVersion": "kgwe.nvidia.io/v1", "kind": "GPUInventory", "metadata": {"name": name},
+            "spec": spec}

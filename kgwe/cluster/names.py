@@ -1,0 +1,34 @@
+"""Names KGWE puts on the cluster (DESIGN.md "Names on the cluster")."""
+
+from __future__ import annotations
+
+FIELD_MANAGER = "kgwe-controller"
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGED_BY_VALUE = "kgwe"
+# Which PolicyRepository an object came from ("<namespace>.<name>"), for inventory and prune.
+REPOSITORY_LABEL = "kgwe.nvidia.io/policy-repository"
+# `disabled` protects an object from prune (same idea as Flux's kustomize.toolkit.fluxcd.io/prune).
+PRUNE_ANNOTATION = "kgwe.nvidia.io/prune"
+PRUNE_DISABLED = "disabled"
+# Hash of the desired object as last applied; lets a later reconcile tell drift from a policy change.
+DESIRED_HASH_ANNOTATION = "kgwe.nvidia.io/desired-hash"
+
+GPU_RESOURCE = "nvidia.com/gpu"
+SHARED_GPU_RESOURCE = "nvidia.com/gpu.shared"
+MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
+
+
+def repository_label_value(namespace: str, name: str) -> str:
+    return f"{namespace}.{name}"[:63].rstrip(".-_")
+
+
+def is_gpu_resource(resource: str) -> bool:
+    return resource in (GPU_RESOURCE, SHARED_GPU_RESOURCE) or resource.startswith(MIG_RESOURCE_PREFIX)
+
+MIG_CONFIG_LABEL = "nvidia.com/mig.config"
+MIG_STATE_LABEL = "nvidia.com/mig.config.state"
+# When KGWE set the label (RFC 3339 UTC): the start of the success timeout, readable after a restart.
+REQUESTED_AT_ANNOTATION = "kgwe.nvidia.io/mig-config-requested-at"
+# Present while KGWE holds the node cordoned for a layout change (value: the config it is draining for),
+# so KGWE uncordons only nodes it cordoned itself, never an administrator's cordon.
+CORDONED_ANNOTATION = "kgwe.nvidia.io/cordoned-for-mig-config"

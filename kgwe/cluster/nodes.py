@@ -1,0 +1,125 @@
+"""Node operations of the MIG rollout: relabel, cordon/uncordon, evict GPU pods (Eviction API, so
+PodDisruptionBudgets are respected), plus reading GPU pods per node.
+
+Each operation is one small strategic-merge patch with field manager `kgwe-controller`; KGWE never
+rewrites whole Node objects, so labels and taints owned by the GPU Operator, kubelet or admins stay intact.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from kgwe.cluster.names import (
+    CORDONED_ANNOTATION,
+    FIELD_MANAGER,
+    MIG_CONFIG_LABEL,
+    MIG_STATE_LABEL,
+    REQUESTED_AT_ANNOTATION,
+    is_gpu_resource,
+)
+
+
+@dataclass(frozen=True)
+class EvictionOutcome:
+    evicted: tuple[str, ...]  # "namespace/name"
+    blocked: tuple[str, ...]  # refused (429: a PodDisruptionBudget does not allow it now)
+
+
+def pod_gpu_requests(pod: Any) -> dict[str, int]:
+    """GPU-like extended resources a pod holds (requests, else limits, summed over containers)."""
+    totals: dict[str, int] = defaultdict(int)
+    spec = pod.spec
+    for container in list(spec.containers or []) + list(spec.init_containers or []):
+        res = container.resources
+        if res is None:
+            continue
+        wanted = dict(res.limits or {})
+        wanted.update(res.requests or {})
+        for key, value in wanted.items():
+            if is_gpu_resource(key):
+                try:
+                    totals[key] += int(str(value))
+                except ValueError:
+                    continue
+    return dict(totals)
+
+
+def holds_gpu(pod: Any) -> bool:
+    """A pod that is (or may soon be) running on its node and holds GPU resources."""
+    if not pod.spec.node_name or (pod.status and pod.status.phase in ("Succeeded", "Failed")):
+        return False
+    return any(v > 0 for v in pod_gpu_requests(pod).values())
+
+
+def gpu_pods_by_node(core: client.CoreV1Api) -> dict[str, list[Any]]:
+    pods = core.list_pod_for_all_namespaces(field_selector="status.phase!=Succeeded,status.phase!=Failed")
+    out: dict[str, list[Any]] = defaultdict(list)
+    for pod in pods.items:
+        if holds_gpu(pod):
+            out[pod.spec.node_name].append(pod)
+    return dict(out)
+
+
+class NodeOps:
+    def __init__(self, api_client: client.ApiClient) -> None:
+        self.core = client.CoreV1Api(api_client)
+        self.writes = 0
+
+    def _patch(self, name: str, body: dict) -> None:
+        self.core.patch_node(name, body, field_manager=FIELD_MANAGER)
+        self.writes += 1
+
+    def relabel(self, name: str, config: str, now: datetime | None = None) -> None:
+        """Select `config` for the MIG manager and drop the previous state, in one patch, so a stale
+        `success` can never be mistaken for the new config's."""
+        stamp = (now or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        self._patch(name, {"metadata": {"labels": {MIG_CONFIG_LABEL: config, MIG_STATE_LABEL: None},
+                                        "annotations": {REQUESTED_AT_ANNOTATION: stamp}}})
+
+    def cordon(self, name: str, config: str) -> None:
+        self._patch(name, {"spec": {"unschedulable": True},
+                           "metadata": {"annotations": {CORDONED_ANNOTATION: config}}})
+
+    def uncordon(self, name: str) -> None:
+        """Undo KGWE's own cordon only (the annotation says it was ours)."""
+        node = self.core.read_node(name)
+        if CORDONED_ANNOTATION not in (node.metadata.annotations or {}):
+            return
+        self._patch(name, {"spec": {"unschedulable": None},
+                           "metadata": {"annotations": {CORDONED_ANNOTATION: None}}})
+
+    def evict_gpu_pods(self, name: str) -> EvictionOutcome:
+        pods = self.core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={name}")
+        evicted, blocked = [], []
+        for pod in pods.items:
+            if not holds_gpu(pod) or pod.metadata.deletion_timestamp is not None:
+                continue
+            key = f"{pod.metadata.namespace}/{pod.metadata.name}"
+            body = client.V1Eviction(metadata=client.V1ObjectMeta(name=pod.metadata.name,
+                                                                  namespace=pod.metadata.namespace))
+            try:
+                self.core.create_namespaced_pod_eviction(pod.metadata.name, pod.metadata.namespace, body)
+                self.writes += 1
+                evicted.append(key)
+            except ApiException as exc:
+                if exc.status == 429:
+                    blocked.append(key)
+                elif exc.status != 404:
+                    raise
+        return EvictionOutcome(tuple(evicted), tuple(blocked))
+
+
+def parse_time(text: str | None) -> datetime | None:
+    if not text:
+        return None
+    try:
+        value = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
