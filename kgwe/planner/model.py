@@ -48,6 +48,7 @@ class PoolRequest:
     shares: profile -> fraction (0..1] of the pool's compute slices (MIGStrategy preferredProfiles).
     counts: profile -> instances the pool must have. demand: profile -> instances wanted now (pending pods
     plus forecast). Counts and demand outrank shares; shares shape whatever capacity is left.
+    Profile names are counted across models by name, as the device plugin advertises them.
     """
 
     name: str
@@ -56,6 +57,7 @@ class PoolRequest:
     counts: Mapping[str, int] = field(default_factory=dict)
     demand: Mapping[str, int] = field(default_factory=dict)
     limits: RolloutLimits = field(default_factory=RolloutLimits)
+    mig_enabled: bool = True  # False: the pool runs whole GPUs; the plan disables MIG where it is on
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -218,6 +218,8 @@ def _assign(classes: Sequence[_Class]) -> dict[tuple[str, int], Multiset]:
 def plan_pool(req: PoolRequest) -> PoolPlan:
     """Plan one pool. Pure and deterministic: same request, same plan."""
     models, compute = _validate(req)
+    if not req.mig_enabled:
+        return _plan_disabled(req, models)
     mig_gpus = [g for g in req.gpus if models[g.model].mig_capable]
     wanted = {n for m in (req.shares, req.counts, req.demand) for n, v in m.items() if v > 0}
     if wanted and not mig_gpus:
@@ -241,7 +243,7 @@ def plan_pool(req: PoolRequest) -> PoolPlan:
     return _report(req, models, classes, changes, before, required, share_target, compute, total_compute)
 
 
-Changes = dict[tuple[str, int], Multiset]
+Changes = dict[tuple[str, int], Multiset | None]  # None = disable MIG
 
 
 def _limit_nodes(changes: Changes, limit: int | None) -> Changes:
@@ -301,10 +303,12 @@ def _report(
     for gpu in sorted(req.gpus, key=lambda g: (g.node, g.index)):
         model = models[gpu.model]
         current = check_layout(model, gpu.layout) if gpu.layout is not None and model.mig_capable else None
-        ms = changes.get((gpu.node, gpu.index))
-        if ms is not None:
-            target = fit(model, [n for n, k in ms for _ in range(k)])
-            assert target is not None, "a candidate multiset always fits"
+        key = (gpu.node, gpu.index)
+        changed = key in changes
+        ms = changes.get(key)
+        if changed:
+            target = None if ms is None else fit(model, [n for n, k in ms for _ in range(k)])
+            assert ms is None or target is not None, "a candidate multiset always fits"
             reason = _change_reason(_multiset(current) if gpu.layout is not None else None, ms, why, gpu)
             destroyed += gpu.busy
         else:
@@ -325,10 +329,10 @@ def _report(
             idle_c += model.compute_slots
             idle_m += model.memory_slots
         plans.append(
-            GPUPlan(gpu.node, gpu.index, gpu.model, current, target, ms is not None,
-                    gpu.busy if ms is not None else 0, reason)
+            GPUPlan(gpu.node, gpu.index, gpu.model, current, target, changed,
+                    in_use_destroyed=gpu.busy if changed else 0, reason=reason)
         )
-    deferred = wanted_change - len(changes)
+    deferred = max(0, wanted_change - len(changes))
     notes = []
     if deferred:
         notes.append(f"{deferred} GPU change(s) deferred by the rollout limit of "
@@ -368,7 +372,10 @@ def _compute_of(models: Mapping[str, GPUModel], name: str) -> int:
     return 0
 
 
-def _change_reason(old: Multiset | None, new: Multiset, why: Mapping[str, str], gpu: GPUState) -> str:
+def _change_reason(old: Multiset | None, new: Multiset | None, why: Mapping[str, str], gpu: GPUState) -> str:
+    if new is None:
+        text = f"{_ms_text(old)} -> MIG disabled: the strategy runs these GPUs whole"
+        return text + (f"; drains {gpu.busy} in-use workload(s) (drain allowed)" if gpu.busy else "")
     delta = Counter(dict(new))
     delta.subtract(Counter(dict(old or ())))
     gained = [f"+{k} {n} ({why[n]})" if n in why else f"+{k} {n}" for n, k in sorted(delta.items()) if k > 0]
@@ -379,6 +386,34 @@ def _change_reason(old: Multiset | None, new: Multiset, why: Mapping[str, str], 
     if gpu.busy:
         text += f"; drains {gpu.busy} in-use workload(s) (drain allowed)"
     return text
+
+
+def _plan_disabled(req: PoolRequest, models: Mapping[str, GPUModel]) -> PoolPlan:
+    """A strategy with MIG off: disable it on every GPU that has it, unless that would kill a workload."""
+    if req.shares or req.counts or req.demand:
+        raise KgweError(f"pool {req.name}: MIG is disabled, so the strategy cannot ask for MIG profiles")
+    classes = []
+    changes: Changes = {}
+    for gpu in sorted(req.gpus, key=lambda g: (g.node, g.index)):
+        if gpu.layout is None or not models[gpu.model].mig_capable:
+            continue
+        if gpu.busy and not req.limits.allow_drain:
+            cls = _Class(models[gpu.model], None, gpu.busy, [gpu])
+            cls.locked = f"{gpu.busy} instance(s) in use and drain is not allowed"
+            classes.append(cls)
+            continue
+        changes[(gpu.node, gpu.index)] = None
+    if req.limits.max_gpus_changed is not None:
+        changes = dict(list(changes.items())[: req.limits.max_gpus_changed])
+    changes = _limit_nodes(changes, req.limits.max_nodes_changed)
+    total = sum(models[g.model].compute_slots for g in req.gpus if models[g.model].mig_capable)
+    wanting = sum(1 for g in req.gpus if g.layout is not None and models[g.model].mig_capable)
+    for cls in classes:
+        cls.take = [0]
+    plan = _report(req, models, classes, changes, Counter(), {}, {}, {}, total)
+    deferred = wanting - len(changes) - sum(len(c.gpus) for c in classes)
+    return replace(plan, deferred=deferred, notes=(f"{deferred} GPU change(s) deferred by rollout limits",)
+                   if deferred else ())
 
 
 def plan_pools(requests: Iterable[PoolRequest]) -> list[PoolPlan]:
