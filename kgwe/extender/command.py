@@ -1,17 +1,84 @@
-"""Run the KGWE kube-scheduler extender (filter / prioritize over HTTP)."""
+"""Run the KGWE kube-scheduler extender: POST /filter and /prioritize (urlPrefix http://HOST:PORT),
+GET /healthz, /readyz, /metrics.
+
+  kgwe extender --inventory inventory.yaml --listen 127.0.0.1:8888      # static GPUInventory, no cluster
+  kgwe extender --kubeconfig ~/.kube/config --listen 0.0.0.0:8888       # watch Nodes, Pods, kgwe-scoring
+"""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import logging
+from pathlib import Path
+
+import orjson
 
 from kgwe.errors import KgweError
+from kgwe.extender.app import Metrics, make_handler
+from kgwe.extender.core import NodeTable
+from kgwe.extender.engine import Engine
+from kgwe.extender.profile import ProfileError, profiles_from_document
+from kgwe.extender.server import serve
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--inventory", help="static GPUInventory YAML (no cluster)")
-    parser.add_argument("--listen", default="127.0.0.1:8888", help="HOST:PORT (default 127.0.0.1:8888)")
-    parser.add_argument("--kubeconfig", help="cluster mode: kubeconfig of the cluster to watch")
+    parser.add_argument("--inventory", type=Path, help="static mode: GPUInventory YAML (no cluster)")
+    parser.add_argument("--kubeconfig", help="cluster mode: kubeconfig (default: in-cluster config)")
+    parser.add_argument(
+        "--in-cluster", action="store_true", help="cluster mode with the pod's service account"
+    )
+    parser.add_argument("--listen", default="127.0.0.1:8888", help="HOST:PORT to listen on")
+    parser.add_argument("--namespace", default="kgwe-system", help="namespace of the kgwe-scoring ConfigMap")
+    parser.add_argument("--profiles", type=Path, help="static mode: kgwe-scoring JSON document")
+    parser.add_argument("--request-timeout", type=float, default=10.0, help="seconds to receive one request")
+    parser.add_argument("--log-level", default="INFO")
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise KgweError(f"--listen: expected HOST:PORT, got {text!r}")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+def static_engine(inventory: Path, profiles: Path | None = None) -> Engine:
+    from kgwe.extender.inventory import load_inventory
+
+    nodes = load_inventory(inventory)
+    table = NodeTable(max_gpus=max(8, max(n.gpus for n in nodes)), capacity=len(nodes) + 16)
+    for n in nodes:
+        table.upsert(n)
+    engine = Engine(table)
+    if profiles is not None:
+        try:
+            engine.set_profiles(profiles_from_document(orjson.loads(profiles.read_bytes())))
+        except (OSError, orjson.JSONDecodeError, ProfileError) as exc:
+            raise KgweError(f"--profiles {profiles}: {exc}") from None
+    engine.ready = True
+    return engine
 
 
 def run(args: argparse.Namespace) -> int:
-    raise KgweError("extender: not built yet")
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    host, port = parse_listen(args.listen)
+    metrics = Metrics()
+    if args.inventory:
+        engine = static_engine(args.inventory, args.profiles)
+        index = None
+    elif args.kubeconfig or args.in_cluster:
+        from kgwe.extender.index import ClusterIndex
+
+        engine = Engine()
+        index = ClusterIndex(engine, kubeconfig=args.kubeconfig, namespace=args.namespace, metrics=metrics)
+        index.start()
+    else:
+        raise KgweError("give --inventory FILE (static mode) or --kubeconfig / --in-cluster (cluster mode)")
+    try:
+        asyncio.run(serve(make_handler(engine, metrics), host, port, request_timeout=args.request_timeout))
+    except OSError as exc:
+        raise KgweError(f"cannot listen on {args.listen}: {exc.strerror or exc}") from None
+    finally:
+        if index is not None:
+            index.stop()
+    return 0

@@ -199,8 +199,9 @@ class NodeTable:
         """Set the workload mix the fragmentation term protects and recompute every row's fragmentation."""
         items = tuple(t for t in mix if t.gpus > 0 and t.weight > 0)
         total = sum(t.weight for t in items) or 1.0
-        self.mix = tuple(WorkloadType(t.gpus, t.gpu_milli, t.cpu_milli, t.memory_mib, t.weight / total)
-                         for t in items)
+        self.mix = tuple(
+            WorkloadType(t.gpus, t.gpu_milli, t.cpu_milli, t.memory_mib, t.weight / total) for t in items
+        )
         self._m_need = np.array([t.gpu_milli if t.gpus == 1 else 1000 for t in self.mix], dtype=np.int32)
         self._m_k = np.array([t.gpus for t in self.mix], dtype=np.int32)
         self._m_cpu = np.array([t.cpu_milli for t in self.mix], dtype=np.int64)
@@ -232,8 +233,9 @@ class NodeTable:
             self.frag[rows] = self._frag_of(self.gpu_free[rows], self.cpu_free[rows], self.mem_free[rows])
 
     # ---- filter + score --------------------------------------------------------------------------------
-    def evaluate(self, rows: np.ndarray, req: PodRequest, profile: Profile) -> tuple[np.ndarray, np.ndarray,
-                                                                                        np.ndarray]:
+    def evaluate(
+        self, rows: np.ndarray, req: PodRequest, profile: Profile
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(reason codes, scores 0..100, best GPU index for shares) for `rows`. Pure function of the rows."""
         n = len(rows)
         reason = np.zeros(n, dtype=np.int8)
@@ -273,8 +275,9 @@ class NodeTable:
             fail(mem < req.memory_mib, RAM)
         ok = reason == OK
         topo = np.full(n, 100.0)
-        wants_topology = req.gpus >= 2 and (req.min_bandwidth_gbps is not None or req.preference != "None" or
-                                            profile.topology > 0)
+        wants_topology = req.gpus >= 2 and (
+            req.min_bandwidth_gbps is not None or req.preference != "None" or profile.topology > 0
+        )
         if wants_topology:
             for i in np.nonzero(ok)[0]:
                 node = self.nodes[int(rows[i])]
@@ -285,8 +288,9 @@ class NodeTable:
                         topo[i] = 50.0
                     continue
                 idle = frozenset(int(j) for j in np.nonzero(free[i] == 1000)[0])
-                s = self.topology_scorer(node.topology, idle, req.gpus, req.preference,
-                                         req.min_bandwidth_gbps)
+                s = self.topology_scorer(
+                    node.topology, idle, req.gpus, req.preference, req.min_bandwidth_gbps
+                )
                 if s is None:
                     reason[i] = TOPOLOGY
                 else:
@@ -308,8 +312,9 @@ class NodeTable:
                 after = np.repeat(f[:, None, :], self.G, axis=1)  # (k, G candidates, G)
                 g_idx = np.arange(self.G)
                 after[:, g_idx, g_idx] -= req.gpu_milli
-                fr = self._frag_of(after, (cpu[idx] - req.cpu_milli)[:, None],
-                                   (mem[idx] - req.memory_mib)[:, None])
+                fr = self._frag_of(
+                    after, (cpu[idx] - req.cpu_milli)[:, None], (mem[idx] - req.memory_mib)[:, None]
+                )
                 fr = np.where(cand, fr, np.inf)
                 b = np.argmin(fr, axis=1)
                 delta = fr[np.arange(len(idx)), b] - self.frag[rows[idx]]
@@ -329,8 +334,9 @@ class NodeTable:
             delta = fr - self.frag[rows[idx]]
         used_after = (cap_milli - np.maximum(f, 0).sum(axis=1) + take_milli) / cap_milli
         used_after = np.where(c > 0, used_after, 0.0)
-        resource = self._resource(profile, req, rows[idx], f, whole_free[idx], c, used_after,
-                                  left_on_gpu if req.shared else None)
+        resource = self._resource(
+            profile, req, rows[idx], f, whole_free[idx], c, used_after, left_on_gpu if req.shared else None
+        )
         cpu_cap = self.cpu_cap[rows[idx]]
         mem_cap = self.mem_cap[rows[idx]]
         tracked = cpu_cap < UNLIMITED
@@ -353,10 +359,21 @@ class NodeTable:
     def _ids(self, names: list[str], wanted: tuple[str, ...]) -> np.ndarray:
         return np.array([i for i, nm in enumerate(names) if any(w in nm for w in wanted)], dtype=np.int32)
 
-    def _resource(self, profile: Profile, req: PodRequest, rows: np.ndarray, f: np.ndarray, whole: np.ndarray,
-                  count: np.ndarray, used_after: np.ndarray, left_on_gpu: np.ndarray | None) -> np.ndarray:
+    def _resource(
+        self,
+        profile: Profile,
+        req: PodRequest,
+        rows: np.ndarray,
+        f: np.ndarray,
+        whole: np.ndarray,
+        count: np.ndarray,
+        used_after: np.ndarray,
+        left_on_gpu: np.ndarray | None,
+    ) -> np.ndarray:
         s = profile.strategy
         safe = np.maximum(count, 1.0)
+        if profile.dynamic:  # RoundRobin / Random: neutral here, the per-request part is added by the caller
+            return np.full(len(rows), 50.0)
         if s == "BestFit":
             if left_on_gpu is not None:
                 return 100.0 * (1.0 - left_on_gpu / 1000.0)
@@ -407,14 +424,19 @@ class ShapeCache:
         self.max_shapes = max_shapes
         self._entries: OrderedDict[tuple, list[np.ndarray]] = OrderedDict()
 
-    def answer(self, rows: np.ndarray, req: PodRequest, profile: Profile) -> tuple[np.ndarray, np.ndarray,
-                                                                                     np.ndarray]:
+    def answer(
+        self, rows: np.ndarray, req: PodRequest, profile: Profile
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         t = self.table
         key = (req.shape, profile)
         entry = self._entries.get(key)
         if entry is None or len(entry[0]) < t.cap:
-            fresh = [np.full(t.cap, -1, np.int64), np.zeros(t.cap, np.int8), np.zeros(t.cap),
-                     np.zeros(t.cap, np.int8)]
+            fresh = [
+                np.full(t.cap, -1, np.int64),
+                np.zeros(t.cap, np.int8),
+                np.zeros(t.cap),
+                np.zeros(t.cap, np.int8),
+            ]
             if entry is not None:
                 for new, old in zip(fresh, entry, strict=True):
                     new[: len(old)] = old
@@ -449,8 +471,10 @@ def describe(code: int, table: NodeTable, row: int, req: PodRequest) -> str:
     if code == FAMILY:
         return f"kgwe: GPU family {node.family or 'unknown'} is not one of {'|'.join(req.families)}"
     if code == MEMORY:
-        return (f"kgwe: GPU memory {node.gpu_memory_mib // 1024} GiB is below the requested "
-                f"{req.min_memory_mib // 1024} GiB")
+        return (
+            f"kgwe: GPU memory {node.gpu_memory_mib // 1024} GiB is below the requested "
+            f"{req.min_memory_mib // 1024} GiB"
+        )
     if code == WHOLE:
         whole = int((free == 1000).sum())
         return f"kgwe: pod needs {req.gpus} whole GPUs, node has {whole} of {gpus} free"

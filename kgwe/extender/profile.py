@@ -13,7 +13,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 STRATEGIES = (
-    "BinPack", "Spread", "LeastLoaded", "BestFit", "CostOptimized", "RoundRobin", "Random", "Priority",
+    "BinPack",
+    "Spread",
+    "LeastLoaded",
+    "BestFit",
+    "CostOptimized",
+    "RoundRobin",
+    "Random",
+    "Priority",
 )
 _STRATEGY_BY_LOWER = {s.lower(): s for s in STRATEGIES}
 
@@ -104,7 +111,7 @@ def profiles_from_document(doc: object) -> dict[str, Profile]:
     """All profiles of a `kgwe-scoring` document; the default one is also reachable under ''."""
     items = doc.get("profiles") if isinstance(doc, Mapping) else doc
     if not isinstance(items, list):
-        raise ProfileError("kgwe-scoring: expected a list of profiles or {\"profiles\": [...]}")
+        raise ProfileError('kgwe-scoring: expected a list of profiles or {"profiles": [...]}')
     out: dict[str, Profile] = {}
     for item in items:
         p = profile_from_dict(item)

@@ -39,6 +39,7 @@ ANN_PROFILE = ANN + "scoring-profile"
 LABEL_PRODUCT = "nvidia.com/gpu.product"
 LABEL_FAMILY = "nvidia.com/gpu.family"
 
+PREFERENCES = ("None", "NVLinkOptimal", "SameNUMA", "SamePCIeSwitch")  # as the topology area's choice.py
 _QUANTITY = re.compile(r"^\s*(\d+)\s*$")
 
 
@@ -77,8 +78,18 @@ class PodRequest:
 
     @property
     def shape(self) -> tuple:
-        return (self.gpus, self.gpu_milli, self.mig, self.cpu_milli, self.memory_mib, self.products,
-                self.families, self.min_memory_mib, self.preference, self.min_bandwidth_gbps)
+        return (
+            self.gpus,
+            self.gpu_milli,
+            self.mig,
+            self.cpu_milli,
+            self.memory_mib,
+            self.products,
+            self.families,
+            self.min_memory_mib,
+            self.preference,
+            self.min_bandwidth_gbps,
+        )
 
 
 def _count(value: object, what: str) -> int:
@@ -99,8 +110,17 @@ def _count(value: object, what: str) -> int:
 
 _CPU = re.compile(r"^(\d+(?:\.\d+)?)(m?)$")
 _MEM = re.compile(r"^(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|k|M|G|T|)$")
-_MEM_FACTOR = {"": 1 / 2**20, "Ki": 1 / 1024, "Mi": 1, "Gi": 1024, "Ti": 2**20,
-               "k": 1000 / 2**20, "M": 1e6 / 2**20, "G": 1e9 / 2**20, "T": 1e12 / 2**20}
+_MEM_FACTOR = {
+    "": 1 / 2**20,
+    "Ki": 1 / 1024,
+    "Mi": 1,
+    "Gi": 1024,
+    "Ti": 2**20,
+    "k": 1000 / 2**20,
+    "M": 1e6 / 2**20,
+    "G": 1e9 / 2**20,
+    "T": 1e12 / 2**20,
+}
 
 
 def cpu_milli(value: object) -> int:
@@ -199,7 +219,9 @@ def parse_pod(pod: object) -> PodRequest:
         if not 1 <= milli <= 1000:
             raise RequestError(f"annotation {ANN_MILLI}: must be between 1 and 1000, got {raw}")
         gpus = 1
-    mig = tuple(sorted((k[len(MIG_PREFIX):], v) for k, v in totals.items() if k.startswith(MIG_PREFIX) and v))
+    mig = tuple(
+        sorted((k[len(MIG_PREFIX) :], v) for k, v in totals.items() if k.startswith(MIG_PREFIX) and v)
+    )
     selector = spec.get("nodeSelector") or {}
     if not isinstance(selector, Mapping):
         raise RequestError("spec.nodeSelector must be an object")
@@ -208,6 +230,10 @@ def parse_pod(pod: object) -> PodRequest:
     min_mem = ann.get(ANN_MIN_MEMORY)
     min_bw = ann.get(ANN_MIN_BW)
     preference = str(ann.get(ANN_PREFERENCE) or "None")
+    if preference not in PREFERENCES:
+        raise RequestError(
+            f"annotation {ANN_PREFERENCE}: {preference!r} is not one of {', '.join(PREFERENCES)}"
+        )
     profile = ann.get(ANN_PROFILE)
     return PodRequest(
         gpus=gpus,

@@ -34,19 +34,29 @@ FIRST_SEED = 42  # the FGD scripts use tune seeds 42..51
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--workload", action="append", choices=WORKLOADS,
-                        help="workload (repeatable; default all 17)")
+    parser.add_argument(
+        "--workload", action="append", choices=WORKLOADS, help="workload (repeatable; default all 17)"
+    )
     parser.add_argument("--seeds", type=int, default=10, help="seeds per workload (42, 43, ...; default 10)")
     parser.add_argument("--json", action="store_true", help="print JSON (one object per workload)")
     parser.add_argument("--strategy", choices=STRATEGIES, default=DEFAULT_PROFILE.strategy)
-    parser.add_argument("--weights", default=None, metavar="T/R/B",
-                        help="topology/resource/balance weights (default 40/35/25)")
-    parser.add_argument("--fragmentation", type=float, default=DEFAULT_PROFILE.fragmentation,
-                        help="weight of the FGD fragmentation term (0 = off)")
+    parser.add_argument(
+        "--weights",
+        default=None,
+        metavar="T/R/B",
+        help="topology/resource/balance weights (default 40/35/25)",
+    )
+    parser.add_argument(
+        "--fragmentation",
+        type=float,
+        default=DEFAULT_PROFILE.fragmentation,
+        help="weight of the FGD fragmentation term (0 = off)",
+    )
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="worker processes")
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="openb CSV directory")
-    parser.add_argument("--results", type=Path, default=DEFAULT_RESULTS,
-                        help="FGD expected-results directory")
+    parser.add_argument(
+        "--results", type=Path, default=DEFAULT_RESULTS, help="FGD expected-results directory"
+    )
 
 
 def _profile(args: argparse.Namespace) -> Profile:
@@ -58,8 +68,14 @@ def _profile(args: argparse.Namespace) -> Profile:
             raise KgweError(f"--weights: expected T/R/B like 40/35/25, not {args.weights!r}") from None
     if min(t, r, b, args.fragmentation) < 0:
         raise KgweError("weights must not be negative")
-    return Profile(name="simulate", topology=t, resource=r, balance=b, strategy=args.strategy,
-                   fragmentation=args.fragmentation)
+    return Profile(
+        name="simulate",
+        topology=t,
+        resource=r,
+        balance=b,
+        strategy=args.strategy,
+        fragmentation=args.fragmentation,
+    )
 
 
 def _run_one(job: tuple[str, int, Profile, Path]) -> tuple[str, int, float, float, int, int]:
@@ -89,19 +105,23 @@ def run(args: argparse.Namespace) -> int:
     rows = []
     for w in workloads:
         rs = by_workload[w]
-        rows.append({
-            "workload": w,
-            "seeds": len(rs),
-            "alloc_ratio_100": round(sum(r[2] for r in rs) / len(rs), 2),
-            "alloc_ratio_130": round(sum(r[3] for r in rs) / len(rs), 2),
-            "pods_arrived": round(sum(r[4] for r in rs) / len(rs)),
-            "pods_failed": round(sum(r[5] for r in rs) / len(rs)),
-            "profile": {"strategy": profile.strategy, "weights": [profile.topology, profile.resource,
-                                                                   profile.balance],
-                        "fragmentation": profile.fragmentation},
-            "published_130": {p: round(pub[(w, p)][1], 2) for p in POLICIES if (w, p) in pub},
-            "published_100": {p: round(pub[(w, p)][0], 2) for p in POLICIES if (w, p) in pub},
-        })
+        rows.append(
+            {
+                "workload": w,
+                "seeds": len(rs),
+                "alloc_ratio_100": round(sum(r[2] for r in rs) / len(rs), 2),
+                "alloc_ratio_130": round(sum(r[3] for r in rs) / len(rs), 2),
+                "pods_arrived": round(sum(r[4] for r in rs) / len(rs)),
+                "pods_failed": round(sum(r[5] for r in rs) / len(rs)),
+                "profile": {
+                    "strategy": profile.strategy,
+                    "weights": [profile.topology, profile.resource, profile.balance],
+                    "fragmentation": profile.fragmentation,
+                },
+                "published_130": {p: round(pub[(w, p)][1], 2) for p in POLICIES if (w, p) in pub},
+                "published_100": {p: round(pub[(w, p)][0], 2) for p in POLICIES if (w, p) in pub},
+            }
+        )
     if args.json:
         for row in rows:
             sys.stdout.write(orjson.dumps(row).decode() + "\n")

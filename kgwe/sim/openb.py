@@ -16,9 +16,25 @@ from kgwe.extender.request import PodRequest
 DEFAULT_DATA = Path(os.environ.get("KGWE_OPENB_DIR", "/work/shared/data/alibaba-gpu-v2023"))
 DEFAULT_RESULTS = Path(os.environ.get("KGWE_FGD_RESULTS_DIR", "/work/shared/data/fgd-atc23-expected-results"))
 # The 17 workloads of the FGD experiments (experiments/README: 6 policies x 17 traces x 10 seeds).
-WORKLOADS = ("default", "cpu050", "cpu100", "cpu200", "cpu250", "gpushare40", "gpushare60", "gpushare80",
-             "gpushare100", "gpuspec10", "gpuspec20", "gpuspec25", "gpuspec33", "multigpu20", "multigpu30",
-             "multigpu40", "multigpu50")
+WORKLOADS = (
+    "default",
+    "cpu050",
+    "cpu100",
+    "cpu200",
+    "cpu250",
+    "gpushare40",
+    "gpushare60",
+    "gpushare80",
+    "gpushare100",
+    "gpuspec10",
+    "gpuspec20",
+    "gpuspec25",
+    "gpuspec33",
+    "multigpu20",
+    "multigpu30",
+    "multigpu40",
+    "multigpu50",
+)
 POLICIES = ("Random", "DotProd", "GpuClustering", "GpuPacking", "BestFit", "FGD")
 
 
@@ -46,8 +62,16 @@ def load_nodes(data_dir: Path = DEFAULT_DATA) -> list[NodeState]:
     for r in _rows(data_dir / "openb_node_list_all_node.csv"):
         gpus = int(r["gpu"] or 0)
         model = r["model"] if gpus else ""
-        nodes.append(NodeState(name=r["sn"], gpus=gpus, model=model, product=model,
-                               cpu_milli=int(r["cpu_milli"]), memory_mib=int(r["memory_mib"])))
+        nodes.append(
+            NodeState(
+                name=r["sn"],
+                gpus=gpus,
+                model=model,
+                product=model,
+                cpu_milli=int(r["cpu_milli"]),
+                memory_mib=int(r["memory_mib"]),
+            )
+        )
     return nodes
 
 
@@ -62,8 +86,13 @@ def load_pods(workload: str, data_dir: Path = DEFAULT_DATA) -> list[TracePod]:
         key = (gpus, milli, int(r["cpu_milli"]), int(r["memory_mib"]), spec)
         req = shapes.get(key)
         if req is None:
-            req = PodRequest(gpus=gpus, gpu_milli=milli if gpus == 1 and 0 < milli < 1000 else 1000,
-                             cpu_milli=key[2], memory_mib=key[3], products=spec)
+            req = PodRequest(
+                gpus=gpus,
+                gpu_milli=milli if gpus == 1 and 0 < milli < 1000 else 1000,
+                cpu_milli=key[2],
+                memory_mib=key[3],
+                products=spec,
+            )
             shapes[key] = req
         pods.append(TracePod(req))
     return pods

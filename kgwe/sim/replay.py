@@ -44,8 +44,13 @@ def sample_pods(pods: list[TracePod], capacity_milli: int, seed: int, tune: floa
     return [pods[i] for i in out]
 
 
-def replay(nodes: list[NodeState], pods: list[TracePod], profile: Profile, seed: int,
-           mix_pods: list[TracePod] | None = None) -> RunResult:
+def replay(
+    nodes: list[NodeState],
+    pods: list[TracePod],
+    profile: Profile,
+    seed: int,
+    mix_pods: list[TracePod] | None = None,
+) -> RunResult:
     """One seed. `mix_pods` (default: the workload itself) defines the FGD target workload."""
     table = NodeTable(max_gpus=max(n.gpus for n in nodes), capacity=len(nodes))
     for n in nodes:
@@ -72,5 +77,6 @@ def replay(nodes: list[NodeState], pods: list[TracePod], profile: Profile, seed:
         arrived += req.gpu_milli_total
         if at_100 is None and arrived >= capacity:
             at_100 = allocated
-    return RunResult(seed, 100.0 * (at_100 or allocated) / capacity, 100.0 * allocated / capacity,
-                     len(arrivals), failed)
+    return RunResult(
+        seed, 100.0 * (at_100 or allocated) / capacity, 100.0 * allocated / capacity, len(arrivals), failed
+    )

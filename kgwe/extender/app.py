@@ -1,0 +1,100 @@
+"""Routes of the extender: /filter, /prioritize, /healthz, /readyz, /metrics; Prometheus metrics."""
+
+from __future__ import annotations
+
+import time
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+
+from kgwe.extender.engine import Engine
+from kgwe.extender.request import RequestError
+from kgwe.extender.server import JSON, Handler, error_body
+
+_BUCKETS = (0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.latency = Histogram(
+            "kgwe_extender_request_seconds",
+            "Time to answer an extender call",
+            ["verb"],
+            buckets=_BUCKETS,
+            registry=self.registry,
+        )
+        self.requests = Counter(
+            "kgwe_extender_requests_total",
+            "Extender calls by verb and HTTP status",
+            ["verb", "code"],
+            registry=self.registry,
+        )
+        self.failed_nodes = Counter(
+            "kgwe_extender_failed_nodes_total", "Nodes rejected by filter", registry=self.registry
+        )
+        self.nodes = Gauge("kgwe_extender_nodes", "Nodes in the index", registry=self.registry)
+        self.ready = Gauge("kgwe_extender_ready", "1 once the index is synced", registry=self.registry)
+        self.watch_restarts = Counter(
+            "kgwe_extender_watch_restarts_total",
+            "Watch restarts (410 Gone, errors)",
+            ["kind"],
+            registry=self.registry,
+        )
+        self.profile_reloads = Counter(
+            "kgwe_extender_profile_reloads_total", "kgwe-scoring reloads", ["result"], registry=self.registry
+        )
+
+
+def make_handler(engine: Engine, metrics: Metrics | None = None) -> Handler:
+    metrics = metrics or Metrics()
+    engine.on_decision = lambda verb, failed: metrics.failed_nodes.inc(failed) if failed else None
+    verbs = {"/filter": engine.filter, "/prioritize": engine.prioritize}
+    observe = {v: metrics.latency.labels(v.strip("/")) for v in verbs}
+    counted = {}
+
+    def count(verb: str, code: int) -> None:
+        key = (verb, code)
+        c = counted.get(key)
+        if c is None:
+            c = counted[key] = metrics.requests.labels(verb, str(code))
+        c.inc()
+
+    def handle(method: str, path: str, body: bytes) -> tuple[int, bytes, bytes]:
+        fn = verbs.get(path)
+        if fn is not None:
+            if method != "POST":
+                count(path[1:], 405)
+                return 405, error_body(f"{path} accepts POST"), JSON
+            t0 = time.perf_counter()
+            try:
+                reply = fn(body)
+            except RequestError as exc:
+                count(path[1:], 400)
+                return 400, error_body(str(exc)), JSON
+            observe[path].observe(time.perf_counter() - t0)
+            count(path[1:], 200)
+            return 200, reply, JSON
+        if path == "/healthz":
+            return 200, b'{"status":"ok"}', JSON
+        if path == "/readyz":
+            if engine.ready:
+                return 200, b'{"status":"ready"}', JSON
+            return 503, error_body("index not synced yet"), JSON
+        if path == "/metrics":
+            metrics.nodes.set(len(engine.table.rows))
+            metrics.ready.set(1 if engine.ready else 0)
+            return 200, generate_latest(metrics.registry), CONTENT_TYPE_LATEST.encode()
+        return (
+            404,
+            error_body(f"no route {path}; use /filter, /prioritize, /healthz, /readyz, /metrics"),
+            JSON,
+        )
+
+    return handle

@@ -1,0 +1,221 @@
+"""Answers kube-scheduler's filter and prioritize calls from the in-memory node table. No I/O here: the
+server hands in request bytes and gets back (status, reply bytes); the watch index and the static inventory
+feed the table through `Engine.table` under `Engine.lock` (a plain lock: only the watch thread writes).
+
+Wire format (k8s.io/kube-scheduler/extender/v1, Go structs without json tags => PascalCase keys):
+  request  {"Pod": v1.Pod, "Nodes": v1.NodeList | null, "NodeNames": [..] | null}
+  filter   {"Nodes": NodeList|null, "NodeNames": [..]|null, "FailedNodes": {n: why},
+            "FailedAndUnresolvableNodes": {n: why}, "Error": ""}
+  priority [{"Host": n, "Score": 0..10}]
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Callable, Mapping
+
+import numpy as np
+import orjson
+
+from kgwe.extender import core
+from kgwe.extender.core import OK, NodeTable, ShapeCache, WorkloadType, describe, dynamic_term
+from kgwe.extender.profile import DEFAULT_PROFILE, Profile
+from kgwe.extender.request import PodRequest, RequestError, parse_pod
+
+MAX_PRIORITY = 10
+UNKNOWN_NODE = "kgwe: node is not in the extender's index yet (no GPU information)"
+# Failures no preemption can fix go to FailedAndUnresolvableNodes so kube-scheduler does not try.
+_UNRESOLVABLE = {core.NO_GPU, core.PRODUCT, core.FAMILY, core.MEMORY, core.NO_TOPOLOGY}
+MIX_REFRESH_EVERY = 512  # GPU requests between refreshes of the fragmentation term's workload mix
+REFERENCE_GBPS = 450.0  # H100 SXM NVLink per direction: the bandwidth that earns the full absolute score
+
+
+class WireError(RequestError):
+    """The request body is not an ExtenderArgs object."""
+
+
+def _parse_args(body: bytes) -> tuple[PodRequest, list[str], list | None]:
+    """(pod request, node names, original Node objects when not nodeCacheCapable)."""
+    try:
+        args = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise WireError(f"body is not valid JSON: {exc}") from None
+    if not isinstance(args, dict):
+        raise WireError("body must be a JSON object (ExtenderArgs)")
+    if "Pod" not in args:
+        raise WireError("ExtenderArgs.Pod is missing")
+    req = parse_pod(args["Pod"])
+    names = args.get("NodeNames")
+    nodes = args.get("Nodes")
+    if names is not None:
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise WireError("ExtenderArgs.NodeNames must be a list of strings")
+        return req, names, None
+    if nodes is not None:
+        items = nodes.get("items") if isinstance(nodes, dict) else None
+        if not isinstance(items, list):
+            raise WireError("ExtenderArgs.Nodes must be a NodeList with items")
+        out = []
+        for item in items:
+            name = ((item or {}).get("metadata") or {}).get("name") if isinstance(item, dict) else None
+            if not isinstance(name, str):
+                raise WireError("every node in ExtenderArgs.Nodes.items needs metadata.name")
+            out.append(name)
+        return req, out, items
+    raise WireError("ExtenderArgs needs NodeNames (nodeCacheCapable) or Nodes")
+
+
+class Engine:
+    """Filter/prioritize over a NodeTable; profiles swapped atomically on ConfigMap change."""
+
+    def __init__(self, table: NodeTable | None = None, profiles: Mapping[str, Profile] | None = None) -> None:
+        self.table = table or NodeTable()
+        self.cache = ShapeCache(self.table)
+        self.lock = threading.RLock()
+        self.profiles: Mapping[str, Profile] = dict(profiles or {"": DEFAULT_PROFILE})
+        self.ready = False
+        self.tick = 0
+        self._mix: Counter = Counter()
+        self._since_mix = 0
+        self.on_decision: Callable[[str, int], None] | None = None  # metrics hook (verb, failed nodes)
+        self._install_topology()
+
+    def _install_topology(self) -> None:
+        """Use the topology area's GPU-set scorer when it is installed (kgwe.topology.choice)."""
+        try:
+            from kgwe.topology import choice
+        except ImportError:  # pragma: no cover - the topology package ships with kgwe
+            return
+
+        def chooser(topo, free, k):
+            c = choice.choose(topo, free, k)
+            return c.gpus if c else None
+
+        def scorer(topo, free, k, preference, min_bandwidth_gbps):
+            """The topology area's node_score is relative to the node's own best set; a pod that asks for
+            bandwidth also gets the absolute bottleneck, so a real NVLink pair beats a PCIe-bridged one."""
+            s = choice.node_score(topo, free, k, preference, min_bandwidth_gbps)
+            if s is None or (preference != "NVLinkOptimal" and min_bandwidth_gbps is None):
+                return s
+            c = choice.choose(topo, free, k, preference=preference)
+            bw = c.bottleneck_gbps if c else 0.0
+            return s * (0.5 + 0.5 * min(1.0, bw / REFERENCE_GBPS))
+
+        self.table.topology_scorer = scorer
+        self.table.topology_chooser = chooser
+
+    def set_profiles(self, profiles: Mapping[str, Profile]) -> None:
+        with self.lock:
+            self.profiles = dict(profiles)
+            if "" not in self.profiles:
+                self.profiles[""] = DEFAULT_PROFILE
+
+    def profile_for(self, req: PodRequest) -> Profile:
+        if req.profile and req.profile in self.profiles:
+            return self.profiles[req.profile]
+        return self.profiles[""]
+
+    def _observe(self, req: PodRequest, profile: Profile) -> None:
+        """Learn the request mix the fragmentation term protects (FGD's target workload) from traffic."""
+        if not req.gpus or profile.fragmentation <= 0:
+            return
+        self._mix[(req.gpus, req.gpu_milli, req.cpu_milli, req.memory_mib)] += 1
+        self._since_mix += 1
+        if self._since_mix >= MIX_REFRESH_EVERY or (len(self._mix) == 1 and self._since_mix == 1):
+            self._since_mix = 0
+            total = sum(self._mix.values())
+            self.table.set_mix(
+                WorkloadType(g, m, c, r, n / total) for (g, m, c, r), n in self._mix.most_common(32)
+            )
+            for key in list(self._mix):  # decay so the mix follows the workload
+                self._mix[key] = self._mix[key] // 2 or 1
+
+    def _rows(self, names: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        rows_of = self.table.rows
+        rows = np.fromiter((rows_of.get(n, -1) for n in names), dtype=np.int64, count=len(names))
+        known = rows >= 0
+        return rows, known
+
+    def _evaluate(self, req: PodRequest, names: list[str], profile: Profile):
+        rows, known = self._rows(names)
+        reason = np.zeros(len(names), dtype=np.int8)
+        score = np.zeros(len(names))
+        if known.any():
+            r, s, _ = self.cache.answer(rows[known], req, profile)
+            reason[known], score[known] = r, s
+        return rows, known, reason, score
+
+    def filter(self, body: bytes) -> bytes:
+        req, names, items = _parse_args(body)
+        if not req.wants_gpu:  # nothing for KGWE to decide
+            return orjson.dumps(
+                {
+                    "Nodes": {"metadata": {}, "items": items} if items is not None else None,
+                    "NodeNames": names if items is None else None,
+                    "FailedNodes": {},
+                    "FailedAndUnresolvableNodes": {},
+                    "Error": "",
+                }
+            )
+        with self.lock:
+            profile = self.profile_for(req)
+            self._observe(req, profile)
+            rows, known, reason, _ = self._evaluate(req, names, profile)
+            passed = known & (reason == OK)
+            failed: dict[str, str] = {}
+            unresolvable: dict[str, str] = {}
+            for i in np.nonzero(~passed)[0]:
+                name = names[i]
+                if not known[i]:
+                    failed[name] = unresolvable[name] = UNKNOWN_NODE
+                    continue
+                code = int(reason[i])
+                text = describe(code, self.table, int(rows[i]), req)
+                failed[name] = text
+                if code in _UNRESOLVABLE:
+                    unresolvable[name] = text
+        if self.on_decision:
+            self.on_decision("filter", len(failed))
+        ok_idx = np.nonzero(passed)[0]
+        if items is None:
+            reply = {
+                "Nodes": None,
+                "NodeNames": [names[i] for i in ok_idx],
+                "FailedNodes": failed,
+                "FailedAndUnresolvableNodes": unresolvable,
+                "Error": "",
+            }
+        else:
+            reply = {
+                "Nodes": {"metadata": {}, "items": [items[i] for i in ok_idx]},
+                "NodeNames": None,
+                "FailedNodes": failed,
+                "FailedAndUnresolvableNodes": unresolvable,
+                "Error": "",
+            }
+        return orjson.dumps(reply)
+
+    def prioritize(self, body: bytes) -> bytes:
+        req, names, _ = _parse_args(body)
+        if not req.wants_gpu:
+            return orjson.dumps([{"Host": n, "Score": 0} for n in names])
+        with self.lock:
+            profile = self.profile_for(req)
+            _, known, reason, score = self._evaluate(req, names, profile)
+            self.tick += 1
+            dyn = dynamic_term(profile, names, req.uid, self.tick)
+        if dyn is not None:
+            total = (
+                profile.topology
+                + profile.resource
+                + profile.balance
+                + (profile.fragmentation if self.table.mix else 0.0)
+            )
+            score = score + (dyn - 50.0) * profile.resource / max(total, 1e-9)
+        ints = np.where(known & (reason == OK), np.clip(np.rint(score / 10.0), 0, MAX_PRIORITY), 0).astype(
+            int
+        )
+        if self.on_decision:
+            self.on_decision("prioritize", 0)
+        return orjson.dumps([{"Host": n, "Score": int(s)} for n, s in zip(names, ints.tolist(), strict=True)])

@@ -1,0 +1,253 @@
+"""Cluster mode: keep the engine's node table in step with the cluster through watches. This is the only
+place the extender talks to the API server, and never on the request path.
+
+Three list+watch loops (one thread each): Nodes; bound Pods (fieldSelector spec.nodeName!=); the
+`kgwe-scoring` ConfigMap. Each loop lists, remembers the list's resourceVersion, watches from it, and on
+410 Gone (or an ERROR event, or any connection error) lists again — a relist replaces that kind's state
+wholesale, so missed deletions cannot linger. `engine.ready` turns true once Nodes and Pods were listed.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+import orjson
+
+from kgwe.extender.engine import Engine
+from kgwe.extender.k8s import account, node_state, pod_holds
+from kgwe.extender.nodes import NodeState
+from kgwe.extender.profile import ProfileError, profiles_from_document
+
+log = logging.getLogger("kgwe.extender.index")
+SCORING_CONFIGMAP = "kgwe-scoring"
+WATCH_SECONDS = 300
+
+
+def _decoder() -> Callable[[str], object] | None:
+    try:
+        from kgwe.topology.annotation import decode
+    except ImportError:  # pragma: no cover
+        return None
+    return decode
+
+
+class ClusterIndex:
+    def __init__(
+        self,
+        engine: Engine,
+        kubeconfig: str | None = None,
+        namespace: str = "kgwe-system",
+        metrics=None,
+        api_client=None,
+    ) -> None:
+        self.engine = engine
+        self.namespace = namespace
+        self.metrics = metrics
+        self._api = api_client
+        self._kubeconfig = kubeconfig
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._decode = _decoder()
+        self._mu = threading.Lock()
+        self.bases: dict[str, NodeState] = {}
+        self.pods: dict[str, tuple[str, tuple, object, object]] = {}  # uid -> (node, sort key, req, indices)
+        self.by_node: dict[str, set[str]] = {}
+        self._listed = {"nodes": False, "pods": False}
+        self.profile_error: str | None = None
+
+    # ---- lifecycle -------------------------------------------------------------------------------------
+    def start(self) -> None:
+        from kubernetes import client, config
+
+        if self._api is None:
+            if self._kubeconfig:
+                self._api = config.new_client_from_config(config_file=self._kubeconfig)
+            else:
+                config.load_incluster_config()
+                self._api = client.ApiClient()
+        core = client.CoreV1Api(self._api)
+        loops = [
+            ("nodes", lambda **kw: core.list_node(**kw), self._apply_nodes, self._node_event),
+            (
+                "pods",
+                lambda **kw: core.list_pod_for_all_namespaces(field_selector="spec.nodeName!=", **kw),
+                self._apply_pods,
+                self._pod_event,
+            ),
+            (
+                "scoring",
+                lambda **kw: core.list_namespaced_config_map(
+                    self.namespace, field_selector=f"metadata.name={SCORING_CONFIGMAP}", **kw
+                ),
+                self._apply_configmaps,
+                self._configmap_event,
+            ),
+        ]
+        for name, lister, on_list, on_event in loops:
+            t = threading.Thread(
+                target=self._loop,
+                args=(name, lister, on_list, on_event),
+                daemon=True,
+                name=f"kgwe-watch-{name}",
+            )
+            t.start()
+            self._threads.append(t)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def wait_ready(self, timeout: float) -> bool:
+        end = threading.Event()
+        for _ in range(int(timeout * 20)):
+            if self.engine.ready:
+                return True
+            end.wait(0.05)
+        return self.engine.ready
+
+    # ---- list + watch ------------------------------------------------------------------------------------
+    def _loop(self, kind: str, lister, on_list, on_event) -> None:
+        from kubernetes import watch
+        from kubernetes.client.exceptions import ApiException
+
+        backoff = 0.2
+        while not self._stop.is_set():
+            try:
+                resp = lister(_preload_content=False)
+                doc = orjson.loads(resp.data)
+                on_list(doc.get("items") or [])
+                rv = (doc.get("metadata") or {}).get("resourceVersion")
+                if kind in self._listed:
+                    self._listed[kind] = True
+                    if all(self._listed.values()):
+                        self.engine.ready = True
+                backoff = 0.2
+                while not self._stop.is_set():
+                    w = watch.Watch()
+                    gone = False
+                    for ev in w.stream(
+                        lister, resource_version=rv, timeout_seconds=WATCH_SECONDS, allow_watch_bookmarks=True
+                    ):
+                        if self._stop.is_set():
+                            w.stop()
+                            return
+                        typ = ev.get("type")
+                        raw = ev.get("raw_object") or {}
+                        if typ == "ERROR":
+                            gone = True  # 410 Gone / expired: relist
+                            break
+                        new_rv = (raw.get("metadata") or {}).get("resourceVersion")
+                        if typ != "BOOKMARK":
+                            on_event(typ, raw)
+                        rv = new_rv or rv
+                    if gone:
+                        break
+            except ApiException as exc:
+                if exc.status != 410:
+                    log.warning("watch %s: %s", kind, exc.reason)
+            except Exception as exc:  # connection reset, apiserver restart ...: reconnect with backoff
+                log.warning("watch %s: %s: %s", kind, type(exc).__name__, exc)
+            if self.metrics is not None:
+                self.metrics.watch_restarts.labels(kind).inc()
+            self._stop.wait(backoff)
+            backoff = min(backoff * 2, 5.0)
+
+    # ---- nodes -------------------------------------------------------------------------------------------
+    def _node_event(self, typ: str, raw: dict) -> None:
+        name = (raw.get("metadata") or {}).get("name")
+        if not name:
+            return
+        with self._mu:
+            if typ == "DELETED":
+                self.bases.pop(name, None)
+                with self.engine.lock:
+                    self.engine.table.remove(name)
+                return
+            self.bases[name] = node_state(raw, self._decode)
+            self._publish(name)
+
+    def _apply_nodes(self, items: list[dict]) -> None:
+        with self._mu:
+            fresh = {n["metadata"]["name"]: node_state(n, self._decode) for n in items}
+            for gone in set(self.bases) - set(fresh):
+                with self.engine.lock:
+                    self.engine.table.remove(gone)
+            self.bases = fresh
+            for name in fresh:
+                self._publish(name)
+
+    # ---- pods --------------------------------------------------------------------------------------------
+    def _pod_event(self, typ: str, raw: dict) -> None:
+        with self._mu:
+            touched = self._set_pod(raw, deleted=typ == "DELETED")
+            for n in touched:
+                self._publish(n)
+
+    def _apply_pods(self, items: list[dict]) -> None:
+        with self._mu:
+            old_nodes = set(self.by_node)
+            self.pods.clear()
+            self.by_node.clear()
+            for p in items:
+                self._set_pod(p, deleted=False)
+            for n in old_nodes | set(self.by_node):
+                self._publish(n)
+
+    def _set_pod(self, raw: dict, deleted: bool) -> set[str]:
+        meta = raw.get("metadata") or {}
+        uid = meta.get("uid")
+        if not uid:
+            return set()
+        touched = set()
+        old = self.pods.pop(uid, None)
+        if old is not None:
+            self.by_node.get(old[0], set()).discard(uid)
+            touched.add(old[0])
+        node = (raw.get("spec") or {}).get("nodeName")
+        held = None if deleted or not node else pod_holds(raw)
+        if held is not None:
+            key = (meta.get("creationTimestamp") or "", uid)
+            self.pods[uid] = (node, key, held[0], held[1])
+            self.by_node.setdefault(node, set()).add(uid)
+            touched.add(node)
+        return touched
+
+    def _publish(self, name: str) -> None:
+        """Recompute one node from its base and bound pods and swap it into the table."""
+        base = self.bases.get(name)
+        if base is None:
+            return
+        pods = sorted((self.pods[u] for u in self.by_node.get(name, ())), key=lambda p: p[1])
+        state = account(base, [(p[2], p[3]) for p in pods], self.engine.table.topology_chooser)
+        with self.engine.lock:
+            self.engine.table.upsert(state)
+
+    # ---- scoring profiles ------------------------------------------------------------------------
+    def _configmap_event(self, typ: str, raw: dict) -> None:
+        self._apply_configmaps([] if typ == "DELETED" else [raw])
+
+    def _apply_configmaps(self, items: list[dict]) -> None:
+        if not items:
+            return  # no ConfigMap: keep what we have (built-in default at start)
+        data = items[0].get("data") or {}
+        text = data.get("profiles.json") or next((v for k, v in data.items() if k.endswith(".json")), None)
+        if text is None:
+            self._profile_failed("kgwe-scoring has no profiles.json key")
+            return
+        try:
+            profiles = profiles_from_document(orjson.loads(text))
+        except (orjson.JSONDecodeError, ProfileError) as exc:
+            self._profile_failed(str(exc))
+            return
+        self.engine.set_profiles(profiles)
+        self.profile_error = None
+        if self.metrics is not None:
+            self.metrics.profile_reloads.labels("ok").inc()
+        log.info("scoring profiles loaded: %s", ", ".join(sorted(k for k in profiles if k)))
+
+    def _profile_failed(self, message: str) -> None:
+        self.profile_error = message
+        if self.metrics is not None:
+            self.metrics.profile_reloads.labels("error").inc()
+        log.error("kgwe-scoring rejected, keeping the previous profiles: %s", message)

@@ -1,0 +1,87 @@
+"""Static mode: a GPUInventory YAML file (the policy area's model) -> NodeStates for the scoring core."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import yaml
+from pydantic import ValidationError
+
+from kgwe.errors import KgweError
+from kgwe.extender.nodes import NodeState
+
+LABEL_MEMORY = "nvidia.com/gpu.memory"
+LABEL_FAMILY = "nvidia.com/gpu.family"
+
+
+def _catalog_memory(product: str) -> int:
+    try:
+        from kgwe.gpu.catalog import model_for_product
+    except ImportError:  # pragma: no cover
+        return 0
+    model = model_for_product(product)
+    return model.memory_mib if model else 0
+
+
+def _topology(name: str | None) -> object | None:
+    if not name:
+        return None
+    from kgwe.topology import known
+
+    return known.load(name)
+
+
+def load_inventory(path: str | Path) -> list[NodeState]:
+    """Every GPUInventory document in the file, validated by kgwe.policy; KgweError with the reason."""
+    from kgwe.policy.inventory import GPUInventory
+
+    p = Path(path)
+    try:
+        docs = [d for d in yaml.safe_load_all(p.read_text()) if d]
+    except OSError as exc:
+        raise KgweError(f"cannot read inventory {p}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise KgweError(f"inventory {p} is not valid YAML: {exc}") from None
+    nodes: list[NodeState] = []
+    for doc in docs:
+        if not isinstance(doc, dict) or doc.get("kind") != "GPUInventory":
+            continue
+        try:
+            inv = GPUInventory.model_validate(doc)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(x) for x in first["loc"])
+            raise KgweError(f"inventory {p}: {where}: {first['msg']}") from None
+        for n in inv.spec.nodes:
+            used = [0] * n.gpus
+            mig_free: Counter = Counter()
+            for d in n.devices:
+                if d.busy:
+                    used[d.index] = 1000
+                if d.mig is not None:
+                    used[d.index] = 1000  # a MIG-enabled GPU is not available as a whole GPU
+                    mig_free.update(d.mig)
+                    mig_free.subtract(d.in_use)
+            labels = dict(n.labels)
+            try:
+                mem = int(labels.get(LABEL_MEMORY) or 0) or _catalog_memory(n.product)
+            except ValueError:
+                mem = _catalog_memory(n.product)
+            nodes.append(
+                NodeState(
+                    name=n.name,
+                    gpus=n.gpus,
+                    gpu_used_milli=used,
+                    product=n.product,
+                    model=n.product,
+                    family=labels.get(LABEL_FAMILY, ""),
+                    gpu_memory_mib=mem,
+                    mig_free={k: v for k, v in mig_free.items() if v > 0},
+                    topology=_topology(n.topology),
+                    labels=labels,
+                )
+            )
+    if not nodes:
+        raise KgweError(f"inventory {p}: no GPUInventory nodes found")
+    return nodes

@@ -1,0 +1,157 @@
+"""Kubernetes objects (plain JSON dicts) -> the scoring core's NodeState, and pod GPU accounting.
+
+Which physical GPU a bound pod holds: the annotation `kgwe.nvidia.io/gpu-index` ("3" or "0,1") when the
+node agent has written it; otherwise the extender assumes what the device plugin would do with the same
+information: shares go best-fit onto the fullest GPU that still fits, whole GPUs onto the best free set
+(topology choice when the node publishes its topology, else the lowest free indices). Pods are replayed in
+creation order so the assumption is stable across restarts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+
+from kgwe.extender.nodes import NodeState
+from kgwe.extender.request import (
+    ANN,
+    GPU,
+    GPU_SHARED,
+    LABEL_FAMILY,
+    LABEL_PRODUCT,
+    MIG_PREFIX,
+    PodRequest,
+    RequestError,
+    cpu_milli,
+    memory_mib,
+    parse_pod,
+)
+
+ANN_GPU_INDEX = ANN + "gpu-index"
+ANN_TOPOLOGY = ANN + "topology"
+LABEL_MEMORY = "nvidia.com/gpu.memory"  # GFD: MiB per GPU
+LABEL_COUNT = "nvidia.com/gpu.count"
+LABEL_PRIORITY = ANN + "node-priority"
+
+Decoder = Callable[[str], object]
+
+
+def _int(value: object, default: int = 0) -> int:
+    try:
+        return int(str(value).strip())
+    except (TypeError, ValueError):
+        return default
+
+
+def node_state(node: Mapping, decode_topology: Decoder | None = None) -> NodeState:
+    """Base state of a Node object (nothing allocated yet): GPUs, product, memory, MIG, CPU, topology."""
+    meta = node.get("metadata") or {}
+    labels = dict(meta.get("labels") or {})
+    ann = meta.get("annotations") or {}
+    status = node.get("status") or {}
+    alloc = status.get("allocatable") or status.get("capacity") or {}
+    gpus = _int(alloc.get(GPU), 0)
+    if not gpus and alloc.get(GPU_SHARED):
+        gpus = _int(labels.get(LABEL_COUNT), 0)
+    gpus = max(gpus, _int(labels.get(LABEL_COUNT), 0)) if alloc.get(GPU_SHARED) else gpus
+    mig = {k[len(MIG_PREFIX) :]: _int(v) for k, v in alloc.items() if k.startswith(MIG_PREFIX)}
+    topology = None
+    raw = ann.get(ANN_TOPOLOGY)
+    if raw and decode_topology is not None:
+        try:
+            topology = decode_topology(raw)
+        except Exception:  # a bad annotation must not take the node (or the index) down
+            topology = None
+    try:
+        cpu = cpu_milli(alloc["cpu"]) if "cpu" in alloc else None
+        mem = memory_mib(alloc["memory"]) if "memory" in alloc else None
+    except RequestError:
+        cpu = mem = None
+    kwargs = {}
+    if cpu is not None:
+        kwargs["cpu_milli"] = cpu
+    if mem is not None:
+        kwargs["memory_mib"] = mem
+    try:
+        priority = float(labels.get(LABEL_PRIORITY, 0))
+    except ValueError:
+        priority = 0.0
+    return NodeState(
+        name=str(meta.get("name", "")),
+        gpus=min(gpus, 16),
+        product=labels.get(LABEL_PRODUCT, ""),
+        family=labels.get(LABEL_FAMILY, ""),
+        model=labels.get(LABEL_PRODUCT, ""),
+        gpu_memory_mib=_int(labels.get(LABEL_MEMORY), 0),
+        mig_free=mig,
+        priority=priority,
+        topology=topology,
+        labels=labels,
+        **kwargs,
+    )
+
+
+def pod_holds(pod: Mapping) -> tuple[PodRequest, tuple[int, ...] | None] | None:
+    """(request, explicit GPU indices or None) of a pod that holds node resources; None if it holds none."""
+    status = pod.get("status") or {}
+    if status.get("phase") in ("Succeeded", "Failed"):
+        return None
+    try:
+        req = parse_pod(pod)
+    except RequestError:
+        return None
+    raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(ANN_GPU_INDEX)
+    indices = None
+    if raw:
+        try:
+            indices = tuple(int(x) for x in str(raw).split(",") if x.strip())
+        except ValueError:
+            indices = None
+    return req, indices
+
+
+def account(
+    base: NodeState,
+    pods: Iterable[tuple[PodRequest, tuple[int, ...] | None]],
+    choose_whole: Callable[[object, frozenset, int], Sequence[int] | None] | None = None,
+) -> NodeState:
+    """The node's state with these bound pods (in creation order) applied."""
+    used = [0] * base.gpus
+    mig = dict(base.mig_free)
+    cpu = mem = 0
+    for req, indices in pods:
+        cpu += req.cpu_milli
+        mem += req.memory_mib
+        for prof, n in req.mig:
+            mig[prof] = mig.get(prof, 0) - n
+        if not req.gpus:
+            continue
+        if indices and all(0 <= i < base.gpus for i in indices):
+            picked = list(indices)
+        elif req.shared:
+            fits = [i for i in range(base.gpus) if 1000 - used[i] >= req.gpu_milli]
+            picked = [min(fits, key=lambda i: 1000 - used[i])] if fits else []
+        else:
+            free = [i for i in range(base.gpus) if used[i] == 0]
+            picked = []
+            if base.topology is not None and choose_whole is not None and req.gpus >= 2:
+                picked = list(choose_whole(base.topology, frozenset(free), req.gpus) or [])
+            picked = picked or free[: req.gpus]
+        for i in picked:
+            used[i] = min(1000, used[i] + req.gpu_milli)
+    return NodeState(
+        name=base.name,
+        gpus=base.gpus,
+        gpu_used_milli=used,
+        product=base.product,
+        family=base.family,
+        model=base.model,
+        gpu_memory_mib=base.gpu_memory_mib,
+        mig_free={k: max(0, v) for k, v in mig.items()},
+        cpu_milli=base.cpu_milli,
+        cpu_used_milli=cpu,
+        memory_mib=base.memory_mib,
+        memory_used_mib=mem,
+        priority=base.priority,
+        topology=base.topology,
+        labels=base.labels,
+    )
