@@ -67,21 +67,28 @@ def solve(
     for c in objectives:
         if not np.any(c):
             continue
-        res = milp(
-            c,
-            constraints=rows.constraint(fixed),
-            integrality=integrality,
-            bounds=bounds,
-            options={"mip_rel_gap": 0.0, "presolve": True},
-        )
-        if res.x is None:
-            raise KgweError(f"the MIG plan has no solution ({res.message})")
-        x = res.x
+        x = _milp(c, rows.constraint(fixed), integrality, bounds)
         fixed.append((c.reshape(1, -1), float(c @ x) + _SLACK * (1 + abs(float(c @ x)))))
     if x is None:  # every objective was zero: any feasible point will do
-        zero = np.zeros(rows.n_vars)
-        res = milp(zero, constraints=rows.constraint(), integrality=integrality, bounds=bounds)
-        if res.x is None:
-            raise KgweError(f"the MIG plan has no solution ({res.message})")
-        x = res.x
+        x = _milp(np.zeros(rows.n_vars), rows.constraint(), integrality, bounds)
     return np.where(integrality == 1, np.round(x), x)
+
+
+def _milp(
+    c: np.ndarray, constraints: LinearConstraint, integrality: np.ndarray, bounds: Bounds
+) -> np.ndarray:
+    """One HiGHS solve. HiGHS' presolve sometimes ends in "Solve error" on tiny feasible models (seen with
+    scipy 1.17); the same model then solves without presolve, so retry that way before giving up."""
+    message = ""
+    for presolve in (True, False):
+        res = milp(
+            c,
+            constraints=constraints,
+            integrality=integrality,
+            bounds=bounds,
+            options={"mip_rel_gap": 0.0, "presolve": presolve},
+        )
+        if res.x is not None:
+            return res.x
+        message = res.message
+    raise KgweError(f"the MIG plan has no solution ({message})")
