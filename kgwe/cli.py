@@ -15,8 +15,10 @@ from kgwe.errors import KgweError
 COMMANDS: dict[str, tuple[str, str]] = {
     "validate": ("kgwe.policy.validate_cmd", "check a policy repository or manifest (exit 1 on errors)"),
     "schema": ("kgwe.policy.schema_cmd", "write the JSON Schemas of the KGWE kinds (and the CRDs)"),
+    "render": ("kgwe.render.render_cmd", "render the Kubernetes objects a policy repository asks for"),
     "extender": ("kgwe.extender.command", "kube-scheduler extender: GPU-aware filter and prioritize"),
     "simulate": ("kgwe.sim.command", "replay the openb GPU trace through the scoring core (FGD method)"),
+    "agent": ("kgwe.agent.command", "node agent: NVML GPU topology discovery -> Node annotation and labels"),
 }
 
 

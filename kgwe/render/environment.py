@@ -1,0 +1,84 @@
+"""The Jinja2 environment for templates/: StrictUndefined, and values only through YAML-safe filters.
+
+`yaml` emits one scalar or flow collection that YAML parses back to exactly the input value (plain when
+that is unambiguous, JSON-quoted otherwise). `yaml_block` emits multi-line text as a literal block.
+Templates never paste raw strings, so a label value like `yes`, `1e3` or `a: b` cannot change meaning.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from typing import Any
+
+import jinja2
+import yaml
+
+from kgwe.resources import templates_dir
+
+_PLAIN = re.compile(r"^[A-Za-z0-9_./][A-Za-z0-9_./+-]*$")
+try:
+    _Loader = yaml.CSafeLoader
+except AttributeError:  # pragma: no cover
+    _Loader = yaml.SafeLoader  # type: ignore[misc]
+
+
+@functools.lru_cache(maxsize=65536)
+def _string_scalar(text: str) -> str:
+    if _PLAIN.match(text) and yaml.load(text, Loader=_Loader) == text:
+        return text
+    return json.dumps(text)
+
+
+def to_yaml(value: Any) -> str:
+    """A YAML flow rendering of `value` that parses back to the same value."""
+    if isinstance(value, str):
+        return _string_scalar(value)
+    if value is None or isinstance(value, bool | int | float):
+        return json.dumps(value)
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(to_yaml(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{to_yaml(str(k))}: {to_yaml(v)}" for k, v in value.items()) + "}"
+    raise TypeError(f"cannot render {type(value).__name__} into YAML")
+
+
+def to_yaml_block(text: str, indent: int) -> str:
+    """`|`/`|-` literal block indented by `indent`; a quoted string when a block could not hold it."""
+    if not isinstance(text, str):
+        raise TypeError("yaml_block needs text")
+    lines = text.split("\n")
+    body = lines[:-1] if text.endswith("\n") else lines
+    unsafe = (
+        not text
+        or text.endswith("\n\n")
+        or text[0] in " \t\n"
+        or any(ch in text for ch in "\r\x00\ufeff")
+        or any(line != line.rstrip(" \t") for line in body)
+    )
+    if unsafe:
+        return json.dumps(text)
+    indicator = "|" if text.endswith("\n") else "|-"
+    pad = " " * indent
+    return indicator + "\n" + "\n".join(pad + line if line else "" for line in body)
+
+
+@functools.cache
+def environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(templates_dir())),
+        undefined=jinja2.StrictUndefined,
+        autoescape=False,
+        keep_trailing_newline=True,
+        trim_blocks=False,
+        lstrip_blocks=False,
+    )
+    env.filters["yaml"] = to_yaml
+    env.filters["yaml_block"] = to_yaml_block
+    return env
+
+
+def render_template(template: str, /, **context: Any) -> str:
+    text = environment().get_template(template).render(**context)
+    return text.lstrip("\n").rstrip("\n") + "\n"

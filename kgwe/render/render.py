@@ -1,0 +1,188 @@
+"""Policy + inventory -> the Kubernetes objects KGWE applies, rendered through templates/.
+
+Output is a pure function of the inputs: same policy, inventory and options give byte-identical text
+(sorted keys and names, no clocks), so `kgwe render` output can be diffed and committed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import orjson
+import yaml
+
+from kgwe.errors import KgweError
+from kgwe.policy.loader import PolicySet
+from kgwe.policy.models import GPUInventory, ScoringProfile, ScoringProfileSpec
+from kgwe.render.environment import render_template
+from kgwe.render.layouts import NodeLayouts, desired_layouts
+
+REPOSITORY_LABEL = "kgwe.nvidia.io/policy-repository"
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+DEFAULT_EXTENDER_URL = "http://kgwe-extender.kgwe-system.svc:8080"
+MIG_CONFIG_LABEL = "nvidia.com/mig.config"
+# Configs the GPU Operator itself puts on MIG-capable nodes (reference/mig.md §6); a replacement
+# mig-parted config must still define them, or nodes KGWE does not manage would fail.
+OPERATOR_DEFAULT_CONFIGS = {
+    "all-disabled": [{"devices": "all", "mig-enabled": False, "mig-devices": {}}],
+}
+
+try:
+    _Loader = yaml.CSafeLoader
+except AttributeError:  # pragma: no cover
+    _Loader = yaml.SafeLoader  # type: ignore[misc]
+
+
+@dataclass(frozen=True)
+class RenderOptions:
+    repository: str = "local"  # PolicyRepository name, put in a label on every object
+    namespace: str = "kgwe-system"  # kgwe-scheduler-config and kgwe-scoring
+    mig_namespace: str = "gpu-operator"  # where the GPU Operator's MIG manager reads its config
+    mig_config_name: str = "kgwe-mig-parted-config"
+    extender_url: str = DEFAULT_EXTENDER_URL
+    scheduler_name: str = "default-scheduler"
+    scheduler_kubeconfig: str | None = None
+    scheduler_leader_elect: bool | None = None
+    revision: str | None = None  # Git revision, as an annotation when given
+
+
+@dataclass
+class Rendered:
+    """Rendered files (name -> text) and the objects they hold, in apply order."""
+
+    files: dict[str, str] = field(default_factory=dict)
+    objects: list[dict] = field(default_factory=list)
+    layouts: NodeLayouts = field(default_factory=dict)
+    node_configs: dict[str, str] = field(default_factory=dict)
+
+
+def _build_mig_configs(layouts: NodeLayouts) -> tuple[dict[str, list[dict]], dict[str, str]]:
+    from kgwe.planner.migparted import build_mig_configs
+
+    return build_mig_configs(layouts)
+
+
+def _mig_resource(profile: str) -> str:
+    return "nvidia.com/mig-" + profile.replace("+", ".")
+
+
+def _managed_resources(ps: PolicySet, layouts: NodeLayouts) -> list[dict]:
+    profiles = {p for gpus in layouts.values() for gpu in gpus if gpu for p in gpu}
+    for strategy in ps.mig_strategies:
+        if strategy.spec.mig_enabled and strategy.spec.partition_strategy:
+            profiles.update(s.profile for s in strategy.spec.partition_strategy.preferred_profiles)
+    out = [
+        {"name": "nvidia.com/gpu", "ignored": False},
+        # accounted per physical GPU by the extender alone; no node advertises it
+        {"name": "nvidia.com/gpu.shared", "ignored": True},
+    ]
+    out += [{"name": _mig_resource(p), "ignored": False} for p in sorted(profiles)]
+    return out
+
+
+def _scoring_payload(ps: PolicySet) -> tuple[str, dict]:
+    profiles: Sequence[ScoringProfile] = ps.scoring_profiles
+    default = ps.default_scoring_profile()
+    if not profiles:
+        spec = ScoringProfileSpec(default=True)
+        return "default", {"default": spec.model_dump(mode="json", by_alias=True)}
+    chosen = default.name if default else sorted(p.name for p in profiles)[0]
+    return chosen, {p.name: p.spec.model_dump(mode="json", by_alias=True) for p in profiles}
+
+
+def _quotas(ps: PolicySet) -> list[dict]:
+    quotas = []
+    for budget in sorted(ps.budgets, key=lambda b: b.name):
+        hard = budget.spec.quota_hard()
+        if not hard:
+            continue
+        for ns in budget.spec.namespaces:
+            quotas.append({"namespace": ns, "budget": budget.name, "team": budget.spec.team, "hard": hard})
+    return sorted(quotas, key=lambda q: q["namespace"])
+
+
+def render(
+    ps: PolicySet,
+    inventory: GPUInventory | None = None,
+    *,
+    options: RenderOptions | None = None,
+    layouts: Mapping[str, Sequence[Sequence[str] | None]] | None = None,
+) -> Rendered:
+    """Render every object for a valid PolicySet. KgweError when the policy has errors."""
+    ps.raise_for_errors()
+    opts = options or RenderOptions()
+    inventory = inventory if inventory is not None else ps.inventory()
+    if layouts is None:
+        layouts = desired_layouts(ps.mig_strategies, inventory) if inventory is not None else {}
+    node_layouts: NodeLayouts = {
+        n: [None if g is None else list(g) for g in gpus] for n, gpus in layouts.items()
+    }
+    mig_configs, node_configs = _build_mig_configs(node_layouts)
+    for name, entries in OPERATOR_DEFAULT_CONFIGS.items():
+        mig_configs.setdefault(name, entries)
+
+    scoring_default, scoring_profiles = _scoring_payload(ps)
+    default_profile = scoring_profiles[scoring_default]
+    extender = default_profile["extender"]
+    common = {"repository": opts.repository, "repository_label": REPOSITORY_LABEL, "revision": opts.revision}
+
+    files: dict[str, str] = {}
+    config_text = render_template("mig-parted-config.yaml.j2", mig_configs=mig_configs)
+    files["mig-parted-config.yaml"] = render_template(
+        "mig-parted-configmap.yaml.j2",
+        name=opts.mig_config_name,
+        namespace=opts.mig_namespace,
+        config_text=config_text,
+        **common,
+    )
+    scheduler_text = render_template(
+        "kube-scheduler-config.yaml.j2",
+        scheduler={
+            "name": opts.scheduler_name,
+            "kubeconfig": opts.scheduler_kubeconfig,
+            "leader_elect": opts.scheduler_leader_elect,
+        },
+        extender={
+            "url": opts.extender_url,
+            "weight": extender["weight"],
+            "https": opts.extender_url.startswith("https://"),
+            "http_timeout": extender["httpTimeout"],
+            "ignorable": extender["ignorable"],
+        },
+        managed_resources=_managed_resources(ps, node_layouts),
+    )
+    files["kube-scheduler-config.yaml"] = render_template(
+        "scheduler-configmap.yaml.j2", namespace=opts.namespace, config_text=scheduler_text, **common
+    )
+    payload = {"default": scoring_default, "profiles": scoring_profiles}
+    profiles_json = orjson.dumps(payload, option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2).decode() + "\n"
+    files["scoring.yaml"] = render_template(
+        "scoring-configmap.yaml.j2", namespace=opts.namespace, profiles_json=profiles_json, **common
+    )
+    quotas = _quotas(ps)
+    if quotas:
+        files["resource-quotas.yaml"] = render_template("resource-quotas.yaml.j2", quotas=quotas, **common)
+    if node_configs:
+        files["node-mig-labels.yaml"] = render_template(
+            "node-mig-labels.yaml.j2", node_configs=node_configs, **common
+        )
+
+    objects: list[dict] = []
+    for name, text in files.items():
+        try:
+            objects.extend(d for d in yaml.load_all(text, Loader=_Loader) if d)
+        except yaml.YAMLError as exc:  # a template bug, never user input: say where
+            raise KgweError(f"rendered {name} is not valid YAML: {exc}") from None
+    return Rendered(files=files, objects=objects, layouts=node_layouts, node_configs=node_configs)
+
+
+def render_repository(
+    policy_set: PolicySet,
+    inventory: GPUInventory | None = None,
+    *,
+    options: RenderOptions | None = None,
+    layouts: Mapping[str, Sequence[Sequence[str] | None]] | None = None,
+) -> list[dict]:
+    """The desired Kubernetes objects (ConfigMaps, ResourceQuotas, Node label patches) as dicts."""
+    return render(policy_set, inventory, options=options, layouts=layouts).objects
