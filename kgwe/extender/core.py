@@ -31,6 +31,9 @@ from kgwe.extender.profile import Profile
 from kgwe.extender.request import PodRequest
 
 # Reason codes (per node) and the sentence a person reads in `kubectl describe pod`.
+# Fragmentation change (milli) that moves the FGD term from 50 to 0 (or 100): one GPU's worth.
+FRAG_SCALE_MILLI = 1000.0
+
 OK, NO_GPU, PRODUCT, FAMILY, MEMORY, WHOLE, SHARE, MIG, CPU, RAM, TOPOLOGY, NO_TOPOLOGY = range(12)
 
 TopologyScorer = Callable[[object, frozenset, int, str, "float | None"], "int | None"]
@@ -350,7 +353,7 @@ class NodeTable:
         parts = profile.topology * topo[idx] + profile.resource * resource + profile.balance * balance
         weights = profile.topology + profile.resource + profile.balance
         if delta is not None:
-            frag_score = np.clip(50.0 - 50.0 * delta / (1000.0 * self.G), 0.0, 100.0)
+            frag_score = np.clip(50.0 - 50.0 * delta / FRAG_SCALE_MILLI, 0.0, 100.0)
             parts = parts + profile.fragmentation * frag_score
             weights += profile.fragmentation
         score[idx] = parts / max(weights, 1e-9)
@@ -471,10 +474,8 @@ def describe(code: int, table: NodeTable, row: int, req: PodRequest) -> str:
     if code == FAMILY:
         return f"kgwe: GPU family {node.family or 'unknown'} is not one of {'|'.join(req.families)}"
     if code == MEMORY:
-        return (
-            f"kgwe: GPU memory {node.gpu_memory_mib // 1024} GiB is below the requested "
-            f"{req.min_memory_mib // 1024} GiB"
-        )
+        have, want = node.gpu_memory_mib * 2**20 / 1e9, req.min_memory_mib * 2**20 / 1e9
+        return f"kgwe: GPU memory {have:.0f} GB is below the requested {want:.0f} GB"
     if code == WHOLE:
         whole = int((free == 1000).sum())
         return f"kgwe: pod needs {req.gpus} whole GPUs, node has {whole} of {gpus} free"

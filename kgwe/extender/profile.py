@@ -26,7 +26,7 @@ _STRATEGY_BY_LOWER = {s.lower(): s for s in STRATEGIES}
 
 # Fragmentation-term weight of the built-in default: the openb replay (kgwe simulate) showed the FGD term
 # raising the GPU allocation ratio at 130% load, so it is on by default; 0 turns it off.
-DEFAULT_FRAGMENTATION = 100.0
+DEFAULT_FRAGMENTATION = 50.0
 
 
 class ProfileError(ValueError):

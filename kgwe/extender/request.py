@@ -10,8 +10,8 @@ Where each requirement comes from (documented contract for workload authors and 
   case-insensitively as a substring of the node's `nvidia.com/gpu.product` label or its model key) and
   `kgwe.nvidia.io/gpu-family` (GFD `nvidia.com/gpu.family`, e.g. `hopper|ampere`). nodeSelector entries for
   `nvidia.com/gpu.product` / `nvidia.com/gpu.family` are read too, so the extender explains the failure.
-- minimum memory per GPU: annotation `kgwe.nvidia.io/min-memory-gb` (GiB, compared with GFD
-  `nvidia.com/gpu.memory` MiB).
+- minimum memory per GPU: annotation `kgwe.nvidia.io/min-memory-gb` in decimal GB as GPUs are sold
+  (an H100 "80GB" reports 81559 MiB = 85.5 GB), compared with GFD `nvidia.com/gpu.memory` (MiB).
 - topology: annotations `kgwe.nvidia.io/topology-preference` (None, NVLinkOptimal, ...) and
   `kgwe.nvidia.io/min-bandwidth-gbps`.
 - profile: annotation `kgwe.nvidia.io/scoring-profile` (else the default profile).
@@ -39,6 +39,7 @@ ANN_PROFILE = ANN + "scoring-profile"
 LABEL_PRODUCT = "nvidia.com/gpu.product"
 LABEL_FAMILY = "nvidia.com/gpu.family"
 
+GB_MIB = 1e9 / 2**20  # one decimal GB in MiB
 PREFERENCES = ("None", "NVLinkOptimal", "SameNUMA", "SamePCIeSwitch")  # as the topology area's choice.py
 _QUANTITY = re.compile(r"^\s*(\d+)\s*$")
 
@@ -243,7 +244,7 @@ def parse_pod(pod: object) -> PodRequest:
         memory_mib=totals.get("memory", 0),
         products=products,
         families=families,
-        min_memory_mib=int(_float(min_mem, ANN_MIN_MEMORY) * 1024) if min_mem is not None else 0,
+        min_memory_mib=int(_float(min_mem, ANN_MIN_MEMORY) * GB_MIB) if min_mem is not None else 0,
         preference=preference,
         min_bandwidth_gbps=_float(min_bw, ANN_MIN_BW) if min_bw is not None else None,
         profile=str(profile) if profile else None,
