@@ -43,7 +43,7 @@ def test_share_is_accounted_per_physical_gpu() -> None:
     t = table_of(NodeState("a", gpus=3, gpu_used_milli=[600, 600, 600]), NodeState("b", gpus=1,
                                                                                    gpu_used_milli=[400]))
     req = PodRequest(gpus=1, gpu_milli=500)
-    reason, _, best = evaluate(t, req)
+    reason, _, _best = evaluate(t, req)
     assert reason == {"a": core.SHARE, "b": core.OK}
     assert "the freest GPU has 400/1000 left" in describe(core.SHARE, t, t.rows["a"], req)
 
@@ -78,7 +78,7 @@ def test_min_bandwidth_uses_topology_choice() -> None:
         NodeState("pcie", gpus=8, topology=known.load("L40S-8-PCIE")),
         NodeState("bare", gpus=8),
     ))
-    reason, score, _ = evaluate(engine.table, PodRequest(gpus=2, min_bandwidth_gbps=100), Profile())
+    reason, _score, _ = evaluate(engine.table, PodRequest(gpus=2, min_bandwidth_gbps=100), Profile())
     assert reason == {"dgx": core.OK, "pcie": core.TOPOLOGY, "bare": core.NO_TOPOLOGY}
 
 
