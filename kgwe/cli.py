@@ -18,6 +18,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "render": ("kgwe.render.render_cmd", "render the Kubernetes objects a policy repository asks for"),
     "extender": ("kgwe.extender.command", "kube-scheduler extender: GPU-aware filter and prioritize"),
     "simulate": ("kgwe.sim.command", "replay the openb GPU trace through the scoring core (FGD method)"),
+    "agent": ("kgwe.agent.command", "node agent: NVML GPU topology discovery -> Node annotation and labels"),
+    "plan-mig": ("kgwe.planner.cli", "plan MIG layouts per pool: target vs achieved shares, changes, reasons"),
 }
 
 

@@ -140,3 +140,13 @@ def from_known_file(kf: KnownFile, default_name: str = "custom") -> NodeTopology
 def facts(name: str) -> dict[str, str]:
     """The `# key: value` facts of known topology `name` (GPU model, rates, NVSwitch count, sources)."""
     return dict(parse_known_file(source_text(name)).meta)
+
+
+def identify(topo: NodeTopology) -> str | None:
+    """The known topology a discovered one matches (same GPU model, matrix and NUMA layout), if any."""
+    shape = (topo.matrix(), tuple(g.name for g in topo.gpus), tuple(g.numa_node for g in topo.gpus))
+    for name in names():
+        ref = load(name)
+        if (ref.matrix(), tuple(g.name for g in ref.gpus), tuple(g.numa_node for g in ref.gpus)) == shape:
+            return name
+    return None

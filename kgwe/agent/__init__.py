@@ -1,0 +1,1 @@
+"""The node agent: NVML discovery, kubelet PodResources, Node annotation/labels (`kgwe agent`)."""

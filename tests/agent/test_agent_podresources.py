@@ -1,0 +1,67 @@
+"""The PodResources client against a real gRPC server on a unix socket (the kubelet's transport)."""
+
+from __future__ import annotations
+
+from concurrent import futures
+
+import grpc
+import pytest
+
+from kgwe.agent import podresources
+from kgwe.agent.podresources import DeviceHolding
+from kgwe.errors import KgweError
+
+HOLDINGS = [
+    DeviceHolding("ml", "train-0", "main", "nvidia.com/gpu", ("GPU-aaa", "GPU-bbb")),
+    DeviceHolding("ml", "train-0", "main", "example.com/nic", ("eth1",)),
+    DeviceHolding("ml", "train-0", "sidecar", "nvidia.com/gpu", ("GPU-ccc::2",)),
+    DeviceHolding("web", "infer-1", "srv", "nvidia.com/mig-1g.10gb", ("MIG-xyz",)),
+]
+
+
+@pytest.fixture
+def kubelet_socket(tmp_path):
+    """A real gRPC server answering v1.PodResourcesLister/List like the kubelet does."""
+    seen = []
+
+    def list_handler(request: bytes, context) -> bytes:
+        seen.append(request)
+        return podresources.encode_list_response(HOLDINGS)
+
+    handler = grpc.method_handlers_generic_handler(
+        "v1.PodResourcesLister",
+        {"List": grpc.unary_unary_rpc_method_handler(list_handler)},
+    )
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=1))
+    server.add_generic_rpc_handlers((handler,))
+    path = tmp_path / "kubelet.sock"
+    server.add_insecure_port(f"unix://{path}")
+    server.start()
+    yield str(path), seen
+    server.stop(grace=None)
+
+
+def test_list_over_grpc_and_map_to_gpu_indices(kubelet_socket):
+    path, seen = kubelet_socket
+    got = podresources.list_pod_resources(path)
+    assert got == HOLDINGS
+    assert seen == [b""]
+    holders = podresources.gpu_holders(got, {"GPU-aaa": 0, "GPU-bbb": 3, "GPU-ccc": 5})
+    assert holders == {0: "ml/train-0", 3: "ml/train-0", 5: "ml/train-0"}
+
+
+def test_unknown_fields_are_skipped():
+    # ContainerResources.cpu_ids (field 3, packed varints) and an unknown varint field in PodResources
+    container = podresources._field(1, b"c") + podresources._field(3, b"\x01\x02") + bytes([0x28, 0x07])
+    pod = podresources._field(1, b"p") + podresources._field(2, b"ns") + bytes([0x20, 0x01])
+    pod += podresources._field(3, container)
+    data = podresources._field(1, pod)
+    assert podresources.decode_list_response(data) == []  # no devices, no crash
+    assert podresources.decode_list_response(b"") == []
+
+
+def test_malformed_answer_and_unreachable_kubelet_are_clear_errors(tmp_path):
+    with pytest.raises(KgweError, match="malformed"):
+        podresources.decode_list_response(b"\x0a\x05ab")
+    with pytest.raises(KgweError, match="PodResources API"):
+        podresources.list_pod_resources(str(tmp_path / "nobody.sock"), timeout_seconds=0.5)
