@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,6 +79,7 @@ class SyncResult:
     drift_corrected: list[ObjectRef] = field(default_factory=list)
     pruned: list[ObjectRef] = field(default_factory=list)
     prune_skipped: list[ObjectRef] = field(default_factory=list)  # protected or not ours
+    failed: list[tuple[ObjectRef, str]] = field(default_factory=list)  # the API refused these
     writes: int = 0  # real API writes (creates, updates, deletes); dry runs are not writes
 
     @property
@@ -116,14 +117,27 @@ def comparable(obj: dict) -> dict:
     return out
 
 
-class Applier:
-    """Applies and prunes objects for one PolicyRepository (`repository` = its label value)."""
+class NotLeader(KgweError):
+    """Raised before a write when this replica no longer holds the leader Lease."""
 
-    def __init__(self, api_client: client.ApiClient, repository: str, *, field_manager: str = FIELD_MANAGER):
+
+class Applier:
+    """Applies and prunes objects for one PolicyRepository (`repository` = its label value).
+
+    `guard` is asked before every real write (the leader gate): when it says no, NotLeader is raised and
+    nothing more is written."""
+
+    def __init__(self, api_client: client.ApiClient, repository: str, *, field_manager: str = FIELD_MANAGER,
+                 guard: Callable[[], bool] | None = None):
         self.api_client = api_client
         self.repository = repository
         self.field_manager = field_manager
+        self.guard = guard
         self._dyn: dynamic.DynamicClient | None = None
+
+    def _check_leader(self) -> None:
+        if self.guard is not None and not self.guard():
+            raise NotLeader("lost leadership; stopping before the next write")
 
     @property
     def dyn(self) -> dynamic.DynamicClient:
@@ -173,11 +187,16 @@ class Applier:
         for obj in objects:
             desired = with_ownership(obj, self.repository)
             ref = ObjectRef.of(desired)
-            action, live, _ = self.diff(obj)
-            if action == "unchanged":
-                result.unchanged.append(ref)
+            try:
+                action, live, _ = self.diff(obj)
+                if action == "unchanged":
+                    result.unchanged.append(ref)
+                    continue
+                self._check_leader()
+                self._ssa(self._resource(ref), desired, ref, dry_run=False)
+            except ApiException as exc:
+                result.failed.append((ref, _api_message(exc)))
                 continue
-            self._ssa(self._resource(ref), desired, ref, dry_run=False)
             result.writes += 1
             if action == "create":
                 result.created.append(ref)
@@ -208,6 +227,7 @@ class Applier:
             ):
                 result.prune_skipped.append(ref)
                 continue
+            self._check_leader()
             try:
                 resource.delete(name=ref.name, namespace=ref.namespace,
                                 body={"propagationPolicy": "Background"})
@@ -227,3 +247,12 @@ class Applier:
             raise KgweError(f"rendered objects are not unique: {', '.join(dupes)}")
         result = self.apply(objects)
         return self.prune(previous, refs, result)
+
+
+def _api_message(exc: ApiException) -> str:
+    """The apiserver's own message from a Status body, else the HTTP reason."""
+    try:
+        body = orjson.loads(exc.body or b"{}")
+    except (orjson.JSONDecodeError, TypeError):
+        body = {}
+    return str(body.get("message") or exc.reason or exc.status) if isinstance(body, dict) else str(exc.reason)

@@ -8,6 +8,7 @@ rewrites whole Node objects, so labels and taints owned by the GPU Operator, kub
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -15,6 +16,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from kgwe.cluster.apply import NotLeader
 from kgwe.cluster.names import (
     CORDONED_ANNOTATION,
     FIELD_MANAGER,
@@ -67,11 +69,19 @@ def gpu_pods_by_node(core: client.CoreV1Api) -> dict[str, list[Any]]:
 
 
 class NodeOps:
-    def __init__(self, api_client: client.ApiClient) -> None:
+    """`guard` (the leader gate) is asked before every write; NotLeader stops the rollout at once."""
+
+    def __init__(self, api_client: client.ApiClient, *, guard: Callable[[], bool] | None = None) -> None:
         self.core = client.CoreV1Api(api_client)
+        self.guard = guard
         self.writes = 0
 
+    def _check_leader(self) -> None:
+        if self.guard is not None and not self.guard():
+            raise NotLeader("lost leadership; stopping the rollout before the next write")
+
     def _patch(self, name: str, body: dict) -> None:
+        self._check_leader()
         self.core.patch_node(name, body, field_manager=FIELD_MANAGER)
         self.writes += 1
 
@@ -103,6 +113,7 @@ class NodeOps:
             key = f"{pod.metadata.namespace}/{pod.metadata.name}"
             body = client.V1Eviction(metadata=client.V1ObjectMeta(name=pod.metadata.name,
                                                                   namespace=pod.metadata.namespace))
+            self._check_leader()
             try:
                 self.core.create_namespaced_pod_eviction(pod.metadata.name, pod.metadata.namespace, body)
                 self.writes += 1

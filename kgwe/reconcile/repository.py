@@ -1,0 +1,404 @@
+"""Reconcile one PolicyRepository: Git revision → load+validate → cluster inventory → plan+render → SSA
+diff/apply → prune → safe MIG rollout → status, Events, metrics, inventory snapshot committed back.
+
+What is kept between reconciles is only a cache (the Git mirror, the last snapshot hash): everything that
+matters — the applied inventory, the revisions, where each node's MIG rollout stands — is read back from
+the cluster, so any replica that becomes leader continues exactly where the previous one stopped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from kgwe.cluster.apply import Applier, NotLeader, ObjectRef, SyncResult
+from kgwe.cluster.events import EventRecorder
+from kgwe.cluster.inventory import GpuNodeFacts, inventory_document, read_gpu_nodes
+from kgwe.cluster.names import repository_label_value
+from kgwe.cluster.nodes import NodeOps
+from kgwe.errors import KgweError
+from kgwe.gitops.auth import GitCredentials
+from kgwe.gitops.commit_back import CommitBack
+from kgwe.gitops.source import GitRef, GitSource, GitSourceError, Revision
+from kgwe.reconcile.metrics import ReconcileMetrics
+from kgwe.reconcile.rollout import Action, NodeState, PoolPolicy, RolloutPlan, plan_rollout
+from kgwe.reconcile.status import Outcome, next_status
+
+log = logging.getLogger(__name__)
+
+GROUP, VERSION, PLURAL = "kgwe.nvidia.io", "v1", "policyrepositories"
+DEFAULT_PENDING_TIMEOUT_SECONDS = 900.0
+MAX_ERRORS_IN_MESSAGE = 5
+
+
+@dataclass(frozen=True)
+class Desired:
+    objects: list[dict]  # everything to server-side apply (no Node objects: nodes go through the rollout)
+    node_configs: dict[str, str]  # node -> mig-parted config name
+    pools: dict[str, PoolPolicy]
+    node_pool: dict[str, str]
+    inventory_doc: dict
+
+
+def parse_interval_seconds(text: str | int | float | None, default: float = 60.0) -> float:
+    """Go-style durations as PolicyRepository uses them (1m, 30s, 1h30m, 500ms)."""
+    if text is None:
+        return default
+    if isinstance(text, int | float):
+        return float(text)
+    import re
+
+    total, pos = 0.0, 0
+    units = {"ms": 0.001, "s": 1, "m": 60, "h": 3600}
+    for match in re.finditer(r"(\d+(?:\.\d+)?)(ms|s|m|h)", text):
+        if match.start() != pos:
+            break
+        total += float(match.group(1)) * units[match.group(2)]
+        pos = match.end()
+    if pos != len(text) or total <= 0:
+        raise KgweError(f"invalid duration {text!r} (use e.g. 30s, 1m, 1h)")
+    return total
+
+
+def max_unavailable_value(value: Any) -> int | str:
+    if isinstance(value, int):
+        return value
+    if isinstance(value, Decimal | float):
+        return f"{value}%"
+    return str(value)
+
+
+class RepositoryReconciler:
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        namespace: str,
+        name: str,
+        *,
+        cache_dir: Path,
+        metrics: ReconcileMetrics | None = None,
+        recorder: EventRecorder | None = None,
+        is_leader: Callable[[], bool] = lambda: True,
+        now: Callable[[], datetime] = lambda: datetime.now(UTC),
+        git_attempts: int = 3,
+    ) -> None:
+        self.api_client = api_client
+        self.namespace = namespace
+        self.name = name
+        self.cache_dir = Path(cache_dir)
+        self.metrics = metrics or ReconcileMetrics()
+        self.recorder = recorder or EventRecorder(api_client)
+        self.is_leader = is_leader
+        self.now = now
+        self.git_attempts = git_attempts
+        self.custom = client.CustomObjectsApi(api_client)
+        self.core = client.CoreV1Api(api_client)
+        self.repository_label = repository_label_value(namespace, name)
+        self._sources: dict[tuple, GitSource] = {}
+        self._snapshot_hash: str | None = None
+        self.last_sync: SyncResult | None = None
+        self.last_plan: RolloutPlan | None = None
+
+    # -- reading ---------------------------------------------------------------------------------
+    def read(self) -> dict | None:
+        try:
+            return self.custom.get_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, self.name)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def _credentials(self, spec: Mapping) -> GitCredentials | None:
+        ref = spec.get("secretRef") or {}
+        if not ref.get("name"):
+            return None
+        try:
+            secret = self.core.read_namespaced_secret(ref["name"], self.namespace)
+        except ApiException as exc:
+            raise GitSourceError(f"secret {self.namespace}/{ref['name']} for Git credentials: {exc.reason}") \
+                from exc
+        return GitCredentials.from_secret_data(secret.data or {})
+
+    def _source(self, spec: Mapping) -> GitSource:
+        ref = GitRef.from_spec(spec.get("ref"))
+        timeout = parse_interval_seconds(spec.get("timeout"), 60.0)
+        key = (spec["url"], ref, timeout, (spec.get("secretRef") or {}).get("name"))
+        source = self._sources.get(key)
+        if source is None:
+            source = GitSource(spec["url"], ref, cache_dir=self.cache_dir / "git", timeout_seconds=timeout,
+                               attempts=self.git_attempts)
+            self._sources = {key: source}
+        source.credentials = self._credentials(spec)
+        return source
+
+    # -- the reconcile -----------------------------------------------------------------------------
+    def reconcile(self) -> Outcome | None:
+        """One full pass; returns what happened (None when the object is gone or suspended)."""
+        repo = self.read()
+        if repo is None:
+            return None
+        spec = repo.get("spec") or {}
+        if spec.get("suspend"):
+            return None
+        started = time.monotonic()
+        try:
+            outcome = self._reconcile(repo, spec)
+        except NotLeader:
+            self.metrics.results.labels(self.name, "not_leader").inc()
+            return None
+        except (KgweError, ApiException) as exc:
+            text = exc.reason if isinstance(exc, ApiException) else str(exc)
+            outcome = Outcome("apply_failed", f"reconcile failed: {text}")
+            self.recorder.warning(repo, "ReconciliationFailed", outcome.message)
+        self.metrics.duration.labels(self.name).observe(time.monotonic() - started)
+        self.metrics.results.labels(self.name, outcome.phase).inc()
+        self._write_status(repo, outcome)
+        return outcome
+
+    def _reconcile(self, repo: dict, spec: Mapping) -> Outcome:
+        status = repo.get("status") or {}
+        source = self._source(spec)
+        try:
+            revision = source.fetch()
+        except GitSourceError as exc:
+            self.recorder.warning(repo, "GitOperationFailed", str(exc))
+            return Outcome("fetch_failed", str(exc))
+        last_applied = status.get("lastAppliedRevision")
+        ps, errors = self._load(source, revision.sha, spec)
+        if errors:
+            message = (f"revision {revision} is invalid, nothing applied; last applied revision "
+                       f"{last_applied or '(none)'} stays in force: " + "; ".join(errors))
+            if status.get("lastAttemptedRevision") != str(revision):
+                self.recorder.warning(repo, "ValidationFailed", message)
+            rollout = None
+            if last_applied:  # keep the last good state converging (rollouts in flight, drift)
+                good, good_errors = self._load(source, Revision.sha_of(last_applied), spec)
+                if not good_errors:
+                    _, plan = self._converge(repo, good, status)
+                    rollout = {p: pr.as_status() for p, pr in plan.pools.items()}
+            return Outcome("invalid", message, attempted_revision=str(revision), rollout=rollout)
+
+        sync, plan = self._converge(repo, ps, status)
+        inventory = [r.as_status() for r in sorted(set(sync.applied + sync.unchanged))]
+        # Objects the API refused stay in the inventory so a later success or prune still sees them.
+        inventory += [r.as_status() for r, _ in sync.failed if r.as_status() not in inventory]
+        rollout = {p: pr.as_status() for p, pr in plan.pools.items()}
+        self._events(repo, revision, status, sync, plan)
+        if sync.failed:
+            msg = "; ".join(f"{ref}: {why}" for ref, why in sync.failed[:MAX_ERRORS_IN_MESSAGE])
+            return Outcome("apply_failed", f"applying revision {revision} failed for {msg}",
+                           attempted_revision=str(revision), inventory=inventory, rollout=rollout)
+        self.metrics.set_last_applied(self.name, str(revision))
+        stalled = plan.stalled
+        if stalled:
+            phase, message = "stalled", "; ".join(p.message() for p in stalled)
+        elif not all(p.complete for p in plan.pools.values()):
+            phase = "progressing"
+            message = f"revision {revision} applied; MIG rollout: " + "; ".join(
+                p.message() for p in plan.pools.values() if not p.complete)
+        else:
+            phase, message = "ready", f"applied revision {revision}"
+        extra = self._commit_snapshot(repo, spec, phase) if phase == "ready" else {}
+        return Outcome(phase, message, attempted_revision=str(revision), applied_revision=str(revision),
+                       inventory=inventory, rollout=rollout, extra=extra)
+
+    def _load(self, source: GitSource, sha: str, spec: Mapping) -> tuple[Any, list[str]]:
+        from kgwe.policy.loader import load_repository
+
+        path = (spec.get("path") or ".").strip("/")
+        with tempfile.TemporaryDirectory(prefix="kgwe-rev-") as tmp:
+            try:
+                root = source.export(sha, Path(tmp), None if path in ("", ".") else path)
+            except KgweError as exc:
+                return None, [str(exc)]
+            ps = load_repository(root)
+        errors = [f"{d.file}:{d.line}:{d.column}: {d.path + ': ' if d.path else ''}{d.message}"
+                  for d in ps.errors]
+        if len(errors) > MAX_ERRORS_IN_MESSAGE:
+            errors = [*errors[:MAX_ERRORS_IN_MESSAGE], f"and {len(errors) - MAX_ERRORS_IN_MESSAGE} more"]
+        return ps, errors
+
+    # -- desired state -------------------------------------------------------------------------------
+    def desired(self, ps: Any, facts: list[GpuNodeFacts]) -> Desired:
+        from kgwe.policy import GPUInventory
+        from kgwe.render.render import RenderOptions, render
+
+        options = RenderOptions(repository=self.repository_label)
+        live_configs = self._live_mig_configs(options.mig_namespace, options.mig_config_name)
+        doc = inventory_document(facts, name=self.name, mig_configs=live_configs)
+        inventory = GPUInventory.model_validate(doc)
+        rendered = render(ps, inventory, options=options)
+        objects = [o for o in rendered.objects if o.get("kind") != "Node"]
+        pools: dict[str, PoolPolicy] = {}
+        node_pool: dict[str, str] = {}
+        for strategy in sorted(ps.mig_strategies, key=lambda s: s.name):
+            rollout = strategy.spec.rollout
+            timeout = rollout.pending_timeout.total_seconds() if rollout.pending_timeout else \
+                DEFAULT_PENDING_TIMEOUT_SECONDS
+            pools[strategy.name] = PoolPolicy(strategy.name, max_unavailable_value(rollout.max_unavailable),
+                                              rollout.drain, timeout)
+            for node in inventory.spec.nodes:
+                if node.name in rendered.node_configs and node.name not in node_pool and \
+                        strategy.selects(node.labels):
+                    node_pool[node.name] = strategy.name
+        return Desired(objects, dict(rendered.node_configs), pools, node_pool, doc)
+
+    def _live_mig_configs(self, namespace: str, name: str) -> dict:
+        try:
+            cm = self.core.read_namespaced_config_map(name, namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                return {}
+            raise
+        for text in (cm.data or {}).values():
+            try:
+                doc = yaml.safe_load(text)
+            except yaml.YAMLError:
+                continue
+            if isinstance(doc, dict) and isinstance(doc.get("mig-configs"), dict):
+                return doc["mig-configs"]
+        return {}
+
+    def _converge(self, repo: dict, ps: Any, status: Mapping) -> tuple[SyncResult, RolloutPlan]:
+        facts = read_gpu_nodes(self.api_client)
+        desired = self.desired(ps, facts)
+        self._last_inventory_doc = desired.inventory_doc
+        previous = [ObjectRef.from_status(e) for e in status.get("inventory") or []]
+        applier = Applier(self.api_client, self.repository_label, guard=self.is_leader)
+        sync = applier.sync(desired.objects, previous)
+        self.metrics.applied.labels(self.name).inc(len(sync.applied))
+        self.metrics.pruned.labels(self.name).inc(len(sync.pruned))
+        self.metrics.drift.labels(self.name).inc(len(sync.drift_corrected))
+        self.metrics.writes.labels(self.name).inc(sync.writes)
+        if sync.failed:  # never relabel nodes for a config the cluster did not accept
+            plan = plan_rollout([], desired.pools, self.now())
+        else:
+            plan = self._rollout(repo, desired, facts)
+        self.last_sync, self.last_plan = sync, plan
+        return sync, plan
+
+    # -- MIG rollout ------------------------------------------------------------------------------
+    def _rollout(self, repo: dict, desired: Desired, facts: list[GpuNodeFacts]) -> RolloutPlan:
+        states = [
+            NodeState(name=f.name, pool=desired.node_pool[f.name],
+                      desired_config=desired.node_configs[f.name],
+                      current_config=f.mig_config, state=f.mig_state, requested_at=f.requested_at,
+                      gpu_pods=len(f.gpu_pods), cordoned_by_kgwe=f.cordoned_by_kgwe)
+            for f in facts if f.name in desired.node_pool
+        ]
+        now = self.now()
+        plan = plan_rollout(states, desired.pools, now)
+        ops = NodeOps(self.api_client, guard=self.is_leader)
+        done: list[Action] = []
+        for action in plan.actions:
+            try:
+                self._do(ops, repo, action, now)
+            except ApiException as exc:
+                self.recorder.warning(repo, "RolloutActionFailed",
+                                      f"{action.kind} {action.node}: {exc.reason}")
+                continue
+            done.append(action)
+        self.metrics.writes.labels(self.name).inc(ops.writes)
+        after = plan_rollout(_apply_all(states, done, now), desired.pools, now)
+        for pool, progress in after.pools.items():
+            self.metrics.rollout_pending.labels(self.name, pool).set(len(progress.pending) +
+                                                                     len(progress.waiting_busy))
+            self.metrics.rollout_in_progress.labels(self.name, pool).set(len(progress.in_progress) +
+                                                                         len(progress.draining))
+            self.metrics.rollout_failed.labels(self.name, pool).set(len(progress.failed) +
+                                                                    len(progress.timed_out))
+        return RolloutPlan(tuple(done), after.pools)
+
+    def _do(self, ops: NodeOps, repo: dict, action: Action, now: datetime) -> None:
+        if action.kind == "relabel":
+            ops.relabel(action.node, action.config or "", now)
+            self.recorder.normal(repo, "MIGConfigSelected", f"node {action.node}: nvidia.com/mig.config="
+                                 f"{action.config}")
+        elif action.kind == "cordon":
+            ops.cordon(action.node, action.config or "")
+            self.recorder.normal(repo, "NodeCordoned", f"node {action.node} cordoned for a MIG layout change")
+        elif action.kind == "evict":
+            outcome = ops.evict_gpu_pods(action.node)
+            if outcome.blocked:
+                self.recorder.warning(repo, "EvictionBlocked", f"node {action.node}: a PodDisruptionBudget "
+                                      f"blocks evicting {', '.join(outcome.blocked)}; will retry")
+        elif action.kind == "uncordon":
+            ops.uncordon(action.node)
+            self.recorder.normal(repo, "NodeUncordoned", f"node {action.node} uncordoned after MIG change")
+
+    # -- status, events, snapshot -------------------------------------------------------------------
+    def _events(self, repo: dict, revision: Revision, status: Mapping, sync: SyncResult,
+                plan: RolloutPlan) -> None:
+        if sync.created or sync.updated:
+            self.recorder.normal(repo, "Applied", f"revision {revision}: {len(sync.created)} created, "
+                                 f"{len(sync.updated)} updated ({len(sync.drift_corrected)} drift corrected)")
+        if sync.pruned:
+            self.recorder.normal(repo, "Pruned", "pruned " + ", ".join(str(r) for r in sync.pruned))
+        for progress in plan.stalled:
+            self.recorder.warning(repo, "RolloutStalled", progress.message())
+
+    def _write_status(self, repo: dict, outcome: Outcome) -> None:
+        current = repo.get("status") or {}
+        generation = (repo.get("metadata") or {}).get("generation")
+        new = next_status(current, outcome, generation=generation, now=self.now())
+        if new == current or not self.is_leader():
+            return
+        self.custom.patch_namespaced_custom_object_status(
+            GROUP, VERSION, self.namespace, PLURAL, self.name, {"status": new},
+            _content_type="application/merge-patch+json")
+
+    def _commit_snapshot(self, repo: dict, spec: Mapping, phase: str) -> dict:
+        """Commit the GPUInventory snapshot under the reports path (for offline `kgwe plan` in CI)."""
+        reports = spec.get("reports")
+        doc = getattr(self, "_last_inventory_doc", None)
+        if not reports or doc is None:
+            return {}
+        text = yaml.safe_dump(doc, sort_keys=False)
+        digest = hashlib.sha256(text.encode()).hexdigest()
+        if digest == self._snapshot_hash:
+            return {}
+        ref = spec.get("ref") or {}
+        branch = reports.get("branch") or ref.get("branch") or "main"
+        base = (reports.get("path") or "reports").strip("/")
+        prefix = base.split("/")[0] + "/"
+        cb = CommitBack(spec["url"], branch, workdir=self.cache_dir / "commit-back",
+                        credentials=self._credentials(spec), allowed_prefixes=(prefix,))
+        result = cb.commit_files({f"{base}/gpu-inventory.yaml": text}, summary="GPU inventory snapshot")
+        self._snapshot_hash = digest  # also after a permanent rejection: never retry the same content
+        if result.status == "rejected":
+            self.metrics.commit_back_rejected.labels(self.name).inc()
+            self.recorder.warning(repo, "CommitBackRejected", result.reason)
+            return {"reportsStatus": {"lastPushError": result.reason}}
+        if result.status == "failed":
+            self._snapshot_hash = None
+        return {}
+
+
+def _after(state: NodeState, action: Action, now: datetime) -> NodeState:
+    if action.kind == "relabel":
+        return replace(state, current_config=action.config, state=None, requested_at=now)
+    if action.kind == "cordon":
+        return replace(state, cordoned_by_kgwe=True)
+    if action.kind == "uncordon":
+        return replace(state, cordoned_by_kgwe=False)
+    return state
+
+
+def _apply_all(states: list[NodeState], actions: list[Action], now: datetime) -> list[NodeState]:
+    by_name = {s.name: s for s in states}
+    for action in actions:
+        if action.node in by_name:
+            by_name[action.node] = _after(by_name[action.node], action, now)
+    return list(by_name.values())

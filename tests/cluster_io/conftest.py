@@ -1,0 +1,66 @@
+"""Helpers for the cluster I/O tests (real kube-apiserver from kgwe.testing.pytest_cluster)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+
+def wait_for(predicate: Callable[[], Any], timeout_seconds: float = 30.0, what: str = "condition") -> Any:
+    """Poll until `predicate()` is truthy; fail the test (not assert on time) when it never is."""
+    deadline = time.monotonic() + timeout_seconds
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.1)
+
+
+def ensure_namespace(core: client.CoreV1Api, name: str) -> None:
+    try:
+        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+
+
+def put_mig_parted_config(core: client.CoreV1Api, manager: Any, configs: dict) -> None:
+    ensure_namespace(core, manager.config_namespace)
+    text = yaml.safe_dump({"version": "v1", "mig-configs": configs})
+    body = client.V1ConfigMap(metadata=client.V1ObjectMeta(name=manager.config_map),
+                              data={manager.config_key: text})
+    try:
+        core.create_namespaced_config_map(manager.config_namespace, body)
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+        core.replace_namespaced_config_map(manager.config_map, manager.config_namespace, body)
+
+
+def gpu_pod(name: str, node: str, resource: str = "nvidia.com/gpu", count: int = 1,
+            labels: dict | None = None) -> dict:
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "labels": labels or {"app": name}},
+        "spec": {"nodeName": node, "terminationGracePeriodSeconds": 0,
+                 "tolerations": [{"operator": "Exists"}],
+                 "containers": [{"name": "c", "image": "busybox",
+                                 "resources": {"limits": {resource: str(count)},
+                                               "requests": {resource: str(count)}}}]},
+    }
+
+
+@pytest.fixture
+def kio() -> SimpleNamespace:
+    """The helpers above, for test modules (importlib mode has no package-relative imports)."""
+    return SimpleNamespace(wait_for=wait_for, ensure_namespace=ensure_namespace,
+                           put_mig_parted_config=put_mig_parted_config, gpu_pod=gpu_pod)
