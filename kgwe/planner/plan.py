@@ -25,7 +25,7 @@ from kgwe.gpu import catalog
 from kgwe.gpu.catalog import GPUModel
 from kgwe.gpu.layouts import Layout, check_layout, feasible_multisets, fit
 from kgwe.planner import lexmilp
-from kgwe.planner.model import GPUPlan, GPUState, PoolPlan, PoolRequest
+from kgwe.planner.model import GPUPlan, GPUState, PoolPlan, PoolRequest, RolloutLimits
 
 Multiset = tuple[tuple[str, int], ...]
 _SHARE_TOLERANCE = 1e-6
@@ -143,8 +143,12 @@ def _solve(
     required: Mapping[str, float],
     share_target: Mapping[str, float],
     compute: Mapping[str, int],
-) -> None:
-    """Fill `take` of every free class with how many of its GPUs get each option (index 0 = keep)."""
+) -> set[str] | None:
+    """Fill `take` of every free class with how many of its GPUs get each option (index 0 = keep).
+
+    With a node rollout limit, also decide which nodes may change (returned; None = any): nodes holding the
+    same free GPUs are interchangeable, so one integer per node type says how many of them change.
+    """
     fixed: Counter[str] = Counter()
     free = [c for c in classes if not c.locked]
     for cls in classes:
@@ -152,14 +156,16 @@ def _solve(
             for name, n in _multiset(cls.current) if cls.current is not None else ():
                 fixed[name] += n * len(cls.gpus)
     if not free:
-        return
+        return None
     columns: list[tuple[_Class, int, Multiset | None]] = []
     for cls in free:
         columns.append((cls, 0, _multiset(cls.current) if cls.current is not None else None))
         columns.extend((cls, j + 1, ms) for j, ms in enumerate(cls.options))
     req_names, share_names = sorted(required), sorted(share_target)
     n_x = len(columns)
-    n_vars = n_x + len(req_names) + len(share_names)
+    node_types = _node_types(free, req.limits.max_nodes_changed)
+    n_s = len(req_names) + len(share_names)
+    n_vars = n_x + n_s + len(node_types)
     rows = lexmilp.Rows(n_vars)
     for cls in free:
         rows.add({i: 1.0 for i, (c, _, _) in enumerate(columns) if c is cls}, len(cls.gpus), len(cls.gpus))
@@ -173,28 +179,60 @@ def _solve(
     changes = np.array([1.0 if j else 0.0 for _, j, _ in columns] + [0.0] * (n_vars - n_x))
     if req.limits.max_gpus_changed is not None:
         rows.add({i: 1.0 for i, (_, j, _) in enumerate(columns) if j}, 0, req.limits.max_gpus_changed)
+    if node_types:
+        y0 = n_x + n_s
+        rows.add({y0 + t: 1.0 for t in range(len(node_types))}, 0, float(req.limits.max_nodes_changed or 0))
+        for ci, cls in enumerate(free):
+            coefs = {i: 1.0 for i, (c, j, _) in enumerate(columns) if c is cls and j}
+            coefs.update({y0 + t: -float(dict(key).get(ci, 0)) for t, (key, _) in enumerate(node_types)})
+            rows.add(coefs, -np.inf, 0.0)
     objectives = []
     unmet = np.zeros(n_vars)
     unmet[n_x : n_x + len(req_names)] = 1.0
     objectives.append(unmet)
     short = np.zeros(n_vars)
-    short[n_x + len(req_names) :] = [compute[n] for n in share_names]
+    short[n_x + len(req_names) : n_x + n_s] = [compute[n] for n in share_names]
     objectives.append(short)
     destroyed = np.array([float(c.busy) if j else 0.0 for c, j, _ in columns] + [0.0] * (n_vars - n_x))
     objectives.append(destroyed)
     idle = np.array([float(_idle(c.model, ms)) for c, _, ms in columns] + [0.0] * (n_vars - n_x))
     big = float(idle @ np.array([len(c.gpus) for c, _, _ in columns] + [0] * (n_vars - n_x))) + 1.0
     objectives.append(changes * big + idle)
-    upper = np.array([float(len(c.gpus)) for c, _, _ in columns] + [np.inf] * (n_vars - n_x))
-    integrality = np.array([1] * n_x + [0] * (n_vars - n_x))
+    nodes_used = np.zeros(n_vars)
+    nodes_used[n_x + n_s :] = 1.0
+    objectives.append(nodes_used)
+    upper = np.array(
+        [float(len(c.gpus)) for c, _, _ in columns] + [np.inf] * n_s + [float(len(n)) for _, n in node_types]
+    )
+    integrality = np.array([1] * n_x + [0] * n_s + [1] * len(node_types))
     x = lexmilp.solve(objectives, rows, integrality, upper)
     for cls in free:
         cls.take = [0] * (len(cls.options) + 1)
     for i, (cls, j, _) in enumerate(columns):
         cls.take[j] = int(x[i])
+    if not node_types:
+        return None
+    return {node for t, (_, nodes) in enumerate(node_types) for node in nodes[: int(x[n_x + n_s + t])]}
 
 
-def _assign(classes: Sequence[_Class]) -> dict[tuple[str, int], Multiset]:
+NodeType = tuple[tuple[tuple[int, int], ...], list[str]]
+
+
+def _node_types(free: Sequence[_Class], limit: int | None) -> list[NodeType]:
+    """(free GPUs per class on the node, nodes) for every node type, if a node limit can bind; else []."""
+    per_node: dict[str, Counter[int]] = defaultdict(Counter)
+    for ci, cls in enumerate(free):
+        for gpu in cls.gpus:
+            per_node[gpu.node][ci] += 1
+    if limit is None or len(per_node) <= limit:
+        return []
+    types: dict[tuple[tuple[int, int], ...], list[str]] = defaultdict(list)
+    for node in sorted(per_node):
+        types[tuple(sorted(per_node[node].items()))].append(node)
+    return sorted(types.items())
+
+
+def _assign(classes: Sequence[_Class], allowed: set[str] | None) -> dict[tuple[str, int], Multiset]:
     """Which GPUs of each class change, packing changes onto as few nodes as possible. Deterministic."""
     touched: dict[str, int] = {}  # node -> order in which it was first touched
     out: dict[tuple[str, int], Multiset] = {}
@@ -203,7 +241,8 @@ def _assign(classes: Sequence[_Class]) -> dict[tuple[str, int], Multiset]:
             continue
         per_node: dict[str, list[GPUState]] = defaultdict(list)
         for gpu in cls.gpus:
-            per_node[gpu.node].append(gpu)
+            if allowed is None or gpu.node in allowed:
+                per_node[gpu.node].append(gpu)
         order = sorted(per_node, key=lambda n: (n not in touched, -len(per_node[n]), n))
         chosen = [gpu for node in order for gpu in per_node[node]]
         pos = 0
@@ -237,10 +276,24 @@ def plan_pool(req: PoolRequest) -> PoolPlan:
     for cls in classes:
         for name, n in _multiset(cls.current) if cls.current is not None else ():
             before[name] += n * len(cls.gpus)
-    _solve(req, classes, required, share_target, compute)
-    changes = _assign(classes)
+    allowed = _solve(req, classes, required, share_target, compute)
+    changes = _assign(classes, allowed)
     changes = _limit_nodes(changes, req.limits.max_nodes_changed)
-    return _report(req, models, classes, changes, before, required, share_target, compute, total_compute)
+    plan = _report(req, models, classes, changes, before, required, share_target, compute, total_compute)
+    limits = req.limits
+    if limits.max_gpus_changed is None and limits.max_nodes_changed is None:
+        return plan
+    # how far the limits hold the pool back: the same plan without them
+    unlimited = replace(req, limits=RolloutLimits(allow_drain=limits.allow_drain))
+    free_classes = _classes(unlimited, models, wanted)
+    _solve(unlimited, free_classes, required, share_target, compute)
+    deferred = sum(sum(c.take[1:]) for c in free_classes if not c.locked) - plan.gpus_changed
+    if deferred <= 0:
+        return plan
+    pairs = ((limits.max_gpus_changed, "GPU(s)"), (limits.max_nodes_changed, "node(s)"))
+    caps = [f"{v} {unit}" for v, unit in pairs if v is not None]
+    note = f"{deferred} more GPU change(s) wait for later waves (rollout limit: {', '.join(caps)} per plan)"
+    return replace(plan, deferred=deferred, notes=(*plan.notes, note))
 
 
 Changes = dict[tuple[str, int], Multiset | None]  # None = disable MIG
@@ -333,10 +386,7 @@ def _report(
                     in_use_destroyed=gpu.busy if changed else 0, reason=reason)
         )
     deferred = max(0, wanted_change - len(changes))
-    notes = []
-    if deferred:
-        notes.append(f"{deferred} GPU change(s) deferred by the rollout limit of "
-                     f"{req.limits.max_nodes_changed} node(s)")
+    notes: list[str] = []
     names = sorted({*want, *achieved})
     return PoolPlan(
         name=req.name,

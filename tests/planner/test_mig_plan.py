@@ -92,7 +92,7 @@ def test_rollout_limits():
     by_nodes = plan_pool(PoolRequest("p", gpus, shares={"3g.40gb": 1.0},
                                      limits=RolloutLimits(max_nodes_changed=2)))
     assert by_nodes.gpus_changed == 16 and by_nodes.nodes_changed == 2
-    assert by_nodes.deferred == 16 and "deferred" in by_nodes.notes[0]
+    assert by_nodes.deferred == 16 and "wait for later waves" in by_nodes.notes[0]
 
 
 def test_changes_are_packed_onto_few_nodes():

@@ -1,0 +1,108 @@
+"""Thin adapter: policy objects (MIGStrategy + GPUInventory, engineer A's pydantic models) -> planner input,
+and plans -> the per-node layouts `migparted.build_mig_configs` takes. The planner core never sees pydantic.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from kgwe.errors import KgweError
+from kgwe.gpu import catalog
+from kgwe.gpu.catalog import GPUModel
+from kgwe.gpu.layouts import fit
+from kgwe.planner.model import GPUState, PoolPlan, PoolRequest, RolloutLimits
+from kgwe.planner.plan import plan_pools
+
+
+@dataclass(frozen=True)
+class PolicyPlan:
+    """Plans per pool (one per MIGStrategy, by name) and node -> per-GPU layouts of every planned node."""
+
+    pools: tuple[PoolPlan, ...]
+    layouts: Mapping[str, list[list[str] | None]]
+
+
+def model_of_product(node_name: str, product: str) -> GPUModel:
+    """The catalog model of a node's GFD product label; KgweError if it names none or several."""
+    model = catalog.model_for_product(product)
+    if model is not None:
+        return model
+    found = catalog.models_matching(product)
+    if len(found) == 1:
+        return found[0]
+    if not found:
+        raise KgweError(f"node {node_name}: GPU product {product!r} is not in the GPU catalog")
+    keys = ", ".join(m.key for m in found)
+    raise KgweError(f"node {node_name}: GPU product {product!r} is ambiguous ({keys}); use the GFD product")
+
+
+def _gpu_states(node, model: GPUModel) -> list[GPUState]:
+    states = []
+    layouts = node.current_layouts()
+    in_use = node.in_use()
+    for index in range(node.gpus):
+        names = layouts[index]
+        busy = in_use[index]
+        if names is None or not model.mig_capable:
+            states.append(GPUState(node.name, index, model.key, None, (), busy == ("gpu",) or bool(busy)))
+            continue
+        for name in names:
+            model.profile(name)  # clear error for a profile this model does not have
+        placed = fit(model, names)
+        if placed is None:
+            raise KgweError(f"node {node.name} GPU {index}: {list(names)} do not fit on one {model.key}")
+        held: list[tuple[str, int]] = []
+        want = Counter(busy)
+        for inst in placed:
+            if want[inst.profile] > 0:
+                want[inst.profile] -= 1
+                held.append(inst)
+        states.append(GPUState(node.name, index, model.key, placed, tuple(held)))
+    return states
+
+
+def pool_requests(
+    strategies: Sequence, inventory, demand: Mapping[str, Mapping[str, int]] | None = None
+) -> list[PoolRequest]:
+    """One PoolRequest per MIGStrategy; each inventory node joins the strategy whose nodeSelector matches it.
+
+    `demand` maps a strategy name to profile -> instances wanted (pending pods, forecast).
+    """
+    demand = demand or {}
+    owner: dict[str, str] = {}
+    requests = []
+    for strategy in sorted(strategies, key=lambda s: s.metadata.name):
+        name = strategy.metadata.name
+        nodes = [n for n in inventory.spec.nodes if strategy.selects(n.labels)]
+        gpus: list[GPUState] = []
+        for node in nodes:
+            other = owner.setdefault(node.name, name)
+            if other != name:
+                raise KgweError(f"node {node.name} is selected by both MIGStrategy {other} and {name}")
+            gpus.extend(_gpu_states(node, model_of_product(node.name, node.product)))
+        spec = strategy.spec
+        partition = spec.partition_strategy
+        shares = {p: float(v) / 100 for p, v in partition.shares.items()} if partition else {}
+        counts = dict(partition.counts) if partition else {}
+        limits = RolloutLimits(
+            max_nodes_changed=spec.rollout.max_unavailable_nodes(len(nodes)),
+            allow_drain=spec.rollout.drain,
+        )
+        requests.append(
+            PoolRequest(name, tuple(gpus), shares=shares, counts=counts, demand=dict(demand.get(name, {})),
+                        limits=limits, mig_enabled=spec.mig_enabled)
+        )
+    return requests
+
+
+def plan_policy(
+    strategies: Iterable, inventory, demand: Mapping[str, Mapping[str, int]] | None = None
+) -> PolicyPlan:
+    """Plan every MIGStrategy's pool of `inventory` and collect the node layouts for mig-parted."""
+    plans = plan_pools(pool_requests(list(strategies), inventory, demand))
+    layouts: dict[str, list[list[str] | None]] = {}
+    for plan in plans:
+        layouts.update(plan.layouts_by_node())
+    return PolicyPlan(tuple(plans), dict(sorted(layouts.items())))
