@@ -97,6 +97,7 @@ class PriceBook:
     mig_pricing: str = "ComputeSlices"
     idle_cost: str = "Separate"
     spot_labels: tuple[tuple[str, str | None], ...] = DEFAULT_SPOT_LABELS
+    spot_selector: tuple[tuple[str, str], ...] | None = None  # the catalog's spotNodeSelector: all must match
     slices: SliceLookup = field(default=catalog_slices, compare=False)
 
     def __post_init__(self) -> None:
@@ -109,6 +110,8 @@ class PriceBook:
         return self.gpus.get(product) or self.gpus.get(base_product(product))
 
     def is_spot(self, labels: Mapping[str, str]) -> bool:
+        if self.spot_selector:
+            return all(labels.get(k) == v for k, v in self.spot_selector)
         return any(k in labels and (v is None or labels[k] == v) for k, v in self.spot_labels)
 
     def gpu_share(self, product: str, kind: str, mig_profile: str | None, gpu_milli: int | None) -> Fraction:
@@ -130,6 +133,7 @@ def pricebook(
     mig_pricing: str = "ComputeSlices",
     idle_cost: str = "Separate",
     spot_labels: tuple[tuple[str, str | None], ...] = DEFAULT_SPOT_LABELS,
+    spot_selector: tuple[tuple[str, str], ...] | None = None,
     slices: SliceLookup = catalog_slices,
 ) -> PriceBook:
     """Build a PriceBook from catalog-style rows {product, onDemandPerHour, spotPerHour?}."""
@@ -144,7 +148,7 @@ def pricebook(
         spot_raw = row.get("spotPerHour")
         spot = None if spot_raw is None else parse_money(spot_raw, f"gpus[{i}] ({product}).spotPerHour")
         gpus[product] = GpuPrice(product, on_demand, spot)
-    return PriceBook(currency, gpus, mig_pricing, idle_cost, spot_labels, slices)
+    return PriceBook(currency, gpus, mig_pricing, idle_cost, spot_labels, spot_selector, slices)
 
 
 def _get(obj: Any, *names: str, default: Any = None) -> Any:
@@ -166,16 +170,18 @@ def pricebook_from_catalog(catalog: Any) -> PriceBook:
             "onDemandPerHour": _get(gpu, "onDemandPerHour", "on_demand_per_hour"),
             "spotPerHour": _get(gpu, "spotPerHour", "spot_per_hour"),
         })
-    labels = _get(spec, "spotNodeLabels", "spot_node_labels")
+    selector = _get(spec, "spotNodeSelector", "spot_node_selector")
     spot_labels = DEFAULT_SPOT_LABELS
-    if labels:
-        spot_labels = tuple((str(k), None if v in (None, "") else str(v)) for k, v in dict(labels).items())
+    spot_selector = None
+    if selector:
+        spot_selector = tuple((str(k), str(v)) for k, v in dict(selector).items())
     return pricebook(
         rows,
         currency=str(_get(spec, "currency", default="USD")),
         mig_pricing=str(_enum_value(_get(spec, "migPricing", "mig_pricing", default="ComputeSlices"))),
         idle_cost=str(_enum_value(_get(spec, "idleCost", "idle_cost", default="Separate"))),
         spot_labels=spot_labels,
+        spot_selector=spot_selector,
     )
 
 
