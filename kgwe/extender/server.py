@@ -109,6 +109,9 @@ class _Conn(asyncio.Protocol):
                 if len(self.buf) > MAX_HEADER:
                     self._fail(431, "request headers too large")
                 return
+            if end > MAX_HEADER:
+                self._fail(431, "request headers too large")
+                return
             head = bytes(self.buf[:end]).decode("latin-1")
             lines = head.split("\r\n")
             parts = lines[0].split(" ")
