@@ -98,8 +98,8 @@ def test_good_request_and_keep_alive(server) -> None:
     (b"\xff\xfe", "not valid JSON"),
     (b'{"NodeNames": ["h1"]}', "Pod is missing"),
     (b'{"Pod": {"metadata": {}, "spec": {}}}', "NodeNames"),
-    (b'{"Pod": {"spec": {"containers": [{"resources": {"limits": {"nvidia.com/gpu": "x"}}}]}}, "NodeNames": []}',
-     "integer"),
+    (b'{"Pod": {"spec": {"containers": [{"resources": {"limits": {"nvidia.com/gpu": "x"}}}]}}, '
+     b'"NodeNames": []}', "integer"),
 ])
 @pytest.mark.parametrize("verb", ["/filter", "/prioritize"])
 def test_malformed_bodies_are_400_json(server, verb: str, body: bytes, needle: str) -> None:
