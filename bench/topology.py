@@ -30,8 +30,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kgwe.topology import choice, known  # noqa: E402
-from kgwe.topology.model import NodeTopology  # noqa: E402
+from kgwe.topology import choice, known
+from kgwe.topology.model import NodeTopology
 
 TOPOLOGIES = [
     "DGX-1-V100", "DGX-1-P100", "DGX-A100", "HGX-H100", "A100-PCIE-PAIRS-ADJACENT",
@@ -220,7 +220,8 @@ def main(argv: list[str] | None = None) -> int:
     sequences, steps = (3, 120) if args.quick else (12, 400)
     timings: list[float] = []
     result: dict = {"matches_optimum": True, "query_us_median_8gpu": 0.0}
-    print(f"GPU-set choice: {sequences} sequences x {steps} steps per topology, k in {SIZES}, seed {args.seed}")
+    print(f"GPU-set choice: {sequences} sequences x {steps} steps per topology, k in {SIZES}, "
+          f"seed {args.seed}")
     print(
         f"{'topology':30} {'policy':16} {'mean ring GB/s':>14} {'all-NVLink':>10} {'NVL group at end':>16} "
         f"{'NVL group, mean over steps':>26}"
