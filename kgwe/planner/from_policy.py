@@ -106,3 +106,8 @@ def plan_policy(
     for plan in plans:
         layouts.update(plan.layouts_by_node())
     return PolicyPlan(tuple(plans), dict(sorted(layouts.items())))
+
+
+def plan_layouts(strategies: Iterable, inventory) -> dict[str, list[list[str] | None]]:
+    """node -> per-GPU profile lists (None = MIG disabled), as `kgwe render` feeds `build_mig_configs`."""
+    return dict(plan_policy(strategies, inventory).layouts)
