@@ -182,3 +182,57 @@ def test_node_score_filters_and_ranks():
         for k in (1, 2, 4, 8):
             s = choice.node_score(v100, everything, k, pref)
             assert s is not None and 0 <= s <= 100
+
+
+def _random_topology(rng: random.Random, n: int):
+    """An irregular node: random direct NVLink counts and PCIe levels (rings are not trivial here)."""
+    from kgwe.topology.model import GPU, NodeTopology, Rates
+
+    nv = [[0] * n for _ in range(n)]
+    pcie = [["X"] * n for _ in range(n)]
+    for i, j in combinations(range(n), 2):
+        nv[i][j] = nv[j][i] = rng.choice([0, 0, 0, 1, 2, 4])
+        pcie[i][j] = pcie[j][i] = rng.choice(["PIX", "PXB", "PHB", "NODE", "SYS"])
+    gpus = tuple(
+        GPU(
+            index=i,
+            uuid=f"GPU-{i}",
+            pci_bus_id=f"0:{i}:0.0",
+            name="x",
+            memory_mib=1,
+            numa_node=rng.randint(0, 1),
+            cpu_affinity="",
+        )
+        for i in range(n)
+    )
+    return NodeTopology(
+        name=f"random-{rng.random()}",
+        gpus=gpus,
+        nvlinks=tuple(map(tuple, nv)),
+        pcie=tuple(map(tuple, pcie)),
+        rates=Rates(25.0, 24.0, 10.0),
+    )
+
+
+def test_exact_on_irregular_random_topologies():
+    rng = random.Random(11)
+    for _ in range(25):
+        n = rng.randint(4, 8)
+        topo = _random_topology(rng, n)
+        free = frozenset(rng.sample(range(n), rng.randint(3, n)))
+        for k in range(2, len(free) + 1):
+            got = choice.choose(topo, free, k)
+            best = max(brute_ring(topo, s) for s in combinations(sorted(free), k))
+            assert got.bottleneck_gbps == best == brute_ring(topo, got.gpus), (topo.nvlinks, sorted(free), k)
+            assert choice.all_nvlink(topo, got.gpus) == _nvlink_ring_exists(topo, got.gpus)
+
+
+def _nvlink_ring_exists(topo, gpus) -> bool:
+    gpus = sorted(gpus)
+    if len(gpus) == 2:
+        return topo.has_nvlink(*gpus)
+    first, rest = gpus[0], gpus[1:]
+    return any(
+        all(topo.has_nvlink(r[i], r[(i + 1) % len(r)]) for i in range(len(r)))
+        for r in ((first, *o) for o in permutations(rest))
+    )
