@@ -116,8 +116,7 @@ class _Tables:
             a, b, c = vs
             best = min(bw[a][b], bw[a][c], bw[b][c])
         else:
-            # A ring uses two links at every GPU, so no ring beats any GPU's second-best link.
-            cap = min(sorted((bw[v][u] for u in vs if u != v), reverse=True)[1] for v in vs)
+            cap = self.ring_cap(vs)
             best = min(bw[a][b] for a, b in combinations(vs, 2))
             thresholds = {bw[a][b] for a, b in combinations(vs, 2) if best < bw[a][b] <= cap}
             for t in sorted(thresholds, reverse=True):
@@ -129,6 +128,14 @@ class _Tables:
                     break
         self._ring[mask] = best
         return best
+
+    def ring_cap(self, vs: list[int]) -> float:
+        """Upper bound on the ring: a ring uses two links at every GPU, so none beats any GPU's
+        second-best link inside the set."""
+        bw = self.bw
+        if len(vs) < 3:
+            return self.ring(sum(1 << v for v in vs))
+        return min(sorted((bw[v][u] for u in vs if u != v), reverse=True)[1] for v in vs)
 
     def nvlink_ring(self, mask: int) -> bool:
         got = self._nvring.get(mask)
@@ -179,9 +186,13 @@ class _Tables:
         rest = _bits(free & ~required)
         best_key = None
         best_set: list[int] = []
+        ring_first = preference not in ("SameNUMA", "SamePCIeSwitch")
         for extra in combinations(rest, k - len(must)):
             vs = sorted(must + list(extra))
             mask = sum(1 << v for v in vs)
+            bounded = ring_first and best_key is not None and mask not in self._ring
+            if bounded and self.ring_cap(vs) < best_key[0]:
+                continue  # cannot beat the best ring found so far
             ring = self.ring(mask)
             numa = -self.numa_count(vs)
             left = self.pairsum(free & ~mask)
