@@ -1,0 +1,118 @@
+"""A small Prometheus HTTP API client for DCGM per-pod series (reference §9), tolerant of bad answers.
+
+Only `/api/v1/query_range` is used. An answer that is not the documented JSON matrix is a clear
+KgweError; inside a good answer, points that are not finite non-negative numbers are skipped and
+counted, never guessed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from kgwe.cost.rightsizing import UtilizationSeries
+from kgwe.cost.usage import to_epoch
+from kgwe.errors import KgweError
+
+ENGINE_ACTIVE = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
+FB_USED = "DCGM_FI_DEV_FB_USED"
+MAX_BODY = 64 * 1024 * 1024
+
+
+@dataclass
+class Matrix:
+    series: dict[tuple[str, str], list[tuple[float, float]]] = field(default_factory=dict)
+    skipped_points: int = 0
+    skipped_series: int = 0
+
+
+class PrometheusClient:
+    def __init__(self, base_url: str, *, timeout_s: float = 10.0) -> None:
+        if not base_url.startswith(("http://", "https://")):
+            raise KgweError(f"Prometheus URL must start with http:// or https://, got {base_url!r}")
+        self.base_url = base_url.rstrip("/")
+        self.timeout_s = timeout_s
+
+    def _get(self, path: str, params: dict[str, str]) -> object:
+        url = f"{self.base_url}{path}?{urllib.parse.urlencode(params)}"
+        try:
+            with urllib.request.urlopen(url, timeout=self.timeout_s) as resp:
+                body = resp.read(MAX_BODY + 1)
+        except urllib.error.HTTPError as exc:
+            body = exc.read(MAX_BODY + 1)
+            try:
+                message = json.loads(body).get("error", "")
+            except (ValueError, AttributeError):
+                message = body[:200].decode(errors="replace")
+            raise KgweError(f"Prometheus {self.base_url} answered HTTP {exc.code}: {message}") from None
+        except (urllib.error.URLError, TimeoutError, OSError) as exc:
+            raise KgweError(f"Prometheus {self.base_url} is unreachable: {exc}") from None
+        if len(body) > MAX_BODY:
+            raise KgweError(f"Prometheus {self.base_url} answer is larger than {MAX_BODY} bytes")
+        try:
+            return json.loads(body)
+        except ValueError:
+            raise KgweError(f"Prometheus {self.base_url} answered something that is not JSON") from None
+
+    def query_range(self, query: str, start: datetime, end: datetime, step_s: int) -> Matrix:
+        data = self._get("/api/v1/query_range", {
+            "query": query, "start": str(to_epoch(start)), "end": str(to_epoch(end)), "step": f"{step_s}s"})
+        if not isinstance(data, dict) or data.get("status") != "success":
+            error = data.get("error") if isinstance(data, dict) else None
+            raise KgweError(f"Prometheus query failed: {error or 'answer without status success'}")
+        payload = data.get("data")
+        if not isinstance(payload, dict) or payload.get("resultType") != "matrix" or \
+                not isinstance(payload.get("result"), list):
+            raise KgweError("Prometheus answer is not a range-query matrix")
+        out = Matrix()
+        for item in payload["result"]:
+            metric = item.get("metric") if isinstance(item, dict) else None
+            values = item.get("values") if isinstance(item, dict) else None
+            if not isinstance(metric, dict) or not isinstance(values, list):
+                out.skipped_series += 1
+                continue
+            ns = metric.get("namespace") or metric.get("pod_namespace")
+            pod = metric.get("pod") or metric.get("pod_name")
+            if not ns or not pod:
+                out.skipped_series += 1
+                continue
+            points = out.series.setdefault((str(ns), str(pod)), [])
+            for point in values:
+                try:
+                    t, v = float(point[0]), float(point[1])
+                except (TypeError, ValueError, IndexError):
+                    out.skipped_points += 1
+                    continue
+                if not (math.isfinite(t) and math.isfinite(v)) or v < 0:
+                    out.skipped_points += 1
+                    continue
+                points.append((t, v))
+        return out
+
+    def pod_utilization(self, start: datetime, end: datetime, step_s: int = 60) -> tuple[
+            list[UtilizationSeries], int]:
+        """Per-pod compute (engine activity summed over the pod's devices) and framebuffer MiB.
+        Returns the series and how many points/series were skipped as garbage."""
+        by = "sum by (namespace, pod)"
+        compute = self.query_range(f"{by} ({ENGINE_ACTIVE})", start, end, step_s)
+        memory = self.query_range(f"{by} ({FB_USED})", start, end, step_s)
+        skipped = sum(m.skipped_points + m.skipped_series for m in (compute, memory))
+        joined: dict[tuple[str, str], tuple[list, list]] = defaultdict(lambda: ([], []))
+        for key, points in compute.series.items():
+            joined[key][0].extend(points)
+        for key, points in memory.series.items():
+            joined[key][1].extend(points)
+        out = []
+        for (ns, pod), (c, m) in sorted(joined.items()):
+            if not c or not m:
+                continue
+            times = [t for t, _ in c + m]
+            history_s = max(times) - min(times)
+            out.append(UtilizationSeries(ns, pod, [v for _, v in c], [v for _, v in m], history_s))
+        return out, skipped
