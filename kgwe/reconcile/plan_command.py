@@ -1,0 +1,151 @@
+"""Show what a pull request would do to the cluster, as Markdown (for a PR comment).
+
+Compares two revisions of the policy repository (clean exports of the commits, never the working tree),
+renders both against one GPU inventory, and reports objects added/changed/removed, MIG layout changes per
+pool (GPUs repartitioned, nodes that would need a drain), and policy changes (scheduler and scoring,
+budgets and quotas). Works offline: the inventory comes from --inventory, else --kubeconfig, else the
+snapshot the controller commits under reports/, else the repository's own GPUInventory.
+
+Exit status: 0 nothing would change, 2 something would change, 1 error (like `flux diff`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import git
+import yaml
+
+from kgwe.errors import KgweError
+from kgwe.gitops.source import export_commit, resolve_local
+from kgwe.reconcile.prplan import PlanReport, diff_layouts, diff_objects, diff_policies, markdown
+
+SNAPSHOT_NAME = "gpu-inventory.yaml"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("path", nargs="?", default=".", help="policy folder inside the repository")
+    parser.add_argument("--base", required=True, help="base revision (branch, tag or commit)")
+    parser.add_argument("--head", required=True, help="head revision (branch, tag or commit)")
+    parser.add_argument("--repo", default=".", help="the Git repository (default: current directory)")
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--inventory", help="GPUInventory YAML file to plan against")
+    source.add_argument("--kubeconfig", help="read the inventory from this cluster")
+    parser.add_argument("--repository-name", default="local", help="PolicyRepository name for labels")
+    parser.add_argument("--output", help="also write the Markdown report to this file")
+
+
+def run(args: argparse.Namespace) -> int:
+    from kgwe.policy.loader import load_repository
+
+    try:
+        repo = git.Repo(args.repo, search_parent_directories=True)
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError) as exc:
+        raise KgweError(f"{args.repo} is not inside a Git repository") from exc
+    base_sha, head_sha = resolve_local(repo, args.base), resolve_local(repo, args.head)
+    sub = None if args.path.strip("/") in ("", ".") else args.path.strip("/")
+    with tempfile.TemporaryDirectory(prefix="kgwe-plan-") as tmp:
+        head_root = export_commit(repo, head_sha, Path(tmp) / "head", sub)
+        head_ps = load_repository(head_root)
+        if not head_ps.ok:
+            for d in head_ps.errors:
+                print(f"{d.file}:{d.line}:{d.column}: {d.message}", file=sys.stderr)
+            count = len(head_ps.errors)
+            raise KgweError(f"head revision {args.head} has {count} policy error(s); nothing planned")
+        notes: list[str] = []
+        try:
+            base_root = export_commit(repo, base_sha, Path(tmp) / "base", sub)
+            base_ps = load_repository(base_root)
+            if not base_ps.ok:
+                notes.append(f"base revision {args.base} has policy errors; its objects count as absent")
+        except KgweError:
+            base_ps = None
+            notes.append(f"{args.path} does not exist at base {args.base}; everything is new")
+        inventory, inventory_source = _inventory(args, repo, head_sha, head_ps)
+        report = plan_report(base_ps, head_ps, inventory, repository=args.repository_name)
+        report.notes += notes
+    text = markdown(report, base=args.base, head=args.head, inventory_source=inventory_source)
+    sys.stdout.write(text)
+    if args.output:
+        Path(args.output).write_text(text)
+    return 2 if report.has_changes else 0
+
+
+def plan_report(base_ps: Any, head_ps: Any, inventory: Any, *, repository: str = "local") -> PlanReport:
+    """The report for two loaded policy sets against one inventory (pure apart from rendering)."""
+    from kgwe.render.render import Rendered, RenderOptions, render
+
+    options = RenderOptions(repository=repository)
+    head = render(head_ps, inventory, options=options)
+    base = render(base_ps, inventory, options=options) if base_ps is not None and base_ps.ok else Rendered()
+    report = PlanReport()
+    diff_objects(base.objects, head.objects, report)
+    diff_policies(base_ps.objects() if base_ps is not None else [], head_ps.objects(), report)
+    node_pool: dict[str, str] = {}
+    drain: dict[str, bool] = {}
+    busy: dict[str, set[int]] = {}
+    if inventory is not None:
+        for strategy in sorted(head_ps.mig_strategies, key=lambda s: s.name):
+            drain[strategy.name] = strategy.spec.rollout.drain
+            for node in inventory.spec.nodes:
+                if strategy.selects(node.labels):
+                    node_pool.setdefault(node.name, strategy.name)
+        for node in inventory.spec.nodes:
+            busy[node.name] = {i for i, held in enumerate(node.in_use()) if held}
+    diff_layouts(base.layouts, head.layouts, node_pool, busy, drain, report)
+    if inventory is None:
+        report.notes.append("no GPU inventory found: MIG layouts were not planned (pass --inventory)")
+    return report
+
+
+def _inventory(args: argparse.Namespace, repo: git.Repo, head_sha: str, head_ps: Any) -> tuple[Any, str]:
+    from kgwe.policy import GPUInventory
+
+    if args.inventory:
+        return _read_inventory_file(Path(args.inventory)), f"`{args.inventory}`"
+    if args.kubeconfig:
+        from kgwe.cluster.client import api_client
+        from kgwe.cluster.inventory import inventory_document, read_gpu_nodes
+
+        api = api_client(args.kubeconfig)
+        doc = inventory_document(read_gpu_nodes(api), name="cluster")
+        return GPUInventory.model_validate(doc), "live cluster"
+    snapshots = [p for p in repo.git.ls_tree("-r", "--name-only", head_sha, "--", "reports").splitlines()
+                 if p.endswith("/" + SNAPSHOT_NAME) or p == SNAPSHOT_NAME]
+    if snapshots:
+        text = repo.git.show(f"{head_sha}:{snapshots[0]}")
+        return _parse_inventory(text, snapshots[0]), f"snapshot `{snapshots[0]}` at head"
+    inventory = head_ps.inventory()
+    return inventory, "the repository's GPUInventory" if inventory is not None else "none"
+
+
+def _read_inventory_file(path: Path) -> Any:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise KgweError(f"cannot read inventory {path}: {exc.strerror}") from exc
+    return _parse_inventory(text, str(path))
+
+
+def _parse_inventory(text: str, where: str) -> Any:
+    from pydantic import ValidationError
+
+    from kgwe.policy import GPUInventory
+
+    try:
+        docs = [d for d in yaml.safe_load_all(text) if d]
+    except yaml.YAMLError as exc:
+        raise KgweError(f"{where} is not valid YAML: {exc}") from exc
+    found = [d for d in docs if isinstance(d, dict) and d.get("kind") == "GPUInventory"]
+    if not found:
+        raise KgweError(f"{where} holds no GPUInventory")
+    try:
+        return GPUInventory.model_validate(found[0])
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        location = ".".join(map(str, first["loc"]))
+        raise KgweError(f"{where}: invalid GPUInventory at {location}: {first['msg']}") from exc

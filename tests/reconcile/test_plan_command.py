@@ -1,0 +1,127 @@
+"""`kgwe plan` on real Git repositories holding sample-repo: exit codes, objects, MIG and policy changes."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from kgwe.cli import main
+from kgwe.resources import sample_repo_dir
+
+ENV = {"GIT_AUTHOR_NAME": "a", "GIT_AUTHOR_EMAIL": "a@x", "GIT_COMMITTER_NAME": "a",
+       "GIT_COMMITTER_EMAIL": "a@x", "HOME": "/tmp", "PATH": "/usr/bin:/bin"}
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=repo, env=ENV, check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    root = tmp_path / "policy"
+    shutil.copytree(sample_repo_dir(), root / "clusters" / "prod")
+    git(tmp_path, "init", "-q", "-b", "main", str(root))
+    git(root, "add", "-A")
+    git(root, "commit", "-qm", "base")
+    return root
+
+
+def edit(repo: Path, rel: str, old: str, new: str) -> None:
+    path = repo / "clusters" / "prod" / rel
+    text = path.read_text()
+    assert old in text
+    path.write_text(text.replace(old, new))
+    git(repo, "commit", "-qam", f"edit {rel}")
+
+
+def plan(repo: Path, capsys, *extra: str) -> tuple[int, str, str]:
+    code = main(["plan", "--repo", str(repo), "--base", "HEAD~1", "--head", "HEAD", "clusters/prod", *extra])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_no_change_exits_0(repo, capsys):
+    code = main(["plan", "--repo", str(repo), "--base", "main", "--head", "HEAD", "clusters/prod"])
+    out = capsys.readouterr().out
+    assert code == 0 and "No changes" in out
+
+
+def test_mig_share_change_reports_pool_layouts_and_exits_2(repo, capsys):
+    edit(repo, "mig/inference-h100.yaml", "1g.10gb: 70%", "1g.10gb: 50%")
+    edit(repo, "mig/inference-h100.yaml", "2g.20gb: 20%", "2g.20gb: 40%")
+    code = main(["plan", "--repo", str(repo), "--base", "HEAD~2", "--head", "HEAD", "clusters/prod"])
+    out = capsys.readouterr().out
+    assert code == 2
+    assert "| changed | `ConfigMap/gpu-operator/kgwe-mig-parted-config` |" in out
+    assert "| inference-h100 |" in out and "MIGStrategy/inference-h100" in out
+    assert "70%" in out and "50%" in out
+
+
+def test_budget_quota_change_shows_quota_and_policy_field(repo, capsys):
+    edit(repo, "budgets/ml-research.yaml", "nvidia.com/gpu: 64", "nvidia.com/gpu: 48")
+    code, out, _ = plan(repo, capsys)
+    assert code == 2
+    assert "ResourceQuota/ml-training/" in out and "ResourceQuota/ml-experiments/" in out
+    assert "**GPUBudget/ml-research**" in out and "64 → 48" in out
+
+
+def test_scoring_change_shows_scoring_configmap(repo, capsys):
+    edit(repo, "scoring/default.yaml", "strategy: BinPack", "strategy: Spread")
+    code, out, _ = plan(repo, capsys)
+    assert code == 2 and "ScoringProfile/default" in out and "BinPack → Spread" in out
+    assert "kgwe-scoring" in out
+
+
+def test_busy_gpus_need_a_drain_or_stay_untouched(repo, capsys, tmp_path):
+    inv = yaml.safe_load((repo / "clusters/prod/inventory/prod.yaml").read_text())
+    for node in inv["spec"]["nodes"]:  # every GPU of every node busy
+        devices = {d["index"]: d for d in node.get("devices") or []}
+        for i in range(node["gpus"]):
+            d = devices.setdefault(i, {"index": i})
+            if d.get("mig"):
+                d["inUse"] = [d["mig"][0]]
+            else:
+                d["busy"] = True
+        node["devices"] = [devices[i] for i in sorted(devices)]
+    inv_file = tmp_path / "busy.yaml"
+    inv_file.write_text(yaml.safe_dump(inv))
+    edit(repo, "mig/inference-h100.yaml", "1g.10gb: 70%", "1g.10gb: 50%")
+    edit(repo, "mig/inference-h100.yaml", "2g.20gb: 20%", "2g.20gb: 40%")
+    args = ["plan", "--repo", str(repo), "--head", "HEAD", "clusters/prod", "--inventory", str(inv_file)]
+    code = main([*args, "--base", "HEAD~2"])
+    out = capsys.readouterr().out
+    assert code == 2 and "`" + str(inv_file) + "`" in out
+    assert "| inference-h100 |" not in out  # drain: false and every GPU busy: no GPU may change
+
+    edit(repo, "mig/inference-h100.yaml", "drain: false", "drain: true")
+    code = main([*args, "--base", "HEAD~3"])
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.startswith("| inference-h100 |"))
+    assert code == 2 and row.split("|")[4].strip() != "0", row  # nodes to drain
+
+
+def test_reports_snapshot_is_used_when_present(repo, capsys):
+    snap = yaml.safe_load((repo / "clusters/prod/inventory/prod.yaml").read_text())
+    snap["spec"]["nodes"] = snap["spec"]["nodes"][:1]
+    (repo / "reports" / "prod").mkdir(parents=True)
+    (repo / "reports/prod/gpu-inventory.yaml").write_text(yaml.safe_dump(snap))
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "snapshot")
+    code, out, _ = plan(repo, capsys)
+    assert code == 0 and "snapshot `reports/prod/gpu-inventory.yaml`" in out
+
+
+def test_invalid_head_and_bad_refs_exit_1(repo, capsys):
+    edit(repo, "scoring/default.yaml", "strategy: BinPack", "strategy: Sideways")
+    code, _, err = plan(repo, capsys)
+    assert code == 1 and "scoring/default.yaml:" in err and "nothing planned" in err
+    code = main(["plan", "--repo", str(repo), "--base", "nope", "--head", "HEAD"])
+    assert code == 1 and "unknown git revision 'nope'" in capsys.readouterr().err
+    code = main(["plan", "--repo", str(repo), "--base", "HEAD~1", "--head", "HEAD~1",
+                 "--inventory", "/nonexistent"])
+    assert code == 1 and "cannot read inventory" in capsys.readouterr().err
