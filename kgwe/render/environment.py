@@ -17,26 +17,45 @@ import yaml
 
 from kgwe.resources import templates_dir
 
+_NON_PRINTABLE = yaml.reader.Reader.NON_PRINTABLE
 _PLAIN = re.compile(r"^[A-Za-z0-9_./][A-Za-z0-9_./+-]*$")
 try:
     _Loader = yaml.CSafeLoader
+    _Dumper = yaml.CSafeDumper
 except AttributeError:  # pragma: no cover
     _Loader = yaml.SafeLoader  # type: ignore[misc]
+    _Dumper = yaml.SafeDumper  # type: ignore[misc]
+
+
+def _quoted(text: str) -> str:
+    """A double-quoted YAML scalar; PyYAML's emitter escapes whatever YAML cannot hold literally."""
+    out = yaml.dump(text, Dumper=_Dumper, default_style='"', width=1 << 30, allow_unicode=True)
+    return out.removesuffix("\n").removesuffix("...").rstrip("\n")
 
 
 @functools.lru_cache(maxsize=65536)
 def _string_scalar(text: str) -> str:
     if _PLAIN.match(text) and yaml.load(text, Loader=_Loader) == text:
         return text
-    return json.dumps(text)
+    return _quoted(text)
+
+
+def _float_special(value: float) -> str:
+    if value != value:
+        return ".nan"
+    return ".inf" if value > 0 else "-.inf"
 
 
 def to_yaml(value: Any) -> str:
     """A YAML flow rendering of `value` that parses back to the same value."""
+    if isinstance(value, jinja2.Undefined):
+        str(value)  # StrictUndefined raises UndefinedError naming the missing variable
     if isinstance(value, str):
         return _string_scalar(value)
-    if value is None or isinstance(value, bool | int | float):
+    if value is None or isinstance(value, bool | int):
         return json.dumps(value)
+    if isinstance(value, float):
+        return repr(value) if value == value and abs(value) != float("inf") else _float_special(value)
     if isinstance(value, list | tuple):
         return "[" + ", ".join(to_yaml(v) for v in value) + "]"
     if isinstance(value, dict):
@@ -54,11 +73,12 @@ def to_yaml_block(text: str, indent: int) -> str:
         not text
         or text.endswith("\n\n")
         or text[0] in " \t\n"
-        or any(ch in text for ch in "\r\x00\ufeff")
+        or _NON_PRINTABLE.search(text) is not None
+        or any(ch in text for ch in "\r\x85\u2028\u2029\ufeff")
         or any(line != line.rstrip(" \t") for line in body)
     )
     if unsafe:
-        return json.dumps(text)
+        return _quoted(text)
     indicator = "|" if text.endswith("\n") else "|-"
     pad = " " * indent
     return indicator + "\n" + "\n".join(pad + line if line else "" for line in body)
