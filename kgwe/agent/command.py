@@ -208,7 +208,16 @@ def run(args: argparse.Namespace) -> int:
         raise KgweError("no Node to publish on: pass --node-name or set NODE_NAME (or use --no-publish)")
     core = _core_api(args.kubeconfig) if publishing else None
     while True:
-        obs = observe(args)
+        try:
+            obs = observe(args)
+        except discovery.NoDriverError:
+            raise
+        except KgweError as exc:
+            if args.once:
+                raise
+            print(f"kgwe agent: warning: {exc}; retrying in {args.interval_seconds:g}s", file=sys.stderr)
+            time.sleep(max(args.interval_seconds, 1.0))
+            continue
         if args.print_:
             if args.json:
                 print(orjson.dumps(summary(obs), option=orjson.OPT_INDENT_2).decode())
@@ -217,9 +226,14 @@ def run(args: argparse.Namespace) -> int:
         for w in obs.found.warnings:
             print(f"kgwe agent: warning: {w}", file=sys.stderr)
         if core is not None:
-            patch = publish(core, args.node_name, obs)
-            changed = "updated" if patch else "unchanged"
-            print(f"kgwe agent: Node {args.node_name} {changed}", file=sys.stderr)
+            try:
+                patch = publish(core, args.node_name, obs)
+                changed = "updated" if patch else "unchanged"
+                print(f"kgwe agent: Node {args.node_name} {changed}", file=sys.stderr)
+            except KgweError as exc:
+                if args.once:
+                    raise
+                print(f"kgwe agent: warning: {exc}; retrying in {args.interval_seconds:g}s", file=sys.stderr)
         if args.once:
             return 0
         time.sleep(max(args.interval_seconds, 1.0))
