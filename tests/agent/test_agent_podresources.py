@@ -65,3 +65,49 @@ def test_malformed_answer_and_unreachable_kubelet_are_clear_errors(tmp_path):
         podresources.decode_list_response(b"\x0a\x05ab")
     with pytest.raises(KgweError, match="PodResources API"):
         podresources.list_pod_resources(str(tmp_path / "nobody.sock"), timeout_seconds=0.5)
+
+
+def test_agent_reports_which_pod_holds_which_gpu(tmp_path, capsys):
+    import orjson
+
+    from kgwe.cli import main
+    from kgwe.topology import known
+
+    uuid2, uuid5 = known.synthesized_uuid("HGX-H100", 2), known.synthesized_uuid("HGX-H100", 5)
+    holdings = [DeviceHolding("ml", "trainer", "main", "nvidia.com/gpu", (uuid2, uuid5))]
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=1))
+    server.add_generic_rpc_handlers(
+        (
+            grpc.method_handlers_generic_handler(
+                "v1.PodResourcesLister",
+                {
+                    "List": grpc.unary_unary_rpc_method_handler(
+                        lambda req, ctx: podresources.encode_list_response(holdings)
+                    )
+                },
+            ),
+        )
+    )
+    path = tmp_path / "kubelet.sock"
+    server.add_insecure_port(f"unix://{path}")
+    server.start()
+    try:
+        rc = main(
+            [
+                "agent",
+                "--once",
+                "--print",
+                "--json",
+                "--no-publish",
+                "--fake-nvml",
+                "HGX-H100",
+                "--pod-resources-socket",
+                str(path),
+            ]
+        )
+    finally:
+        server.stop(grace=None)
+    assert rc == 0
+    out = orjson.loads(capsys.readouterr().out)
+    assert out["gpu_holders"] == {"2": "ml/trainer", "5": "ml/trainer"}
+    assert out["holders_note"].startswith("2 GPU(s) held by pods")
