@@ -21,6 +21,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "agent": ("kgwe.agent.command", "node agent: NVML GPU topology discovery -> Node annotation and labels"),
     "plan-mig": ("kgwe.planner.cli", "plan MIG layouts per pool: target vs achieved shares, changes, reasons"),
     "plan": ("kgwe.reconcile.plan_command", "what a pull request would change (Markdown; exit 0/2/1)"),
+    "controller": ("kgwe.reconcile.controller_command", "GitOps controller: Git -> policy -> safe rollout"),
 }
 
 

@@ -1,0 +1,171 @@
+"""The controller process: leader election, the webhook/metrics HTTP server, and the reconcile loop over
+every PolicyRepository in its namespace.
+
+Triggers: a repository is reconciled when its interval (with ±10% jitter) has passed, when its
+generation changed (a spec edit), or at once when a signed webhook push arrives — unless that push only
+touched `reports/` (KGWE's own commits), which must never trigger a reconcile. Only the leader reconciles;
+every write is additionally gated on the Lease inside the reconcile (see kgwe.cluster.lease).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from kgwe.cluster.events import EventRecorder
+from kgwe.cluster.lease import LeaderElector
+from kgwe.gitops.retry import jittered_interval_seconds
+from kgwe.gitops.source import touches_policy
+from kgwe.gitops.webhook import ControllerHTTPServer, PushEvent
+from kgwe.reconcile.metrics import ReconcileMetrics
+from kgwe.reconcile.repository import GROUP, PLURAL, VERSION, RepositoryReconciler, parse_interval_seconds
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Due:
+    at: float
+    generation: int | None
+
+
+class Controller:
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        namespace: str,
+        *,
+        cache_dir: Path,
+        identity: str | None = None,
+        webhook_secret: bytes = b"",
+        listen: tuple[str, int] | None = ("0.0.0.0", 8080),
+        lease_name: str = "kgwe-controller",
+        lease_duration_seconds: float = 15.0,
+        renew_deadline_seconds: float = 10.0,
+        retry_period_seconds: float = 2.0,
+        jitter_fraction: float = 0.1,
+        leader_election: bool = True,
+    ) -> None:
+        self.api_client = api_client
+        self.namespace = namespace
+        self.cache_dir = Path(cache_dir)
+        self.identity = identity or f"{socket.gethostname()}-{random.randrange(1 << 32):08x}"
+        self.metrics = ReconcileMetrics()
+        self.recorder = EventRecorder(api_client)
+        self.jitter_fraction = jitter_fraction
+        self._rng = random.Random()
+        self._trigger = threading.Event()
+        self._pending_push = False
+        self._lock = threading.Lock()
+        self._due: dict[str, _Due] = {}
+        self._reconcilers: dict[str, RepositoryReconciler] = {}
+        self.reconciles = 0
+        self.elector: LeaderElector | None = None
+        if leader_election:
+            self.elector = LeaderElector(
+                api_client, name=lease_name, namespace=namespace, identity=self.identity,
+                lease_duration_seconds=lease_duration_seconds, renew_deadline_seconds=renew_deadline_seconds,
+                retry_period_seconds=retry_period_seconds,
+                on_started_leading=self._on_started, on_stopped_leading=self._on_stopped,
+            )
+        self.server: ControllerHTTPServer | None = None
+        if listen is not None:
+            routes = {
+                "/metrics": lambda: (200, "text/plain; version=0.0.4", self.metrics.exposition()),
+                "/healthz": lambda: (200, "text/plain", b"ok"),
+                "/readyz": lambda: (200, "text/plain", b"leader" if self.is_leader() else b"standby"),
+            }
+            self.server = ControllerHTTPServer(listen, secret=webhook_secret, on_push=self.on_push,
+                                               get_routes=routes)
+
+    # -- leadership ----------------------------------------------------------------------------------
+    def is_leader(self) -> bool:
+        return self.elector.is_leader() if self.elector is not None else True
+
+    def _on_started(self) -> None:
+        log.info("%s became leader", self.identity)
+        self.metrics.leader.set(1)
+        with self._lock:
+            self._due.clear()  # reconcile everything at once: state is read back from the cluster
+        self._trigger.set()
+
+    def _on_stopped(self) -> None:
+        log.warning("%s stopped leading", self.identity)
+        self.metrics.leader.set(0)
+
+    # -- triggers ------------------------------------------------------------------------------------
+    def on_push(self, event: PushEvent) -> None:
+        if event.changed_paths and not touches_policy(list(event.changed_paths), ""):
+            self.metrics.hooks.labels("ignored_reports_only").inc()
+            return
+        self.metrics.hooks.labels("triggered").inc()
+        with self._lock:
+            self._pending_push = True
+        self._trigger.set()
+
+    # -- the loop ------------------------------------------------------------------------------------
+    def _reconciler(self, name: str) -> RepositoryReconciler:
+        rec = self._reconcilers.get(name)
+        if rec is None:
+            rec = RepositoryReconciler(self.api_client, self.namespace, name,
+                                       cache_dir=self.cache_dir / name, metrics=self.metrics,
+                                       recorder=self.recorder, is_leader=self.is_leader)
+            self._reconcilers[name] = rec
+        return rec
+
+    def tick(self) -> float:
+        """Reconcile every repository that is due; returns seconds until the next one is."""
+        if not self.is_leader():
+            return 1.0
+        try:
+            listing = client.CustomObjectsApi(self.api_client).list_namespaced_custom_object(
+                GROUP, VERSION, self.namespace, PLURAL)
+        except ApiException as exc:
+            log.warning("listing PolicyRepositories failed: %s", exc.reason)
+            return 5.0
+        with self._lock:
+            pushed, self._pending_push = self._pending_push, False
+        now = time.monotonic()
+        next_in = 60.0
+        for item in listing.get("items", []):
+            meta, spec = item.get("metadata") or {}, item.get("spec") or {}
+            name, generation = meta.get("name"), meta.get("generation")
+            try:
+                interval = parse_interval_seconds(spec.get("interval"), 60.0)
+            except Exception:
+                interval = 60.0
+            due = self._due.get(name)
+            if due is None or pushed or due.generation != generation or now >= due.at:
+                if not self.is_leader():
+                    return 1.0
+                try:
+                    self._reconciler(name).reconcile()
+                except Exception:  # one broken repository must not stop the others
+                    log.exception("reconcile of %s failed", name)
+                self.reconciles += 1
+                wait = jittered_interval_seconds(interval, self.jitter_fraction, self._rng)
+                self._due[name] = due = _Due(time.monotonic() + wait, generation)
+            next_in = min(next_in, max(0.05, due.at - time.monotonic()))
+        return next_in
+
+    def run(self, stop: threading.Event) -> None:
+        if self.server is not None:
+            self.server.start()
+        if self.elector is not None:
+            self.elector.start(stop)
+        try:
+            while not stop.is_set():
+                wait = self.tick()
+                self._trigger.wait(min(wait, 5.0))
+                self._trigger.clear()
+        finally:
+            if self.server is not None:
+                self.server.stop()

@@ -1,0 +1,66 @@
+"""Run the KGWE controller: sync every PolicyRepository of a namespace from Git to the cluster, safely.
+
+Serves POST /hooks/git (GitHub-style HMAC, secret from $KGWE_WEBHOOK_SECRET or --webhook-secret-file),
+GET /metrics, /healthz and /readyz. With several replicas, one leads (a coordination.k8s.io Lease) and
+the others wait.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import threading
+from pathlib import Path
+
+from kgwe.errors import KgweError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, else in-cluster)")
+    parser.add_argument("--namespace", default=os.environ.get("POD_NAMESPACE", "kgwe-system"),
+                        help="namespace of the PolicyRepositories and the leader Lease")
+    parser.add_argument("--listen", default="0.0.0.0:8080", help="address of the webhook/metrics server")
+    parser.add_argument("--cache-dir", default=os.environ.get("KGWE_CACHE_DIR", "/tmp/kgwe-controller"),
+                        help="where Git mirrors and the commit-back clone live")
+    parser.add_argument("--webhook-secret-file", help="file holding the webhook HMAC secret")
+    parser.add_argument("--identity", default=os.environ.get("POD_NAME"), help="leader election identity")
+    parser.add_argument("--lease-duration", type=float, default=15.0, help="seconds")
+    parser.add_argument("--renew-deadline", type=float, default=10.0, help="seconds")
+    parser.add_argument("--retry-period", type=float, default=2.0, help="seconds")
+    parser.add_argument("--no-leader-election", action="store_true", help="act alone (one replica only)")
+    parser.add_argument("--log-level", default="INFO")
+
+
+def _listen(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    try:
+        return host or "0.0.0.0", int(port)
+    except ValueError as exc:
+        raise KgweError(f"--listen {text!r} is not HOST:PORT") from exc
+
+
+def run(args: argparse.Namespace) -> int:
+    from kgwe.cluster.client import api_client
+    from kgwe.reconcile.controller import Controller
+
+    fmt = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+    logging.basicConfig(level=args.log_level.upper(), format=fmt)
+    secret = os.environ.get("KGWE_WEBHOOK_SECRET", "").encode()
+    if args.webhook_secret_file:
+        try:
+            secret = Path(args.webhook_secret_file).read_bytes().strip()
+        except OSError as exc:
+            raise KgweError(f"cannot read {args.webhook_secret_file}: {exc.strerror}") from exc
+    controller = Controller(
+        api_client(args.kubeconfig), args.namespace, cache_dir=Path(args.cache_dir), identity=args.identity,
+        webhook_secret=secret, listen=_listen(args.listen), lease_duration_seconds=args.lease_duration,
+        renew_deadline_seconds=args.renew_deadline, retry_period_seconds=args.retry_period,
+        leader_election=not args.no_leader_election,
+    )
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    controller.run(stop)
+    return 0
