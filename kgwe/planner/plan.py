@@ -267,7 +267,7 @@ def plan_pool(req: PoolRequest) -> PoolPlan:
     share_target = {n: v * total_compute / compute[n] for n, v in req.shares.items() if v > 0}
     required = {
         n: float(max(req.counts.get(n, 0), req.demand.get(n, 0)))
-        for n in {*req.counts, *req.demand}
+        for n in sorted({*req.counts, *req.demand})
         if max(req.counts.get(n, 0), req.demand.get(n, 0)) > 0
     }
     _check_counts_possible(req, models, mig_gpus)
@@ -345,7 +345,8 @@ def _report(
     compute: Mapping[str, int],
     total_compute: int,
 ) -> PoolPlan:
-    want = {n: max(required.get(n, 0.0), share_target.get(n, 0.0)) for n in {*required, *share_target}}
+    names_wanted = sorted({*required, *share_target})
+    want = {n: max(required.get(n, 0.0), share_target.get(n, 0.0)) for n in names_wanted}
     why = {n: f"pool had {before.get(n, 0)} of {_num(want[n])} wanted" for n in want}
     locked_reason = {id(c): c.locked for c in classes}
     class_of = {(g.node, g.index): c for c in classes for g in c.gpus}

@@ -148,3 +148,21 @@ def test_impossible_counts_are_clear_errors(n_gpus, profile):
 def test_unknown_models_are_clear_errors(key):
     with pytest.raises(KgweError, match="unknown GPU model"):
         plan_pool(PoolRequest("p", (GPUState("n", 0, key),)))
+
+
+@SETTINGS
+@given(requests(), st.booleans())
+def test_disabling_mig_never_kills_workloads_unless_drain(req, drain):
+    lim = RolloutLimits(req.limits.max_gpus_changed, req.limits.max_nodes_changed, drain)
+    plan = plan_pool(PoolRequest(req.name, req.gpus, limits=lim, mig_enabled=False))
+    by_id = {(g.node, g.index): g for g in req.gpus}
+    for g in plan.gpus:
+        state = by_id[(g.node, g.index)]
+        if g.changed:
+            assert g.target is None and state.layout is not None
+            assert drain or not state.busy
+        else:
+            assert g.target == (None if state.layout is None else check_layout(catalog.model_by_key(g.model),
+                                                                                state.layout))
+    if lim.max_nodes_changed is not None:
+        assert plan.nodes_changed <= lim.max_nodes_changed
