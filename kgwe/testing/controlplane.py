@@ -46,6 +46,7 @@ BUILD_SCRIPT = REPO_ROOT / "hack" / "cluster-bins.sh"
 WRAPPER_GO_MOD = REPO_ROOT / "hack" / "k8s" / "go.mod"
 COMPONENTS = ("etcd", "kube-apiserver", "kube-scheduler", "kwok")
 SCHEDULER_API_VERSION = "kubescheduler.config.k8s.io/v1"
+KWOK_STAGES = Path(__file__).resolve().parent / "kwok-stages.yaml"  # what a kubelet would do, as kwok Stages
 
 
 class ControlPlaneError(KgweError):
@@ -407,6 +408,8 @@ class ControlPlane:
                 f"--secure-port={self.scheduler_port}",
                 f"--authentication-kubeconfig={kubeconfig}",
                 f"--authorization-kubeconfig={kubeconfig}",
+                # no front-proxy (requestheader) CA is configured; without this the log fills with retries
+                "--authentication-skip-lookup=true",
                 "--v=2",
             ])
             self._wait_http("kube-scheduler", f"https://127.0.0.1:{self.scheduler_port}/readyz", verify=False)
@@ -441,6 +444,8 @@ class ControlPlane:
             f"--etcd-servers=http://127.0.0.1:{self.etcd_port}",
             "--bind-address=127.0.0.1",
             "--advertise-address=127.0.0.1",
+            # The `kubernetes` Service endpoint reconciler refuses loopback addresses; nothing here needs it.
+            "--endpoint-reconciler-type=none",
             f"--secure-port={self.apiserver_port}",
             f"--cert-dir={self.workdir / 'apiserver-certs'}",
             f"--tls-cert-file={self.pki.serving_cert}",
@@ -462,6 +467,7 @@ class ControlPlane:
         self._spawn("kwok", [
             str(self.binaries.path("kwok")),
             f"--kubeconfig={self.kubeconfig_path}",
+            f"--config={KWOK_STAGES}",
             # Only nodes created as simulated (gpunodes.py sets this annotation) are driven by kwok.
             "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
             f"--server-address=127.0.0.1:{self.kwok_port}",

@@ -61,11 +61,14 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 @pytest.fixture(scope="session")
 def control_plane() -> Iterator[ControlPlane]:
+    problem = None
     try:
         cp = ControlPlane(find_binaries(build=True))
         cp.start()
     except ControlPlaneError as exc:
-        pytest.fail(f"local Kubernetes control plane unavailable: {exc}", pytrace=False)
+        problem = str(exc)
+    if problem is not None:
+        pytest.fail(f"local Kubernetes control plane unavailable: {problem}", pytrace=False)
     _state["control_plane"] = cp
     try:
         yield cp

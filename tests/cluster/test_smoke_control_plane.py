@@ -126,17 +126,22 @@ def _gpu_pod(name: str, node: str, gpus: int) -> dict[str, Any]:
     }
 
 
-def _wait_pod(core: client.CoreV1Api, namespace: str, name: str, done: Any, timeout: int = 60) -> Any:
-    seen = []
+def _create_and_watch(core: client.CoreV1Api, namespace: str, body: dict[str, Any], done: Any,
+                      timeout: int = 60) -> tuple[Any, list[str]]:
+    """Create a pod and follow it from its creation until `done(pod)`; returns (pod, phases seen)."""
+    created = core.create_namespaced_pod(namespace, body)
+    phases = [created.status.phase]
     w = watch.Watch()
+    name = body["metadata"]["name"]
     for event in w.stream(core.list_namespaced_pod, namespace, field_selector=f"metadata.name={name}",
-                          timeout_seconds=timeout):
+                          resource_version=created.metadata.resource_version, timeout_seconds=timeout):
         pod = event["object"]
-        seen.append(pod.status.phase)
+        if phases[-1] != pod.status.phase:
+            phases.append(pod.status.phase)
         if done(pod):
             w.stop()
-            return pod, seen
-    pytest.fail(f"pod {name} did not reach the expected state; phases seen: {seen}")
+            return pod, phases
+    pytest.fail(f"pod {name} did not reach the expected state; phases seen: {phases}")
 
 
 def test_scheduler_binds_gpu_pod_and_kwok_runs_it(
@@ -144,10 +149,10 @@ def test_scheduler_binds_gpu_pod_and_kwok_runs_it(
 ) -> None:
     core = client.CoreV1Api(k8s_api)
     node = gpu_node("DGX-H100")
-    core.create_namespaced_pod(namespace, _gpu_pod("two-gpus", node, 2))
-    pod, phases = _wait_pod(core, namespace, "two-gpus", lambda p: p.status.phase == "Running")
+    pod, phases = _create_and_watch(core, namespace, _gpu_pod("two-gpus", node, 2),
+                                    lambda p: p.status.phase == "Running")
     assert pod.spec.node_name == node
-    assert phases[0] == "Pending"
+    assert phases == ["Pending", "Running"]
     conditions = {c.type: c.status for c in pod.status.conditions}
     assert conditions["PodScheduled"] == "True"
     assert conditions["Ready"] == "True"
@@ -156,12 +161,11 @@ def test_scheduler_binds_gpu_pod_and_kwok_runs_it(
     assert any(e.reason == "Scheduled" and node in e.message for e in events)
 
     # The scheduler really counts nvidia.com/gpu: 8 on the node, 2 used, so 7 more do not fit.
-    core.create_namespaced_pod(namespace, _gpu_pod("seven-gpus", node, 7))
 
     def unschedulable(p: Any) -> bool:
         conditions = p.status.conditions or []
         return any(c.type == "PodScheduled" and c.reason == "Unschedulable" for c in conditions)
 
-    pending, _ = _wait_pod(core, namespace, "seven-gpus", unschedulable)
+    pending, _ = _create_and_watch(core, namespace, _gpu_pod("seven-gpus", node, 7), unschedulable)
     assert pending.spec.node_name is None
     assert "nvidia.com/gpu" in next(c.message for c in pending.status.conditions if c.type == "PodScheduled")
