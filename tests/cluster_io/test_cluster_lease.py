@@ -60,6 +60,7 @@ def test_loss_fires_callback_and_release_hands_over(k8s_api, namespace):
     stop_at = threading.Event()
     while "a-" not in events and not stop_at.wait(0.2):
         a.step()
+        b.step()
     assert events[-1] == "a-" and not a.is_leader() and b.is_leader()
 
     # A clean shutdown releases at once: the other replica does not wait a lease duration.
