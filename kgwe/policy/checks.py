@@ -6,6 +6,7 @@ profile name is judged against the GPU model(s) a strategy really targets.
 
 from __future__ import annotations
 
+from collections import defaultdict
 from decimal import Decimal
 
 from kgwe.gpu import catalog
@@ -223,18 +224,58 @@ def _check_shares(ps: PolicySet, entry: LoadedObject, nodes: list[InventoryNode]
                 )
 
 
-def _selectors_compatible(a: dict[str, str], b: dict[str, str]) -> bool:
-    """True when one node could carry both selectors' labels (no key with two different values)."""
-    return all(b[k] == v for k, v in a.items() if k in b)
+class _NodeIndex:
+    """Inventory nodes by label (key, value), so a selector finds its nodes without scanning them all."""
+
+    def __init__(self, nodes: list[InventoryNode]) -> None:
+        self.nodes = nodes
+        self.by_label: dict[tuple[str, str], set[int]] = defaultdict(set)
+        for i, node in enumerate(nodes):
+            for item in node.labels.items():
+                self.by_label[item].add(i)
+
+    def select(self, selector: dict[str, str]) -> list[InventoryNode]:
+        if not selector:
+            return list(self.nodes)
+        sets = sorted((self.by_label.get(item, set()) for item in selector.items()), key=len)
+        hits = set.intersection(*sets) if sets else set()
+        return [self.nodes[i] for i in sorted(hits)]
+
+
+def _compatible_pairs(selectors: list[dict[str, str]]) -> list[tuple[int, int]]:
+    """(earlier, later) index pairs of selectors one node could satisfy together (no key with two values).
+
+    Selectors are grouped by key set and, per pair of key sets, by their values on the shared keys, so the
+    work is linear in the number of strategies for the usual repository with few distinct key sets."""
+    groups: dict[frozenset[str], list[int]] = defaultdict(list)
+    for i, sel in enumerate(selectors):
+        groups[frozenset(sel)].append(i)
+    keysets = list(groups)
+    pairs: set[tuple[int, int]] = set()
+    for a_pos, ka in enumerate(keysets):
+        for kb in keysets[a_pos:]:
+            shared = sorted(ka & kb)
+            by_projection: dict[tuple[str, ...], list[int]] = defaultdict(list)
+            for i in groups[ka]:
+                by_projection[tuple(selectors[i][k] for k in shared)].append(i)
+            for j in groups[kb] if kb != ka else []:
+                for i in by_projection.get(tuple(selectors[j][k] for k in shared), ()):
+                    pairs.add((min(i, j), max(i, j)))
+            if kb == ka:
+                for members in by_projection.values():
+                    pairs.update((x, y) for n, x in enumerate(members) for y in members[n + 1 :])
+    return sorted(pairs, key=lambda p: (p[1], p[0]))
 
 
 def check_mig_strategies(ps: PolicySet) -> None:
     entries = ps.entries_of(MIGStrategy)
-    inventory = [n for _, _, n in _inventory_nodes(ps)]
+    index = _NodeIndex([n for _, _, n in _inventory_nodes(ps)])
+    selected: list[list[InventoryNode]] = []
     for entry in entries:
         strategy: MIGStrategy = entry.obj  # type: ignore[assignment]
-        nodes = [n for n in inventory if strategy.selects(n.labels)]
-        if inventory and not nodes:
+        nodes = index.select(strategy.spec.node_selector)
+        selected.append(nodes)
+        if index.nodes and not nodes:
             ps.report(
                 entry,
                 ("spec", "nodeSelector"),
@@ -244,21 +285,18 @@ def check_mig_strategies(ps: PolicySet) -> None:
         if strategy.spec.mig_enabled:
             _check_profiles(ps, entry, nodes)
             _check_shares(ps, entry, nodes)
-    for j, later in enumerate(entries):
-        for earlier in entries[:j]:
-            a, b = earlier.obj.spec.node_selector, later.obj.spec.node_selector  # type: ignore[attr-defined]
-            if not _selectors_compatible(a, b):
-                continue
-            both = [
-                n.name for n in inventory if earlier.obj.selects(n.labels) and later.obj.selects(n.labels)
-            ]  # type: ignore[attr-defined]
-            example = f" (e.g. node {both[0]})" if both else ""
-            ps.report(
-                later,
-                ("spec", "nodeSelector"),
-                f'claims the same nodes as MIGStrategy "{earlier.obj.name}" ({_at(earlier)}){example}; '
-                "give the selectors a label key with different values",
-            )
+    selectors = [e.obj.spec.node_selector for e in entries]  # type: ignore[attr-defined]
+    for i, j in _compatible_pairs(selectors):
+        earlier, later = entries[i], entries[j]
+        names_i = {n.name for n in selected[i]}
+        both = [n.name for n in selected[j] if n.name in names_i]
+        example = f" (e.g. node {both[0]})" if both else ""
+        ps.report(
+            later,
+            ("spec", "nodeSelector"),
+            f'claims the same nodes as MIGStrategy "{earlier.obj.name}" ({_at(earlier)}){example}; '
+            "give the selectors a label key with different values",
+        )
 
 
 def check_scoring_profiles(ps: PolicySet) -> None:

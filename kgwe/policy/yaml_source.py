@@ -42,6 +42,66 @@ class YamlSyntaxError(Exception):
         self.column = column
 
 
+_STR = "tag:yaml.org,2002:str"
+_INT = "tag:yaml.org,2002:int"
+_FLOAT = "tag:yaml.org,2002:float"
+_BOOL = "tag:yaml.org,2002:bool"
+_NULL = "tag:yaml.org,2002:null"
+_MAP = "tag:yaml.org,2002:map"
+_SEQ = "tag:yaml.org,2002:seq"
+_TRUE = frozenset({"true", "yes", "on"})
+
+
+class _SlowPath(Exception):
+    """A node the fast builder does not handle (merge keys, timestamps, custom tags...)."""
+
+
+def _build(node: yaml.Node, path: Path, doc: YamlDocument, loader: yaml.BaseLoader) -> object:
+    """Plain data for `node`, recording the line:column of every field on the way (one pass).
+
+    Handles the tags policy files use; anything else raises _SlowPath and the document is constructed
+    by PyYAML instead (positions are still recorded)."""
+    tag = node.tag
+    if isinstance(node, yaml.ScalarNode):
+        if tag == _STR:
+            return node.value
+        if tag == _INT:
+            return loader.construct_yaml_int(node)
+        if tag == _FLOAT:
+            return loader.construct_yaml_float(node)
+        if tag == _BOOL:
+            return node.value.lower() in _TRUE
+        if tag == _NULL:
+            return None
+        raise _SlowPath
+    if isinstance(node, yaml.MappingNode):
+        if tag != _MAP:
+            raise _SlowPath
+        out: dict = {}
+        positions = doc.positions
+        for key_node, value_node in node.value:
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+                raise _SlowPath
+            key = _build(key_node, path, doc, loader)
+            child = (*path, str(key))
+            mark = key_node.start_mark
+            if key in out:
+                doc.duplicate_keys.append((child, mark.line + 1, mark.column + 1))
+            positions[child] = (mark.line + 1, mark.column + 1)
+            out[key] = _build(value_node, child, doc, loader)
+        return out
+    if isinstance(node, yaml.SequenceNode):
+        if tag != _SEQ:
+            raise _SlowPath
+        items = []
+        for i, item in enumerate(node.value):
+            child = (*path, i)
+            doc.positions[child] = (item.start_mark.line + 1, item.start_mark.column + 1)
+            items.append(_build(item, child, doc, loader))
+        return items
+    raise _SlowPath
+
+
 def _index(node: yaml.Node, path: Path, doc: YamlDocument) -> None:
     if isinstance(node, yaml.MappingNode):
         seen: set[str] = set()
@@ -72,9 +132,14 @@ def parse_documents(text: str) -> list[YamlDocument]:
             node = loader.get_node()
             if node is None:
                 continue
-            data = loader.construct_document(node)
-            doc = YamlDocument(data=data, line=node.start_mark.line + 1, column=node.start_mark.column + 1)
-            _index(node, (), doc)
+            doc = YamlDocument(data=None, line=node.start_mark.line + 1, column=node.start_mark.column + 1)
+            try:
+                doc.data = _build(node, (), doc, loader)
+            except _SlowPath:
+                doc.positions.clear()
+                doc.duplicate_keys.clear()
+                doc.data = loader.construct_document(node)
+                _index(node, (), doc)
             docs.append(doc)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark

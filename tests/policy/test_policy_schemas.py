@@ -55,8 +55,10 @@ def test_crd_is_valid_and_structural(model):
         assert node.get("additionalProperties") is not False, path
         if "anyOf" in node:
             raise AssertionError(f"anyOf at {path}")
-        if path and path[-2:-1] == ("properties",) or path[-1:] == ("items",):
-            special = node.get("x-kubernetes-int-or-string") or node.get("x-kubernetes-preserve-unknown-fields")
+        if path[-2:-1] == ("properties",) or path[-1:] == ("items",):
+            special = node.get("x-kubernetes-int-or-string") or node.get(
+                "x-kubernetes-preserve-unknown-fields"
+            )
             assert "type" in node or special, f"no type at {path}"
 
 
