@@ -1,4 +1,4 @@
-"""Policy figures: `kgwe validate` on a generated 2,000-file repository, `kgwe render` for 1,250 nodes x 8 GPUs.
+"""Policy figures: `kgwe validate` on a generated 2,000-file repository, `kgwe render` for 1,250 8-GPU nodes.
 
 Prints the figures, then (last line) one JSON object:
   validate_seconds_2000_files  load + validate + cross-checks of 2,000 policy files (target <= 2 s)
@@ -83,8 +83,9 @@ def inventory_text(nodes: int, pools: int, mig_fraction: float = 0.5) -> str:
         product = "NVIDIA-H100-80GB-HBM3" if h100 else "NVIDIA-A100-SXM4-80GB"
         cls = "H100" if h100 else "A100"
         pool = f"pool-{n % pools:04d}" if h100 else "training"
+        topology = "DGX-H100" if h100 else "DGX-A100"
         lines.append(
-            f"    - {{name: node-{n:05d}, gpus: 8, product: {product}, topology: {'DGX-H100' if h100 else 'DGX-A100'},"
+            f"    - {{name: node-{n:05d}, gpus: 8, product: {product}, topology: {topology},"
             f" labels: {{gpu.nvidia.com/class: {cls}, kgwe.nvidia.io/pool: {pool}}}}}"
         )
     return "\n".join(lines) + "\n"
@@ -131,7 +132,8 @@ def main(argv: list[str] | None = None) -> int:
         assert ps.ok, [str(d) for d in ps.errors[:5]]
         validate_s = best_of(runs, lambda: load_repository(repo))
         print(
-            f"validate: {count} files, {len(ps.entries)} objects, {len(ps.diagnostics)} diagnostics: {validate_s:.3f} s"
+            f"validate: {count} files, {len(ps.entries)} objects, {len(ps.diagnostics)} diagnostics: "
+            f"{validate_s:.3f} s"
         )
 
         render_repo = Path(tmp) / "render"
