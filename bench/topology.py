@@ -34,8 +34,14 @@ from kgwe.topology import choice, known
 from kgwe.topology.model import NodeTopology
 
 TOPOLOGIES = [
-    "DGX-1-V100", "DGX-1-P100", "DGX-A100", "HGX-H100", "A100-PCIE-PAIRS-ADJACENT",
-    "A100-PCIE-PAIRS-NONADJACENT", "L40S-8-PCIE", "GB200-TRAY",
+    "DGX-1-V100",
+    "DGX-1-P100",
+    "DGX-A100",
+    "HGX-H100",
+    "A100-PCIE-PAIRS-ADJACENT",
+    "A100-PCIE-PAIRS-NONADJACENT",
+    "L40S-8-PCIE",
+    "GB200-TRAY",
 ]  # DGX-2 (16 GPUs) is left out: its every-cyclic-order brute force is too slow for a benchmark
 SIZES = (1, 2, 4, 8)
 SIZE_WEIGHTS = (0.4, 0.3, 0.2, 0.1)
@@ -161,6 +167,7 @@ def run_topology(name: str, sequences: int, steps: int, seed: int, timings: list
     checked = 0
     for policy in POLICIES:
         bottlenecks: list[float] = []
+        by_k: dict[int, list[float]] = {k: [] for k in sizes if k >= 2}
         nvlink_sets = 0
         groups: list[int] = []
         step_groups: list[int] = []
@@ -198,6 +205,7 @@ def run_topology(name: str, sequences: int, steps: int, seed: int, timings: list
                 held.append(gpus)
                 if k >= 2:
                     bottlenecks.append(table[tuple(sorted(gpus))])
+                    by_k[k].append(table[tuple(sorted(gpus))])
                     nvlink_sets += nvlink_ring(topo, tuple(sorted(gpus)))
                 step_groups.append(largest_nvlink_group(topo, free))
             groups.append(largest_nvlink_group(topo, free))
@@ -206,6 +214,9 @@ def run_topology(name: str, sequences: int, steps: int, seed: int, timings: list
             "all_nvlink_share": round(nvlink_sets / len(bottlenecks), 4) if bottlenecks else 0.0,
             "largest_nvlink_free_group": round(statistics.fmean(groups), 2),
             "largest_nvlink_free_group_mean": round(statistics.fmean(step_groups), 2),
+            "mean_bottleneck_gbps_by_k": {
+                k: round(statistics.fmean(v), 1) if v else None for k, v in by_k.items()
+            },
             "granted": granted,
             "rejected": rejected,
         }
@@ -220,8 +231,9 @@ def main(argv: list[str] | None = None) -> int:
     sequences, steps = (3, 120) if args.quick else (12, 400)
     timings: list[float] = []
     result: dict = {"matches_optimum": True, "query_us_median_8gpu": 0.0}
-    print(f"GPU-set choice: {sequences} sequences x {steps} steps per topology, k in {SIZES}, "
-          f"seed {args.seed}")
+    print(
+        f"GPU-set choice: {sequences} sequences x {steps} steps per topology, k in {SIZES}, seed {args.seed}"
+    )
     print(
         f"{'topology':30} {'policy':16} {'mean ring GB/s':>14} {'all-NVLink':>10} {'NVL group at end':>16} "
         f"{'NVL group, mean over steps':>26}"
@@ -235,7 +247,8 @@ def main(argv: list[str] | None = None) -> int:
         for policy, m in r["policies"].items():
             print(
                 f"{name:30} {policy:16} {m['mean_bottleneck_gbps']:14.2f} {m['all_nvlink_share']:10.1%} "
-                f"{m['largest_nvlink_free_group']:16.2f} {m['largest_nvlink_free_group_mean']:26.2f}"
+                f"{m['largest_nvlink_free_group']:16.2f} {m['largest_nvlink_free_group_mean']:26.2f}   by k: "
+                + ", ".join(f"{k}: {v}" for k, v in m["mean_bottleneck_gbps_by_k"].items())
             )
             result[f"{name}.{policy}.mean_bottleneck_gbps"] = m["mean_bottleneck_gbps"]
             result[f"{name}.{policy}.all_nvlink_share"] = m["all_nvlink_share"]
