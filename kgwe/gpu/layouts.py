@@ -56,6 +56,16 @@ def _profiles(model: GPUModel, names: Iterable[str] | None) -> tuple[MigProfile,
 
 def check_layout(model: GPUModel, layout: Sequence[Instance | tuple[str, int]]) -> Layout:
     """The layout, sorted, if it is valid on `model`; KgweError saying what is wrong otherwise."""
+    if isinstance(layout, tuple):
+        try:
+            return _check(model, layout)  # already hashable: skip the copy (plans check 10,000s of these)
+        except TypeError:
+            pass
+    return _check(model, tuple((str(n), int(s)) for n, s in layout))
+
+
+@functools.lru_cache(maxsize=4096)
+def _check(model: GPUModel, layout: tuple[tuple[str, int], ...]) -> Layout:
     if not model.mig_capable:
         raise KgweError(f"{model.key} does not support MIG")
     used = 0

@@ -13,6 +13,7 @@ Manager pauses a whole node for any change on it.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -33,7 +34,7 @@ _SHARE_TOLERANCE = 1e-6
 
 @dataclass
 class _Class:
-    """Interchangeable GPUs: same model, same current layout, same number of busy instances."""
+    """Interchangeable GPUs: same model, same current profile multiset, same number of busy instances."""
 
     model: GPUModel
     current: Layout | None
@@ -45,7 +46,12 @@ class _Class:
 
 
 def _multiset(layout: Iterable[tuple[str, int]] | None) -> Multiset:
-    return tuple(sorted(Counter(name for name, _ in layout or ()).items()))
+    return _multiset_of(tuple(layout or ()))
+
+
+@functools.lru_cache(maxsize=4096)
+def _multiset_of(layout: tuple[tuple[str, int], ...]) -> Multiset:
+    return tuple(sorted(Counter(name for name, _ in layout).items()))
 
 
 def _ms_text(ms: Multiset | None) -> str:
@@ -71,7 +77,7 @@ def _validate(req: PoolRequest) -> tuple[dict[str, GPUModel], dict[str, int]]:
             except KgweError as exc:
                 where = f"pool {req.name}: GPU {gpu.node}/{gpu.index}"
                 raise KgweError(f"{where} current layout: {exc}") from None
-        missing = Counter(gpu.in_use) - Counter(gpu.layout or ())
+        missing = Counter(gpu.in_use) - Counter(gpu.layout or ()) if gpu.in_use else None
         if missing:
             raise KgweError(
                 f"pool {req.name}: GPU {gpu.node}/{gpu.index} has in-use instances not in its layout: "
@@ -103,7 +109,8 @@ def _classes(req: PoolRequest, models: Mapping[str, GPUModel], wanted: set[str])
         if not model.mig_capable:
             continue
         current = check_layout(model, gpu.layout) if gpu.layout is not None else None
-        key = (model.key, current, gpu.busy)
+        # placement does not matter to the decision (mig-parted compares profile counts), only the multiset
+        key = (model.key, _multiset(current) if current is not None else None, gpu.busy)
         cls = groups.get(key)
         if cls is None:
             cls = groups[key] = _Class(model, current, gpu.busy)
@@ -119,15 +126,10 @@ def _classes(req: PoolRequest, models: Mapping[str, GPUModel], wanted: set[str])
     return list(groups.values())
 
 
-_CANDIDATE_CACHE: dict[tuple[str, tuple[str, ...]], tuple[Multiset, ...]] = {}
-
-
+@functools.cache
 def _candidates(model: GPUModel, profiles: tuple[str, ...]) -> tuple[Multiset, ...]:
     """Maximal multisets over `profiles`: any other layout is dominated (same or fewer instances of each)."""
-    key = (model.key, profiles)
-    if key not in _CANDIDATE_CACHE:
-        _CANDIDATE_CACHE[key] = tuple(feasible_multisets(model, profiles, maximal=True))
-    return _CANDIDATE_CACHE[key]
+    return tuple(feasible_multisets(model, profiles, maximal=True))
 
 
 def _idle(model: GPUModel, ms: Multiset | None) -> int:
@@ -352,6 +354,7 @@ def _report(
     class_of = {(g.node, g.index): c for c in classes for g in c.gpus}
     wanted_change = sum(sum(c.take[1:]) for c in classes if not c.locked)
     plans: list[GPUPlan] = []
+    reasons: dict[tuple, str] = {}
     achieved: Counter[str] = Counter()
     idle_c = idle_m = kept = destroyed = 0
     for gpu in sorted(req.gpus, key=lambda g: (g.node, g.index)):
@@ -363,7 +366,11 @@ def _report(
         if changed:
             target = None if ms is None else fit(model, [n for n, k in ms for _ in range(k)])
             assert ms is None or target is not None, "a candidate multiset always fits"
-            reason = _change_reason(_multiset(current) if gpu.layout is not None else None, ms, why, gpu)
+            old = _multiset(current) if gpu.layout is not None else None
+            reason_key = (old, ms, gpu.busy)
+            if reason_key not in reasons:
+                reasons[reason_key] = _change_reason(old, ms, why, gpu.busy)
+            reason = reasons[reason_key]
             destroyed += gpu.busy
         else:
             target = current if gpu.layout is not None else None
@@ -423,10 +430,10 @@ def _compute_of(models: Mapping[str, GPUModel], name: str) -> int:
     return 0
 
 
-def _change_reason(old: Multiset | None, new: Multiset | None, why: Mapping[str, str], gpu: GPUState) -> str:
+def _change_reason(old: Multiset | None, new: Multiset | None, why: Mapping[str, str], busy: int) -> str:
     if new is None:
         text = f"{_ms_text(old)} -> MIG disabled: the strategy runs these GPUs whole"
-        return text + (f"; drains {gpu.busy} in-use workload(s) (drain allowed)" if gpu.busy else "")
+        return text + (f"; drains {busy} in-use workload(s) (drain allowed)" if busy else "")
     delta = Counter(dict(new))
     delta.subtract(Counter(dict(old or ())))
     gained = [f"+{k} {n} ({why[n]})" if n in why else f"+{k} {n}" for n, k in sorted(delta.items()) if k > 0]
@@ -434,8 +441,8 @@ def _change_reason(old: Multiset | None, new: Multiset | None, why: Mapping[str,
     text = f"{_ms_text(old)} -> {_ms_text(new)}: " + ", ".join(gained + lost)
     if old is None:
         text = "enable MIG; " + text
-    if gpu.busy:
-        text += f"; drains {gpu.busy} in-use workload(s) (drain allowed)"
+    if busy:
+        text += f"; drains {busy} in-use workload(s) (drain allowed)"
     return text
 
 
