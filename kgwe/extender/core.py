@@ -66,6 +66,7 @@ class NodeTable:
         self.product_names: list[str] = []
         self.family_names: list[str] = []
         self._clock = 0
+        self.layout = 0  # bumped whenever a name gets or loses a row
         self.mix: tuple[WorkloadType, ...] = ()
         self._alloc(capacity)
 
@@ -130,6 +131,7 @@ class NodeTable:
             if not self.free_rows:
                 self._alloc(self.cap * 2)
             row = self.free_rows.pop()
+            self.layout += 1  # name -> row mapping changed
             self.rows[node.name] = row
             self.names[row] = node.name
         self.nodes[row] = node
@@ -146,7 +148,8 @@ class NodeTable:
         self.priority[row] = node.priority
         self.mig_free[row] = 0
         for prof, n in node.mig_free.items():
-            self.mig_free[row, self._mig_col(prof)] = n
+            col = self._mig_col(prof)  # may widen self.mig_free: look the array up after
+            self.mig_free[row, col] = n
         self.live[row] = True
         self._refresh_frag(np.array([row]))
         self._bump(row)
@@ -156,6 +159,7 @@ class NodeTable:
         row = self.rows.pop(name, None)
         if row is None:
             return
+        self.layout += 1
         self.live[row] = False
         self.names[row] = None
         self.nodes[row] = None

@@ -12,7 +12,7 @@ Wire format (k8s.io/kube-scheduler/extender/v1, Go structs without json tags => 
 from __future__ import annotations
 
 import threading
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Mapping
 
 import numpy as np
@@ -26,7 +26,7 @@ from kgwe.extender.request import PodRequest, RequestError, parse_pod
 MAX_PRIORITY = 10
 UNKNOWN_NODE = "kgwe: node is not in the extender's index yet (no GPU information)"
 # Failures no preemption can fix go to FailedAndUnresolvableNodes so kube-scheduler does not try.
-_UNRESOLVABLE = {core.NO_GPU, core.PRODUCT, core.FAMILY, core.MEMORY, core.NO_TOPOLOGY}
+_UNRESOLVABLE_CODES = np.array([core.NO_GPU, core.PRODUCT, core.FAMILY, core.MEMORY, core.NO_TOPOLOGY])
 MIX_REFRESH_EVERY = 512  # GPU requests between refreshes of the fragmentation term's workload mix
 REFERENCE_GBPS = 450.0  # H100 SXM NVLink per direction: the bandwidth that earns the full absolute score
 
@@ -78,6 +78,10 @@ class Engine:
         self.tick = 0
         self._mix: Counter = Counter()
         self._since_mix = 0
+        self._why: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}  # shape -> (row versions, sentences)
+        self._lists: OrderedDict[bytes, tuple] = (
+            OrderedDict()
+        )  # NodeNames bytes -> (layout, names, rows, known)
         self.on_decision: Callable[[str, int], None] | None = None  # metrics hook (verb, failed nodes)
         self._install_topology()
 
@@ -131,78 +135,103 @@ class Engine:
             for key in list(self._mix):  # decay so the mix follows the workload
                 self._mix[key] = self._mix[key] // 2 or 1
 
-    def _rows(self, names: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        rows_of = self.table.rows
-        rows = np.fromiter((rows_of.get(n, -1) for n in names), dtype=np.int64, count=len(names))
+    # ---- request path ------------------------------------------------------------------------------------
+    def _parse(self, body: bytes) -> tuple[PodRequest, list[str], list | None, np.ndarray, np.ndarray]:
+        """Parse ExtenderArgs; the NodeNames list (the bulk of the body, usually the same list again and
+        again) is resolved to table rows once and remembered by its bytes."""
+        cut = body.rfind(b'"NodeNames":')
+        tail = body[cut:] if cut > 0 else b""
+        hit = self._lists.get(tail) if tail else None
+        if hit is not None and hit[0] == self.table.layout:
+            self._lists.move_to_end(tail)
+            try:
+                args = orjson.loads(body[:cut] + b'"NodeNames":null}')
+            except orjson.JSONDecodeError:
+                args = None
+            if isinstance(args, dict) and "Pod" in args and args.get("Nodes") is None:
+                return parse_pod(args["Pod"]), hit[1], None, hit[2], hit[3]
+        req, names, items = _parse_args(body)
+        get = self.table.rows.get
+        rows = np.array([get(n, -1) for n in names], dtype=np.int64)
         known = rows >= 0
-        return rows, known
+        if items is None and tail and orjson.loads(b"{" + tail) == {"NodeNames": names}:
+            self._lists[tail] = (self.table.layout, names, rows, known)
+            if len(self._lists) > 64:
+                self._lists.popitem(last=False)
+        return req, names, items, rows, known
 
-    def _evaluate(self, req: PodRequest, names: list[str], profile: Profile):
-        rows, known = self._rows(names)
-        reason = np.zeros(len(names), dtype=np.int8)
-        score = np.zeros(len(names))
+    def _evaluate(self, req: PodRequest, rows: np.ndarray, known: np.ndarray, profile: Profile):
+        reason = np.zeros(len(rows), dtype=np.int8)
+        score = np.zeros(len(rows))
         if known.any():
             r, s, _ = self.cache.answer(rows[known], req, profile)
             reason[known], score[known] = r, s
-        return rows, known, reason, score
+        return reason, score
+
+    def _reasons(self, req: PodRequest, rows: np.ndarray, reason: np.ndarray) -> np.ndarray:
+        """Failure sentences for `rows` (all known and failed), cached per shape while a row is unchanged."""
+        t = self.table
+        entry = self._why.get(req.shape)
+        if entry is None or len(entry[0]) < t.cap:
+            if len(self._why) > 256:
+                self._why.clear()
+            entry = (np.full(t.cap, -1, np.int64), np.empty(t.cap, dtype=object))
+            self._why[req.shape] = entry
+        ver, text = entry
+        stale = np.nonzero(ver[rows] != t.version[rows])[0]
+        for i in stale:
+            row = int(rows[i])
+            text[row] = describe(int(reason[i]), t, row, req)
+            ver[row] = t.version[row]
+        return text[rows]
 
     def filter(self, body: bytes) -> bytes:
-        req, names, items = _parse_args(body)
+        req, names, items, rows, known = self._parse(body)
+        failed: dict[str, str] = {}
+        unresolvable: dict[str, str] = {}
         if not req.wants_gpu:  # nothing for KGWE to decide
-            return orjson.dumps(
-                {
-                    "Nodes": {"metadata": {}, "items": items} if items is not None else None,
-                    "NodeNames": names if items is None else None,
-                    "FailedNodes": {},
-                    "FailedAndUnresolvableNodes": {},
-                    "Error": "",
-                }
-            )
-        with self.lock:
-            profile = self.profile_for(req)
-            self._observe(req, profile)
-            rows, known, reason, _ = self._evaluate(req, names, profile)
-            passed = known & (reason == OK)
-            failed: dict[str, str] = {}
-            unresolvable: dict[str, str] = {}
-            for i in np.nonzero(~passed)[0]:
-                name = names[i]
-                if not known[i]:
-                    failed[name] = unresolvable[name] = UNKNOWN_NODE
-                    continue
-                code = int(reason[i])
-                text = describe(code, self.table, int(rows[i]), req)
-                failed[name] = text
-                if code in _UNRESOLVABLE:
-                    unresolvable[name] = text
-        if self.on_decision:
-            self.on_decision("filter", len(failed))
-        ok_idx = np.nonzero(passed)[0]
-        if items is None:
-            reply = {
-                "Nodes": None,
-                "NodeNames": [names[i] for i in ok_idx],
-                "FailedNodes": failed,
-                "FailedAndUnresolvableNodes": unresolvable,
-                "Error": "",
-            }
+            passed = np.ones(len(names), dtype=bool)
         else:
-            reply = {
-                "Nodes": {"metadata": {}, "items": [items[i] for i in ok_idx]},
-                "NodeNames": None,
-                "FailedNodes": failed,
-                "FailedAndUnresolvableNodes": unresolvable,
-                "Error": "",
-            }
+            with self.lock:
+                profile = self.profile_for(req)
+                self._observe(req, profile)
+                reason, _ = self._evaluate(req, rows, known, profile)
+                passed = known & (reason == OK)
+                bad = np.nonzero(known & ~passed)[0]
+                if len(bad):
+                    texts = self._reasons(req, rows[bad], reason[bad])
+                    bad_names = [names[i] for i in bad]
+                    failed = dict(zip(bad_names, texts.tolist(), strict=True))
+                    hard = np.isin(reason[bad], _UNRESOLVABLE_CODES)
+                    if hard.any():
+                        unresolvable = {bad_names[i]: failed[bad_names[i]] for i in np.nonzero(hard)[0]}
+            if not known.all():
+                for i in np.nonzero(~known)[0]:
+                    failed[names[i]] = unresolvable[names[i]] = UNKNOWN_NODE
+            if self.on_decision:
+                self.on_decision("filter", len(failed))
+        if passed.all():
+            ok_names, ok_items = names, items
+        else:
+            ok_idx = np.nonzero(passed)[0].tolist()
+            ok_names = [names[i] for i in ok_idx]
+            ok_items = [items[i] for i in ok_idx] if items is not None else None
+        reply = {
+            "Nodes": {"metadata": {}, "items": ok_items} if items is not None else None,
+            "NodeNames": ok_names if items is None else None,
+            "FailedNodes": failed,
+            "FailedAndUnresolvableNodes": unresolvable,
+            "Error": "",
+        }
         return orjson.dumps(reply)
 
     def prioritize(self, body: bytes) -> bytes:
-        req, names, _ = _parse_args(body)
+        req, names, _, rows, known = self._parse(body)
         if not req.wants_gpu:
             return orjson.dumps([{"Host": n, "Score": 0} for n in names])
         with self.lock:
             profile = self.profile_for(req)
-            _, known, reason, score = self._evaluate(req, names, profile)
+            reason, score = self._evaluate(req, rows, known, profile)
             self.tick += 1
             dyn = dynamic_term(profile, names, req.uid, self.tick)
         if dyn is not None:
@@ -213,9 +242,9 @@ class Engine:
                 + (profile.fragmentation if self.table.mix else 0.0)
             )
             score = score + (dyn - 50.0) * profile.resource / max(total, 1e-9)
-        ints = np.where(known & (reason == OK), np.clip(np.rint(score / 10.0), 0, MAX_PRIORITY), 0).astype(
-            int
-        )
+        ints = np.where(known & (reason == OK), np.clip(np.rint(score / 10.0), 0, MAX_PRIORITY), 0)
         if self.on_decision:
             self.on_decision("prioritize", 0)
-        return orjson.dumps([{"Host": n, "Score": int(s)} for n, s in zip(names, ints.tolist(), strict=True)])
+        return orjson.dumps(
+            [{"Host": n, "Score": s} for n, s in zip(names, ints.astype(int).tolist(), strict=True)]
+        )

@@ -60,7 +60,7 @@ def test_share_packs_onto_partly_used_gpu() -> None:
 
 def test_product_family_memory_and_mig_filters() -> None:
     h = NodeState("h", gpus=8, product="NVIDIA-H100-80GB-HBM3", family="hopper", gpu_memory_mib=81559,
-                  mig_free={"1g.10gb": 2})
+                  mig_free={"1g.10gb": 2, "3g.40gb": 1, "2g.20gb": 1})
     a = NodeState("a", gpus=8, product="NVIDIA-A100-SXM4-40GB", family="ampere", gpu_memory_mib=40960)
     t = table_of(h, a)
     assert evaluate(t, PodRequest(gpus=1, products=("h100",)))[0] == {"h": core.OK, "a": core.PRODUCT}
