@@ -18,6 +18,7 @@ preference, required bitmask), so a repeated query is a dict lookup. Only plain 
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from itertools import combinations
 
@@ -222,7 +223,8 @@ def _tables(topo: NodeTopology) -> _Tables:
     t = _TABLES.get(topo.key)
     if t is None:
         if len(_TABLES) >= _MAX_TABLES:
-            _TABLES.pop(next(iter(_TABLES)))
+            with contextlib.suppress(StopIteration, RuntimeError, KeyError):  # another thread got there first
+                _TABLES.pop(next(iter(_TABLES)))
         t = _TABLES[topo.key] = _Tables(topo)
     return t
 
