@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp
-from scipy.sparse import csr_matrix
+from scipy.sparse import csr_matrix, vstack
 
 from kgwe.errors import KgweError
 
@@ -44,10 +44,10 @@ class Rows:
         self.hi.append(hi)
 
     def constraint(self, extra: Sequence[tuple[np.ndarray, float]] = ()) -> LinearConstraint:
-        a = csr_matrix((self.data, self.cols, self.ptr), shape=(len(self.lo), self.n_vars)).toarray()
+        a = csr_matrix((self.data, self.cols, self.ptr), shape=(len(self.lo), self.n_vars))
         lo, hi = list(self.lo), list(self.hi)
         if extra:
-            a = np.vstack([a, *[row for row, _ in extra]])
+            a = vstack([a, *[csr_matrix(row) for row, _ in extra]], format="csr")
             lo += [-np.inf] * len(extra)
             hi += [bound for _, bound in extra]
         return LinearConstraint(a, lo, hi)
