@@ -158,7 +158,12 @@ def _check_profiles(ps: PolicySet, entry: LoadedObject, nodes: list[InventoryNod
     candidates.sort(key=lambda m: m.key)
     if not candidates:
         names = ", ".join(sorted(m.key for m in named or ()))
-        ps.report(entry, ("spec", "nodeSelector"), f"selects GPUs that do not support MIG ({names})")
+        message = (
+            f"selects GPUs that do not support MIG ({names})"
+            if names
+            else "the nodeSelector's label values name GPU models that exclude each other"
+        )
+        ps.report(entry, ("spec", "nodeSelector"), message)
         return
     valid_everywhere = True
     for i, share in enumerate(part.preferred_profiles):

@@ -454,3 +454,19 @@ def test_single_file_path(tmp_path, capsys):
     path = tmp_path / "p.yaml"
     path.write_text(PRICING)
     assert main(["validate", str(path)]) == 0
+
+
+def test_selector_naming_a_non_mig_gpu(tmp_path):
+    ps = load_repository(
+        repo(tmp_path, {"s.yaml": strategy("s", "{gpu.nvidia.com/class: L40S}", "[{1g.10gb: 100%}]")})
+    )
+    one_error(ps, "do not support MIG (L40S)")
+
+
+def test_selector_naming_two_different_gpus(tmp_path):
+    text = strategy(
+        "s",
+        "{gpu.nvidia.com/class: A100, nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3}",
+        "[{1g.10gb: 100%}]",
+    )
+    one_error(load_repository(repo(tmp_path, {"s.yaml": text})), "exclude each other")
