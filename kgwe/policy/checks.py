@@ -116,7 +116,7 @@ def check_inventory(ps: PolicySet) -> None:
 
 
 def _invalid_profiles_message(bad: list[str], model: GPUModel) -> str:
-    names = ", ".join(f'"{b}"{did_you_mean(b, model.profiles)}' for b in bad)
+    names = ", ".join(f'"{b}"' for b in bad)  # the valid names follow; a guess would only mislead
     return f"MIG profile {names} not valid for {model.key} (valid: {', '.join(model.profiles)})"
 
 
@@ -336,6 +336,8 @@ def check_pricing(ps: PolicySet) -> None:
     if not nodes:
         return
     if not catalogs:
+        if PricingCatalog.KIND in ps.invalid_kinds:
+            return  # its own errors are reported; "no catalog" would mislead
         inv = nodes[0][0]
         ps.report(
             inv,

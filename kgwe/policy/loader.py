@@ -61,6 +61,7 @@ class PolicySet:
     entries: list[LoadedObject] = field(default_factory=list)
     diagnostics: list[Diagnostic] = field(default_factory=list)
     files: int = 0
+    invalid_kinds: set[str] = field(default_factory=set)  # kinds with a document that failed validation
 
     # -- diagnostics ---------------------------------------------------------------------------------
     def add(
@@ -279,6 +280,7 @@ def _load_document(doc: YamlDocument, rel: str, ps: PolicySet) -> None:
     try:
         obj = model.model_validate(data)
     except ValidationError as exc:
+        ps.invalid_kinds.add(kind)
         for loc, message in messages_from_validation(model, exc):
             line, column = doc.where(loc)
             ps.add("error", rel, line, column, loc, message, kind, name)
