@@ -172,7 +172,8 @@ def models_matching(text: str) -> list[GPUModel]:
     """Models a label value names: "H100" -> all H100 variants, "A100-80GB" -> one, a product -> its model.
 
     A model matches when every '-'-separated token of the text appears in one of its names (key, alias or
-    product), so a more specific value names fewer models. Exact product/key/alias matches win.
+    product), so a more specific value names fewer models. Exact product/key/alias matches win; an unlisted
+    product falls back to its family (first token), narrowed by a memory token such as "141GB".
     """
     wanted = _normalize(text)
     if not wanted:
@@ -181,4 +182,17 @@ def models_matching(text: str) -> list[GPUModel]:
     if exact:
         return exact
     tokens = set(wanted.split("-"))
-    return [m for m, names in _names_by_model() if any(tokens <= set(n.split("-")) for n in names)]
+    found = [m for m, names in _names_by_model() if any(tokens <= set(n.split("-")) for n in names)]
+    if found:
+        return found
+    return _family_matches(wanted)
+
+
+def _family_matches(wanted: str) -> list[GPUModel]:
+    """Last resort for product strings we do not list (e.g. "NVIDIA-H200-141GB-HBM3e"): the models of the
+    family named by the first token, narrowed by a memory-size token when one matches."""
+    family, *rest = wanted.split("-")
+    found = [m for m, names in _names_by_model() if any(n.split("-")[0] == family for n in names)]
+    sizes = {t for t in rest if re.fullmatch(r"\d+GB?", t)}
+    narrowed = [m for m in found if sizes & set(m.key.upper().split("-"))]
+    return narrowed or found
