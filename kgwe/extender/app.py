@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+import orjson
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
@@ -81,6 +82,11 @@ def make_handler(engine: Engine, metrics: Metrics | None = None) -> Handler:
             observe[path].observe(time.perf_counter() - t0)
             count(path[1:], 200)
             return 200, reply, JSON
+        if path.startswith("/debug/nodes/") and method == "GET":
+            view = engine.node_view(path[len("/debug/nodes/") :])
+            if view is None:
+                return 404, error_body("node not in the index"), JSON
+            return 200, orjson.dumps(view), JSON
         if path == "/healthz":
             return 200, b'{"status":"ok"}', JSON
         if path == "/readyz":

@@ -135,6 +135,24 @@ class Engine:
             for key in list(self._mix):  # decay so the mix follows the workload
                 self._mix[key] = self._mix[key] // 2 or 1
 
+    def node_view(self, name: str) -> dict | None:
+        """What the index holds for one node (GET /debug/nodes/NAME): for people and end-to-end tests."""
+        with self.lock:
+            t = self.table
+            row = t.rows.get(name)
+            if row is None:
+                return None
+            gpus = int(t.gpu_count[row])
+            return {
+                "name": name,
+                "gpus": gpus,
+                "gpuUsedMilli": [1000 - int(x) for x in t.gpu_free[row, :gpus]],
+                "migFree": {p: int(t.mig_free[row, c]) for p, c in t.mig_names.items() if t.mig_free[row, c]},
+                "cpuFreeMilli": int(t.cpu_free[row]),
+                "product": t.nodes[row].product if t.nodes[row] else "",
+                "topology": getattr(t.nodes[row].topology, "name", None) if t.nodes[row] else None,
+            }
+
     # ---- request path ------------------------------------------------------------------------------------
     def _parse(self, body: bytes) -> tuple[PodRequest, list[str], list | None, np.ndarray, np.ndarray]:
         """Parse ExtenderArgs; the NodeNames list (the bulk of the body, usually the same list again and

@@ -1,0 +1,230 @@
+"""Against the real control plane: the watch index follows Nodes, bound Pods and the kgwe-scoring ConfigMap;
+and end to end, kube-scheduler configured with KGWE's extender entry calls the extender and places pods."""
+
+from __future__ import annotations
+
+import re
+import secrets
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from urllib.request import urlopen
+
+import orjson
+import pytest
+from kubernetes import client
+
+from kgwe.extender.engine import Engine
+from kgwe.extender.index import ClusterIndex
+from kgwe.extender.profile import Profile
+from kgwe.extender.schedconfig import scheduler_configuration
+from kgwe.testing.controlplane import default_scheduler_config
+
+pytestmark = pytest.mark.cluster
+
+
+def eventually(check: Callable[[], object], what: str, timeout: float = 30.0) -> object:
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            last = check()
+        except Exception as exc:  # the API may not have caught up yet
+            last = exc
+        if last and not isinstance(last, Exception):
+            return last
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}; last: {last!r}")
+
+
+def gpu_pod(
+    name: str,
+    resources: dict,
+    annotations: dict | None = None,
+    node: str | None = None,
+    selector: dict | None = None,
+) -> client.V1Pod:
+    return client.V1Pod(
+        metadata=client.V1ObjectMeta(name=name, annotations=annotations or {}),
+        spec=client.V1PodSpec(
+            node_name=node,
+            node_selector=selector,
+            termination_grace_period_seconds=0,
+            tolerations=[client.V1Toleration(operator="Exists")],
+            containers=[
+                client.V1Container(
+                    name="main",
+                    image="busybox",
+                    resources=client.V1ResourceRequirements(limits=resources, requests=resources),
+                )
+            ],
+        ),
+    )
+
+
+@pytest.fixture
+def index(k8s_api, namespace) -> Iterator[ClusterIndex]:
+    engine = Engine()
+    idx = ClusterIndex(engine, namespace=namespace, api_client=k8s_api)
+    idx.start()
+    assert idx.wait_ready(30), "index never listed nodes and pods"
+    yield idx
+    idx.stop()
+
+
+def test_index_follows_nodes_pods_and_scoring_configmap(index, k8s_api, namespace, gpu_node) -> None:
+    core = client.CoreV1Api(k8s_api)
+    engine = index.engine
+    node = gpu_node("DGX-H100")
+    view = eventually(lambda: engine.node_view(node), "node in index")
+    assert view["gpus"] == 8 and view["topology"] == "HGX-H100"
+    assert view["product"] == "NVIDIA-H100-80GB-HBM3"
+
+    core.create_namespaced_pod(namespace, gpu_pod("two", {"nvidia.com/gpu": "2"}, node=node))
+    core.create_namespaced_pod(
+        namespace,
+        gpu_pod("share", {"nvidia.com/gpu.shared": "1"}, {"kgwe.nvidia.io/gpu-milli": "250"}, node=node),
+    )
+    eventually(
+        lambda: sorted(engine.node_view(node)["gpuUsedMilli"]) == [0] * 5 + [250, 1000, 1000],
+        "two whole GPUs and one 250-milli share accounted",
+    )
+
+    core.delete_namespaced_pod("two", namespace, grace_period_seconds=0)
+    eventually(lambda: sorted(engine.node_view(node)["gpuUsedMilli"]) == [0] * 7 + [250], "pod release")
+
+    doc = {"profiles": [{"name": "spread-team", "strategy": "Spread", "weights": {"topology": 10}}]}
+    core.create_namespaced_config_map(
+        namespace,
+        client.V1ConfigMap(
+            metadata=client.V1ObjectMeta(name="kgwe-scoring"),
+            data={"profiles.json": orjson.dumps(doc).decode()},
+        ),
+    )
+    eventually(lambda: "spread-team" in engine.profiles, "profiles loaded")
+    assert engine.profiles["spread-team"].topology == 10
+    doc["profiles"][0]["strategy"] = "LeastLoaded"
+    core.patch_namespaced_config_map(
+        "kgwe-scoring", namespace, {"data": {"profiles.json": orjson.dumps(doc).decode()}}
+    )
+    eventually(lambda: engine.profiles["spread-team"].strategy == "LeastLoaded", "profiles reloaded")
+    core.patch_namespaced_config_map("kgwe-scoring", namespace, {"data": {"profiles.json": "{broken"}})
+    eventually(lambda: index.profile_error, "bad document reported")
+    assert engine.profiles["spread-team"].strategy == "LeastLoaded"  # last good profiles kept
+
+    core.delete_node(node)
+    eventually(lambda: engine.node_view(node) is None, "node removed")
+
+
+@pytest.fixture
+def extender_process(control_plane, namespace) -> Iterator[int]:
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "kgwe.cli",
+            "extender",
+            "--kubeconfig",
+            str(control_plane.kubeconfig_path),
+            "--listen",
+            "127.0.0.1:0",
+            "--namespace",
+            namespace,
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    port = None
+    deadline = time.monotonic() + 60
+    while port is None and time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        m = re.search(r"listening on 127\.0\.0\.1:(\d+)", line)
+        if m:
+            port = int(m.group(1))
+        elif not line and proc.poll() is not None:
+            break
+    assert port, f"extender did not start (exit {proc.poll()})"
+    eventually(lambda: urlopen(f"http://127.0.0.1:{port}/readyz").status == 200, "extender ready")
+    yield port
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+def node_view(port: int, name: str) -> dict:
+    with urlopen(f"http://127.0.0.1:{port}/debug/nodes/{name}") as r:
+        return orjson.loads(r.read())
+
+
+def test_e2e_real_kube_scheduler_with_extender(
+    control_plane, k8s_api, namespace, gpu_node, extender_process
+) -> None:
+    core = client.CoreV1Api(k8s_api)
+    port = extender_process
+    tag = {"kgwe-e2e": secrets.token_hex(3)}
+    pairs = gpu_node("A100-PCIE-NVLINK-PAIRS", labels=tag)
+    pcie = gpu_node("L40S-8-PCIE", labels=tag)
+    for n in (pairs, pcie):
+        eventually(lambda n=n: node_view(port, n), f"{n} in the extender's index")
+    config = scheduler_configuration(
+        f"http://127.0.0.1:{port}", Profile(http_timeout="5s"), leaderElection={"leaderElect": False}
+    )
+    control_plane.start_scheduler(config)
+    try:
+
+        def bound(name: str) -> str | None:
+            return core.read_namespaced_pod(name, namespace).spec.node_name
+
+        # 1. a 2-GPU pod asking for NVLink lands on the node that offers an NVLink pair
+        core.create_namespaced_pod(
+            namespace,
+            gpu_pod(
+                "nvlink-pair",
+                {"nvidia.com/gpu": "2"},
+                {"kgwe.nvidia.io/topology-preference": "NVLinkOptimal"},
+                selector=tag,
+            ),
+        )
+        assert eventually(lambda: bound("nvlink-pair"), "2-GPU pod bound") == pairs
+
+        # 2. a shared-GPU pod packs onto the partly used GPU of the first share
+        core.create_namespaced_pod(
+            namespace,
+            gpu_pod(
+                "share-a", {"nvidia.com/gpu.shared": "1"}, {"kgwe.nvidia.io/gpu-milli": "500"}, selector=tag
+            ),
+        )
+        first = eventually(lambda: bound("share-a"), "first share bound")
+        eventually(lambda: 500 in node_view(port, first)["gpuUsedMilli"], "first share in the index")
+        core.create_namespaced_pod(
+            namespace,
+            gpu_pod(
+                "share-b", {"nvidia.com/gpu.shared": "1"}, {"kgwe.nvidia.io/gpu-milli": "300"}, selector=tag
+            ),
+        )
+        assert eventually(lambda: bound("share-b"), "second share bound") == first
+        eventually(lambda: 800 in node_view(port, first)["gpuUsedMilli"], "both shares on one GPU")
+
+        # 3. a pod that fits nowhere carries the extender's reasons in its events
+        core.create_namespaced_pod(
+            namespace,
+            gpu_pod(
+                "impossible",
+                {"nvidia.com/gpu": "2"},
+                {"kgwe.nvidia.io/min-bandwidth-gbps": "5000"},
+                selector=tag,
+            ),
+        )
+
+        def reasons() -> str | None:
+            events = core.list_namespaced_event(namespace, field_selector="involvedObject.name=impossible")
+            text = " ".join(e.message or "" for e in events.items if e.reason == "FailedScheduling")
+            return text if "kgwe:" in text else None
+
+        message = eventually(reasons, "FailedScheduling event with the extender's reasons", timeout=60)
+        assert "no set of 2 free GPUs with at least 5000 GB/s" in message
+        assert bound("impossible") is None
+    finally:
+        control_plane.start_scheduler(default_scheduler_config())
