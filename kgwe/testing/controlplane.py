@@ -29,7 +29,7 @@ import time
 import urllib.error
 import urllib.request
 import weakref
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -413,6 +413,16 @@ class ControlPlane:
                 "--v=2",
             ])
             self._wait_http("kube-scheduler", f"https://127.0.0.1:{self.scheduler_port}/readyz", verify=False)
+
+    @contextlib.contextmanager
+    def using_scheduler_config(self, config: Mapping[str, Any]) -> Iterator[None]:
+        """Run kube-scheduler with `config` (e.g. with `extenders:`) inside the block, then restore it."""
+        previous = dict(self.scheduler_config)
+        self.start_scheduler(config)
+        try:
+            yield
+        finally:
+            self.start_scheduler(previous)
 
     def stop_scheduler(self) -> None:
         with self._lock:

@@ -53,12 +53,14 @@ def watch_loop(
                     w.stop()
                     break
                 obj = event["object"]
-                if event["type"] == "ERROR":
+                if event["type"] == "ERROR":  # e.g. 410 Gone delivered in-stream: re-list
                     resource_version = None
                     break
+                if event["type"] == "BOOKMARK":  # bookmarks arrive as plain dicts
+                    resource_version = w.resource_version or resource_version
+                    continue
                 resource_version = obj.metadata.resource_version
-                if event["type"] != "BOOKMARK":
-                    handle(event["type"], obj)
+                handle(event["type"], obj)
         except ApiException as exc:
             if exc.status == 410:
                 resource_version = None

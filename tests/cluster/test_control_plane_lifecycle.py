@@ -5,11 +5,22 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
-from kgwe.testing.controlplane import BUILD_SCRIPT, ControlPlane, ControlPlaneError, find_binaries
+from kgwe.testing.controlplane import (
+    BUILD_SCRIPT,
+    ControlPlane,
+    ControlPlaneError,
+    default_scheduler_config,
+    find_binaries,
+)
+from kgwe.testing.pytest_cluster import delete_namespace
 
 
 def _alive(pid: int) -> bool:
@@ -53,3 +64,42 @@ def test_binary_dir_override_must_be_complete(tmp_path: Path, monkeypatch: pytes
     monkeypatch.setenv("KGWE_K8S_BIN_DIR", str(tmp_path))
     with pytest.raises(ControlPlaneError, match="MANIFEST"):
         find_binaries()
+
+
+@pytest.mark.cluster
+def test_scheduler_runs_with_a_given_configuration(
+    control_plane: ControlPlane, k8s_api: client.ApiClient, namespace: str, gpu_node: Any
+) -> None:
+    core = client.CoreV1Api(k8s_api)
+    node = gpu_node("L40S-8-PCIE")
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "custom"},
+           "spec": {"schedulerName": "kgwe-custom", "nodeSelector": {"kubernetes.io/hostname": node},
+                    "containers": [{"name": "c", "image": "x"}]}}
+    core.create_namespaced_pod(namespace, pod)
+    config = default_scheduler_config(profiles=[{"schedulerName": "kgwe-custom"}])
+    with control_plane.using_scheduler_config(config):
+        assert "kgwe-custom" in (control_plane.workdir / "kube-scheduler.yaml").read_text()
+        deadline = time.monotonic() + 30
+        while core.read_namespaced_pod("custom", namespace).spec.node_name != node:
+            assert time.monotonic() < deadline, "pod for the custom scheduler profile was never bound"
+            time.sleep(0.1)
+    assert "kgwe-custom" not in (control_plane.workdir / "kube-scheduler.yaml").read_text()
+
+
+@pytest.mark.cluster
+def test_namespace_cleanup_removes_pods_and_the_namespace(k8s_api: client.ApiClient, gpu_node: Any) -> None:
+    core = client.CoreV1Api(k8s_api)
+    node = gpu_node("DGX-1-V100")
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name="cleanup-check")))
+    deadline = time.monotonic() + 30
+    while not core.list_namespaced_service_account("cleanup-check").items:
+        assert time.monotonic() < deadline, "default ServiceAccount never created"
+        time.sleep(0.05)
+    core.create_namespaced_pod("cleanup-check", {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+        "spec": {"nodeName": node, "containers": [{"name": "c", "image": "x"}]}})
+    delete_namespace(core, "cleanup-check")
+    with pytest.raises(ApiException) as err:
+        core.read_namespace("cleanup-check")
+    assert err.value.status == 404
+    assert not core.list_namespaced_pod("cleanup-check").items
