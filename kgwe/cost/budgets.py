@@ -57,6 +57,15 @@ def budget_from_policy(obj: Any) -> BudgetSpec:
     )
 
 
+def complete_days(daily_spend: Mapping[date, Decimal], today: date) -> list[float]:
+    """Spend of every whole day from the first recorded one up to yesterday (missing days are 0)."""
+    if not daily_spend:
+        return []
+    first = min(daily_spend)
+    days = (first + timedelta(days=i) for i in range((today - first).days))
+    return [float(daily_spend.get(d, Decimal(0))) for d in days]
+
+
 def budget_period(kind: str, at: datetime) -> Period:
     """The calendar period (UTC) containing `at`; weeks start on Monday (ISO)."""
     at = ensure_utc(at)
@@ -111,9 +120,7 @@ def evaluate_budget(spec: BudgetSpec, daily_spend: Mapping[date, Decimal], now: 
     elapsed_days = Decimal((now - period.since).total_seconds()) / Decimal(86400)
     burn = spent / elapsed_days if elapsed_days > 0 else Decimal(0)
 
-    first = min(daily_spend) if daily_spend else today
-    complete_days = (first + timedelta(days=i) for i in range((today - first).days))
-    history = [float(daily_spend.get(d, Decimal(0))) for d in complete_days]
+    history = complete_days(daily_spend, today)
     days_left = (period.until.date() - today).days  # today and the days after it in the period
     prediction: Forecast = forecast_daily(history, days_left)
     today_left = Decimal((datetime.combine(today + timedelta(days=1), datetime.min.time(), UTC) - now)

@@ -121,7 +121,7 @@ def aggregate_usage(
 ) -> list[UsageAggregate]:
     """In-memory twin of the store's SQL aggregation (open intervals run until `now`)."""
     group_by = check_group_by(group_by)
-    cuts = buckets(period, granularity)
+    cuts = buckets(period, granularity, now)
     now_s = to_epoch(now)
     sums: dict[tuple, int] = defaultdict(int)
     for iv in intervals:
@@ -139,7 +139,7 @@ def aggregate_usage(
 def aggregate_capacity(
     nodes: Iterable[NodeCapacity], period: Period, granularity: str, now: datetime
 ) -> list[CapacityAggregate]:
-    cuts = buckets(period, granularity)
+    cuts = buckets(period, granularity, now)
     now_s = to_epoch(now)
     sums: dict[tuple, int] = defaultdict(int)
     for n in nodes:

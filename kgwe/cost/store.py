@@ -201,7 +201,7 @@ class CostStore:
         now_s = to_epoch(now)
         out: list[UsageAggregate] = []
         with self.session() as s:
-            for label, lo, hi in buckets(period, granularity):
+            for label, lo, hi in buckets(period, granularity, now):
                 for row in s.execute(sql, {"lo": lo, "hi": hi, "now": now_s}):
                     node, product, spot, kind, profile, milli, *key, seconds = row
                     if seconds and int(seconds) > 0:
@@ -220,7 +220,7 @@ class CostStore:
         now_s = to_epoch(now)
         out: list[CapacityAggregate] = []
         with self.session() as s:
-            for label, lo, hi in buckets(period, granularity):
+            for label, lo, hi in buckets(period, granularity, now):
                 for node, product, spot, seconds in s.execute(sql, {"lo": lo, "hi": hi, "now": now_s}):
                     if seconds and int(seconds) > 0:
                         out.append(CapacityAggregate(label, node, product, bool(spot), int(seconds)))

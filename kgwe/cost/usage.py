@@ -121,8 +121,13 @@ def month_period(value: datetime) -> Period:
     return Period(start, next_month(start), label=f"{start:%Y-%m}")
 
 
-def buckets(period: Period, granularity: str) -> list[tuple[str, int, int]]:
-    """Split a period into (label, since_epoch, until_epoch) buckets: "day", "month" or "total"."""
+def buckets(period: Period, granularity: str, now: datetime | None = None) -> list[tuple[str, int, int]]:
+    """Split a period into (label, since_epoch, until_epoch) buckets: "day", "month" or "total".
+    With `now`, buckets end at now and buckets entirely after it are dropped: nothing is charged
+    for time that has not happened yet (not even a closed interval recorded with a future end)."""
+    if now is not None:
+        cut = to_epoch(now)
+        return [(label, lo, min(hi, cut)) for label, lo, hi in buckets(period, granularity) if lo < cut]
     since, until = to_epoch(period.since), to_epoch(period.until)
     if granularity == "total":
         return [(period.label, since, until)]

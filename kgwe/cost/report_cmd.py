@@ -1,0 +1,116 @@
+"""kgwe report: chargeback, budget status, forecast and rightsizing reports from the cost store.
+
+Dates are UTC: `--since 2026-11-01 --until 2026-12-01` is November. Prices and budgets come from
+the policy repository (`--policy`, its PricingCatalog and GPUBudgets). Files land under
+OUT/reports/<cluster>/<period>/; with `--commit-back URL` they are also committed to that repository.
+"""
+
+from __future__ import annotations
+
+import argparse
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from kgwe.cost.budgets import budget_from_policy, daily_spend_by_team
+from kgwe.cost.pricing import pricebook_from_catalog
+from kgwe.cost.reports import ReportInput, build_reports, commit_reports, write_reports
+from kgwe.cost.rightsizing import recommend, size_of
+from kgwe.cost.store import CostStore, normalize_url
+from kgwe.cost.usage import Period
+from kgwe.errors import KgweError
+
+HISTORY_DAYS = 56  # forecast history: eight weeks, enough for weekly seasonality
+
+
+def parse_utc(text: str, what: str) -> datetime:
+    try:
+        value = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        example = "e.g. 2026-11-01 or 2026-11-01T06:00Z"
+        raise KgweError(f"{what}: {text!r} is not a date or ISO time ({example})") from None
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--since", required=True, help="start of the period (UTC date or ISO time)")
+    parser.add_argument("--until", required=True, help="end of the period, exclusive")
+    parser.add_argument("--db", default=None, help="cost database URL or SQLite path (default kgwe-cost.db)")
+    parser.add_argument("--policy", default=".", help="policy repository with the PricingCatalog and budgets")
+    parser.add_argument("--cluster", default="default", help="cluster name used in the report path")
+    parser.add_argument("--prometheus", default=None, help="Prometheus URL for rightsizing (DCGM)")
+    parser.add_argument("--now", default=None, help="evaluate as of (default: now, ≤ --until)")
+    parser.add_argument("--out", required=True, help="output folder")
+    parser.add_argument("--commit-back", default=None, metavar="REPO_URL", help="also commit reports there")
+    parser.add_argument("--branch", default="main", help="branch for --commit-back")
+
+
+def _policy(path: str):
+    from kgwe.policy.loader import load_repository
+    from kgwe.policy.pricing import PricingCatalog
+
+    policy = load_repository(path)
+    if not policy.ok:
+        first = "; ".join(str(d) for d in policy.errors[:3])
+        raise KgweError(f"policy repository {path} has errors: {first}")
+    catalogs = policy.objects(PricingCatalog)
+    if not catalogs:
+        raise KgweError(f"no PricingCatalog in {path}: reports need prices")
+    if len(catalogs) > 1:
+        named = [c for c in catalogs if c.metadata.name == "default"]
+        if len(named) != 1:
+            raise KgweError(f"{path} has {len(catalogs)} PricingCatalogs; name the one to use 'default'")
+        catalogs = named
+    return catalogs[0], [budget_from_policy(b) for b in policy.budgets]
+
+
+def run(args: argparse.Namespace) -> int:
+    period = Period(parse_utc(args.since, "--since"), parse_utc(args.until, "--until"))
+    now = min(parse_utc(args.now, "--now") if args.now else datetime.now(UTC), period.until)
+    catalog, budgets = _policy(args.policy)
+    book = pricebook_from_catalog(catalog)
+    url = normalize_url(args.db)
+    if url.startswith("sqlite:///") and not Path(url[len("sqlite:///"):]).exists():
+        path = url[len("sqlite:///"):]
+        raise KgweError(f"no cost database at {path} (metering has not recorded anything there yet)")
+    store = CostStore(url)
+    store.migrate()
+
+    dims = ("team", "namespace", "gpu_product")
+    cb = store.chargeback(book, period, now=now, granularity="day", group_by=dims)
+    history_since = min(period.since, now - timedelta(days=HISTORY_DAYS)).replace(hour=0, minute=0, second=0)
+    history = store.chargeback(book, Period(history_since, max(now, history_since + timedelta(seconds=1))),
+                               now=now, granularity="day", group_by=("team",))
+    recommendations, skipped = [], 0
+    if args.prometheus:
+        from kgwe.cost.prometheus import PrometheusClient
+
+        series, skipped = PrometheusClient(args.prometheus).pod_utilization(period.since, now)
+        held = {(iv.namespace, iv.pod): iv for iv in sorted(store.usage(period), key=lambda iv: iv.start)}
+        for s in series:
+            iv = held.get((s.namespace, s.pod))
+            if iv is None:
+                continue
+            current = size_of(iv.gpu_product, iv.kind, iv.count, iv.mig_profile, iv.gpu_milli)
+            rec = recommend(s, iv.gpu_product, current)
+            if rec is not None:
+                recommendations.append(rec)
+    files = build_reports(ReportInput(
+        cluster=args.cluster, now=now, period=period, by_team_namespace_product_daily=cb,
+        nodes=store.nodes(period), budgets=budgets, daily_spend_history=daily_spend_by_team(history.lines),
+        recommendations=recommendations, rightsizing_source=args.prometheus or "",
+        rightsizing_skipped=skipped, mig_pricing=book.mig_pricing,
+    ))
+    out = Path(args.out)
+    written = write_reports(files, out)
+    print(f"cluster GPU cost {cb.cluster_cost} {cb.currency} = allocated {cb.allocated_cost} + idle "
+          f"{cb.idle_cost_total} ({period.label})")
+    for w in cb.warnings:
+        print(f"warning: {w}")
+    print(f"wrote {len(written)} files under {out / 'reports' / args.cluster / period.label}")
+    if args.commit_back:
+        result = commit_reports(files, args.commit_back, args.branch, out / ".commit-back",
+                                summary=f"cost reports {args.cluster} {period.label}")
+        print(f"commit-back: {result.status} {result.sha or ''} {result.reason}".rstrip())
+        if result.status in ("rejected", "failed"):
+            return 1
+    return 0

@@ -1,0 +1,124 @@
+"""`kgwe report` end to end: a real SQLite store, the sample policy repository, Markdown/CSV files,
+and commit-back into a real local Git repository with a concurrent human push."""
+
+from __future__ import annotations
+
+import csv
+import io
+import shutil
+import subprocess
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from kgwe.cli import main
+from kgwe.cost.store import CostStore
+from kgwe.cost.usage import NodeCapacity, UsageInterval
+from kgwe.resources import sample_repo_dir
+
+H100 = "NVIDIA-H100-80GB-HBM3"
+A100 = "NVIDIA-A100-SXM4-80GB"
+T0 = datetime(2026, 10, 1, tzinfo=UTC)
+
+
+@pytest.fixture
+def db(tmp_path) -> str:
+    url = f"sqlite:///{tmp_path / 'cost.db'}"
+    store = CostStore(url)
+    store.migrate()
+    store.set_node(NodeCapacity("h0", H100, 8, T0 - timedelta(days=40)))
+    store.set_node(NodeCapacity("a0", A100, 8, T0 - timedelta(days=40)))
+    rows = []
+    for day in range(-30, 30):
+        start = T0 + timedelta(days=day, hours=2)
+        rows.append(UsageInterval(f"train-{day}", "ml-training", "ml-research", "a0", A100, "whole", 4, start,
+                                  start + timedelta(hours=18), pod_uid=f"t{day}"))
+        rows.append(UsageInterval(f"serve-{day}", "inference-prod", "inference-platform", "h0", H100, "mig", 3,
+                                  start, start + timedelta(hours=20), mig_profile="2g.20gb", pod_uid=f"s{day}"))
+        rows.append(UsageInterval(f"nb-{day}", "ds-notebooks", "data-science", "h0", H100, "shared", 1, start,
+                                  start + timedelta(hours=8), gpu_milli=500, pod_uid=f"n{day}"))
+    store.add_usage(rows)
+    store.close()
+    return url
+
+
+def run_report(db, out, *extra):
+    return main(["report", "--since", "2026-10-01", "--until", "2026-11-01", "--db", db, "--policy",
+                 str(sample_repo_dir()), "--cluster", "prod", "--now", "2026-10-20T12:00:00Z", "--out", str(out),
+                 *extra])
+
+
+def test_report_files_conserve_cost(db, tmp_path, capsys):
+    assert run_report(db, tmp_path / "out") == 0
+    folder = tmp_path / "out" / "reports" / "prod" / "2026-10-01_2026-11-01"
+    names = sorted(p.name for p in folder.iterdir())
+    assert names == ["budgets.csv", "budgets.md", "chargeback.csv", "chargeback.md", "forecast.csv", "forecast.md",
+                     "inventory.yaml", "rightsizing.csv", "rightsizing.md"]
+    rows = list(csv.DictReader(io.StringIO((folder / "chargeback.csv").read_text())))
+    total = sum(Decimal(r["cost"]) for r in rows)
+    printed = capsys.readouterr().out
+    assert f"cluster GPU cost {total} USD" in printed
+    md = (folder / "chargeback.md").read_text()
+    assert f"**{total}**" in md and "| ml-research |" in md and "`__idle__`" in md
+    budgets = list(csv.DictReader(io.StringIO((folder / "budgets.csv").read_text())))
+    assert {b["budget"] for b in budgets} == {"data-science", "inference-platform", "ml-research"}
+    assert all(Decimal(b["forecast_end"]) >= Decimal(b["spent"]) for b in budgets)
+    forecast = list(csv.DictReader(io.StringIO((folder / "forecast.csv").read_text())))
+    assert len(forecast) == 3 * 7
+    import yaml
+
+    inventory = yaml.safe_load((folder / "inventory.yaml").read_text())
+    assert sorted(n["name"] for n in inventory["spec"]["nodes"]) == ["a0", "h0"]
+
+
+def test_bad_input_is_one_clear_error(db, tmp_path, capsys):
+    assert main(["report", "--since", "yesterday", "--until", "2026-11-01", "--db", db, "--out",
+                 str(tmp_path)]) == 1
+    assert "not a date" in capsys.readouterr().err
+    assert main(["report", "--since", "2026-10-01", "--until", "2026-11-01", "--db", str(tmp_path / "none.db"),
+                 "--policy", str(sample_repo_dir()), "--out", str(tmp_path)]) == 1
+    assert "no cost database" in capsys.readouterr().err
+    no_prices = tmp_path / "policy"
+    shutil.copytree(sample_repo_dir() / "budgets", no_prices)
+    assert main(["report", "--since", "2026-10-01", "--until", "2026-11-01", "--db", db, "--policy",
+                 str(no_prices), "--out", str(tmp_path)]) == 1
+    assert "no PricingCatalog" in capsys.readouterr().err
+
+
+def git(cwd: Path, *args: str) -> str:
+    return subprocess.run(["git", "-c", "user.name=Human", "-c", "user.email=h@example.com", *args], cwd=cwd,
+                          check=True, capture_output=True, text=True).stdout.strip()
+
+
+def test_reports_are_committed_back_and_a_concurrent_push_is_kept(db, tmp_path):
+    remote = tmp_path / "policy.git"
+    git(tmp_path, "init", "--bare", "-b", "main", str(remote))
+    human = tmp_path / "human"
+    git(tmp_path, "clone", str(remote), str(human))
+    (human / "README.md").write_text("policy\n")
+    git(human, "add", "README.md")
+    git(human, "commit", "-m", "init")
+    git(human, "push", "origin", "HEAD:main")
+
+    out = tmp_path / "out"
+    assert run_report(db, out, "--commit-back", str(remote)) == 0
+    # a human pushes while the bot's clone is behind
+    git(human, "pull", "--rebase", "origin", "main")
+    (human / "budgets.yaml").write_text("# edited by a human\n")
+    git(human, "add", "budgets.yaml")
+    git(human, "commit", "-m", "human change")
+    git(human, "push", "origin", "HEAD:main")
+    assert main(["report", "--since", "2026-10-01", "--until", "2026-11-01", "--db", db, "--policy",
+                 str(sample_repo_dir()), "--cluster", "prod", "--now", "2026-10-25T00:00:00Z", "--out", str(out),
+                 "--commit-back", str(remote)]) == 0
+    log = git(human, "--git-dir", str(remote), "log", "--format=%an %s", "main")
+    assert "Human human change" in log and log.count("kgwe-bot") == 2
+    files = git(human, "--git-dir", str(remote), "ls-tree", "-r", "--name-only", "main")
+    assert "budgets.yaml" in files and "reports/prod/2026-10-01_2026-11-01/chargeback.md" in files
+    # the same report again: nothing changed, so no empty commit
+    assert main(["report", "--since", "2026-10-01", "--until", "2026-11-01", "--db", db, "--policy",
+                 str(sample_repo_dir()), "--cluster", "prod", "--now", "2026-10-25T00:00:00Z", "--out", str(out),
+                 "--commit-back", str(remote)]) == 0
+    assert git(human, "--git-dir", str(remote), "log", "--format=%an", "main").count("kgwe-bot") == 2
