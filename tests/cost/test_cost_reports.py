@@ -33,29 +33,32 @@ def db(tmp_path) -> str:
     rows = []
     for day in range(-30, 30):
         start = T0 + timedelta(days=day, hours=2)
-        rows.append(UsageInterval(f"train-{day}", "ml-training", "ml-research", "a0", A100, "whole", 4, start,
-                                  start + timedelta(hours=18), pod_uid=f"t{day}"))
-        rows.append(UsageInterval(f"serve-{day}", "inference-prod", "inference-platform", "h0", H100, "mig", 3,
-                                  start, start + timedelta(hours=20), mig_profile="2g.20gb", pod_uid=f"s{day}"))
-        rows.append(UsageInterval(f"nb-{day}", "ds-notebooks", "data-science", "h0", H100, "shared", 1, start,
-                                  start + timedelta(hours=8), gpu_milli=500, pod_uid=f"n{day}"))
+        hours = timedelta(hours=1)
+        rows.append(UsageInterval(f"train-{day}", "ml-training", "ml-research", "a0", A100, "whole", 4,
+                                  start, start + 18 * hours, pod_uid=f"t{day}"))
+        rows.append(UsageInterval(f"serve-{day}", "inference-prod", "inference-platform", "h0", H100, "mig",
+                                  3, start, start + 20 * hours, mig_profile="2g.20gb", pod_uid=f"s{day}"))
+        rows.append(UsageInterval(f"nb-{day}", "ds-notebooks", "data-science", "h0", H100, "shared", 1,
+                                  start, start + 8 * hours, gpu_milli=500, pod_uid=f"n{day}"))
     store.add_usage(rows)
     store.close()
     return url
 
 
-def run_report(db, out, *extra):
-    return main(["report", "--since", "2026-10-01", "--until", "2026-11-01", "--db", db, "--policy",
-                 str(sample_repo_dir()), "--cluster", "prod", "--now", "2026-10-20T12:00:00Z", "--out", str(out),
-                 *extra])
+OCTOBER = ["report", "--since", "2026-10-01", "--until", "2026-11-01"]
+
+
+def run_report(db, out, *extra, now="2026-10-20T12:00:00Z"):
+    return main([*OCTOBER, "--db", db, "--policy", str(sample_repo_dir()), "--cluster", "prod", "--now", now,
+                 "--out", str(out), *extra])
 
 
 def test_report_files_conserve_cost(db, tmp_path, capsys):
     assert run_report(db, tmp_path / "out") == 0
     folder = tmp_path / "out" / "reports" / "prod" / "2026-10-01_2026-11-01"
     names = sorted(p.name for p in folder.iterdir())
-    assert names == ["budgets.csv", "budgets.md", "chargeback.csv", "chargeback.md", "forecast.csv", "forecast.md",
-                     "inventory.yaml", "rightsizing.csv", "rightsizing.md"]
+    assert names == ["budgets.csv", "budgets.md", "chargeback.csv", "chargeback.md", "forecast.csv",
+                     "forecast.md", "inventory.yaml", "rightsizing.csv", "rightsizing.md"]
     rows = list(csv.DictReader(io.StringIO((folder / "chargeback.csv").read_text())))
     total = sum(Decimal(r["cost"]) for r in rows)
     printed = capsys.readouterr().out
@@ -77,8 +80,8 @@ def test_bad_input_is_one_clear_error(db, tmp_path, capsys):
     assert main(["report", "--since", "yesterday", "--until", "2026-11-01", "--db", db, "--out",
                  str(tmp_path)]) == 1
     assert "not a date" in capsys.readouterr().err
-    assert main(["report", "--since", "2026-10-01", "--until", "2026-11-01", "--db", str(tmp_path / "none.db"),
-                 "--policy", str(sample_repo_dir()), "--out", str(tmp_path)]) == 1
+    assert main([*OCTOBER, "--db", str(tmp_path / "none.db"), "--policy", str(sample_repo_dir()),
+                 "--out", str(tmp_path)]) == 1
     assert "no cost database" in capsys.readouterr().err
     no_prices = tmp_path / "policy"
     shutil.copytree(sample_repo_dir() / "budgets", no_prices)
@@ -110,15 +113,11 @@ def test_reports_are_committed_back_and_a_concurrent_push_is_kept(db, tmp_path):
     git(human, "add", "budgets.yaml")
     git(human, "commit", "-m", "human change")
     git(human, "push", "origin", "HEAD:main")
-    assert main(["report", "--since", "2026-10-01", "--until", "2026-11-01", "--db", db, "--policy",
-                 str(sample_repo_dir()), "--cluster", "prod", "--now", "2026-10-25T00:00:00Z", "--out", str(out),
-                 "--commit-back", str(remote)]) == 0
+    assert run_report(db, out, "--commit-back", str(remote), now="2026-10-25T00:00:00Z") == 0
     log = git(human, "--git-dir", str(remote), "log", "--format=%an %s", "main")
     assert "Human human change" in log and log.count("kgwe-bot") == 2
     files = git(human, "--git-dir", str(remote), "ls-tree", "-r", "--name-only", "main")
     assert "budgets.yaml" in files and "reports/prod/2026-10-01_2026-11-01/chargeback.md" in files
     # the same report again: nothing changed, so no empty commit
-    assert main(["report", "--since", "2026-10-01", "--until", "2026-11-01", "--db", db, "--policy",
-                 str(sample_repo_dir()), "--cluster", "prod", "--now", "2026-10-25T00:00:00Z", "--out", str(out),
-                 "--commit-back", str(remote)]) == 0
+    assert run_report(db, out, "--commit-back", str(remote), now="2026-10-25T00:00:00Z") == 0
     assert git(human, "--git-dir", str(remote), "log", "--format=%an", "main").count("kgwe-bot") == 2
