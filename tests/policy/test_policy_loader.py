@@ -470,3 +470,22 @@ def test_selector_naming_two_different_gpus(tmp_path):
         "[{1g.10gb: 100%}]",
     )
     one_error(load_repository(repo(tmp_path, {"s.yaml": text})), "exclude each other")
+
+
+def test_several_scoring_profiles_need_a_default(tmp_path):
+    text = SCORING_HEAD + "metadata: {{name: {}}}\nspec: {{strategy: Spread}}\n"
+    ps = load_repository(repo(tmp_path, {"a.yaml": text.format("a"), "b.yaml": text.format("b")}))
+    one_error(ps, "none has `default: true`")
+
+
+def test_profile_listed_twice(tmp_path):
+    text = strategy("s", "{gpu.nvidia.com/class: H100}", "[{1g.10gb: 50%}, {1g.10gb: 50%}]")
+    d = one_error(load_repository(repo(tmp_path, {"s.yaml": text})), "listed twice")
+    assert d.path == "spec.partitionStrategy.preferredProfiles[1]"
+
+
+def test_workload_without_metadata_is_only_a_warning(tmp_path, capsys):
+    text = "apiVersion: kgwe.nvidia.io/v1\nkind: GPUWorkload\nspec:\n  gpuRequirements: {count: 2}\n"
+    repo(tmp_path, {"w.yaml": text})
+    assert main(["validate", str(tmp_path)]) == 0
+    assert "warning" in capsys.readouterr().out
