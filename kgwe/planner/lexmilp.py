@@ -58,17 +58,21 @@ def solve(
     rows: Rows,
     integrality: np.ndarray,
     upper: np.ndarray,
+    integral: Sequence[bool] = (),
 ) -> np.ndarray:
     """Minimise `objectives` lexicographically subject to `rows`, 0 <= x <= upper. Returns x (rounded ints
-    where integral)."""
+    where integral). `integral[k]` says objective k only takes whole values at feasible points, so its
+    optimum can be pinned with an absolute slack of 1/2 instead of a relative one."""
     bounds = Bounds(np.zeros(rows.n_vars), upper)
     fixed: list[tuple[np.ndarray, float]] = []
     x = None
-    for c in objectives:
+    for k, c in enumerate(objectives):
         if not np.any(c):
             continue
         x = _milp(c, rows.constraint(fixed), integrality, bounds)
-        fixed.append((c.reshape(1, -1), float(c @ x) + _SLACK * (1 + abs(float(c @ x)))))
+        best = float(c @ x)
+        whole = k < len(integral) and integral[k]
+        fixed.append((c.reshape(1, -1), best + (0.5 if whole else _SLACK * (1 + abs(best)))))
     if x is None:  # every objective was zero: any feasible point will do
         x = _milp(np.zeros(rows.n_vars), rows.constraint(), integrality, bounds)
     return np.where(integrality == 1, np.round(x), x)

@@ -198,7 +198,8 @@ def _solve(
     destroyed = np.array([float(c.busy) if j else 0.0 for c, j, _ in columns] + [0.0] * (n_vars - n_x))
     objectives.append(destroyed)
     idle = np.array([float(_idle(c.model, ms)) for c, _, ms in columns] + [0.0] * (n_vars - n_x))
-    big = float(idle @ np.array([len(c.gpus) for c, _, _ in columns] + [0] * (n_vars - n_x))) + 1.0
+    # changes outrank idle slices: one GPU more changed must cost more than any idle saving
+    big = float(max(idle) * sum(len(c.gpus) for c in free)) + 1.0
     objectives.append(changes * big + idle)
     nodes_used = np.zeros(n_vars)
     nodes_used[n_x + n_s :] = 1.0
@@ -207,7 +208,8 @@ def _solve(
         [float(len(c.gpus)) for c, _, _ in columns] + [np.inf] * n_s + [float(len(n)) for _, n in node_types]
     )
     integrality = np.array([1] * n_x + [0] * n_s + [1] * len(node_types))
-    x = lexmilp.solve(objectives, rows, integrality, upper)
+    # unmet demand, destroyed instances, changes+idle and nodes are whole numbers; share shortfall is not
+    x = lexmilp.solve(objectives, rows, integrality, upper, integral=(True, False, True, True, True))
     for cls in free:
         cls.take = [0] * (len(cls.options) + 1)
     for i, (cls, j, _) in enumerate(columns):
