@@ -23,3 +23,14 @@ def api_client(kubeconfig: str | None = None, *, context: str | None = None) -> 
         return client.ApiClient(configuration)
     except ConfigException as exc:
         raise KgweError(f"cannot configure a Kubernetes client: {exc}") from exc
+
+
+def ensure_namespace(api: client.ApiClient, name: str) -> None:
+    """Create namespace `name` unless it exists (used by the demo, benchmarks and tests)."""
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        client.CoreV1Api(api).create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    except ApiException as exc:
+        if exc.status != 409:
+            raise

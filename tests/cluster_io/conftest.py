@@ -12,6 +12,8 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from kgwe.cluster.client import ensure_namespace
+
 
 def wait_for(predicate: Callable[[], Any], timeout_seconds: float = 30.0, what: str = "condition") -> Any:
     """Poll until `predicate()` is truthy; fail the test (not assert on time) when it never is."""
@@ -25,16 +27,8 @@ def wait_for(predicate: Callable[[], Any], timeout_seconds: float = 30.0, what: 
         time.sleep(0.1)
 
 
-def ensure_namespace(core: client.CoreV1Api, name: str) -> None:
-    try:
-        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
-    except ApiException as exc:
-        if exc.status != 409:
-            raise
-
-
 def put_mig_parted_config(core: client.CoreV1Api, manager: Any, configs: dict) -> None:
-    ensure_namespace(core, manager.config_namespace)
+    ensure_namespace(core.api_client, manager.config_namespace)
     text = yaml.safe_dump({"version": "v1", "mig-configs": configs})
     body = client.V1ConfigMap(metadata=client.V1ObjectMeta(name=manager.config_map),
                               data={manager.config_key: text})

@@ -1,0 +1,273 @@
+"""End to end on the real control plane (issue 7): commits applied, invalid commits applied nowhere,
+MIG rollouts that respect maxUnavailable and busy nodes, a failing node stopping its pool, a controller
+restarted mid-rollout finishing without repeating work, webhook-triggered sync, one active replica."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import time
+import urllib.request
+
+import pytest
+from kubernetes import client, watch
+
+from kgwe.cluster.names import MIG_CONFIG_LABEL, MIG_STATE_LABEL
+from kgwe.gitops.webhook import PushEvent, sign
+from kgwe.reconcile.controller import Controller
+from kgwe.reconcile.repository import RepositoryReconciler
+from kgwe.reconcile.status import condition
+
+pytestmark = pytest.mark.cluster
+
+SYSTEM_NS = "kgwe-system"
+
+
+def reconciler(k8s_api, e2e, **kw) -> RepositoryReconciler:
+    cache = e2e.tmp / f"cache-{time.monotonic_ns()}"
+    return RepositoryReconciler(k8s_api, SYSTEM_NS, e2e.pool, cache_dir=cache, **kw)
+
+
+def drive(rec: RepositoryReconciler, done, *, on_step=None, timeout_seconds: float = 90.0):
+    """Reconcile repeatedly (as the interval would) until `done(outcome)`; fail if it never is."""
+    deadline = time.monotonic() + timeout_seconds
+    while True:
+        outcome = rec.reconcile()
+        if on_step:
+            on_step(outcome)
+        if done(outcome):
+            return outcome
+        if time.monotonic() > deadline:
+            pytest.fail(f"reconcile never settled; last outcome: {outcome}")
+        time.sleep(0.3)
+
+
+class LabelRecorder:
+    """Watches the pool's nodes and records every nvidia.com/mig.config value change per node, plus the
+    largest number of nodes in flight (config label set, state not yet success) at any moment."""
+
+    def __init__(self, core: client.CoreV1Api, pool: str) -> None:
+        self.core, self.pool = core, pool
+        self.changes: dict[str, list[str]] = {}
+        self.in_flight_peak = 0
+        self._state: dict[str, tuple[str | None, str | None]] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self):
+        listing = self.core.list_node(label_selector=f"kgwe.nvidia.io/pool={self.pool}")
+        for n in listing.items:
+            labels = n.metadata.labels or {}
+            self._state[n.metadata.name] = (labels.get(MIG_CONFIG_LABEL), labels.get(MIG_STATE_LABEL))
+        self._rv = listing.metadata.resource_version
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        w = watch.Watch()
+        while not self._stop.is_set():
+            for event in w.stream(self.core.list_node, label_selector=f"kgwe.nvidia.io/pool={self.pool}",
+                                  resource_version=self._rv, timeout_seconds=1):
+                node = event["object"]
+                self._rv = node.metadata.resource_version
+                labels = node.metadata.labels or {}
+                name = node.metadata.name
+                config, state = labels.get(MIG_CONFIG_LABEL), labels.get(MIG_STATE_LABEL)
+                if self._state.get(name, (None, None))[0] != config:
+                    self.changes.setdefault(name, []).append(config)
+                self._state[name] = (config, state)
+                flying = sum(1 for c, s in self._state.values() if s != "success")
+                self.in_flight_peak = max(self.in_flight_peak, flying)
+                if self._stop.is_set():
+                    w.stop()
+
+
+def gpu_pod(name: str, node: str) -> dict:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {"nodeName": node, "terminationGracePeriodSeconds": 0,
+                     "tolerations": [{"operator": "Exists"}],
+                     "containers": [{"name": "c", "image": "busybox",
+                                     "resources": {"limits": {"nvidia.com/gpu": "1"},
+                                                   "requests": {"nvidia.com/gpu": "1"}}}]}}
+
+
+def ready(outcome) -> bool:
+    return outcome is not None and outcome.phase == "ready"
+
+
+def test_commit_rolls_through_respecting_busy_nodes_and_invalid_commit_changes_nothing(
+        k8s_api, e2e, kgwe_mig_manager):
+    nodes = e2e.make_nodes(3)
+    e2e.core.create_namespaced_pod(e2e.namespace, gpu_pod("busy", nodes[0]))
+    first = e2e.remote.commit(e2e.base)
+    e2e.make_repository()
+    rec = reconciler(k8s_api, e2e)
+    seen_waiting: list[str] = []
+
+    def step(outcome):
+        progress = (outcome.rollout or {}).get(e2e.pool, {}) if outcome else {}
+        seen_waiting.extend(progress.get("waitingBusy", []))
+        if len(e2e.labels(nodes[1]).get(MIG_CONFIG_LABEL, "")) and seen_waiting and \
+                all(e2e.labels(n).get(MIG_STATE_LABEL) == "success" and
+                    e2e.labels(n).get(MIG_CONFIG_LABEL) != "all-disabled" for n in nodes[1:]):
+            # the idle nodes are done while the busy one waited: now its job finishes
+            with contextlib.suppress(client.exceptions.ApiException):
+                e2e.core.delete_namespaced_pod("busy", e2e.namespace, grace_period_seconds=0)
+
+    with LabelRecorder(e2e.core, e2e.pool) as recorder:
+        outcome = drive(rec, ready, on_step=step)
+    assert nodes[0] in seen_waiting, "the busy node must wait while a pod holds its GPUs"
+    assert recorder.in_flight_peak <= 1, "maxUnavailable: 1 was exceeded"
+    configs = {n: e2e.labels(n)[MIG_CONFIG_LABEL] for n in nodes}
+    assert len(set(configs.values())) == 1 and "7x1g.10gb" in configs[nodes[0]]
+    assert all(len(v) == 1 for v in recorder.changes.values()), recorder.changes  # each node relabelled once
+    status = e2e.status()
+    assert status["lastAppliedRevision"] == f"main@sha1:{first}"
+    assert condition(status, "Ready")["status"] == "True"
+    kinds = {(i["kind"], i["name"]) for i in status["inventory"]}
+    assert ("ConfigMap", "kgwe-mig-parted-config") in kinds and ("ConfigMap", "kgwe-scoring") in kinds
+    cm = e2e.core.read_namespaced_config_map("kgwe-mig-parted-config", "gpu-operator")
+
+    # An invalid commit: nothing is applied, status names file and line, the last good revision stays.
+    bad = e2e.remote.commit({"policy/scoring.yaml": e2e.SCORING.replace("BinPack", "Sideways")}, "bad")
+    outcome = rec.reconcile()
+    assert outcome.phase == "invalid"
+    status = e2e.status()
+    ready_cond = condition(status, "Ready")
+    assert ready_cond["status"] == "False" and ready_cond["reason"] == "ValidationFailed"
+    assert "scoring.yaml:8:" in ready_cond["message"], ready_cond["message"]
+    assert status["lastAppliedRevision"] == f"main@sha1:{first}"
+    assert status["lastAttemptedRevision"] == f"main@sha1:{bad}"
+    assert condition(status, "Stalled")["status"] == "True"
+    again = e2e.core.read_namespaced_config_map("kgwe-mig-parted-config", "gpu-operator")
+    assert again.metadata.resource_version == cm.metadata.resource_version
+
+    # A no-op reconcile writes nothing; a hand edit is corrected and counted.
+    fixed = e2e.remote.commit({"policy/scoring.yaml": e2e.SCORING}, "fix")
+    assert ready(rec.reconcile())
+    writes_before = rec.metrics.writes.labels(e2e.pool)._value.get()
+    status_rv = e2e.obj()["metadata"]["resourceVersion"]
+    assert ready(rec.reconcile())
+    assert rec.metrics.writes.labels(e2e.pool)._value.get() == writes_before
+    assert e2e.obj()["metadata"]["resourceVersion"] == status_rv
+    e2e.core.patch_namespaced_config_map("kgwe-scoring", SYSTEM_NS, {"data": {"profiles.json": "{}"}},
+                                         field_manager="kubectl-edit")
+    assert ready(rec.reconcile())
+    assert [str(r) for r in rec.last_sync.drift_corrected] == ["ConfigMap/kgwe-system/kgwe-scoring"]
+    assert e2e.status()["lastAppliedRevision"] == f"main@sha1:{fixed}"
+
+
+def test_failed_node_stops_the_pool_and_restart_resumes_without_repeating(k8s_api, e2e, kgwe_mig_manager):
+    nodes = e2e.make_nodes(4)
+    e2e.remote.commit({"policy/mig.yaml": e2e.strategy_yaml(e2e.pool, max_unavailable="2"),
+                       "policy/scoring.yaml": e2e.SCORING})
+    e2e.make_repository()
+    with LabelRecorder(e2e.core, e2e.pool) as recorder:
+        # First controller: one reconcile starts two nodes, then it "dies" (dropped, nothing released).
+        first = reconciler(k8s_api, e2e)
+        outcome = first.reconcile()
+        assert outcome.phase == "progressing"
+        started = [a.node for a in first.last_plan.actions if a.kind == "relabel"]
+        assert len(started) == 2
+        del first
+        # A new controller (fresh caches) reads the rollout state back from the nodes and finishes it.
+        second = reconciler(k8s_api, e2e)
+        drive(second, ready)
+        assert recorder.in_flight_peak <= 2
+        assert all(len(v) == 1 for v in recorder.changes.values()), recorder.changes
+        assert set(recorder.changes) == set(nodes)
+
+    # Next policy: the MIG manager fails on one node → that pool stops, status names the node.
+    bad_node = nodes[1]
+    original = kgwe_mig_manager._plan
+
+    def failing_plan(node, config_name):
+        from kgwe.testing.migmanager import InvalidMigConfig
+
+        if node.metadata.name == bad_node:
+            raise InvalidMigConfig("simulated hardware failure")
+        return original(node, config_name)
+
+    kgwe_mig_manager._plan = failing_plan
+    e2e.remote.commit({"policy/mig.yaml": e2e.strategy_yaml(e2e.pool, "3g.40gb: 100%", max_unavailable="1")})
+    rec = reconciler(k8s_api, e2e)
+    drive(rec, lambda o: o is not None and o.phase == "stalled")
+    status = e2e.status()
+    assert condition(status, "Stalled")["status"] == "True"
+    assert bad_node in condition(status, "Ready")["message"]
+    progress = status["rollout"][e2e.pool]
+    assert progress["failed"] == [bad_node] and progress["stopped"]
+    # Nothing after the failure: later nodes (by name) keep the previous config.
+    for later in nodes[2:]:
+        assert "3g.40gb" not in e2e.labels(later)[MIG_CONFIG_LABEL]
+    assert rec.reconcile().phase == "stalled"  # and it stays stopped
+    for later in nodes[2:]:
+        assert "3g.40gb" not in e2e.labels(later)[MIG_CONFIG_LABEL]
+
+
+def test_webhook_sync_and_only_one_replica_acts(k8s_api, e2e, kgwe_mig_manager):
+    e2e.make_nodes(1)
+    first = e2e.remote.commit(e2e.base)
+    e2e.make_repository(interval="1h")
+    secret = b"hook-secret"
+    lease = f"kgwe-{e2e.pool}"
+    replicas = [Controller(k8s_api, SYSTEM_NS, cache_dir=e2e.tmp / f"r{i}", identity=f"replica-{i}",
+                           webhook_secret=secret, listen=("127.0.0.1", 0), lease_name=lease,
+                           lease_duration_seconds=3, renew_deadline_seconds=2, retry_period_seconds=0.3)
+                for i in range(2)]
+    stops = [threading.Event() for _ in replicas]
+    threads = [threading.Thread(target=r.run, args=(s,), daemon=True)
+               for r, s in zip(replicas, stops, strict=True)]
+    for t in threads:
+        t.start()
+    try:
+        deadline = time.monotonic() + 60
+        while e2e.status().get("lastAppliedRevision") != f"main@sha1:{first}":
+            assert time.monotonic() < deadline, "first revision never applied"
+            time.sleep(0.2)
+        leaders = [r for r in replicas if r.is_leader()]
+        assert len(leaders) == 1
+        standby = next(r for r in replicas if r is not leaders[0])
+        assert standby.reconciles == 0
+
+        # A commit + signed push: applied at once although the interval is 1h.
+        second = e2e.remote.commit({"policy/mig.yaml": e2e.strategy_yaml(e2e.pool, "2g.20gb: 100%")})
+        body = json.dumps({"ref": "refs/heads/main", "after": second,
+                           "commits": [{"modified": ["policy/mig.yaml"]}]}).encode()
+        for r in replicas:  # the Service may route to either; the standby does nothing with it
+            headers = {"Content-Type": "application/json", "X-GitHub-Event": "push",
+                       "X-Hub-Signature-256": sign(secret, body)}
+            req = urllib.request.Request(f"http://127.0.0.1:{r.server.port}/hooks/git", data=body,
+                                         method="POST", headers=headers)
+            with urllib.request.urlopen(req, timeout=10) as resp:
+                assert resp.status == 202
+        deadline = time.monotonic() + 60
+        while e2e.status().get("lastAppliedRevision") != f"main@sha1:{second}":
+            assert time.monotonic() < deadline, "webhook push never applied"
+            time.sleep(0.2)
+        assert standby.reconciles == 0
+        # A reports-only push is ignored (no self-triggered reconcile).
+        before = leaders[0].reconciles
+        leaders[0].on_push(PushEvent("refs/heads/main", None, "push", ("reports/x.md",)))
+        time.sleep(1)
+        assert leaders[0].reconciles == before
+        with urllib.request.urlopen(f"http://127.0.0.1:{leaders[0].server.port}/metrics", timeout=10) as resp:
+            text = resp.read().decode()
+        assert "kgwe_reconcile_total" in text and 'outcome="ignored_reports_only"' in text
+
+        # The leader stops: the standby takes over and reconciles.
+        stops[replicas.index(leaders[0])].set()
+        deadline = time.monotonic() + 30
+        while standby.reconciles == 0:
+            assert time.monotonic() < deadline, "standby never took over"
+            time.sleep(0.2)
+    finally:
+        for s in stops:
+            s.set()
+        for t in threads:
+            t.join(timeout=15)
