@@ -78,3 +78,28 @@ def test_short_histories_fall_back_and_outages_are_not_extrapolated():
 def test_budgets_from_the_sample_repository():
     specs = [budget_from_policy(b) for b in load_repository(sample_repo_dir()).budgets]
     assert specs and all(s.limit > 0 and s.namespaces for s in specs)
+
+
+def test_metrics_expose_cost_by_team_and_namespace_budget_ratio_and_idle():
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from kgwe.cost.chargeback import chargeback_from_intervals
+    from kgwe.cost.metrics import install
+    from kgwe.cost.pricing import pricebook
+    from kgwe.cost.usage import NodeCapacity, Period, UsageInterval
+
+    h100 = "NVIDIA-H100-80GB-HBM3"
+    t0 = datetime(2026, 11, 1, tzinfo=UTC)
+    period = Period(t0, t0 + timedelta(hours=10))
+    cb = chargeback_from_intervals(
+        [UsageInterval("p", "ml-a", "ml-team", "n", h100, "whole", 1, t0, t0 + timedelta(hours=10))],
+        [NodeCapacity("n", h100, 2, t0)], pricebook([{"product": h100, "onDemandPerHour": "2"}]), period,
+        group_by=("team", "namespace"))
+    status = evaluate_budget(SPEC, spend("30", date(2026, 10, 1), 41), datetime(2026, 11, 11, tzinfo=UTC))
+    registry = CollectorRegistry()
+    install(registry).update(cb, [status])
+    text = generate_latest(registry).decode()
+    labels = 'currency="USD",namespace="ml-a",period="2026-11-01_2026-11-01",team="ml-team"'
+    assert f"kgwe_gpu_cost{{{labels}}} 20.0" in text
+    assert 'kgwe_idle_gpu_cost{currency="USD",period="2026-11-01_2026-11-01"} 20.0' in text
+    assert 'kgwe_budget_used_ratio{budget="ml",period="2026-11",team="ml-team"} 0.3' in text

@@ -1,0 +1,69 @@
+"""Prometheus metrics of the cost engine, from the latest chargeback and budget evaluation.
+
+A custom collector serves a snapshot, so a team or namespace that disappears from the chargeback
+disappears from the metrics too (labelled Gauges would keep stale series forever). Money is exported
+as a float because that is all Prometheus has; the exact Decimal figures live in the reports.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from decimal import Decimal
+
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import REGISTRY, Collector, CollectorRegistry
+
+from kgwe.cost.budgets import BudgetStatus
+from kgwe.cost.chargeback import Chargeback
+
+
+class CostCollector(Collector):
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._chargeback: Chargeback | None = None
+        self._budgets: tuple[BudgetStatus, ...] = ()
+
+    def update(self, chargeback: Chargeback | None, budgets: Sequence[BudgetStatus] = ()) -> None:
+        """`chargeback` must be grouped by team and namespace (any granularity: buckets are summed)."""
+        with self._lock:
+            self._chargeback = chargeback
+            self._budgets = tuple(budgets)
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        with self._lock:
+            cb, budgets = self._chargeback, self._budgets
+        cost = GaugeMetricFamily("kgwe_gpu_cost", "GPU cost in the current period by team and namespace",
+                                 labels=["team", "namespace", "currency", "period"])
+        idle = GaugeMetricFamily("kgwe_idle_gpu_cost", "Cost of GPU capacity nobody held this period",
+                                 labels=["currency", "period"])
+        cluster = GaugeMetricFamily("kgwe_cluster_gpu_cost", "Cluster GPU cost in the current period",
+                                    labels=["currency", "period"])
+        if cb is not None:
+            t, n = cb.group_by.index("team"), cb.group_by.index("namespace")
+            sums: dict[tuple[str, str], Decimal] = defaultdict(Decimal)
+            for line in cb.lines:
+                sums[(line.key[t], line.key[n])] += line.cost
+            for (team, ns), value in sorted(sums.items()):
+                cost.add_metric([team, ns, cb.currency, cb.period.label], float(value))
+            idle.add_metric([cb.currency, cb.period.label], float(cb.idle_cost_total))
+            cluster.add_metric([cb.currency, cb.period.label], float(cb.cluster_cost))
+        used = GaugeMetricFamily("kgwe_budget_used_ratio", "Budget spent / limit in its current period",
+                                 labels=["budget", "team", "period"])
+        forecast = GaugeMetricFamily("kgwe_budget_forecast_ratio", "Forecast end-of-period spend / limit",
+                                     labels=["budget", "team", "period"])
+        enforced = GaugeMetricFamily("kgwe_budget_enforced", "1 when the budget's quotas are capped",
+                                     labels=["budget", "team"])
+        for st in budgets:
+            labels = [st.name, st.team, st.period.label]
+            used.add_metric(labels, float(st.used_ratio))
+            forecast.add_metric(labels, float(st.forecast_end / st.limit) if st.limit else 0.0)
+            enforced.add_metric([st.name, st.team], 1.0 if st.enforce else 0.0)
+        yield from (cost, idle, cluster, used, forecast, enforced)
+
+
+def install(registry: CollectorRegistry = REGISTRY) -> CostCollector:
+    collector = CostCollector()
+    registry.register(collector)
+    return collector
