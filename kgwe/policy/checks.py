@@ -6,6 +6,7 @@ profile name is judged against the GPU model(s) a strategy really targets.
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from decimal import Decimal
 
@@ -63,8 +64,20 @@ def _inventory_nodes(ps: PolicySet) -> list[tuple[LoadedObject, int, InventoryNo
     return [(e, i, n) for e in ps.entries_of(GPUInventory) for i, n in enumerate(e.obj.spec.nodes)]
 
 
+@functools.cache
+def _topology_gpu_count(name: str) -> int | None:
+    """GPUs of a known topology, None when it cannot be loaded (the name check reports unknown names)."""
+    try:
+        from kgwe.topology import known
+
+        return len(known.load(name).gpus)
+    except Exception:  # validation must not depend on the topology module's health
+        return None
+
+
 def check_inventory(ps: PolicySet) -> None:
     topologies = _known_topologies()
+    known_upper = {t.upper() for t in topologies or ()}
     seen: dict[str, LoadedObject] = {}
     for entry, i, node in _inventory_nodes(ps):
         base = ("spec", "nodes", i)
@@ -73,17 +86,20 @@ def check_inventory(ps: PolicySet) -> None:
                 entry, (*base, "name"), f'node "{node.name}" listed twice (also in {_at(seen[node.name])})'
             )
         seen[node.name] = entry
-        if (
-            topologies is not None
-            and node.topology is not None
-            and node.topology.upper() not in {t.upper() for t in topologies}
-        ):
-            hint = did_you_mean(node.topology, topologies)
-            ps.report(
-                entry,
-                (*base, "topology"),
-                f'unknown topology "{node.topology}"{hint}; known: {", ".join(sorted(topologies))}',
-            )
+        if topologies is not None and node.topology is not None:
+            if node.topology.upper() not in known_upper:
+                hint = did_you_mean(node.topology, topologies)
+                ps.report(
+                    entry,
+                    (*base, "topology"),
+                    f'unknown topology "{node.topology}"{hint}; known: {", ".join(sorted(topologies))}',
+                )
+            elif (count := _topology_gpu_count(node.topology)) is not None and count != node.gpus:
+                ps.report(
+                    entry,
+                    (*base, "gpus"),
+                    f"node lists {node.gpus} GPUs but topology {node.topology} has {count}",
+                )
         model = catalog.model_for_product(node.product)
         if model is None:
             ps.report(

@@ -489,3 +489,13 @@ def test_workload_without_metadata_is_only_a_warning(tmp_path, capsys):
     repo(tmp_path, {"w.yaml": text})
     assert main(["validate", str(tmp_path)]) == 0
     assert "warning" in capsys.readouterr().out
+
+
+def test_gpu_count_must_match_the_topology(tmp_path):
+    inv = H100_INVENTORY.replace(
+        "      gpus: 8\n      product: NVIDIA-H100", "      gpus: 4\n      product: NVIDIA-H100"
+    )
+    d = one_error(
+        load_repository(repo(tmp_path, {"inv.yaml": inv, "p.yaml": PRICING})), "topology DGX-H100 has 8"
+    )
+    assert d.path == "spec.nodes[0].gpus"
