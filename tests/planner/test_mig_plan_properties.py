@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
+from dataclasses import replace
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -166,3 +167,27 @@ def test_disabling_mig_never_kills_workloads_unless_drain(req, drain):
                                                                                 state.layout))
     if lim.max_nodes_changed is not None:
         assert plan.nodes_changed <= lim.max_nodes_changed
+
+
+def _distance(req, plan):
+    """(unmet demand in instances, share shortfall in compute slices) of a plan, computed from its layouts."""
+    got = Counter(i.profile for g in plan.gpus for i in (g.target or ()))
+    unmet = sum(max(0, n - got[p]) for p, n in req.demand.items())
+    total = sum(catalog.model_by_key(g.model).compute_slots for g in req.gpus)
+    short = 0.0
+    models = [catalog.model_by_key(k) for k in sorted({g.model for g in req.gpus})]
+    for p, share in req.shares.items():
+        size = next(m.profiles[p].compute_slices for m in models if p in m.profiles)
+        short += max(0.0, share * total - got[p] * size)
+    return unmet, round(short, 6)
+
+
+@SETTINGS
+@given(requests(limits=False))
+def test_drain_destroys_only_what_buys_a_better_distance(req):
+    strict = PoolRequest(req.name, req.gpus, req.shares, req.counts, req.demand, RolloutLimits())
+    drain = replace(strict, limits=RolloutLimits(allow_drain=True))
+    strict_plan, drain_plan = plan_pool(strict), plan_pool(drain)
+    assert _distance(drain, drain_plan) <= _distance(strict, strict_plan)
+    if _distance(drain, drain_plan) == _distance(strict, strict_plan):
+        assert drain_plan.in_use_destroyed == 0
