@@ -52,6 +52,14 @@ _SEQ = "tag:yaml.org,2002:seq"
 _TRUE = frozenset({"true", "yes", "on"})
 
 
+# A 1 MiB file holds well under a million fields; more can only come from aliases ("billion laughs").
+MAX_FIELDS = 1_000_000
+
+
+class _TooLarge(Exception):
+    pass
+
+
 class _SlowPath(Exception):
     """A node the fast builder does not handle (merge keys, timestamps, custom tags...)."""
 
@@ -88,6 +96,8 @@ def _build(node: yaml.Node, path: Path, doc: YamlDocument, loader: yaml.BaseLoad
             if key in out:
                 doc.duplicate_keys.append((child, mark.line + 1, mark.column + 1))
             positions[child] = (mark.line + 1, mark.column + 1)
+            if len(positions) > MAX_FIELDS:
+                raise _TooLarge
             out[key] = _build(value_node, child, doc, loader)
         return out
     if isinstance(node, yaml.SequenceNode):
@@ -97,6 +107,8 @@ def _build(node: yaml.Node, path: Path, doc: YamlDocument, loader: yaml.BaseLoad
         for i, item in enumerate(node.value):
             child = (*path, i)
             doc.positions[child] = (item.start_mark.line + 1, item.start_mark.column + 1)
+            if len(doc.positions) > MAX_FIELDS:
+                raise _TooLarge
             items.append(_build(item, child, doc, loader))
         return items
     raise _SlowPath
@@ -113,11 +125,15 @@ def _index(node: yaml.Node, path: Path, doc: YamlDocument) -> None:
                 doc.duplicate_keys.append((child, mark.line + 1, mark.column + 1))
             seen.add(key)
             doc.positions[child] = (mark.line + 1, mark.column + 1)
+            if len(doc.positions) > MAX_FIELDS:
+                raise _TooLarge
             _index(value_node, child, doc)
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
             child = (*path, i)
             doc.positions[child] = (item.start_mark.line + 1, item.start_mark.column + 1)
+            if len(doc.positions) > MAX_FIELDS:
+                raise _TooLarge
             _index(item, child, doc)
 
 
@@ -141,6 +157,10 @@ def parse_documents(text: str) -> list[YamlDocument]:
                 doc.data = loader.construct_document(node)
                 _index(node, (), doc)
             docs.append(doc)
+    except _TooLarge:
+        raise YamlSyntaxError(
+            f"a document expands to more than {MAX_FIELDS} fields (through YAML aliases?)", 1, 1
+        ) from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         parts = [p for p in (exc.context, exc.problem) if p]

@@ -46,3 +46,13 @@ def test_compatible_pairs_equal_brute_force(sels):
         if all(sels[j][k] == v for k, v in sels[i].items() if k in sels[j])
     ]
     assert _compatible_pairs(sels) == brute
+
+
+def test_alias_bombs_are_refused_quickly(tmp_path):
+    from kgwe.policy import load_repository
+
+    lines = ['a0: &a0 ["x", "x", "x", "x", "x", "x", "x", "x", "x", "x"]']
+    lines += [f"a{i}: &a{i} [*a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}]" for i in range(1, 12)]
+    (tmp_path / "bomb.yaml").write_text("\n".join(lines) + "\n")
+    ps = load_repository(tmp_path)
+    assert "expands to more than" in ps.errors[0].message
