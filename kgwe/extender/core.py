@@ -217,8 +217,8 @@ class NodeTable:
         live = np.nonzero(self.live)[0]
         if len(live):
             self._refresh_frag(live)
-            for r in live:
-                self._bump(int(r))
+            self.version[live] = self._clock + 1 + np.arange(len(live))
+            self._clock += len(live)
 
     def _frag_of(self, free: np.ndarray, cpu: np.ndarray, mem: np.ndarray) -> np.ndarray:
         """Expected fragment (milli) of GPU states free[..., G] for the mix; leading dims are broadcast."""

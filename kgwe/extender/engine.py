@@ -204,6 +204,17 @@ class Engine:
         return text[rows]
 
     def filter(self, body: bytes) -> bytes:
+        """ExtenderArgs bytes -> ExtenderFilterResult bytes. The whole call holds the lock: row numbers
+        resolved from names must not be reused by a node the watch thread adds meanwhile."""
+        with self.lock:
+            return self._filter(body)
+
+    def prioritize(self, body: bytes) -> bytes:
+        """ExtenderArgs bytes -> HostPriorityList bytes (scores 0..10)."""
+        with self.lock:
+            return self._prioritize(body)
+
+    def _filter(self, body: bytes) -> bytes:
         req, names, items, rows, known = self._parse(body)
         failed: dict[str, str] = {}
         unresolvable: dict[str, str] = {}
@@ -243,7 +254,7 @@ class Engine:
         }
         return orjson.dumps(reply)
 
-    def prioritize(self, body: bytes) -> bytes:
+    def _prioritize(self, body: bytes) -> bytes:
         req, names, _, rows, known = self._parse(body)
         if not req.wants_gpu:
             return orjson.dumps([{"Host": n, "Score": 0} for n in names])
