@@ -4,6 +4,7 @@ and plans -> the per-node layouts `migparted.build_mig_configs` takes. The plann
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -11,9 +12,11 @@ from dataclasses import dataclass
 from kgwe.errors import KgweError
 from kgwe.gpu import catalog
 from kgwe.gpu.catalog import GPUModel
-from kgwe.gpu.layouts import fit
+from kgwe.gpu.layouts import fit, primary_profiles
 from kgwe.planner.model import GPUState, PoolPlan, PoolRequest, RolloutLimits
 from kgwe.planner.plan import plan_pools
+
+_COUNTED = re.compile(r"(\d+)x(.+)")
 
 
 @dataclass(frozen=True)
@@ -38,9 +41,40 @@ def model_of_product(node_name: str, product: str) -> GPUModel:
     raise KgweError(f"node {node_name}: GPU product {product!r} is ambiguous ({keys}); use the GFD product")
 
 
+_UNKNOWN = object()
+
+
+def layout_from_config(model: GPUModel, config: str | None) -> list[str] | object | None:
+    """The per-GPU layout a uniform `nvidia.com/mig.config` value stands for (operator defaults and KGWE's
+    own `kgwe-all-...` names); `_UNKNOWN` when the name says nothing we can decode."""
+    if not config or not model.mig_capable:
+        return _UNKNOWN
+    name = config.removeprefix("kgwe-")
+    if name == "all-disabled":
+        return None
+    if name == "all-enabled":
+        return []
+    if name == "all-balanced":
+        small = primary_profiles(model)[::-1]  # 1g, 2g, 3g, ...
+        return [small[0].name] * 2 + [small[1].name] + ([small[2].name] if model.compute_slots == 7 else [])
+    by_label = {p.name.replace("+", "."): p for p in model.profiles.values()}
+    rest = name.removeprefix("all-")
+    if rest in by_label:
+        profile = by_label[rest]
+        return [profile.name] * profile.max_count
+    parts = [_COUNTED.fullmatch(part) for part in rest.split("-")]
+    if config.startswith("kgwe-all-") and all(m and m.group(2) in by_label for m in parts):
+        return [by_label[m.group(2)].name for m in parts for _ in range(int(m.group(1)))]
+    return _UNKNOWN
+
+
 def _gpu_states(node, model: GPUModel) -> list[GPUState]:
     states = []
     layouts = node.current_layouts()
+    if not node.devices:  # no per-GPU detail: the node's mig.config label tells what it runs
+        implied = layout_from_config(model, node.mig_config)
+        if implied is not _UNKNOWN:
+            layouts = [None if implied is None else list(implied)] * node.gpus
     in_use = node.in_use()
     for index in range(node.gpus):
         names = layouts[index]

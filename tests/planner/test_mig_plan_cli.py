@@ -130,3 +130,33 @@ def test_cli_errors_are_one_line(repo, capsys):
     assert main(["plan-mig", str(repo)]) == 1
     assert "no GPUInventory" in capsys.readouterr().err
     assert main(["plan-mig", str(repo / "missing")]) == 1
+
+
+def test_nodes_without_devices_take_their_layout_from_the_mig_config_label(tmp_path):
+    def labelled(name, pool, config):
+        return _node(name, pool).replace("      gpus: 2\n", f"      gpus: 2\n      migConfig: {config}\n")
+
+    nodes = [labelled("h1", "inference", "all-balanced"), labelled("t1", "training", "all-1g.10gb")]
+    ps = _policies(_repo(tmp_path, nodes))
+    reqs = {r.name: r for r in pool_requests(ps.mig_strategies, ps.inventory())}
+    assert [sorted(n for n, _ in g.layout) for g in reqs["inference"].gpus] == [
+        ["1g.10gb", "1g.10gb", "2g.20gb", "3g.40gb"]] * 2
+    assert [len(g.layout) for g in reqs["whole"].gpus] == [7, 7]
+
+
+@pytest.mark.parametrize(
+    ("config", "expected"),
+    [
+        ("all-disabled", None),
+        ("kgwe-all-enabled", []),
+        ("all-3g.40gb", ["3g.40gb", "3g.40gb"]),
+        ("all-1g.10gb.me", ["1g.10gb+me"]),
+        ("kgwe-all-2x1g.10gb-1x2g.20gb-1x3g.40gb", ["1g.10gb", "1g.10gb", "2g.20gb", "3g.40gb"]),
+    ],
+)
+def test_layout_from_config(config, expected):
+    from kgwe.gpu import catalog
+    from kgwe.planner.from_policy import layout_from_config
+
+    assert layout_from_config(catalog.model_by_key("H100-80GB"), config) == expected
+    assert layout_from_config(catalog.model_by_key("H100-80GB"), "custom-config") not in (None, [])
