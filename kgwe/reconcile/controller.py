@@ -31,10 +31,16 @@ from kgwe.reconcile.repository import GROUP, PLURAL, VERSION, RepositoryReconcil
 log = logging.getLogger(__name__)
 
 
+# Set by a standby replica that received a webhook push (the Service routes to any replica); the leader
+# sees the new value on its next tick and reconciles at once (like Flux's reconcile.fluxcd.io/requestedAt).
+REQUESTED_AT_ANNOTATION = "kgwe.nvidia.io/reconcile-requested-at"
+
+
 @dataclass
 class _Due:
     at: float
     generation: int | None
+    requested: str | None = None
 
 
 class Controller:
@@ -107,9 +113,26 @@ class Controller:
             self.metrics.hooks.labels("ignored_reports_only").inc()
             return
         self.metrics.hooks.labels("triggered").inc()
+        if not self.is_leader():
+            self._request_from_leader()
+            return
         with self._lock:
             self._pending_push = True
         self._trigger.set()
+
+    def _request_from_leader(self) -> None:
+        """Ask the leader to sync now by stamping every PolicyRepository (a standby got the push)."""
+        api = client.CustomObjectsApi(self.api_client)
+        stamp = f"{time.time():.6f}"
+        try:
+            items = api.list_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL).get("items", [])
+            for item in items:
+                api.patch_namespaced_custom_object(
+                    GROUP, VERSION, self.namespace, PLURAL, item["metadata"]["name"],
+                    {"metadata": {"annotations": {REQUESTED_AT_ANNOTATION: stamp}}},
+                    _content_type="application/merge-patch+json")
+        except ApiException as exc:
+            log.warning("could not hand the webhook push to the leader: %s", exc.reason)
 
     # -- the loop ------------------------------------------------------------------------------------
     def _reconciler(self, name: str) -> RepositoryReconciler:
@@ -138,12 +161,14 @@ class Controller:
         for item in listing.get("items", []):
             meta, spec = item.get("metadata") or {}, item.get("spec") or {}
             name, generation = meta.get("name"), meta.get("generation")
+            requested = (meta.get("annotations") or {}).get(REQUESTED_AT_ANNOTATION)
             try:
                 interval = parse_interval_seconds(spec.get("interval"), 60.0)
             except Exception:
                 interval = 60.0
             due = self._due.get(name)
-            if due is None or pushed or due.generation != generation or now >= due.at:
+            if (due is None or pushed or due.generation != generation or due.requested != requested
+                    or now >= due.at):
                 if not self.is_leader():
                     return 1.0
                 try:
@@ -152,7 +177,7 @@ class Controller:
                     log.exception("reconcile of %s failed", name)
                 self.reconciles += 1
                 wait = jittered_interval_seconds(interval, self.jitter_fraction, self._rng)
-                self._due[name] = due = _Due(time.monotonic() + wait, generation)
+                self._due[name] = due = _Due(time.monotonic() + wait, generation, requested)
             next_in = min(next_in, max(0.05, due.at - time.monotonic()))
         return next_in
 

@@ -1,0 +1,73 @@
+"""deploy/ applied to the real API server, and the controller run as its ServiceAccount (impersonated), so
+the RBAC is proven sufficient by a full reconcile and proven narrow by refused extra verbs."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from kubernetes import client, dynamic
+from kubernetes.client.exceptions import ApiException
+
+from kgwe.reconcile.repository import RepositoryReconciler
+from kgwe.reconcile.status import condition
+from kgwe.resources import deploy_dir
+
+pytestmark = pytest.mark.cluster
+SA_USER = "system:serviceaccount:kgwe-system:kgwe-controller"
+
+
+def kustomize_docs(root: Path) -> list[dict]:
+    """The objects of deploy/kustomization.yaml (plain `resources` only, which is all the base uses)."""
+    kustomization = yaml.safe_load((root / "kustomization.yaml").read_text())
+    assert set(kustomization) <= {"apiVersion", "kind", "resources"}, "keep the base transform-free"
+    docs = []
+    for rel in kustomization["resources"]:
+        docs += [d for d in yaml.safe_load_all((root / rel).read_text()) if d]
+    return docs
+
+
+def test_deploy_base_applies_and_its_rbac_is_enough_and_narrow(k8s_api, kgwe_crds, e2e, kgwe_mig_manager):
+    docs = kustomize_docs(deploy_dir())
+    kinds = [d["kind"] for d in docs]
+    assert kinds.count("CustomResourceDefinition") == 2 and "Deployment" in kinds and "Service" in kinds
+    deployment = next(d for d in docs if d["kind"] == "Deployment")
+    assert deployment["spec"]["replicas"] == 2
+    dyn = dynamic.DynamicClient(k8s_api)
+    for doc in docs:
+        resource = dyn.resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
+        dyn.server_side_apply(resource, body=doc, namespace=doc["metadata"].get("namespace"),
+                              field_manager="deploy-test", force_conflicts=True)
+    apps = client.AppsV1Api(k8s_api)
+    assert apps.read_namespaced_deployment("kgwe-controller", "kgwe-system").spec.replicas == 2
+
+    # The controller as its ServiceAccount: a full reconcile with a MIG rollout must succeed.
+    sa_api = client.ApiClient(k8s_api.configuration)
+    sa_api.set_default_header("Impersonate-User", SA_USER)
+    e2e.make_nodes(1)
+    e2e.remote.commit(e2e.base)
+    e2e.make_repository()
+    rec = RepositoryReconciler(sa_api, "kgwe-system", e2e.pool, cache_dir=e2e.tmp / "sa-cache")
+    deadline = time.monotonic() + 90
+    while True:
+        outcome = rec.reconcile()
+        if outcome is not None and outcome.phase == "ready":
+            break
+        assert outcome is None or outcome.phase in ("progressing",), outcome
+        assert time.monotonic() < deadline, f"never ready as the ServiceAccount: {outcome}"
+        time.sleep(0.3)
+    assert condition(e2e.status(), "Ready")["status"] == "True"
+
+    # ...and nothing more than it needs.
+    core = client.CoreV1Api(sa_api)
+    new_ns = client.V1Namespace(metadata=client.V1ObjectMeta(name="nope"))
+    for action in (lambda: core.delete_node("anything"),
+                   lambda: core.list_secret_for_all_namespaces(),
+                   lambda: core.read_namespaced_secret("x", "default"),
+                   lambda: core.create_namespace(new_ns),
+                   lambda: core.delete_namespaced_pod("x", e2e.namespace)):
+        with pytest.raises(ApiException) as err:
+            action()
+        assert err.value.status == 403
