@@ -1,6 +1,8 @@
 """Scoring profiles as the extender uses them: plain frozen data, read from the `kgwe-scoring` ConfigMap JSON.
 
-The ConfigMap (rendered by the policy area from ScoringProfile objects) holds one key `profiles.json`:
+The ConfigMap (rendered by `kgwe render`, templates/scoring-configmap.yaml.j2) holds one key `profiles.json`:
+`{"default": "default", "profiles": {"default": {"weights": {...}, "strategy": "BinPack", ...}}}`.
+Also accepted:
 `{"profiles": [{"name": "default", "default": true, "weights": {"topology": 40, "resource": 35,
 "balance": 25}, "strategy": "BinPack", "fragmentation": 60, "extender": {"weight": 5, "ignorable": false,
 "httpTimeout": "2s"}}]}`. A bare list of profiles, or ScoringProfile objects (`metadata.name` + `spec`), are
@@ -10,7 +12,7 @@ accepted too, so the extender follows the policy area's rendering without a seco
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 STRATEGIES = (
     "BinPack",
@@ -110,6 +112,11 @@ def profile_from_dict(raw: Mapping) -> Profile:
 def profiles_from_document(doc: object) -> dict[str, Profile]:
     """All profiles of a `kgwe-scoring` document; the default one is also reachable under ''."""
     items = doc.get("profiles") if isinstance(doc, Mapping) else doc
+    named_default = doc.get("default") if isinstance(doc, Mapping) else None
+    if isinstance(items, Mapping):  # the policy area's rendering: {"default": name, "profiles": {name: spec}}
+        items = [
+            {**spec, "name": name} if isinstance(spec, Mapping) else spec for name, spec in items.items()
+        ]
     if not isinstance(items, list):
         raise ProfileError('kgwe-scoring: expected a list of profiles or {"profiles": [...]}')
     out: dict[str, Profile] = {}
@@ -118,6 +125,13 @@ def profiles_from_document(doc: object) -> dict[str, Profile]:
         if p.name in out:
             raise ProfileError(f"kgwe-scoring: profile {p.name} defined twice")
         out[p.name] = p
+    if isinstance(named_default, str):
+        if named_default not in out:
+            raise ProfileError(f"kgwe-scoring: default profile {named_default} is not defined")
+        out = {
+            k: (replace(p, is_default=True) if k == named_default else replace(p, is_default=False))
+            for k, p in out.items()
+        }
     defaults = [p for p in out.values() if p.is_default]
     if len(defaults) > 1:
         names = ", ".join(p.name for p in defaults)

@@ -21,10 +21,25 @@ GOLDEN = Path(__file__).parent / "golden"
 
 def engine() -> Engine:
     t = NodeTable()
-    t.upsert(NodeState("dgx-h100-01", gpus=8, product="NVIDIA-H100-80GB-HBM3", gpu_memory_mib=81559,
-                       topology=known.load("DGX-H100"), gpu_used_milli=[0, 0, 0, 0, 0, 0, 0, 500]))
-    t.upsert(NodeState("a100-pcie-01", gpus=8, product="NVIDIA-A100-80GB-PCIe",
-                       topology=known.load("A100-PCIE-PAIRS-ADJACENT"), gpu_used_milli=[1000] * 7))
+    t.upsert(
+        NodeState(
+            "dgx-h100-01",
+            gpus=8,
+            product="NVIDIA-H100-80GB-HBM3",
+            gpu_memory_mib=81559,
+            topology=known.load("DGX-H100"),
+            gpu_used_milli=[0, 0, 0, 0, 0, 0, 0, 500],
+        )
+    )
+    t.upsert(
+        NodeState(
+            "a100-pcie-01",
+            gpus=8,
+            product="NVIDIA-A100-80GB-PCIe",
+            topology=known.load("A100-PCIE-PAIRS-ADJACENT"),
+            gpu_used_milli=[1000] * 7,
+        )
+    )
     e = Engine(t)
     e.ready = True
     return e
@@ -61,38 +76,58 @@ def test_prioritize_golden_scores_in_range() -> None:
 
 
 def test_pod_without_gpus_passes_every_node() -> None:
-    body = orjson.dumps({"Pod": {"metadata": {"name": "web"}, "spec": {"containers": [{"name": "c"}]}},
-                         "Nodes": None, "NodeNames": ["x", "y"]})
+    body = orjson.dumps(
+        {
+            "Pod": {"metadata": {"name": "web"}, "spec": {"containers": [{"name": "c"}]}},
+            "Nodes": None,
+            "NodeNames": ["x", "y"],
+        }
+    )
     reply = orjson.loads(engine().filter(body))
     assert reply["NodeNames"] == ["x", "y"] and reply["FailedNodes"] == {}
 
 
-@pytest.mark.parametrize("body,needle", [
-    (b"{not json", "not valid JSON"),
-    (b"[]", "JSON object"),
-    (b"{}", "Pod is missing"),
-    (b'{"Pod": {"metadata": {}, "spec": {}}}', "NodeNames"),
-    (b'{"Pod": {"metadata": {}, "spec": {}}, "NodeNames": [1, 2]}', "list of strings"),
-    (b'{"Pod": {"metadata": {}, "spec": {}}, "Nodes": {"items": [{}]}}', "metadata.name"),
-    (b'{"Pod": 5, "NodeNames": []}', "Pod must be an object"),
-])
+@pytest.mark.parametrize(
+    "body,needle",
+    [
+        (b"{not json", "not valid JSON"),
+        (b"[]", "JSON object"),
+        (b"{}", "Pod is missing"),
+        (b'{"Pod": {"metadata": {}, "spec": {}}}', "NodeNames"),
+        (b'{"Pod": {"metadata": {}, "spec": {}}, "NodeNames": [1, 2]}', "list of strings"),
+        (b'{"Pod": {"metadata": {}, "spec": {}}, "Nodes": {"items": [{}]}}', "metadata.name"),
+        (b'{"Pod": 5, "NodeNames": []}', "Pod must be an object"),
+    ],
+)
 def test_malformed_args_raise_request_error(body: bytes, needle: str) -> None:
     with pytest.raises(RequestError, match=needle):
         engine().filter(body)
 
 
 def pod(resources: dict, annotations: dict | None = None, init: dict | None = None) -> dict:
-    spec = {"containers": [{"name": "a", "resources": {"limits": resources}},
-                           {"name": "b", "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}}}]}
+    spec = {
+        "containers": [
+            {"name": "a", "resources": {"limits": resources}},
+            {"name": "b", "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}}},
+        ]
+    }
     if init:
         spec["initContainers"] = [{"name": "i", "resources": {"limits": init}}]
     return {"metadata": {"annotations": annotations or {}}, "spec": spec}
 
 
 def test_parse_pod_resources_and_annotations() -> None:
-    r = parse_pod(pod({"nvidia.com/gpu": "4", "cpu": "2"}, {
-        "kgwe.nvidia.io/min-memory-gb": "80", "kgwe.nvidia.io/gpu-product": "H100|H200",
-        "kgwe.nvidia.io/min-bandwidth-gbps": "300", "kgwe.nvidia.io/scoring-profile": "training"}))
+    r = parse_pod(
+        pod(
+            {"nvidia.com/gpu": "4", "cpu": "2"},
+            {
+                "kgwe.nvidia.io/min-memory-gb": "80",
+                "kgwe.nvidia.io/gpu-product": "H100|H200",
+                "kgwe.nvidia.io/min-bandwidth-gbps": "300",
+                "kgwe.nvidia.io/scoring-profile": "training",
+            },
+        )
+    )
     assert (r.gpus, r.gpu_milli, r.cpu_milli, r.memory_mib) == (4, 1000, 2500, 1024)
     assert r.products == ("h100", "h200") and r.min_bandwidth_gbps == 300 and r.profile == "training"
     assert r.min_memory_mib == 76293  # 80 decimal GB
@@ -102,29 +137,49 @@ def test_parse_pod_resources_and_annotations() -> None:
     assert m.mig == (("1g.10gb", 3),)
 
 
-@pytest.mark.parametrize("resources,annotations,needle", [
-    ({"nvidia.com/gpu": "1.5"}, {}, "integer"),
-    ({"nvidia.com/gpu": "1", "nvidia.com/gpu.shared": "1"}, {}, "not both"),
-    ({"nvidia.com/gpu.shared": "1"}, {"kgwe.nvidia.io/gpu-milli": "1500"}, "between 1 and 1000"),
-    ({"nvidia.com/gpu": "2"}, {"kgwe.nvidia.io/topology-preference": "Fastest"}, "not one of"),
-    ({"nvidia.com/gpu": "2"}, {"kgwe.nvidia.io/min-bandwidth-gbps": "fast"}, "expected a number"),
-    ({"cpu": "lots"}, {}, "cpu"),
-])
+@pytest.mark.parametrize(
+    "resources,annotations,needle",
+    [
+        ({"nvidia.com/gpu": "1.5"}, {}, "integer"),
+        ({"nvidia.com/gpu": "1", "nvidia.com/gpu.shared": "1"}, {}, "not both"),
+        ({"nvidia.com/gpu.shared": "1"}, {"kgwe.nvidia.io/gpu-milli": "1500"}, "between 1 and 1000"),
+        ({"nvidia.com/gpu": "2"}, {"kgwe.nvidia.io/topology-preference": "Fastest"}, "not one of"),
+        ({"nvidia.com/gpu": "2"}, {"kgwe.nvidia.io/min-bandwidth-gbps": "fast"}, "expected a number"),
+        ({"cpu": "lots"}, {}, "cpu"),
+    ],
+)
 def test_parse_pod_rejects_bad_values(resources: dict, annotations: dict, needle: str) -> None:
     with pytest.raises(RequestError, match=needle):
         parse_pod(pod(resources, annotations))
 
 
 def test_profiles_document_formats() -> None:
-    flat = profiles_from_document({"profiles": [
-        {"name": "default", "default": True, "weights": {"topology": 50, "resource": 30, "balance": 20},
-         "strategy": "binpack", "extender": {"weight": 3, "ignorable": True}},
-        {"name": "inference", "strategy": "Spread", "fragmentation": 0},
-    ]})
+    flat = profiles_from_document(
+        {
+            "profiles": [
+                {
+                    "name": "default",
+                    "default": True,
+                    "weights": {"topology": 50, "resource": 30, "balance": 20},
+                    "strategy": "binpack",
+                    "extender": {"weight": 3, "ignorable": True},
+                },
+                {"name": "inference", "strategy": "Spread", "fragmentation": 0},
+            ]
+        }
+    )
     assert flat[""].name == "default" and flat[""].strategy == "BinPack" and flat[""].ignorable
     assert flat["inference"].fragmentation == 0
-    objects = profiles_from_document([{"apiVersion": "kgwe.nvidia.io/v1", "kind": "ScoringProfile",
-                                       "metadata": {"name": "p"}, "spec": {"strategy": "Random"}}])
+    objects = profiles_from_document(
+        [
+            {
+                "apiVersion": "kgwe.nvidia.io/v1",
+                "kind": "ScoringProfile",
+                "metadata": {"name": "p"},
+                "spec": {"strategy": "Random"},
+            }
+        ]
+    )
     assert objects["p"].strategy == "Random" and objects[""] == Profile(is_default=True)
     with pytest.raises(ProfileError, match="not one of"):
         profiles_from_document([{"name": "x", "strategy": "Fastest"}])
@@ -134,14 +189,18 @@ def test_profiles_document_formats() -> None:
 
 def test_scoring_profile_annotation_selects_profile() -> None:
     e = engine()
-    e.set_profiles({"spread": Profile(name="spread", strategy="Spread", topology=0, balance=0,
-                                      fragmentation=0), "": Profile(strategy="BinPack", topology=0, balance=0,
-                                                                    fragmentation=0)})
+    e.set_profiles(
+        {
+            "spread": Profile(name="spread", strategy="Spread", topology=0, balance=0, fragmentation=0),
+            "": Profile(strategy="BinPack", topology=0, balance=0, fragmentation=0),
+        }
+    )
 
     def ask(profile: str | None) -> list[int]:
         ann = {"kgwe.nvidia.io/scoring-profile": profile} if profile else {}
-        body = orjson.dumps({"Pod": pod({"nvidia.com/gpu": "1"}, ann), "NodeNames": ["dgx-h100-01",
-                                                                                     "a100-pcie-01"]})
+        body = orjson.dumps(
+            {"Pod": pod({"nvidia.com/gpu": "1"}, ann), "NodeNames": ["dgx-h100-01", "a100-pcie-01"]}
+        )
         return [h["Score"] for h in orjson.loads(e.prioritize(body))]
 
     packed, spread = ask(None), ask("spread")
@@ -156,9 +215,29 @@ def test_dynamic_strategies_vary_between_requests(strategy: str) -> None:
     seen = set()
     for i in range(12):
         meta = {"name": f"p{i}", "uid": f"u{i}"}
-        body = orjson.dumps({"Pod": {"metadata": meta, "spec": {"containers": [
-            {"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}},
-            "NodeNames": ["dgx-h100-01", "a100-pcie-01"]})
+        body = orjson.dumps(
+            {
+                "Pod": {
+                    "metadata": meta,
+                    "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+                },
+                "NodeNames": ["dgx-h100-01", "a100-pcie-01"],
+            }
+        )
         scores = [h["Score"] for h in orjson.loads(e.prioritize(body))]
         seen.add(scores[0] > scores[1])
     assert seen == {True, False}
+
+
+def test_reads_the_scoring_configmap_kgwe_render_writes() -> None:
+    from kgwe.policy import load_repository
+    from kgwe.render import render_repository
+    from kgwe.resources import sample_repo_dir
+
+    objs = render_repository(load_repository(sample_repo_dir()))
+    (cm,) = [o for o in objs if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "kgwe-scoring"]
+    profiles = profiles_from_document(orjson.loads(cm["data"]["profiles.json"]))
+    assert profiles[""].name == "default" and profiles[""].strategy == "BinPack"
+    assert (profiles[""].topology, profiles[""].resource, profiles[""].balance) == (40, 35, 25)
+    assert profiles["topology-first"].strategy == "BestFit" and profiles["topology-first"].weight == 10
+    assert not profiles["topology-first"].is_default
