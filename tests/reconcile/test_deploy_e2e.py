@@ -71,3 +71,17 @@ def test_deploy_base_applies_and_its_rbac_is_enough_and_narrow(k8s_api, kgwe_crd
         with pytest.raises(ApiException) as err:
             action()
         assert err.value.status == 403
+
+
+def test_gitops_examples_parse_and_point_at_real_paths():
+    from kgwe.policy import PolicyRepository
+
+    root = deploy_dir() / "examples"
+    docs = {p.name: [d for d in yaml.safe_load_all(p.read_text()) if d] for p in root.rglob("*.yaml")}
+    repo = next(d for d in docs["policyrepository.yaml"] if d["kind"] == "PolicyRepository")
+    PolicyRepository.model_validate(repo)
+    argo = docs["applications.yaml"]
+    assert argo[0]["spec"]["source"]["path"] == "deploy" and (deploy_dir() / "kustomization.yaml").is_file()
+    flux = docs["kustomizations.yaml"]
+    assert [d["kind"] for d in flux] == ["GitRepository", "Kustomization", "Kustomization"]
+    assert flux[2]["spec"]["dependsOn"] == [{"name": "kgwe"}]
