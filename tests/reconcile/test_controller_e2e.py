@@ -271,3 +271,56 @@ def test_webhook_sync_and_only_one_replica_acts(k8s_api, e2e, kgwe_mig_manager):
             s.set()
         for t in threads:
             t.join(timeout=15)
+
+
+def test_drain_rollout_respects_pdb_then_uncordons_and_snapshot_is_committed_back(
+        k8s_api, e2e, kgwe_mig_manager):
+    import subprocess
+
+    nodes = e2e.make_nodes(1)
+    node = nodes[0]
+    pod = gpu_pod("trainer", node)
+    pod["metadata"]["labels"] = {"app": "trainer"}
+    e2e.core.create_namespaced_pod(e2e.namespace, pod)
+    policy = client.PolicyV1Api(k8s_api)
+    policy.create_namespaced_pod_disruption_budget(e2e.namespace, {
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "keep"},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "trainer"}}}})
+    e2e.remote.commit({**e2e.base, "policy/mig.yaml": e2e.strategy_yaml(e2e.pool, drain=True)})
+    e2e.make_repository(reports={"path": "reports/e2e"})
+    rec = reconciler(k8s_api, e2e)
+    outcome = rec.reconcile()
+    assert outcome.phase == "progressing"
+    n = e2e.core.read_node(node)
+    assert n.spec.unschedulable  # cordoned for the change
+    assert n.metadata.labels[MIG_CONFIG_LABEL] == "all-disabled"  # not relabelled while the pod runs
+    assert e2e.core.read_namespaced_pod("trainer", e2e.namespace).metadata.deletion_timestamp is None  # PDB
+    assert rec.reconcile().phase == "progressing"
+    assert e2e.status()["rollout"][e2e.pool]["draining"] == [node]
+
+    policy.delete_namespaced_pod_disruption_budget("keep", e2e.namespace)
+    drive(rec, ready)
+    n = e2e.core.read_node(node)
+    assert not n.spec.unschedulable and "7x1g.10gb" in n.metadata.labels[MIG_CONFIG_LABEL]
+    events = e2e.core.list_namespaced_event(SYSTEM_NS, field_selector=f"involvedObject.name={e2e.pool}").items
+    reasons = {e.reason for e in events}
+    assert {"NodeCordoned", "EvictionBlocked", "MIGConfigSelected", "NodeUncordoned", "Applied"} <= reasons
+
+    # The GPUInventory snapshot was committed back under reports/ by the bot, and it is a valid inventory
+    # of the cluster (so `kgwe plan` in CI can use it offline).
+    text = subprocess.run(["git", "show", "main:reports/e2e/gpu-inventory.yaml"], cwd=e2e.remote.bare,
+                          capture_output=True, text=True, check=True).stdout
+    author = subprocess.run(["git", "log", "-1", "--format=%an", "main"], cwd=e2e.remote.bare,
+                            capture_output=True, text=True, check=True).stdout.strip()
+    import yaml
+
+    from kgwe.policy import GPUInventory
+    inventory = GPUInventory.model_validate(yaml.safe_load(text))
+    assert author == "kgwe-bot" and inventory.node(node) is not None
+    # The bot's own commit touches only reports/: the next reconcile changes nothing and commits nothing.
+    head_before = subprocess.run(["git", "rev-parse", "main"], cwd=e2e.remote.bare, capture_output=True,
+                                 text=True, check=True).stdout
+    assert ready(rec.reconcile())
+    assert rec.last_sync.writes == 0
+    assert subprocess.run(["git", "rev-parse", "main"], cwd=e2e.remote.bare, capture_output=True,
+                          text=True, check=True).stdout == head_before
