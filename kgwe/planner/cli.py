@@ -19,6 +19,9 @@ from kgwe.planner.model import PoolPlan
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("path", nargs="?", default=".", help="policy repository (directory or YAML file)")
     parser.add_argument("--inventory", metavar="FILE", help="GPUInventory YAML (default: the repository's)")
+    parser.add_argument(
+        "--demand", metavar="FILE", help="YAML map: MIGStrategy name -> {profile: instances wanted}"
+    )
     parser.add_argument("--output", choices=["text", "json"], default="text")
     parser.add_argument("--quiet", action="store_true", help="omit the per-GPU change list")
 
@@ -40,7 +43,31 @@ def _load(args: argparse.Namespace) -> PolicyPlan:
             raise KgweError(f"{args.path}: no GPUInventory in the repository; pass --inventory FILE")
     if not policies.mig_strategies:
         raise KgweError(f"{args.path}: no MIGStrategy in the repository")
-    return plan_policy(policies.mig_strategies, inventory)
+    return plan_policy(policies.mig_strategies, inventory, _demand(args.demand) if args.demand else None)
+
+
+def _demand(path: str) -> dict[str, dict[str, int]]:
+    """Read and check a demand file; errors name the file and the bad entry."""
+    import yaml
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = yaml.safe_load(f) or {}
+    except OSError as exc:
+        raise KgweError(f"{path}: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        raise KgweError(f"{path}: not valid YAML ({exc})") from None
+    if not isinstance(data, dict):
+        raise KgweError(f"{path}: expected a map of MIGStrategy name -> {{profile: count}}")
+    out: dict[str, dict[str, int]] = {}
+    for pool, wanted in data.items():
+        if not isinstance(wanted, dict) or not all(
+            isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) and v >= 0
+            for k, v in wanted.items()
+        ):
+            raise KgweError(f"{path}: {pool}: expected {{profile: whole number >= 0}}, got {wanted!r}")
+        out[str(pool)] = dict(wanted)
+    return out
 
 
 def _pool_text(plan: PoolPlan, quiet: bool) -> list[str]:

@@ -160,3 +160,14 @@ def test_layout_from_config(config, expected):
 
     assert layout_from_config(catalog.model_by_key("H100-80GB"), config) == expected
     assert layout_from_config(catalog.model_by_key("H100-80GB"), "custom-config") not in (None, [])
+
+
+def test_cli_demand_file(repo, tmp_path_factory, capsys):
+    demand = tmp_path_factory.mktemp("d") / "demand.yaml"
+    demand.write_text("inference: {7g.80gb: 2}\n")
+    assert main(["plan-mig", str(repo), "--demand", str(demand), "--output", "json"]) == 0
+    pool = json.loads(capsys.readouterr().out)["pools"][0]
+    assert pool["achievedCounts"]["7g.80gb"] == 2 and pool["unmet"] == {}
+    demand.write_text("inference: {7g.80gb: many}\n")
+    assert main(["plan-mig", str(repo), "--demand", str(demand)]) == 1
+    assert "whole number" in capsys.readouterr().err
