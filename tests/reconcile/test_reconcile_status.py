@@ -1,0 +1,90 @@
+"""Pure parts of the reconciler: kstatus conditions, durations, webhook filtering."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from kgwe.errors import KgweError
+from kgwe.reconcile.repository import max_unavailable_value, parse_interval_seconds
+from kgwe.reconcile.status import Outcome, condition, next_status
+
+T0 = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
+
+
+def test_ready_then_progressing_then_stalled_conditions():
+    ready = next_status(None, Outcome("ready", "applied main@sha1:a", "main@sha1:a", "main@sha1:a", [], {}),
+                        generation=3, now=T0)
+    assert condition(ready, "Ready") == {
+        "type": "Ready", "status": "True", "reason": "ReconciliationSucceeded",
+        "message": "applied main@sha1:a", "observedGeneration": 3,
+        "lastTransitionTime": "2026-11-22T12:00:00Z"}
+    assert condition(ready, "Reconciling") is None and condition(ready, "Stalled") is None
+    assert ready["lastAppliedRevision"] == "main@sha1:a" and ready["observedGeneration"] == 3
+
+    # Same status again later: lastTransitionTime is kept (no spurious status writes).
+    again = next_status(ready, Outcome("ready", "applied main@sha1:a", "main@sha1:a", "main@sha1:a", [], {}),
+                        generation=3, now=T0 + timedelta(minutes=5))
+    assert again == ready
+
+    rolling = next_status(ready, Outcome("progressing", "rolling", "main@sha1:b", "main@sha1:b"),
+                          generation=4, now=T0 + timedelta(minutes=6))
+    assert condition(rolling, "Ready")["status"] == "Unknown"
+    assert condition(rolling, "Reconciling")["reason"] == "Progressing"
+    assert rolling["inventory"] == [] and rolling["rollout"] == {}  # kept from before
+
+    stalled = next_status(rolling, Outcome("stalled", "pool p: failed on n1", "main@sha1:b", "main@sha1:b"),
+                          generation=4, now=T0 + timedelta(minutes=7))
+    assert condition(stalled, "Stalled")["status"] == "True"
+    assert "n1" in condition(stalled, "Ready")["message"]
+    assert condition(stalled, "Reconciling") is None
+
+
+def test_invalid_revision_keeps_last_applied():
+    ok = next_status(None, Outcome("ready", "ok", "main@sha1:a", "main@sha1:a"), generation=1, now=T0)
+    bad = next_status(ok, Outcome("invalid", "mig.yaml:3:5: bad", attempted_revision="main@sha1:b"),
+                      generation=1, now=T0)
+    assert bad["lastAppliedRevision"] == "main@sha1:a" and bad["lastAttemptedRevision"] == "main@sha1:b"
+    ready = condition(bad, "Ready")
+    assert ready["status"] == "False" and ready["reason"] == "ValidationFailed"
+    assert "mig.yaml:3:5" in ready["message"]
+    fetch = next_status(bad, Outcome("fetch_failed", "timeout"), generation=1, now=T0)
+    assert condition(fetch, "Reconciling")["reason"] == "ProgressingWithRetry"
+
+
+@pytest.mark.parametrize(("text", "seconds"),
+                         [("1m", 60), ("30s", 30), ("1h30m", 5400), ("500ms", 0.5), (7, 7)])
+def test_durations(text, seconds):
+    assert parse_interval_seconds(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "5", "1x", "m1", "-1s", "0s"])
+def test_bad_durations(text):
+    with pytest.raises(KgweError):
+        parse_interval_seconds(text)
+
+
+def test_max_unavailable_forms():
+    from decimal import Decimal
+
+    assert max_unavailable_value(2) == 2
+    assert max_unavailable_value(Decimal("25")) == "25%"
+    assert max_unavailable_value("10%") == "10%"
+
+
+def test_reports_only_pushes_do_not_trigger(tmp_path):
+    from kgwe.gitops.webhook import PushEvent
+    from kgwe.reconcile.controller import Controller
+
+    class Offline(Controller):
+        def is_leader(self) -> bool:
+            return True
+
+    c = Offline(None, "ns", cache_dir=tmp_path, listen=None, leader_election=False)
+    c.on_push(PushEvent("refs/heads/main", "a" * 40, "push", ("reports/prod/chargeback.md",)))
+    assert not c._trigger.is_set()
+    c.on_push(PushEvent("refs/heads/main", "a" * 40, "push", ("reports/x.md", "clusters/prod/mig.yaml")))
+    assert c._trigger.is_set() and c._pending_push
+    text = c.metrics.exposition().decode()
+    assert 'kgwe_webhook_events_total{outcome="ignored_reports_only"} 1.0' in text
