@@ -105,6 +105,9 @@ def pool_requests(
     `demand` maps a strategy name to profile -> instances wanted (pending pods, forecast).
     """
     demand = demand or {}
+    unknown = sorted(set(demand) - {s.metadata.name for s in strategies})
+    if unknown:
+        raise KgweError(f"demand names no MIGStrategy: {', '.join(unknown)}")
     owner: dict[str, str] = {}
     requests = []
     for strategy in sorted(strategies, key=lambda s: s.metadata.name):

@@ -171,3 +171,6 @@ def test_cli_demand_file(repo, tmp_path_factory, capsys):
     demand.write_text("inference: {7g.80gb: many}\n")
     assert main(["plan-mig", str(repo), "--demand", str(demand)]) == 1
     assert "whole number" in capsys.readouterr().err
+    demand.write_text("inferencing: {7g.80gb: 1}\n")
+    assert main(["plan-mig", str(repo), "--demand", str(demand)]) == 1
+    assert "demand names no MIGStrategy: inferencing" in capsys.readouterr().err
