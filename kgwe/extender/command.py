@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
 from pathlib import Path
 
@@ -74,6 +75,8 @@ def run(args: argparse.Namespace) -> int:
         index.start()
     else:
         raise KgweError("give --inventory FILE (static mode) or --kubeconfig / --in-cluster (cluster mode)")
+    gc.collect()
+    gc.freeze()  # startup objects (catalog, topology tables, index) never need scanning again
     try:
         asyncio.run(serve(make_handler(engine, metrics), host, port, request_timeout=args.request_timeout))
     except OSError as exc:

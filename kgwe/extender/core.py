@@ -68,6 +68,7 @@ class NodeTable:
         self._clock = 0
         self.layout = 0  # bumped whenever a name gets or loses a row
         self.mix: tuple[WorkloadType, ...] = ()
+        self._topo_memo: dict[tuple, tuple[object, float | None]] = {}
         self._alloc(capacity)
 
     # ---- storage -------------------------------------------------------------------------------------
@@ -286,7 +287,13 @@ class NodeTable:
             req.min_bandwidth_gbps is not None or req.preference != "None" or profile.topology > 0
         )
         if wants_topology:
-            for i in np.nonzero(ok)[0]:
+            # GPU-set scores depend only on (topology, idle-GPU bitmask, request): memoised across nodes
+            masks = ((free == 1000) * (1 << np.arange(self.G))).sum(axis=1).tolist()
+            memo = self._topo_memo
+            if len(memo) > 100_000:
+                memo.clear()
+            want = (req.gpus, req.preference, req.min_bandwidth_gbps)
+            for i in np.nonzero(ok)[0].tolist():
                 node = self.nodes[int(rows[i])]
                 if node is None or node.topology is None or self.topology_scorer is None:
                     if req.min_bandwidth_gbps is not None:
@@ -294,10 +301,17 @@ class NodeTable:
                     else:
                         topo[i] = 50.0
                     continue
-                idle = frozenset(int(j) for j in np.nonzero(free[i] == 1000)[0])
-                s = self.topology_scorer(
-                    node.topology, idle, req.gpus, req.preference, req.min_bandwidth_gbps
-                )
+                key = (id(node.topology), masks[i], want)
+                hit = memo.get(key)
+                if hit is None or hit[0] is not node.topology:
+                    idle = frozenset(j for j in range(self.G) if masks[i] >> j & 1)
+                    hit = memo[key] = (
+                        node.topology,
+                        self.topology_scorer(
+                            node.topology, idle, req.gpus, req.preference, req.min_bandwidth_gbps
+                        ),
+                    )
+                s = hit[1]
                 if s is None:
                     reason[i] = TOPOLOGY
                 else:

@@ -78,6 +78,7 @@ class Engine:
         self.tick = 0
         self._mix: Counter = Counter()
         self._since_mix = 0
+        self._mix_set: dict[tuple, float] = {}  # the mix the table currently protects
         self._why: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}  # shape -> (row versions, sentences)
         self._lists: OrderedDict[bytes, tuple] = (
             OrderedDict()
@@ -129,11 +130,16 @@ class Engine:
         if self._since_mix >= MIX_REFRESH_EVERY or (len(self._mix) == 1 and self._since_mix == 1):
             self._since_mix = 0
             total = sum(self._mix.values())
-            self.table.set_mix(
-                WorkloadType(g, m, c, r, n / total) for (g, m, c, r), n in self._mix.most_common(32)
-            )
+            mix = {k: n / total for k, n in self._mix.most_common(32)}
             for key in list(self._mix):  # decay so the mix follows the workload
                 self._mix[key] = self._mix[key] // 2 or 1
+            # A new mix re-scores every node; do it only when the workload really moved (L1 > 0.1).
+            moved = sum(
+                abs(mix.get(k, 0.0) - self._mix_set.get(k, 0.0)) for k in set(mix) | set(self._mix_set)
+            )
+            if moved > 0.1:
+                self._mix_set = mix
+                self.table.set_mix(WorkloadType(g, m, c, r, w) for (g, m, c, r), w in mix.items())
 
     def node_view(self, name: str) -> dict | None:
         """What the index holds for one node (GET /debug/nodes/NAME): for people and end-to-end tests."""
