@@ -26,6 +26,9 @@ from kgwe.errors import KgweError
 
 DIMENSIONS = ("team", "namespace", "gpu_product", "node", "pod")
 IDLE_KEY = "__idle__"
+# UsageAggregate.node for usage on nodes that have a capacity record in the bucket: aggregating those
+# per node would make the aggregate nearly as large as the raw data, and only the distinction matters.
+ON_INVENTORY = "*"
 _HOUR = Fraction(3600)
 
 
@@ -118,11 +121,14 @@ def aggregate_usage(
     granularity: str,
     group_by: Sequence[str],
     now: datetime,
+    nodes: Iterable[NodeCapacity] = (),
 ) -> list[UsageAggregate]:
-    """In-memory twin of the store's SQL aggregation (open intervals run until `now`)."""
+    """In-memory twin of the store's SQL aggregation (open intervals run until `now`). Usage on a node
+    with capacity in the bucket is pooled under ON_INVENTORY, exactly as the SQL does."""
     group_by = check_group_by(group_by)
     cuts = buckets(period, granularity, now)
     now_s = to_epoch(now)
+    covered = {(c.bucket, c.node) for c in aggregate_capacity(nodes, period, granularity, now)}
     sums: dict[tuple, int] = defaultdict(int)
     for iv in intervals:
         start = to_epoch(iv.start)
@@ -131,7 +137,8 @@ def aggregate_usage(
             seconds = _overlap(start, end, lo, hi)
             if seconds:
                 key = tuple(str(getattr(iv, d)) for d in group_by)
-                shape = (label, iv.node, iv.gpu_product, iv.spot, iv.kind, iv.mig_profile, iv.gpu_milli, key)
+                node = ON_INVENTORY if (label, iv.node) in covered else iv.node
+                shape = (label, node, iv.gpu_product, iv.spot, iv.kind, iv.mig_profile, iv.gpu_milli, key)
                 sums[shape] += seconds * iv.count
     return [UsageAggregate(*shape, unit_seconds=s) for shape, s in sorted(sums.items(), key=repr)]
 
@@ -196,7 +203,7 @@ def compute_chargeback(
         cell = (u.bucket, u.key)
         alloc[cell] += cost
         alloc_gpu_seconds[cell] += gpu_seconds
-        if (u.bucket, u.node) in inventoried:
+        if u.node == ON_INVENTORY or (u.bucket, u.node) in inventoried:
             alloc_on_inventory[u.bucket] += cost
             alloc_seconds_on_inventory[u.bucket] += gpu_seconds
         else:
@@ -273,6 +280,7 @@ def chargeback_from_intervals(
 ) -> Chargeback:
     """Convenience for in-memory data; `now` closes open intervals (defaults to the period end)."""
     now = now or period.until
-    usage = aggregate_usage(intervals, period, granularity, group_by, now)
+    nodes = list(nodes)
+    usage = aggregate_usage(intervals, period, granularity, group_by, now, nodes)
     capacity = aggregate_capacity(nodes, period, granularity, now)
     return compute_chargeback(usage, capacity, book, period, granularity, group_by)

@@ -63,7 +63,7 @@ def test_sql_aggregation_matches_the_pure_twin(store, granularity):
                  "shared": {"gpu_milli": rng.choice([100, 250, 500])}, "whole": {}}[kind]
         intervals.append(iv(f"p{i}", start, end, kind=kind, count=rng.randint(1, 3),
                             team=rng.choice(["red", "blue"]), namespace=rng.choice(["a", "b", "c"]),
-                            node=f"n{i % 3}", spot=(i % 3 == 2), **extra))
+                            node=f"n{i % 4}", spot=(i % 4 == 2), **extra))  # n3: no capacity
     nodes = [NodeCapacity(f"n{k}", H100, 8, T0 - timedelta(days=2), None, spot=(k == 2)) for k in range(3)]
     store.add_usage(intervals)
     for n in nodes:
@@ -72,7 +72,7 @@ def test_sql_aggregation_matches_the_pure_twin(store, granularity):
     now = T0 + timedelta(days=2, hours=5)
     group_by = ("team", "namespace")
     assert sorted(store.usage_aggregates(period, granularity, group_by, now), key=repr) == \
-        sorted(aggregate_usage(intervals, period, granularity, group_by, now), key=repr)
+        sorted(aggregate_usage(intervals, period, granularity, group_by, now, nodes), key=repr)
     assert sorted(store.capacity_aggregates(period, granularity, now), key=repr) == \
         sorted(aggregate_capacity(nodes, period, granularity, now), key=repr)
     from_sql = store.chargeback(BOOK, period, now=now, granularity=granularity, group_by=group_by)
