@@ -29,10 +29,11 @@ MONTH = month_period(datetime(2026, 10, 1, tzinfo=UTC))
 
 
 def synthetic(n: int, seed: int = 1):
-    """n intervals on 250 eight-GPU nodes over October 2026 (some straddle the month edges)."""
+    """n intervals on n/1000 (at least 50) eight-GPU nodes over October 2026 (some straddle the month
+    edges); about 45% of the capacity is allocated, so idle is a real line."""
     rng = random.Random(seed)
-    nodes = [NodeCapacity(f"node-{i:03d}", list(PRODUCTS)[i % 2], 8, MONTH.since - timedelta(days=3), None,
-                          spot=i % 5 == 0) for i in range(250)]
+    nodes = [NodeCapacity(f"node-{i:04d}", list(PRODUCTS)[i % 2], 8, MONTH.since - timedelta(days=3), None,
+                          spot=i % 5 == 0) for i in range(max(50, n // 1000))]
     span = int((MONTH.until - MONTH.since).total_seconds())
 
     def gen():
