@@ -24,6 +24,7 @@ from kgwe.extender.profile import DEFAULT_PROFILE, Profile
 from kgwe.extender.request import PodRequest, RequestError, parse_pod
 
 MAX_PRIORITY = 10
+_SCORE_JSON = np.array([b"%d}" % i for i in range(MAX_PRIORITY + 1)], dtype=object)  # score + closing brace
 UNKNOWN_NODE = "kgwe: node is not in the extender's index yet (no GPU information)"
 # Failures no preemption can fix go to FailedAndUnresolvableNodes so kube-scheduler does not try.
 _UNRESOLVABLE_CODES = np.array([core.NO_GPU, core.PRODUCT, core.FAMILY, core.MEMORY, core.NO_TOPOLOGY])
@@ -79,6 +80,7 @@ class Engine:
         self._mix: Counter = Counter()
         self._since_mix = 0
         self._mix_set: dict[tuple, float] = {}  # the mix the table currently protects
+        self._parts: dict[int, tuple[list[str], np.ndarray]] = {}  # id(names) -> (names, JSON frame)
         self._why: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}  # shape -> (row versions, sentences)
         self._lists: OrderedDict[bytes, tuple] = (
             OrderedDict()
@@ -280,6 +282,24 @@ class Engine:
         ints = np.where(known & (reason == OK), np.clip(np.rint(score / 10.0), 0, MAX_PRIORITY), 0)
         if self.on_decision:
             self.on_decision("prioritize", 0)
-        return orjson.dumps(
-            [{"Host": n, "Score": s} for n, s in zip(names, ints.astype(int).tolist(), strict=True)]
-        )
+        return self._priority_json(names, ints.astype(np.int64))
+
+    def _priority_json(self, names: list[str], ints: np.ndarray) -> bytes:
+        """HostPriorityList bytes. The per-host JSON around each score is built once per node-name list
+        (kube-scheduler repeats the same list) and the scores are spliced in."""
+        if not names:
+            return b"[]"
+        hit = self._parts.get(id(names))
+        if hit is None or hit[0] is not names:
+            pieces = [
+                (b',{"Host":' if i else b'{"Host":') + orjson.dumps(n) + b',"Score":'
+                for i, n in enumerate(names)
+            ]
+            frame = np.empty(2 * len(names), dtype=object)
+            frame[0::2] = pieces
+            hit = self._parts[id(names)] = (names, frame)
+            if len(self._parts) > 64:
+                self._parts.pop(next(iter(self._parts)))
+        frame = hit[1]
+        frame[1::2] = _SCORE_JSON[ints]
+        return b"[" + b"".join(frame.tolist()) + b"]"

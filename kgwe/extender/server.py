@@ -56,7 +56,7 @@ def _response(status: int, body: bytes, ctype: bytes, keep_alive: bool) -> bytes
 
 
 class _Conn(asyncio.Protocol):
-    __slots__ = ("buf", "handler", "idle_timeout", "loop", "request_timeout", "started", "timer", "transport")
+    __slots__ = ("buf", "handler", "idle_timeout", "loop", "pending", "request_timeout", "timer", "transport")
 
     def __init__(self, handler: Handler, request_timeout: float, idle_timeout: float) -> None:
         self.handler = handler
@@ -65,7 +65,7 @@ class _Conn(asyncio.Protocol):
         self.buf = bytearray()
         self.transport: asyncio.Transport | None = None
         self.timer: asyncio.TimerHandle | None = None
-        self.started = 0.0
+        self.pending: tuple[int, int, str, str, bool] | None = None
         self.loop = asyncio.get_running_loop()
 
     # -- connection life ----------------------------------------------------------------------------------
@@ -96,78 +96,75 @@ class _Conn(asyncio.Protocol):
             self.transport.write(_response(status, error_body(message), JSON, False))
             self.transport.close()
         self.buf.clear()
+        self.pending = None
 
     # -- parsing -----------------------------------------------------------------------------------------
     def data_received(self, data: bytes) -> None:
         if not self.buf:
-            self.started = self.loop.time()
             self._arm(self.request_timeout)
         self.buf += data
         while self.transport is not None and self.buf:
-            end = self.buf.find(b"\r\n\r\n")
-            if end < 0:
-                if len(self.buf) > MAX_HEADER:
-                    self._fail(431, "request headers too large")
-                return
-            if end > MAX_HEADER:
-                self._fail(431, "request headers too large")
-                return
-            head = bytes(self.buf[:end]).decode("latin-1")
-            lines = head.split("\r\n")
-            parts = lines[0].split(" ")
-            if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
-                self._fail(400, "malformed request line")
-                return
-            method, target, version = parts
-            length = 0
-            keep_alive = version == "HTTP/1.1"
-            for line in lines[1:]:
-                name, sep, value = line.partition(":")
-                if not sep:
-                    self._fail(400, "malformed header line")
-                    return
-                name = name.strip().lower()
-                if name == "content-length":
-                    try:
-                        length = int(value.strip())
-                    except ValueError:
-                        self._fail(400, "Content-Length is not a number")
-                        return
-                    if length < 0:
-                        self._fail(400, "negative Content-Length")
-                        return
-                elif name == "transfer-encoding" and value.strip().lower() != "identity":
-                    self._fail(411, "send the body with a Content-Length (chunked bodies are not accepted)")
-                    return
-                elif name == "connection":
-                    v = value.strip().lower()
-                    keep_alive = v != "close" and (keep_alive or v == "keep-alive")
-            if length > MAX_BODY:
-                self._fail(413, f"body of {length} bytes exceeds the {MAX_BODY} byte limit")
-                return
-            total = end + 4 + length
+            if self.pending is None:
+                self.pending = self._head()
+                if self.pending is None:
+                    return  # incomplete headers, or answered with an error
+            end, total, method, path, keep_alive = self.pending
             if len(self.buf) < total:
-                return  # wait for the rest; the request timer is running
+                return  # wait for the rest of the body; the request timer is running
+            self.pending = None
             body = bytes(self.buf[end + 4 : total])
             del self.buf[:total]
-            path = target.split("?", 1)[0]
             try:
                 status, payload, ctype = self.handler(method, path, body)
             except Exception as exc:  # a bug must not become a 500 or a dead server
                 log.exception("handler failed for %s %s", method, path)
-                status, payload, ctype = (
-                    422,
-                    error_body(f"cannot process request: {type(exc).__name__}"),
-                    JSON,
-                )
+                status, payload, ctype = 422, error_body(f"cannot process: {type(exc).__name__}"), JSON
             self.transport.write(_response(status, payload, ctype, keep_alive))
             if not keep_alive:
                 self.transport.close()
                 return
-            if self.buf:
-                self.started = self.loop.time()
-            else:
-                self._arm(self.idle_timeout)
+            self._arm(self.request_timeout if self.buf else self.idle_timeout)
+
+    def _head(self) -> tuple[int, int, str, str, bool] | None:
+        """(header end, request end, method, path, keep-alive) once the headers are complete."""
+        end = self.buf.find(b"\r\n\r\n")
+        if end < 0 or end > MAX_HEADER:
+            if end > MAX_HEADER or len(self.buf) > MAX_HEADER:
+                self._fail(431, "request headers too large")
+            return None
+        lines = bytes(self.buf[:end]).decode("latin-1").split("\r\n")
+        parts = lines[0].split(" ")
+        if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
+            self._fail(400, "malformed request line")
+            return None
+        method, target, version = parts
+        length = 0
+        keep_alive = version == "HTTP/1.1"
+        for line in lines[1:]:
+            name, sep, value = line.partition(":")
+            if not sep:
+                self._fail(400, "malformed header line")
+                return None
+            name = name.strip().lower()
+            if name == "content-length":
+                try:
+                    length = int(value.strip())
+                except ValueError:
+                    self._fail(400, "Content-Length is not a number")
+                    return None
+                if length < 0:
+                    self._fail(400, "negative Content-Length")
+                    return None
+            elif name == "transfer-encoding" and value.strip().lower() != "identity":
+                self._fail(411, "send the body with a Content-Length (chunked bodies are not accepted)")
+                return None
+            elif name == "connection":
+                v = value.strip().lower()
+                keep_alive = v != "close" and (keep_alive or v == "keep-alive")
+        if length > MAX_BODY:
+            self._fail(413, f"body of {length} bytes exceeds the {MAX_BODY} byte limit")
+            return None
+        return end, end + 4 + length, method, target.split("?", 1)[0], keep_alive
 
 
 async def serve(
