@@ -1,106 +1,136 @@
 #!/usr/bin/env bash
 # Build the real control-plane binaries KGWE's cluster tests and demo run against:
-# kube-apiserver, kube-scheduler, etcd (wrapper module hack/k8s) and the kwok controller.
+# kube-apiserver, kube-scheduler, etcd and the kwok controller, all from the wrapper module hack/k8s
+# (one module graph: kwok is compiled against the same k8s.io libraries as the apiserver and shares
+# their compiled packages, which saves minutes on a cold build).
 #
 # There is no Docker and no binary download here, only the Go module proxy, so we compile.
 # Output: ${KGWE_CACHE_DIR:-~/.cache/kgwe}/k8s-<version>/{kube-apiserver,kube-scheduler,etcd,kwok}
-# plus MANIFEST (versions) and build-seconds (cold build wall time, read by bench/control_plane.py).
-# Idempotent: a directory whose MANIFEST matches the pinned versions is reused as is.
+# plus MANIFEST (versions + wrapper module hash) and build-seconds. Every build also appends a line to
+# ${KGWE_CACHE_DIR:-~/.cache/kgwe}/build-times.log (bench/control_plane.py reads the cold ones).
+# Idempotent: a directory whose MANIFEST matches the wrapper module is reused as is.
 # Prints the binary directory as its last line.
+#
+#   hack/cluster-bins.sh          build if needed
+#   hack/cluster-bins.sh --cold   rebuild with an empty temporary Go build cache, to measure a first build
+#
+# Everything runs inside main() so that editing this file cannot disturb a build already running.
 set -euo pipefail
-
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-MOD="$ROOT/hack/k8s"
-KWOK_VERSION="v0.8.0"   # newest kwok; built from its own module (k8s libs 0.36.x, client side only)
-GO_MIN_MINOR=26         # k8s.io/kubernetes v1.37 go.mod says `go 1.26.0`
 
 die() { echo "cluster-bins: ERROR: $*" >&2; exit 1; }
 
-command -v go >/dev/null 2>&1 || die "Go is not installed (or not on PATH). KGWE's cluster tests build
-  kube-apiserver, kube-scheduler, etcd and kwok from Go modules and need Go >= 1.${GO_MIN_MINOR}.
+main() {
+    local cold=false
+    [[ "${1:-}" == "--cold" ]] && cold=true
+    local root mod go_min_minor=26  # k8s.io/kubernetes v1.37 go.mod says `go 1.26.0`
+    root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+    mod="$root/hack/k8s"
+
+    command -v go >/dev/null 2>&1 || die "Go is not installed (or not on PATH). KGWE's cluster tests build
+  kube-apiserver, kube-scheduler, etcd and kwok from Go modules and need Go >= 1.${go_min_minor}.
   Install it from https://go.dev/dl/ (e.g. /usr/local/go) and put its bin directory on PATH."
 
-GOVERSION="$(GOTOOLCHAIN=local go env GOVERSION 2>/dev/null || true)"
-if [[ ! "$GOVERSION" =~ ^go1\.([0-9]+) ]]; then
-    die "cannot tell the Go version (go env GOVERSION said '$GOVERSION'); need Go >= 1.${GO_MIN_MINOR}."
-fi
-if (( BASH_REMATCH[1] < GO_MIN_MINOR )); then
-    die "Go $GOVERSION is too old: the Kubernetes release pinned in hack/k8s/go.mod needs Go >= 1.${GO_MIN_MINOR}.
+    local goversion
+    goversion="$(GOTOOLCHAIN=local go env GOVERSION 2>/dev/null || true)"
+    [[ "$goversion" =~ ^go1\.([0-9]+) ]] ||
+        die "cannot tell the Go version (go env GOVERSION said '$goversion'); need Go >= 1.${go_min_minor}."
+    if (( BASH_REMATCH[1] < go_min_minor )); then
+        die "Go $goversion is too old: the Kubernetes release pinned in hack/k8s/go.mod needs Go >= 1.${go_min_minor}.
   Install a newer Go from https://go.dev/dl/ and put it first on PATH."
-fi
+    fi
+    export GOTOOLCHAIN=local
 
-modver() { (cd "$MOD" && GOFLAGS=-mod=readonly go list -m -f '{{.Version}}' "$1"); }
-K8S_VERSION="$(modver k8s.io/kubernetes)"
-[[ "$K8S_VERSION" =~ ^v1\.([0-9]+)\.([0-9]+)$ ]] || die "cannot read the k8s.io/kubernetes version from $MOD/go.mod"
-K8S_MINOR="${BASH_REMATCH[1]}"
-ETCD_VERSION="$(modver go.etcd.io/etcd/server/v3)"
+    modver() { (cd "$mod" && GOFLAGS=-mod=readonly go list -m -f '{{.Version}}' "$1"); }
+    local k8s_version etcd_version kwok_version k8s_minor wrapper_sum
+    k8s_version="$(modver k8s.io/kubernetes)"
+    [[ "$k8s_version" =~ ^v1\.([0-9]+)\.([0-9]+)$ ]] || die "cannot read the k8s.io/kubernetes version from $mod/go.mod"
+    k8s_minor="${BASH_REMATCH[1]}"
+    etcd_version="$(modver go.etcd.io/etcd/server/v3)"
+    kwok_version="$(modver sigs.k8s.io/kwok)"
+    # Any change to the wrapper module (a dependency bump) must rebuild, not only a version change.
+    wrapper_sum="$(cat "$mod/go.mod" "$mod/go.sum" | sha256sum | cut -c1-16)"
 
-CACHE_BASE="${KGWE_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/kgwe}"
-OUT="$CACHE_BASE/k8s-$K8S_VERSION"
-MANIFEST="kubernetes=$K8S_VERSION
-etcd=$ETCD_VERSION
-kwok=$KWOK_VERSION
-go=$GOVERSION"
+    local cache_base out manifest
+    cache_base="${KGWE_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/kgwe}"
+    out="$cache_base/k8s-$k8s_version"
+    manifest="kubernetes=$k8s_version
+etcd=$etcd_version
+kwok=$kwok_version
+wrapper=$wrapper_sum
+go=$goversion"
 
-have_all() {
-    [[ -f "$OUT/MANIFEST" ]] && [[ "$(head -3 "$OUT/MANIFEST")" == "$(echo "$MANIFEST" | head -3)" ]] || return 1
-    for b in kube-apiserver kube-scheduler etcd kwok; do [[ -x "$OUT/$b" ]] || return 1; done
+    mkdir -p "$cache_base"
+    # One build at a time (make test and pytest sessions may race for it). A --cold measurement build
+    # only locks for the final swap, so test runs keep using the existing binaries meanwhile.
+    exec 9>"$cache_base/.k8s-$k8s_version.lock"
+    lock() {
+        if command -v flock >/dev/null 2>&1 && ! flock -n 9; then
+            echo "cluster-bins: another build of $k8s_version is running; waiting for it" >&2
+            flock 9
+        fi
+    }
+    $cold || lock
+
+    if ! $cold && [[ -f "$out/MANIFEST" ]] &&
+        [[ "$(head -4 "$out/MANIFEST")" == "$(echo "$manifest" | head -4)" ]] &&
+        [[ -x "$out/kube-apiserver" && -x "$out/kube-scheduler" && -x "$out/etcd" && -x "$out/kwok" ]]; then
+        echo "cluster-bins: reusing $out ($(echo "$manifest" | head -3 | tr '\n' ' '))" >&2
+        echo "$out"
+        return 0
+    fi
+
+    echo "cluster-bins: building Kubernetes $k8s_version, etcd $etcd_version, kwok $kwok_version with $goversion" >&2
+    echo "cluster-bins: a first build downloads ~700 MB of modules and compiles for ~10 minutes on 2 cores;" \
+         "later runs reuse $out" >&2
+    local start stage gocache_note="shared"
+    start="$(date +%s)"
+    stage="$(mktemp -d "$cache_base/.build-XXXXXX")"
+    # shellcheck disable=SC2064  # expand now: the trap must remove this very directory
+    trap "rm -rf '$stage'" EXIT
+    if $cold; then
+        export GOCACHE="$stage/.gocache"
+        gocache_note="cold"
+    fi
+    export CGO_ENABLED=0
+
+    # Commit of the release tag, when the module proxy recorded it (stamped like a release build would).
+    local k8s_commit cb k8s_ldflags
+    k8s_commit="$(cd "$mod" && go mod download -json "k8s.io/kubernetes@$k8s_version" 2>/dev/null |
+        sed -n 's/.*"Hash": "\([0-9a-f]\{40\}\)".*/\1/p' | head -1 || true)"
+    cb="k8s.io/component-base/version"
+    k8s_ldflags="-s -w -X $cb.gitMajor=1 -X $cb.gitMinor=$k8s_minor -X $cb.gitVersion=$k8s_version"
+    k8s_ldflags+=" -X $cb.gitCommit=$k8s_commit -X $cb.gitTreeState=clean"
+    k8s_ldflags+=" -X $cb.buildDate=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+
+    (
+        cd "$mod"
+        export GOFLAGS=-mod=readonly
+        for cmd in kube-apiserver kube-scheduler; do
+            echo "cluster-bins: go build $cmd" >&2
+            go build -trimpath -p 2 -ldflags "$k8s_ldflags" -o "$stage/$cmd" "k8s.io/kubernetes/cmd/$cmd"
+        done
+        echo "cluster-bins: go build etcd" >&2
+        go build -trimpath -p 2 -ldflags "-s -w" -o "$stage/etcd" go.etcd.io/etcd/server/v3
+        echo "cluster-bins: go build kwok" >&2
+        go build -trimpath -p 2 -ldflags "-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=$kwok_version" \
+            -o "$stage/kwok" sigs.k8s.io/kwok/cmd/kwok
+    )
+    $cold && rm -rf "$GOCACHE"
+
+    local seconds old
+    seconds=$(( $(date +%s) - start ))
+    ! $cold || lock
+    echo "$manifest" > "$stage/MANIFEST"
+    echo "$seconds" > "$stage/build-seconds"
+    old="$out.old-$$"
+    [[ -e "$out" ]] && mv "$out" "$old"
+    mv "$stage" "$out"
+    trap - EXIT
+    rm -rf "$old"
+    echo "$(date -u +%Y-%m-%dT%H:%M:%SZ) kubernetes=$k8s_version seconds=$seconds gocache=$gocache_note" \
+        "cpus=$(nproc) mib=$(du -sm "$out" | cut -f1)" >> "$cache_base/build-times.log"
+    echo "cluster-bins: built in ${seconds}s; $(du -sh "$out" | cut -f1) in $out" >&2
+    echo "$out"
 }
 
-mkdir -p "$CACHE_BASE"
-# One build at a time (make test and a pytest session may race for it).
-exec 9>"$CACHE_BASE/.k8s-$K8S_VERSION.lock"
-if command -v flock >/dev/null 2>&1; then flock 9; fi
-
-if have_all; then
-    echo "cluster-bins: reusing $OUT ($(echo "$MANIFEST" | head -3 | tr '\n' ' '))" >&2
-    echo "$OUT"
-    exit 0
-fi
-
-echo "cluster-bins: building Kubernetes $K8S_VERSION, etcd $ETCD_VERSION, kwok $KWOK_VERSION with $GOVERSION" >&2
-echo "cluster-bins: first build downloads ~1 GB of modules and compiles for several minutes; later runs reuse $OUT" >&2
-START="$(date +%s)"
-STAGE="$(mktemp -d "$CACHE_BASE/.build-XXXXXX")"
-trap 'rm -rf "$STAGE"' EXIT
-
-export CGO_ENABLED=0
-export GOTOOLCHAIN=local
-BUILD_DATE="$(date -u +%Y-%m-%dT%H:%M:%SZ)"
-
-# Commit of the release tag, when the module proxy recorded it (stamped like a release build would).
-k8s_commit="$(cd "$MOD" && go mod download -json "k8s.io/kubernetes@$K8S_VERSION" 2>/dev/null |
-    sed -n 's/.*"Hash": "\([0-9a-f]\{40\}\)".*/\1/p' | head -1 || true)"
-CB="k8s.io/component-base/version"
-K8S_LDFLAGS="-s -w -X $CB.gitMajor=1 -X $CB.gitMinor=$K8S_MINOR -X $CB.gitVersion=$K8S_VERSION
- -X $CB.gitCommit=${k8s_commit} -X $CB.gitTreeState=clean -X $CB.buildDate=$BUILD_DATE"
-K8S_LDFLAGS="${K8S_LDFLAGS//$'\n'/}"
-
-(
-    cd "$MOD"
-    export GOFLAGS=-mod=readonly
-    for cmd in kube-apiserver kube-scheduler; do
-        echo "cluster-bins: go build $cmd" >&2
-        go build -trimpath -p 2 -ldflags "$K8S_LDFLAGS" -o "$STAGE/$cmd" "k8s.io/kubernetes/cmd/$cmd"
-    done
-    echo "cluster-bins: go build etcd" >&2
-    go build -trimpath -p 2 -ldflags "-s -w" -o "$STAGE/etcd" go.etcd.io/etcd/server/v3
-)
-
-echo "cluster-bins: go install kwok $KWOK_VERSION" >&2
-(
-    cd "$STAGE"
-    unset GOFLAGS
-    GOBIN="$STAGE" go install -trimpath -p 2 \
-        -ldflags "-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=$KWOK_VERSION" \
-        "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
-)
-
-SECONDS_TAKEN=$(( $(date +%s) - START ))
-echo "$MANIFEST" > "$STAGE/MANIFEST"
-echo "$SECONDS_TAKEN" > "$STAGE/build-seconds"
-rm -rf "$OUT"
-mv "$STAGE" "$OUT"
-trap - EXIT
-echo "cluster-bins: built in ${SECONDS_TAKEN}s; $(du -sh "$OUT" | cut -f1) in $OUT" >&2
-echo "$OUT"
+main "$@"

@@ -103,3 +103,13 @@ def test_namespace_cleanup_removes_pods_and_the_namespace(k8s_api: client.ApiCli
         core.read_namespace("cleanup-check")
     assert err.value.status == 404
     assert not core.list_namespaced_pod("cleanup-check").items
+
+
+def test_without_go_and_without_cache_the_error_says_what_to_install(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("KGWE_K8S_BIN_DIR", raising=False)
+    monkeypatch.setenv("KGWE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("PATH", str(tmp_path / "no-go-here"))
+    with pytest.raises(ControlPlaneError, match=r"Install Go >= 1\.26"):
+        find_binaries()
