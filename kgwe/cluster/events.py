@@ -22,6 +22,7 @@ class EventRecorder:
         self.component = component
         self._seen: dict[tuple, tuple[str, int]] = {}
         self._lock = threading.Lock()
+        self.writes = 0
 
     def record(self, involved: dict, event_type: str, reason: str, message: str) -> None:
         """Emit an event about `involved` (an object dict with apiVersion/kind/metadata); never raises."""
@@ -35,6 +36,7 @@ class EventRecorder:
             if previous is not None:
                 name, count = previous
                 self.core.patch_namespaced_event(name, namespace, {"count": count + 1, "lastTimestamp": now})
+                self.writes += 1
                 with self._lock:
                     self._seen[key] = (name, count + 1)
                 return
@@ -51,6 +53,7 @@ class EventRecorder:
                 reporting_instance=self.component,
             )
             self.core.create_namespaced_event(namespace, body)
+            self.writes += 1
             with self._lock:
                 self._seen[key] = (name, 1)
                 if len(self._seen) > 1000:

@@ -7,6 +7,7 @@ rewrites whole Node objects, so labels and taints owned by the GPU Operator, kub
 
 from __future__ import annotations
 
+import threading
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -75,6 +76,11 @@ class NodeOps:
         self.core = client.CoreV1Api(api_client)
         self.guard = guard
         self.writes = 0
+        self._lock = threading.Lock()
+
+    def _count(self) -> None:
+        with self._lock:
+            self.writes += 1
 
     def _check_leader(self) -> None:
         if self.guard is not None and not self.guard():
@@ -83,7 +89,7 @@ class NodeOps:
     def _patch(self, name: str, body: dict) -> None:
         self._check_leader()
         self.core.patch_node(name, body, field_manager=FIELD_MANAGER)
-        self.writes += 1
+        self._count()
 
     def relabel(self, name: str, config: str, now: datetime | None = None) -> None:
         """Select `config` for the MIG manager and drop the previous state, in one patch, so a stale
@@ -116,7 +122,7 @@ class NodeOps:
             self._check_leader()
             try:
                 self.core.create_namespaced_pod_eviction(pod.metadata.name, pod.metadata.namespace, body)
-                self.writes += 1
+                self._count()
                 evicted.append(key)
             except ApiException as exc:
                 if exc.status == 429:

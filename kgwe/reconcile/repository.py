@@ -13,6 +13,7 @@ import logging
 import tempfile
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -41,6 +42,7 @@ log = logging.getLogger(__name__)
 GROUP, VERSION, PLURAL = "kgwe.nvidia.io", "v1", "policyrepositories"
 DEFAULT_PENDING_TIMEOUT_SECONDS = 900.0
 MAX_ERRORS_IN_MESSAGE = 5
+NODE_WORKERS = 8
 
 
 @dataclass(frozen=True)
@@ -109,6 +111,7 @@ class RepositoryReconciler:
         self._sources: dict[tuple, GitSource] = {}
         self._snapshot_hash: str | None = None
         self.last_sync: SyncResult | None = None
+        self.status_writes = 0  # PolicyRepository status patches (a no-op reconcile makes none)
         self.last_plan: RolloutPlan | None = None
 
     # -- reading ---------------------------------------------------------------------------------
@@ -301,15 +304,32 @@ class RepositoryReconciler:
         now = self.now()
         plan = plan_rollout(states, desired.pools, now)
         ops = NodeOps(self.api_client, guard=self.is_leader)
-        done: list[Action] = []
-        for action in plan.actions:
-            try:
-                self._do(ops, repo, action, now)
-            except ApiException as exc:
-                self.recorder.warning(repo, "RolloutActionFailed",
-                                      f"{action.kind} {action.node}: {exc.reason}")
-                continue
-            done.append(action)
+        per_node: dict[str, list[Action]] = {}
+        for action in plan.actions:  # one node's actions run in order (cordon before evict)
+            per_node.setdefault(action.node, []).append(action)
+
+        def run_node(actions: list[Action]) -> list[Action]:
+            ran = []
+            for action in actions:
+                try:
+                    self._do(ops, repo, action, now)
+                except ApiException as exc:
+                    self.recorder.warning(repo, "RolloutActionFailed",
+                                          f"{action.kind} {action.node}: {exc.reason}")
+                    break
+                ran.append(action)
+            return ran
+
+        with ThreadPoolExecutor(max_workers=NODE_WORKERS) as pool:  # nodes are independent of each other
+            done = [a for ran in pool.map(run_node, per_node.values()) for a in ran]
+        selected: dict[str, list[str]] = {}
+        for action in done:
+            if action.kind == "relabel":
+                selected.setdefault(action.config or "", []).append(action.node)
+        for config, names in sorted(selected.items()):  # one Event per config, not one per node
+            shown = ", ".join(sorted(names)[:10]) + (", ..." if len(names) > 10 else "")
+            self.recorder.normal(repo, "MIGConfigSelected",
+                                 f"nvidia.com/mig.config={config} on {len(names)} node(s): {shown}")
         self.metrics.writes.labels(self.name).inc(ops.writes)
         after = plan_rollout(_apply_all(states, done, now), desired.pools, now)
         for pool, progress in after.pools.items():
@@ -324,8 +344,6 @@ class RepositoryReconciler:
     def _do(self, ops: NodeOps, repo: dict, action: Action, now: datetime) -> None:
         if action.kind == "relabel":
             ops.relabel(action.node, action.config or "", now)
-            self.recorder.normal(repo, "MIGConfigSelected", f"node {action.node}: nvidia.com/mig.config="
-                                 f"{action.config}")
         elif action.kind == "cordon":
             ops.cordon(action.node, action.config or "")
             self.recorder.normal(repo, "NodeCordoned", f"node {action.node} cordoned for a MIG layout change")
@@ -355,6 +373,7 @@ class RepositoryReconciler:
         new = next_status(current, outcome, generation=generation, now=self.now())
         if new == current or not self.is_leader():
             return
+        self.status_writes += 1
         self.custom.patch_namespaced_custom_object_status(
             GROUP, VERSION, self.namespace, PLURAL, self.name, {"status": new},
             _content_type="application/merge-patch+json")

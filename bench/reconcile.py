@@ -1,0 +1,194 @@
+"""Benchmark of the GitOps reconciler on the real local control plane with simulated GPU nodes.
+
+    .venv/bin/python bench/reconcile.py [--quick] [--nodes N]
+
+On N DGX-H100 kwok nodes (default 1,250 × 8 GPUs): a fleet-wide MIG policy change (CPU time of the reconcile
+that renders, diffs and applies it, and its API writes), a no-op reconcile (writes and wall time), and
+commit → applied latency through the signed webhook (excluding MIG manager delays: the figure stops when the
+PolicyRepository reports the revision applied and the nodes relabelled).
+
+Last line: JSON with fleet_change_cpu_seconds, fleet_change_writes, noop_writes, noop_seconds,
+webhook_to_applied_seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import yaml
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from kgwe.cluster.client import ensure_namespace
+from kgwe.cluster.names import MIG_STATE_LABEL
+from kgwe.gitops.webhook import sign
+from kgwe.reconcile.controller import Controller
+from kgwe.reconcile.repository import GROUP, PLURAL, VERSION, RepositoryReconciler
+from kgwe.resources import deploy_dir
+from kgwe.testing import gpunodes
+from kgwe.testing.controlplane import ControlPlane, find_binaries
+
+NS = "kgwe-system"
+POOL = "bench"
+ENV = {"GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@x", "GIT_COMMITTER_NAME": "b",
+       "GIT_COMMITTER_EMAIL": "b@x", "HOME": "/tmp", "PATH": "/usr/bin:/bin"}
+
+
+def git(cwd: Path, *args: str) -> str:
+    done = subprocess.run(["git", *args], cwd=cwd, env=ENV, check=True, capture_output=True, text=True)
+    return done.stdout.strip()
+
+
+def strategy(profile: str) -> str:
+    return (f"apiVersion: kgwe.nvidia.io/v1\nkind: MIGStrategy\nmetadata: {{name: {POOL}}}\nspec:\n"
+            f"  nodeSelector: {{kgwe.nvidia.io/pool: {POOL}}}\n  partitionStrategy:\n"
+            f"    preferredProfiles:\n      - {profile}: 100%\n"
+            f"  rollout: {{maxUnavailable: 100%, drain: false, pendingTimeout: 1h}}\n")
+
+
+def commit(work: Path, profile: str) -> str:
+    (work / "policy").mkdir(exist_ok=True)
+    (work / "policy" / "mig.yaml").write_text(strategy(profile))
+    git(work, "add", "-A")
+    git(work, "commit", "-qm", f"pool {POOL}: {profile}")
+    git(work, "push", "-q", "origin", "HEAD:main")
+    return git(work, "rev-parse", "HEAD")
+
+
+def install_crds(api: client.ApiClient) -> None:
+    ext = client.ApiextensionsV1Api(api)
+    for path in sorted((deploy_dir() / "crds").glob("*.yaml")):
+        for crd in yaml.safe_load_all(path.read_text()):
+            try:
+                ext.create_custom_resource_definition(crd)
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            client.CustomObjectsApi(api).list_namespaced_custom_object(GROUP, VERSION, NS, PLURAL)
+            return
+        except ApiException:
+            time.sleep(0.2)
+    raise SystemExit("CRDs never became available")
+
+
+def mig_manager_reports_success(api: client.ApiClient, names: list[str]) -> None:
+    """What the MIG manager would end with on every relabelled node (its delays are not measured)."""
+    core = client.CoreV1Api(api)
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        list(pool.map(lambda n: core.patch_node(n, {"metadata": {"labels": {MIG_STATE_LABEL: "success"}}}),
+                      names))
+
+
+def writes(rec: RepositoryReconciler) -> float:
+    return rec.metrics.writes.labels(POOL)._value.get() + rec.status_writes + rec.recorder.writes
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="100 nodes instead of 1,250")
+    parser.add_argument("--nodes", type=int)
+    args = parser.parse_args()
+    count = args.nodes or (100 if args.quick else 1250)
+
+    with tempfile.TemporaryDirectory(prefix="kgwe-bench-") as tmp_name, ControlPlane(find_binaries()) as cp:
+        tmp = Path(tmp_name)
+        api = cp.new_api_client(pool_size=32)
+        install_crds(api)
+        for ns in (NS, "gpu-operator"):
+            ensure_namespace(api, ns)
+        names = [f"bench-h100-{i:04d}" for i in range(count)]
+        t0 = time.monotonic()
+        gpunodes.create_gpu_nodes(api, "DGX-H100", names, workers=16, labels={"kgwe.nvidia.io/pool": POOL})
+        print(f"created {count} DGX-H100 kwok nodes ({count * 8} GPUs) in {time.monotonic() - t0:.1f}s")
+
+        bare, work = tmp / "policy.git", tmp / "work"
+        git(tmp, "init", "-q", "--bare", "-b", "main", str(bare))
+        git(tmp, "clone", "-q", str(bare), str(work))
+        git(work, "checkout", "-q", "-b", "main")
+        commit(work, "1g.10gb")
+        client.CustomObjectsApi(api).create_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, {
+            "apiVersion": "kgwe.nvidia.io/v1", "kind": "PolicyRepository", "metadata": {"name": POOL},
+            "spec": {"url": str(bare), "ref": {"branch": "main"}, "path": "policy", "interval": "1h"}})
+
+        rec = RepositoryReconciler(api, NS, POOL, cache_dir=tmp / "cache")
+        t0 = time.monotonic()
+        first = rec.reconcile()
+        print(f"first reconcile: {first.phase}, {time.monotonic() - t0:.2f}s")
+        mig_manager_reports_success(api, names)
+        settled = rec.reconcile()
+        print(f"after MIG success: {settled.phase}")
+
+        w0, t0 = writes(rec), time.perf_counter()
+        noop = rec.reconcile()
+        noop_seconds = time.perf_counter() - t0
+        noop_writes = writes(rec) - w0
+        print(f"no-op reconcile: {noop.phase}, {noop_seconds:.2f}s, {noop_writes:.0f} writes")
+
+        commit(work, "3g.40gb")
+        w0, c0, t0 = writes(rec), time.process_time(), time.perf_counter()
+        change = rec.reconcile()
+        fleet_cpu = time.process_time() - c0
+        fleet_wall = time.perf_counter() - t0
+        fleet_writes = writes(rec) - w0
+        relabels = sum(1 for a in rec.last_plan.actions if a.kind == "relabel")
+        print(f"fleet-wide change: {change.phase}, cpu {fleet_cpu:.2f}s, wall {fleet_wall:.2f}s, "
+              f"{fleet_writes:.0f} writes ({relabels} node relabels)")
+        mig_manager_reports_success(api, names)
+        rec.reconcile()
+
+        secret = b"bench-secret"
+        controller = Controller(api, NS, cache_dir=tmp / "ctl", webhook_secret=secret,
+                                listen=("127.0.0.1", 0), leader_election=False)
+        stop = threading.Event()
+        thread = threading.Thread(target=controller.run, args=(stop,), daemon=True)
+        thread.start()
+        custom = client.CustomObjectsApi(api)
+        deadline = time.monotonic() + 300
+        while controller.reconciles == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)
+        sha = commit(work, "2g.20gb")
+        body = json.dumps({"ref": "refs/heads/main", "after": sha,
+                           "commits": [{"modified": ["policy/mig.yaml"]}]})
+        req = urllib.request.Request(
+            f"http://127.0.0.1:{controller.server.port}/hooks/git", data=body.encode(), method="POST",
+            headers={"Content-Type": "application/json", "X-GitHub-Event": "push",
+                     "X-Hub-Signature-256": sign(secret, body.encode())})
+        t0 = time.perf_counter()
+        urllib.request.urlopen(req, timeout=10).read()
+        want = f"main@sha1:{sha}"
+        while time.monotonic() < deadline:
+            status = custom.get_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, POOL).get("status") or {}
+            if status.get("lastAppliedRevision") == want:
+                break
+            time.sleep(0.02)
+        webhook_seconds = time.perf_counter() - t0
+        print(f"commit → applied through the webhook: {webhook_seconds:.2f}s")
+        stop.set()
+        thread.join(timeout=30)
+
+    result = {
+        "fleet_change_cpu_seconds": round(fleet_cpu, 3),
+        "fleet_change_writes": int(fleet_writes),
+        "noop_writes": int(noop_writes),
+        "noop_seconds": round(noop_seconds, 3),
+        "webhook_to_applied_seconds": round(webhook_seconds, 3),
+    }
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
