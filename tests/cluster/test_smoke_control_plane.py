@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pytest
-import yaml
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
-from kgwe.resources import deploy_dir
 from kgwe.testing.controlplane import ControlPlane
+from kgwe.testing.crds import install_crds, repo_crds
 
 pytestmark = pytest.mark.cluster
 
@@ -34,33 +32,6 @@ FALLBACK_CRD: dict[str, Any] = {
 }
 
 
-def _repo_crds() -> list[dict[str, Any]]:
-    crd_dir = deploy_dir() / "crds"
-    docs: list[dict[str, Any]] = []
-    for path in sorted(crd_dir.glob("*.y*ml")) if crd_dir.is_dir() else []:
-        docs += [d for d in yaml.safe_load_all(path.read_text())
-                 if d and d.get("kind") == "CustomResourceDefinition"]
-    return docs
-
-
-def _install_crds(api: client.ApiClient, crds: list[dict[str, Any]]) -> None:
-    ext = client.ApiextensionsV1Api(api)
-    for crd in crds:
-        try:
-            ext.create_custom_resource_definition(crd)
-        except ApiException as exc:
-            if exc.status != 409:
-                raise
-    deadline = time.monotonic() + 30
-    for crd in crds:
-        while True:
-            status = ext.read_custom_resource_definition(crd["metadata"]["name"]).status
-            if any(c.type == "Established" and c.status == "True" for c in (status.conditions or [])):
-                break
-            assert time.monotonic() < deadline, f"CRD {crd['metadata']['name']} not Established"
-            time.sleep(0.1)
-
-
 def test_version_is_the_pinned_release(control_plane: ControlPlane) -> None:
     version = control_plane.version()
     assert version["gitVersion"] == control_plane.binaries.kubernetes_version
@@ -68,8 +39,8 @@ def test_version_is_the_pinned_release(control_plane: ControlPlane) -> None:
 
 
 def test_crd_schema_violation_is_rejected_with_422(k8s_api: client.ApiClient, namespace: str) -> None:
-    crds = _repo_crds() or [FALLBACK_CRD]
-    _install_crds(k8s_api, crds)
+    crds = repo_crds() or [FALLBACK_CRD]
+    install_crds(k8s_api, crds)
     custom = client.CustomObjectsApi(k8s_api)
     checked = 0
     for crd in crds:
