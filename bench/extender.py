@@ -21,6 +21,7 @@ import argparse
 import asyncio
 import json
 import multiprocessing as mp
+import os
 import re
 import subprocess
 import sys
@@ -188,6 +189,12 @@ def wait_port(proc: subprocess.Popen) -> int:
     raise SystemExit(f"extender did not start: exit {proc.poll()}")
 
 
+def schedstat(pid: int) -> tuple[float, float]:
+    """(CPU seconds, seconds runnable but waiting for a CPU) of a process: how contended the machine is."""
+    run, wait, _ = Path(f"/proc/{pid}/schedstat").read_text().split()
+    return int(run) / 1e9, int(wait) / 1e9
+
+
 def peak_rss_mb(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
@@ -207,7 +214,9 @@ def measure(n: int, clients: int, seconds: float, rate: float, tmp: Path) -> dic
     try:
         port = wait_port(proc)
         run_loadgen(port, names, 4, 2.0, None)  # warm the per-shape caches
+        cpu0, wait0 = schedstat(proc.pid)
         lat, offered_rps, err1 = run_loadgen(port, names, clients, seconds, rate)
+        cpu1, wait1 = schedstat(proc.pid)
         _, rps, err2 = run_loadgen(port, names, clients, seconds, None)
         rss = peak_rss_mb(proc.pid)
     finally:
@@ -215,6 +224,8 @@ def measure(n: int, clients: int, seconds: float, rate: float, tmp: Path) -> dic
         proc.wait(timeout=10)
     row = {
         "nodes": n,
+        "server_cpu_s": round(cpu1 - cpu0, 2),
+        "server_runqueue_wait_s": round(wait1 - wait0, 2),
         "filter_p50_ms": round(pct(lat["filter"], 50), 2),
         "filter_p99_ms": round(pct(lat["filter"], 99), 2),
         "prioritize_p50_ms": round(pct(lat["prioritize"], 50), 2),
@@ -231,6 +242,12 @@ def measure(n: int, clients: int, seconds: float, rate: float, tmp: Path) -> dic
         f"({row['achieved_rps_at_offered']} achieved) | max {row['max_rps']} req/s"
         f" | peak RSS {row['rss_mb']} MB"
         f" | errors {row['errors']}",
+        flush=True,
+    )
+    print(
+        f"       latency phase: server used {row['server_cpu_s']} s CPU and waited"
+        f" {row['server_runqueue_wait_s']} s"
+        f" for a CPU in {seconds:g} s (load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)",
         flush=True,
     )
     return row
