@@ -8,18 +8,16 @@ OUT/reports/<cluster>/<period>/; with `--commit-back URL` they are also committe
 from __future__ import annotations
 
 import argparse
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 
-from kgwe.cost.budgets import budget_from_policy, daily_spend_by_team
+from kgwe.cost.budgets import budget_from_policy
 from kgwe.cost.pricing import pricebook_from_catalog
-from kgwe.cost.reports import ReportInput, build_reports, commit_reports, write_reports
-from kgwe.cost.rightsizing import recommend, size_of
+from kgwe.cost.reports import commit_reports, write_reports
+from kgwe.cost.service import generate_reports
 from kgwe.cost.store import CostStore, normalize_url
 from kgwe.cost.usage import Period
 from kgwe.errors import KgweError
-
-HISTORY_DAYS = 56  # forecast history: eight weeks, enough for weekly seasonality
 
 
 def parse_utc(text: str, what: str) -> datetime:
@@ -75,31 +73,8 @@ def run(args: argparse.Namespace) -> int:
     store = CostStore(url)
     store.migrate()
 
-    dims = ("team", "namespace", "gpu_product")
-    cb = store.chargeback(book, period, now=now, granularity="day", group_by=dims)
-    history_since = min(period.since, now - timedelta(days=HISTORY_DAYS)).replace(hour=0, minute=0, second=0)
-    history = store.chargeback(book, Period(history_since, max(now, history_since + timedelta(seconds=1))),
-                               now=now, granularity="day", group_by=("team",))
-    recommendations, skipped = [], 0
-    if args.prometheus:
-        from kgwe.cost.prometheus import PrometheusClient
-
-        series, skipped = PrometheusClient(args.prometheus).pod_utilization(period.since, now)
-        held = {(iv.namespace, iv.pod): iv for iv in sorted(store.usage(period), key=lambda iv: iv.start)}
-        for s in series:
-            iv = held.get((s.namespace, s.pod))
-            if iv is None:
-                continue
-            current = size_of(iv.gpu_product, iv.kind, iv.count, iv.mig_profile, iv.gpu_milli)
-            rec = recommend(s, iv.gpu_product, current)
-            if rec is not None:
-                recommendations.append(rec)
-    files = build_reports(ReportInput(
-        cluster=args.cluster, now=now, period=period, by_team_namespace_product_daily=cb,
-        nodes=store.nodes(period), budgets=budgets, daily_spend_history=daily_spend_by_team(history.lines),
-        recommendations=recommendations, rightsizing_source=args.prometheus or "",
-        rightsizing_skipped=skipped, mig_pricing=book.mig_pricing,
-    ))
+    generated = generate_reports(store, book, budgets, period, now, args.cluster, args.prometheus)
+    files, cb = generated.files, generated.chargeback
     out = Path(args.out)
     written = write_reports(files, out)
     print(f"cluster GPU cost {cb.cluster_cost} {cb.currency} = allocated {cb.allocated_cost} + idle "

@@ -121,3 +121,25 @@ def test_reports_are_committed_back_and_a_concurrent_push_is_kept(db, tmp_path):
     # the same report again: nothing changed, so no empty commit
     assert run_report(db, out, "--commit-back", str(remote), now="2026-10-25T00:00:00Z") == 0
     assert git(human, "--git-dir", str(remote), "log", "--format=%an", "main").count("kgwe-bot") == 2
+
+
+def test_service_refreshes_metrics_and_budget_status(db):
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from kgwe.cost.budgets import budget_from_policy
+    from kgwe.cost.metrics import install
+    from kgwe.cost.pricing import pricebook_from_catalog
+    from kgwe.cost.service import CostService
+    from kgwe.policy.loader import load_repository
+    from kgwe.policy.pricing import PricingCatalog
+
+    policy = load_repository(sample_repo_dir())
+    book = pricebook_from_catalog(policy.objects(PricingCatalog)[0])
+    budgets = [budget_from_policy(b) for b in policy.budgets]
+    registry = CollectorRegistry()
+    service = CostService(CostStore(db), cluster="prod", collector=install(registry))
+    statuses = service.refresh(book, budgets, datetime(2026, 10, 20, 12, tzinfo=UTC))
+    assert {s.name: s.spent > 0 for s in statuses} == {"data-science": True, "inference-platform": True,
+                                                      "ml-research": True}
+    text = generate_latest(registry).decode()
+    assert 'kgwe_budget_used_ratio{budget="ml-research"' in text and "kgwe_idle_gpu_cost{" in text

@@ -1,0 +1,158 @@
+"""The cost engine as the controller runs it: metering in a thread, metrics refresh, and reports on a
+schedule committed back to the policy repository. `kgwe report` uses `generate_reports` too.
+
+Everything here is wiring: the decisions live in the pure modules.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from kgwe.cost.budgets import BudgetSpec, BudgetStatus, budget_period, daily_spend_by_team, evaluate_budget
+from kgwe.cost.chargeback import Chargeback
+from kgwe.cost.metrics import CostCollector, install
+from kgwe.cost.pricing import PriceBook
+from kgwe.cost.reports import ReportInput, build_reports, commit_reports
+from kgwe.cost.rightsizing import Recommendation, recommend, size_of
+from kgwe.cost.store import CostStore
+from kgwe.cost.usage import Period, month_period
+
+HISTORY_DAYS = 56  # forecast history: eight weeks, enough for weekly seasonality
+
+
+@dataclass(frozen=True)
+class Generated:
+    files: dict[str, str]
+    chargeback: Chargeback
+    budgets: tuple[BudgetStatus, ...]
+
+
+def daily_history(store: CostStore, book: PriceBook, now: datetime, since: datetime | None = None):
+    """Spend per team per UTC day over the forecast history window ending at `now`."""
+    start = (
+        (now - timedelta(days=HISTORY_DAYS))
+        if since is None
+        else min(since, now - timedelta(days=HISTORY_DAYS))
+    )
+    start = start.replace(hour=0, minute=0, second=0, microsecond=0)
+    window = Period(start, max(now, start + timedelta(seconds=1)))
+    return daily_spend_by_team(
+        store.chargeback(book, window, now=now, granularity="day", group_by=("team",)).lines
+    )
+
+
+def rightsizing(
+    store: CostStore, period: Period, now: datetime, prometheus_url: str
+) -> tuple[list[Recommendation], int]:
+    from kgwe.cost.prometheus import PrometheusClient
+
+    series, skipped = PrometheusClient(prometheus_url).pod_utilization(period.since, now)
+    held = {(iv.namespace, iv.pod): iv for iv in sorted(store.usage(period), key=lambda iv: iv.start)}
+    out = []
+    for s in series:
+        iv = held.get((s.namespace, s.pod))
+        if iv is None:
+            continue  # not a pod we meter: nothing to compare against
+        rec = recommend(
+            s, iv.gpu_product, size_of(iv.gpu_product, iv.kind, iv.count, iv.mig_profile, iv.gpu_milli)
+        )
+        if rec is not None:
+            out.append(rec)
+    return out, skipped
+
+
+def generate_reports(
+    store: CostStore,
+    book: PriceBook,
+    budgets: Sequence[BudgetSpec],
+    period: Period,
+    now: datetime,
+    cluster: str,
+    prometheus_url: str | None = None,
+) -> Generated:
+    cb = store.chargeback(
+        book, period, now=now, granularity="day", group_by=("team", "namespace", "gpu_product")
+    )
+    history = daily_history(store, book, now, period.since)
+    recs, skipped = rightsizing(store, period, now, prometheus_url) if prometheus_url else ([], 0)
+    files = build_reports(
+        ReportInput(
+            cluster=cluster,
+            now=now,
+            period=period,
+            by_team_namespace_product_daily=cb,
+            nodes=store.nodes(period),
+            budgets=budgets,
+            daily_spend_history=history,
+            recommendations=recs,
+            rightsizing_source=prometheus_url or "",
+            rightsizing_skipped=skipped,
+            mig_pricing=book.mig_pricing,
+        )
+    )
+    statuses = tuple(evaluate_budget(b, history.get(b.team, {}), now) for b in budgets)
+    return Generated(files, cb, statuses)
+
+
+class CostService:
+    """What the controller starts: `start_metering`, then periodically `refresh` (metrics, budget status
+    for Enforce) and, on the PolicyRepository's reports schedule, `commit` (reports to Git)."""
+
+    def __init__(self, store: CostStore, *, cluster: str, collector: CostCollector | None = None) -> None:
+        self.store = store
+        self.cluster = cluster
+        self.collector = collector or install()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start_metering(self, api_client: Any, **watch_options: Any) -> None:
+        from kgwe.cost.metering_watch import MeteringWatch
+
+        self.watch = MeteringWatch(api_client, self.store, **watch_options)
+        self._thread = threading.Thread(
+            target=self.watch.run, args=(self._stop,), name="kgwe-metering", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(30)
+
+    def refresh(
+        self, book: PriceBook, budgets: Sequence[BudgetSpec], now: datetime
+    ) -> tuple[BudgetStatus, ...]:
+        """Month-to-date chargeback into metrics; budget statuses (for alerts and Enforce quotas)."""
+        month = month_period(now)
+        cb = self.store.chargeback(book, month, now=now, granularity="total", group_by=("team", "namespace"))
+        earliest = min((budget_period(b.period, now).since for b in budgets), default=month.since)
+        history = daily_history(self.store, book, now, earliest)
+        statuses = tuple(evaluate_budget(b, history.get(b.team, {}), now) for b in budgets)
+        self.collector.update(cb, statuses)
+        return statuses
+
+    def commit(
+        self,
+        book: PriceBook,
+        budgets: Sequence[BudgetSpec],
+        period: Period,
+        now: datetime,
+        *,
+        repo_url: str,
+        branch: str,
+        workdir: Path,
+        path_prefix: str = "reports",
+        prometheus_url: str | None = None,
+    ):
+        generated = generate_reports(self.store, book, budgets, period, now, self.cluster, prometheus_url)
+        files = generated.files
+        if path_prefix != "reports":  # PolicyRepository.spec.reports.path, e.g. reports/prod
+            files = {path_prefix.rstrip("/") + rel[len("reports") :]: text for rel, text in files.items()}
+        return commit_reports(
+            files, repo_url, branch, workdir, summary=f"cost reports {self.cluster} {period.label}"
+        )
