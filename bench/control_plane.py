@@ -7,8 +7,8 @@ nodes_1000_ready_seconds, baseline_pods_per_second.
 
 cold_build_seconds is what hack/cluster-bins.sh recorded when it built the cache (the build is not redone).
 baseline_pods_per_second: pods are created while kube-scheduler is stopped, then it is started with
-`BASELINE_SCHEDULER` and we time first bind -> last bind. The extender benchmark must use the same config
-(plus its `extenders:` entry) to be comparable.
+`kgwe.testing.controlplane.baseline_scheduler_config()` and we time first bind -> last bind. The extender
+benchmark must use `baseline_scheduler_config(extenders=[...])` to be comparable.
 """
 
 from __future__ import annotations
@@ -25,10 +25,9 @@ from pathlib import Path
 from kubernetes import client, watch
 
 from kgwe.testing import gpunodes
-from kgwe.testing.controlplane import ControlPlane, default_scheduler_config, find_binaries
+from kgwe.testing.controlplane import ControlPlane, baseline_scheduler_config, find_binaries
 
-# Client rate limits raised so that the scheduler's own work, not its API client throttle, is measured.
-BASELINE_SCHEDULER = default_scheduler_config(qps=1000, burst=2000)
+BASELINE_SCHEDULER = baseline_scheduler_config()
 MACHINE_MIX = ("DGX-H100", "DGX-A100", "A100-PCIE-NVLINK-PAIRS", "L40S-8-PCIE", "DGX-1-V100")
 
 

@@ -34,6 +34,11 @@ MIG_CONFIG_LABEL = "nvidia.com/mig.config"
 MIG_STATE_LABEL = "nvidia.com/mig.config.state"
 MIG_MANAGER_DEPLOY_LABEL = "nvidia.com/gpu.deploy.mig-manager"
 MACHINE_LABEL = "node.kubernetes.io/instance-type"
+# GPU Operator operand labels on every GPU node; the MIG manager pauses these during a change.
+OPERAND_DEPLOY_LABELS = tuple(
+    f"nvidia.com/gpu.deploy.{o}"
+    for o in ("device-plugin", "gpu-feature-discovery", "dcgm-exporter", "dcgm", "nvsm")
+)
 
 # Per-GPU MIG layout, as in kgwe.planner.migparted: None = MIG disabled, else the profile names on that GPU.
 MigLayout = Sequence[Sequence[str] | None]
@@ -137,6 +142,7 @@ def node_manifest(
         "nvidia.com/gpu.compute.major": str(gpu_machine.compute_capability[0]),
         "nvidia.com/gpu.compute.minor": str(gpu_machine.compute_capability[1]),
         "nvidia.com/mig.capable": "true" if model.mig_capable else "false",
+        **{label: "true" for label in OPERAND_DEPLOY_LABELS if not label.endswith(".nvsm")},
     }
     if model.mig_capable:
         node_labels.update({

@@ -27,6 +27,7 @@ from kgwe.testing.gpunodes import (
     MIG_CONFIG_LABEL,
     MIG_MANAGER_DEPLOY_LABEL,
     MIG_STATE_LABEL,
+    OPERAND_DEPLOY_LABELS,
     MigLayout,
     gpu_resources,
 )
@@ -34,11 +35,6 @@ from kgwe.testing.watching import watch_loop
 
 log = logging.getLogger(__name__)
 
-# Operands the real manager pauses while it repartitions (values `false` stay `false`).
-PAUSED_OPERANDS = tuple(
-    f"nvidia.com/gpu.deploy.{o}"
-    for o in ("device-plugin", "gpu-feature-discovery", "dcgm-exporter", "dcgm", "nvsm")
-)
 PAUSED_VALUE = "paused-for-mig-change"
 
 
@@ -228,7 +224,8 @@ class MigManagerStandIn:
             self._set_labels(name, {MIG_STATE_LABEL: "failed"})
             return
 
-        paused = {k: PAUSED_VALUE for k in PAUSED_OPERANDS if labels.get(k) == "true"}
+        # Operands are paused for the change (values `false` stay `false`), restored to `true` after.
+        paused = {k: PAUSED_VALUE for k in OPERAND_DEPLOY_LABELS if labels.get(k) == "true"}
         self._set_labels(name, {MIG_STATE_LABEL: "pending", **paused})
         if self._stop.wait(self.delay_seconds):
             return

@@ -52,8 +52,14 @@ def mig_parted_config(k8s_api: client.ApiClient, mig_manager: MigManagerStandIn)
     core.delete_namespaced_config_map(mig_manager.config_map, ns)
 
 
+DEVICE_PLUGIN = "nvidia.com/gpu.deploy.device-plugin"
+
+
 def _select_config(core: client.CoreV1Api, node: str, config: str) -> list[str]:
-    """Set nvidia.com/mig.config and return the state label values seen until a final state."""
+    """Set nvidia.com/mig.config and return the state label values seen until a final state.
+
+    A `pending` state is recorded as `pending/<device-plugin deploy label>` to show the operand pause.
+    """
     listing = core.list_node(field_selector=f"metadata.name={node}")
     core.patch_node(node, {"metadata": {"labels": {MIG_CONFIG_LABEL: config}}})
     states: list[str] = []
@@ -64,9 +70,11 @@ def _select_config(core: client.CoreV1Api, node: str, config: str) -> list[str]:
         if labels.get(MIG_CONFIG_LABEL) != config:
             continue
         state = labels.get(MIG_STATE_LABEL)
+        if state == "pending":
+            state = f"pending/{labels.get(DEVICE_PLUGIN)}"
         if not states or states[-1] != state:
             states.append(state)
-        if state in ("failed",) or (state == "success" and "pending" in states):
+        if state == "failed" or (state == "success" and any(x.startswith("pending") for x in states)):
             w.stop()
             break
     return states
@@ -78,13 +86,14 @@ def test_mig_config_change_goes_pending_then_success_and_updates_allocatable(
     core = client.CoreV1Api(k8s_api)
     node = gpu_node("DGX-H100")
     states = _select_config(core, node, "kgwe-mixed")
-    assert states[-2:] == ["pending", "success"]
+    assert states[-2:] == ["pending/paused-for-mig-change", "success"]
+    assert core.read_node(node).metadata.labels[DEVICE_PLUGIN] == "true"
     alloc = core.read_node(node).status.allocatable
     assert alloc["nvidia.com/gpu"] == "6"
     assert alloc["nvidia.com/mig-3g.40gb"] == "4"
 
     states = _select_config(core, node, "all-disabled")
-    assert states[-2:] == ["pending", "success"]
+    assert states[-2:] == ["pending/paused-for-mig-change", "success"]
     alloc = core.read_node(node).status.allocatable
     assert alloc["nvidia.com/gpu"] == "8"
     assert not [k for k in alloc if k.startswith("nvidia.com/mig-")]
