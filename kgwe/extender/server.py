@@ -1,10 +1,13 @@
 """A small HTTP/1.1 server on asyncio's Protocol layer, made for the extender's traffic pattern.
 
-Why not a framework: kube-scheduler keeps a few keep-alive connections and sends POSTs with a
-Content-Length; every request is CPU work of ~0.1-1 ms. A framework's routing, middleware and request
-objects would cost about as much as the answer itself (measured with aiohttp: bench/extender.py), while the
-protocol surface needed here is tiny. The handler runs inline on the event loop (no thread hop), so one core
-serves thousands of requests per second and a slow client never blocks anyone else.
+Why this and not a framework: kube-scheduler keeps a few keep-alive connections and sends POSTs with a
+Content-Length; each answer is ~0.2-0.5 ms of CPU at 1,000 nodes, so the server must add little and, above
+all, stay in control of bad input. Measured on the same engine at 1,000 nodes (32 closed-loop clients, this
+2-core shared machine): this server 0.28-0.39 ms CPU per request, aiohttp 0.38-0.43 ms. The gain is modest;
+the deciding points are (1) no new dependency (aiohttp is not one of ours; the stdlib's http.server is
+thread-per-request and far slower), (2) exact fault control: a 413 is answered from the headers without
+reading the body, slow clients get a 408 from a per-request timer, and nothing can produce a 500. The
+handler runs inline on the event loop (no thread hop) and never blocks on I/O.
 
 Fault rules: every error is a 4xx with a JSON body {"error": "..."}: malformed request line or headers 400,
 missing Content-Length / chunked bodies 411, bodies over the limit 413 (answered from the headers, the
