@@ -289,7 +289,10 @@ class ControlPlane:
         return {name: p.popen.pid for name, p in self._procs.items()}
 
     def log_paths(self) -> dict[str, Path]:
-        return {name: p.log_path for name, p in self._procs.items()}
+        paths = {name: p.log_path for name, p in self._procs.items()}
+        if self.workdir is not None and (self.logs_dir / "kcm-standin.log").is_file():
+            paths["kcm-standin"] = self.logs_dir / "kcm-standin.log"
+        return paths
 
     def log_tails(self, lines: int = 20) -> str:
         """Human-readable tail of every component log, for test failure reports."""
@@ -366,7 +369,8 @@ class ControlPlane:
             self._start_etcd()
             self._start_apiserver()
             if self._want_kcm:
-                self._kcm = ControllerManagerStandIn(self.new_api_client(pool_size=8))
+                self._kcm = ControllerManagerStandIn(self.new_api_client(pool_size=8),
+                                                     log_path=self.logs_dir / "kcm-standin.log")
                 self._kcm.start()
             self._start_kwok()
             if self._want_scheduler:

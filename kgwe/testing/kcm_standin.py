@@ -14,9 +14,11 @@ on the local control plane; tests create Pods directly and the fixtures clean up
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 from kubernetes import client
@@ -37,7 +39,7 @@ def _is_ready(node: Any) -> bool:
 class ControllerManagerStandIn:
     """Removes the not-ready taint from Ready nodes and creates `default` ServiceAccounts."""
 
-    def __init__(self, api_client: client.ApiClient, workers: int = 4) -> None:
+    def __init__(self, api_client: client.ApiClient, workers: int = 4, log_path: Path | None = None) -> None:
         self._core = client.CoreV1Api(api_client)
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -46,6 +48,15 @@ class ControllerManagerStandIn:
         self._lock = threading.Lock()
         self.untainted_nodes = 0
         self.created_service_accounts = 0
+        self._log_path = log_path
+
+    def _record(self, action: str) -> None:
+        """Each action goes to the stand-in's own log next to the component logs, so it is visible."""
+        if self._log_path is None:
+            return
+        stamp = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        with self._lock, self._log_path.open("a") as f:
+            f.write(f"{stamp} {action}\n")
 
     def start(self) -> None:
         for name, fn, handler in (
@@ -112,6 +123,7 @@ class ControllerManagerStandIn:
         ]
         self._core.patch_node(name, patch)
         self.untainted_nodes += 1
+        self._record(f"node {name} is Ready: removed taint {NOT_READY_TAINT}:NoSchedule")
 
     # service accounts ------------------------------------------------------------------------------
     def _on_namespace(self, event_type: str, ns: Any) -> None:
@@ -130,3 +142,4 @@ class ControllerManagerStandIn:
             namespace, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name="default"))
         )
         self.created_service_accounts += 1
+        self._record(f"namespace {namespace}: created ServiceAccount default")

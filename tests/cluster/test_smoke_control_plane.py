@@ -116,10 +116,14 @@ def _create_and_watch(core: client.CoreV1Api, namespace: str, body: dict[str, An
 
 
 def test_scheduler_binds_gpu_pod_and_kwok_runs_it(
-    k8s_api: client.ApiClient, namespace: str, gpu_node: Any
+    control_plane: ControlPlane, k8s_api: client.ApiClient, namespace: str, gpu_node: Any
 ) -> None:
     core = client.CoreV1Api(k8s_api)
     node = gpu_node("DGX-H100")
+    # What kube-controller-manager would have done, done visibly by the stand-in:
+    standin_log = control_plane.log_paths()["kcm-standin"].read_text()
+    assert f"node {node} is Ready: removed taint node.kubernetes.io/not-ready" in standin_log
+    assert f"namespace {namespace}: created ServiceAccount default" in standin_log
     pod, phases = _create_and_watch(core, namespace, _gpu_pod("two-gpus", node, 2),
                                     lambda p: p.status.phase == "Running")
     assert pod.spec.node_name == node
