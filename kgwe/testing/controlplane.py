@@ -354,6 +354,9 @@ class ControlPlane:
                 kept = self.keep_logs()
                 self.stop()
                 raise ControlPlaneError(f"{exc}\n(full component logs kept in {kept})") from None
+            except BaseException:  # Ctrl-C or a bug while starting: leave no process behind
+                self.stop()
+                raise
         self.started_seconds = time.monotonic() - t0
         return self
 
