@@ -22,6 +22,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "plan-mig": ("kgwe.planner.cli", "plan MIG layouts per pool: target vs achieved shares, changes, reasons"),
     "plan": ("kgwe.reconcile.plan_command", "what a pull request would change (Markdown; exit 0/2/1)"),
     "controller": ("kgwe.reconcile.controller_command", "GitOps controller: Git -> policy -> safe rollout"),
+    "demo": ("kgwe.reconcile.demo_command", "local control plane + simulated GPU nodes + the controller"),
     "report": ("kgwe.cost.report_cmd", "cost reports: chargeback, budgets, forecast, rightsizing"),
 }
 

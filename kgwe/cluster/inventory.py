@@ -109,19 +109,31 @@ def read_gpu_nodes(api_client: client.ApiClient) -> list[GpuNodeFacts]:
     return facts_from_objects(nodes, gpu_pods_by_node(core))
 
 
-def _current_layouts(facts: GpuNodeFacts, mig_configs: Mapping[str, Any]) -> list[list[str] | None]:
-    """Per-GPU layout as the node's selected mig-parted config says (all MIG-disabled when unknown)."""
-    layout: list[list[str] | None] = [None] * facts.gpus
-    if facts.mig_state != "success":
-        return layout
-    for entry in mig_configs.get(facts.mig_config or "", []) or []:
+def config_layout(
+    entries: Sequence[Mapping[str, Any]] | None, gpus: int
+) -> list[tuple[str, ...] | None] | None:
+    """Per-GPU layout a mig-parted config selects on a node with `gpus` GPUs (profiles sorted; None = MIG
+    disabled); None when the config is unknown. Two config names with equal layouts are the same change."""
+    if entries is None:
+        return None
+    layout: list[tuple[str, ...] | None] = [None] * gpus
+    for entry in entries:
         devices = entry.get("devices")
-        indices = range(facts.gpus) if devices == "all" else [i for i in devices or [] if 0 <= i < facts.gpus]
-        profiles = ([p for p, n in sorted((entry.get("mig-devices") or {}).items()) for _ in range(int(n))]
+        indices = range(gpus) if devices == "all" else [i for i in devices or [] if 0 <= i < gpus]
+        devices_wanted = (entry.get("mig-devices") or {}).items()
+        profiles = (tuple(sorted(p for p, n in devices_wanted for _ in range(int(n))))
                     if entry.get("mig-enabled") else None)
         for i in indices:
-            layout[i] = list(profiles) if profiles is not None else None
+            layout[i] = profiles
     return layout
+
+
+def _current_layouts(facts: GpuNodeFacts, mig_configs: Mapping[str, Any]) -> list[list[str] | None]:
+    """Per-GPU layout as the node's selected mig-parted config says (all MIG-disabled when unknown)."""
+    if facts.mig_state != "success":
+        return [None] * facts.gpus
+    layout = config_layout(mig_configs.get(facts.mig_config or ""), facts.gpus) or [None] * facts.gpus
+    return [list(gpu) if gpu is not None else None for gpu in layout]
 
 
 def inventory_document(

@@ -104,7 +104,7 @@ class Controller:
         self._trigger.set()
 
     def _on_stopped(self) -> None:
-        log.warning("%s stopped leading", self.identity)
+        log.info("%s stopped leading", self.identity)
         self.metrics.leader.set(0)
 
     # -- triggers ------------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ from kubernetes.client.exceptions import ApiException
 
 from kgwe.cluster.apply import Applier, NotLeader, ObjectRef, SyncResult
 from kgwe.cluster.events import EventRecorder
-from kgwe.cluster.inventory import GpuNodeFacts, inventory_document, read_gpu_nodes
+from kgwe.cluster.inventory import GpuNodeFacts, config_layout, inventory_document, read_gpu_nodes
 from kgwe.cluster.names import repository_label_value
 from kgwe.cluster.nodes import NodeOps
 from kgwe.errors import KgweError
@@ -52,6 +52,7 @@ class Desired:
     pools: dict[str, PoolPolicy]
     node_pool: dict[str, str]
     inventory_doc: dict
+    mig_configs: dict  # config name -> mig-parted entries, as rendered (plus the live ones)
 
 
 def parse_interval_seconds(text: str | int | float | None, default: float = 60.0) -> float:
@@ -256,7 +257,9 @@ class RepositoryReconciler:
                 if node.name in rendered.node_configs and node.name not in node_pool and \
                         strategy.selects(node.labels):
                     node_pool[node.name] = strategy.name
-        return Desired(objects, dict(rendered.node_configs), pools, node_pool, doc)
+        configs = dict(live_configs)
+        configs.update(_rendered_mig_configs(objects, options.mig_namespace, options.mig_config_name))
+        return Desired(objects, dict(rendered.node_configs), pools, node_pool, doc, configs)
 
     def _live_mig_configs(self, namespace: str, name: str) -> dict:
         try:
@@ -296,7 +299,7 @@ class RepositoryReconciler:
     def _rollout(self, repo: dict, desired: Desired, facts: list[GpuNodeFacts]) -> RolloutPlan:
         states = [
             NodeState(name=f.name, pool=desired.node_pool[f.name],
-                      desired_config=desired.node_configs[f.name],
+                      desired_config=_same_or(desired, f),
                       current_config=f.mig_config, state=f.mig_state, requested_at=f.requested_at,
                       gpu_pods=len(f.gpu_pods), cordoned_by_kgwe=f.cordoned_by_kgwe)
             for f in facts if f.name in desired.node_pool
@@ -421,3 +424,26 @@ def _apply_all(states: list[NodeState], actions: list[Action], now: datetime) ->
         if action.node in by_name:
             by_name[action.node] = _after(by_name[action.node], action, now)
     return list(by_name.values())
+
+
+def _same_or(desired: Desired, facts: GpuNodeFacts) -> str:
+    """The config to select on a node: its current one when that already means the same layout (e.g. the
+    GPU Operator's `all-disabled` vs KGWE's `kgwe-all-disabled`): no node is paused or drained for nothing."""
+    wanted = desired.node_configs[facts.name]
+    current = facts.mig_config
+    if current and current != wanted:
+        now = config_layout(desired.mig_configs.get(current), facts.gpus)
+        if now is not None and now == config_layout(desired.mig_configs.get(wanted), facts.gpus):
+            return current
+    return wanted
+
+
+def _rendered_mig_configs(objects: list[dict], namespace: str, name: str) -> dict:
+    for obj in objects:
+        meta = obj.get("metadata") or {}
+        if obj.get("kind") == "ConfigMap" and meta.get("name") == name and meta.get("namespace") == namespace:
+            for text in (obj.get("data") or {}).values():
+                doc = yaml.safe_load(text)
+                if isinstance(doc, dict) and isinstance(doc.get("mig-configs"), dict):
+                    return doc["mig-configs"]
+    return {}

@@ -88,3 +88,28 @@ def test_reports_only_pushes_do_not_trigger(tmp_path):
     assert c._trigger.is_set() and c._pending_push
     text = c.metrics.exposition().decode()
     assert 'kgwe_webhook_events_total{outcome="ignored_reports_only"} 1.0' in text
+
+
+def test_equivalent_config_names_are_not_a_change():
+    from kgwe.cluster.inventory import GpuNodeFacts
+    from kgwe.reconcile.repository import Desired, _same_or
+
+    configs = {
+        "all-disabled": [{"devices": "all", "mig-enabled": False, "mig-devices": {}}],
+        "kgwe-all-disabled": [{"devices": "all", "mig-enabled": False, "mig-devices": {}}],
+        "kgwe-all-7x1g.10gb": [{"devices": "all", "mig-enabled": True, "mig-devices": {"1g.10gb": 7}}],
+        "custom-7x1g": [{"devices": [0, 1], "mig-enabled": True, "mig-devices": {"1g.10gb": 7}},
+                        {"devices": [1], "mig-enabled": True, "mig-devices": {"1g.10gb": 7}}],
+    }
+
+    def facts(current: str, gpus: int = 2) -> GpuNodeFacts:
+        return GpuNodeFacts("n", {"nvidia.com/mig.config": current}, {}, gpus, "p", None, False)
+
+    def desired(wanted: str) -> Desired:
+        return Desired([], {"n": wanted}, {}, {"n": "pool"}, {}, configs)
+
+    assert _same_or(desired("kgwe-all-disabled"), facts("all-disabled")) == "all-disabled"
+    assert _same_or(desired("kgwe-all-7x1g.10gb"), facts("all-disabled")) == "kgwe-all-7x1g.10gb"
+    assert _same_or(desired("kgwe-all-7x1g.10gb"), facts("custom-7x1g")) == "custom-7x1g"  # same on 2 GPUs
+    assert _same_or(desired("kgwe-all-7x1g.10gb"), facts("custom-7x1g", gpus=3)) == "kgwe-all-7x1g.10gb"
+    assert _same_or(desired("kgwe-all-7x1g.10gb"), facts("unknown-config")) == "kgwe-all-7x1g.10gb"
