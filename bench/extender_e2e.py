@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import subprocess
 import sys
@@ -32,6 +33,12 @@ from kgwe.extender.schedconfig import extender_entry
 from kgwe.testing.controlplane import ControlPlane, find_binaries
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def schedstat(pid: int) -> tuple[float, float]:
+    """(CPU seconds, seconds runnable but waiting for a CPU) of a process."""
+    run, wait, _ = Path(f"/proc/{pid}/schedstat").read_text().split()
+    return int(run) / 1e9, int(wait) / 1e9
 
 
 def make_namespace(core: client.CoreV1Api, ns: str) -> None:
@@ -167,8 +174,15 @@ def main() -> int:
         }
         without = throughput(cp, core, "bench-without", pods, BASELINE_SCHEDULER)
         print(f"without extender: {without:.1f} pods/s ({pods} pods)", flush=True)
+        cpu0, wait0 = schedstat(ext.pid)
         with_ext = throughput(cp, core, "bench-with", pods, with_config)
-        print(f"with extender:    {with_ext:.1f} pods/s ({pods} pods)", flush=True)
+        cpu1, wait1 = schedstat(ext.pid)
+        print(
+            f"with extender:    {with_ext:.1f} pods/s ({pods} pods); extender used {cpu1 - cpu0:.1f} s CPU "
+            f"({(cpu1 - cpu0) / pods * 1000:.2f} ms/pod) and waited {wait1 - wait0:.1f} s for a CPU "
+            f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)",
+            flush=True,
+        )
         lat = bind_latency(core, "bench-latency", latency_pods, 50.0)
         p50, p99 = lat[len(lat) // 2], lat[min(len(lat) - 1, int(0.99 * len(lat)))]
         print(f"creation -> bound at 50 pods/s with extender: p50 {p50:.1f} ms, p99 {p99:.1f} ms", flush=True)
