@@ -28,17 +28,12 @@ from kubernetes import client, watch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from control_plane import BASELINE_SCHEDULER, create_nodes, pod_body
+from extender import schedstat
 
 from kgwe.extender.schedconfig import extender_entry
 from kgwe.testing.controlplane import ControlPlane, find_binaries
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def schedstat(pid: int) -> tuple[float, float]:
-    """(CPU seconds, seconds runnable but waiting for a CPU) of a process."""
-    run, wait, _ = Path(f"/proc/{pid}/schedstat").read_text().split()
-    return int(run) / 1e9, int(wait) / 1e9
 
 
 def make_namespace(core: client.CoreV1Api, ns: str) -> None:
