@@ -12,7 +12,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
 
-from sqlalchemy import event, text
+from sqlalchemy import bindparam, event, text
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import ArgumentError, IntegrityError, OperationalError
 from sqlmodel import Session, create_engine, select
@@ -42,7 +42,7 @@ def normalize_url(url: str | None) -> str:
         return f"sqlite:///{Path(url).expanduser().resolve()}"
     for prefix in ("postgresql://", "postgres://"):
         if url.startswith(prefix):
-            return "postgresql+psycopg://" + url[len(prefix):]
+            return "postgresql+psycopg://" + url[len(prefix) :]
     return url
 
 
@@ -101,10 +101,19 @@ class CostStore:
     @staticmethod
     def _row(iv: UsageInterval) -> dict:
         return {
-            "pod_uid": iv.pod_uid or f"{iv.namespace}/{iv.pod}", "pod": iv.pod, "namespace": iv.namespace,
-            "team": iv.team, "node": iv.node, "gpu_product": iv.gpu_product, "kind": iv.kind,
-            "resource": resource_key(iv.kind, iv.mig_profile, iv.gpu_milli), "mig_profile": iv.mig_profile,
-            "gpu_milli": iv.gpu_milli, "count": iv.count, "spot": iv.spot, "start_s": to_epoch(iv.start),
+            "pod_uid": iv.pod_uid or f"{iv.namespace}/{iv.pod}",
+            "pod": iv.pod,
+            "namespace": iv.namespace,
+            "team": iv.team,
+            "node": iv.node,
+            "gpu_product": iv.gpu_product,
+            "kind": iv.kind,
+            "resource": resource_key(iv.kind, iv.mig_profile, iv.gpu_milli),
+            "mig_profile": iv.mig_profile,
+            "gpu_milli": iv.gpu_milli,
+            "count": iv.count,
+            "spot": iv.spot,
+            "start_s": to_epoch(iv.start),
             "end_s": None if iv.end is None else to_epoch(iv.end),
         }
 
@@ -131,29 +140,46 @@ class CostStore:
         with self.session() as s:
             return [r.to_interval() for r in s.exec(select(UsageRecord).where(UsageRecord.end_s.is_(None)))]
 
-    def add_usage(self, intervals: Iterable[UsageInterval], batch: int = 20_000) -> int:
-        """Bulk insert (imports, benchmarks). Uses core inserts: ORM objects are too slow for millions."""
-        table = UsageRecord.__table__
+    def add_usage(self, intervals: Iterable[UsageInterval], batch: int = 50_000) -> int:
+        """Bulk insert (imports, benchmarks) on the raw driver: COPY on PostgreSQL, executemany on
+        SQLite; ORM objects are far too slow for millions of rows. One transaction: all or nothing."""
         total = 0
-        chunk: list[dict] = []
-        with self.session() as s:
-            for iv in intervals:
-                chunk.append(self._row(iv))
-                if len(chunk) >= batch:
-                    s.execute(table.insert(), chunk)
-                    total += len(chunk)
-                    chunk = []
-            if chunk:
-                s.execute(table.insert(), chunk)
-                total += len(chunk)
-            s.commit()
+        columns = list(_USAGE_COLUMNS)
+        try:
+            with self.engine.begin() as conn:
+                cursor = conn.connection.dbapi_connection.cursor()
+                chunk: list[tuple] = []
+                for iv in intervals:
+                    row = self._row(iv)
+                    chunk.append(tuple(row[c] for c in columns))
+                    if len(chunk) >= batch:
+                        total += self._bulk(cursor, columns, chunk)
+                        chunk = []
+                if chunk:
+                    total += self._bulk(cursor, columns, chunk)
+        except OperationalError as exc:
+            raise KgweError(f"cost database {_safe(self.url)} is unavailable: {exc.orig}") from None
         return total
+
+    def _bulk(self, cursor, columns: list[str], rows: list[tuple]) -> int:
+        names = ", ".join(columns)
+        if self.dialect == "postgresql":
+            with cursor.copy(f"COPY kgwe_usage ({names}) FROM STDIN") as copy:
+                for row in rows:
+                    copy.write_row(row)
+        else:
+            marks = ", ".join("?" for _ in columns)
+            cursor.executemany(f"INSERT INTO kgwe_usage ({names}) VALUES ({marks})", rows)
+        return len(rows)
 
     def usage(self, period: Period) -> list[UsageInterval]:
         lo, hi = to_epoch(period.since), to_epoch(period.until)
         with self.session() as s:
-            rows = s.exec(select(UsageRecord).where(
-                UsageRecord.start_s < hi, (UsageRecord.end_s.is_(None)) | (UsageRecord.end_s > lo)))
+            rows = s.exec(
+                select(UsageRecord).where(
+                    UsageRecord.start_s < hi, (UsageRecord.end_s.is_(None)) | (UsageRecord.end_s > lo)
+                )
+            )
             return [r.to_interval() for r in rows]
 
     # -- nodes -----------------------------------------------------------------------------------
@@ -164,15 +190,25 @@ class CostStore:
             query = select(NodeRecord).where(NodeRecord.node == cap.node, NodeRecord.end_s.is_(None))
             current = s.exec(query).first()
             if current and (current.gpu_product, current.gpu_count, current.spot) == (
-                    cap.gpu_product, cap.gpu_count, cap.spot):
+                cap.gpu_product,
+                cap.gpu_count,
+                cap.spot,
+            ):
                 return False
             if current:
                 current.end_s = max(start_s, current.start_s)
                 s.add(current)
                 s.flush()
-            s.add(NodeRecord(node=cap.node, gpu_product=cap.gpu_product, gpu_count=cap.gpu_count,
-                             spot=cap.spot, start_s=start_s,
-                             end_s=None if cap.end is None else to_epoch(cap.end)))
+            s.add(
+                NodeRecord(
+                    node=cap.node,
+                    gpu_product=cap.gpu_product,
+                    gpu_count=cap.gpu_count,
+                    spot=cap.spot,
+                    start_s=start_s,
+                    end_s=None if cap.end is None else to_epoch(cap.end),
+                )
+            )
             return _commit_unless_duplicate(s)
 
     def end_node(self, node: str, end: datetime) -> int:
@@ -184,36 +220,75 @@ class CostStore:
     def nodes(self, period: Period) -> list[NodeCapacity]:
         lo, hi = to_epoch(period.since), to_epoch(period.until)
         with self.session() as s:
-            rows = s.exec(select(NodeRecord).where(
-                NodeRecord.start_s < hi, (NodeRecord.end_s.is_(None)) | (NodeRecord.end_s > lo)))
+            rows = s.exec(
+                select(NodeRecord).where(
+                    NodeRecord.start_s < hi, (NodeRecord.end_s.is_(None)) | (NodeRecord.end_s > lo)
+                )
+            )
             return [r.to_capacity() for r in rows]
 
     # -- aggregation in SQL ------------------------------------------------------------------------
     def usage_aggregates(
         self, period: Period, granularity: str, group_by: Sequence[str], now: datetime
     ) -> list[UsageAggregate]:
+        """Usage on nodes with capacity in the bucket is pooled (node ON_INVENTORY): grouping a million
+        rows by node as well would return nearly a million groups. Nodes without capacity (rare) are
+        found through the node index first and aggregated per node in a second, indexed query."""
         dims = check_group_by(group_by)
         cols = ", ".join(dims)
-        node = f"""(CASE WHEN node IN (SELECT node FROM kgwe_node_capacity WHERE gpu_count > 0 AND
-                    start_s < :hi AND COALESCE(end_s, :now) > :lo AND start_s < COALESCE(end_s, :now))
-                    THEN '{ON_INVENTORY}' ELSE node END)"""
-        sql = text(f"""
-            SELECT {node} AS node_or_pool, gpu_product, spot, kind, mig_profile, gpu_milli, {cols},
-                   SUM(({_least('COALESCE(end_s, :now)', ':hi')} - {_greatest('start_s', ':lo')}) * count)
-            FROM kgwe_usage {self._scan_hint(granularity)}
-            WHERE start_s < :hi AND COALESCE(end_s, :now) > :lo AND start_s < COALESCE(end_s, :now)
-            GROUP BY node_or_pool, gpu_product, spot, kind, mig_profile, gpu_milli, {cols}
-        """)
+        shape = f"gpu_product, spot, kind, mig_profile, gpu_milli, {cols}"
+        seconds = self._overlap_sum("count")
+        overlap = "start_s < :hi AND COALESCE(end_s, :now) > :lo AND start_s < COALESCE(end_s, :now)"
+        pooled = f"SELECT '{ON_INVENTORY}', {shape}, {seconds} FROM kgwe_usage {self._scan_hint(granularity)}"
+        per_node = f"SELECT node, {shape}, {seconds} FROM kgwe_usage"
+        capacity = text("""SELECT DISTINCT node FROM kgwe_node_capacity WHERE gpu_count > 0 AND start_s < :hi
+                           AND COALESCE(end_s, :now) > :lo AND start_s < COALESCE(end_s, :now)""")
         now_s = to_epoch(now)
         out: list[UsageAggregate] = []
         with self.session() as s:
+            used_nodes = {n for (n,) in s.execute(text("SELECT DISTINCT node FROM kgwe_usage"))}
             for label, lo, hi in buckets(period, granularity, now):
-                for row in s.execute(sql, {"lo": lo, "hi": hi, "now": now_s}):
-                    node, product, spot, kind, profile, milli, *key, seconds = row
-                    if seconds and int(seconds) > 0:
-                        out.append(UsageAggregate(label, node, product, bool(spot), kind, profile, milli,
-                                                  tuple(str(k) for k in key), int(seconds)))
+                params = {"lo": lo, "hi": hi, "now": now_s}
+                uncovered = sorted(used_nodes - {n for (n,) in s.execute(capacity, params)})
+                queries = [text(f"{pooled} WHERE {overlap} GROUP BY {shape}")]
+                if uncovered:
+                    params["uncovered"] = uncovered
+                    queries = [
+                        text(
+                            f"{pooled} WHERE {overlap} AND node NOT IN :uncovered GROUP BY {shape}"
+                        ).bindparams(bindparam("uncovered", expanding=True)),
+                        text(
+                            f"{per_node} WHERE {overlap} AND node IN :uncovered GROUP BY node, {shape}"
+                        ).bindparams(bindparam("uncovered", expanding=True)),
+                    ]
+                for query in queries:
+                    for node, product, spot, kind, profile, milli, *key, total in s.execute(query, params):
+                        if total and int(total) > 0:
+                            out.append(
+                                UsageAggregate(
+                                    label,
+                                    node,
+                                    product,
+                                    bool(spot),
+                                    kind,
+                                    profile,
+                                    milli,
+                                    tuple(str(k) for k in key),
+                                    int(total),
+                                )
+                            )
         return out
+
+    def _overlap_sum(self, weight: str) -> str:
+        """Σ seconds of [start, end or now) inside [lo, hi), times `weight`, in integer SQL."""
+        end, start = self._least("COALESCE(end_s, :now)", ":hi"), self._greatest("start_s", ":lo")
+        return f"SUM(({end} - {start}) * {weight})"
+
+    def _least(self, a: str, b: str) -> str:
+        return f"min({a}, {b})" if self.dialect == "sqlite" else f"LEAST({a}, {b})"
+
+    def _greatest(self, a: str, b: str) -> str:
+        return f"max({a}, {b})" if self.dialect == "sqlite" else f"GREATEST({a}, {b})"
 
     def _scan_hint(self, granularity: str) -> str:
         """SQLite walks the start_s index row by row for a month-wide range, which is 2x slower than
@@ -222,8 +297,7 @@ class CostStore:
 
     def capacity_aggregates(self, period: Period, granularity: str, now: datetime) -> list[CapacityAggregate]:
         sql = text(f"""
-            SELECT node, gpu_product, spot,
-                   SUM(({_least('COALESCE(end_s, :now)', ':hi')} - {_greatest('start_s', ':lo')}) * gpu_count)
+            SELECT node, gpu_product, spot, {self._overlap_sum("gpu_count")}
             FROM kgwe_node_capacity
             WHERE start_s < :hi AND COALESCE(end_s, :now) > :lo AND start_s < COALESCE(end_s, :now)
             GROUP BY node, gpu_product, spot
@@ -252,6 +326,24 @@ class CostStore:
         return compute_chargeback(usage, capacity, book, period, granularity, group_by)
 
 
+_USAGE_COLUMNS = (
+    "pod_uid",
+    "pod",
+    "namespace",
+    "team",
+    "node",
+    "gpu_product",
+    "kind",
+    "resource",
+    "mig_profile",
+    "gpu_milli",
+    "count",
+    "spot",
+    "start_s",
+    "end_s",
+)
+
+
 def _commit_unless_duplicate(s: Session) -> bool:
     """Commit; a unique-index conflict (the holding is already open) is a no-op, not an error."""
     try:
@@ -268,14 +360,6 @@ def _close(s: Session, rows: Sequence[UsageRecord | NodeRecord], end_s: int) -> 
         s.add(row)
     s.commit()
     return len(rows)
-
-
-def _least(a: str, b: str) -> str:
-    return f"(CASE WHEN {a} < {b} THEN {a} ELSE {b} END)"
-
-
-def _greatest(a: str, b: str) -> str:
-    return f"(CASE WHEN {a} > {b} THEN {a} ELSE {b} END)"
 
 
 def _sqlite_pragmas(dbapi_connection, _record) -> None:

@@ -20,6 +20,7 @@ class UsageRecord(SQLModel, table=True):
     __table_args__ = (
         Index("ix_kgwe_usage_start", "start_s"),
         Index("ix_kgwe_usage_end", "end_s"),
+        Index("ix_kgwe_usage_node", "node"),
         Index(
             "ux_kgwe_usage_open",
             "pod_uid",
