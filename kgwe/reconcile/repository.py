@@ -173,8 +173,8 @@ class RepositoryReconciler:
 
     def _reconcile(self, repo: dict, spec: Mapping) -> Outcome:
         status = repo.get("status") or {}
-        source = self._source(spec)
         try:
+            source = self._source(spec)
             revision = source.fetch()
         except GitSourceError as exc:
             self.recorder.warning(repo, "GitOperationFailed", str(exc))
@@ -405,6 +405,9 @@ class RepositoryReconciler:
             return {"reportsStatus": {"lastPushError": result.reason}}
         if result.status == "failed":
             self._snapshot_hash = None
+            return {}
+        if result.status == "pushed":  # None removes an earlier error (merge patch)
+            return {"reportsStatus": {"lastPushedCommit": result.sha, "lastPushError": None}}
         return {}
 
 

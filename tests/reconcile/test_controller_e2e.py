@@ -324,3 +324,46 @@ def test_drain_rollout_respects_pdb_then_uncordons_and_snapshot_is_committed_bac
     assert rec.last_sync.writes == 0
     assert subprocess.run(["git", "rev-parse", "main"], cwd=e2e.remote.bare, capture_output=True,
                           text=True, check=True).stdout == head_before
+
+
+def test_commit_back_rejected_for_good_is_reported_not_retried(k8s_api, e2e, kgwe_mig_manager):
+    e2e.make_nodes(1)
+    e2e.remote.commit(e2e.base)
+    hook = e2e.remote.bare / "hooks" / "pre-receive"
+    hook.write_text("#!/bin/sh\necho 'reports/ is protected' >&2\nexit 1\n")
+    hook.chmod(0o755)
+    e2e.make_repository(reports={"path": "reports/e2e"})
+    rec = reconciler(k8s_api, e2e)
+    drive(rec, ready)
+    status = e2e.status()
+    assert "protected" in status["reportsStatus"]["lastPushError"]
+    assert rec.metrics.commit_back_rejected.labels(e2e.pool)._value.get() == 1
+    assert ready(rec.reconcile())  # the same snapshot is not pushed again
+    assert rec.metrics.commit_back_rejected.labels(e2e.pool)._value.get() == 1
+    reasons = {e.reason for e in e2e.core.list_namespaced_event(
+        SYSTEM_NS, field_selector=f"involvedObject.name={e2e.pool}").items}
+    assert "CommitBackRejected" in reasons
+
+
+def test_git_credentials_come_from_the_referenced_secret(k8s_api, e2e):
+    e2e.make_nodes(1)
+    e2e.remote.commit(e2e.base)
+    e2e.make_repository()
+    e2e.custom.patch_namespaced_custom_object(
+        "kgwe.nvidia.io", "v1", SYSTEM_NS, "policyrepositories", e2e.pool,
+        {"spec": {"secretRef": {"name": f"{e2e.pool}-git"}}}, _content_type="application/merge-patch+json")
+    rec = reconciler(k8s_api, e2e)
+    outcome = rec.reconcile()  # the Secret does not exist yet: a clear fetch failure, nothing applied
+    assert outcome.phase == "fetch_failed" and f"{e2e.pool}-git" in outcome.message
+    ready_cond = condition(e2e.status(), "Ready")
+    assert ready_cond["reason"] == "GitOperationFailed" and "lastAppliedRevision" not in e2e.status()
+    e2e.core.create_namespaced_secret(SYSTEM_NS, {
+        "apiVersion": "v1", "kind": "Secret", "metadata": {"name": f"{e2e.pool}-git"},
+        "stringData": {"username": "kgwe-bot", "password": "token-123"}})
+    try:
+        again = rec.reconcile()
+        assert again.phase in ("ready", "progressing"), again.message
+        source = next(iter(rec._sources.values()))
+        assert source.credentials.username == "kgwe-bot" and source.credentials.password == "token-123"
+    finally:
+        e2e.core.delete_namespaced_secret(f"{e2e.pool}-git", SYSTEM_NS)
