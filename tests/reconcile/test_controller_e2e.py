@@ -367,3 +367,21 @@ def test_git_credentials_come_from_the_referenced_secret(k8s_api, e2e):
         assert source.credentials.username == "kgwe-bot" and source.credentials.password == "token-123"
     finally:
         e2e.core.delete_namespaced_secret(f"{e2e.pool}-git", SYSTEM_NS)
+
+
+def test_node_stuck_pending_past_the_timeout_stalls_the_pool(k8s_api, e2e):
+    """No MIG manager answers (reference/mig.md §9: a manager wedged in pending): Stalled naming the node."""
+    nodes = e2e.make_nodes(2)
+    e2e.remote.commit({**e2e.base, "policy/mig.yaml": e2e.strategy_yaml(e2e.pool, pending_timeout="1s")})
+    e2e.make_repository()
+    rec = reconciler(k8s_api, e2e)
+    assert rec.reconcile().phase == "progressing"
+    first = [a.node for a in rec.last_plan.actions if a.kind == "relabel"]
+    assert first == [nodes[0]]
+    time.sleep(1.5)
+    outcome = rec.reconcile()
+    assert outcome.phase == "stalled" and nodes[0] in outcome.message
+    status = e2e.status()
+    assert status["rollout"][e2e.pool]["timedOut"] == [nodes[0]]
+    assert condition(status, "Stalled")["reason"] == "RolloutStalled"
+    assert e2e.labels(nodes[1])[MIG_CONFIG_LABEL] == "all-disabled"  # the pool stopped
