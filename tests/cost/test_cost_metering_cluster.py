@@ -11,7 +11,6 @@ import pytest
 from kubernetes import client
 
 from kgwe.cost.metering_watch import MeteringWatch
-from kgwe.cost.store import CostStore
 from kgwe.cost.usage import Period
 
 pytestmark = pytest.mark.cluster
@@ -49,10 +48,9 @@ class Running:
         self.thread.join(30)
 
 
-def test_watch_meters_pods_and_reconciles_after_restart(k8s_api, namespace, gpu_node, tmp_path):
+def test_watch_meters_pods_and_reconciles_after_restart(k8s_api, namespace, gpu_node, store):
     core = client.CoreV1Api(k8s_api)
     node = gpu_node("DGX-H100")
-    store = CostStore(f"sqlite:///{tmp_path / 'cost.db'}")
 
     def mine():  # every interval of this test's namespace, open or closed
         now = datetime.now(UTC)
