@@ -184,3 +184,20 @@ def daily_spend_by_team(lines: Iterable[Any], team_index: int = 0) -> dict[str, 
         out[team][day] = out[team].get(day, Decimal(0)) + line.cost
     return out
 
+
+
+def alert_events(status: BudgetStatus) -> list[tuple[str, str, str]]:
+    """(event type, reason, message) for each fired threshold and for a forecast over the limit. The
+    message names the period, so the recorder bumps one Event per threshold per period, not per refresh."""
+    out = []
+    for alert in status.fired:
+        kind = "Warning" if alert.action == "Enforce" or alert.at_percent >= 100 else "Normal"
+        action = "; quotas capped at current use" if alert.action == "Enforce" else ""
+        out.append((kind, "BudgetThreshold" if alert.action == "Notify" else "BudgetEnforced",
+                    f"budget {status.name} ({status.team}) reached {alert.at_percent}% of {status.limit} "
+                    f"{status.currency} in {status.period.label}: spent {status.spent}{action}"))
+    if status.forecast_over_limit and not status.enforce:
+        out.append(("Warning", "BudgetForecastOverLimit",
+                    f"budget {status.name} ({status.team}) is forecast to spend {status.forecast_end} of "
+                    f"{status.limit} {status.currency} by the end of {status.period.label}"))
+    return out

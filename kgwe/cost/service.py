@@ -13,7 +13,14 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from kgwe.cost.budgets import BudgetSpec, BudgetStatus, budget_period, daily_spend_by_team, evaluate_budget
+from kgwe.cost.budgets import (
+    BudgetSpec,
+    BudgetStatus,
+    alert_events,
+    budget_period,
+    daily_spend_by_team,
+    evaluate_budget,
+)
 from kgwe.cost.chargeback import Chargeback
 from kgwe.cost.metrics import CostCollector, install
 from kgwe.cost.pricing import PriceBook
@@ -156,3 +163,14 @@ class CostService:
         return commit_reports(
             files, repo_url, branch, workdir, summary=f"cost reports {self.cluster} {period.label}"
         )
+
+    @staticmethod
+    def emit_alerts(recorder: Any, involved: dict, statuses: Sequence[BudgetStatus]) -> int:
+        """Budget alerts as Kubernetes Events on `involved` (the PolicyRepository) through the
+        reconciler's EventRecorder (kgwe.cluster.events), which de-duplicates repeats."""
+        count = 0
+        for status in statuses:
+            for event_type, reason, message in alert_events(status):
+                recorder.record(involved, event_type, reason, message)
+                count += 1
+        return count

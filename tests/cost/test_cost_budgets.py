@@ -103,3 +103,16 @@ def test_metrics_expose_cost_by_team_and_namespace_budget_ratio_and_idle():
     assert f"kgwe_gpu_cost{{{labels}}} 20.0" in text
     assert 'kgwe_idle_gpu_cost{currency="USD",period="2026-11-01_2026-11-01"} 20.0' in text
     assert 'kgwe_budget_used_ratio{budget="ml",period="2026-11",team="ml-team"} 0.3' in text
+
+
+def test_alert_events_name_the_threshold_and_the_period():
+    from kgwe.cost.budgets import alert_events
+
+    history = spend("40", date(2026, 10, 1), 31) | spend("60", date(2026, 11, 1), 20)
+    status = evaluate_budget(SPEC, history, datetime(2026, 11, 20, 12, tzinfo=UTC))
+    events = alert_events(status)
+    assert [(t, r) for t, r, _ in events] == [("Normal", "BudgetThreshold"), ("Normal", "BudgetThreshold"),
+                                              ("Warning", "BudgetEnforced")]
+    assert "2026-11" in events[-1][2] and "capped" in events[-1][2]
+    quiet = evaluate_budget(SPEC, spend("1", date(2026, 11, 1), 3), datetime(2026, 11, 4, tzinfo=UTC))
+    assert alert_events(quiet) == []
