@@ -172,15 +172,15 @@ class CostStore:
             cursor.executemany(f"INSERT INTO kgwe_usage ({names}) VALUES ({marks})", rows)
         return len(rows)
 
-    def usage(self, period: Period) -> list[UsageInterval]:
+    def _overlapping(self, table: type[UsageRecord] | type[NodeRecord], period: Period) -> list:
         lo, hi = to_epoch(period.since), to_epoch(period.until)
         with self.session() as s:
-            rows = s.exec(
-                select(UsageRecord).where(
-                    UsageRecord.start_s < hi, (UsageRecord.end_s.is_(None)) | (UsageRecord.end_s > lo)
-                )
-            )
-            return [r.to_interval() for r in rows]
+            overlaps = (table.start_s < hi) & (table.end_s.is_(None) | (table.end_s > lo))
+            return list(s.exec(select(table).where(overlaps)))
+
+    def usage(self, period: Period) -> list[UsageInterval]:
+        """Intervals overlapping the period, open or closed."""
+        return [r.to_interval() for r in self._overlapping(UsageRecord, period)]
 
     # -- nodes -----------------------------------------------------------------------------------
     def set_node(self, cap: NodeCapacity) -> bool:
@@ -218,14 +218,7 @@ class CostStore:
             return _close(s, rows, end_s)
 
     def nodes(self, period: Period) -> list[NodeCapacity]:
-        lo, hi = to_epoch(period.since), to_epoch(period.until)
-        with self.session() as s:
-            rows = s.exec(
-                select(NodeRecord).where(
-                    NodeRecord.start_s < hi, (NodeRecord.end_s.is_(None)) | (NodeRecord.end_s > lo)
-                )
-            )
-            return [r.to_capacity() for r in rows]
+        return [r.to_capacity() for r in self._overlapping(NodeRecord, period)]
 
     # -- aggregation in SQL ------------------------------------------------------------------------
     def usage_aggregates(
