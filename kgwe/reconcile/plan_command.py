@@ -108,11 +108,17 @@ def _inventory(args: argparse.Namespace, repo: git.Repo, head_sha: str, head_ps:
     if args.inventory:
         return _read_inventory_file(Path(args.inventory)), f"`{args.inventory}`"
     if args.kubeconfig:
+        from kubernetes import client
+
         from kgwe.cluster.client import api_client
         from kgwe.cluster.inventory import inventory_document, read_gpu_nodes
+        from kgwe.reconcile.repository import live_mig_configs
+        from kgwe.render.render import RenderOptions
 
         api = api_client(args.kubeconfig)
-        doc = inventory_document(read_gpu_nodes(api), name="cluster")
+        options = RenderOptions()
+        configs = live_mig_configs(client.CoreV1Api(api), options.mig_namespace, options.mig_config_name)
+        doc = inventory_document(read_gpu_nodes(api), name="cluster", mig_configs=configs)
         return GPUInventory.model_validate(doc), "live cluster"
     snapshots = [p for p in repo.git.ls_tree("-r", "--name-only", head_sha, "--", "reports").splitlines()
                  if p.endswith("/" + SNAPSHOT_NAME) or p == SNAPSHOT_NAME]

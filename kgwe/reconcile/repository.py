@@ -126,8 +126,9 @@ class RepositoryReconciler:
 
     def _credentials(self, spec: Mapping) -> GitCredentials | None:
         ref = spec.get("secretRef") or {}
-        if not ref.get("name"):
-            return None
+        if not ref.get("name"):  # local use: KGWE_GIT_TOKEN / KGWE_GIT_SSH_KEY_FILE / ... (or none)
+            local = GitCredentials.from_env()
+            return local if (local.password or local.ssh_identity) else None
         try:
             secret = self.core.read_namespaced_secret(ref["name"], self.namespace)
         except ApiException as exc:
@@ -262,20 +263,7 @@ class RepositoryReconciler:
         return Desired(objects, dict(rendered.node_configs), pools, node_pool, doc, configs)
 
     def _live_mig_configs(self, namespace: str, name: str) -> dict:
-        try:
-            cm = self.core.read_namespaced_config_map(name, namespace)
-        except ApiException as exc:
-            if exc.status == 404:
-                return {}
-            raise
-        for text in (cm.data or {}).values():
-            try:
-                doc = yaml.safe_load(text)
-            except yaml.YAMLError:
-                continue
-            if isinstance(doc, dict) and isinstance(doc.get("mig-configs"), dict):
-                return doc["mig-configs"]
-        return {}
+        return live_mig_configs(self.core, namespace, name)
 
     def _converge(self, repo: dict, ps: Any, status: Mapping) -> tuple[SyncResult, RolloutPlan]:
         facts = read_gpu_nodes(self.api_client)
@@ -449,4 +437,22 @@ def _rendered_mig_configs(objects: list[dict], namespace: str, name: str) -> dic
                 doc = yaml.safe_load(text)
                 if isinstance(doc, dict) and isinstance(doc.get("mig-configs"), dict):
                     return doc["mig-configs"]
+    return {}
+
+
+def live_mig_configs(core: client.CoreV1Api, namespace: str, name: str) -> dict:
+    """The `mig-configs` of KGWE's mig-parted ConfigMap as it is in the cluster ({} when absent)."""
+    try:
+        cm = core.read_namespaced_config_map(name, namespace)
+    except ApiException as exc:
+        if exc.status == 404:
+            return {}
+        raise
+    for text in (cm.data or {}).values():
+        try:
+            doc = yaml.safe_load(text)
+        except yaml.YAMLError:
+            continue
+        if isinstance(doc, dict) and isinstance(doc.get("mig-configs"), dict):
+            return doc["mig-configs"]
     return {}

@@ -385,3 +385,27 @@ def test_node_stuck_pending_past_the_timeout_stalls_the_pool(k8s_api, e2e):
     assert status["rollout"][e2e.pool]["timedOut"] == [nodes[0]]
     assert condition(status, "Stalled")["reason"] == "RolloutStalled"
     assert e2e.labels(nodes[1])[MIG_CONFIG_LABEL] == "all-disabled"  # the pool stopped
+
+
+def test_plan_against_the_live_cluster_inventory(k8s_api, e2e, kgwe_mig_manager, control_plane, capsys):
+    """`kgwe plan --kubeconfig`: after a rollout, a change of the pool's mix shows its nodes repartitioned."""
+    from kgwe.cli import main
+
+    nodes = e2e.make_nodes(2)
+    e2e.remote.commit(e2e.base)
+    e2e.make_repository()
+    drive(reconciler(k8s_api, e2e), ready)
+    e2e.remote.commit({"policy/mig.yaml": e2e.strategy_yaml(e2e.pool, "3g.40gb: 100%")})
+    code = main(["plan", "--repo", str(e2e.remote.work), "--base", "HEAD~1", "--head", "HEAD", "policy",
+                 "--kubeconfig", str(control_plane.kubeconfig_path)])
+    out = capsys.readouterr().out
+    assert code == 2 and "live cluster" in out
+    row = next(line for line in out.splitlines() if line.startswith(f"| {e2e.pool} |"))
+    # The planner changes at most maxUnavailable (1) node per plan: 8 GPUs of one node first.
+    cells = [c.strip() for c in row.split("|")]
+    assert cells[2] == "8 of 16" and cells[3] == "1 of 2", row
+    assert "1g.10gb → 3g.40gb" in out.replace("7×1g.10gb", "1g.10gb").replace("2×3g.40gb", "3g.40gb")
+    assert any(n in out for n in nodes)
+    # The same revision on both sides against the live cluster: nothing to do.
+    assert main(["plan", "--repo", str(e2e.remote.work), "--base", "HEAD~1", "--head", "HEAD~1", "policy",
+                 "--kubeconfig", str(control_plane.kubeconfig_path)]) == 0
