@@ -81,6 +81,8 @@ class Engine:
         self._since_mix = 0
         self._mix_set: dict[tuple, float] = {}  # the mix the table currently protects
         self._parts: dict[int, tuple[list[str], np.ndarray]] = {}  # id(names) -> (names, JSON frame)
+        self._host_piece: dict[str, bytes] = {}  # name -> b',{"Host":"name","Score":'
+        self._list_lookups = self._list_hits = 0
         self._why: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}  # shape -> (row versions, sentences)
         self._lists: OrderedDict[bytes, tuple] = (
             OrderedDict()
@@ -168,7 +170,9 @@ class Engine:
         cut = body.rfind(b'"NodeNames":')
         tail = body[cut:] if cut > 0 else b""
         hit = self._lists.get(tail) if tail else None
+        self._list_lookups += 1
         if hit is not None and hit[0] == self.table.layout:
+            self._list_hits += 1
             self._lists.move_to_end(tail)
             try:
                 args = orjson.loads(body[:cut] + b'"NodeNames":null}')
@@ -180,7 +184,12 @@ class Engine:
         get = self.table.rows.get
         rows = np.array([get(n, -1) for n in names], dtype=np.int64)
         known = rows >= 0
-        if items is None and tail and orjson.loads(b"{" + tail) == {"NodeNames": names}:
+        # kube-scheduler's parallel filter can reorder the list every cycle: stop remembering lists (and
+        # paying the check below) when they do not come back
+        worth = self._list_lookups < 64 or self._list_hits * 4 >= self._list_lookups
+        if self._list_lookups >= 4096:
+            self._list_lookups, self._list_hits = self._list_lookups // 2, self._list_hits // 2
+        if worth and items is None and tail and orjson.loads(b"{" + tail) == {"NodeNames": names}:
             self._lists[tail] = (self.table.layout, names, rows, known)
             if len(self._lists) > 64:
                 self._lists.popitem(last=False)
@@ -291,10 +300,14 @@ class Engine:
             return b"[]"
         hit = self._parts.get(id(names))
         if hit is None or hit[0] is not names:
+            piece = self._host_piece
+            if len(piece) > 4 * len(self.table.rows) + 1024:
+                piece.clear()
             pieces = [
-                (b',{"Host":' if i else b'{"Host":') + orjson.dumps(n) + b',"Score":'
-                for i, n in enumerate(names)
+                piece.get(n) or piece.setdefault(n, b',{"Host":' + orjson.dumps(n) + b',"Score":')
+                for n in names
             ]
+            pieces[0] = pieces[0][1:]  # no comma before the first host
             frame = np.empty(2 * len(names), dtype=object)
             frame[0::2] = pieces
             hit = self._parts[id(names)] = (names, frame)

@@ -241,3 +241,17 @@ def test_reads_the_scoring_configmap_kgwe_render_writes() -> None:
     assert (profiles[""].topology, profiles[""].resource, profiles[""].balance) == (40, 35, 25)
     assert profiles["topology-first"].strategy == "BestFit" and profiles["topology-first"].weight == 10
     assert not profiles["topology-first"].is_default
+
+
+def test_answers_do_not_depend_on_node_order_or_repetition() -> None:
+    e = engine()
+    pod_json = orjson.loads((GOLDEN / "prioritize_node_cache_capable.json").read_bytes())["Pod"]
+    orders = [["dgx-h100-01", "a100-pcie-01", "x"], ["x", "a100-pcie-01", "dgx-h100-01"]] * 3
+    seen = []
+    for names in orders:  # repeated lists hit the per-list caches, new orders miss them
+        body = orjson.dumps({"Pod": pod_json, "Nodes": None, "NodeNames": names})
+        scores = {h["Host"]: h["Score"] for h in orjson.loads(e.prioritize(body))}
+        kept = orjson.loads(e.filter(body))["NodeNames"]
+        seen.append((scores, sorted(kept)))
+        assert list(scores) == names
+    assert all(s == seen[0] for s in seen)
