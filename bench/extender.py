@@ -28,6 +28,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from urllib.request import urlopen
 
 import orjson
 
@@ -195,6 +196,28 @@ def schedstat(pid: int) -> tuple[float, float]:
     return int(run) / 1e9, int(wait) / 1e9
 
 
+def handler_buckets(port: int) -> dict[float, float]:
+    """Cumulative counts of the server's own request-time histogram (both verbs), from /metrics."""
+    text = urlopen(f"http://127.0.0.1:{port}/metrics").read().decode()
+    out: dict[float, float] = {}
+    for le, n in re.findall(
+        r'kgwe_extender_request_seconds_bucket\{le="([^"]+)",verb="[a-z]+"\} (\S+)', text
+    ):
+        key = float("inf") if le == "+Inf" else float(le)
+        out[key] = out.get(key, 0.0) + float(n)
+    return out
+
+
+def handler_p99_ms(before: dict[float, float], after: dict[float, float]) -> float:
+    """Upper bucket bound holding the 99th percentile of handler time during a phase."""
+    diff = sorted((le, after[le] - before.get(le, 0.0)) for le in after)
+    total = diff[-1][1] if diff else 0.0
+    for le, n in diff:
+        if total and n >= 0.99 * total:
+            return le * 1000.0
+    return float("nan")
+
+
 def peak_rss_mb(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
@@ -215,7 +238,9 @@ def measure(n: int, clients: int, seconds: float, rate: float, tmp: Path) -> dic
         port = wait_port(proc)
         run_loadgen(port, names, 4, 2.0, None)  # warm the per-shape caches
         cpu0, wait0 = schedstat(proc.pid)
+        h0 = handler_buckets(port)
         lat, offered_rps, err1 = run_loadgen(port, names, clients, seconds, rate)
+        h1 = handler_buckets(port)
         cpu1, wait1 = schedstat(proc.pid)
         _, rps, err2 = run_loadgen(port, names, clients, seconds, None)
         rss = peak_rss_mb(proc.pid)
@@ -225,6 +250,7 @@ def measure(n: int, clients: int, seconds: float, rate: float, tmp: Path) -> dic
     row = {
         "nodes": n,
         "server_cpu_s": round(cpu1 - cpu0, 2),
+        "server_handler_p99_le_ms": handler_p99_ms(h0, h1),
         "server_runqueue_wait_s": round(wait1 - wait0, 2),
         "filter_p50_ms": round(pct(lat["filter"], 50), 2),
         "filter_p99_ms": round(pct(lat["filter"], 99), 2),
@@ -247,7 +273,8 @@ def measure(n: int, clients: int, seconds: float, rate: float, tmp: Path) -> dic
     print(
         f"       latency phase: server used {row['server_cpu_s']} s CPU and waited"
         f" {row['server_runqueue_wait_s']} s"
-        f" for a CPU in {seconds:g} s (load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)",
+        f" for a CPU in {seconds:g} s; server-side handler p99 <= {row['server_handler_p99_le_ms']:g} ms"
+        f" (load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)",
         flush=True,
     )
     return row
