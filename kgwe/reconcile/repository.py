@@ -163,8 +163,14 @@ class RepositoryReconciler:
         except NotLeader:
             self.metrics.results.labels(self.name, "not_leader").inc()
             return None
-        except (KgweError, ApiException) as exc:
-            text = exc.reason if isinstance(exc, ApiException) else str(exc)
+        except Exception as exc:  # status must tell the truth whatever went wrong
+            if isinstance(exc, ApiException):
+                text = exc.reason
+            elif isinstance(exc, KgweError):
+                text = str(exc)
+            else:
+                log.exception("reconcile of %s/%s failed", self.namespace, self.name)
+                text = f"{type(exc).__name__}: {exc}"
             outcome = Outcome("apply_failed", f"reconcile failed: {text}")
             self.recorder.warning(repo, "ReconciliationFailed", outcome.message)
         self.metrics.duration.labels(self.name).observe(time.monotonic() - started)
