@@ -19,7 +19,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "extender": ("kgwe.extender.command", "kube-scheduler extender: GPU-aware filter and prioritize"),
     "simulate": ("kgwe.sim.command", "replay the openb GPU trace through the scoring core (FGD method)"),
     "agent": ("kgwe.agent.command", "node agent: NVML GPU topology discovery -> Node annotation and labels"),
-    "plan-mig": ("kgwe.planner.cli", "plan MIG layouts per pool: target vs achieved shares, changes, reasons"),
+    "plan-mig": ("kgwe.planner.cli", "plan MIG layouts per pool: target vs achieved shares, changes"),
     "plan": ("kgwe.reconcile.plan_command", "what a pull request would change (Markdown; exit 0/2/1)"),
     "controller": ("kgwe.reconcile.controller_command", "GitOps controller: Git -> policy -> safe rollout"),
     "demo": ("kgwe.reconcile.demo_command", "local control plane + simulated GPU nodes + the controller"),
@@ -57,7 +57,8 @@ def main(argv: list[str] | None = None) -> int:
         if os.environ.get("KGWE_DEBUG"):
             traceback.print_exc()
         print(
-            f"kgwe {args.command}: internal error: {type(exc).__name__}: {exc} (set KGWE_DEBUG=1 for details)",
+            f"kgwe {args.command}: internal error: {type(exc).__name__}: {exc}"
+            " (set KGWE_DEBUG=1 for details)",
             file=sys.stderr,
         )
         return 1
