@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from kubernetes import client, config
 from kubernetes.config.config_exception import ConfigException
@@ -34,3 +35,12 @@ def ensure_namespace(api: client.ApiClient, name: str) -> None:
     except ApiException as exc:
         if exc.status != 409:
             raise
+
+
+def list_items(list_call: Any, **kwargs: Any) -> list[dict]:
+    """`items` of a list call as plain dicts, parsed with orjson instead of the client's model classes
+    (for 1,000+ Nodes with topology annotations this is several times faster and uses less memory)."""
+    import orjson
+
+    response = list_call(_preload_content=False, **kwargs)
+    return orjson.loads(response.data).get("items") or []

@@ -19,6 +19,7 @@ from typing import Any
 import orjson
 from kubernetes import client
 
+from kgwe.cluster.client import list_items
 from kgwe.cluster.names import (
     CORDONED_ANNOTATION,
     GPU_RESOURCE,
@@ -76,24 +77,26 @@ def _topology_name(annotations: Mapping[str, str]) -> str | None:
     return name if isinstance(name, str) else None
 
 
-def facts_from_objects(nodes: Sequence[Any], gpu_pods: Mapping[str, list[Any]]) -> list[GpuNodeFacts]:
-    """Pure: V1Node/V1Pod objects → facts (separate from the reads so benchmarks can reuse it)."""
+def facts_from_objects(nodes: Sequence[Mapping[str, Any]],
+                       gpu_pods: Mapping[str, list[Mapping[str, Any]]]) -> list[GpuNodeFacts]:
+    """Pure: Node/Pod dicts (as the API returns them) → facts (separate from the reads for benchmarks)."""
     out = []
     for node in nodes:
-        meta = node.metadata
-        labels = dict(meta.labels or {})
-        annotations = dict(meta.annotations or {})
+        meta = node.get("metadata") or {}
+        labels = dict(meta.get("labels") or {})
+        annotations = dict(meta.get("annotations") or {})
         try:
             gpus = int(labels.get("nvidia.com/gpu.count", "0"))
         except ValueError:
             gpus = 0
         facts = GpuNodeFacts(
-            name=meta.name, labels=labels, annotations=annotations, gpus=gpus,
+            name=meta["name"], labels=labels, annotations=annotations, gpus=gpus,
             product=labels.get("nvidia.com/gpu.product", ""), topology=_topology_name(annotations),
-            unschedulable=bool(node.spec and node.spec.unschedulable),
+            unschedulable=bool((node.get("spec") or {}).get("unschedulable")),
         )
-        for pod in gpu_pods.get(meta.name, []):
-            facts.gpu_pods.append(f"{pod.metadata.namespace}/{pod.metadata.name}")
+        for pod in gpu_pods.get(meta["name"], []):
+            pod_meta = pod.get("metadata") or {}
+            facts.gpu_pods.append(f"{pod_meta.get('namespace')}/{pod_meta.get('name')}")
             for resource, count in pod_gpu_requests(pod).items():
                 if resource == GPU_RESOURCE:
                     facts.whole_gpus_in_use += count
@@ -105,7 +108,7 @@ def facts_from_objects(nodes: Sequence[Any], gpu_pods: Mapping[str, list[Any]]) 
 
 def read_gpu_nodes(api_client: client.ApiClient) -> list[GpuNodeFacts]:
     core = client.CoreV1Api(api_client)
-    nodes = core.list_node(label_selector=GPU_NODE_SELECTOR).items
+    nodes = list_items(core.list_node, label_selector=GPU_NODE_SELECTOR)
     return facts_from_objects(nodes, gpu_pods_by_node(core))
 
 

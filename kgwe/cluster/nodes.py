@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -18,6 +18,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from kgwe.cluster.apply import NotLeader
+from kgwe.cluster.client import list_items
 from kgwe.cluster.names import (
     CORDONED_ANNOTATION,
     FIELD_MANAGER,
@@ -34,16 +35,15 @@ class EvictionOutcome:
     blocked: tuple[str, ...]  # refused (429: a PodDisruptionBudget does not allow it now)
 
 
-def pod_gpu_requests(pod: Any) -> dict[str, int]:
-    """GPU-like extended resources a pod holds (requests, else limits, summed over containers)."""
+def pod_gpu_requests(pod: Mapping[str, Any]) -> dict[str, int]:
+    """GPU-like extended resources a pod (a dict as the API returns it) holds: requests, else limits,
+    summed over containers."""
     totals: dict[str, int] = defaultdict(int)
-    spec = pod.spec
-    for container in list(spec.containers or []) + list(spec.init_containers or []):
-        res = container.resources
-        if res is None:
-            continue
-        wanted = dict(res.limits or {})
-        wanted.update(res.requests or {})
+    spec = pod.get("spec") or {}
+    for container in list(spec.get("containers") or []) + list(spec.get("initContainers") or []):
+        res = container.get("resources") or {}
+        wanted = dict(res.get("limits") or {})
+        wanted.update(res.get("requests") or {})
         for key, value in wanted.items():
             if is_gpu_resource(key):
                 try:
@@ -53,19 +53,22 @@ def pod_gpu_requests(pod: Any) -> dict[str, int]:
     return dict(totals)
 
 
-def holds_gpu(pod: Any) -> bool:
+def holds_gpu(pod: Mapping[str, Any]) -> bool:
     """A pod that is (or may soon be) running on its node and holds GPU resources."""
-    if not pod.spec.node_name or (pod.status and pod.status.phase in ("Succeeded", "Failed")):
+    if not (pod.get("spec") or {}).get("nodeName"):
+        return False
+    if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
         return False
     return any(v > 0 for v in pod_gpu_requests(pod).values())
 
 
-def gpu_pods_by_node(core: client.CoreV1Api) -> dict[str, list[Any]]:
-    pods = core.list_pod_for_all_namespaces(field_selector="status.phase!=Succeeded,status.phase!=Failed")
-    out: dict[str, list[Any]] = defaultdict(list)
-    for pod in pods.items:
+def gpu_pods_by_node(core: client.CoreV1Api) -> dict[str, list[dict]]:
+    pods = list_items(core.list_pod_for_all_namespaces,
+                      field_selector="status.phase!=Succeeded,status.phase!=Failed")
+    out: dict[str, list[dict]] = defaultdict(list)
+    for pod in pods:
         if holds_gpu(pod):
-            out[pod.spec.node_name].append(pod)
+            out[pod["spec"]["nodeName"]].append(pod)
     return dict(out)
 
 
@@ -111,17 +114,18 @@ class NodeOps:
                            "metadata": {"annotations": {CORDONED_ANNOTATION: None}}})
 
     def evict_gpu_pods(self, name: str) -> EvictionOutcome:
-        pods = self.core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={name}")
+        pods = list_items(self.core.list_pod_for_all_namespaces, field_selector=f"spec.nodeName={name}")
         evicted, blocked = [], []
-        for pod in pods.items:
-            if not holds_gpu(pod) or pod.metadata.deletion_timestamp is not None:
+        for pod in pods:
+            meta = pod.get("metadata") or {}
+            if not holds_gpu(pod) or meta.get("deletionTimestamp"):
                 continue
-            key = f"{pod.metadata.namespace}/{pod.metadata.name}"
-            body = client.V1Eviction(metadata=client.V1ObjectMeta(name=pod.metadata.name,
-                                                                  namespace=pod.metadata.namespace))
+            pod_name, pod_ns = meta["name"], meta["namespace"]
+            key = f"{pod_ns}/{pod_name}"
+            body = client.V1Eviction(metadata=client.V1ObjectMeta(name=pod_name, namespace=pod_ns))
             self._check_leader()
             try:
-                self.core.create_namespaced_pod_eviction(pod.metadata.name, pod.metadata.namespace, body)
+                self.core.create_namespaced_pod_eviction(pod_name, pod_ns, body)
                 self._count()
                 evicted.append(key)
             except ApiException as exc:
