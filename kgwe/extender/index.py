@@ -56,6 +56,9 @@ class ClusterIndex:
         self.by_node: dict[str, set[str]] = {}
         self._listed = {"nodes": False, "pods": False}
         self.profile_error: str | None = None
+        # plain dicts from the watch, no client model objects: the index only reads a few fields
+        # (kubernetes client >= 32; older clients reject the keyword and we fall back to model objects)
+        self._raw: dict = {"deserialize": False}
 
     # ---- lifecycle -------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -127,13 +130,17 @@ class ClusterIndex:
                     w = watch.Watch()
                     gone = False
                     for ev in w.stream(
-                        lister, resource_version=rv, timeout_seconds=WATCH_SECONDS, allow_watch_bookmarks=True
+                        lister,
+                        resource_version=rv,
+                        timeout_seconds=WATCH_SECONDS,
+                        allow_watch_bookmarks=True,
+                        **self._raw,
                     ):
                         if self._stop.is_set():
                             w.stop()
                             return
                         typ = ev.get("type")
-                        raw = ev.get("raw_object") or {}
+                        raw = ev.get("raw_object") or ev.get("object") or {}
                         if typ == "ERROR":
                             gone = True  # 410 Gone / expired: relist
                             break
@@ -143,6 +150,11 @@ class ClusterIndex:
                         rv = new_rv or rv
                     if gone:
                         break
+            except TypeError as exc:
+                if self._raw and "deserialize" in str(exc):  # older client: use model objects instead
+                    self._raw = {}
+                    continue
+                log.warning("watch %s: %s: %s", kind, type(exc).__name__, exc)
             except ApiException as exc:
                 if exc.status != 410:
                     log.warning("watch %s: %s", kind, exc.reason)
