@@ -14,7 +14,9 @@ webhook_to_applied_seconds.
 from __future__ import annotations
 
 import argparse
+import cProfile
 import json
+import pstats
 import subprocess
 import sys
 import tempfile
@@ -99,6 +101,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="100 nodes instead of 1,250")
     parser.add_argument("--nodes", type=int)
+    parser.add_argument("--profile", action="store_true", help="print where the no-op reconcile spends time")
     args = parser.parse_args()
     count = args.nodes or (100 if args.quick else 1250)
 
@@ -130,9 +133,15 @@ def main() -> int:
         settled = rec.reconcile()
         print(f"after MIG success: {settled.phase}")
 
+        profiler = cProfile.Profile() if args.profile else None
         w0, t0 = writes(rec), time.perf_counter()
+        if profiler:
+            profiler.enable()
         noop = rec.reconcile()
         noop_seconds = time.perf_counter() - t0
+        if profiler:
+            profiler.disable()
+            pstats.Stats(profiler).sort_stats("cumulative").print_stats(25)
         noop_writes = writes(rec) - w0
         print(f"no-op reconcile: {noop.phase}, {noop_seconds:.2f}s, {noop_writes:.0f} writes")
 

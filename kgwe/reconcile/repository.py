@@ -113,6 +113,7 @@ class RepositoryReconciler:
         self._snapshot_hash: str | None = None
         self.last_sync: SyncResult | None = None
         self.status_writes = 0  # PolicyRepository status patches (a no-op reconcile makes none)
+        self._applier: Applier | None = None
         self.last_plan: RolloutPlan | None = None
 
     # -- reading ---------------------------------------------------------------------------------
@@ -276,7 +277,9 @@ class RepositoryReconciler:
         desired = self.desired(ps, facts)
         self._last_inventory_doc = desired.inventory_doc
         previous = [ObjectRef.from_status(e) for e in status.get("inventory") or []]
-        applier = Applier(self.api_client, self.repository_label, guard=self.is_leader)
+        if self._applier is None:  # kept: its DynamicClient's API discovery is costly on a busy apiserver
+            self._applier = Applier(self.api_client, self.repository_label, guard=self.is_leader)
+        applier = self._applier
         sync = applier.sync(desired.objects, previous)
         self.metrics.applied.labels(self.name).inc(len(sync.applied))
         self.metrics.pruned.labels(self.name).inc(len(sync.pruned))
