@@ -7,7 +7,6 @@ once, every line gets its floor, and the leftover cents go to the lines with the
 
 from __future__ import annotations
 
-import math
 from collections.abc import Hashable, Mapping
 from decimal import Decimal
 from fractions import Fraction
@@ -34,13 +33,19 @@ def largest_remainder(
     """
     if total_cents is None:
         total_cents = round_cents(sum(exact.values(), Fraction(0)))
-    floors = {k: math.floor(v * 100) for k, v in exact.items()}
+    floors: dict[Hashable, int] = {}
+    remainders: dict[Hashable, float] = {}
+    for k, v in exact.items():
+        v = Fraction(v)
+        whole, rest = divmod(v.numerator * 100, v.denominator)  # integer floor: exact
+        floors[k] = whole
+        remainders[k] = rest / v.denominator  # only orders who gets a leftover cent
     leftover = total_cents - sum(floors.values())
     if not exact:
         if total_cents != 0:
             raise ValueError("cannot apportion a non-zero total over no lines")
         return {}
-    order = sorted(exact, key=lambda k: (-(exact[k] * 100 - floors[k]), repr(k)))
+    order = sorted(exact, key=lambda k: (-remainders[k], repr(k)))
     if leftover < 0 or leftover > len(order):
         # Only possible when the caller's total is far from the exact sum; spread it evenly then.
         step, extra = divmod(leftover, len(order))

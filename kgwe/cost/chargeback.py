@@ -12,6 +12,7 @@ per bucket; negative idle (more allocated than a node has) is kept and warned ab
 
 from __future__ import annotations
 
+import bisect
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -129,14 +130,17 @@ def aggregate_usage(
     cuts = buckets(period, granularity, now)
     now_s = to_epoch(now)
     covered = {(c.bucket, c.node) for c in aggregate_capacity(nodes, period, granularity, now)}
+    starts = [lo for _, lo, _ in cuts]
     sums: dict[tuple, int] = defaultdict(int)
     for iv in intervals:
         start = to_epoch(iv.start)
         end = to_epoch(iv.end) if iv.end is not None else now_s
-        for label, lo, hi in cuts:
+        key = tuple(str(getattr(iv, d)) for d in group_by)
+        for label, lo, hi in cuts[max(0, bisect.bisect_right(starts, start) - 1):]:
+            if lo >= end:
+                break
             seconds = _overlap(start, end, lo, hi)
             if seconds:
-                key = tuple(str(getattr(iv, d)) for d in group_by)
                 node = ON_INVENTORY if (label, iv.node) in covered else iv.node
                 shape = (label, node, iv.gpu_product, iv.spot, iv.kind, iv.mig_profile, iv.gpu_milli, key)
                 sums[shape] += seconds * iv.count
@@ -171,12 +175,28 @@ def compute_chargeback(
     group_by = check_group_by(group_by)
     warnings: set[str] = set()
 
+    rates: dict[tuple[str, bool], Fraction] = {}
+    shares: dict[tuple, Fraction] = {}
+
     def rate(product: str, spot: bool) -> Fraction:
-        price = book.price(product)
-        if price is None:
-            warnings.add(f"no price for GPU product {product!r}: its GPU-hours are counted at 0")
-            return Fraction(0)
-        return Fraction(price.per_hour(spot)) / _HOUR
+        if (product, spot) not in rates:
+            price = book.price(product)
+            if price is None:
+                warnings.add(f"no price for GPU product {product!r}: its GPU-hours are counted at 0")
+                rates[(product, spot)] = Fraction(0)
+            else:
+                rates[(product, spot)] = Fraction(price.per_hour(spot)) / _HOUR
+        return rates[(product, spot)]
+
+    def share_of(u: UsageAggregate) -> Fraction:
+        shape = (u.gpu_product, u.kind, u.mig_profile, u.gpu_milli)
+        if shape not in shares:
+            try:
+                shares[shape] = book.gpu_share(*shape)
+            except KgweError as exc:
+                warnings.add(f"{exc}: those GPU-hours are counted at 0")
+                shares[shape] = Fraction(0)
+        return shares[shape]
 
     cap_cost: dict[str, Fraction] = defaultdict(Fraction)
     cap_seconds: dict[str, Fraction] = defaultdict(Fraction)
@@ -193,12 +213,7 @@ def compute_chargeback(
     extra_cost: dict[str, Fraction] = defaultdict(Fraction)
     extra_seconds: dict[str, Fraction] = defaultdict(Fraction)
     for u in usage:
-        try:
-            share = book.gpu_share(u.gpu_product, u.kind, u.mig_profile, u.gpu_milli)
-        except KgweError as exc:
-            warnings.add(f"{exc}: those GPU-hours are counted at 0")
-            share = Fraction(0)
-        gpu_seconds = u.unit_seconds * share
+        gpu_seconds = u.unit_seconds * share_of(u)
         cost = gpu_seconds * rate(u.gpu_product, u.spot)
         cell = (u.bucket, u.key)
         alloc[cell] += cost
