@@ -7,7 +7,8 @@
   percentageOfNodesToScore 100) and we time first bind -> last bind. 1-GPU pods.
 - p99_bind_ms: with the extender, pods created at 50 pods/s; creation (API call returned) -> bound seen
   by a watch, p99 over all pods.
-The extender runs as its own process in cluster mode (watches, kgwe-scoring absent = built-in default).
+The extender runs as its own process in cluster mode (watches, kgwe-scoring absent = built-in default;
+--decide-in-filter: the default profile with decideInFilter, one HTTP round trip per pod).
 """
 
 from __future__ import annotations
@@ -105,7 +106,8 @@ def bind_latency(core: client.CoreV1Api, ns: str, pods: int, rate: float) -> lis
     return sorted(max(0.0, watcher.bound[n] - created[n]) * 1000.0 for n in created)
 
 
-def start_extender(cp: ControlPlane) -> tuple[subprocess.Popen, int]:
+def start_extender(cp: ControlPlane, profiles: Path | None = None) -> tuple[subprocess.Popen, int]:
+    extra = ["--profiles", str(profiles)] if profiles else []
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -116,6 +118,7 @@ def start_extender(cp: ControlPlane) -> tuple[subprocess.Popen, int]:
             str(cp.kubeconfig_path),
             "--listen",
             "127.0.0.1:0",
+            *extra,
         ],
         stderr=subprocess.PIPE,
         text=True,
@@ -148,6 +151,11 @@ def main() -> int:
     ap.add_argument("--nodes", type=int)
     ap.add_argument("--pods", type=int)
     ap.add_argument("--latency-pods", type=int)
+    ap.add_argument(
+        "--decide-in-filter",
+        action="store_true",
+        help="profile decideInFilter: filter returns the best node only (no prioritize call)",
+    )
     args = ap.parse_args()
     nodes = args.nodes or (200 if args.quick else 1000)
     pods = args.pods or (400 if args.quick else 2000)
@@ -161,7 +169,13 @@ def main() -> int:
         core = client.CoreV1Api(api)
         _, nodes_s = create_nodes(api, nodes)
         print(f"{nodes} simulated GPU nodes Ready in {nodes_s:.1f} s", flush=True)
-        ext, port = start_extender(cp)
+        profiles = None
+        if args.decide_in_filter:
+            profiles = Path(cp.workdir) / "kgwe-scoring.json"
+            profiles.write_text(
+                json.dumps({"profiles": [{"name": "default", "default": True, "decideInFilter": True}]})
+            )
+        ext, port = start_extender(cp, profiles)
         with_config = {
             **BASELINE_SCHEDULER,
             "percentageOfNodesToScore": 100,

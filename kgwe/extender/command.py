@@ -31,7 +31,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--listen", default="127.0.0.1:8888", help="HOST:PORT to listen on")
     parser.add_argument("--namespace", default="kgwe-system", help="namespace of the kgwe-scoring ConfigMap")
-    parser.add_argument("--profiles", type=Path, help="static mode: kgwe-scoring JSON document")
+    parser.add_argument(
+        "--profiles", type=Path, help="kgwe-scoring JSON document (cluster mode: until the ConfigMap exists)"
+    )
     parser.add_argument("--request-timeout", type=float, default=10.0, help="seconds to receive one request")
     parser.add_argument("--log-level", default="INFO")
 
@@ -51,13 +53,19 @@ def static_engine(inventory: Path, profiles: Path | None = None) -> Engine:
     for n in nodes:
         table.upsert(n)
     engine = Engine(table)
-    if profiles is not None:
-        try:
-            engine.set_profiles(profiles_from_document(orjson.loads(profiles.read_bytes())))
-        except (OSError, orjson.JSONDecodeError, ProfileError) as exc:
-            raise KgweError(f"--profiles {profiles}: {exc}") from None
+    load_profiles(engine, profiles)
     engine.ready = True
     return engine
+
+
+def load_profiles(engine: Engine, path: Path | None) -> None:
+    """Profiles from a kgwe-scoring JSON file (static mode; initial profiles in cluster mode)."""
+    if path is None:
+        return
+    try:
+        engine.set_profiles(profiles_from_document(orjson.loads(path.read_bytes())))
+    except (OSError, orjson.JSONDecodeError, ProfileError) as exc:
+        raise KgweError(f"--profiles {path}: {exc}") from None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -71,6 +79,7 @@ def run(args: argparse.Namespace) -> int:
         from kgwe.extender.index import ClusterIndex
 
         engine = Engine()
+        load_profiles(engine, args.profiles)  # until the kgwe-scoring ConfigMap says otherwise
         index = ClusterIndex(engine, kubeconfig=args.kubeconfig, namespace=args.namespace, metrics=metrics)
         index.start()
     else:

@@ -241,8 +241,16 @@ class Engine:
             with self.lock:
                 profile = self.profile_for(req)
                 self._observe(req, profile)
-                reason, _ = self._evaluate(req, rows, known, profile)
+                reason, score = self._evaluate(req, rows, known, profile)
                 passed = known & (reason == OK)
+                if profile.decide_in_filter and passed.sum() > 1:
+                    # one node left => kube-scheduler skips prioritize: one round trip, exact placement
+                    final = self._final_scores(profile, req, names, score)
+                    best = int(np.argmax(np.where(passed, final, -np.inf)))
+                    chosen = np.zeros(len(names), dtype=bool)
+                    chosen[best] = True
+                else:
+                    chosen = passed
                 bad = np.nonzero(known & ~passed)[0]
                 if len(bad):
                     texts = self._reasons(req, rows[bad], reason[bad])
@@ -256,6 +264,7 @@ class Engine:
                     failed[names[i]] = unresolvable[names[i]] = UNKNOWN_NODE
             if self.on_decision:
                 self.on_decision("filter", len(failed))
+            passed = chosen
         if passed.all():
             ok_names, ok_items = names, items
         else:
@@ -278,20 +287,23 @@ class Engine:
         with self.lock:
             profile = self.profile_for(req)
             reason, score = self._evaluate(req, rows, known, profile)
-            self.tick += 1
-            dyn = dynamic_term(profile, names, req.uid, self.tick)
-        if dyn is not None:
-            total = (
-                profile.topology
-                + profile.resource
-                + profile.balance
-                + (profile.fragmentation if self.table.mix else 0.0)
-            )
-            score = score + (dyn - 50.0) * profile.resource / max(total, 1e-9)
+            score = self._final_scores(profile, req, names, score)
         ints = np.where(known & (reason == OK), np.clip(np.rint(score / 10.0), 0, MAX_PRIORITY), 0)
         if self.on_decision:
             self.on_decision("prioritize", 0)
         return self._priority_json(names, ints.astype(np.int64))
+
+    def _final_scores(
+        self, profile: Profile, req: PodRequest, names: list[str], score: np.ndarray
+    ) -> np.ndarray:
+        """Cached scores plus the per-request part of RoundRobin / Random."""
+        self.tick += 1
+        dyn = dynamic_term(profile, names, req.uid, self.tick)
+        if dyn is None:
+            return score
+        total = profile.topology + profile.resource + profile.balance
+        total += profile.fragmentation if self.table.mix else 0.0
+        return score + (dyn - 50.0) * profile.resource / max(total, 1e-9)
 
     def _priority_json(self, names: list[str], ints: np.ndarray) -> bytes:
         """HostPriorityList bytes. The per-host JSON around each score is built once per node-name list

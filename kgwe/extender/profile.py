@@ -50,6 +50,10 @@ class Profile:
     weight: int = 5
     ignorable: bool = False
     http_timeout: str = "2s"
+    # true: filter returns only the best node, so kube-scheduler skips prioritize (and its own scoring)
+    # for GPU pods: one HTTP round trip per pod and exact (not 0..10-rounded) placement, at the price of
+    # ignoring in-tree soft preferences (preferred affinity, spread) for those pods.
+    decide_in_filter: bool = False
 
     @property
     def dynamic(self) -> bool:
@@ -106,6 +110,7 @@ def profile_from_dict(raw: Mapping) -> Profile:
         weight=int(_num(ext, "weight", 5, f"{where}.extender")),
         ignorable=bool(ext.get("ignorable", False)),
         http_timeout=str(ext.get("httpTimeout", "2s")),
+        decide_in_filter=bool(spec.get("decideInFilter", False)),
     )
 
 

@@ -35,13 +35,15 @@ def test_whole_gpu_count_filter_and_reason() -> None:
     reason, _, _ = evaluate(t, PodRequest(gpus=2))
     assert reason == {"a": core.WHOLE, "b": core.OK}
     assert describe(core.WHOLE, t, t.rows["a"], PodRequest(gpus=2)) == (
-        "kgwe: pod needs 2 whole GPUs, node has 1 of 8 free")
+        "kgwe: pod needs 2 whole GPUs, node has 1 of 8 free"
+    )
 
 
 def test_share_is_accounted_per_physical_gpu() -> None:
     # 3 GPUs each 600/1000 used: 1200 milli free in total but no single GPU has 500
-    t = table_of(NodeState("a", gpus=3, gpu_used_milli=[600, 600, 600]), NodeState("b", gpus=1,
-                                                                                   gpu_used_milli=[400]))
+    t = table_of(
+        NodeState("a", gpus=3, gpu_used_milli=[600, 600, 600]), NodeState("b", gpus=1, gpu_used_milli=[400])
+    )
     req = PodRequest(gpus=1, gpu_milli=500)
     reason, _, _best = evaluate(t, req)
     assert reason == {"a": core.SHARE, "b": core.OK}
@@ -59,8 +61,14 @@ def test_share_packs_onto_partly_used_gpu() -> None:
 
 
 def test_product_family_memory_and_mig_filters() -> None:
-    h = NodeState("h", gpus=8, product="NVIDIA-H100-80GB-HBM3", family="hopper", gpu_memory_mib=81559,
-                  mig_free={"1g.10gb": 2, "3g.40gb": 1, "2g.20gb": 1})
+    h = NodeState(
+        "h",
+        gpus=8,
+        product="NVIDIA-H100-80GB-HBM3",
+        family="hopper",
+        gpu_memory_mib=81559,
+        mig_free={"1g.10gb": 2, "3g.40gb": 1, "2g.20gb": 1},
+    )
     a = NodeState("a", gpus=8, product="NVIDIA-A100-SXM4-40GB", family="ampere", gpu_memory_mib=40960)
     t = table_of(h, a)
     assert evaluate(t, PodRequest(gpus=1, products=("h100",)))[0] == {"h": core.OK, "a": core.PRODUCT}
@@ -73,36 +81,50 @@ def test_product_family_memory_and_mig_filters() -> None:
 
 
 def test_min_bandwidth_uses_topology_choice() -> None:
-    engine = Engine(table_of(
-        NodeState("dgx", gpus=8, topology=known.load("DGX-H100")),
-        NodeState("pcie", gpus=8, topology=known.load("L40S-8-PCIE")),
-        NodeState("bare", gpus=8),
-    ))
+    engine = Engine(
+        table_of(
+            NodeState("dgx", gpus=8, topology=known.load("DGX-H100")),
+            NodeState("pcie", gpus=8, topology=known.load("L40S-8-PCIE")),
+            NodeState("bare", gpus=8),
+        )
+    )
     reason, _score, _ = evaluate(engine.table, PodRequest(gpus=2, min_bandwidth_gbps=100), Profile())
     assert reason == {"dgx": core.OK, "pcie": core.TOPOLOGY, "bare": core.NO_TOPOLOGY}
 
 
 def test_nvlink_pair_beats_pcie_pair_for_nvlink_preference() -> None:
-    engine = Engine(table_of(
-        NodeState("pairs", gpus=8, topology=known.load("A100-PCIE-PAIRS-ADJACENT")),
-        NodeState("pcie", gpus=8, topology=known.load("L40S-8-PCIE")),
-    ))
+    engine = Engine(
+        table_of(
+            NodeState("pairs", gpus=8, topology=known.load("A100-PCIE-PAIRS-ADJACENT")),
+            NodeState("pcie", gpus=8, topology=known.load("L40S-8-PCIE")),
+        )
+    )
     _, score, _ = evaluate(engine.table, PodRequest(gpus=2, preference="NVLinkOptimal"), Profile())
     assert score["pairs"] > score["pcie"]
 
 
-@pytest.mark.parametrize("strategy,winner", [("BinPack", "busy"), ("Spread", "idle"), ("LeastLoaded", "idle"),
-                                             ("BestFit", "busy"), ("Priority", "idle")])
+@pytest.mark.parametrize(
+    "strategy,winner",
+    [
+        ("BinPack", "busy"),
+        ("Spread", "idle"),
+        ("LeastLoaded", "idle"),
+        ("BestFit", "busy"),
+        ("Priority", "idle"),
+    ],
+)
 def test_strategies_rank_busy_and_idle_nodes(strategy: str, winner: str) -> None:
     t = table_of(NodeState("busy", gpus=8, gpu_used_milli=[1000] * 6), NodeState("idle", gpus=8, priority=90))
-    _, score, _ = evaluate(t, PodRequest(gpus=1), Profile(strategy=strategy, topology=0, balance=0,
-                                                          fragmentation=0))
+    _, score, _ = evaluate(
+        t, PodRequest(gpus=1), Profile(strategy=strategy, topology=0, balance=0, fragmentation=0)
+    )
     assert max(score, key=score.get) == winner
 
 
 def test_cost_optimized_prefers_cheaper_product() -> None:
-    t = table_of(NodeState("h", gpus=8, product="NVIDIA-H100-80GB-HBM3"),
-                 NodeState("l", gpus=8, product="NVIDIA-L40S"))
+    t = table_of(
+        NodeState("h", gpus=8, product="NVIDIA-H100-80GB-HBM3"), NodeState("l", gpus=8, product="NVIDIA-L40S")
+    )
     p = Profile(strategy="CostOptimized", prices=(("h100", 4.1), ("l40s", 1.2)), fragmentation=0)
     _, score, _ = evaluate(t, PodRequest(gpus=1), p)
     assert score["l"] > score["h"]
@@ -147,8 +169,11 @@ def test_removed_node_row_is_reused_and_unknown() -> None:
 
 
 @settings(max_examples=60, deadline=None)
-@given(used=st.lists(st.lists(st.integers(0, 1000), min_size=1, max_size=8), min_size=1, max_size=6),
-       gpus=st.integers(0, 3), milli=st.integers(1, 1000))
+@given(
+    used=st.lists(st.lists(st.integers(0, 1000), min_size=1, max_size=8), min_size=1, max_size=6),
+    gpus=st.integers(0, 3),
+    milli=st.integers(1, 1000),
+)
 def test_filter_agrees_with_a_direct_count(used: list[list[int]], gpus: int, milli: int) -> None:
     t = NodeTable(max_gpus=8)
     for i, u in enumerate(used):

@@ -25,8 +25,15 @@ spec:
     - {name: l1, gpus: 8, product: NVIDIA-L40S, topology: L40S-8-PCIE, devices: [{index: 0, busy: true}]}
 """
 
-GOOD = orjson.dumps({"Pod": {"metadata": {"name": "p"}, "spec": {"containers": [
-    {"name": "c", "resources": {"limits": {"nvidia.com/gpu": "2"}}}]}}, "NodeNames": ["h1", "l1"]})
+GOOD = orjson.dumps(
+    {
+        "Pod": {
+            "metadata": {"name": "p"},
+            "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "2"}}}]},
+        },
+        "NodeNames": ["h1", "l1"],
+    }
+)
 
 
 @pytest.fixture(scope="module")
@@ -34,9 +41,22 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int,
     inv = tmp_path_factory.mktemp("ext") / "inventory.yaml"
     inv.write_text(INVENTORY)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "kgwe.cli", "extender", "--inventory", str(inv), "--listen", "127.0.0.1:0",
-         "--request-timeout", "1"],
-        stderr=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[2])
+        [
+            sys.executable,
+            "-m",
+            "kgwe.cli",
+            "extender",
+            "--inventory",
+            str(inv),
+            "--listen",
+            "127.0.0.1:0",
+            "--request-timeout",
+            "1",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).resolve().parents[2],
+    )
     port = None
     deadline = time.monotonic() + 60
     while port is None and time.monotonic() < deadline:
@@ -93,14 +113,20 @@ def test_good_request_and_keep_alive(server) -> None:
     conn.close()
 
 
-@pytest.mark.parametrize("body,needle", [
-    (b"{", "not valid JSON"),
-    (b"\xff\xfe", "not valid JSON"),
-    (b'{"NodeNames": ["h1"]}', "Pod is missing"),
-    (b'{"Pod": {"metadata": {}, "spec": {}}}', "NodeNames"),
-    (b'{"Pod": {"spec": {"containers": [{"resources": {"limits": {"nvidia.com/gpu": "x"}}}]}}, '
-     b'"NodeNames": []}', "integer"),
-])
+@pytest.mark.parametrize(
+    "body,needle",
+    [
+        (b"{", "not valid JSON"),
+        (b"\xff\xfe", "not valid JSON"),
+        (b'{"NodeNames": ["h1"]}', "Pod is missing"),
+        (b'{"Pod": {"metadata": {}, "spec": {}}}', "NodeNames"),
+        (
+            b'{"Pod": {"spec": {"containers": [{"resources": {"limits": {"nvidia.com/gpu": "x"}}}]}}, '
+            b'"NodeNames": []}',
+            "integer",
+        ),
+    ],
+)
 @pytest.mark.parametrize("verb", ["/filter", "/prioritize"])
 def test_malformed_bodies_are_400_json(server, verb: str, body: bytes, needle: str) -> None:
     status, ctype, data = request(server, "POST", verb, body)
@@ -119,8 +145,10 @@ def test_unknown_nodes_fail_with_reason_not_error(server) -> None:
 
 
 def test_body_over_10_mib_is_413_without_reading_it(server) -> None:
-    head = (b"POST /filter HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-            b"Content-Length: %d\r\n\r\n" % (10 * 1024 * 1024 + 1))
+    head = (
+        b"POST /filter HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n" % (10 * 1024 * 1024 + 1)
+    )
     resp = raw(server, head)
     assert status_of(resp) == 413
     assert b'"error"' in resp
@@ -128,20 +156,23 @@ def test_body_over_10_mib_is_413_without_reading_it(server) -> None:
 
 def test_slow_client_gets_408_and_is_disconnected(server) -> None:
     started = time.monotonic()
-    resp = raw(server, b"POST /filter HTTP/1.1\r\nContent-Length: 100\r\n\r\n{\"Pod\":")
+    resp = raw(server, b'POST /filter HTTP/1.1\r\nContent-Length: 100\r\n\r\n{"Pod":')
     assert status_of(resp) == 408 and b"within" in resp
     assert time.monotonic() - started < 9  # the server ended it (timeout 1 s), not the client's 10 s
     resp = raw(server, b"POST /fil")  # headers never finish
     assert status_of(resp) == 408
 
 
-@pytest.mark.parametrize("payload,code", [
-    (b"POST /filter HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n", 411),
-    (b"GARBAGE\r\n\r\n", 400),
-    (b"POST /filter HTTP/1.1\r\nContent-Length: nope\r\n\r\n", 400),
-    (b"POST /filter HTTP/1.1\r\nno colon here\r\n\r\n", 400),
-    (b"POST /filter HTTP/1.1\r\nX: " + b"a" * 70000 + b"\r\n\r\n", 431),
-])
+@pytest.mark.parametrize(
+    "payload,code",
+    [
+        (b"POST /filter HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n", 411),
+        (b"GARBAGE\r\n\r\n", 400),
+        (b"POST /filter HTTP/1.1\r\nContent-Length: nope\r\n\r\n", 400),
+        (b"POST /filter HTTP/1.1\r\nno colon here\r\n\r\n", 400),
+        (b"POST /filter HTTP/1.1\r\nX: " + b"a" * 70000 + b"\r\n\r\n", 431),
+    ],
+)
 def test_protocol_errors_are_4xx(server, payload: bytes, code: int) -> None:
     assert status_of(raw(server, payload)) == code
 

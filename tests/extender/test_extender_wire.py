@@ -255,3 +255,27 @@ def test_answers_do_not_depend_on_node_order_or_repetition() -> None:
         seen.append((scores, sorted(kept)))
         assert list(scores) == names
     assert all(s == seen[0] for s in seen)
+
+
+def test_decide_in_filter_returns_only_the_best_node() -> None:
+    e = engine()
+    e.set_profiles(
+        profiles_from_document({"profiles": [{"name": "d", "default": True, "decideInFilter": True}]})
+    )
+    t = e.table
+    t.upsert(
+        NodeState("dgx-h100-02", gpus=8, product="NVIDIA-H100-80GB-HBM3", topology=known.load("DGX-H100"))
+    )
+    names = ["dgx-h100-01", "dgx-h100-02", "a100-pcie-01"]
+    share = {
+        "metadata": {"name": "s", "annotations": {"kgwe.nvidia.io/gpu-milli": "400"}},
+        "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu.shared": "1"}}}]},
+    }
+    body = orjson.dumps({"Pod": share, "Nodes": None, "NodeNames": names})
+    reply = orjson.loads(e.filter(body))
+    # all three fit; only the best comes back (kube-scheduler then skips prioritize); no failures listed
+    assert len(reply["NodeNames"]) == 1 and reply["FailedNodes"] == {}
+    scores = {h["Host"]: h["Score"] for h in orjson.loads(e.prioritize(body))}
+    assert scores[reply["NodeNames"][0]] == max(scores.values())
+    e.set_profiles(profiles_from_document({"profiles": [{"name": "d", "default": True}]}))
+    assert sorted(orjson.loads(e.filter(body))["NodeNames"]) == sorted(names)
