@@ -7,6 +7,10 @@ Also accepted:
 "balance": 25}, "strategy": "BinPack", "fragmentation": 60, "extender": {"weight": 5, "ignorable": false,
 "httpTimeout": "2s"}}]}`. A bare list of profiles, or ScoringProfile objects (`metadata.name` + `spec`), are
 accepted too, so the extender follows the policy area's rendering without a second format.
+
+KGWE fields beyond the seed ScoringProfile (optional, read when present): `fragmentation` (weight of the
+FGD term, default 50; 0 = off) and `decideInFilter` (default false). A profile without `strategy` uses
+BestFit: with the FGD term it packed the openb trace best (kgwe simulate: 95.6% vs BinPack 95.2% at 130%).
 """
 
 from __future__ import annotations
@@ -89,7 +93,7 @@ def profile_from_dict(raw: Mapping) -> Profile:
     weights = spec.get("weights") or {}
     if not isinstance(weights, Mapping):
         raise ProfileError(f"{where}.weights: expected an object")
-    strategy = str(spec.get("strategy") or "BinPack")
+    strategy = str(spec.get("strategy") or "BestFit")
     canonical = _STRATEGY_BY_LOWER.get(strategy.lower())
     if canonical is None:
         raise ProfileError(f"{where}.strategy: {strategy!r} is not one of {', '.join(STRATEGIES)}")
