@@ -143,3 +143,39 @@ def test_service_refreshes_metrics_and_budget_status(db):
                                                       "ml-research": True}
     text = generate_latest(registry).decode()
     assert 'kgwe_budget_used_ratio{budget="ml-research"' in text and "kgwe_idle_gpu_cost{" in text
+
+
+def test_report_rightsizes_metered_pods_from_prometheus(db, tmp_path):
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    def matrix(value):
+        result = [{"metric": {"namespace": "ml-training", "pod": f"train-{d}"},
+                   "values": [[1790812800 + 60 * i, str(value)] for i in range(30)]} for d in range(-3, 3)]
+        return json.dumps({"status": "success", "data": {"resultType": "matrix", "result": result}}).encode()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = matrix(0.3) if "ENGINE_ACTIVE" in self.path else matrix(30_000)
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        assert run_report(db, tmp_path / "out", "--prometheus", url) == 0
+    finally:
+        server.shutdown()
+        server.server_close()
+    folder = tmp_path / "out" / "reports" / "prod" / "2026-10-01_2026-11-01"
+    rows = list(csv.DictReader(io.StringIO((folder / "rightsizing.csv").read_text())))
+    # train-* pods hold 4 whole A100s but use 0.3 GPU and 30 GB: the smallest covering MIG profile is 3g.40gb
+    assert {r["pod"] for r in rows} == {f"train-{d}" for d in range(0, 3)}  # only pods metered in October
+    assert {(r["current"], r["recommended"], r["downsizable"]) for r in rows} == {
+        ("4× GPU", "1× MIG 3g.40gb", "True")}
