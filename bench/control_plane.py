@@ -58,9 +58,8 @@ def recorded_build_seconds(directory: Path, version: str) -> tuple[float | None,
 def create_nodes(api: client.ApiClient, count: int) -> tuple[list[str], float]:
     names = [f"bench-{MACHINE_MIX[i % len(MACHINE_MIX)].lower()}-{i:04d}" for i in range(count)]
     t0 = time.monotonic()
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        list(pool.map(lambda i: gpunodes.create_gpu_node(api, names[i], MACHINE_MIX[i % len(MACHINE_MIX)]),
-                      range(count)))
+    for k, machine in enumerate(MACHINE_MIX):
+        gpunodes.create_gpu_nodes(api, machine, names[k::len(MACHINE_MIX)])
     gpunodes.wait_nodes_ready(api, names, timeout_seconds=300)
     return names, time.monotonic() - t0
 

@@ -85,7 +85,7 @@ class ControllerManagerStandIn:
             try:
                 fn(*args)
             except ApiException as exc:
-                if exc.status not in (404, 409) and not self._stop.is_set():
+                if exc.status not in (404, 409, 422) and not self._stop.is_set():
                     log.warning("kcm stand-in %s %s failed: %s", key[0], key[1], exc.reason)
             except Exception as exc:
                 if not self._stop.is_set():
@@ -106,22 +106,32 @@ class ControllerManagerStandIn:
             return
         taints = node.spec.taints or []
         if _is_ready(node) and any(t.key == NOT_READY_TAINT for t in taints):
-            self._submit(("node", node.metadata.name), self._untaint, node.metadata.name)
+            self._submit(("node", node.metadata.name), self._untaint, node)
 
-    def _untaint(self, name: str) -> None:
-        node = self._core.read_node(name)
-        taints = node.spec.taints or []
-        kept = [t for t in taints if t.key != NOT_READY_TAINT]
+    def _untaint(self, node: Any) -> None:
+        name = node.metadata.name
         serialize = self._core.api_client.sanitize_for_serialization
-        if len(kept) == len(taints) or not _is_ready(node):
+        for _attempt in range(5):
+            kept = [t for t in node.spec.taints or [] if t.key != NOT_READY_TAINT]
+            if len(kept) == len(node.spec.taints or []) or not _is_ready(node):
+                return
+            # JSON patch guarded by the resourceVersion we saw (usually the watch event's, saving a GET):
+            # if the node changed meanwhile the test op fails and we re-read it and try again.
+            patch = [
+                {"op": "test", "path": "/metadata/resourceVersion", "value": node.metadata.resource_version},
+                {"op": "replace", "path": "/spec/taints", "value": [serialize(t) for t in kept]},
+            ]
+            try:
+                resp = self._core.patch_node(name, patch, _preload_content=False)
+                resp.read()  # drain before handing the connection back to the pool
+                resp.release_conn()
+                break
+            except ApiException as exc:
+                if exc.status not in (409, 422):
+                    raise
+                node = self._core.read_node(name)
+        else:
             return
-        # JSON patch guarded by resourceVersion: a concurrent taint change makes it fail (409) and the
-        # next watch event retries with fresh data, as the real controller would.
-        patch = [
-            {"op": "test", "path": "/metadata/resourceVersion", "value": node.metadata.resource_version},
-            {"op": "replace", "path": "/spec/taints", "value": [serialize(t) for t in kept]},
-        ]
-        self._core.patch_node(name, patch)
         self.untainted_nodes += 1
         self._record(f"node {name} is Ready: removed taint {NOT_READY_TAINT}:NoSchedule")
 
