@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
+from kubernetes import client
 
 from kgwe.errors import KgweError
 from kgwe.testing import gpunodes
@@ -59,3 +62,19 @@ def test_bad_layouts_are_clear_errors() -> None:
         gpunodes.gpu_resources(8, [None, None])
     with pytest.raises(KgweError, match="unknown GPU machine"):
         gpunodes.machine("DGX-9000")
+
+
+@pytest.mark.cluster
+def test_every_machine_becomes_a_ready_gpu_node_that_keeps_its_resources(
+    k8s_api: client.ApiClient, gpu_node: Any
+) -> None:
+    core = client.CoreV1Api(k8s_api)
+    for key in sorted(gpunodes.MACHINES):
+        name = gpu_node(key)
+        node = core.read_node(name)
+        assert gpunodes.is_schedulable_ready(node)
+        assert node.status.allocatable["nvidia.com/gpu"] == "8"  # kwok's status update kept it
+        assert node.status.node_info.kubelet_version.startswith("kwok-")
+        assert node.metadata.labels["nvidia.com/gpu.product"] == gpunodes.machine(key).product
+        topo = annotation.decode(node.metadata.annotations[annotation.ANNOTATION_KEY])
+        assert topo.name == known.load(gpunodes.machine(key).topology).name
