@@ -260,6 +260,8 @@ def _assign(classes: Sequence[_Class], allowed: set[str] | None) -> dict[tuple[s
 
 def plan_pool(req: PoolRequest) -> PoolPlan:
     """Plan one pool. Pure and deterministic: same request, same plan."""
+    if not req.gpus:  # a strategy that selects no node today: nothing to change (validate warns about it)
+        return _plan_empty(req)
     models, compute = _validate(req)
     if not req.mig_enabled:
         return _plan_disabled(req, models)
@@ -446,6 +448,17 @@ def _change_reason(old: Multiset | None, new: Multiset | None, why: Mapping[str,
     if busy:
         text += f"; drains {busy} in-use workload(s) (drain allowed)"
     return text
+
+
+def _plan_empty(req: PoolRequest) -> PoolPlan:
+    """The plan of a pool with no GPUs: targets as asked, nothing achieved, nothing changed."""
+    return PoolPlan(
+        name=req.name, gpus=(), target_shares=dict(req.shares), achieved_shares={},
+        wanted_counts={**req.counts, **req.demand}, achieved_counts={}, unmet={},
+        gpus_changed=0, nodes_changed=0, in_use_kept=0, in_use_destroyed=0, deferred=0,
+        idle_compute_slices=0, idle_memory_slices=0, total_compute_slices=0,
+        notes=("the strategy selects no GPU node",),
+    )
 
 
 def _plan_disabled(req: PoolRequest, models: Mapping[str, GPUModel]) -> PoolPlan:

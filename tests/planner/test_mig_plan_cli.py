@@ -174,3 +174,13 @@ def test_cli_demand_file(repo, tmp_path_factory, capsys):
     demand.write_text("inferencing: {7g.80gb: 1}\n")
     assert main(["plan-mig", str(repo), "--demand", str(demand)]) == 1
     assert "demand names no MIGStrategy: inferencing" in capsys.readouterr().err
+
+
+def test_a_strategy_selecting_no_node_plans_nothing_and_does_not_block_the_others(tmp_path):
+    # Validation only warns about such a strategy, so planning (and so `kgwe render`) must not fail on it.
+    repo = _repo(tmp_path, [_node("t1", "training")])
+    ps = _policies(repo)
+    assert plan_layouts(ps.mig_strategies, ps.inventory()) == {"t1": [None, None]}
+    inference = next(p for p in plan_policy(ps.mig_strategies, ps.inventory()).pools if p.name == "inference")
+    assert inference.gpus == () and inference.gpus_changed == 0
+    assert inference.notes == ("the strategy selects no GPU node",)
