@@ -113,3 +113,15 @@ def test_without_go_and_without_cache_the_error_says_what_to_install(
     monkeypatch.setenv("PATH", str(tmp_path / "no-go-here"))
     with pytest.raises(ControlPlaneError, match=r"Install Go >= 1\.26"):
         find_binaries()
+
+
+def test_build_script_with_old_go_says_it_is_too_old(tmp_path: Path) -> None:
+    fake_go = tmp_path / "bin" / "go"
+    fake_go.parent.mkdir()
+    fake_go.write_text("#!/bin/sh\necho go1.24.3\n")  # answers `go env GOVERSION` like an old toolchain
+    fake_go.chmod(0o755)
+    env = {"PATH": f"{fake_go.parent}:/usr/bin:/bin", "HOME": str(tmp_path)}
+    proc = subprocess.run(["bash", str(BUILD_SCRIPT)], env=env, capture_output=True, text=True, check=False)
+    assert proc.returncode != 0
+    assert "go1.24.3 is too old" in proc.stderr
+    assert "Go >= 1.26" in proc.stderr
