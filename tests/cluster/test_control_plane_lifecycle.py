@@ -17,8 +17,10 @@ from kgwe.testing.controlplane import (
     BUILD_SCRIPT,
     ControlPlane,
     ControlPlaneError,
+    baseline_scheduler_config,
     default_scheduler_config,
     find_binaries,
+    free_port,
 )
 from kgwe.testing.pytest_cluster import delete_namespace
 
@@ -125,3 +127,28 @@ def test_build_script_with_old_go_says_it_is_too_old(tmp_path: Path) -> None:
     assert proc.returncode != 0
     assert "go1.24.3 is too old" in proc.stderr
     assert "Go >= 1.26" in proc.stderr
+
+
+@pytest.mark.cluster
+def test_scheduler_accepts_an_extenders_entry(
+    control_plane: ControlPlane, k8s_api: client.ApiClient, namespace: str, gpu_node: Any
+) -> None:
+    core = client.CoreV1Api(k8s_api)
+    node = gpu_node("DGX-A100")
+    extender = {"urlPrefix": f"http://127.0.0.1:{free_port()}/kgwe", "filterVerb": "filter",
+                "prioritizeVerb": "prioritize", "weight": 1, "nodeCacheCapable": True,
+                "ignorable": True,  # nothing listens there: an ignorable extender must not block scheduling
+                "managedResources": [{"name": "nvidia.com/gpu", "ignoredByScheduler": False}]}
+    with control_plane.using_scheduler_config(baseline_scheduler_config(extenders=[extender])):
+        text = (control_plane.workdir / "kube-scheduler.yaml").read_text()
+        assert "urlPrefix" in text and "/kgwe" in text
+        core.create_namespaced_pod(namespace, {
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "via-extender"},
+            "spec": {"nodeSelector": {"kubernetes.io/hostname": node},
+                     "containers": [{"name": "c", "image": "x",
+                                     "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}})
+        deadline = time.monotonic() + 30
+        while core.read_namespaced_pod("via-extender", namespace).spec.node_name != node:
+            assert time.monotonic() < deadline, "pod not bound with an ignorable, unreachable extender"
+            time.sleep(0.1)
+    assert "urlPrefix" not in (control_plane.workdir / "kube-scheduler.yaml").read_text()
