@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -13,25 +14,6 @@ from kgwe.testing.crds import install_crds, repo_crds
 
 pytestmark = pytest.mark.cluster
 
-# Used only while deploy/crds/ has no CRDs yet: a minimal structural schema to prove validation is real.
-FALLBACK_CRD: dict[str, Any] = {
-    "apiVersion": "apiextensions.k8s.io/v1",
-    "kind": "CustomResourceDefinition",
-    "metadata": {"name": "smokewidgets.smoke.kgwe.nvidia.io"},
-    "spec": {
-        "group": "smoke.kgwe.nvidia.io",
-        "scope": "Namespaced",
-        "names": {"plural": "smokewidgets", "singular": "smokewidget", "kind": "SmokeWidget"},
-        "versions": [{
-            "name": "v1", "served": True, "storage": True,
-            "schema": {"openAPIV3Schema": {"type": "object", "properties": {"spec": {
-                "type": "object", "required": ["gpus"],
-                "properties": {"gpus": {"type": "integer", "minimum": 1}}}}}},
-        }],
-    },
-}
-
-
 def test_version_is_the_pinned_release(control_plane: ControlPlane) -> None:
     version = control_plane.version()
     assert version["gitVersion"] == control_plane.binaries.kubernetes_version
@@ -39,7 +21,8 @@ def test_version_is_the_pinned_release(control_plane: ControlPlane) -> None:
 
 
 def test_crd_schema_violation_is_rejected_with_422(k8s_api: client.ApiClient, namespace: str) -> None:
-    crds = repo_crds() or [FALLBACK_CRD]
+    crds = repo_crds()
+    assert crds, "deploy/crds/ holds the KGWE CRDs"
     install_crds(k8s_api, crds)
     custom = client.CustomObjectsApi(k8s_api)
     checked = 0
@@ -121,9 +104,17 @@ def test_scheduler_binds_gpu_pod_and_kwok_runs_it(
     core = client.CoreV1Api(k8s_api)
     node = gpu_node("DGX-H100")
     # What kube-controller-manager would have done, done visibly by the stand-in:
-    standin_log = control_plane.log_paths()["kcm-standin"].read_text()
-    assert f"node {node} is Ready: removed taint node.kubernetes.io/not-ready" in standin_log
-    assert f"namespace {namespace}: created ServiceAccount default" in standin_log
+    # The stand-in logs right after its API call returns, so the line may trail the node by a moment.
+    expected = (f"node {node} is Ready: removed taint node.kubernetes.io/not-ready",
+                f"namespace {namespace}: created ServiceAccount default")
+    log_path = control_plane.log_paths()["kcm-standin"]
+    for _ in range(100):
+        standin_log = log_path.read_text()
+        if all(line in standin_log for line in expected):
+            break
+        time.sleep(0.1)
+    for line in expected:
+        assert line in standin_log
     pod, phases = _create_and_watch(core, namespace, _gpu_pod("two-gpus", node, 2),
                                     lambda p: p.status.phase == "Running")
     assert pod.spec.node_name == node
