@@ -26,18 +26,16 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import yaml
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
 from kgwe.cluster.client import ensure_namespace
 from kgwe.cluster.names import MIG_STATE_LABEL
 from kgwe.gitops.webhook import sign
 from kgwe.reconcile.controller import Controller
 from kgwe.reconcile.repository import GROUP, PLURAL, VERSION, RepositoryReconciler
-from kgwe.resources import deploy_dir
 from kgwe.testing import gpunodes
 from kgwe.testing.controlplane import ControlPlane, find_binaries
+from kgwe.testing.crds import install_crds
 
 NS = "kgwe-system"
 POOL = "bench"
@@ -66,25 +64,6 @@ def commit(work: Path, profile: str) -> str:
     return git(work, "rev-parse", "HEAD")
 
 
-def install_crds(api: client.ApiClient) -> None:
-    ext = client.ApiextensionsV1Api(api)
-    for path in sorted((deploy_dir() / "crds").glob("*.yaml")):
-        for crd in yaml.safe_load_all(path.read_text()):
-            try:
-                ext.create_custom_resource_definition(crd)
-            except ApiException as exc:
-                if exc.status != 409:
-                    raise
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            client.CustomObjectsApi(api).list_namespaced_custom_object(GROUP, VERSION, NS, PLURAL)
-            return
-        except ApiException:
-            time.sleep(0.2)
-    raise SystemExit("CRDs never became available")
-
-
 def mig_manager_reports_success(api: client.ApiClient, names: list[str]) -> None:
     """What the MIG manager would end with on every relabelled node (its delays are not measured)."""
     core = client.CoreV1Api(api)
@@ -108,7 +87,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="kgwe-bench-") as tmp_name, ControlPlane(find_binaries()) as cp:
         tmp = Path(tmp_name)
         api = cp.new_api_client(pool_size=32)
-        install_crds(api)
+        install_crds(api)  # kgwe.testing.crds: deploy/crds, waits until established
         for ns in (NS, "gpu-operator"):
             ensure_namespace(api, ns)
         names = [f"bench-h100-{i:04d}" for i in range(count)]
