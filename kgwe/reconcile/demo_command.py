@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import tempfile
@@ -33,13 +34,13 @@ MACHINE_FOR_TOPOLOGY = {
     "L40S-8-PCIE": "L40S-8-PCIE",
     "DGX-1-V100": "DGX-1-V100",
 }
-ENV = {
+# The demo's commits are made by a pretend platform engineer, whatever the user's own git config says.
+GIT_IDENTITY = {
     "GIT_AUTHOR_NAME": "Platform Team",
     "GIT_AUTHOR_EMAIL": "platform@example.com",
     "GIT_COMMITTER_NAME": "Platform Team",
     "GIT_COMMITTER_EMAIL": "platform@example.com",
-    "HOME": "/tmp",
-    "PATH": "/usr/bin:/bin",
+    "GIT_CONFIG_NOSYSTEM": "1",
 }
 
 
@@ -51,7 +52,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _git(cwd: Path, *args: str) -> str:
-    done = subprocess.run(["git", *args], cwd=cwd, env=ENV, capture_output=True, text=True)
+    env = {**os.environ, **GIT_IDENTITY}
+    done = subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True)
     if done.returncode:
         raise KgweError(f"git {' '.join(args)} failed: {done.stderr.strip()}")
     return done.stdout.strip()
