@@ -46,7 +46,13 @@ class ExtenderSettings(KgweModel):
 class ScoringProfileSpec(KgweModel):
     default: bool = False
     weights: Weights = Field(default_factory=Weights)
-    strategy: ScoringStrategy = "BinPack"
+    # BestFit by default: with the fragmentation term it packs the openb trace best (kgwe simulate).
+    strategy: ScoringStrategy = "BestFit"
+    # Weight of the fragmentation-aware (FGD) term that keeps future requests placeable; 0 turns it off.
+    fragmentation: float = Field(default=50, ge=0, le=100)
+    # Filter answers with the single best node, so kube-scheduler skips prioritize: one HTTP call per pod,
+    # full score precision; in-tree soft preferences (preferred affinity, spread) are then not weighed.
+    decide_in_filter: bool = False
     extender: ExtenderSettings = Field(default_factory=ExtenderSettings)
 
 

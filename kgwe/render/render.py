@@ -88,7 +88,13 @@ def _scoring_payload(ps: PolicySet) -> tuple[str, dict]:
         spec = ScoringProfileSpec(default=True)
         return "default", {"default": spec.model_dump(mode="json", by_alias=True)}
     chosen = default.name if default else sorted(p.name for p in profiles)[0]
-    return chosen, {p.name: p.spec.model_dump(mode="json", by_alias=True) for p in profiles}
+    payload = {p.name: p.spec.model_dump(mode="json", by_alias=True) for p in profiles}
+    catalog = ps.pricing_catalog()
+    if catalog is not None:  # what CostOptimized ranks by: on-demand price per GPU-hour and product
+        prices = {g.product: str(g.on_demand_per_hour) for g in catalog.spec.gpus}
+        for spec in payload.values():
+            spec["prices"] = prices
+    return chosen, payload
 
 
 def _quotas(ps: PolicySet) -> list[dict]:

@@ -237,8 +237,11 @@ def test_reads_the_scoring_configmap_kgwe_render_writes() -> None:
     objs = render_repository(load_repository(sample_repo_dir()))
     (cm,) = [o for o in objs if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "kgwe-scoring"]
     profiles = profiles_from_document(orjson.loads(cm["data"]["profiles.json"]))
-    assert profiles[""].name == "default" and profiles[""].strategy == "BinPack"
+    assert profiles[""].name == "default" and profiles[""].strategy == "BestFit"
     assert (profiles[""].topology, profiles[""].resource, profiles[""].balance) == (40, 35, 25)
+    assert profiles[""].fragmentation == 50 and not profiles[""].decide_in_filter
+    # CostOptimized needs prices: render passes the PricingCatalog's on-demand prices to every profile.
+    assert dict(profiles[""].prices)["nvidia-h100-80gb-hbm3"] > 0
     assert profiles["topology-first"].strategy == "BestFit" and profiles["topology-first"].weight == 10
     assert not profiles["topology-first"].is_default
 

@@ -399,7 +399,7 @@ def test_five_injected_errors_are_all_reported(tmp_path):
         ("mig/inference-h100.yaml", _inject(root / "mig/inference-h100.yaml", "1g.10gb: 70%", "1g.5gb: 70%")),
         (
             "scoring/default.yaml",
-            _inject(root / "scoring/default.yaml", "strategy: BinPack", "strategy: BinPacking"),
+            _inject(root / "scoring/default.yaml", "strategy: BestFit", "strategy: BestFitting"),
         ),
         (
             "budgets/ml-research.yaml",
