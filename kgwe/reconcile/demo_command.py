@@ -72,12 +72,14 @@ def _show(api: Any, pools: dict[str, list[str]], status: dict) -> str:
         cells = []
         for name in names:
             labels = core.read_node(name).metadata.labels or {}
-            config = labels.get("nvidia.com/mig.config", "-").removeprefix("kgwe-")
-            state = labels.get("nvidia.com/mig.config.state", "…")
+            if "nvidia.com/mig.config" not in labels:  # no MIGStrategy selects it: KGWE leaves it alone
+                cells.append(f"{name} (no MIG policy)")
+                continue
+            config = labels["nvidia.com/mig.config"].removeprefix("kgwe-")
+            state = labels.get("nvidia.com/mig.config.state", "")
             mark = {"success": "✓", "pending": "⟳", "failed": "✗"}.get(state, "…")
             cells.append(f"{name}={config}{mark}")
-        progress = (status.get("rollout") or {}).get(pool, {}).get("message", "")
-        lines.append(f"  {pool}: {progress}\n    " + "  ".join(cells))
+        lines.append(f"  {pool}:\n    " + "  ".join(cells))
     ready = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {})
     lines.append(
         f"  Ready={ready.get('status', '?')} ({ready.get('reason', '')}): {ready.get('message', '')[:140]}"
@@ -214,6 +216,7 @@ def run(args: argparse.Namespace) -> int:
                 f"\n== controller running (webhook and metrics on 127.0.0.1:{controller.server.port}); "
                 "rolling out the initial layouts =="
             )
+            _say("   node=<nvidia.com/mig.config>  ✓ MIG manager reports success  ⟳ pending  ✗ failed")
             try:
                 _wait_ready(api, pools, first, args.timeout)
                 _say("\n== a platform engineer changes the inference pool's MIG mix (commit + webhook) ==")
