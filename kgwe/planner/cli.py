@@ -24,6 +24,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--output", choices=["text", "json"], default="text")
     parser.add_argument("--quiet", action="store_true", help="omit the per-GPU change list")
+    parser.add_argument(
+        "--wave", action="store_true", help="plan only the next rollout wave (maxUnavailable nodes per pool)"
+    )
 
 
 def _load(args: argparse.Namespace) -> PolicyPlan:
@@ -43,7 +46,8 @@ def _load(args: argparse.Namespace) -> PolicyPlan:
             raise KgweError(f"{args.path}: no GPUInventory in the repository; pass --inventory FILE")
     if not policies.mig_strategies:
         raise KgweError(f"{args.path}: no MIGStrategy in the repository")
-    return plan_policy(policies.mig_strategies, inventory, _demand(args.demand) if args.demand else None)
+    demand = _demand(args.demand) if args.demand else None
+    return plan_policy(policies.mig_strategies, inventory, demand, waves=args.wave)
 
 
 def _demand(path: str) -> dict[str, dict[str, int]]:

@@ -97,12 +97,22 @@ def _gpu_states(node, model: GPUModel) -> list[GPUState]:
     return states
 
 
+def wave_nodes(spec, pool_size: int) -> int:
+    """How many nodes of a pool one rollout wave may change (the strategy's maxUnavailable)."""
+    return spec.rollout.max_unavailable_nodes(pool_size)
+
+
 def pool_requests(
-    strategies: Sequence, inventory, demand: Mapping[str, Mapping[str, int]] | None = None
+    strategies: Sequence,
+    inventory,
+    demand: Mapping[str, Mapping[str, int]] | None = None,
+    *,
+    waves: bool = False,
 ) -> list[PoolRequest]:
     """One PoolRequest per MIGStrategy; each inventory node joins the strategy whose nodeSelector matches it.
 
-    `demand` maps a strategy name to profile -> instances wanted (pending pods, forecast).
+    `demand` maps a strategy name to profile -> instances wanted (pending pods, forecast). With `waves`, each
+    pool changes at most its maxUnavailable nodes (the next rollout wave) instead of planning its end state.
     """
     demand = demand or {}
     unknown = sorted(set(demand) - {s.metadata.name for s in strategies})
@@ -123,10 +133,10 @@ def pool_requests(
         partition = spec.partition_strategy
         shares = {p: float(v) / 100 for p, v in partition.shares.items()} if partition else {}
         counts = dict(partition.counts) if partition else {}
-        limits = RolloutLimits(
-            max_nodes_changed=spec.rollout.max_unavailable_nodes(len(nodes)),
-            allow_drain=spec.rollout.drain,
-        )
+        # Plan the pool's end state; the controller's rollout (kgwe/reconcile/rollout.py) paces it in waves of
+        # maxUnavailable nodes, so its status counts progress against the whole target, not one wave.
+        limits = RolloutLimits(max_nodes_changed=wave_nodes(spec, len(nodes)) if waves else None,
+                               allow_drain=spec.rollout.drain)
         requests.append(
             PoolRequest(name, tuple(gpus), shares=shares, counts=counts, demand=dict(demand.get(name, {})),
                         limits=limits, mig_enabled=spec.mig_enabled)
@@ -135,10 +145,14 @@ def pool_requests(
 
 
 def plan_policy(
-    strategies: Iterable, inventory, demand: Mapping[str, Mapping[str, int]] | None = None
+    strategies: Iterable,
+    inventory,
+    demand: Mapping[str, Mapping[str, int]] | None = None,
+    *,
+    waves: bool = False,
 ) -> PolicyPlan:
     """Plan every MIGStrategy's pool of `inventory` and collect the node layouts for mig-parted."""
-    plans = plan_pools(pool_requests(list(strategies), inventory, demand))
+    plans = plan_pools(pool_requests(list(strategies), inventory, demand, waves=waves))
     layouts: dict[str, list[list[str] | None]] = {}
     for plan in plans:
         layouts.update(plan.layouts_by_node())

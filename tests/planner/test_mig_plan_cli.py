@@ -73,7 +73,8 @@ def _policies(path):
 
 def test_pool_requests_carry_layouts_in_use_and_limits(repo):
     ps = _policies(repo)
-    reqs = {r.name: r for r in pool_requests(ps.mig_strategies, ps.inventory())}
+    assert all(r.limits.max_nodes_changed is None for r in pool_requests(ps.mig_strategies, ps.inventory()))
+    reqs = {r.name: r for r in pool_requests(ps.mig_strategies, ps.inventory(), waves=True)}
     inference = reqs["inference"]
     assert inference.shares == pytest.approx({"1g.10gb": 0.7, "2g.20gb": 0.2, "3g.40gb": 0.1})
     assert inference.limits.max_nodes_changed == 1 and not inference.limits.allow_drain
@@ -84,12 +85,15 @@ def test_pool_requests_carry_layouts_in_use_and_limits(repo):
 
 def test_plan_policy_keeps_busy_gpus_and_rolls_one_node(repo):
     ps = _policies(repo)
-    result = plan_policy(ps.mig_strategies, ps.inventory())
+    result = plan_policy(ps.mig_strategies, ps.inventory(), waves=True)
     inference, whole = result.pools
     assert inference.nodes_changed == 1 and inference.in_use_kept == 1
     assert sorted(result.layouts["h1"][0]) == ["1g.10gb", "1g.10gb", "2g.20gb", "3g.40gb"]
     assert result.layouts["t1"] == [None, None] and whole.gpus_changed == 1
-    assert plan_layouts(ps.mig_strategies, ps.inventory()) == dict(result.layouts)
+    # Without waves the end state is planned (the controller's rollout paces it): more nodes change.
+    end_state = plan_policy(ps.mig_strategies, ps.inventory())
+    assert end_state.pools[0].nodes_changed > 1 and end_state.pools[0].in_use_kept == 1
+    assert plan_layouts(ps.mig_strategies, ps.inventory()) == dict(end_state.layouts)
 
 
 def test_overlapping_pools_and_unknown_products_are_errors(tmp_path):

@@ -401,9 +401,9 @@ def test_plan_against_the_live_cluster_inventory(k8s_api, e2e, kgwe_mig_manager,
     out = capsys.readouterr().out
     assert code == 2 and "live cluster" in out
     row = next(line for line in out.splitlines() if line.startswith(f"| {e2e.pool} |"))
-    # The planner changes at most maxUnavailable (1) node per plan: 8 GPUs of one node first.
+    # The plan shows the change's end state (the rollout paces it 1 node at a time): both nodes, 16 GPUs.
     cells = [c.strip() for c in row.split("|")]
-    assert cells[2] == "8 of 16" and cells[3] == "1 of 2", row
+    assert cells[2] == "16 of 16" and cells[3] == "2 of 2", row
     assert "1g.10gb → 3g.40gb" in out.replace("7×1g.10gb", "1g.10gb").replace("2×3g.40gb", "3g.40gb")
     assert any(n in out for n in nodes)
     # The same revision on both sides against the live cluster: nothing to do.
