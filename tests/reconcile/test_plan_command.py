@@ -71,9 +71,9 @@ def test_budget_quota_change_shows_quota_and_policy_field(repo, capsys):
 
 
 def test_scoring_change_shows_scoring_configmap(repo, capsys):
-    edit(repo, "scoring/default.yaml", "strategy: BinPack", "strategy: Spread")
+    edit(repo, "scoring/default.yaml", "strategy: BestFit", "strategy: Spread")
     code, out, _ = plan(repo, capsys)
-    assert code == 2 and "ScoringProfile/default" in out and "BinPack → Spread" in out
+    assert code == 2 and "ScoringProfile/default" in out and "BestFit → Spread" in out
     assert "kgwe-scoring" in out
 
 
@@ -117,7 +117,7 @@ def test_reports_snapshot_is_used_when_present(repo, capsys):
 
 
 def test_invalid_head_and_bad_refs_exit_1(repo, capsys):
-    edit(repo, "scoring/default.yaml", "strategy: BinPack", "strategy: Sideways")
+    edit(repo, "scoring/default.yaml", "strategy: BestFit", "strategy: Sideways")
     code, _, err = plan(repo, capsys)
     assert code == 1 and "scoring/default.yaml:" in err and "nothing planned" in err
     code = main(["plan", "--repo", str(repo), "--base", "nope", "--head", "HEAD"])
