@@ -13,6 +13,9 @@ PRUNE_DISABLED = "disabled"
 # Hash of the desired object as last applied; lets a later reconcile tell drift from a policy change.
 DESIRED_HASH_ANNOTATION = "kgwe.nvidia.io/desired-hash"
 
+# The ResourceQuota rendered from a GPUBudget in each of its namespaces (capped while the budget enforces).
+BUDGET_QUOTA_NAME = "kgwe-budget"
+
 GPU_RESOURCE = "nvidia.com/gpu"
 SHARED_GPU_RESOURCE = "nvidia.com/gpu.shared"
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"

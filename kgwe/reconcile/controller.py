@@ -16,6 +16,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -27,6 +28,9 @@ from kgwe.gitops.source import touches_policy
 from kgwe.gitops.webhook import ControllerHTTPServer, PushEvent
 from kgwe.reconcile.metrics import ReconcileMetrics
 from kgwe.reconcile.repository import GROUP, PLURAL, VERSION, RepositoryReconciler, parse_interval_seconds
+
+if TYPE_CHECKING:
+    from kgwe.reconcile.costs import CostDuties
 
 log = logging.getLogger(__name__)
 
@@ -59,9 +63,11 @@ class Controller:
         retry_period_seconds: float = 2.0,
         jitter_fraction: float = 0.1,
         leader_election: bool = True,
+        costs: CostDuties | None = None,
     ) -> None:
         self.api_client = api_client
         self.namespace = namespace
+        self.costs = costs  # metering, budgets and cost reports (kgwe.reconcile.costs); None: off
         self.cache_dir = Path(cache_dir)
         self.identity = identity or f"{socket.gethostname()}-{random.randrange(1 << 32):08x}"
         self.metrics = ReconcileMetrics()
@@ -99,6 +105,8 @@ class Controller:
     def _on_started(self) -> None:
         log.info("%s became leader", self.identity)
         self.metrics.leader.set(1)
+        if self.costs is not None:
+            self.costs.start(self.api_client)
         with self._lock:
             self._due.clear()  # reconcile everything at once: state is read back from the cluster
         self._trigger.set()
@@ -171,8 +179,11 @@ class Controller:
                     or now >= due.at):
                 if not self.is_leader():
                     return 1.0
+                rec = self._reconciler(name)
                 try:
-                    self._reconciler(name).reconcile()
+                    rec.reconcile()
+                    if self.costs is not None and self.is_leader():
+                        self.costs.after_reconcile(rec, item)
                 except Exception:  # one broken repository must not stop the others
                     log.exception("reconcile of %s failed", name)
                 self.reconciles += 1
@@ -186,6 +197,8 @@ class Controller:
             self.server.start()
         if self.elector is not None:
             self.elector.start(stop)
+        elif self.costs is not None:  # acting alone: there is no "became leader" moment
+            self.costs.start(self.api_client)
         try:
             while not stop.is_set():
                 wait = self.tick()
@@ -194,3 +207,5 @@ class Controller:
         finally:
             if self.server is not None:
                 self.server.stop()
+            if self.costs is not None:
+                self.costs.stop()

@@ -2,7 +2,8 @@
 
 Serves POST /hooks/git (GitHub-style HMAC, secret from $KGWE_WEBHOOK_SECRET or --webhook-secret-file),
 GET /metrics, /healthz and /readyz. With several replicas, one leads (a coordination.k8s.io Lease) and
-the others wait.
+the others wait. The leader also meters GPU usage into the cost store, keeps budget status and alerts,
+caps the quotas of an exhausted `Enforce` budget, and commits cost reports on each repository's schedule.
 """
 
 from __future__ import annotations
@@ -30,6 +31,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--renew-deadline", type=float, default=10.0, help="seconds")
     parser.add_argument("--retry-period", type=float, default=2.0, help="seconds")
     parser.add_argument("--no-leader-election", action="store_true", help="act alone (one replica only)")
+    parser.add_argument("--db", default=os.environ.get("KGWE_COST_DB"),
+                        help="cost store: SQLite path or postgresql:// URL (default CACHE_DIR/kgwe-cost.db)")
+    parser.add_argument("--cluster", default=os.environ.get("KGWE_CLUSTER", "default"),
+                        help="cluster name in cost reports")
+    parser.add_argument("--prometheus", help="Prometheus URL for rightsizing (DCGM metrics)")
+    parser.add_argument("--no-costs", action="store_true", help="no metering, budgets or cost reports")
     parser.add_argument("--log-level", default="INFO")
 
 
@@ -39,6 +46,18 @@ def _listen(text: str) -> tuple[str, int]:
         return host or "0.0.0.0", int(port)
     except ValueError as exc:
         raise KgweError(f"--listen {text!r} is not HOST:PORT") from exc
+
+
+def _cost_duties(args: argparse.Namespace):
+    from kgwe.cost.service import CostService
+    from kgwe.cost.store import CostStore
+    from kgwe.reconcile.costs import CostDuties
+
+    cache = Path(args.cache_dir)
+    cache.mkdir(parents=True, exist_ok=True)
+    store = CostStore(args.db or str(cache / "kgwe-cost.db"))
+    store.migrate()
+    return CostDuties(CostService(store, cluster=args.cluster), prometheus_url=args.prometheus)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -53,11 +72,12 @@ def run(args: argparse.Namespace) -> int:
             secret = Path(args.webhook_secret_file).read_bytes().strip()
         except OSError as exc:
             raise KgweError(f"cannot read {args.webhook_secret_file}: {exc.strerror}") from exc
+    costs = None if args.no_costs else _cost_duties(args)
     controller = Controller(
         api_client(args.kubeconfig), args.namespace, cache_dir=Path(args.cache_dir), identity=args.identity,
         webhook_secret=secret, listen=_listen(args.listen), lease_duration_seconds=args.lease_duration,
         renew_deadline_seconds=args.renew_deadline, retry_period_seconds=args.retry_period,
-        leader_election=not args.no_leader_election,
+        leader_election=not args.no_leader_election, costs=costs,
     )
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

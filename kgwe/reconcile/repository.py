@@ -27,7 +27,7 @@ from kubernetes.client.exceptions import ApiException
 from kgwe.cluster.apply import Applier, NotLeader, ObjectRef, SyncResult
 from kgwe.cluster.events import EventRecorder
 from kgwe.cluster.inventory import GpuNodeFacts, config_layout, inventory_document, read_gpu_nodes
-from kgwe.cluster.names import repository_label_value
+from kgwe.cluster.names import BUDGET_QUOTA_NAME, repository_label_value
 from kgwe.cluster.nodes import NodeOps
 from kgwe.errors import KgweError
 from kgwe.gitops.auth import GitCredentials
@@ -112,6 +112,9 @@ class RepositoryReconciler:
         self._sources: dict[tuple, GitSource] = {}
         self._snapshot_hash: str | None = None
         self.last_sync: SyncResult | None = None
+        self.last_policy: Any = None  # the PolicySet of the last applied revision (cost duties read it)
+        # namespace -> ResourceQuota spec.hard replacing the rendered `kgwe-budget` (a budget's Enforce cap)
+        self.quota_overrides: dict[str, dict[str, str]] = {}
         self.status_writes = 0  # PolicyRepository status patches (a no-op reconcile makes none)
         self._applier: Applier | None = None
         self.last_plan: RolloutPlan | None = None
@@ -203,6 +206,8 @@ class RepositoryReconciler:
             return Outcome("invalid", message, attempted_revision=str(revision), rollout=rollout)
 
         sync, plan = self._converge(repo, ps, status)
+        if not sync.failed:
+            self.last_policy = ps
         inventory = [r.as_status() for r in sorted(set(sync.applied + sync.unchanged))]
         # Objects the API refused stay in the inventory so a later success or prune still sees them.
         inventory += [r.as_status() for r, _ in sync.failed if r.as_status() not in inventory]
@@ -252,7 +257,7 @@ class RepositoryReconciler:
         doc = inventory_document(facts, name=self.name, mig_configs=live_configs)
         inventory = GPUInventory.model_validate(doc)
         rendered = render(ps, inventory, options=options)
-        objects = [o for o in rendered.objects if o.get("kind") != "Node"]
+        objects = [self._with_quota_override(o) for o in rendered.objects if o.get("kind") != "Node"]
         pools: dict[str, PoolPolicy] = {}
         node_pool: dict[str, str] = {}
         for strategy in sorted(ps.mig_strategies, key=lambda s: s.name):
@@ -268,6 +273,14 @@ class RepositoryReconciler:
         configs = dict(live_configs)
         configs.update(_rendered_mig_configs(objects, options.mig_namespace, options.mig_config_name))
         return Desired(objects, dict(rendered.node_configs), pools, node_pool, doc, configs)
+
+    def _with_quota_override(self, obj: dict) -> dict:
+        """The rendered budget quota, capped while its budget is enforced (see kgwe.reconcile.costs)."""
+        meta = obj.get("metadata") or {}
+        hard = self.quota_overrides.get(meta.get("namespace", ""))
+        if obj.get("kind") != "ResourceQuota" or meta.get("name") != BUDGET_QUOTA_NAME or hard is None:
+            return obj
+        return {**obj, "spec": {**obj.get("spec", {}), "hard": dict(hard)}}
 
     def _live_mig_configs(self, namespace: str, name: str) -> dict:
         return live_mig_configs(self.core, namespace, name)

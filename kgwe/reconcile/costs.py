@@ -1,0 +1,124 @@
+"""The controller's cost duties, run by the leader after each reconcile of a PolicyRepository: GPU metering,
+budget status and alerts, `Enforce` quota caps, and the cost reports committed on the repository's schedule.
+
+The quota cap is not applied here: it is handed to the RepositoryReconciler as an override of the rendered
+`kgwe-budget` ResourceQuota, so the one apply path owns that object and the cap never fights the render.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from kubernetes import client
+
+from kgwe.cluster.names import is_gpu_resource
+from kgwe.cost.budgets import budget_from_policy, quota_decisions
+from kgwe.cost.pricing import pricebook_from_catalog
+from kgwe.cost.service import CostService
+from kgwe.cost.usage import month_period
+from kgwe.errors import KgweError
+from kgwe.reconcile import cron
+
+log = logging.getLogger(__name__)
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def gpu_use_by_namespace(api_client: client.ApiClient, namespaces: list[str]) -> dict[str, dict[str, int]]:
+    """GPU resources (whole, shared, MIG) requested by the live pods of each namespace."""
+    core = client.CoreV1Api(api_client)
+    use: dict[str, dict[str, int]] = {}
+    for ns in namespaces:
+        held = use.setdefault(ns, {})
+        for pod in core.list_namespaced_pod(ns).items:
+            if (pod.status.phase or "") in ("Succeeded", "Failed"):
+                continue
+            for container in pod.spec.containers:
+                resources = container.resources
+                requests = {**((resources.limits if resources else None) or {}),
+                            **((resources.requests if resources else None) or {})}
+                for name, value in requests.items():
+                    if is_gpu_resource(name):
+                        held[name] = held.get(name, 0) + int(value)
+    return use
+
+
+class CostDuties:
+    def __init__(
+        self,
+        service: CostService,
+        *,
+        prometheus_url: str | None = None,
+        refresh_seconds: float = 60.0,
+        now: Callable[[], datetime] = _utcnow,
+    ) -> None:
+        self.service = service
+        self.prometheus_url = prometheus_url
+        self.refresh_seconds = refresh_seconds
+        self.now = now
+        self._started = False
+        self._last_refresh: dict[str, datetime] = {}
+        self._last_report_check: dict[str, datetime] = {}
+
+    def start(self, api_client: client.ApiClient) -> None:
+        """Start metering once (on first becoming leader); the watch reconciles with live pods on start."""
+        if not self._started:
+            self.service.start_metering(api_client)
+            self._started = True
+
+    def stop(self) -> None:
+        self.service.stop()
+
+    def after_reconcile(self, rec: Any, repo: dict) -> None:
+        ps = getattr(rec, "last_policy", None)
+        if ps is None or ps.pricing_catalog() is None:
+            return  # nothing valid applied yet, or no prices: nothing to meter against
+        name, spec, now = rec.name, repo.get("spec") or {}, self.now()
+        book = pricebook_from_catalog(ps.pricing_catalog())
+        budgets = [budget_from_policy(b) for b in ps.budgets]
+        last = self._last_refresh.get(name)
+        if last is None or (now - last).total_seconds() >= self.refresh_seconds:
+            self._last_refresh[name] = now
+            statuses = self.service.refresh(book, budgets, now)
+            self.service.emit_alerts(rec.recorder, repo, statuses)
+            namespaces = sorted({ns for b in budgets for ns in b.namespaces})
+            use = gpu_use_by_namespace(rec.api_client, namespaces)
+            rec.quota_overrides = {
+                d.namespace: d.hard
+                for budget, status in zip(budgets, statuses, strict=True)
+                for d in quota_decisions(budget, status, use)
+                if d.capped
+            }
+        self._reports(rec, repo, spec, book, budgets, now)
+
+    def _reports(self, rec: Any, repo: dict, spec: dict, book: Any, budgets: list, now: datetime) -> None:
+        reports = spec.get("reports") or {}
+        if not reports.get("schedule"):
+            return
+        try:
+            schedule = cron.parse(reports["schedule"])
+        except KgweError as exc:
+            rec.recorder.warning(repo, "InvalidReportSchedule", str(exc))
+            return
+        last = self._last_report_check.setdefault(rec.name, now)  # first sight: wait for the next fire
+        if not schedule.fired_between(last, now):
+            return
+        self._last_report_check[rec.name] = now
+        ref = spec.get("ref") or {}
+        result = self.service.commit(
+            book, budgets, month_period(now), now,
+            repo_url=spec["url"], branch=reports.get("branch") or ref.get("branch") or "main",
+            workdir=rec.cache_dir / "cost-reports", path_prefix=(reports.get("path") or "reports").strip("/"),
+            prometheus_url=self.prometheus_url,
+        )
+        if result.status == "rejected":
+            rec.recorder.warning(repo, "CommitBackRejected", f"cost reports: {result.reason}")
+        elif result.status == "pushed":
+            rec.recorder.normal(repo, "ReportsCommitted", f"cost reports committed as {result.sha[:12]}")
+        else:
+            log.info("cost reports for %s: %s", rec.name, result.status)
