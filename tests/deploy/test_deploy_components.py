@@ -38,7 +38,7 @@ def _forbidden(action) -> None:
 def applied(k8s_api):
     from kgwe.cluster.client import ensure_namespace
 
-    ensure_namespace(k8s_api, "gpu-operator")  # the controller's Role for the mig-parted ConfigMap lives there
+    ensure_namespace(k8s_api, "gpu-operator")  # holds the controller's Role for the mig-parted ConfigMap
     dyn = dynamic.DynamicClient(k8s_api)
     for doc in _docs():
         resource = dyn.resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
