@@ -6,19 +6,17 @@ from __future__ import annotations
 import contextlib
 import secrets
 import subprocess
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
-import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from kgwe.cluster.client import ensure_namespace
-from kgwe.resources import deploy_dir
+from kgwe.testing.crds import install_crds
 
 ENV = {"GIT_AUTHOR_NAME": "Human", "GIT_AUTHOR_EMAIL": "h@x", "GIT_COMMITTER_NAME": "Human",
        "GIT_COMMITTER_EMAIL": "h@x", "HOME": "/tmp", "PATH": "/usr/bin:/bin"}
@@ -89,25 +87,7 @@ class PolicyRemote:
 
 @pytest.fixture(scope="session")
 def kgwe_crds(k8s_api: client.ApiClient) -> None:
-    ext = client.ApiextensionsV1Api(k8s_api)
-    for path in sorted((deploy_dir() / "crds").glob("*.yaml")):
-        for crd in yaml.safe_load_all(path.read_text()):
-            if not crd:
-                continue
-            try:
-                ext.create_custom_resource_definition(crd)
-            except ApiException as exc:
-                if exc.status != 409:
-                    raise
-            name = crd["metadata"]["name"]
-            deadline = time.monotonic() + 30
-            while True:
-                got = ext.read_custom_resource_definition(name)
-                if any(c.type == "Established" and c.status == "True" for c in got.status.conditions or []):
-                    break
-                if time.monotonic() > deadline:
-                    pytest.fail(f"CRD {name} not established")
-                time.sleep(0.1)
+    install_crds(k8s_api)  # deploy/crds, waits until Established
     ensure_namespace(k8s_api, SYSTEM_NS)
     ensure_namespace(k8s_api, MIG_NS)
 
