@@ -206,8 +206,12 @@ def write_reports(files: Mapping[str, str], out_dir: Path) -> list[Path]:
     return written
 
 
-def commit_reports(files: Mapping[str, str], repo_url: str, branch: str, workdir: Path, summary: str):
-    """Commit the report files back to the policy repository (rules in kgwe.gitops.commit_back)."""
+def commit_reports(
+    files: Mapping[str, str], repo_url: str, branch: str, workdir: Path, summary: str, credentials: Any = None
+):
+    """Commit the report files back to the policy repository (rules in kgwe.gitops.commit_back);
+    `credentials` are the repository's GitCredentials (token or SSH key) when it is not local."""
     from kgwe.gitops.commit_back import CommitBack
 
-    return CommitBack(repo_url, branch, workdir=workdir).commit_files(dict(files), summary=summary)
+    cb = CommitBack(repo_url, branch, workdir=workdir, credentials=credentials)
+    return cb.commit_files(dict(files), summary=summary)

@@ -155,13 +155,15 @@ class CostService:
         workdir: Path,
         path_prefix: str = "reports",
         prometheus_url: str | None = None,
+        credentials: Any = None,
     ):
         generated = generate_reports(self.store, book, budgets, period, now, self.cluster, prometheus_url)
         files = generated.files
         if path_prefix != "reports":  # PolicyRepository.spec.reports.path, e.g. reports/prod
             files = {path_prefix.rstrip("/") + rel[len("reports") :]: text for rel, text in files.items()}
         return commit_reports(
-            files, repo_url, branch, workdir, summary=f"cost reports {self.cluster} {period.label}"
+            files, repo_url, branch, workdir, summary=f"cost reports {self.cluster} {period.label}",
+            credentials=credentials,
         )
 
     @staticmethod

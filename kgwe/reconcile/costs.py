@@ -114,7 +114,7 @@ class CostDuties:
             book, budgets, month_period(now), now,
             repo_url=spec["url"], branch=reports.get("branch") or ref.get("branch") or "main",
             workdir=rec.cache_dir / "cost-reports", path_prefix=(reports.get("path") or "reports").strip("/"),
-            prometheus_url=self.prometheus_url,
+            prometheus_url=self.prometheus_url, credentials=rec.git_credentials(spec),
         )
         if result.status == "rejected":
             rec.recorder.warning(repo, "CommitBackRejected", f"cost reports: {result.reason}")

@@ -128,7 +128,7 @@ class RepositoryReconciler:
                 return None
             raise
 
-    def _credentials(self, spec: Mapping) -> GitCredentials | None:
+    def git_credentials(self, spec: Mapping) -> GitCredentials | None:
         ref = spec.get("secretRef") or {}
         if not ref.get("name"):  # local use: KGWE_GIT_TOKEN / KGWE_GIT_SSH_KEY_FILE / ... (or none)
             local = GitCredentials.from_env()
@@ -149,7 +149,7 @@ class RepositoryReconciler:
             source = GitSource(spec["url"], ref, cache_dir=self.cache_dir / "git", timeout_seconds=timeout,
                                attempts=self.git_attempts)
             self._sources = {key: source}
-        source.credentials = self._credentials(spec)
+        source.credentials = self.git_credentials(spec)
         return source
 
     # -- the reconcile -----------------------------------------------------------------------------
@@ -406,7 +406,7 @@ class RepositoryReconciler:
         base = (reports.get("path") or "reports").strip("/")
         prefix = base.split("/")[0] + "/"
         cb = CommitBack(spec["url"], branch, workdir=self.cache_dir / "commit-back",
-                        credentials=self._credentials(spec), allowed_prefixes=(prefix,))
+                        credentials=self.git_credentials(spec), allowed_prefixes=(prefix,))
         result = cb.commit_files({f"{base}/gpu-inventory.yaml": text}, summary="GPU inventory snapshot")
         self._snapshot_hash = digest  # also after a permanent rejection: never retry the same content
         if result.status == "rejected":
