@@ -8,6 +8,7 @@ as a float because that is all Prometheus has; the exact Decimal figures live in
 from __future__ import annotations
 
 import threading
+import weakref
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from decimal import Decimal
@@ -63,7 +64,14 @@ class CostCollector(Collector):
         yield from (cost, idle, cluster, used, forecast, enforced)
 
 
+_INSTALLED: weakref.WeakKeyDictionary[CollectorRegistry, CostCollector] = weakref.WeakKeyDictionary()
+
+
 def install(registry: CollectorRegistry = REGISTRY) -> CostCollector:
-    collector = CostCollector()
-    registry.register(collector)
+    """The registry's one cost collector: created and registered on first use, then shared, because a
+    registry refuses a second collector of the same series (several CostServices in one process)."""
+    collector = _INSTALLED.get(registry)
+    if collector is None:
+        collector = _INSTALLED[registry] = CostCollector()
+        registry.register(collector)
     return collector

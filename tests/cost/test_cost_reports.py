@@ -179,3 +179,13 @@ def test_report_rightsizes_metered_pods_from_prometheus(db, tmp_path):
     assert {r["pod"] for r in rows} == {f"train-{d}" for d in range(0, 3)}  # only pods metered in October
     assert {(r["current"], r["recommended"], r["downsizable"]) for r in rows} == {
         ("4× GPU", "1× MIG 3g.40gb", "True")}
+
+
+def test_one_cost_collector_per_registry():
+    # Several CostServices in one process (controller + report command, tests) share the registry's collector;
+    # a second registration of the same series would raise DuplicateTimeseries.
+    from prometheus_client import CollectorRegistry
+
+    registry, other = CollectorRegistry(), CollectorRegistry()
+    assert install(registry) is install(registry)
+    assert install(other) is not install(registry)
