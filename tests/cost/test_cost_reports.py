@@ -186,6 +186,8 @@ def test_one_cost_collector_per_registry():
     # a second registration of the same series would raise DuplicateTimeseries.
     from prometheus_client import CollectorRegistry
 
+    from kgwe.cost.metrics import install
+
     registry, other = CollectorRegistry(), CollectorRegistry()
     assert install(registry) is install(registry)
     assert install(other) is not install(registry)
