@@ -191,9 +191,19 @@ def wait_port(proc: subprocess.Popen) -> int:
 
 
 def schedstat(pid: int) -> tuple[float, float]:
-    """(CPU seconds, seconds runnable but waiting for a CPU) of a process: how contended the machine is."""
-    run, wait, _ = Path(f"/proc/{pid}/schedstat").read_text().split()
-    return int(run) / 1e9, int(wait) / 1e9
+    """(CPU seconds, seconds runnable but waiting for a CPU) of a process: how contended the machine is.
+
+    Summed over all its threads (/proc/PID/schedstat alone is the main thread's: a Go server or the
+    extender's watch threads would be missed). Threads that already ended are not counted.
+    """
+    run = wait = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            r, w, _ = (task / "schedstat").read_text().split()
+        except OSError:  # the thread ended meanwhile
+            continue
+        run, wait = run + int(r), wait + int(w)
+    return run / 1e9, wait / 1e9
 
 
 def handler_buckets(port: int) -> dict[float, float]:
