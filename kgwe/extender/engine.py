@@ -88,6 +88,9 @@ class Engine:
             OrderedDict()
         )  # NodeNames bytes -> (layout, names, rows, known)
         self.on_decision: Callable[[str, int], None] | None = None  # metrics hook (verb, failed nodes)
+        # (pod uid, node, request) whenever filter leaves a GPU pod exactly one node: kube-scheduler will
+        # bind it there, so the watch index counts it at once (called without self.lock held)
+        self.on_assume: Callable[[str, str, PodRequest], None] | None = None
         self._install_topology()
 
     def _install_topology(self) -> None:
@@ -221,20 +224,24 @@ class Engine:
         return text[rows]
 
     def filter(self, body: bytes) -> bytes:
-        """ExtenderArgs bytes -> ExtenderFilterResult bytes. The whole call holds the lock: row numbers
+        """ExtenderArgs bytes -> ExtenderFilterResult bytes. The decision holds the lock: row numbers
         resolved from names must not be reused by a node the watch thread adds meanwhile."""
         with self.lock:
-            return self._filter(body)
+            reply, decided = self._filter(body)
+        if decided is not None and self.on_assume is not None:
+            self.on_assume(*decided)
+        return reply
 
     def prioritize(self, body: bytes) -> bytes:
         """ExtenderArgs bytes -> HostPriorityList bytes (scores 0..10)."""
         with self.lock:
             return self._prioritize(body)
 
-    def _filter(self, body: bytes) -> bytes:
+    def _filter(self, body: bytes) -> tuple[bytes, tuple[str, str, PodRequest] | None]:
         req, names, items, rows, known = self._parse(body)
         failed: dict[str, str] = {}
         unresolvable: dict[str, str] = {}
+        decided = None
         if not req.wants_gpu:  # nothing for KGWE to decide
             passed = np.ones(len(names), dtype=bool)
         else:
@@ -243,7 +250,8 @@ class Engine:
                 self._observe(req, profile)
                 reason, score = self._evaluate(req, rows, known, profile)
                 passed = known & (reason == OK)
-                if profile.decide_in_filter and passed.sum() > 1:
+                decide = profile.decide_in_filter
+                if decide and passed.sum() > 1:
                     # one node left => kube-scheduler skips prioritize: one round trip, exact placement
                     final = self._final_scores(profile, req, names, score)
                     best = int(np.argmax(np.where(passed, final, -np.inf)))
@@ -265,6 +273,8 @@ class Engine:
             if self.on_decision:
                 self.on_decision("filter", len(failed))
             passed = chosen
+            if req.uid and passed.sum() == 1:
+                decided = (req.uid, names[int(np.argmax(passed))], req)
         if passed.all():
             ok_names, ok_items = names, items
         else:
@@ -278,7 +288,7 @@ class Engine:
             "FailedAndUnresolvableNodes": unresolvable,
             "Error": "",
         }
-        return orjson.dumps(reply)
+        return orjson.dumps(reply), decided
 
     def _prioritize(self, body: bytes) -> bytes:
         req, names, _, rows, known = self._parse(body)

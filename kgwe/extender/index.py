@@ -5,12 +5,21 @@ Three list+watch loops (one thread each): Nodes; bound Pods (fieldSelector spec.
 `kgwe-scoring` ConfigMap. Each loop lists, remembers the list's resourceVersion, watches from it, and on
 410 Gone (or an ERROR event, or any connection error) lists again — a relist replaces that kind's state
 wholesale, so missed deletions cannot linger. `engine.ready` turns true once Nodes and Pods were listed.
+
+Assumed pods: when filter leaves a GPU pod exactly one node, kube-scheduler binds it there, but the bound pod
+reaches this index only after the bind and the watch, tens of milliseconds later under load. Meanwhile the
+next pods would be judged against a node that still looks free — for `nvidia.com/gpu.shared`, which only
+KGWE accounts, that is how a burst over-commits one GPU. So the engine reports each such decision
+(`assume`), the node is recomputed with the pod on it at once, and the assumption ends when the watch shows
+the pod bound (anywhere), the pod is decided again, or ASSUME_SECONDS pass without a bind (the pod was
+deleted, or a later scheduling step failed) — kube-scheduler's own assume cache, for the extender's view.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 
 import orjson
@@ -19,10 +28,12 @@ from kgwe.extender.engine import Engine
 from kgwe.extender.k8s import account, node_state, pod_holds
 from kgwe.extender.nodes import NodeState
 from kgwe.extender.profile import ProfileError, profiles_from_document
+from kgwe.extender.request import PodRequest
 
 log = logging.getLogger("kgwe.extender.index")
 SCORING_CONFIGMAP = "kgwe-scoring"
 WATCH_SECONDS = 300
+ASSUME_SECONDS = 30.0  # an assumed pod not seen bound by then is forgotten
 
 
 def _decoder() -> Callable[[str], object] | None:
@@ -54,6 +65,9 @@ class ClusterIndex:
         self.bases: dict[str, NodeState] = {}
         self.pods: dict[str, tuple[str, tuple, object, object]] = {}  # uid -> (node, sort key, req, indices)
         self.by_node: dict[str, set[str]] = {}
+        self.assumed: dict[str, tuple[str, PodRequest, float]] = {}  # uid -> (node, request, expiry)
+        self.clock: Callable[[], float] = time.monotonic
+        engine.on_assume = self.assume
         self._listed = {"nodes": False, "pods": False}
         self.profile_error: str | None = None
         # plain dicts from the watch, no client model objects: the index only reads a few fields
@@ -97,6 +111,9 @@ class ClusterIndex:
             )
             t.start()
             self._threads.append(t)
+        t = threading.Thread(target=self._expire_loop, daemon=True, name="kgwe-assume-expiry")
+        t.start()
+        self._threads.append(t)
 
     def stop(self) -> None:
         self._stop.set()
@@ -212,6 +229,9 @@ class ClusterIndex:
         if not uid:
             return set()
         touched = set()
+        assumed = self.assumed.pop(uid, None)  # the watch has the pod bound (or gone): it counts from here
+        if assumed is not None:
+            touched.add(assumed[0])
         old = self.pods.pop(uid, None)
         if old is not None:
             self.by_node.get(old[0], set()).discard(uid)
@@ -226,14 +246,44 @@ class ClusterIndex:
         return touched
 
     def _publish(self, name: str) -> None:
-        """Recompute one node from its base and bound pods and swap it into the table."""
+        """Recompute one node from its base, bound pods and assumed pods, and swap it into the table."""
         base = self.bases.get(name)
         if base is None:
             return
         pods = sorted((self.pods[u] for u in self.by_node.get(name, ())), key=lambda p: p[1])
-        state = account(base, [(p[2], p[3]) for p in pods], self.engine.table.topology_chooser)
+        held = [(p[2], p[3]) for p in pods]
+        held += [(req, None) for node, req, _ in self.assumed.values() if node == name]
+        state = account(base, held, self.engine.table.topology_chooser)
         with self.engine.lock:
             self.engine.table.upsert(state)
+
+    # ---- assumed pods ----------------------------------------------------------------------------------
+    def assume(self, uid: str, node: str, req: PodRequest) -> None:
+        """Count a pod on the node filter left it before its bind is seen (Engine.on_assume)."""
+        with self._mu:
+            if uid in self.pods:  # already seen bound: the watch was faster
+                return
+            previous = self.assumed.get(uid)
+            self.assumed[uid] = (node, req, self.clock() + ASSUME_SECONDS)
+            touched = {node, previous[0]} if previous else {node}
+            touched |= self._expired()
+            for n in touched:
+                self._publish(n)
+
+    def expire_assumed(self) -> None:
+        """Forget assumptions older than ASSUME_SECONDS and recompute their nodes."""
+        with self._mu:
+            for n in self._expired():
+                self._publish(n)
+
+    def _expired(self) -> set[str]:
+        now = self.clock()
+        gone = [uid for uid, (_, _, expiry) in self.assumed.items() if expiry <= now]
+        return {self.assumed.pop(uid)[0] for uid in gone}
+
+    def _expire_loop(self) -> None:
+        while not self._stop.wait(ASSUME_SECONDS / 6):
+            self.expire_assumed()
 
     # ---- scoring profiles ------------------------------------------------------------------------
     def _configmap_event(self, typ: str, raw: dict) -> None:

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from urllib.request import urlopen
 
@@ -226,5 +227,49 @@ def test_e2e_real_kube_scheduler_with_extender(
         message = eventually(reasons, "FailedScheduling event with the extender's reasons", timeout=60)
         assert "no set of 2 free GPUs with at least 5000 GB/s" in message
         assert bound("impossible") is None
+    finally:
+        control_plane.start_scheduler(default_scheduler_config())
+
+
+def test_e2e_burst_of_shared_gpu_pods_never_overcommits_a_gpu(
+    control_plane, k8s_api, namespace, gpu_node, extender_process
+) -> None:
+    """kube-scheduler cannot count nvidia.com/gpu.shared (ignoredByScheduler), so KGWE is the only guard of
+    a GPU's shares. Nine 600-milli pods sent at once to an 8-GPU node are scheduled faster than their binds
+    come back on the extender's watch; each decision must count at once, so exactly eight bind (one per
+    GPU) and the ninth waits with the extender's reason."""
+    core = client.CoreV1Api(k8s_api)
+    port = extender_process
+    tag = {"kgwe-burst": secrets.token_hex(3)}
+    node = gpu_node("DGX-H100", labels=tag)
+    eventually(lambda: node_view(port, node), f"{node} in the extender's index")
+    config = scheduler_configuration(
+        f"http://127.0.0.1:{port}", Profile(http_timeout="5s"), leaderElection={"leaderElect": False}
+    )
+    control_plane.start_scheduler(config)
+    try:
+        share = {"nvidia.com/gpu.shared": "1"}
+        milli = {"kgwe.nvidia.io/gpu-milli": "600"}
+        names = [f"burst-{i}" for i in range(9)]
+        with ThreadPoolExecutor(max_workers=9) as pool:
+            list(
+                pool.map(
+                    lambda n: core.create_namespaced_pod(namespace, gpu_pod(n, share, milli, selector=tag)),
+                    names,
+                )
+            )
+
+        def placed() -> list[str] | None:
+            pods = core.list_namespaced_pod(namespace).items
+            bound = [p.metadata.name for p in pods if p.spec.node_name]
+            failed = core.list_namespaced_event(namespace, field_selector="reason=FailedScheduling").items
+            return bound if len(bound) == 8 and any("kgwe:" in (e.message or "") for e in failed) else None
+
+        assert len(eventually(placed, "eight shares bound and one refused by the extender", timeout=60)) == 8
+        eventually(
+            lambda: node_view(port, node)["gpuUsedMilli"] == [600] * 8, "one 600-milli share on each GPU"
+        )
+        time.sleep(2)  # nothing else lands later (the refused pod is retried on every cluster event)
+        assert sum(1 for p in core.list_namespaced_pod(namespace).items if p.spec.node_name) == 8
     finally:
         control_plane.start_scheduler(default_scheduler_config())

@@ -3,8 +3,11 @@
 
 from __future__ import annotations
 
+import orjson
+
 from kgwe.extender.engine import Engine
-from kgwe.extender.index import ClusterIndex
+from kgwe.extender.index import ASSUME_SECONDS, ClusterIndex
+from kgwe.extender.request import parse_pod
 from kgwe.testing.gpunodes import machine, node_manifest
 
 
@@ -64,3 +67,69 @@ def test_bad_topology_annotation_keeps_the_node_without_topology() -> None:
     idx._apply_nodes([n])
     view = engine.node_view("x")
     assert view["gpus"] == 8 and view["topology"] is None
+
+
+def share_request(uid: str, milli: int, nodes: list[str]) -> bytes:
+    """A filter call as kube-scheduler sends it for a pod asking `milli` of one GPU."""
+    pod = {
+        "metadata": {
+            "name": uid,
+            "namespace": "t",
+            "uid": uid,
+            "annotations": {"kgwe.nvidia.io/gpu-milli": str(milli)},
+        },
+        "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu.shared": "1"}}}]},
+    }
+    return orjson.dumps({"Pod": pod, "Nodes": None, "NodeNames": nodes})
+
+
+def test_decided_pods_count_at_once_until_the_watch_shows_them_bound() -> None:
+    """A burst of shared-GPU pods decided before any bind is watched must not over-commit a GPU: each decision
+    is counted on its node at once, once more when the watch shows the pod bound, and not twice."""
+    engine = Engine()
+    idx = ClusterIndex(engine)
+    now = [1000.0]
+    idx.clock = lambda: now[0]
+    idx._apply_nodes([node_manifest("a", machine("DGX-H100"))])
+    idx._apply_pods([pod(f"full{i}", "a", {"nvidia.com/gpu": "1"}) for i in range(7)])  # one GPU left
+
+    first = orjson.loads(engine.filter(share_request("s1", 600, ["a"])))
+    assert first["NodeNames"] == ["a"]
+    assert sorted(engine.node_view("a")["gpuUsedMilli"]) == [600] + [1000] * 7
+    # the second share no longer fits on the node: without the assumption it would have passed
+    second = orjson.loads(engine.filter(share_request("s2", 600, ["a"])))
+    assert second["NodeNames"] == [] and "a" in second["FailedNodes"]
+    assert "s2" not in idx.assumed
+
+    bound = pod("s1", "a", {"nvidia.com/gpu.shared": "1"}, {"kgwe.nvidia.io/gpu-milli": "600"})
+    bound["metadata"]["uid"] = "s1"
+    idx._pod_event("MODIFIED", bound)  # the watch catches up: counted as bound, no longer as assumed
+    assert idx.assumed == {}
+    assert sorted(engine.node_view("a")["gpuUsedMilli"]) == [600] + [1000] * 7
+
+
+def test_assumptions_expire_and_follow_a_new_decision() -> None:
+    engine = Engine()
+    idx = ClusterIndex(engine)
+    now = [1000.0]
+    idx.clock = lambda: now[0]
+    idx._apply_nodes([node_manifest("a", machine("DGX-H100")), node_manifest("b", machine("DGX-H100"))])
+    idx._apply_pods([])
+
+    engine.filter(share_request("s1", 400, ["a"]))
+    assert 400 in engine.node_view("a")["gpuUsedMilli"]
+    engine.filter(share_request("s1", 400, ["b"]))  # scheduled again (e.g. its bind failed): moves
+    assert 400 not in engine.node_view("a")["gpuUsedMilli"]
+    assert 400 in engine.node_view("b")["gpuUsedMilli"]
+
+    now[0] += ASSUME_SECONDS - 1
+    idx.expire_assumed()
+    assert "s1" in idx.assumed
+    now[0] += 2  # never seen bound (deleted before its bind, or a later step failed): forgotten
+    idx.expire_assumed()
+    assert idx.assumed == {} and engine.node_view("b")["gpuUsedMilli"] == [0] * 8
+
+    bound = pod("late", "a", {"nvidia.com/gpu": "8"})
+    idx._pod_event("ADDED", bound)
+    idx.assume("uid-late", "a", parse_pod(bound))  # the watch was first: nothing to assume
+    assert idx.assumed == {} and engine.node_view("a")["gpuUsedMilli"] == [1000] * 8
