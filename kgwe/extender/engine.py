@@ -250,7 +250,7 @@ class Engine:
                 self._observe(req, profile)
                 reason, score = self._evaluate(req, rows, known, profile)
                 passed = known & (reason == OK)
-                decide = profile.decide_in_filter
+                decide = profile.decide_in_filter and (req.shared or not req.soft_preferences)
                 if decide and passed.sum() > 1:
                     # one node left => kube-scheduler skips prioritize: one round trip, exact placement
                     final = self._final_scores(profile, req, names, score)

@@ -9,8 +9,9 @@ Also accepted:
 accepted too, so the extender follows the policy area's rendering without a second format.
 
 KGWE fields beyond the seed ScoringProfile (optional, read when present): `fragmentation` (weight of the
-FGD term, default 50; 0 = off) and `decideInFilter` (default false). A profile without `strategy` uses
-BestFit: with the FGD term it packed the openb trace best (kgwe simulate: 95.6% vs BinPack 95.2% at 130%).
+FGD term, default 50; 0 = off) and `decideInFilter` (default true, see Profile.decide_in_filter). A profile
+without `strategy` uses BestFit: with the FGD term it packed the openb trace best (kgwe simulate: 95.6% vs
+BinPack 95.2% at 130%).
 """
 
 from __future__ import annotations
@@ -54,10 +55,14 @@ class Profile:
     weight: int = 5
     ignorable: bool = False
     http_timeout: str = "2s"
-    # true: filter returns only the best node, so kube-scheduler skips prioritize (and its own scoring)
-    # for GPU pods: one HTTP round trip per pod and exact (not 0..10-rounded) placement, at the price of
-    # ignoring in-tree soft preferences (preferred affinity, spread) for those pods.
-    decide_in_filter: bool = False
+    # true (default): filter answers a GPU pod with the single best node, so kube-scheduler skips prioritize
+    # and its own scoring: one HTTP round trip per pod, exact (not 0..10-rounded) placement, and the
+    # extender knows the node at once and counts the pod there before the bind is seen (no window in which
+    # a burst of shared-GPU pods could over-commit one GPU). Pods stating soft preferences (preferred
+    # affinity, ScheduleAnyway spread) still get every feasible node and a prioritize score, so those
+    # preferences keep counting; shared-GPU pods are decided regardless, KGWE being their only accountant.
+    # false: every pod goes through filter + prioritize (two round trips; no early accounting).
+    decide_in_filter: bool = True
 
     @property
     def dynamic(self) -> bool:
@@ -114,7 +119,7 @@ def profile_from_dict(raw: Mapping) -> Profile:
         weight=int(_num(ext, "weight", 5, f"{where}.extender")),
         ignorable=bool(ext.get("ignorable", False)),
         http_timeout=str(ext.get("httpTimeout", "2s")),
-        decide_in_filter=bool(spec.get("decideInFilter", False)),
+        decide_in_filter=bool(spec.get("decideInFilter", True)),
     )
 
 

@@ -15,6 +15,9 @@ Where each requirement comes from (documented contract for workload authors and 
 - topology: annotations `kgwe.nvidia.io/topology-preference` (None, NVLinkOptimal, ...) and
   `kgwe.nvidia.io/min-bandwidth-gbps`.
 - profile: annotation `kgwe.nvidia.io/scoring-profile` (else the default profile).
+- soft preferences: preferred node affinity, preferred pod (anti-)affinity and `ScheduleAnyway` topology
+  spread are weighed by kube-scheduler's own score plugins, not by KGWE; a pod stating any of them is not
+  decided in filter (see Profile.decide_in_filter), so both views are combined in prioritize.
 
 Bad values raise RequestError, which the server turns into a 400 with the message.
 """
@@ -64,6 +67,7 @@ class PodRequest:
     min_bandwidth_gbps: float | None = None
     profile: str | None = None
     uid: str = field(default="", compare=False)
+    soft_preferences: bool = field(default=False, compare=False)
 
     @property
     def shared(self) -> bool:
@@ -197,6 +201,21 @@ def _float(value: str, what: str) -> float:
     return f
 
 
+def _has_soft_preferences(spec: Mapping) -> bool:
+    """Does the pod state preferences only kube-scheduler's score plugins weigh? (Malformed parts count as
+    none: the API server validated the pod, and this only chooses between two correct answers.)"""
+    affinity = spec.get("affinity")
+    if isinstance(affinity, Mapping):
+        for kind in ("nodeAffinity", "podAffinity", "podAntiAffinity"):
+            terms = affinity.get(kind)
+            if isinstance(terms, Mapping) and terms.get("preferredDuringSchedulingIgnoredDuringExecution"):
+                return True
+    spread = spec.get("topologySpreadConstraints")
+    if isinstance(spread, list):
+        return any(isinstance(c, Mapping) and c.get("whenUnsatisfiable") == "ScheduleAnyway" for c in spread)
+    return False
+
+
 def parse_pod(pod: object) -> PodRequest:
     """Read a v1.Pod (dict from JSON) into a PodRequest; RequestError on anything malformed."""
     if not isinstance(pod, Mapping):
@@ -249,4 +268,5 @@ def parse_pod(pod: object) -> PodRequest:
         min_bandwidth_gbps=_float(min_bw, ANN_MIN_BW) if min_bw is not None else None,
         profile=str(profile) if profile else None,
         uid=str(meta.get("uid") or ""),
+        soft_preferences=_has_soft_preferences(spec),
     )

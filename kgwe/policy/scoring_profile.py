@@ -50,9 +50,11 @@ class ScoringProfileSpec(KgweModel):
     strategy: ScoringStrategy = "BestFit"
     # Weight of the fragmentation-aware (FGD) term that keeps future requests placeable; 0 turns it off.
     fragmentation: float = Field(default=50, ge=0, le=100)
-    # Filter answers with the single best node, so kube-scheduler skips prioritize: one HTTP call per pod,
-    # full score precision; in-tree soft preferences (preferred affinity, spread) are then not weighed.
-    decide_in_filter: bool = False
+    # Filter answers a GPU pod with the single best node, so kube-scheduler skips prioritize: one HTTP call
+    # per pod, full score precision, and the extender counts the pod on that node before its bind is seen.
+    # Pods with soft preferences (preferred affinity, ScheduleAnyway spread) still get prioritize, except
+    # shared-GPU pods, which KGWE alone accounts. false: filter + prioritize for every pod.
+    decide_in_filter: bool = True
     extender: ExtenderSettings = Field(default_factory=ExtenderSettings)
 
 

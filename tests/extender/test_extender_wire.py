@@ -59,12 +59,18 @@ def test_filter_node_cache_capable_golden() -> None:
 
 def test_filter_full_node_list_returns_node_objects() -> None:
     body = (GOLDEN / "filter_full_nodes.json").read_bytes()
-    reply = orjson.loads(engine().filter(body))
-    assert reply["NodeNames"] is None
     sent = orjson.loads(body)["Nodes"]["items"]
-    # the share fits on the H100 node's half-used GPU; the A100 node has one idle GPU too
-    assert reply["Nodes"]["items"] == sent
-    assert reply["FailedNodes"] == {}
+    e = engine()
+    reply = orjson.loads(e.filter(body))
+    assert reply["NodeNames"] is None and reply["FailedNodes"] == {}
+    # the share fits on the H100 node's half-used GPU and on the A100 node's idle GPU; decided in filter,
+    # the answer is one of the Node objects sent, unchanged
+    (chosen,) = reply["Nodes"]["items"]
+    assert chosen in sent
+    e.set_profiles(
+        profiles_from_document({"profiles": [{"name": "d", "default": True, "decideInFilter": False}]})
+    )
+    assert orjson.loads(e.filter(body))["Nodes"]["items"] == sent
 
 
 def test_prioritize_golden_scores_in_range() -> None:
@@ -239,7 +245,7 @@ def test_reads_the_scoring_configmap_kgwe_render_writes() -> None:
     profiles = profiles_from_document(orjson.loads(cm["data"]["profiles.json"]))
     assert profiles[""].name == "default" and profiles[""].strategy == "BestFit"
     assert (profiles[""].topology, profiles[""].resource, profiles[""].balance) == (40, 35, 25)
-    assert profiles[""].fragmentation == 50 and not profiles[""].decide_in_filter
+    assert profiles[""].fragmentation == 50 and profiles[""].decide_in_filter
     # CostOptimized needs prices: render passes the PricingCatalog's on-demand prices to every profile.
     assert dict(profiles[""].prices)["nvidia-h100-80gb-hbm3"] > 0
     assert profiles["topology-first"].strategy == "BestFit" and profiles["topology-first"].weight == 10
@@ -280,5 +286,95 @@ def test_decide_in_filter_returns_only_the_best_node() -> None:
     assert len(reply["NodeNames"]) == 1 and reply["FailedNodes"] == {}
     scores = {h["Host"]: h["Score"] for h in orjson.loads(e.prioritize(body))}
     assert scores[reply["NodeNames"][0]] == max(scores.values())
-    e.set_profiles(profiles_from_document({"profiles": [{"name": "d", "default": True}]}))
+    e.set_profiles(
+        profiles_from_document({"profiles": [{"name": "d", "default": True, "decideInFilter": False}]})
+    )
     assert sorted(orjson.loads(e.filter(body))["NodeNames"]) == sorted(names)
+
+
+def whole_gpu_pod(uid: str, spec_extra: dict | None = None) -> dict:
+    spec = {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}
+    return {"metadata": {"name": uid, "uid": uid}, "spec": {**spec, **(spec_extra or {})}}
+
+
+PREFERRED_AFFINITY = {
+    "affinity": {
+        "nodeAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 50, "preference": {"matchExpressions": [{"key": "z", "operator": "Exists"}]}}
+            ]
+        }
+    }
+}
+SCHEDULE_ANYWAY = {
+    "topologySpreadConstraints": [
+        {"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "ScheduleAnyway", "labelSelector": {}}
+    ]
+}
+
+
+@pytest.mark.parametrize(
+    "extra,decided",
+    [
+        ({}, True),
+        (PREFERRED_AFFINITY, False),
+        (SCHEDULE_ANYWAY, False),
+        (
+            {
+                "topologySpreadConstraints": [
+                    {**SCHEDULE_ANYWAY["topologySpreadConstraints"][0], "whenUnsatisfiable": "DoNotSchedule"}
+                ]
+            },
+            True,
+        ),  # a filter, not a wish
+        ({"affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{}]}}}, False),
+        ({"affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{}]}}}, True),
+    ],
+)
+def test_soft_preferences_keep_prioritize_in_play(extra: dict, decided: bool) -> None:
+    """Preferences only kube-scheduler's score plugins weigh: such pods get every feasible node."""
+    e = engine()
+    assumed = []
+    e.on_assume = lambda uid, node, req: assumed.append((uid, node))
+    body = orjson.dumps(
+        {"Pod": whole_gpu_pod("u1", extra), "Nodes": None, "NodeNames": ["dgx-h100-01", "a100-pcie-01"]}
+    )
+    kept = orjson.loads(e.filter(body))["NodeNames"]
+    assert (len(kept) == 1) is decided
+    assert assumed == ([("u1", kept[0])] if decided else [])
+
+
+def test_shared_gpu_pods_are_decided_even_with_soft_preferences() -> None:
+    """KGWE alone accounts nvidia.com/gpu.shared, so its node choice must be the one kube-scheduler binds."""
+    e = engine()
+    assumed = []
+    e.on_assume = lambda uid, node, req: assumed.append((uid, node, req.gpu_milli))
+    pod = {
+        "metadata": {"name": "s", "uid": "u2", "annotations": {"kgwe.nvidia.io/gpu-milli": "300"}},
+        "spec": {
+            "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu.shared": "1"}}}],
+            **PREFERRED_AFFINITY,
+        },
+    }
+    body = orjson.dumps({"Pod": pod, "Nodes": None, "NodeNames": ["dgx-h100-01", "a100-pcie-01"]})
+    (node,) = orjson.loads(e.filter(body))["NodeNames"]
+    assert assumed == [("u2", node, 300)]
+
+
+def test_a_single_feasible_node_is_assumed_without_deciding() -> None:
+    """With decideInFilter off, a filter answer of one node is still where kube-scheduler will bind."""
+    e = engine()
+    e.set_profiles(
+        profiles_from_document({"profiles": [{"name": "d", "default": True, "decideInFilter": False}]})
+    )
+    assumed = []
+    e.on_assume = lambda uid, node, req: assumed.append((uid, node))
+    two = whole_gpu_pod("u3")
+    two["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "2"  # the A100 node has 1 free
+    body = orjson.dumps({"Pod": two, "Nodes": None, "NodeNames": ["dgx-h100-01", "a100-pcie-01"]})
+    assert orjson.loads(e.filter(body))["NodeNames"] == ["dgx-h100-01"]
+    body = orjson.dumps(
+        {"Pod": whole_gpu_pod("u4"), "Nodes": None, "NodeNames": ["dgx-h100-01", "a100-pcie-01"]}
+    )
+    assert len(orjson.loads(e.filter(body))["NodeNames"]) == 2
+    assert assumed == [("u3", "dgx-h100-01")]
