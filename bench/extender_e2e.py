@@ -1,14 +1,19 @@
 """Real kube-scheduler on simulated GPU nodes, with and without the KGWE extender.
 
-    .venv/bin/python bench/extender_e2e.py [--quick] [--nodes N] [--pods N]
+    .venv/bin/python bench/extender_e2e.py [--quick] [--nodes N] [--pods N] [--rate PODS_PER_S]
 
 - pods_per_second_without / _with: pods created while kube-scheduler is stopped, then it is started (the
   control-plane benchmark's BASELINE_SCHEDULER config; "with" adds KGWE's extender entry and
   percentageOfNodesToScore 100) and we time first bind -> last bind. 1-GPU pods.
 - p99_bind_ms: with the extender, pods created at 50 pods/s; creation (API call returned) -> bound seen
-  by a watch, p99 over all pods.
-The extender runs as its own process in cluster mode (watches, kgwe-scoring absent = built-in default;
---decide-in-filter: the default profile with decideInFilter, one HTTP round trip per pod).
+  by a watch, p99 over all pods. p99_submit_to_bound_ms counts from the moment the create request was sent.
+The extender runs as its own process in cluster mode (watches, kgwe-scoring absent = the built-in default
+profile, which decides in filter: one HTTP round trip per pod; --no-decide-in-filter: filter + prioritize).
+The latency phase also runs without the extender first: the same machine's floor, printed beside it.
+
+The measuring side stays light so that it does not take the 2 CPUs it measures: binds are observed by a
+separate watcher process that parses raw watch lines with orjson (no client model objects), and the
+creator does not decode the apiserver's replies. Each component's CPU per pod is printed.
 """
 
 from __future__ import annotations
@@ -25,7 +30,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from urllib.request import urlopen
 
-from kubernetes import client, watch
+import orjson
+from kubernetes import client, config
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from control_plane import BASELINE_SCHEDULER, create_nodes, pod_body
@@ -46,64 +52,170 @@ def make_namespace(core: client.CoreV1Api, ns: str) -> None:
         time.sleep(0.05)
 
 
+def watch_bound(kubeconfig: str, ns: str, expected: int, timeout_seconds: float) -> int:
+    """Child process: print "ready" once watching, then {pod: monotonic time first seen bound} as JSON.
+
+    CLOCK_MONOTONIC is one clock for every process of the machine, so the parent can subtract its own
+    creation times from these.
+    """
+    core = client.CoreV1Api(config.new_client_from_config(config_file=kubeconfig))
+    listing = orjson.loads(core.list_namespaced_pod(ns, _preload_content=False).data)
+    rv = listing["metadata"]["resourceVersion"]
+    bound: dict[str, float] = {}
+    print("ready", flush=True)
+    deadline = time.monotonic() + timeout_seconds
+    while len(bound) < expected and time.monotonic() < deadline:
+        resp = core.list_namespaced_pod(
+            ns, watch=True, resource_version=rv, timeout_seconds=30, _preload_content=False
+        )
+        buf = b""
+        for chunk in resp.stream(65536):
+            buf += chunk
+            *lines, buf = buf.split(b"\n")
+            for line in lines:
+                ev = orjson.loads(line)
+                obj = ev["object"]
+                if ev["type"] == "ERROR":
+                    raise SystemExit(f"watch error: {obj}")
+                rv = obj["metadata"]["resourceVersion"]
+                name = obj["metadata"]["name"]
+                if obj["spec"].get("nodeName") and name not in bound:
+                    bound[name] = time.monotonic()
+            if len(bound) >= expected:
+                break
+        resp.release_conn()
+    sys.stdout.write(orjson.dumps(bound).decode() + "\n")
+    return 0
+
+
 class BindWatcher:
-    """Records the monotonic time each pod of a namespace is first seen bound."""
+    """The watcher process for one namespace; `result()` waits for it and returns its bind times."""
 
-    def __init__(self, core: client.CoreV1Api, ns: str) -> None:
-        self.core, self.ns = core, ns
-        self.bound: dict[str, float] = {}
-        self.expected = 0
-        self.done = threading.Event()
-        self._rv = core.list_namespaced_pod(ns).metadata.resource_version
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
+    def __init__(self, cp: ControlPlane, ns: str, expected: int, timeout_seconds: float) -> None:
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                __file__,
+                "--watch-bound",
+                ns,
+                "--expect",
+                str(expected),
+                "--kubeconfig",
+                str(cp.kubeconfig_path),
+                "--timeout",
+                str(timeout_seconds),
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+        )
+        if self.proc.stdout.readline().strip() != "ready":
+            raise SystemExit("bind watcher did not start")
+        self.timeout = timeout_seconds + 30
 
-    def _run(self) -> None:
-        w = watch.Watch()
-        while not self.done.is_set():
-            for ev in w.stream(
-                self.core.list_namespaced_pod, self.ns, resource_version=self._rv, timeout_seconds=10
-            ):
-                pod = ev["object"]
-                self._rv = pod.metadata.resource_version
-                if pod.spec.node_name and pod.metadata.name not in self.bound:
-                    self.bound[pod.metadata.name] = time.monotonic()
-                    if self.expected and len(self.bound) >= self.expected:
-                        self.done.set()
-                        w.stop()
-                        break
+    def result(self, expected: int) -> dict[str, float]:
+        out, _ = self.proc.communicate(timeout=self.timeout)
+        bound = orjson.loads(out)
+        if len(bound) < expected:
+            raise SystemExit(f"only {len(bound)}/{expected} pods bound in time")
+        return bound
 
 
 def throughput(cp: ControlPlane, core: client.CoreV1Api, ns: str, pods: int, config: dict) -> float:
     make_namespace(core, ns)
     cp.stop_scheduler()
     with ThreadPoolExecutor(max_workers=8) as pool:
-        list(pool.map(lambda i: core.create_namespaced_pod(ns, pod_body(f"p-{i:05d}")), range(pods)))
-    watcher = BindWatcher(core, ns)
-    watcher.expected = pods
+        list(
+            pool.map(
+                lambda i: core.create_namespaced_pod(ns, pod_body(f"p-{i:05d}"), _preload_content=False),
+                range(pods),
+            )
+        )
+    watcher = BindWatcher(cp, ns, pods, 900)
     cp.start_scheduler(config)
-    if not watcher.done.wait(timeout=900):
-        raise SystemExit(f"only {len(watcher.bound)}/{pods} pods bound within 900 s")
-    times = sorted(watcher.bound.values())
+    times = sorted(watcher.result(pods).values())
     return (pods - 1) / (times[-1] - times[0])
 
 
-def bind_latency(core: client.CoreV1Api, ns: str, pods: int, rate: float) -> list[float]:
+def bind_latency(
+    cp: ControlPlane, core: client.CoreV1Api, ns: str, pods: int, rate: float
+) -> tuple[list[float], list[float]]:
+    """Sorted latencies in ms: (create returned -> bound, create sent -> bound)."""
     make_namespace(core, ns)
-    watcher = BindWatcher(core, ns)
-    watcher.expected = pods
-    created: dict[str, float] = {}
+    watcher = BindWatcher(cp, ns, pods, 300)
+    sent: dict[str, float] = {}
+    returned: dict[str, float] = {}
+    # the load generator sends pre-encoded bodies on the API client's own TLS connection pool: the client's
+    # create_namespaced_pod spends ~5 ms of CPU per call, a tenth of a core at 50 pods/s
+    pool = core.api_client.rest_client.pool_manager
+    url = f"{core.api_client.configuration.host}/api/v1/namespaces/{ns}/pods"
+    headers = {"Content-Type": "application/json", "Accept": "application/json"}
     start = time.monotonic()
     for i in range(pods):
         delay = start + i / rate - time.monotonic()
         if delay > 0:
             time.sleep(delay)
         name = f"l-{i:05d}"
-        core.create_namespaced_pod(ns, pod_body(name))
-        created[name] = time.monotonic()
-    if not watcher.done.wait(timeout=300):
-        raise SystemExit(f"only {len(watcher.bound)}/{pods} latency pods bound")
-    return sorted(max(0.0, watcher.bound[n] - created[n]) * 1000.0 for n in created)
+        sent[name] = time.monotonic()
+        resp = pool.urlopen("POST", url, body=orjson.dumps(pod_body(name)), headers=headers)
+        returned[name] = time.monotonic()
+        if resp.status != 201:
+            raise SystemExit(f"creating {name}: HTTP {resp.status} {resp.data[:300]!r}")
+    bound = watcher.result(pods)
+
+    def ms(origin: dict[str, float]) -> list[float]:
+        return sorted(max(0.0, bound[n] - t) * 1000.0 for n, t in origin.items())
+
+    return ms(returned), ms(sent)
+
+
+def latency_phase(
+    cp: ControlPlane, core: client.CoreV1Api, ns: str, pods: int, rate: float, pids: dict, label: str
+) -> tuple[list[float], list[float]]:
+    """bind_latency with the running scheduler, printed with its percentiles and CPU per pod."""
+    before = cpu_breakdown(pids)
+    lat, lat_sent = bind_latency(cp, core, ns, pods, rate)
+    after = cpu_breakdown(pids)
+    print(
+        f"creation -> bound at {rate:g} pods/s {label} extender: p50 {percentile(lat, 0.5):.1f} ms, "
+        f"p90 {percentile(lat, 0.9):.1f} ms, p99 {percentile(lat, 0.99):.1f} ms, max {lat[-1]:.1f} ms "
+        f"(from create sent: p99 {percentile(lat_sent, 0.99):.1f} ms)",
+        flush=True,
+    )
+    report_cpu(before, after, pods)
+    return lat, lat_sent
+
+
+def percentile(values: list[float], q: float) -> float:
+    return values[min(len(values) - 1, int(q * len(values)))]
+
+
+def report_cpu(before: dict, after: dict, pods: int) -> None:
+    """Print each component's CPU and run-queue wait per pod between two cpu_breakdown() readings.
+
+    A process started in between (kube-scheduler is restarted per phase) is counted from its start."""
+    rows = []
+    for name, (pid, cpu1, wait1) in after.items():
+        _, cpu0, wait0 = before[name] if before.get(name, (None,))[0] == pid else (pid, 0.0, 0.0)
+        rows.append((name, (cpu1 - cpu0) / pods * 1000, (wait1 - wait0) / pods * 1000))
+    rows.sort(key=lambda r: -r[1])
+    print(
+        f"  CPU per pod, ms (ms waiting for a CPU), load average {os.getloadavg()[0]:.1f}: "
+        + ", ".join(f"{n} {c:.2f} ({w:.2f})" for n, c, w in rows)
+        + f"; total {sum(r[1] for r in rows):.2f}",
+        flush=True,
+    )
+
+
+def cpu_breakdown(pids: dict[str, int]) -> dict[str, tuple[int, float, float]]:
+    """name -> (pid, CPU seconds, run-queue seconds) of each live process."""
+    out = {}
+    for name, pid in pids.items():
+        try:
+            out[name] = (pid, *schedstat(pid))
+        except OSError:
+            continue
+    return out
 
 
 def start_extender(cp: ControlPlane, profiles: Path | None = None) -> tuple[subprocess.Popen, int]:
@@ -151,12 +263,19 @@ def main() -> int:
     ap.add_argument("--nodes", type=int)
     ap.add_argument("--pods", type=int)
     ap.add_argument("--latency-pods", type=int)
+    ap.add_argument("--rate", type=float, default=50.0, help="pods/s offered in the latency phase")
     ap.add_argument(
-        "--decide-in-filter",
+        "--no-decide-in-filter",
         action="store_true",
-        help="profile decideInFilter: filter returns the best node only (no prioritize call)",
+        help="profile decideInFilter: false (filter returns every feasible node, then prioritize)",
     )
+    ap.add_argument("--watch-bound", metavar="NS", help=argparse.SUPPRESS)  # the watcher child process
+    ap.add_argument("--expect", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--kubeconfig", help=argparse.SUPPRESS)
+    ap.add_argument("--timeout", type=float, default=300.0, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.watch_bound:
+        return watch_bound(args.kubeconfig, args.watch_bound, args.expect, args.timeout)
     nodes = args.nodes or (200 if args.quick else 1000)
     pods = args.pods or (400 if args.quick else 2000)
     latency_pods = args.latency_pods or (200 if args.quick else 1000)
@@ -170,10 +289,10 @@ def main() -> int:
         _, nodes_s = create_nodes(api, nodes)
         print(f"{nodes} simulated GPU nodes Ready in {nodes_s:.1f} s", flush=True)
         profiles = None
-        if args.decide_in_filter:
+        if args.no_decide_in_filter:
             profiles = Path(cp.workdir) / "kgwe-scoring.json"
             profiles.write_text(
-                json.dumps({"profiles": [{"name": "default", "default": True, "decideInFilter": True}]})
+                json.dumps({"profiles": [{"name": "default", "default": True, "decideInFilter": False}]})
             )
         ext, port = start_extender(cp, profiles)
         with_config = {
@@ -181,20 +300,24 @@ def main() -> int:
             "percentageOfNodesToScore": 100,
             "extenders": [extender_entry(f"http://127.0.0.1:{port}")],
         }
+        pids = {**cp.pids, "extender": ext.pid, "bench (creator)": os.getpid()}
+        before = cpu_breakdown(pids)
         without = throughput(cp, core, "bench-without", pods, BASELINE_SCHEDULER)
+        pids["kube-scheduler"] = cp.pids["kube-scheduler"]
+        mid = cpu_breakdown(pids)
         print(f"without extender: {without:.1f} pods/s ({pods} pods)", flush=True)
-        cpu0, wait0 = schedstat(ext.pid)
-        with_ext = throughput(cp, core, "bench-with", pods, with_config)
-        cpu1, wait1 = schedstat(ext.pid)
-        print(
-            f"with extender:    {with_ext:.1f} pods/s ({pods} pods); extender used {cpu1 - cpu0:.1f} s CPU "
-            f"({(cpu1 - cpu0) / pods * 1000:.2f} ms/pod) and waited {wait1 - wait0:.1f} s for a CPU "
-            f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)",
-            flush=True,
+        report_cpu(before, mid, pods)
+        base_lat, _ = latency_phase(
+            cp, core, "bench-latency-without", latency_pods, args.rate, pids, "without"
         )
-        lat = bind_latency(core, "bench-latency", latency_pods, 50.0)
-        p50, p99 = lat[len(lat) // 2], lat[min(len(lat) - 1, int(0.99 * len(lat)))]
-        print(f"creation -> bound at 50 pods/s with extender: p50 {p50:.1f} ms, p99 {p99:.1f} ms", flush=True)
+        mid = cpu_breakdown(pids)
+        with_ext = throughput(cp, core, "bench-with", pods, with_config)
+        pids["kube-scheduler"] = cp.pids["kube-scheduler"]
+        after = cpu_breakdown(pids)
+        print(f"with extender:    {with_ext:.1f} pods/s ({pods} pods)", flush=True)
+        report_cpu(mid, after, pods)
+        lat, lat_sent = latency_phase(cp, core, "bench-latency", latency_pods, args.rate, pids, "with")
+        p50, p99, p99_sent = percentile(lat, 0.5), percentile(lat, 0.99), percentile(lat_sent, 0.99)
     finally:
         if ext is not None:
             ext.terminate()
@@ -206,6 +329,11 @@ def main() -> int:
                 "pods_per_second_with": round(with_ext, 1),
                 "pods_per_second_without": round(without, 1),
                 "p99_bind_ms": round(p99, 1),
+                "p99_bind_ms_without": round(percentile(base_lat, 0.99), 1),
+                "p50_bind_ms": round(p50, 1),
+                "p99_submit_to_bound_ms": round(p99_sent, 1),
+                "decide_in_filter": not args.no_decide_in_filter,
+                "nodes": nodes,
             }
         )
     )
