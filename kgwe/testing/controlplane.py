@@ -249,8 +249,13 @@ class ControlPlane:
         run_kcm_standin: bool = True,
         workdir: Path | None = None,
         start_timeout_seconds: float = 90.0,
+        node_lease_seconds: int = 40,
     ) -> None:
+        """`node_lease_seconds`: the simulated kubelets' Lease duration; each renews at a quarter of it, as
+        kubelet does (40 s, kubelet's default: 1,000 nodes write 100 Leases/s, about a quarter of this
+        2-core machine with apiserver and etcd). Benchmarks may lengthen it to give the control plane room."""
         self.binaries = binaries or find_binaries()
+        self.node_lease_seconds = node_lease_seconds
         self.scheduler_config = dict(scheduler_config or default_scheduler_config())
         self._want_scheduler = start_scheduler
         self._want_kcm = run_kcm_standin
@@ -503,7 +508,7 @@ class ControlPlane:
             # Only nodes created as simulated (gpunodes.py sets this annotation) are driven by kwok.
             "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
             f"--server-address=127.0.0.1:{self.kwok_port}",
-            "--node-lease-duration-seconds=40",
+            f"--node-lease-duration-seconds={self.node_lease_seconds}",
             "--cidr=10.0.0.1/16",
         ])
         self._wait_http("kwok", f"http://127.0.0.1:{self.kwok_port}/healthz", verify=False)
