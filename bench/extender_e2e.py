@@ -186,6 +186,30 @@ def latency_phase(
     return lat, lat_sent
 
 
+def settle(core: client.CoreV1Api, ns: str, timeout_seconds: float = 180) -> None:
+    """Wait until kwok has marked every pod of `ns` Running, then a little more: a latency phase must not
+    start while the last phase's pod updates are still working through the apiserver."""
+    deadline = time.monotonic() + timeout_seconds
+    while time.monotonic() < deadline:
+        resp = core.list_namespaced_pod(
+            ns, field_selector="status.phase!=Running", limit=1, _preload_content=False
+        )
+        if not orjson.loads(resp.data)["items"]:
+            time.sleep(3)
+            return
+        time.sleep(0.5)
+    raise SystemExit(f"pods of {ns} not Running after {timeout_seconds:.0f} s")
+
+
+def extender_calls(port: int) -> dict[str, float]:
+    """Answered calls per verb so far, from the extender's /metrics."""
+    text = urlopen(f"http://127.0.0.1:{port}/metrics").read().decode()
+    out: dict[str, float] = {}
+    for verb, n in re.findall(r'kgwe_extender_requests_total\{code="200",verb="([a-z]+)"\} (\S+)', text):
+        out[verb] = out.get(verb, 0.0) + float(n)
+    return out
+
+
 def percentile(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(q * len(values)))]
 
@@ -265,6 +289,12 @@ def main() -> int:
     ap.add_argument("--latency-pods", type=int)
     ap.add_argument("--rate", type=float, default=50.0, help="pods/s offered in the latency phase")
     ap.add_argument(
+        "--node-lease-seconds",
+        type=int,
+        default=40,
+        help="simulated kubelets' Lease duration (renewed at a quarter of it); 40 = kubelet's default",
+    )
+    ap.add_argument(
         "--no-decide-in-filter",
         action="store_true",
         help="profile decideInFilter: false (filter returns every feasible node, then prioritize)",
@@ -280,7 +310,7 @@ def main() -> int:
     pods = args.pods or (400 if args.quick else 2000)
     latency_pods = args.latency_pods or (200 if args.quick else 1000)
 
-    cp = ControlPlane(find_binaries(build=True))
+    cp = ControlPlane(find_binaries(build=True), node_lease_seconds=args.node_lease_seconds)
     cp.start()
     ext = None
     try:
@@ -301,22 +331,51 @@ def main() -> int:
             "extenders": [extender_entry(f"http://127.0.0.1:{port}")],
         }
         pids = {**cp.pids, "extender": ext.pid, "bench (creator)": os.getpid()}
+
+        def run_scheduler(config: dict) -> None:
+            cp.start_scheduler(config)
+            pids["kube-scheduler"] = cp.pids["kube-scheduler"]
+            time.sleep(5)  # past its start-up: caches filled from the initial lists, first collections done
+
         before = cpu_breakdown(pids)
         without = throughput(cp, core, "bench-without", pods, BASELINE_SCHEDULER)
         pids["kube-scheduler"] = cp.pids["kube-scheduler"]
-        mid = cpu_breakdown(pids)
+        after = cpu_breakdown(pids)
         print(f"without extender: {without:.1f} pods/s ({pods} pods)", flush=True)
-        report_cpu(before, mid, pods)
+        report_cpu(before, after, pods)
+        settle(core, "bench-without")
+        before, calls0 = cpu_breakdown(pids), extender_calls(port)
+        with_ext = throughput(cp, core, "bench-with", pods, with_config)
+        pids["kube-scheduler"] = cp.pids["kube-scheduler"]
+        after, calls1 = cpu_breakdown(pids), extender_calls(port)
+        print(
+            f"with extender:    {with_ext:.1f} pods/s ({pods} pods); extender calls per pod: "
+            + ", ".join(
+                f"{v} {(calls1.get(v, 0) - calls0.get(v, 0)) / pods:.2f}" for v in ("filter", "prioritize")
+            ),
+            flush=True,
+        )
+        report_cpu(before, after, pods)
+        settle(core, "bench-with")
+        # both latency phases on the cluster the throughput phases left; the baseline first, so the fuller
+        # cluster of the second phase counts against KGWE, not for it
+        run_scheduler(BASELINE_SCHEDULER)
         base_lat, _ = latency_phase(
             cp, core, "bench-latency-without", latency_pods, args.rate, pids, "without"
         )
-        mid = cpu_breakdown(pids)
-        with_ext = throughput(cp, core, "bench-with", pods, with_config)
-        pids["kube-scheduler"] = cp.pids["kube-scheduler"]
-        after = cpu_breakdown(pids)
-        print(f"with extender:    {with_ext:.1f} pods/s ({pods} pods)", flush=True)
-        report_cpu(mid, after, pods)
+        settle(core, "bench-latency-without")
+        run_scheduler(with_config)
+        calls0 = extender_calls(port)
         lat, lat_sent = latency_phase(cp, core, "bench-latency", latency_pods, args.rate, pids, "with")
+        calls1 = extender_calls(port)
+        print(
+            "  extender calls per pod: "
+            + ", ".join(
+                f"{v} {(calls1.get(v, 0) - calls0.get(v, 0)) / latency_pods:.2f}"
+                for v in ("filter", "prioritize")
+            ),
+            flush=True,
+        )
         p50, p99, p99_sent = percentile(lat, 0.5), percentile(lat, 0.99), percentile(lat_sent, 0.99)
     finally:
         if ext is not None:
@@ -333,6 +392,7 @@ def main() -> int:
                 "p50_bind_ms": round(p50, 1),
                 "p99_submit_to_bound_ms": round(p99_sent, 1),
                 "decide_in_filter": not args.no_decide_in_filter,
+                "node_lease_seconds": args.node_lease_seconds,
                 "nodes": nodes,
             }
         )
