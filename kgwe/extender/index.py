@@ -215,12 +215,12 @@ class ClusterIndex:
 
     def _apply_pods(self, items: list[dict]) -> None:
         with self._mu:
-            old_nodes = set(self.by_node)
+            touched = set(self.by_node)
             self.pods.clear()
             self.by_node.clear()
             for p in items:
-                self._set_pod(p, deleted=False)
-            for n in old_nodes | set(self.by_node):
+                touched |= self._set_pod(p, deleted=False)  # includes nodes of assumptions the list ends
+            for n in touched:
                 self._publish(n)
 
     def _set_pod(self, raw: dict, deleted: bool) -> set[str]:

@@ -133,3 +133,18 @@ def test_assumptions_expire_and_follow_a_new_decision() -> None:
     idx._pod_event("ADDED", bound)
     idx.assume("uid-late", "a", parse_pod(bound))  # the watch was first: nothing to assume
     assert idx.assumed == {} and engine.node_view("a")["gpuUsedMilli"] == [1000] * 8
+
+
+def test_a_relist_ends_assumptions_of_pods_it_shows_bound_elsewhere() -> None:
+    engine = Engine()
+    idx = ClusterIndex(engine)
+    idx._apply_nodes([node_manifest("a", machine("DGX-H100")), node_manifest("b", machine("DGX-H100"))])
+    idx._apply_pods([])
+    engine.filter(share_request("s1", 400, ["a"]))
+    assert 400 in engine.node_view("a")["gpuUsedMilli"]
+    moved = pod("s1", "b", {"nvidia.com/gpu.shared": "1"}, {"kgwe.nvidia.io/gpu-milli": "400"})
+    moved["metadata"]["uid"] = "s1"
+    idx._apply_pods([moved])  # the watch expired meanwhile; the relist has the pod bound on b
+    assert idx.assumed == {}
+    assert engine.node_view("a")["gpuUsedMilli"] == [0] * 8
+    assert 400 in engine.node_view("b")["gpuUsedMilli"]
