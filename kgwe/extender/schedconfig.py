@@ -9,6 +9,9 @@ Choices (reference Part A):
   time-slicing device plugin advertises replicas.
 - `percentageOfNodesToScore: 100`: otherwise the scheduler stops after a sample of feasible nodes and the
   extender never sees the best GPU set in a large cluster (A4).
+- `prioritizeVerb` stays set although the default profile decides GPU pods in filter (then kube-scheduler,
+  left one node, skips prioritize): pods with soft preferences, and profiles with `decideInFilter: false`,
+  are still scored there.
 - `ignorable` comes from the profile. false (default) = fail closed: while the extender is down GPU pods
   wait (FailedScheduling, retried with backoff) instead of landing on a node whose GPUs are taken by shares
   the scheduler cannot see. true = fail open: GPU pods keep scheduling on the scheduler's own counts, which
