@@ -48,6 +48,16 @@ class Metrics:
             ["kind"],
             registry=self.registry,
         )
+        self.assumed = Gauge(
+            "kgwe_extender_assumed_pods",
+            "Pods counted on the node filter left them, their bind not yet seen",
+            registry=self.registry,
+        )
+        self.assumptions_expired = Counter(
+            "kgwe_extender_assumptions_expired_total",
+            "Assumed pods never seen bound within the assume window (bind failed, or another scheduler)",
+            registry=self.registry,
+        )
         self.profile_reloads = Counter(
             "kgwe_extender_profile_reloads_total", "kgwe-scoring reloads", ["result"], registry=self.registry
         )

@@ -232,6 +232,7 @@ class ClusterIndex:
         assumed = self.assumed.pop(uid, None)  # the watch has the pod bound (or gone): it counts from here
         if assumed is not None:
             touched.add(assumed[0])
+            self._count_assumed()
         old = self.pods.pop(uid, None)
         if old is not None:
             self.by_node.get(old[0], set()).discard(uid)
@@ -267,6 +268,7 @@ class ClusterIndex:
             self.assumed[uid] = (node, req, self.clock() + ASSUME_SECONDS)
             touched = {node, previous[0]} if previous else {node}
             touched |= self._expired()
+            self._count_assumed()
             for n in touched:
                 self._publish(n)
 
@@ -279,7 +281,15 @@ class ClusterIndex:
     def _expired(self) -> set[str]:
         now = self.clock()
         gone = [uid for uid, (_, _, expiry) in self.assumed.items() if expiry <= now]
-        return {self.assumed.pop(uid)[0] for uid in gone}
+        nodes = {self.assumed.pop(uid)[0] for uid in gone}
+        if gone and self.metrics is not None:
+            self.metrics.assumptions_expired.inc(len(gone))
+            self._count_assumed()
+        return nodes
+
+    def _count_assumed(self) -> None:
+        if self.metrics is not None:
+            self.metrics.assumed.set(len(self.assumed))
 
     def _expire_loop(self) -> None:
         while not self._stop.wait(ASSUME_SECONDS / 6):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import orjson
 
+from kgwe.extender.app import Metrics
 from kgwe.extender.engine import Engine
 from kgwe.extender.index import ASSUME_SECONDS, ClusterIndex
 from kgwe.extender.request import parse_pod
@@ -69,6 +70,10 @@ def test_bad_topology_annotation_keeps_the_node_without_topology() -> None:
     assert view["gpus"] == 8 and view["topology"] is None
 
 
+def sample(metrics: Metrics, name: str) -> float | None:
+    return metrics.registry.get_sample_value(name)
+
+
 def share_request(uid: str, milli: int, nodes: list[str]) -> bytes:
     """A filter call as kube-scheduler sends it for a pod asking `milli` of one GPU."""
     pod = {
@@ -110,7 +115,8 @@ def test_decided_pods_count_at_once_until_the_watch_shows_them_bound() -> None:
 
 def test_assumptions_expire_and_follow_a_new_decision() -> None:
     engine = Engine()
-    idx = ClusterIndex(engine)
+    metrics = Metrics()
+    idx = ClusterIndex(engine, metrics=metrics)
     now = [1000.0]
     idx.clock = lambda: now[0]
     idx._apply_nodes([node_manifest("a", machine("DGX-H100")), node_manifest("b", machine("DGX-H100"))])
@@ -125,9 +131,12 @@ def test_assumptions_expire_and_follow_a_new_decision() -> None:
     now[0] += ASSUME_SECONDS - 1
     idx.expire_assumed()
     assert "s1" in idx.assumed
+    assert sample(metrics, "kgwe_extender_assumed_pods") == 1
     now[0] += 2  # never seen bound (deleted before its bind, or a later step failed): forgotten
     idx.expire_assumed()
     assert idx.assumed == {} and engine.node_view("b")["gpuUsedMilli"] == [0] * 8
+    assert sample(metrics, "kgwe_extender_assumed_pods") == 0
+    assert sample(metrics, "kgwe_extender_assumptions_expired_total") == 1
 
     bound = pod("late", "a", {"nvidia.com/gpu": "8"})
     idx._pod_event("ADDED", bound)
