@@ -33,10 +33,8 @@ import json
 import math
 import random
 import statistics
-import sys
 import time
 from collections import Counter
-from pathlib import Path
 
 import numpy as np
 from scipy.optimize import linprog
@@ -45,18 +43,11 @@ from kgwe.gpu import catalog
 from kgwe.gpu.layouts import enumerate_layouts, feasible_multisets
 from kgwe.planner.model import GPUState, PoolRequest
 from kgwe.planner.plan import plan_pool
+from kgwe.sim.openb import openb_dir
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "alibaba-gpu-v2023"
 MODEL = catalog.model_by_key("H100-80GB")
 SEED_SHARES = {"1g.10gb": 0.7, "2g.20gb": 0.2, "3g.40gb": 0.1}
 BALANCED = {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}
-
-
-def _data_dir() -> Path:
-    for candidate in (DATA, Path("/work/shared/data/alibaba-gpu-v2023")):
-        if candidate.is_dir():
-            return candidate
-    sys.exit(f"openb trace not found at {DATA}")
 
 
 def profile_for(gpu_milli: int) -> str:
@@ -70,7 +61,7 @@ def profile_for(gpu_milli: int) -> str:
 
 def load_pods() -> list[tuple[int, int, str]]:
     pods = []
-    with (_data_dir() / "openb_pod_list_default.csv").open() as f:
+    with (openb_dir() / "openb_pod_list_default.csv").open() as f:
         for row in csv.DictReader(f):
             if row["num_gpu"] == "1" and int(row["gpu_milli"]) < 1000:
                 profile = profile_for(int(row["gpu_milli"]))

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+
+from kgwe.errors import KgweError
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
 _REPO_ROOT = _PACKAGE_DIR.parent
@@ -30,3 +33,17 @@ def deploy_dir() -> Path:
 
 def sample_repo_dir() -> Path:
     return _data_dir("sample-repo")
+
+
+def shared_data_dir() -> Path:
+    """The public traces (`shared/data`): $KGWE_DATA, else a `shared/data` beside the checkout or above it."""
+    env = os.environ.get("KGWE_DATA")
+    if env:
+        if not Path(env).is_dir():
+            raise KgweError(f"KGWE_DATA={env} is not a directory")
+        return Path(env)
+    candidates = [p / "shared" / "data" for p in _PACKAGE_DIR.parents] + [Path("/work/shared/data")]
+    for c in candidates:
+        if c.is_dir():
+            return c
+    raise KgweError("public trace data not found: set KGWE_DATA to the shared/data folder")

@@ -12,21 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from kgwe.errors import KgweError
-
-
-def data_dir() -> Path:
-    """shared/data beside the checkout (as in CI), or $KGWE_DATA."""
-    import os
-
-    env = os.environ.get("KGWE_DATA")
-    candidates = [Path(env)] if env else []
-    here = Path(__file__).resolve()
-    candidates += [p / "shared" / "data" for p in here.parents] + [Path("/work/shared/data")]
-    for c in candidates:
-        if (c / "helios-sc21").is_dir():
-            return c
-    raise KgweError("public trace data not found: set KGWE_DATA to the shared/data folder")
+from kgwe.resources import shared_data_dir
 
 
 def _daily(frame: pd.DataFrame, column: str, *, drop_partial: bool) -> list[float]:
@@ -39,13 +25,13 @@ def _daily(frame: pd.DataFrame, column: str, *, drop_partial: bool) -> list[floa
 
 
 def helios_earth_daily_gpu_hours(root: Path | None = None) -> list[float]:
-    path = (root or data_dir()) / "helios-sc21" / "Earth_vc6YE_cluster_sequence_vc.csv"
+    path = (root or shared_data_dir()) / "helios-sc21" / "Earth_vc6YE_cluster_sequence_vc.csv"
     frame = pd.read_csv(path, usecols=["time", "running_gpu_num"], parse_dates=["time"])
     return _daily(frame, "running_gpu_num", drop_partial=True)
 
 
 def philly_daily_node_hours(root: Path | None = None) -> list[float]:
-    path = (root or data_dir()) / "philly-atc19-derived" / "philly_node_sequence.csv"
+    path = (root or shared_data_dir()) / "philly-atc19-derived" / "philly_node_sequence.csv"
     frame = pd.read_csv(path, usecols=["time", "active"], parse_dates=["time"])
     return _daily(frame, "active", drop_partial=True)
 
@@ -61,7 +47,7 @@ PodSeries = tuple[list[float], list[float], list[float], list[float]]
 
 def genai_pod_series(root: Path | None = None) -> dict[str, PodSeries]:
     """container_ip -> (compute times, compute GPU fraction, memory times, memory MiB), sorted by time."""
-    base = (root or data_dir()) / "alibaba-genai-v2026"
+    base = (root or shared_data_dir()) / "alibaba-genai-v2026"
     duty = _read_tar_csv(base / "pod_gpu_duty_cycle_anon.tar.gz")
     mem = _read_tar_csv(base / "pod_gpu_memory_used_bytes_anon.tar.gz")
     out: dict[str, PodSeries] = {}

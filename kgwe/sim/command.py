@@ -20,8 +20,6 @@ import orjson
 from kgwe.errors import KgweError
 from kgwe.extender.profile import DEFAULT_PROFILE, STRATEGIES, Profile
 from kgwe.sim.openb import (
-    DEFAULT_DATA,
-    DEFAULT_RESULTS,
     POLICIES,
     WORKLOADS,
     load_nodes,
@@ -53,9 +51,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="weight of the FGD fragmentation term (0 = off)",
     )
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="worker processes")
-    parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="openb CSV directory")
     parser.add_argument(
-        "--results", type=Path, default=DEFAULT_RESULTS, help="FGD expected-results directory"
+        "--data", type=Path, help="openb CSV directory (default: $KGWE_DATA/alibaba-gpu-v2023)"
+    )
+    parser.add_argument(
+        "--results",
+        type=Path,
+        help="FGD expected-results directory (default: $KGWE_DATA/fgd-atc23-expected-results)",
     )
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import os
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,9 +11,17 @@ from kgwe.errors import KgweError
 from kgwe.extender.core import WorkloadType
 from kgwe.extender.nodes import NodeState
 from kgwe.extender.request import PodRequest
+from kgwe.resources import shared_data_dir
 
-DEFAULT_DATA = Path(os.environ.get("KGWE_OPENB_DIR", "/work/shared/data/alibaba-gpu-v2023"))
-DEFAULT_RESULTS = Path(os.environ.get("KGWE_FGD_RESULTS_DIR", "/work/shared/data/fgd-atc23-expected-results"))
+
+def openb_dir() -> Path:
+    return shared_data_dir() / "alibaba-gpu-v2023"
+
+
+def fgd_results_dir() -> Path:
+    return shared_data_dir() / "fgd-atc23-expected-results"
+
+
 # The 17 workloads of the FGD experiments (experiments/README: 6 policies x 17 traces x 10 seeds).
 WORKLOADS = (
     "default",
@@ -51,15 +58,15 @@ class TracePod:
 
 def _rows(path: Path) -> list[dict[str, str]]:
     if not path.is_file():
-        raise KgweError(f"trace file not found: {path} (set KGWE_OPENB_DIR or --data)")
+        raise KgweError(f"trace file not found: {path} (set KGWE_DATA, or --data / --results)")
     with path.open(newline="") as fh:
         return list(csv.DictReader(fh))
 
 
-def load_nodes(data_dir: Path = DEFAULT_DATA) -> list[NodeState]:
+def load_nodes(data_dir: Path | None = None) -> list[NodeState]:
     """All 1,523 openb nodes (CPU-only ones included: CPU pods land there). Model codes double as products."""
     nodes = []
-    for r in _rows(data_dir / "openb_node_list_all_node.csv"):
+    for r in _rows((data_dir or openb_dir()) / "openb_node_list_all_node.csv"):
         gpus = int(r["gpu"] or 0)
         model = r["model"] if gpus else ""
         nodes.append(
@@ -75,8 +82,8 @@ def load_nodes(data_dir: Path = DEFAULT_DATA) -> list[NodeState]:
     return nodes
 
 
-def load_pods(workload: str, data_dir: Path = DEFAULT_DATA) -> list[TracePod]:
-    rows = _rows(data_dir / f"openb_pod_list_{workload}.csv")
+def load_pods(workload: str, data_dir: Path | None = None) -> list[TracePod]:
+    rows = _rows((data_dir or openb_dir()) / f"openb_pod_list_{workload}.csv")
     shapes: dict[tuple, PodRequest] = {}
     pods = []
     for r in rows:
@@ -121,10 +128,10 @@ def workload_mix(pods: list[TracePod], coverage: float = 0.995) -> list[Workload
     return out
 
 
-def published(results_dir: Path = DEFAULT_RESULTS) -> dict[tuple[str, str], tuple[float, float]]:
+def published(results_dir: Path | None = None) -> dict[tuple[str, str], tuple[float, float]]:
     """(workload, policy) -> mean GPU allocation % at arrived 100% and 130% over the published seeds."""
     acc: dict[tuple[str, str], list[tuple[float, float]]] = defaultdict(list)
-    for r in _rows(results_dir / "analysis_allo_discrete.csv"):
+    for r in _rows((results_dir or fgd_results_dir()) / "analysis_allo_discrete.csv"):
         workload = r["workload"].removeprefix("openb_pod_list_")
         policy = r["sc_policy"].split("-", 1)[-1]
         acc[(workload, policy)].append((float(r["100"]), float(r["130"])))

@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 from datetime import timedelta
 from decimal import Decimal
-from pathlib import Path
 
 import pytest
 import yaml
@@ -15,8 +14,9 @@ from pydantic import ValidationError
 
 from kgwe.policy import KINDS, GPUInventory, GPUWorkload, MIGStrategy, PricingCatalog
 from kgwe.policy.types import format_duration, parse_duration, parse_money, parse_percent
+from kgwe.resources import shared_data_dir
 
-DESIGN = Path(__file__).resolve().parents[3] / "shared" / "DESIGN.md"
+DESIGN = shared_data_dir().parent / "DESIGN.md"
 
 SEED_MIG_STRATEGY = """
 apiVersion: kgwe.nvidia.io/v1

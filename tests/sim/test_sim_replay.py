@@ -13,7 +13,16 @@ from kgwe.errors import KgweError
 from kgwe.extender.nodes import NodeState
 from kgwe.extender.profile import Profile
 from kgwe.extender.request import PodRequest
-from kgwe.sim.openb import POLICIES, WORKLOADS, TracePod, load_nodes, load_pods, published, workload_mix
+from kgwe.sim.openb import (
+    POLICIES,
+    WORKLOADS,
+    TracePod,
+    load_nodes,
+    load_pods,
+    openb_dir,
+    published,
+    workload_mix,
+)
 from kgwe.sim.replay import replay, sample_pods
 
 REPO = Path(__file__).resolve().parents[2]
@@ -110,3 +119,11 @@ def test_missing_trace_is_a_clear_error(tmp_path: Path) -> None:
         cwd=REPO,
     )
     assert proc.returncode == 1 and "trace file not found" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_kgwe_data_is_honoured_and_never_silently_bypassed(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("KGWE_DATA", str(tmp_path))
+    assert openb_dir() == tmp_path / "alibaba-gpu-v2023"
+    monkeypatch.setenv("KGWE_DATA", str(tmp_path / "missing"))
+    with pytest.raises(KgweError, match="is not a directory"):
+        openb_dir()
