@@ -35,7 +35,7 @@ from kubernetes import client, config
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from control_plane import BASELINE_SCHEDULER, create_nodes, pod_body
-from extender import schedstat
+from extender import pct, schedstat, wait_port
 
 from kgwe.extender.schedconfig import extender_entry
 from kgwe.testing.controlplane import ControlPlane, find_binaries
@@ -177,9 +177,9 @@ def latency_phase(
     lat, lat_sent = bind_latency(cp, core, ns, pods, rate)
     after = cpu_breakdown(pids)
     print(
-        f"creation -> bound at {rate:g} pods/s {label} extender: p50 {percentile(lat, 0.5):.1f} ms, "
-        f"p90 {percentile(lat, 0.9):.1f} ms, p99 {percentile(lat, 0.99):.1f} ms, max {lat[-1]:.1f} ms "
-        f"(from create sent: p99 {percentile(lat_sent, 0.99):.1f} ms)",
+        f"creation -> bound at {rate:g} pods/s {label} extender: p50 {pct(lat, 50):.1f} ms, "
+        f"p90 {pct(lat, 90):.1f} ms, p99 {pct(lat, 99):.1f} ms, max {lat[-1]:.1f} ms "
+        f"(from create sent: p99 {pct(lat_sent, 99):.1f} ms)",
         flush=True,
     )
     report_cpu(before, after, pods)
@@ -208,10 +208,6 @@ def extender_calls(port: int) -> dict[str, float]:
     for verb, n in re.findall(r'kgwe_extender_requests_total\{code="200",verb="([a-z]+)"\} (\S+)', text):
         out[verb] = out.get(verb, 0.0) + float(n)
     return out
-
-
-def percentile(values: list[float], q: float) -> float:
-    return values[min(len(values) - 1, int(q * len(values)))]
 
 
 def report_cpu(before: dict, after: dict, pods: int) -> None:
@@ -260,17 +256,8 @@ def start_extender(cp: ControlPlane, profiles: Path | None = None) -> tuple[subp
         text=True,
         cwd=REPO,
     )
+    port = wait_port(proc)
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        line = proc.stderr.readline()
-        m = re.search(r"listening on 127\.0\.0\.1:(\d+)", line)
-        if m:
-            port = int(m.group(1))
-            break
-        if not line and proc.poll() is not None:
-            raise SystemExit("extender exited")
-    else:
-        raise SystemExit("extender did not start")
     threading.Thread(target=lambda: [None for _ in proc.stderr], daemon=True).start()  # drain its log
     while time.monotonic() < deadline:
         try:
@@ -376,7 +363,7 @@ def main() -> int:
             ),
             flush=True,
         )
-        p50, p99, p99_sent = percentile(lat, 0.5), percentile(lat, 0.99), percentile(lat_sent, 0.99)
+        p50, p99, p99_sent = pct(lat, 50), pct(lat, 99), pct(lat_sent, 99)
     finally:
         if ext is not None:
             ext.terminate()
@@ -388,7 +375,7 @@ def main() -> int:
                 "pods_per_second_with": round(with_ext, 1),
                 "pods_per_second_without": round(without, 1),
                 "p99_bind_ms": round(p99, 1),
-                "p99_bind_ms_without": round(percentile(base_lat, 0.99), 1),
+                "p99_bind_ms_without": round(pct(base_lat, 99), 1),
                 "p50_bind_ms": round(p50, 1),
                 "p99_submit_to_bound_ms": round(p99_sent, 1),
                 "decide_in_filter": not args.no_decide_in_filter,

@@ -267,7 +267,6 @@ class ClusterIndex:
             previous = self.assumed.get(uid)
             self.assumed[uid] = (node, req, self.clock() + ASSUME_SECONDS)
             touched = {node, previous[0]} if previous else {node}
-            touched |= self._expired()
             self._count_assumed()
             for n in touched:
                 self._publish(n)
@@ -292,6 +291,7 @@ class ClusterIndex:
             self.metrics.assumed.set(len(self.assumed))
 
     def _expire_loop(self) -> None:
+        """The one place assumptions expire (not on the decision path): every ASSUME_SECONDS / 6."""
         while not self._stop.wait(ASSUME_SECONDS / 6):
             self.expire_assumed()
 

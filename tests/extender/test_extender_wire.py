@@ -19,6 +19,13 @@ from kgwe.topology import known
 GOLDEN = Path(__file__).parent / "golden"
 
 
+def undecided(e: Engine) -> None:
+    """Switch the engine to a default profile with decideInFilter off (filter, then prioritize)."""
+    e.set_profiles(
+        profiles_from_document({"profiles": [{"name": "d", "default": True, "decideInFilter": False}]})
+    )
+
+
 def engine() -> Engine:
     t = NodeTable()
     t.upsert(
@@ -67,9 +74,7 @@ def test_filter_full_node_list_returns_node_objects() -> None:
     # the answer is one of the Node objects sent, unchanged
     (chosen,) = reply["Nodes"]["items"]
     assert chosen in sent
-    e.set_profiles(
-        profiles_from_document({"profiles": [{"name": "d", "default": True, "decideInFilter": False}]})
-    )
+    undecided(e)
     assert orjson.loads(e.filter(body))["Nodes"]["items"] == sent
 
 
@@ -286,9 +291,7 @@ def test_decide_in_filter_returns_only_the_best_node() -> None:
     assert len(reply["NodeNames"]) == 1 and reply["FailedNodes"] == {}
     scores = {h["Host"]: h["Score"] for h in orjson.loads(e.prioritize(body))}
     assert scores[reply["NodeNames"][0]] == max(scores.values())
-    e.set_profiles(
-        profiles_from_document({"profiles": [{"name": "d", "default": True, "decideInFilter": False}]})
-    )
+    undecided(e)
     assert sorted(orjson.loads(e.filter(body))["NodeNames"]) == sorted(names)
 
 
@@ -364,9 +367,7 @@ def test_shared_gpu_pods_are_decided_even_with_soft_preferences() -> None:
 def test_a_single_feasible_node_is_assumed_without_deciding() -> None:
     """With decideInFilter off, a filter answer of one node is still where kube-scheduler will bind."""
     e = engine()
-    e.set_profiles(
-        profiles_from_document({"profiles": [{"name": "d", "default": True, "decideInFilter": False}]})
-    )
+    undecided(e)
     assumed = []
     e.on_assume = lambda uid, node, req: assumed.append((uid, node))
     two = whole_gpu_pod("u3")
