@@ -64,6 +64,8 @@ def test_the_scheduler_config_points_at_the_extender_service():
     port = service["spec"]["ports"][0]["port"]
     url = f"http://{service['metadata']['name']}.{service['metadata']['namespace']}.svc:{port}"
     assert url in next(iter(config["data"].values()))
+    # replicas keep their own assumed pods: the active scheduler must keep talking to one of them
+    assert service["spec"]["sessionAffinity"] == "ClientIP"
 
 
 def test_extender_index_syncs_as_its_service_account_and_can_do_nothing_else(applied, gpu_node):
