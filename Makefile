@@ -18,6 +18,7 @@ venv: $(STAMP)
 
 lint: venv
 	$(BIN)/ruff check kgwe tests bench
+	$(BIN)/ruff format --check kgwe tests bench
 
 # Builds kube-apiserver, kube-scheduler, kwok and etcd from Go modules into ~/.cache/kgwe (reused when present).
 cluster-bins:

@@ -59,16 +59,25 @@ def create_nodes(api: client.ApiClient, count: int) -> tuple[list[str], float]:
     names = [f"bench-{MACHINE_MIX[i % len(MACHINE_MIX)].lower()}-{i:04d}" for i in range(count)]
     t0 = time.monotonic()
     for k, machine in enumerate(MACHINE_MIX):
-        gpunodes.create_gpu_nodes(api, machine, names[k::len(MACHINE_MIX)])
+        gpunodes.create_gpu_nodes(api, machine, names[k :: len(MACHINE_MIX)])
     gpunodes.wait_nodes_ready(api, names, timeout_seconds=300)
     return names, time.monotonic() - t0
 
 
 def pod_body(name: str) -> dict:
     return {
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": {"app": "bench"}},
-        "spec": {"containers": [{"name": "main", "image": "bench", "resources": {
-            "requests": {"cpu": "100m"}, "limits": {"nvidia.com/gpu": "1"}}}]},
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {"app": "bench"}},
+        "spec": {
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "bench",
+                    "resources": {"requests": {"cpu": "100m"}, "limits": {"nvidia.com/gpu": "1"}},
+                }
+            ]
+        },
     }
 
 
@@ -115,7 +124,8 @@ def scheduling_throughput(cp: ControlPlane, api: client.ApiClient, pods: int) ->
 
 def main() -> int:
     parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--quick", action="store_true", help="200 nodes / 500 pods instead of 1000 / 3000")
     parser.add_argument("--nodes", type=int)
     parser.add_argument("--pods", type=int)
@@ -139,19 +149,25 @@ def main() -> int:
         _, nodes_s = create_nodes(api, nodes)
         print(f"{nodes} simulated GPU nodes created and Ready (untainted): {nodes_s:.1f} s")
         rate, total = scheduling_throughput(cp, api, pods)
-        print(f"bare kube-scheduler {binaries.kubernetes_version}: {pods} pods on {nodes} nodes, "
-              f"{rate:.1f} pods/s (first->last bind); {total:.1f} s from scheduler ready to last bind")
+        print(
+            f"bare kube-scheduler {binaries.kubernetes_version}: {pods} pods on {nodes} nodes, "
+            f"{rate:.1f} pods/s (first->last bind); {total:.1f} s from scheduler ready to last bind"
+        )
     finally:
         cp.stop()
     if nodes != 1000:
         print(f"note: nodes_1000_ready_seconds was measured with {nodes} nodes (--quick/--nodes)")
-    print(json.dumps({
-        "cold_build_seconds": cold_build,
-        "cache_mib": cache_mib,
-        "warm_start_seconds": round(warm, 2),
-        "nodes_1000_ready_seconds": round(nodes_s, 2),
-        "baseline_pods_per_second": round(rate, 1),
-    }))
+    print(
+        json.dumps(
+            {
+                "cold_build_seconds": cold_build,
+                "cache_mib": cache_mib,
+                "warm_start_seconds": round(warm, 2),
+                "nodes_1000_ready_seconds": round(nodes_s, 2),
+                "baseline_pods_per_second": round(rate, 1),
+            }
+        )
+    )
     return 0
 
 

@@ -32,8 +32,12 @@ def synthetic(n: int, seed: int = 1):
     """n intervals on n/1000 (at least 50) eight-GPU nodes over October 2026 (some straddle the month
     edges); about 45% of the capacity is allocated, so idle is a real line."""
     rng = random.Random(seed)
-    nodes = [NodeCapacity(f"node-{i:04d}", list(PRODUCTS)[i % 2], 8, MONTH.since - timedelta(days=3), None,
-                          spot=i % 5 == 0) for i in range(max(50, n // 1000))]
+    nodes = [
+        NodeCapacity(
+            f"node-{i:04d}", list(PRODUCTS)[i % 2], 8, MONTH.since - timedelta(days=3), None, spot=i % 5 == 0
+        )
+        for i in range(max(50, n // 1000))
+    ]
     span = int((MONTH.until - MONTH.since).total_seconds())
 
     def gen():
@@ -43,11 +47,26 @@ def synthetic(n: int, seed: int = 1):
             end = start + timedelta(seconds=rng.randrange(60, 6 * 3600))
             team = rng.randrange(12)
             kind = rng.choices(["whole", "mig", "shared"], [5, 3, 2])[0]
-            extra = {"mig": {"mig_profile": rng.choice(PROFILES)},
-                     "shared": {"gpu_milli": rng.choice([250, 500])}, "whole": {}}[kind]
-            yield UsageInterval(f"pod-{i}", f"ns-{team}-{rng.randrange(4)}", f"team-{team}", node.node,
-                                node.gpu_product, kind, rng.randint(1, 2), start, end, spot=node.spot,
-                                pod_uid=f"uid-{i}", **extra)
+            extra = {
+                "mig": {"mig_profile": rng.choice(PROFILES)},
+                "shared": {"gpu_milli": rng.choice([250, 500])},
+                "whole": {},
+            }[kind]
+            yield UsageInterval(
+                f"pod-{i}",
+                f"ns-{team}-{rng.randrange(4)}",
+                f"team-{team}",
+                node.node,
+                node.gpu_product,
+                kind,
+                rng.randint(1, 2),
+                start,
+                end,
+                spot=node.spot,
+                pod_uid=f"uid-{i}",
+                **extra,
+            )
+
     return nodes, gen
 
 
@@ -75,49 +94,64 @@ def main() -> None:
     ap.add_argument("--intervals", type=int, default=None)
     args = ap.parse_args()
     n = args.intervals or (100_000 if args.quick else 1_000_000)
-    book = pricebook([{"product": p, "onDemandPerHour": od, "spotPerHour": sp}
-                      for p, (od, sp) in PRODUCTS.items()])
+    book = pricebook(
+        [{"product": p, "onDemandPerHour": od, "spotPerHour": sp} for p, (od, sp) in PRODUCTS.items()]
+    )
 
     with tempfile.TemporaryDirectory() as tmp:
         sqlite_s, load_s, total = chargeback_seconds(f"sqlite:///{Path(tmp) / 'bench.db'}", n, book)
-    print(f"chargeback, {n:,} intervals, October by team+namespace: SQLite {sqlite_s:.2f} s "
-          f"(load {load_s:.0f} s) -> {total}")
+    print(
+        f"chargeback, {n:,} intervals, October by team+namespace: SQLite {sqlite_s:.2f} s "
+        f"(load {load_s:.0f} s) -> {total}"
+    )
     from kgwe.testing.postgres import PostgresServer
 
     with PostgresServer() as pg:
         pg_s, load_s, total = chargeback_seconds(pg.url, n, book)
     print(f"chargeback, {n:,} intervals: PostgreSQL {pg_s:.2f} s (load {load_s:.0f} s) -> {total}")
 
-    series = {"helios-earth-vc6YE (GPU-hours/day)": datasets.helios_earth_daily_gpu_hours(),
-              "philly-node-sequence (node-hours/day)": datasets.philly_daily_node_hours()}
+    series = {
+        "helios-earth-vc6YE (GPU-hours/day)": datasets.helios_earth_daily_gpu_hours(),
+        "philly-node-sequence (node-hours/day)": datasets.philly_daily_node_hours(),
+    }
     acc = forecast_accuracy(series)
     for name, r in acc.items():
         gain = 100 * (1 - r["kgwe"] / r["seasonal_naive"])
-        print(f"forecast 7-day rolling origin, {name}, {int(r['days'])} days: MAPE KGWE {r['kgwe']:.2f}% vs "
-              f"seasonal-naive {r['seasonal_naive']:.2f}% ({gain:+.1f}% lower error)")
+        print(
+            f"forecast 7-day rolling origin, {name}, {int(r['days'])} days: MAPE KGWE {r['kgwe']:.2f}% vs "
+            f"seasonal-naive {r['seasonal_naive']:.2f}% ({gain:+.1f}% lower error)"
+        )
     mape_kgwe = sum(r["kgwe"] for r in acc.values()) / len(acc)
     mape_naive = sum(r["seasonal_naive"] for r in acc.values()) / len(acc)
     target = "met" if mape_kgwe <= 0.8 * mape_naive else "NOT met"
-    print(f"forecast mean over series: KGWE {mape_kgwe:.2f}% vs seasonal-naive {mape_naive:.2f}% "
-          f"({100 * (1 - mape_kgwe / mape_naive):.1f}% lower; target >= 20% lower: {target}; "
-          "per series above)")
+    print(
+        f"forecast mean over series: KGWE {mape_kgwe:.2f}% vs seasonal-naive {mape_naive:.2f}% "
+        f"({100 * (1 - mape_kgwe / mape_naive):.1f}% lower; target >= 20% lower: {target}; "
+        "per series above)"
+    )
 
     price = Decimal(PRODUCTS["NVIDIA-A100-SXM4-80GB"][0])
     ev = evaluate_rightsizing(datasets.genai_pod_series(), "NVIDIA-A100-SXM4-80GB", price)
     share = 100 * ev.downsizable / max(ev.recommended, 1)
-    print(f"rightsizing GenAI (each pod assumed on 1 A100-80GB; recommend on first half, check on second): "
-          f"{ev.downsizable}/{ev.recommended} pods downsizable ({share:.0f}%), {ev.idle} idle; "
-          f"{ev.gpu_hours_saved:.0f} of {ev.gpu_hours_observed:.0f} GPU-hours saved (${ev.cost_saved} at "
-          f"${price}/h); undersized at {ev.undersized_samples} of {ev.test_samples} held-out samples, in "
-          f"{ev.pods_with_undersized_sample} pods; sizes {ev.profiles}")
-    print(json.dumps({
-        "chargeback_seconds_1m_sqlite": round(sqlite_s, 3),
-        "chargeback_seconds_1m_postgres": round(pg_s, 3),
-        "mape_kgwe": round(mape_kgwe, 3),
-        "mape_seasonal_naive": round(mape_naive, 3),
-        "rightsizing_pods_downsizable": ev.downsizable,
-        "rightsizing_undersized_samples": ev.undersized_samples,
-    }))
+    print(
+        f"rightsizing GenAI (each pod assumed on 1 A100-80GB; recommend on first half, check on second): "
+        f"{ev.downsizable}/{ev.recommended} pods downsizable ({share:.0f}%), {ev.idle} idle; "
+        f"{ev.gpu_hours_saved:.0f} of {ev.gpu_hours_observed:.0f} GPU-hours saved (${ev.cost_saved} at "
+        f"${price}/h); undersized at {ev.undersized_samples} of {ev.test_samples} held-out samples, in "
+        f"{ev.pods_with_undersized_sample} pods; sizes {ev.profiles}"
+    )
+    print(
+        json.dumps(
+            {
+                "chargeback_seconds_1m_sqlite": round(sqlite_s, 3),
+                "chargeback_seconds_1m_postgres": round(pg_s, 3),
+                "mape_kgwe": round(mape_kgwe, 3),
+                "mape_seasonal_naive": round(mape_naive, 3),
+                "rightsizing_pods_downsizable": ev.downsizable,
+                "rightsizing_undersized_samples": ev.undersized_samples,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -150,7 +150,8 @@ def changes_after_shift(demand: Counter, rng: random.Random) -> tuple[int, int, 
     scratch = plan_pool(PoolRequest("openb", fresh_pool(n), demand=dict(shifted)))
     same = multisets_of(plan) & multisets_of(scratch)
     positional = sum(
-        1 for a, b in zip(plan.gpus, scratch.gpus, strict=True)
+        1
+        for a, b in zip(plan.gpus, scratch.gpus, strict=True)
         if Counter(a.target_profiles or []) != Counter(b.target_profiles or [])
     )
     return n, inc.gpus_changed, positional, n - sum(same.values())
@@ -159,8 +160,10 @@ def changes_after_shift(demand: Counter, rng: random.Random) -> tuple[int, int, 
 def fill_disruption(pods, seed: int) -> dict:
     demand = Counter(p for _, _, p in pods)
     n, inc, scratch, matched = changes_after_shift(demand, random.Random(seed))
-    print(f"static fill: {sum(demand.values())} pods on {n} GPUs; +-10% shift changes {inc} GPUs "
-          f"incrementally, {scratch} from scratch (best-matching lower bound {matched})")
+    print(
+        f"static fill: {sum(demand.values())} pods on {n} GPUs; +-10% shift changes {inc} GPUs "
+        f"incrementally, {scratch} from scratch (best-matching lower bound {matched})"
+    )
     return {"gpus_changed_incremental": inc, "gpus_changed_scratch": scratch}
 
 
@@ -202,8 +205,10 @@ def main() -> None:
     mix = dict(Counter(p for _, _, p in pods).most_common())
     print(f"openb: {len(pods)} fractional pods; profiles {mix}")
     result = {"plan_seconds_10k_gpus": round(seconds, 3), **quality(pods, instants, args.seed)}
-    print(f"per-instant disruption: incremental {result['gpus_changed_incremental']}, "
-          f"scratch {result['gpus_changed_scratch']}")
+    print(
+        f"per-instant disruption: incremental {result['gpus_changed_incremental']}, "
+        f"scratch {result['gpus_changed_scratch']}"
+    )
     result.update(fill_disruption(pods, args.seed))
     for key in ("served_fraction", "upper_bound_fraction", "all_1g_fraction", "all_balanced_fraction"):
         result[key] = round(result[key], 4)

@@ -39,8 +39,14 @@ from kgwe.testing.crds import install_crds
 
 NS = "kgwe-system"
 POOL = "bench"
-ENV = {"GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@x", "GIT_COMMITTER_NAME": "b",
-       "GIT_COMMITTER_EMAIL": "b@x", "HOME": "/tmp", "PATH": "/usr/bin:/bin"}
+ENV = {
+    "GIT_AUTHOR_NAME": "b",
+    "GIT_AUTHOR_EMAIL": "b@x",
+    "GIT_COMMITTER_NAME": "b",
+    "GIT_COMMITTER_EMAIL": "b@x",
+    "HOME": "/tmp",
+    "PATH": "/usr/bin:/bin",
+}
 
 
 def git(cwd: Path, *args: str) -> str:
@@ -49,10 +55,12 @@ def git(cwd: Path, *args: str) -> str:
 
 
 def strategy(profile: str) -> str:
-    return (f"apiVersion: kgwe.nvidia.io/v1\nkind: MIGStrategy\nmetadata: {{name: {POOL}}}\nspec:\n"
-            f"  nodeSelector: {{kgwe.nvidia.io/pool: {POOL}}}\n  partitionStrategy:\n"
-            f"    preferredProfiles:\n      - {profile}: 100%\n"
-            f"  rollout: {{maxUnavailable: 100%, drain: false, pendingTimeout: 1h}}\n")
+    return (
+        f"apiVersion: kgwe.nvidia.io/v1\nkind: MIGStrategy\nmetadata: {{name: {POOL}}}\nspec:\n"
+        f"  nodeSelector: {{kgwe.nvidia.io/pool: {POOL}}}\n  partitionStrategy:\n"
+        f"    preferredProfiles:\n      - {profile}: 100%\n"
+        f"  rollout: {{maxUnavailable: 100%, drain: false, pendingTimeout: 1h}}\n"
+    )
 
 
 def commit(work: Path, profile: str) -> str:
@@ -68,8 +76,11 @@ def mig_manager_reports_success(api: client.ApiClient, names: list[str]) -> None
     """What the MIG manager would end with on every relabelled node (its delays are not measured)."""
     core = client.CoreV1Api(api)
     with ThreadPoolExecutor(max_workers=16) as pool:
-        list(pool.map(lambda n: core.patch_node(n, {"metadata": {"labels": {MIG_STATE_LABEL: "success"}}}),
-                      names))
+        list(
+            pool.map(
+                lambda n: core.patch_node(n, {"metadata": {"labels": {MIG_STATE_LABEL: "success"}}}), names
+            )
+        )
 
 
 def writes(rec: RepositoryReconciler) -> float:
@@ -100,9 +111,18 @@ def main() -> int:
         git(tmp, "clone", "-q", str(bare), str(work))
         git(work, "checkout", "-q", "-b", "main")
         commit(work, "1g.10gb")
-        client.CustomObjectsApi(api).create_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, {
-            "apiVersion": "kgwe.nvidia.io/v1", "kind": "PolicyRepository", "metadata": {"name": POOL},
-            "spec": {"url": str(bare), "ref": {"branch": "main"}, "path": "policy", "interval": "1h"}})
+        client.CustomObjectsApi(api).create_namespaced_custom_object(
+            GROUP,
+            VERSION,
+            NS,
+            PLURAL,
+            {
+                "apiVersion": "kgwe.nvidia.io/v1",
+                "kind": "PolicyRepository",
+                "metadata": {"name": POOL},
+                "spec": {"url": str(bare), "ref": {"branch": "main"}, "path": "policy", "interval": "1h"},
+            },
+        )
 
         rec = RepositoryReconciler(api, NS, POOL, cache_dir=tmp / "cache")
         t0 = time.monotonic()
@@ -131,14 +151,22 @@ def main() -> int:
         fleet_wall = time.perf_counter() - t0
         fleet_writes = writes(rec) - w0
         relabels = sum(1 for a in rec.last_plan.actions if a.kind == "relabel")
-        print(f"fleet-wide change: {change.phase}, cpu {fleet_cpu:.2f}s, wall {fleet_wall:.2f}s, "
-              f"{fleet_writes:.0f} writes ({relabels} node relabels)")
+        print(
+            f"fleet-wide change: {change.phase}, cpu {fleet_cpu:.2f}s, wall {fleet_wall:.2f}s, "
+            f"{fleet_writes:.0f} writes ({relabels} node relabels)"
+        )
         mig_manager_reports_success(api, names)
         rec.reconcile()
 
         secret = b"bench-secret"
-        controller = Controller(api, NS, cache_dir=tmp / "ctl", webhook_secret=secret,
-                                listen=("127.0.0.1", 0), leader_election=False)
+        controller = Controller(
+            api,
+            NS,
+            cache_dir=tmp / "ctl",
+            webhook_secret=secret,
+            listen=("127.0.0.1", 0),
+            leader_election=False,
+        )
         stop = threading.Event()
         thread = threading.Thread(target=controller.run, args=(stop,), daemon=True)
         thread.start()
@@ -148,12 +176,19 @@ def main() -> int:
             time.sleep(0.05)
         time.sleep(0.5)
         sha = commit(work, "2g.20gb")
-        body = json.dumps({"ref": "refs/heads/main", "after": sha,
-                           "commits": [{"modified": ["policy/mig.yaml"]}]})
+        body = json.dumps(
+            {"ref": "refs/heads/main", "after": sha, "commits": [{"modified": ["policy/mig.yaml"]}]}
+        )
         req = urllib.request.Request(
-            f"http://127.0.0.1:{controller.server.port}/hooks/git", data=body.encode(), method="POST",
-            headers={"Content-Type": "application/json", "X-GitHub-Event": "push",
-                     "X-Hub-Signature-256": sign(secret, body.encode())})
+            f"http://127.0.0.1:{controller.server.port}/hooks/git",
+            data=body.encode(),
+            method="POST",
+            headers={
+                "Content-Type": "application/json",
+                "X-GitHub-Event": "push",
+                "X-Hub-Signature-256": sign(secret, body.encode()),
+            },
+        )
         t0 = time.perf_counter()
         urllib.request.urlopen(req, timeout=10).read()
         want = f"main@sha1:{sha}"

@@ -38,7 +38,12 @@ from kgwe.cluster.names import (
 from kgwe.errors import KgweError
 
 _VOLATILE_METADATA = (
-    "managedFields", "resourceVersion", "generation", "creationTimestamp", "uid", "selfLink",
+    "managedFields",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "uid",
+    "selfLink",
 )
 
 
@@ -127,8 +132,14 @@ class Applier:
     `guard` is asked before every real write (the leader gate): when it says no, NotLeader is raised and
     nothing more is written."""
 
-    def __init__(self, api_client: client.ApiClient, repository: str, *, field_manager: str = FIELD_MANAGER,
-                 guard: Callable[[], bool] | None = None):
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        repository: str,
+        *,
+        field_manager: str = FIELD_MANAGER,
+        guard: Callable[[], bool] | None = None,
+    ):
         self.api_client = api_client
         self.repository = repository
         self.field_manager = field_manager
@@ -165,8 +176,13 @@ class Applier:
 
     def _ssa(self, resource: Any, obj: dict, ref: ObjectRef, *, dry_run: bool) -> dict:
         result = self.dyn.server_side_apply(
-            resource, body=obj, name=ref.name, namespace=ref.namespace, field_manager=self.field_manager,
-            force_conflicts=True, dry_run="All" if dry_run else None,
+            resource,
+            body=obj,
+            name=ref.name,
+            namespace=ref.namespace,
+            field_manager=self.field_manager,
+            force_conflicts=True,
+            dry_run="All" if dry_run else None,
         )
         return result.to_dict()
 
@@ -208,8 +224,9 @@ class Applier:
                     result.drift_corrected.append(ref)
         return result
 
-    def prune(self, previous: Iterable[ObjectRef], current: Iterable[ObjectRef],
-              result: SyncResult | None = None) -> SyncResult:
+    def prune(
+        self, previous: Iterable[ObjectRef], current: Iterable[ObjectRef], result: SyncResult | None = None
+    ) -> SyncResult:
         """Delete objects applied before and no longer desired (ours only, unless protected)."""
         result = result or SyncResult()
         keep = set(current)
@@ -229,8 +246,9 @@ class Applier:
                 continue
             self._check_leader()
             try:
-                resource.delete(name=ref.name, namespace=ref.namespace,
-                                body={"propagationPolicy": "Background"})
+                resource.delete(
+                    name=ref.name, namespace=ref.namespace, body={"propagationPolicy": "Background"}
+                )
             except (NotFoundError, ApiException) as exc:
                 if getattr(exc, "status", None) != 404:
                     raise

@@ -44,12 +44,21 @@ class EventRecorder:
             body = client.CoreV1Event(
                 metadata=client.V1ObjectMeta(name=name, namespace=namespace),
                 involved_object=client.V1ObjectReference(
-                    api_version=involved.get("apiVersion"), kind=involved.get("kind"), name=meta.get("name"),
-                    namespace=namespace, uid=meta.get("uid"), resource_version=meta.get("resourceVersion"),
+                    api_version=involved.get("apiVersion"),
+                    kind=involved.get("kind"),
+                    name=meta.get("name"),
+                    namespace=namespace,
+                    uid=meta.get("uid"),
+                    resource_version=meta.get("resourceVersion"),
                 ),
-                reason=reason, message=message[:1024], type=event_type, count=1,
-                first_timestamp=now, last_timestamp=now,
-                source=client.V1EventSource(component=self.component), reporting_component=self.component,
+                reason=reason,
+                message=message[:1024],
+                type=event_type,
+                count=1,
+                first_timestamp=now,
+                last_timestamp=now,
+                source=client.V1EventSource(component=self.component),
+                reporting_component=self.component,
                 reporting_instance=self.component,
             )
             self.core.create_namespaced_event(namespace, body)

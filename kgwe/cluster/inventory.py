@@ -77,8 +77,9 @@ def _topology_name(annotations: Mapping[str, str]) -> str | None:
     return name if isinstance(name, str) else None
 
 
-def facts_from_objects(nodes: Sequence[Mapping[str, Any]],
-                       gpu_pods: Mapping[str, list[Mapping[str, Any]]]) -> list[GpuNodeFacts]:
+def facts_from_objects(
+    nodes: Sequence[Mapping[str, Any]], gpu_pods: Mapping[str, list[Mapping[str, Any]]]
+) -> list[GpuNodeFacts]:
     """Pure: Node/Pod dicts (as the API returns them) → facts (separate from the reads for benchmarks)."""
     out = []
     for node in nodes:
@@ -90,8 +91,12 @@ def facts_from_objects(nodes: Sequence[Mapping[str, Any]],
         except ValueError:
             gpus = 0
         facts = GpuNodeFacts(
-            name=meta["name"], labels=labels, annotations=annotations, gpus=gpus,
-            product=labels.get("nvidia.com/gpu.product", ""), topology=_topology_name(annotations),
+            name=meta["name"],
+            labels=labels,
+            annotations=annotations,
+            gpus=gpus,
+            product=labels.get("nvidia.com/gpu.product", ""),
+            topology=_topology_name(annotations),
             unschedulable=bool((node.get("spec") or {}).get("unschedulable")),
         )
         for pod in gpu_pods.get(meta["name"], []):
@@ -124,8 +129,11 @@ def config_layout(
         devices = entry.get("devices")
         indices = range(gpus) if devices == "all" else [i for i in devices or [] if 0 <= i < gpus]
         devices_wanted = (entry.get("mig-devices") or {}).items()
-        profiles = (tuple(sorted(p for p, n in devices_wanted for _ in range(int(n))))
-                    if entry.get("mig-enabled") else None)
+        profiles = (
+            tuple(sorted(p for p, n in devices_wanted for _ in range(int(n))))
+            if entry.get("mig-enabled")
+            else None
+        )
         for i in indices:
             layout[i] = profiles
     return layout
@@ -172,8 +180,12 @@ def inventory_document(
                     device["inUse"] = held
             if len(device) > 1:
                 devices.append(device)
-        node: dict[str, Any] = {"name": f.name, "labels": dict(sorted(f.labels.items())), "gpus": f.gpus,
-                                "product": f.product}
+        node: dict[str, Any] = {
+            "name": f.name,
+            "labels": dict(sorted(f.labels.items())),
+            "gpus": f.gpus,
+            "product": f.product,
+        }
         if f.topology:
             node["topology"] = f.topology
         if f.mig_config:
@@ -186,5 +198,9 @@ def inventory_document(
     spec: dict[str, Any] = {"nodes": nodes}
     if cluster:
         spec["cluster"] = cluster
-    return {"apiVersion": "kgwe.nvidia.io/v1", "kind": "GPUInventory", "metadata": {"name": name},
-            "spec": spec}
+    return {
+        "apiVersion": "kgwe.nvidia.io/v1",
+        "kind": "GPUInventory",
+        "metadata": {"name": name},
+        "spec": spec,
+    }

@@ -63,8 +63,11 @@ class LeaderElector:
     # -- the gate ------------------------------------------------------------------------------
     def is_leader(self) -> bool:
         with self._lock:
-            return (self._leading and self._last_renew is not None
-                    and self._clock() - self._last_renew < self.renew_deadline_seconds)
+            return (
+                self._leading
+                and self._last_renew is not None
+                and self._clock() - self._last_renew < self.renew_deadline_seconds
+            )
 
     # -- one round -----------------------------------------------------------------------------
     def try_acquire_or_renew(self) -> bool:
@@ -104,9 +107,13 @@ class LeaderElector:
     def _create(self, now: datetime) -> bool:
         body = client.V1Lease(
             metadata=client.V1ObjectMeta(name=self.name, namespace=self.namespace),
-            spec=client.V1LeaseSpec(holder_identity=self.identity, acquire_time=now, renew_time=now,
-                                    lease_duration_seconds=int(self.lease_duration_seconds),
-                                    lease_transitions=0),
+            spec=client.V1LeaseSpec(
+                holder_identity=self.identity,
+                acquire_time=now,
+                renew_time=now,
+                lease_duration_seconds=int(self.lease_duration_seconds),
+                lease_transitions=0,
+            ),
         )
         started = self._clock()
         try:
@@ -130,7 +137,8 @@ class LeaderElector:
         with self._lock:
             was = self._leading
             still_valid = self._last_renew is not None and (
-                self._clock() - self._last_renew < self.renew_deadline_seconds)
+                self._clock() - self._last_renew < self.renew_deadline_seconds
+            )
             self._leading = still_valid if (ok or was) else False
             now_leading = self._leading
         if now_leading and not was and self.on_started_leading:

@@ -28,6 +28,7 @@ def repository_label_value(namespace: str, name: str) -> str:
 def is_gpu_resource(resource: str) -> bool:
     return resource in (GPU_RESOURCE, SHARED_GPU_RESOURCE) or resource.startswith(MIG_RESOURCE_PREFIX)
 
+
 MIG_CONFIG_LABEL = "nvidia.com/mig.config"
 MIG_STATE_LABEL = "nvidia.com/mig.config.state"
 # When KGWE set the label (RFC 3339 UTC): the start of the success timeout, readable after a restart.

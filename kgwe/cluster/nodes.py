@@ -63,8 +63,9 @@ def holds_gpu(pod: Mapping[str, Any]) -> bool:
 
 
 def gpu_pods_by_node(core: client.CoreV1Api) -> dict[str, list[dict]]:
-    pods = list_items(core.list_pod_for_all_namespaces,
-                      field_selector="status.phase!=Succeeded,status.phase!=Failed")
+    pods = list_items(
+        core.list_pod_for_all_namespaces, field_selector="status.phase!=Succeeded,status.phase!=Failed"
+    )
     out: dict[str, list[dict]] = defaultdict(list)
     for pod in pods:
         if holds_gpu(pod):
@@ -98,20 +99,30 @@ class NodeOps:
         """Select `config` for the MIG manager and drop the previous state, in one patch, so a stale
         `success` can never be mistaken for the new config's."""
         stamp = (now or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
-        self._patch(name, {"metadata": {"labels": {MIG_CONFIG_LABEL: config, MIG_STATE_LABEL: None},
-                                        "annotations": {REQUESTED_AT_ANNOTATION: stamp}}})
+        self._patch(
+            name,
+            {
+                "metadata": {
+                    "labels": {MIG_CONFIG_LABEL: config, MIG_STATE_LABEL: None},
+                    "annotations": {REQUESTED_AT_ANNOTATION: stamp},
+                }
+            },
+        )
 
     def cordon(self, name: str, config: str) -> None:
-        self._patch(name, {"spec": {"unschedulable": True},
-                           "metadata": {"annotations": {CORDONED_ANNOTATION: config}}})
+        self._patch(
+            name,
+            {"spec": {"unschedulable": True}, "metadata": {"annotations": {CORDONED_ANNOTATION: config}}},
+        )
 
     def uncordon(self, name: str) -> None:
         """Undo KGWE's own cordon only (the annotation says it was ours)."""
         node = self.core.read_node(name)
         if CORDONED_ANNOTATION not in (node.metadata.annotations or {}):
             return
-        self._patch(name, {"spec": {"unschedulable": None},
-                           "metadata": {"annotations": {CORDONED_ANNOTATION: None}}})
+        self._patch(
+            name, {"spec": {"unschedulable": None}, "metadata": {"annotations": {CORDONED_ANNOTATION: None}}}
+        )
 
     def evict_gpu_pods(self, name: str) -> EvictionOutcome:
         pods = list_items(self.core.list_pod_for_all_namespaces, field_selector=f"spec.nodeName={name}")

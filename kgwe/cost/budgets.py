@@ -52,8 +52,13 @@ def budget_from_policy(obj: Any) -> BudgetSpec:
     """Adapt a kgwe.policy GPUBudget (or its dict form) to the plain spec."""
     spec = obj.spec
     return BudgetSpec(
-        name=obj.metadata.name, team=spec.team, namespaces=tuple(spec.namespaces), period=spec.period,
-        limit=Decimal(spec.limit.amount), currency=spec.limit.currency, quota=dict(spec.quota),
+        name=obj.metadata.name,
+        team=spec.team,
+        namespaces=tuple(spec.namespaces),
+        period=spec.period,
+        limit=Decimal(spec.limit.amount),
+        currency=spec.limit.currency,
+        quota=dict(spec.quota),
         alerts=tuple(Alert(Decimal(a.at), a.action) for a in spec.alerts),
     )
 
@@ -85,8 +90,9 @@ def budget_period(kind: str, at: datetime) -> Period:
         end = datetime(at.year + (q_month == 10), (q_month + 2) % 12 + 1, 1, tzinfo=UTC)
         return Period(start, end, label=f"{at.year}-Q{(q_month - 1) // 3 + 1}")
     if kind == "Yearly":
-        return Period(datetime(at.year, 1, 1, tzinfo=UTC), datetime(at.year + 1, 1, 1, tzinfo=UTC),
-                      label=str(at.year))
+        return Period(
+            datetime(at.year, 1, 1, tzinfo=UTC), datetime(at.year + 1, 1, 1, tzinfo=UTC), label=str(at.year)
+        )
     raise KgweError(f"unknown budget period {kind!r}")
 
 
@@ -124,8 +130,9 @@ def evaluate_budget(spec: BudgetSpec, daily_spend: Mapping[date, Decimal], now: 
     history = complete_days(daily_spend, today)
     days_left = (period.until.date() - today).days  # today and the days after it in the period
     prediction: Forecast = forecast_daily(history, days_left)
-    today_left = Decimal((datetime.combine(today + timedelta(days=1), datetime.min.time(), UTC) - now)
-                         .total_seconds()) / Decimal(86400)
+    today_left = Decimal(
+        (datetime.combine(today + timedelta(days=1), datetime.min.time(), UTC) - now).total_seconds()
+    ) / Decimal(86400)
     ahead = Decimal(0)
     for i, value in enumerate(prediction.values):
         ahead += Decimal(repr(value)) * (today_left if i == 0 else 1)
@@ -134,10 +141,18 @@ def evaluate_budget(spec: BudgetSpec, daily_spend: Mapping[date, Decimal], now: 
     used = (spent / spec.limit) if spec.limit else Decimal(0)
     fired = tuple(a for a in sorted(spec.alerts, key=lambda a: a.at_percent) if used * 100 >= a.at_percent)
     return BudgetStatus(
-        name=spec.name, team=spec.team, period=period, currency=spec.currency, limit=spec.limit,
-        spent=spent.quantize(CENT), used_ratio=used.quantize(Decimal("0.0001")),
-        burn_rate_per_day=burn.quantize(CENT), forecast_end=forecast_end, forecast_method=prediction.method,
-        fired=fired, enforce=any(a.action == "Enforce" for a in fired),
+        name=spec.name,
+        team=spec.team,
+        period=period,
+        currency=spec.currency,
+        limit=spec.limit,
+        spent=spent.quantize(CENT),
+        used_ratio=used.quantize(Decimal("0.0001")),
+        burn_rate_per_day=burn.quantize(CENT),
+        forecast_end=forecast_end,
+        forecast_method=prediction.method,
+        fired=fired,
+        enforce=any(a.action == "Enforce" for a in fired),
         forecast_over_limit=forecast_end > spec.limit,
     )
 
@@ -186,7 +201,6 @@ def daily_spend_by_team(lines: Iterable[Any], team_index: int = 0) -> dict[str, 
     return out
 
 
-
 def alert_events(status: BudgetStatus) -> list[tuple[str, str, str]]:
     """(event type, reason, message) for each fired threshold and for a forecast over the limit. The
     message names the period, so the recorder bumps one Event per threshold per period, not per refresh."""
@@ -194,11 +208,21 @@ def alert_events(status: BudgetStatus) -> list[tuple[str, str, str]]:
     for alert in status.fired:
         kind = "Warning" if alert.action == "Enforce" or alert.at_percent >= 100 else "Normal"
         action = "; quotas capped at current use" if alert.action == "Enforce" else ""
-        out.append((kind, "BudgetThreshold" if alert.action == "Notify" else "BudgetEnforced",
-                    f"budget {status.name} ({status.team}) reached {alert.at_percent}% of {status.limit} "
-                    f"{status.currency} in {status.period.label}: spent {status.spent}{action}"))
+        out.append(
+            (
+                kind,
+                "BudgetThreshold" if alert.action == "Notify" else "BudgetEnforced",
+                f"budget {status.name} ({status.team}) reached {alert.at_percent}% of {status.limit} "
+                f"{status.currency} in {status.period.label}: spent {status.spent}{action}",
+            )
+        )
     if status.forecast_over_limit and not status.enforce:
-        out.append(("Warning", "BudgetForecastOverLimit",
-                    f"budget {status.name} ({status.team}) is forecast to spend {status.forecast_end} of "
-                    f"{status.limit} {status.currency} by the end of {status.period.label}"))
+        out.append(
+            (
+                "Warning",
+                "BudgetForecastOverLimit",
+                f"budget {status.name} ({status.team}) is forecast to spend {status.forecast_end} of "
+                f"{status.limit} {status.currency} by the end of {status.period.label}",
+            )
+        )
     return out

@@ -136,7 +136,7 @@ def aggregate_usage(
         start = to_epoch(iv.start)
         end = to_epoch(iv.end) if iv.end is not None else now_s
         key = tuple(str(getattr(iv, d)) for d in group_by)
-        for label, lo, hi in cuts[max(0, bisect.bisect_right(starts, start) - 1):]:
+        for label, lo, hi in cuts[max(0, bisect.bisect_right(starts, start) - 1) :]:
             if lo >= end:
                 break
             seconds = _overlap(start, end, lo, hi)

@@ -59,7 +59,9 @@ def genai_pod_series(root: Path | None = None) -> dict[str, PodSeries]:
         if m is None:
             continue
         out[str(ip)] = (
-            g["timestamp_anon"].astype(float).tolist(), (g["value"].astype(float) / 100.0).tolist(),
-            m["timestamp_anon"].astype(float).tolist(), (m["value"].astype(float) / 2**20).tolist(),
+            g["timestamp_anon"].astype(float).tolist(),
+            (g["value"].astype(float) / 100.0).tolist(),
+            m["timestamp_anon"].astype(float).tolist(),
+            (m["value"].astype(float) / 2**20).tolist(),
         )
     return out

@@ -72,10 +72,15 @@ def evaluate_rightsizing(
             hours_saved += float(current.gpu_share - rec.recommended.gpu_share) * span_s / 3600
     saved = (Decimal(repr(hours_saved)) * price_per_gpu_hour).quantize(Decimal("0.01"))
     return RightsizingEvaluation(
-        pods=len(pods), recommended=recommended, downsizable=downsizable, idle=idle,
-        gpu_hours_observed=hours_observed, gpu_hours_saved=hours_saved, cost_saved=saved,
-        test_samples=test_samples, undersized_samples=under, pods_with_undersized_sample=pods_under,
+        pods=len(pods),
+        recommended=recommended,
+        downsizable=downsizable,
+        idle=idle,
+        gpu_hours_observed=hours_observed,
+        gpu_hours_saved=hours_saved,
+        cost_saved=saved,
+        test_samples=test_samples,
+        undersized_samples=under,
+        pods_with_undersized_sample=pods_under,
         profiles=dict(sorted(profiles.items())),
     )
-
-

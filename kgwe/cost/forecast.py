@@ -91,7 +91,7 @@ def rolling_origin_mape(
     errors: list[float] = []
     for origin in range(min_train, len(y) - horizon + 1):
         predicted = forecaster(y[:origin], horizon).values
-        for p, a in zip(predicted, y[origin:origin + horizon], strict=True):
+        for p, a in zip(predicted, y[origin : origin + horizon], strict=True):
             if a != 0:
                 errors.append(abs(p - a) / abs(a))
     if not errors:

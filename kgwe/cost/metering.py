@@ -146,7 +146,7 @@ def holdings(pod: Mapping[str, Any]) -> tuple[list[Holding], str | None]:
                 return [], f"{GPU_SHARED} requested without annotation {MILLI_ANNOTATION}: share unknown"
             out.append(Holding(SHARED, qty, gpu_milli=milli))
         else:
-            out.append(Holding(MIG, qty, mig_profile=name[len(MIG_PREFIX):]))
+            out.append(Holding(MIG, qty, mig_profile=name[len(MIG_PREFIX) :]))
     return out, None
 
 
@@ -201,9 +201,18 @@ class Meter:
         uid = meta.get("uid") or pod_name(pod)
         return [
             UsageInterval(
-                pod=meta.get("name", ""), namespace=meta.get("namespace", ""), team=team or "", node=node,
-                gpu_product=info.gpu_product, kind=h.kind, count=h.count, start=min(start, at),
-                mig_profile=h.mig_profile, gpu_milli=h.gpu_milli, spot=info.spot, pod_uid=uid,
+                pod=meta.get("name", ""),
+                namespace=meta.get("namespace", ""),
+                team=team or "",
+                node=node,
+                gpu_product=info.gpu_product,
+                kind=h.kind,
+                count=h.count,
+                start=min(start, at),
+                mig_profile=h.mig_profile,
+                gpu_milli=h.gpu_milli,
+                spot=info.spot,
+                pod_uid=uid,
             )
             for h in held
         ], None

@@ -92,14 +92,19 @@ class MeteringWatch:
                 if version is None:
                     version = self.resync()
                 stream = watch.Watch().stream(
-                    self.core.list_pod_for_all_namespaces, resource_version=version,
-                    timeout_seconds=self.watch_timeout_s, allow_watch_bookmarks=True,
+                    self.core.list_pod_for_all_namespaces,
+                    resource_version=version,
+                    timeout_seconds=self.watch_timeout_s,
+                    allow_watch_bookmarks=True,
                 )
                 for event in stream:
                     obj = event["object"]
                     if event["type"] == "BOOKMARK":
-                        version = obj["metadata"]["resourceVersion"] if isinstance(obj, dict) else \
-                            obj.metadata.resource_version
+                        version = (
+                            obj["metadata"]["resourceVersion"]
+                            if isinstance(obj, dict)
+                            else obj.metadata.resource_version
+                        )
                         continue
                     if event["type"] == "ERROR":
                         version = None

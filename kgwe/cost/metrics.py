@@ -35,12 +35,19 @@ class CostCollector(Collector):
     def collect(self) -> Iterable[GaugeMetricFamily]:
         with self._lock:
             cb, budgets = self._chargeback, self._budgets
-        cost = GaugeMetricFamily("kgwe_gpu_cost", "GPU cost in the current period by team and namespace",
-                                 labels=["team", "namespace", "currency", "period"])
-        idle = GaugeMetricFamily("kgwe_idle_gpu_cost", "Cost of GPU capacity nobody held this period",
-                                 labels=["currency", "period"])
-        cluster = GaugeMetricFamily("kgwe_cluster_gpu_cost", "Cluster GPU cost in the current period",
-                                    labels=["currency", "period"])
+        cost = GaugeMetricFamily(
+            "kgwe_gpu_cost",
+            "GPU cost in the current period by team and namespace",
+            labels=["team", "namespace", "currency", "period"],
+        )
+        idle = GaugeMetricFamily(
+            "kgwe_idle_gpu_cost",
+            "Cost of GPU capacity nobody held this period",
+            labels=["currency", "period"],
+        )
+        cluster = GaugeMetricFamily(
+            "kgwe_cluster_gpu_cost", "Cluster GPU cost in the current period", labels=["currency", "period"]
+        )
         if cb is not None:
             t, n = cb.group_by.index("team"), cb.group_by.index("namespace")
             sums: dict[tuple[str, str], Decimal] = defaultdict(Decimal)
@@ -50,12 +57,19 @@ class CostCollector(Collector):
                 cost.add_metric([team, ns, cb.currency, cb.period.label], float(value))
             idle.add_metric([cb.currency, cb.period.label], float(cb.idle_cost_total))
             cluster.add_metric([cb.currency, cb.period.label], float(cb.cluster_cost))
-        used = GaugeMetricFamily("kgwe_budget_used_ratio", "Budget spent / limit in its current period",
-                                 labels=["budget", "team", "period"])
-        forecast = GaugeMetricFamily("kgwe_budget_forecast_ratio", "Forecast end-of-period spend / limit",
-                                     labels=["budget", "team", "period"])
-        enforced = GaugeMetricFamily("kgwe_budget_enforced", "1 when the budget's quotas are capped",
-                                     labels=["budget", "team"])
+        used = GaugeMetricFamily(
+            "kgwe_budget_used_ratio",
+            "Budget spent / limit in its current period",
+            labels=["budget", "team", "period"],
+        )
+        forecast = GaugeMetricFamily(
+            "kgwe_budget_forecast_ratio",
+            "Forecast end-of-period spend / limit",
+            labels=["budget", "team", "period"],
+        )
+        enforced = GaugeMetricFamily(
+            "kgwe_budget_enforced", "1 when the budget's quotas are capped", labels=["budget", "team"]
+        )
         for st in budgets:
             labels = [st.name, st.team, st.period.label]
             used.add_metric(labels, float(st.used_ratio))

@@ -165,11 +165,13 @@ def pricebook_from_catalog(catalog: Any) -> PriceBook:
     spec = _get(catalog, "spec", default=catalog)
     rows = []
     for gpu in _get(spec, "gpus", default=()) or ():
-        rows.append({
-            "product": _get(gpu, "product"),
-            "onDemandPerHour": _get(gpu, "onDemandPerHour", "on_demand_per_hour"),
-            "spotPerHour": _get(gpu, "spotPerHour", "spot_per_hour"),
-        })
+        rows.append(
+            {
+                "product": _get(gpu, "product"),
+                "onDemandPerHour": _get(gpu, "onDemandPerHour", "on_demand_per_hour"),
+                "spotPerHour": _get(gpu, "spotPerHour", "spot_per_hour"),
+            }
+        )
     selector = _get(spec, "spotNodeSelector", "spot_node_selector")
     spot_labels = DEFAULT_SPOT_LABELS
     spot_selector = None

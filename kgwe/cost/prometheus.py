@@ -61,14 +61,19 @@ class PrometheusClient:
             raise KgweError(f"Prometheus {self.base_url} answered something that is not JSON") from None
 
     def query_range(self, query: str, start: datetime, end: datetime, step_s: int) -> Matrix:
-        data = self._get("/api/v1/query_range", {
-            "query": query, "start": str(to_epoch(start)), "end": str(to_epoch(end)), "step": f"{step_s}s"})
+        data = self._get(
+            "/api/v1/query_range",
+            {"query": query, "start": str(to_epoch(start)), "end": str(to_epoch(end)), "step": f"{step_s}s"},
+        )
         if not isinstance(data, dict) or data.get("status") != "success":
             error = data.get("error") if isinstance(data, dict) else None
             raise KgweError(f"Prometheus query failed: {error or 'answer without status success'}")
         payload = data.get("data")
-        if not isinstance(payload, dict) or payload.get("resultType") != "matrix" or \
-                not isinstance(payload.get("result"), list):
+        if (
+            not isinstance(payload, dict)
+            or payload.get("resultType") != "matrix"
+            or not isinstance(payload.get("result"), list)
+        ):
             raise KgweError("Prometheus answer is not a range-query matrix")
         out = Matrix()
         for item in payload["result"]:
@@ -95,8 +100,9 @@ class PrometheusClient:
                 points.append((t, v))
         return out
 
-    def pod_utilization(self, start: datetime, end: datetime, step_s: int = 60) -> tuple[
-            list[UtilizationSeries], int]:
+    def pod_utilization(
+        self, start: datetime, end: datetime, step_s: int = 60
+    ) -> tuple[list[UtilizationSeries], int]:
         """Per-pod compute (engine activity summed over the pod's devices) and framebuffer MiB.
         Returns the series and how many points/series were skipped as garbage."""
         by = "sum by (namespace, pod)"

@@ -67,8 +67,8 @@ def run(args: argparse.Namespace) -> int:
     catalog, budgets = _policy(args.policy)
     book = pricebook_from_catalog(catalog)
     url = normalize_url(args.db)
-    if url.startswith("sqlite:///") and not Path(url[len("sqlite:///"):]).exists():
-        path = url[len("sqlite:///"):]
+    if url.startswith("sqlite:///") and not Path(url[len("sqlite:///") :]).exists():
+        path = url[len("sqlite:///") :]
         raise KgweError(f"no cost database at {path} (metering has not recorded anything there yet)")
     store = CostStore(url)
     store.migrate()
@@ -77,14 +77,21 @@ def run(args: argparse.Namespace) -> int:
     files, cb = generated.files, generated.chargeback
     out = Path(args.out)
     written = write_reports(files, out)
-    print(f"cluster GPU cost {cb.cluster_cost} {cb.currency} = allocated {cb.allocated_cost} + idle "
-          f"{cb.idle_cost_total} ({period.label})")
+    print(
+        f"cluster GPU cost {cb.cluster_cost} {cb.currency} = allocated {cb.allocated_cost} + idle "
+        f"{cb.idle_cost_total} ({period.label})"
+    )
     for w in cb.warnings:
         print(f"warning: {w}")
     print(f"wrote {len(written)} files under {out / 'reports' / args.cluster / period.label}")
     if args.commit_back:
-        result = commit_reports(files, args.commit_back, args.branch, out / ".commit-back",
-                                summary=f"cost reports {args.cluster} {period.label}")
+        result = commit_reports(
+            files,
+            args.commit_back,
+            args.branch,
+            out / ".commit-back",
+            summary=f"cost reports {args.cluster} {period.label}",
+        )
         print(f"commit-back: {result.status} {result.sha or ''} {result.reason}".rstrip())
         if result.status in ("rejected", "failed"):
             return 1

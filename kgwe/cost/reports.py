@@ -29,8 +29,10 @@ from kgwe.cost.usage import NodeCapacity, Period
 from kgwe.errors import KgweError
 from kgwe.resources import templates_dir
 
-FORECAST_NOTE = ("outage days cleaned; mean of SES, last-7-day mean and weekly Holt-Winters (≥ 14 days of "
-                 "history); shorter histories fall back to SES + mean or the mean")
+FORECAST_NOTE = (
+    "outage days cleaned; mean of SES, last-7-day mean and weekly Holt-Winters (≥ 14 days of "
+    "history); shorter histories fall back to SES + mean or the mean"
+)
 _SAFE_SEGMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
@@ -52,8 +54,11 @@ def _yaml(value: Any) -> str:
 def environment() -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(templates_dir() / "reports")),
-        undefined=jinja2.StrictUndefined, autoescape=False, keep_trailing_newline=True,
-        trim_blocks=True, lstrip_blocks=True,
+        undefined=jinja2.StrictUndefined,
+        autoescape=False,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
     )
     env.filters.update(csv=_csv_row, md=_md, yaml=_yaml)
     return env
@@ -109,18 +114,42 @@ def build_reports(data: ReportInput) -> dict[str, str]:
     teams = _rollup(cb, ["team"])
     ctx = {
         **common,
-        "mig_pricing": data.mig_pricing, "idle_cost": cb.idle_cost,
-        "by_team": [{"name": r["key"][0], "cost": r["cost"], "gpu_hours": r["gpu_hours"],
-                     "share": _pct(r["cost"], total)} for r in teams],
-        "by_namespace": [{"namespace": r["key"][1], "team": r["key"][0], "cost": r["cost"],
-                          "gpu_hours": r["gpu_hours"]} for r in _rollup(cb, ["team", "namespace"])],
-        "by_product": [{"name": r["key"][0], "cost": r["cost"], "gpu_hours": r["gpu_hours"]}
-                       for r in _rollup(cb, ["gpu_product"])],
-        "idle_total": str(cb.idle_cost_total), "idle_gpu_hours": idle_hours,
+        "mig_pricing": data.mig_pricing,
+        "idle_cost": cb.idle_cost,
+        "by_team": [
+            {
+                "name": r["key"][0],
+                "cost": r["cost"],
+                "gpu_hours": r["gpu_hours"],
+                "share": _pct(r["cost"], total),
+            }
+            for r in teams
+        ],
+        "by_namespace": [
+            {"namespace": r["key"][1], "team": r["key"][0], "cost": r["cost"], "gpu_hours": r["gpu_hours"]}
+            for r in _rollup(cb, ["team", "namespace"])
+        ],
+        "by_product": [
+            {"name": r["key"][0], "cost": r["cost"], "gpu_hours": r["gpu_hours"]}
+            for r in _rollup(cb, ["gpu_product"])
+        ],
+        "idle_total": str(cb.idle_cost_total),
+        "idle_gpu_hours": idle_hours,
         "idle_share": _pct(cb.idle_cost_total, total),
-        "cluster_cost": total, "cluster_gpu_hours": cb.cluster_gpu_hours, "warnings": cb.warnings,
-        "daily": [{"day": ln.bucket, "team": ln.key[0], "namespace": ln.key[1], "gpu_product": ln.key[2],
-                   "gpu_hours": ln.gpu_hours, "cost": ln.cost} for ln in cb.lines],
+        "cluster_cost": total,
+        "cluster_gpu_hours": cb.cluster_gpu_hours,
+        "warnings": cb.warnings,
+        "daily": [
+            {
+                "day": ln.bucket,
+                "team": ln.key[0],
+                "namespace": ln.key[1],
+                "gpu_product": ln.key[2],
+                "gpu_hours": ln.gpu_hours,
+                "cost": ln.cost,
+            }
+            for ln in cb.lines
+        ],
         "daily_idle": [{"day": i.bucket, "gpu_hours": i.gpu_hours, "cost": i.cost} for i in cb.idle],
     }
     files = {
@@ -128,10 +157,14 @@ def build_reports(data: ReportInput) -> dict[str, str]:
         f"{base}/chargeback.csv": env.get_template("chargeback.csv.j2").render(ctx),
     }
 
-    statuses = [evaluate_budget(spec, data.daily_spend_history.get(spec.team, {}), data.now)
-                for spec in data.budgets]
-    budget_ctx = {**common, "forecast_note": FORECAST_NOTE,
-                  "budgets": [_budget_row(spec, st) for spec, st in zip(data.budgets, statuses, strict=True)]}
+    statuses = [
+        evaluate_budget(spec, data.daily_spend_history.get(spec.team, {}), data.now) for spec in data.budgets
+    ]
+    budget_ctx = {
+        **common,
+        "forecast_note": FORECAST_NOTE,
+        "budgets": [_budget_row(spec, st) for spec, st in zip(data.budgets, statuses, strict=True)],
+    }
     files[f"{base}/budgets.md"] = env.get_template("budgets.md.j2").render(budget_ctx)
     files[f"{base}/budgets.csv"] = env.get_template("budgets.csv.j2").render(budget_ctx)
 
@@ -143,37 +176,62 @@ def build_reports(data: ReportInput) -> dict[str, str]:
         values = complete_days(history, today)
         fc = forecast_daily(values, data.forecast_days)
         per_day = [Decimal(repr(v)).quantize(Decimal("0.01")) for v in fc.values]
-        forecasts.append({
-            "team": team, "days": len(values), "method": fc.method, "total": sum(per_day, Decimal(0)),
-            "per_day": [str(v) for v in per_day],
-            "by_day": [((today + timedelta(days=i)).isoformat(), v) for i, v in enumerate(per_day)],
-        })
-    forecast_ctx = {**common, "forecasts": forecasts, "horizon_days": data.forecast_days,
-                    "forecast_note": FORECAST_NOTE}
+        forecasts.append(
+            {
+                "team": team,
+                "days": len(values),
+                "method": fc.method,
+                "total": sum(per_day, Decimal(0)),
+                "per_day": [str(v) for v in per_day],
+                "by_day": [((today + timedelta(days=i)).isoformat(), v) for i, v in enumerate(per_day)],
+            }
+        )
+    forecast_ctx = {
+        **common,
+        "forecasts": forecasts,
+        "horizon_days": data.forecast_days,
+        "forecast_note": FORECAST_NOTE,
+    }
     files[f"{base}/forecast.md"] = env.get_template("forecast.md.j2").render(forecast_ctx)
     files[f"{base}/forecast.csv"] = env.get_template("forecast.csv.j2").render(forecast_ctx)
 
-    rs_ctx = {**common, "source": data.rightsizing_source, "skipped": data.rightsizing_skipped,
-              "recommendations": [_rec_row(r) for r in data.recommendations]}
+    rs_ctx = {
+        **common,
+        "source": data.rightsizing_source,
+        "skipped": data.rightsizing_skipped,
+        "recommendations": [_rec_row(r) for r in data.recommendations],
+    }
     files[f"{base}/rightsizing.md"] = env.get_template("rightsizing.md.j2").render(rs_ctx)
     files[f"{base}/rightsizing.csv"] = env.get_template("rightsizing.csv.j2").render(rs_ctx)
 
     latest: dict[str, NodeCapacity] = {}
     for n in sorted(data.nodes, key=lambda n: n.start):
         latest[n.node] = n
-    inv_nodes = [{"name": n.node, "product": n.gpu_product, "gpus": n.gpu_count, "spot": n.spot}
-                 for _, n in sorted(latest.items()) if n.gpu_count > 0]
+    inv_nodes = [
+        {"name": n.node, "product": n.gpu_product, "gpus": n.gpu_count, "spot": n.spot}
+        for _, n in sorted(latest.items())
+        if n.gpu_count > 0
+    ]
     files[f"{base}/inventory.yaml"] = env.get_template("inventory.yaml.j2").render(**common, nodes=inv_nodes)
     return files
 
 
 def _budget_row(spec: BudgetSpec, st: BudgetStatus) -> dict[str, Any]:
     return {
-        "name": spec.name, "team": spec.team, "period": st.period.label, "spent": st.spent, "limit": st.limit,
-        "used": f"{st.used_ratio * 100:.1f}%", "used_ratio": st.used_ratio, "burn": st.burn_rate_per_day,
-        "forecast": st.forecast_end, "over": st.forecast_over_limit, "method": st.forecast_method,
+        "name": spec.name,
+        "team": spec.team,
+        "period": st.period.label,
+        "spent": st.spent,
+        "limit": st.limit,
+        "used": f"{st.used_ratio * 100:.1f}%",
+        "used_ratio": st.used_ratio,
+        "burn": st.burn_rate_per_day,
+        "forecast": st.forecast_end,
+        "over": st.forecast_over_limit,
+        "method": st.forecast_method,
         "fired": ", ".join(f"{a.at_percent}% {a.action}" for a in st.fired) or "none",
-        "enforced": st.enforce, "quota": "capped at current use" if st.enforce else "normal",
+        "enforced": st.enforce,
+        "quota": "capped at current use" if st.enforce else "normal",
         "currency": st.currency,
     }
 
@@ -189,10 +247,18 @@ def _rec_row(r: Recommendation) -> dict[str, Any]:
     if r.low_confidence:
         notes.append("low confidence (< 1 day)")
     return {
-        "namespace": r.namespace, "pod": r.pod, "product": r.gpu_product, "current": r.current.label,
-        "recommended": r.recommended.label, "p95_memory_mib": f"{r.p95_memory_mib:.0f}",
-        "p90_compute": f"{r.p90_compute_gpus:.3f}", "confidence": f"{r.confidence:.2f}", "idle": r.idle,
-        "downsizable": r.downsizable, "undersized": r.undersized, "note": ", ".join(notes) or "ok",
+        "namespace": r.namespace,
+        "pod": r.pod,
+        "product": r.gpu_product,
+        "current": r.current.label,
+        "recommended": r.recommended.label,
+        "p95_memory_mib": f"{r.p95_memory_mib:.0f}",
+        "p90_compute": f"{r.p90_compute_gpus:.3f}",
+        "confidence": f"{r.confidence:.2f}",
+        "idle": r.idle,
+        "downsizable": r.downsizable,
+        "undersized": r.undersized,
+        "note": ", ".join(notes) or "ok",
     }
 
 

@@ -95,8 +95,9 @@ def _model(product: str):
     return catalog.model_for_product(base_product(product))
 
 
-def size_of(product: str, kind: str, count: int, mig_profile: str | None = None,
-            gpu_milli: int | None = None) -> Size:
+def size_of(
+    product: str, kind: str, count: int, mig_profile: str | None = None, gpu_milli: int | None = None
+) -> Size:
     """Capacity of an allocation on a product (unknown products: 1 GPU = 1 compute, memory unknown)."""
     model = _model(product)
     gpu_memory = float(model.memory_mib) if model else 0.0
@@ -104,8 +105,15 @@ def size_of(product: str, kind: str, count: int, mig_profile: str | None = None,
         prof = model.profiles[mig_profile]
         compute = Fraction(prof.compute_slices, model.compute_slots)
         share = max(compute, Fraction(prof.memory_slices, model.memory_slots))
-        return Size(MIG, count, mig_profile, None, share * count,
-                    count * prof.compute_slices / model.compute_slots, float(count * prof.memory_mib))
+        return Size(
+            MIG,
+            count,
+            mig_profile,
+            None,
+            share * count,
+            count * prof.compute_slices / model.compute_slots,
+            float(count * prof.memory_mib),
+        )
     if kind == SHARED:
         share = Fraction(gpu_milli or 0, 1000) * count
         return Size(SHARED, count, None, gpu_milli, share, float(share), float(share) * gpu_memory)
@@ -152,11 +160,18 @@ def recommend(
     need_mem = p95_mem * (1 + margin)
     need_compute = p90_compute * (1 + margin)
     return Recommendation(
-        namespace=series.namespace, pod=series.pod, gpu_product=gpu_product, current=current,
+        namespace=series.namespace,
+        pod=series.pod,
+        gpu_product=gpu_product,
+        current=current,
         recommended=_smallest_cover(gpu_product, need_compute, need_mem),
-        p95_memory_mib=p95_mem, p90_compute_gpus=p90_compute, need_memory_mib=need_mem,
-        need_compute_gpus=need_compute, confidence=confidence(series.history_seconds),
-        idle=float(np.percentile(compute, 95)) < IDLE_COMPUTE, samples=int(min(compute.size, memory.size)),
+        p95_memory_mib=p95_mem,
+        p90_compute_gpus=p90_compute,
+        need_memory_mib=need_mem,
+        need_compute_gpus=need_compute,
+        confidence=confidence(series.history_seconds),
+        idle=float(np.percentile(compute, 95)) < IDLE_COMPUTE,
+        samples=int(min(compute.size, memory.size)),
     )
 
 

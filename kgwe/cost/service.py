@@ -162,7 +162,11 @@ class CostService:
         if path_prefix != "reports":  # PolicyRepository.spec.reports.path, e.g. reports/prod
             files = {path_prefix.rstrip("/") + rel[len("reports") :]: text for rel, text in files.items()}
         return commit_reports(
-            files, repo_url, branch, workdir, summary=f"cost reports {self.cluster} {period.label}",
+            files,
+            repo_url,
+            branch,
+            workdir,
+            summary=f"cost reports {self.cluster} {period.label}",
             credentials=credentials,
         )
 

@@ -416,8 +416,9 @@ _USAGE_COLUMNS = (
 def _interval(row: Any) -> UsageInterval:
     pod, ns, team, node, product, kind, count, start, stop, profile, milli, spot, uid = row
     end = None if stop is None else from_epoch(stop)
-    return UsageInterval(pod, ns, team, node, product, kind, count, from_epoch(start), end, profile, milli,
-                         bool(spot), uid)
+    return UsageInterval(
+        pod, ns, team, node, product, kind, count, from_epoch(start), end, profile, milli, bool(spot), uid
+    )
 
 
 def _commit_unless_duplicate(s: Session) -> bool:

@@ -49,10 +49,19 @@ class UsageRecord(SQLModel, table=True):
 
     def to_interval(self) -> UsageInterval:
         return UsageInterval(
-            pod=self.pod, namespace=self.namespace, team=self.team, node=self.node,
-            gpu_product=self.gpu_product, kind=self.kind, count=self.count, start=from_epoch(self.start_s),
-            end=None if self.end_s is None else from_epoch(self.end_s), mig_profile=self.mig_profile,
-            gpu_milli=self.gpu_milli, spot=self.spot, pod_uid=self.pod_uid,
+            pod=self.pod,
+            namespace=self.namespace,
+            team=self.team,
+            node=self.node,
+            gpu_product=self.gpu_product,
+            kind=self.kind,
+            count=self.count,
+            start=from_epoch(self.start_s),
+            end=None if self.end_s is None else from_epoch(self.end_s),
+            mig_profile=self.mig_profile,
+            gpu_milli=self.gpu_milli,
+            spot=self.spot,
+            pod_uid=self.pod_uid,
         )
 
     @property
@@ -87,8 +96,11 @@ class NodeRecord(SQLModel, table=True):
 
     def to_capacity(self) -> NodeCapacity:
         return NodeCapacity(
-            node=self.node, gpu_product=self.gpu_product, gpu_count=self.gpu_count,
-            start=from_epoch(self.start_s), end=None if self.end_s is None else from_epoch(self.end_s),
+            node=self.node,
+            gpu_product=self.gpu_product,
+            gpu_count=self.gpu_count,
+            start=from_epoch(self.start_s),
+            end=None if self.end_s is None else from_epoch(self.end_s),
             spot=self.spot,
         )
 

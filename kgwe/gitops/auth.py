@@ -110,8 +110,13 @@ def git_environment(
         if creds is not None:
             header = _http_header(creds)
             if header:
-                env.update({"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "http.extraHeader",
-                            "GIT_CONFIG_VALUE_0": header})
+                env.update(
+                    {
+                        "GIT_CONFIG_COUNT": "1",
+                        "GIT_CONFIG_KEY_0": "http.extraHeader",
+                        "GIT_CONFIG_VALUE_0": header,
+                    }
+                )
             if creds.ssh_identity:
                 tmpdir = tempfile.mkdtemp(prefix="kgwe-ssh-")
                 key_path = os.path.join(tmpdir, "identity")
@@ -119,8 +124,16 @@ def git_environment(
                 with os.fdopen(fd, "wb") as fh:
                     identity = creds.ssh_identity
                     fh.write(identity if identity.endswith(b"\n") else identity + b"\n")
-                opts = ["-i", key_path, "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes",
-                        "-o", f"ConnectTimeout={connect_timeout_seconds}"]
+                opts = [
+                    "-i",
+                    key_path,
+                    "-o",
+                    "IdentitiesOnly=yes",
+                    "-o",
+                    "BatchMode=yes",
+                    "-o",
+                    f"ConnectTimeout={connect_timeout_seconds}",
+                ]
                 if creds.ssh_known_hosts:
                     hosts_path = os.path.join(tmpdir, "known_hosts")
                     with open(hosts_path, "wb") as fh:

@@ -35,9 +35,7 @@ from kgwe.gitops.auth import GitCredentials, git_environment
 from kgwe.gitops.retry import backoff_delays_seconds
 from kgwe.gitops.source import _git_error_text, normalize_url
 
-COMMIT_BACK_RESULTS = Counter(
-    "kgwe_commit_back_total", "Commit-back attempts by final result", ["result"]
-)
+COMMIT_BACK_RESULTS = Counter("kgwe_commit_back_total", "Commit-back attempts by final result", ["result"])
 
 DEFAULT_MESSAGE_TEMPLATE = "kgwe: {summary}\n\n{details}Files:\n{files}\n\nKgwe-Bot: commit-back"
 
@@ -45,8 +43,14 @@ DEFAULT_MESSAGE_TEMPLATE = "kgwe: {summary}\n\n{details}Files:\n{files}\n\nKgwe-
 # branch moved: rebase and retry. "remote rejected" means a hook or branch protection said no: permanent.
 _MOVED_MARKERS = ("fetch first", "non-fast-forward", "stale info", "cannot lock ref", "failed to update ref")
 _PERMANENT_MARKERS = (
-    "remote rejected", "permission denied", "authentication failed", "error: 403", "protected branch",
-    "could not read from remote repository", "repository not found", "access denied",
+    "remote rejected",
+    "permission denied",
+    "authentication failed",
+    "error: 403",
+    "protected branch",
+    "could not read from remote repository",
+    "repository not found",
+    "access denied",
 )
 
 
@@ -110,11 +114,14 @@ class CommitBack:
 
     def _git(self, *args: str, network: bool = False) -> str:
         env = {
-            "GIT_AUTHOR_NAME": self.author.name, "GIT_AUTHOR_EMAIL": self.author.email,
-            "GIT_COMMITTER_NAME": self.author.name, "GIT_COMMITTER_EMAIL": self.author.email,
+            "GIT_AUTHOR_NAME": self.author.name,
+            "GIT_AUTHOR_EMAIL": self.author.email,
+            "GIT_COMMITTER_NAME": self.author.name,
+            "GIT_COMMITTER_EMAIL": self.author.email,
         }
-        with git_environment(self.credentials if network else None,
-                             connect_timeout_seconds=int(self.timeout_seconds)) as extra:
+        with git_environment(
+            self.credentials if network else None, connect_timeout_seconds=int(self.timeout_seconds)
+        ) as extra:
             env.update(extra)
             return self.repo.git.execute(
                 ["git", *args], env=env, kill_after_timeout=self.timeout_seconds if network else None
@@ -122,8 +129,15 @@ class CommitBack:
 
     def _fetch(self) -> str:
         remote_ref = f"refs/remotes/origin/{self.branch}"
-        self._git("fetch", "--force", "--no-tags", "--no-write-fetch-head", self.url,
-                  f"+refs/heads/{self.branch}:{remote_ref}", network=True)
+        self._git(
+            "fetch",
+            "--force",
+            "--no-tags",
+            "--no-write-fetch-head",
+            self.url,
+            f"+refs/heads/{self.branch}:{remote_ref}",
+            network=True,
+        )
         return self._git("rev-parse", "--verify", remote_ref)
 
     def _check_path(self, path: str) -> str:
@@ -179,17 +193,29 @@ class CommitBack:
         COMMIT_BACK_RESULTS.labels(result.status).inc()
         return result
 
-    def _commit_files(self, files: Mapping[str, str | bytes | None], *, summary: str, details: str,
-                      values: Mapping[str, str]) -> CommitResult:
-        fields = {**values, "summary": summary, "details": (details.rstrip() + "\n\n") if details else "",
-                  "files": "\n".join(f"- {p}" for p in sorted(files)), "branch": self.branch}
+    def _commit_files(
+        self,
+        files: Mapping[str, str | bytes | None],
+        *,
+        summary: str,
+        details: str,
+        values: Mapping[str, str],
+    ) -> CommitResult:
+        fields = {
+            **values,
+            "summary": summary,
+            "details": (details.rstrip() + "\n\n") if details else "",
+            "files": "\n".join(f"- {p}" for p in sorted(files)),
+            "branch": self.branch,
+        }
         try:
             message = self.message_template.format_map(fields)
         except (KeyError, IndexError, ValueError) as exc:
             raise KgweError(f"commit message template is invalid: {exc}") from exc
 
-        delays = backoff_delays_seconds(self.attempts, base_seconds=self.backoff_base_seconds,
-                                        rng=random.Random())
+        delays = backoff_delays_seconds(
+            self.attempts, base_seconds=self.backoff_base_seconds, rng=random.Random()
+        )
         attempts = 0
         last_reason = ""
         committed = False

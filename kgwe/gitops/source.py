@@ -176,9 +176,7 @@ class GitSource:
 
     def _git(self, *args: str) -> str:
         with git_environment(self.credentials, connect_timeout_seconds=int(self.timeout_seconds)) as env:
-            return self.repo.git.execute(
-                ["git", *args], env=env, kill_after_timeout=self.timeout_seconds
-            )
+            return self.repo.git.execute(["git", *args], env=env, kill_after_timeout=self.timeout_seconds)
 
     def _fetch_once(self) -> None:
         refspecs = ["+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*"]
@@ -196,8 +194,9 @@ class GitSource:
                 rng=random.Random(),
             )
         except git.GitCommandError as exc:
-            raise GitSourceError(f"fetching {self.display_url} failed after {self.attempts} attempt(s): "
-                                 f"{_git_error_text(exc)}") from exc
+            raise GitSourceError(
+                f"fetching {self.display_url} failed after {self.attempts} attempt(s): {_git_error_text(exc)}"
+            ) from exc
         return Revision(self.ref.name, self._resolve())
 
     def _resolve(self) -> str:

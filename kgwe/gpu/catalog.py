@@ -152,8 +152,7 @@ def _normalize(text: str) -> str:
 @functools.cache
 def _names_by_model() -> tuple[tuple[GPUModel, tuple[str, ...]], ...]:
     return tuple(
-        (m, tuple(dict.fromkeys(_normalize(n) for n in (m.key, *m.aliases, *m.products))))
-        for m in _catalog()
+        (m, tuple(dict.fromkeys(_normalize(n) for n in (m.key, *m.aliases, *m.products)))) for m in _catalog()
     )
 
 

@@ -167,10 +167,7 @@ def feasible_multisets(
     chosen = _profiles(model, profiles)
     sets = {_multiset(lay) for lay in _enumerate(model, chosen) if lay}
     if maximal:
-        sets = {
-            ms for ms in sets
-            if not any(_multiset_add(ms, p.name) in sets for p in chosen)
-        }
+        sets = {ms for ms in sets if not any(_multiset_add(ms, p.name) in sets for p in chosen)}
     return sorted(sets)
 
 
@@ -192,6 +189,7 @@ def fit(
     Returns the whole placed layout (fixed + new), or None if they do not fit. Deterministic: largest profiles
     first, lowest free start first, backtracking when a choice blocks a later profile.
     """
+
     def size(name: str) -> tuple[int, int, str]:
         p = model.profile(name)
         return (-p.compute_slices, -p.memory_slices, name)

@@ -135,11 +135,19 @@ def pool_requests(
         counts = dict(partition.counts) if partition else {}
         # Plan the pool's end state; the controller's rollout (kgwe/reconcile/rollout.py) paces it in waves of
         # maxUnavailable nodes, so its status counts progress against the whole target, not one wave.
-        limits = RolloutLimits(max_nodes_changed=wave_nodes(spec, len(nodes)) if waves else None,
-                               allow_drain=spec.rollout.drain)
+        limits = RolloutLimits(
+            max_nodes_changed=wave_nodes(spec, len(nodes)) if waves else None, allow_drain=spec.rollout.drain
+        )
         requests.append(
-            PoolRequest(name, tuple(gpus), shares=shares, counts=counts, demand=dict(demand.get(name, {})),
-                        limits=limits, mig_enabled=spec.mig_enabled)
+            PoolRequest(
+                name,
+                tuple(gpus),
+                shares=shares,
+                counts=counts,
+                demand=dict(demand.get(name, {})),
+                limits=limits,
+                mig_enabled=spec.mig_enabled,
+            )
         )
     return requests
 

@@ -316,7 +316,8 @@ def _limit_nodes(changes: Changes, limit: int | None) -> Changes:
     return {k: v for k, v in changes.items() if k[0] in keep}
 
 
-def _check_counts_possible(req: PoolRequest,
+def _check_counts_possible(
+    req: PoolRequest,
     models: Mapping[str, GPUModel],
     mig_gpus: list[GPUState],
 ) -> None:
@@ -394,8 +395,16 @@ def _report(
             idle_c += model.compute_slots
             idle_m += model.memory_slots
         plans.append(
-            GPUPlan(gpu.node, gpu.index, gpu.model, current, target, changed,
-                    in_use_destroyed=gpu.busy if changed else 0, reason=reason)
+            GPUPlan(
+                gpu.node,
+                gpu.index,
+                gpu.model,
+                current,
+                target,
+                changed,
+                in_use_destroyed=gpu.busy if changed else 0,
+                reason=reason,
+            )
         )
     deferred = max(0, wanted_change - len(changes))
     notes: list[str] = []
@@ -453,10 +462,21 @@ def _change_reason(old: Multiset | None, new: Multiset | None, why: Mapping[str,
 def _plan_empty(req: PoolRequest) -> PoolPlan:
     """The plan of a pool with no GPUs: targets as asked, nothing achieved, nothing changed."""
     return PoolPlan(
-        name=req.name, gpus=(), target_shares=dict(req.shares), achieved_shares={},
-        wanted_counts={**req.counts, **req.demand}, achieved_counts={}, unmet={},
-        gpus_changed=0, nodes_changed=0, in_use_kept=0, in_use_destroyed=0, deferred=0,
-        idle_compute_slices=0, idle_memory_slices=0, total_compute_slices=0,
+        name=req.name,
+        gpus=(),
+        target_shares=dict(req.shares),
+        achieved_shares={},
+        wanted_counts={**req.counts, **req.demand},
+        achieved_counts={},
+        unmet={},
+        gpus_changed=0,
+        nodes_changed=0,
+        in_use_kept=0,
+        in_use_destroyed=0,
+        deferred=0,
+        idle_compute_slices=0,
+        idle_memory_slices=0,
+        total_compute_slices=0,
         notes=("the strategy selects no GPU node",),
     )
 
@@ -485,8 +505,11 @@ def _plan_disabled(req: PoolRequest, models: Mapping[str, GPUModel]) -> PoolPlan
         cls.take = [0]
     plan = _report(req, models, classes, changes, Counter(), {}, {}, {}, total)
     deferred = wanting - len(changes) - sum(len(c.gpus) for c in classes)
-    return replace(plan, deferred=deferred, notes=(f"{deferred} GPU change(s) deferred by rollout limits",)
-                   if deferred else ())
+    return replace(
+        plan,
+        deferred=deferred,
+        notes=(f"{deferred} GPU change(s) deferred by rollout limits",) if deferred else (),
+    )
 
 
 def plan_pools(requests: Iterable[PoolRequest]) -> list[PoolPlan]:

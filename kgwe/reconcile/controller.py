@@ -83,10 +83,15 @@ class Controller:
         self.elector: LeaderElector | None = None
         if leader_election:
             self.elector = LeaderElector(
-                api_client, name=lease_name, namespace=namespace, identity=self.identity,
-                lease_duration_seconds=lease_duration_seconds, renew_deadline_seconds=renew_deadline_seconds,
+                api_client,
+                name=lease_name,
+                namespace=namespace,
+                identity=self.identity,
+                lease_duration_seconds=lease_duration_seconds,
+                renew_deadline_seconds=renew_deadline_seconds,
                 retry_period_seconds=retry_period_seconds,
-                on_started_leading=self._on_started, on_stopped_leading=self._on_stopped,
+                on_started_leading=self._on_started,
+                on_stopped_leading=self._on_stopped,
             )
         self.server: ControllerHTTPServer | None = None
         if listen is not None:
@@ -95,8 +100,9 @@ class Controller:
                 "/healthz": lambda: (200, "text/plain", b"ok"),
                 "/readyz": lambda: (200, "text/plain", b"leader" if self.is_leader() else b"standby"),
             }
-            self.server = ControllerHTTPServer(listen, secret=webhook_secret, on_push=self.on_push,
-                                               get_routes=routes)
+            self.server = ControllerHTTPServer(
+                listen, secret=webhook_secret, on_push=self.on_push, get_routes=routes
+            )
 
     # -- leadership ----------------------------------------------------------------------------------
     def is_leader(self) -> bool:
@@ -136,9 +142,14 @@ class Controller:
             items = api.list_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL).get("items", [])
             for item in items:
                 api.patch_namespaced_custom_object(
-                    GROUP, VERSION, self.namespace, PLURAL, item["metadata"]["name"],
+                    GROUP,
+                    VERSION,
+                    self.namespace,
+                    PLURAL,
+                    item["metadata"]["name"],
                     {"metadata": {"annotations": {REQUESTED_AT_ANNOTATION: stamp}}},
-                    _content_type="application/merge-patch+json")
+                    _content_type="application/merge-patch+json",
+                )
         except ApiException as exc:
             log.warning("could not hand the webhook push to the leader: %s", exc.reason)
 
@@ -146,9 +157,15 @@ class Controller:
     def _reconciler(self, name: str) -> RepositoryReconciler:
         rec = self._reconcilers.get(name)
         if rec is None:
-            rec = RepositoryReconciler(self.api_client, self.namespace, name,
-                                       cache_dir=self.cache_dir / name, metrics=self.metrics,
-                                       recorder=self.recorder, is_leader=self.is_leader)
+            rec = RepositoryReconciler(
+                self.api_client,
+                self.namespace,
+                name,
+                cache_dir=self.cache_dir / name,
+                metrics=self.metrics,
+                recorder=self.recorder,
+                is_leader=self.is_leader,
+            )
             self._reconcilers[name] = rec
         return rec
 
@@ -158,7 +175,8 @@ class Controller:
             return 1.0
         try:
             listing = client.CustomObjectsApi(self.api_client).list_namespaced_custom_object(
-                GROUP, VERSION, self.namespace, PLURAL)
+                GROUP, VERSION, self.namespace, PLURAL
+            )
         except ApiException as exc:
             log.warning("listing PolicyRepositories failed: %s", exc.reason)
             return 5.0
@@ -175,8 +193,13 @@ class Controller:
             except Exception:
                 interval = 60.0
             due = self._due.get(name)
-            if (due is None or pushed or due.generation != generation or due.requested != requested
-                    or now >= due.at):
+            if (
+                due is None
+                or pushed
+                or due.generation != generation
+                or due.requested != requested
+                or now >= due.at
+            ):
                 if not self.is_leader():
                     return 1.0
                 rec = self._reconciler(name)

@@ -20,21 +20,31 @@ from kgwe.errors import KgweError
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, else in-cluster)")
-    parser.add_argument("--namespace", default=os.environ.get("POD_NAMESPACE", "kgwe-system"),
-                        help="namespace of the PolicyRepositories and the leader Lease")
+    parser.add_argument(
+        "--namespace",
+        default=os.environ.get("POD_NAMESPACE", "kgwe-system"),
+        help="namespace of the PolicyRepositories and the leader Lease",
+    )
     parser.add_argument("--listen", default="0.0.0.0:8080", help="address of the webhook/metrics server")
-    parser.add_argument("--cache-dir", default=os.environ.get("KGWE_CACHE_DIR", "/tmp/kgwe-controller"),
-                        help="where Git mirrors and the commit-back clone live")
+    parser.add_argument(
+        "--cache-dir",
+        default=os.environ.get("KGWE_CACHE_DIR", "/tmp/kgwe-controller"),
+        help="where Git mirrors and the commit-back clone live",
+    )
     parser.add_argument("--webhook-secret-file", help="file holding the webhook HMAC secret")
     parser.add_argument("--identity", default=os.environ.get("POD_NAME"), help="leader election identity")
     parser.add_argument("--lease-duration", type=float, default=15.0, help="seconds")
     parser.add_argument("--renew-deadline", type=float, default=10.0, help="seconds")
     parser.add_argument("--retry-period", type=float, default=2.0, help="seconds")
     parser.add_argument("--no-leader-election", action="store_true", help="act alone (one replica only)")
-    parser.add_argument("--db", default=os.environ.get("KGWE_COST_DB"),
-                        help="cost store: SQLite path or postgresql:// URL (default CACHE_DIR/kgwe-cost.db)")
-    parser.add_argument("--cluster", default=os.environ.get("KGWE_CLUSTER", "default"),
-                        help="cluster name in cost reports")
+    parser.add_argument(
+        "--db",
+        default=os.environ.get("KGWE_COST_DB"),
+        help="cost store: SQLite path or postgresql:// URL (default CACHE_DIR/kgwe-cost.db)",
+    )
+    parser.add_argument(
+        "--cluster", default=os.environ.get("KGWE_CLUSTER", "default"), help="cluster name in cost reports"
+    )
     parser.add_argument("--prometheus", help="Prometheus URL for rightsizing (DCGM metrics)")
     parser.add_argument("--no-costs", action="store_true", help="no metering, budgets or cost reports")
     parser.add_argument("--log-level", default="INFO")
@@ -74,10 +84,17 @@ def run(args: argparse.Namespace) -> int:
             raise KgweError(f"cannot read {args.webhook_secret_file}: {exc.strerror}") from exc
     costs = None if args.no_costs else _cost_duties(args)
     controller = Controller(
-        api_client(args.kubeconfig), args.namespace, cache_dir=Path(args.cache_dir), identity=args.identity,
-        webhook_secret=secret, listen=_listen(args.listen), lease_duration_seconds=args.lease_duration,
-        renew_deadline_seconds=args.renew_deadline, retry_period_seconds=args.retry_period,
-        leader_election=not args.no_leader_election, costs=costs,
+        api_client(args.kubeconfig),
+        args.namespace,
+        cache_dir=Path(args.cache_dir),
+        identity=args.identity,
+        webhook_secret=secret,
+        listen=_listen(args.listen),
+        lease_duration_seconds=args.lease_duration,
+        renew_deadline_seconds=args.renew_deadline,
+        retry_period_seconds=args.retry_period,
+        leader_election=not args.no_leader_election,
+        costs=costs,
     )
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -40,8 +40,10 @@ def gpu_use_by_namespace(api_client: client.ApiClient, namespaces: list[str]) ->
                 continue
             for container in pod.spec.containers:
                 resources = container.resources
-                requests = {**((resources.limits if resources else None) or {}),
-                            **((resources.requests if resources else None) or {})}
+                requests = {
+                    **((resources.limits if resources else None) or {}),
+                    **((resources.requests if resources else None) or {}),
+                }
                 for name, value in requests.items():
                     if is_gpu_resource(name):
                         held[name] = held.get(name, 0) + int(value)
@@ -111,10 +113,16 @@ class CostDuties:
         self._last_report_check[rec.name] = now
         ref = spec.get("ref") or {}
         result = self.service.commit(
-            book, budgets, month_period(now), now,
-            repo_url=spec["url"], branch=reports.get("branch") or ref.get("branch") or "main",
-            workdir=rec.cache_dir / "cost-reports", path_prefix=(reports.get("path") or "reports").strip("/"),
-            prometheus_url=self.prometheus_url, credentials=rec.git_credentials(spec),
+            book,
+            budgets,
+            month_period(now),
+            now,
+            repo_url=spec["url"],
+            branch=reports.get("branch") or ref.get("branch") or "main",
+            workdir=rec.cache_dir / "cost-reports",
+            path_prefix=(reports.get("path") or "reports").strip("/"),
+            prometheus_url=self.prometheus_url,
+            credentials=rec.git_credentials(spec),
         )
         if result.status == "rejected":
             rec.recorder.warning(repo, "CommitBackRejected", f"cost reports: {result.reason}")

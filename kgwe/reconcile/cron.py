@@ -12,7 +12,11 @@ from datetime import datetime, timedelta
 from kgwe.errors import KgweError
 
 _FIELDS = (
-    ("minute", 0, 59), ("hour", 0, 23), ("day of month", 1, 31), ("month", 1, 12), ("day of week", 0, 7)
+    ("minute", 0, 59),
+    ("hour", 0, 23),
+    ("day of month", 1, 31),
+    ("month", 1, 12),
+    ("day of week", 0, 7),
 )
 MAX_LOOKBACK = timedelta(days=7)  # a controller down longer than this runs a missed report once, not many
 

@@ -11,28 +11,54 @@ class ReconcileMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
-        self.duration = Histogram("kgwe_reconcile_duration_seconds", "Reconcile duration", ["repository"],
-                                  registry=r, buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120))
-        self.results = Counter("kgwe_reconcile_total", "Reconciles by result", ["repository", "result"],
-                               registry=r)
-        self.last_applied = Gauge("kgwe_last_applied_revision_info", "Last applied revision (value 1)",
-                                  ["repository", "revision"], registry=r)
-        self.applied = Counter("kgwe_objects_applied_total", "Objects created or updated", ["repository"],
-                               registry=r)
+        self.duration = Histogram(
+            "kgwe_reconcile_duration_seconds",
+            "Reconcile duration",
+            ["repository"],
+            registry=r,
+            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
+        )
+        self.results = Counter(
+            "kgwe_reconcile_total", "Reconciles by result", ["repository", "result"], registry=r
+        )
+        self.last_applied = Gauge(
+            "kgwe_last_applied_revision_info",
+            "Last applied revision (value 1)",
+            ["repository", "revision"],
+            registry=r,
+        )
+        self.applied = Counter(
+            "kgwe_objects_applied_total", "Objects created or updated", ["repository"], registry=r
+        )
         self.pruned = Counter("kgwe_objects_pruned_total", "Objects pruned", ["repository"], registry=r)
-        self.drift = Counter("kgwe_drift_corrected_total", "Hand edits of owned objects undone",
-                             ["repository"], registry=r)
+        self.drift = Counter(
+            "kgwe_drift_corrected_total", "Hand edits of owned objects undone", ["repository"], registry=r
+        )
         self.writes = Counter("kgwe_api_writes_total", "Kubernetes API writes", ["repository"], registry=r)
-        self.rollout_pending = Gauge("kgwe_rollout_nodes_pending", "Nodes still to get their MIG config",
-                                     ["repository", "pool"], registry=r)
-        self.rollout_in_progress = Gauge("kgwe_rollout_nodes_in_progress", "Nodes relabelled or draining",
-                                         ["repository", "pool"], registry=r)
-        self.rollout_failed = Gauge("kgwe_rollout_nodes_failed", "Nodes failed or timed out",
-                                    ["repository", "pool"], registry=r)
-        self.commit_back_rejected = Counter("kgwe_commit_back_rejected_total",
-                                            "Commit-back pushes refused for good", ["repository"], registry=r)
-        self.hooks = Counter("kgwe_webhook_events_total", "Webhook pushes by outcome", ["outcome"],
-                             registry=r)
+        self.rollout_pending = Gauge(
+            "kgwe_rollout_nodes_pending",
+            "Nodes still to get their MIG config",
+            ["repository", "pool"],
+            registry=r,
+        )
+        self.rollout_in_progress = Gauge(
+            "kgwe_rollout_nodes_in_progress",
+            "Nodes relabelled or draining",
+            ["repository", "pool"],
+            registry=r,
+        )
+        self.rollout_failed = Gauge(
+            "kgwe_rollout_nodes_failed", "Nodes failed or timed out", ["repository", "pool"], registry=r
+        )
+        self.commit_back_rejected = Counter(
+            "kgwe_commit_back_rejected_total",
+            "Commit-back pushes refused for good",
+            ["repository"],
+            registry=r,
+        )
+        self.hooks = Counter(
+            "kgwe_webhook_events_total", "Webhook pushes by outcome", ["outcome"], registry=r
+        )
         self.leader = Gauge("kgwe_leader", "1 while this replica holds the Lease", registry=r)
 
     def set_last_applied(self, repository: str, revision: str) -> None:

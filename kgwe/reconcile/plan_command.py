@@ -120,8 +120,11 @@ def _inventory(args: argparse.Namespace, repo: git.Repo, head_sha: str, head_ps:
         configs = live_mig_configs(client.CoreV1Api(api), options.mig_namespace, options.mig_config_name)
         doc = inventory_document(read_gpu_nodes(api), name="cluster", mig_configs=configs)
         return GPUInventory.model_validate(doc), "live cluster"
-    snapshots = [p for p in repo.git.ls_tree("-r", "--name-only", head_sha, "--", "reports").splitlines()
-                 if p.endswith("/" + SNAPSHOT_NAME) or p == SNAPSHOT_NAME]
+    snapshots = [
+        p
+        for p in repo.git.ls_tree("-r", "--name-only", head_sha, "--", "reports").splitlines()
+        if p.endswith("/" + SNAPSHOT_NAME) or p == SNAPSHOT_NAME
+    ]
     if snapshots:
         text = repo.git.show(f"{head_sha}:{snapshots[0]}")
         return _parse_inventory(text, snapshots[0]), f"snapshot `{snapshots[0]}` at head"

@@ -27,8 +27,13 @@ class PlanReport:
 
     @property
     def has_changes(self) -> bool:
-        return bool(self.added or self.removed or self.changed or self.policy_changes
-                    or any(p["gpus_changed"] for p in self.pools.values()))
+        return bool(
+            self.added
+            or self.removed
+            or self.changed
+            or self.policy_changes
+            or any(p["gpus_changed"] for p in self.pools.values())
+        )
 
 
 class _BlockDumper(yaml.SafeDumper):
@@ -54,8 +59,14 @@ def diff_objects(base: Sequence[dict], head: Sequence[dict], report: PlanReport)
     report.removed = sorted(set(b) - set(h))
     for ref in sorted(set(b) & set(h)):
         if b[ref] != h[ref]:
-            lines = difflib.unified_diff(_dump(b[ref]).splitlines(), _dump(h[ref]).splitlines(),
-                                         f"base/{ref}", f"head/{ref}", lineterm="", n=2)
+            lines = difflib.unified_diff(
+                _dump(b[ref]).splitlines(),
+                _dump(h[ref]).splitlines(),
+                f"base/{ref}",
+                f"head/{ref}",
+                lineterm="",
+                n=2,
+            )
             report.changed[ref] = "\n".join(lines)
 
 
@@ -70,9 +81,13 @@ def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
 
 def diff_policies(base: Sequence[Any], head: Sequence[Any], report: PlanReport) -> None:
     """Field-level changes of every policy object (KgweObject) between the two revisions."""
+
     def index(objs: Sequence[Any]) -> dict[str, dict]:
-        return {f"{o.kind}/{o.name}": o.to_yaml_dict().get("spec", {}) for o in objs
-                if o.kind not in ("GPUInventory",)}
+        return {
+            f"{o.kind}/{o.name}": o.to_yaml_dict().get("spec", {})
+            for o in objs
+            if o.kind not in ("GPUInventory",)
+        }
 
     b, h = index(base), index(head)
     for key in sorted(set(b) | set(h)):
@@ -108,8 +123,18 @@ def diff_layouts(
     """Per pool: GPUs whose layout changes, nodes touched, and which of those hold busy GPUs."""
     for node in sorted(set(base) | set(head)):
         pool = node_pool.get(node, "(no pool)")
-        entry = report.pools.setdefault(pool, {"nodes": 0, "gpus": 0, "gpus_changed": 0, "nodes_changed": [],
-                                               "drain": [], "wait_idle": [], "examples": []})
+        entry = report.pools.setdefault(
+            pool,
+            {
+                "nodes": 0,
+                "gpus": 0,
+                "gpus_changed": 0,
+                "nodes_changed": [],
+                "drain": [],
+                "wait_idle": [],
+                "examples": [],
+            },
+        )
         old, new = list(base.get(node) or []), list(head.get(node) or [])
         width = max(len(old), len(new))
         old += [None] * (width - len(old))
@@ -157,12 +182,17 @@ def markdown(report: PlanReport, *, base: str, head: str, inventory_source: str)
         out.append("")
     pools = {k: v for k, v in report.pools.items() if v["gpus_changed"]}
     if pools:
-        out += ["### MIG layout changes", "",
-                "| pool | GPUs repartitioned | nodes changed | nodes to drain | nodes waiting for idle |",
-                "|---|---|---|---|---|"]
+        out += [
+            "### MIG layout changes",
+            "",
+            "| pool | GPUs repartitioned | nodes changed | nodes to drain | nodes waiting for idle |",
+            "|---|---|---|---|---|",
+        ]
         for pool, p in sorted(pools.items()):
-            out.append(f"| {pool} | {p['gpus_changed']} of {p['gpus']} | {len(p['nodes_changed'])} of "
-                       f"{p['nodes']} | {_names(p['drain'])} | {_names(p['wait_idle'])} |")
+            out.append(
+                f"| {pool} | {p['gpus_changed']} of {p['gpus']} | {len(p['nodes_changed'])} of "
+                f"{p['nodes']} | {_names(p['drain'])} | {_names(p['wait_idle'])} |"
+            )
         out.append("")
         for pool, p in sorted(pools.items()):
             for example in p["examples"]:
@@ -171,8 +201,14 @@ def markdown(report: PlanReport, *, base: str, head: str, inventory_source: str)
     if report.policy_changes:
         out += ["### Policy changes (scheduler and scoring, budgets and quotas, pricing, MIG strategies)", ""]
         for key, changes in sorted(report.policy_changes.items()):
-            out.append(f"- **{key}**: " + ("; ".join(changes) if len(changes) <= 6 else
-                                          "; ".join(changes[:6]) + f"; and {len(changes) - 6} more"))
+            out.append(
+                f"- **{key}**: "
+                + (
+                    "; ".join(changes)
+                    if len(changes) <= 6
+                    else "; ".join(changes[:6]) + f"; and {len(changes) - 6} more"
+                )
+            )
         out.append("")
     if report.changed:
         out += ["<details><summary>Object diffs</summary>", ""]

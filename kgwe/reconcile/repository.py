@@ -136,8 +136,9 @@ class RepositoryReconciler:
         try:
             secret = self.core.read_namespaced_secret(ref["name"], self.namespace)
         except ApiException as exc:
-            raise GitSourceError(f"secret {self.namespace}/{ref['name']} for Git credentials: {exc.reason}") \
-                from exc
+            raise GitSourceError(
+                f"secret {self.namespace}/{ref['name']} for Git credentials: {exc.reason}"
+            ) from exc
         return GitCredentials.from_secret_data(secret.data or {})
 
     def _source(self, spec: Mapping) -> GitSource:
@@ -146,8 +147,13 @@ class RepositoryReconciler:
         key = (spec["url"], ref, timeout, (spec.get("secretRef") or {}).get("name"))
         source = self._sources.get(key)
         if source is None:
-            source = GitSource(spec["url"], ref, cache_dir=self.cache_dir / "git", timeout_seconds=timeout,
-                               attempts=self.git_attempts)
+            source = GitSource(
+                spec["url"],
+                ref,
+                cache_dir=self.cache_dir / "git",
+                timeout_seconds=timeout,
+                attempts=self.git_attempts,
+            )
             self._sources = {key: source}
         source.credentials = self.git_credentials(spec)
         return source
@@ -193,8 +199,10 @@ class RepositoryReconciler:
         last_applied = status.get("lastAppliedRevision")
         ps, errors = self._load(source, revision.sha, spec)
         if errors:
-            message = (f"revision {revision} is invalid, nothing applied; last applied revision "
-                       f"{last_applied or '(none)'} stays in force: " + "; ".join(errors))
+            message = (
+                f"revision {revision} is invalid, nothing applied; last applied revision "
+                f"{last_applied or '(none)'} stays in force: " + "; ".join(errors)
+            )
             if status.get("lastAttemptedRevision") != str(revision):
                 self.recorder.warning(repo, "ValidationFailed", message)
             rollout = None
@@ -215,8 +223,13 @@ class RepositoryReconciler:
         self._events(repo, revision, status, sync, plan)
         if sync.failed:
             msg = "; ".join(f"{ref}: {why}" for ref, why in sync.failed[:MAX_ERRORS_IN_MESSAGE])
-            return Outcome("apply_failed", f"applying revision {revision} failed for {msg}",
-                           attempted_revision=str(revision), inventory=inventory, rollout=rollout)
+            return Outcome(
+                "apply_failed",
+                f"applying revision {revision} failed for {msg}",
+                attempted_revision=str(revision),
+                inventory=inventory,
+                rollout=rollout,
+            )
         self.metrics.set_last_applied(self.name, str(revision))
         stalled = plan.stalled
         if stalled:
@@ -224,12 +237,20 @@ class RepositoryReconciler:
         elif not all(p.complete for p in plan.pools.values()):
             phase = "progressing"
             message = f"revision {revision} applied; MIG rollout: " + "; ".join(
-                p.message() for p in plan.pools.values() if not p.complete)
+                p.message() for p in plan.pools.values() if not p.complete
+            )
         else:
             phase, message = "ready", f"applied revision {revision}"
         extra = self._commit_snapshot(repo, spec, phase) if phase == "ready" else {}
-        return Outcome(phase, message, attempted_revision=str(revision), applied_revision=str(revision),
-                       inventory=inventory, rollout=rollout, extra=extra)
+        return Outcome(
+            phase,
+            message,
+            attempted_revision=str(revision),
+            applied_revision=str(revision),
+            inventory=inventory,
+            rollout=rollout,
+            extra=extra,
+        )
 
     def _load(self, source: GitSource, sha: str, spec: Mapping) -> tuple[Any, list[str]]:
         from kgwe.policy.loader import load_repository
@@ -241,8 +262,9 @@ class RepositoryReconciler:
             except KgweError as exc:
                 return None, [str(exc)]
             ps = load_repository(root)
-        errors = [f"{d.file}:{d.line}:{d.column}: {d.path + ': ' if d.path else ''}{d.message}"
-                  for d in ps.errors]
+        errors = [
+            f"{d.file}:{d.line}:{d.column}: {d.path + ': ' if d.path else ''}{d.message}" for d in ps.errors
+        ]
         if len(errors) > MAX_ERRORS_IN_MESSAGE:
             errors = [*errors[:MAX_ERRORS_IN_MESSAGE], f"and {len(errors) - MAX_ERRORS_IN_MESSAGE} more"]
         return ps, errors
@@ -262,13 +284,20 @@ class RepositoryReconciler:
         node_pool: dict[str, str] = {}
         for strategy in sorted(ps.mig_strategies, key=lambda s: s.name):
             rollout = strategy.spec.rollout
-            timeout = rollout.pending_timeout.total_seconds() if rollout.pending_timeout else \
-                DEFAULT_PENDING_TIMEOUT_SECONDS
-            pools[strategy.name] = PoolPolicy(strategy.name, max_unavailable_value(rollout.max_unavailable),
-                                              rollout.drain, timeout)
+            timeout = (
+                rollout.pending_timeout.total_seconds()
+                if rollout.pending_timeout
+                else DEFAULT_PENDING_TIMEOUT_SECONDS
+            )
+            pools[strategy.name] = PoolPolicy(
+                strategy.name, max_unavailable_value(rollout.max_unavailable), rollout.drain, timeout
+            )
             for node in inventory.spec.nodes:
-                if node.name in rendered.node_configs and node.name not in node_pool and \
-                        strategy.selects(node.labels):
+                if (
+                    node.name in rendered.node_configs
+                    and node.name not in node_pool
+                    and strategy.selects(node.labels)
+                ):
                     node_pool[node.name] = strategy.name
         configs = dict(live_configs)
         configs.update(_rendered_mig_configs(objects, options.mig_namespace, options.mig_config_name))
@@ -308,11 +337,18 @@ class RepositoryReconciler:
     # -- MIG rollout ------------------------------------------------------------------------------
     def _rollout(self, repo: dict, desired: Desired, facts: list[GpuNodeFacts]) -> RolloutPlan:
         states = [
-            NodeState(name=f.name, pool=desired.node_pool[f.name],
-                      desired_config=_same_or(desired, f),
-                      current_config=f.mig_config, state=f.mig_state, requested_at=f.requested_at,
-                      gpu_pods=len(f.gpu_pods), cordoned_by_kgwe=f.cordoned_by_kgwe)
-            for f in facts if f.name in desired.node_pool
+            NodeState(
+                name=f.name,
+                pool=desired.node_pool[f.name],
+                desired_config=_same_or(desired, f),
+                current_config=f.mig_config,
+                state=f.mig_state,
+                requested_at=f.requested_at,
+                gpu_pods=len(f.gpu_pods),
+                cordoned_by_kgwe=f.cordoned_by_kgwe,
+            )
+            for f in facts
+            if f.name in desired.node_pool
         ]
         now = self.now()
         plan = plan_rollout(states, desired.pools, now)
@@ -327,8 +363,9 @@ class RepositoryReconciler:
                 try:
                     self._do(ops, repo, action, now)
                 except ApiException as exc:
-                    self.recorder.warning(repo, "RolloutActionFailed",
-                                          f"{action.kind} {action.node}: {exc.reason}")
+                    self.recorder.warning(
+                        repo, "RolloutActionFailed", f"{action.kind} {action.node}: {exc.reason}"
+                    )
                     break
                 ran.append(action)
             return ran
@@ -341,17 +378,21 @@ class RepositoryReconciler:
                 selected.setdefault(action.config or "", []).append(action.node)
         for config, names in sorted(selected.items()):  # one Event per config, not one per node
             shown = ", ".join(sorted(names)[:10]) + (", ..." if len(names) > 10 else "")
-            self.recorder.normal(repo, "MIGConfigSelected",
-                                 f"nvidia.com/mig.config={config} on {len(names)} node(s): {shown}")
+            self.recorder.normal(
+                repo, "MIGConfigSelected", f"nvidia.com/mig.config={config} on {len(names)} node(s): {shown}"
+            )
         self.metrics.writes.labels(self.name).inc(ops.writes)
         after = plan_rollout(_apply_all(states, done, now), desired.pools, now)
         for pool, progress in after.pools.items():
-            self.metrics.rollout_pending.labels(self.name, pool).set(len(progress.pending) +
-                                                                     len(progress.waiting_busy))
-            self.metrics.rollout_in_progress.labels(self.name, pool).set(len(progress.in_progress) +
-                                                                         len(progress.draining))
-            self.metrics.rollout_failed.labels(self.name, pool).set(len(progress.failed) +
-                                                                    len(progress.timed_out))
+            self.metrics.rollout_pending.labels(self.name, pool).set(
+                len(progress.pending) + len(progress.waiting_busy)
+            )
+            self.metrics.rollout_in_progress.labels(self.name, pool).set(
+                len(progress.in_progress) + len(progress.draining)
+            )
+            self.metrics.rollout_failed.labels(self.name, pool).set(
+                len(progress.failed) + len(progress.timed_out)
+            )
         return RolloutPlan(tuple(done), after.pools)
 
     def _do(self, ops: NodeOps, repo: dict, action: Action, now: datetime) -> None:
@@ -363,18 +404,27 @@ class RepositoryReconciler:
         elif action.kind == "evict":
             outcome = ops.evict_gpu_pods(action.node)
             if outcome.blocked:
-                self.recorder.warning(repo, "EvictionBlocked", f"node {action.node}: a PodDisruptionBudget "
-                                      f"blocks evicting {', '.join(outcome.blocked)}; will retry")
+                self.recorder.warning(
+                    repo,
+                    "EvictionBlocked",
+                    f"node {action.node}: a PodDisruptionBudget "
+                    f"blocks evicting {', '.join(outcome.blocked)}; will retry",
+                )
         elif action.kind == "uncordon":
             ops.uncordon(action.node)
             self.recorder.normal(repo, "NodeUncordoned", f"node {action.node} uncordoned after MIG change")
 
     # -- status, events, snapshot -------------------------------------------------------------------
-    def _events(self, repo: dict, revision: Revision, status: Mapping, sync: SyncResult,
-                plan: RolloutPlan) -> None:
+    def _events(
+        self, repo: dict, revision: Revision, status: Mapping, sync: SyncResult, plan: RolloutPlan
+    ) -> None:
         if sync.created or sync.updated:
-            self.recorder.normal(repo, "Applied", f"revision {revision}: {len(sync.created)} created, "
-                                 f"{len(sync.updated)} updated ({len(sync.drift_corrected)} drift corrected)")
+            self.recorder.normal(
+                repo,
+                "Applied",
+                f"revision {revision}: {len(sync.created)} created, "
+                f"{len(sync.updated)} updated ({len(sync.drift_corrected)} drift corrected)",
+            )
         if sync.pruned:
             self.recorder.normal(repo, "Pruned", "pruned " + ", ".join(str(r) for r in sync.pruned))
         for progress in plan.stalled:
@@ -388,8 +438,14 @@ class RepositoryReconciler:
             return
         self.status_writes += 1
         self.custom.patch_namespaced_custom_object_status(
-            GROUP, VERSION, self.namespace, PLURAL, self.name, {"status": new},
-            _content_type="application/merge-patch+json")
+            GROUP,
+            VERSION,
+            self.namespace,
+            PLURAL,
+            self.name,
+            {"status": new},
+            _content_type="application/merge-patch+json",
+        )
 
     def _commit_snapshot(self, repo: dict, spec: Mapping, phase: str) -> dict:
         """Commit the GPUInventory snapshot under the reports path (for offline `kgwe plan` in CI)."""
@@ -405,8 +461,13 @@ class RepositoryReconciler:
         branch = reports.get("branch") or ref.get("branch") or "main"
         base = (reports.get("path") or "reports").strip("/")
         prefix = base.split("/")[0] + "/"
-        cb = CommitBack(spec["url"], branch, workdir=self.cache_dir / "commit-back",
-                        credentials=self.git_credentials(spec), allowed_prefixes=(prefix,))
+        cb = CommitBack(
+            spec["url"],
+            branch,
+            workdir=self.cache_dir / "commit-back",
+            credentials=self.git_credentials(spec),
+            allowed_prefixes=(prefix,),
+        )
         result = cb.commit_files({f"{base}/gpu-inventory.yaml": text}, summary="GPU inventory snapshot")
         self._snapshot_hash = digest  # also after a permanent rejection: never retry the same content
         if result.status == "rejected":

@@ -89,19 +89,30 @@ class PoolProgress:
         if self.timed_out:
             return f"pool {self.pool}: no MIG success in time on {', '.join(self.timed_out)}; rollout stopped"
         parts = [f"{len(self.done)}/{self.total} done"]
-        for label, names in (("in progress", self.in_progress), ("draining", self.draining),
-                             ("pending", self.pending), ("waiting for idle GPUs", self.waiting_busy)):
+        for label, names in (
+            ("in progress", self.in_progress),
+            ("draining", self.draining),
+            ("pending", self.pending),
+            ("waiting for idle GPUs", self.waiting_busy),
+        ):
             if names:
                 parts.append(f"{len(names)} {label}")
         return f"pool {self.pool}: " + ", ".join(parts)
 
     def as_status(self) -> dict:
         return {
-            "pool": self.pool, "total": self.total, "maxUnavailable": self.max_unavailable,
-            "done": len(self.done), "inProgress": sorted(self.in_progress), "draining": sorted(self.draining),
-            "pending": len(self.pending), "waitingBusy": sorted(self.waiting_busy),
-            "failed": sorted(self.failed), "timedOut": sorted(self.timed_out),
-            "stopped": self.stopped, "message": self.message(),
+            "pool": self.pool,
+            "total": self.total,
+            "maxUnavailable": self.max_unavailable,
+            "done": len(self.done),
+            "inProgress": sorted(self.in_progress),
+            "draining": sorted(self.draining),
+            "pending": len(self.pending),
+            "waitingBusy": sorted(self.waiting_busy),
+            "failed": sorted(self.failed),
+            "timedOut": sorted(self.timed_out),
+            "stopped": self.stopped,
+            "message": self.message(),
         }
 
 
@@ -185,8 +196,9 @@ def plan_rollout(
         if free <= 0:
             continue
         # Idle nodes first (no disruption at all), then nodes to drain; names keep it deterministic.
-        candidates = sorted((n for n in members if kinds[n.name] == "pending"),
-                            key=lambda n: (n.gpu_pods > 0, n.name))
+        candidates = sorted(
+            (n for n in members if kinds[n.name] == "pending"), key=lambda n: (n.gpu_pods > 0, n.name)
+        )
         for node in candidates[:free]:
             if node.gpu_pods:
                 actions.append(Action("cordon", node.name, node.desired_config))

@@ -39,12 +39,22 @@ _TABLE = {
 }
 
 
-def _condition(ctype: str, status: str, reason: str, message: str, generation: int | None,
-               previous: Mapping[str, Mapping], now: str) -> dict:
+def _condition(
+    ctype: str,
+    status: str,
+    reason: str,
+    message: str,
+    generation: int | None,
+    previous: Mapping[str, Mapping],
+    now: str,
+) -> dict:
     old = previous.get(ctype)
     same = old is not None and old.get("status") == status
     return {
-        "type": ctype, "status": status, "reason": reason, "message": message[:32768],
+        "type": ctype,
+        "status": status,
+        "reason": reason,
+        "message": message[:32768],
         "observedGeneration": generation,
         "lastTransitionTime": (old.get("lastTransitionTime") if same else None) or now,
     }
@@ -58,8 +68,9 @@ def next_status(current: Mapping | None, outcome: Outcome, *, generation: int | 
     ready, ready_reason, reconciling, stalled = _TABLE[outcome.phase]
     conditions = [_condition(READY, ready, ready_reason, outcome.message, generation, previous, stamp)]
     if reconciling:
-        conditions.append(_condition(RECONCILING, "True", reconciling, outcome.message, generation, previous,
-                                     stamp))
+        conditions.append(
+            _condition(RECONCILING, "True", reconciling, outcome.message, generation, previous, stamp)
+        )
     if stalled:
         conditions.append(_condition(STALLED, "True", stalled, outcome.message, generation, previous, stamp))
     status = dict(current)

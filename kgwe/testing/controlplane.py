@@ -377,8 +377,9 @@ class ControlPlane:
             self._start_etcd()
             self._start_apiserver()
             if self._want_kcm:
-                self._kcm = ControllerManagerStandIn(self.new_api_client(pool_size=8),
-                                                     log_path=self.logs_dir / "kcm-standin.log")
+                self._kcm = ControllerManagerStandIn(
+                    self.new_api_client(pool_size=8), log_path=self.logs_dir / "kcm-standin.log"
+                )
                 self._kcm.start()
             self._start_kwok()
             if self._want_scheduler:
@@ -422,17 +423,20 @@ class ControlPlane:
             path.write_text(yaml.safe_dump(cfg, sort_keys=False))
             self.scheduler_port = free_port()
             kubeconfig = str(self.kubeconfig_path)
-            self._spawn("kube-scheduler", [
-                str(self.binaries.path("kube-scheduler")),
-                f"--config={path}",
-                "--bind-address=127.0.0.1",
-                f"--secure-port={self.scheduler_port}",
-                f"--authentication-kubeconfig={kubeconfig}",
-                f"--authorization-kubeconfig={kubeconfig}",
-                # no front-proxy (requestheader) CA is configured; without this the log fills with retries
-                "--authentication-skip-lookup=true",
-                "--v=2",
-            ])
+            self._spawn(
+                "kube-scheduler",
+                [
+                    str(self.binaries.path("kube-scheduler")),
+                    f"--config={path}",
+                    "--bind-address=127.0.0.1",
+                    f"--secure-port={self.scheduler_port}",
+                    f"--authentication-kubeconfig={kubeconfig}",
+                    f"--authorization-kubeconfig={kubeconfig}",
+                    # no front-proxy (requestheader) CA is configured; without this the log fills with retries
+                    "--authentication-skip-lookup=true",
+                    "--v=2",
+                ],
+            )
             self._wait_http("kube-scheduler", f"https://127.0.0.1:{self.scheduler_port}/readyz", verify=False)
 
     @contextlib.contextmanager
@@ -453,64 +457,78 @@ class ControlPlane:
     def _start_etcd(self) -> None:
         self.etcd_port, peer = free_port(), free_port()
         client_url, peer_url = f"http://127.0.0.1:{self.etcd_port}", f"http://127.0.0.1:{peer}"
-        self._spawn("etcd", [
-            str(self.binaries.path("etcd")),
-            "--name=kgwe",
-            f"--data-dir={self.workdir / 'etcd'}",
-            f"--listen-client-urls={client_url}",
-            f"--advertise-client-urls={client_url}",
-            f"--listen-peer-urls={peer_url}",
-            f"--initial-advertise-peer-urls={peer_url}",
-            f"--initial-cluster=kgwe={peer_url}",
-            *self._etcd_no_fsync(),
-            "--quota-backend-bytes=4294967296",
-            "--log-level=warn",
-        ])
+        self._spawn(
+            "etcd",
+            [
+                str(self.binaries.path("etcd")),
+                "--name=kgwe",
+                f"--data-dir={self.workdir / 'etcd'}",
+                f"--listen-client-urls={client_url}",
+                f"--advertise-client-urls={client_url}",
+                f"--listen-peer-urls={peer_url}",
+                f"--initial-advertise-peer-urls={peer_url}",
+                f"--initial-cluster=kgwe={peer_url}",
+                *self._etcd_no_fsync(),
+                "--quota-backend-bytes=4294967296",
+                "--log-level=warn",
+            ],
+        )
         self._wait_http("etcd", f"{client_url}/health", verify=False)
 
     def _etcd_no_fsync(self) -> list[str]:
         """`--unsafe-no-fsync` when this etcd has it (>= 3.5): throw-away data, fsync only slows tests."""
-        shown = subprocess.run([str(self.binaries.path("etcd")), "--help"], capture_output=True,
-                               text=True, check=False, timeout=30)
+        shown = subprocess.run(
+            [str(self.binaries.path("etcd")), "--help"],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=30,
+        )
         return ["--unsafe-no-fsync=true"] if "--unsafe-no-fsync" in shown.stdout + shown.stderr else []
 
     def _start_apiserver(self) -> None:
         assert self.pki is not None
-        self._spawn("kube-apiserver", [
-            str(self.binaries.path("kube-apiserver")),
-            f"--etcd-servers=http://127.0.0.1:{self.etcd_port}",
-            "--bind-address=127.0.0.1",
-            "--advertise-address=127.0.0.1",
-            # The `kubernetes` Service endpoint reconciler refuses loopback addresses; nothing here needs it.
-            "--endpoint-reconciler-type=none",
-            f"--secure-port={self.apiserver_port}",
-            f"--cert-dir={self.workdir / 'apiserver-certs'}",
-            f"--tls-cert-file={self.pki.serving_cert}",
-            f"--tls-private-key-file={self.pki.serving_key}",
-            f"--client-ca-file={self.pki.ca_cert}",
-            f"--service-account-key-file={self.pki.sa_public_key}",
-            f"--service-account-signing-key-file={self.pki.sa_private_key}",
-            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-            "--service-cluster-ip-range=10.96.0.0/16",
-            "--authorization-mode=RBAC",
-            "--allow-privileged=true",
-            "--profiling=false",
-            "--v=1",
-        ])
+        self._spawn(
+            "kube-apiserver",
+            [
+                str(self.binaries.path("kube-apiserver")),
+                f"--etcd-servers=http://127.0.0.1:{self.etcd_port}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                # The `kubernetes` Service endpoint reconciler refuses loopback addresses; nothing here needs it.
+                "--endpoint-reconciler-type=none",
+                f"--secure-port={self.apiserver_port}",
+                f"--cert-dir={self.workdir / 'apiserver-certs'}",
+                f"--tls-cert-file={self.pki.serving_cert}",
+                f"--tls-private-key-file={self.pki.serving_key}",
+                f"--client-ca-file={self.pki.ca_cert}",
+                f"--service-account-key-file={self.pki.sa_public_key}",
+                f"--service-account-signing-key-file={self.pki.sa_private_key}",
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+                "--service-cluster-ip-range=10.96.0.0/16",
+                "--authorization-mode=RBAC",
+                "--allow-privileged=true",
+                "--profiling=false",
+                "--v=1",
+            ],
+        )
         self._wait_http("kube-apiserver", f"{self.server_url}/readyz", verify=True)
 
     def _start_kwok(self) -> None:
         self.kwok_port = free_port()
-        self._spawn("kwok", [
-            str(self.binaries.path("kwok")),
-            f"--kubeconfig={self.kubeconfig_path}",
-            f"--config={KWOK_STAGES}",
-            # Only nodes created as simulated (gpunodes.py sets this annotation) are driven by kwok.
-            "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
-            f"--server-address=127.0.0.1:{self.kwok_port}",
-            f"--node-lease-duration-seconds={self.node_lease_seconds}",
-            "--cidr=10.0.0.1/16",
-        ])
+        self._spawn(
+            "kwok",
+            [
+                str(self.binaries.path("kwok")),
+                f"--kubeconfig={self.kubeconfig_path}",
+                f"--config={KWOK_STAGES}",
+                # Only nodes created as simulated (gpunodes.py sets this annotation) are driven by kwok.
+                "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+                f"--server-address=127.0.0.1:{self.kwok_port}",
+                f"--node-lease-duration-seconds={self.node_lease_seconds}",
+                "--cidr=10.0.0.1/16",
+            ],
+        )
         self._wait_http("kwok", f"http://127.0.0.1:{self.kwok_port}/healthz", verify=False)
 
     def _write_kubeconfig(self) -> None:
@@ -518,10 +536,21 @@ class ControlPlane:
         config = {
             "apiVersion": "v1",
             "kind": "Config",
-            "clusters": [{"name": "kgwe-local", "cluster": {
-                "server": self.server_url, "certificate-authority": str(self.pki.ca_cert)}}],
-            "users": [{"name": "kgwe-admin", "user": {
-                "client-certificate": str(self.pki.admin_cert), "client-key": str(self.pki.admin_key)}}],
+            "clusters": [
+                {
+                    "name": "kgwe-local",
+                    "cluster": {"server": self.server_url, "certificate-authority": str(self.pki.ca_cert)},
+                }
+            ],
+            "users": [
+                {
+                    "name": "kgwe-admin",
+                    "user": {
+                        "client-certificate": str(self.pki.admin_cert),
+                        "client-key": str(self.pki.admin_key),
+                    },
+                }
+            ],
             "contexts": [{"name": "kgwe-local", "context": {"cluster": "kgwe-local", "user": "kgwe-admin"}}],
             "current-context": "kgwe-local",
         }

@@ -22,13 +22,17 @@ def repo_crds() -> list[dict[str, Any]]:
     crd_dir = deploy_dir() / "crds"
     docs: list[dict[str, Any]] = []
     for path in sorted(crd_dir.glob("*.y*ml")) if crd_dir.is_dir() else []:
-        docs += [d for d in yaml.safe_load_all(path.read_text())
-                 if isinstance(d, dict) and d.get("kind") == "CustomResourceDefinition"]
+        docs += [
+            d
+            for d in yaml.safe_load_all(path.read_text())
+            if isinstance(d, dict) and d.get("kind") == "CustomResourceDefinition"
+        ]
     return docs
 
 
-def install_crds(api: client.ApiClient, crds: Iterable[Mapping[str, Any]] | None = None,
-                 timeout_seconds: float = 60.0) -> list[str]:
+def install_crds(
+    api: client.ApiClient, crds: Iterable[Mapping[str, Any]] | None = None, timeout_seconds: float = 60.0
+) -> list[str]:
     """Create (or keep existing) CRDs and wait until each is Established; returns their names."""
     ext = client.ApiextensionsV1Api(api)
     wanted = list(repo_crds() if crds is None else crds)

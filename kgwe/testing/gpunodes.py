@@ -73,10 +73,19 @@ MACHINES: dict[str, GpuMachine] = {
         GpuMachine("DGX-H100", "NVIDIA-H100-80GB-HBM3", 8, "HGX-H100", "224", "2063937Mi", "hopper", (9, 0)),
         GpuMachine("DGX-A100", "NVIDIA-A100-SXM4-80GB", 8, "DGX-A100", "256", "2113645Mi", "ampere", (8, 0)),
         GpuMachine("DGX-1-V100", "Tesla-V100-SXM2-32GB", 8, "DGX-1-V100", "80", "527988Mi", "volta", (7, 0)),
-        GpuMachine("A100-PCIE-NVLINK-PAIRS", "NVIDIA-A100-80GB-PCIe", 8, "A100-PCIE-PAIRS-ADJACENT",
-                   "128", "1056773Mi", "ampere", (8, 0)),
-        GpuMachine("L40S-8-PCIE", "NVIDIA-L40S", 8, "L40S-8-PCIE", "128", "1056773Mi", "ada-lovelace",
-                   (8, 9)),
+        GpuMachine(
+            "A100-PCIE-NVLINK-PAIRS",
+            "NVIDIA-A100-80GB-PCIe",
+            8,
+            "A100-PCIE-PAIRS-ADJACENT",
+            "128",
+            "1056773Mi",
+            "ampere",
+            (8, 0),
+        ),
+        GpuMachine(
+            "L40S-8-PCIE", "NVIDIA-L40S", 8, "L40S-8-PCIE", "128", "1056773Mi", "ada-lovelace", (8, 9)
+        ),
     )
 }
 
@@ -148,12 +157,14 @@ def node_manifest(
         **{label: "true" for label in OPERAND_DEPLOY_LABELS if not label.endswith(".nvsm")},
     }
     if model.mig_capable:
-        node_labels.update({
-            "nvidia.com/mig.strategy": mig_strategy,
-            MIG_CONFIG_LABEL: mig_config or ("all-disabled" if mig_layout is None else "custom"),
-            MIG_STATE_LABEL: "success",
-            MIG_MANAGER_DEPLOY_LABEL: "true",
-        })
+        node_labels.update(
+            {
+                "nvidia.com/mig.strategy": mig_strategy,
+                MIG_CONFIG_LABEL: mig_config or ("all-disabled" if mig_layout is None else "custom"),
+                MIG_STATE_LABEL: "success",
+                MIG_MANAGER_DEPLOY_LABEL: "true",
+            }
+        )
     node_labels.update(labels or {})
     resources = {
         "cpu": gpu_machine.cpu,
@@ -183,8 +194,9 @@ def node_manifest(
 # API helpers
 
 
-def create_gpu_node(api_client: client.ApiClient, name: str, gpu_machine: GpuMachine | str,
-                    **manifest_options: Any) -> Any:
+def create_gpu_node(
+    api_client: client.ApiClient, name: str, gpu_machine: GpuMachine | str, **manifest_options: Any
+) -> Any:
     """Create one simulated GPU node; returns the created V1Node."""
     m = machine(gpu_machine) if isinstance(gpu_machine, str) else gpu_machine
     return client.CoreV1Api(api_client).create_node(node_manifest(name, m, **manifest_options))
@@ -231,8 +243,13 @@ def is_schedulable_ready(node: Any) -> bool:
     return ready and not tainted
 
 
-def wait_nodes_ready(api_client: client.ApiClient, names: Iterable[str], timeout_seconds: float = 60.0,
-                     label_selector: str | None = None, poll_seconds: float = 0.25) -> float:
+def wait_nodes_ready(
+    api_client: client.ApiClient,
+    names: Iterable[str],
+    timeout_seconds: float = 60.0,
+    label_selector: str | None = None,
+    poll_seconds: float = 0.25,
+) -> float:
     """Block until every named node is Ready and untainted; returns the seconds waited.
 
     Polls a raw (JSON, not model) node list: cheap even for thousands of nodes.

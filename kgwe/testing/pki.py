@@ -90,17 +90,27 @@ def write_pki(directory: Path, valid_days: int = 7) -> PkiFiles:
         builder(ca_name, ca_key, is_ca=True)
         .add_extension(
             x509.KeyUsage(
-                digital_signature=True, content_commitment=False, key_encipherment=False,
-                data_encipherment=False, key_agreement=False, key_cert_sign=True, crl_sign=True,
-                encipher_only=False, decipher_only=False,
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
             ),
             critical=True,
         )
         .sign(ca_key, hashes.SHA256())
     )
 
-    def leaf(subject: x509.Name, key: ec.EllipticCurvePrivateKey, usage: x509.ObjectIdentifier,
-             san: x509.SubjectAlternativeName | None) -> x509.Certificate:
+    def leaf(
+        subject: x509.Name,
+        key: ec.EllipticCurvePrivateKey,
+        usage: x509.ObjectIdentifier,
+        san: x509.SubjectAlternativeName | None,
+    ) -> x509.Certificate:
         b = builder(subject, key, is_ca=False).add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
         if san is not None:
             b = b.add_extension(san, critical=False)

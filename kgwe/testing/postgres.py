@@ -63,8 +63,14 @@ class PostgresServer:
 
     def _run(self, *args: str, timeout: float = 60) -> None:
         try:
-            subprocess.run([str(_bin_dir() / args[0]), *args[1:]], check=True, capture_output=True,
-                           text=True, timeout=timeout, user=self._user)
+            subprocess.run(
+                [str(_bin_dir() / args[0]), *args[1:]],
+                check=True,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                user=self._user,
+            )
         except subprocess.CalledProcessError as exc:
             log = self.log.read_text(errors="replace")[-2000:] if self.log.exists() else ""
             raise KgweError(f"PostgreSQL {args[0]} failed: {exc.stderr.strip()[-2000:]} {log}") from None
@@ -72,20 +78,41 @@ class PostgresServer:
     def start(self) -> PostgresServer:
         if os.geteuid() == 0:
             self._prepare_unprivileged_user()
-        self._run("initdb", "-D", str(self.pgdata), "--auth=trust", "-U", "postgres", "-E", "UTF8",
-                  "--no-sync")
+        self._run(
+            "initdb", "-D", str(self.pgdata), "--auth=trust", "-U", "postgres", "-E", "UTF8", "--no-sync"
+        )
         # postgres runs as our child (not daemonized by pg_ctl) and gets SIGTERM if we die, so a killed
         # test run or benchmark never leaves a server behind.
         with open(self.log, "ab") as log:
             self._process = subprocess.Popen(
-                [str(_bin_dir() / "postgres"), "-D", str(self.pgdata), "-h", "127.0.0.1",
-                 "-p", str(self.port), "-k", str(self.tmp), "-c", "fsync=off", "-c", "full_page_writes=off"],
-                stdout=log, stderr=subprocess.STDOUT, user=self._user, preexec_fn=_die_with_parent,
+                [
+                    str(_bin_dir() / "postgres"),
+                    "-D",
+                    str(self.pgdata),
+                    "-h",
+                    "127.0.0.1",
+                    "-p",
+                    str(self.port),
+                    "-k",
+                    str(self.tmp),
+                    "-c",
+                    "fsync=off",
+                    "-c",
+                    "full_page_writes=off",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                user=self._user,
+                preexec_fn=_die_with_parent,
             )
         self._started = True
         deadline = time.monotonic() + 60
-        while subprocess.run([str(_bin_dir() / "pg_isready"), "-q", "-h", "127.0.0.1", "-p", str(self.port)],
-                             check=False).returncode != 0:
+        while (
+            subprocess.run(
+                [str(_bin_dir() / "pg_isready"), "-q", "-h", "127.0.0.1", "-p", str(self.port)], check=False
+            ).returncode
+            != 0
+        ):
             if self._process.poll() is not None or time.monotonic() > deadline:
                 self.stop()
                 raise KgweError(f"PostgreSQL did not start: {self.log.read_text(errors='replace')[-2000:]}")
@@ -100,8 +127,9 @@ class PostgresServer:
         try:
             entry = pwd.getpwnam(SYSTEM_USER)
         except KeyError:
-            subprocess.run(["useradd", "--system", "--no-create-home", SYSTEM_USER], check=True,
-                           capture_output=True)
+            subprocess.run(
+                ["useradd", "--system", "--no-create-home", SYSTEM_USER], check=True, capture_output=True
+            )
             entry = pwd.getpwnam(SYSTEM_USER)
         self._user = SYSTEM_USER
         os.chown(self.tmp, entry.pw_uid, entry.pw_gid)

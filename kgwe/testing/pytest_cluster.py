@@ -85,8 +85,9 @@ def k8s_api(control_plane: ControlPlane) -> client.ApiClient:
     return control_plane.api_client()
 
 
-def _wait_default_service_account(core: client.CoreV1Api, namespace: str, timeout_seconds: float = 30
-                                  ) -> None:
+def _wait_default_service_account(
+    core: client.CoreV1Api, namespace: str, timeout_seconds: float = 30
+) -> None:
     deadline = time.monotonic() + timeout_seconds
     while True:
         try:
@@ -96,8 +97,11 @@ def _wait_default_service_account(core: client.CoreV1Api, namespace: str, timeou
             if exc.status != 404:
                 raise
         if time.monotonic() > deadline:
-            pytest.fail(f"no `default` ServiceAccount in {namespace} after {timeout_seconds}s "
-                        "(the controller-manager stand-in should create it)", pytrace=False)
+            pytest.fail(
+                f"no `default` ServiceAccount in {namespace} after {timeout_seconds}s "
+                "(the controller-manager stand-in should create it)",
+                pytrace=False,
+            )
         time.sleep(0.05)
 
 
@@ -119,8 +123,9 @@ def namespace(k8s_api: client.ApiClient, request: pytest.FixtureRequest) -> Iter
     core = client.CoreV1Api(k8s_api)
     base = re.sub(r"[^a-z0-9-]+", "-", request.node.name.lower()).strip("-")[:40].strip("-")
     name = f"{base or 't'}-{secrets.token_hex(3)}"
-    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(
-        name=name, labels={"kgwe.nvidia.io/test": "true"})))
+    core.create_namespace(
+        client.V1Namespace(metadata=client.V1ObjectMeta(name=name, labels={"kgwe.nvidia.io/test": "true"}))
+    )
     _wait_default_service_account(core, name)
     yield name
     delete_namespace(core, name)
@@ -130,8 +135,12 @@ def namespace(k8s_api: client.ApiClient, request: pytest.FixtureRequest) -> Iter
 def gpu_node(k8s_api: client.ApiClient) -> Iterator[Callable[..., str]]:
     created: list[str] = []
 
-    def make(machine: str = "DGX-H100", name: str | None = None, ready_timeout_seconds: float = 60,
-             **manifest_options: Any) -> str:
+    def make(
+        machine: str = "DGX-H100",
+        name: str | None = None,
+        ready_timeout_seconds: float = 60,
+        **manifest_options: Any,
+    ) -> str:
         node_name = name or f"{machine.lower()}-{secrets.token_hex(3)}"
         gpunodes.create_gpu_node(k8s_api, node_name, machine, **manifest_options)
         created.append(node_name)

@@ -74,9 +74,16 @@ def test_scheduler_runs_with_a_given_configuration(
 ) -> None:
     core = client.CoreV1Api(k8s_api)
     node = gpu_node("L40S-8-PCIE")
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "custom"},
-           "spec": {"schedulerName": "kgwe-custom", "nodeSelector": {"kubernetes.io/hostname": node},
-                    "containers": [{"name": "c", "image": "x"}]}}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "custom"},
+        "spec": {
+            "schedulerName": "kgwe-custom",
+            "nodeSelector": {"kubernetes.io/hostname": node},
+            "containers": [{"name": "c", "image": "x"}],
+        },
+    }
     core.create_namespaced_pod(namespace, pod)
     config = default_scheduler_config(profiles=[{"schedulerName": "kgwe-custom"}])
     with control_plane.using_scheduler_config(config):
@@ -97,9 +104,15 @@ def test_namespace_cleanup_removes_pods_and_the_namespace(k8s_api: client.ApiCli
     while not core.list_namespaced_service_account("cleanup-check").items:
         assert time.monotonic() < deadline, "default ServiceAccount never created"
         time.sleep(0.05)
-    core.create_namespaced_pod("cleanup-check", {
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
-        "spec": {"nodeName": node, "containers": [{"name": "c", "image": "x"}]}})
+    core.create_namespaced_pod(
+        "cleanup-check",
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "p"},
+            "spec": {"nodeName": node, "containers": [{"name": "c", "image": "x"}]},
+        },
+    )
     delete_namespace(core, "cleanup-check")
     with pytest.raises(ApiException) as err:
         core.read_namespace("cleanup-check")
@@ -135,18 +148,32 @@ def test_scheduler_accepts_an_extenders_entry(
 ) -> None:
     core = client.CoreV1Api(k8s_api)
     node = gpu_node("DGX-A100")
-    extender = {"urlPrefix": f"http://127.0.0.1:{free_port()}/kgwe", "filterVerb": "filter",
-                "prioritizeVerb": "prioritize", "weight": 1, "nodeCacheCapable": True,
-                "ignorable": True,  # nothing listens there: an ignorable extender must not block scheduling
-                "managedResources": [{"name": "nvidia.com/gpu", "ignoredByScheduler": False}]}
+    extender = {
+        "urlPrefix": f"http://127.0.0.1:{free_port()}/kgwe",
+        "filterVerb": "filter",
+        "prioritizeVerb": "prioritize",
+        "weight": 1,
+        "nodeCacheCapable": True,
+        "ignorable": True,  # nothing listens there: an ignorable extender must not block scheduling
+        "managedResources": [{"name": "nvidia.com/gpu", "ignoredByScheduler": False}],
+    }
     with control_plane.using_scheduler_config(baseline_scheduler_config(extenders=[extender])):
         text = (control_plane.workdir / "kube-scheduler.yaml").read_text()
         assert "urlPrefix" in text and "/kgwe" in text
-        core.create_namespaced_pod(namespace, {
-            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "via-extender"},
-            "spec": {"nodeSelector": {"kubernetes.io/hostname": node},
-                     "containers": [{"name": "c", "image": "x",
-                                     "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}})
+        core.create_namespaced_pod(
+            namespace,
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": "via-extender"},
+                "spec": {
+                    "nodeSelector": {"kubernetes.io/hostname": node},
+                    "containers": [
+                        {"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
+                    ],
+                },
+            },
+        )
         deadline = time.monotonic() + 30
         while core.read_namespaced_pod("via-extender", namespace).spec.node_name != node:
             assert time.monotonic() < deadline, "pod not bound with an ignorable, unreachable extender"

@@ -14,17 +14,23 @@ CONFIGS = {
     "all-1g.10gb": [{"devices": "all", "mig-enabled": True, "mig-devices": {"1g.10gb": 7}}],
     "half": [
         {"devices": [0, 1, 2, 3], "mig-enabled": False},
-        {"devices": [4, 5, 6, 7], "mig-enabled": True,
-         "mig-devices": {"3g.40gb": 1, "2g.20gb": 1, "1g.10gb": 2}},
+        {
+            "devices": [4, 5, 6, 7],
+            "mig-enabled": True,
+            "mig-devices": {"3g.40gb": 1, "2g.20gb": 1, "1g.10gb": 2},
+        },
     ],
     "too-much": [{"devices": "all", "mig-enabled": True, "mig-devices": {"4g.40gb": 1, "3g.40gb": 2}}],
     "bad-profile": [{"devices": "all", "mig-enabled": True, "mig-devices": {"9g.99gb": 1}}],
     "bad-index": [{"devices": [8], "mig-enabled": False}],
     "filtered": [
-        {"devices": "all", "mig-enabled": True, "mig-devices": {"7g.80gb": 1},
-         "device-filter": "0x233010DE"},
-        {"devices": "all", "mig-enabled": True, "mig-devices": {"1g.5gb": 7},
-         "device-filter": ["0x20B010DE"]},
+        {"devices": "all", "mig-enabled": True, "mig-devices": {"7g.80gb": 1}, "device-filter": "0x233010DE"},
+        {
+            "devices": "all",
+            "mig-enabled": True,
+            "mig-devices": {"1g.5gb": 7},
+            "device-filter": ["0x20B010DE"],
+        },
     ],
 }
 

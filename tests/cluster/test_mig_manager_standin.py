@@ -40,8 +40,10 @@ def mig_parted_config(k8s_api: client.ApiClient, mig_manager: MigManagerStandIn)
     except ApiException as exc:
         if exc.status != 409:
             raise
-    body = client.V1ConfigMap(metadata=client.V1ObjectMeta(name=mig_manager.config_map),
-                              data={mig_manager.config_key: yaml.safe_dump(MIG_CONFIGS)})
+    body = client.V1ConfigMap(
+        metadata=client.V1ObjectMeta(name=mig_manager.config_map),
+        data={mig_manager.config_key: yaml.safe_dump(MIG_CONFIGS)},
+    )
     try:
         core.create_namespaced_config_map(ns, body)
     except ApiException as exc:
@@ -64,8 +66,12 @@ def _select_config(core: client.CoreV1Api, node: str, config: str) -> list[str]:
     core.patch_node(node, {"metadata": {"labels": {MIG_CONFIG_LABEL: config}}})
     states: list[str] = []
     w = watch.Watch()
-    for event in w.stream(core.list_node, field_selector=f"metadata.name={node}",
-                          resource_version=listing.metadata.resource_version, timeout_seconds=30):
+    for event in w.stream(
+        core.list_node,
+        field_selector=f"metadata.name={node}",
+        resource_version=listing.metadata.resource_version,
+        timeout_seconds=30,
+    ):
         labels = event["object"].metadata.labels
         if labels.get(MIG_CONFIG_LABEL) != config:
             continue

@@ -14,6 +14,7 @@ from kgwe.testing.crds import install_crds, repo_crds
 
 pytestmark = pytest.mark.cluster
 
+
 def test_version_is_the_pinned_release(control_plane: ControlPlane) -> None:
     version = control_plane.version()
     assert version["gitVersion"] == control_plane.binaries.kubernetes_version
@@ -33,8 +34,12 @@ def test_crd_schema_violation_is_rejected_with_422(k8s_api: client.ApiClient, na
         if props.get("spec", {}).get("type") != "object":
             continue
         group, plural, kind = spec["group"], spec["names"]["plural"], spec["names"]["kind"]
-        body = {"apiVersion": f"{group}/{version['name']}", "kind": kind,
-                "metadata": {"name": "bad"}, "spec": "this should be an object"}
+        body = {
+            "apiVersion": f"{group}/{version['name']}",
+            "kind": kind,
+            "metadata": {"name": "bad"},
+            "spec": "this should be an object",
+        }
         with pytest.raises(ApiException) as err:
             if spec["scope"] == "Namespaced":
                 custom.create_namespaced_custom_object(group, version["name"], namespace, plural, body)
@@ -49,10 +54,18 @@ def test_server_side_apply_field_managers_and_conflict(k8s_api: client.ApiClient
     core = client.CoreV1Api(k8s_api)
 
     def apply(manager: str, value: str, force: bool = False) -> Any:
-        body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "ssa", "namespace": namespace},
-                "data": {"owner-field": value}}
+        body = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "ssa", "namespace": namespace},
+            "data": {"owner-field": value},
+        }
         return core.patch_namespaced_config_map(
-            "ssa", namespace, body, field_manager=manager, force=force,
+            "ssa",
+            namespace,
+            body,
+            field_manager=manager,
+            force=force,
             _content_type="application/apply-patch+yaml",
         )
 
@@ -71,24 +84,37 @@ def test_server_side_apply_field_managers_and_conflict(k8s_api: client.ApiClient
 
 def _gpu_pod(name: str, node: str, gpus: int) -> dict[str, Any]:
     return {
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
         "spec": {
             "nodeSelector": {"kubernetes.io/hostname": node},
-            "containers": [{"name": "main", "image": "nvcr.io/nvidia/cuda:12.4.0-base-ubuntu22.04",
-                            "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}],
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "nvcr.io/nvidia/cuda:12.4.0-base-ubuntu22.04",
+                    "resources": {"limits": {"nvidia.com/gpu": str(gpus)}},
+                }
+            ],
         },
     }
 
 
-def _create_and_watch(core: client.CoreV1Api, namespace: str, body: dict[str, Any], done: Any,
-                      timeout: int = 60) -> tuple[Any, list[str]]:
+def _create_and_watch(
+    core: client.CoreV1Api, namespace: str, body: dict[str, Any], done: Any, timeout: int = 60
+) -> tuple[Any, list[str]]:
     """Create a pod and follow it from its creation until `done(pod)`; returns (pod, phases seen)."""
     created = core.create_namespaced_pod(namespace, body)
     phases = [created.status.phase]
     w = watch.Watch()
     name = body["metadata"]["name"]
-    for event in w.stream(core.list_namespaced_pod, namespace, field_selector=f"metadata.name={name}",
-                          resource_version=created.metadata.resource_version, timeout_seconds=timeout):
+    for event in w.stream(
+        core.list_namespaced_pod,
+        namespace,
+        field_selector=f"metadata.name={name}",
+        resource_version=created.metadata.resource_version,
+        timeout_seconds=timeout,
+    ):
         pod = event["object"]
         if phases[-1] != pod.status.phase:
             phases.append(pod.status.phase)
@@ -105,8 +131,10 @@ def test_scheduler_binds_gpu_pod_and_kwok_runs_it(
     node = gpu_node("DGX-H100")
     # What kube-controller-manager would have done, done visibly by the stand-in:
     # The stand-in logs right after its API call returns, so the line may trail the node by a moment.
-    expected = (f"node {node} is Ready: removed taint node.kubernetes.io/not-ready",
-                f"namespace {namespace}: created ServiceAccount default")
+    expected = (
+        f"node {node} is Ready: removed taint node.kubernetes.io/not-ready",
+        f"namespace {namespace}: created ServiceAccount default",
+    )
     log_path = control_plane.log_paths()["kcm-standin"]
     for _ in range(100):
         standin_log = log_path.read_text()
@@ -115,8 +143,9 @@ def test_scheduler_binds_gpu_pod_and_kwok_runs_it(
         time.sleep(0.1)
     for line in expected:
         assert line in standin_log
-    pod, phases = _create_and_watch(core, namespace, _gpu_pod("two-gpus", node, 2),
-                                    lambda p: p.status.phase == "Running")
+    pod, phases = _create_and_watch(
+        core, namespace, _gpu_pod("two-gpus", node, 2), lambda p: p.status.phase == "Running"
+    )
     assert pod.spec.node_name == node
     assert phases == ["Pending", "Running"]
     conditions = {c.type: c.status for c in pod.status.conditions}

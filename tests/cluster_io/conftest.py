@@ -30,8 +30,9 @@ def wait_for(predicate: Callable[[], Any], timeout_seconds: float = 30.0, what: 
 def put_mig_parted_config(core: client.CoreV1Api, manager: Any, configs: dict) -> None:
     ensure_namespace(core.api_client, manager.config_namespace)
     text = yaml.safe_dump({"version": "v1", "mig-configs": configs})
-    body = client.V1ConfigMap(metadata=client.V1ObjectMeta(name=manager.config_map),
-                              data={manager.config_key: text})
+    body = client.V1ConfigMap(
+        metadata=client.V1ObjectMeta(name=manager.config_map), data={manager.config_key: text}
+    )
     try:
         core.create_namespaced_config_map(manager.config_namespace, body)
     except ApiException as exc:
@@ -40,21 +41,34 @@ def put_mig_parted_config(core: client.CoreV1Api, manager: Any, configs: dict) -
         core.replace_namespaced_config_map(manager.config_map, manager.config_namespace, body)
 
 
-def gpu_pod(name: str, node: str, resource: str = "nvidia.com/gpu", count: int = 1,
-            labels: dict | None = None) -> dict:
+def gpu_pod(
+    name: str, node: str, resource: str = "nvidia.com/gpu", count: int = 1, labels: dict | None = None
+) -> dict:
     return {
-        "apiVersion": "v1", "kind": "Pod",
+        "apiVersion": "v1",
+        "kind": "Pod",
         "metadata": {"name": name, "labels": labels or {"app": name}},
-        "spec": {"nodeName": node, "terminationGracePeriodSeconds": 0,
-                 "tolerations": [{"operator": "Exists"}],
-                 "containers": [{"name": "c", "image": "busybox",
-                                 "resources": {"limits": {resource: str(count)},
-                                               "requests": {resource: str(count)}}}]},
+        "spec": {
+            "nodeName": node,
+            "terminationGracePeriodSeconds": 0,
+            "tolerations": [{"operator": "Exists"}],
+            "containers": [
+                {
+                    "name": "c",
+                    "image": "busybox",
+                    "resources": {"limits": {resource: str(count)}, "requests": {resource: str(count)}},
+                }
+            ],
+        },
     }
 
 
 @pytest.fixture
 def kio() -> SimpleNamespace:
     """The helpers above, for test modules (importlib mode has no package-relative imports)."""
-    return SimpleNamespace(wait_for=wait_for, ensure_namespace=ensure_namespace,
-                           put_mig_parted_config=put_mig_parted_config, gpu_pod=gpu_pod)
+    return SimpleNamespace(
+        wait_for=wait_for,
+        ensure_namespace=ensure_namespace,
+        put_mig_parted_config=put_mig_parted_config,
+        gpu_pod=gpu_pod,
+    )

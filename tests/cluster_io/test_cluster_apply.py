@@ -12,17 +12,26 @@ pytestmark = pytest.mark.cluster
 
 
 def cm(namespace: str, name: str, data: dict) -> dict:
-    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": namespace},
-            "data": data}
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": namespace},
+        "data": data,
+    }
 
 
 def test_apply_only_what_differs_and_count_drift(k8s_api: client.ApiClient, namespace: str):
     core = client.CoreV1Api(k8s_api)
     applier = Applier(k8s_api, "kgwe-system.gpu-policy")
-    objs = [cm(namespace, "kgwe-scoring", {"weights": "40/35/25"}),
-            {"apiVersion": "v1", "kind": "ResourceQuota",
-             "metadata": {"name": "kgwe-budget", "namespace": namespace},
-             "spec": {"hard": {"requests.nvidia.com/gpu": "32"}}}]
+    objs = [
+        cm(namespace, "kgwe-scoring", {"weights": "40/35/25"}),
+        {
+            "apiVersion": "v1",
+            "kind": "ResourceQuota",
+            "metadata": {"name": "kgwe-budget", "namespace": namespace},
+            "spec": {"hard": {"requests.nvidia.com/gpu": "32"}},
+        },
+    ]
 
     first = applier.sync(objs, previous=[])
     assert len(first.created) == 2 and first.writes == 2
@@ -34,12 +43,14 @@ def test_apply_only_what_differs_and_count_drift(k8s_api: client.ApiClient, name
     assert noop.writes == 0 and len(noop.unchanged) == 2 and not noop.changed
 
     # Another manager adds its own label: KGWE leaves it alone and sees no difference.
-    core.patch_namespaced_config_map("kgwe-scoring", namespace, {"metadata": {"labels": {"team": "ml"}}},
-                                     field_manager="someone-else")
+    core.patch_namespaced_config_map(
+        "kgwe-scoring", namespace, {"metadata": {"labels": {"team": "ml"}}}, field_manager="someone-else"
+    )
     assert applier.sync(objs, previous=[]).writes == 0
     # A hand edit of a field KGWE owns is corrected and counted as drift.
-    core.patch_namespaced_config_map("kgwe-scoring", namespace, {"data": {"weights": "1/1/1"}},
-                                     field_manager="kubectl-edit")
+    core.patch_namespaced_config_map(
+        "kgwe-scoring", namespace, {"data": {"weights": "1/1/1"}}, field_manager="kubectl-edit"
+    )
     fixed = applier.sync(objs, previous=[])
     assert [str(r) for r in fixed.drift_corrected] == [f"ConfigMap/{namespace}/kgwe-scoring"]
     live = core.read_namespaced_config_map("kgwe-scoring", namespace)
@@ -59,8 +70,9 @@ def test_prune_respects_inventory_optout_and_ownership(k8s_api: client.ApiClient
     first = applier.sync([keep, gone, protected], previous=[])
     previous = first.applied
     # Someone else's object of the same name pattern, listed in a stale inventory: never deleted.
-    core.create_namespaced_config_map(namespace, client.V1ConfigMap(
-        metadata=client.V1ObjectMeta(name="not-ours"), data={"x": "1"}))
+    core.create_namespaced_config_map(
+        namespace, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="not-ours"), data={"x": "1"})
+    )
     previous = [*previous, ObjectRef("v1", "ConfigMap", namespace, "not-ours")]
 
     second = applier.sync([keep], previous=previous)

@@ -46,8 +46,13 @@ def test_exactly_one_leader_and_takeover_only_after_the_old_one_stops(k8s_api, n
 
 def test_loss_fires_callback_and_release_hands_over(k8s_api, namespace):
     events: list[str] = []
-    a = elector(k8s_api, namespace, "a", on_started_leading=lambda: events.append("a+"),
-                on_stopped_leading=lambda: events.append("a-"))
+    a = elector(
+        k8s_api,
+        namespace,
+        "a",
+        on_started_leading=lambda: events.append("a+"),
+        on_stopped_leading=lambda: events.append("a-"),
+    )
     b = elector(k8s_api, namespace, "b", on_started_leading=lambda: events.append("b+"))
     a.step()
     b.step()
@@ -91,5 +96,6 @@ def test_two_threads_running_never_both_lead(k8s_api, namespace):
 
 def test_bad_timing_is_refused(k8s_api):
     with pytest.raises(KgweError):
-        LeaderElector(k8s_api, name="x", namespace="y", identity="z", lease_duration_seconds=5,
-                      renew_deadline_seconds=6)
+        LeaderElector(
+            k8s_api, name="x", namespace="y", identity="z", lease_duration_seconds=5, renew_deadline_seconds=6
+        )

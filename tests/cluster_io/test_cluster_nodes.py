@@ -16,8 +16,10 @@ pytestmark = pytest.mark.cluster
 
 CONFIGS = {
     "all-disabled": [{"devices": "all", "mig-enabled": False}],
-    "kgwe-half": [{"devices": [0, 1, 2, 3], "mig-enabled": False},
-                  {"devices": [4, 5, 6, 7], "mig-enabled": True, "mig-devices": {"1g.10gb": 7}}],
+    "kgwe-half": [
+        {"devices": [0, 1, 2, 3], "mig-enabled": False},
+        {"devices": [4, 5, 6, 7], "mig-enabled": True, "mig-devices": {"1g.10gb": 7}},
+    ],
 }
 
 
@@ -32,8 +34,13 @@ def test_relabel_drives_the_mig_manager_to_success(k8s_api, gpu_node, mig_manage
     node = gpu_node("DGX-H100")
     ops = NodeOps(k8s_api)
     ops.relabel(node, "kgwe-half")
-    wait_for(lambda: labels_of(core, node).get(MIG_STATE_LABEL) == "success"
-             and labels_of(core, node).get(MIG_CONFIG_LABEL) == "kgwe-half", what="MIG success")
+    wait_for(
+        lambda: (
+            labels_of(core, node).get(MIG_STATE_LABEL) == "success"
+            and labels_of(core, node).get(MIG_CONFIG_LABEL) == "kgwe-half"
+        ),
+        what="MIG success",
+    )
     annotations = core.read_node(node).metadata.annotations
     assert REQUESTED_AT_ANNOTATION in annotations
     facts = {f.name: f for f in read_gpu_nodes(k8s_api)}[node]
@@ -61,9 +68,15 @@ def test_cordon_evict_uncordon(k8s_api, gpu_node, namespace, kio):
 
     # A PodDisruptionBudget that allows no disruption blocks the eviction (429), respected.
     policy = client.PolicyV1Api(k8s_api)
-    policy.create_namespaced_pod_disruption_budget(namespace, {
-        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "keep-trainer"},
-        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "trainer"}}}})
+    policy.create_namespaced_pod_disruption_budget(
+        namespace,
+        {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": "keep-trainer"},
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "trainer"}}},
+        },
+    )
     blocked = ops.evict_gpu_pods(node)
     assert blocked.blocked == (f"{namespace}/trainer",) and not blocked.evicted
     assert core.read_namespaced_pod("trainer", namespace).metadata.deletion_timestamp is None

@@ -19,9 +19,15 @@ from kgwe.cost.forecast import forecast_daily, rolling_origin_mape, seasonal_nai
 from kgwe.policy.loader import load_repository
 from kgwe.resources import sample_repo_dir
 
-SPEC = BudgetSpec("ml", "ml-team", ("ml-a", "ml-b"), "Monthly", Decimal("1000"),
-                  quota={"nvidia.com/gpu": 8, "nvidia.com/mig-1g.10gb": 14},
-                  alerts=(Alert(Decimal(50)), Alert(Decimal(80)), Alert(Decimal(100), "Enforce")))
+SPEC = BudgetSpec(
+    "ml",
+    "ml-team",
+    ("ml-a", "ml-b"),
+    "Monthly",
+    Decimal("1000"),
+    quota={"nvidia.com/gpu": 8, "nvidia.com/mig-1g.10gb": 14},
+    alerts=(Alert(Decimal(50)), Alert(Decimal(80)), Alert(Decimal(100), "Enforce")),
+)
 
 
 def spend(per_day: str, start: date, days: int) -> dict[date, Decimal]:
@@ -44,8 +50,10 @@ def test_alerts_fire_in_order_and_enforce_caps_at_current_use_then_lifts_next_pe
     assert [a.at_percent for a in status.fired] == [50, 80, 100] and status.enforce
     use = {"ml-a": {"nvidia.com/gpu": 3}, "ml-b": {"nvidia.com/gpu": 12, "nvidia.com/mig-1g.10gb": 2}}
     capped = {d.namespace: d.hard for d in quota_decisions(SPEC, status, use)}
-    assert capped == {"ml-a": {"requests.nvidia.com/gpu": "3", "requests.nvidia.com/mig-1g.10gb": "0"},
-                      "ml-b": {"requests.nvidia.com/gpu": "8", "requests.nvidia.com/mig-1g.10gb": "2"}}
+    assert capped == {
+        "ml-a": {"requests.nvidia.com/gpu": "3", "requests.nvidia.com/mig-1g.10gb": "0"},
+        "ml-b": {"requests.nvidia.com/gpu": "8", "requests.nvidia.com/mig-1g.10gb": "2"},
+    }
     december = evaluate_budget(SPEC, history, datetime(2026, 12, 1, 1, tzinfo=UTC))
     assert not december.enforce
     assert all(d.hard["requests.nvidia.com/gpu"] == "8" for d in quota_decisions(SPEC, december, use))
@@ -93,8 +101,11 @@ def test_metrics_expose_cost_by_team_and_namespace_budget_ratio_and_idle():
     period = Period(t0, t0 + timedelta(hours=10))
     cb = chargeback_from_intervals(
         [UsageInterval("p", "ml-a", "ml-team", "n", h100, "whole", 1, t0, t0 + timedelta(hours=10))],
-        [NodeCapacity("n", h100, 2, t0)], pricebook([{"product": h100, "onDemandPerHour": "2"}]), period,
-        group_by=("team", "namespace"))
+        [NodeCapacity("n", h100, 2, t0)],
+        pricebook([{"product": h100, "onDemandPerHour": "2"}]),
+        period,
+        group_by=("team", "namespace"),
+    )
     status = evaluate_budget(SPEC, spend("30", date(2026, 10, 1), 41), datetime(2026, 11, 11, tzinfo=UTC))
     registry = CollectorRegistry()
     install(registry).update(cb, [status])
@@ -111,8 +122,11 @@ def test_alert_events_name_the_threshold_and_the_period():
     history = spend("40", date(2026, 10, 1), 31) | spend("60", date(2026, 11, 1), 20)
     status = evaluate_budget(SPEC, history, datetime(2026, 11, 20, 12, tzinfo=UTC))
     events = alert_events(status)
-    assert [(t, r) for t, r, _ in events] == [("Normal", "BudgetThreshold"), ("Normal", "BudgetThreshold"),
-                                              ("Warning", "BudgetEnforced")]
+    assert [(t, r) for t, r, _ in events] == [
+        ("Normal", "BudgetThreshold"),
+        ("Normal", "BudgetThreshold"),
+        ("Warning", "BudgetEnforced"),
+    ]
     assert "2026-11" in events[-1][2] and "capped" in events[-1][2]
     quiet = evaluate_budget(SPEC, spend("1", date(2026, 11, 1), 3), datetime(2026, 11, 4, tzinfo=UTC))
     assert alert_events(quiet) == []

@@ -24,8 +24,10 @@ PRICES = [
     {"product": H100, "onDemandPerHour": "4.10", "spotPerHour": "1.60"},
     {"product": A100, "onDemandPerHour": "2.933", "spotPerHour": "1.07"},
 ]
-MIG_PROFILES = {H100: ["1g.10gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb", "1g.20gb"],
-                A100: ["1g.10gb", "3g.40gb", "7g.80gb"]}
+MIG_PROFILES = {
+    H100: ["1g.10gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb", "1g.20gb"],
+    A100: ["1g.10gb", "3g.40gb", "7g.80gb"],
+}
 
 
 def book(**kw):
@@ -61,28 +63,46 @@ def clusters(draw):
             e = min(node.end, s + timedelta(seconds=draw(st.integers(1, 3600 * 50))))
             if e <= s:
                 continue
-            common = dict(pod=f"p{i}-{j}", namespace=draw(st.sampled_from(["ml", "web", "ops"])),
-                          team=draw(st.sampled_from(["red", "blue"])), node=node.node, gpu_product=product,
-                          start=s, end=e, spot=spot)
+            common = dict(
+                pod=f"p{i}-{j}",
+                namespace=draw(st.sampled_from(["ml", "web", "ops"])),
+                team=draw(st.sampled_from(["red", "blue"])),
+                node=node.node,
+                gpu_product=product,
+                start=s,
+                end=e,
+                spot=spot,
+            )
             if kind == "whole":
                 intervals.append(UsageInterval(kind="whole", count=1, **common))
             elif kind == "mig":
                 prof = draw(st.sampled_from(MIG_PROFILES[product]))
                 intervals.append(UsageInterval(kind="mig", count=1, mig_profile=prof, **common))
             else:
-                intervals.append(UsageInterval(kind="shared", count=1,
-                                               gpu_milli=draw(st.integers(1, 1000)), **common))
+                intervals.append(
+                    UsageInterval(kind="shared", count=1, gpu_milli=draw(st.integers(1, 1000)), **common)
+                )
     return nodes, intervals
 
 
 @settings(max_examples=150, deadline=None)
-@given(clusters(), st.sampled_from(["Separate", "ShareByAllocation"]),
-       st.sampled_from(["ComputeSlices", "MemorySlices", "Max"]), st.sampled_from(["total", "day"]),
-       st.sampled_from([("team",), ("namespace",), ("team", "gpu_product")]))
+@given(
+    clusters(),
+    st.sampled_from(["Separate", "ShareByAllocation"]),
+    st.sampled_from(["ComputeSlices", "MemorySlices", "Max"]),
+    st.sampled_from(["total", "day"]),
+    st.sampled_from([("team",), ("namespace",), ("team", "gpu_product")]),
+)
 def test_conservation_to_the_cent(cluster, idle_cost, mig_pricing, granularity, group_by):
     nodes, intervals = cluster
-    cb = chargeback_from_intervals(intervals, nodes, book(idle_cost=idle_cost, mig_pricing=mig_pricing),
-                                   PERIOD, granularity=granularity, group_by=group_by)
+    cb = chargeback_from_intervals(
+        intervals,
+        nodes,
+        book(idle_cost=idle_cost, mig_pricing=mig_pricing),
+        PERIOD,
+        granularity=granularity,
+        group_by=group_by,
+    )
     expected = Decimal(exact_cluster_cents(nodes, PRICES)) / 100
     assert cb.cluster_cost == expected
     assert cb.allocated_cost + cb.idle_cost_total == expected
@@ -118,9 +138,12 @@ def test_mig_pricing_modes_follow_the_slice_geometry():
 def test_spot_shared_and_idle_lines():
     period = Period(T0, T0 + timedelta(hours=10))
     nodes = [NodeCapacity("s0", H100, 2, T0, None, spot=True)]
-    ivs = [UsageInterval("a", "ml", "red", "s0", H100, "shared", 1, T0, T0 + timedelta(hours=10),
-                         gpu_milli=250, spot=True),
-           UsageInterval("b", "ml", "blue", "s0", H100, "whole", 1, T0, T0 + timedelta(hours=5), spot=True)]
+    ivs = [
+        UsageInterval(
+            "a", "ml", "red", "s0", H100, "shared", 1, T0, T0 + timedelta(hours=10), gpu_milli=250, spot=True
+        ),
+        UsageInterval("b", "ml", "blue", "s0", H100, "whole", 1, T0, T0 + timedelta(hours=5), spot=True),
+    ]
     sep = chargeback_from_intervals(ivs, nodes, book(), period)
     assert sep.totals_by("team") == {"blue": Decimal("8.00"), "red": Decimal("4.00")}
     assert sep.idle_cost_total == Decimal("20.00")  # 32.00 capacity − 12.00 allocated
@@ -131,8 +154,10 @@ def test_spot_shared_and_idle_lines():
 
 def test_unknown_product_and_uninventoried_node_are_warned_not_lost():
     period = Period(T0, T0 + timedelta(hours=1))
-    ivs = [UsageInterval("a", "ml", "red", "ghost", H100, "whole", 2, T0, None),
-           UsageInterval("b", "ml", "red", "x", "NVIDIA-Mystery-GPU", "whole", 1, T0, None)]
+    ivs = [
+        UsageInterval("a", "ml", "red", "ghost", H100, "whole", 2, T0, None),
+        UsageInterval("b", "ml", "red", "x", "NVIDIA-Mystery-GPU", "whole", 1, T0, None),
+    ]
     cb = chargeback_from_intervals(ivs, [], book(), period)
     assert cb.cluster_cost == Decimal("8.20")
     assert any("Mystery" in w for w in cb.warnings) and any("ghost" in w for w in cb.warnings)

@@ -13,17 +13,42 @@ T0 = datetime(2026, 10, 1, tzinfo=UTC)
 NODES = {"gpu-0": NodeInfo("gpu-0", H100, 8, False), "gpu-1": NodeInfo("gpu-1", H100, 8, True)}
 
 
-def pod(name, resources, *, node="gpu-0", phase="Running", annotations=None, labels=None, start_h=0.0,
-        init=None, finished_h=None):
+def pod(
+    name,
+    resources,
+    *,
+    node="gpu-0",
+    phase="Running",
+    annotations=None,
+    labels=None,
+    start_h=0.0,
+    init=None,
+    finished_h=None,
+):
     status = {"phase": phase, "startTime": (T0 + timedelta(hours=start_h)).isoformat()}
     if finished_h is not None:
-        status["containerStatuses"] = [{"state": {"terminated": {
-            "finishedAt": (T0 + timedelta(hours=finished_h)).isoformat().replace("+00:00", "Z")}}}]
+        status["containerStatuses"] = [
+            {
+                "state": {
+                    "terminated": {
+                        "finishedAt": (T0 + timedelta(hours=finished_h)).isoformat().replace("+00:00", "Z")
+                    }
+                }
+            }
+        ]
     return {
-        "metadata": {"name": name, "namespace": "ml", "uid": f"uid-{name}", "annotations": annotations or {},
-                     "labels": labels or {}},
-        "spec": {"nodeName": node, "containers": [{"resources": {"limits": resources}}],
-                 "initContainers": [{"resources": {"limits": init}}] if init else []},
+        "metadata": {
+            "name": name,
+            "namespace": "ml",
+            "uid": f"uid-{name}",
+            "annotations": annotations or {},
+            "labels": labels or {},
+        },
+        "spec": {
+            "nodeName": node,
+            "containers": [{"resources": {"limits": resources}}],
+            "initContainers": [{"resources": {"limits": init}}] if init else [],
+        },
         "status": status,
     }
 
@@ -45,8 +70,12 @@ def test_contradictory_or_bad_annotations_are_skipped_with_a_reason():
         pod("b", {"nvidia.com/gpu.shared": 1}),
         pod("c", {"nvidia.com/gpu.shared": 1}, annotations={"kgwe.nvidia.io/gpu-milli": "1500"}),
         pod("d", {"nvidia.com/gpu": "1.5"}),
-        pod("e", {"nvidia.com/gpu": 1}, labels={"kgwe.nvidia.io/team": "red"},
-            annotations={"kgwe.nvidia.io/team": "blue"}),
+        pod(
+            "e",
+            {"nvidia.com/gpu": 1},
+            labels={"kgwe.nvidia.io/team": "red"},
+            annotations={"kgwe.nvidia.io/team": "blue"},
+        ),
         pod("f", {"nvidia.com/gpu": 1}, node="cpu-node"),
     ]
     for p in cases:
@@ -93,9 +122,17 @@ def test_restart_reconciles_without_loss_or_double_count(store, tmp_path):
 
 
 def test_node_info_from_labels():
-    node = {"metadata": {"name": "n", "labels": {"nvidia.com/gpu.product": H100, "nvidia.com/gpu.count": "8",
-                                                 "karpenter.sh/capacity-type": "spot"}},
-            "status": {"capacity": {"nvidia.com/gpu": "0"}}}
+    node = {
+        "metadata": {
+            "name": "n",
+            "labels": {
+                "nvidia.com/gpu.product": H100,
+                "nvidia.com/gpu.count": "8",
+                "karpenter.sh/capacity-type": "spot",
+            },
+        },
+        "status": {"capacity": {"nvidia.com/gpu": "0"}},
+    }
     info = node_info(node, lambda labels: labels.get("karpenter.sh/capacity-type") == "spot")
     assert info == NodeInfo("n", H100, 8, True)
     assert node_info({"metadata": {"name": "cpu", "labels": {}}}, lambda _: False) is None

@@ -30,8 +30,13 @@ def gpu_pod(name: str, node: str, gpus: int) -> client.V1Pod:
         spec=client.V1PodSpec(
             node_selector={"kubernetes.io/hostname": node},
             tolerations=[client.V1Toleration(operator="Exists")],
-            containers=[client.V1Container(name="c", image="train:1", resources=client.V1ResourceRequirements(
-                limits={"nvidia.com/gpu": str(gpus)}))],
+            containers=[
+                client.V1Container(
+                    name="c",
+                    image="train:1",
+                    resources=client.V1ResourceRequirements(limits={"nvidia.com/gpu": str(gpus)}),
+                )
+            ],
         ),
     )
 
@@ -71,17 +76,20 @@ def test_watch_meters_pods_and_reconciles_after_restart(k8s_api, namespace, gpu_
     core.delete_namespaced_pod("a", namespace, grace_period_seconds=0)
     core.create_namespaced_pod(namespace, gpu_pod("b", node, 1))
     wait_for("pod b running", lambda: core.read_namespaced_pod("b", namespace).status.phase == "Running")
-    wait_for("pod a gone", lambda: not [p for p in core.list_namespaced_pod(namespace).items
-                                        if p.metadata.name == "a"])
+    wait_for(
+        "pod a gone",
+        lambda: not [p for p in core.list_namespaced_pod(namespace).items if p.metadata.name == "a"],
+    )
 
     meter = Running(k8s_api, store)
     try:
         wait_for("resync", meter.watch.synced.is_set)
-        wait_for("b metered, a closed", lambda: sorted((iv.pod, iv.end is None) for iv in mine())
-                 == [("a", False), ("b", True)])
+        wait_for(
+            "b metered, a closed",
+            lambda: sorted((iv.pod, iv.end is None) for iv in mine()) == [("a", False), ("b", True)],
+        )
         core.delete_namespaced_pod("b", namespace, grace_period_seconds=0)
         wait_for("b closed", lambda: all(iv.end is not None for iv in mine()))
     finally:
         meter.close()
     assert sorted(iv.pod for iv in mine()) == ["a", "b"]  # one interval each: nothing doubled or lost
-

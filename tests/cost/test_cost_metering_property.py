@@ -21,14 +21,19 @@ def at(h: int) -> datetime:
 
 
 def pod(i: int, start: int) -> dict:
-    return {"metadata": {"name": f"p{i}", "namespace": "ml", "uid": f"u{i}"},
-            "spec": {"nodeName": "g", "containers": [{"resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
-            "status": {"phase": "Running", "startTime": at(start).isoformat()}}
+    return {
+        "metadata": {"name": f"p{i}", "namespace": "ml", "uid": f"u{i}"},
+        "spec": {"nodeName": "g", "containers": [{"resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+        "status": {"phase": "Running", "startTime": at(start).isoformat()},
+    }
 
 
 @settings(max_examples=25, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 40), st.integers(1, 20)), min_size=1, max_size=8),
-       st.integers(0, 50), st.integers(0, 20))
+@given(
+    st.lists(st.tuples(st.integers(0, 40), st.integers(1, 20)), min_size=1, max_size=8),
+    st.integers(0, 50),
+    st.integers(0, 20),
+)
 def test_restart_never_loses_or_doubles(tmp_path_factory, lives, down_at, down_for):
     store = CostStore(f"sqlite:///{tmp_path_factory.mktemp('m') / 'c.db'}")
     store.migrate()

@@ -34,12 +34,50 @@ def db(tmp_path) -> str:
     for day in range(-30, 30):
         start = T0 + timedelta(days=day, hours=2)
         hours = timedelta(hours=1)
-        rows.append(UsageInterval(f"train-{day}", "ml-training", "ml-research", "a0", A100, "whole", 4,
-                                  start, start + 18 * hours, pod_uid=f"t{day}"))
-        rows.append(UsageInterval(f"serve-{day}", "inference-prod", "inference-platform", "h0", H100, "mig",
-                                  3, start, start + 20 * hours, mig_profile="2g.20gb", pod_uid=f"s{day}"))
-        rows.append(UsageInterval(f"nb-{day}", "ds-notebooks", "data-science", "h0", H100, "shared", 1,
-                                  start, start + 8 * hours, gpu_milli=500, pod_uid=f"n{day}"))
+        rows.append(
+            UsageInterval(
+                f"train-{day}",
+                "ml-training",
+                "ml-research",
+                "a0",
+                A100,
+                "whole",
+                4,
+                start,
+                start + 18 * hours,
+                pod_uid=f"t{day}",
+            )
+        )
+        rows.append(
+            UsageInterval(
+                f"serve-{day}",
+                "inference-prod",
+                "inference-platform",
+                "h0",
+                H100,
+                "mig",
+                3,
+                start,
+                start + 20 * hours,
+                mig_profile="2g.20gb",
+                pod_uid=f"s{day}",
+            )
+        )
+        rows.append(
+            UsageInterval(
+                f"nb-{day}",
+                "ds-notebooks",
+                "data-science",
+                "h0",
+                H100,
+                "shared",
+                1,
+                start,
+                start + 8 * hours,
+                gpu_milli=500,
+                pod_uid=f"n{day}",
+            )
+        )
     store.add_usage(rows)
     store.close()
     return url
@@ -49,16 +87,39 @@ OCTOBER = ["report", "--since", "2026-10-01", "--until", "2026-11-01"]
 
 
 def run_report(db, out, *extra, now="2026-10-20T12:00:00Z"):
-    return main([*OCTOBER, "--db", db, "--policy", str(sample_repo_dir()), "--cluster", "prod", "--now", now,
-                 "--out", str(out), *extra])
+    return main(
+        [
+            *OCTOBER,
+            "--db",
+            db,
+            "--policy",
+            str(sample_repo_dir()),
+            "--cluster",
+            "prod",
+            "--now",
+            now,
+            "--out",
+            str(out),
+            *extra,
+        ]
+    )
 
 
 def test_report_files_conserve_cost(db, tmp_path, capsys):
     assert run_report(db, tmp_path / "out") == 0
     folder = tmp_path / "out" / "reports" / "prod" / "2026-10-01_2026-11-01"
     names = sorted(p.name for p in folder.iterdir())
-    assert names == ["budgets.csv", "budgets.md", "chargeback.csv", "chargeback.md", "forecast.csv",
-                     "forecast.md", "inventory.yaml", "rightsizing.csv", "rightsizing.md"]
+    assert names == [
+        "budgets.csv",
+        "budgets.md",
+        "chargeback.csv",
+        "chargeback.md",
+        "forecast.csv",
+        "forecast.md",
+        "inventory.yaml",
+        "rightsizing.csv",
+        "rightsizing.md",
+    ]
     rows = list(csv.DictReader(io.StringIO((folder / "chargeback.csv").read_text())))
     total = sum(Decimal(r["cost"]) for r in rows)
     printed = capsys.readouterr().out
@@ -77,22 +138,57 @@ def test_report_files_conserve_cost(db, tmp_path, capsys):
 
 
 def test_bad_input_is_one_clear_error(db, tmp_path, capsys):
-    assert main(["report", "--since", "yesterday", "--until", "2026-11-01", "--db", db, "--out",
-                 str(tmp_path)]) == 1
+    assert (
+        main(["report", "--since", "yesterday", "--until", "2026-11-01", "--db", db, "--out", str(tmp_path)])
+        == 1
+    )
     assert "not a date" in capsys.readouterr().err
-    assert main([*OCTOBER, "--db", str(tmp_path / "none.db"), "--policy", str(sample_repo_dir()),
-                 "--out", str(tmp_path)]) == 1
+    assert (
+        main(
+            [
+                *OCTOBER,
+                "--db",
+                str(tmp_path / "none.db"),
+                "--policy",
+                str(sample_repo_dir()),
+                "--out",
+                str(tmp_path),
+            ]
+        )
+        == 1
+    )
     assert "no cost database" in capsys.readouterr().err
     no_prices = tmp_path / "policy"
     shutil.copytree(sample_repo_dir() / "budgets", no_prices)
-    assert main(["report", "--since", "2026-10-01", "--until", "2026-11-01", "--db", db, "--policy",
-                 str(no_prices), "--out", str(tmp_path)]) == 1
+    assert (
+        main(
+            [
+                "report",
+                "--since",
+                "2026-10-01",
+                "--until",
+                "2026-11-01",
+                "--db",
+                db,
+                "--policy",
+                str(no_prices),
+                "--out",
+                str(tmp_path),
+            ]
+        )
+        == 1
+    )
     assert "no PricingCatalog" in capsys.readouterr().err
 
 
 def git(cwd: Path, *args: str) -> str:
-    return subprocess.run(["git", "-c", "user.name=Human", "-c", "user.email=h@example.com", *args], cwd=cwd,
-                          check=True, capture_output=True, text=True).stdout.strip()
+    return subprocess.run(
+        ["git", "-c", "user.name=Human", "-c", "user.email=h@example.com", *args],
+        cwd=cwd,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
 
 
 def test_reports_are_committed_back_and_a_concurrent_push_is_kept(db, tmp_path):
@@ -139,8 +235,11 @@ def test_service_refreshes_metrics_and_budget_status(db):
     registry = CollectorRegistry()
     service = CostService(CostStore(db), cluster="prod", collector=install(registry))
     statuses = service.refresh(book, budgets, datetime(2026, 10, 20, 12, tzinfo=UTC))
-    assert {s.name: s.spent > 0 for s in statuses} == {"data-science": True, "inference-platform": True,
-                                                      "ml-research": True}
+    assert {s.name: s.spent > 0 for s in statuses} == {
+        "data-science": True,
+        "inference-platform": True,
+        "ml-research": True,
+    }
     text = generate_latest(registry).decode()
     assert 'kgwe_budget_used_ratio{budget="ml-research"' in text and "kgwe_idle_gpu_cost{" in text
 
@@ -151,8 +250,13 @@ def test_report_rightsizes_metered_pods_from_prometheus(db, tmp_path):
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     def matrix(value):
-        result = [{"metric": {"namespace": "ml-training", "pod": f"train-{d}"},
-                   "values": [[1790812800 + 60 * i, str(value)] for i in range(30)]} for d in range(-3, 3)]
+        result = [
+            {
+                "metric": {"namespace": "ml-training", "pod": f"train-{d}"},
+                "values": [[1790812800 + 60 * i, str(value)] for i in range(30)],
+            }
+            for d in range(-3, 3)
+        ]
         return json.dumps({"status": "success", "data": {"resultType": "matrix", "result": result}}).encode()
 
     class Handler(BaseHTTPRequestHandler):
@@ -178,7 +282,8 @@ def test_report_rightsizes_metered_pods_from_prometheus(db, tmp_path):
     # train-* pods hold 4 whole A100s but use 0.3 GPU and 30 GB: the smallest covering MIG profile is 3g.40gb
     assert {r["pod"] for r in rows} == {f"train-{d}" for d in range(0, 3)}  # only pods metered in October
     assert {(r["current"], r["recommended"], r["downsizable"]) for r in rows} == {
-        ("4× GPU", "1× MIG 3g.40gb", "True")}
+        ("4× GPU", "1× MIG 3g.40gb", "True")
+    }
 
 
 def test_one_cost_collector_per_registry():

@@ -24,8 +24,9 @@ def series(compute, memory, history=DAY * 8):
 
 
 def test_small_inference_pod_moves_to_the_smallest_covering_mig_profile():
-    rec = recommend(series([0.1, 0.2, 0.25] * 50, [18_000.0, 20_000.0, 21_000.0] * 50), H100,
-                    size_of(H100, "whole", 1))
+    rec = recommend(
+        series([0.1, 0.2, 0.25] * 50, [18_000.0, 20_000.0, 21_000.0] * 50), H100, size_of(H100, "whole", 1)
+    )
     # p95 memory 21000 MiB × 1.15 = 24150 MiB > 2g.20gb: 3g.40gb is the smallest that covers it
     assert rec.recommended.mig_profile == "3g.40gb" and rec.downsizable and not rec.idle
     assert rec.confidence == pytest.approx(8 / 9)
@@ -76,9 +77,18 @@ def prometheus():
 
 
 def matrix(values_by_pod):
-    return json.dumps({"status": "success", "data": {"resultType": "matrix", "result": [
-        {"metric": {"namespace": "ml", "pod": pod}, "values": values} for pod, values in values_by_pod.items()
-    ]}}).encode()
+    return json.dumps(
+        {
+            "status": "success",
+            "data": {
+                "resultType": "matrix",
+                "result": [
+                    {"metric": {"namespace": "ml", "pod": pod}, "values": values}
+                    for pod, values in values_by_pod.items()
+                ],
+            },
+        }
+    ).encode()
 
 
 def test_prometheus_client_reads_pod_series_and_skips_garbage_points(prometheus):
@@ -88,16 +98,20 @@ def test_prometheus_client_reads_pod_series_and_skips_garbage_points(prometheus)
     t0 = datetime(2026, 11, 1, tzinfo=UTC)
     got, skipped = PrometheusClient(url).pod_utilization(t0, t0 + timedelta(hours=1))
     assert [(s.pod, list(s.compute_gpus), list(s.memory_mib), s.history_seconds) for s in got] == [
-        ("a", [0.5, 0.25], [1000.0, 3000.0], 240.0)]
+        ("a", [0.5, 0.25], [1000.0, 3000.0], 240.0)
+    ]
     assert skipped == 3
 
 
-@pytest.mark.parametrize("answer, message", [
-    ((200, b"<html>proxy login</html>"), "not JSON"),
-    ((200, b'{"status": "error", "error": "bad query"}'), "bad query"),
-    ((200, b'{"status": "success", "data": {"resultType": "vector", "result": []}}'), "matrix"),
-    ((503, b'{"status": "error", "error": "overloaded"}'), "HTTP 503: overloaded"),
-])
+@pytest.mark.parametrize(
+    "answer, message",
+    [
+        ((200, b"<html>proxy login</html>"), "not JSON"),
+        ((200, b'{"status": "error", "error": "bad query"}'), "bad query"),
+        ((200, b'{"status": "success", "data": {"resultType": "vector", "result": []}}'), "matrix"),
+        ((503, b'{"status": "error", "error": "overloaded"}'), "HTTP 503: overloaded"),
+    ],
+)
 def test_prometheus_garbage_answers_are_clear_errors(prometheus, answer, message):
     url, answers = prometheus
     answers["engine"] = answers["fb"] = answer

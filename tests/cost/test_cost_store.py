@@ -19,10 +19,18 @@ BOOK = pricebook([{"product": H100, "onDemandPerHour": "4.10", "spotPerHour": "1
 
 
 def iv(pod, start_h, end_h=None, **kw):
-    base = dict(pod=pod, namespace="ml", team="red", node="n0", gpu_product=H100, kind="whole", count=1,
-                start=T0 + timedelta(hours=start_h),
-                end=None if end_h is None else T0 + timedelta(hours=end_h),
-                pod_uid=f"uid-{pod}")
+    base = dict(
+        pod=pod,
+        namespace="ml",
+        team="red",
+        node="n0",
+        gpu_product=H100,
+        kind="whole",
+        count=1,
+        start=T0 + timedelta(hours=start_h),
+        end=None if end_h is None else T0 + timedelta(hours=end_h),
+        pod_uid=f"uid-{pod}",
+    )
     base.update(kw)
     return UsageInterval(**base)
 
@@ -59,11 +67,25 @@ def test_sql_aggregation_matches_the_pure_twin(store, granularity):
         start = rng.uniform(-24, 24 * 4)
         end = None if rng.random() < 0.1 else start + rng.uniform(0.01, 40)
         kind = rng.choice(["whole", "mig", "shared"])
-        extra = {"mig": {"mig_profile": rng.choice(["1g.10gb", "3g.40gb"])},
-                 "shared": {"gpu_milli": rng.choice([100, 250, 500])}, "whole": {}}[kind]
-        intervals.append(iv(f"p{i}", start, end, kind=kind, count=rng.randint(1, 3),
-                            team=rng.choice(["red", "blue"]), namespace=rng.choice(["a", "b", "c"]),
-                            node=f"n{i % 4}", spot=(i % 4 == 2), **extra))  # n3: no capacity
+        extra = {
+            "mig": {"mig_profile": rng.choice(["1g.10gb", "3g.40gb"])},
+            "shared": {"gpu_milli": rng.choice([100, 250, 500])},
+            "whole": {},
+        }[kind]
+        intervals.append(
+            iv(
+                f"p{i}",
+                start,
+                end,
+                kind=kind,
+                count=rng.randint(1, 3),
+                team=rng.choice(["red", "blue"]),
+                namespace=rng.choice(["a", "b", "c"]),
+                node=f"n{i % 4}",
+                spot=(i % 4 == 2),
+                **extra,
+            )
+        )  # n3: no capacity
     nodes = [NodeCapacity(f"n{k}", H100, 8, T0 - timedelta(days=2), None, spot=(k == 2)) for k in range(3)]
     store.add_usage(intervals)
     for n in nodes:
@@ -71,13 +93,16 @@ def test_sql_aggregation_matches_the_pure_twin(store, granularity):
     period = Period(T0, T0 + timedelta(days=3))
     now = T0 + timedelta(days=2, hours=5)
     group_by = ("team", "namespace")
-    assert sorted(store.usage_aggregates(period, granularity, group_by, now), key=repr) == \
-        sorted(aggregate_usage(intervals, period, granularity, group_by, now, nodes), key=repr)
-    assert sorted(store.capacity_aggregates(period, granularity, now), key=repr) == \
-        sorted(aggregate_capacity(nodes, period, granularity, now), key=repr)
+    assert sorted(store.usage_aggregates(period, granularity, group_by, now), key=repr) == sorted(
+        aggregate_usage(intervals, period, granularity, group_by, now, nodes), key=repr
+    )
+    assert sorted(store.capacity_aggregates(period, granularity, now), key=repr) == sorted(
+        aggregate_capacity(nodes, period, granularity, now), key=repr
+    )
     from_sql = store.chargeback(BOOK, period, now=now, granularity=granularity, group_by=group_by)
-    pure = chargeback_from_intervals(intervals, nodes, BOOK, period, granularity=granularity,
-                                     group_by=group_by, now=now)
+    pure = chargeback_from_intervals(
+        intervals, nodes, BOOK, period, granularity=granularity, group_by=group_by, now=now
+    )
     assert from_sql == pure
     assert from_sql.allocated_cost + from_sql.idle_cost_total == from_sql.cluster_cost > 0
 

@@ -42,15 +42,24 @@ def applied(k8s_api):
     dyn = dynamic.DynamicClient(k8s_api)
     for doc in _docs():
         resource = dyn.resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
-        dyn.server_side_apply(resource, body=doc, namespace=doc["metadata"].get("namespace"),
-                              field_manager="deploy-test", force_conflicts=True)
+        dyn.server_side_apply(
+            resource,
+            body=doc,
+            namespace=doc["metadata"].get("namespace"),
+            field_manager="deploy-test",
+            force_conflicts=True,
+        )
     return k8s_api
 
 
 def test_extender_and_agent_are_in_the_base():
     kinds = {(d["kind"], d["metadata"]["name"]) for d in _docs()}
-    assert {("Deployment", "kgwe-extender"), ("Service", "kgwe-extender"),
-            ("PodDisruptionBudget", "kgwe-extender"), ("DaemonSet", "kgwe-agent")} <= kinds
+    assert {
+        ("Deployment", "kgwe-extender"),
+        ("Service", "kgwe-extender"),
+        ("PodDisruptionBudget", "kgwe-extender"),
+        ("DaemonSet", "kgwe-agent"),
+    } <= kinds
 
 
 def test_the_scheduler_config_points_at_the_extender_service():

@@ -6,15 +6,20 @@ import subprocess
 from pathlib import Path
 
 ENV = {
-    "GIT_AUTHOR_NAME": "Human", "GIT_AUTHOR_EMAIL": "human@example.com",
-    "GIT_COMMITTER_NAME": "Human", "GIT_COMMITTER_EMAIL": "human@example.com",
-    "GIT_CONFIG_NOSYSTEM": "1", "HOME": "/tmp", "PATH": "/usr/bin:/bin",
+    "GIT_AUTHOR_NAME": "Human",
+    "GIT_AUTHOR_EMAIL": "human@example.com",
+    "GIT_COMMITTER_NAME": "Human",
+    "GIT_COMMITTER_EMAIL": "human@example.com",
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "HOME": "/tmp",
+    "PATH": "/usr/bin:/bin",
 }
 
 
 def git(cwd: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=cwd, env=ENV, check=True, capture_output=True,
-                          text=True).stdout.strip()
+    return subprocess.run(
+        ["git", *args], cwd=cwd, env=ENV, check=True, capture_output=True, text=True
+    ).stdout.strip()
 
 
 class Remote:

@@ -31,10 +31,15 @@ def racing(remote, tmp_path: Path, after_fetch, **kw) -> CommitBack:
 
 
 def test_pushes_with_bot_author_and_template(remote, tmp_path):
-    cb = make(remote, tmp_path, author=BotIdentity("cost-bot", "cost@example.com"),
-              message_template="reports: {summary} [{period}]\n\n{files}")
-    result = cb.commit_files({"reports/prod/chargeback.md": "# Chargeback\n"}, summary="chargeback",
-                             values={"period": "2026-11"})
+    cb = make(
+        remote,
+        tmp_path,
+        author=BotIdentity("cost-bot", "cost@example.com"),
+        message_template="reports: {summary} [{period}]\n\n{files}",
+    )
+    result = cb.commit_files(
+        {"reports/prod/chargeback.md": "# Chargeback\n"}, summary="chargeback", values={"period": "2026-11"}
+    )
     assert result.status == "pushed" and result.attempts == 1
     head = remote.log()[0]
     assert head.startswith(result.sha) and "cost-bot reports: chargeback [2026-11]" in head
@@ -108,8 +113,13 @@ def test_branch_always_moving_gives_up_after_bounded_attempts(remote, tmp_path):
     counter = iter(range(100))
 
     sleeps: list[float] = []
-    cb = racing(remote, tmp_path, lambda: remote.commit({f"policy/n{next(counter)}.yaml": "x\n"}, "busy"),
-                attempts=3, sleep=sleeps.append)
+    cb = racing(
+        remote,
+        tmp_path,
+        lambda: remote.commit({f"policy/n{next(counter)}.yaml": "x\n"}, "busy"),
+        attempts=3,
+        sleep=sleeps.append,
+    )
     result = cb.commit_files({"reports/a.md": "x\n"}, summary="a")
     assert result.status == "failed" and result.attempts == 3 and len(sleeps) == 2
     assert not any("kgwe-bot" in line for line in remote.log())

@@ -34,10 +34,18 @@ def serve(project_root):
                 return
             path, _, query = self.path.partition("?")
             body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            env = {"GIT_PROJECT_ROOT": str(project_root), "GIT_HTTP_EXPORT_ALL": "1", "PATH_INFO": path,
-                   "REQUEST_METHOD": self.command, "QUERY_STRING": query, "REMOTE_USER": "bot",
-                   "CONTENT_TYPE": self.headers.get("Content-Type", ""), "CONTENT_LENGTH": str(len(body)),
-                   "HTTP_CONTENT_ENCODING": self.headers.get("Content-Encoding", ""), "PATH": "/usr/bin:/bin"}
+            env = {
+                "GIT_PROJECT_ROOT": str(project_root),
+                "GIT_HTTP_EXPORT_ALL": "1",
+                "PATH_INFO": path,
+                "REQUEST_METHOD": self.command,
+                "QUERY_STRING": query,
+                "REMOTE_USER": "bot",
+                "CONTENT_TYPE": self.headers.get("Content-Type", ""),
+                "CONTENT_LENGTH": str(len(body)),
+                "HTTP_CONTENT_ENCODING": self.headers.get("Content-Encoding", ""),
+                "PATH": "/usr/bin:/bin",
+            }
             out = subprocess.run(["git", "http-backend"], input=body, env=env, capture_output=True).stdout
             head, _, payload = out.partition(b"\r\n\r\n")
             status = 200
@@ -71,8 +79,9 @@ def test_token_over_http_fetch_and_push(remote, tmp_path):
         rev = GitSource(url, GitRef(branch="main"), cache_dir=tmp_path / "c", credentials=creds).fetch()
         assert rev.sha == remote.log()[0].split()[0]
 
-        without = GitSource(url, GitRef(branch="main"), cache_dir=tmp_path / "c2", attempts=2,
-                            sleep=lambda s: None)
+        without = GitSource(
+            url, GitRef(branch="main"), cache_dir=tmp_path / "c2", attempts=2, sleep=lambda s: None
+        )
         with pytest.raises(GitSourceError) as err:
             without.fetch()
         assert TOKEN not in str(err.value)
@@ -80,8 +89,14 @@ def test_token_over_http_fetch_and_push(remote, tmp_path):
         cb = CommitBack(url, "main", workdir=tmp_path / "cb", credentials=creds)
         assert cb.commit_files({"reports/a.md": "over http\n"}, summary="http").status == "pushed"
         assert remote.show("main", "reports/a.md") == "over http"
-        rejected = CommitBack(url, "main", workdir=tmp_path / "cb2", attempts=3,
-                              credentials=GitCredentials(password="wrong"), sleep=lambda s: None)
+        rejected = CommitBack(
+            url,
+            "main",
+            workdir=tmp_path / "cb2",
+            attempts=3,
+            credentials=GitCredentials(password="wrong"),
+            sleep=lambda s: None,
+        )
         bad = rejected.commit_files({"reports/b.md": "x"}, summary="b")
         assert bad.status in ("rejected", "failed") and "wrong" not in bad.reason
         # The token never lands in the mirror's or the clone's git config.
@@ -96,9 +111,15 @@ def test_token_over_http_fetch_and_push(remote, tmp_path):
 def test_secret_data_and_ssh_environment():
     from kgwe.gitops.auth import git_environment
 
-    data = {k: base64.b64encode(v).decode() for k, v in
-            {"username": b"bot", "password": b"tok", "identity": b"-----BEGIN KEY-----\nabc",
-             "known_hosts": b"git.example.com ssh-ed25519 AAAA"}.items()}
+    data = {
+        k: base64.b64encode(v).decode()
+        for k, v in {
+            "username": b"bot",
+            "password": b"tok",
+            "identity": b"-----BEGIN KEY-----\nabc",
+            "known_hosts": b"git.example.com ssh-ed25519 AAAA",
+        }.items()
+    }
     creds = GitCredentials.from_secret_data(data)
     assert creds.username == "bot" and creds.password == "tok" and "tok" not in repr(creds)
     with git_environment(creds) as env:
@@ -106,6 +127,7 @@ def test_secret_data_and_ssh_environment():
         key_path = cmd.split("-i ")[1].split()[0]
         import os
         import stat
+
         assert stat.S_IMODE(os.stat(key_path).st_mode) == 0o600
         assert "StrictHostKeyChecking=yes" in cmd and "UserKnownHostsFile=" in cmd
         assert env["GIT_CONFIG_VALUE_0"] == "Authorization: Basic " + base64.b64encode(b"bot:tok").decode()

@@ -71,8 +71,14 @@ def test_unknown_ref_and_bad_refs_are_clear_errors(remote, tmp_path):
 
 def test_unreachable_remote_is_retried_with_backoff_then_fails(tmp_path):
     delays: list[float] = []
-    src = GitSource(str(tmp_path / "missing.git"), GitRef(branch="main"), cache_dir=tmp_path / "c",
-                    attempts=3, backoff_base_seconds=0.2, sleep=delays.append)
+    src = GitSource(
+        str(tmp_path / "missing.git"),
+        GitRef(branch="main"),
+        cache_dir=tmp_path / "c",
+        attempts=3,
+        backoff_base_seconds=0.2,
+        sleep=delays.append,
+    )
     with pytest.raises(GitSourceError, match="after 3 attempt"):
         src.fetch()
     assert len(delays) == 2

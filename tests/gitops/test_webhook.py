@@ -12,19 +12,29 @@ import pytest
 from kgwe.gitops.webhook import ControllerHTTPServer, handle_git_hook, sign, verify_signature
 
 SECRET = b"s3cret"
-PUSH = json.dumps({"ref": "refs/heads/main", "after": "a" * 40,
-                   "commits": [{"added": ["reports/x.md"], "modified": ["policy/mig.yaml"], "removed": []}]})
+PUSH = json.dumps(
+    {
+        "ref": "refs/heads/main",
+        "after": "a" * 40,
+        "commits": [{"added": ["reports/x.md"], "modified": ["policy/mig.yaml"], "removed": []}],
+    }
+)
 
 
 def headers(body: bytes, **extra: str) -> dict[str, str]:
-    return {"Content-Type": "application/json", "X-Hub-Signature-256": sign(SECRET, body),
-            "X-GitHub-Event": "push", **extra}
+    return {
+        "Content-Type": "application/json",
+        "X-Hub-Signature-256": sign(SECRET, body),
+        "X-GitHub-Event": "push",
+        **extra,
+    }
 
 
 def test_known_github_signature_vector():
     # Example from GitHub's "Validating webhook deliveries" documentation.
     assert sign(b"It's a Secret to Everybody", b"Hello, World!") == (
-        "sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17")
+        "sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17"
+    )
 
 
 def test_valid_push_triggers_with_paths():
@@ -81,8 +91,12 @@ def test_http_server_routes():
         got.append(event)
         fired.set()
 
-    server = ControllerHTTPServer(("127.0.0.1", 0), secret=SECRET, on_push=on_push,
-                                  get_routes={"/healthz": lambda: (200, "text/plain", b"ok")}).start()
+    server = ControllerHTTPServer(
+        ("127.0.0.1", 0),
+        secret=SECRET,
+        on_push=on_push,
+        get_routes={"/healthz": lambda: (200, "text/plain", b"ok")},
+    ).start()
     try:
         body = PUSH.encode()
         assert post(server.port, "/hooks/git", body, headers(body))[0] == 202

@@ -9,15 +9,23 @@ from kgwe.gpu import catalog
 
 # reference/mig.md §2 table: model -> (PCI ids, 1g, 1g+me, 1g double-mem, 2g, 3g, 4g, 7g)
 SEVEN_SLICE = {
-    "A100-40GB": ("0x20B010DE,0x20B110DE,0x20F110DE,0x20F610DE",
-                  "1g.5gb 1g.5gb+me 1g.10gb 2g.10gb 3g.20gb 4g.20gb 7g.40gb"),
-    "A100-80GB": ("0x20B210DE,0x20B510DE,0x20F310DE,0x20F510DE",
-                  "1g.10gb 1g.10gb+me 1g.20gb 2g.20gb 3g.40gb 4g.40gb 7g.80gb"),
-    "H100-80GB": ("0x233010DE,0x233110DE,0x232210DE,0x232410DE",
-                  "1g.10gb 1g.10gb+me 1g.20gb 2g.20gb 3g.40gb 4g.40gb 7g.80gb"),
+    "A100-40GB": (
+        "0x20B010DE,0x20B110DE,0x20F110DE,0x20F610DE",
+        "1g.5gb 1g.5gb+me 1g.10gb 2g.10gb 3g.20gb 4g.20gb 7g.40gb",
+    ),
+    "A100-80GB": (
+        "0x20B210DE,0x20B510DE,0x20F310DE,0x20F510DE",
+        "1g.10gb 1g.10gb+me 1g.20gb 2g.20gb 3g.40gb 4g.40gb 7g.80gb",
+    ),
+    "H100-80GB": (
+        "0x233010DE,0x233110DE,0x232210DE,0x232410DE",
+        "1g.10gb 1g.10gb+me 1g.20gb 2g.20gb 3g.40gb 4g.40gb 7g.80gb",
+    ),
     "H100-94GB": ("0x232110DE,0x233A10DE", "1g.12gb 1g.12gb+me 1g.24gb 2g.24gb 3g.47gb 4g.47gb 7g.94gb"),
-    "H100-96GB": ("0x234210DE,0x233D10DE,0x232910DE,0x20B610DE",
-                  "1g.12gb 1g.12gb+me 1g.24gb 2g.24gb 3g.48gb 4g.48gb 7g.96gb"),
+    "H100-96GB": (
+        "0x234210DE,0x233D10DE,0x232910DE,0x20B610DE",
+        "1g.12gb 1g.12gb+me 1g.24gb 2g.24gb 3g.48gb 4g.48gb 7g.96gb",
+    ),
     "H200-141GB": ("0x233510DE,0x233B10DE", "1g.18gb 1g.18gb+me 1g.35gb 2g.35gb 3g.71gb 4g.71gb 7g.141gb"),
     "GH200-144GB": ("0x234810DE", "1g.18gb 1g.18gb+me 1g.36gb 2g.36gb 3g.72gb 4g.72gb 7g.144gb"),
     "B200-180GB": ("0x290110DE", "1g.23gb 1g.23gb+me 1g.45gb 2g.45gb 3g.90gb 4g.90gb 7g.180gb"),
@@ -47,7 +55,10 @@ def test_seven_slice_models_match_reference_table(key):
     for name, (compute, memory, starts, max_count) in zip(names.split(), SEVEN_TABLE, strict=True):
         profile = model.profile(name)
         assert (profile.compute_slices, profile.memory_slices, profile.starts, profile.max_count) == (
-            compute, memory, starts, max_count,
+            compute,
+            memory,
+            starts,
+            max_count,
         ), name
         assert all(size == memory for _, size in profile.placements)
     assert set(model.profiles) == set(names.split())
@@ -67,8 +78,17 @@ def test_four_slice_models():
     rtx = catalog.model_by_key("RTX-PRO-6000-96GB")
     assert rtx.pci_device_ids == ("0x2BB510DE",)
     assert {p.name: p.max_count for p in rtx.profiles.values()} == {
-        "1g.24gb": 4, "1g.24gb+gfx": 4, "1g.24gb-me": 4, "1g.24gb+me": 1, "1g.24gb+me.all": 1,
-        "2g.48gb": 2, "2g.48gb+gfx": 2, "2g.48gb-me": 2, "2g.48gb+me.all": 1, "4g.96gb": 1, "4g.96gb+gfx": 1,
+        "1g.24gb": 4,
+        "1g.24gb+gfx": 4,
+        "1g.24gb-me": 4,
+        "1g.24gb+me": 1,
+        "1g.24gb+me.all": 1,
+        "2g.48gb": 2,
+        "2g.48gb+gfx": 2,
+        "2g.48gb-me": 2,
+        "2g.48gb+me.all": 1,
+        "4g.96gb": 1,
+        "4g.96gb+gfx": 1,
     }
     assert [p.name for p in rtx.base_profiles] == ["4g.96gb", "2g.48gb", "1g.24gb"]
 

@@ -52,7 +52,11 @@ def _as_set(layouts):
 def test_primary_profiles_exclude_the_double_memory_1g():
     assert [p.name for p in primary_profiles(H100)] == ["7g.80gb", "4g.40gb", "3g.40gb", "2g.20gb", "1g.10gb"]
     assert [p.name for p in primary_profiles(catalog.model_by_key("A100-40GB"))] == [
-        "7g.40gb", "4g.20gb", "3g.20gb", "2g.10gb", "1g.5gb",
+        "7g.40gb",
+        "4g.20gb",
+        "3g.20gb",
+        "2g.10gb",
+        "1g.5gb",
     ]
 
 

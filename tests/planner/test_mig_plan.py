@@ -60,8 +60,9 @@ def test_in_use_instances_are_never_destroyed_without_drain():
     assert plan.gpus_changed == 7 and plan.in_use_destroyed == 0 and plan.in_use_kept == 1
     kept = next(g for g in plan.gpus if g.index == 3)
     assert not kept.changed and "in use" in kept.reason and "drain is not allowed" in kept.reason
-    drained = plan_pool(PoolRequest("p", tuple(gpus), shares={"7g.80gb": 1.0},
-                                    limits=RolloutLimits(allow_drain=True)))
+    drained = plan_pool(
+        PoolRequest("p", tuple(gpus), shares={"7g.80gb": 1.0}, limits=RolloutLimits(allow_drain=True))
+    )
     assert drained.gpus_changed == 8 and drained.in_use_destroyed == 1
     assert "drains 1" in next(g for g in drained.gpus if g.index == 3).reason
 
@@ -69,8 +70,9 @@ def test_in_use_instances_are_never_destroyed_without_drain():
 def test_drain_is_used_only_when_it_improves_the_distance():
     gpus = list(pool(1, layout=BALANCED))
     gpus[0] = GPUState("node-00", 0, H100, BALANCED, in_use=(("3g.40gb", 4),))
-    plan = plan_pool(PoolRequest("p", tuple(gpus), counts={"1g.10gb": 2},
-                                 limits=RolloutLimits(allow_drain=True)))
+    plan = plan_pool(
+        PoolRequest("p", tuple(gpus), counts={"1g.10gb": 2}, limits=RolloutLimits(allow_drain=True))
+    )
     assert plan.gpus_changed == 0 and plan.in_use_destroyed == 0
 
 
@@ -86,11 +88,13 @@ def test_unmet_demand_is_reported_not_an_error():
 
 def test_rollout_limits():
     gpus = pool(4, layout=SEVEN_1G)
-    by_gpus = plan_pool(PoolRequest("p", gpus, shares={"3g.40gb": 1.0},
-                                    limits=RolloutLimits(max_gpus_changed=5)))
+    by_gpus = plan_pool(
+        PoolRequest("p", gpus, shares={"3g.40gb": 1.0}, limits=RolloutLimits(max_gpus_changed=5))
+    )
     assert by_gpus.gpus_changed == 5 and by_gpus.nodes_changed == 1
-    by_nodes = plan_pool(PoolRequest("p", gpus, shares={"3g.40gb": 1.0},
-                                     limits=RolloutLimits(max_nodes_changed=2)))
+    by_nodes = plan_pool(
+        PoolRequest("p", gpus, shares={"3g.40gb": 1.0}, limits=RolloutLimits(max_nodes_changed=2))
+    )
     assert by_nodes.gpus_changed == 16 and by_nodes.nodes_changed == 2
     assert by_nodes.deferred == 16 and "wait for later waves" in by_nodes.notes[0]
 

@@ -55,12 +55,15 @@ def _repo(tmp_path, nodes):
 @pytest.fixture
 def repo(tmp_path):
     busy = "- {index: 0, mig: [3g.40gb, 2g.20gb, 1g.10gb, 1g.10gb], inUse: [2g.20gb]}\n"
-    return _repo(tmp_path, [
-        _node("h1", "inference", busy),
-        _node("h2", "inference"),
-        _node("h3", "inference"),
-        _node("t1", "training", "- {index: 1, mig: [7g.80gb]}\n"),
-    ])
+    return _repo(
+        tmp_path,
+        [
+            _node("h1", "inference", busy),
+            _node("h2", "inference"),
+            _node("h3", "inference"),
+            _node("t1", "training", "- {index: 1, mig: [7g.80gb]}\n"),
+        ],
+    )
 
 
 def _policies(path):
@@ -144,7 +147,8 @@ def test_nodes_without_devices_take_their_layout_from_the_mig_config_label(tmp_p
     ps = _policies(_repo(tmp_path, nodes))
     reqs = {r.name: r for r in pool_requests(ps.mig_strategies, ps.inventory())}
     assert [sorted(n for n, _ in g.layout) for g in reqs["inference"].gpus] == [
-        ["1g.10gb", "1g.10gb", "2g.20gb", "3g.40gb"]] * 2
+        ["1g.10gb", "1g.10gb", "2g.20gb", "3g.40gb"]
+    ] * 2
     assert [len(g.layout) for g in reqs["whole"].gpus] == [7, 7]
 
 

@@ -117,14 +117,19 @@ def _shortfall(req, multisets):
 @SETTINGS
 @given(
     st.lists(st.sampled_from(LAYOUTS["H100-80GB"][1:]), min_size=1, max_size=2),
-    st.dictionaries(st.sampled_from(["1g.10gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"]),
-                    st.integers(1, 10), min_size=1, max_size=3),
+    st.dictionaries(
+        st.sampled_from(["1g.10gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"]),
+        st.integers(1, 10),
+        min_size=1,
+        max_size=3,
+    ),
 )
 def test_share_distance_is_optimal_against_brute_force(layouts, weights):
     total = sum(weights.values())
     shares = {p: w / total for p, w in weights.items()}
-    req = PoolRequest("p", tuple(GPUState("n", i, "H100-80GB", lay) for i, lay in enumerate(layouts)),
-                      shares=shares)
+    req = PoolRequest(
+        "p", tuple(GPUState("n", i, "H100-80GB", lay) for i, lay in enumerate(layouts)), shares=shares
+    )
     plan = plan_pool(req)
     model = catalog.model_by_key("H100-80GB")
     options = [tuple(sorted(Counter(dict(ms)).items())) for ms in feasible_multisets(model, sorted(shares))]
@@ -163,8 +168,9 @@ def test_disabling_mig_never_kills_workloads_unless_drain(req, drain):
             assert g.target is None and state.layout is not None
             assert drain or not state.busy
         else:
-            assert g.target == (None if state.layout is None else check_layout(catalog.model_by_key(g.model),
-                                                                                state.layout))
+            assert g.target == (
+                None if state.layout is None else check_layout(catalog.model_by_key(g.model), state.layout)
+            )
     if lim.max_nodes_changed is not None:
         assert plan.nodes_changed <= lim.max_nodes_changed
 

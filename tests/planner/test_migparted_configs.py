@@ -13,8 +13,12 @@ BALANCED = ["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"]
 
 def test_uniform_nodes_get_readable_shared_names():
     configs, nodes = build_mig_configs({"b": [SEVEN] * 8, "a": [SEVEN] * 8, "c": [None] * 4, "d": [[], []]})
-    assert nodes == {"a": "kgwe-all-7x1g.10gb", "b": "kgwe-all-7x1g.10gb", "c": "kgwe-all-disabled",
-                     "d": "kgwe-all-enabled"}
+    assert nodes == {
+        "a": "kgwe-all-7x1g.10gb",
+        "b": "kgwe-all-7x1g.10gb",
+        "c": "kgwe-all-disabled",
+        "d": "kgwe-all-enabled",
+    }
     seven = [{"devices": "all", "mig-enabled": True, "mig-devices": {"1g.10gb": 7}}]
     assert configs["kgwe-all-7x1g.10gb"] == seven
     assert configs["kgwe-all-disabled"] == [{"devices": "all", "mig-enabled": False, "mig-devices": {}}]
@@ -28,8 +32,7 @@ def test_mixed_node_gets_per_index_entries_and_hash_name():
     assert nodes["n1"] == nodes["n2"] and nodes["n1"].startswith("kgwe-")
     assert configs[nodes["n1"]] == [
         {"devices": [0, 2], "mig-enabled": True, "mig-devices": {"1g.10gb": 7}},
-        {"devices": [1, 4], "mig-enabled": True,
-         "mig-devices": {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}},
+        {"devices": [1, 4], "mig-enabled": True, "mig-devices": {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}},
         {"devices": [3], "mig-enabled": False, "mig-devices": {}},
     ]
     _, nodes2 = build_mig_configs({"n3": [SEVEN, BALANCED, BALANCED, None, BALANCED]})

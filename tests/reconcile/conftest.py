@@ -18,20 +18,32 @@ from kubernetes.client.exceptions import ApiException
 from kgwe.cluster.client import ensure_namespace
 from kgwe.testing.crds import install_crds
 
-ENV = {"GIT_AUTHOR_NAME": "Human", "GIT_AUTHOR_EMAIL": "h@x", "GIT_COMMITTER_NAME": "Human",
-       "GIT_COMMITTER_EMAIL": "h@x", "HOME": "/tmp", "PATH": "/usr/bin:/bin"}
+ENV = {
+    "GIT_AUTHOR_NAME": "Human",
+    "GIT_AUTHOR_EMAIL": "h@x",
+    "GIT_COMMITTER_NAME": "Human",
+    "GIT_COMMITTER_EMAIL": "h@x",
+    "HOME": "/tmp",
+    "PATH": "/usr/bin:/bin",
+}
 SYSTEM_NS = "kgwe-system"
 MIG_NS = "gpu-operator"
 PR = ("kgwe.nvidia.io", "v1", SYSTEM_NS, "policyrepositories")  # group, version, namespace, plural
 
 
 def git(cwd: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=cwd, env=ENV, check=True, capture_output=True,
-                          text=True).stdout.strip()
+    return subprocess.run(
+        ["git", *args], cwd=cwd, env=ENV, check=True, capture_output=True, text=True
+    ).stdout.strip()
 
 
-def strategy_yaml(pool: str, profile_shares: str = "1g.10gb: 100%", max_unavailable: str = "1",
-                  drain: bool = False, pending_timeout: str = "60s") -> str:
+def strategy_yaml(
+    pool: str,
+    profile_shares: str = "1g.10gb: 100%",
+    max_unavailable: str = "1",
+    drain: bool = False,
+    pending_timeout: str = "60s",
+) -> str:
     return f"""apiVersion: kgwe.nvidia.io/v1
 kind: MIGStrategy
 metadata:
@@ -96,14 +108,16 @@ def kgwe_crds(k8s_api: client.ApiClient) -> None:
 def kgwe_mig_manager(k8s_api: client.ApiClient) -> Iterator[Any]:
     from kgwe.testing.migmanager import MigManagerStandIn
 
-    with MigManagerStandIn(k8s_api, delay_seconds=0.3, config_namespace=MIG_NS,
-                           config_map="kgwe-mig-parted-config") as manager:
+    with MigManagerStandIn(
+        k8s_api, delay_seconds=0.3, config_namespace=MIG_NS, config_map="kgwe-mig-parted-config"
+    ) as manager:
         yield manager
 
 
 @pytest.fixture
-def e2e(k8s_api: client.ApiClient, kgwe_crds: None, gpu_node: Callable[..., str], tmp_path: Path,
-        namespace: str) -> Iterator[SimpleNamespace]:
+def e2e(
+    k8s_api: client.ApiClient, kgwe_crds: None, gpu_node: Callable[..., str], tmp_path: Path, namespace: str
+) -> Iterator[SimpleNamespace]:
     """A fresh pool label, a policy remote, and helpers to create the PolicyRepository and nodes."""
     pool = f"e2e-{secrets.token_hex(3)}"
     remote = PolicyRemote(tmp_path)
@@ -112,15 +126,24 @@ def e2e(k8s_api: client.ApiClient, kgwe_crds: None, gpu_node: Callable[..., str]
     created: list[str] = []
 
     def make_nodes(count: int) -> list[str]:
-        names = [gpu_node("DGX-H100", name=f"{pool}-n{i}", labels={"kgwe.nvidia.io/pool": pool})
-                 for i in range(count)]
+        names = [
+            gpu_node("DGX-H100", name=f"{pool}-n{i}", labels={"kgwe.nvidia.io/pool": pool})
+            for i in range(count)
+        ]
         return names
 
     def make_repository(interval: str = "1h", reports: dict | None = None) -> str:
-        body = {"apiVersion": "kgwe.nvidia.io/v1", "kind": "PolicyRepository",
-                "metadata": {"name": pool, "namespace": SYSTEM_NS},
-                "spec": {"url": str(remote.bare), "ref": {"branch": "main"}, "path": "policy",
-                         "interval": interval}}
+        body = {
+            "apiVersion": "kgwe.nvidia.io/v1",
+            "kind": "PolicyRepository",
+            "metadata": {"name": pool, "namespace": SYSTEM_NS},
+            "spec": {
+                "url": str(remote.bare),
+                "ref": {"branch": "main"},
+                "path": "policy",
+                "interval": interval,
+            },
+        }
         if reports:
             body["spec"]["reports"] = reports
         custom.create_namespaced_custom_object("kgwe.nvidia.io", "v1", SYSTEM_NS, "policyrepositories", body)
@@ -136,10 +159,22 @@ def e2e(k8s_api: client.ApiClient, kgwe_crds: None, gpu_node: Callable[..., str]
     def labels(node: str) -> dict:
         return core.read_node(node).metadata.labels or {}
 
-    yield SimpleNamespace(pool=pool, remote=remote, make_nodes=make_nodes, make_repository=make_repository,
-                          status=status, labels=labels, core=core, custom=custom, tmp=tmp_path,
-                          namespace=namespace, strategy_yaml=strategy_yaml, SCORING=SCORING, obj=obj,
-                          base={"policy/mig.yaml": strategy_yaml(pool), "policy/scoring.yaml": SCORING})
+    yield SimpleNamespace(
+        pool=pool,
+        remote=remote,
+        make_nodes=make_nodes,
+        make_repository=make_repository,
+        status=status,
+        labels=labels,
+        core=core,
+        custom=custom,
+        tmp=tmp_path,
+        namespace=namespace,
+        strategy_yaml=strategy_yaml,
+        SCORING=SCORING,
+        obj=obj,
+        base={"policy/mig.yaml": strategy_yaml(pool), "policy/scoring.yaml": SCORING},
+    )
     for name in created:
         with contextlib.suppress(ApiException):
             custom.delete_namespaced_custom_object(*PR, name)

@@ -71,8 +71,12 @@ class LabelRecorder:
     def _run(self) -> None:
         w = watch.Watch()
         while not self._stop.is_set():
-            for event in w.stream(self.core.list_node, label_selector=f"kgwe.nvidia.io/pool={self.pool}",
-                                  resource_version=self._rv, timeout_seconds=1):
+            for event in w.stream(
+                self.core.list_node,
+                label_selector=f"kgwe.nvidia.io/pool={self.pool}",
+                resource_version=self._rv,
+                timeout_seconds=1,
+            ):
                 node = event["object"]
                 self._rv = node.metadata.resource_version
                 labels = node.metadata.labels or {}
@@ -88,12 +92,23 @@ class LabelRecorder:
 
 
 def gpu_pod(name: str, node: str) -> dict:
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
-            "spec": {"nodeName": node, "terminationGracePeriodSeconds": 0,
-                     "tolerations": [{"operator": "Exists"}],
-                     "containers": [{"name": "c", "image": "busybox",
-                                     "resources": {"limits": {"nvidia.com/gpu": "1"},
-                                                   "requests": {"nvidia.com/gpu": "1"}}}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "nodeName": node,
+            "terminationGracePeriodSeconds": 0,
+            "tolerations": [{"operator": "Exists"}],
+            "containers": [
+                {
+                    "name": "c",
+                    "image": "busybox",
+                    "resources": {"limits": {"nvidia.com/gpu": "1"}, "requests": {"nvidia.com/gpu": "1"}},
+                }
+            ],
+        },
+    }
 
 
 def ready(outcome) -> bool:
@@ -101,7 +116,8 @@ def ready(outcome) -> bool:
 
 
 def test_commit_rolls_through_respecting_busy_nodes_and_invalid_commit_changes_nothing(
-        k8s_api, e2e, kgwe_mig_manager):
+    k8s_api, e2e, kgwe_mig_manager
+):
     nodes = e2e.make_nodes(3)
     e2e.core.create_namespaced_pod(e2e.namespace, gpu_pod("busy", nodes[0]))
     first = e2e.remote.commit(e2e.base)
@@ -112,9 +128,15 @@ def test_commit_rolls_through_respecting_busy_nodes_and_invalid_commit_changes_n
     def step(outcome):
         progress = (outcome.rollout or {}).get(e2e.pool, {}) if outcome else {}
         seen_waiting.extend(progress.get("waitingBusy", []))
-        if len(e2e.labels(nodes[1]).get(MIG_CONFIG_LABEL, "")) and seen_waiting and \
-                all(e2e.labels(n).get(MIG_STATE_LABEL) == "success" and
-                    e2e.labels(n).get(MIG_CONFIG_LABEL) != "all-disabled" for n in nodes[1:]):
+        if (
+            len(e2e.labels(nodes[1]).get(MIG_CONFIG_LABEL, ""))
+            and seen_waiting
+            and all(
+                e2e.labels(n).get(MIG_STATE_LABEL) == "success"
+                and e2e.labels(n).get(MIG_CONFIG_LABEL) != "all-disabled"
+                for n in nodes[1:]
+            )
+        ):
             # the idle nodes are done while the busy one waited: now its job finishes
             with contextlib.suppress(client.exceptions.ApiException):
                 e2e.core.delete_namespaced_pod("busy", e2e.namespace, grace_period_seconds=0)
@@ -155,8 +177,9 @@ def test_commit_rolls_through_respecting_busy_nodes_and_invalid_commit_changes_n
     assert ready(rec.reconcile())
     assert rec.metrics.writes.labels(e2e.pool)._value.get() == writes_before
     assert e2e.obj()["metadata"]["resourceVersion"] == status_rv
-    e2e.core.patch_namespaced_config_map("kgwe-scoring", SYSTEM_NS, {"data": {"profiles.json": "{}"}},
-                                         field_manager="kubectl-edit")
+    e2e.core.patch_namespaced_config_map(
+        "kgwe-scoring", SYSTEM_NS, {"data": {"profiles.json": "{}"}}, field_manager="kubectl-edit"
+    )
     assert ready(rec.reconcile())
     assert [str(r) for r in rec.last_sync.drift_corrected] == ["ConfigMap/kgwe-system/kgwe-scoring"]
     assert e2e.status()["lastAppliedRevision"] == f"main@sha1:{fixed}"
@@ -164,8 +187,12 @@ def test_commit_rolls_through_respecting_busy_nodes_and_invalid_commit_changes_n
 
 def test_failed_node_stops_the_pool_and_restart_resumes_without_repeating(k8s_api, e2e, kgwe_mig_manager):
     nodes = e2e.make_nodes(4)
-    e2e.remote.commit({"policy/mig.yaml": e2e.strategy_yaml(e2e.pool, max_unavailable="2"),
-                       "policy/scoring.yaml": e2e.SCORING})
+    e2e.remote.commit(
+        {
+            "policy/mig.yaml": e2e.strategy_yaml(e2e.pool, max_unavailable="2"),
+            "policy/scoring.yaml": e2e.SCORING,
+        }
+    )
     e2e.make_repository()
     with LabelRecorder(e2e.core, e2e.pool) as recorder:
         # First controller: one reconcile starts two nodes, then it "dies" (dropped, nothing released).
@@ -216,13 +243,25 @@ def test_webhook_sync_and_only_one_replica_acts(k8s_api, e2e, kgwe_mig_manager):
     e2e.make_repository(interval="1h")
     secret = b"hook-secret"
     lease = f"kgwe-{e2e.pool}"
-    replicas = [Controller(k8s_api, SYSTEM_NS, cache_dir=e2e.tmp / f"r{i}", identity=f"replica-{i}",
-                           webhook_secret=secret, listen=("127.0.0.1", 0), lease_name=lease,
-                           lease_duration_seconds=3, renew_deadline_seconds=2, retry_period_seconds=0.3)
-                for i in range(2)]
+    replicas = [
+        Controller(
+            k8s_api,
+            SYSTEM_NS,
+            cache_dir=e2e.tmp / f"r{i}",
+            identity=f"replica-{i}",
+            webhook_secret=secret,
+            listen=("127.0.0.1", 0),
+            lease_name=lease,
+            lease_duration_seconds=3,
+            renew_deadline_seconds=2,
+            retry_period_seconds=0.3,
+        )
+        for i in range(2)
+    ]
     stops = [threading.Event() for _ in replicas]
-    threads = [threading.Thread(target=r.run, args=(s,), daemon=True)
-               for r, s in zip(replicas, stops, strict=True)]
+    threads = [
+        threading.Thread(target=r.run, args=(s,), daemon=True) for r, s in zip(replicas, stops, strict=True)
+    ]
     for t in threads:
         t.start()
     try:
@@ -237,13 +276,18 @@ def test_webhook_sync_and_only_one_replica_acts(k8s_api, e2e, kgwe_mig_manager):
 
         # A commit + signed push: applied at once although the interval is 1h.
         second = e2e.remote.commit({"policy/mig.yaml": e2e.strategy_yaml(e2e.pool, "2g.20gb: 100%")})
-        body = json.dumps({"ref": "refs/heads/main", "after": second,
-                           "commits": [{"modified": ["policy/mig.yaml"]}]}).encode()
+        body = json.dumps(
+            {"ref": "refs/heads/main", "after": second, "commits": [{"modified": ["policy/mig.yaml"]}]}
+        ).encode()
         for r in replicas:  # the Service may route to either; the standby does nothing with it
-            headers = {"Content-Type": "application/json", "X-GitHub-Event": "push",
-                       "X-Hub-Signature-256": sign(secret, body)}
-            req = urllib.request.Request(f"http://127.0.0.1:{r.server.port}/hooks/git", data=body,
-                                         method="POST", headers=headers)
+            headers = {
+                "Content-Type": "application/json",
+                "X-GitHub-Event": "push",
+                "X-Hub-Signature-256": sign(secret, body),
+            }
+            req = urllib.request.Request(
+                f"http://127.0.0.1:{r.server.port}/hooks/git", data=body, method="POST", headers=headers
+            )
             with urllib.request.urlopen(req, timeout=10) as resp:
                 assert resp.status == 202
         deadline = time.monotonic() + 60
@@ -274,7 +318,8 @@ def test_webhook_sync_and_only_one_replica_acts(k8s_api, e2e, kgwe_mig_manager):
 
 
 def test_drain_rollout_respects_pdb_then_uncordons_and_snapshot_is_committed_back(
-        k8s_api, e2e, kgwe_mig_manager):
+    k8s_api, e2e, kgwe_mig_manager
+):
     import subprocess
 
     nodes = e2e.make_nodes(1)
@@ -283,9 +328,15 @@ def test_drain_rollout_respects_pdb_then_uncordons_and_snapshot_is_committed_bac
     pod["metadata"]["labels"] = {"app": "trainer"}
     e2e.core.create_namespaced_pod(e2e.namespace, pod)
     policy = client.PolicyV1Api(k8s_api)
-    policy.create_namespaced_pod_disruption_budget(e2e.namespace, {
-        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "keep"},
-        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "trainer"}}}})
+    policy.create_namespaced_pod_disruption_budget(
+        e2e.namespace,
+        {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": "keep"},
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "trainer"}}},
+        },
+    )
     e2e.remote.commit({**e2e.base, "policy/mig.yaml": e2e.strategy_yaml(e2e.pool, drain=True)})
     e2e.make_repository(reports={"path": "reports/e2e"})
     rec = reconciler(k8s_api, e2e)
@@ -308,22 +359,38 @@ def test_drain_rollout_respects_pdb_then_uncordons_and_snapshot_is_committed_bac
 
     # The GPUInventory snapshot was committed back under reports/ by the bot, and it is a valid inventory
     # of the cluster (so `kgwe plan` in CI can use it offline).
-    text = subprocess.run(["git", "show", "main:reports/e2e/gpu-inventory.yaml"], cwd=e2e.remote.bare,
-                          capture_output=True, text=True, check=True).stdout
-    author = subprocess.run(["git", "log", "-1", "--format=%an", "main"], cwd=e2e.remote.bare,
-                            capture_output=True, text=True, check=True).stdout.strip()
+    text = subprocess.run(
+        ["git", "show", "main:reports/e2e/gpu-inventory.yaml"],
+        cwd=e2e.remote.bare,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    author = subprocess.run(
+        ["git", "log", "-1", "--format=%an", "main"],
+        cwd=e2e.remote.bare,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     import yaml
 
     from kgwe.policy import GPUInventory
+
     inventory = GPUInventory.model_validate(yaml.safe_load(text))
     assert author == "kgwe-bot" and inventory.node(node) is not None
     # The bot's own commit touches only reports/: the next reconcile changes nothing and commits nothing.
-    head_before = subprocess.run(["git", "rev-parse", "main"], cwd=e2e.remote.bare, capture_output=True,
-                                 text=True, check=True).stdout
+    head_before = subprocess.run(
+        ["git", "rev-parse", "main"], cwd=e2e.remote.bare, capture_output=True, text=True, check=True
+    ).stdout
     assert ready(rec.reconcile())
     assert rec.last_sync.writes == 0
-    assert subprocess.run(["git", "rev-parse", "main"], cwd=e2e.remote.bare, capture_output=True,
-                          text=True, check=True).stdout == head_before
+    assert (
+        subprocess.run(
+            ["git", "rev-parse", "main"], cwd=e2e.remote.bare, capture_output=True, text=True, check=True
+        ).stdout
+        == head_before
+    )
 
 
 def test_commit_back_rejected_for_good_is_reported_not_retried(k8s_api, e2e, kgwe_mig_manager):
@@ -340,8 +407,12 @@ def test_commit_back_rejected_for_good_is_reported_not_retried(k8s_api, e2e, kgw
     assert rec.metrics.commit_back_rejected.labels(e2e.pool)._value.get() == 1
     assert ready(rec.reconcile())  # the same snapshot is not pushed again
     assert rec.metrics.commit_back_rejected.labels(e2e.pool)._value.get() == 1
-    reasons = {e.reason for e in e2e.core.list_namespaced_event(
-        SYSTEM_NS, field_selector=f"involvedObject.name={e2e.pool}").items}
+    reasons = {
+        e.reason
+        for e in e2e.core.list_namespaced_event(
+            SYSTEM_NS, field_selector=f"involvedObject.name={e2e.pool}"
+        ).items
+    }
     assert "CommitBackRejected" in reasons
 
 
@@ -350,16 +421,28 @@ def test_git_credentials_come_from_the_referenced_secret(k8s_api, e2e):
     e2e.remote.commit(e2e.base)
     e2e.make_repository()
     e2e.custom.patch_namespaced_custom_object(
-        "kgwe.nvidia.io", "v1", SYSTEM_NS, "policyrepositories", e2e.pool,
-        {"spec": {"secretRef": {"name": f"{e2e.pool}-git"}}}, _content_type="application/merge-patch+json")
+        "kgwe.nvidia.io",
+        "v1",
+        SYSTEM_NS,
+        "policyrepositories",
+        e2e.pool,
+        {"spec": {"secretRef": {"name": f"{e2e.pool}-git"}}},
+        _content_type="application/merge-patch+json",
+    )
     rec = reconciler(k8s_api, e2e)
     outcome = rec.reconcile()  # the Secret does not exist yet: a clear fetch failure, nothing applied
     assert outcome.phase == "fetch_failed" and f"{e2e.pool}-git" in outcome.message
     ready_cond = condition(e2e.status(), "Ready")
     assert ready_cond["reason"] == "GitOperationFailed" and "lastAppliedRevision" not in e2e.status()
-    e2e.core.create_namespaced_secret(SYSTEM_NS, {
-        "apiVersion": "v1", "kind": "Secret", "metadata": {"name": f"{e2e.pool}-git"},
-        "stringData": {"username": "kgwe-bot", "password": "token-123"}})
+    e2e.core.create_namespaced_secret(
+        SYSTEM_NS,
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": f"{e2e.pool}-git"},
+            "stringData": {"username": "kgwe-bot", "password": "token-123"},
+        },
+    )
     try:
         again = rec.reconcile()
         assert again.phase in ("ready", "progressing"), again.message
@@ -396,8 +479,20 @@ def test_plan_against_the_live_cluster_inventory(k8s_api, e2e, kgwe_mig_manager,
     e2e.make_repository()
     drive(reconciler(k8s_api, e2e), ready)
     e2e.remote.commit({"policy/mig.yaml": e2e.strategy_yaml(e2e.pool, "3g.40gb: 100%")})
-    code = main(["plan", "--repo", str(e2e.remote.work), "--base", "HEAD~1", "--head", "HEAD", "policy",
-                 "--kubeconfig", str(control_plane.kubeconfig_path)])
+    code = main(
+        [
+            "plan",
+            "--repo",
+            str(e2e.remote.work),
+            "--base",
+            "HEAD~1",
+            "--head",
+            "HEAD",
+            "policy",
+            "--kubeconfig",
+            str(control_plane.kubeconfig_path),
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 2 and "live cluster" in out
     row = next(line for line in out.splitlines() if line.startswith(f"| {e2e.pool} |"))
@@ -407,5 +502,20 @@ def test_plan_against_the_live_cluster_inventory(k8s_api, e2e, kgwe_mig_manager,
     assert "1g.10gb → 3g.40gb" in out.replace("7×1g.10gb", "1g.10gb").replace("2×3g.40gb", "3g.40gb")
     assert any(n in out for n in nodes)
     # The same revision on both sides against the live cluster: nothing to do.
-    assert main(["plan", "--repo", str(e2e.remote.work), "--base", "HEAD~1", "--head", "HEAD~1", "policy",
-                 "--kubeconfig", str(control_plane.kubeconfig_path)]) == 0
+    assert (
+        main(
+            [
+                "plan",
+                "--repo",
+                str(e2e.remote.work),
+                "--base",
+                "HEAD~1",
+                "--head",
+                "HEAD~1",
+                "policy",
+                "--kubeconfig",
+                str(control_plane.kubeconfig_path),
+            ]
+        )
+        == 0
+    )

@@ -77,17 +77,27 @@ def test_metering_enforce_cap_and_scheduled_reports(k8s_api, e2e, kgwe_mig_manag
     try:
         reconcile()
         assert quota_gpus() == "8"
-        core.create_namespaced_pod(e2e.namespace, client.V1Pod(
-            metadata=client.V1ObjectMeta(name="trainer", labels={"kgwe.nvidia.io/team": "tiny-team"}),
-            spec=client.V1PodSpec(
-                node_selector={"kubernetes.io/hostname": node},
-                tolerations=[client.V1Toleration(operator="Exists")],
-                containers=[client.V1Container(
-                    name="c", image="train:1",
-                    resources=client.V1ResourceRequirements(limits={"nvidia.com/gpu": "1"}))],
-            )))
-        wait_for("the pod to run", lambda: core.read_namespaced_pod("trainer", e2e.namespace).status.phase
-                 == "Running")
+        core.create_namespaced_pod(
+            e2e.namespace,
+            client.V1Pod(
+                metadata=client.V1ObjectMeta(name="trainer", labels={"kgwe.nvidia.io/team": "tiny-team"}),
+                spec=client.V1PodSpec(
+                    node_selector={"kubernetes.io/hostname": node},
+                    tolerations=[client.V1Toleration(operator="Exists")],
+                    containers=[
+                        client.V1Container(
+                            name="c",
+                            image="train:1",
+                            resources=client.V1ResourceRequirements(limits={"nvidia.com/gpu": "1"}),
+                        )
+                    ],
+                ),
+            ),
+        )
+        wait_for(
+            "the pod to run",
+            lambda: core.read_namespaced_pod("trainer", e2e.namespace).status.phase == "Running",
+        )
         wait_for("the pod to be metered", lambda: bool(store.open_usage()))
 
         # An hour of an H100 at $4.10 exhausts the $1 budget: Enforce caps the quota at current use (1 GPU).
@@ -119,8 +129,9 @@ def test_metering_enforce_cap_and_scheduled_reports(k8s_api, e2e, kgwe_mig_manag
 
 
 def _git(e2e, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=e2e.remote.bare, check=True, capture_output=True,
-                          text=True).stdout
+    return subprocess.run(
+        ["git", *args], cwd=e2e.remote.bare, check=True, capture_output=True, text=True
+    ).stdout
 
 
 def _tree(e2e) -> list[str]:

@@ -42,4 +42,3 @@ def test_long_outage_is_bounded():
 def test_bad_schedules_are_clear_errors(bad):
     with pytest.raises(KgweError, match="cron"):
         parse(bad)
-

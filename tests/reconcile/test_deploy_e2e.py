@@ -38,8 +38,13 @@ def test_deploy_base_applies_and_its_rbac_is_enough_and_narrow(k8s_api, kgwe_crd
     dyn = dynamic.DynamicClient(k8s_api)
     for doc in docs:
         resource = dyn.resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
-        dyn.server_side_apply(resource, body=doc, namespace=doc["metadata"].get("namespace"),
-                              field_manager="deploy-test", force_conflicts=True)
+        dyn.server_side_apply(
+            resource,
+            body=doc,
+            namespace=doc["metadata"].get("namespace"),
+            field_manager="deploy-test",
+            force_conflicts=True,
+        )
     apps = client.AppsV1Api(k8s_api)
     assert apps.read_namespaced_deployment("kgwe-controller", "kgwe-system").spec.replicas == 2
 
@@ -63,11 +68,13 @@ def test_deploy_base_applies_and_its_rbac_is_enough_and_narrow(k8s_api, kgwe_crd
     # ...and nothing more than it needs.
     core = client.CoreV1Api(sa_api)
     new_ns = client.V1Namespace(metadata=client.V1ObjectMeta(name="nope"))
-    for action in (lambda: core.delete_node("anything"),
-                   lambda: core.list_secret_for_all_namespaces(),
-                   lambda: core.read_namespaced_secret("x", "default"),
-                   lambda: core.create_namespace(new_ns),
-                   lambda: core.delete_namespaced_pod("x", e2e.namespace)):
+    for action in (
+        lambda: core.delete_node("anything"),
+        lambda: core.list_secret_for_all_namespaces(),
+        lambda: core.read_namespaced_secret("x", "default"),
+        lambda: core.create_namespace(new_ns),
+        lambda: core.delete_namespaced_pod("x", e2e.namespace),
+    ):
         with pytest.raises(ApiException) as err:
             action()
         assert err.value.status == 403

@@ -12,13 +12,20 @@ import yaml
 from kgwe.cli import main
 from kgwe.resources import sample_repo_dir
 
-ENV = {"GIT_AUTHOR_NAME": "a", "GIT_AUTHOR_EMAIL": "a@x", "GIT_COMMITTER_NAME": "a",
-       "GIT_COMMITTER_EMAIL": "a@x", "HOME": "/tmp", "PATH": "/usr/bin:/bin"}
+ENV = {
+    "GIT_AUTHOR_NAME": "a",
+    "GIT_AUTHOR_EMAIL": "a@x",
+    "GIT_COMMITTER_NAME": "a",
+    "GIT_COMMITTER_EMAIL": "a@x",
+    "HOME": "/tmp",
+    "PATH": "/usr/bin:/bin",
+}
 
 
 def git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=repo, env=ENV, check=True, capture_output=True,
-                          text=True).stdout.strip()
+    return subprocess.run(
+        ["git", *args], cwd=repo, env=ENV, check=True, capture_output=True, text=True
+    ).stdout.strip()
 
 
 @pytest.fixture
@@ -122,6 +129,7 @@ def test_invalid_head_and_bad_refs_exit_1(repo, capsys):
     assert code == 1 and "scoring/default.yaml:" in err and "nothing planned" in err
     code = main(["plan", "--repo", str(repo), "--base", "nope", "--head", "HEAD"])
     assert code == 1 and "unknown git revision 'nope'" in capsys.readouterr().err
-    code = main(["plan", "--repo", str(repo), "--base", "HEAD~1", "--head", "HEAD~1",
-                 "--inventory", "/nonexistent"])
+    code = main(
+        ["plan", "--repo", str(repo), "--base", "HEAD~1", "--head", "HEAD~1", "--inventory", "/nonexistent"]
+    )
     assert code == 1 and "cannot read inventory" in capsys.readouterr().err

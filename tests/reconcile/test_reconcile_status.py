@@ -14,28 +14,48 @@ T0 = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 
 
 def test_ready_then_progressing_then_stalled_conditions():
-    ready = next_status(None, Outcome("ready", "applied main@sha1:a", "main@sha1:a", "main@sha1:a", [], {}),
-                        generation=3, now=T0)
+    ready = next_status(
+        None,
+        Outcome("ready", "applied main@sha1:a", "main@sha1:a", "main@sha1:a", [], {}),
+        generation=3,
+        now=T0,
+    )
     assert condition(ready, "Ready") == {
-        "type": "Ready", "status": "True", "reason": "ReconciliationSucceeded",
-        "message": "applied main@sha1:a", "observedGeneration": 3,
-        "lastTransitionTime": "2026-11-22T12:00:00Z"}
+        "type": "Ready",
+        "status": "True",
+        "reason": "ReconciliationSucceeded",
+        "message": "applied main@sha1:a",
+        "observedGeneration": 3,
+        "lastTransitionTime": "2026-11-22T12:00:00Z",
+    }
     assert condition(ready, "Reconciling") is None and condition(ready, "Stalled") is None
     assert ready["lastAppliedRevision"] == "main@sha1:a" and ready["observedGeneration"] == 3
 
     # Same status again later: lastTransitionTime is kept (no spurious status writes).
-    again = next_status(ready, Outcome("ready", "applied main@sha1:a", "main@sha1:a", "main@sha1:a", [], {}),
-                        generation=3, now=T0 + timedelta(minutes=5))
+    again = next_status(
+        ready,
+        Outcome("ready", "applied main@sha1:a", "main@sha1:a", "main@sha1:a", [], {}),
+        generation=3,
+        now=T0 + timedelta(minutes=5),
+    )
     assert again == ready
 
-    rolling = next_status(ready, Outcome("progressing", "rolling", "main@sha1:b", "main@sha1:b"),
-                          generation=4, now=T0 + timedelta(minutes=6))
+    rolling = next_status(
+        ready,
+        Outcome("progressing", "rolling", "main@sha1:b", "main@sha1:b"),
+        generation=4,
+        now=T0 + timedelta(minutes=6),
+    )
     assert condition(rolling, "Ready")["status"] == "Unknown"
     assert condition(rolling, "Reconciling")["reason"] == "Progressing"
     assert rolling["inventory"] == [] and rolling["rollout"] == {}  # kept from before
 
-    stalled = next_status(rolling, Outcome("stalled", "pool p: failed on n1", "main@sha1:b", "main@sha1:b"),
-                          generation=4, now=T0 + timedelta(minutes=7))
+    stalled = next_status(
+        rolling,
+        Outcome("stalled", "pool p: failed on n1", "main@sha1:b", "main@sha1:b"),
+        generation=4,
+        now=T0 + timedelta(minutes=7),
+    )
     assert condition(stalled, "Stalled")["status"] == "True"
     assert "n1" in condition(stalled, "Ready")["message"]
     assert condition(stalled, "Reconciling") is None
@@ -43,8 +63,9 @@ def test_ready_then_progressing_then_stalled_conditions():
 
 def test_invalid_revision_keeps_last_applied():
     ok = next_status(None, Outcome("ready", "ok", "main@sha1:a", "main@sha1:a"), generation=1, now=T0)
-    bad = next_status(ok, Outcome("invalid", "mig.yaml:3:5: bad", attempted_revision="main@sha1:b"),
-                      generation=1, now=T0)
+    bad = next_status(
+        ok, Outcome("invalid", "mig.yaml:3:5: bad", attempted_revision="main@sha1:b"), generation=1, now=T0
+    )
     assert bad["lastAppliedRevision"] == "main@sha1:a" and bad["lastAttemptedRevision"] == "main@sha1:b"
     ready = condition(bad, "Ready")
     assert ready["status"] == "False" and ready["reason"] == "ValidationFailed"
@@ -53,8 +74,9 @@ def test_invalid_revision_keeps_last_applied():
     assert condition(fetch, "Reconciling")["reason"] == "ProgressingWithRetry"
 
 
-@pytest.mark.parametrize(("text", "seconds"),
-                         [("1m", 60), ("30s", 30), ("1h30m", 5400), ("500ms", 0.5), (7, 7)])
+@pytest.mark.parametrize(
+    ("text", "seconds"), [("1m", 60), ("30s", 30), ("1h30m", 5400), ("500ms", 0.5), (7, 7)]
+)
 def test_durations(text, seconds):
     assert parse_interval_seconds(text) == seconds
 
@@ -98,8 +120,10 @@ def test_equivalent_config_names_are_not_a_change():
         "all-disabled": [{"devices": "all", "mig-enabled": False, "mig-devices": {}}],
         "kgwe-all-disabled": [{"devices": "all", "mig-enabled": False, "mig-devices": {}}],
         "kgwe-all-7x1g.10gb": [{"devices": "all", "mig-enabled": True, "mig-devices": {"1g.10gb": 7}}],
-        "custom-7x1g": [{"devices": [0, 1], "mig-enabled": True, "mig-devices": {"1g.10gb": 7}},
-                        {"devices": [1], "mig-enabled": True, "mig-devices": {"1g.10gb": 7}}],
+        "custom-7x1g": [
+            {"devices": [0, 1], "mig-enabled": True, "mig-devices": {"1g.10gb": 7}},
+            {"devices": [1], "mig-enabled": True, "mig-devices": {"1g.10gb": 7}},
+        ],
     }
 
     def facts(current: str, gpus: int = 2) -> GpuNodeFacts:

@@ -30,14 +30,19 @@ node_st = st.builds(
     cordoned_by_kgwe=st.booleans(),
 )
 fleet_st = st.lists(node_st, max_size=30, unique_by=lambda n: n.name)
-policy_st = st.builds(PoolPolicy, name=st.just("x"),
-                      max_unavailable=st.one_of(st.integers(1, 5), st.sampled_from(["10%", "25%", "50%"])),
-                      drain=st.booleans(), timeout_seconds=st.just(600.0))
+policy_st = st.builds(
+    PoolPolicy,
+    name=st.just("x"),
+    max_unavailable=st.one_of(st.integers(1, 5), st.sampled_from(["10%", "25%", "50%"])),
+    drain=st.booleans(),
+    timeout_seconds=st.just(600.0),
+)
 
 
 def in_flight(n: NodeState) -> bool:
     return (n.current_config == n.desired_config and n.state not in ("success", "failed")) or (
-        n.current_config != n.desired_config and n.cordoned_by_kgwe)
+        n.current_config != n.desired_config and n.cordoned_by_kgwe
+    )
 
 
 @settings(max_examples=300, deadline=None)
@@ -59,16 +64,26 @@ def test_safety_invariants(nodes, pa, pb):
     for pool, progress in plan.pools.items():
         members = [n for n in nodes if n.pool == pool]
         names = {n.name for n in members}
-        started = {a.node for a in plan.actions if a.kind in ("relabel", "cordon")
-                   and a.node in names and not by_name[a.node].cordoned_by_kgwe}
+        started = {
+            a.node
+            for a in plan.actions
+            if a.kind in ("relabel", "cordon") and a.node in names and not by_name[a.node].cordoned_by_kgwe
+        }
         before = sum(in_flight(n) for n in members)
         limit = resolve_max_unavailable(policies[pool].max_unavailable, len(members))
         if started:
             assert before + len(started) <= limit, "at most maxUnavailable nodes in flight"
         if progress.stopped:
             assert not started, "a stopped pool starts nothing new"
-        counted = (progress.done + progress.in_progress + progress.draining + progress.pending
-                   + progress.waiting_busy + progress.failed + progress.timed_out)
+        counted = (
+            progress.done
+            + progress.in_progress
+            + progress.draining
+            + progress.pending
+            + progress.waiting_busy
+            + progress.failed
+            + progress.timed_out
+        )
         assert sorted(counted) == sorted(n.name for n in members)
 
 
@@ -94,8 +109,9 @@ def simulate(nodes, policies, fail=frozenset(), stuck=frozenset(), finish_jobs_a
     for step in range(max_steps):
         plan = plan_rollout(state.values(), policies, now)
         for pool, progress in plan.pools.items():
-            peak_in_flight[pool] = max(peak_in_flight.get(pool, 0),
-                                       len(progress.in_progress) + len(progress.draining))
+            peak_in_flight[pool] = max(
+                peak_in_flight.get(pool, 0), len(progress.in_progress) + len(progress.draining)
+            )
         if all(p.complete or p.stopped for p in plan.pools.values()) and not plan.actions:
             return plan, peak_in_flight, step
         # MIG manager reacts to the labels set in the previous step.
@@ -119,8 +135,17 @@ def simulate(nodes, policies, fail=frozenset(), stuck=frozenset(), finish_jobs_a
 
 
 def fleet(count, busy=(), pool="a"):
-    return [NodeState(f"{pool}{i:02d}", pool, "new", current_config="old", state="success",
-                      gpu_pods=1 if i in busy else 0) for i in range(count)]
+    return [
+        NodeState(
+            f"{pool}{i:02d}",
+            pool,
+            "new",
+            current_config="old",
+            state="success",
+            gpu_pods=1 if i in busy else 0,
+        )
+        for i in range(count)
+    ]
 
 
 def test_fleet_rolls_through_respecting_max_unavailable():
@@ -159,8 +184,7 @@ def test_failed_node_stops_only_its_pool():
 
 def test_timeout_stalls_the_pool_naming_the_node():
     nodes = fleet(3)
-    plan, _, _ = simulate(nodes, {"a": PoolPolicy("a", max_unavailable=1, timeout_seconds=90)},
-                          stuck={"a00"})
+    plan, _, _ = simulate(nodes, {"a": PoolPolicy("a", max_unavailable=1, timeout_seconds=90)}, stuck={"a00"})
     assert plan.pools["a"].timed_out == ["a00"] and plan.stalled[0].pool == "a"
     assert "a00" in plan.pools["a"].message()
 

@@ -22,8 +22,12 @@ def run() -> None:
 
 
 def _migrate(connection) -> None:
-    context.configure(connection=connection, target_metadata=target_metadata, render_as_batch=True,
-                      version_table="kgwe_cost_alembic_version")
+    context.configure(
+        connection=connection,
+        target_metadata=target_metadata,
+        render_as_batch=True,
+        version_table="kgwe_cost_alembic_version",
+    )
     with context.begin_transaction():
         context.run_migrations()
 

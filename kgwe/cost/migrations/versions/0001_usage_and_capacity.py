@@ -36,8 +36,14 @@ def upgrade() -> None:
     )
     op.create_index("ix_kgwe_usage_start", "kgwe_usage", ["start_s"])
     op.create_index("ix_kgwe_usage_end", "kgwe_usage", ["end_s"])
-    op.create_index("ux_kgwe_usage_open", "kgwe_usage", ["pod_uid", "resource"], unique=True,
-                    sqlite_where=sa.text("end_s IS NULL"), postgresql_where=sa.text("end_s IS NULL"))
+    op.create_index(
+        "ux_kgwe_usage_open",
+        "kgwe_usage",
+        ["pod_uid", "resource"],
+        unique=True,
+        sqlite_where=sa.text("end_s IS NULL"),
+        postgresql_where=sa.text("end_s IS NULL"),
+    )
     op.create_table(
         "kgwe_node_capacity",
         sa.Column("id", sa.Integer(), primary_key=True, autoincrement=True),
@@ -49,8 +55,14 @@ def upgrade() -> None:
         sa.Column("end_s", sa.BigInteger(), nullable=True),
     )
     op.create_index("ix_kgwe_node_start", "kgwe_node_capacity", ["start_s"])
-    op.create_index("ux_kgwe_node_open", "kgwe_node_capacity", ["node"], unique=True,
-                    sqlite_where=sa.text("end_s IS NULL"), postgresql_where=sa.text("end_s IS NULL"))
+    op.create_index(
+        "ux_kgwe_node_open",
+        "kgwe_node_capacity",
+        ["node"],
+        unique=True,
+        sqlite_where=sa.text("end_s IS NULL"),
+        postgresql_where=sa.text("end_s IS NULL"),
+    )
 
 
 def downgrade() -> None:
