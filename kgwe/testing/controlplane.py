@@ -495,7 +495,7 @@ class ControlPlane:
                 f"--etcd-servers=http://127.0.0.1:{self.etcd_port}",
                 "--bind-address=127.0.0.1",
                 "--advertise-address=127.0.0.1",
-                # The `kubernetes` Service endpoint reconciler refuses loopback addresses; nothing here needs it.
+                # The `kubernetes` Service endpoint reconciler refuses loopback addresses; nothing needs it.
                 "--endpoint-reconciler-type=none",
                 f"--secure-port={self.apiserver_port}",
                 f"--cert-dir={self.workdir / 'apiserver-certs'}",
