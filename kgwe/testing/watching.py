@@ -1,6 +1,6 @@
 """A restartable list+watch loop for the small in-process controllers of the test control plane.
 
-The stand-ins (node lifecycle, service accounts, MIG manager) each need "tell me about every object now and
+The stand-ins (the MIG manager and the like) each need "tell me about every object now and
 whenever it changes until I am stopped". The kubernetes client's Watch ends on timeouts and 410 Gone, so
 this loop re-lists and resumes; it ends promptly after `stop` is set because each watch is short.
 """
