@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
+import signal
 import sys
 import traceback
 
@@ -51,13 +53,17 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return int(args._run(args) or 0)
+        code = int(args._run(args) or 0)
+        sys.stdout.flush()  # a closed pipe shows up here, not in the interpreter's exit flush
+        return code
     except KgweError as exc:
         print(f"kgwe {args.command}: error: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print(f"kgwe {args.command}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        return _stdout_closed()
     except Exception as exc:  # a user never sees a traceback unless they ask for it
         if os.environ.get("KGWE_DEBUG"):
             traceback.print_exc()
@@ -67,6 +73,16 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 1
+
+
+def _stdout_closed() -> int:
+    """The reader went away (`kgwe validate . | head -1`): stop quietly, as Unix tools do on SIGPIPE.
+
+    Python flushes stdout again at exit; pointing it at /dev/null keeps that flush from failing too."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    return 128 + signal.SIGPIPE
 
 
 if __name__ == "__main__":
