@@ -21,9 +21,11 @@ import git
 
 from kgwe.errors import KgweError
 from kgwe.gitops.auth import GitCredentials, git_environment
+from kgwe.gitops.gitcmd import check_argument, check_url, display_url, run_git
 from kgwe.gitops.retry import with_retries
-
-_SHA_RE = re.compile(r"^[0-9a-f]{7,40}$")
+from kgwe.policy.cluster_kinds import DEFAULT_BRANCH
+from kgwe.policy.cluster_kinds import GitRef as ModelGitRef
+from kgwe.policy.types import GIT_COMMIT_PATTERN, parse_git_ref_name
 
 
 class GitSourceError(KgweError):
@@ -32,31 +34,36 @@ class GitSourceError(KgweError):
 
 @dataclass(frozen=True)
 class GitRef:
-    """What to track. When several are set the most specific wins: commit > tag > branch (as in Flux)."""
+    """What to track: exactly one of branch, tag or commit, the PolicyRepository model's rule (the model
+    validates the spec; this re-checks values that reach git from elsewhere)."""
 
     branch: str | None = None
     tag: str | None = None
     commit: str | None = None
 
     def __post_init__(self) -> None:
-        if self.commit is not None and not _SHA_RE.match(self.commit):
-            raise KgweError(f"ref.commit {self.commit!r} is not a hexadecimal commit id")
-        for value in (self.branch, self.tag):
-            if value is not None and (not value or value.startswith("-") or ".." in value or " " in value):
-                raise KgweError(f"invalid git ref name {value!r}")
+        if sum(x is not None for x in (self.branch, self.tag, self.commit)) != 1:
+            raise KgweError("set exactly one of ref.branch, ref.tag, ref.commit")
+        try:
+            if self.commit is not None and not re.fullmatch(GIT_COMMIT_PATTERN, self.commit):
+                raise ValueError(f"ref.commit {self.commit!r} is not a hexadecimal commit id")
+            for value in (self.branch, self.tag):
+                if value is not None:
+                    parse_git_ref_name(value)
+        except ValueError as exc:
+            raise KgweError(str(exc)) from None
 
     @classmethod
-    def from_spec(cls, spec: dict | None) -> GitRef:
-        spec = spec or {}
-        ref = cls(branch=spec.get("branch"), tag=spec.get("tag"), commit=spec.get("commit"))
-        return ref if (ref.branch or ref.tag or ref.commit) else cls(branch="main")
+    def from_model(cls, ref: ModelGitRef | None) -> GitRef:
+        """From the validated PolicyRepository spec.ref (None: the default branch)."""
+        if ref is None:
+            return cls(branch=DEFAULT_BRANCH)
+        return cls(branch=ref.branch, tag=ref.tag, commit=ref.commit)
 
     @property
     def name(self) -> str:
         """The human name used in revisions: branch or tag name, "" for a bare commit."""
-        if self.commit:
-            return ""
-        return self.tag or self.branch or "main"
+        return self.tag or self.branch or ""
 
 
 @dataclass(frozen=True)
@@ -75,19 +82,26 @@ class Revision:
         return text.rsplit("sha1:", 1)[-1]
 
 
-def normalize_url(url: str) -> str:
-    """Local paths become absolute (git treats `repo` and `./repo` relative to its own cwd)."""
-    if "://" in url or re.match(r"^[\w.-]+@[\w.-]+:", url):
-        return url
-    return str(Path(url).expanduser().resolve())
+def _keep_symlinks(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo | None:
+    """tarfile's "data" filter, except that symlinks are kept whatever they point to.
+
+    A symlink only matters when something follows it, and the policy loader never does: it reports a link
+    leaving the repository as a policy error naming the file. Refusing it here instead would fail the whole
+    export with an exception that names neither the file nor the problem. The member's own name is still
+    checked (no absolute names, no "..", nothing written outside `dest`)."""
+    if member.issym():
+        tarfile.data_filter(member.replace(type=tarfile.REGTYPE, linkname="", deep=False), dest)
+        return member
+    return tarfile.data_filter(member, dest)
 
 
 def export_commit(repo: git.Repo, sha: str, dest: Path, subpath: str | None = None) -> Path:
     """Write the tree of commit `sha` (optionally only `subpath`) into `dest`; returns the policy folder."""
     dest.mkdir(parents=True, exist_ok=True)
     sub = (subpath or "").strip("/")
-    if sub and (sub.startswith("..") or "/../" in f"/{sub}/"):
+    if sub and (sub.startswith(("..", "-")) or "/../" in f"/{sub}/"):
         raise KgweError(f"path {subpath!r} leaves the repository")
+    check_argument(sha, "commit")
     args = ["--format=tar", sha]
     if sub:
         try:
@@ -99,8 +113,11 @@ def export_commit(repo: git.Repo, sha: str, dest: Path, subpath: str | None = No
         repo.git.archive(*args, output_stream=tar_file)
         tar_file.seek(0)
         with tarfile.open(fileobj=tar_file) as tar:
-            tar.extractall(dest, filter="data")
-    return dest / sub if sub else dest
+            tar.extractall(dest, filter=_keep_symlinks)
+    root = dest / sub if sub else dest
+    if sub and (root.is_symlink() or not root.resolve().is_relative_to(dest.resolve())):
+        raise GitSourceError(f"path {sub!r} is a symlink at commit {sha[:12]}; name a folder instead")
+    return root
 
 
 def resolve_local(repo: git.Repo, refname: str) -> str:
@@ -152,8 +169,12 @@ class GitSource:
         attempts: int = 3,
         backoff_base_seconds: float = 1.0,
         sleep: Callable[[float], None] = time.sleep,
+        allow_local: bool = False,
+        ca_file: str | None = None,
     ) -> None:
-        self.url = normalize_url(url)
+        self.allow_local = allow_local  # see kgwe.gitops.gitcmd: never from a PolicyRepository
+        self.ca_file = ca_file
+        self.url = check_url(url, allow_local=allow_local)
         self.ref = ref
         self.credentials = credentials
         self.timeout_seconds = timeout_seconds
@@ -174,13 +195,22 @@ class GitSource:
                 self._repo = git.Repo.init(self.mirror_path, bare=True)
         return self._repo
 
-    def _git(self, *args: str) -> str:
-        with git_environment(self.credentials, connect_timeout_seconds=int(self.timeout_seconds)) as env:
-            return self.repo.git.execute(["git", *args], env=env, kill_after_timeout=self.timeout_seconds)
-
     def _fetch_once(self) -> None:
+        url = check_url(self.url, allow_local=self.allow_local)  # again, right before git sees it
         refspecs = ["+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*"]
-        self._git("fetch", "--prune", "--prune-tags", "--force", "--no-write-fetch-head", self.url, *refspecs)
+        args = ["fetch", "--prune", "--prune-tags", "--force", "--no-write-fetch-head", "--", url, *refspecs]
+        self.repo  # noqa: B018 - creates the mirror on first use
+        with git_environment(
+            self.credentials, connect_timeout_seconds=int(self.timeout_seconds), url=url
+        ) as env:
+            run_git(
+                args,
+                cwd=self.mirror_path,
+                env=env,
+                timeout_seconds=self.timeout_seconds,
+                allow_local=self.allow_local,
+                ca_file=self.ca_file,
+            )
 
     def fetch(self) -> Revision:
         """Fetch (bounded retries with backoff) and resolve the tracked ref to a commit."""
@@ -215,7 +245,7 @@ class GitSource:
     @property
     def display_url(self) -> str:
         """The URL without any user-info, safe for status and logs."""
-        return re.sub(r"//[^/@]+@", "//", self.url)
+        return display_url(self.url)
 
     def export(self, sha: str, dest: Path, subpath: str | None = None) -> Path:
         """A clean copy of commit `sha` (or its `subpath`) in `dest`."""
@@ -247,7 +277,6 @@ __all__ = [
     "Revision",
     "changed_paths",
     "export_commit",
-    "normalize_url",
     "resolve_local",
     "touches_policy",
 ]

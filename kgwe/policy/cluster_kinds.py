@@ -8,7 +8,14 @@ from typing import Any, ClassVar, Literal
 from pydantic import ConfigDict, Field, model_validator
 
 from kgwe.policy.base import ClusterObjectMeta, KgweModel, KgweObject
-from kgwe.policy.types import Duration
+from kgwe.policy.types import GIT_COMMIT_PATTERN, GitRefName, GitUrl, PositiveDuration
+
+# A Git fetch or push may take at most this long (spec.timeout): a slow or hostile server cannot hold a
+# worker longer, and the controller kills the git process when it is up.
+MAX_GIT_TIMEOUT = timedelta(minutes=10)
+DEFAULT_GIT_TIMEOUT = timedelta(seconds=60)
+DEFAULT_BRANCH = "main"
+DEFAULT_REPORTS_PATH = "reports"
 
 
 class Condition(KgweModel):
@@ -23,9 +30,11 @@ class Condition(KgweModel):
 
 
 class GitRef(KgweModel):
-    branch: str | None = None
-    tag: str | None = None
-    commit: str | None = Field(default=None, pattern=r"^[0-9a-f]{7,40}$")
+    """What to track: exactly one of a branch, a tag or a commit."""
+
+    branch: GitRefName | None = None
+    tag: GitRefName | None = None
+    commit: str | None = Field(default=None, pattern=GIT_COMMIT_PATTERN)
 
     @model_validator(mode="after")
     def _exactly_one(self) -> GitRef:
@@ -39,20 +48,60 @@ class SecretRef(KgweModel):
 
 
 class ReportsSpec(KgweModel):
-    branch: str | None = None  # default: the synced branch
-    path: str = "reports"
+    branch: GitRefName | None = None  # default: the synced branch
+    path: str = Field(default=DEFAULT_REPORTS_PATH, pattern=r"^[A-Za-z0-9_][A-Za-z0-9._/-]*$", max_length=255)
     schedule: str = Field(default="0 6 * * *", pattern=r"^\S+( \S+){4}$")  # cron, UTC
 
 
 class PolicyRepositorySpec(KgweModel):
-    url: str = Field(min_length=1)
-    ref: GitRef = Field(default_factory=lambda: GitRef(branch="main"))
-    path: str = "."
-    interval: Duration = Field(default=timedelta(minutes=1))
-    timeout: Duration | None = None
+    url: GitUrl
+    ref: GitRef = Field(default_factory=lambda: GitRef(branch=DEFAULT_BRANCH))
+    path: str = Field(default=".", max_length=255)
+    interval: PositiveDuration = Field(default=timedelta(minutes=1))
+    timeout: PositiveDuration | None = None  # each git fetch/push; default 60s, at most 10m
     secret_ref: SecretRef | None = None
     suspend: bool = False
     reports: ReportsSpec | None = None
+
+    @model_validator(mode="after")
+    def _bounded(self) -> PolicyRepositorySpec:
+        if self.timeout is not None and self.timeout > MAX_GIT_TIMEOUT:
+            raise ValueError(f"timeout may be at most {int(MAX_GIT_TIMEOUT.total_seconds() // 60)}m")
+        policy = self.policy_path
+        if policy.startswith("-") or ".." in policy.split("/"):
+            raise ValueError(f"path {self.path!r} must stay inside the repository")
+        if self.reports is not None:
+            reports = self.reports_path
+            if ".." in reports.split("/"):
+                raise ValueError(f"reports.path {self.reports.path!r} must stay inside the repository")
+            if not policy or reports == policy or reports.startswith(policy + "/"):
+                raise ValueError(
+                    f"reports.path {reports!r} lies inside the policy path {self.path!r}: reports must be "
+                    "written outside the policy KGWE reads"
+                )
+        return self
+
+    # Default-filling accessors: the controller reads these, never the raw fields.
+    @property
+    def policy_path(self) -> str:
+        """The policy folder inside the repository, "" for its root."""
+        return self.path.strip("/").removeprefix("./").strip("/") if self.path.strip("/") != "." else ""
+
+    @property
+    def reports_path(self) -> str:
+        return (self.reports.path if self.reports else DEFAULT_REPORTS_PATH).strip("/")
+
+    @property
+    def reports_branch(self) -> str:
+        return (self.reports.branch if self.reports else None) or self.ref.branch or DEFAULT_BRANCH
+
+    @property
+    def timeout_seconds(self) -> float:
+        return (self.timeout or DEFAULT_GIT_TIMEOUT).total_seconds()
+
+    @property
+    def interval_seconds(self) -> float:
+        return self.interval.total_seconds()
 
 
 class AppliedObject(KgweModel):

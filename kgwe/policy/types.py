@@ -26,6 +26,23 @@ MONEY_PATTERN = r"^[0-9]+(\.[0-9]+)?$"
 DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 
+# Git remotes a PolicyRepository may name: https://, ssh:// and scp-like user@host:path. Never a local path,
+# file://, ext:: or anything starting with "-" (git would read it as an option, e.g. --upload-pack=<cmd>),
+# and no password in the URL (credentials belong in a Secret). The same pattern goes into the CRD, so the
+# API server refuses what the controller would refuse. Written for Python, Rust (pydantic) and Go (RE2).
+_GIT_USER = r"[A-Za-z0-9_][A-Za-z0-9._~-]*"
+_GIT_HOST = r"[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?"
+GIT_URL_PATTERN = (
+    rf"^(https://({_GIT_USER}@)?{_GIT_HOST}(:[0-9]{{1,5}})?(/[^\s]*)?"
+    rf"|ssh://({_GIT_USER}@)?{_GIT_HOST}(:[0-9]{{1,5}})?/[^\s]*"
+    rf"|{_GIT_USER}@{_GIT_HOST}:[^\s-][^\s]*)$"
+)
+GIT_URL_MAX_LENGTH = 2048
+# Branch and tag names: what `git check-ref-format` allows minus the risky corners (a leading "-" is an
+# option to git; "..", "@{" and the like are revision syntax).
+GIT_REF_NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9._/+-]*$"
+GIT_COMMIT_PATTERN = r"^[0-9a-f]{7,40}$"
+
 
 def _plain(d: Decimal) -> str:
     """Decimal without exponent or trailing zeros: 70 -> '70', 12.50 -> '12.5'."""
@@ -56,6 +73,44 @@ def parse_duration(value: Any) -> timedelta:
         seconds = sum(Decimal(n) * _UNIT_SECONDS[u] for n, u in _DURATION_PART.findall(value.strip()))
         return timedelta(seconds=float(seconds))
     raise ValueError(f"expected a duration like '30s', '5m' or '1h30m', got {value!r}")
+
+
+def parse_positive_duration(value: Any) -> timedelta:
+    """A duration that must be longer than zero (intervals, timeouts): '0s' would mean "busy loop"."""
+    parsed = parse_duration(value)
+    if parsed <= timedelta(0):
+        raise ValueError(f"must be longer than 0s, got {value!r}")
+    return parsed
+
+
+def parse_git_url(value: Any) -> str:
+    """A remote URL as GIT_URL_PATTERN allows it, or ValueError saying what is allowed."""
+    if (
+        isinstance(value, str)
+        and len(value) <= GIT_URL_MAX_LENGTH
+        and re.fullmatch(GIT_URL_PATTERN, value, flags=re.ASCII)
+    ):
+        return value
+    shown = value if not isinstance(value, str) or len(value) <= 80 else value[:80] + "..."
+    raise ValueError(
+        f"{shown!r} is not an allowed Git URL: use https://host/path, ssh://[user@]host/path or "
+        "user@host:path (no local paths, file://, ext::, leading '-' or password in the URL; put "
+        "credentials in the Secret named by secretRef)"
+    )
+
+
+def parse_git_ref_name(value: Any) -> str:
+    """A branch or tag name git cannot mistake for an option or a revision expression."""
+    if (
+        isinstance(value, str)
+        and re.fullmatch(GIT_REF_NAME_PATTERN, value)
+        and ".." not in value
+        and "//" not in value
+        and not value.endswith(("/", ".", ".lock"))
+        and len(value) <= 255
+    ):
+        return value
+    raise ValueError(f"{value!r} is not a valid branch or tag name")
 
 
 def format_duration(value: timedelta) -> str:
@@ -104,6 +159,22 @@ Duration = Annotated[
     PlainValidator(parse_duration),
     PlainSerializer(format_duration, return_type=str),
     WithJsonSchema({"type": "string", "pattern": DURATION_PATTERN}),
+]
+PositiveDuration = Annotated[
+    timedelta,
+    PlainValidator(parse_positive_duration),
+    PlainSerializer(format_duration, return_type=str),
+    WithJsonSchema({"type": "string", "pattern": DURATION_PATTERN}),
+]
+GitUrl = Annotated[
+    str,
+    PlainValidator(parse_git_url),
+    WithJsonSchema({"type": "string", "pattern": GIT_URL_PATTERN, "maxLength": GIT_URL_MAX_LENGTH}),
+]
+GitRefName = Annotated[
+    str,
+    PlainValidator(parse_git_ref_name),
+    WithJsonSchema({"type": "string", "pattern": GIT_REF_NAME_PATTERN, "maxLength": 255}),
 ]
 Money = Annotated[
     Decimal,

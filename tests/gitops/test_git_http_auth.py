@@ -76,17 +76,24 @@ def test_token_over_http_fetch_and_push(remote, tmp_path):
     url = f"http://127.0.0.1:{httpd.server_address[1]}/remote.git"
     try:
         creds = GitCredentials(username="x-access-token", password=TOKEN)
-        rev = GitSource(url, GitRef(branch="main"), cache_dir=tmp_path / "c", credentials=creds).fetch()
+        rev = GitSource(
+            url, GitRef(branch="main"), cache_dir=tmp_path / "c", credentials=creds, allow_local=True
+        ).fetch()
         assert rev.sha == remote.log()[0].split()[0]
 
         without = GitSource(
-            url, GitRef(branch="main"), cache_dir=tmp_path / "c2", attempts=2, sleep=lambda s: None
+            url,
+            GitRef(branch="main"),
+            cache_dir=tmp_path / "c2",
+            attempts=2,
+            sleep=lambda s: None,
+            allow_local=True,
         )
         with pytest.raises(GitSourceError) as err:
             without.fetch()
         assert TOKEN not in str(err.value)
 
-        cb = CommitBack(url, "main", workdir=tmp_path / "cb", credentials=creds)
+        cb = CommitBack(url, "main", workdir=tmp_path / "cb", credentials=creds, allow_local=True)
         assert cb.commit_files({"reports/a.md": "over http\n"}, summary="http").status == "pushed"
         assert remote.show("main", "reports/a.md") == "over http"
         rejected = CommitBack(
@@ -96,13 +103,14 @@ def test_token_over_http_fetch_and_push(remote, tmp_path):
             attempts=3,
             credentials=GitCredentials(password="wrong"),
             sleep=lambda s: None,
+            allow_local=True,
         )
         bad = rejected.commit_files({"reports/b.md": "x"}, summary="b")
         assert bad.status in ("rejected", "failed") and "wrong" not in bad.reason
         # The token never lands in the mirror's or the clone's git config.
         for cfg in (tmp_path / "c").rglob("config"):
             assert TOKEN not in cfg.read_text()
-        assert TOKEN not in (tmp_path / "cb" / ".git" / "config").read_text()
+        assert TOKEN not in (tmp_path / "cb" / "repo.git" / "config").read_text()
         assert any(h.startswith("Basic ") for h in seen)
     finally:
         httpd.shutdown()
