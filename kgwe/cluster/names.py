@@ -8,6 +8,10 @@ MANAGED_BY_VALUE = "kgwe"
 # Which PolicyRepository an object came from ("<namespace>.<name>"), for inventory and prune.
 REPOSITORY_LABEL = "kgwe.nvidia.io/policy-repository"
 # `disabled` protects an object from prune (same idea as Flux's kustomize.toolkit.fluxcd.io/prune).
+# A PolicyRepository may read only Secrets carrying this label with the value "true": a tenant who may create
+# PolicyRepositories must not be able to send any other Secret of the namespace to a Git server of theirs.
+GIT_CREDENTIALS_LABEL = "kgwe.nvidia.io/git-credentials"
+
 PRUNE_ANNOTATION = "kgwe.nvidia.io/prune"
 PRUNE_DISABLED = "disabled"
 # Hash of the desired object as last applied; lets a later reconcile tell drift from a policy change.

@@ -91,6 +91,7 @@ def run(args: argparse.Namespace) -> int:
             args.branch,
             out / ".commit-back",
             summary=f"cost reports {args.cluster} {period.label}",
+            allow_local=True,  # the person running this command names their own repository
         )
         print(f"commit-back: {result.status} {result.sha or ''} {result.reason}".rstrip())
         if result.status in ("rejected", "failed"):

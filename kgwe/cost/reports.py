@@ -273,11 +273,18 @@ def write_reports(files: Mapping[str, str], out_dir: Path) -> list[Path]:
 
 
 def commit_reports(
-    files: Mapping[str, str], repo_url: str, branch: str, workdir: Path, summary: str, credentials: Any = None
+    files: Mapping[str, str],
+    repo_url: str,
+    branch: str,
+    workdir: Path,
+    summary: str,
+    credentials: Any = None,
+    allow_local: bool = False,
 ):
     """Commit the report files back to the policy repository (rules in kgwe.gitops.commit_back);
-    `credentials` are the repository's GitCredentials (token or SSH key) when it is not local."""
+    `credentials` are the repository's GitCredentials (token or SSH key) when it is not local;
+    `allow_local` lets the person running `kgwe report` name a local repository."""
     from kgwe.gitops.commit_back import CommitBack
 
-    cb = CommitBack(repo_url, branch, workdir=workdir, credentials=credentials)
+    cb = CommitBack(repo_url, branch, workdir=workdir, credentials=credentials, allow_local=allow_local)
     return cb.commit_files(dict(files), summary=summary)

@@ -10,7 +10,6 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 from kgwe.cost.budgets import (
@@ -24,7 +23,7 @@ from kgwe.cost.budgets import (
 from kgwe.cost.chargeback import Chargeback
 from kgwe.cost.metrics import CostCollector, install
 from kgwe.cost.pricing import PriceBook
-from kgwe.cost.reports import ReportInput, build_reports, commit_reports
+from kgwe.cost.reports import ReportInput, build_reports
 from kgwe.cost.rightsizing import Recommendation, recommend, size_of
 from kgwe.cost.store import CostStore
 from kgwe.cost.usage import Period, month_period
@@ -150,25 +149,17 @@ class CostService:
         period: Period,
         now: datetime,
         *,
-        repo_url: str,
-        branch: str,
-        workdir: Path,
+        commit_back: Any,
         path_prefix: str = "reports",
         prometheus_url: str | None = None,
-        credentials: Any = None,
     ):
+        """Generate the period's reports and commit them through `commit_back` (a kgwe.gitops CommitBack
+        that may write only under `path_prefix`)."""
         generated = generate_reports(self.store, book, budgets, period, now, self.cluster, prometheus_url)
         files = generated.files
         if path_prefix != "reports":  # PolicyRepository.spec.reports.path, e.g. reports/prod
             files = {path_prefix.rstrip("/") + rel[len("reports") :]: text for rel, text in files.items()}
-        return commit_reports(
-            files,
-            repo_url,
-            branch,
-            workdir,
-            summary=f"cost reports {self.cluster} {period.label}",
-            credentials=credentials,
-        )
+        return commit_back.commit_files(files, summary=f"cost reports {self.cluster} {period.label}")
 
     @staticmethod
     def emit_alerts(recorder: Any, involved: dict, statuses: Sequence[BudgetStatus]) -> int:

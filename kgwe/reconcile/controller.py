@@ -23,11 +23,19 @@ from kubernetes.client.exceptions import ApiException
 
 from kgwe.cluster.events import EventRecorder
 from kgwe.cluster.lease import LeaderElector
+from kgwe.gitops.gitcmd import GitAccess
 from kgwe.gitops.retry import jittered_interval_seconds
 from kgwe.gitops.source import touches_policy
 from kgwe.gitops.webhook import ControllerHTTPServer, PushEvent
 from kgwe.reconcile.metrics import ReconcileMetrics
-from kgwe.reconcile.repository import GROUP, PLURAL, VERSION, RepositoryReconciler, parse_interval_seconds
+from kgwe.reconcile.repository import (
+    GROUP,
+    PLURAL,
+    VERSION,
+    InvalidSpec,
+    RepositoryReconciler,
+    read_spec,
+)
 
 if TYPE_CHECKING:
     from kgwe.reconcile.costs import CostDuties
@@ -64,6 +72,7 @@ class Controller:
         jitter_fraction: float = 0.1,
         leader_election: bool = True,
         costs: CostDuties | None = None,
+        git_access: GitAccess | None = None,
     ) -> None:
         self.api_client = api_client
         self.namespace = namespace
@@ -78,6 +87,10 @@ class Controller:
         self._pending_push = False
         self._lock = threading.Lock()
         self._due: dict[str, _Due] = {}
+        self._workers: dict[str, threading.Thread] = {}  # the reconcile thread of each repository
+        self._again: set[str] = set()  # repositories triggered while their reconcile was running
+        self._costs_lock = threading.Lock()
+        self.git_access = git_access or GitAccess()
         self._reconcilers: dict[str, RepositoryReconciler] = {}
         self.reconciles = 0
         self.elector: LeaderElector | None = None
@@ -165,6 +178,7 @@ class Controller:
                 metrics=self.metrics,
                 recorder=self.recorder,
                 is_leader=self.is_leader,
+                git_access=self.git_access,
             )
             self._reconcilers[name] = rec
         return rec
@@ -185,35 +199,61 @@ class Controller:
         now = time.monotonic()
         next_in = 60.0
         for item in listing.get("items", []):
-            meta, spec = item.get("metadata") or {}, item.get("spec") or {}
+            meta = item.get("metadata") or {}
             name, generation = meta.get("name"), meta.get("generation")
             requested = (meta.get("annotations") or {}).get(REQUESTED_AT_ANNOTATION)
-            try:
-                interval = parse_interval_seconds(spec.get("interval"), 60.0)
-            except Exception:
-                interval = 60.0
-            due = self._due.get(name)
-            if (
+            with self._lock:
+                due, worker = self._due.get(name), self._workers.get(name)
+            wanted = (
                 due is None
                 or pushed
                 or due.generation != generation
                 or due.requested != requested
                 or now >= due.at
-            ):
+            )
+            if worker is not None and worker.is_alive():  # still fetching or applying: never twice at once
+                if wanted:
+                    with self._lock:
+                        self._again.add(name)
+                next_in = min(next_in, 1.0)
+                continue
+            if wanted:
                 if not self.is_leader():
                     return 1.0
-                rec = self._reconciler(name)
-                try:
-                    rec.reconcile()
-                    if self.costs is not None and self.is_leader():
-                        self.costs.after_reconcile(rec, item)
-                except Exception:  # one broken repository must not stop the others
-                    log.exception("reconcile of %s failed", name)
-                self.reconciles += 1
-                wait = jittered_interval_seconds(interval, self.jitter_fraction, self._rng)
-                self._due[name] = due = _Due(time.monotonic() + wait, generation, requested)
+                # Each repository reconciles in its own thread: a slow or hanging Git server delays only
+                # its own repository (up to spec.timeout per git call), never the others.
+                worker = threading.Thread(
+                    target=self._reconcile_one, args=(name, item), name=f"reconcile-{name}", daemon=True
+                )
+                with self._lock:
+                    self._workers[name] = worker
+                    self._due[name] = due = _Due(float("inf"), generation, requested)
+                worker.start()
+                continue
             next_in = min(next_in, max(0.05, due.at - time.monotonic()))
         return next_in
+
+    def _reconcile_one(self, name: str, item: dict) -> None:
+        rec = self._reconciler(name)
+        try:
+            rec.reconcile()
+            if self.costs is not None and self.is_leader():
+                with self._costs_lock:  # the cost store and its reports are shared by all repositories
+                    self.costs.after_reconcile(rec, item)
+        except Exception:  # one broken repository must not stop the others
+            log.exception("reconcile of %s failed", name)
+        try:
+            interval = read_spec(item).interval_seconds
+        except InvalidSpec:
+            interval = 60.0
+        wait = jittered_interval_seconds(interval, self.jitter_fraction, self._rng)
+        with self._lock:
+            self.reconciles += 1
+            due = self._due.get(name)
+            if due is not None:
+                due.at = 0.0 if name in self._again else time.monotonic() + wait
+            self._again.discard(name)
+        self._trigger.set()
 
     def run(self, stop: threading.Event) -> None:
         if self.server is not None:

@@ -99,30 +99,33 @@ class CostDuties:
         self._reports(rec, repo, spec, book, budgets, now)
 
     def _reports(self, rec: Any, repo: dict, spec: dict, book: Any, budgets: list, now: datetime) -> None:
-        reports = spec.get("reports") or {}
-        if not reports.get("schedule"):
+        from kgwe.reconcile.repository import InvalidSpec, read_spec
+
+        if not (spec.get("reports") or {}).get("schedule"):
             return
         try:
-            schedule = cron.parse(reports["schedule"])
-        except KgweError as exc:
+            typed = read_spec(repo)
+            schedule = cron.parse(typed.reports.schedule)
+        except (InvalidSpec, KgweError) as exc:
             rec.recorder.warning(repo, "InvalidReportSchedule", str(exc))
             return
         last = self._last_report_check.setdefault(rec.name, now)  # first sight: wait for the next fire
         if not schedule.fired_between(last, now):
             return
         self._last_report_check[rec.name] = now
-        ref = spec.get("ref") or {}
+        try:
+            commit_back = rec.commit_back(typed, "cost-reports")
+        except KgweError as exc:
+            rec.recorder.warning(repo, "CommitBackRejected", f"cost reports: {exc}")
+            return
         result = self.service.commit(
             book,
             budgets,
             month_period(now),
             now,
-            repo_url=spec["url"],
-            branch=reports.get("branch") or ref.get("branch") or "main",
-            workdir=rec.cache_dir / "cost-reports",
-            path_prefix=(reports.get("path") or "reports").strip("/"),
+            commit_back=commit_back,
+            path_prefix=typed.reports_path,
             prometheus_url=self.prometheus_url,
-            credentials=rec.git_credentials(spec),
         )
         if result.status == "rejected":
             rec.recorder.warning(repo, "CommitBackRejected", f"cost reports: {result.reason}")

@@ -113,11 +113,13 @@ def run(args: argparse.Namespace) -> int:
     from kubernetes import client
 
     from kgwe.cluster.client import ensure_namespace
+    from kgwe.gitops.gitcmd import GitAccess
     from kgwe.gitops.webhook import sign
     from kgwe.reconcile.controller import Controller
     from kgwe.resources import deploy_dir, sample_repo_dir
     from kgwe.testing import gpunodes
     from kgwe.testing.controlplane import ControlPlane, find_binaries
+    from kgwe.testing.gitserver import GitHttpsServer
     from kgwe.testing.migmanager import MigManagerStandIn
 
     inventory = next(
@@ -173,13 +175,19 @@ def run(args: argparse.Namespace) -> int:
         _git(work, "remote", "add", "origin", str(bare))
         _git(work, "push", "-q", "origin", "main")
         first = _git(work, "rev-parse", "HEAD")
-        _say(f"  policy repository {bare} (sample-repo at clusters/prod), commit {first[:12]}")
+        # Served over real HTTPS on loopback: PolicyRepository URLs must be https:// or ssh://.
+        git_server = GitHttpsServer(tmp)
+        url = git_server.url(bare.name)
+        _say(f"  policy repository {url} (sample-repo at clusters/prod), commit {first[:12]}")
 
-        with MigManagerStandIn(
-            api,
-            delay_seconds=args.mig_delay,
-            config_namespace="gpu-operator",
-            config_map="kgwe-mig-parted-config",
+        with (
+            git_server,
+            MigManagerStandIn(
+                api,
+                delay_seconds=args.mig_delay,
+                config_namespace="gpu-operator",
+                config_map="kgwe-mig-parted-config",
+            ),
         ):
             controller = Controller(
                 api,
@@ -190,6 +198,7 @@ def run(args: argparse.Namespace) -> int:
                 lease_duration_seconds=6,
                 renew_deadline_seconds=4,
                 retry_period_seconds=1,
+                git_access=GitAccess(ca_file=git_server.ca_file),
             )
             stop = threading.Event()
             thread = threading.Thread(target=controller.run, args=(stop,), daemon=True)
@@ -204,7 +213,7 @@ def run(args: argparse.Namespace) -> int:
                     "kind": "PolicyRepository",
                     "metadata": {"name": REPO},
                     "spec": {
-                        "url": str(bare),
+                        "url": url,
                         "ref": {"branch": "main"},
                         "path": "clusters/prod",
                         "interval": "5s",

@@ -27,12 +27,14 @@ from kubernetes.client.exceptions import ApiException
 from kgwe.cluster.apply import Applier, NotLeader, ObjectRef, SyncResult
 from kgwe.cluster.events import EventRecorder
 from kgwe.cluster.inventory import GpuNodeFacts, config_layout, inventory_document, read_gpu_nodes
-from kgwe.cluster.names import BUDGET_QUOTA_NAME, repository_label_value
+from kgwe.cluster.names import BUDGET_QUOTA_NAME, GIT_CREDENTIALS_LABEL, repository_label_value
 from kgwe.cluster.nodes import NodeOps
 from kgwe.errors import KgweError
-from kgwe.gitops.auth import GitCredentials
+from kgwe.gitops.auth import GitCredentials, is_ssh_url
 from kgwe.gitops.commit_back import CommitBack
+from kgwe.gitops.gitcmd import GitAccess
 from kgwe.gitops.source import GitRef, GitSource, GitSourceError, Revision
+from kgwe.policy.cluster_kinds import PolicyRepositorySpec
 from kgwe.reconcile.metrics import ReconcileMetrics
 from kgwe.reconcile.rollout import Action, NodeState, PoolPolicy, RolloutPlan, plan_rollout
 from kgwe.reconcile.status import Outcome, next_status
@@ -55,24 +57,24 @@ class Desired:
     mig_configs: dict  # config name -> mig-parted entries, as rendered (plus the live ones)
 
 
-def parse_interval_seconds(text: str | int | float | None, default: float = 60.0) -> float:
-    """Go-style durations as PolicyRepository uses them (1m, 30s, 1h30m, 500ms)."""
-    if text is None:
-        return default
-    if isinstance(text, int | float):
-        return float(text)
-    import re
+class InvalidSpec(KgweError):
+    """The PolicyRepository's spec does not validate; the message names the field path."""
 
-    total, pos = 0.0, 0
-    units = {"ms": 0.001, "s": 1, "m": 60, "h": 3600}
-    for match in re.finditer(r"(\d+(?:\.\d+)?)(ms|s|m|h)", text):
-        if match.start() != pos:
-            break
-        total += float(match.group(1)) * units[match.group(2)]
-        pos = match.end()
-    if pos != len(text) or total <= 0:
-        raise KgweError(f"invalid duration {text!r} (use e.g. 30s, 1m, 1h)")
-    return total
+
+def read_spec(repo: Mapping) -> PolicyRepositorySpec:
+    """The typed spec of a PolicyRepository object as read from the API (one validation per reconcile)."""
+    from pydantic import ValidationError
+
+    from kgwe.policy.diagnostics import format_path, messages_from_validation
+
+    try:
+        return PolicyRepositorySpec.model_validate(repo.get("spec") or {})
+    except ValidationError as exc:
+        problems = [
+            f"{format_path(('spec', *loc))}: {message}"
+            for loc, message in messages_from_validation(PolicyRepositorySpec, exc)
+        ]
+        raise InvalidSpec("invalid spec: " + "; ".join(problems[:MAX_ERRORS_IN_MESSAGE])) from None
 
 
 def max_unavailable_value(value: Any) -> int | str:
@@ -96,8 +98,10 @@ class RepositoryReconciler:
         is_leader: Callable[[], bool] = lambda: True,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
         git_attempts: int = 3,
+        git_access: GitAccess | None = None,
     ) -> None:
         self.api_client = api_client
+        self.git_access = git_access or GitAccess()
         self.namespace = namespace
         self.name = name
         self.cache_dir = Path(cache_dir)
@@ -128,35 +132,68 @@ class RepositoryReconciler:
                 return None
             raise
 
-    def git_credentials(self, spec: Mapping) -> GitCredentials | None:
-        ref = spec.get("secretRef") or {}
-        if not ref.get("name"):  # local use: KGWE_GIT_TOKEN / KGWE_GIT_SSH_KEY_FILE / ... (or none)
+    def git_credentials(self, spec: PolicyRepositorySpec) -> GitCredentials | None:
+        """The repository's Git credentials: only from a Secret that opts in with GIT_CREDENTIALS_LABEL;
+        the controller's own environment only when its operator allowed it (GitAccess)."""
+        ssh = is_ssh_url(spec.url)
+        if spec.secret_ref is None:
+            if ssh:
+                raise GitSourceError(
+                    "an SSH URL needs spec.secretRef naming a Secret with identity and known_hosts"
+                )
+            if not self.git_access.credentials_from_env:
+                return None
             local = GitCredentials.from_env()
             return local if (local.password or local.ssh_identity) else None
+        name = spec.secret_ref.name
         try:
-            secret = self.core.read_namespaced_secret(ref["name"], self.namespace)
+            secret = self.core.read_namespaced_secret(name, self.namespace)
         except ApiException as exc:
+            raise GitSourceError(f"secret {self.namespace}/{name} for Git credentials: {exc.reason}") from exc
+        labels = (secret.metadata.labels if secret.metadata else None) or {}
+        if labels.get(GIT_CREDENTIALS_LABEL) != "true":
             raise GitSourceError(
-                f"secret {self.namespace}/{ref['name']} for Git credentials: {exc.reason}"
-            ) from exc
-        return GitCredentials.from_secret_data(secret.data or {})
+                f'secret {self.namespace}/{name} is not labelled {GIT_CREDENTIALS_LABEL}="true"; a '
+                "PolicyRepository may only use Secrets that opt in to being Git credentials"
+            )
+        creds = GitCredentials.from_secret_data(secret.data or {})
+        if ssh and not creds.ssh_known_hosts:
+            raise GitSourceError(
+                f"secret {self.namespace}/{name} has no known_hosts: SSH host keys are never trusted on "
+                "first use"
+            )
+        return creds
 
-    def _source(self, spec: Mapping) -> GitSource:
-        ref = GitRef.from_spec(spec.get("ref"))
-        timeout = parse_interval_seconds(spec.get("timeout"), 60.0)
-        key = (spec["url"], ref, timeout, (spec.get("secretRef") or {}).get("name"))
+    def _source(self, spec: PolicyRepositorySpec) -> GitSource:
+        ref = GitRef.from_model(spec.ref)
+        key = (spec.url, ref, spec.timeout_seconds)
         source = self._sources.get(key)
         if source is None:
             source = GitSource(
-                spec["url"],
+                spec.url,
                 ref,
                 cache_dir=self.cache_dir / "git",
-                timeout_seconds=timeout,
+                timeout_seconds=spec.timeout_seconds,
                 attempts=self.git_attempts,
+                allow_local=self.git_access.allow_local_urls,
+                ca_file=self.git_access.ca_file,
             )
             self._sources = {key: source}
         source.credentials = self.git_credentials(spec)
         return source
+
+    def commit_back(self, spec: PolicyRepositorySpec, workdir_name: str) -> CommitBack:
+        """A CommitBack to the repository's reports branch that may write only under spec.reports.path."""
+        return CommitBack(
+            spec.url,
+            spec.reports_branch,
+            workdir=self.cache_dir / workdir_name,
+            credentials=self.git_credentials(spec),
+            allowed_prefixes=(spec.reports_path,),
+            timeout_seconds=spec.timeout_seconds,
+            allow_local=self.git_access.allow_local_urls,
+            ca_file=self.git_access.ca_file,
+        )
 
     # -- the reconcile -----------------------------------------------------------------------------
     def reconcile(self) -> Outcome | None:
@@ -164,10 +201,18 @@ class RepositoryReconciler:
         repo = self.read()
         if repo is None:
             return None
-        spec = repo.get("spec") or {}
-        if spec.get("suspend"):
-            return None
         started = time.monotonic()
+        try:
+            spec = read_spec(repo)
+        except InvalidSpec as exc:
+            outcome = Outcome("spec_invalid", str(exc))
+            if _ready_message(repo) != outcome.message:  # one Event per new problem, not one per pass
+                self.recorder.warning(repo, "InvalidSpec", outcome.message)
+            self.metrics.results.labels(self.name, outcome.phase).inc()
+            self._write_status(repo, outcome)
+            return outcome
+        if spec.suspend:
+            return None
         try:
             outcome = self._reconcile(repo, spec)
         except NotLeader:
@@ -188,7 +233,7 @@ class RepositoryReconciler:
         self._write_status(repo, outcome)
         return outcome
 
-    def _reconcile(self, repo: dict, spec: Mapping) -> Outcome:
+    def _reconcile(self, repo: dict, spec: PolicyRepositorySpec) -> Outcome:
         status = repo.get("status") or {}
         try:
             source = self._source(spec)
@@ -252,13 +297,13 @@ class RepositoryReconciler:
             extra=extra,
         )
 
-    def _load(self, source: GitSource, sha: str, spec: Mapping) -> tuple[Any, list[str]]:
+    def _load(self, source: GitSource, sha: str, spec: PolicyRepositorySpec) -> tuple[Any, list[str]]:
         from kgwe.policy.loader import load_repository
 
-        path = (spec.get("path") or ".").strip("/")
+        path = spec.policy_path
         with tempfile.TemporaryDirectory(prefix="kgwe-rev-") as tmp:
             try:
-                root = source.export(sha, Path(tmp), None if path in ("", ".") else path)
+                root = source.export(sha, Path(tmp), path or None)
             except KgweError as exc:
                 return None, [str(exc)]
             ps = load_repository(root)
@@ -447,27 +492,21 @@ class RepositoryReconciler:
             _content_type="application/merge-patch+json",
         )
 
-    def _commit_snapshot(self, repo: dict, spec: Mapping, phase: str) -> dict:
+    def _commit_snapshot(self, repo: dict, spec: PolicyRepositorySpec, phase: str) -> dict:
         """Commit the GPUInventory snapshot under the reports path (for offline `kgwe plan` in CI)."""
-        reports = spec.get("reports")
         doc = getattr(self, "_last_inventory_doc", None)
-        if not reports or doc is None:
+        if spec.reports is None or doc is None:
             return {}
         text = yaml.safe_dump(doc, sort_keys=False)
         digest = hashlib.sha256(text.encode()).hexdigest()
         if digest == self._snapshot_hash:
             return {}
-        ref = spec.get("ref") or {}
-        branch = reports.get("branch") or ref.get("branch") or "main"
-        base = (reports.get("path") or "reports").strip("/")
-        prefix = base.split("/")[0] + "/"
-        cb = CommitBack(
-            spec["url"],
-            branch,
-            workdir=self.cache_dir / "commit-back",
-            credentials=self.git_credentials(spec),
-            allowed_prefixes=(prefix,),
-        )
+        base = spec.reports_path
+        try:
+            cb = self.commit_back(spec, "commit-back")
+        except GitSourceError as exc:
+            self.recorder.warning(repo, "CommitBackRejected", str(exc))
+            return {"reportsStatus": {"lastPushError": str(exc)}}
         result = cb.commit_files({f"{base}/gpu-inventory.yaml": text}, summary="GPU inventory snapshot")
         self._snapshot_hash = digest  # also after a permanent rejection: never retry the same content
         if result.status == "rejected":
@@ -480,6 +519,13 @@ class RepositoryReconciler:
         if result.status == "pushed":  # None removes an earlier error (merge patch)
             return {"reportsStatus": {"lastPushedCommit": result.sha, "lastPushError": None}}
         return {}
+
+
+def _ready_message(repo: Mapping) -> str | None:
+    for condition in (repo.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "Ready":
+            return condition.get("message")
+    return None
 
 
 def _after(state: NodeState, action: Action, now: datetime) -> NodeState:

@@ -439,7 +439,7 @@ def test_git_credentials_come_from_the_referenced_secret(k8s_api, e2e):
         {
             "apiVersion": "v1",
             "kind": "Secret",
-            "metadata": {"name": f"{e2e.pool}-git"},
+            "metadata": {"name": f"{e2e.pool}-git", "labels": {"kgwe.nvidia.io/git-credentials": "true"}},
             "stringData": {"username": "kgwe-bot", "password": "token-123"},
         },
     )
