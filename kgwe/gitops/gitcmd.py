@@ -50,9 +50,9 @@ def check_url(url: str, *, allow_local: bool = False) -> str:
     except ValueError as exc:
         refused = str(exc)
     if allow_local and isinstance(url, str) and url and not url.startswith("-") and "::" not in url:
-        if re.match(r"^(https?|file)://\S+$", url):
+        if re.match(r"^(https?|file)://[^/@\s]*(/\S*)?$", url):  # no user-info: no password in a URL
             return url
-        if "://" not in url and not re.search(r"\s", url):
+        if ":" not in url and not re.search(r"\s", url):  # a path (scp-like host:path is not one)
             return str(Path(url).expanduser().resolve())
     raise UnsafeGitArgument(refused)
 
