@@ -7,6 +7,7 @@ exactly what the commit holds (no leftovers from an earlier revision, no local e
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import random
 import re
@@ -90,7 +91,9 @@ def _keep_symlinks(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo | None
     export with an exception that names neither the file nor the problem. The member's own name is still
     checked (no absolute names, no "..", nothing written outside `dest`)."""
     if member.issym():
-        tarfile.data_filter(member.replace(type=tarfile.REGTYPE, linkname="", deep=False), dest)
+        probe = copy.copy(member)
+        probe.type, probe.linkname = tarfile.REGTYPE, ""
+        tarfile.data_filter(probe, dest)  # the name checks, without the link-target ones
         return member
     return tarfile.data_filter(member, dest)
 
