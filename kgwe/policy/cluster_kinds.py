@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any, ClassVar, Literal
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from kgwe.policy.base import ClusterObjectMeta, KgweModel, KgweObject
 from kgwe.policy.types import GIT_COMMIT_PATTERN, GitRefName, GitUrl, PositiveDuration
@@ -53,6 +53,14 @@ class ReportsSpec(KgweModel):
     schedule: str = Field(default="0 6 * * *", pattern=r"^\S+( \S+){4}$")  # cron, UTC
 
 
+def _folder(path: str) -> str:
+    """A repository-relative folder without leading/trailing slashes or "./"; "" for the root."""
+    folder = path.strip().strip("/")
+    while folder.startswith("./"):
+        folder = folder[2:].lstrip("/")
+    return "" if folder == "." else folder
+
+
 class PolicyRepositorySpec(KgweModel):
     url: GitUrl
     ref: GitRef = Field(default_factory=lambda: GitRef(branch=DEFAULT_BRANCH))
@@ -63,29 +71,41 @@ class PolicyRepositorySpec(KgweModel):
     suspend: bool = False
     reports: ReportsSpec | None = None
 
-    @model_validator(mode="after")
-    def _bounded(self) -> PolicyRepositorySpec:
-        if self.timeout is not None and self.timeout > MAX_GIT_TIMEOUT:
+    @field_validator("timeout")
+    @classmethod
+    def _timeout_bounded(cls, value: timedelta | None) -> timedelta | None:
+        if value is not None and value > MAX_GIT_TIMEOUT:
             raise ValueError(f"timeout may be at most {int(MAX_GIT_TIMEOUT.total_seconds() // 60)}m")
-        policy = self.policy_path
-        if policy.startswith("-") or ".." in policy.split("/"):
-            raise ValueError(f"path {self.path!r} must stay inside the repository")
-        if self.reports is not None:
-            reports = self.reports_path
-            if ".." in reports.split("/"):
-                raise ValueError(f"reports.path {self.reports.path!r} must stay inside the repository")
-            if not policy or reports == policy or reports.startswith(policy + "/"):
-                raise ValueError(
-                    f"reports.path {reports!r} lies inside the policy path {self.path!r}: reports must be "
-                    "written outside the policy KGWE reads"
-                )
-        return self
+        return value
+
+    @field_validator("path")
+    @classmethod
+    def _path_inside(cls, value: str) -> str:
+        folder = _folder(value)
+        if folder.startswith("-") or ".." in folder.split("/"):
+            raise ValueError(f"path {value!r} must stay inside the repository")
+        return value
+
+    @field_validator("reports")
+    @classmethod
+    def _reports_outside_policy(cls, value: ReportsSpec | None, info: ValidationInfo) -> ReportsSpec | None:
+        if value is None or "path" not in info.data:
+            return value
+        reports, policy = value.path.strip("/"), _folder(info.data["path"])
+        if ".." in reports.split("/"):
+            raise ValueError(f"reports.path {value.path!r} must stay inside the repository")
+        if not policy or reports == policy or reports.startswith(policy + "/"):
+            raise ValueError(
+                f"reports.path {reports!r} lies inside the policy path {info.data['path']!r}: reports must "
+                "be written outside the policy KGWE reads"
+            )
+        return value
 
     # Default-filling accessors: the controller reads these, never the raw fields.
     @property
     def policy_path(self) -> str:
         """The policy folder inside the repository, "" for its root."""
-        return self.path.strip("/").removeprefix("./").strip("/") if self.path.strip("/") != "." else ""
+        return _folder(self.path)
 
     @property
     def reports_path(self) -> str:

@@ -55,3 +55,13 @@ class Repo:
 @pytest.fixture
 def policy_repo(tmp_path: Path) -> Repo:
     return Repo(tmp_path)
+
+
+@pytest.fixture(scope="session")
+def policy_crds(k8s_api):
+    """The CRDs from deploy/crds on the real API server, and the controller's namespace."""
+    from kgwe.cluster.client import ensure_namespace
+    from kgwe.testing.crds import install_crds
+
+    install_crds(k8s_api)
+    ensure_namespace(k8s_api, "kgwe-system")
