@@ -12,6 +12,7 @@ alias expansions in it and the fields of a whole repository are capped while bui
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import yaml
@@ -117,6 +118,7 @@ class _Walk:
 
 
 _FLOW_OPEN, _FLOW_CLOSE = "[{", "]}"
+_FLOW_CHARS = re.compile(r"[\[\]{}\"'#]")
 
 
 def nesting_too_deep(text: str, limit: int = MAX_DEPTH) -> tuple[int, int] | None:
@@ -141,8 +143,11 @@ def nesting_too_deep(text: str, limit: int = MAX_DEPTH) -> tuple[int, int] | Non
         block = len(indents) - 1 + compact
         if block > limit:
             return number, column + 1
+        if flow == 0 and "[" not in line and "{" not in line:
+            continue
         quote = ""
-        for index, char in enumerate(line):
+        for match in _FLOW_CHARS.finditer(line):
+            index, char = match.start(), match.group()
             if quote:
                 if char == quote:
                     quote = ""
