@@ -108,7 +108,7 @@ def export_commit(repo: git.Repo, sha: str, dest: Path, subpath: str | None = No
     args = ["--format=tar", sha]
     if sub:
         try:
-            repo.git.cat_file("-e", f"{sha}:{sub}")
+            repo.git.cat_file("-e", "--end-of-options", f"{sha}:{sub}")
         except git.GitCommandError as exc:
             raise GitSourceError(f"path {sub!r} does not exist at commit {sha[:12]}") from exc
         args += ["--", sub]
@@ -126,7 +126,7 @@ def export_commit(repo: git.Repo, sha: str, dest: Path, subpath: str | None = No
 def resolve_local(repo: git.Repo, refname: str) -> str:
     """A ref name, tag or commit id in a local repository → full commit id (KgweError if unknown)."""
     try:
-        return repo.git.rev_parse("--verify", "--quiet", f"{refname}^{{commit}}")
+        return repo.git.rev_parse("--verify", "--quiet", "--end-of-options", f"{refname}^{{commit}}")
     except git.GitCommandError as exc:
         raise KgweError(f"unknown git revision {refname!r}") from exc
 
@@ -134,9 +134,9 @@ def resolve_local(repo: git.Repo, refname: str) -> str:
 def changed_paths(repo: git.Repo, old_sha: str | None, new_sha: str) -> list[str]:
     """Paths that differ between two commits (every path of `new_sha` when there is no old one)."""
     if old_sha is None:
-        out = repo.git.ls_tree("-r", "--name-only", new_sha)
+        out = repo.git.ls_tree("-r", "--name-only", "--end-of-options", new_sha)
     else:
-        out = repo.git.diff("--name-only", "--no-renames", old_sha, new_sha)
+        out = repo.git.diff("--name-only", "--no-renames", "--end-of-options", old_sha, new_sha)
     return [line for line in out.splitlines() if line]
 
 
@@ -241,7 +241,9 @@ class GitSource:
         else:
             candidate, where = f"refs/heads/{self.ref.branch}", f"branch {self.ref.branch!r}"
         try:
-            return self.repo.git.rev_parse("--verify", "--quiet", f"{candidate}^{{commit}}")
+            return self.repo.git.rev_parse(
+                "--verify", "--quiet", "--end-of-options", f"{candidate}^{{commit}}"
+            )
         except git.GitCommandError as exc:
             raise GitSourceError(f"{where} not found in {self.display_url}") from exc
 
@@ -257,7 +259,7 @@ class GitSource:
     def changed_paths(self, old_sha: str | None, new_sha: str) -> list[str]:
         if old_sha is not None:
             try:
-                self.repo.git.cat_file("-e", f"{old_sha}^{{commit}}")
+                self.repo.git.cat_file("-e", "--end-of-options", f"{old_sha}^{{commit}}")
             except git.GitCommandError:
                 old_sha = None  # history rewritten or unknown: treat everything as changed
         return changed_paths(self.repo, old_sha, new_sha)

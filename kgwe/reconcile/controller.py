@@ -215,8 +215,7 @@ class Controller:
                 if wanted:
                     with self._lock:
                         self._again.add(name)
-                next_in = min(next_in, 1.0)
-                continue
+                continue  # its end wakes the loop (_trigger)
             if wanted:
                 if not self.is_leader():
                     return 1.0
@@ -232,6 +231,12 @@ class Controller:
                 continue
             next_in = min(next_in, max(0.05, due.at - time.monotonic()))
         return next_in
+
+    @property
+    def busy(self) -> bool:
+        """Whether some repository's reconcile is running now."""
+        with self._lock:
+            return any(w.is_alive() for w in self._workers.values())
 
     def _reconcile_one(self, name: str, item: dict) -> None:
         rec = self._reconciler(name)

@@ -295,8 +295,12 @@ def test_webhook_sync_and_only_one_replica_acts(k8s_api, e2e, kgwe_mig_manager):
             assert time.monotonic() < deadline, "webhook push never applied"
             time.sleep(0.2)
         assert standby.reconciles == 0
-        # A reports-only push is ignored (no self-triggered reconcile).
-        before = leaders[0].reconciles
+        # A reports-only push is ignored (no self-triggered reconcile). First let the reconciles the push
+        # started end (the standby also asked the leader through the annotation).
+        before = -1
+        while leaders[0].busy or leaders[0].reconciles != before:
+            before = leaders[0].reconciles
+            time.sleep(1.5)
         leaders[0].on_push(PushEvent("refs/heads/main", None, "push", ("reports/x.md",)))
         time.sleep(1)
         assert leaders[0].reconciles == before
