@@ -80,7 +80,7 @@ class CostDuties:
         ps = getattr(rec, "last_policy", None)
         if ps is None or ps.pricing_catalog() is None:
             return  # nothing valid applied yet, or no prices: nothing to meter against
-        name, spec, now = rec.name, repo.get("spec") or {}, self.now()
+        name, now = rec.name, self.now()
         book = pricebook_from_catalog(ps.pricing_catalog())
         budgets = [budget_from_policy(b) for b in ps.budgets]
         last = self._last_refresh.get(name)
@@ -96,17 +96,15 @@ class CostDuties:
                 for d in quota_decisions(budget, status, use)
                 if d.capped
             }
-        self._reports(rec, repo, spec, book, budgets, now)
+        self._reports(rec, repo, book, budgets, now)
 
-    def _reports(self, rec: Any, repo: dict, spec: dict, book: Any, budgets: list, now: datetime) -> None:
-        from kgwe.reconcile.repository import InvalidSpec, read_spec
-
-        if not (spec.get("reports") or {}).get("schedule"):
+    def _reports(self, rec: Any, repo: dict, book: Any, budgets: list, now: datetime) -> None:
+        typed = rec.last_spec  # validated by this pass's reconcile (None: the spec is invalid)
+        if typed is None or typed.reports is None:
             return
         try:
-            typed = read_spec(repo)
-            schedule = cron.parse(typed.reports.schedule)
-        except (InvalidSpec, KgweError) as exc:
+            schedule = cron.parse(typed.reports.schedule)  # the model's default when the spec has none
+        except KgweError as exc:
             rec.recorder.warning(repo, "InvalidReportSchedule", str(exc))
             return
         last = self._last_report_check.setdefault(rec.name, now)  # first sight: wait for the next fire

@@ -117,6 +117,7 @@ class RepositoryReconciler:
         self._snapshot_hash: str | None = None
         self.last_sync: SyncResult | None = None
         self.last_policy: Any = None  # the PolicySet of the last applied revision (cost duties read it)
+        self.last_spec: PolicyRepositorySpec | None = None  # the spec the last reconcile validated
         # namespace -> ResourceQuota spec.hard replacing the rendered `kgwe-budget` (a budget's Enforce cap)
         self.quota_overrides: dict[str, dict[str, str]] = {}
         self.status_writes = 0  # PolicyRepository status patches (a no-op reconcile makes none)
@@ -202,8 +203,10 @@ class RepositoryReconciler:
         if repo is None:
             return None
         started = time.monotonic()
+        self.last_spec = None
         try:
             spec = read_spec(repo)
+            self.last_spec = spec
         except InvalidSpec as exc:
             outcome = Outcome("spec_invalid", str(exc))
             if _ready_message(repo) != outcome.message:  # one Event per new problem, not one per pass
