@@ -40,3 +40,12 @@ REQUESTED_AT_ANNOTATION = "kgwe.nvidia.io/mig-config-requested-at"
 # Present while KGWE holds the node cordoned for a layout change (value: the config it is draining for),
 # so KGWE uncordons only nodes it cordoned itself, never an administrator's cordon.
 CORDONED_ANNOTATION = "kgwe.nvidia.io/cordoned-for-mig-config"
+# Which rollout of its pool the node's current label belongs to ("<pool>:<digest of the MIGStrategy>"): while
+# it matches the pool's current strategy, the planner keeps the node's layout, so a node changes at most once
+# per strategy revision whatever else happens in the pool.
+ROLLOUT_REVISION_ANNOTATION = "kgwe.nvidia.io/mig-rollout-revision"
+# Set by a person on a node whose MIG change failed (or timed out): "I have looked at it; let the pool go on".
+RETRY_ANNOTATION = "kgwe.nvidia.io/mig-retry"
+# Written by KGWE when it takes a RETRY_ANNOTATION: the requested-at stamp of the attempt it acknowledges,
+# so the acknowledgement covers that failure only, never a later one.
+ACKNOWLEDGED_ANNOTATION = "kgwe.nvidia.io/mig-failure-acknowledged"
