@@ -30,11 +30,13 @@ from kgwe.planner.model import GPUPlan, GPUState, PoolPlan, PoolRequest, Rollout
 
 Multiset = tuple[tuple[str, int], ...]
 _SHARE_TOLERANCE = 1e-6
+_PINNED = "its node was already changed for this strategy revision"
 
 
 @dataclass
 class _Class:
-    """Interchangeable GPUs: same model, same current profile multiset, same number of busy instances."""
+    """Interchangeable GPUs: same model, same current profile multiset, same number of busy instances, and
+    all pinned or none."""
 
     model: GPUModel
     current: Layout | None
@@ -110,12 +112,14 @@ def _classes(req: PoolRequest, models: Mapping[str, GPUModel], wanted: set[str])
             continue
         current = check_layout(model, gpu.layout) if gpu.layout is not None else None
         # placement does not matter to the decision (mig-parted compares profile counts), only the multiset
-        key = (model.key, _multiset(current) if current is not None else None, gpu.busy)
+        key = (model.key, _multiset(current) if current is not None else None, gpu.busy, gpu.pinned)
         cls = groups.get(key)
         if cls is None:
             cls = groups[key] = _Class(model, current, gpu.busy)
             relevant = sorted(wanted & set(model.profiles))
-            if gpu.busy and not req.limits.allow_drain:
+            if gpu.pinned:
+                cls.locked = _PINNED
+            elif gpu.busy and not req.limits.allow_drain:
                 cls.locked = f"{gpu.busy} instance(s) in use and drain is not allowed"
             elif not relevant:
                 cls.locked = "the strategy asks for no profile this model offers"
@@ -490,9 +494,9 @@ def _plan_disabled(req: PoolRequest, models: Mapping[str, GPUModel]) -> PoolPlan
     for gpu in sorted(req.gpus, key=lambda g: (g.node, g.index)):
         if gpu.layout is None or not models[gpu.model].mig_capable:
             continue
-        if gpu.busy and not req.limits.allow_drain:
+        if gpu.pinned or (gpu.busy and not req.limits.allow_drain):
             cls = _Class(models[gpu.model], None, gpu.busy, [gpu])
-            cls.locked = f"{gpu.busy} instance(s) in use and drain is not allowed"
+            cls.locked = _PINNED if gpu.pinned else f"{gpu.busy} instance(s) in use and drain is not allowed"
             classes.append(cls)
             continue
         changes[(gpu.node, gpu.index)] = None
