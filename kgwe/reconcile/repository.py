@@ -14,12 +14,13 @@ import tempfile
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import orjson
 import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -27,7 +28,12 @@ from kubernetes.client.exceptions import ApiException
 from kgwe.cluster.apply import Applier, NotLeader, ObjectRef, SyncResult
 from kgwe.cluster.events import EventRecorder
 from kgwe.cluster.inventory import GpuNodeFacts, config_layout, inventory_document, read_gpu_nodes
-from kgwe.cluster.names import BUDGET_QUOTA_NAME, GIT_CREDENTIALS_LABEL, repository_label_value
+from kgwe.cluster.names import (
+    BUDGET_QUOTA_NAME,
+    GIT_CREDENTIALS_LABEL,
+    RETRY_ANNOTATION,
+    repository_label_value,
+)
 from kgwe.cluster.nodes import NodeOps
 from kgwe.errors import KgweError
 from kgwe.gitops.auth import GitCredentials, is_ssh_url
@@ -36,7 +42,14 @@ from kgwe.gitops.gitcmd import GitAccess
 from kgwe.gitops.source import GitRef, GitSource, GitSourceError, Revision
 from kgwe.policy.cluster_kinds import PolicyRepositorySpec
 from kgwe.reconcile.metrics import ReconcileMetrics
-from kgwe.reconcile.rollout import Action, NodeState, PoolPolicy, RolloutPlan, plan_rollout
+from kgwe.reconcile.rollout import (
+    Action,
+    NodeState,
+    PoolPolicy,
+    RolloutPlan,
+    apply_actions,
+    plan_rollout,
+)
 from kgwe.reconcile.status import Outcome, next_status
 
 log = logging.getLogger(__name__)
@@ -55,6 +68,7 @@ class Desired:
     node_pool: dict[str, str]
     inventory_doc: dict
     mig_configs: dict  # config name -> mig-parted entries, as rendered (plus the live ones)
+    revisions: dict[str, str] = field(default_factory=dict)  # pool -> rollout revision (strategy digest)
 
 
 class InvalidSpec(KgweError):
@@ -319,6 +333,7 @@ class RepositoryReconciler:
 
     # -- desired state -------------------------------------------------------------------------------
     def desired(self, ps: Any, facts: list[GpuNodeFacts]) -> Desired:
+        from kgwe.planner.from_policy import plan_layouts
         from kgwe.policy import GPUInventory
         from kgwe.render.render import RenderOptions, render
 
@@ -326,10 +341,9 @@ class RepositoryReconciler:
         live_configs = self._live_mig_configs(options.mig_namespace, options.mig_config_name)
         doc = inventory_document(facts, name=self.name, mig_configs=live_configs)
         inventory = GPUInventory.model_validate(doc)
-        rendered = render(ps, inventory, options=options)
-        objects = [self._with_quota_override(o) for o in rendered.objects if o.get("kind") != "Node"]
         pools: dict[str, PoolPolicy] = {}
-        node_pool: dict[str, str] = {}
+        selected: dict[str, str] = {}
+        revisions: dict[str, str] = {}
         for strategy in sorted(ps.mig_strategies, key=lambda s: s.name):
             rollout = strategy.spec.rollout
             timeout = (
@@ -340,16 +354,24 @@ class RepositoryReconciler:
             pools[strategy.name] = PoolPolicy(
                 strategy.name, max_unavailable_value(rollout.max_unavailable), rollout.drain, timeout
             )
+            revisions[strategy.name] = rollout_revision(strategy)
             for node in inventory.spec.nodes:
-                if (
-                    node.name in rendered.node_configs
-                    and node.name not in node_pool
-                    and strategy.selects(node.labels)
-                ):
-                    node_pool[node.name] = strategy.name
+                if node.name not in selected and strategy.selects(node.labels):
+                    selected[node.name] = strategy.name
+        # A node already changed for its pool's current strategy keeps its layout: one change per revision.
+        pinned = {
+            f.name for f in facts if f.name in selected and f.rollout_revision == revisions[selected[f.name]]
+        }
+        layouts = plan_layouts(ps.mig_strategies, inventory, pinned=pinned)
+        # Every config a node's label names stays defined until no node names it (the MIG manager re-reads
+        # it on any restart); the mig-parted ConfigMap is applied before any label points at a new config.
+        named = {f.mig_config: live_configs[f.mig_config] for f in facts if f.mig_config in live_configs}
+        rendered = render(ps, inventory, options=options, layouts=layouts, keep_mig_configs=named)
+        objects = [self._with_quota_override(o) for o in rendered.objects if o.get("kind") != "Node"]
+        node_pool = {n: pool for n, pool in selected.items() if n in rendered.node_configs}
         configs = dict(live_configs)
         configs.update(_rendered_mig_configs(objects, options.mig_namespace, options.mig_config_name))
-        return Desired(objects, dict(rendered.node_configs), pools, node_pool, doc, configs)
+        return Desired(objects, dict(rendered.node_configs), pools, node_pool, doc, configs, revisions)
 
     def _with_quota_override(self, obj: dict) -> dict:
         """The rendered budget quota, capped while its budget is enforced (see kgwe.reconcile.costs)."""
@@ -384,20 +406,7 @@ class RepositoryReconciler:
 
     # -- MIG rollout ------------------------------------------------------------------------------
     def _rollout(self, repo: dict, desired: Desired, facts: list[GpuNodeFacts]) -> RolloutPlan:
-        states = [
-            NodeState(
-                name=f.name,
-                pool=desired.node_pool[f.name],
-                desired_config=_same_or(desired, f),
-                current_config=f.mig_config,
-                state=f.mig_state,
-                requested_at=f.requested_at,
-                gpu_pods=len(f.gpu_pods),
-                cordoned_by_kgwe=f.cordoned_by_kgwe,
-            )
-            for f in facts
-            if f.name in desired.node_pool
-        ]
+        states = node_states(desired, facts)
         now = self.now()
         plan = plan_rollout(states, desired.pools, now)
         ops = NodeOps(self.api_client, guard=self.is_leader)
@@ -409,7 +418,8 @@ class RepositoryReconciler:
             ran = []
             for action in actions:
                 try:
-                    self._do(ops, repo, action, now)
+                    revision = desired.revisions.get(desired.node_pool.get(action.node, ""))
+                    self._do(ops, repo, action, now, revision)
                 except ApiException as exc:
                     self.recorder.warning(
                         repo, "RolloutActionFailed", f"{action.kind} {action.node}: {exc.reason}"
@@ -430,7 +440,7 @@ class RepositoryReconciler:
                 repo, "MIGConfigSelected", f"nvidia.com/mig.config={config} on {len(names)} node(s): {shown}"
             )
         self.metrics.writes.labels(self.name).inc(ops.writes)
-        after = plan_rollout(_apply_all(states, done, now), desired.pools, now)
+        after = plan_rollout(apply_actions(states, done, now), desired.pools, now)
         for pool, progress in after.pools.items():
             self.metrics.rollout_pending.labels(self.name, pool).set(
                 len(progress.pending) + len(progress.waiting_busy)
@@ -443,9 +453,16 @@ class RepositoryReconciler:
             )
         return RolloutPlan(tuple(done), after.pools)
 
-    def _do(self, ops: NodeOps, repo: dict, action: Action, now: datetime) -> None:
+    def _do(self, ops: NodeOps, repo: dict, action: Action, now: datetime, revision: str | None) -> None:
         if action.kind == "relabel":
-            ops.relabel(action.node, action.config or "", now)
+            ops.relabel(action.node, action.config or "", now, revision)
+        elif action.kind == "acknowledge":
+            ops.acknowledge(action.node)
+            self.recorder.normal(
+                repo,
+                "MIGFailureAcknowledged",
+                f"node {action.node}: {RETRY_ANNOTATION} taken; its pool's rollout no longer waits for it",
+            )
         elif action.kind == "cordon":
             ops.cordon(action.node, action.config or "")
             self.recorder.normal(repo, "NodeCordoned", f"node {action.node} cordoned for a MIG layout change")
@@ -531,22 +548,32 @@ def _ready_message(repo: Mapping) -> str | None:
     return None
 
 
-def _after(state: NodeState, action: Action, now: datetime) -> NodeState:
-    if action.kind == "relabel":
-        return replace(state, current_config=action.config, state=None, requested_at=now)
-    if action.kind == "cordon":
-        return replace(state, cordoned_by_kgwe=True)
-    if action.kind == "uncordon":
-        return replace(state, cordoned_by_kgwe=False)
-    return state
+def node_states(desired: Desired, facts: list[GpuNodeFacts]) -> list[NodeState]:
+    """What the rollout decision needs of each node a MIGStrategy manages, as read from the cluster."""
+    return [
+        NodeState(
+            name=f.name,
+            pool=desired.node_pool[f.name],
+            desired_config=_same_or(desired, f),
+            current_config=f.mig_config,
+            state=f.mig_state,
+            requested_at=f.requested_at,
+            gpu_pods=len(f.gpu_pods),
+            cordoned_by_kgwe=f.cordoned_by_kgwe,
+            retry_requested=f.retry_requested,
+            failure_acknowledged=f.failure_acknowledged,
+        )
+        for f in facts
+        if f.name in desired.node_pool
+    ]
 
 
-def _apply_all(states: list[NodeState], actions: list[Action], now: datetime) -> list[NodeState]:
-    by_name = {s.name: s for s in states}
-    for action in actions:
-        if action.node in by_name:
-            by_name[action.node] = _after(by_name[action.node], action, now)
-    return list(by_name.values())
+def rollout_revision(strategy: Any) -> str:
+    """Names one revision of a pool's MIGStrategy (its name and a digest of its spec): nodes changed for it
+    are recorded with it, so commits that leave the strategy alone never re-plan nodes already changed."""
+    spec = strategy.spec.model_dump(mode="json", by_alias=True)
+    digest = hashlib.sha256(orjson.dumps(spec, option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
+    return f"{strategy.name[:40]}.{digest}"
 
 
 def _same_or(desired: Desired, facts: GpuNodeFacts) -> str:

@@ -114,8 +114,12 @@ def render(
     *,
     options: RenderOptions | None = None,
     layouts: Mapping[str, Sequence[Sequence[str] | None]] | None = None,
+    keep_mig_configs: Mapping[str, list[dict]] | None = None,
 ) -> Rendered:
-    """Render every object for a valid PolicySet. KgweError when the policy has errors."""
+    """Render every object for a valid PolicySet. KgweError when the policy has errors.
+
+    `keep_mig_configs` are configs nodes still name (the controller passes them): they stay in the
+    mig-parted ConfigMap beside the planned ones until no node's label names them."""
     ps.raise_for_errors()
     opts = options or RenderOptions()
     inventory = inventory if inventory is not None else ps.inventory()
@@ -125,7 +129,7 @@ def render(
         n: [None if g is None else list(g) for g in gpus] for n, gpus in layouts.items()
     }
     mig_configs, node_configs = _build_mig_configs(node_layouts)
-    for name, entries in OPERATOR_DEFAULT_CONFIGS.items():
+    for name, entries in {**OPERATOR_DEFAULT_CONFIGS, **(keep_mig_configs or {})}.items():
         mig_configs.setdefault(name, entries)
 
     scoring_default, scoring_profiles = _scoring_payload(ps)
