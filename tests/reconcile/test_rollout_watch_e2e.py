@@ -285,9 +285,12 @@ def test_rollout_properties_hold_on_every_watched_event(k8s_api, e2e, kgwe_mig_m
             after["steps"] += 1
             if after["steps"] == 1:
                 assert outcome is not None and outcome.phase != "stalled", outcome
+                assert outcome.rollout[e2e.pool]["acknowledged"] == [bad], outcome.rollout
                 kgwe_mig_manager.restart(bad)
 
         drive(rec3, lambda o: phase(o) == "ready", fix_node)
+        acks = e2e.core.list_namespaced_event(SYSTEM_NS, field_selector="reason=MIGFailureAcknowledged").items
+        assert any(bad in (ev.message or "") and ev.involved_object.name == e2e.pool for ev in acks), acks
         rec.settle(nodes)
         events = rec.timeline()
         assert not rec.errors, rec.errors
