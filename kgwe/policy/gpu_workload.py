@@ -33,6 +33,7 @@ MAX_PODS = 1024  # Indexed Job completions KGWE creates per role; also bounds th
 
 class TopologyRequirement(KgweModel):
     preference: TopologyPreference = "None"
+    # GB/s both directions, as vendors quote NVLink (A100 600, H100 900); pods carry the per-direction half
     min_bandwidth_gbps: float | None = Field(default=None, ge=0, alias="minBandwidthGBps")
 
 

@@ -423,6 +423,8 @@ class WorkloadReconciler:
         for child in children:  # PodGroup and Service before the Jobs that make pods
             self._apply(child)
         if first:
+            new["run"] = run
+            new.setdefault("retryCount", 0)
             new["runStartTime"] = st.rfc3339(now)
             new["gangBackend"] = facts.gang_backend
             new["strategy"] = wl.spec.scheduling_strategy or facts.scoring_profile or "default"

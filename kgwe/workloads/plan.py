@@ -91,7 +91,9 @@ def placement_annotations(req: GPURequirements, scoring_profile: str | None) -> 
     if req.topology.preference != "None":
         ann[ANN_PREFERENCE] = req.topology.preference
     if req.topology.min_bandwidth_gbps is not None:
-        ann[ANN_MIN_BW] = _num(req.topology.min_bandwidth_gbps)
+        # The spec quotes NVLink as vendors do (both directions: A100 600 GB/s, H100 900 GB/s); the
+        # extender measures per direction (DGX-A100 pairs: 300 GB/s), so the pod asks for half.
+        ann[ANN_MIN_BW] = _num(req.topology.min_bandwidth_gbps / 2)
     if req.min_memory_gb is not None:
         ann[ANN_MIN_MEMORY] = _num(req.min_memory_gb)
     if req.product:

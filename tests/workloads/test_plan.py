@@ -63,7 +63,7 @@ def test_readme_workload_is_one_indexed_job_with_placement_annotations():
     assert pod["spec"]["restartPolicy"] == "Never"
     assert pod["metadata"]["annotations"] == {
         "kgwe.nvidia.io/topology-preference": "NVLinkOptimal",
-        "kgwe.nvidia.io/min-bandwidth-gbps": "600",
+        "kgwe.nvidia.io/min-bandwidth-gbps": "300",  # 600 both ways = 300 per direction
         "kgwe.nvidia.io/min-memory-gb": "40",
         "kgwe.nvidia.io/scoring-profile": "training",
     }
