@@ -15,6 +15,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -284,101 +285,77 @@ class WorkloadReconciler:
             if exc.status == 404:
                 return None
             raise
-        meta = obj["metadata"]
-        if meta.get("deletionTimestamp"):
+        if obj["metadata"].get("deletionTimestamp"):
             return None
-        now = self.now()
-        generation = int(meta.get("generation") or 0)
         old = obj.get("status") or {}
-        new = _copy_status(old)
-        events: list[tuple[str, str, str]] = []
+        p = _Pass(obj, _copy_status(old), int(obj["metadata"].get("generation") or 0), self.now())
         try:
             wl = GPUWorkload.model_validate(obj)
         except ValidationError as exc:
             err = exc.errors()[0]
-            message = f"{format_path(tuple(err['loc']))}: {err['msg']}"
-            self._refuse(new, "InvalidSpec", message, generation, now, events)
-            return self._finish(obj, old, new, events, None)
+            self._refuse(p, "InvalidSpec", f"{format_path(tuple(err['loc']))}: {err['msg']}")
+            return self._finish(p, old, None)
         try:
-            requeue = self._drive(obj, wl, new, generation, now, events)
+            requeue = self._drive(p, wl)
         except PlanError as exc:
-            self._refuse(new, exc.reason, str(exc), generation, now, events)
+            self._refuse(p, exc.reason, str(exc))
             requeue = 30.0
-        return self._finish(obj, old, new, events, requeue)
+        return self._finish(p, old, requeue)
 
-    def _refuse(
-        self, new: dict, reason: str, message: str, generation: int, now: datetime, events: list
-    ) -> None:
-        if st.set_condition(new["conditions"], "Admitted", "False", reason, message, generation, now):
-            events.append(("Warning", reason, message))
+    def _refuse(self, p: _Pass, reason: str, message: str) -> None:
+        if p.condition("Admitted", "False", reason, message):
+            p.event("Warning", reason, message)
             self.metrics.failed.labels(reason).inc()
 
-    def _finish(self, obj: dict, old: dict, new: dict, events: list, requeue: float | None) -> float | None:
-        new["phase"] = st.derive_phase(new["conditions"])
-        new["observedGeneration"] = int(obj["metadata"].get("generation") or 0)
-        if new != old:
-            self._write_status(obj, new)
-        for event_type, reason, message in events:
-            self.recorder.record(obj, event_type, reason, message)
+    def _finish(self, p: _Pass, old: dict, requeue: float | None) -> float | None:
+        p.new["phase"] = st.derive_phase(p.new["conditions"])
+        p.new["observedGeneration"] = p.generation
+        if p.new != old:
+            self._write_status(p.obj, p.new)
+        for event_type, reason, message in p.events:
+            self.recorder.record(p.obj, event_type, reason, message)
         return requeue
 
-    def _drive(
-        self, obj: dict, wl: GPUWorkload, new: dict, generation: int, now: datetime, events: list
-    ) -> float | None:
-        conds = new["conditions"]
-        spec = wl.spec
-        namespace, name = obj["metadata"]["namespace"], wl.name
-        if st.is_true(conds, "Complete") or st.is_true(conds, "Failed"):
-            self._cost(obj, wl, new)
+    def _drive(self, p: _Pass, wl: GPUWorkload) -> float | None:
+        spec, new = wl.spec, p.new
+        if st.is_true(new["conditions"], "Complete") or st.is_true(new["conditions"], "Failed"):
+            self._cost(p, wl)
             return None
         run = int(new.get("run") or 0)
         next_retry = st.parse_time(new.get("nextRetryTime"))
         if next_retry is not None:
-            if now < next_retry:
-                return (next_retry - now).total_seconds()
+            if p.now < next_retry:
+                return (next_retry - p.now).total_seconds()
             run += 1
             new.update(run=run, nextRetryTime=None, runStartTime=None)
-        view = self._view(namespace, name, run, spec.is_batch)
+        view = self._view(p.namespace, wl.name, run, spec.is_batch)
         exists = bool(view.jobs or view.deployments)
-        suspended = spec.suspend
-        if st.set_condition(
-            conds,
-            "Suspended",
-            "True" if suspended else "False",
-            "Suspended" if suspended else "NotSuspended",
-            "spec.suspend is true" if suspended else "",
-            generation,
-            now,
-        ) and (suspended or exists):
-            events.append(
-                (
-                    "Normal",
-                    "Suspended" if suspended else "Resumed",
-                    f"workload {'suspended' if suspended else 'resumed'}",
-                )
+        if spec.suspend:
+            changed = p.condition("Suspended", "True", "Suspended", "spec.suspend is true")
+        else:
+            changed = p.condition("Suspended", "False", "NotSuspended", "")
+        if changed and (spec.suspend or exists):
+            p.event(
+                "Normal", "Suspended" if spec.suspend else "Resumed", "spec.suspend is " + str(spec.suspend)
             )
         new["gpus"] = requested_gpus(wl)
         if not exists:
-            if suspended:
+            if spec.suspend:
                 return None
-            admitted = self._admit(obj, wl, new, run, generation, now, events)
-            if not admitted:
+            if not self._admit(p, wl, run):
                 return 30.0
-            view = self._view(namespace, name, run, spec.is_batch)
-        elif int(new.get("observedGeneration") or 0) != generation:
-            self._create(
-                obj, wl, new, run, now, events, first=False
-            )  # a spec edit (e.g. suspend) reaches them
-        return self._observe(obj, wl, new, view, run, generation, now, events)
+            view = self._view(p.namespace, wl.name, run, spec.is_batch)
+        elif int(new.get("observedGeneration") or 0) != p.generation:
+            self._create(p, wl, run, self._facts(wl, run))  # a spec edit (e.g. suspend) reaches the children
+        return self._observe(p, wl, view, run)
 
-    def _facts(self, wl: GPUWorkload, run: int, conds: list, generation: int, now: datetime) -> Facts:
+    def _facts(self, wl: GPUWorkload, run: int) -> Facts:
         native = self._serves("scheduling.k8s.io", "v1beta1")
         kueue = self._serves(KUEUE_GROUP)
         backend, problem = resolve_backend(wl.spec.gang.backend, wl.spec.total_pods, native, kueue)
         if problem:
-            raise PlanError(
-                "NoGangEngine", problem + "; set spec.gang.backend: None to run without all-or-nothing"
-            )
+            hint = "; set spec.gang.backend: None to run without all-or-nothing"
+            raise PlanError("NoGangEngine", problem + hint)
         return Facts(
             run=run,
             gang_backend=backend,
@@ -386,81 +363,51 @@ class WorkloadReconciler:
             priority_class=resolve_priority(wl.spec.priority, self._priority_classes()),
         )
 
-    def _admit(
-        self, obj: dict, wl: GPUWorkload, new: dict, run: int, generation: int, now: datetime, events: list
-    ) -> bool:
-        conds = new["conditions"]
+    def _admit(self, p: _Pass, wl: GPUWorkload, run: int) -> bool:
         found = problems(wl.spec, self._node_offers())
         if found:
             path, message = found[0]
-            self._refuse(new, "Unschedulable", f"{format_path(path)}: {message}", generation, now, events)
+            self._refuse(p, "Unschedulable", f"{format_path(path)}: {message}")
             return False
-        facts = self._facts(wl, run, conds, generation, now)
-        refused = st.quota_admission(self._quota(obj["metadata"]["namespace"]), _quota_needs(wl))
+        facts = self._facts(wl, run)
+        refused = st.quota_admission(self._quota(p.namespace), _quota_needs(wl))
         if refused:
-            self._refuse(new, refused[0], refused[1], generation, now, events)
+            self._refuse(p, *refused)
             return False
-        self._create(obj, wl, new, run, now, events, first=True, facts=facts)
+        children = self._create(p, wl, run, facts)
+        p.new.update(
+            run=run,
+            retryCount=int(p.new.get("retryCount") or 0),
+            runStartTime=st.rfc3339(p.now),
+            gangBackend=facts.gang_backend,
+            strategy=wl.spec.scheduling_strategy or facts.scoring_profile or "default",
+        )
+        p.event(
+            "Normal",
+            "Created",
+            f"run {run}: " + ", ".join(f"{c['kind']}/{c['metadata']['name']}" for c in children),
+        )
         message = f"run {run}: {wl.spec.total_pods} pod(s), gang {facts.gang_backend}"
-        if st.set_condition(conds, "Admitted", "True", "Admitted", message, generation, now):
-            events.append(("Normal", "Admitted", message))
+        if p.condition("Admitted", "True", "Admitted", message):
+            p.event("Normal", "Admitted", message)
         return True
 
-    def _create(
-        self,
-        obj: dict,
-        wl: GPUWorkload,
-        new: dict,
-        run: int,
-        now: datetime,
-        events: list,
-        *,
-        first: bool,
-        facts: Facts | None = None,
-    ) -> None:
-        facts = facts or self._facts(wl, run, new["conditions"], 0, now)
-        children = plan_children(wl, obj["metadata"]["namespace"], obj["metadata"]["uid"], facts)
+    def _create(self, p: _Pass, wl: GPUWorkload, run: int, facts: Facts) -> list[dict]:
+        children = plan_children(wl, p.namespace, p.obj["metadata"]["uid"], facts)
         for child in children:  # PodGroup and Service before the Jobs that make pods
             self._apply(child)
-        if first:
-            new["run"] = run
-            new.setdefault("retryCount", 0)
-            new["runStartTime"] = st.rfc3339(now)
-            new["gangBackend"] = facts.gang_backend
-            new["strategy"] = wl.spec.scheduling_strategy or facts.scoring_profile or "default"
-            events.append(
-                (
-                    "Normal",
-                    "Created",
-                    f"run {run}: " + ", ".join(f"{c['kind']}/{c['metadata']['name']}" for c in children),
-                )
-            )
+        return children
 
-    def _observe(
-        self,
-        obj: dict,
-        wl: GPUWorkload,
-        new: dict,
-        view: st.RunView,
-        run: int,
-        generation: int,
-        now: datetime,
-        events: list,
-    ) -> float | None:
-        conds = new["conditions"]
-        spec = wl.spec
+    def _observe(self, p: _Pass, wl: GPUWorkload, view: st.RunView, run: int) -> float | None:
+        spec, new = wl.spec, p.new
         failed = st.failed_job(view) if spec.is_batch else None
         if failed is not None:
-            return self._member_failed(obj, wl, new, failed, run, generation, now, events)
+            return self._member_failed(p, wl, failed, run)
         if spec.is_batch and st.all_complete(view, len(spec.effective_roles())):
-            if st.set_condition(
-                conds, "Complete", "True", "Completed", f"run {run}: every pod succeeded", generation, now
-            ):
-                events.append(("Normal", "Completed", f"run {run}: every pod succeeded"))
-            st.set_condition(
-                conds, "PodsReady", "False", "Completed", "the pods have finished", generation, now
-            )
-            self._cost(obj, wl, new)
+            if p.condition("Complete", "True", "Completed", f"run {run}: every pod succeeded"):
+                p.event("Normal", "Completed", f"run {run}: every pod succeeded")
+            p.condition("PodsReady", "False", "Completed", "the pods have finished")
+            self._cost(p, wl)
             return None
         prog = st.progress(wl, view)
         new["placements"] = st.placements(view)
@@ -468,104 +415,89 @@ class WorkloadReconciler:
         want = 0 if spec.suspend else prog.total
         requeue: float | None = 15.0
         if want and prog.scheduled >= want:
-            if st.set_condition(
-                conds,
-                "PodsScheduled",
-                "True",
-                "AllScheduled",
-                f"{prog.scheduled}/{want} pods on {new['nodes']}",
-                generation,
-                now,
-            ):
-                events.append(("Normal", "Scheduled", f"{want} pod(s) on {new['nodes']}"))
+            if p.condition("PodsScheduled", "True", "AllScheduled", f"{want}/{want} pods on {new['nodes']}"):
+                p.event("Normal", "Scheduled", f"{want} pod(s) on {new['nodes']}")
                 self.metrics.scheduled.labels(new.get("strategy") or "default").inc()
         else:
             run_start = st.parse_time(new.get("runStartTime"))
-            timed_out = st.gang_timed_out(run_start, spec.gang.timeout_seconds, now)
+            timed_out = st.gang_timed_out(run_start, spec.gang.timeout_seconds, p.now)
             reason = "GangTimeout" if timed_out else ("Suspended" if spec.suspend else "Pending")
             message = f"{prog.scheduled}/{want} pods scheduled"
             if timed_out:
-                message += (
-                    f"; not all scheduled within {spec.gang.timeout_seconds}s (gang {new.get('gangBackend')})"
-                )
-            if (
-                st.set_condition(conds, "PodsScheduled", "False", reason, message, generation, now)
-                and timed_out
-            ):
-                events.append(("Warning", "GangTimeout", message))
+                message += f"; not all within {spec.gang.timeout_seconds}s (gang {new.get('gangBackend')})"
+            if p.condition("PodsScheduled", "False", reason, message) and timed_out:
+                p.event("Warning", "GangTimeout", message)
                 self.metrics.failed.labels("GangTimeout").inc()
             if run_start and not timed_out:
-                left = spec.gang.timeout_seconds - (now - run_start).total_seconds()
+                left = spec.gang.timeout_seconds - (p.now - run_start).total_seconds()
                 requeue = max(1.0, min(requeue, left + 1))
         ready = bool(want) and prog.ready >= want
-        st.set_condition(
-            conds,
-            "PodsReady",
-            "True" if ready else "False",
-            "AllReady" if ready else "NotReady",
-            f"{prog.ready}/{want} pods ready",
-            generation,
-            now,
-        )
-        self._cost(obj, wl, new)
+        status, reason = ("True", "AllReady") if ready else ("False", "NotReady")
+        p.condition("PodsReady", status, reason, f"{prog.ready}/{want} pods ready")
+        self._cost(p, wl)
         return requeue
 
-    def _member_failed(
-        self,
-        obj: dict,
-        wl: GPUWorkload,
-        new: dict,
-        failed: dict,
-        run: int,
-        generation: int,
-        now: datetime,
-        events: list,
-    ) -> float | None:
-        conds = new["conditions"]
+    def _member_failed(self, p: _Pass, wl: GPUWorkload, failed: dict, run: int) -> float | None:
         policy = wl.spec.retry_policy
-        retries = int(new.get("retryCount") or 0)
-        why = next(
-            (
-                c.get("reason") or ""
-                for c in failed["status"].get("conditions") or []
-                if c.get("type") == "Failed"
-            ),
-            "",
-        )
+        retries = int(p.new.get("retryCount") or 0)
+        conditions = failed["status"].get("conditions") or []
+        why = next((c.get("reason") or "" for c in conditions if c.get("type") == "Failed"), "")
         what = f"Job {failed['metadata']['name']} failed ({why})"
+        self._delete_run(p.namespace, wl.name, run)
         if retries >= policy.max_retries:
             message = f"{what}; {retries} of {policy.max_retries} retries used"
-            if st.set_condition(conds, "Failed", "True", "BackoffLimitExceeded", message, generation, now):
-                events.append(("Warning", "BackoffLimitExceeded", message))
+            if p.condition("Failed", "True", "BackoffLimitExceeded", message):
+                p.event("Warning", "BackoffLimitExceeded", message)
                 self.metrics.failed.labels("BackoffLimitExceeded").inc()
-            st.set_condition(conds, "PodsReady", "False", "Failed", what, generation, now)
-            self._delete_run(obj["metadata"]["namespace"], wl.name, run)
-            self._cost(obj, wl, new)
+            p.condition("PodsReady", "False", "Failed", what)
+            self._cost(p, wl)
             return None
         delay = st.backoff_seconds(policy, retries)
-        at = now + timedelta(seconds=delay)
-        new.update(retryCount=retries + 1, nextRetryTime=st.rfc3339(at), placements=[], nodes=None)
-        self._delete_run(obj["metadata"]["namespace"], wl.name, run)
+        at = p.now + timedelta(seconds=delay)
+        p.new.update(retryCount=retries + 1, nextRetryTime=st.rfc3339(at), placements=[], nodes=None)
         message = (
             f"{what}: restarting the whole gang in {delay:.0f}s (retry {retries + 1} of {policy.max_retries})"
         )
-        st.set_condition(conds, "PodsScheduled", "False", "Restarting", message, generation, now)
-        st.set_condition(conds, "PodsReady", "False", "Restarting", message, generation, now)
-        events.append(("Warning", "GangRestart", message))
+        p.condition("PodsScheduled", "False", "Restarting", message)
+        p.condition("PodsReady", "False", "Restarting", message)
+        p.event("Warning", "GangRestart", message)
         self.metrics.failed.labels("MemberFailed").inc()
         self.metrics.retries.inc()
         return delay
 
-    def _cost(self, obj: dict, wl: GPUWorkload, new: dict) -> None:
+    def _cost(self, p: _Pass, wl: GPUWorkload) -> None:
         if self.cost_of is None:
             return
         try:
-            cost = self.cost_of(obj["metadata"]["namespace"], wl.name, obj)
+            cost = self.cost_of(p.namespace, wl.name, p.obj)
         except Exception:  # cost is informative: never fail a reconcile over it
             log.exception("cost of %s failed", wl.name)
             return
         if cost is not None:
-            new["cost"] = cost
+            p.new["cost"] = cost
+
+
+@dataclass
+class _Pass:
+    """One reconcile of one workload: the object read, the status being built, the Events to emit."""
+
+    obj: dict
+    new: dict
+    generation: int
+    now: datetime
+    events: list[tuple[str, str, str]] = field(default_factory=list)
+
+    @property
+    def namespace(self) -> str:
+        return self.obj["metadata"]["namespace"]
+
+    def condition(self, ctype: str, status: str, reason: str, message: str) -> bool:
+        return st.set_condition(
+            self.new["conditions"], ctype, status, reason, message, self.generation, self.now
+        )
+
+    def event(self, event_type: str, reason: str, message: str) -> None:
+        self.events.append((event_type, reason, message))
 
 
 class _NotLeader(Exception):

@@ -8,26 +8,24 @@ test finishes it (the test plays the kubelet for that one status write)."""
 
 from __future__ import annotations
 
-import re
 import secrets
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from urllib.request import urlopen
 
 import pytest
 import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from prometheus_client import CollectorRegistry
 
 from kgwe.cluster.events import EventRecorder
 from kgwe.policy import load_repository
 from kgwe.render.render import RenderOptions, render
 from kgwe.testing.controlplane import default_scheduler_config
 from kgwe.testing.crds import install_crds
+from kgwe.testing.extender_process import start_extender
 from kgwe.workloads.controller import (
     GROUP,
     PLURAL,
@@ -87,49 +85,13 @@ def _dump(k8s_api, namespace: str) -> str:
     return "\n".join(lines)
 
 
-def _ready(url: str) -> bool:
-    try:
-        with urlopen(url) as r:
-            return r.status == 200
-    except OSError:
-        return False
-
-
 @pytest.fixture
 def stack(control_plane, k8s_api, namespace, tmp_path) -> Iterator[dict]:
     """Extender process + kube-scheduler with the rendered config + the GPUWorkload reconciler."""
     install_crds(k8s_api)
     (tmp_path / "scoring.yaml").write_text(SCORING)
     ps = load_repository(tmp_path)
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "kgwe.cli",
-            "extender",
-            "--kubeconfig",
-            str(control_plane.kubeconfig_path),
-            "--listen",
-            "127.0.0.1:0",
-            "--namespace",
-            namespace,
-        ],
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=ROOT,
-    )
-    port = None
-    deadline = time.monotonic() + 60
-    while port is None and time.monotonic() < deadline:
-        line = proc.stderr.readline()
-        m = re.search(r"listening on 127\.0\.0\.1:(\d+)", line)
-        if m:
-            port = int(m.group(1))
-        elif not line and proc.poll() is not None:
-            break
-    assert port, f"extender did not start (exit {proc.poll()})"
-    threading.Thread(target=lambda: [None for _ in proc.stderr], daemon=True).start()  # drain its log
-    eventually(lambda: _ready(f"http://127.0.0.1:{port}/readyz"), "extender ready")
+    proc, port = start_extender(control_plane.kubeconfig_path, "--namespace", namespace)
     rendered = render(
         ps,
         options=RenderOptions(
@@ -147,7 +109,7 @@ def stack(control_plane, k8s_api, namespace, tmp_path) -> Iterator[dict]:
     reconciler = WorkloadReconciler(
         k8s_api,
         recorder=EventRecorder(k8s_api),
-        metrics=WorkloadMetrics(__import__("prometheus_client").CollectorRegistry()),
+        metrics=WorkloadMetrics(CollectorRegistry()),
         is_leader=lambda: True,
         policy_namespace=namespace,
     )
