@@ -8,6 +8,7 @@ test finishes it (the test plays the kubelet for that one status write)."""
 
 from __future__ import annotations
 
+import json
 import secrets
 import threading
 import time
@@ -218,6 +219,28 @@ def test_readme_workload_lands_on_one_nodes_full_nvlink_set(stack, k8s_api, name
     assert _cond(wl, "Complete")["reason"] == "Completed"
 
 
+def test_kubectl_get_shows_phase_gpus_nodes_age(stack, k8s_api, namespace, gpu_node):
+    tag = _tag()
+    node = gpu_node("DGX-A100", labels=tag)
+    doc = yaml.safe_load((EXAMPLES / "kgwe-readme-llm-training.yaml").read_text())
+    name = _create(k8s_api, namespace, doc, tag, hold=True)
+    eventually(lambda: _get(k8s_api, namespace, name).get("status", {}).get("phase") == "Running", "running")
+    # what `kubectl get gpuworkloads` asks the API server for: a Table built from the printer columns
+    response = client.CustomObjectsApi(k8s_api).list_namespaced_custom_object(
+        GROUP,
+        VERSION,
+        namespace,
+        PLURAL,
+        _headers={"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io"},
+        _preload_content=False,
+    )
+    table = json.loads(response.data)
+    columns = [c["name"] for c in table["columnDefinitions"] if c["priority"] == 0]
+    assert columns == ["Name", "Phase", "GPUs", "Nodes", "Age"]
+    row = table["rows"][0]["cells"]
+    assert row[:4] == [name, "Running", 8, node]
+
+
 def test_two_gpu_workload_gets_the_best_pair(stack, k8s_api, namespace, gpu_node):
     tag = _tag()
     pairs = gpu_node("A100-PCIE-NVLINK-PAIRS", labels=tag)
@@ -245,6 +268,7 @@ def test_two_16_gpu_gangs_on_24_gpus_one_runs_whole_the_other_waits_whole(
     tag = _tag()
     nodes = {gpu_node("DGX-A100", labels=tag) for _ in range(3)}
     doc = yaml.safe_load((EXAMPLES / "distributed-16gpu.yaml").read_text())
+    doc["spec"]["gang"]["timeoutSeconds"] = 3  # the waiting gang says so, and keeps waiting whole
     first = _create(k8s_api, namespace, {**doc, "metadata": {"name": "gang-a"}}, tag, hold=True)
     second = _create(k8s_api, namespace, {**doc, "metadata": {"name": "gang-b"}}, tag, hold=True)
     pg = client.CustomObjectsApi(k8s_api)
@@ -263,6 +287,15 @@ def test_two_16_gpu_gangs_on_24_gpus_one_runs_whole_the_other_waits_whole(
     groups = pg.list_namespaced_custom_object("scheduling.k8s.io", "v1beta1", namespace, "podgroups")["items"]
     assert {g["metadata"]["name"] for g in groups} == {f"{first}-r0", f"{second}-r0"}
     assert _get(k8s_api, namespace, waiting)["status"]["phase"] == "Pending"
+    timeout = eventually(
+        lambda: (
+            (c := _cond(_get(k8s_api, namespace, waiting), "PodsScheduled")).get("reason") == "GangTimeout"
+            and c
+        ),
+        "GangTimeout reported",
+    )
+    assert timeout["message"].startswith("0/2 pods scheduled; not all within 3s (gang Native)")
+    assert len(_bound(k8s_api, namespace, waiting)) == 0
     for pod in _bound(k8s_api, namespace, running):
         _finish(k8s_api, namespace, pod)
     eventually(
