@@ -352,7 +352,8 @@ class WorkloadReconciler:
     def _facts(self, wl: GPUWorkload, run: int) -> Facts:
         native = self._serves("scheduling.k8s.io", "v1beta1")
         kueue = self._serves(KUEUE_GROUP)
-        backend, problem = resolve_backend(wl.spec.gang.backend, wl.spec.total_pods, native, kueue)
+        spec = wl.spec
+        backend, problem = resolve_backend(spec.gang.backend, spec.total_pods, native, kueue, spec.is_batch)
         if problem:
             hint = "; set spec.gang.backend: None to run without all-or-nothing"
             raise PlanError("NoGangEngine", problem + hint)

@@ -107,9 +107,12 @@ def _num(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else repr(float(x))
 
 
-def resolve_backend(wanted: str, total_pods: int, native: bool, kueue: bool) -> tuple[str, str | None]:
-    """(backend, problem). One pod needs no gang. Auto prefers the native PodGroup, then Kueue."""
-    if total_pods <= 1 or wanted == "None":
+def resolve_backend(
+    wanted: str, total_pods: int, native: bool, kueue: bool, batch: bool = True
+) -> tuple[str, str | None]:
+    """(backend, problem). One pod, or a serving kind (replicas serve on their own), needs no gang.
+    Auto prefers the native PodGroup, then Kueue."""
+    if not batch or total_pods <= 1 or wanted == "None":
         return "None", None
     if wanted == "Native":
         return (

@@ -187,6 +187,7 @@ def test_resolution_helpers():
     backend, problem = resolve_backend("Auto", 2, native=False, kueue=False)
     assert backend == "None" and "no gang engine" in problem
     assert resolve_backend("Native", 2, native=False, kueue=True)[1] is not None
+    assert resolve_backend("Auto", 2, native=False, kueue=False, batch=False) == ("None", None)  # serving
     assert resolve_priority(150, {"low": 100, "high": 1000, "mid": 150}) == "mid"
     assert resolve_priority(5, {"low": 100}) is None
     with pytest.raises(PlanError):

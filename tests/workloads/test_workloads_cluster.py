@@ -241,6 +241,23 @@ def test_kubectl_get_shows_phase_gpus_nodes_age(stack, k8s_api, namespace, gpu_n
     assert row[:4] == [name, "Running", 8, node]
 
 
+def test_inference_on_mig_slices_is_a_deployment_without_a_gang(stack, k8s_api, namespace, gpu_node):
+    tag = _tag()
+    mig = gpu_node("DGX-H100", labels=tag, mig_layout=[["1g.10gb"] * 7] * 8)
+    gpu_node("DGX-A100", labels=tag)  # whole GPUs only: no 1g.10gb there
+    doc = yaml.safe_load((EXAMPLES / "inference-mig.yaml").read_text())
+    name = _create(k8s_api, namespace, doc, tag)
+    wl = eventually(
+        lambda: (w := _get(k8s_api, namespace, name)) and w.get("status", {}).get("phase") == "Running" and w,
+        "inference running",
+    )
+    assert wl["status"]["gangBackend"] == "None"  # serving replicas are not a gang, whatever the cluster has
+    assert wl["status"]["nodes"] == mig
+    pods = _pods(k8s_api, namespace, name)
+    assert len(pods) == 2
+    assert all(p.spec.containers[0].resources.limits == {"nvidia.com/mig-1g.10gb": "1"} for p in pods)
+
+
 def test_two_gpu_workload_gets_the_best_pair(stack, k8s_api, namespace, gpu_node):
     tag = _tag()
     pairs = gpu_node("A100-PCIE-NVLINK-PAIRS", labels=tag)
