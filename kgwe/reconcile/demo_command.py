@@ -2,8 +2,10 @@
 
 Starts a local control plane (etcd, kube-apiserver, kube-scheduler, kwok) with simulated GPU nodes built
 from sample-repo's inventory and a MIG manager stand-in, puts sample-repo in a local Git repository, runs
-the controller against it and shows the MIG layouts rolling out pool by pool; then commits a policy change,
-sends the signed webhook, and shows that change rolling through.
+the controller against it and shows the MIG layouts rolling out pool by pool; then runs GPU jobs
+(GPUWorkloads: the seed README's 8-GPU llm-training and an inference service on MIG slices) through
+kube-scheduler with KGWE's rendered configuration and extender, printing where each pod landed; then
+commits a policy change, sends the signed webhook, and shows that change rolling through.
 """
 
 from __future__ import annotations
