@@ -86,3 +86,27 @@ def test_queue_wakes_a_waiting_worker():
     q.add("ns/x")
     t.join(5)
     assert got == ["ns/x"]
+
+
+def test_cost_duties_put_a_workloads_metered_cost_in_its_status(tmp_path):
+    from kgwe.cost.service import CostService
+    from kgwe.cost.store import CostStore
+    from kgwe.reconcile.costs import CostDuties
+
+    store = CostStore(str(tmp_path / "cost.db"))
+    store.migrate()
+    store.add_usage([_iv("llm-r0-worker-0-abcde", 2.0), _iv("other-r0-worker-0-abcde", 2.0)])
+    duties = CostDuties(CostService(store, cluster="c"), now=lambda: T0 + timedelta(hours=3))
+    obj = {
+        "metadata": {"name": "llm", "namespace": "ml", "creationTimestamp": "2026-10-31T23:00:00Z"},
+        "spec": {"gpuRequirements": {"count": 8}},
+    }
+    assert duties.workload_cost("ml", "llm", obj) is None  # no PricingCatalog applied yet: nothing to price
+    duties.book = pricebook([{"product": "NVIDIA-A100-SXM4-80GB", "onDemandPerHour": "1.10"}], currency="USD")
+    assert duties.workload_cost("ml", "llm", obj) == {
+        "gpuHours": "16.000",
+        "amount": "17.60",
+        "currency": "USD",
+        "asOf": "2026-11-01T03:00:00Z",
+    }
+    store.close()
