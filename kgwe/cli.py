@@ -26,6 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "controller": ("kgwe.reconcile.controller_command", "GitOps controller: Git -> policy -> safe rollout"),
     "demo": ("kgwe.reconcile.demo_command", "local control plane + simulated GPU nodes + the controller"),
     "report": ("kgwe.cost.report_cmd", "cost reports: chargeback, budgets, forecast, rightsizing"),
+    "convert": ("kgwe.workloads.convert_cmd", "seed GPUWorkload manifests -> kgwe.nvidia.io/v1"),
 }
 
 

@@ -35,6 +35,11 @@ def sample_repo_dir() -> Path:
     return _data_dir("sample-repo")
 
 
+def workload_examples_dir() -> Path:
+    """docs/examples/gpuworkloads: the seed GPUWorkload examples (the demo applies two of them)."""
+    return _data_dir("docs") / "examples" / "gpuworkloads"
+
+
 def shared_data_dir() -> Path:
     """The public traces (`shared/data`): $KGWE_DATA, else a `shared/data` beside the checkout or above it."""
     env = os.environ.get("KGWE_DATA")

@@ -13,6 +13,7 @@ from decimal import Decimal
 from kgwe.gpu import catalog
 from kgwe.gpu.catalog import GPUModel
 from kgwe.policy.diagnostics import did_you_mean
+from kgwe.policy.gpu_workload import GPURequirements, NodeOffer, problems
 from kgwe.policy.loader import LoadedObject, PolicySet
 from kgwe.policy.models import (
     GPUBudget,
@@ -431,25 +432,46 @@ def check_budgets(ps: PolicySet) -> None:
             )
 
 
+def _requirements(wl: GPUWorkload) -> list[tuple[tuple, GPURequirements]]:
+    """Every gpuRequirements block of a workload with its field path."""
+    out: list[tuple[tuple, GPURequirements]] = [(("spec", "gpuRequirements"), wl.spec.gpu_requirements)]
+    for i, role in enumerate(wl.spec.roles or []):
+        if role.gpu_requirements is not None:
+            out.append((("spec", "roles", i, "gpuRequirements"), role.gpu_requirements))
+    return out
+
+
+def inventory_offers(nodes: list[InventoryNode]) -> list[NodeOffer]:
+    """What each inventory node can give one pod (MIG profiles: those its GPU model supports)."""
+    offers = []
+    for node in nodes:
+        model = catalog.model_for_product(node.product)
+        profiles = frozenset(model.profiles) if model and model.mig_capable else frozenset()
+        offers.append(NodeOffer(gpus=node.gpus, product=node.product, mig_profiles=profiles))
+    return offers
+
+
 def check_workloads(ps: PolicySet) -> None:
     profiles = {p.name for p in ps.scoring_profiles}
     known_profiles = sorted({p for m in catalog.all_models() for p in m.profiles})
+    inventory = ps.inventory()
+    offers = inventory_offers(inventory.spec.nodes) if inventory else None
     for entry in ps.entries_of(GPUWorkload):
         wl: GPUWorkload = entry.obj  # type: ignore[assignment]
         if wl.metadata is None:
             ps.report(entry, (), "no metadata.name: the API server will reject it without a name", "warning")
-        req = wl.spec.gpu_requirements
-        if req.mig_profile and req.mig_profile not in known_profiles:
-            ps.report(
-                entry,
-                ("spec", "gpuRequirements", "migProfile"),
-                f'"{req.mig_profile}" is not a MIG profile of any known GPU'
-                + did_you_mean(req.mig_profile, known_profiles),
-            )
-        if req.product and not catalog.models_matching(req.product):
-            ps.report(
-                entry, ("spec", "gpuRequirements", "product"), f'"{req.product}" names no known GPU model'
-            )
+        for base, req in _requirements(wl):
+            if req.mig_profile and req.mig_profile not in known_profiles:
+                ps.report(
+                    entry,
+                    (*base, "migProfile"),
+                    f'"{req.mig_profile}" is not a MIG profile of any known GPU'
+                    + did_you_mean(req.mig_profile, known_profiles),
+                )
+            if req.product and not catalog.models_matching(req.product):
+                ps.report(entry, (*base, "product"), f'"{req.product}" names no known GPU model')
+        for path, message in problems(wl.spec, offers):
+            ps.report(entry, path, message)
         if wl.spec.scoring_profile and profiles and wl.spec.scoring_profile not in profiles:
             ps.report(
                 entry,

@@ -1,4 +1,4 @@
-"""Cluster kinds (CRDs): PolicyRepository (what to sync) and GPUWorkload (seed README, verbatim)."""
+"""Cluster kinds (CRDs): PolicyRepository (what to sync); GPUWorkload lives in gpu_workload.py."""
 
 from __future__ import annotations
 
@@ -151,70 +151,3 @@ class PolicyRepository(KgweObject):
     metadata: ClusterObjectMeta
     spec: PolicyRepositorySpec
     status: PolicyRepositoryStatus | None = None
-
-
-TopologyPreference = Literal["NVLinkOptimal", "SameNUMA", "SamePCIeSwitch", "None"]
-
-
-class TopologyRequirement(KgweModel):
-    preference: TopologyPreference = "None"
-    min_bandwidth_gbps: float | None = Field(default=None, ge=0, alias="minBandwidthGBps")
-
-
-class GPURequirements(KgweModel):
-    count: int = Field(default=1, ge=1, le=64)
-    min_memory_gb: float | None = Field(default=None, ge=0, alias="minMemoryGB")
-    product: str | None = None  # GFD product or family (e.g. H100) the GPUs must be
-    mig_profile: str | None = Field(default=None, pattern=r"^\d+g\.\d+gb([+-][a-z.]+)?$")
-    gpu_milli: int | None = Field(default=None, ge=1, le=999)  # share of one GPU (nvidia.com/gpu.shared)
-    topology: TopologyRequirement = Field(default_factory=TopologyRequirement)
-
-
-class DistributedConfig(KgweModel):
-    strategy: str | None = None  # e.g. DDP, FSDP, DeepSpeed, Horovod, MPI
-    backend: str | None = None  # e.g. nccl, gloo, mpi
-    world_size: int | None = Field(default=None, ge=1)
-    replicas: int | None = Field(default=None, ge=1)
-    nodes: int | None = Field(default=None, ge=1)
-    gpus_per_node: int | None = Field(default=None, ge=1)
-    processes_per_node: int | None = Field(default=None, ge=1)
-    master_port: int | None = Field(default=None, ge=1, le=65535)
-
-
-class GPUWorkloadSpec(KgweModel):
-    gpu_requirements: GPURequirements = Field(alias="gpuRequirements")
-    workload_type: Literal["Training", "Inference", "Batch", "Interactive", "HPC"] = "Training"
-    framework: str | None = None  # e.g. PyTorch, TensorFlow, JAX, Triton
-    distributed_config: DistributedConfig | None = None
-    scoring_profile: str | None = None
-    team: str | None = None
-    priority: int | None = None
-    pod_template: dict[str, Any] = Field(default_factory=dict)  # a core/v1 PodTemplateSpec
-
-
-class WorkloadPlacement(KgweModel):
-    pod: str
-    node: str
-    gpus: list[int] = Field(default_factory=list)
-
-
-class GPUWorkloadStatus(KgweModel):
-    model_config = ConfigDict(extra="allow")
-
-    phase: Literal["Pending", "Scheduled", "Running", "Succeeded", "Failed"] | None = None
-    observed_generation: int | None = None
-    conditions: list[Condition] = Field(default_factory=list)
-    placements: list[WorkloadPlacement] = Field(default_factory=list)
-
-
-class GPUWorkload(KgweObject):
-    KIND: ClassVar[str] = "GPUWorkload"
-    kind: Literal["GPUWorkload"] = "GPUWorkload"
-    metadata: ClusterObjectMeta | None = None  # the seed README's example has none; kubectl/CI adds it
-
-    @property
-    def name(self) -> str:
-        return self.metadata.name if self.metadata else ""
-
-    spec: GPUWorkloadSpec
-    status: GPUWorkloadStatus | None = None

@@ -39,6 +39,7 @@ from kgwe.reconcile.repository import (
 
 if TYPE_CHECKING:
     from kgwe.reconcile.costs import CostDuties
+    from kgwe.workloads.controller import WorkloadController
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +74,7 @@ class Controller:
         leader_election: bool = True,
         costs: CostDuties | None = None,
         git_access: GitAccess | None = None,
+        workloads: bool = True,
     ) -> None:
         self.api_client = api_client
         self.namespace = namespace
@@ -106,6 +108,19 @@ class Controller:
                 on_started_leading=self._on_started,
                 on_stopped_leading=self._on_stopped,
             )
+        self.workloads: WorkloadController | None = None
+        if workloads:  # GPUWorkloads: own queue and watches, same Lease (kgwe.workloads.controller)
+            from kgwe.workloads.controller import WorkloadController, WorkloadMetrics, WorkloadReconciler
+
+            reconciler = WorkloadReconciler(
+                api_client,
+                recorder=self.recorder,
+                metrics=WorkloadMetrics(self.metrics.registry),
+                is_leader=self.is_leader,
+                policy_namespace=namespace,
+                cost_of=costs.workload_cost if costs is not None else None,
+            )
+            self.workloads = WorkloadController(reconciler)
         self.server: ControllerHTTPServer | None = None
         if listen is not None:
             routes = {
@@ -267,6 +282,8 @@ class Controller:
             self.elector.start(stop)
         elif self.costs is not None:  # acting alone: there is no "became leader" moment
             self.costs.start(self.api_client)
+        if self.workloads is not None:
+            self.workloads.start(stop)
         try:
             while not stop.is_set():
                 wait = self.tick()

@@ -61,6 +61,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="also allow local paths, file:// and http:// URLs (tests and local experiments only)",
     )
+    parser.add_argument("--no-workloads", action="store_true", help="do not reconcile GPUWorkloads")
     parser.add_argument("--log-level", default="INFO")
 
 
@@ -115,6 +116,7 @@ def run(args: argparse.Namespace) -> int:
             credentials_from_env=args.git_credentials_from_env,
             ca_file=args.git_ca_file,
         ),
+        workloads=not args.no_workloads,
     )
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -18,7 +18,7 @@ from kgwe.cluster.names import is_gpu_resource
 from kgwe.cost.budgets import budget_from_policy, quota_decisions
 from kgwe.cost.pricing import pricebook_from_catalog
 from kgwe.cost.service import CostService
-from kgwe.cost.usage import month_period
+from kgwe.cost.usage import Period, month_period
 from kgwe.errors import KgweError
 from kgwe.reconcile import cron
 
@@ -66,6 +66,31 @@ class CostDuties:
         self._started = False
         self._last_refresh: dict[str, datetime] = {}
         self._last_report_check: dict[str, datetime] = {}
+        self.book: Any = None
+
+    def workload_cost(self, namespace: str, name: str, obj: dict) -> dict | None:
+        """status.cost of a GPUWorkload: its pods' metered GPU-hours and cost since it was created."""
+        from kgwe.policy.gpu_workload import GPUWorkload
+        from kgwe.workloads.cost import pod_pattern, workload_cost
+        from kgwe.workloads.status import rfc3339
+
+        if self.book is None:
+            return None
+        wl = GPUWorkload.model_validate(obj)
+        now = self.now()
+        created = obj["metadata"].get("creationTimestamp")
+        since = datetime.fromisoformat(created.replace("Z", "+00:00")) if created else now
+        if since >= now:
+            return None
+        pattern = pod_pattern(name, [r.name for r in wl.spec.effective_roles()], wl.spec.is_batch)
+        usage = self.service.store.usage(Period(since, now))
+        hours, amount = workload_cost(usage, self.book, namespace, pattern, now)
+        return {
+            "gpuHours": str(hours),
+            "amount": str(amount),
+            "currency": self.book.currency,
+            "asOf": rfc3339(now),
+        }
 
     def start(self, api_client: client.ApiClient) -> None:
         """Start metering once (on first becoming leader); the watch reconciles with live pods on start."""
@@ -82,6 +107,7 @@ class CostDuties:
             return  # nothing valid applied yet, or no prices: nothing to meter against
         name, now = rec.name, self.now()
         book = pricebook_from_catalog(ps.pricing_catalog())
+        self.book = book  # the GPUWorkload reconciler prices its workloads' usage with it
         budgets = [budget_from_policy(b) for b in ps.budgets]
         last = self._last_refresh.get(name)
         if last is None or (now - last).total_seconds() >= self.refresh_seconds:

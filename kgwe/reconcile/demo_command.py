@@ -2,8 +2,10 @@
 
 Starts a local control plane (etcd, kube-apiserver, kube-scheduler, kwok) with simulated GPU nodes built
 from sample-repo's inventory and a MIG manager stand-in, puts sample-repo in a local Git repository, runs
-the controller against it and shows the MIG layouts rolling out pool by pool; then commits a policy change,
-sends the signed webhook, and shows that change rolling through.
+the controller against it and shows the MIG layouts rolling out pool by pool; then runs GPU jobs
+(GPUWorkloads: the seed README's 8-GPU llm-training and an inference service on MIG slices) through
+kube-scheduler with KGWE's rendered configuration and extender, printing where each pod landed; then
+commits a policy change, sends the signed webhook, and shows that change rolling through.
 """
 
 from __future__ import annotations
@@ -107,6 +109,78 @@ def _wait_ready(api: Any, pools: dict[str, list[str]], revision: str, timeout: f
             raise KgweError(f"rollout stopped: {ready.get('message')}")
         time.sleep(1.0)
     raise KgweError(f"revision {revision[:12]} not rolled out within {timeout:.0f}s")
+
+
+def start_kgwe_scheduling(cp: Any, policy_dir: Path) -> Any:
+    """The extender as its own process, and kube-scheduler restarted with KGWE's rendered configuration
+    (profile `kgwe-scheduler`, calling that extender). Returns the extender process."""
+    from kgwe.policy import load_repository
+    from kgwe.render.render import RenderOptions, render
+    from kgwe.testing.extender_process import start_extender
+
+    proc, port = start_extender(cp.kubeconfig_path, "--namespace", NS)
+    options = RenderOptions(
+        extender_url=f"http://127.0.0.1:{port}", scheduler_name="kgwe-scheduler", namespace=NS
+    )
+    configmap = yaml.safe_load(
+        render(load_repository(policy_dir), options=options).files["kube-scheduler-config.yaml"]
+    )
+    cp.start_scheduler(yaml.safe_load(configmap["data"]["scheduler-config.yaml"]))
+    _say(f"  kube-scheduler runs KGWE's rendered config (profile kgwe-scheduler) -> extender on port {port}")
+    return proc
+
+
+def place_workloads(api: Any, timeout: float) -> None:
+    """The seed README's 8-GPU llm-training and a small inference service on MIG slices, as GPUWorkloads;
+    prints where each pod landed and why."""
+    from kubernetes import client
+
+    from kgwe.cluster.client import ensure_namespace
+    from kgwe.resources import workload_examples_dir
+
+    examples = workload_examples_dir()
+    placed = [("kgwe-readme-llm-training.yaml", None), ("inference-mig.yaml", "inference-prod")]
+    custom = client.CustomObjectsApi(api)
+    names = []
+    for file, namespace in placed:
+        doc = yaml.safe_load((examples / file).read_text())
+        if namespace:
+            doc["metadata"]["namespace"] = namespace  # a namespace the inference budget covers
+        ensure_namespace(api, doc["metadata"]["namespace"])
+        custom.create_namespaced_custom_object(
+            "kgwe.nvidia.io", "v1", doc["metadata"]["namespace"], "gpuworkloads", doc
+        )
+        names.append((doc["metadata"]["namespace"], doc["metadata"]["name"], doc["spec"]["gpuRequirements"]))
+        _say(f"  applied GPUWorkload {doc['metadata']['namespace']}/{doc['metadata']['name']} ({file})")
+    core = client.CoreV1Api(api)
+    deadline = time.monotonic() + timeout
+    for namespace, name, req in names:
+        while True:
+            pods = core.list_namespaced_pod(namespace, label_selector=f"kgwe.nvidia.io/workload={name}").items
+            bound = [p for p in pods if p.spec.node_name]
+            wanted = 2 if req.get("migProfile") else 1
+            if len(bound) >= wanted:
+                break
+            if time.monotonic() > deadline:
+                status = custom.get_namespaced_custom_object(
+                    "kgwe.nvidia.io", "v1", namespace, "gpuworkloads", name
+                ).get("status", {})
+                said = "; ".join(
+                    f"{c['type']}={c['status']} {c.get('message', '')}" for c in status.get("conditions", [])
+                )
+                raise KgweError(f"GPUWorkload {namespace}/{name} not placed within {timeout:.0f}s: {said}")
+            time.sleep(0.5)
+        for pod in sorted(bound, key=lambda p: p.metadata.name):
+            node = core.read_node(pod.spec.node_name)
+            product = (node.metadata.labels or {}).get("nvidia.com/gpu.product", "?")
+            if req.get("migProfile"):
+                why = f"one MIG instance {req['migProfile']} of a MIG-partitioned {product}"
+            else:
+                bw = req.get("topology", {}).get("minBandwidthGBps")
+                why = f"{req['count']} GPUs of {product}: one full NVLink set" + (
+                    f" (>= {bw} GB/s)" if bw else ""
+                )
+            _say(f"    {pod.metadata.name} -> {pod.spec.node_name}: {why}")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -228,6 +302,12 @@ def run(args: argparse.Namespace) -> int:
             _say("   node=<nvidia.com/mig.config>  ✓ MIG manager reports success  ⟳ pending  ✗ failed")
             try:
                 _wait_ready(api, pools, first, args.timeout)
+                _say("\n== GPU jobs: GPUWorkloads placed by KGWE's scheduler after the MIG rollout ==")
+                extender = start_kgwe_scheduling(cp, work / "clusters" / "prod")
+                try:
+                    place_workloads(api, args.timeout)
+                finally:
+                    extender.terminate()
                 _say("\n== a platform engineer changes the inference pool's MIG mix (commit + webhook) ==")
                 _git(work, "pull", "-q", "--rebase", "origin", "main")  # the bot committed reports/
                 path = work / "clusters/prod/mig/inference-h100.yaml"
