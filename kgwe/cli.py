@@ -27,6 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("kgwe.reconcile.demo_command", "local control plane + simulated GPU nodes + the controller"),
     "report": ("kgwe.cost.report_cmd", "cost reports: chargeback, budgets, forecast, rightsizing"),
     "convert": ("kgwe.workloads.convert_cmd", "seed GPUWorkload manifests -> kgwe.nvidia.io/v1"),
+    "webhook": ("kgwe.admission.command", "admission webhook: route GPU pods to the KGWE scheduler"),
 }
 
 
