@@ -1,5 +1,6 @@
-"""Against the real control plane: the watch index follows Nodes, bound Pods and the kgwe-scoring ConfigMap;
-and end to end, kube-scheduler configured with KGWE's extender entry calls the extender and places pods."""
+"""Against the real control plane: the watch index follows Nodes, the KGWE scheduler's bound Pods and the
+kgwe-scoring ConfigMap; and end to end, a second kube-scheduler running the configuration KGWE renders
+(profile kgwe-scheduler) calls the extender and places the pods that name it."""
 
 from __future__ import annotations
 
@@ -19,9 +20,7 @@ from kubernetes import client
 
 from kgwe.extender.engine import Engine
 from kgwe.extender.index import ClusterIndex
-from kgwe.extender.profile import Profile
-from kgwe.extender.schedconfig import scheduler_configuration
-from kgwe.testing.controlplane import default_scheduler_config
+from kgwe.testing.kgwe_scheduler import LocalScheduler, local_config, rendered_config_text
 
 pytestmark = pytest.mark.cluster
 
@@ -46,11 +45,13 @@ def gpu_pod(
     annotations: dict | None = None,
     node: str | None = None,
     selector: dict | None = None,
+    scheduler: str | None = "kgwe-scheduler",
 ) -> client.V1Pod:
     return client.V1Pod(
         metadata=client.V1ObjectMeta(name=name, annotations=annotations or {}),
         spec=client.V1PodSpec(
             node_name=node,
+            scheduler_name=scheduler,
             node_selector=selector,
             termination_grace_period_seconds=0,
             tolerations=[client.V1Toleration(operator="Exists")],
@@ -91,6 +92,21 @@ def test_index_follows_nodes_pods_and_scoring_configmap(index, k8s_api, namespac
     eventually(
         lambda: sorted(engine.node_view(node)["gpuUsedMilli"]) == [0] * 5 + [250, 1000, 1000],
         "two whole GPUs and one 250-milli share accounted",
+    )
+    # a pod of another scheduler is not watched: the agent's annotation says which GPU it holds
+    core.create_namespaced_pod(
+        namespace, gpu_pod("foreign", {"nvidia.com/gpu": "1"}, node=node, scheduler="default-scheduler")
+    )
+    time.sleep(1)
+    assert sorted(engine.node_view(node)["gpuUsedMilli"]) == [0] * 5 + [250, 1000, 1000]
+    client.CoreV1Api(k8s_api).patch_node(
+        node, {"metadata": {"annotations": {"kgwe.nvidia.io/gpu-pods": f'{{"7": "{namespace}/foreign"}}'}}}
+    )
+    eventually(lambda: engine.node_view(node)["gpuUsedMilli"][7] == 1000, "the agent's holder counted")
+    assert sorted(engine.node_view(node)["gpuUsedMilli"]) == [0] * 4 + [250, 1000, 1000, 1000]
+    core.delete_namespaced_pod("foreign", namespace, grace_period_seconds=0)
+    client.CoreV1Api(k8s_api).patch_node(
+        node, {"metadata": {"annotations": {"kgwe.nvidia.io/gpu-pods": "{}"}}}
     )
 
     core.delete_namespaced_pod("two", namespace, grace_period_seconds=0)
@@ -154,6 +170,17 @@ def extender_process(control_plane, namespace) -> Iterator[int]:
     proc.wait(timeout=10)
 
 
+def kgwe_scheduler(control_plane, port: int) -> LocalScheduler:
+    """A second kube-scheduler with the rendered configuration (extender URL local, no leader election)."""
+    config = local_config(
+        rendered_config_text("http://kgwe-extender.kgwe-system.svc:8080"),
+        kubeconfig=control_plane.kubeconfig_path,
+        extender_url=f"http://127.0.0.1:{port}",
+        leader_elect=False,
+    )
+    return LocalScheduler(control_plane.binaries, control_plane.workdir / "kgwe-scheduler", config).start()
+
+
 def node_view(port: int, name: str) -> dict:
     with urlopen(f"http://127.0.0.1:{port}/debug/nodes/{name}") as r:
         return orjson.loads(r.read())
@@ -169,10 +196,7 @@ def test_e2e_real_kube_scheduler_with_extender(
     pcie = gpu_node("L40S-8-PCIE", labels=tag)
     for n in (pairs, pcie):
         eventually(lambda n=n: node_view(port, n), f"{n} in the extender's index")
-    config = scheduler_configuration(
-        f"http://127.0.0.1:{port}", Profile(http_timeout="5s"), leaderElection={"leaderElect": False}
-    )
-    control_plane.start_scheduler(config)
+    scheduler = kgwe_scheduler(control_plane, port)
     try:
 
         def bound(name: str) -> str | None:
@@ -228,7 +252,7 @@ def test_e2e_real_kube_scheduler_with_extender(
         assert "no set of 2 free GPUs with at least 5000 GB/s" in message
         assert bound("impossible") is None
     finally:
-        control_plane.start_scheduler(default_scheduler_config())
+        scheduler.stop()
 
 
 def test_e2e_burst_of_shared_gpu_pods_never_overcommits_a_gpu(
@@ -243,10 +267,7 @@ def test_e2e_burst_of_shared_gpu_pods_never_overcommits_a_gpu(
     tag = {"kgwe-burst": secrets.token_hex(3)}
     node = gpu_node("DGX-H100", labels=tag)
     eventually(lambda: node_view(port, node), f"{node} in the extender's index")
-    config = scheduler_configuration(
-        f"http://127.0.0.1:{port}", Profile(http_timeout="5s"), leaderElection={"leaderElect": False}
-    )
-    control_plane.start_scheduler(config)
+    scheduler = kgwe_scheduler(control_plane, port)
     try:
         share = {"nvidia.com/gpu.shared": "1"}
         milli = {"kgwe.nvidia.io/gpu-milli": "600"}
@@ -272,4 +293,4 @@ def test_e2e_burst_of_shared_gpu_pods_never_overcommits_a_gpu(
         time.sleep(2)  # nothing else lands later (the refused pod is retried on every cluster event)
         assert sum(1 for p in core.list_namespaced_pod(namespace).items if p.spec.node_name) == 8
     finally:
-        control_plane.start_scheduler(default_scheduler_config())
+        scheduler.stop()
