@@ -4,14 +4,10 @@ kgwe-scoring ConfigMap; and end to end, a second kube-scheduler running the conf
 
 from __future__ import annotations
 
-import re
 import secrets
-import subprocess
-import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from urllib.request import urlopen
 
 import orjson
@@ -20,23 +16,11 @@ from kubernetes import client
 
 from kgwe.extender.engine import Engine
 from kgwe.extender.index import ClusterIndex
+from kgwe.testing.deployed import eventually
 from kgwe.testing.kgwe_scheduler import LocalScheduler, local_config, rendered_config_text
+from kgwe.testing.processes import LISTENING, start_kgwe, stop
 
 pytestmark = pytest.mark.cluster
-
-
-def eventually(check: Callable[[], object], what: str, timeout: float = 30.0) -> object:
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        try:
-            last = check()
-        except Exception as exc:  # the API may not have caught up yet
-            last = exc
-        if last and not isinstance(last, Exception):
-            return last
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}; last: {last!r}")
 
 
 def gpu_pod(
@@ -136,38 +120,16 @@ def test_index_follows_nodes_pods_and_scoring_configmap(index, k8s_api, namespac
 
 
 @pytest.fixture
-def extender_process(control_plane, namespace) -> Iterator[int]:
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "kgwe.cli",
-            "extender",
-            "--kubeconfig",
-            str(control_plane.kubeconfig_path),
-            "--listen",
-            "127.0.0.1:0",
-            "--namespace",
-            namespace,
-        ],
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=Path(__file__).resolve().parents[2],
+def extender_process(control_plane, namespace, tmp_path) -> Iterator[int]:
+    kubeconfig = str(control_plane.kubeconfig_path)
+    proc, port = start_kgwe(
+        ["extender", "--kubeconfig", kubeconfig, "--listen", "127.0.0.1:0", "--namespace", namespace],
+        tmp_path / "extender.log",
+        LISTENING,
     )
-    port = None
-    deadline = time.monotonic() + 60
-    while port is None and time.monotonic() < deadline:
-        line = proc.stderr.readline()
-        m = re.search(r"listening on 127\.0\.0\.1:(\d+)", line)
-        if m:
-            port = int(m.group(1))
-        elif not line and proc.poll() is not None:
-            break
-    assert port, f"extender did not start (exit {proc.poll()})"
     eventually(lambda: urlopen(f"http://127.0.0.1:{port}/readyz").status == 200, "extender ready")
     yield port
-    proc.terminate()
-    proc.wait(timeout=10)
+    stop(proc)
 
 
 def kgwe_scheduler(control_plane, port: int) -> LocalScheduler:

@@ -16,12 +16,10 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import functools
 import re
-import shutil
 import subprocess
-import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from urllib.request import urlopen
 
@@ -43,87 +41,16 @@ from kgwe.cluster.names import (
 from kgwe.policy import load_repository
 from kgwe.reconcile.scheduler_config import config_hash
 from kgwe.reconcile.status import condition
-from kgwe.resources import deploy_dir, sample_repo_dir
+from kgwe.resources import sample_repo_dir
+from kgwe.testing.deployed import apply_docs, deploy_docs, eventually
 from kgwe.testing.kgwe_scheduler import LocalScheduler, local_config
+from kgwe.testing.processes import LISTENING, start_kgwe, stop
 from kgwe.topology import known
 
 pytestmark = pytest.mark.cluster
-REPO = Path(__file__).resolve().parents[2]
+wait = functools.partial(eventually, timeout=120)  # a shared, loaded machine
 SYSTEM_NS = "kgwe-system"
 SCHEDULER_SA = "system:serviceaccount:kgwe-system:kgwe-scheduler"
-
-
-def eventually(check: Callable[[], object], what: str, timeout: float = 90.0) -> object:
-    deadline = time.monotonic() + timeout
-    last: object = None
-    while time.monotonic() < deadline:
-        try:
-            last = check()
-        except Exception as exc:  # the API may not have caught up yet
-            last = exc
-        if last and not isinstance(last, Exception):
-            return last
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}; last: {last!r}")
-
-
-def deploy_docs() -> list[dict]:
-    """`kubectl kustomize deploy/` when kubectl is installed; else the base's plain resources."""
-    kubectl = shutil.which("kubectl")
-    if kubectl:
-        out = subprocess.run(
-            [kubectl, "kustomize", str(deploy_dir())], check=True, capture_output=True, text=True, timeout=120
-        ).stdout
-        return [d for d in yaml.safe_load_all(out) if d]
-    kustomization = yaml.safe_load((deploy_dir() / "kustomization.yaml").read_text())
-    return [
-        d
-        for rel in kustomization["resources"]
-        for d in yaml.safe_load_all((deploy_dir() / rel).read_text())
-        if d
-    ]
-
-
-def apply(k8s_api: client.ApiClient, docs: list[dict]) -> None:
-    dyn = dynamic.DynamicClient(k8s_api)
-    for doc in docs:
-        resource = dyn.resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
-        dyn.server_side_apply(
-            resource,
-            body=doc,
-            namespace=doc["metadata"].get("namespace"),
-            field_manager="platform-team",
-            force_conflicts=True,
-        )
-
-
-def start_kgwe(args: list[str], log: Path, pattern: str | None = None) -> tuple[subprocess.Popen, int]:
-    """`kgwe ARGS` as a process logging to `log`; the port it printed when `pattern` is given."""
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "kgwe.cli", *args], stdout=out, stderr=subprocess.STDOUT, cwd=REPO
-        )
-    if pattern is None:
-        return proc, 0
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        m = re.search(pattern, log.read_text(errors="replace"))
-        if m:
-            return proc, int(m.group(1))
-        assert proc.poll() is None, f"kgwe {args[0]} exited: {log.read_text()[-2000:]}"
-        time.sleep(0.2)
-    proc.terminate()
-    raise AssertionError(f"kgwe {args[0]} did not start: {log.read_text()[-2000:]}")
-
-
-def stop(proc: subprocess.Popen | None) -> None:
-    if proc is not None and proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
 
 
 def impersonating_kubeconfig(admin: Path, user: str, path: Path) -> Path:
@@ -179,7 +106,7 @@ def test_gpu_pod_goes_through_webhook_kgwe_scheduler_and_extender(
         ("ClusterRoleBinding", "kgwe-scheduler-as-kube-scheduler"),
         ("MutatingWebhookConfiguration", "kgwe-scheduling"),
     } <= kinds
-    apply(k8s_api, docs)
+    apply_docs(k8s_api, docs)
 
     # sample-repo in Git (its budget namespaces exist, as on a real cluster), and the controller as a process
     ps = load_repository(sample_repo_dir())
@@ -223,9 +150,7 @@ def test_gpu_pod_goes_through_webhook_kgwe_scheduler_and_extender(
             ).spec.template.metadata.annotations
             return (ann or {}).get(SCHEDULER_CONFIG_HASH_ANNOTATION)
 
-        first = eventually(
-            lambda: stamped() == config_hash(config_text()) and stamped(), "the hash annotation"
-        )
+        first = wait(lambda: stamped() == config_hash(config_text()) and stamped(), "the hash annotation")
         managers = apps.read_namespaced_deployment(SCHEDULER_DEPLOYMENT, SYSTEM_NS).metadata.managed_fields
         ours = [m for m in managers if m.manager == "kgwe-controller"]
         assert len(ours) == 1 and ours[0].operation == "Apply"
@@ -247,10 +172,10 @@ def test_gpu_pod_goes_through_webhook_kgwe_scheduler_and_extender(
                 SYSTEM_NS,
             ],
             tmp_path / "extender.log",
-            r"listening on 127\.0\.0\.1:(\d+)",
+            LISTENING,
         )
         procs.append(extender)
-        eventually(lambda: urlopen(f"http://127.0.0.1:{ext_port}/readyz").status == 200, "extender ready")
+        wait(lambda: urlopen(f"http://127.0.0.1:{ext_port}/readyz").status == 200, "extender ready")
         text = config_text()
         config = local_config(
             text,
@@ -264,7 +189,7 @@ def test_gpu_pod_goes_through_webhook_kgwe_scheduler_and_extender(
             ext.pop("tlsConfig", None)
         assert config["profiles"] == yaml.safe_load(text)["profiles"] == [{"schedulerName": "kgwe-scheduler"}]
         scheduler = LocalScheduler(control_plane.binaries, tmp_path / "kgwe-scheduler", config).start()
-        eventually(
+        wait(
             lambda: (
                 client.CoordinationV1Api(k8s_api)
                 .read_namespaced_lease("kgwe-scheduler", SYSTEM_NS)
@@ -286,7 +211,7 @@ def test_gpu_pod_goes_through_webhook_kgwe_scheduler_and_extender(
                 str(pki.serving_key),
             ],
             tmp_path / "webhook.log",
-            r"listening on 127\.0\.0\.1:(\d+)",
+            LISTENING,
         )
         procs.append(webhook)
         local_hook = orjson.loads(orjson.dumps(webhook_config))
@@ -294,14 +219,14 @@ def test_gpu_pod_goes_through_webhook_kgwe_scheduler_and_extender(
             "url": f"https://127.0.0.1:{hook_port}/mutate-pods",
             "caBundle": base64.b64encode(pki.ca_cert.read_bytes()).decode(),
         }
-        apply(k8s_api, [local_hook])
+        apply_docs(k8s_api, [local_hook])
         ns = e2e.namespace
         core.patch_namespace(ns, {"metadata": {"labels": {SCHEDULING_NAMESPACE_LABEL: SCHEDULING_ENABLED}}})
 
         # 1. a 2-GPU pod without schedulerName: routed, decided by the extender, on an NVLink pair
         calls = filter_calls(ext_port)
 
-        eventually(  # the configuration reaches the apiserver's webhook cache asynchronously; dry run
+        wait(  # the configuration reaches the apiserver's webhook cache asynchronously; dry run
             lambda: (
                 core.create_namespaced_pod(ns, gpu_pod("probe", 2, tag), dry_run="All").spec.scheduler_name
                 == "kgwe-scheduler"
@@ -310,7 +235,7 @@ def test_gpu_pod_goes_through_webhook_kgwe_scheduler_and_extender(
         )
         core.create_namespaced_pod(ns, gpu_pod("two-gpus", 2, tag))
         assert core.read_namespaced_pod("two-gpus", ns).spec.scheduler_name == "kgwe-scheduler"
-        node = eventually(lambda: core.read_namespaced_pod("two-gpus", ns).spec.node_name, "pod bound")
+        node = wait(lambda: core.read_namespaced_pod("two-gpus", ns).spec.node_name, "pod bound")
         assert node == pairs
         assert filter_calls(ext_port) > calls
         view = orjson.loads(urlopen(f"http://127.0.0.1:{ext_port}/debug/nodes/{pairs}").read())
@@ -326,7 +251,7 @@ def test_gpu_pod_goes_through_webhook_kgwe_scheduler_and_extender(
         scoring = files["policy/scoring/default.yaml"].replace("httpTimeout: 2s", "httpTimeout: 3s")
         assert scoring != files["policy/scoring/default.yaml"]
         e2e.remote.commit({"policy/scoring/default.yaml": scoring}, "extender timeout 3s")
-        second = eventually(
+        second = wait(
             lambda: (
                 "httpTimeout: 3s" in config_text() and stamped() == config_hash(config_text()) and stamped()
             ),
@@ -365,7 +290,7 @@ def test_gpu_pod_goes_through_webhook_kgwe_scheduler_and_extender(
             "metadata": {"name": "freeze-kgwe-scheduler-config"},
             "spec": {"policyName": "freeze-kgwe-scheduler-config", "validationActions": ["Deny"]},
         }
-        apply(k8s_api, [policy, binding])
+        apply_docs(k8s_api, [policy, binding])
         time.sleep(2)  # admission policies are picked up asynchronously
         e2e.remote.commit(
             {"policy/scoring/default.yaml": scoring.replace("httpTimeout: 3s", "httpTimeout: 4s")}
@@ -379,7 +304,7 @@ def test_gpu_pod_goes_through_webhook_kgwe_scheduler_and_extender(
                 else None
             )
 
-        message = eventually(refused, "the refused configuration in the PolicyRepository status")
+        message = wait(refused, "the refused configuration in the PolicyRepository status")
         assert "frozen by the platform team" in message
         assert "httpTimeout: 3s" in config_text() and stamped() == second  # the running scheduler stays
         dyn = dynamic.DynamicClient(k8s_api)
