@@ -17,7 +17,8 @@ profile, which decides in filter: one HTTP round trip per pod; --no-decide-in-fi
 The latency phase also runs without the extender first: the same machine's floor, printed beside it.
 extender_cpu_ms_per_pod and apiserver_cpu_ms_per_pod_with / _without are CPU per pod in the latency phases
 (ratio_with_to_without: the apiserver's, with over without). The extender watches only the KGWE
-scheduler's bound pods; --extender-all-pods runs it with the older every-bound-pod watch, for comparison.
+scheduler's bound pods; --extender-all-pods runs it with the older every-bound-pod watch, for comparison,
+and --background-pods N adds N bound CPU-only pods (another scheduler's churn) beside each measured pod.
 
 The measuring side stays light so that it does not take the 2 CPUs it measures: binds are observed by a
 separate watcher process that parses raw watch lines with orjson (no client model objects), and the
@@ -190,11 +191,35 @@ def throughput(
     return (pods - 1) / (times[-1] - times[0])
 
 
+def background_body(name: str, node: str) -> dict:
+    """A CPU-only pod already bound to `node`: another scheduler's (or a DaemonSet's) pod churning there."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {"app": "bench-background"}},
+        "spec": {
+            "nodeName": node,
+            "containers": [{"name": "main", "image": "bench", "resources": {"requests": {"cpu": "10m"}}}],
+        },
+    }
+
+
 def bind_latency(
-    cp: ControlPlane, core: client.CoreV1Api, ns: str, pods: int, rate: float, body=pod_body
+    cp: ControlPlane,
+    core: client.CoreV1Api,
+    ns: str,
+    pods: int,
+    rate: float,
+    body=pod_body,
+    background: int = 0,
 ) -> tuple[list[float], list[float]]:
-    """Sorted latencies in ms: (create returned -> bound, create sent -> bound)."""
+    """Sorted latencies in ms: (create returned -> bound, create sent -> bound). `background` bound CPU-only
+    pods are created beside each measured pod, in a namespace of their own."""
     make_namespace(core, ns)
+    nodes = [n.metadata.name for n in core.list_node().items] if background else []
+    if background:
+        make_namespace(core, ns + "-bg")
+    bg_url = f"{core.api_client.configuration.host}/api/v1/namespaces/{ns}-bg/pods"
     watcher = BindWatcher(cp, ns, pods, 300)
     sent: dict[str, float] = {}
     returned: dict[str, float] = {}
@@ -214,6 +239,9 @@ def bind_latency(
         returned[name] = time.monotonic()
         if resp.status != 201:
             raise SystemExit(f"creating {name}: HTTP {resp.status} {resp.data[:300]!r}")
+        for j in range(background):
+            bg = background_body(f"bg-{i:05d}-{j}", nodes[(i * background + j) % len(nodes)])
+            pool.urlopen("POST", bg_url, body=orjson.dumps(bg), headers=headers)
     bound = watcher.result(pods)
 
     def ms(origin: dict[str, float]) -> list[float]:
@@ -223,12 +251,19 @@ def bind_latency(
 
 
 def latency_phase(
-    cp: ControlPlane, core: client.CoreV1Api, ns: str, pods: int, rate: float, pids: dict, label: str
+    cp: ControlPlane,
+    core: client.CoreV1Api,
+    ns: str,
+    pods: int,
+    rate: float,
+    pids: dict,
+    label: str,
+    background: int = 0,
 ) -> tuple[list[float], list[float], dict[str, float]]:
     """bind_latency with the running scheduler, printed with percentiles; returns CPU ms per pod too."""
     before = cpu_breakdown(pids)
     body = kgwe_pod_body if label == "with" else pod_body
-    lat, lat_sent = bind_latency(cp, core, ns, pods, rate, body)
+    lat, lat_sent = bind_latency(cp, core, ns, pods, rate, body, background)
     after = cpu_breakdown(pids)
     print(
         f"creation -> bound at {rate:g} pods/s {label} extender: p50 {pct(lat, 50):.1f} ms, "
@@ -349,6 +384,12 @@ def main() -> int:
         action="store_true",
         help="the extender watches every bound pod (the watch before it was narrowed to kgwe-scheduler pods)",
     )
+    ap.add_argument(
+        "--background-pods",
+        type=int,
+        default=0,
+        help="latency phases: bound CPU-only pods created beside each measured pod (other schedulers' churn)",
+    )
     ap.add_argument("--watch-bound", metavar="NS", help=argparse.SUPPRESS)  # the watcher child process
     ap.add_argument("--expect", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--kubeconfig", help=argparse.SUPPRESS)
@@ -404,13 +445,22 @@ def main() -> int:
         # cluster of the second phase counts against KGWE, not for it
         run_scheduler(False)
         base_lat, _, cpu_without = latency_phase(
-            cp, core, "bench-latency-without", latency_pods, args.rate, pids, "without"
+            cp,
+            core,
+            "bench-latency-without",
+            latency_pods,
+            args.rate,
+            pids,
+            "without",
+            args.background_pods,
         )
         settle(core, "bench-latency-without")
+        if args.background_pods:
+            settle(core, "bench-latency-without-bg")
         run_scheduler(True)
         calls0 = extender_calls(port)
         lat, lat_sent, cpu_with = latency_phase(
-            cp, core, "bench-latency", latency_pods, args.rate, pids, "with"
+            cp, core, "bench-latency", latency_pods, args.rate, pids, "with", args.background_pods
         )
         calls1 = extender_calls(port)
         print(
@@ -447,6 +497,7 @@ def main() -> int:
                 "apiserver_cpu_ms_per_pod_without": round(api_without, 2),
                 "ratio_with_to_without": round(api_with / api_without, 2) if api_without else None,
                 "extender_watch": "all bound pods" if args.extender_all_pods else "kgwe-scheduler pods",
+                "background_pods_per_pod": args.background_pods,
             }
         )
     )
