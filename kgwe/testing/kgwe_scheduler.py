@@ -11,8 +11,6 @@ its Lease does not exist).
 from __future__ import annotations
 
 import contextlib
-import os
-import signal
 import ssl
 import subprocess
 import time
@@ -25,7 +23,7 @@ import yaml
 
 from kgwe.policy.loader import PolicySet
 from kgwe.render.render import RenderOptions, render, scheduler_config_text
-from kgwe.testing.controlplane import Binaries, ControlPlaneError, free_port, tail
+from kgwe.testing.controlplane import Binaries, ControlPlaneError, free_port, stop_process_group, tail
 
 IN_CLUSTER_CLIENT_DIR = "/etc/kgwe/extender-client"  # where the Deployment mounts the extender client Secret
 
@@ -132,13 +130,5 @@ class LocalScheduler:
         raise ControlPlaneError(f"{self.name} not ready in {timeout_seconds:.0f} s; log {self.log_path}")
 
     def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        for sig, wait in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, sig)
-            try:
-                self.proc.wait(timeout=wait)
-                return
-            except subprocess.TimeoutExpired:
-                continue
+        if self.proc is not None:
+            stop_process_group(self.proc)
