@@ -219,7 +219,9 @@ def test_gpu_pod_goes_through_webhook_kgwe_scheduler_and_extender(
             "url": f"https://127.0.0.1:{hook_port}/mutate-pods",
             "caBundle": base64.b64encode(pki.ca_cert.read_bytes()).decode(),
         }
-        apply_docs(k8s_api, [local_hook])
+        admission = client.AdmissionregistrationV1Api(k8s_api)
+        admission.delete_mutating_webhook_configuration("kgwe-scheduling")  # other managers may own service:
+        admission.create_mutating_webhook_configuration(local_hook)  # a clientConfig holds url XOR service
         ns = e2e.namespace
         core.patch_namespace(ns, {"metadata": {"labels": {SCHEDULING_NAMESPACE_LABEL: SCHEDULING_ENABLED}}})
 
