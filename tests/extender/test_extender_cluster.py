@@ -17,8 +17,9 @@ from kubernetes import client
 from kgwe.extender.engine import Engine
 from kgwe.extender.index import ClusterIndex
 from kgwe.testing.deployed import eventually
+from kgwe.testing.extender_process import start_extender
 from kgwe.testing.kgwe_scheduler import LocalScheduler, local_config, rendered_config_text
-from kgwe.testing.processes import LISTENING, start_kgwe, stop
+from kgwe.testing.processes import stop
 
 pytestmark = pytest.mark.cluster
 
@@ -120,14 +121,8 @@ def test_index_follows_nodes_pods_and_scoring_configmap(index, k8s_api, namespac
 
 
 @pytest.fixture
-def extender_process(control_plane, namespace, tmp_path) -> Iterator[int]:
-    kubeconfig = str(control_plane.kubeconfig_path)
-    proc, port = start_kgwe(
-        ["extender", "--kubeconfig", kubeconfig, "--listen", "127.0.0.1:0", "--namespace", namespace],
-        tmp_path / "extender.log",
-        LISTENING,
-    )
-    eventually(lambda: urlopen(f"http://127.0.0.1:{port}/readyz").status == 200, "extender ready")
+def extender_process(control_plane, namespace) -> Iterator[int]:
+    proc, port = start_extender(control_plane.kubeconfig_path, "--namespace", namespace)
     yield port
     stop(proc)
 

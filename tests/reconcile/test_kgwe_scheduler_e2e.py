@@ -43,6 +43,7 @@ from kgwe.reconcile.scheduler_config import config_hash
 from kgwe.reconcile.status import condition
 from kgwe.resources import sample_repo_dir
 from kgwe.testing.deployed import apply_docs, deploy_docs, eventually
+from kgwe.testing.extender_process import start_extender
 from kgwe.testing.kgwe_scheduler import LocalScheduler, local_config
 from kgwe.testing.processes import LISTENING, start_kgwe, stop
 from kgwe.topology import known
@@ -161,21 +162,8 @@ def test_gpu_pod_goes_through_webhook_kgwe_scheduler_and_extender(
         tag = {"kgwe-e2e": e2e.pool}
         pairs = gpu_node("A100-PCIE-NVLINK-PAIRS", labels=tag)
         gpu_node("L40S-8-PCIE", labels=tag)
-        extender, ext_port = start_kgwe(
-            [
-                "extender",
-                "--kubeconfig",
-                str(control_plane.kubeconfig_path),
-                "--listen",
-                "127.0.0.1:0",
-                "--namespace",
-                SYSTEM_NS,
-            ],
-            tmp_path / "extender.log",
-            LISTENING,
-        )
+        extender, ext_port = start_extender(control_plane.kubeconfig_path, "--namespace", SYSTEM_NS)
         procs.append(extender)
-        wait(lambda: urlopen(f"http://127.0.0.1:{ext_port}/readyz").status == 200, "extender ready")
         text = config_text()
         config = local_config(
             text,
