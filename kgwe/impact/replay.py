@@ -29,7 +29,7 @@ from kgwe.extender.request import PodRequest
 from kgwe.impact.record import DemandRecord, Shape
 
 SAMPLES = 168  # allocation/fragmentation samples over the window (hourly for 7 days)
-MAX_REPLAY_PODS = 60_000  # per policy: keeps 7 days of a 10,000-GPU cluster within the time bound
+MAX_REPLAY_PODS = 20_000  # per policy: keeps 7 days of a 10,000-GPU cluster within 30 s for both revisions
 MAX_RETRIES_PER_EVENT = 256  # waiting pods tried after one departure (shapes that fail are skipped at once)
 
 
@@ -88,6 +88,14 @@ def replay_record(
     window = record.window_seconds
     step = window / SAMPLES
 
+    held_memo: dict[tuple[int, str], int] = {}
+
+    def held(shape: int, product: str) -> int:
+        key = (shape, product)
+        if key not in held_memo:
+            held_memo[key] = _alloc_milli(record.shapes[shape], shares[shape], product)
+        return held_memo[key]
+
     departures: list[tuple[int, int, int, int]] = []  # (time, seq, row, pod index)
     waiting: deque[int] = deque()
     placed_at: dict[int, tuple[int, int, tuple[int, ...]]] = {}  # pod -> (time, row, gpus)
@@ -100,26 +108,30 @@ def replay_record(
     def place(i: int, now: int) -> bool:
         nonlocal allocated, tick
         pod = pods[i]
-        req = replace(requests[pod.shape], uid=f"pod-{i}")
+        req = requests[pod.shape]
         reason, score, best = cache.answer(rows, req, policy.profile)
         ok = reason == 0
         if not ok.any():
             return False
         total = score
-        dyn = dynamic_term(policy.profile, names, req.uid, tick)
-        if dyn is not None:
-            total = score + dyn
+        if policy.profile.dynamic:  # RoundRobin / Random: the per-request part, as the extender adds it
+            total = score + dynamic_term(policy.profile, names, f"pod-{i}", tick)
         tick += 1
         k = int(np.argmax(np.where(ok, total, -1.0)))
         row = int(rows[k])
         gpus = table.choose_gpus(row, req, int(best[k]))
         table.allocate(row, req, gpus)
         node = table.nodes[row]
-        allocated += _alloc_milli(record.shapes[pod.shape], shares[pod.shape], node.product if node else "")
+        allocated += held(pod.shape, node.product if node else "")
         placed_at[i] = (now, row, gpus)
         duration = (window if pod.end_s is None else pod.end_s) - pod.arrival_s
         heapq.heappush(departures, (now + duration, i, row, i))
         return True
+
+    def release(j: int, row: int) -> int:
+        table.allocate(row, requests[pods[j].shape], placed_at[j][2], sign=-1)
+        node = table.nodes[row]
+        return held(pods[j].shape, node.product if node else "")
 
     def sample_until(t: float) -> None:
         nonlocal next_sample
@@ -132,7 +144,7 @@ def replay_record(
         while departures and departures[0][0] <= pod.arrival_s:
             t, _, row, j = heapq.heappop(departures)
             sample_until(t - 1)
-            allocated -= _release(table, requests, pods, record, shares, j, row, placed_at[j][2])
+            allocated -= release(j, row)
             _retry(waiting, place, t, requests, pods)
         sample_until(pod.arrival_s - 1)
         if waiting or not place(i, pod.arrival_s):
@@ -141,7 +153,7 @@ def replay_record(
     while departures and departures[0][0] <= window:
         t, _, row, j = heapq.heappop(departures)
         sample_until(t - 1)
-        allocated -= _release(table, requests, pods, record, shares, j, row, placed_at[j][2])
+        allocated -= release(j, row)
         _retry(waiting, place, t, requests, pods)
     sample_until(window)
 
@@ -161,13 +173,6 @@ def replay_record(
     result.mig_served = sum(1 for i in mig if i in placed_at)
     _costs(result, record, pods, placed_at, table, policy)
     return result
-
-
-def _release(table, requests, pods, record, shares, j, row, gpus) -> int:
-    pod = pods[j]
-    table.allocate(row, requests[pod.shape], gpus, sign=-1)
-    node = table.nodes[row]
-    return _alloc_milli(record.shapes[pod.shape], shares[pod.shape], node.product if node else "")
 
 
 def _retry(waiting: deque[int], place, now: int, requests, pods) -> None:
