@@ -193,3 +193,12 @@ def test_no_record_means_a_note_and_no_replay(repo, capsys):
     edit(repo, "scoring/default.yaml", "strategy: BestFit", "strategy: Spread")
     code, out, _ = plan(repo, capsys)
     assert code == 2 and "impact skipped: no demand-record.json under reports/" in out
+
+
+def test_mig_strategy_change_shows_mig_demand_served(repo, capsys):
+    edit(repo, "mig/inference-h100.yaml", "1g.10gb: 70%", "1g.10gb: 5%")
+    edit(repo, "mig/inference-h100.yaml", "3g.40gb: 10%", "3g.40gb: 75%")
+    code = main(["plan", "--repo", str(repo), "--base", "HEAD~2", "--head", "HEAD", "clusters/prod"])
+    out = capsys.readouterr().out
+    base, head, _ = impact_rows(out)["MIG demand served"]
+    assert code == 2 and base == "100.0%" and float(head.rstrip("%")) < 90  # too few 1g.10gb instances left
