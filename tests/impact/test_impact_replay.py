@@ -1,4 +1,4 @@
-"""The impact replay: deterministic, driven by the policy, honest about sampling."""
+"""The impact replay: deterministic, driven by the policy, honest about sampling; and its Markdown section."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from kgwe.extender.nodes import NodeState
 from kgwe.extender.profile import Profile
 from kgwe.impact.record import Shape
 from kgwe.impact.replay import PolicyView, replay_record
+from kgwe.impact.report import CANNOT_KNOW, markdown, wants_impact
 from kgwe.impact.synth import TeamDemand, synthesize
 from kgwe.topology import known
 
@@ -98,3 +99,22 @@ def test_mig_layouts_decide_which_mig_demand_is_served():
     assert served.mig_pods == unserved.mig_pods > 0
     assert served.mig_served == served.mig_pods and unserved.mig_served == 0
     assert unserved.never_started == unserved.mig_pods
+
+
+def test_only_policy_kinds_that_move_placement_or_cost_ask_for_impact():
+    assert wants_impact(["ScoringProfile/default"]) and wants_impact(["GPUBudget/ml", "Other/x"])
+    assert wants_impact(["MIGStrategy/inference-h100"]) and wants_impact(["PricingCatalog/default"])
+    assert not wants_impact([]) and not wants_impact(["GPUInventory/prod"])
+
+
+def test_section_says_when_it_sampled_and_which_budgets_overflow():
+    rec = record(days=2, load=0.8)
+    base = replay_record(rec, view("BestFit"), max_pods=len(rec.pods) // 2)
+    head = replay_record(rec, PolicyView(view("Spread").profile, nodes(), BOOK), max_pods=len(rec.pods) // 2)
+    head.budgets_exceeded.append(("ml", Decimal("99.00"), Decimal("10")))
+    text = markdown(rec, "`x.json`", base, head, seed=42)
+    assert f"sampled: {base.pods} of {len(rec.pods)} recorded pods" in text
+    assert "- head: GPUBudget/ml would be exceeded: 99.00 projected" in text
+    assert "- base:" not in text
+    assert CANNOT_KNOW in text and "(seed 42)" in text
+    assert "| pods that waited |" in text and "| cost ml (USD) |" in text
