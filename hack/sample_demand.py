@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from pathlib import Path
 
-from kgwe.impact.record import RECORD_NAME, Shape, encode
+from kgwe.impact.record import RECORD_NAME, Shape, decode, encode
 from kgwe.impact.synth import TeamDemand, synthesize
 from kgwe.resources import sample_repo_dir
 
@@ -56,7 +56,8 @@ TEAMS = (
 )
 
 
-def main() -> None:
+def sample_record_bytes() -> bytes:
+    """The encoded record, exactly as shipped (a test checks the shipped file is this script's output)."""
     record = synthesize(
         TEAMS,
         gpus_by_product={"NVIDIA-H100-80GB-HBM3": 64, "NVIDIA-A100-SXM4-80GB": 80, "NVIDIA-L40S": 16},
@@ -64,10 +65,15 @@ def main() -> None:
         until=UNTIL,
         cluster="prod-eu-1",
     )
+    return encode(record)
+
+
+def main() -> None:
     out = sample_repo_dir() / "reports" / RECORD_NAME
     out.parent.mkdir(exist_ok=True)
-    data = encode(record)
+    data = sample_record_bytes()
     Path(out).write_bytes(data)
+    record = decode(data)
     print(f"{out}: {len(record.pods)} pods, {len(data)} bytes")
 
 

@@ -147,3 +147,18 @@ def test_record_from_another_inventory_is_refused():
         check_inventory(rec, {"NVIDIA-A100-SXM4-80GB": 16})
     with pytest.raises(DemandRecordError, match="from another inventory"):
         check_inventory(rec, {"NVIDIA-H100-80GB-HBM3": 64})
+
+
+def test_sample_repo_record_is_the_committed_script_output_and_matches_its_inventory():
+    import runpy
+    from pathlib import Path
+
+    from kgwe.impact.record import gpus_of
+    from kgwe.policy.loader import load_repository
+    from kgwe.resources import sample_repo_dir
+
+    script = Path(__file__).parents[2] / "hack" / "sample_demand.py"
+    shipped = (sample_repo_dir() / "reports" / "demand-record.json").read_bytes()
+    assert runpy.run_path(str(script))["sample_record_bytes"]() == shipped
+    inventory = load_repository(sample_repo_dir()).inventory()
+    check_inventory(decode(shipped), gpus_of([(n.product, n.gpus) for n in inventory.spec.nodes]))
