@@ -22,6 +22,7 @@ from kgwe.extender import core
 from kgwe.extender.core import OK, NodeTable, ShapeCache, WorkloadType, describe, dynamic_term
 from kgwe.extender.profile import DEFAULT_PROFILE, Profile
 from kgwe.extender.request import PodRequest, RequestError, parse_pod
+from kgwe.topology import choice
 
 MAX_PRIORITY = 10
 _SCORE_JSON = np.array([b"%d}" % i for i in range(MAX_PRIORITY + 1)], dtype=object)  # score + closing brace
@@ -94,11 +95,7 @@ class Engine:
         self._install_topology()
 
     def _install_topology(self) -> None:
-        """Use the topology area's GPU-set scorer when it is installed (kgwe.topology.choice)."""
-        try:
-            from kgwe.topology import choice
-        except ImportError:  # pragma: no cover - the topology package ships with kgwe
-            return
+        """Score GPU sets with kgwe.topology.choice (the same search `kgwe agent` reports)."""
 
         def chooser(topo, free, k):
             c = choice.choose(topo, free, k)

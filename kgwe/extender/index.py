@@ -29,19 +29,12 @@ from kgwe.extender.k8s import account, node_state, pod_holds
 from kgwe.extender.nodes import NodeState
 from kgwe.extender.profile import ProfileError, profiles_from_document
 from kgwe.extender.request import PodRequest
+from kgwe.topology.annotation import decode
 
 log = logging.getLogger("kgwe.extender.index")
 SCORING_CONFIGMAP = "kgwe-scoring"
 WATCH_SECONDS = 300
 ASSUME_SECONDS = 30.0  # an assumed pod not seen bound by then is forgotten
-
-
-def _decoder() -> Callable[[str], object] | None:
-    try:
-        from kgwe.topology.annotation import decode
-    except ImportError:  # pragma: no cover
-        return None
-    return decode
 
 
 class ClusterIndex:
@@ -60,7 +53,7 @@ class ClusterIndex:
         self._kubeconfig = kubeconfig
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
-        self._decode = _decoder()
+        self._decode = decode
         self._mu = threading.Lock()
         self.bases: dict[str, NodeState] = {}
         self.pods: dict[str, tuple[str, tuple, object, object]] = {}  # uid -> (node, sort key, req, indices)

@@ -10,16 +10,13 @@ from pydantic import ValidationError
 
 from kgwe.errors import KgweError
 from kgwe.extender.nodes import NodeState
+from kgwe.gpu.catalog import model_for_product
 
 LABEL_MEMORY = "nvidia.com/gpu.memory"
 LABEL_FAMILY = "nvidia.com/gpu.family"
 
 
 def _catalog_memory(product: str) -> int:
-    try:
-        from kgwe.gpu.catalog import model_for_product
-    except ImportError:  # pragma: no cover
-        return 0
     model = model_for_product(product)
     return model.memory_mib if model else 0
 

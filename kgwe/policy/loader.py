@@ -28,7 +28,6 @@ from kgwe.policy.models import (
     KgweObject,
     MIGStrategy,
     ObjectMeta,
-    PolicyRepository,
     PricingCatalog,
     ScoringProfile,
 )
@@ -144,10 +143,6 @@ class PolicySet:
     @property
     def workloads(self) -> list[GPUWorkload]:
         return self.objects(GPUWorkload)
-
-    @property
-    def policy_repositories(self) -> list[PolicyRepository]:
-        return self.objects(PolicyRepository)
 
     def default_scoring_profile(self) -> ScoringProfile | None:
         """The profile marked `default: true`, or the only profile, or None."""

@@ -152,10 +152,6 @@ class MigManagerStandIn:
             self._thread.join(timeout=10)
         self._pool.shutdown(wait=True, cancel_futures=True)
 
-    def applied_config(self, node: str) -> str | None:
-        with self._lock:
-            return self._applied.get(node)
-
     # ---- event handling ---------------------------------------------------------------------------
     def _on_node(self, event_type: str, node: Any) -> None:
         name = node.metadata.name
