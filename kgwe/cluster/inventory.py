@@ -27,11 +27,11 @@ from kgwe.cluster.names import (
     MIG_RESOURCE_PREFIX,
     MIG_STATE_LABEL,
     REQUESTED_AT_ANNOTATION,
+    TOPOLOGY_ANNOTATION,
 )
 from kgwe.cluster.nodes import gpu_pods_by_node, parse_time, pod_gpu_requests
 
 GPU_NODE_SELECTOR = "nvidia.com/gpu.present=true"
-TOPOLOGY_ANNOTATION = "kgwe.nvidia.io/topology"
 _STATES = ("pending", "rebooting", "success", "failed")
 
 

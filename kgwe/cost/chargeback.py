@@ -20,13 +20,14 @@ from datetime import datetime
 from decimal import Decimal
 from fractions import Fraction
 
+from kgwe import vocab
 from kgwe.cost.allocate import cents_to_decimal, largest_remainder
 from kgwe.cost.pricing import PriceBook
 from kgwe.cost.usage import NodeCapacity, Period, UsageInterval, buckets, to_epoch
 from kgwe.errors import KgweError
 
 DIMENSIONS = ("team", "namespace", "gpu_product", "node", "pod")
-IDLE_KEY = "__idle__"
+IDLE_KEY = vocab.IDLE_KEY
 # UsageAggregate.node for usage on nodes that have a capacity record in the bucket: aggregating those
 # per node would make the aggregate nearly as large as the raw data, and only the distinction matters.
 ON_INVENTORY = "*"

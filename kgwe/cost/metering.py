@@ -19,13 +19,14 @@ from typing import Any
 
 from kgwe.cost.tables import resource_key
 from kgwe.cost.usage import MIG, SHARED, WHOLE, NodeCapacity, UsageInterval, ensure_utc
+from kgwe.vocab import GPU_MILLI_ANNOTATION, GPU_RESOURCE, MIG_RESOURCE_PREFIX, SHARED_GPU_RESOURCE
 
 log = logging.getLogger(__name__)
 
-GPU = "nvidia.com/gpu"
-GPU_SHARED = "nvidia.com/gpu.shared"
-MIG_PREFIX = "nvidia.com/mig-"
-MILLI_ANNOTATION = "kgwe.nvidia.io/gpu-milli"
+GPU = GPU_RESOURCE
+GPU_SHARED = SHARED_GPU_RESOURCE
+MIG_PREFIX = MIG_RESOURCE_PREFIX
+MILLI_ANNOTATION = GPU_MILLI_ANNOTATION
 TEAM_KEYS = ("kgwe.nvidia.io/team", "team")
 PRODUCT_LABEL = "nvidia.com/gpu.product"
 COUNT_LABEL = "nvidia.com/gpu.count"

@@ -24,6 +24,7 @@ from kgwe.policy.models import (
     ScoringProfile,
 )
 from kgwe.topology import known
+from kgwe.vocab import MIG_RESOURCE_PREFIX
 
 
 def _at(entry: LoadedObject) -> str:
@@ -366,9 +367,9 @@ def check_pricing(ps: PolicySet) -> None:
 
 def _mig_resource_ok(resource: str) -> tuple[bool, list[str]]:
     name = resource.removeprefix("requests.")
-    if not name.startswith("nvidia.com/mig-"):
+    if not name.startswith(MIG_RESOURCE_PREFIX):
         return True, []
-    profile = name.removeprefix("nvidia.com/mig-")
+    profile = name.removeprefix(MIG_RESOURCE_PREFIX)
     known = sorted({p.replace("+", ".") for m in catalog.all_models() for p in m.profiles})
     return profile in known, known
 
@@ -405,7 +406,7 @@ def check_budgets(ps: PolicySet) -> None:
         for resource in budget.spec.quota:
             ok, known = _mig_resource_ok(resource)
             if not ok:
-                profile = resource.removeprefix("requests.").removeprefix("nvidia.com/mig-")
+                profile = resource.removeprefix("requests.").removeprefix(MIG_RESOURCE_PREFIX)
                 ps.report(
                     entry,
                     ("spec", "quota", resource),

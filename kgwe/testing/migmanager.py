@@ -32,6 +32,7 @@ from kgwe.testing.gpunodes import (
     gpu_resources,
 )
 from kgwe.testing.watching import watch_loop
+from kgwe.vocab import MIG_RESOURCE_PREFIX
 
 log = logging.getLogger(__name__)
 
@@ -228,7 +229,7 @@ class MigManagerStandIn:
         strategy = labels.get("nvidia.com/mig.strategy", "mixed")
         resources = gpu_resources(len(layout), layout, strategy)
         allocatable = (node.status.allocatable or {}) if node.status else {}
-        patch: dict[str, Any] = {k: None for k in allocatable if k.startswith("nvidia.com/mig-")}
+        patch: dict[str, Any] = {k: None for k in allocatable if k.startswith(MIG_RESOURCE_PREFIX)}
         patch.update({k: str(v) for k, v in resources.items()})
         self._core.patch_node_status(name, {"status": {"allocatable": patch, "capacity": patch}})
         with self._lock:

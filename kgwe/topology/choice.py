@@ -23,8 +23,9 @@ from dataclasses import dataclass
 from itertools import combinations
 
 from kgwe.topology.model import PCIE_LEVELS, NodeTopology
+from kgwe.vocab import TOPOLOGY_PREFERENCES
 
-PREFERENCES = ("None", "NVLinkOptimal", "SameNUMA", "SamePCIeSwitch")
+PREFERENCES = TOPOLOGY_PREFERENCES
 MAX_GPUS = 16
 _MAX_TABLES = 512
 

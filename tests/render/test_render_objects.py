@@ -20,7 +20,7 @@ from kgwe.policy import load_repository
 from kgwe.render import RenderOptions, render, render_repository, write_files
 from kgwe.render.environment import render_template, to_yaml, to_yaml_block
 from kgwe.render.layouts import desired_layouts
-from kgwe.render.render import MANAGED_BY_LABEL, REPOSITORY_LABEL
+from kgwe.cluster.names import MANAGED_BY_LABEL, REPOSITORY_LABEL
 from kgwe.resources import sample_repo_dir
 
 K8S_VERSION = "1.33"
