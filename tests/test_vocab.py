@@ -161,3 +161,10 @@ def test_shared_modules_import_only_the_standard_library():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_api_version_is_one_value():
+    from kgwe import API_VERSION
+    from kgwe.policy.base import KgweObject
+
+    assert KgweObject.model_fields["api_version"].default == API_VERSION

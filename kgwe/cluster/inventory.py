@@ -78,7 +78,7 @@ def _topology_name(annotations: Mapping[str, str]) -> str | None:
 
 
 def facts_from_objects(
-    nodes: Sequence[Mapping[str, Any]], gpu_pods: Mapping[str, list[Mapping[str, Any]]]
+    nodes: Sequence[Mapping[str, Any]], gpu_pods: Mapping[str, Sequence[Mapping[str, Any]]]
 ) -> list[GpuNodeFacts]:
     """Pure: Node/Pod dicts (as the API returns them) → facts (separate from the reads for benchmarks)."""
     out = []

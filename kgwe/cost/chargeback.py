@@ -49,6 +49,10 @@ class UsageAggregate:
     unit_seconds: int
 
 
+# UsageAggregate's fields before unit_seconds: (bucket, node, product, spot, kind, mig profile, milli, key).
+UsageShape = tuple[str, str, str, bool, str, str | None, int | None, tuple[str, ...]]
+
+
 @dataclass(frozen=True)
 class CapacityAggregate:
     bucket: str
@@ -132,7 +136,7 @@ def aggregate_usage(
     now_s = to_epoch(now)
     covered = {(c.bucket, c.node) for c in aggregate_capacity(nodes, period, granularity, now)}
     starts = [lo for _, lo, _ in cuts]
-    sums: dict[tuple, int] = defaultdict(int)
+    sums: dict[UsageShape, int] = defaultdict(int)
     for iv in intervals:
         start = to_epoch(iv.start)
         end = to_epoch(iv.end) if iv.end is not None else now_s
@@ -153,7 +157,7 @@ def aggregate_capacity(
 ) -> list[CapacityAggregate]:
     cuts = buckets(period, granularity, now)
     now_s = to_epoch(now)
-    sums: dict[tuple, int] = defaultdict(int)
+    sums: dict[tuple[str, str, str, bool], int] = defaultdict(int)
     for n in nodes:
         start = to_epoch(n.start)
         end = to_epoch(n.end) if n.end is not None else now_s

@@ -174,8 +174,8 @@ def finished_at(pod: Mapping[str, Any]) -> datetime | None:
         _parse_time(_get(cs, "state", "terminated", "finishedAt"))
         for cs in (_get(pod, "status", "containerStatuses") or [])
     ]
-    times = [t for t in times if t]
-    return max(times) if times else None
+    known = [t for t in times if t is not None]
+    return max(known) if known else None
 
 
 class Meter:

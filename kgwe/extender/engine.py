@@ -14,6 +14,7 @@ from __future__ import annotations
 import threading
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 import orjson
@@ -153,14 +154,15 @@ class Engine:
             if row is None:
                 return None
             gpus = int(t.gpu_count[row])
+            node = t.nodes[row]
             return {
                 "name": name,
                 "gpus": gpus,
                 "gpuUsedMilli": [1000 - int(x) for x in t.gpu_free[row, :gpus]],
                 "migFree": {p: int(t.mig_free[row, c]) for p, c in t.mig_names.items() if t.mig_free[row, c]},
                 "cpuFreeMilli": int(t.cpu_free[row]),
-                "product": t.nodes[row].product if t.nodes[row] else "",
-                "topology": getattr(t.nodes[row].topology, "name", None) if t.nodes[row] else None,
+                "product": node.product if node else "",
+                "topology": getattr(node.topology, "name", None) if node else None,
             }
 
     # ---- request path ------------------------------------------------------------------------------------
@@ -278,7 +280,7 @@ class Engine:
             ok_idx = np.nonzero(passed)[0].tolist()
             ok_names = [names[i] for i in ok_idx]
             ok_items = [items[i] for i in ok_idx] if items is not None else None
-        reply = {
+        reply: dict[str, Any] = {
             "Nodes": {"metadata": {}, "items": ok_items} if items is not None else None,
             "NodeNames": ok_names if items is None else None,
             "FailedNodes": failed,

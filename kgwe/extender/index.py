@@ -56,7 +56,9 @@ class ClusterIndex:
         self._decode = decode
         self._mu = threading.Lock()
         self.bases: dict[str, NodeState] = {}
-        self.pods: dict[str, tuple[str, tuple, object, object]] = {}  # uid -> (node, sort key, req, indices)
+        self.pods: dict[
+            str, tuple[str, tuple, PodRequest, tuple[int, ...] | None]
+        ] = {}  # uid -> (node, sort key, req, indices)
         self.by_node: dict[str, set[str]] = {}
         self.assumed: dict[str, tuple[str, PodRequest, float]] = {}  # uid -> (node, request, expiry)
         self.clock: Callable[[], float] = time.monotonic
@@ -232,7 +234,7 @@ class ClusterIndex:
             touched.add(old[0])
         node = (raw.get("spec") or {}).get("nodeName")
         held = None if deleted or not node else pod_holds(raw)
-        if held is not None:
+        if held is not None and node:
             key = (meta.get("creationTimestamp") or "", uid)
             self.pods[uid] = (node, key, held[0], held[1])
             self.by_node.setdefault(node, set()).add(uid)

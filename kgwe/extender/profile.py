@@ -88,7 +88,7 @@ def profile_from_dict(raw: Mapping) -> Profile:
     if not isinstance(raw, Mapping):
         raise ProfileError("a scoring profile must be an object")
     name = raw.get("name") or (raw.get("metadata") or {}).get("name")
-    spec = raw.get("spec") if isinstance(raw.get("spec"), Mapping) else raw
+    spec: Mapping = raw["spec"] if isinstance(raw.get("spec"), Mapping) else raw
     if not name or not isinstance(name, str):
         raise ProfileError("a scoring profile needs a name")
     where = f"profile {name}"

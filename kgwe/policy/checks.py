@@ -56,7 +56,8 @@ def check_duplicates(ps: PolicySet) -> None:
 
 
 def _inventory_nodes(ps: PolicySet) -> list[tuple[LoadedObject, int, InventoryNode]]:
-    return [(e, i, n) for e in ps.entries_of(GPUInventory) for i, n in enumerate(e.obj.spec.nodes)]
+    inventories = ps.entries_of(GPUInventory)
+    return [(e, i, n) for e in inventories for i, n in enumerate(e.obj.spec.nodes)]  # type: ignore[attr-defined]
 
 
 @functools.cache

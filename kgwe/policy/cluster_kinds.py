@@ -208,7 +208,8 @@ class GPUWorkloadStatus(KgweModel):
 class GPUWorkload(KgweObject):
     KIND: ClassVar[str] = "GPUWorkload"
     kind: Literal["GPUWorkload"] = "GPUWorkload"
-    metadata: ClusterObjectMeta | None = None  # the seed README's example has none; kubectl/CI adds it
+    # optional: a manifest written for `kubectl apply` may leave it to the namespace default
+    metadata: ClusterObjectMeta | None = None  # type: ignore[assignment]
 
     @property
     def name(self) -> str:

@@ -285,10 +285,10 @@ def _load_document(doc: YamlDocument, rel: str, ps: PolicySet) -> None:
     try:
         obj = model.model_validate(data)
     except ValidationError as exc:
-        ps.invalid_kinds.add(kind)
+        ps.invalid_kinds.add(model.KIND)
         for loc, message in messages_from_validation(model, exc):
             line, column = doc.where(loc)
-            ps.add("error", rel, line, column, loc, message, kind, name)
+            ps.add("error", rel, line, column, loc, message, model.KIND, name)
         return
     ps.entries.append(LoadedObject(obj=obj, file=rel, doc=doc))
 

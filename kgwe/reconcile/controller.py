@@ -200,7 +200,7 @@ class Controller:
         next_in = 60.0
         for item in listing.get("items", []):
             meta = item.get("metadata") or {}
-            name, generation = meta.get("name"), meta.get("generation")
+            name, generation = str(meta.get("name")), meta.get("generation")
             requested = (meta.get("annotations") or {}).get(REQUESTED_AT_ANNOTATION)
             with self._lock:
                 due, worker = self._due.get(name), self._workers.get(name)

@@ -418,8 +418,8 @@ class RepositoryReconciler:
                 ran.append(action)
             return ran
 
-        with ThreadPoolExecutor(max_workers=NODE_WORKERS) as pool:  # nodes are independent of each other
-            done = [a for ran in pool.map(run_node, per_node.values()) for a in ran]
+        with ThreadPoolExecutor(max_workers=NODE_WORKERS) as workers:  # nodes are independent of each other
+            done = [a for ran in workers.map(run_node, per_node.values()) for a in ran]
         selected: dict[str, list[str]] = {}
         for action in done:
             if action.kind == "relabel":

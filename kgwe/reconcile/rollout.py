@@ -89,14 +89,14 @@ class PoolProgress:
         if self.timed_out:
             return f"pool {self.pool}: no MIG success in time on {', '.join(self.timed_out)}; rollout stopped"
         parts = [f"{len(self.done)}/{self.total} done"]
-        for label, names in (
+        for label, nodes in (
             ("in progress", self.in_progress),
             ("draining", self.draining),
             ("pending", self.pending),
             ("waiting for idle GPUs", self.waiting_busy),
         ):
-            if names:
-                parts.append(f"{len(names)} {label}")
+            if nodes:
+                parts.append(f"{len(nodes)} {label}")
         return f"pool {self.pool}: " + ", ".join(parts)
 
     def as_status(self) -> dict:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import orjson
 import yaml
@@ -28,9 +29,9 @@ OPERATOR_DEFAULT_CONFIGS = {
 }
 
 try:
-    _Loader = yaml.CSafeLoader
+    _Loader: Any = yaml.CSafeLoader
 except AttributeError:  # pragma: no cover
-    _Loader = yaml.SafeLoader  # type: ignore[misc]
+    _Loader = yaml.SafeLoader
 
 
 @dataclass(frozen=True)
@@ -87,8 +88,8 @@ def _scoring_payload(ps: PolicySet) -> tuple[str, dict]:
     catalog = ps.pricing_catalog()
     if catalog is not None:  # what CostOptimized ranks by: on-demand price per GPU-hour and product
         prices = {g.product: str(g.on_demand_per_hour) for g in catalog.spec.gpus}
-        for spec in payload.values():
-            spec["prices"] = prices
+        for rendered in payload.values():
+            rendered["prices"] = prices
     return chosen, payload
 
 

@@ -72,9 +72,10 @@ def cpu_ranges(words: Any) -> str:
     """Compress an affinity bitmask (64-bit words) into "0-19,40-59"."""
     cpus = [64 * w + b for w, word in enumerate(words) for b in range(64) if int(word) >> b & 1]
     parts: list[str] = []
-    start = prev = None
+    start: int | None = None
+    prev: int | None = None
     for cpu in [*cpus, None]:
-        if start is not None and (cpu is None or cpu != prev + 1):
+        if start is not None and prev is not None and (cpu is None or cpu != prev + 1):
             parts.append(str(start) if start == prev else f"{start}-{prev}")
             start = None
         if cpu is not None and start is None:
@@ -259,6 +260,8 @@ def _describe_gpu(nvml: Any, index: int, h: Any, warnings: list[str]):
     pending: bool | None = None
     profiles: dict[str, tuple[tuple[int, int], ...]] = {}
     devices: list[MigDevice] = []
+    current: int | None
+    pend: int | None
     try:
         current, pend = (int(x) for x in nvml.nvmlDeviceGetMigMode(h))
     except NVMLError:
