@@ -71,14 +71,12 @@ class ClusterIndex:
 
     # ---- lifecycle -------------------------------------------------------------------------------------
     def start(self) -> None:
-        from kubernetes import client, config
+        from kubernetes import client
+
+        from kgwe.cluster.client import api_client
 
         if self._api is None:
-            if self._kubeconfig:
-                self._api = config.new_client_from_config(config_file=self._kubeconfig)
-            else:
-                config.load_incluster_config()
-                self._api = client.ApiClient()
+            self._api = api_client(self._kubeconfig)
         core = client.CoreV1Api(self._api)
         loops = [
             ("nodes", lambda **kw: core.list_node(**kw), self._apply_nodes, self._node_event),

@@ -13,6 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kgwe.cli import main
+from kgwe.cluster.names import MANAGED_BY_LABEL, REPOSITORY_LABEL
 from kgwe.errors import KgweError
 from kgwe.gpu import catalog
 from kgwe.gpu.layouts import fit
@@ -20,7 +21,6 @@ from kgwe.policy import load_repository
 from kgwe.render import RenderOptions, render, render_repository, write_files
 from kgwe.render.environment import render_template, to_yaml, to_yaml_block
 from kgwe.render.layouts import desired_layouts
-from kgwe.cluster.names import MANAGED_BY_LABEL, REPOSITORY_LABEL
 from kgwe.resources import sample_repo_dir
 
 K8S_VERSION = "1.33"
