@@ -39,11 +39,11 @@ import yaml
 from kubernetes import client
 
 from kgwe.errors import KgweError
+from kgwe.resources import hack_dir
 from kgwe.testing.pki import PkiFiles, write_pki
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-BUILD_SCRIPT = REPO_ROOT / "hack" / "cluster-bins.sh"
-WRAPPER_GO_MOD = REPO_ROOT / "hack" / "k8s" / "go.mod"
+BUILD_SCRIPT = hack_dir() / "cluster-bins.sh"
+WRAPPER_GO_MOD = hack_dir() / "k8s" / "go.mod"
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
 SCHEDULER_API_VERSION = "kubescheduler.config.k8s.io/v1"
 # API group versions a feature gate needs the apiserver to serve (off by default while in beta).
@@ -132,7 +132,7 @@ def find_binaries(build: bool = True) -> Binaries:
     if manifest is None or manifest.get("kubernetes") != version:
         raise ControlPlaneError(
             f"control-plane binaries for Kubernetes {version} are missing in {directory}. "
-            "Install Go >= 1.26 (https://go.dev/dl/) and run `make cluster-bins` "
+            f"Install Go >= 1.26 (https://go.dev/dl/) and run `bash {BUILD_SCRIPT}` (`make cluster-bins`) "
             "(it builds etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok "
             "from Go modules, once)."
         )
