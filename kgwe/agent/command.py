@@ -21,7 +21,7 @@ from kgwe.agent import node_state, podresources
 from kgwe.errors import KgweError
 from kgwe.topology import annotation, choice, discovery, known
 
-# NCCL's inter-CPU bandwidth model (GB/s), by CPU vendor: Intel SKL, AMD Zen2, ARM (reference §2.1).
+# NCCL's inter-CPU bandwidth model (GB/s): Intel SKL, AMD Zen2, ARM (docs/facts/topology.md §2.1).
 _SYS_GBPS_BY_VENDOR = {"GenuineIntel": 10.0, "AuthenticAMD": 16.0}
 _ARM_SYS_GBPS = 6.0
 

@@ -1,6 +1,6 @@
 """The MIG partition planner: a pool's GPUs + what it should serve -> a target layout per GPU, with reasons.
 
-Objectives, lexicographically (issue 4): (0) never destroy in-use instances unless the rollout allows drain,
+Objectives, lexicographically: (0) never destroy in-use instances unless the rollout allows drain,
 (1) meet counts/demand, then (2) come close to the compute-slice shares, (3) destroy as few in-use
 instances as possible when drain is allowed, (4) change as few GPUs as possible, (5) leave few slices idle.
 

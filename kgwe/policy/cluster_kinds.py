@@ -1,4 +1,4 @@
-"""Cluster kinds (CRDs): PolicyRepository (what to sync) and GPUWorkload (seed README, verbatim)."""
+"""Cluster kinds (CRDs): PolicyRepository (what to sync) and GPUWorkload (docs/spec/)."""
 
 from __future__ import annotations
 

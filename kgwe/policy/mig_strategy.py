@@ -94,7 +94,7 @@ class PartitionStrategy(KgweModel):
 
 
 class Rollout(KgweModel):
-    """Safety gates for changing a pool's layouts (KGWE addition; reference/mig.md §6, §9)."""
+    """Safety gates for changing a pool's layouts (KGWE addition; docs/facts/mig.md §6, §9)."""
 
     max_unavailable: IntOrPercent = 1
     drain: bool = False

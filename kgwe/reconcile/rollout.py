@@ -5,7 +5,7 @@ Nothing is remembered between calls — all rollout state is on the nodes themse
 the MIG manager's state label, and two KGWE annotations), so a controller restarted mid-rollout continues
 exactly where the previous one stopped and never repeats a relabel.
 
-Rules (DESIGN.md safety rules; reference/mig.md §6: the MIG manager wipes a changed GPU and never drains):
+Rules (README "Safety rules"; docs/facts/mig.md §4, §6: a changed GPU is wiped, the MIG manager never drains):
 - relabel only a node where no running pod holds a GPU; with `drain: true` cordon and evict first;
 - at most `maxUnavailable` nodes of a pool in flight (relabelled and not yet `success`, or being drained);
 - a node that reports `failed`, or stays short of `success` past the timeout, stops its pool;

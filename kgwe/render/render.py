@@ -22,7 +22,7 @@ from kgwe.render.layouts import NodeLayouts, desired_layouts
 from kgwe.vocab import GPU_RESOURCE, SHARED_GPU_RESOURCE, mig_resource
 
 DEFAULT_EXTENDER_URL = "http://kgwe-extender.kgwe-system.svc:8080"
-# Configs the GPU Operator itself puts on MIG-capable nodes (reference/mig.md §6); a replacement
+# Configs the GPU Operator itself puts on MIG-capable nodes (docs/facts/mig.md §5); a replacement
 # mig-parted config must still define them, or nodes KGWE does not manage would fail.
 OPERATOR_DEFAULT_CONFIGS = {
     "all-disabled": [{"devices": "all", "mig-enabled": False, "mig-devices": {}}],

@@ -1,4 +1,4 @@
-"""Stand-in for the GPU Operator's MIG manager, following its node-label protocol (reference/mig.md §6).
+"""Stand-in for the GPU Operator's MIG manager, following its node-label protocol (docs/facts/mig.md §6).
 
 On a real cluster the `nvidia-mig-manager` DaemonSet watches its node's `nvidia.com/mig.config` label, looks
 the name up in the mig-parted ConfigMap, and reports through `nvidia.com/mig.config.state`: `failed` when the

@@ -1,6 +1,6 @@
 """Which k of a node's free GPUs to give a request, and how good a node is for it (0..100).
 
-Objective, in order (issue 5, reference topology.md §3.4, §6):
+Objective, in order (docs/facts/topology.md §3.4, §6):
 1. the estimated ring all-reduce bandwidth of the set: the best Hamiltonian ring's bottleneck link;
 2. NUMA locality: fewest distinct NUMA nodes;
 3. what stays free is best connected: largest sum of bandwidths over the same-NUMA pairs left free (what

@@ -2,7 +2,7 @@
 a node has and how they are connected, and build the NodeTopology the agent publishes.
 
 The `nvml` argument is the `pynvml` module or a `FakeNvml`; nothing else differs. NVML quirks handled here
-(reference topology.md §3.2, §4):
+(docs/facts/topology.md §3.2, §4):
 - NVLink: every index 0..NVML_NVLINK_MAX_LINKS-1 is tried; NOT_SUPPORTED / INVALID_ARGUMENT mean "no such
   link" and are skipped (not the end of the list); inactive links are skipped and counted.
 - A link's far end is matched by PCI domain/bus/device, not by string: the remote `busId` and the device's

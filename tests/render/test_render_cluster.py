@@ -129,7 +129,7 @@ def test_kube_scheduler_check_can_fail(control_plane):
     ps = load_repository(sample_repo_dir())
     (cm,) = [o for o in render(ps).objects if o["metadata"]["name"] == "kgwe-scheduler-config"]
     config = yaml.safe_load(cm["data"]["scheduler-config.yaml"])
-    config["extenders"][0]["weight"] = 0  # invalid with a prioritizeVerb (reference A3)
+    config["extenders"][0]["weight"] = 0  # invalid with a prioritizeVerb (docs/facts/scheduler.md)
     previous = dict(control_plane.scheduler_config)
     try:
         with pytest.raises(Exception):  # noqa: B017 - whatever the harness raises, startup must fail
