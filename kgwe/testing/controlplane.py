@@ -412,6 +412,7 @@ class ControlPlane:
             if config is not None:
                 self.scheduler_config = dict(config)
             self._stop_process("kube-scheduler")
+            assert self.workdir is not None, "control plane not started"
             cfg = dict(self.scheduler_config)
             cfg.setdefault("apiVersion", SCHEDULER_API_VERSION)
             cfg.setdefault("kind", "KubeSchedulerConfiguration")
@@ -455,6 +456,7 @@ class ControlPlane:
 
     # ---- components -----------------------------------------------------------------------------
     def _start_etcd(self) -> None:
+        assert self.workdir is not None
         self.etcd_port, peer = free_port(), free_port()
         client_url, peer_url = f"http://127.0.0.1:{self.etcd_port}", f"http://127.0.0.1:{peer}"
         self._spawn(
@@ -487,7 +489,7 @@ class ControlPlane:
         return ["--unsafe-no-fsync=true"] if "--unsafe-no-fsync" in shown.stdout + shown.stderr else []
 
     def _start_apiserver(self) -> None:
-        assert self.pki is not None
+        assert self.pki is not None and self.workdir is not None
         self._spawn(
             "kube-apiserver",
             [
