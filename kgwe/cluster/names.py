@@ -3,28 +3,23 @@ manager labels, annotations it reads) live in kgwe.vocab and are re-exported her
 
 from __future__ import annotations
 
-from kgwe.vocab import (
-    ANNOTATION_PREFIX,
-    BUDGET_QUOTA_NAME,
-    GPU_RESOURCE,
-    MIG_CONFIG_LABEL,
-    MIG_RESOURCE_PREFIX,
-    MIG_STATE_LABEL,
-    SHARED_GPU_RESOURCE,
-    TOPOLOGY_ANNOTATION,
-)
-
-__all__ = [
-    "BUDGET_QUOTA_NAME",
-    "GPU_RESOURCE",
-    "MIG_CONFIG_LABEL",
-    "MIG_RESOURCE_PREFIX",
-    "MIG_STATE_LABEL",
-    "SHARED_GPU_RESOURCE",
-    "TOPOLOGY_ANNOTATION",
-]
+# shared with the pure core, re-exported here so cluster code finds every name in one module
+from kgwe.vocab import ANNOTATION_PREFIX
+from kgwe.vocab import BUDGET_QUOTA_NAME as BUDGET_QUOTA_NAME
+from kgwe.vocab import GPU_RESOURCE as GPU_RESOURCE
+from kgwe.vocab import MIG_CONFIG_LABEL as MIG_CONFIG_LABEL
+from kgwe.vocab import MIG_RESOURCE_PREFIX as MIG_RESOURCE_PREFIX
+from kgwe.vocab import MIG_STATE_LABEL as MIG_STATE_LABEL
+from kgwe.vocab import SHARED_GPU_RESOURCE as SHARED_GPU_RESOURCE
+from kgwe.vocab import TOPOLOGY_ANNOTATION as TOPOLOGY_ANNOTATION
 
 FIELD_MANAGER = "kgwe-controller"
+# CRD coordinates (group kgwe.API_GROUP).
+CRD_VERSION = "v1"
+POLICY_REPOSITORY_PLURAL = "policyrepositories"
+# Set by a standby replica that received a webhook push (the Service routes to any replica); the leader
+# sees the new value on its next tick and reconciles at once (like Flux's reconcile.fluxcd.io/requestedAt).
+RECONCILE_REQUESTED_AT_ANNOTATION = ANNOTATION_PREFIX + "reconcile-requested-at"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY_VALUE = "kgwe"
 # Which PolicyRepository an object came from ("<namespace>.<name>"), for inventory and prune.

@@ -23,6 +23,7 @@ from kubernetes.client.exceptions import ApiException
 
 from kgwe.cluster.events import EventRecorder
 from kgwe.cluster.lease import LeaderElector
+from kgwe.cluster.names import RECONCILE_REQUESTED_AT_ANNOTATION
 from kgwe.gitops.gitcmd import GitAccess
 from kgwe.gitops.retry import jittered_interval_seconds
 from kgwe.gitops.source import touches_policy
@@ -43,9 +44,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-# Set by a standby replica that received a webhook push (the Service routes to any replica); the leader
-# sees the new value on its next tick and reconciles at once (like Flux's reconcile.fluxcd.io/requestedAt).
-REQUESTED_AT_ANNOTATION = "kgwe.nvidia.io/reconcile-requested-at"
+REQUESTED_AT_ANNOTATION = RECONCILE_REQUESTED_AT_ANNOTATION
 
 
 @dataclass

@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 
 from kgwe import API_GROUP, API_VERSION
+from kgwe.cluster.names import CRD_VERSION, POLICY_REPOSITORY_PLURAL
 from kgwe.errors import KgweError
 from kgwe.vocab import MIG_CONFIG_LABEL, MIG_STATE_LABEL
 
@@ -97,7 +98,7 @@ def _wait_ready(api: Any, pools: dict[str, list[str]], revision: str, timeout: f
     deadline = time.monotonic() + timeout
     last = ""
     while time.monotonic() < deadline:
-        obj = custom.get_namespaced_custom_object(API_GROUP, "v1", NS, "policyrepositories", REPO)
+        obj = custom.get_namespaced_custom_object(API_GROUP, CRD_VERSION, NS, POLICY_REPOSITORY_PLURAL, REPO)
         status = obj.get("status") or {}
         view = _show(api, pools, status)
         if view != last:
@@ -173,9 +174,9 @@ def _create_policy_repository_object(api: Any, url: str) -> None:
 
     client.CustomObjectsApi(api).create_namespaced_custom_object(
         API_GROUP,
-        "v1",
+        CRD_VERSION,
         NS,
-        "policyrepositories",
+        POLICY_REPOSITORY_PLURAL,
         {
             "apiVersion": API_VERSION,
             "kind": "PolicyRepository",

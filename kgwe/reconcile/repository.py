@@ -24,10 +24,17 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from kgwe import API_GROUP
 from kgwe.cluster.apply import Applier, NotLeader, ObjectRef, SyncResult
 from kgwe.cluster.events import EventRecorder
 from kgwe.cluster.inventory import GpuNodeFacts, config_layout, inventory_document, read_gpu_nodes
-from kgwe.cluster.names import BUDGET_QUOTA_NAME, GIT_CREDENTIALS_LABEL, repository_label_value
+from kgwe.cluster.names import (
+    BUDGET_QUOTA_NAME,
+    CRD_VERSION,
+    GIT_CREDENTIALS_LABEL,
+    POLICY_REPOSITORY_PLURAL,
+    repository_label_value,
+)
 from kgwe.cluster.nodes import NodeOps
 from kgwe.errors import KgweError
 from kgwe.gitops.auth import GitCredentials, is_ssh_url
@@ -41,7 +48,7 @@ from kgwe.reconcile.status import Outcome, next_status
 
 log = logging.getLogger(__name__)
 
-GROUP, VERSION, PLURAL = "kgwe.nvidia.io", "v1", "policyrepositories"
+GROUP, VERSION, PLURAL = API_GROUP, CRD_VERSION, POLICY_REPOSITORY_PLURAL
 DEFAULT_PENDING_TIMEOUT_SECONDS = 900.0
 MAX_ERRORS_IN_MESSAGE = 5
 NODE_WORKERS = 8
