@@ -228,7 +228,8 @@ class Controller:
                     self._due[name] = due = _Due(float("inf"), generation, requested)
                 worker.start()
                 continue
-            next_in = min(next_in, max(0.05, due.at - time.monotonic()))
+            if due is not None:  # not wanted, so it has a due time
+                next_in = min(next_in, max(0.05, due.at - time.monotonic()))
         return next_in
 
     @property
