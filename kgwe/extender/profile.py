@@ -8,7 +8,7 @@ Also accepted:
 "httpTimeout": "2s"}}]}`. A bare list of profiles, or ScoringProfile objects (`metadata.name` + `spec`), are
 accepted too, so the extender follows the policy area's rendering without a second format.
 
-KGWE fields beyond the seed ScoringProfile (optional, read when present): `fragmentation` (weight of the
+Fields beyond the weights and strategy (optional, read when present): `fragmentation` (weight of the
 FGD term, default 50; 0 = off) and `decideInFilter` (default true, see Profile.decide_in_filter). A profile
 without `strategy` uses BestFit: with the FGD term it packed the openb trace best (kgwe simulate: 95.6% vs
 BinPack 95.2% at 130%).

@@ -1,4 +1,4 @@
-"""MIGStrategy: how the GPUs of one node pool are partitioned with MIG (seed PRD §5.3, verbatim).
+"""MIGStrategy: how the GPUs of one node pool are partitioned with MIG (docs/spec/migstrategy.md).
 
 `preferredProfiles` is a list of one-key maps. A percentage (`1g.10gb: 70%`) is the profile's share of
 the pool's compute slices; an integer (`3g.40gb: 4`) is an absolute number of instances in the pool.
