@@ -11,16 +11,14 @@ from pydantic import ValidationError
 
 from kgwe.errors import KgweError
 from kgwe.extender.nodes import NodeState
+from kgwe.gpu.catalog import model_for_product
+from kgwe.vocab import GPU_FAMILY_LABEL, GPU_MEMORY_LABEL
 
-LABEL_MEMORY = "nvidia.com/gpu.memory"
-LABEL_FAMILY = "nvidia.com/gpu.family"
+LABEL_MEMORY = GPU_MEMORY_LABEL
+LABEL_FAMILY = GPU_FAMILY_LABEL
 
 
 def _catalog_memory(product: str) -> int:
-    try:
-        from kgwe.gpu.catalog import model_for_product
-    except ImportError:  # pragma: no cover
-        return 0
     model = model_for_product(product)
     return model.memory_mib if model else 0
 

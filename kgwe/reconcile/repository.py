@@ -25,12 +25,15 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from kgwe import API_GROUP
 from kgwe.cluster.apply import Applier, NotLeader, ObjectRef, SyncResult
 from kgwe.cluster.events import EventRecorder
 from kgwe.cluster.inventory import GpuNodeFacts, config_layout, inventory_document, read_gpu_nodes
 from kgwe.cluster.names import (
     BUDGET_QUOTA_NAME,
+    CRD_VERSION,
     GIT_CREDENTIALS_LABEL,
+    POLICY_REPOSITORY_PLURAL,
     RETRY_ANNOTATION,
     repository_label_value,
 )
@@ -54,7 +57,7 @@ from kgwe.reconcile.status import Outcome, next_status
 
 log = logging.getLogger(__name__)
 
-GROUP, VERSION, PLURAL = "kgwe.nvidia.io", "v1", "policyrepositories"
+GROUP, VERSION, PLURAL = API_GROUP, CRD_VERSION, POLICY_REPOSITORY_PLURAL
 DEFAULT_PENDING_TIMEOUT_SECONDS = 900.0
 MAX_ERRORS_IN_MESSAGE = 5
 NODE_WORKERS = 8
@@ -428,8 +431,8 @@ class RepositoryReconciler:
                 ran.append(action)
             return ran
 
-        with ThreadPoolExecutor(max_workers=NODE_WORKERS) as pool:  # nodes are independent of each other
-            done = [a for ran in pool.map(run_node, per_node.values()) for a in ran]
+        with ThreadPoolExecutor(max_workers=NODE_WORKERS) as workers:  # nodes are independent of each other
+            done = [a for ran in workers.map(run_node, per_node.values()) for a in ran]
         selected: dict[str, list[str]] = {}
         for action in done:
             if action.kind == "relabel":
