@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import yaml
 from pydantic import ValidationError
@@ -59,7 +60,7 @@ def load_inventory(path: str | Path) -> list[NodeState]:
 
 
 def node_states(
-    inv: object, *, layouts: Mapping[str, Sequence[Sequence[str] | None]] | None = None, idle: bool = False
+    inv: Any, *, layouts: Mapping[str, Sequence[Sequence[str] | None]] | None = None, idle: bool = False
 ) -> list[NodeState]:
     """One GPUInventory model's nodes as the scoring core sees them. `layouts` (node -> per-GPU MIG
     instances, None = MIG off, as rendered from a policy) replaces a node's MIG state; `idle` forgets what

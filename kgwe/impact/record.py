@@ -13,6 +13,7 @@ import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import orjson
 
@@ -86,8 +87,8 @@ class DemandRecord:
 
 
 def record_from_intervals(
-    intervals: Iterable[object],
-    nodes: Iterable[object],
+    intervals: Iterable[Any],
+    nodes: Iterable[Any],
     *,
     since: datetime,
     until: datetime,
@@ -180,7 +181,7 @@ def encode(record: DemandRecord, *, max_bytes: int = MAX_RECORD_BYTES) -> bytes:
 
 
 def _dumps(r: DemandRecord) -> bytes:
-    doc = {
+    doc: dict[str, Any] = {
         "apiVersion": API_VERSION,
         "kind": KIND,
         "version": FORMAT_VERSION,
@@ -311,7 +312,7 @@ def _shape(raw: object, i: int, where: str) -> Shape:
     return Shape(kind, count, profile, milli, preference)
 
 
-def _get(doc: Mapping, key: str, typ: type, where: str, prefix: str = "") -> object:
+def _get(doc: Mapping, key: str, typ: type, where: str, prefix: str = "") -> Any:
     value = doc.get(key)
     if not isinstance(value, typ):
         raise DemandRecordError(f"{where}: {prefix}{key}: missing or not a {typ.__name__}")

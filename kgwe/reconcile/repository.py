@@ -368,7 +368,11 @@ class RepositoryReconciler:
         layouts = plan_layouts(ps.mig_strategies, inventory, pinned=pinned)
         # Every config a node's label names stays defined until no node names it (the MIG manager re-reads
         # it on any restart); the mig-parted ConfigMap is applied before any label points at a new config.
-        named = {f.mig_config: live_configs[f.mig_config] for f in facts if f.mig_config in live_configs}
+        named = {
+            f.mig_config: live_configs[f.mig_config]
+            for f in facts
+            if f.mig_config and f.mig_config in live_configs
+        }
         rendered = render(ps, inventory, options=options, layouts=layouts, keep_mig_configs=named)
         objects = [self._with_quota_override(o) for o in rendered.objects if o.get("kind") != "Node"]
         node_pool = {n: pool for n, pool in selected.items() if n in rendered.node_configs}
