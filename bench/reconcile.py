@@ -30,13 +30,13 @@ from pathlib import Path
 from kubernetes import client
 
 from kgwe.cluster.client import ensure_namespace
+from kgwe.cluster.crds import install_crds
 from kgwe.cluster.names import MIG_STATE_LABEL
 from kgwe.gitops.webhook import sign
 from kgwe.reconcile.controller import Controller
 from kgwe.reconcile.repository import GROUP, PLURAL, VERSION, RepositoryReconciler
 from kgwe.testing import gpunodes
 from kgwe.testing.controlplane import ControlPlane, find_binaries
-from kgwe.testing.crds import install_crds
 from kgwe.testing.gitserver import GitHttpsServer
 
 NS = "kgwe-system"
@@ -100,7 +100,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="kgwe-bench-") as tmp_name, ControlPlane(find_binaries()) as cp:
         tmp = Path(tmp_name)
         api = cp.new_api_client(pool_size=32)
-        install_crds(api)  # kgwe.testing.crds: deploy/crds, waits until established
+        install_crds(api)  # deploy/crds, waits until established
         for ns in (NS, "gpu-operator"):
             ensure_namespace(api, ns)
         names = [f"bench-h100-{i:04d}" for i in range(count)]

@@ -40,6 +40,12 @@ def workload_examples_dir() -> Path:
     return _data_dir("docs") / "examples" / "gpuworkloads"
 
 
+def hack_dir() -> Path:
+    """The recipe for the local control plane's binaries (cluster-bins.sh and the Go wrapper module that
+    pins the Kubernetes release), so an installed `kgwe demo` can build them too."""
+    return _data_dir("hack")
+
+
 def shared_data_dir() -> Path:
     """The public traces (`shared/data`): $KGWE_DATA, else a `shared/data` beside the checkout or above it."""
     env = os.environ.get("KGWE_DATA")

@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
         )
     except (OSError, ssl.SSLError) as exc:
         raise KgweError(f"cannot serve on {args.listen} with {args.tls_cert_file}: {exc}") from None
-    bound_host, bound_port = server.server_address[:2]
+    bound_host, bound_port = str(server.server_address[0]), server.server_address[1]
     print(f"kgwe webhook listening on {bound_host}:{bound_port}", file=sys.stderr, flush=True)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

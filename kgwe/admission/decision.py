@@ -97,7 +97,8 @@ def review(body: bytes, scheduler_name: str = SCHEDULER_NAME) -> tuple[bytes, De
     uid = request.get("uid")
     if not isinstance(uid, str) or not uid or len(uid) > 128:
         raise ReviewError("request.uid is missing or not a short string")
-    kind = request.get("kind") if isinstance(request.get("kind"), dict) else {}
+    kind_field = request.get("kind")
+    kind = kind_field if isinstance(kind_field, dict) else {}
     if kind.get("kind") != "Pod" or request.get("operation") != "CREATE":
         decision = Decision((), "not a pod creation")
     else:

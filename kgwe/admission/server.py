@@ -72,7 +72,7 @@ class WebhookServer(ThreadingHTTPServer):
         self.counts: Counter[str] = Counter()
         self._mu = threading.Lock()
 
-    def get_request(self):  # type: ignore[override]
+    def get_request(self):
         sock, addr = self.socket.accept()
         sock.settimeout(self.timeout_seconds)
         try:
@@ -81,7 +81,7 @@ class WebhookServer(ThreadingHTTPServer):
             log.warning("serving certificate not reloaded: %s", exc)
         return self.tls.context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False), addr
 
-    def handle_error(self, request, client_address) -> None:  # type: ignore[no-untyped-def]
+    def handle_error(self, request, client_address) -> None:
         """A failed handshake or a dropped client: one log line, never a traceback."""
         import sys
 

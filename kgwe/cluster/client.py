@@ -1,4 +1,4 @@
-"""Building an authenticated Kubernetes ApiClient: a kubeconfig file when given, else in-cluster."""
+"""Building an authenticated Kubernetes ApiClient, by one rule for every command (see api_client)."""
 
 from __future__ import annotations
 
@@ -12,16 +12,23 @@ from kgwe.errors import KgweError
 
 
 def api_client(kubeconfig: str | None = None, *, context: str | None = None) -> client.ApiClient:
-    """An ApiClient for `kubeconfig` (or $KUBECONFIG), falling back to the pod's service account."""
+    """An ApiClient by the one rule every KGWE command follows, as kubectl does: the `--kubeconfig` file
+    when given, else $KUBECONFIG, else the pod's service account when running in a cluster, else
+    ~/.kube/config. A clear KgweError when none of them works."""
     path = kubeconfig or os.environ.get("KUBECONFIG")
     try:
         if path:
             if not os.path.exists(path):
                 raise KgweError(f"kubeconfig {path} does not exist")
             return config.new_client_from_config(config_file=path, context=context)
-        configuration = client.Configuration()
-        config.load_incluster_config(client_configuration=configuration)
-        return client.ApiClient(configuration)
+        if os.environ.get("KUBERNETES_SERVICE_HOST"):
+            configuration = client.Configuration()
+            config.load_incluster_config(client_configuration=configuration)
+            return client.ApiClient(configuration)
+        default = os.path.expanduser(config.KUBE_CONFIG_DEFAULT_LOCATION)
+        if os.path.exists(default):
+            return config.new_client_from_config(config_file=default, context=context)
+        raise KgweError("no Kubernetes credentials: pass --kubeconfig, set KUBECONFIG or run in a cluster")
     except ConfigException as exc:
         raise KgweError(f"cannot configure a Kubernetes client: {exc}") from exc
 

@@ -31,11 +31,11 @@ from kgwe.cluster.names import (
     REQUESTED_AT_ANNOTATION,
     RETRY_ANNOTATION,
     ROLLOUT_REVISION_ANNOTATION,
+    TOPOLOGY_ANNOTATION,
 )
 from kgwe.cluster.nodes import attempt_stamp, gpu_pods_by_node, parse_time, pod_gpu_requests
 
 GPU_NODE_SELECTOR = "nvidia.com/gpu.present=true"
-TOPOLOGY_ANNOTATION = "kgwe.nvidia.io/topology"
 _STATES = ("pending", "rebooting", "success", "failed")
 
 
@@ -94,7 +94,7 @@ def _topology_name(annotations: Mapping[str, str]) -> str | None:
 
 
 def facts_from_objects(
-    nodes: Sequence[Mapping[str, Any]], gpu_pods: Mapping[str, list[Mapping[str, Any]]]
+    nodes: Sequence[Mapping[str, Any]], gpu_pods: Mapping[str, Sequence[Mapping[str, Any]]]
 ) -> list[GpuNodeFacts]:
     """Pure: Node/Pod dicts (as the API returns them) → facts (separate from the reads for benchmarks)."""
     out = []

@@ -1,25 +1,25 @@
 """The metering watch loop: the thin I/O edge around kgwe.cost.metering.
 
-On start (and after any watch gap: 410 Gone, a dropped connection) it lists nodes and pods and
-reconciles the store with what is live; between lists it follows the pod watch. All decisions are in
-Meter; this module only moves data between the API server, the Meter and the store.
+On start (and after any watch gap: 410 Gone, a dropped connection, the database failing) it lists nodes and
+pods and reconciles the store with what is live; between lists it follows the pod watch (the loop is
+kgwe.cluster.watch). All decisions are in Meter; this module only moves data between the API server, the
+Meter and the store.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from kubernetes import client, watch
-from kubernetes.client.exceptions import ApiException
+from kubernetes import client
 
+from kgwe.cluster.watch import list_and_watch
 from kgwe.cost.metering import Meter, apply, capacity, node_info
 from kgwe.cost.pricing import DEFAULT_SPOT_LABELS
 from kgwe.cost.store import CostStore
-from kgwe.errors import KgweError
 
 log = logging.getLogger(__name__)
 
@@ -75,57 +75,29 @@ class MeteringWatch:
             del self.meter.nodes[gone]
             self.store.end_node(gone, now)
 
-    def resync(self) -> str:
-        """List and reconcile; returns the resourceVersion to watch from."""
+    def resync(self, pods: Sequence[Any]) -> None:
+        """Reconcile the store with the live nodes and `pods` (a full listing)."""
         self.sync_nodes()
-        pods = self.core.list_pod_for_all_namespaces()
-        live = [self._plain(p) for p in pods.items]
+        live = [self._plain(p) for p in pods]
         self._add(apply(self.store, self.meter.reconcile(self.store.open_usage(), live, self.clock())))
         self.synced.set()
-        return pods.metadata.resource_version
+
+    def observe(self, kind: str, obj: Any) -> None:
+        pod = self._plain(obj)
+        if pod.get("spec", {}).get("nodeName") not in self.meter.nodes:
+            self.sync_nodes()  # a node we have not seen yet
+        self._add(apply(self.store, self.meter.observe(kind, pod, self.clock())))
 
     def run(self, stop: threading.Event) -> None:
+        """Follow the pods (kgwe.cluster.watch: a fresh list after any gap); nodes are re-read whenever a
+        watch ends, as they come and go between pod events."""
         self.store.migrate()
-        version: str | None = None
-        while not stop.is_set():
-            try:
-                if version is None:
-                    version = self.resync()
-                stream = watch.Watch().stream(
-                    self.core.list_pod_for_all_namespaces,
-                    resource_version=version,
-                    timeout_seconds=self.watch_timeout_s,
-                    allow_watch_bookmarks=True,
-                )
-                for event in stream:
-                    obj = event["object"]
-                    if event["type"] == "BOOKMARK":
-                        version = (
-                            obj["metadata"]["resourceVersion"]
-                            if isinstance(obj, dict)
-                            else obj.metadata.resource_version
-                        )
-                        continue
-                    if event["type"] == "ERROR":
-                        version = None
-                        break
-                    pod = self._plain(obj)
-                    version = pod["metadata"]["resourceVersion"]
-                    if pod.get("spec", {}).get("nodeName") not in self.meter.nodes:
-                        self.sync_nodes()  # a node we have not seen yet
-                    self._add(apply(self.store, self.meter.observe(event["type"], pod, self.clock())))
-                    if stop.is_set():
-                        break
-                else:
-                    self.sync_nodes()  # periodic: nodes come and go between pod events
-            except ApiException as exc:
-                log.warning("metering: watch ended (%s); relisting", exc.status)
-                version = None
-            except KgweError as exc:  # database down: keep the watch state, retry after a pause
-                log.error("metering: %s", exc)
-                version = None
-                stop.wait(2)
-            except Exception as exc:  # connection reset and friends: relist, never die silently
-                log.warning("metering: %s: %s; relisting", type(exc).__name__, exc)
-                version = None
-                stop.wait(1)
+        list_and_watch(
+            self.core.list_pod_for_all_namespaces,
+            on_list=self.resync,
+            on_event=self.observe,
+            on_watch_end=self.sync_nodes,
+            stop=stop,
+            raw=False,
+            watch_timeout_seconds=self.watch_timeout_s,
+        )

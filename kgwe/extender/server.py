@@ -22,7 +22,6 @@ import asyncio
 import contextlib
 import logging
 import signal
-import time
 from collections.abc import Callable
 from http import HTTPStatus
 
@@ -196,7 +195,3 @@ async def serve(
     async with server:
         await stop.wait()
     server.close()
-
-
-def monotonic_ms() -> float:
-    return time.perf_counter() * 1000.0

@@ -93,7 +93,9 @@ def _http_header(creds: GitCredentials) -> str | None:
 
 def is_ssh_url(url: str | None) -> bool:
     """ssh://... or scp-like user@host:path (what git itself treats as SSH)."""
-    return bool(url) and (url.startswith("ssh://") or ("://" not in url and "@" in url.split(":", 1)[0]))
+    if not url:
+        return False
+    return url.startswith("ssh://") or ("://" not in url and "@" in url.split(":", 1)[0])
 
 
 @contextmanager

@@ -62,8 +62,8 @@ def layout_from_config(model: GPUModel, config: str | None) -> list[str] | objec
     if rest in by_label:
         profile = by_label[rest]
         return [profile.name] * profile.max_count
-    parts = [_COUNTED.fullmatch(part) for part in rest.split("-")]
-    if config.startswith("kgwe-all-") and all(m and m.group(2) in by_label for m in parts):
+    parts = [m for part in rest.split("-") if (m := _COUNTED.fullmatch(part)) and m.group(2) in by_label]
+    if config.startswith("kgwe-all-") and len(parts) == len(rest.split("-")):
         return [by_label[m.group(2)].name for m in parts for _ in range(int(m.group(1)))]
     return _UNKNOWN
 
@@ -73,7 +73,7 @@ def _gpu_states(node, model: GPUModel, pinned: bool = False) -> list[GPUState]:
     layouts = node.current_layouts()
     if not node.devices:  # no per-GPU detail: the node's mig.config label tells what it runs
         implied = layout_from_config(model, node.mig_config)
-        if implied is not _UNKNOWN:
+        if isinstance(implied, list) or implied is None:
             layouts = [None if implied is None else list(implied)] * node.gpus
     in_use = node.in_use()
     for index in range(node.gpus):

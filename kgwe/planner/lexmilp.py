@@ -125,7 +125,11 @@ def _solver_output_silenced() -> Iterator[None]:
         try:
             if python_out is sys.__stdout__:  # Python writes to fd 1: keep them going where they went
                 keep = open(  # noqa: SIM115 (closed in the finally below)
-                    os.dup(saved), "w", buffering=1, encoding=python_out.encoding, errors="replace"
+                    os.dup(saved),
+                    "w",
+                    buffering=1,
+                    encoding=getattr(python_out, "encoding", None) or "utf-8",
+                    errors="replace",
                 )
                 sys.stdout = keep
             with open(os.devnull, "wb") as null:

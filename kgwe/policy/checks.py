@@ -24,22 +24,17 @@ from kgwe.policy.models import (
     PricingCatalog,
     ScoringProfile,
 )
+from kgwe.topology import known
+from kgwe.vocab import MIG_RESOURCE_PREFIX
 
 
 def _at(entry: LoadedObject) -> str:
     return f"{entry.file}:{entry.doc.line}"
 
 
-def _known_topologies() -> list[str] | None:
-    """Names from kgwe.topology.known, or None while that module is not available."""
-    try:
-        from kgwe.topology import known
-    except ImportError:
-        return None
-    try:
-        return [*known.names(), *getattr(known, "aliases", dict)()]
-    except Exception:
-        return None
+def _known_topologies() -> list[str]:
+    """Names and aliases of the real topologies kgwe.topology.known ships."""
+    return [*known.names(), *known.aliases()]
 
 
 def check_duplicates(ps: PolicySet) -> None:
@@ -62,23 +57,18 @@ def check_duplicates(ps: PolicySet) -> None:
 
 
 def _inventory_nodes(ps: PolicySet) -> list[tuple[LoadedObject, int, InventoryNode]]:
-    return [(e, i, n) for e in ps.entries_of(GPUInventory) for i, n in enumerate(e.obj.spec.nodes)]
+    inventories = ps.entries_of(GPUInventory)
+    return [(e, i, n) for e in inventories for i, n in enumerate(e.obj.spec.nodes)]  # type: ignore[attr-defined]
 
 
 @functools.cache
-def _topology_gpu_count(name: str) -> int | None:
-    """GPUs of a known topology, None when it cannot be loaded (the name check reports unknown names)."""
-    try:
-        from kgwe.topology import known
-
-        return len(known.load(name).gpus)
-    except Exception:  # validation must not depend on the topology module's health
-        return None
+def _topology_gpu_count(name: str) -> int:
+    return len(known.load(name).gpus)
 
 
 def check_inventory(ps: PolicySet) -> None:
     topologies = _known_topologies()
-    known_upper = {t.upper() for t in topologies or ()}
+    known_upper = {t.upper() for t in topologies}
     seen: dict[str, LoadedObject] = {}
     for entry, i, node in _inventory_nodes(ps):
         base = ("spec", "nodes", i)
@@ -87,7 +77,7 @@ def check_inventory(ps: PolicySet) -> None:
                 entry, (*base, "name"), f'node "{node.name}" listed twice (also in {_at(seen[node.name])})'
             )
         seen[node.name] = entry
-        if topologies is not None and node.topology is not None:
+        if node.topology is not None:
             if node.topology.upper() not in known_upper:
                 hint = did_you_mean(node.topology, topologies)
                 ps.report(
@@ -95,7 +85,7 @@ def check_inventory(ps: PolicySet) -> None:
                     (*base, "topology"),
                     f'unknown topology "{node.topology}"{hint}; known: {", ".join(sorted(topologies))}',
                 )
-            elif (count := _topology_gpu_count(node.topology)) is not None and count != node.gpus:
+            elif (count := _topology_gpu_count(node.topology)) != node.gpus:
                 ps.report(
                     entry,
                     (*base, "gpus"),
@@ -379,9 +369,9 @@ def check_pricing(ps: PolicySet) -> None:
 
 def _mig_resource_ok(resource: str) -> tuple[bool, list[str]]:
     name = resource.removeprefix("requests.")
-    if not name.startswith("nvidia.com/mig-"):
+    if not name.startswith(MIG_RESOURCE_PREFIX):
         return True, []
-    profile = name.removeprefix("nvidia.com/mig-")
+    profile = name.removeprefix(MIG_RESOURCE_PREFIX)
     known = sorted({p.replace("+", ".") for m in catalog.all_models() for p in m.profiles})
     return profile in known, known
 
@@ -418,7 +408,7 @@ def check_budgets(ps: PolicySet) -> None:
         for resource in budget.spec.quota:
             ok, known = _mig_resource_ok(resource)
             if not ok:
-                profile = resource.removeprefix("requests.").removeprefix("nvidia.com/mig-")
+                profile = resource.removeprefix("requests.").removeprefix(MIG_RESOURCE_PREFIX)
                 ps.report(
                     entry,
                     ("spec", "quota", resource),

@@ -9,13 +9,13 @@ from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_v
 
 from kgwe.policy.base import ClusterObjectMeta, KgweModel, KgweObject
 from kgwe.policy.types import GIT_COMMIT_PATTERN, GitRefName, GitUrl, PositiveDuration
+from kgwe.vocab import DEFAULT_REPORT_SCHEDULE, DEFAULT_REPORTS_PATH
 
 # A Git fetch or push may take at most this long (spec.timeout): a slow or hostile server cannot hold a
 # worker longer, and the controller kills the git process when it is up.
 MAX_GIT_TIMEOUT = timedelta(minutes=10)
 DEFAULT_GIT_TIMEOUT = timedelta(seconds=60)
 DEFAULT_BRANCH = "main"
-DEFAULT_REPORTS_PATH = "reports"
 
 
 class Condition(KgweModel):
@@ -50,7 +50,8 @@ class SecretRef(KgweModel):
 class ReportsSpec(KgweModel):
     branch: GitRefName | None = None  # default: the synced branch
     path: str = Field(default=DEFAULT_REPORTS_PATH, pattern=r"^[A-Za-z0-9_][A-Za-z0-9._/-]*$", max_length=255)
-    schedule: str = Field(default="0 6 * * *", pattern=r"^\S+( \S+){4}$")  # cron, UTC
+    # cron, UTC; `reports:` absent means no reports at all
+    schedule: str = Field(default=DEFAULT_REPORT_SCHEDULE, pattern=r"^\S+( \S+){4}$")
 
 
 def _folder(path: str) -> str:

@@ -19,8 +19,8 @@ from kgwe.policy.base import ClusterObjectMeta, DnsLabel, KgweModel, KgweObject
 from kgwe.policy.cluster_kinds import Condition
 from kgwe.policy.scoring_profile import ScoringStrategy
 from kgwe.policy.types import DNS_SUBDOMAIN_PATTERN
+from kgwe.vocab import TopologyPreference
 
-TopologyPreference = Literal["NVLinkOptimal", "SameNUMA", "SamePCIeSwitch", "None"]
 WorkloadType = Literal["Training", "DistributedTraining", "Batch", "HPC", "Inference", "Interactive"]
 BATCH_TYPES: tuple[str, ...] = ("Training", "DistributedTraining", "Batch", "HPC")
 GangBackend = Literal["Auto", "Native", "Kueue", "None"]
@@ -214,7 +214,7 @@ class GPUWorkloadStatus(KgweModel):
 class GPUWorkload(KgweObject):
     KIND: ClassVar[str] = "GPUWorkload"
     kind: Literal["GPUWorkload"] = "GPUWorkload"
-    metadata: ClusterObjectMeta | None = None  # the seed README's example has none; kubectl/CI adds it
+    metadata: ClusterObjectMeta | None = None  # type: ignore[assignment]  # the seed README's example has none; kubectl/CI adds it
 
     @property
     def name(self) -> str:

@@ -28,7 +28,6 @@ from kgwe.policy.models import (
     KgweObject,
     MIGStrategy,
     ObjectMeta,
-    PolicyRepository,
     PricingCatalog,
     ScoringProfile,
 )
@@ -144,10 +143,6 @@ class PolicySet:
     @property
     def workloads(self) -> list[GPUWorkload]:
         return self.objects(GPUWorkload)
-
-    @property
-    def policy_repositories(self) -> list[PolicyRepository]:
-        return self.objects(PolicyRepository)
 
     def default_scoring_profile(self) -> ScoringProfile | None:
         """The profile marked `default: true`, or the only profile, or None."""
@@ -290,10 +285,10 @@ def _load_document(doc: YamlDocument, rel: str, ps: PolicySet) -> None:
     try:
         obj = model.model_validate(data)
     except ValidationError as exc:
-        ps.invalid_kinds.add(kind)
+        ps.invalid_kinds.add(model.KIND)
         for loc, message in messages_from_validation(model, exc):
             line, column = doc.where(loc)
-            ps.add("error", rel, line, column, loc, message, kind, name)
+            ps.add("error", rel, line, column, loc, message, model.KIND, name)
         return
     ps.entries.append(LoadedObject(obj=obj, file=rel, doc=doc))
 

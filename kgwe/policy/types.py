@@ -9,20 +9,20 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Annotated, Any
 
 from pydantic import PlainSerializer, PlainValidator, WithJsonSchema
 
+from kgwe.money import MONEY_PATTERN, parse_money
+
 _PERCENT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*%\s*$")
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
 _DURATION = re.compile(r"^(?:\d+(?:\.\d+)?(?:ms|s|m|h))+$")
-_MONEY = re.compile(r"^\d+(?:\.\d+)?$")
 _UNIT_SECONDS = {"ms": Decimal("0.001"), "s": Decimal(1), "m": Decimal(60), "h": Decimal(3600)}
 
 PERCENT_PATTERN = r"^[0-9]+(\.[0-9]+)?%$"
 DURATION_PATTERN = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"
-MONEY_PATTERN = r"^[0-9]+(\.[0-9]+)?$"
 DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 
@@ -127,25 +127,6 @@ def format_duration(value: timedelta) -> str:
             out += f"{seconds // size}{unit}"
             seconds %= size
     return out
-
-
-def parse_money(value: Any) -> Decimal:
-    """Money as a quoted decimal string ('4.10') or an integer; floats are refused because YAML would
-    already have rounded them in binary."""
-    if isinstance(value, Decimal):
-        return value
-    if isinstance(value, bool):
-        raise ValueError(f'expected an amount like "4.10", got {value!r}')
-    if isinstance(value, int):
-        return Decimal(value)
-    if isinstance(value, float):
-        raise ValueError(f'write money as a quoted string (e.g. "{value}"), not a bare number {value!r}')
-    if isinstance(value, str) and _MONEY.match(value.strip()):
-        try:
-            return Decimal(value.strip())
-        except InvalidOperation:  # pragma: no cover - the regex already guarantees a decimal
-            pass
-    raise ValueError(f'expected a non-negative amount like "4.10", got {value!r}')
 
 
 Percent = Annotated[

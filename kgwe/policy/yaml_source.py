@@ -14,15 +14,16 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 import yaml
 
 from kgwe.policy.diagnostics import Path
 
 try:
-    _Loader = yaml.CSafeLoader  # libyaml: several times faster on large repositories
+    _Loader: Any = yaml.CSafeLoader  # libyaml: several times faster on large repositories
 except AttributeError:  # pragma: no cover - PyYAML built without libyaml
-    _Loader = yaml.SafeLoader  # type: ignore[misc]
+    _Loader = yaml.SafeLoader
 
 
 @dataclass
@@ -168,7 +169,7 @@ class _SlowPath(Exception):
     """A node the fast builder does not handle (merge keys, timestamps, custom tags...)."""
 
 
-def _build(node: yaml.Node, path: Path, doc: YamlDocument, loader: yaml.BaseLoader, walk: _Walk) -> object:
+def _build(node: yaml.Node, path: Path, doc: YamlDocument, loader: Any, walk: _Walk) -> object:
     """Plain data for `node`, recording the line:column of every field on the way (one pass).
 
     Handles the tags policy files use; anything else raises _SlowPath and the document is constructed

@@ -23,6 +23,7 @@ from kubernetes.client.exceptions import ApiException
 
 from kgwe.cluster.events import EventRecorder
 from kgwe.cluster.lease import LeaderElector
+from kgwe.cluster.names import RECONCILE_REQUESTED_AT_ANNOTATION
 from kgwe.gitops.gitcmd import GitAccess
 from kgwe.gitops.retry import jittered_interval_seconds
 from kgwe.gitops.source import touches_policy
@@ -44,9 +45,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-# Set by a standby replica that received a webhook push (the Service routes to any replica); the leader
-# sees the new value on its next tick and reconciles at once (like Flux's reconcile.fluxcd.io/requestedAt).
-REQUESTED_AT_ANNOTATION = "kgwe.nvidia.io/reconcile-requested-at"
+REQUESTED_AT_ANNOTATION = RECONCILE_REQUESTED_AT_ANNOTATION
 
 
 @dataclass
@@ -215,7 +214,7 @@ class Controller:
         next_in = 60.0
         for item in listing.get("items", []):
             meta = item.get("metadata") or {}
-            name, generation = meta.get("name"), meta.get("generation")
+            name, generation = str(meta.get("name")), meta.get("generation")
             requested = (meta.get("annotations") or {}).get(REQUESTED_AT_ANNOTATION)
             with self._lock:
                 due, worker = self._due.get(name), self._workers.get(name)
@@ -244,7 +243,8 @@ class Controller:
                     self._due[name] = due = _Due(float("inf"), generation, requested)
                 worker.start()
                 continue
-            next_in = min(next_in, max(0.05, due.at - time.monotonic()))
+            if due is not None:  # not wanted, so it has a due time
+                next_in = min(next_in, max(0.05, due.at - time.monotonic()))
         return next_in
 
     @property

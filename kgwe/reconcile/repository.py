@@ -25,12 +25,15 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from kgwe import API_GROUP
 from kgwe.cluster.apply import Applier, NotLeader, ObjectRef, SyncResult
 from kgwe.cluster.events import EventRecorder
 from kgwe.cluster.inventory import GpuNodeFacts, config_layout, inventory_document, read_gpu_nodes
 from kgwe.cluster.names import (
     BUDGET_QUOTA_NAME,
+    CRD_VERSION,
     GIT_CREDENTIALS_LABEL,
+    POLICY_REPOSITORY_PLURAL,
     RETRY_ANNOTATION,
     repository_label_value,
 )
@@ -55,7 +58,7 @@ from kgwe.reconcile.status import Outcome, next_status
 
 log = logging.getLogger(__name__)
 
-GROUP, VERSION, PLURAL = "kgwe.nvidia.io", "v1", "policyrepositories"
+GROUP, VERSION, PLURAL = API_GROUP, CRD_VERSION, POLICY_REPOSITORY_PLURAL
 DEFAULT_PENDING_TIMEOUT_SECONDS = 900.0
 MAX_ERRORS_IN_MESSAGE = 5
 NODE_WORKERS = 8
@@ -376,7 +379,11 @@ class RepositoryReconciler:
         layouts = plan_layouts(ps.mig_strategies, inventory, pinned=pinned)
         # Every config a node's label names stays defined until no node names it (the MIG manager re-reads
         # it on any restart); the mig-parted ConfigMap is applied before any label points at a new config.
-        named = {f.mig_config: live_configs[f.mig_config] for f in facts if f.mig_config in live_configs}
+        named = {
+            f.mig_config: live_configs[f.mig_config]
+            for f in facts
+            if f.mig_config and f.mig_config in live_configs
+        }
         rendered = render(ps, inventory, options=options, layouts=layouts, keep_mig_configs=named)
         objects = [self._with_quota_override(o) for o in rendered.objects if o.get("kind") != "Node"]
         node_pool = {n: pool for n, pool in selected.items() if n in rendered.node_configs}
@@ -456,8 +463,8 @@ class RepositoryReconciler:
                 ran.append(action)
             return ran
 
-        with ThreadPoolExecutor(max_workers=NODE_WORKERS) as pool:  # nodes are independent of each other
-            done = [a for ran in pool.map(run_node, per_node.values()) for a in ran]
+        with ThreadPoolExecutor(max_workers=NODE_WORKERS) as workers:  # nodes are independent of each other
+            done = [a for ran in workers.map(run_node, per_node.values()) for a in ran]
         selected: dict[str, list[str]] = {}
         for action in done:
             if action.kind == "relabel":

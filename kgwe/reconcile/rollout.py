@@ -10,7 +10,7 @@ plan: a node the MIG manager is applying (state `pending`/`rebooting`, or relabe
 reported) is in flight whatever its target, so plans that change cannot relabel it mid-apply nor let more
 than `maxUnavailable` nodes be in flight; a node reporting `failed` stops its pool whatever its target.
 
-Rules (the MIG manager wipes a changed GPU and never drains):
+Rules (README "Safety rules"; docs/facts/mig.md §4, §6: a changed GPU is wiped, the MIG manager never drains):
 - relabel only a node where no running pod holds a GPU; with `drain: true` cordon and evict first;
 - at most `maxUnavailable` nodes of a pool in flight (relabelled and not yet `success`, or being drained);
 - never relabel a node while its MIG manager is applying: its target is fixed until `success` or `failed`;
@@ -103,15 +103,15 @@ class PoolProgress:
         if self.timed_out:
             return f"pool {self.pool}: no MIG success in time on {', '.join(self.timed_out)}; {resume}"
         parts = [f"{len(self.done)}/{self.total} done"]
-        for label, names in (
+        for label, nodes in (
             ("in progress", self.in_progress),
             ("draining", self.draining),
             ("pending", self.pending),
             ("waiting for idle GPUs", self.waiting_busy),
             ("failed and acknowledged", self.acknowledged),
         ):
-            if names:
-                parts.append(f"{len(names)} {label}")
+            if nodes:
+                parts.append(f"{len(nodes)} {label}")
         return f"pool {self.pool}: " + ", ".join(parts)
 
     def as_status(self) -> dict:

@@ -60,7 +60,7 @@ def _condition(
         "reason": reason,
         "message": message[:32768],
         "observedGeneration": generation,
-        "lastTransitionTime": (old.get("lastTransitionTime") if same else None) or now,
+        "lastTransitionTime": (old.get("lastTransitionTime") if old is not None and same else None) or now,
     }
 
 

@@ -8,31 +8,30 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import orjson
 import yaml
 
-from kgwe.cluster.names import SCHEDULER_CONFIG_KEY, SCHEDULER_CONFIGMAP, SCHEDULER_NAME
+from kgwe.cluster.names import REPOSITORY_LABEL, SCHEDULER_CONFIG_KEY, SCHEDULER_CONFIGMAP, SCHEDULER_NAME
 from kgwe.errors import KgweError
 from kgwe.policy.loader import PolicySet
 from kgwe.policy.models import GPUInventory, ScoringProfile, ScoringProfileSpec
 from kgwe.render.environment import render_template
 from kgwe.render.layouts import NodeLayouts, desired_layouts
+from kgwe.vocab import GPU_RESOURCE, SHARED_GPU_RESOURCE, mig_resource
 
-REPOSITORY_LABEL = "kgwe.nvidia.io/policy-repository"
-MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 DEFAULT_EXTENDER_URL = "http://kgwe-extender.kgwe-system.svc:8080"
-MIG_CONFIG_LABEL = "nvidia.com/mig.config"
-# Configs the GPU Operator itself puts on MIG-capable nodes (reference/mig.md §6); a replacement
+# Configs the GPU Operator itself puts on MIG-capable nodes (docs/facts/mig.md §5); a replacement
 # mig-parted config must still define them, or nodes KGWE does not manage would fail.
 OPERATOR_DEFAULT_CONFIGS = {
     "all-disabled": [{"devices": "all", "mig-enabled": False, "mig-devices": {}}],
 }
 
 try:
-    _Loader = yaml.CSafeLoader
+    _Loader: Any = yaml.CSafeLoader
 except AttributeError:  # pragma: no cover
-    _Loader = yaml.SafeLoader  # type: ignore[misc]
+    _Loader = yaml.SafeLoader
 
 
 @dataclass(frozen=True)
@@ -64,21 +63,17 @@ def _build_mig_configs(layouts: NodeLayouts) -> tuple[dict[str, list[dict]], dic
     return build_mig_configs(layouts)
 
 
-def _mig_resource(profile: str) -> str:
-    return "nvidia.com/mig-" + profile.replace("+", ".")
-
-
 def _managed_resources(ps: PolicySet, layouts: NodeLayouts) -> list[dict]:
     profiles = {p for gpus in layouts.values() for gpu in gpus if gpu for p in gpu}
     for strategy in ps.mig_strategies:
         if strategy.spec.mig_enabled and strategy.spec.partition_strategy:
             profiles.update(s.profile for s in strategy.spec.partition_strategy.preferred_profiles)
     out = [
-        {"name": "nvidia.com/gpu", "ignored": False},
+        {"name": GPU_RESOURCE, "ignored": False},
         # accounted per physical GPU by the extender alone; no node advertises it
-        {"name": "nvidia.com/gpu.shared", "ignored": True},
+        {"name": SHARED_GPU_RESOURCE, "ignored": True},
     ]
-    out += [{"name": _mig_resource(p), "ignored": False} for p in sorted(profiles)]
+    out += [{"name": mig_resource(p), "ignored": False} for p in sorted(profiles)]
     return out
 
 
@@ -93,8 +88,8 @@ def _scoring_payload(ps: PolicySet) -> tuple[str, dict]:
     catalog = ps.pricing_catalog()
     if catalog is not None:  # what CostOptimized ranks by: on-demand price per GPU-hour and product
         prices = {g.product: str(g.on_demand_per_hour) for g in catalog.spec.gpus}
-        for spec in payload.values():
-            spec["prices"] = prices
+        for rendered in payload.values():
+            rendered["prices"] = prices
     return chosen, payload
 
 

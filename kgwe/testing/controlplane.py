@@ -39,11 +39,11 @@ import yaml
 from kubernetes import client
 
 from kgwe.errors import KgweError
+from kgwe.resources import hack_dir
 from kgwe.testing.pki import PkiFiles, write_pki
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-BUILD_SCRIPT = REPO_ROOT / "hack" / "cluster-bins.sh"
-WRAPPER_GO_MOD = REPO_ROOT / "hack" / "k8s" / "go.mod"
+BUILD_SCRIPT = hack_dir() / "cluster-bins.sh"
+WRAPPER_GO_MOD = hack_dir() / "k8s" / "go.mod"
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
 SCHEDULER_API_VERSION = "kubescheduler.config.k8s.io/v1"
 # API group versions a feature gate needs the apiserver to serve (off by default while in beta).
@@ -132,7 +132,7 @@ def find_binaries(build: bool = True) -> Binaries:
     if manifest is None or manifest.get("kubernetes") != version:
         raise ControlPlaneError(
             f"control-plane binaries for Kubernetes {version} are missing in {directory}. "
-            "Install Go >= 1.26 (https://go.dev/dl/) and run `make cluster-bins` "
+            f"Install Go >= 1.26 (https://go.dev/dl/) and run `bash {BUILD_SCRIPT}` (`make cluster-bins`) "
             "(it builds etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok "
             "from Go modules, once)."
         )
@@ -426,6 +426,7 @@ class ControlPlane:
             if config is not None:
                 self.scheduler_config = dict(config)
             self._stop_process("kube-scheduler")
+            assert self.workdir is not None, "control plane not started"
             cfg = dict(self.scheduler_config)
             cfg.setdefault("apiVersion", SCHEDULER_API_VERSION)
             cfg.setdefault("kind", "KubeSchedulerConfiguration")
@@ -469,6 +470,7 @@ class ControlPlane:
 
     # ---- components -----------------------------------------------------------------------------
     def _start_etcd(self) -> None:
+        assert self.workdir is not None
         self.etcd_port, peer = free_port(), free_port()
         client_url, peer_url = f"http://127.0.0.1:{self.etcd_port}", f"http://127.0.0.1:{peer}"
         self._spawn(
@@ -501,7 +503,7 @@ class ControlPlane:
         return ["--unsafe-no-fsync=true"] if "--unsafe-no-fsync" in shown.stdout + shown.stderr else []
 
     def _start_apiserver(self) -> None:
-        assert self.pki is not None
+        assert self.pki is not None and self.workdir is not None
         self._spawn(
             "kube-apiserver",
             [

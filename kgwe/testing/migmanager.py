@@ -1,4 +1,4 @@
-"""Stand-in for the GPU Operator's MIG manager, following its node-label protocol (reference/mig.md §6).
+"""Stand-in for the GPU Operator's MIG manager, following its node-label protocol (docs/facts/mig.md §6).
 
 On a real cluster the `nvidia-mig-manager` DaemonSet watches its node's `nvidia.com/mig.config` label, looks
 the name up in the mig-parted ConfigMap, and reports through `nvidia.com/mig.config.state`: `failed` when the
@@ -37,6 +37,7 @@ from kgwe.testing.gpunodes import (
     gpu_resources,
 )
 from kgwe.testing.watching import watch_loop
+from kgwe.vocab import MIG_RESOURCE_PREFIX
 
 log = logging.getLogger(__name__)
 
@@ -162,10 +163,6 @@ class MigManagerStandIn:
             self._thread.join(timeout=10)
         self._pool.shutdown(wait=True, cancel_futures=True)
 
-    def applied_config(self, node: str) -> str | None:
-        with self._lock:
-            return self._applied.get(node)
-
     # ---- event handling ---------------------------------------------------------------------------
     def restart(self, name: str) -> None:
         """Act on the node's current label as a freshly started MIG manager does (e.g. after a person fixed
@@ -260,7 +257,7 @@ class MigManagerStandIn:
         strategy = labels.get("nvidia.com/mig.strategy", "mixed")
         resources = gpu_resources(len(layout), layout, strategy)
         allocatable = (node.status.allocatable or {}) if node.status else {}
-        patch: dict[str, Any] = {k: None for k in allocatable if k.startswith("nvidia.com/mig-")}
+        patch: dict[str, Any] = {k: None for k in allocatable if k.startswith(MIG_RESOURCE_PREFIX)}
         patch.update({k: str(v) for k, v in resources.items()})
         self._core.patch_node_status(name, {"status": {"allocatable": patch, "capacity": patch}})
         with self._lock:

@@ -14,7 +14,7 @@ import heapq
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -431,14 +431,14 @@ class WorkloadReconciler:
                 self.metrics.failed.labels("GangTimeout").inc()
             if run_start and not timed_out:
                 left = spec.gang.timeout_seconds - (p.now - run_start).total_seconds()
-                requeue = max(1.0, min(requeue, left + 1))
+                requeue = max(1.0, min(requeue or 15.0, left + 1))
         ready = bool(want) and prog.ready >= want
         status, reason = ("True", "AllReady") if ready else ("False", "NotReady")
         p.condition("PodsReady", status, reason, f"{prog.ready}/{want} pods ready")
         self._cost(p, wl)
         return requeue
 
-    def _member_failed(self, p: _Pass, wl: GPUWorkload, failed: dict, run: int) -> float | None:
+    def _member_failed(self, p: _Pass, wl: GPUWorkload, failed: Mapping[str, Any], run: int) -> float | None:
         policy = wl.spec.retry_policy
         retries = int(p.new.get("retryCount") or 0)
         conditions = failed["status"].get("conditions") or []

@@ -16,7 +16,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from kgwe.cluster.client import ensure_namespace
-from kgwe.testing.crds import install_crds
+from kgwe.cluster.crds import install_crds
 
 ENV = {
     "GIT_AUTHOR_NAME": "Human",

@@ -1,4 +1,4 @@
-"""End to end on the real control plane (issue 7): commits applied, invalid commits applied nowhere,
+"""End to end on the real control plane: commits applied, invalid commits applied nowhere,
 MIG rollouts that respect maxUnavailable and busy nodes, a failing node stopping its pool, a controller
 restarted mid-rollout finishing without repeating work, webhook-triggered sync, one active replica."""
 
@@ -457,7 +457,7 @@ def test_git_credentials_come_from_the_referenced_secret(k8s_api, e2e):
 
 
 def test_node_stuck_pending_past_the_timeout_stalls_the_pool(k8s_api, e2e):
-    """No MIG manager answers (reference/mig.md §9: a manager wedged in pending): Stalled naming the node."""
+    """No MIG manager answers (docs/facts/mig.md §9: a manager wedged in pending): Stalled naming the node."""
     nodes = e2e.make_nodes(2)
     e2e.remote.commit({**e2e.base, "policy/mig.yaml": e2e.strategy_yaml(e2e.pool, pending_timeout="1s")})
     e2e.make_repository()

@@ -8,8 +8,8 @@ import pytest
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
+from kgwe.cluster.crds import install_crds, repo_crds
 from kgwe.testing.controlplane import ControlPlane
-from kgwe.testing.crds import install_crds, repo_crds
 
 pytestmark = pytest.mark.cluster
 
