@@ -24,6 +24,7 @@ from kubernetes.client.exceptions import ApiException
 from kgwe.cluster.events import EventRecorder
 from kgwe.cluster.lease import LeaderElector
 from kgwe.cluster.names import RECONCILE_REQUESTED_AT_ANNOTATION
+from kgwe.errors import KgweError
 from kgwe.gitops.gitcmd import GitAccess
 from kgwe.gitops.retry import jittered_interval_seconds
 from kgwe.gitops.source import touches_policy
@@ -40,6 +41,7 @@ from kgwe.reconcile.repository import (
 
 if TYPE_CHECKING:
     from kgwe.reconcile.costs import CostDuties
+    from kgwe.reconcile.status import Outcome
     from kgwe.workloads.controller import WorkloadController
 
 log = logging.getLogger(__name__)
@@ -274,6 +276,35 @@ class Controller:
                 due.at = 0.0 if name in self._again else time.monotonic() + wait
             self._again.discard(name)
         self._trigger.set()
+
+    def reconcile_once(self, leader_wait_seconds: float) -> dict[str, Outcome | None]:
+        """Reconcile every PolicyRepository once, as the leader, and return what each reconcile found.
+
+        For `kgwe controller --once` (a Job, CI, a smoke test of an image): it campaigns for the Lease like
+        the long-running controller, so it never acts beside a running leader, and gives the Lease up after.
+        """
+        stop = threading.Event()
+        elector = self.elector  # None: --no-leader-election, acting alone
+        thread = elector.start(stop) if elector is not None else None
+        try:
+            deadline = time.monotonic() + leader_wait_seconds
+            while elector is not None and not elector.is_leader():
+                if time.monotonic() >= deadline:
+                    raise KgweError(
+                        f"could not take the Lease {self.namespace}/{elector.name} within "
+                        f"{leader_wait_seconds:g} s: another controller holds it, or the apiserver is "
+                        "unreachable (see the log above)"
+                    )
+                time.sleep(0.1)
+            listing = client.CustomObjectsApi(self.api_client).list_namespaced_custom_object(
+                GROUP, VERSION, self.namespace, PLURAL
+            )
+            names = sorted(item["metadata"]["name"] for item in listing.get("items", []))
+            return {name: self._reconciler(name).reconcile() for name in names}
+        finally:
+            stop.set()
+            if elector is not None and thread is not None:
+                thread.join(timeout=elector.retry_period_seconds + 5.0)
 
     def run(self, stop: threading.Event) -> None:
         if self.server is not None:

@@ -62,6 +62,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="also allow local paths, file:// and http:// URLs (tests and local experiments only)",
     )
     parser.add_argument("--no-workloads", action="store_true", help="do not reconcile GPUWorkloads")
+    parser.add_argument(
+        "--once",
+        action="store_true",
+        help="reconcile each PolicyRepository once as the leader, print the outcomes, then exit: 0 when "
+        "every one applied (ready or rolling out), 1 otherwise (no HTTP server, metering or GPUWorkloads)",
+    )
     parser.add_argument("--log-level", default="INFO")
 
 
@@ -85,6 +91,24 @@ def _cost_duties(args: argparse.Namespace):
     return CostDuties(CostService(store, cluster=args.cluster), prometheus_url=args.prometheus)
 
 
+# Outcomes of `--once` that count as applied: the revision is in force (a MIG rollout may still be running).
+_APPLIED_PHASES = frozenset({"ready", "progressing"})
+
+
+def _report_once(outcomes: dict) -> int:
+    if not outcomes:
+        print("no PolicyRepository to reconcile")
+        return 1
+    failed = 0
+    for name, outcome in outcomes.items():
+        if outcome is None:
+            print(f"{name}: skipped (suspended or deleted)")
+            continue
+        print(f"{name}: {outcome.phase}: {outcome.message}")
+        failed += outcome.phase not in _APPLIED_PHASES
+    return 1 if failed else 0
+
+
 def run(args: argparse.Namespace) -> int:
     from kgwe.cluster.client import api_client
     from kgwe.gitops.gitcmd import GitAccess
@@ -98,14 +122,14 @@ def run(args: argparse.Namespace) -> int:
             secret = Path(args.webhook_secret_file).read_bytes().strip()
         except OSError as exc:
             raise KgweError(f"cannot read {args.webhook_secret_file}: {exc.strerror}") from exc
-    costs = None if args.no_costs else _cost_duties(args)
+    costs = None if args.no_costs or args.once else _cost_duties(args)
     controller = Controller(
         api_client(args.kubeconfig),
         args.namespace,
         cache_dir=Path(args.cache_dir),
         identity=args.identity,
         webhook_secret=secret,
-        listen=_listen(args.listen),
+        listen=None if args.once else _listen(args.listen),
         lease_duration_seconds=args.lease_duration,
         renew_deadline_seconds=args.renew_deadline,
         retry_period_seconds=args.retry_period,
@@ -116,8 +140,10 @@ def run(args: argparse.Namespace) -> int:
             credentials_from_env=args.git_credentials_from_env,
             ca_file=args.git_ca_file,
         ),
-        workloads=not args.no_workloads,
+        workloads=not (args.no_workloads or args.once),
     )
+    if args.once:
+        return _report_once(controller.reconcile_once(leader_wait_seconds=2 * args.lease_duration))
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
