@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.kgwe-installed
 
-.PHONY: venv lint test demo cluster-bins schemas clean
+.PHONY: venv lint test demo cluster-bins schemas image image-lock clean
 
 # (Re)install whenever pyproject.toml changes.
 $(STAMP): pyproject.toml
@@ -26,6 +26,15 @@ lint: venv
 # Builds kube-apiserver, kube-scheduler, kwok and etcd from Go modules into ~/.cache/kgwe (reused when present).
 cluster-bins:
 	hack/cluster-bins.sh
+
+# The OCI image of every KGWE process, built without a daemon (mmdebstrap + buildah; needs root). Writes
+# build/image/kgwe-VERSION.oci.tar; the last line printed is "ARCHIVE REFERENCE".
+image:
+	hack/image/build.sh
+
+# Re-pin the image's dependencies (hack/image/*.lock) after changing them in pyproject.toml.
+image-lock:
+	hack/image/lock.sh
 
 schemas: venv
 	$(BIN)/kgwe schema --out schemas --crds deploy/crds

@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# `make image`: build KGWE's one OCI image (controller, extender, agent, webhook) without a container daemon.
+#
+#   1. mmdebstrap makes a minimal Debian bookworm root filesystem (variant minbase) and runs
+#      hack/image/install.sh inside it: the same script the Containerfile runs on debian:bookworm-slim;
+#   2. buildah puts that tree into a one-layer image from scratch, sets the image config (the same user,
+#      environment and entrypoint as the Containerfile) and the OCI labels, and writes an OCI archive.
+#
+# The archive is reused when nothing it is made from changed (the repository's files, the commit it is
+# labelled with): the key is stored beside it. Output: build/image/ (KGWE_IMAGE_DIR overrides). The last line
+# printed is "ARCHIVE REFERENCE". Push it with: skopeo copy oci-archive:ARCHIVE docker://REGISTRY/kgwe:VERSION
+# Needs root (mmdebstrap's root mode); installs mmdebstrap, buildah and skopeo with apt-get when missing.
+set -euo pipefail
+
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+out_dir="${KGWE_IMAGE_DIR:-$root/build/image}"
+name="${KGWE_IMAGE_NAME:-ghcr.io/kgwe/kgwe}"
+source_url="${KGWE_IMAGE_SOURCE:-https://github.com/kgwe/kgwe}"
+mirror="${KGWE_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
+security_mirror="${KGWE_DEBIAN_SECURITY_MIRROR:-http://deb.debian.org/debian-security}"
+uid=65532
+# A CA bundle for reaching the package index during the build (e.g. behind a TLS-intercepting proxy):
+# pip's own setting by default; used while installing, never left in the image.
+ca_file="${KGWE_IMAGE_CA_FILE:-${PIP_CERT:-}}"
+
+log() { echo "image: $*" >&2; }
+die() { echo "image: error: $*" >&2; exit 1; }
+
+ensure_tools() {
+    local missing=()
+    command -v mmdebstrap >/dev/null || missing+=(mmdebstrap)
+    command -v buildah >/dev/null || missing+=(buildah)
+    command -v skopeo >/dev/null || missing+=(skopeo)
+    [ ${#missing[@]} -eq 0 ] && return
+    [ "$(id -u)" -eq 0 ] || die "needs root to install ${missing[*]} (or run: sudo apt-get install ${missing[*]})"
+    log "installing ${missing[*]} with apt-get"
+    apt-get update -q >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >&2
+}
+
+[ "$(id -u)" -eq 0 ] || die "mmdebstrap's root mode needs root"
+ensure_tools
+
+# What goes into the image (the wheel's sources and data, and this folder); nothing else is staged or hashed.
+inputs=(pyproject.toml README.md kgwe templates schemas deploy sample-repo hack/image)
+version="$(sed -n 's/^version = "\(.*\)"$/\1/p' "$root/pyproject.toml" | head -n1)"
+[ -n "$version" ] || die "no version in pyproject.toml"
+ref="$name:$version"
+revision="unknown"
+epoch="$(date +%s)"
+if git -C "$root" rev-parse --verify -q HEAD >/dev/null; then
+    revision="$(git -C "$root" rev-parse HEAD)"
+    epoch="$(git -C "$root" log -1 --format=%ct)"
+    [ -z "$(git -C "$root" status --porcelain --untracked-files=normal -- "${inputs[@]}")" ] ||
+        revision="$revision-dirty"
+fi
+export SOURCE_DATE_EPOCH="$epoch"
+
+mkdir -p "$out_dir"
+archive="$out_dir/kgwe-$version.oci.tar"
+exec 9>"$out_dir/.lock"
+flock 9  # one build at a time per output folder (tests and `make image` may share it)
+
+stage="$(mktemp -d "${TMPDIR:-/tmp}/kgwe-image.XXXXXX")"
+ctr=""
+cleanup() {
+    [ -z "$ctr" ] || buildah rm "$ctr" >/dev/null 2>&1 || true
+    rm -rf "$stage"
+}
+trap cleanup EXIT
+
+# The build context: the inputs' files as git sees them (tracked and new, never ignored ones such as
+# __pycache__), from the work tree so uncommitted changes are built too.
+mkdir -p "$stage/src"
+(cd "$root" && git ls-files -z --cached --others --exclude-standard -- "${inputs[@]}") |
+    (cd "$root" && while IFS= read -r -d '' f; do [ -e "$f" ] && printf '%s\0' "$f"; done) |
+    tar -C "$root" --null -T - -cf - | tar -C "$stage/src" -xf -
+key="$( (cd "$stage/src" && find . -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum
+         echo "$ref $revision $source_url $mirror") | sha256sum | cut -c1-64)"
+if [ -f "$archive" ] && [ "$(cat "$archive.key" 2>/dev/null)" = "$key" ]; then
+    log "unchanged inputs: reusing $archive"
+    echo "$archive $ref"
+    exit 0
+fi
+
+started="$(date +%s)"
+log "building $ref (revision $revision) with mmdebstrap + buildah"
+rootfs="$stage/rootfs.tar"
+# install.sh runs in a clean environment (the host's variables name host paths); only the package index
+# settings and proxies pass through.
+install_env=(env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root)
+for var in PIP_INDEX_URL PIP_EXTRA_INDEX_URL http_proxy https_proxy no_proxy HTTP_PROXY HTTPS_PROXY NO_PROXY; do
+    [ -z "${!var:-}" ] || install_env+=("$var=${!var}")
+done
+if [ -n "$ca_file" ]; then
+    [ -f "$ca_file" ] || die "CA bundle $ca_file not found (KGWE_IMAGE_CA_FILE or PIP_CERT)"
+    cp "$ca_file" "$stage/src/.build-ca.pem"
+    install_env+=(PIP_CERT=/usr/src/kgwe/.build-ca.pem)
+fi
+# shellcheck disable=SC2016  # $1 is expanded by mmdebstrap's hook shell: the root being built
+mmdebstrap --mode=root --variant=minbase --format=tar --components=main \
+    --aptopt='Acquire::Retries "3"' \
+    --customize-hook="copy-in $stage/src /usr/src" \
+    --customize-hook='mv "$1/usr/src/src" "$1/usr/src/kgwe" && chroot "$1" '"${install_env[*]}"' sh /usr/src/kgwe/hack/image/install.sh /usr/src/kgwe' \
+    --customize-hook='rm -rf "$1/usr/src/kgwe" && : > "$1/etc/resolv.conf" && : > "$1/etc/hostname"' \
+    bookworm "$rootfs" \
+    "deb $mirror bookworm main" "deb $mirror bookworm-updates main" \
+    "deb $security_mirror bookworm-security main" >&2
+
+ctr="$(buildah from scratch)"
+buildah add --quiet "$ctr" "$rootfs" / >/dev/null
+# The image config: keep it equal to the Containerfile's (tests/image compares them).
+buildah config \
+    --user "$uid:$uid" \
+    --entrypoint '["kgwe"]' --cmd '["--help"]' \
+    --env PATH=/opt/kgwe/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    --env PYTHONDONTWRITEBYTECODE=1 \
+    --env PYTHONUNBUFFERED=1 \
+    --env LANG=C.UTF-8 \
+    --env HOME=/tmp \
+    --label org.opencontainers.image.title=kgwe \
+    --label "org.opencontainers.image.description=Kubernetes GPU Workload Enhancer: GitOps control plane for GPU policy" \
+    --label org.opencontainers.image.licenses=Apache-2.0 \
+    --label "org.opencontainers.image.source=$source_url" \
+    --label "org.opencontainers.image.version=$version" \
+    --label "org.opencontainers.image.revision=$revision" \
+    --label "org.opencontainers.image.base.name=debian:bookworm (mmdebstrap minbase)" \
+    "$ctr"
+buildah commit --quiet --format oci --disable-compression=false --timestamp "$epoch" "$ctr" "oci-archive:$archive.part:$ref" >/dev/null
+mv -f "$archive.part" "$archive"
+echo "$key" > "$archive.key"
+log "built in $(( $(date +%s) - started )) s: $(du -m "$archive" | cut -f1) MB archive"
+echo "$archive $ref"

@@ -1,0 +1,106 @@
+"""The two image routes share one install script and one config; deploy/ names the versioned image; the
+dependency lock pins every runtime dependency. Static checks: no image build needed."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import tomllib
+
+import yaml
+from packaging.requirements import Requirement
+from packaging.version import Version
+
+from kgwe.testing.controlplane import REPO_ROOT
+
+IMAGE_NAME = "ghcr.io/kgwe/kgwe"
+
+
+def project() -> dict:
+    return tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
+
+
+def containerfile() -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) per instruction, continuation lines joined, comments dropped."""
+    text = (REPO_ROOT / "Containerfile").read_text()
+    lines = [line for line in text.splitlines() if not line.lstrip().startswith("#")]
+    joined = re.sub(r"\\\n", " ", "\n".join(lines))
+    return [
+        (parts[0].upper(), parts[1] if len(parts) > 1 else "")
+        for parts in (line.strip().split(None, 1) for line in joined.splitlines() if line.strip())
+    ]
+
+
+def containerfile_config() -> dict:
+    """The image config the Containerfile sets, in the shape of an OCI config (ARG defaults substituted)."""
+    args: dict[str, str] = {}
+    env: list[str] = []
+    labels: dict[str, str] = {}
+    config: dict = {}
+    for instruction, rest in containerfile():
+        if instruction == "ARG":
+            name, _, default = rest.partition("=")
+            args[name] = default
+        elif instruction == "ENV":
+            env.append(rest)
+        elif instruction == "USER":
+            config["User"] = rest
+        elif instruction in ("ENTRYPOINT", "CMD"):
+            config[instruction.title()] = yaml.safe_load(rest)
+        elif instruction == "LABEL":
+            for pair in shlex.split(rest):
+                key, _, value = pair.partition("=")
+                labels[key] = re.sub(r"\$\{(\w+)\}", lambda m: args[m.group(1)], value)
+    return {**config, "Env": env, "Labels": labels, "Args": args}
+
+
+def build_script_inputs() -> list[str]:
+    text = (REPO_ROOT / "hack" / "image" / "build.sh").read_text()
+    match = re.search(r"^inputs=\((.*)\)$", text, re.M)
+    assert match, "build.sh lists its inputs in inputs=(...)"
+    return match.group(1).split()
+
+
+def test_containerfile_runs_the_shared_install_script_on_bookworm_slim():
+    steps = containerfile()
+    assert steps[0] == ("FROM", "debian:bookworm-slim")
+    runs = [rest for instruction, rest in steps if instruction == "RUN"]
+    install = "sh /usr/src/kgwe/hack/image/install.sh /usr/src/kgwe"
+    assert runs == [f"--mount=type=bind,target=/usr/src/kgwe {install}"]
+    build = (REPO_ROOT / "hack" / "image" / "build.sh").read_text()
+    assert install in build  # the same script, the source at the same place
+
+
+def test_both_routes_see_the_same_build_context():
+    ignore = (REPO_ROOT / ".dockerignore").read_text().splitlines()
+    allowed = sorted(line[1:] for line in ignore if line.startswith("!"))
+    assert allowed == sorted(build_script_inputs())
+
+
+def test_containerfile_version_is_the_project_version():
+    assert containerfile_config()["Args"]["VERSION"] == project()["version"]
+
+
+def test_deploy_refers_to_the_versioned_image():
+    refs = []
+    for path in sorted((REPO_ROOT / "deploy").rglob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            refs += [(path.name, ref) for ref in re.findall(rf"{re.escape(IMAGE_NAME)}[^\s'\"]*", str(doc))]
+    assert refs, "deploy/ runs the KGWE image"
+    assert {ref for _, ref in refs} == {f"{IMAGE_NAME}:{project()['version']}"}, refs
+
+
+def test_the_lock_pins_every_runtime_dependency_with_hashes():
+    text = (REPO_ROOT / "hack" / "image" / "requirements.lock").read_text()
+    pinned = r"^([A-Za-z0-9_.-]+)==(\S+) \\\n(?:\s+--hash=sha256:[0-9a-f]{64}.*\n?)+"
+    pins = {m.group(1).lower(): Version(m.group(2)) for m in re.finditer(pinned, text, re.M)}
+    assert pins and "--index-url" not in text and "--find-links" not in text
+    for dependency in project()["dependencies"]:
+        req = Requirement(dependency)
+        name = req.name.lower()
+        assert name in pins, f"{name} is not pinned: run `make image-lock`"
+        assert pins[name] in req.specifier, f"{name}=={pins[name]} outside {req.specifier}: make image-lock"
+        for extra in req.extras:  # psycopg[binary] -> psycopg-binary
+            assert f"{name}-{extra}" in pins, f"{name}[{extra}] is not pinned: run `make image-lock`"
+    dev = {Requirement(d).name.lower() for d in project()["optional-dependencies"]["dev"]}
+    assert not dev & pins.keys(), "dev extras never go into the image"
