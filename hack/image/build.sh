@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # `make image`: build KGWE's one OCI image (controller, extender, agent, webhook) without a container daemon.
 #
-#   1. mmdebstrap makes a minimal Debian bookworm root filesystem (variant minbase) and runs
-#      hack/image/install.sh inside it: the same script the Containerfile runs on debian:bookworm-slim;
+#   1. mmdebstrap makes a minimal Debian root filesystem (variant minbase) and runs hack/image/install.sh
+#      inside it: the same script the Containerfile runs on debian:trixie-slim (the same suite);
 #   2. buildah puts that tree into a one-layer image from scratch, sets the image config (the same user,
 #      environment and entrypoint as the Containerfile) and the OCI labels, and writes an OCI archive.
 #
@@ -19,6 +19,9 @@ source_url="${KGWE_IMAGE_SOURCE:-https://github.com/kgwe/kgwe}"
 mirror="${KGWE_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 security_mirror="${KGWE_DEBIAN_SECURITY_MIRROR:-http://deb.debian.org/debian-security}"
 uid=65532
+# Debian 13: its Python 3.13 has tarfile's extraction filters, which KGWE's Git export relies on (bookworm's
+# 3.11.2 predates them). The Containerfile's FROM names the same suite.
+suite=trixie
 # A CA bundle for reaching the package index during the build (e.g. behind a TLS-intercepting proxy):
 # pip's own setting by default; used while installing, never left in the image.
 ca_file="${KGWE_IMAGE_CA_FILE:-${PIP_CERT:-}}"
@@ -76,7 +79,7 @@ mkdir -p "$stage/src"
     (cd "$root" && while IFS= read -r -d '' f; do [ -e "$f" ] && printf '%s\0' "$f"; done) |
     tar -C "$root" --null -T - -cf - | tar -C "$stage/src" -xf -
 key="$( (cd "$stage/src" && find . -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum
-         echo "$ref $revision $source_url $mirror") | sha256sum | cut -c1-64)"
+         echo "$ref $revision $source_url $mirror $suite") | sha256sum | cut -c1-64)"
 if [ -f "$archive" ] && [ "$(cat "$archive.key" 2>/dev/null)" = "$key" ]; then
     log "unchanged inputs: reusing $archive"
     echo "$archive $ref"
@@ -103,9 +106,9 @@ mmdebstrap --mode=root --variant=minbase --format=tar --components=main \
     --customize-hook="copy-in $stage/src /usr/src" \
     --customize-hook='mv "$1/usr/src/src" "$1/usr/src/kgwe" && chroot "$1" '"${install_env[*]}"' sh /usr/src/kgwe/hack/image/install.sh /usr/src/kgwe' \
     --customize-hook='rm -rf "$1/usr/src/kgwe" && : > "$1/etc/resolv.conf" && : > "$1/etc/hostname"' \
-    bookworm "$rootfs" \
-    "deb $mirror bookworm main" "deb $mirror bookworm-updates main" \
-    "deb $security_mirror bookworm-security main" >&2
+    "$suite" "$rootfs" \
+    "deb $mirror $suite main" "deb $mirror $suite-updates main" \
+    "deb $security_mirror $suite-security main" >&2
 
 ctr="$(buildah from scratch)"
 buildah add --quiet "$ctr" "$rootfs" / >/dev/null
@@ -124,7 +127,7 @@ buildah config \
     --label "org.opencontainers.image.source=$source_url" \
     --label "org.opencontainers.image.version=$version" \
     --label "org.opencontainers.image.revision=$revision" \
-    --label "org.opencontainers.image.base.name=debian:bookworm (mmdebstrap minbase)" \
+    --label "org.opencontainers.image.base.name=debian:$suite (mmdebstrap minbase)" \
     "$ctr"
 buildah commit --quiet --format oci --disable-compression=false --timestamp "$epoch" "$ctr" "oci-archive:$archive.part:$ref" >/dev/null
 mv -f "$archive.part" "$archive"

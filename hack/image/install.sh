@@ -1,7 +1,7 @@
 #!/bin/sh
-# Install KGWE into a Debian bookworm root filesystem. This is the one install step of both image routes,
+# Install KGWE into a Debian trixie root filesystem. This is the one install step of both image routes,
 # so they cannot drift: `make image` (hack/image/build.sh) runs it as root inside an mmdebstrap chroot,
-# the Containerfile runs it on debian:bookworm-slim.
+# the Containerfile runs it on debian:trixie-slim.
 #
 #   install.sh SOURCE_DIR     SOURCE_DIR: the repository's files (read only; copied before building)
 #
@@ -14,8 +14,8 @@ set -eu
 src=${1:?usage: install.sh SOURCE_DIR}
 prefix=/opt/kgwe
 uid=65532
-# Only at build time: venv (for ensurepip's pip) and the wheels it brings; purged at the end.
-build_packages="python3-venv python3.11-venv python3-pip-whl python3-setuptools-whl python3-distutils"
+# Only at build time: venv (for ensurepip's pip); purged at the end with what it pulled in.
+build_packages="python3-venv"
 # What KGWE runs: Python, git for the policy repositories (also over SSH), CA certificates for HTTPS.
 runtime_packages="python3 git openssh-client ca-certificates"
 # Big packages whose test suites are never imported at run time (numpy.testing lives outside tests/).
@@ -42,6 +42,7 @@ EOF
 apt-get update -q
 # shellcheck disable=SC2086
 apt-get install -y -q --no-install-recommends $runtime_packages $build_packages
+pyver=$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 
 # 3. KGWE's wheel, built with the pinned build backend in a throwaway environment.
 work=$(mktemp -d /tmp/kgwe-install.XXXXXX)
@@ -65,7 +66,7 @@ rm -rf "$site/kubernetes/aio"
 
 # 5. Precompile what pip did not (Debian's standard library): the image never writes bytecode.
 # (The standard library's own tests hold files that are invalid on purpose, hence `|| true` there only.)
-python3 -m compileall -q /usr/lib/python3.11 >/dev/null 2>&1 || true
+python3 -m compileall -q "/usr/lib/python$pyver" >/dev/null 2>&1 || true
 "$prefix/bin/python" -m compileall -q "$prefix/lib" >/dev/null
 
 # 6. The user the processes run as (deploy/ sets runAsUser 65532 too).
@@ -76,7 +77,7 @@ useradd --system --uid "$uid" --gid "$uid" --home-dir /nonexistent --no-create-h
 # 7. Leave nothing of the build behind.
 rm -rf "$work"
 # shellcheck disable=SC2086
-apt-get purge -y -q --auto-remove $build_packages
+apt-get purge -y -q --auto-remove $build_packages "python$pyver-venv" python3-pip-whl
 apt-get clean
 rm -rf /var/lib/apt/lists/* /var/cache/apt/* /var/cache/debconf/*-old /var/lib/dpkg/*-old \
     /var/log/apt /var/log/dpkg.log /var/log/alternatives.log /root/.cache /tmp/* /var/tmp/*

@@ -4,12 +4,12 @@
 # reviewed versions, and pip's --require-hashes refuses anything else.
 #   requirements.lock        KGWE's runtime dependencies (never its dev extras)
 #   build-requirements.lock  the wheel's build backend (hatchling), used only while building the image
-# Resolved for the image's interpreter: Debian bookworm's Python 3.11 on Linux.
+# Resolved for the image's interpreter: Debian trixie's Python 3.13 on Linux.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 here="$root/hack/image"
 python="${PYTHON:-python3}"
-"$python" -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else "lock with Python 3.11 (the image runs bookworm'"'"'s 3.11); set PYTHON")'
+"$python" -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 13) else "lock with Python 3.13 (the image runs trixie'"'"'s 3.13); set PYTHON")'
 tools="$root/build/image-lock-venv"
 if [ ! -x "$tools/bin/pip-compile" ]; then
     "$python" -m venv "$tools"
