@@ -84,6 +84,12 @@ def write_pki(directory: Path, valid_days: int = 7) -> PkiFiles:
             .not_valid_before(now)
             .not_valid_after(until)
             .add_extension(x509.BasicConstraints(ca=is_ca, path_length=None), critical=True)
+            # Key identifiers as real cluster PKIs carry them: Python >= 3.13 verifies strictly (RFC 5280)
+            # and refuses certificates without an Authority Key Identifier.
+            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+            .add_extension(
+                x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False
+            )
         )
 
     ca_cert = (
