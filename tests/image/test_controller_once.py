@@ -52,7 +52,7 @@ def test_once_waits_for_the_lease_and_never_acts_beside_a_leader(control_plane, 
     lease.spec.lease_duration_seconds = 3600
     lease.spec.renew_time = datetime.now(UTC)
     leases.replace_namespaced_lease("kgwe-controller", namespace, lease)
-    with pytest.raises(KgweError, match="another controller holds the Lease"):
+    with pytest.raises(KgweError, match="another controller holds it"):
         controller_command.run(args)
     assert (
         leases.read_namespaced_lease("kgwe-controller", namespace).spec.holder_identity
