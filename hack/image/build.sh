@@ -34,6 +34,7 @@ ensure_tools() {
     command -v mmdebstrap >/dev/null || missing+=(mmdebstrap)
     command -v buildah >/dev/null || missing+=(buildah)
     command -v skopeo >/dev/null || missing+=(skopeo)
+    [ -f /usr/share/keyrings/debian-archive-keyring.gpg ] || missing+=(debian-archive-keyring)
     [ ${#missing[@]} -eq 0 ] && return
     [ "$(id -u)" -eq 0 ] || die "needs root to install ${missing[*]} (or run: sudo apt-get install ${missing[*]})"
     log "installing ${missing[*]} with apt-get"

@@ -45,6 +45,21 @@ def test_kgwe_version_and_validate_run_inside_the_image(image_container, tmp_pat
     assert want in bad.stdout, bad.stdout
 
 
+def test_the_trimmed_dependencies_still_serve_kgwe_inside_the_image(image_container):
+    """Test suites and kubernetes.aio are stripped from the image: the planner (scipy's MILP), the forecast
+    (statsmodels, pandas) and the Kubernetes client still run."""
+    plan = image_container.run(["kgwe", "plan-mig", "/policy"], volumes=[f"{sample_repo_dir()}:/policy:ro"])
+    assert plan.returncode == 0, plan.stderr
+    assert "pool inference-h100:" in plan.stdout
+    script = (
+        "from kgwe.cost.forecast import forecast_daily; import kubernetes.client, kubernetes.watch; "
+        "f = forecast_daily([10.0 + (i % 7) for i in range(42)], 7); print(f.method, len(f.values))"
+    )
+    forecast = image_container.run(["python3", "-c", script])
+    assert forecast.returncode == 0, forecast.stderr
+    assert forecast.stdout.split() == ["holt-winters(weekly)+ses+mean7", "7"]
+
+
 def test_image_config_equals_the_containerfile_and_carries_the_oci_labels(image_container, kgwe_image):
     config = image_container.config()
     want = containerfile_config()
