@@ -1,5 +1,5 @@
 """The image's `kgwe controller` against the real apiserver, from inside the image: `buildah run` on the host
-network with a kubeconfig and the policy's Git repository mounted; `--once` reconciles and exits."""
+network with a kubeconfig mounted, the policy served over HTTPS on loopback; `--once` reconciles and exits."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ from kgwe.cluster.names import MIG_CONFIG_LABEL
 
 pytestmark = [pytest.mark.image, pytest.mark.cluster, pytest.mark.timeout(3600)]
 
-UID = 65532  # the image's user
 SYSTEM_NS = "kgwe-system"
 
 
@@ -46,14 +45,17 @@ def test_the_images_controller_applies_a_policy_repository_once(image_container,
     e2e.make_repository()
     kubeconfig = e2e.tmp / "kubeconfig"
     kubeconfig.write_text(inline_kubeconfig(control_plane))
-    # git refuses repositories other users own: the image's user owns what it reads
-    for path in [kubeconfig, e2e.remote.bare, *e2e.remote.bare.rglob("*")]:
-        os.chown(path, UID, UID)
-    bare = str(e2e.remote.bare)  # mounted at the same path: the PolicyRepository's url
+    # The policy is served over HTTPS on loopback by the e2e fixture, with its own CA: the image's
+    # controller trusts it through --git-ca-file, as a cluster with a private Git server would.
+    git_ca = os.environ["GIT_SSL_CAINFO"]
+    assert e2e.obj()["spec"]["url"].startswith("https://127.0.0.1:")
 
     proc = image_container.run(
-        ["kgwe", "controller", "--once", "--kubeconfig", "/kube/config", "--namespace", SYSTEM_NS],
-        volumes=[f"{bare}:{bare}", f"{kubeconfig}:/kube/config:ro"],
+        [
+            *("kgwe", "controller", "--once", "--kubeconfig", "/kube/config", "--namespace", SYSTEM_NS),
+            *("--git-ca-file", "/git/ca.pem"),
+        ],
+        volumes=[f"{kubeconfig}:/kube/config:ro", f"{git_ca}:/git/ca.pem:ro"],
         host_network=True,
     )
     assert proc.returncode == 0, (proc.stdout, proc.stderr[-3000:])
