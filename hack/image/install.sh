@@ -54,7 +54,7 @@ python3 -m venv "$work/build"
 
 # 4. The runtime environment: no pip inside; the build environment's pip installs into it.
 python3 -m venv --without-pip "$prefix"
-pip_into() { "$work/build/bin/pip" --python "$prefix/bin/python" install -q --no-deps --compile "$@"; }
+pip_into() { "$work/build/bin/pip" --python "$prefix/bin/python" install -q --no-deps --no-compile "$@"; }
 pip_into --require-hashes --only-binary=:all: -r "$work/src/hack/image/requirements.lock"
 pip_into --no-index "$work"/wheel/kgwe-*.whl
 site=$("$prefix/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
@@ -64,10 +64,12 @@ done
 # The kubernetes client's asyncio twin (68 MB): KGWE uses only the synchronous client, which never imports it.
 rm -rf "$site/kubernetes/aio"
 
-# 5. Precompile what pip did not (Debian's standard library): the image never writes bytecode.
-# (The standard library's own tests hold files that are invalid on purpose, hence `|| true` there only.)
-python3 -m compileall -q "/usr/lib/python$pyver" >/dev/null 2>&1 || true
-"$prefix/bin/python" -m compileall -q "$prefix/lib" >/dev/null
+# 5. Precompile every module, the standard library's too: the image never writes bytecode. Unchecked-hash
+#    .pyc files are used without looking at the source's mtime, which image tools rewrite (buildah commit
+#    --timestamp, layer squashing); timestamp-checked ones would all be stale and recompiled at each start.
+#    (The standard library's own tests hold files that are invalid on purpose, hence `|| true` there only.)
+python3 -m compileall -q -f --invalidation-mode unchecked-hash "/usr/lib/python$pyver" >/dev/null 2>&1 || true
+"$prefix/bin/python" -m compileall -q -f --invalidation-mode unchecked-hash "$prefix/lib" >/dev/null
 
 # 6. The user the processes run as (deploy/ sets runAsUser 65532 too).
 groupadd --system --gid "$uid" kgwe
