@@ -16,9 +16,12 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
-from kgwe.testing.controlplane import REPO_ROOT, cache_base
+from kgwe.testing.controlplane import cache_base
 
+# The image is built from a checkout (hack/image and the Containerfile are not in the wheel).
+REPO_ROOT = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO_ROOT / "hack" / "image" / "build.sh"
 RUN_TIMEOUT_SECONDS = 300
 
@@ -113,19 +116,20 @@ def uncompressed_size_bytes(archive: Path) -> int:
     """Sum of the image's layers as unpacked tar streams (what `image size, uncompressed` means)."""
     with tarfile.open(archive) as tar:
 
-        def blob(digest: str) -> bytes | tarfile.ExFileObject:
-            member = tar.extractfile(f"blobs/{digest.replace(':', '/')}")
+        def blob(digest: str) -> IO[bytes]:
+            name = digest if digest == "index.json" else f"blobs/{digest.replace(':', '/')}"
+            member = tar.extractfile(name)
             if member is None:
                 raise ImageError(f"{archive}: blob {digest} missing")
             return member
 
-        index = json.load(tar.extractfile("index.json"))  # type: ignore[arg-type]
-        manifest = json.load(blob(index["manifests"][0]["digest"]))  # type: ignore[arg-type]
+        index = json.load(blob("index.json"))
+        manifest = json.load(blob(index["manifests"][0]["digest"]))
         total = 0
         for layer in manifest["layers"]:
             stream = blob(layer["digest"])
             gzipped = layer["mediaType"].endswith("+gzip")
             inflate = zlib.decompressobj(wbits=31) if gzipped else None
-            while chunk := stream.read(1 << 20):  # type: ignore[union-attr]
+            while chunk := stream.read(1 << 20):
                 total += len(inflate.decompress(chunk)) if inflate else len(chunk)
         return total
