@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.kgwe-installed
 
-.PHONY: venv lint test demo cluster-bins schemas clean
+.PHONY: venv lint test demo cluster-bins tool-bins schemas deploy clean
 
 # (Re)install whenever pyproject.toml changes.
 $(STAMP): pyproject.toml
@@ -27,10 +27,21 @@ lint: venv
 cluster-bins:
 	hack/cluster-bins.sh
 
-schemas: venv
-	$(BIN)/kgwe schema --out schemas --crds deploy/crds
+# Builds helm and Flux's kustomize-controller (wrapper modules hack/helm, hack/flux) into ~/.cache/kgwe.
+tool-bins:
+	hack/tool-bins.sh helm
+	hack/tool-bins.sh flux
 
-test: venv cluster-bins lint
+# The CRDs go into the Helm chart (its single source); `make deploy` renders them into deploy/crds/.
+schemas: venv
+	$(BIN)/kgwe schema --out schemas --crds deploy/helm/kgwe/files/crds
+	hack/render-deploy.sh
+
+# deploy/ (the kustomize base) is the chart deploy/helm/kgwe rendered with its default values.
+deploy: venv
+	hack/render-deploy.sh
+
+test: venv cluster-bins tool-bins lint
 	$(BIN)/python -m pytest
 
 demo: venv cluster-bins
