@@ -46,6 +46,10 @@ log = logging.getLogger(__name__)
 
 
 REQUESTED_AT_ANNOTATION = RECONCILE_REQUESTED_AT_ANNOTATION
+CRD_MISSING = (
+    f"the CustomResourceDefinition {PLURAL}.{GROUP} is not installed: install KGWE's CRDs "
+    "(helm: crds.install=true; kustomize: deploy/crds/)"
+)
 
 
 @dataclass
@@ -94,6 +98,7 @@ class Controller:
         self.git_access = git_access or GitAccess()
         self._reconcilers: dict[str, RepositoryReconciler] = {}
         self.reconciles = 0
+        self.crd_missing = False  # the last list of PolicyRepositories said the API does not exist
         self.elector: LeaderElector | None = None
         if leader_election:
             self.elector = LeaderElector(
@@ -125,11 +130,17 @@ class Controller:
             routes = {
                 "/metrics": lambda: (200, "text/plain; version=0.0.4", self.metrics.exposition()),
                 "/healthz": lambda: (200, "text/plain", b"ok"),
-                "/readyz": lambda: (200, "text/plain", b"leader" if self.is_leader() else b"standby"),
+                "/readyz": self._readyz,
             }
             self.server = ControllerHTTPServer(
                 listen, secret=webhook_secret, on_push=self.on_push, get_routes=routes
             )
+
+    def _readyz(self) -> tuple[int, str, bytes]:
+        """Ready unless the PolicyRepository CRD is missing (an install with crds.install=false, say)."""
+        if self.crd_missing:
+            return 503, "text/plain", f"{CRD_MISSING}\n".encode()
+        return 200, "text/plain", b"leader" if self.is_leader() else b"standby"
 
     # -- leadership ----------------------------------------------------------------------------------
     def is_leader(self) -> bool:
@@ -206,8 +217,11 @@ class Controller:
                 GROUP, VERSION, self.namespace, PLURAL
             )
         except ApiException as exc:
-            log.warning("listing PolicyRepositories failed: %s", exc.reason)
+            self.crd_missing = exc.status == 404
+            reason = CRD_MISSING if self.crd_missing else exc.reason
+            log.warning("listing PolicyRepositories failed: %s", reason)
             return 5.0
+        self.crd_missing = False
         with self._lock:
             pushed, self._pending_push = self._pending_push, False
         now = time.monotonic()

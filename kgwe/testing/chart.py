@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import argparse
 import functools
+import os
 import re
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from kgwe.errors import KgweError
@@ -38,10 +39,17 @@ def helm_binary() -> Path:
     return tool_dir("helm") / "helm"
 
 
-def helm(*args: str, check: bool = True, timeout_seconds: float = 600) -> subprocess.CompletedProcess[str]:
-    """Run helm; with check, a failure raises KgweError carrying helm's own message."""
+def helm(
+    *args: str, check: bool = True, timeout_seconds: float = 900, env: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run helm (extra environment: KUBECONFIG, HELM_*_HOME); with check, a failure raises KgweError."""
     proc = subprocess.run(
-        [str(helm_binary()), *args], capture_output=True, text=True, timeout=timeout_seconds, check=False
+        [str(helm_binary()), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout_seconds,
+        check=False,
+        env={**os.environ, **(env or {})},
     )
     if check and proc.returncode != 0:
         raise KgweError(f"helm {' '.join(args)}: exit {proc.returncode}: {proc.stderr.strip()}")
