@@ -82,8 +82,15 @@ def test_controller_status_says_when_the_crds_are_missing(cluster, tmp_path):
     controller.tick()
     status, _, body = controller._readyz()
     assert status == 503 and b"policyrepositories.kgwe.nvidia.io is not installed" in body
-    out = helm("template", "kgwe", str(CHART_DIR), "--namespace", NS, "--set", "crds.install=false").stdout
-    assert "CustomResourceDefinition" not in out
+    notes = _helm(
+        cluster, "install", "kgwe", str(CHART_DIR), "--namespace", NS, "--set", "crds.install=false",
+        "--dry-run=server",
+    )  # fmt: skip
+    assert "CustomResourceDefinition" not in notes.split("NOTES:")[0]
+    assert (
+        "WARNING: crds.install=false and the CRD policyrepositories.kgwe.nvidia.io is not on this cluster"
+        in notes
+    )
 
 
 def test_seed_install_upgrade_uninstall(cluster):
