@@ -31,9 +31,21 @@ def tool_dir(name: str) -> Path:
     return Path(lines[-1])
 
 
-def build_seconds(directory: Path) -> int | None:
-    """Seconds the build of `directory` took (written by hack/tool-bins.sh), if recorded."""
-    try:
-        return int((directory / "build-seconds").read_text().strip())
-    except (OSError, ValueError):
-        return None
+def recorded_build_seconds(directory: Path, key: str, version: str) -> tuple[float | None, str]:
+    """The latest cold build of `key`=`version` from build-times.log, else this cache's own build time.
+
+    hack/cluster-bins.sh and hack/tool-bins.sh append one line per build (`<time> <key>=<version> seconds=N
+    gocache=cold|shared ...`). A cold figure comes from a `--cold` build (empty Go build cache; the module
+    download cache may be warm) or a genuine first build; a rebuild on a warm Go cache is much faster and is
+    reported as such.
+    """
+    log = directory.parent / "build-times.log"
+    lines = log.read_text().splitlines() if log.is_file() else []
+    for line in reversed(lines):
+        fields = dict(f.split("=", 1) for f in line.split()[1:] if "=" in f)
+        if fields.get(key) == version and fields.get("gocache") == "cold":
+            return float(fields["seconds"]), f"cold Go build cache, {line.split()[0]}"
+    own = directory / "build-seconds"
+    if own.is_file():
+        return float(own.read_text()), "this cache's build; Go build cache state unknown"
+    return None, "not recorded"
