@@ -23,7 +23,7 @@ from kubernetes.client.exceptions import ApiException
 
 from kgwe.cluster.events import EventRecorder
 from kgwe.cluster.lease import LeaderElector
-from kgwe.cluster.names import RECONCILE_REQUESTED_AT_ANNOTATION
+from kgwe.cluster.names import FIELD_MANAGER, RECONCILE_REQUESTED_AT_ANNOTATION
 from kgwe.gitops.gitcmd import GitAccess
 from kgwe.gitops.retry import jittered_interval_seconds
 from kgwe.gitops.source import touches_policy
@@ -187,6 +187,7 @@ class Controller:
                     item["metadata"]["name"],
                     {"metadata": {"annotations": {REQUESTED_AT_ANNOTATION: stamp}}},
                     _content_type="application/merge-patch+json",
+                    field_manager=FIELD_MANAGER,
                 )
         except ApiException as exc:
             log.warning("could not hand the webhook push to the leader: %s", exc.reason)

@@ -32,6 +32,7 @@ from kgwe.cluster.inventory import GpuNodeFacts, config_layout, inventory_docume
 from kgwe.cluster.names import (
     BUDGET_QUOTA_NAME,
     CRD_VERSION,
+    FIELD_MANAGER,
     GIT_CREDENTIALS_LABEL,
     POLICY_REPOSITORY_PLURAL,
     RETRY_ANNOTATION,
@@ -517,6 +518,7 @@ class RepositoryReconciler:
             self.name,
             {"status": new},
             _content_type="application/merge-patch+json",
+            field_manager=FIELD_MANAGER,  # else the client's User-Agent names the status's manager
         )
 
     def _commit_snapshot(self, repo: dict, spec: PolicyRepositorySpec, phase: str) -> dict:
