@@ -4,6 +4,7 @@ values schema, the namespace guard, CRD switches, and deploy/ being exactly the 
 from __future__ import annotations
 
 import json
+import tarfile
 import time
 
 import pytest
@@ -171,3 +172,14 @@ def test_render_deploy_reports_helm_errors_without_a_traceback(tmp_path):
     (broken / "templates" / "x.yaml").write_text("{{ .Values.nope.deeper }}\n")
     with pytest.raises(KgweError, match=r"nil pointer|nope"):
         template(chart=broken)
+
+
+def test_packaged_chart_renders_the_same_as_the_folder(tmp_path):
+    """`helm package` keeps everything the templates read (files/crds/ included), drops ci/."""
+    helm("package", str(CHART_DIR), "--destination", str(tmp_path))
+    (packaged,) = tmp_path.glob("kgwe-*.tgz")
+    assert template(*SEED, chart=packaged) == template(*SEED)
+    with tarfile.open(packaged) as tar:
+        listing = tar.getnames()
+    assert "kgwe/files/crds/policyrepositories.kgwe.nvidia.io.yaml" in listing
+    assert not any("/ci/" in name for name in listing)
