@@ -30,7 +30,7 @@ SEED = (
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimpleNamespace]:
+def helm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimpleNamespace]:
     """A control plane for this module alone: a Helm release owns cluster-wide names (CRDs, ClusterRoles)."""
     home = tmp_path_factory.mktemp("helm-home")
     cp = ControlPlane(find_binaries())
@@ -53,8 +53,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimpleNamespac
         cp.stop()
 
 
-def _helm(cluster: SimpleNamespace, *args: str) -> str:
-    return helm(*args, env=cluster.env).stdout
+def _helm(helm_cluster: SimpleNamespace, *args: str) -> str:
+    return helm(*args, env=helm_cluster.env).stdout
 
 
 def _ready_pods(api: client.ApiClient, component: str) -> int:
@@ -73,17 +73,17 @@ def _crd_names(api: client.ApiClient) -> set[str]:
     return {c.metadata.name for c in client.ApiextensionsV1Api(api).list_custom_resource_definition().items}
 
 
-def test_controller_status_says_when_the_crds_are_missing(cluster, tmp_path):
+def test_controller_status_says_when_the_crds_are_missing(helm_cluster, tmp_path):
     """crds.install=false on a cluster without the CRDs: the controller's /readyz says what is missing."""
     from kgwe.reconcile.controller import Controller
 
-    assert not set(CRDS) & _crd_names(cluster.api), "this check needs a cluster without KGWE's CRDs"
-    controller = Controller(cluster.api, NS, cache_dir=tmp_path, listen=None, leader_election=False)
+    assert not set(CRDS) & _crd_names(helm_cluster.api), "this check needs a cluster without KGWE's CRDs"
+    controller = Controller(helm_cluster.api, NS, cache_dir=tmp_path, listen=None, leader_election=False)
     controller.tick()
     status, _, body = controller._readyz()
     assert status == 503 and b"policyrepositories.kgwe.nvidia.io is not installed" in body
     notes = _helm(
-        cluster, "install", "kgwe", str(CHART_DIR), "--namespace", NS, "--set", "crds.install=false",
+        helm_cluster, "install", "kgwe", str(CHART_DIR), "--namespace", NS, "--set", "crds.install=false",
         "--dry-run=server",
     )  # fmt: skip
     assert "CustomResourceDefinition" not in notes.split("NOTES:")[0]
@@ -93,24 +93,24 @@ def test_controller_status_says_when_the_crds_are_missing(cluster, tmp_path):
     )
 
 
-def test_seed_install_upgrade_uninstall(cluster):
-    api, apps = cluster.api, client.AppsV1Api(cluster.api)
-    out = _helm(cluster, *SEED, "--wait", "--timeout", "8m")
+def test_seed_install_upgrade_uninstall(helm_cluster):
+    api, apps = helm_cluster.api, client.AppsV1Api(helm_cluster.api)
+    out = _helm(helm_cluster, *SEED, "--wait", "--timeout", "8m")
     assert "STATUS: deployed" in out and "kgwe-scheduler" in out  # NOTES name what was installed
     assert "Next steps" in out
     for component, want in (
         ("controller", 2),
         ("extender", 2),
         ("scheduler", 2),
-        ("agent", len(cluster.nodes)),
+        ("agent", len(helm_cluster.nodes)),
     ):
         assert _ready_pods(api, component) == want, f"{component}: {want} Ready pod(s) expected"
     assert set(CRDS) <= _crd_names(api)
-    releases = json.loads(_helm(cluster, "list", "--namespace", NS, "--output", "json"))
+    releases = json.loads(_helm(helm_cluster, "list", "--namespace", NS, "--output", "json"))
     assert [(r["name"], r["status"]) for r in releases] == [("kgwe", "deployed")]
 
     _helm(
-        cluster, "upgrade", "kgwe", str(CHART_DIR), "--namespace", NS, "--reuse-values",
+        helm_cluster, "upgrade", "kgwe", str(CHART_DIR), "--namespace", NS, "--reuse-values",
         "--set", "extender.replicas=3", "--set", "agent.enabled=false", "--wait", "--timeout", "8m",
     )  # fmt: skip
     assert apps.read_namespaced_deployment("kgwe-extender", NS).spec.replicas == 3
@@ -118,15 +118,15 @@ def test_seed_install_upgrade_uninstall(cluster):
     with pytest.raises(ApiException) as gone:
         apps.read_namespaced_daemon_set("kgwe-agent", NS)
     assert gone.value.status == 404
-    history = json.loads(_helm(cluster, "history", "kgwe", "--namespace", NS, "--output", "json"))
+    history = json.loads(_helm(helm_cluster, "history", "kgwe", "--namespace", NS, "--output", "json"))
     assert [h["revision"] for h in history] == [1, 2]
 
-    _helm(cluster, "uninstall", "kgwe", "--namespace", NS, "--wait", "--timeout", "5m")
+    _helm(helm_cluster, "uninstall", "kgwe", "--namespace", NS, "--wait", "--timeout", "5m")
     assert not apps.list_namespaced_deployment(NS).items
     assert set(CRDS) <= _crd_names(api), "crds.keep (default) keeps the CRDs and every custom resource"
 
 
-def test_every_manifest_is_accepted_by_the_apiserver(cluster):
+def test_every_manifest_is_accepted_by_the_apiserver(helm_cluster):
     """All components and a PolicyRepository (ci/full-values.yaml): server-side dry-run, after the CRDs."""
     docs = [
         d
@@ -143,8 +143,8 @@ def test_every_manifest_is_accepted_by_the_apiserver(cluster):
         )
         if d
     ]
-    dyn = dynamic.DynamicClient(cluster.api)
-    ensure_namespace(cluster.api, NS)
+    dyn = dynamic.DynamicClient(helm_cluster.api)
+    ensure_namespace(helm_cluster.api, NS)
     crds = [d for d in docs if d["kind"] == "CustomResourceDefinition"]
     assert {c["metadata"]["name"] for c in crds} == set(CRDS)
     for doc in crds:  # the CRDs for real (they may be kept from the install test), then wait until served
@@ -154,8 +154,8 @@ def test_every_manifest_is_accepted_by_the_apiserver(cluster):
         )  # fmt: skip
     from kgwe.testing.crds import install_crds
 
-    install_crds(cluster.api, crds)
-    dyn = dynamic.DynamicClient(cluster.api)  # rediscover the new APIs
+    install_crds(helm_cluster.api, crds)
+    dyn = dynamic.DynamicClient(helm_cluster.api)  # rediscover the new APIs
     accepted = []
     for doc in docs:
         if doc["kind"] == "CustomResourceDefinition":
