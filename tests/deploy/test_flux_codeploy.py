@@ -45,6 +45,7 @@ WATCHED = [
     ("policy/v1", "PodDisruptionBudget"), ("rbac.authorization.k8s.io/v1", "ClusterRole"),
     ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"), ("rbac.authorization.k8s.io/v1", "Role"),
     ("rbac.authorization.k8s.io/v1", "RoleBinding"), ("apiextensions.k8s.io/v1", "CustomResourceDefinition"),
+    ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration"),
     ("kgwe.nvidia.io/v1", "PolicyRepository"),
 ]  # fmt: skip
 REPO = "gpu-policy"  # deploy/examples/policyrepository.yaml
