@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -30,6 +31,7 @@ from kgwe.resources import deploy_dir, sample_repo_dir
 from kgwe.testing import chart, flux, gpunodes
 from kgwe.testing.controlplane import ControlPlane, find_binaries, free_port, tail
 from kgwe.testing.crds import install_crds
+from kgwe.testing.gitserver import GitHttpsServer
 from kgwe.testing.migmanager import MigManagerStandIn
 from kgwe.testing.writes import WriteRecorder, object_key
 
@@ -85,7 +87,7 @@ def _flux_kustomizations(repo_url: str) -> tuple[list[dict], dict[str, bytes]]:
     """deploy/examples/flux/ and the PolicyRepository example, as the test feeds them to Flux.
 
     The only changes: sources are ExternalArtifacts of the same names (no source-controller here), intervals
-    are short, and the PolicyRepository points at the local Git repository without credentials.
+    are short, and the PolicyRepository points at the loopback Git server (its credentials: the example's).
     """
     example = [
         d for d in yaml.safe_load_all((deploy_dir() / "examples/flux/kustomizations.yaml").read_text()) if d
@@ -95,14 +97,19 @@ def _flux_kustomizations(repo_url: str) -> tuple[list[dict], dict[str, bytes]]:
         k["spec"]["sourceRef"]["kind"] = "ExternalArtifact"
         k["spec"]["interval"] = INTERVAL
         k["spec"]["timeout"] = "5m"
-    docs = [d for d in yaml.safe_load_all((deploy_dir() / "examples/policyrepository.yaml").read_text()) if d]
+    docs = _example_docs()
     repo = next(d for d in docs if d["kind"] == "PolicyRepository")
-    repo["spec"] = {"url": repo_url, "ref": {"branch": "main"}, "path": "", "interval": INTERVAL}
+    repo["spec"].update(url=repo_url, path="", interval=INTERVAL)
+    del repo["spec"]["reports"]  # no report commits in this test (costs are off)
     path = next(k for k in kustomizations if k["metadata"]["name"] == "kgwe-policy-repository")["spec"][
         "path"
     ]
     cluster_config = {f"{path.strip('./')}/policyrepository.yaml": yaml.safe_dump_all(docs).encode()}
     return kustomizations, cluster_config
+
+
+def _example_docs() -> list[dict]:
+    return [d for d in yaml.safe_load_all((deploy_dir() / "examples/policyrepository.yaml").read_text()) if d]
 
 
 def _deploy_tree(*sets: str) -> dict[str, bytes]:
@@ -138,15 +145,27 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimpleNamespace]
         for name, (machine, labels) in nodes.items():
             gpunodes.create_gpu_node(api, name, machine, labels=labels)
         gpunodes.wait_nodes_ready(api, list(nodes), timeout_seconds=120)
+        # sample-repo in a bare repository behind a real HTTPS Git server asking for the example Secret's
+        # credentials; `policy` is a working clone that pushes policy changes
+        (tmp / "git").mkdir()
+        _git(tmp / "git", "init", "-q", "--bare", "-b", "main", "gpu-policy.git")
         policy = tmp / "gpu-policy"
         shutil.copytree(sample_repo_dir(), policy)
         _git(policy, "init", "-q", "-b", "main")
         _git(policy, "add", "-A")
         _git(policy, "commit", "-qm", "sample-repo")
-        with MigManagerStandIn(
-            api, delay_seconds=0.3, config_namespace="gpu-operator", config_map="kgwe-mig-parted-config"
+        _git(policy, "push", "-q", str(tmp / "git" / "gpu-policy.git"), "main")
+        secret = next(d for d in _example_docs() if d["kind"] == "Secret")["stringData"]
+        git_server = GitHttpsServer(tmp / "git", username=secret["username"], password=secret["password"])
+        with (
+            git_server,
+            MigManagerStandIn(
+                api, delay_seconds=0.3, config_namespace="gpu-operator", config_map="kgwe-mig-parted-config"
+            ),
         ):
-            yield SimpleNamespace(cp=cp, api=api, tmp=tmp, policy=policy)
+            yield SimpleNamespace(
+                cp=cp, api=api, tmp=tmp, policy=policy, git=git_server, url=git_server.url("gpu-policy.git")
+            )
     finally:
         cp.stop()
 
@@ -191,14 +210,15 @@ class _Run:
             f"--listen=127.0.0.1:{self.kgwe_port}", "--no-costs", "--identity=kgwe-local",
             f"--cache-dir={self.world.tmp / 'kgwe-cache'}",
         ]  # fmt: skip
-        return subprocess.Popen(argv, stdout=self.kgwe_log.open("wb"), stderr=subprocess.STDOUT)
+        env = {**os.environ, "GIT_SSL_CAINFO": self.world.git.ca_file}  # trust the loopback Git server
+        return subprocess.Popen(argv, stdout=self.kgwe_log.open("wb"), stderr=subprocess.STDOUT, env=env)
 
 
 def _co_deploy(world: SimpleNamespace) -> dict[str, Any]:
     """Flux applies deploy/ and the PolicyRepository, KGWE syncs sample-repo, each prunes once; returns what
     happened: inventories before/after the prunes, write tables, deletions, reconcile counts."""
     api = world.api
-    kustomizations, cluster_config = _flux_kustomizations(str(world.policy))
+    kustomizations, cluster_config = _flux_kustomizations(world.url)
     out: dict[str, Any] = {}
     recorders: list[WriteRecorder] = []
     with contextlib.ExitStack() as stack:
@@ -229,6 +249,7 @@ def _co_deploy(world: SimpleNamespace) -> dict[str, Any]:
             run.publish_deploy("agent.enabled=false")
             (world.policy / "budgets" / "data-science.yaml").unlink()
             _git(world.policy, "commit", "-qam", "data-science has no budget any more")
+            _git(world.policy, "push", "-q", str(world.tmp / "git" / "gpu-policy.git"), "main")
             run.wait(
                 "Flux to prune the agent", lambda: AGENT not in _flux_inventory(run.kustomization("kgwe"))
             )
