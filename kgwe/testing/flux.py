@@ -29,10 +29,11 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from kgwe.testing.controlplane import REPO_ROOT, ControlPlaneError, _die_with_parent, free_port, tail
+from kgwe.resources import hack_dir
+from kgwe.testing.controlplane import ControlPlaneError, _die_with_parent, free_port, tail
 from kgwe.testing.gotools import tool_dir
 
-WRAPPER_GO_MOD = REPO_ROOT / "hack" / "flux" / "go.mod"
+WRAPPER_GO_MOD = hack_dir() / "flux" / "go.mod"
 CONTROLLER_MODULE = "github.com/fluxcd/kustomize-controller"
 # The source API kinds kustomize-controller watches; their CRDs come from source-controller's module of
 # the same Flux release (its code cannot be built here, its CRD files can be read).

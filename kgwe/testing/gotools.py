@@ -10,9 +10,10 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from kgwe.testing.controlplane import REPO_ROOT, ControlPlaneError
+from kgwe.resources import hack_dir
+from kgwe.testing.controlplane import ControlPlaneError
 
-TOOL_SCRIPT = REPO_ROOT / "hack" / "tool-bins.sh"
+TOOL_SCRIPT = hack_dir() / "tool-bins.sh"
 
 
 def tool_dir(name: str) -> Path:
