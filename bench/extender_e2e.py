@@ -1,15 +1,24 @@
-"""Real kube-scheduler on simulated GPU nodes, with and without the KGWE extender.
+"""Real kube-scheduler on simulated GPU nodes, with and without the KGWE extender, as deployed.
 
     .venv/bin/python bench/extender_e2e.py [--quick] [--nodes N] [--pods N] [--rate PODS_PER_S]
 
-- pods_per_second_without / _with: pods created while kube-scheduler is stopped, then it is started (the
-  control-plane benchmark's BASELINE_SCHEDULER config; "with" adds KGWE's extender entry and
-  percentageOfNodesToScore 100) and we time first bind -> last bind. 1-GPU pods.
+"Without" is the bare default scheduler (the control-plane benchmark's BASELINE_SCHEDULER config) and pods
+that name no scheduler. "With" is what KGWE deploys: a second kube-scheduler running the configuration
+`kgwe render` produces (profile kgwe-scheduler, the extender entry; rewritten only for this machine: the
+kubeconfig, the extender's local URL, leader election off, and the baseline's client QPS/burst so that the
+client rate limiter is not what is measured), and pods carrying `schedulerName: kgwe-scheduler`. One
+scheduler runs at a time, so each phase's CPU is its own.
+- pods_per_second_without / _with: pods created while the scheduler is stopped, then it is started, and
+  we time first bind -> last bind. 1-GPU pods.
 - p99_bind_ms: with the extender, pods created at 50 pods/s; creation (API call returned) -> bound seen
   by a watch, p99 over all pods. p99_submit_to_bound_ms counts from the moment the create request was sent.
 The extender runs as its own process in cluster mode (watches, kgwe-scoring absent = the built-in default
 profile, which decides in filter: one HTTP round trip per pod; --no-decide-in-filter: filter + prioritize).
 The latency phase also runs without the extender first: the same machine's floor, printed beside it.
+extender_cpu_ms_per_pod and apiserver_cpu_ms_per_pod_with / _without are CPU per pod in the latency phases
+(ratio_with_to_without: the apiserver's, with over without). The extender watches only the KGWE
+scheduler's bound pods; --extender-all-pods runs it with the older every-bound-pod watch, for comparison,
+and --background-pods N adds N bound CPU-only pods (another scheduler's churn) beside each measured pod.
 
 The measuring side stays light so that it does not take the 2 CPUs it measures: binds are observed by a
 separate watcher process that parses raw watch lines with orjson (no client model objects), and the
@@ -37,10 +46,52 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from control_plane import BASELINE_SCHEDULER, create_nodes, pod_body
 from extender import pct, schedstat, wait_port
 
-from kgwe.extender.schedconfig import extender_entry
+from kgwe.cluster.names import SCHEDULER_NAME
+from kgwe.render.render import DEFAULT_EXTENDER_URL
 from kgwe.testing.controlplane import ControlPlane, find_binaries
+from kgwe.testing.kgwe_scheduler import LocalScheduler, local_config, rendered_config_text
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def kgwe_pod_body(name: str) -> dict:
+    """The benchmark pod, routed to the KGWE scheduler as the admission webhook would route it."""
+    body = pod_body(name)
+    body["spec"]["schedulerName"] = SCHEDULER_NAME
+    return body
+
+
+class Schedulers:
+    """The default scheduler (the harness's) and the KGWE scheduler; at most one runs at a time."""
+
+    def __init__(self, cp: ControlPlane, extender_port: int, pids: dict) -> None:
+        self.cp = cp
+        self.pids = pids
+        config = local_config(
+            rendered_config_text(DEFAULT_EXTENDER_URL),
+            kubeconfig=cp.kubeconfig_path,
+            extender_url=f"http://127.0.0.1:{extender_port}",
+            leader_elect=False,
+            client_connection={
+                k: v for k, v in BASELINE_SCHEDULER["clientConnection"].items() if k != "kubeconfig"
+            },
+        )
+        self.kgwe = LocalScheduler(cp.binaries, Path(cp.workdir) / "kgwe-scheduler", config)
+
+    def stop(self) -> None:
+        self.cp.stop_scheduler()
+        self.kgwe.stop()
+        self.pids.pop("kube-scheduler", None)
+        self.pids.pop("kgwe-scheduler", None)
+
+    def start(self, with_extender: bool) -> None:
+        self.stop()
+        if with_extender:
+            self.kgwe.start()
+            self.pids["kgwe-scheduler"] = self.kgwe.pid
+        else:
+            self.cp.start_scheduler(BASELINE_SCHEDULER)
+            self.pids["kube-scheduler"] = self.cp.pids["kube-scheduler"]
 
 
 def make_namespace(core: client.CoreV1Api, ns: str) -> None:
@@ -121,27 +172,54 @@ class BindWatcher:
         return bound
 
 
-def throughput(cp: ControlPlane, core: client.CoreV1Api, ns: str, pods: int, config: dict) -> float:
+def throughput(
+    cp: ControlPlane, core: client.CoreV1Api, ns: str, pods: int, schedulers: Schedulers, with_extender: bool
+) -> float:
     make_namespace(core, ns)
-    cp.stop_scheduler()
+    schedulers.stop()
+    body = kgwe_pod_body if with_extender else pod_body
     with ThreadPoolExecutor(max_workers=8) as pool:
         list(
             pool.map(
-                lambda i: core.create_namespaced_pod(ns, pod_body(f"p-{i:05d}"), _preload_content=False),
+                lambda i: core.create_namespaced_pod(ns, body(f"p-{i:05d}"), _preload_content=False),
                 range(pods),
             )
         )
     watcher = BindWatcher(cp, ns, pods, 900)
-    cp.start_scheduler(config)
+    schedulers.start(with_extender)
     times = sorted(watcher.result(pods).values())
     return (pods - 1) / (times[-1] - times[0])
 
 
+def background_body(name: str, node: str) -> dict:
+    """A CPU-only pod already bound to `node`: another scheduler's (or a DaemonSet's) pod churning there."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {"app": "bench-background"}},
+        "spec": {
+            "nodeName": node,
+            "containers": [{"name": "main", "image": "bench", "resources": {"requests": {"cpu": "10m"}}}],
+        },
+    }
+
+
 def bind_latency(
-    cp: ControlPlane, core: client.CoreV1Api, ns: str, pods: int, rate: float
+    cp: ControlPlane,
+    core: client.CoreV1Api,
+    ns: str,
+    pods: int,
+    rate: float,
+    body=pod_body,
+    background: int = 0,
 ) -> tuple[list[float], list[float]]:
-    """Sorted latencies in ms: (create returned -> bound, create sent -> bound)."""
+    """Sorted latencies in ms: (create returned -> bound, create sent -> bound). `background` bound CPU-only
+    pods are created beside each measured pod, in a namespace of their own."""
     make_namespace(core, ns)
+    nodes = [n.metadata.name for n in core.list_node().items] if background else []
+    if background:
+        make_namespace(core, ns + "-bg")
+    bg_url = f"{core.api_client.configuration.host}/api/v1/namespaces/{ns}-bg/pods"
     watcher = BindWatcher(cp, ns, pods, 300)
     sent: dict[str, float] = {}
     returned: dict[str, float] = {}
@@ -157,10 +235,13 @@ def bind_latency(
             time.sleep(delay)
         name = f"l-{i:05d}"
         sent[name] = time.monotonic()
-        resp = pool.urlopen("POST", url, body=orjson.dumps(pod_body(name)), headers=headers)
+        resp = pool.urlopen("POST", url, body=orjson.dumps(body(name)), headers=headers)
         returned[name] = time.monotonic()
         if resp.status != 201:
             raise SystemExit(f"creating {name}: HTTP {resp.status} {resp.data[:300]!r}")
+        for j in range(background):
+            bg = background_body(f"bg-{i:05d}-{j}", nodes[(i * background + j) % len(nodes)])
+            pool.urlopen("POST", bg_url, body=orjson.dumps(bg), headers=headers)
     bound = watcher.result(pods)
 
     def ms(origin: dict[str, float]) -> list[float]:
@@ -170,11 +251,19 @@ def bind_latency(
 
 
 def latency_phase(
-    cp: ControlPlane, core: client.CoreV1Api, ns: str, pods: int, rate: float, pids: dict, label: str
-) -> tuple[list[float], list[float]]:
-    """bind_latency with the running scheduler, printed with its percentiles and CPU per pod."""
+    cp: ControlPlane,
+    core: client.CoreV1Api,
+    ns: str,
+    pods: int,
+    rate: float,
+    pids: dict,
+    label: str,
+    background: int = 0,
+) -> tuple[list[float], list[float], dict[str, float]]:
+    """bind_latency with the running scheduler, printed with percentiles; returns CPU ms per pod too."""
     before = cpu_breakdown(pids)
-    lat, lat_sent = bind_latency(cp, core, ns, pods, rate)
+    body = kgwe_pod_body if label == "with" else pod_body
+    lat, lat_sent = bind_latency(cp, core, ns, pods, rate, body, background)
     after = cpu_breakdown(pids)
     print(
         f"creation -> bound at {rate:g} pods/s {label} extender: p50 {pct(lat, 50):.1f} ms, "
@@ -182,8 +271,8 @@ def latency_phase(
         f"(from create sent: p99 {pct(lat_sent, 99):.1f} ms)",
         flush=True,
     )
-    report_cpu(before, after, pods)
-    return lat, lat_sent
+    cpu = report_cpu(before, after, pods)
+    return lat, lat_sent, cpu
 
 
 def settle(core: client.CoreV1Api, ns: str, timeout_seconds: float = 180) -> None:
@@ -210,7 +299,7 @@ def extender_calls(port: int) -> dict[str, float]:
     return out
 
 
-def report_cpu(before: dict, after: dict, pods: int) -> None:
+def report_cpu(before: dict, after: dict, pods: int) -> dict[str, float]:
     """Print each component's CPU and run-queue wait per pod between two cpu_breakdown() readings.
 
     A process started in between (kube-scheduler is restarted per phase) is counted from its start."""
@@ -225,6 +314,7 @@ def report_cpu(before: dict, after: dict, pods: int) -> None:
         + f"; total {sum(r[1] for r in rows):.2f}",
         flush=True,
     )
+    return {name: cpu for name, cpu, _ in rows}
 
 
 def cpu_breakdown(pids: dict[str, int]) -> dict[str, tuple[int, float, float]]:
@@ -238,8 +328,11 @@ def cpu_breakdown(pids: dict[str, int]) -> dict[str, tuple[int, float, float]]:
     return out
 
 
-def start_extender(cp: ControlPlane, profiles: Path | None = None) -> tuple[subprocess.Popen, int]:
+def start_extender(
+    cp: ControlPlane, profiles: Path | None = None, all_pods: bool = False
+) -> tuple[subprocess.Popen, int]:
     extra = ["--profiles", str(profiles)] if profiles else []
+    extra += ["--all-pods"] if all_pods else []
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -286,6 +379,17 @@ def main() -> int:
         action="store_true",
         help="profile decideInFilter: false (filter returns every feasible node, then prioritize)",
     )
+    ap.add_argument(
+        "--extender-all-pods",
+        action="store_true",
+        help="the extender watches every bound pod (the watch before it was narrowed to kgwe-scheduler pods)",
+    )
+    ap.add_argument(
+        "--background-pods",
+        type=int,
+        default=0,
+        help="latency phases: bound CPU-only pods created beside each measured pod (other schedulers' churn)",
+    )
     ap.add_argument("--watch-bound", metavar="NS", help=argparse.SUPPRESS)  # the watcher child process
     ap.add_argument("--expect", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--kubeconfig", help=argparse.SUPPRESS)
@@ -299,7 +403,7 @@ def main() -> int:
 
     cp = ControlPlane(find_binaries(build=True), node_lease_seconds=args.node_lease_seconds)
     cp.start()
-    ext = None
+    ext = schedulers = None
     try:
         api = cp.new_api_client(pool_size=16)
         core = client.CoreV1Api(api)
@@ -311,29 +415,22 @@ def main() -> int:
             profiles.write_text(
                 json.dumps({"profiles": [{"name": "default", "default": True, "decideInFilter": False}]})
             )
-        ext, port = start_extender(cp, profiles)
-        with_config = {
-            **BASELINE_SCHEDULER,
-            "percentageOfNodesToScore": 100,
-            "extenders": [extender_entry(f"http://127.0.0.1:{port}")],
-        }
+        ext, port = start_extender(cp, profiles, args.extender_all_pods)
         pids = {**cp.pids, "extender": ext.pid, "bench (creator)": os.getpid()}
+        schedulers = Schedulers(cp, port, pids)
 
-        def run_scheduler(config: dict) -> None:
-            cp.start_scheduler(config)
-            pids["kube-scheduler"] = cp.pids["kube-scheduler"]
+        def run_scheduler(with_extender: bool) -> None:
+            schedulers.start(with_extender)
             time.sleep(5)  # past its start-up: caches filled from the initial lists, first collections done
 
         before = cpu_breakdown(pids)
-        without = throughput(cp, core, "bench-without", pods, BASELINE_SCHEDULER)
-        pids["kube-scheduler"] = cp.pids["kube-scheduler"]
+        without = throughput(cp, core, "bench-without", pods, schedulers, False)
         after = cpu_breakdown(pids)
         print(f"without extender: {without:.1f} pods/s ({pods} pods)", flush=True)
         report_cpu(before, after, pods)
         settle(core, "bench-without")
         before, calls0 = cpu_breakdown(pids), extender_calls(port)
-        with_ext = throughput(cp, core, "bench-with", pods, with_config)
-        pids["kube-scheduler"] = cp.pids["kube-scheduler"]
+        with_ext = throughput(cp, core, "bench-with", pods, schedulers, True)
         after, calls1 = cpu_breakdown(pids), extender_calls(port)
         print(
             f"with extender:    {with_ext:.1f} pods/s ({pods} pods); extender calls per pod: "
@@ -346,14 +443,25 @@ def main() -> int:
         settle(core, "bench-with")
         # both latency phases on the cluster the throughput phases left; the baseline first, so the fuller
         # cluster of the second phase counts against KGWE, not for it
-        run_scheduler(BASELINE_SCHEDULER)
-        base_lat, _ = latency_phase(
-            cp, core, "bench-latency-without", latency_pods, args.rate, pids, "without"
+        run_scheduler(False)
+        base_lat, _, cpu_without = latency_phase(
+            cp,
+            core,
+            "bench-latency-without",
+            latency_pods,
+            args.rate,
+            pids,
+            "without",
+            args.background_pods,
         )
         settle(core, "bench-latency-without")
-        run_scheduler(with_config)
+        if args.background_pods:
+            settle(core, "bench-latency-without-bg")
+        run_scheduler(True)
         calls0 = extender_calls(port)
-        lat, lat_sent = latency_phase(cp, core, "bench-latency", latency_pods, args.rate, pids, "with")
+        lat, lat_sent, cpu_with = latency_phase(
+            cp, core, "bench-latency", latency_pods, args.rate, pids, "with", args.background_pods
+        )
         calls1 = extender_calls(port)
         print(
             "  extender calls per pod: "
@@ -365,10 +473,13 @@ def main() -> int:
         )
         p50, p99, p99_sent = pct(lat, 50), pct(lat, 99), pct(lat_sent, 99)
     finally:
+        if schedulers is not None:
+            schedulers.stop()
         if ext is not None:
             ext.terminate()
             ext.wait(timeout=10)
         cp.stop()
+    api_with, api_without = cpu_with.get("kube-apiserver", 0.0), cpu_without.get("kube-apiserver", 0.0)
     print(
         json.dumps(
             {
@@ -381,6 +492,12 @@ def main() -> int:
                 "decide_in_filter": not args.no_decide_in_filter,
                 "node_lease_seconds": args.node_lease_seconds,
                 "nodes": nodes,
+                "extender_cpu_ms_per_pod": round(cpu_with.get("extender", 0.0), 2),
+                "apiserver_cpu_ms_per_pod_with": round(api_with, 2),
+                "apiserver_cpu_ms_per_pod_without": round(api_without, 2),
+                "ratio_with_to_without": round(api_with / api_without, 2) if api_without else None,
+                "extender_watch": "all bound pods" if args.extender_all_pods else "kgwe-scheduler pods",
+                "background_pods_per_pod": args.background_pods,
             }
         )
     )

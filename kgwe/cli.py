@@ -46,6 +46,7 @@ COMMANDS: dict[str, Command] = {
     ),
     "report": Command("kgwe.cost.report_cmd", "cost reports: chargeback, budgets, forecast, rightsizing"),
     "convert": Command("kgwe.workloads.convert_cmd", "seed GPUWorkload manifests -> kgwe.nvidia.io/v1"),
+    "webhook": Command("kgwe.admission.command", "admission webhook: route GPU pods to the KGWE scheduler"),
 }
 
 

@@ -16,7 +16,8 @@ from kgwe.cost.pricing import PriceBook, pricebook, pricebook_from_catalog
 from kgwe.errors import KgweError
 from kgwe.extender import profile as extender_profile
 from kgwe.extender import request as extender_request
-from kgwe.policy.cluster_kinds import PolicyRepositorySpec, ReportsSpec, TopologyRequirement
+from kgwe.policy.cluster_kinds import PolicyRepositorySpec, ReportsSpec
+from kgwe.policy.gpu_workload import TopologyRequirement
 from kgwe.policy.pricing import PricingCatalogSpec
 from kgwe.policy.scoring_profile import ExtenderSettings, ScoringProfileSpec
 from kgwe.policy.types import format_duration

@@ -57,3 +57,17 @@ RETRY_ANNOTATION = ANNOTATION_PREFIX + "mig-retry"
 # Written by KGWE when it takes a RETRY_ANNOTATION: the requested-at stamp of the attempt it acknowledges,
 # so the acknowledgement covers that failure only, never a later one.
 ACKNOWLEDGED_ANNOTATION = ANNOTATION_PREFIX + "mig-failure-acknowledged"
+
+# The KGWE scheduler: a second kube-scheduler (Deployment `kgwe-scheduler`) whose profile has this
+# schedulerName and whose configuration is the rendered ConfigMap below; GPU pods reach it by naming it.
+SCHEDULER_NAME = "kgwe-scheduler"
+SCHEDULER_DEPLOYMENT = "kgwe-scheduler"
+SCHEDULER_CONFIGMAP = "kgwe-scheduler-config"
+SCHEDULER_CONFIG_KEY = "scheduler-config.yaml"
+# Pod-template annotation of the kgwe-scheduler Deployment: kube-scheduler never rereads its config, so a
+# new hash here rolls its pods onto the new configuration.
+SCHEDULER_CONFIG_HASH_ANNOTATION = ANNOTATION_PREFIX + "scheduler-config-hash"
+# Namespaces opt their GPU pods into the KGWE scheduler with this label (the admission webhook's selector).
+SCHEDULING_NAMESPACE_LABEL = ANNOTATION_PREFIX + "scheduling"
+SCHEDULING_ENABLED = "enabled"
+DEFAULT_SCHEDULER_NAME = "default-scheduler"

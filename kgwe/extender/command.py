@@ -15,6 +15,7 @@ from pathlib import Path
 
 import orjson
 
+from kgwe.cluster.names import SCHEDULER_NAME
 from kgwe.errors import KgweError
 from kgwe.extender.app import Metrics, make_handler
 from kgwe.extender.core import NodeTable
@@ -31,6 +32,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--listen", default="127.0.0.1:8888", help="HOST:PORT to listen on")
     parser.add_argument("--namespace", default="kgwe-system", help="namespace of the kgwe-scoring ConfigMap")
+    parser.add_argument(
+        "--scheduler-name",
+        default=SCHEDULER_NAME,
+        help="cluster mode: watch the bound pods of this scheduler only (GPUs of other pods come from the "
+        "node agent's kgwe.nvidia.io/gpu-pods annotation)",
+    )
+    parser.add_argument(
+        "--all-pods",
+        action="store_true",
+        help="cluster mode: watch every bound pod (the extender configured into the default scheduler)",
+    )
     parser.add_argument(
         "--profiles", type=Path, help="kgwe-scoring JSON document (cluster mode: until the ConfigMap exists)"
     )
@@ -80,7 +92,13 @@ def run(args: argparse.Namespace) -> int:
 
         engine = Engine()
         load_profiles(engine, args.profiles)  # until the kgwe-scoring ConfigMap says otherwise
-        index = ClusterIndex(engine, kubeconfig=args.kubeconfig, namespace=args.namespace, metrics=metrics)
+        index = ClusterIndex(
+            engine,
+            kubeconfig=args.kubeconfig,
+            namespace=args.namespace,
+            metrics=metrics,
+            scheduler_name=None if args.all_pods else args.scheduler_name,
+        )
         index.start()
     else:
         raise KgweError("give --inventory FILE (static mode) or --kubeconfig / --in-cluster (cluster mode)")

@@ -1,8 +1,18 @@
 """Cluster mode: keep the engine's node table in step with the cluster through watches. This is the only
 place the extender talks to the API server, and never on the request path.
 
-Three list+watch loops (one thread each): Nodes; bound Pods (fieldSelector spec.nodeName!=); the
-`kgwe-scoring` ConfigMap. Each loop lists, remembers the list's resourceVersion, watches from it, and on
+Three list+watch loops (one thread each): Nodes; the bound Pods of the KGWE scheduler (fieldSelector
+`spec.schedulerName=kgwe-scheduler,spec.nodeName!=`); the `kgwe-scoring` ConfigMap. Pods placed by other
+schedulers are not watched: every pod update of the cluster would otherwise be encoded and sent to the
+extender, whose decisions only need (1) KGWE's own pods in full (shares, MIG, which GPUs) and (2) which
+GPUs other pods hold on GPU nodes. (2) comes from the Node watch the extender already has: the node agent
+writes `kgwe.nvidia.io/gpu-pods` (GPU index -> pod, from the kubelet's PodResources), and a GPU held by a
+pod the index does not know counts as taken. Counts stay safe without it: kube-scheduler itself checks
+`nvidia.com/gpu` and MIG resources against each node's allocatable for every pod before the extender is
+asked. `scheduler_name=None` watches every bound pod instead (the extender configured into the default
+scheduler, where GPU pods carry no scheduler name of their own).
+
+Each loop lists, remembers the list's resourceVersion, watches from it, and on
 410 Gone (or an ERROR event, or any connection error) lists again — a relist replaces that kind's state
 wholesale, so missed deletions cannot linger. `engine.ready` turns true once Nodes and Pods were listed.
 
@@ -24,8 +34,9 @@ from collections.abc import Callable
 
 import orjson
 
+from kgwe.cluster.names import SCHEDULER_NAME
 from kgwe.extender.engine import Engine
-from kgwe.extender.k8s import account, node_state, pod_holds
+from kgwe.extender.k8s import account, gpu_holders, node_state, pod_holds, pod_key
 from kgwe.extender.nodes import NodeState
 from kgwe.extender.profile import ProfileError, profiles_from_document
 from kgwe.extender.request import PodRequest
@@ -35,6 +46,13 @@ log = logging.getLogger("kgwe.extender.index")
 SCORING_CONFIGMAP = "kgwe-scoring"
 WATCH_SECONDS = 300
 ASSUME_SECONDS = 30.0  # an assumed pod not seen bound by then is forgotten
+FOREIGN_GPU = PodRequest(gpus=1)  # one whole GPU held by a pod the index does not watch
+
+
+def pod_field_selector(scheduler_name: str | None) -> str:
+    """The pods the index watches: bound ones, of `scheduler_name` only unless None."""
+    bound = "spec.nodeName!="
+    return f"spec.schedulerName={scheduler_name},{bound}" if scheduler_name else bound
 
 
 class ClusterIndex:
@@ -45,8 +63,10 @@ class ClusterIndex:
         namespace: str = "kgwe-system",
         metrics=None,
         api_client=None,
+        scheduler_name: str | None = SCHEDULER_NAME,
     ) -> None:
         self.engine = engine
+        self.pod_selector = pod_field_selector(scheduler_name)
         self.namespace = namespace
         self.metrics = metrics
         self._api = api_client
@@ -56,9 +76,9 @@ class ClusterIndex:
         self._decode = decode
         self._mu = threading.Lock()
         self.bases: dict[str, NodeState] = {}
-        self.pods: dict[
-            str, tuple[str, tuple, PodRequest, tuple[int, ...] | None]
-        ] = {}  # uid -> (node, sort key, req, indices)
+        self.holders: dict[str, dict[int, str]] = {}  # node -> GPU index -> "ns/pod" (the agent's view)
+        # uid -> (node, sort key, req, indices, "ns/pod")
+        self.pods: dict[str, tuple[str, tuple, PodRequest, tuple[int, ...] | None, str]] = {}
         self.by_node: dict[str, set[str]] = {}
         self.assumed: dict[str, tuple[str, PodRequest, float]] = {}  # uid -> (node, request, expiry)
         self.clock: Callable[[], float] = time.monotonic
@@ -79,7 +99,7 @@ class ClusterIndex:
             ("nodes", lambda **kw: core.list_node(**kw), self._apply_nodes, self._node_event),
             (
                 "pods",
-                lambda **kw: core.list_pod_for_all_namespaces(field_selector="spec.nodeName!=", **kw),
+                lambda **kw: core.list_pod_for_all_namespaces(field_selector=self.pod_selector, **kw),
                 self._apply_pods,
                 self._pod_event,
             ),
@@ -149,10 +169,12 @@ class ClusterIndex:
         with self._mu:
             if typ == "DELETED":
                 self.bases.pop(name, None)
+                self.holders.pop(name, None)
                 with self.engine.lock:
                     self.engine.table.remove(name)
                 return
             self.bases[name] = node_state(raw, self._decode)
+            self.holders[name] = gpu_holders(raw)
             self._publish(name)
 
     def _apply_nodes(self, items: list[dict]) -> None:
@@ -162,6 +184,7 @@ class ClusterIndex:
                 with self.engine.lock:
                     self.engine.table.remove(gone)
             self.bases = fresh
+            self.holders = {n["metadata"]["name"]: gpu_holders(n) for n in items}
             for name in fresh:
                 self._publish(name)
 
@@ -200,7 +223,7 @@ class ClusterIndex:
         held = None if deleted or not node else pod_holds(raw)
         if held is not None and node:
             key = (meta.get("creationTimestamp") or "", uid)
-            self.pods[uid] = (node, key, held[0], held[1])
+            self.pods[uid] = (node, key, held[0], held[1], pod_key(raw))
             self.by_node.setdefault(node, set()).add(uid)
             touched.add(node)
         return touched
@@ -211,7 +234,12 @@ class ClusterIndex:
         if base is None:
             return
         pods = sorted((self.pods[u] for u in self.by_node.get(name, ())), key=lambda p: p[1])
-        held = [(p[2], p[3]) for p in pods]
+        known = {p[4] for p in pods}
+        foreign = sorted(i for i, who in self.holders.get(name, {}).items() if who not in known)
+        held: list[tuple[PodRequest, tuple[int, ...] | None]] = [
+            (FOREIGN_GPU, (i,)) for i in foreign
+        ]  # first: KGWE's pods avoid GPUs others hold
+        held += [(p[2], p[3]) for p in pods]
         held += [(req, None) for node, req, _ in self.assumed.values() if node == name]
         state = account(base, held, self.engine.table.topology_chooser)
         with self.engine.lock:

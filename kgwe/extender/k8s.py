@@ -12,6 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+import orjson
+
+from kgwe.agent.node_state import GPU_PODS_ANNOTATION
 from kgwe.extender.nodes import NodeState
 from kgwe.extender.request import (
     ANN,
@@ -89,6 +92,33 @@ def node_state(node: Mapping, decode_topology: Decoder | None = None) -> NodeSta
         labels=labels,
         **kwargs,
     )
+
+
+def gpu_holders(node: Mapping) -> dict[int, str]:
+    """GPU index -> "namespace/pod" as the node agent last read it from the kubelet; {} when absent or bad.
+
+    This is how the extender counts GPUs held by pods it does not watch (placed by other schedulers)."""
+    raw = (((node.get("metadata") or {}).get("annotations")) or {}).get(GPU_PODS_ANNOTATION)
+    if not raw:
+        return {}
+    try:
+        doc = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return {}
+    if not isinstance(doc, dict):
+        return {}
+    out = {}
+    for key, holder in list(doc.items())[:64]:
+        index = _int(key, -1)
+        if 0 <= index < 64 and isinstance(holder, str) and holder:
+            out[index] = holder
+    return out
+
+
+def pod_key(pod: Mapping) -> str:
+    """ "namespace/name", as the agent names a GPU's holder."""
+    meta = pod.get("metadata") or {}
+    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
 
 def pod_holds(pod: Mapping) -> tuple[PodRequest, tuple[int, ...] | None] | None:

@@ -140,6 +140,21 @@ class GPUWorkloadSpec(KgweModel):
             dup = sorted({n for n in names if names.count(n) > 1})
             if dup:
                 raise ValueError(f"roles: duplicate role name(s) {dup}")
+        dc, req = self.distributed_config, self.gpu_requirements
+        whole = req.mig_profile is None and req.gpu_milli is None
+        if dc and dc.gpus_per_node is not None and whole and dc.gpus_per_node != req.count:
+            raise ValueError(
+                f"distributedConfig.gpusPerNode {dc.gpus_per_node} differs from "
+                f"gpuRequirements.count {req.count}"
+            )
+        if dc and dc.world_size is not None and self.roles is None:
+            nproc = self._processes_per_pod()
+            pods = dc.nodes or dc.replicas or dc.world_size // nproc
+            if dc.world_size != pods * nproc:
+                raise ValueError(
+                    f"distributedConfig.worldSize {dc.world_size} is not pods × processes per pod "
+                    f"({pods} × {nproc})"
+                )
         if self.gang.min_member is not None and self.gang.min_member > self.total_pods:
             raise ValueError(
                 f"gang.minMember {self.gang.min_member} is more than the workload's {self.total_pods} pod(s)"
@@ -150,11 +165,18 @@ class GPUWorkloadSpec(KgweModel):
     def is_batch(self) -> bool:
         return self.workload_type in BATCH_TYPES
 
+    def _processes_per_pod(self) -> int:
+        dc, req = self.distributed_config, self.gpu_requirements
+        whole = req.mig_profile is None and req.gpu_milli is None
+        return (dc.processes_per_node if dc else None) or (req.count if whole else 1)
+
     def effective_roles(self) -> list[Role]:
-        """Roles with requirements and templates filled in from the workload."""
+        """Roles with requirements and templates filled in from the workload. Without `roles` the pod count
+        is distributedConfig.nodes, else .replicas, else worldSize / processes per pod, else 1."""
         if self.roles is None:
             dc = self.distributed_config
-            replicas = (dc.nodes or dc.replicas or 1) if dc else 1
+            by_world = max(1, dc.world_size // self._processes_per_pod()) if dc and dc.world_size else 1
+            replicas = (dc.nodes or dc.replicas or by_world) if dc else 1
             return [
                 Role(
                     name=DEFAULT_ROLE,

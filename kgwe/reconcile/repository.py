@@ -54,6 +54,7 @@ from kgwe.reconcile.rollout import (
     apply_actions,
     plan_rollout,
 )
+from kgwe.reconcile.scheduler_restart import SchedulerRestarter, SchedulerSync
 from kgwe.reconcile.status import Outcome, next_status
 
 log = logging.getLogger(__name__)
@@ -141,6 +142,7 @@ class RepositoryReconciler:
         self.status_writes = 0  # PolicyRepository status patches (a no-op reconcile makes none)
         self._applier: Applier | None = None
         self.last_plan: RolloutPlan | None = None
+        self._scheduler: SchedulerRestarter | None = None
 
     # -- reading ---------------------------------------------------------------------------------
     def read(self) -> dict | None:
@@ -296,6 +298,15 @@ class RepositoryReconciler:
                 inventory=inventory,
                 rollout=rollout,
             )
+        scheduler = self._restart_scheduler(repo)
+        if scheduler.outcome == "invalid":  # everything else is applied; the scheduler keeps running
+            return Outcome(
+                "scheduler_invalid",
+                f"revision {revision} applied except the scheduler restart: {scheduler.message}",
+                attempted_revision=str(revision),
+                inventory=inventory,
+                rollout=rollout,
+            )
         self.metrics.set_last_applied(self.name, str(revision))
         stalled = plan.stalled
         if stalled:
@@ -411,6 +422,23 @@ class RepositoryReconciler:
             plan = self._rollout(repo, desired, facts)
         self.last_sync, self.last_plan = sync, plan
         return sync, plan
+
+    def _restart_scheduler(self, repo: dict) -> SchedulerSync:
+        """Roll the kgwe-scheduler Deployment onto the applied configuration when it changed."""
+        from kgwe.render.render import RenderOptions
+
+        if self._scheduler is None:
+            self._scheduler = SchedulerRestarter(
+                self.api_client, RenderOptions().namespace, guard=self.is_leader
+            )
+        result = self._scheduler.sync()
+        self.metrics.writes.labels(self.name).inc(self._scheduler.writes)
+        self._scheduler.writes = 0
+        if result.outcome == "restarted":
+            self.recorder.normal(repo, "SchedulerRestarted", result.message)
+        elif result.outcome == "invalid":
+            self.recorder.warning(repo, "SchedulerConfigInvalid", result.message)
+        return result
 
     # -- MIG rollout ------------------------------------------------------------------------------
     def _rollout(self, repo: dict, desired: Desired, facts: list[GpuNodeFacts]) -> RolloutPlan:

@@ -17,7 +17,8 @@ READY, RECONCILING, STALLED = "Ready", "Reconciling", "Stalled"
 class Outcome:
     """What one reconcile found. `phase` is one of:
     ready, progressing (rollout under way), stalled (a pool stopped), invalid (policy errors),
-    spec_invalid (the PolicyRepository itself does not validate), fetch_failed, apply_failed."""
+    spec_invalid (the PolicyRepository itself does not validate), fetch_failed, apply_failed,
+    scheduler_invalid."""
 
     phase: str
     message: str
@@ -37,6 +38,8 @@ _TABLE = {
     "spec_invalid": ("False", "InvalidSpec", None, "InvalidSpec"),
     "fetch_failed": ("False", "GitOperationFailed", "ProgressingWithRetry", None),
     "apply_failed": ("False", "ReconciliationFailed", "ProgressingWithRetry", None),
+    # applied, but kgwe-scheduler-config is missing or malformed: the KGWE scheduler is not restarted
+    "scheduler_invalid": ("False", "SchedulerConfigInvalid", "ProgressingWithRetry", None),
 }
 
 

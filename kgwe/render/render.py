@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 import yaml
 
-from kgwe.cluster.names import REPOSITORY_LABEL
+from kgwe.cluster.names import REPOSITORY_LABEL, SCHEDULER_CONFIG_KEY, SCHEDULER_CONFIGMAP, SCHEDULER_NAME
 from kgwe.errors import KgweError
 from kgwe.policy.loader import PolicySet
 from kgwe.policy.models import GPUInventory, ScoringProfile, ScoringProfileSpec
@@ -41,9 +41,9 @@ class RenderOptions:
     mig_namespace: str = "gpu-operator"  # where the GPU Operator's MIG manager reads its config
     mig_config_name: str = "kgwe-mig-parted-config"
     extender_url: str = DEFAULT_EXTENDER_URL
-    scheduler_name: str = "default-scheduler"
+    scheduler_name: str = SCHEDULER_NAME  # the profile of the second scheduler GPU pods name
     scheduler_kubeconfig: str | None = None
-    scheduler_leader_elect: bool | None = None
+    scheduler_leader_elect: bool = True  # on its own Lease (scheduler_name in `namespace`)
     revision: str | None = None  # Git revision, as an annotation when given
 
 
@@ -148,6 +148,8 @@ def render(
             "name": opts.scheduler_name,
             "kubeconfig": opts.scheduler_kubeconfig,
             "leader_elect": opts.scheduler_leader_elect,
+            "lease_name": opts.scheduler_name,
+            "lease_namespace": opts.namespace,
         },
         extender={
             "url": opts.extender_url,
@@ -159,7 +161,12 @@ def render(
         managed_resources=_managed_resources(ps, node_layouts),
     )
     files["kube-scheduler-config.yaml"] = render_template(
-        "scheduler-configmap.yaml.j2", namespace=opts.namespace, config_text=scheduler_text, **common
+        "scheduler-configmap.yaml.j2",
+        name=SCHEDULER_CONFIGMAP,
+        key=SCHEDULER_CONFIG_KEY,
+        namespace=opts.namespace,
+        config_text=scheduler_text,
+        **common,
     )
     payload = {"default": scoring_default, "profiles": scoring_profiles}
     profiles_json = orjson.dumps(payload, option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2).decode() + "\n"
@@ -181,6 +188,15 @@ def render(
         except yaml.YAMLError as exc:  # a template bug, never user input: say where
             raise KgweError(f"rendered {name} is not valid YAML: {exc}") from None
     return Rendered(files=files, objects=objects, layouts=node_layouts, node_configs=node_configs)
+
+
+def scheduler_config_text(objects: Sequence[Mapping]) -> str:
+    """The KubeSchedulerConfiguration text of the rendered `kgwe-scheduler-config` ConfigMap."""
+    for obj in objects:
+        meta = obj.get("metadata") or {}
+        if obj.get("kind") == "ConfigMap" and meta.get("name") == SCHEDULER_CONFIGMAP:
+            return obj["data"][SCHEDULER_CONFIG_KEY]
+    raise KgweError(f"no ConfigMap {SCHEDULER_CONFIGMAP} among the rendered objects")
 
 
 def render_repository(

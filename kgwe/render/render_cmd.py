@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 
+from kgwe.cluster.names import SCHEDULER_NAME
 from kgwe.errors import KgweError
 from kgwe.policy.loader import load_repository
 from kgwe.policy.models import GPUInventory
@@ -23,7 +24,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--namespace", default="kgwe-system", help="namespace of the KGWE ConfigMaps")
     parser.add_argument("--mig-namespace", default="gpu-operator", help="namespace of the GPU Operator")
     parser.add_argument("--extender-url", default=DEFAULT_EXTENDER_URL, help="urlPrefix of the KGWE extender")
-    parser.add_argument("--scheduler-name", default="default-scheduler", help="profile schedulerName")
+    parser.add_argument(
+        "--scheduler-name",
+        default=SCHEDULER_NAME,
+        help="profile schedulerName (default-scheduler when the extender goes into the default scheduler)",
+    )
     parser.add_argument("--revision", help="Git revision to record in an annotation")
 
 

@@ -162,6 +162,20 @@ class _Process:
     log_path: Path
 
 
+def stop_process_group(popen: subprocess.Popen) -> None:
+    """SIGTERM the process group started with start_new_session, SIGKILL it if it lingers."""
+    if popen.poll() is not None:
+        return
+    for sig, wait in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(popen.pid, sig)
+        try:
+            popen.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
 def tail(path: Path, lines: int = 20) -> str:
     """Last `lines` lines of a log file (for failure reports)."""
     try:
@@ -631,16 +645,8 @@ class ControlPlane:
 
     def _stop_process(self, name: str) -> None:
         proc = self._procs.pop(name, None)
-        if proc is None or proc.popen.poll() is not None:
-            return
-        for sig, wait in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.popen.pid, sig)
-            try:
-                proc.popen.wait(timeout=wait)
-                return
-            except subprocess.TimeoutExpired:
-                continue
+        if proc is not None:
+            stop_process_group(proc.popen)
 
     def _ssl_context(self, verify: bool) -> ssl.SSLContext:
         assert self.pki is not None

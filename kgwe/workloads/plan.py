@@ -259,9 +259,13 @@ def _rendezvous_env(
         {"name": "MASTER_ADDR", "value": master},
         {"name": "MASTER_PORT", "value": port},
     ]
+    dc = wl.spec.distributed_config
+    if dc and dc.strategy:
+        env.append({"name": "KGWE_DISTRIBUTED_STRATEGY", "value": dc.strategy})
+    if dc and dc.backend:
+        env.append({"name": "KGWE_DISTRIBUTED_BACKEND", "value": dc.backend})
     if not _is_pytorch(wl):
         return env
-    dc = wl.spec.distributed_config
     req = role.gpu_requirements
     assert req is not None
     nproc: int | str = (dc.processes_per_node if dc and dc.processes_per_node else None) or (

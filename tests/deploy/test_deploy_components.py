@@ -4,10 +4,11 @@
 from __future__ import annotations
 
 import pytest
-from kubernetes import client, dynamic
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from kgwe.resources import deploy_dir
+from kgwe.testing.deployed import apply_docs
 
 pytestmark = pytest.mark.cluster
 
@@ -39,16 +40,7 @@ def applied(k8s_api):
     from kgwe.cluster.client import ensure_namespace
 
     ensure_namespace(k8s_api, "gpu-operator")  # holds the controller's Role for the mig-parted ConfigMap
-    dyn = dynamic.DynamicClient(k8s_api)
-    for doc in _docs():
-        resource = dyn.resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
-        dyn.server_side_apply(
-            resource,
-            body=doc,
-            namespace=doc["metadata"].get("namespace"),
-            field_manager="deploy-test",
-            force_conflicts=True,
-        )
+    apply_docs(k8s_api, _docs(), "deploy-test")
     return k8s_api
 
 

@@ -1,16 +1,13 @@
-"""Against the real control plane: the watch index follows Nodes, bound Pods and the kgwe-scoring ConfigMap;
-and end to end, kube-scheduler configured with KGWE's extender entry calls the extender and places pods."""
+"""Against the real control plane: the watch index follows Nodes, the KGWE scheduler's bound Pods and the
+kgwe-scoring ConfigMap; and end to end, a second kube-scheduler running the configuration KGWE renders
+(profile kgwe-scheduler) calls the extender and places the pods that name it."""
 
 from __future__ import annotations
 
-import re
 import secrets
-import subprocess
-import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from urllib.request import urlopen
 
 import orjson
@@ -19,25 +16,12 @@ from kubernetes import client
 
 from kgwe.extender.engine import Engine
 from kgwe.extender.index import ClusterIndex
-from kgwe.extender.profile import Profile
-from kgwe.extender.schedconfig import scheduler_configuration
-from kgwe.testing.controlplane import default_scheduler_config
+from kgwe.testing.deployed import eventually
+from kgwe.testing.extender_process import start_extender
+from kgwe.testing.kgwe_scheduler import LocalScheduler, local_config, rendered_config_text
+from kgwe.testing.processes import stop
 
 pytestmark = pytest.mark.cluster
-
-
-def eventually(check: Callable[[], object], what: str, timeout: float = 30.0) -> object:
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        try:
-            last = check()
-        except Exception as exc:  # the API may not have caught up yet
-            last = exc
-        if last and not isinstance(last, Exception):
-            return last
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}; last: {last!r}")
 
 
 def gpu_pod(
@@ -46,11 +30,13 @@ def gpu_pod(
     annotations: dict | None = None,
     node: str | None = None,
     selector: dict | None = None,
+    scheduler: str | None = "kgwe-scheduler",
 ) -> client.V1Pod:
     return client.V1Pod(
         metadata=client.V1ObjectMeta(name=name, annotations=annotations or {}),
         spec=client.V1PodSpec(
             node_name=node,
+            scheduler_name=scheduler,
             node_selector=selector,
             termination_grace_period_seconds=0,
             tolerations=[client.V1Toleration(operator="Exists")],
@@ -92,6 +78,21 @@ def test_index_follows_nodes_pods_and_scoring_configmap(index, k8s_api, namespac
         lambda: sorted(engine.node_view(node)["gpuUsedMilli"]) == [0] * 5 + [250, 1000, 1000],
         "two whole GPUs and one 250-milli share accounted",
     )
+    # a pod of another scheduler is not watched: the agent's annotation says which GPU it holds
+    core.create_namespaced_pod(
+        namespace, gpu_pod("foreign", {"nvidia.com/gpu": "1"}, node=node, scheduler="default-scheduler")
+    )
+    time.sleep(1)
+    assert sorted(engine.node_view(node)["gpuUsedMilli"]) == [0] * 5 + [250, 1000, 1000]
+    client.CoreV1Api(k8s_api).patch_node(
+        node, {"metadata": {"annotations": {"kgwe.nvidia.io/gpu-pods": f'{{"7": "{namespace}/foreign"}}'}}}
+    )
+    eventually(lambda: engine.node_view(node)["gpuUsedMilli"][7] == 1000, "the agent's holder counted")
+    assert sorted(engine.node_view(node)["gpuUsedMilli"]) == [0] * 4 + [250, 1000, 1000, 1000]
+    core.delete_namespaced_pod("foreign", namespace, grace_period_seconds=0)
+    client.CoreV1Api(k8s_api).patch_node(
+        node, {"metadata": {"annotations": {"kgwe.nvidia.io/gpu-pods": "{}"}}}
+    )
 
     core.delete_namespaced_pod("two", namespace, grace_period_seconds=0)
     eventually(lambda: sorted(engine.node_view(node)["gpuUsedMilli"]) == [0] * 7 + [250], "pod release")
@@ -121,37 +122,20 @@ def test_index_follows_nodes_pods_and_scoring_configmap(index, k8s_api, namespac
 
 @pytest.fixture
 def extender_process(control_plane, namespace) -> Iterator[int]:
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "kgwe.cli",
-            "extender",
-            "--kubeconfig",
-            str(control_plane.kubeconfig_path),
-            "--listen",
-            "127.0.0.1:0",
-            "--namespace",
-            namespace,
-        ],
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=Path(__file__).resolve().parents[2],
-    )
-    port = None
-    deadline = time.monotonic() + 60
-    while port is None and time.monotonic() < deadline:
-        line = proc.stderr.readline()
-        m = re.search(r"listening on 127\.0\.0\.1:(\d+)", line)
-        if m:
-            port = int(m.group(1))
-        elif not line and proc.poll() is not None:
-            break
-    assert port, f"extender did not start (exit {proc.poll()})"
-    eventually(lambda: urlopen(f"http://127.0.0.1:{port}/readyz").status == 200, "extender ready")
+    proc, port = start_extender(control_plane.kubeconfig_path, "--namespace", namespace)
     yield port
-    proc.terminate()
-    proc.wait(timeout=10)
+    stop(proc)
+
+
+def kgwe_scheduler(control_plane, port: int) -> LocalScheduler:
+    """A second kube-scheduler with the rendered configuration (extender URL local, no leader election)."""
+    config = local_config(
+        rendered_config_text("http://kgwe-extender.kgwe-system.svc:8080"),
+        kubeconfig=control_plane.kubeconfig_path,
+        extender_url=f"http://127.0.0.1:{port}",
+        leader_elect=False,
+    )
+    return LocalScheduler(control_plane.binaries, control_plane.workdir / "kgwe-scheduler", config).start()
 
 
 def node_view(port: int, name: str) -> dict:
@@ -169,10 +153,7 @@ def test_e2e_real_kube_scheduler_with_extender(
     pcie = gpu_node("L40S-8-PCIE", labels=tag)
     for n in (pairs, pcie):
         eventually(lambda n=n: node_view(port, n), f"{n} in the extender's index")
-    config = scheduler_configuration(
-        f"http://127.0.0.1:{port}", Profile(http_timeout="5s"), leaderElection={"leaderElect": False}
-    )
-    control_plane.start_scheduler(config)
+    scheduler = kgwe_scheduler(control_plane, port)
     try:
 
         def bound(name: str) -> str | None:
@@ -228,7 +209,7 @@ def test_e2e_real_kube_scheduler_with_extender(
         assert "no set of 2 free GPUs with at least 5000 GB/s" in message
         assert bound("impossible") is None
     finally:
-        control_plane.start_scheduler(default_scheduler_config())
+        scheduler.stop()
 
 
 def test_e2e_burst_of_shared_gpu_pods_never_overcommits_a_gpu(
@@ -243,10 +224,7 @@ def test_e2e_burst_of_shared_gpu_pods_never_overcommits_a_gpu(
     tag = {"kgwe-burst": secrets.token_hex(3)}
     node = gpu_node("DGX-H100", labels=tag)
     eventually(lambda: node_view(port, node), f"{node} in the extender's index")
-    config = scheduler_configuration(
-        f"http://127.0.0.1:{port}", Profile(http_timeout="5s"), leaderElection={"leaderElect": False}
-    )
-    control_plane.start_scheduler(config)
+    scheduler = kgwe_scheduler(control_plane, port)
     try:
         share = {"nvidia.com/gpu.shared": "1"}
         milli = {"kgwe.nvidia.io/gpu-milli": "600"}
@@ -272,4 +250,4 @@ def test_e2e_burst_of_shared_gpu_pods_never_overcommits_a_gpu(
         time.sleep(2)  # nothing else lands later (the refused pod is retried on every cluster event)
         assert sum(1 for p in core.list_namespaced_pod(namespace).items if p.spec.node_name) == 8
     finally:
-        control_plane.start_scheduler(default_scheduler_config())
+        scheduler.stop()

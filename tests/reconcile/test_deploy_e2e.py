@@ -8,12 +8,13 @@ from pathlib import Path
 
 import pytest
 import yaml
-from kubernetes import client, dynamic
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from kgwe.reconcile.repository import RepositoryReconciler
 from kgwe.reconcile.status import condition
 from kgwe.resources import deploy_dir
+from kgwe.testing.deployed import apply_docs
 
 pytestmark = pytest.mark.cluster
 SA_USER = "system:serviceaccount:kgwe-system:kgwe-controller"
@@ -35,16 +36,7 @@ def test_deploy_base_applies_and_its_rbac_is_enough_and_narrow(k8s_api, kgwe_crd
     assert kinds.count("CustomResourceDefinition") == 2 and "Deployment" in kinds and "Service" in kinds
     deployment = next(d for d in docs if d["kind"] == "Deployment")
     assert deployment["spec"]["replicas"] == 2
-    dyn = dynamic.DynamicClient(k8s_api)
-    for doc in docs:
-        resource = dyn.resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
-        dyn.server_side_apply(
-            resource,
-            body=doc,
-            namespace=doc["metadata"].get("namespace"),
-            field_manager="deploy-test",
-            force_conflicts=True,
-        )
+    apply_docs(k8s_api, docs, "deploy-test")
     apps = client.AppsV1Api(k8s_api)
     assert apps.read_namespaced_deployment("kgwe-controller", "kgwe-system").spec.replicas == 2
 

@@ -127,6 +127,21 @@ def _errors(tmp_path, doc: dict, inventory: bool = False) -> list[str]:
             "spec",
             "minMember 3",
         ),
+        (
+            {"gpuRequirements": {"count": 8}, "distributedConfig": {"nodes": 2, "worldSize": 8}},
+            "spec",
+            "worldSize 8 is not pods × processes per pod (2 × 8)",
+        ),
+        (
+            {"gpuRequirements": {"count": 8}, "distributedConfig": {"worldSize": 12}},
+            "spec",
+            "worldSize 12 is not pods × processes per pod (1 × 8)",
+        ),
+        (
+            {"gpuRequirements": {"count": 8}, "distributedConfig": {"gpusPerNode": 4}},
+            "spec",
+            "gpusPerNode 4 differs",
+        ),
     ],
 )
 def test_bad_input_names_the_field(tmp_path, spec, path, words):
@@ -165,3 +180,10 @@ def test_crd_has_print_columns_and_status_subresource():
     names = [c["name"] for c in version["additionalPrinterColumns"] if not c.get("priority")]
     assert names == ["Phase", "GPUs", "Nodes", "Age"]
     assert version["subresources"] == {"status": {}}
+
+
+def test_world_size_alone_sets_the_pod_count():
+    wl = GPUWorkload.model_validate(
+        _workload({"gpuRequirements": {"count": 8}, "distributedConfig": {"worldSize": 16}})
+    )
+    assert wl.spec.total_pods == 2

@@ -73,6 +73,7 @@ def test_readme_workload_is_one_indexed_job_with_placement_annotations():
     assert env["PET_NNODES"] == "1" and env["PET_NPROC_PER_NODE"] == "8" and env["WORLD_SIZE"] == "8"
     assert env["PET_MASTER_ADDR"] == env["MASTER_ADDR"] == "llm-training-r0-worker-0.llm-training"
     assert env["PET_MASTER_PORT"] == "29500"
+    assert env["KGWE_DISTRIBUTED_BACKEND"] == "NCCL"
     assert env["PET_NODE_RANK"] == {
         "fieldRef": {"fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}
     }

@@ -1,0 +1,1 @@
+"""Mutating admission: routes GPU pods of opted-in namespaces to the KGWE scheduler."""

@@ -1,0 +1,121 @@
+"""The routing decision and the AdmissionReview exchange, as pure functions."""
+
+from __future__ import annotations
+
+import base64
+
+import orjson
+import pytest
+
+from kgwe.admission.decision import ReviewError, decide, review
+
+
+def pod(resources: dict | None = None, *, init: dict | None = None, scheduler: str | None = None) -> dict:
+    spec: dict = {"containers": [{"name": "main", "image": "x", "resources": resources or {}}]}
+    if init is not None:
+        spec["initContainers"] = [{"name": "init", "image": "x", "resources": init}]
+    if scheduler is not None:
+        spec["schedulerName"] = scheduler
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": spec}
+
+
+ROUTE = ({"op": "add", "path": "/spec/schedulerName", "value": "kgwe-scheduler"},)
+
+
+@pytest.mark.parametrize(
+    "resources",
+    [
+        {"limits": {"nvidia.com/gpu": "2"}},
+        {"requests": {"nvidia.com/gpu": "1"}},
+        {"limits": {"nvidia.com/gpu.shared": "1"}},
+        {"requests": {"nvidia.com/mig-1g.10gb": "1"}},
+        {"limits": {"nvidia.com/mig-3g.40gb": "1"}, "requests": {"cpu": "1"}},
+    ],
+)
+def test_gpu_pods_are_routed(resources):
+    assert decide(pod(resources)).patch == ROUTE
+    assert decide(pod(resources, scheduler="default-scheduler")).patch == ROUTE
+
+
+def test_an_init_container_asking_for_a_gpu_routes_the_pod():
+    assert decide(pod({"requests": {"cpu": "1"}}, init={"limits": {"nvidia.com/gpu": "1"}})).patch == ROUTE
+
+
+@pytest.mark.parametrize(
+    "resources",
+    [
+        {},
+        {"limits": {"cpu": "1", "memory": "1Gi"}},
+        {"limits": {"amd.com/gpu": "1"}},
+        {"limits": {"nvidia.com/gpus": "1"}},
+    ],
+)
+def test_pods_without_nvidia_gpus_are_left_alone(resources):
+    d = decide(pod(resources))
+    assert d.patch == () and d.reason == "requests no GPU"
+
+
+def test_a_pod_naming_another_scheduler_is_never_changed():
+    d = decide(pod({"limits": {"nvidia.com/gpu": "8"}}, scheduler="volcano"))
+    assert d.patch == () and "volcano" in d.reason
+    assert decide(pod({"limits": {"nvidia.com/gpu": "8"}}, scheduler="kgwe-scheduler")).patch == ()
+
+
+def test_the_scheduler_name_is_a_parameter():
+    (op,) = decide(pod({"limits": {"nvidia.com/gpu": "1"}}), "gpu-scheduler").patch
+    assert op["value"] == "gpu-scheduler"
+
+
+def _review(obj: object, **request: object) -> bytes:
+    req = {"uid": "u-1", "kind": {"group": "", "version": "v1", "kind": "Pod"}, "operation": "CREATE"}
+    req.update(request)
+    req["object"] = obj
+    return orjson.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": req})
+
+
+def test_review_answers_with_a_base64_json_patch_and_the_uid():
+    answer, decision = review(_review(pod({"limits": {"nvidia.com/gpu": "2"}})))
+    doc = orjson.loads(answer)
+    assert doc["apiVersion"] == "admission.k8s.io/v1" and doc["kind"] == "AdmissionReview"
+    resp = doc["response"]
+    assert resp["uid"] == "u-1" and resp["allowed"] is True and resp["patchType"] == "JSONPatch"
+    assert orjson.loads(base64.b64decode(resp["patch"])) == list(ROUTE) == list(decision.patch)
+
+
+def test_review_of_an_unchanged_pod_or_another_operation_has_no_patch():
+    for body in (
+        _review(pod({"limits": {"cpu": "1"}})),
+        _review(pod({"limits": {"nvidia.com/gpu": "1"}}), operation="UPDATE"),
+        _review({"kind": "Service"}, kind={"kind": "Service"}),
+    ):
+        resp = orjson.loads(review(body)[0])["response"]
+        assert resp == {"uid": "u-1", "allowed": True}
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (b"", "not JSON"),
+        (b"{", "not JSON"),
+        (b"[]", "not a JSON object"),
+        (b'{"apiVersion": "admission.k8s.io/v1beta1", "kind": "AdmissionReview"}', "expected apiVersion"),
+        (b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}', "request is missing"),
+        (
+            b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"uid": 3}}',
+            "request.uid",
+        ),
+        (_review("a string"), "request.object"),
+        (_review({"spec": []}), "no spec"),
+        (_review({"spec": {"containers": {"a": 1}}}), "spec.containers is not a list"),
+        (_review({"spec": {"schedulerName": 5, "containers": []}}), "schedulerName is not a string"),
+        (_review({"spec": {"containers": [{}] * 1001}}), "more than 1000"),
+    ],
+)
+def test_malformed_reviews_are_review_errors(body, message):
+    with pytest.raises(ReviewError, match=message):
+        review(body)
+
+
+def test_odd_container_entries_are_tolerated_not_fatal():
+    weird = {"spec": {"containers": [None, 3, {"resources": []}, {"resources": {"limits": ["x"]}}]}}
+    assert decide(weird).patch == ()

@@ -1,0 +1,62 @@
+"""The extender watches only the KGWE scheduler's pods; GPUs that other pods hold come from the node agent's
+`kgwe.nvidia.io/gpu-pods` annotation on the Node (no API server needed here)."""
+
+from __future__ import annotations
+
+import orjson
+
+from kgwe.extender.engine import Engine
+from kgwe.extender.index import ClusterIndex, pod_field_selector
+from kgwe.extender.k8s import gpu_holders
+from kgwe.testing.gpunodes import machine, node_manifest
+
+
+def pod(name: str, node: str, gpus: int, index: str | None = None) -> dict:
+    ann = {"kgwe.nvidia.io/gpu-index": index} if index else {}
+    return {
+        "metadata": {"name": name, "namespace": "t", "uid": f"uid-{name}", "annotations": ann},
+        "spec": {
+            "nodeName": node,
+            "schedulerName": "kgwe-scheduler",
+            "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}],
+        },
+        "status": {"phase": "Running"},
+    }
+
+
+def with_holders(node: dict, holders: dict[int, str]) -> dict:
+    node = orjson.loads(orjson.dumps(node))
+    node["metadata"].setdefault("annotations", {})["kgwe.nvidia.io/gpu-pods"] = orjson.dumps(
+        {str(k): v for k, v in holders.items()}
+    ).decode()
+    return node
+
+
+def test_the_pod_watch_selects_bound_pods_of_the_kgwe_scheduler():
+    assert pod_field_selector("kgwe-scheduler") == "spec.schedulerName=kgwe-scheduler,spec.nodeName!="
+    assert pod_field_selector(None) == "spec.nodeName!="
+    assert ClusterIndex(Engine()).pod_selector == pod_field_selector("kgwe-scheduler")
+
+
+def test_gpus_held_by_unwatched_pods_count_as_taken():
+    engine = Engine()
+    idx = ClusterIndex(engine)
+    node = node_manifest("a", machine("DGX-H100"))
+    idx._apply_nodes([with_holders(node, {3: "other/trainer", 5: "t/mine"})])
+    idx._apply_pods([pod("mine", "a", 1, index="5")])
+    used = engine.node_view("a")["gpuUsedMilli"]
+    assert used[3] == 1000 and used[5] == 1000 and sum(used) == 2000  # t/mine is counted once
+    # a KGWE pod without an index avoids the GPU another pod holds
+    idx._pod_event("ADDED", pod("next", "a", 1))
+    used = engine.node_view("a")["gpuUsedMilli"]
+    assert sum(used) == 3000 and used[3] == 1000
+    # the other pod ends: the agent drops it from the annotation
+    idx._node_event("MODIFIED", with_holders(node, {5: "t/mine"}))
+    assert sum(engine.node_view("a")["gpuUsedMilli"]) == 2000
+
+
+def test_a_bad_holders_annotation_is_ignored():
+    node = node_manifest("a", machine("DGX-H100"))
+    for raw in ("{", "[]", '{"x": "p"}', '{"1": 5}', '{"99": "p"}'):
+        node["metadata"].setdefault("annotations", {})["kgwe.nvidia.io/gpu-pods"] = raw
+        assert gpu_holders(node) == {}
