@@ -28,6 +28,10 @@ RELEASE = "kgwe"
 NAMESPACE = "kgwe-system"
 # What the kustomize base adds to the chart's defaults: Helm creates the namespace (--create-namespace).
 DEPLOY_SET = ("namespace.create=true",)
+# Optional kustomize overlays beside the base: folder -> (extra --set values, templates it holds).
+OVERLAYS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "webhook/cert-manager": (("webhook.tls.certManager.enabled=true",), ("webhook/cert-manager.yaml",)),
+}
 # Folders of deploy/ that are not the rendering: the chart itself and the GitOps examples.
 NOT_RENDERED = ("helm", "examples")
 _SOURCE = re.compile(r"^# Source: [^/\n]+/templates/(?P<path>\S+)\n", re.MULTILINE)
@@ -76,7 +80,8 @@ def split_by_template(stream: str) -> dict[str, str]:
 
 
 def deploy_files(stream: str | None = None) -> dict[str, str]:
-    """deploy/'s files (relative path -> text) rendered from the chart, kustomization.yaml included."""
+    """deploy/'s files (relative path -> text) rendered from the chart: the base (from `stream` when given)
+    with its kustomization.yaml, and the optional overlays."""
     by_template = split_by_template(stream if stream is not None else template(*_sets(DEPLOY_SET)))
     out = {}
     for path, text in by_template.items():
@@ -87,15 +92,32 @@ def deploy_files(stream: str | None = None) -> dict[str, str]:
         )
         out[path] = header + text
     resources = sorted(out, key=lambda p: (not p.startswith("crds/"), p != "controller/namespace.yaml", p))
-    out["kustomization.yaml"] = (
-        "# KGWE's kustomize base: `kubectl apply -k deploy/` (or point Argo CD / Flux at this folder).\n"
-        "# Rendered from the Helm chart deploy/helm/kgwe with its default values by `make deploy`;\n"
-        "# edit the chart, not this file.\n"
+    out["kustomization.yaml"] = _kustomization(
+        "KGWE's kustomize base: `kubectl apply -k deploy/` (or point Argo CD / Flux at this folder).",
+        resources,
+    )
+    for folder, (sets, templates) in OVERLAYS.items():
+        only = [a for t in templates for a in ("--show-only", f"templates/{t}")]
+        names = []
+        for path, text in split_by_template(template(*_sets((*DEPLOY_SET, *sets)), *only)).items():
+            names.append(path.rsplit("/", 1)[-1])
+            out[f"{folder}/{names[-1]}"] = (
+                f"# Rendered from deploy/helm/kgwe/templates/{path} with {', '.join(sets)}\n"
+                "# by `make deploy`; edit the chart, not this file.\n" + text
+            )
+        purpose = f"Optional, applied after the base: `kubectl apply -k deploy/{folder}` ({', '.join(sets)})."
+        out[f"{folder}/kustomization.yaml"] = _kustomization(purpose, names)
+    return out
+
+
+def _kustomization(purpose: str, resources: Sequence[str]) -> str:
+    return (
+        f"# {purpose}\n"
+        "# Rendered from the Helm chart deploy/helm/kgwe by `make deploy`; edit the chart, not this file.\n"
         "apiVersion: kustomize.config.k8s.io/v1beta1\n"
         "kind: Kustomization\n"
         "resources:\n" + "".join(f"  - {p}\n" for p in resources)
     )
-    return out
 
 
 def rendered_paths(root: Path) -> list[str]:

@@ -111,6 +111,28 @@ def test_values_switch_and_size_components():
     assert "annotations" not in no_keep[0]["metadata"]
 
 
+def test_webhook_certificates_from_cert_manager_or_an_existing_secret():
+    by_cm = {
+        (d["kind"], d["metadata"]["name"]): d
+        for d in _objects(template("--set", "webhook.tls.certManager.enabled=true"))
+    }
+    cert = by_cm[("Certificate", "kgwe-webhook")]["spec"]
+    assert cert["secretName"] == "kgwe-webhook-tls" and "kgwe-webhook.kgwe-system.svc" in cert["dnsNames"]
+    hook = by_cm[("MutatingWebhookConfiguration", "kgwe-scheduling")]
+    assert hook["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == "kgwe-system/kgwe-webhook"
+    own = {
+        (d["kind"], d["metadata"]["name"]): d
+        for d in _objects(
+            template("--set", "webhook.tls.secretName=mine", "--set", "webhook.tls.caBundle=Q0E=")
+        )
+    }
+    assert not any(kind == "Certificate" for kind, _ in own)
+    hook = own[("MutatingWebhookConfiguration", "kgwe-scheduling")]
+    assert hook["webhooks"][0]["clientConfig"]["caBundle"] == "Q0E=" and "annotations" not in hook["metadata"]
+    volumes = own[("Deployment", "kgwe-webhook")]["spec"]["template"]["spec"]["volumes"]
+    assert volumes == [{"name": "tls", "secret": {"secretName": "mine"}}]
+
+
 def test_optional_policy_repository_is_created_after_the_crds():
     out = template(
         "--set", "policyRepository.create=true",

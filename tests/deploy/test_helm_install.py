@@ -102,6 +102,7 @@ def test_seed_install_upgrade_uninstall(helm_cluster):
         ("controller", 2),
         ("extender", 2),
         ("scheduler", 2),
+        ("webhook", 2),
         ("agent", len(helm_cluster.nodes)),
     ):
         assert _ready_pods(api, component) == want, f"{component}: {want} Ready pod(s) expected"
