@@ -31,6 +31,7 @@ from kgwe.reconcile.repository import GROUP, PLURAL, VERSION, RepositoryReconcil
 
 if TYPE_CHECKING:
     from kgwe.reconcile.costs import CostDuties
+    from kgwe.render.render import RenderOptions
 
 log = logging.getLogger(__name__)
 
@@ -64,8 +65,10 @@ class Controller:
         jitter_fraction: float = 0.1,
         leader_election: bool = True,
         costs: CostDuties | None = None,
+        render_options: RenderOptions | None = None,
     ) -> None:
         self.api_client = api_client
+        self.render_options = render_options  # extender URL and TLS for the rendered scheduler config
         self.namespace = namespace
         self.costs = costs  # metering, budgets and cost reports (kgwe.reconcile.costs); None: off
         self.cache_dir = Path(cache_dir)
@@ -165,6 +168,7 @@ class Controller:
                 metrics=self.metrics,
                 recorder=self.recorder,
                 is_leader=self.is_leader,
+                render_options=self.render_options,
             )
             self._reconcilers[name] = rec
         return rec

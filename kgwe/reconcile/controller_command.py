@@ -47,6 +47,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--prometheus", help="Prometheus URL for rightsizing (DCGM metrics)")
     parser.add_argument("--no-costs", action="store_true", help="no metering, budgets or cost reports")
+    parser.add_argument(
+        "--extender-url",
+        default=None,
+        help="urlPrefix of the KGWE extender in the rendered KubeSchedulerConfiguration",
+    )
+    parser.add_argument(
+        "--extender-client-cert-dir",
+        metavar="DIR",
+        help="where kube-scheduler finds its client certificate for the extender (DIR/tls.crt, tls.key, "
+        "ca.crt; default for https: /etc/kgwe/extender-client); rendered as tlsConfig",
+    )
     parser.add_argument("--log-level", default="INFO")
 
 
@@ -70,6 +81,18 @@ def _cost_duties(args: argparse.Namespace):
     return CostDuties(CostService(store, cluster=args.cluster), prometheus_url=args.prometheus)
 
 
+def _render_options(args: argparse.Namespace):
+    from kgwe.render.render import DEFAULT_EXTENDER_URL, RenderOptions, extender_client_cert_dir
+
+    url = args.extender_url or DEFAULT_EXTENDER_URL
+    if args.extender_client_cert_dir and not url.startswith("https://"):
+        raise KgweError("--extender-client-cert-dir needs an https:// --extender-url")
+    return RenderOptions(
+        extender_url=url,
+        extender_client_cert_dir=extender_client_cert_dir(url, args.extender_client_cert_dir),
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     from kgwe.cluster.client import api_client
     from kgwe.reconcile.controller import Controller
@@ -82,6 +105,7 @@ def run(args: argparse.Namespace) -> int:
             secret = Path(args.webhook_secret_file).read_bytes().strip()
         except OSError as exc:
             raise KgweError(f"cannot read {args.webhook_secret_file}: {exc.strerror}") from exc
+    render_options = _render_options(args)
     costs = None if args.no_costs else _cost_duties(args)
     controller = Controller(
         api_client(args.kubeconfig),
@@ -95,6 +119,7 @@ def run(args: argparse.Namespace) -> int:
         retry_period_seconds=args.retry_period,
         leader_election=not args.no_leader_election,
         costs=costs,
+        render_options=render_options,
     )
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -96,8 +96,10 @@ class RepositoryReconciler:
         is_leader: Callable[[], bool] = lambda: True,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
         git_attempts: int = 3,
+        render_options: Any = None,
     ) -> None:
         self.api_client = api_client
+        self.render_options = render_options  # a RenderOptions base (extender URL, TLS); None: defaults
         self.namespace = namespace
         self.name = name
         self.cache_dir = Path(cache_dir)
@@ -274,7 +276,7 @@ class RepositoryReconciler:
         from kgwe.policy import GPUInventory
         from kgwe.render.render import RenderOptions, render
 
-        options = RenderOptions(repository=self.repository_label)
+        options = replace(self.render_options or RenderOptions(), repository=self.repository_label)
         live_configs = self._live_mig_configs(options.mig_namespace, options.mig_config_name)
         doc = inventory_document(facts, name=self.name, mig_configs=live_configs)
         inventory = GPUInventory.model_validate(doc)

@@ -20,7 +20,9 @@ from kgwe.render.layouts import NodeLayouts, desired_layouts
 
 REPOSITORY_LABEL = "kgwe.nvidia.io/policy-repository"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
-DEFAULT_EXTENDER_URL = "http://kgwe-extender.kgwe-system.svc:8080"
+# deploy/: kube-scheduler calls the extender Service over mutual TLS, its client certificate mounted here
+DEFAULT_EXTENDER_URL = "https://kgwe-extender.kgwe-system.svc:8443"
+DEFAULT_EXTENDER_CLIENT_CERT_DIR = "/etc/kgwe/extender-client"
 MIG_CONFIG_LABEL = "nvidia.com/mig.config"
 # Configs the GPU Operator itself puts on MIG-capable nodes (reference/mig.md §6); a replacement
 # mig-parted config must still define them, or nodes KGWE does not manage would fail.
@@ -41,6 +43,9 @@ class RenderOptions:
     mig_namespace: str = "gpu-operator"  # where the GPU Operator's MIG manager reads its config
     mig_config_name: str = "kgwe-mig-parted-config"
     extender_url: str = DEFAULT_EXTENDER_URL
+    # kube-scheduler's client certificate for mutual TLS with the extender: a directory holding tls.crt,
+    # tls.key and ca.crt (a mounted kubernetes.io/tls Secret); needs an https:// extender_url
+    extender_client_cert_dir: str | None = DEFAULT_EXTENDER_CLIENT_CERT_DIR
     scheduler_name: str = "default-scheduler"
     scheduler_kubeconfig: str | None = None
     scheduler_leader_elect: bool | None = None
@@ -55,6 +60,14 @@ class Rendered:
     objects: list[dict] = field(default_factory=list)
     layouts: NodeLayouts = field(default_factory=dict)
     node_configs: dict[str, str] = field(default_factory=dict)
+
+
+def extender_client_cert_dir(url: str, given: str | None) -> str | None:
+    """The client-certificate directory for an extender URL: the one given, else the deploy/ default for
+    https and none for plain http (a command-line default that fits either scheme)."""
+    if given:
+        return given
+    return DEFAULT_EXTENDER_CLIENT_CERT_DIR if url.startswith("https://") else None
 
 
 def _build_mig_configs(layouts: NodeLayouts) -> tuple[dict[str, list[dict]], dict[str, str]]:
@@ -118,6 +131,9 @@ def render(
     """Render every object for a valid PolicySet. KgweError when the policy has errors."""
     ps.raise_for_errors()
     opts = options or RenderOptions()
+    https = opts.extender_url.startswith("https://")
+    if opts.extender_client_cert_dir and not https:
+        raise KgweError("an extender client certificate needs an https:// extender URL")
     inventory = inventory if inventory is not None else ps.inventory()
     if layouts is None:
         layouts = desired_layouts(ps.mig_strategies, inventory) if inventory is not None else {}
@@ -152,7 +168,8 @@ def render(
         extender={
             "url": opts.extender_url,
             "weight": extender["weight"],
-            "https": opts.extender_url.startswith("https://"),
+            "https": https,
+            "client_cert_dir": (opts.extender_client_cert_dir or "").rstrip("/") or None,
             "http_timeout": extender["httpTimeout"],
             "ignorable": extender["ignorable"],
         },

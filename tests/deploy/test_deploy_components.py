@@ -70,9 +70,15 @@ def test_the_scheduler_config_points_at_the_extender_service():
     objs = render_repository(load_repository(sample_repo_dir()))
     config = next(o for o in objs if o["metadata"]["name"] == "kgwe-scheduler-config")
     service = next(d for d in _docs() if d["kind"] == "Service" and d["metadata"]["name"] == "kgwe-extender")
-    port = service["spec"]["ports"][0]["port"]
-    url = f"http://{service['metadata']['name']}.{service['metadata']['namespace']}.svc:{port}"
-    assert url in next(iter(config["data"].values()))
+    port = next(p["port"] for p in service["spec"]["ports"] if p["name"] == "https")
+    url = f"https://{service['metadata']['name']}.{service['metadata']['namespace']}.svc:{port}"
+    text = next(iter(config["data"].values()))
+    assert url in text and "certFile: /etc/kgwe/extender-client/tls.crt" in text
+    controller = next(
+        d for d in _docs() if d["kind"] == "Deployment" and d["metadata"]["name"] == "kgwe-controller"
+    )
+    args = controller["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert f"--extender-url={url}" in args and "--extender-client-cert-dir=/etc/kgwe/extender-client" in args
     # replicas keep their own assumed pods: the active scheduler must keep talking to one of them
     assert service["spec"]["sessionAffinity"] == "ClientIP"
 
