@@ -18,8 +18,9 @@ keep-alive connections close after `idle_timeout`. An unexpected exception in a 
 answered 422, never 500, and never kills the server. After an error answer the connection lingers: the
 server half-closes, reads and drops what the client still sends (at most LINGER_SECONDS), then closes —
 closing a socket with unread input makes the kernel send a reset that can destroy the answer before the
-client reads it. At most `max_connections` are open at once; more are answered 503 and closed, so memory
-is bounded by max_connections x (MAX_BODY + MAX_HEADER).
+client reads it. At most `max_connections` are open at once: at the limit a new connection displaces an
+idle keep-alive one, and only when all are mid-request (each bounded by `request_timeout`) is it answered
+503 and closed; memory is bounded by max_connections x (max_body + MAX_HEADER).
 
 TLS: with an `ssl.SSLContext` (see `server_tls_context`) the same server speaks HTTPS; with a client CA it
 requires and verifies a client certificate in the handshake, so a client without one never reaches a route.
@@ -31,6 +32,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import socket
 import ssl
 import time
 from collections.abc import Callable
@@ -86,11 +88,23 @@ def server_tls_context(cert_file: str, key_file: str, client_ca_file: str | None
 class _Slots:
     """Open connections, shared by every connection of one server."""
 
-    __slots__ = ("limit", "open")
+    __slots__ = ("conns", "limit")
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
-        self.open = 0
+        self.conns: set[_Conn] = set()
+
+    def admit(self, conn: _Conn) -> bool:
+        """Room for `conn`: at the limit, an idle keep-alive connection (no request under way) makes room;
+        only when every connection is mid-request is the newcomer refused."""
+        self.conns.add(conn)
+        if len(self.conns) <= self.limit:
+            return True
+        idle = [c for c in self.conns if c is not conn and c.idle()]
+        if not idle:
+            return False
+        min(idle, key=lambda c: c.idle_since).close()  # the longest idle goes
+        return True
 
 
 class _Conn(asyncio.Protocol):
@@ -99,6 +113,7 @@ class _Conn(asyncio.Protocol):
         "draining",
         "handler",
         "headers",
+        "idle_since",
         "idle_timeout",
         "loop",
         "max_body",
@@ -123,6 +138,7 @@ class _Conn(asyncio.Protocol):
         self.max_body = max_body
         self.headers = headers
         self.draining = False
+        self.idle_since = time.monotonic()
         self.request_timeout = request_timeout
         self.idle_timeout = idle_timeout
         self.buf = bytearray()
@@ -134,14 +150,20 @@ class _Conn(asyncio.Protocol):
     # -- connection life ----------------------------------------------------------------------------------
     def connection_made(self, transport) -> None:
         self.transport = transport
-        self.slots.open += 1
-        if self.slots.open > self.slots.limit:
+        if not self.slots.admit(self):
             self._fail(503, f"too many connections (limit {self.slots.limit}); retry later")
             return
         self._arm(self.idle_timeout)
 
+    def idle(self) -> bool:
+        return self.transport is not None and not self.buf and not self.draining
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
     def connection_lost(self, exc) -> None:
-        self.slots.open -= 1
+        self.slots.conns.discard(self)
         if self.timer:
             self.timer.cancel()
         self.transport = None
@@ -209,6 +231,7 @@ class _Conn(asyncio.Protocol):
             if not keep_alive:
                 self.transport.close()
                 return
+            self.idle_since = time.monotonic()
             self._arm(self.request_timeout if self.buf else self.idle_timeout)
 
     def _head(self) -> tuple[int, int, str, str, bool, dict[str, str] | None] | None:
@@ -270,16 +293,18 @@ async def serve(
     started: Callable[[int], None] | None = None,
     stop: asyncio.Event | None = None,
     label: str = "kgwe extender listening on",
+    sock: socket.socket | None = None,
 ) -> None:
     """Serve until SIGTERM/SIGINT (or `stop` is set). `started(port)` is called once listening. With
-    `headers`, the handler also gets the request headers."""
+    `headers`, the handler also gets the request headers; with `sock`, serve that listening socket."""
     loop = asyncio.get_running_loop()
     slots = _Slots(max_connections)
     server = await loop.create_server(
         lambda: _Conn(handler, request_timeout, idle_timeout, slots, max_body, headers),
-        host,
-        port,
-        reuse_address=True,
+        None if sock is not None else host,
+        None if sock is not None else port,
+        sock=sock,
+        reuse_address=None if sock is not None else True,
         backlog=2048,
         ssl=tls,
         ssl_handshake_timeout=request_timeout if tls is not None else None,

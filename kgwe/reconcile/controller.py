@@ -25,7 +25,7 @@ from kgwe.cluster.events import EventRecorder
 from kgwe.cluster.lease import LeaderElector
 from kgwe.gitops.retry import jittered_interval_seconds
 from kgwe.gitops.source import touches_policy
-from kgwe.gitops.webhook import ControllerHTTPServer, PushEvent
+from kgwe.gitops.webhook import ControllerHTTPServer, PushEvent, repository_key
 from kgwe.reconcile.metrics import ReconcileMetrics
 from kgwe.reconcile.repository import GROUP, PLURAL, VERSION, RepositoryReconciler, parse_interval_seconds
 
@@ -39,6 +39,12 @@ log = logging.getLogger(__name__)
 # Set by a standby replica that received a webhook push (the Service routes to any replica); the leader
 # sees the new value on its next tick and reconciles at once (like Flux's reconcile.fluxcd.io/requestedAt).
 REQUESTED_AT_ANNOTATION = "kgwe.nvidia.io/reconcile-requested-at"
+
+
+def _key_of(item: dict) -> str | None:
+    """The repository key of a PolicyRepository's spec.url (what webhook pushes are matched on)."""
+    url = (item.get("spec") or {}).get("url")
+    return repository_key(url) if isinstance(url, str) else None
 
 
 @dataclass
@@ -78,7 +84,7 @@ class Controller:
         self.jitter_fraction = jitter_fraction
         self._rng = random.Random()
         self._trigger = threading.Event()
-        self._pending_push = False
+        self._pushed: set[str] = set()  # repository keys named by pushes not yet reconciled
         self._lock = threading.Lock()
         self._due: dict[str, _Due] = {}
         self._reconcilers: dict[str, RepositoryReconciler] = {}
@@ -126,24 +132,27 @@ class Controller:
 
     # -- triggers ------------------------------------------------------------------------------------
     def on_push(self, event: PushEvent) -> None:
+        """A push syncs at once only the PolicyRepositories whose spec.url it names (any URL spelling)."""
         if event.changed_paths and not touches_policy(list(event.changed_paths), ""):
             self.metrics.hooks.labels("ignored_reports_only").inc()
             return
         self.metrics.hooks.labels("triggered").inc()
         if not self.is_leader():
-            self._request_from_leader()
+            self._request_from_leader(event.repositories)
             return
         with self._lock:
-            self._pending_push = True
+            self._pushed |= event.repositories
         self._trigger.set()
 
-    def _request_from_leader(self) -> None:
-        """Ask the leader to sync now by stamping every PolicyRepository (a standby got the push)."""
+    def _request_from_leader(self, repositories: frozenset[str]) -> None:
+        """Ask the leader to sync now by stamping the PolicyRepositories the push names (a standby got it)."""
         api = client.CustomObjectsApi(self.api_client)
         stamp = f"{time.time():.6f}"
         try:
             items = api.list_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL).get("items", [])
             for item in items:
+                if _key_of(item) not in repositories:
+                    continue
                 api.patch_namespaced_custom_object(
                     GROUP,
                     VERSION,
@@ -185,7 +194,7 @@ class Controller:
             log.warning("listing PolicyRepositories failed: %s", exc.reason)
             return 5.0
         with self._lock:
-            pushed, self._pending_push = self._pending_push, False
+            pushed_keys, self._pushed = self._pushed, set()
         now = time.monotonic()
         next_in = 60.0
         for item in listing.get("items", []):
@@ -197,6 +206,7 @@ class Controller:
             except Exception:
                 interval = 60.0
             due = self._due.get(name)
+            pushed = _key_of(item) in pushed_keys
             if (
                 due is None
                 or pushed

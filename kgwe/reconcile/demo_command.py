@@ -234,6 +234,7 @@ def run(args: argparse.Namespace) -> int:
                         "ref": "refs/heads/main",
                         "after": second,
                         "commits": [{"modified": ["clusters/prod/mig/inference-h100.yaml"]}],
+                        "repository": {"clone_url": str(bare)},
                     }
                 ).encode()
                 req = urllib.request.Request(

@@ -125,8 +125,12 @@ def test_oversized_body_gets_a_readable_413_not_a_reset(plain_extender) -> None:
 
 
 def test_connections_are_bounded(plain_extender) -> None:
+    """Four connections mid-request fill the server (limit 4): a fifth is refused, not queued; idle
+    keep-alive connections instead make room for newcomers."""
     held = [socket.create_connection(("127.0.0.1", plain_extender), timeout=10) for _ in range(4)]
     try:
+        for s in held:
+            s.sendall(b"POST /filter HTTP/1.1\r\nContent-Length: 100\r\n\r\n{")  # and nothing more
         time.sleep(0.3)
         with socket.create_connection(("127.0.0.1", plain_extender), timeout=10) as extra:
             extra.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
@@ -134,11 +138,16 @@ def test_connections_are_bounded(plain_extender) -> None:
     finally:
         for s in held:
             s.close()
-    time.sleep(0.3)
-    conn = http.client.HTTPConnection("127.0.0.1", plain_extender, timeout=10)
-    conn.request("GET", "/healthz")
-    assert conn.getresponse().status == 200
-    conn.close()
+    idle = [socket.create_connection(("127.0.0.1", plain_extender), timeout=10) for _ in range(8)]
+    try:
+        time.sleep(0.3)
+        conn = http.client.HTTPConnection("127.0.0.1", plain_extender, timeout=10)
+        conn.request("GET", "/healthz")
+        assert conn.getresponse().status == 200
+        conn.close()
+    finally:
+        for s in idle:
+            s.close()
 
 
 def fat_pod() -> dict:
