@@ -16,7 +16,7 @@ from typing import Any
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
-from kgwe.cost.metering import Meter, apply, capacity, node_info
+from kgwe.cost.metering import Meter, apply, capacity, namespace_teams, node_info
 from kgwe.cost.pricing import DEFAULT_SPOT_LABELS
 from kgwe.cost.store import CostStore
 from kgwe.errors import KgweError
@@ -43,6 +43,7 @@ class MeteringWatch:
         is_spot: Callable[[Mapping[str, str]], bool] = default_is_spot,
         clock: Callable[[], datetime] = _utcnow,
         watch_timeout_s: int = 5,
+        budget_teams: Callable[[], Mapping[str, str]] = dict,
     ) -> None:
         self.api = api_client
         self.core = client.CoreV1Api(api_client)
@@ -50,7 +51,9 @@ class MeteringWatch:
         self.is_spot = is_spot
         self.clock = clock
         self.watch_timeout_s = watch_timeout_s
+        self.budget_teams = budget_teams  # namespace -> team of the GPUBudget claiming it (the policy)
         self.meter = Meter()
+        self._namespaces: set[str] = set()  # namespaces seen at the last team sync
         self.totals = {"started": 0, "ended": 0, "skipped": 0, "duplicates": 0}
         self.synced = threading.Event()
 
@@ -75,9 +78,16 @@ class MeteringWatch:
             del self.meter.nodes[gone]
             self.store.end_node(gone, now)
 
+    def sync_teams(self) -> None:
+        """Who pays for each namespace: GPUBudget claims, then the namespaces' team labels."""
+        items = [self._plain(ns) for ns in self.core.list_namespace().items]
+        self._namespaces = {ns["metadata"]["name"] for ns in items}
+        self.meter.teams = namespace_teams(items, self.budget_teams())
+
     def resync(self) -> str:
         """List and reconcile; returns the resourceVersion to watch from."""
         self.sync_nodes()
+        self.sync_teams()
         pods = self.core.list_pod_for_all_namespaces()
         live = [self._plain(p) for p in pods.items]
         self._add(apply(self.store, self.meter.reconcile(self.store.open_usage(), live, self.clock())))
@@ -113,11 +123,14 @@ class MeteringWatch:
                     version = pod["metadata"]["resourceVersion"]
                     if pod.get("spec", {}).get("nodeName") not in self.meter.nodes:
                         self.sync_nodes()  # a node we have not seen yet
+                    if pod["metadata"].get("namespace") not in self._namespaces:
+                        self.sync_teams()  # a namespace created since the last sync
                     self._add(apply(self.store, self.meter.observe(event["type"], pod, self.clock())))
                     if stop.is_set():
                         break
                 else:
                     self.sync_nodes()  # periodic: nodes come and go between pod events
+                    self.sync_teams()  # and budget claims or team labels change
             except ApiException as exc:
                 log.warning("metering: watch ended (%s); relisting", exc.status)
                 version = None

@@ -116,10 +116,19 @@ class CostService:
         self.collector = collector or install()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        # namespace -> team of the GPUBudget claiming it, per PolicyRepository (set after each reconcile)
+        self.budget_teams_by_repository: dict[str, dict[str, str]] = {}
+
+    def budget_teams(self) -> dict[str, str]:
+        merged: dict[str, str] = {}
+        for _, teams in sorted(self.budget_teams_by_repository.items()):
+            merged.update(teams)
+        return merged
 
     def start_metering(self, api_client: Any, **watch_options: Any) -> None:
         from kgwe.cost.metering_watch import MeteringWatch
 
+        watch_options.setdefault("budget_teams", self.budget_teams)
         self.watch = MeteringWatch(api_client, self.store, **watch_options)
         self._thread = threading.Thread(
             target=self.watch.run, args=(self._stop,), name="kgwe-metering", daemon=True

@@ -83,6 +83,7 @@ class CostDuties:
         name, spec, now = rec.name, repo.get("spec") or {}, self.now()
         book = pricebook_from_catalog(ps.pricing_catalog())
         budgets = [budget_from_policy(b) for b in ps.budgets]
+        self.service.budget_teams_by_repository[name] = {ns: b.team for b in budgets for ns in b.namespaces}
         last = self._last_refresh.get(name)
         if last is None or (now - last).total_seconds() >= self.refresh_seconds:
             self._last_refresh[name] = now
