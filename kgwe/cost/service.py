@@ -110,8 +110,16 @@ class CostService:
     """What the controller starts: `start_metering`, then periodically `refresh` (metrics, budget status
     for Enforce) and, on the PolicyRepository's reports schedule, `commit` (reports to Git)."""
 
-    def __init__(self, store: CostStore, *, cluster: str, collector: CostCollector | None = None) -> None:
+    def __init__(
+        self,
+        store: CostStore,
+        *,
+        cluster: str,
+        collector: CostCollector | None = None,
+        spool_path: Path | None = None,
+    ) -> None:
         self.store = store
+        self.spool_path = spool_path  # where metering keeps writes while the store is down
         self.cluster = cluster
         self.collector = collector or install()
         self._stop = threading.Event()
@@ -127,9 +135,14 @@ class CostService:
 
     def start_metering(self, api_client: Any, **watch_options: Any) -> None:
         from kgwe.cost.metering_watch import MeteringWatch
+        from kgwe.cost.spool import Spool
 
         watch_options.setdefault("budget_teams", self.budget_teams)
+        if self.spool_path is not None:
+            watch_options.setdefault("spool", Spool(self.spool_path))
+        self._stop = threading.Event()
         self.watch = MeteringWatch(api_client, self.store, **watch_options)
+        self.collector.spool = self.watch.spool
         self._thread = threading.Thread(
             target=self.watch.run, args=(self._stop,), name="kgwe-metering", daemon=True
         )

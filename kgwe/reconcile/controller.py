@@ -80,7 +80,7 @@ class Controller:
         self.cache_dir = Path(cache_dir)
         self.identity = identity or f"{socket.gethostname()}-{random.randrange(1 << 32):08x}"
         self.metrics = ReconcileMetrics()
-        self.recorder = EventRecorder(api_client)
+        self.recorder = EventRecorder(api_client, allowed=self.is_leader)  # a standby writes no Events
         self.jitter_fraction = jitter_fraction
         self._rng = random.Random()
         self._trigger = threading.Event()
@@ -127,8 +127,11 @@ class Controller:
         self._trigger.set()
 
     def _on_stopped(self) -> None:
+        """Lost the lease: stop metering at once (commit-back and Events check leadership themselves)."""
         log.info("%s stopped leading", self.identity)
         self.metrics.leader.set(0)
+        if self.costs is not None:
+            self.costs.stop()
 
     # -- triggers ------------------------------------------------------------------------------------
     def on_push(self, event: PushEvent) -> None:

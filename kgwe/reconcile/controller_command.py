@@ -77,8 +77,12 @@ def _cost_duties(args: argparse.Namespace):
     cache = Path(args.cache_dir)
     cache.mkdir(parents=True, exist_ok=True)
     store = CostStore(args.db or str(cache / "kgwe-cost.db"))
-    store.migrate()
-    return CostDuties(CostService(store, cluster=args.cluster), prometheus_url=args.prometheus)
+    try:
+        store.migrate()
+    except KgweError as exc:  # a database outage must not keep the controller down: metering retries
+        logging.getLogger(__name__).warning("%s; metering will retry the migration", exc)
+    service = CostService(store, cluster=args.cluster, spool_path=cache / "metering-spool.jsonl")
+    return CostDuties(service, prometheus_url=args.prometheus)
 
 
 def _render_options(args: argparse.Namespace):
@@ -107,8 +111,10 @@ def run(args: argparse.Namespace) -> int:
             raise KgweError(f"cannot read {args.webhook_secret_file}: {exc.strerror}") from exc
     render_options = _render_options(args)
     costs = None if args.no_costs else _cost_duties(args)
+    # every Kubernetes call ends well inside the lease: a leader stuck in a call cannot outlive its lease
+    timeout = max(1.0, min(args.renew_deadline, args.lease_duration - args.renew_deadline) / 2)
     controller = Controller(
-        api_client(args.kubeconfig),
+        api_client(args.kubeconfig, request_timeout_s=timeout),
         args.namespace,
         cache_dir=Path(args.cache_dir),
         identity=args.identity,

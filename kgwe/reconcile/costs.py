@@ -74,7 +74,9 @@ class CostDuties:
             self._started = True
 
     def stop(self) -> None:
+        """Stop metering (lease lost or shutdown); `start` starts it again on the next leadership."""
         self.service.stop()
+        self._started = False
 
     def after_reconcile(self, rec: Any, repo: dict) -> None:
         ps = getattr(rec, "last_policy", None)
@@ -112,6 +114,8 @@ class CostDuties:
         if not schedule.fired_between(last, now):
             return
         self._last_report_check[rec.name] = now
+        if not rec.is_leader():
+            return  # the lease was lost meanwhile: the new leader commits
         ref = spec.get("ref") or {}
         result = self.service.commit(
             book,
