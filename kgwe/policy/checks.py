@@ -23,6 +23,7 @@ from kgwe.policy.models import (
     PricingCatalog,
     ScoringProfile,
 )
+from kgwe.policy.quota_namespaces import refused_quota_namespace
 
 
 def _at(entry: LoadedObject) -> str:
@@ -392,6 +393,9 @@ def check_budgets(ps: PolicySet) -> None:
     for entry in ps.entries_of(GPUBudget):
         budget: GPUBudget = entry.obj  # type: ignore[assignment]
         for i, ns in enumerate(budget.spec.namespaces):
+            refused = refused_quota_namespace(ns)
+            if refused:
+                ps.report(entry, ("spec", "namespaces", i), refused)
             first = owner.get(ns)
             if first is not None and first is not entry:
                 ps.report(

@@ -15,6 +15,7 @@ import yaml
 from kgwe.errors import KgweError
 from kgwe.policy.loader import PolicySet
 from kgwe.policy.models import GPUInventory, ScoringProfile, ScoringProfileSpec
+from kgwe.policy.quota_namespaces import refused_quota_namespace
 from kgwe.render.environment import render_template
 from kgwe.render.layouts import NodeLayouts, desired_layouts
 
@@ -110,13 +111,17 @@ def _scoring_payload(ps: PolicySet) -> tuple[str, dict]:
     return chosen, payload
 
 
-def _quotas(ps: PolicySet) -> list[dict]:
+def _quotas(ps: PolicySet, kgwe_namespace: str) -> list[dict]:
+    """One ResourceQuota per budgeted namespace; never in kube-* or KGWE's own namespace."""
     quotas = []
     for budget in sorted(ps.budgets, key=lambda b: b.name):
         hard = budget.spec.quota_hard()
         if not hard:
             continue
         for ns in budget.spec.namespaces:
+            refused = refused_quota_namespace(ns, kgwe_namespace)
+            if refused:
+                raise KgweError(f"GPUBudget/{budget.name}: {refused}")
             quotas.append({"namespace": ns, "budget": budget.name, "team": budget.spec.team, "hard": hard})
     return sorted(quotas, key=lambda q: q["namespace"])
 
@@ -183,7 +188,7 @@ def render(
     files["scoring.yaml"] = render_template(
         "scoring-configmap.yaml.j2", namespace=opts.namespace, profiles_json=profiles_json, **common
     )
-    quotas = _quotas(ps)
+    quotas = _quotas(ps, opts.namespace)
     if quotas:
         files["resource-quotas.yaml"] = render_template("resource-quotas.yaml.j2", quotas=quotas, **common)
     if node_configs:

@@ -22,9 +22,12 @@ def _docs() -> list[dict]:
     return docs
 
 
-def _as(api: client.ApiClient, sa: str) -> client.ApiClient:
+def _as(api: client.ApiClient, sa: str, node: str | None = None) -> client.ApiClient:
+    """The API as ServiceAccount `sa`; with `node`, as a pod's bound token on that node carries it."""
     impersonated = client.ApiClient(api.configuration)
     impersonated.set_default_header("Impersonate-User", f"system:serviceaccount:kgwe-system:{sa}")
+    if node is not None:
+        impersonated.set_default_header("Impersonate-Extra-authentication.kubernetes.io%2fnode-name", node)
     return impersonated
 
 
@@ -112,7 +115,8 @@ def test_agent_publishes_as_its_service_account_and_can_do_nothing_else(applied,
     from kgwe.topology.annotation import ANNOTATION_KEY
 
     node = gpu_node("DGX-1-V100")
-    core = client.CoreV1Api(_as(applied, "kgwe-agent"))
+    other = gpu_node("DGX-1-V100")
+    core = client.CoreV1Api(_as(applied, "kgwe-agent", node=node))
     client.CoreV1Api(applied).patch_node(node, {"metadata": {"annotations": {ANNOTATION_KEY: None}}})
     args = argparse.Namespace(fake_nvml="DGX-1-V100", node_name=node, pod_resources_socket="")
     found = command.observe(args)
@@ -120,4 +124,5 @@ def test_agent_publishes_as_its_service_account_and_can_do_nothing_else(applied,
     assert ANNOTATION_KEY in client.CoreV1Api(applied).read_node(node).metadata.annotations
     _forbidden(lambda: core.list_pod_for_all_namespaces())
     _forbidden(lambda: core.delete_node(node))
+    _forbidden(lambda: core.patch_node(other, {"metadata": {"labels": {"x": "y"}}}))  # not its node
     _forbidden(lambda: core.read_namespaced_secret("x", "kgwe-system"))
