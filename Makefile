@@ -16,9 +16,12 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
+# ruff (style, formatting), mypy (types of kgwe/) and import-linter (the pure core stays pure); all in pyproject.
 lint: venv
 	$(BIN)/ruff check kgwe tests bench
 	$(BIN)/ruff format --check kgwe tests bench
+	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 # Builds kube-apiserver, kube-scheduler, kwok and etcd from Go modules into ~/.cache/kgwe (reused when present).
 cluster-bins:
@@ -34,4 +37,4 @@ demo: venv cluster-bins
 	$(BIN)/kgwe demo
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache .import_linter_cache .hypothesis

@@ -1,4 +1,4 @@
-"""MIG planner benchmark (issue 4): scale, quality on real demand, and disruption.
+"""MIG planner benchmark: scale, quality on real demand, and disruption.
 
 Scale: 10,000 H100-80GB GPUs (1,250 nodes x 8) with a random current state (each GPU one of the 19 maximal
 layouts, ~10% of instances in use), strategy 1g.10gb 70% / 2g.20gb 20% / 3g.40gb 10%; wall time of

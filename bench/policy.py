@@ -17,7 +17,7 @@ from pathlib import Path
 
 from kgwe.policy import load_repository
 from kgwe.render import RenderOptions, render
-from kgwe.render.layouts import simple_layouts
+from kgwe.render.layouts import desired_layouts
 from kgwe.render.output import write_files
 
 STRATEGY = """# yaml-language-server: $schema=../schemas/migstrategy.schema.json
@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
             write_files(result.files, out)
 
         render_s = best_of(runs, full_render)
-        layouts = simple_layouts(rps.mig_strategies, inventory)
+        layouts = desired_layouts(rps.mig_strategies, inventory)
         templates_s = best_of(runs, lambda: write_files(render(rps, inventory, layouts=layouts).files, out))
         result = render(rps, inventory)
         print(

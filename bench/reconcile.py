@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import json
+import os
 import pstats
 import subprocess
 import sys
@@ -29,13 +30,14 @@ from pathlib import Path
 from kubernetes import client
 
 from kgwe.cluster.client import ensure_namespace
+from kgwe.cluster.crds import install_crds
 from kgwe.cluster.names import MIG_STATE_LABEL
 from kgwe.gitops.webhook import sign
 from kgwe.reconcile.controller import Controller
 from kgwe.reconcile.repository import GROUP, PLURAL, VERSION, RepositoryReconciler
 from kgwe.testing import gpunodes
 from kgwe.testing.controlplane import ControlPlane, find_binaries
-from kgwe.testing.crds import install_crds
+from kgwe.testing.gitserver import GitHttpsServer
 
 NS = "kgwe-system"
 POOL = "bench"
@@ -98,7 +100,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="kgwe-bench-") as tmp_name, ControlPlane(find_binaries()) as cp:
         tmp = Path(tmp_name)
         api = cp.new_api_client(pool_size=32)
-        install_crds(api)  # kgwe.testing.crds: deploy/crds, waits until established
+        install_crds(api)  # deploy/crds, waits until established
         for ns in (NS, "gpu-operator"):
             ensure_namespace(api, ns)
         names = [f"bench-h100-{i:04d}" for i in range(count)]
@@ -111,6 +113,9 @@ def main() -> int:
         git(tmp, "clone", "-q", str(bare), str(work))
         git(work, "checkout", "-q", "-b", "main")
         commit(work, "1g.10gb")
+        # PolicyRepository URLs must be https:// or ssh://: serve the bare repository over HTTPS on loopback.
+        git_server = GitHttpsServer(tmp).start()
+        os.environ["GIT_SSL_CAINFO"] = git_server.ca_file
         client.CustomObjectsApi(api).create_namespaced_custom_object(
             GROUP,
             VERSION,
@@ -120,7 +125,12 @@ def main() -> int:
                 "apiVersion": "kgwe.nvidia.io/v1",
                 "kind": "PolicyRepository",
                 "metadata": {"name": POOL},
-                "spec": {"url": str(bare), "ref": {"branch": "main"}, "path": "policy", "interval": "1h"},
+                "spec": {
+                    "url": git_server.url(bare.name),
+                    "ref": {"branch": "main"},
+                    "path": "policy",
+                    "interval": "1h",
+                },
             },
         )
 

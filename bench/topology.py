@@ -1,11 +1,11 @@
-"""Topology-aware GPU-set choice on the real replayed topologies (issue 5 figures).
+"""Topology-aware GPU-set choice on the real replayed topologies (README figures).
 
 For each known topology, random sequences of allocations (k in {1, 2, 4, 8}) and releases are run under
 three policies, each with the same seeded request stream:
 - kgwe:            kgwe.topology.choice.choose (exact ring bottleneck, NUMA, leftover connectivity);
 - random:          a uniformly random k-subset of the free GPUs;
 - go-gpuallocator: NVIDIA/go-gpuallocator's best-effort policy re-implemented here from its documented
-                   behaviour (reference topology.md §3.2-3.4): pair score = PCIe level score + 100 per
+                   behaviour (docs/facts/topology.md §3.2, §3.4): pair score = PCIe level score + 100 per
                    direct NVLink (NVSwitch links are not understood, so they count 0), set score = sum of
                    pair scores, the best-scoring partition of all available GPUs into k-sets, then its best
                    set; k = 1 takes the first available GPU. Padded sets are never returned (the upstream

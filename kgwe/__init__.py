@@ -3,4 +3,3 @@
 __version__ = "0.1.0"
 API_GROUP = "kgwe.nvidia.io"
 API_VERSION = f"{API_GROUP}/v1"
-FIELD_MANAGER = "kgwe-controller"

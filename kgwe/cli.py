@@ -1,42 +1,79 @@
-"""The one `kgwe` command. Each subcommand lives beside the code it drives and is imported only when used."""
+"""The one `kgwe` command. Each subcommand lives beside the code it drives and is imported only when it runs:
+`kgwe --help` lists the table below without importing any of them, so `kgwe validate` stays light."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
+import signal
 import sys
 import traceback
+from typing import NamedTuple
 
 from kgwe import __version__
 from kgwe.errors import KgweError
 
-# name -> (module, help). The module defines `add_arguments(parser)` and `run(args) -> int`.
-COMMANDS: dict[str, tuple[str, str]] = {
-    "validate": ("kgwe.policy.validate_cmd", "check a policy repository or manifest (exit 1 on errors)"),
-    "schema": ("kgwe.policy.schema_cmd", "write the JSON Schemas of the KGWE kinds (and the CRDs)"),
-    "render": ("kgwe.render.render_cmd", "render the Kubernetes objects a policy repository asks for"),
-    "extender": ("kgwe.extender.command", "kube-scheduler extender: GPU-aware filter and prioritize"),
-    "simulate": ("kgwe.sim.command", "replay the openb GPU trace through the scoring core (FGD method)"),
-    "agent": ("kgwe.agent.command", "node agent: NVML GPU topology discovery -> Node annotation and labels"),
-    "plan-mig": ("kgwe.planner.cli", "plan MIG layouts per pool: target vs achieved shares, changes"),
-    "plan": ("kgwe.reconcile.plan_command", "what a pull request would change (Markdown; exit 0/2/1)"),
-    "controller": ("kgwe.reconcile.controller_command", "GitOps controller: Git -> policy -> safe rollout"),
-    "demo": ("kgwe.reconcile.demo_command", "local control plane + simulated GPU nodes + the controller"),
-    "report": ("kgwe.cost.report_cmd", "cost reports: chargeback, budgets, forecast, rightsizing"),
+
+class Command(NamedTuple):
+    """Where a subcommand lives: `module` defines `add_arguments(parser)` and `run(args) -> int`."""
+
+    module: str
+    help: str
+
+
+COMMANDS: dict[str, Command] = {
+    "validate": Command(
+        "kgwe.policy.validate_cmd", "check a policy repository or manifest (exit 1 on errors)"
+    ),
+    "schema": Command("kgwe.policy.schema_cmd", "write the JSON Schemas of the KGWE kinds (and the CRDs)"),
+    "render": Command("kgwe.render.render_cmd", "render the Kubernetes objects a policy repository asks for"),
+    "extender": Command("kgwe.extender.command", "kube-scheduler extender: GPU-aware filter and prioritize"),
+    "simulate": Command(
+        "kgwe.sim.command", "replay the openb GPU trace through the scoring core (FGD method)"
+    ),
+    "agent": Command(
+        "kgwe.agent.command", "node agent: NVML GPU topology discovery -> Node annotation and labels"
+    ),
+    "plan-mig": Command("kgwe.planner.cli", "plan MIG layouts per pool: target vs achieved shares, changes"),
+    "plan": Command("kgwe.reconcile.plan_command", "what a pull request would change (Markdown; exit 0/2/1)"),
+    "controller": Command(
+        "kgwe.reconcile.controller_command", "GitOps controller: Git -> policy -> safe rollout"
+    ),
+    "demo": Command(
+        "kgwe.reconcile.demo_command", "local control plane + simulated GPU nodes + the controller"
+    ),
+    "report": Command("kgwe.cost.report_cmd", "cost reports: chargeback, budgets, forecast, rightsizing"),
+    "convert": Command("kgwe.workloads.convert_cmd", "seed GPUWorkload manifests -> kgwe.nvidia.io/v1"),
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _chosen(argv: list[str]) -> str | None:
+    """The subcommand named on the command line: the top level takes no option with a value, so it is the
+    first argument that is not an option."""
+    for arg in argv:
+        if arg == "--":
+            return None
+        if not arg.startswith("-"):
+            return arg if arg in COMMANDS else None
+    return None
+
+
+def build_parser(load: str | None = None) -> argparse.ArgumentParser:
+    """The parser; only the subcommand `load` (if any) has its module imported and its arguments added."""
     parser = argparse.ArgumentParser(prog="kgwe", description="Kubernetes GPU Workload Enhancer")
     parser.add_argument("--version", action="version", version=f"kgwe {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name, (module_name, help_text) in COMMANDS.items():
-        module = importlib.import_module(module_name)
+    for name, command in COMMANDS.items():
+        if name != load:
+            sub.add_parser(name, help=command.help, add_help=False)
+            continue
+        module = importlib.import_module(command.module)
         p = sub.add_parser(
             name,
-            help=help_text,
-            description=(module.__doc__ or help_text).strip(),
+            help=command.help,
+            description=(module.__doc__ or command.help).strip(),
             formatter_class=argparse.RawDescriptionHelpFormatter,  # keep the examples' line breaks
         )
         module.add_arguments(p)
@@ -45,19 +82,24 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(load=_chosen(argv))
     args = parser.parse_args(argv)
     if not getattr(args, "_run", None):
         parser.print_help()
         return 2
     try:
-        return int(args._run(args) or 0)
+        code = int(args._run(args) or 0)
+        sys.stdout.flush()  # a closed pipe shows up here, not in the interpreter's exit flush
+        return code
     except KgweError as exc:
         print(f"kgwe {args.command}: error: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print(f"kgwe {args.command}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        return _stdout_closed()
     except Exception as exc:  # a user never sees a traceback unless they ask for it
         if os.environ.get("KGWE_DEBUG"):
             traceback.print_exc()
@@ -67,6 +109,16 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 1
+
+
+def _stdout_closed() -> int:
+    """The reader went away (`kgwe validate . | head -1`): stop quietly, as Unix tools do on SIGPIPE.
+
+    Python flushes stdout again at exit; pointing it at /dev/null keeps that flush from failing too."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    return 128 + signal.SIGPIPE
 
 
 if __name__ == "__main__":

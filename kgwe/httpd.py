@@ -320,7 +320,3 @@ async def serve(
     async with server:
         await stop.wait()
     server.close()
-
-
-def monotonic_ms() -> float:
-    return time.perf_counter() * 1000.0

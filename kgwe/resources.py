@@ -35,6 +35,17 @@ def sample_repo_dir() -> Path:
     return _data_dir("sample-repo")
 
 
+def workload_examples_dir() -> Path:
+    """docs/examples/gpuworkloads: the seed GPUWorkload examples (the demo applies two of them)."""
+    return _data_dir("docs") / "examples" / "gpuworkloads"
+
+
+def hack_dir() -> Path:
+    """The recipe for the local control plane's binaries (cluster-bins.sh and the Go wrapper module that
+    pins the Kubernetes release), so an installed `kgwe demo` can build them too."""
+    return _data_dir("hack")
+
+
 def shared_data_dir() -> Path:
     """The public traces (`shared/data`): $KGWE_DATA, else a `shared/data` beside the checkout or above it."""
     env = os.environ.get("KGWE_DATA")

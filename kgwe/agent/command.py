@@ -21,7 +21,7 @@ from kgwe.agent import node_state, podresources
 from kgwe.errors import KgweError
 from kgwe.topology import annotation, choice, discovery, known
 
-# NCCL's inter-CPU bandwidth model (GB/s), by CPU vendor: Intel SKL, AMD Zen2, ARM (reference §2.1).
+# NCCL's inter-CPU bandwidth model (GB/s): Intel SKL, AMD Zen2, ARM (docs/facts/topology.md §2.1).
 _SYS_GBPS_BY_VENDOR = {"GenuineIntel": 10.0, "AuthenticAMD": 16.0}
 _ARM_SYS_GBPS = 6.0
 
@@ -91,19 +91,11 @@ def observe(args: argparse.Namespace) -> Observation:
 
 
 def _core_api(kubeconfig: str | None):
-    from kubernetes import client, config
+    from kubernetes import client
 
-    try:
-        if kubeconfig:
-            config.load_kube_config(config_file=kubeconfig)
-        else:
-            try:
-                config.load_incluster_config()
-            except config.ConfigException:
-                config.load_kube_config()
-    except (config.ConfigException, OSError) as exc:
-        raise KgweError(f"cannot reach Kubernetes: {exc}") from None
-    return client.CoreV1Api()
+    from kgwe.cluster.client import api_client
+
+    return client.CoreV1Api(api_client(kubeconfig))
 
 
 def publish(core: Any, node_name: str, obs: Observation) -> dict | None:

@@ -11,14 +11,6 @@ from kgwe.topology.model import NodeTopology
 
 PREFIX = "kgwe.nvidia.io/"
 GPU_PODS_ANNOTATION = PREFIX + "gpu-pods"
-LABEL_KEYS = (
-    PREFIX + "topology",
-    PREFIX + "gpu-count",
-    PREFIX + "nvlink",
-    PREFIX + "nvswitch",
-    PREFIX + "numa-nodes",
-    PREFIX + "ring-gbps",
-)
 
 
 def desired_labels(topo: NodeTopology) -> dict[str, str | None]:

@@ -1,4 +1,4 @@
-"""Building an authenticated Kubernetes ApiClient: a kubeconfig file when given, else in-cluster."""
+"""Building an authenticated Kubernetes ApiClient, by one rule for every command (see api_client)."""
 
 from __future__ import annotations
 
@@ -28,8 +28,10 @@ class DeadlineApiClient(client.ApiClient):
 def api_client(
     kubeconfig: str | None = None, *, context: str | None = None, request_timeout_s: float | None = None
 ) -> client.ApiClient:
-    """An ApiClient for `kubeconfig` (or $KUBECONFIG), falling back to the pod's service account; with
-    `request_timeout_s`, a deadline on every non-watch call (DeadlineApiClient)."""
+    """An ApiClient by the one rule every KGWE command follows, as kubectl does: the `--kubeconfig` file
+    when given, else $KUBECONFIG, else the pod's service account when running in a cluster, else
+    ~/.kube/config. A clear KgweError when none of them works. With `request_timeout_s`, a deadline on
+    every non-watch call (DeadlineApiClient)."""
     path = kubeconfig or os.environ.get("KUBECONFIG")
     try:
         configuration = client.Configuration()
@@ -37,8 +39,15 @@ def api_client(
             if not os.path.exists(path):
                 raise KgweError(f"kubeconfig {path} does not exist")
             config.load_kube_config(config_file=path, context=context, client_configuration=configuration)
-        else:
+        elif os.environ.get("KUBERNETES_SERVICE_HOST"):
             config.load_incluster_config(client_configuration=configuration)
+        else:
+            default = os.path.expanduser(config.KUBE_CONFIG_DEFAULT_LOCATION)
+            if not os.path.exists(default):
+                raise KgweError(
+                    "no Kubernetes credentials: pass --kubeconfig, set KUBECONFIG or run in a cluster"
+                )
+            config.load_kube_config(config_file=default, context=context, client_configuration=configuration)
         api = DeadlineApiClient(configuration)
         api.request_timeout_s = request_timeout_s
         return api

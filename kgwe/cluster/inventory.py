@@ -5,7 +5,8 @@ Sources, all as published on a cluster running the GPU Operator plus the KGWE ag
 - GPU nodes: label `nvidia.com/gpu.present=true`; GFD labels `nvidia.com/gpu.product`, `gpu.count`;
 - `kgwe.nvidia.io/topology`: the agent's annotation (only its `name` is kept here);
 - `nvidia.com/mig.config` / `nvidia.com/mig.config.state`: the MIG manager's protocol;
-- the current per-GPU MIG layout: the mig-parted config named by the node's label, when KGWE has it;
+- the current per-GPU MIG layout: the mig-parted config named by the node's label (KGWE keeps every config a
+  label names in its ConfigMap); while the MIG manager applies it, that is where the node is going;
 - pods holding GPUs: non-terminal pods bound to the node with nvidia.com/gpu or nvidia.com/mig-* requests.
 """
 
@@ -21,17 +22,20 @@ from kubernetes import client
 
 from kgwe.cluster.client import list_items
 from kgwe.cluster.names import (
+    ACKNOWLEDGED_ANNOTATION,
     CORDONED_ANNOTATION,
     GPU_RESOURCE,
     MIG_CONFIG_LABEL,
     MIG_RESOURCE_PREFIX,
     MIG_STATE_LABEL,
     REQUESTED_AT_ANNOTATION,
+    RETRY_ANNOTATION,
+    ROLLOUT_REVISION_ANNOTATION,
+    TOPOLOGY_ANNOTATION,
 )
-from kgwe.cluster.nodes import gpu_pods_by_node, parse_time, pod_gpu_requests
+from kgwe.cluster.nodes import attempt_stamp, gpu_pods_by_node, parse_time, pod_gpu_requests
 
 GPU_NODE_SELECTOR = "nvidia.com/gpu.present=true"
-TOPOLOGY_ANNOTATION = "kgwe.nvidia.io/topology"
 _STATES = ("pending", "rebooting", "success", "failed")
 
 
@@ -64,6 +68,18 @@ class GpuNodeFacts:
     def requested_at(self):
         return parse_time(self.annotations.get(REQUESTED_AT_ANNOTATION))
 
+    @property
+    def rollout_revision(self) -> str | None:
+        return self.annotations.get(ROLLOUT_REVISION_ANNOTATION)
+
+    @property
+    def retry_requested(self) -> bool:
+        return RETRY_ANNOTATION in self.annotations
+
+    @property
+    def failure_acknowledged(self) -> bool:
+        return self.annotations.get(ACKNOWLEDGED_ANNOTATION) == attempt_stamp(self.annotations)
+
 
 def _topology_name(annotations: Mapping[str, str]) -> str | None:
     raw = annotations.get(TOPOLOGY_ANNOTATION)
@@ -78,7 +94,7 @@ def _topology_name(annotations: Mapping[str, str]) -> str | None:
 
 
 def facts_from_objects(
-    nodes: Sequence[Mapping[str, Any]], gpu_pods: Mapping[str, list[Mapping[str, Any]]]
+    nodes: Sequence[Mapping[str, Any]], gpu_pods: Mapping[str, Sequence[Mapping[str, Any]]]
 ) -> list[GpuNodeFacts]:
     """Pure: Node/Pod dicts (as the API returns them) → facts (separate from the reads for benchmarks)."""
     out = []
@@ -139,11 +155,13 @@ def config_layout(
     return layout
 
 
-def _current_layouts(facts: GpuNodeFacts, mig_configs: Mapping[str, Any]) -> list[list[str] | None]:
-    """Per-GPU layout as the node's selected mig-parted config says (all MIG-disabled when unknown)."""
-    if facts.mig_state != "success":
-        return [None] * facts.gpus
-    layout = config_layout(mig_configs.get(facts.mig_config or ""), facts.gpus) or [None] * facts.gpus
+def _current_layouts(facts: GpuNodeFacts, mig_configs: Mapping[str, Any]) -> list[list[str] | None] | None:
+    """Per-GPU layout of the config the node's label names, whatever the MIG manager's state: once KGWE has
+    selected a config the node is there or on its way (the rollout never changes a target mid-apply), so
+    plans made while nodes are mid-change see the pool as it will be. None when the config is not known."""
+    layout = config_layout(mig_configs.get(facts.mig_config or ""), facts.gpus)
+    if layout is None:
+        return None
     return [list(gpu) if gpu is not None else None for gpu in layout]
 
 
@@ -159,7 +177,8 @@ def inventory_document(
     for f in facts:
         if f.gpus < 1:
             continue
-        layouts = _current_layouts(f, mig_configs or {})
+        # Unknown configs (e.g. the GPU Operator's own names) are left to the label: the planner decodes those
+        layouts = _current_layouts(f, mig_configs or {}) or [None] * f.gpus
         in_use = Counter(f.mig_in_use)
         whole_busy = f.whole_gpus_in_use
         devices = []

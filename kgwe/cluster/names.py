@@ -1,24 +1,38 @@
-"""Names KGWE puts on the cluster (DESIGN.md "Names on the cluster")."""
+"""Names KGWE puts on and reads from the cluster. Those the pure core shares (GPU resources, GFD and MIG
+manager labels, annotations it reads) live in kgwe.vocab and are re-exported here."""
 
 from __future__ import annotations
 
+# shared with the pure core, re-exported here so cluster code finds every name in one module
+from kgwe.vocab import ANNOTATION_PREFIX
+from kgwe.vocab import BUDGET_QUOTA_NAME as BUDGET_QUOTA_NAME
+from kgwe.vocab import GPU_RESOURCE as GPU_RESOURCE
+from kgwe.vocab import MIG_CONFIG_LABEL as MIG_CONFIG_LABEL
+from kgwe.vocab import MIG_RESOURCE_PREFIX as MIG_RESOURCE_PREFIX
+from kgwe.vocab import MIG_STATE_LABEL as MIG_STATE_LABEL
+from kgwe.vocab import SHARED_GPU_RESOURCE as SHARED_GPU_RESOURCE
+from kgwe.vocab import TOPOLOGY_ANNOTATION as TOPOLOGY_ANNOTATION
+
 FIELD_MANAGER = "kgwe-controller"
+# CRD coordinates (group kgwe.API_GROUP).
+CRD_VERSION = "v1"
+POLICY_REPOSITORY_PLURAL = "policyrepositories"
+# Set by a standby replica that received a webhook push (the Service routes to any replica); the leader
+# sees the new value on its next tick and reconciles at once (like Flux's reconcile.fluxcd.io/requestedAt).
+RECONCILE_REQUESTED_AT_ANNOTATION = ANNOTATION_PREFIX + "reconcile-requested-at"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY_VALUE = "kgwe"
 # Which PolicyRepository an object came from ("<namespace>.<name>"), for inventory and prune.
-REPOSITORY_LABEL = "kgwe.nvidia.io/policy-repository"
+REPOSITORY_LABEL = ANNOTATION_PREFIX + "policy-repository"
 # `disabled` protects an object from prune (same idea as Flux's kustomize.toolkit.fluxcd.io/prune).
-PRUNE_ANNOTATION = "kgwe.nvidia.io/prune"
+# A PolicyRepository may read only Secrets carrying this label with the value "true": a tenant who may create
+# PolicyRepositories must not be able to send any other Secret of the namespace to a Git server of theirs.
+GIT_CREDENTIALS_LABEL = ANNOTATION_PREFIX + "git-credentials"
+
+PRUNE_ANNOTATION = ANNOTATION_PREFIX + "prune"
 PRUNE_DISABLED = "disabled"
 # Hash of the desired object as last applied; lets a later reconcile tell drift from a policy change.
-DESIRED_HASH_ANNOTATION = "kgwe.nvidia.io/desired-hash"
-
-# The ResourceQuota rendered from a GPUBudget in each of its namespaces (capped while the budget enforces).
-BUDGET_QUOTA_NAME = "kgwe-budget"
-
-GPU_RESOURCE = "nvidia.com/gpu"
-SHARED_GPU_RESOURCE = "nvidia.com/gpu.shared"
-MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
+DESIRED_HASH_ANNOTATION = ANNOTATION_PREFIX + "desired-hash"
 
 
 def repository_label_value(namespace: str, name: str) -> str:
@@ -29,10 +43,17 @@ def is_gpu_resource(resource: str) -> bool:
     return resource in (GPU_RESOURCE, SHARED_GPU_RESOURCE) or resource.startswith(MIG_RESOURCE_PREFIX)
 
 
-MIG_CONFIG_LABEL = "nvidia.com/mig.config"
-MIG_STATE_LABEL = "nvidia.com/mig.config.state"
 # When KGWE set the label (RFC 3339 UTC): the start of the success timeout, readable after a restart.
-REQUESTED_AT_ANNOTATION = "kgwe.nvidia.io/mig-config-requested-at"
+REQUESTED_AT_ANNOTATION = ANNOTATION_PREFIX + "mig-config-requested-at"
 # Present while KGWE holds the node cordoned for a layout change (value: the config it is draining for),
 # so KGWE uncordons only nodes it cordoned itself, never an administrator's cordon.
-CORDONED_ANNOTATION = "kgwe.nvidia.io/cordoned-for-mig-config"
+CORDONED_ANNOTATION = ANNOTATION_PREFIX + "cordoned-for-mig-config"
+# Which rollout of its pool the node's current label belongs to ("<pool>:<digest of the MIGStrategy>"): while
+# it matches the pool's current strategy, the planner keeps the node's layout, so a node changes at most once
+# per strategy revision whatever else happens in the pool.
+ROLLOUT_REVISION_ANNOTATION = ANNOTATION_PREFIX + "mig-rollout-revision"
+# Set by a person on a node whose MIG change failed (or timed out): "I have looked at it; let the pool go on".
+RETRY_ANNOTATION = ANNOTATION_PREFIX + "mig-retry"
+# Written by KGWE when it takes a RETRY_ANNOTATION: the requested-at stamp of the attempt it acknowledges,
+# so the acknowledgement covers that failure only, never a later one.
+ACKNOWLEDGED_ANNOTATION = ANNOTATION_PREFIX + "mig-failure-acknowledged"

@@ -20,11 +20,14 @@ from kubernetes.client.exceptions import ApiException
 from kgwe.cluster.apply import NotLeader
 from kgwe.cluster.client import list_items
 from kgwe.cluster.names import (
+    ACKNOWLEDGED_ANNOTATION,
     CORDONED_ANNOTATION,
     FIELD_MANAGER,
     MIG_CONFIG_LABEL,
     MIG_STATE_LABEL,
     REQUESTED_AT_ANNOTATION,
+    RETRY_ANNOTATION,
+    ROLLOUT_REVISION_ANNOTATION,
     is_gpu_resource,
 )
 
@@ -95,19 +98,40 @@ class NodeOps:
         self.core.patch_node(name, body, field_manager=FIELD_MANAGER)
         self._count()
 
-    def relabel(self, name: str, config: str, now: datetime | None = None) -> None:
+    def relabel(
+        self, name: str, config: str, now: datetime | None = None, revision: str | None = None
+    ) -> None:
         """Select `config` for the MIG manager and drop the previous state, in one patch, so a stale
-        `success` can never be mistaken for the new config's."""
-        stamp = (now or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        `success` can never be mistaken for the new config's. A new attempt starts with no acknowledgement;
+        `revision` records which rollout of the pool the change belongs to."""
         self._patch(
             name,
             {
                 "metadata": {
                     "labels": {MIG_CONFIG_LABEL: config, MIG_STATE_LABEL: None},
-                    "annotations": {REQUESTED_AT_ANNOTATION: stamp},
+                    "annotations": {
+                        REQUESTED_AT_ANNOTATION: format_time(now or datetime.now(UTC)),
+                        ROLLOUT_REVISION_ANNOTATION: revision,
+                        RETRY_ANNOTATION: None,
+                        ACKNOWLEDGED_ANNOTATION: None,
+                    },
                 }
             },
         )
+
+    def acknowledge(self, name: str) -> None:
+        """Take a person's RETRY_ANNOTATION: if the node's MIG change failed (or is stuck), record which
+        attempt (its requested-at stamp) the acknowledgement covers; remove the request either way."""
+        node = self.core.read_node(name)
+        meta = node.metadata
+        annotations, labels = meta.annotations or {}, meta.labels or {}
+        if RETRY_ANNOTATION not in annotations:
+            return
+        body: dict[str, Any] = {RETRY_ANNOTATION: None}
+        if labels.get(MIG_STATE_LABEL) != "success":
+            body[ACKNOWLEDGED_ANNOTATION] = attempt_stamp(annotations)
+        # resourceVersion: a relabel in between starts a new attempt the acknowledgement must not cover
+        self._patch(name, {"metadata": {"annotations": body, "resourceVersion": meta.resource_version}})
 
     def cordon(self, name: str, config: str) -> None:
         self._patch(
@@ -145,6 +169,16 @@ class NodeOps:
                 elif exc.status != 404:
                     raise
         return EvictionOutcome(tuple(evicted), tuple(blocked))
+
+
+def format_time(when: datetime) -> str:
+    """RFC 3339 UTC, second precision, as KGWE writes times into annotations."""
+    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def attempt_stamp(annotations: Mapping[str, str]) -> str:
+    """Names a node's current MIG change attempt: when KGWE selected its config ("unknown" if not KGWE)."""
+    return annotations.get(REQUESTED_AT_ANNOTATION) or "unknown"
 
 
 def parse_time(text: str | None) -> datetime | None:

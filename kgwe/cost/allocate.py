@@ -10,6 +10,9 @@ from __future__ import annotations
 from collections.abc import Hashable, Mapping
 from decimal import Decimal
 from fractions import Fraction
+from typing import TypeVar
+
+K = TypeVar("K", bound=Hashable)
 
 CENT = Decimal("0.01")
 
@@ -24,17 +27,15 @@ def round_cents(value: Fraction) -> int:
     return quotient
 
 
-def largest_remainder(
-    exact: Mapping[Hashable, Fraction], total_cents: int | None = None
-) -> dict[Hashable, int]:
+def largest_remainder(exact: Mapping[K, Fraction], total_cents: int | None = None) -> dict[K, int]:
     """Apportion cents to keys so they sum to total_cents (default: the rounded exact sum).
 
     Ties on the remainder go to the key that sorts first (by repr), so results are deterministic.
     """
     if total_cents is None:
         total_cents = round_cents(sum(exact.values(), Fraction(0)))
-    floors: dict[Hashable, int] = {}
-    remainders: dict[Hashable, float] = {}
+    floors: dict[K, int] = {}
+    remainders: dict[K, float] = {}
     for k, v in exact.items():
         v = Fraction(v)
         whole, rest = divmod(v.numerator * 100, v.denominator)  # integer floor: exact

@@ -14,11 +14,11 @@ from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from kgwe.cluster.names import BUDGET_QUOTA_NAME
 from kgwe.cost.allocate import CENT
 from kgwe.cost.forecast import Forecast, forecast_daily
 from kgwe.cost.usage import Period, ensure_utc, month_start, next_month
 from kgwe.errors import KgweError
+from kgwe.vocab import BUDGET_QUOTA_NAME
 
 PERIODS = ("Daily", "Weekly", "Monthly", "Quarterly", "Yearly")
 QUOTA_NAME = BUDGET_QUOTA_NAME

@@ -20,13 +20,14 @@ from datetime import datetime
 from decimal import Decimal
 from fractions import Fraction
 
+from kgwe import vocab
 from kgwe.cost.allocate import cents_to_decimal, largest_remainder
 from kgwe.cost.pricing import PriceBook
 from kgwe.cost.usage import NodeCapacity, Period, UsageInterval, buckets, to_epoch
 from kgwe.errors import KgweError
 
 DIMENSIONS = ("team", "namespace", "gpu_product", "node", "pod")
-IDLE_KEY = "__idle__"
+IDLE_KEY = vocab.IDLE_KEY
 # UsageAggregate.node for usage on nodes that have a capacity record in the bucket: aggregating those
 # per node would make the aggregate nearly as large as the raw data, and only the distinction matters.
 ON_INVENTORY = "*"
@@ -46,6 +47,10 @@ class UsageAggregate:
     gpu_milli: int | None
     key: tuple[str, ...]
     unit_seconds: int
+
+
+# UsageAggregate's fields before unit_seconds: (bucket, node, product, spot, kind, mig profile, milli, key).
+UsageShape = tuple[str, str, str, bool, str, str | None, int | None, tuple[str, ...]]
 
 
 @dataclass(frozen=True)
@@ -131,7 +136,7 @@ def aggregate_usage(
     now_s = to_epoch(now)
     covered = {(c.bucket, c.node) for c in aggregate_capacity(nodes, period, granularity, now)}
     starts = [lo for _, lo, _ in cuts]
-    sums: dict[tuple, int] = defaultdict(int)
+    sums: dict[UsageShape, int] = defaultdict(int)
     for iv in intervals:
         start = to_epoch(iv.start)
         end = to_epoch(iv.end) if iv.end is not None else now_s
@@ -152,7 +157,7 @@ def aggregate_capacity(
 ) -> list[CapacityAggregate]:
     cuts = buckets(period, granularity, now)
     now_s = to_epoch(now)
-    sums: dict[tuple, int] = defaultdict(int)
+    sums: dict[tuple[str, str, str, bool], int] = defaultdict(int)
     for n in nodes:
         start = to_epoch(n.start)
         end = to_epoch(n.end) if n.end is not None else now_s
@@ -161,6 +166,145 @@ def aggregate_capacity(
             if seconds and n.gpu_count:
                 sums[(label, n.node, n.gpu_product, n.spot)] += seconds * n.gpu_count
     return [CapacityAggregate(*k, gpu_seconds=s) for k, s in sorted(sums.items(), key=repr)]
+
+
+class _Pricer:
+    """GPU-second prices and GPU shares from the price book, memoised; what cannot be priced counts at 0
+    with a warning (the report says so instead of failing)."""
+
+    def __init__(self, book: PriceBook) -> None:
+        self.book = book
+        self.warnings: set[str] = set()
+        self._rates: dict[tuple[str, bool], Fraction] = {}
+        self._shares: dict[tuple, Fraction] = {}
+
+    def rate(self, product: str, spot: bool) -> Fraction:
+        """Price of one GPU-second of `product`."""
+        if (product, spot) not in self._rates:
+            price = self.book.price(product)
+            if price is None:
+                self.warnings.add(f"no price for GPU product {product!r}: its GPU-hours are counted at 0")
+                self._rates[(product, spot)] = Fraction(0)
+            else:
+                self._rates[(product, spot)] = Fraction(price.per_hour(spot)) / _HOUR
+        return self._rates[(product, spot)]
+
+    def share(self, u: UsageAggregate) -> Fraction:
+        """How much of one physical GPU one unit of the usage's resource is."""
+        shape = (u.gpu_product, u.kind, u.mig_profile, u.gpu_milli)
+        if shape not in self._shares:
+            try:
+                self._shares[shape] = self.book.gpu_share(*shape)
+            except KgweError as exc:
+                self.warnings.add(f"{exc}: those GPU-hours are counted at 0")
+                self._shares[shape] = Fraction(0)
+        return self._shares[shape]
+
+
+Cell = tuple[str, tuple[str, ...]]  # (bucket, group key)
+
+
+@dataclass
+class _Priced:
+    """Exact cost and GPU-seconds per bucket: of node capacity, of allocations by group, and of usage on
+    nodes without a capacity record (priced from usage alone)."""
+
+    cap_cost: dict[str, Fraction] = field(default_factory=lambda: defaultdict(Fraction))
+    cap_seconds: dict[str, Fraction] = field(default_factory=lambda: defaultdict(Fraction))
+    alloc: dict[Cell, Fraction] = field(default_factory=lambda: defaultdict(Fraction))
+    alloc_gpu_seconds: dict[Cell, Fraction] = field(default_factory=lambda: defaultdict(Fraction))
+    alloc_on_inventory: dict[str, Fraction] = field(default_factory=lambda: defaultdict(Fraction))
+    alloc_seconds_on_inventory: dict[str, Fraction] = field(default_factory=lambda: defaultdict(Fraction))
+    extra_seconds: dict[str, Fraction] = field(default_factory=lambda: defaultdict(Fraction))
+
+    def buckets(self) -> list[str]:
+        return sorted(set(self.cap_cost) | {b for b, _ in self.alloc})
+
+    def idle_cost(self) -> dict[str, Fraction]:
+        return {b: self.cap_cost[b] - self.alloc_on_inventory[b] for b in self.buckets()}
+
+    def idle_seconds(self) -> dict[str, Fraction]:
+        return {b: self.cap_seconds[b] - self.alloc_seconds_on_inventory[b] for b in self.buckets()}
+
+
+def _price(
+    usage: Iterable[UsageAggregate], capacity: Iterable[CapacityAggregate], pricer: _Pricer
+) -> _Priced:
+    """Pricing: every capacity and usage aggregate at its exact (Fraction) cost."""
+    priced = _Priced()
+    inventoried: set[tuple[str, str]] = set()
+    for c in capacity:
+        priced.cap_cost[c.bucket] += c.gpu_seconds * pricer.rate(c.gpu_product, c.spot)
+        priced.cap_seconds[c.bucket] += c.gpu_seconds
+        inventoried.add((c.bucket, c.node))
+    for u in usage:
+        gpu_seconds = u.unit_seconds * pricer.share(u)
+        cost = gpu_seconds * pricer.rate(u.gpu_product, u.spot)
+        cell = (u.bucket, u.key)
+        priced.alloc[cell] += cost
+        priced.alloc_gpu_seconds[cell] += gpu_seconds
+        if u.node == ON_INVENTORY or (u.bucket, u.node) in inventoried:
+            priced.alloc_on_inventory[u.bucket] += cost
+            priced.alloc_seconds_on_inventory[u.bucket] += gpu_seconds
+        else:
+            pricer.warnings.add(
+                f"node {u.node} has usage but no capacity record: priced from its usage alone"
+            )
+            priced.extra_seconds[u.bucket] += gpu_seconds
+    return priced
+
+
+def _share_idle(
+    priced: _Priced, idle_cost: str
+) -> tuple[dict[tuple, Fraction], dict[Cell, Fraction], list[str]]:
+    """Idle sharing: (exact amounts to round — ("line", bucket, key) per group, ("idle", bucket) for idle
+    kept on its own line —, each line's exact share of idle, warnings). `ShareByAllocation` spreads a
+    bucket's idle over its lines in proportion to their cost; `Separate` keeps it on its own line."""
+    idle_exact, idle_seconds = priced.idle_cost(), priced.idle_seconds()
+    warnings = [
+        f"{b}: more GPU time allocated than nodes have; idle is negative"
+        for b in priced.buckets()
+        if idle_seconds[b] < 0
+    ]
+    per_bucket_alloc: dict[str, Fraction] = defaultdict(Fraction)
+    for (b, _key), cost in priced.alloc.items():
+        per_bucket_alloc[b] += cost
+    cells: dict[tuple, Fraction] = {}
+    idle_share_exact: dict[Cell, Fraction] = {}
+    for (b, key), cost in priced.alloc.items():
+        share = Fraction(0)
+        if idle_cost == "ShareByAllocation" and per_bucket_alloc[b] > 0:
+            share = idle_exact[b] * cost / per_bucket_alloc[b]
+        idle_share_exact[(b, key)] = share
+        cells[("line", b, key)] = cost + share
+    for b in priced.buckets():
+        shared = idle_cost == "ShareByAllocation" and per_bucket_alloc[b] > 0
+        if not shared and (idle_exact[b] != 0 or idle_seconds[b] != 0):
+            cells[("idle", b)] = idle_exact[b]
+    return cells, idle_share_exact, warnings
+
+
+def _round(
+    priced: _Priced, cells: dict[tuple, Fraction], idle_share_exact: dict[Cell, Fraction]
+) -> tuple[tuple[ChargebackLine, ...], tuple[IdleLine, ...], Decimal]:
+    """Rounding, once: cents by largest remainder so the lines and idle sum to the rounded total."""
+    cents = largest_remainder(cells) if cells else {}
+    idle_seconds = priced.idle_seconds()
+    lines = tuple(
+        ChargebackLine(
+            bucket=b,
+            key=key,
+            gpu_hours=_hours(priced.alloc_gpu_seconds[(b, key)]),
+            cost=cents_to_decimal(cents[("line", b, key)]),
+            idle_share=cents_to_decimal(round(idle_share_exact[(b, key)] * 100)),
+        )
+        for (_kind, b, key) in sorted((c for c in cells if c[0] == "line"), key=lambda c: (c[1], c[2]))
+    )
+    idle = tuple(
+        IdleLine(bucket=c[1], gpu_hours=_hours(idle_seconds[c[1]]), cost=cents_to_decimal(cents[c]))
+        for c in sorted((c for c in cells if c[0] == "idle"), key=lambda c: c[1])
+    )
+    return lines, idle, cents_to_decimal(sum(cents.values()))
 
 
 def compute_chargeback(
@@ -173,96 +317,11 @@ def compute_chargeback(
 ) -> Chargeback:
     """Price, apportion idle and round once. Pure: same aggregates, same cents."""
     group_by = check_group_by(group_by)
-    warnings: set[str] = set()
-
-    rates: dict[tuple[str, bool], Fraction] = {}
-    shares: dict[tuple, Fraction] = {}
-
-    def rate(product: str, spot: bool) -> Fraction:
-        if (product, spot) not in rates:
-            price = book.price(product)
-            if price is None:
-                warnings.add(f"no price for GPU product {product!r}: its GPU-hours are counted at 0")
-                rates[(product, spot)] = Fraction(0)
-            else:
-                rates[(product, spot)] = Fraction(price.per_hour(spot)) / _HOUR
-        return rates[(product, spot)]
-
-    def share_of(u: UsageAggregate) -> Fraction:
-        shape = (u.gpu_product, u.kind, u.mig_profile, u.gpu_milli)
-        if shape not in shares:
-            try:
-                shares[shape] = book.gpu_share(*shape)
-            except KgweError as exc:
-                warnings.add(f"{exc}: those GPU-hours are counted at 0")
-                shares[shape] = Fraction(0)
-        return shares[shape]
-
-    cap_cost: dict[str, Fraction] = defaultdict(Fraction)
-    cap_seconds: dict[str, Fraction] = defaultdict(Fraction)
-    inventoried: set[tuple[str, str]] = set()
-    for c in capacity:
-        cap_cost[c.bucket] += c.gpu_seconds * rate(c.gpu_product, c.spot)
-        cap_seconds[c.bucket] += c.gpu_seconds
-        inventoried.add((c.bucket, c.node))
-
-    alloc: dict[tuple[str, tuple[str, ...]], Fraction] = defaultdict(Fraction)
-    alloc_gpu_seconds: dict[tuple[str, tuple[str, ...]], Fraction] = defaultdict(Fraction)
-    alloc_on_inventory: dict[str, Fraction] = defaultdict(Fraction)
-    alloc_seconds_on_inventory: dict[str, Fraction] = defaultdict(Fraction)
-    extra_cost: dict[str, Fraction] = defaultdict(Fraction)
-    extra_seconds: dict[str, Fraction] = defaultdict(Fraction)
-    for u in usage:
-        gpu_seconds = u.unit_seconds * share_of(u)
-        cost = gpu_seconds * rate(u.gpu_product, u.spot)
-        cell = (u.bucket, u.key)
-        alloc[cell] += cost
-        alloc_gpu_seconds[cell] += gpu_seconds
-        if u.node == ON_INVENTORY or (u.bucket, u.node) in inventoried:
-            alloc_on_inventory[u.bucket] += cost
-            alloc_seconds_on_inventory[u.bucket] += gpu_seconds
-        else:
-            warnings.add(f"node {u.node} has usage but no capacity record: priced from its usage alone")
-            extra_cost[u.bucket] += cost
-            extra_seconds[u.bucket] += gpu_seconds
-
-    bucket_labels = sorted(set(cap_cost) | {b for b, _ in alloc})
-    idle_exact = {b: cap_cost[b] - alloc_on_inventory[b] for b in bucket_labels}
-    idle_seconds = {b: cap_seconds[b] - alloc_seconds_on_inventory[b] for b in bucket_labels}
-    for b in bucket_labels:
-        if idle_seconds[b] < 0:
-            warnings.add(f"{b}: more GPU time allocated than nodes have; idle is negative")
-    cells: dict[tuple, Fraction] = {}
-    idle_share_exact: dict[tuple[str, tuple[str, ...]], Fraction] = {}
-    per_bucket_alloc: dict[str, Fraction] = defaultdict(Fraction)
-    for (b, _key), cost in alloc.items():
-        per_bucket_alloc[b] += cost
-    for (b, key), cost in alloc.items():
-        share = Fraction(0)
-        if book.idle_cost == "ShareByAllocation" and per_bucket_alloc[b] > 0:
-            share = idle_exact[b] * cost / per_bucket_alloc[b]
-        idle_share_exact[(b, key)] = share
-        cells[("line", b, key)] = cost + share
-    for b in bucket_labels:
-        shared = book.idle_cost == "ShareByAllocation" and per_bucket_alloc[b] > 0
-        if not shared and (idle_exact[b] != 0 or idle_seconds[b] != 0):
-            cells[("idle", b)] = idle_exact[b]
-
-    cents = largest_remainder(cells) if cells else {}
-    lines = tuple(
-        ChargebackLine(
-            bucket=b,
-            key=key,
-            gpu_hours=_hours(alloc_gpu_seconds[(b, key)]),
-            cost=cents_to_decimal(cents[("line", b, key)]),
-            idle_share=cents_to_decimal(round(idle_share_exact[(b, key)] * 100)),
-        )
-        for (_kind, b, key) in sorted((c for c in cells if c[0] == "line"), key=lambda c: (c[1], c[2]))
-    )
-    idle = tuple(
-        IdleLine(bucket=c[1], gpu_hours=_hours(idle_seconds[c[1]]), cost=cents_to_decimal(cents[c]))
-        for c in sorted((c for c in cells if c[0] == "idle"), key=lambda c: c[1])
-    )
+    pricer = _Pricer(book)
+    priced = _price(usage, capacity, pricer)
+    cells, idle_share_exact, idle_warnings = _share_idle(priced, book.idle_cost)
+    lines, idle, total = _round(priced, cells, idle_share_exact)
+    seconds = sum(priced.cap_seconds.values(), Fraction(0)) + sum(priced.extra_seconds.values(), Fraction(0))
     return Chargeback(
         period=period,
         granularity=granularity,
@@ -271,11 +330,9 @@ def compute_chargeback(
         idle_cost=book.idle_cost,
         lines=lines,
         idle=idle,
-        cluster_cost=cents_to_decimal(sum(cents.values())),
-        cluster_gpu_hours=_hours(
-            sum(cap_seconds.values(), Fraction(0)) + sum(extra_seconds.values(), Fraction(0))
-        ),
-        warnings=tuple(sorted(warnings)),
+        cluster_cost=total,
+        cluster_gpu_hours=_hours(seconds),
+        warnings=tuple(sorted(pricer.warnings | set(idle_warnings))),
     )
 
 

@@ -25,13 +25,14 @@ from typing import Any
 
 from kgwe.cost.tables import resource_key
 from kgwe.cost.usage import MIG, SHARED, WHOLE, NodeCapacity, UsageInterval, ensure_utc
+from kgwe.vocab import GPU_MILLI_ANNOTATION, GPU_RESOURCE, MIG_RESOURCE_PREFIX, SHARED_GPU_RESOURCE
 
 log = logging.getLogger(__name__)
 
-GPU = "nvidia.com/gpu"
-GPU_SHARED = "nvidia.com/gpu.shared"
-MIG_PREFIX = "nvidia.com/mig-"
-MILLI_ANNOTATION = "kgwe.nvidia.io/gpu-milli"
+GPU = GPU_RESOURCE
+GPU_SHARED = SHARED_GPU_RESOURCE
+MIG_PREFIX = MIG_RESOURCE_PREFIX
+MILLI_ANNOTATION = GPU_MILLI_ANNOTATION
 TEAM_LABEL = "kgwe.nvidia.io/team"  # on a Namespace
 UNASSIGNED_TEAM = "__unassigned__"
 _TEAM_VALUE = re.compile(r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$")
@@ -184,8 +185,8 @@ def finished_at(pod: Mapping[str, Any]) -> datetime | None:
         _parse_time(_get(cs, "state", "terminated", "finishedAt"))
         for cs in (_get(pod, "status", "containerStatuses") or [])
     ]
-    times = [t for t in times if t]
-    return max(times) if times else None
+    known = [t for t in times if t is not None]
+    return max(known) if known else None
 
 
 class Meter:

@@ -14,18 +14,23 @@ Shares are exact Fractions; money becomes Decimal cents only once, at the end of
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
+from kgwe import money
 from kgwe.cost.usage import MIG, SHARED
 from kgwe.errors import KgweError
-
-MIG_PRICING = ("ComputeSlices", "MemorySlices", "Max")
-IDLE_COST = ("Separate", "ShareByAllocation")
+from kgwe.gpu.products import base_product, find_price
+from kgwe.vocab import (
+    DEFAULT_CURRENCY,
+    DEFAULT_IDLE_COST,
+    DEFAULT_MIG_PRICING,
+    IDLE_COST,
+    MIG_PRICING,
+)
 
 # Common node labels that mark spot/preemptible capacity (key, value); value None = any value.
 DEFAULT_SPOT_LABELS: tuple[tuple[str, str | None], ...] = (
@@ -38,25 +43,13 @@ DEFAULT_SPOT_LABELS: tuple[tuple[str, str | None], ...] = (
     ("node.kubernetes.io/lifecycle", "spot"),
 )
 
-# GFD appends these to nvidia.com/gpu.product: "-MIG-1g.10gb" (single strategy), "-SHARED" (time-slicing).
-_PRODUCT_SUFFIX = re.compile(r"(-MIG-[0-9a-z.+]+|-SHARED)+$", re.IGNORECASE)
-
-
-def base_product(product: str) -> str:
-    """The physical GPU product behind a GFD product label value."""
-    return _PRODUCT_SUFFIX.sub("", product.strip())
-
 
 def parse_money(text: Any, what: str) -> Decimal:
-    """A price from YAML: a string or number, finite and non-negative, else a clear error."""
+    """A price (rules in kgwe.money), or a KgweError naming the field."""
     try:
-        value = Decimal(str(text).strip())
-    except (InvalidOperation, ValueError):
-        hint = 'write it as a decimal string such as "4.10"'
-        raise KgweError(f"{what}: {text!r} is not a price ({hint})") from None
-    if not value.is_finite() or value < 0:
-        raise KgweError(f"{what}: price must be a finite non-negative number, got {text!r}")
-    return value
+        return money.parse_money(text)
+    except ValueError as exc:
+        raise KgweError(f"{what}: {text!r} is not a price: {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -94,8 +87,8 @@ class PriceBook:
 
     currency: str
     gpus: Mapping[str, GpuPrice]
-    mig_pricing: str = "ComputeSlices"
-    idle_cost: str = "Separate"
+    mig_pricing: str = DEFAULT_MIG_PRICING
+    idle_cost: str = DEFAULT_IDLE_COST
     spot_labels: tuple[tuple[str, str | None], ...] = DEFAULT_SPOT_LABELS
     spot_selector: tuple[tuple[str, str], ...] | None = None  # the catalog's spotNodeSelector: all must match
     slices: SliceLookup = field(default=catalog_slices, compare=False)
@@ -107,7 +100,7 @@ class PriceBook:
             raise KgweError(f"idleCost must be one of {', '.join(IDLE_COST)}, got {self.idle_cost!r}")
 
     def price(self, product: str) -> GpuPrice | None:
-        return self.gpus.get(product) or self.gpus.get(base_product(product))
+        return find_price(self.gpus, product)
 
     def is_spot(self, labels: Mapping[str, str]) -> bool:
         if self.spot_selector:
@@ -129,9 +122,9 @@ class PriceBook:
 def pricebook(
     prices: Iterable[Mapping[str, Any]],
     *,
-    currency: str = "USD",
-    mig_pricing: str = "ComputeSlices",
-    idle_cost: str = "Separate",
+    currency: str = DEFAULT_CURRENCY,
+    mig_pricing: str = DEFAULT_MIG_PRICING,
+    idle_cost: str = DEFAULT_IDLE_COST,
     spot_labels: tuple[tuple[str, str | None], ...] = DEFAULT_SPOT_LABELS,
     spot_selector: tuple[tuple[str, str], ...] | None = None,
     slices: SliceLookup = catalog_slices,
@@ -179,9 +172,9 @@ def pricebook_from_catalog(catalog: Any) -> PriceBook:
         spot_selector = tuple((str(k), str(v)) for k, v in dict(selector).items())
     return pricebook(
         rows,
-        currency=str(_get(spec, "currency", default="USD")),
-        mig_pricing=str(_enum_value(_get(spec, "migPricing", "mig_pricing", default="ComputeSlices"))),
-        idle_cost=str(_enum_value(_get(spec, "idleCost", "idle_cost", default="Separate"))),
+        currency=str(_get(spec, "currency", default=DEFAULT_CURRENCY)),
+        mig_pricing=str(_enum_value(_get(spec, "migPricing", "mig_pricing", default=DEFAULT_MIG_PRICING))),
+        idle_cost=str(_enum_value(_get(spec, "idleCost", "idle_cost", default=DEFAULT_IDLE_COST))),
         spot_labels=spot_labels,
         spot_selector=spot_selector,
     )

@@ -1,4 +1,4 @@
-"""A small Prometheus HTTP API client for DCGM per-pod series (reference §9), tolerant of bad answers.
+"""A small Prometheus HTTP API client for DCGM per-pod series (docs/facts/cost.md §9), tolerant of bad data.
 
 Only `/api/v1/query_range` is used. An answer that is not the documented JSON matrix is a clear
 KgweError; inside a good answer, points that are not finite non-negative numbers are skipped and

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from kgwe.cost.budgets import budget_from_policy
 from kgwe.cost.pricing import pricebook_from_catalog
-from kgwe.cost.reports import commit_reports, write_reports
+from kgwe.cost.reports import write_reports
 from kgwe.cost.service import generate_reports
 from kgwe.cost.store import CostStore, normalize_url
 from kgwe.cost.usage import Period
@@ -85,12 +85,15 @@ def run(args: argparse.Namespace) -> int:
         print(f"warning: {w}")
     print(f"wrote {len(written)} files under {out / 'reports' / args.cluster / period.label}")
     if args.commit_back:
+        from kgwe.gitops.report_commit import commit_reports  # git only when asked to commit
+
         result = commit_reports(
             files,
             args.commit_back,
             args.branch,
             out / ".commit-back",
             summary=f"cost reports {args.cluster} {period.label}",
+            allow_local=True,  # the person running this command names their own repository
         )
         print(f"commit-back: {result.status} {result.sha or ''} {result.reason}".rstrip())
         if result.status in ("rejected", "failed"):

@@ -1,8 +1,8 @@
 """Cost reports: chargeback, budgets, forecast, rightsizing and the metered GPU inventory, as Markdown,
 CSV and YAML rendered from Jinja2 templates (templates/reports/), under reports/<cluster>/<period>/.
 
-`build_reports` is pure (data in, {relative path: text} out); `write_reports` writes a folder and
-`commit_reports` hands the same files to the reconciler's commit-back (kgwe.gitops.commit_back).
+`build_reports` is pure (data in, {relative path: text} out); `write_reports` writes a folder, and
+kgwe.gitops.report_commit commits the same files to the policy repository.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any
 import jinja2
 
 from kgwe.cost.budgets import BudgetSpec, BudgetStatus, complete_days, evaluate_budget
-from kgwe.cost.chargeback import Chargeback
+from kgwe.cost.chargeback import IDLE_KEY, Chargeback
 from kgwe.cost.forecast import forecast_daily
 from kgwe.cost.rightsizing import Recommendation
 from kgwe.cost.usage import NodeCapacity, Period
@@ -61,6 +61,7 @@ def environment() -> jinja2.Environment:
         lstrip_blocks=True,
     )
     env.filters.update(csv=_csv_row, md=_md, yaml=_yaml)
+    env.globals["idle_key"] = IDLE_KEY
     return env
 
 
@@ -270,14 +271,3 @@ def write_reports(files: Mapping[str, str], out_dir: Path) -> list[Path]:
         path.write_text(text, encoding="utf-8")
         written.append(path)
     return written
-
-
-def commit_reports(
-    files: Mapping[str, str], repo_url: str, branch: str, workdir: Path, summary: str, credentials: Any = None
-):
-    """Commit the report files back to the policy repository (rules in kgwe.gitops.commit_back);
-    `credentials` are the repository's GitCredentials (token or SSH key) when it is not local."""
-    from kgwe.gitops.commit_back import CommitBack
-
-    cb = CommitBack(repo_url, branch, workdir=workdir, credentials=credentials)
-    return cb.commit_files(dict(files), summary=summary)

@@ -21,8 +21,8 @@ from fractions import Fraction
 
 import numpy as np
 
-from kgwe.cost.pricing import base_product
 from kgwe.cost.usage import MIG, SHARED, WHOLE
+from kgwe.gpu.products import base_product
 
 MARGIN = 0.15
 MEMORY_PERCENTILE = 95

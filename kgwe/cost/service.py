@@ -24,7 +24,7 @@ from kgwe.cost.budgets import (
 from kgwe.cost.chargeback import Chargeback
 from kgwe.cost.metrics import CostCollector, install
 from kgwe.cost.pricing import PriceBook
-from kgwe.cost.reports import ReportInput, build_reports, commit_reports
+from kgwe.cost.reports import ReportInput, build_reports
 from kgwe.cost.rightsizing import Recommendation, recommend, size_of
 from kgwe.cost.store import CostStore
 from kgwe.cost.usage import Period, month_period
@@ -106,6 +106,18 @@ def generate_reports(
     return Generated(files, cb, statuses)
 
 
+def demand_record_file(store: CostStore, now: datetime, cluster: str) -> dict[str, str]:
+    """The demand record of the last week (for `kgwe plan`'s impact replay), beside the other reports."""
+    from kgwe.impact.record import RECORD_NAME, encode, record_from_intervals, window_ending
+
+    since, until = window_ending(now)
+    window = Period(since, until)
+    record = record_from_intervals(
+        store.usage(window), store.nodes(window), since=since, until=until, cluster=cluster, now=now
+    )
+    return {f"reports/{RECORD_NAME}": encode(record).decode()}
+
+
 class CostService:
     """What the controller starts: `start_metering`, then periodically `refresh` (metrics, budget status
     for Enforce) and, on the PolicyRepository's reports schedule, `commit` (reports to Git)."""
@@ -172,25 +184,17 @@ class CostService:
         period: Period,
         now: datetime,
         *,
-        repo_url: str,
-        branch: str,
-        workdir: Path,
+        commit_back: Any,
         path_prefix: str = "reports",
         prometheus_url: str | None = None,
-        credentials: Any = None,
     ):
+        """Generate the period's reports and commit them through `commit_back` (a kgwe.gitops CommitBack
+        that may write only under `path_prefix`)."""
         generated = generate_reports(self.store, book, budgets, period, now, self.cluster, prometheus_url)
-        files = generated.files
+        files = {**generated.files, **demand_record_file(self.store, now, self.cluster)}
         if path_prefix != "reports":  # PolicyRepository.spec.reports.path, e.g. reports/prod
             files = {path_prefix.rstrip("/") + rel[len("reports") :]: text for rel, text in files.items()}
-        return commit_reports(
-            files,
-            repo_url,
-            branch,
-            workdir,
-            summary=f"cost reports {self.cluster} {period.label}",
-            credentials=credentials,
-        )
+        return commit_back.commit_files(files, summary=f"cost reports {self.cluster} {period.label}")
 
     @staticmethod
     def emit_alerts(recorder: Any, involved: dict, statuses: Sequence[BudgetStatus]) -> int:

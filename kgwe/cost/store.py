@@ -247,7 +247,7 @@ class CostStore:
         with self.session() as s:
             used_nodes = {n for (n,) in s.execute(text("SELECT DISTINCT node FROM kgwe_usage"))}
             for label, lo, hi in buckets(period, granularity, now):
-                params = {"lo": lo, "hi": hi, "now": now_s}
+                params: dict[str, object] = {"lo": lo, "hi": hi, "now": now_s}
                 uncovered = sorted(used_nodes - {n for (n,) in s.execute(capacity, params)})
                 queries = [text(f"{pooled} WHERE {overlap} GROUP BY {shape}")]
                 if uncovered:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import orjson
 from prometheus_client import (
@@ -73,7 +74,7 @@ def make_handler(engine: Engine, metrics: Metrics | None = None) -> Handler:
     engine.on_decision = lambda verb, failed: metrics.failed_nodes.inc(failed) if failed else None
     verbs = {"/filter": engine.filter, "/prioritize": engine.prioritize}
     observe = {v: metrics.latency.labels(v.strip("/")) for v in verbs}
-    counted = {}
+    counted: dict[tuple[str, int], Any] = {}
 
     def count(verb: str, code: int) -> None:
         key = (verb, code)

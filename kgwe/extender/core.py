@@ -23,6 +23,7 @@ import zlib
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from enum import IntEnum
 
 import numpy as np
 
@@ -30,13 +31,59 @@ from kgwe.extender.nodes import UNLIMITED, NodeState
 from kgwe.extender.profile import Profile
 from kgwe.extender.request import PodRequest
 
-# Reason codes (per node) and the sentence a person reads in `kubectl describe pod`.
 # Fragmentation change (milli) that moves the FGD term from 50 to 0 (or 100): one GPU's worth.
 FRAG_SCALE_MILLI = 1000.0
 
-OK, NO_GPU, PRODUCT, FAMILY, MEMORY, WHOLE, SHARE, MIG, CPU, RAM, TOPOLOGY, NO_TOPOLOGY = range(12)
+
+class Reason(IntEnum):
+    """Why a node failed a pod (per row, as int8); `describe` gives the sentence `kubectl describe pod`
+    shows. OK = the node passed."""
+
+    OK = 0
+    NO_GPU = 1
+    PRODUCT = 2
+    FAMILY = 3
+    MEMORY = 4
+    WHOLE = 5
+    SHARE = 6
+    MIG = 7
+    CPU = 8
+    RAM = 9
+    TOPOLOGY = 10
+    NO_TOPOLOGY = 11
+
+
+OK, NO_GPU, PRODUCT, FAMILY, MEMORY, WHOLE, SHARE, MIG, CPU, RAM, TOPOLOGY, NO_TOPOLOGY = Reason
 
 TopologyScorer = Callable[[object, frozenset, int, str, "float | None"], "int | None"]
+
+
+@dataclass(frozen=True)
+class _Rows:
+    """The columns of the rows one request is evaluated on, gathered once."""
+
+    rows: np.ndarray
+    free: np.ndarray  # (n, G) share free per physical GPU, milli
+    count: np.ndarray
+    cpu: np.ndarray
+    mem: np.ndarray
+
+    @property
+    def whole_free(self) -> np.ndarray:
+        return (self.free == 1000).sum(axis=1)
+
+
+def _combine(
+    profile: Profile, topo: np.ndarray, resource: np.ndarray, balance: np.ndarray, delta: np.ndarray | None
+) -> np.ndarray:
+    """The weighted mean of the score terms; the fragmentation term counts only when it was computed."""
+    parts = profile.topology * topo + profile.resource * resource + profile.balance * balance
+    weights = profile.topology + profile.resource + profile.balance
+    if delta is not None:
+        frag_score = np.clip(50.0 - 50.0 * delta / FRAG_SCALE_MILLI, 0.0, 100.0)
+        parts = parts + profile.fragmentation * frag_score
+        weights += profile.fragmentation
+    return parts / max(weights, 1e-9)
 
 
 @dataclass(frozen=True)
@@ -192,7 +239,8 @@ class NodeTable:
             fits = np.where(free >= req.gpu_milli, free, 10**6)
             return (int(np.argmin(fits)),)
         whole = [i for i in range(int(self.gpu_count[row])) if free[i] == 1000]
-        topo = self.nodes[row].topology if self.nodes[row] is not None else None
+        node = self.nodes[row]
+        topo = node.topology if node is not None else None
         if topo is not None and req.gpus >= 2 and self.topology_chooser is not None:
             picked = self.topology_chooser(topo, frozenset(whole), req.gpus)
             if picked:
@@ -246,136 +294,195 @@ class NodeTable:
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(reason codes, scores 0..100, best GPU index for shares) for `rows`. Pure function of the rows."""
         n = len(rows)
-        reason = np.zeros(n, dtype=np.int8)
+        view = _Rows(
+            rows, self.gpu_free[rows], self.gpu_count[rows], self.cpu_free[rows], self.mem_free[rows]
+        )
         score = np.zeros(n, dtype=np.float64)
         best = np.full(n, -1, dtype=np.int8)
-        free = self.gpu_free[rows]
-        count = self.gpu_count[rows]
-        cpu = self.cpu_free[rows]
-        mem = self.mem_free[rows]
-
-        def fail(mask: np.ndarray, code: int) -> None:
-            reason[(reason == OK) & mask] = code
-
-        fail(~self.live[rows], NO_GPU)
-        if req.wants_gpu:
-            if not req.mig:
-                fail(count == 0, NO_GPU)
-            if req.products:
-                fail(~np.isin(self.product_id[rows], self._ids(self.product_names, req.products)), PRODUCT)
-            if req.families:
-                fail(~np.isin(self.family_id[rows], self._ids(self.family_names, req.families)), FAMILY)
-            if req.min_memory_mib:
-                fail(self.gpu_mem[rows] < req.min_memory_mib, MEMORY)
-        whole_free = (free == 1000).sum(axis=1)
-        if req.gpus and not req.shared:
-            fail(whole_free < req.gpus, WHOLE)
-        if req.shared:
-            fits = free >= req.gpu_milli
-            fail(~fits.any(axis=1), SHARE)
-        for prof, k in req.mig:
-            col = self.mig_names.get(prof)
-            have = self.mig_free[rows, col] if col is not None else np.zeros(n, dtype=np.int32)
-            fail(have < k, MIG)
-        if req.cpu_milli:
-            fail(cpu < req.cpu_milli, CPU)
-        if req.memory_mib:
-            fail(mem < req.memory_mib, RAM)
-        ok = reason == OK
+        reason = self._filter(view, req)
         topo = np.full(n, 100.0)
-        wants_topology = req.gpus >= 2 and (
-            req.min_bandwidth_gbps is not None or req.preference != "None" or profile.topology > 0
-        )
-        if wants_topology:
-            # GPU-set scores depend only on (topology, idle-GPU bitmask, request): memoised across nodes
-            masks = ((free == 1000) * (1 << np.arange(self.G))).sum(axis=1).tolist()
-            memo = self._topo_memo
-            if len(memo) > 100_000:
-                memo.clear()
-            want = (req.gpus, req.preference, req.min_bandwidth_gbps)
-            for i in np.nonzero(ok)[0].tolist():
-                node = self.nodes[int(rows[i])]
-                if node is None or node.topology is None or self.topology_scorer is None:
-                    if req.min_bandwidth_gbps is not None:
-                        reason[i] = NO_TOPOLOGY
-                    else:
-                        topo[i] = 50.0
-                    continue
-                key = (id(node.topology), masks[i], want)
-                hit = memo.get(key)
-                if hit is None or hit[0] is not node.topology:
-                    idle = frozenset(j for j in range(self.G) if masks[i] >> j & 1)
-                    hit = memo[key] = (
-                        node.topology,
-                        self.topology_scorer(
-                            node.topology, idle, req.gpus, req.preference, req.min_bandwidth_gbps
-                        ),
-                    )
-                s = hit[1]
-                if s is None:
-                    reason[i] = TOPOLOGY
-                else:
-                    topo[i] = float(s)
-            ok = reason == OK
-        idx = np.nonzero(ok)[0]
+        if self._wants_topology(req, profile):
+            topo_reason, topo = self._topology_term(view, req, reason == OK)
+            reason[reason == OK] = topo_reason[reason == OK]
+        idx = np.nonzero(reason == OK)[0]
         if not len(idx):
             return reason, score, best
-        f = free[idx]
-        c = count[idx].astype(np.float64)
-        cap_milli = np.maximum(c * 1000.0, 1.0)
-        take_milli = req.gpu_milli_total
-        # Share placement: the GPU the pod would take. With fragmentation on, the one that adds least
-        # fragment (FGD); otherwise best fit (least share left over).
-        delta = None
+        f = view.free[idx]
+        c = view.count[idx].astype(np.float64)
+        left_on_gpu = None
         if req.shared:
-            cand = f >= req.gpu_milli
-            if self.mix and profile.fragmentation > 0:
-                after = np.repeat(f[:, None, :], self.G, axis=1)  # (k, G candidates, G)
-                g_idx = np.arange(self.G)
-                after[:, g_idx, g_idx] -= req.gpu_milli
-                fr = self._frag_of(
-                    after, (cpu[idx] - req.cpu_milli)[:, None], (mem[idx] - req.memory_mib)[:, None]
-                )
-                fr = np.where(cand, fr, np.inf)
-                b = np.argmin(fr, axis=1)
-                delta = fr[np.arange(len(idx)), b] - self.frag[rows[idx]]
-            else:
-                b = np.argmin(np.where(cand, f, 10**6), axis=1)
-            best[idx] = b
-            left_on_gpu = f[np.arange(len(idx)), b] - req.gpu_milli
-        elif self.mix and profile.fragmentation > 0 and req.gpus:
-            after = f.copy()
-            # taking k idle GPUs: which ones does not change the multiset beyond "k fewer 1000s"
-            order = np.argsort(after != 1000, axis=1, kind="stable")[:, : req.gpus]
-            np.put_along_axis(after, order, 0, axis=1)
-            fr = self._frag_of(after, cpu[idx] - req.cpu_milli, mem[idx] - req.memory_mib)
-            delta = fr - self.frag[rows[idx]]
-        elif self.mix and profile.fragmentation > 0:
-            fr = self._frag_of(f, cpu[idx] - req.cpu_milli, mem[idx] - req.memory_mib)
-            delta = fr - self.frag[rows[idx]]
-        used_after = (cap_milli - np.maximum(f, 0).sum(axis=1) + take_milli) / cap_milli
+            best[idx], left_on_gpu, delta = self._share_placement(view, idx, req, profile)
+        else:
+            delta = self._fragmentation_delta(view, idx, req, profile)
+        cap_milli = np.maximum(c * 1000.0, 1.0)
+        used_after = (cap_milli - np.maximum(f, 0).sum(axis=1) + req.gpu_milli_total) / cap_milli
         used_after = np.where(c > 0, used_after, 0.0)
         resource = self._resource(
-            profile, req, rows[idx], f, whole_free[idx], c, used_after, left_on_gpu if req.shared else None
+            profile, req, rows[idx], f, view.whole_free[idx], c, used_after, left_on_gpu
         )
-        cpu_cap = self.cpu_cap[rows[idx]]
-        mem_cap = self.mem_cap[rows[idx]]
-        tracked = cpu_cap < UNLIMITED
-        cpu_used = np.where(tracked, 1 - (cpu[idx] - req.cpu_milli) / cpu_cap, used_after)
-        mem_tracked = mem_cap < UNLIMITED
-        mem_used = np.where(mem_tracked, 1 - (mem[idx] - req.memory_mib) / mem_cap, used_after)
-        if req.gpus:
-            balance = 100.0 * (1.0 - (np.abs(used_after - cpu_used) + np.abs(used_after - mem_used)) / 2)
-        else:  # CPU-only pods: keep CPU on GPU nodes for the GPU pods that will need it
-            balance = 100.0 * (1.0 - np.clip(cpu_used - used_after, 0, 1))
-        parts = profile.topology * topo[idx] + profile.resource * resource + profile.balance * balance
-        weights = profile.topology + profile.resource + profile.balance
-        if delta is not None:
-            frag_score = np.clip(50.0 - 50.0 * delta / FRAG_SCALE_MILLI, 0.0, 100.0)
-            parts = parts + profile.fragmentation * frag_score
-            weights += profile.fragmentation
-        score[idx] = parts / max(weights, 1e-9)
+        balance = self._balance_term(view, idx, req, used_after)
+        score[idx] = _combine(profile, topo[idx], resource, balance, delta)
         return reason, score, best
+
+    # Filters in the order a node's reason is decided: the first that fails names it. Each gives a mask of
+    # the rows it rejects, or None when the request does not ask what it checks.
+    def _filter(self, view: _Rows, req: PodRequest) -> np.ndarray:
+        reason = np.zeros(len(view.rows), dtype=np.int8)
+        for code, check in self._FILTERS:
+            mask = check(self, view, req)
+            if mask is not None:
+                reason[(reason == OK) & mask] = code
+        return reason
+
+    def _not_live(self, view: _Rows, req: PodRequest) -> np.ndarray | None:
+        return ~self.live[view.rows]
+
+    def _no_gpus(self, view: _Rows, req: PodRequest) -> np.ndarray | None:
+        return view.count == 0 if req.wants_gpu and not req.mig else None
+
+    def _wrong_product(self, view: _Rows, req: PodRequest) -> np.ndarray | None:
+        if not (req.wants_gpu and req.products):
+            return None
+        return ~np.isin(self.product_id[view.rows], self._ids(self.product_names, req.products))
+
+    def _wrong_family(self, view: _Rows, req: PodRequest) -> np.ndarray | None:
+        if not (req.wants_gpu and req.families):
+            return None
+        return ~np.isin(self.family_id[view.rows], self._ids(self.family_names, req.families))
+
+    def _too_little_gpu_memory(self, view: _Rows, req: PodRequest) -> np.ndarray | None:
+        if not (req.wants_gpu and req.min_memory_mib):
+            return None
+        return self.gpu_mem[view.rows] < req.min_memory_mib
+
+    def _too_few_whole_gpus(self, view: _Rows, req: PodRequest) -> np.ndarray | None:
+        return view.whole_free < req.gpus if req.gpus and not req.shared else None
+
+    def _no_gpu_share(self, view: _Rows, req: PodRequest) -> np.ndarray | None:
+        return ~np.any(view.free >= req.gpu_milli, axis=1) if req.shared else None
+
+    def _too_few_mig_instances(self, view: _Rows, req: PodRequest) -> np.ndarray | None:
+        short: np.ndarray | None = None
+        for prof, k in req.mig:
+            col = self.mig_names.get(prof)
+            have = (
+                self.mig_free[view.rows, col] if col is not None else np.zeros(len(view.rows), dtype=np.int32)
+            )
+            short = (have < k) if short is None else short | (have < k)
+        return short
+
+    def _too_little_cpu(self, view: _Rows, req: PodRequest) -> np.ndarray | None:
+        return view.cpu < req.cpu_milli if req.cpu_milli else None
+
+    def _too_little_memory(self, view: _Rows, req: PodRequest) -> np.ndarray | None:
+        return view.mem < req.memory_mib if req.memory_mib else None
+
+    _FILTERS: tuple[tuple[Reason, Callable[[NodeTable, _Rows, PodRequest], np.ndarray | None]], ...] = (
+        (Reason.NO_GPU, _not_live),
+        (Reason.NO_GPU, _no_gpus),
+        (Reason.PRODUCT, _wrong_product),
+        (Reason.FAMILY, _wrong_family),
+        (Reason.MEMORY, _too_little_gpu_memory),
+        (Reason.WHOLE, _too_few_whole_gpus),
+        (Reason.SHARE, _no_gpu_share),
+        (Reason.MIG, _too_few_mig_instances),
+        (Reason.CPU, _too_little_cpu),
+        (Reason.RAM, _too_little_memory),
+    )
+
+    # Score terms, each 0..100 for the rows that passed the filters.
+    @staticmethod
+    def _wants_topology(req: PodRequest, profile: Profile) -> bool:
+        return req.gpus >= 2 and (
+            req.min_bandwidth_gbps is not None or req.preference != "None" or profile.topology > 0
+        )
+
+    def _topology_term(self, view: _Rows, req: PodRequest, ok: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(reason: OK, TOPOLOGY or NO_TOPOLOGY; topology score) of the `ok` rows' best idle GPU set. Scores
+        depend only on (topology, idle-GPU bitmask, request), so they are memoised across nodes."""
+        n = len(view.rows)
+        reason = np.zeros(n, dtype=np.int8)
+        topo = np.full(n, 100.0)
+        masks = ((view.free == 1000) * (1 << np.arange(self.G))).sum(axis=1).tolist()
+        memo = self._topo_memo
+        if len(memo) > 100_000:
+            memo.clear()
+        want = (req.gpus, req.preference, req.min_bandwidth_gbps)
+        for i in np.nonzero(ok)[0].tolist():
+            node = self.nodes[int(view.rows[i])]
+            if node is None or node.topology is None or self.topology_scorer is None:
+                if req.min_bandwidth_gbps is not None:
+                    reason[i] = NO_TOPOLOGY
+                else:
+                    topo[i] = 50.0
+                continue
+            key = (id(node.topology), masks[i], want)
+            hit = memo.get(key)
+            if hit is None or hit[0] is not node.topology:
+                idle = frozenset(j for j in range(self.G) if masks[i] >> j & 1)
+                hit = memo[key] = (
+                    node.topology,
+                    self.topology_scorer(
+                        node.topology, idle, req.gpus, req.preference, req.min_bandwidth_gbps
+                    ),
+                )
+            s = hit[1]
+            if s is None:
+                reason[i] = TOPOLOGY
+            else:
+                topo[i] = float(s)
+        return reason, topo
+
+    def _share_placement(
+        self, view: _Rows, idx: np.ndarray, req: PodRequest, profile: Profile
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """(GPU a shared pod would take, share left on it, fragmentation increase or None). With the
+        fragmentation term on, the GPU that adds least fragment (FGD); otherwise best fit."""
+        f = view.free[idx]
+        cand = f >= req.gpu_milli
+        delta = None
+        if self.mix and profile.fragmentation > 0:
+            after = np.repeat(f[:, None, :], self.G, axis=1)  # (k, G candidates, G)
+            g_idx = np.arange(self.G)
+            after[:, g_idx, g_idx] -= req.gpu_milli
+            fr = self._frag_of(
+                after, (view.cpu[idx] - req.cpu_milli)[:, None], (view.mem[idx] - req.memory_mib)[:, None]
+            )
+            fr = np.where(cand, fr, np.inf)
+            b = np.argmin(fr, axis=1)
+            delta = fr[np.arange(len(idx)), b] - self.frag[view.rows[idx]]
+        else:
+            b = np.argmin(np.where(cand, f, 10**6), axis=1)
+        return b, f[np.arange(len(idx)), b] - req.gpu_milli, delta
+
+    def _fragmentation_delta(
+        self, view: _Rows, idx: np.ndarray, req: PodRequest, profile: Profile
+    ) -> np.ndarray | None:
+        """FGD: how much GPU share placing a non-shared pod makes unusable for the workload mix."""
+        if not (self.mix and profile.fragmentation > 0):
+            return None
+        f = view.free[idx]
+        if req.gpus:
+            f = f.copy()
+            # taking k idle GPUs: which ones does not change the multiset beyond "k fewer 1000s"
+            order = np.argsort(f != 1000, axis=1, kind="stable")[:, : req.gpus]
+            np.put_along_axis(f, order, 0, axis=1)
+        fr = self._frag_of(f, view.cpu[idx] - req.cpu_milli, view.mem[idx] - req.memory_mib)
+        return fr - self.frag[view.rows[idx]]
+
+    def _balance_term(
+        self, view: _Rows, idx: np.ndarray, req: PodRequest, used_after: np.ndarray
+    ) -> np.ndarray:
+        """GPU vs CPU/memory utilisation after placement kept level (a GPU node whose CPUs are gone strands
+        its GPUs); for CPU-only pods, CPU kept on GPU nodes for the GPU pods that will need it."""
+        rows = view.rows[idx]
+        cpu_cap = self.cpu_cap[rows]
+        mem_cap = self.mem_cap[rows]
+        cpu_used = np.where(cpu_cap < UNLIMITED, 1 - (view.cpu[idx] - req.cpu_milli) / cpu_cap, used_after)
+        mem_used = np.where(mem_cap < UNLIMITED, 1 - (view.mem[idx] - req.memory_mib) / mem_cap, used_after)
+        if req.gpus:
+            return 100.0 * (1.0 - (np.abs(used_after - cpu_used) + np.abs(used_after - mem_used)) / 2)
+        return 100.0 * (1.0 - np.clip(cpu_used - used_after, 0, 1))
 
     def _ids(self, names: list[str], wanted: tuple[str, ...]) -> np.ndarray:
         return np.array([i for i, nm in enumerate(names) if any(w in nm for w in wanted)], dtype=np.int32)
@@ -401,7 +508,7 @@ class NodeTable:
             if req.mig:
                 cols = [self.mig_names[p] for p, _ in req.mig if p in self.mig_names]
                 want = sum(k for _, k in req.mig)
-                spare = (self.mig_free[np.ix_(rows, cols)].sum(axis=1) - want) if cols else 0
+                spare = (self.mig_free[np.ix_(rows, np.array(cols))].sum(axis=1) - want) if cols else 0
                 return 100.0 / (1.0 + np.maximum(spare, 0))
             return 100.0 * (1.0 - np.maximum(whole - req.gpus, 0) / safe)
         if s in ("Spread", "LeastLoaded"):
@@ -452,7 +559,7 @@ class ShapeCache:
         key = (req.shape, profile)
         entry = self._entries.get(key)
         if entry is None or len(entry[0]) < t.cap:
-            fresh = [
+            fresh: list[np.ndarray] = [
                 np.full(t.cap, -1, np.int64),
                 np.zeros(t.cap, np.int8),
                 np.zeros(t.cap),
@@ -486,14 +593,16 @@ def describe(code: int, table: NodeTable, row: int, req: PodRequest) -> str:
     gpus = int(table.gpu_count[row]) if node is not None else 0
     if code == NO_GPU:
         return "kgwe: node has no NVIDIA GPUs"
+    if node is None or free is None:
+        return "kgwe: node rejected"
     if code == PRODUCT:
-        have = node.product or node.model or "unknown"
-        return f"kgwe: GPU product {have} is not one of {'|'.join(req.products)}"
+        product = node.product or node.model or "unknown"
+        return f"kgwe: GPU product {product} is not one of {'|'.join(req.products)}"
     if code == FAMILY:
         return f"kgwe: GPU family {node.family or 'unknown'} is not one of {'|'.join(req.families)}"
     if code == MEMORY:
-        have, want = node.gpu_memory_mib * 2**20 / 1e9, req.min_memory_mib * 2**20 / 1e9
-        return f"kgwe: GPU memory {have:.0f} GB is below the requested {want:.0f} GB"
+        have_gb, want_gb = node.gpu_memory_mib * 2**20 / 1e9, req.min_memory_mib * 2**20 / 1e9
+        return f"kgwe: GPU memory {have_gb:.0f} GB is below the requested {want_gb:.0f} GB"
     if code == WHOLE:
         whole = int((free == 1000).sum())
         return f"kgwe: pod needs {req.gpus} whole GPUs, node has {whole} of {gpus} free"

@@ -14,6 +14,7 @@ from __future__ import annotations
 import threading
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 import orjson
@@ -22,6 +23,7 @@ from kgwe.extender import core
 from kgwe.extender.core import OK, NodeTable, ShapeCache, WorkloadType, describe, dynamic_term
 from kgwe.extender.profile import DEFAULT_PROFILE, Profile
 from kgwe.extender.request import PodRequest, RequestError, parse_pod
+from kgwe.topology import choice
 
 MAX_PRIORITY = 10
 _SCORE_JSON = np.array([b"%d}" % i for i in range(MAX_PRIORITY + 1)], dtype=object)  # score + closing brace
@@ -94,11 +96,7 @@ class Engine:
         self._install_topology()
 
     def _install_topology(self) -> None:
-        """Use the topology area's GPU-set scorer when it is installed (kgwe.topology.choice)."""
-        try:
-            from kgwe.topology import choice
-        except ImportError:  # pragma: no cover - the topology package ships with kgwe
-            return
+        """Score GPU sets with kgwe.topology.choice (the same search `kgwe agent` reports)."""
 
         def chooser(topo, free, k):
             c = choice.choose(topo, free, k)
@@ -161,14 +159,15 @@ class Engine:
             if row is None:
                 return None
             gpus = int(t.gpu_count[row])
+            node = t.nodes[row]
             return {
                 "name": name,
                 "gpus": gpus,
                 "gpuUsedMilli": [1000 - int(x) for x in t.gpu_free[row, :gpus]],
                 "migFree": {p: int(t.mig_free[row, c]) for p, c in t.mig_names.items() if t.mig_free[row, c]},
                 "cpuFreeMilli": int(t.cpu_free[row]),
-                "product": t.nodes[row].product if t.nodes[row] else "",
-                "topology": getattr(t.nodes[row].topology, "name", None) if t.nodes[row] else None,
+                "product": node.product if node else "",
+                "topology": getattr(node.topology, "name", None) if node else None,
             }
 
     # ---- request path ------------------------------------------------------------------------------------
@@ -285,7 +284,7 @@ class Engine:
             ok_idx = np.nonzero(passed)[0].tolist()
             ok_names = [names[i] for i in ok_idx]
             ok_items = [items[i] for i in ok_idx] if items is not None else None
-        reply = {
+        reply: dict[str, Any] = {
             "Nodes": {"metadata": {}, "items": ok_items} if items is not None else None,
             "NodeNames": ok_names if items is None else None,
             "FailedNodes": failed,

@@ -37,6 +37,7 @@ from kgwe.extender.k8s import account, node_state, pod_holds
 from kgwe.extender.nodes import NodeState
 from kgwe.extender.profile import ProfileError, profiles_from_document
 from kgwe.extender.request import PodRequest
+from kgwe.topology.annotation import decode
 
 log = logging.getLogger("kgwe.extender.index")
 SCORING_CONFIGMAP = "kgwe-scoring"
@@ -45,14 +46,6 @@ ASSUME_SECONDS = 30.0  # an assumed pod not seen bound by then is forgotten
 MAX_ASSUMED_PER_NODE = 64  # more decisions than this for one node before a bind is seen: not plausible
 UNCONFIRMED_SECONDS = 5.0  # a decision waits this long for the pending-pod watch to show its pod
 MAX_UNCONFIRMED = 1024  # decisions waiting for the watch, oldest dropped first
-
-
-def _decoder() -> Callable[[str], object] | None:
-    try:
-        from kgwe.topology.annotation import decode
-    except ImportError:  # pragma: no cover
-        return None
-    return decode
 
 
 class ClusterIndex:
@@ -71,10 +64,12 @@ class ClusterIndex:
         self._kubeconfig = kubeconfig
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
-        self._decode = _decoder()
+        self._decode = decode
         self._mu = threading.Lock()
         self.bases: dict[str, NodeState] = {}
-        self.pods: dict[str, tuple[str, tuple, object, object]] = {}  # uid -> (node, sort key, req, indices)
+        self.pods: dict[
+            str, tuple[str, tuple, PodRequest, tuple[int, ...] | None]
+        ] = {}  # uid -> (node, sort key, req, indices)
         self.by_node: dict[str, set[str]] = {}
         self.assumed: dict[str, tuple[str, PodRequest, float]] = {}  # uid -> (node, request, expiry)
         self.pending: dict[str, PodRequest] = {}  # uid -> GPU request of an unbound pod the watch saw
@@ -84,20 +79,15 @@ class ClusterIndex:
         engine.on_assume = self.assume
         self._listed = {"nodes": False, "pods": False, "pending": False}
         self.profile_error: str | None = None
-        # plain dicts from the watch, no client model objects: the index only reads a few fields
-        # (kubernetes client >= 32; older clients reject the keyword and we fall back to model objects)
-        self._raw: dict = {"deserialize": False}
 
     # ---- lifecycle -------------------------------------------------------------------------------------
     def start(self) -> None:
-        from kubernetes import client, config
+        from kubernetes import client
+
+        from kgwe.cluster.client import api_client
 
         if self._api is None:
-            if self._kubeconfig:
-                self._api = config.new_client_from_config(config_file=self._kubeconfig)
-            else:
-                config.load_incluster_config()
-                self._api = client.ApiClient()
+            self._api = api_client(self._kubeconfig)
         core = client.CoreV1Api(self._api)
         loops = [
             ("nodes", lambda **kw: core.list_node(**kw), self._apply_nodes, self._node_event),
@@ -148,59 +138,28 @@ class ClusterIndex:
 
     # ---- list + watch ------------------------------------------------------------------------------------
     def _loop(self, kind: str, lister, on_list, on_event) -> None:
-        from kubernetes import watch
-        from kubernetes.client.exceptions import ApiException
+        """One list+watch loop (kgwe.cluster.watch) per kind; the engine is ready once each kind listed."""
+        from kgwe.cluster.watch import list_and_watch
 
-        backoff = 0.2
-        while not self._stop.is_set():
-            try:
-                resp = lister(_preload_content=False)
-                doc = orjson.loads(resp.data)
-                on_list(doc.get("items") or [])
-                rv = (doc.get("metadata") or {}).get("resourceVersion")
-                if kind in self._listed:
-                    self._listed[kind] = True
-                    if all(self._listed.values()):
-                        self.engine.ready = True
-                backoff = 0.2
-                while not self._stop.is_set():
-                    w = watch.Watch()
-                    gone = False
-                    for ev in w.stream(
-                        lister,
-                        resource_version=rv,
-                        timeout_seconds=WATCH_SECONDS,
-                        allow_watch_bookmarks=True,
-                        **self._raw,
-                    ):
-                        if self._stop.is_set():
-                            w.stop()
-                            return
-                        typ = ev.get("type")
-                        raw = ev.get("raw_object") or ev.get("object") or {}
-                        if typ == "ERROR":
-                            gone = True  # 410 Gone / expired: relist
-                            break
-                        new_rv = (raw.get("metadata") or {}).get("resourceVersion")
-                        if typ != "BOOKMARK":
-                            on_event(typ, raw)
-                        rv = new_rv or rv
-                    if gone:
-                        break
-            except TypeError as exc:
-                if self._raw and "deserialize" in str(exc):  # older client: use model objects instead
-                    self._raw = {}
-                    continue
-                log.warning("watch %s: %s: %s", kind, type(exc).__name__, exc)
-            except ApiException as exc:
-                if exc.status != 410:
-                    log.warning("watch %s: %s", kind, exc.reason)
-            except Exception as exc:  # connection reset, apiserver restart ...: reconnect with backoff
-                log.warning("watch %s: %s: %s", kind, type(exc).__name__, exc)
+        def listed(items) -> None:
+            on_list(list(items))
+            if kind in self._listed:
+                self._listed[kind] = True
+                if all(self._listed.values()):
+                    self.engine.ready = True
+
+        def restarted(_error: BaseException | None) -> None:
             if self.metrics is not None:
                 self.metrics.watch_restarts.labels(kind).inc()
-            self._stop.wait(backoff)
-            backoff = min(backoff * 2, 5.0)
+
+        list_and_watch(
+            lister,
+            on_list=listed,
+            on_event=on_event,
+            on_restart=restarted,
+            stop=self._stop,
+            watch_timeout_seconds=WATCH_SECONDS,
+        )
 
     # ---- nodes -------------------------------------------------------------------------------------------
     def _node_event(self, typ: str, raw: dict) -> None:
@@ -259,7 +218,7 @@ class ClusterIndex:
             touched.add(old[0])
         node = (raw.get("spec") or {}).get("nodeName")
         held = None if deleted or not node else pod_holds(raw)
-        if held is not None:
+        if held is not None and node:
             key = (meta.get("creationTimestamp") or "", uid)
             self.pods[uid] = (node, key, held[0], held[1])
             self.by_node.setdefault(node, set()).add(uid)

@@ -3,23 +3,23 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import yaml
 from pydantic import ValidationError
 
 from kgwe.errors import KgweError
 from kgwe.extender.nodes import NodeState
+from kgwe.gpu.catalog import model_for_product
+from kgwe.vocab import GPU_FAMILY_LABEL, GPU_MEMORY_LABEL
 
-LABEL_MEMORY = "nvidia.com/gpu.memory"
-LABEL_FAMILY = "nvidia.com/gpu.family"
+LABEL_MEMORY = GPU_MEMORY_LABEL
+LABEL_FAMILY = GPU_FAMILY_LABEL
 
 
 def _catalog_memory(product: str) -> int:
-    try:
-        from kgwe.gpu.catalog import model_for_product
-    except ImportError:  # pragma: no cover
-        return 0
     model = model_for_product(product)
     return model.memory_mib if model else 0
 
@@ -53,35 +53,51 @@ def load_inventory(path: str | Path) -> list[NodeState]:
             first = exc.errors()[0]
             where = ".".join(str(x) for x in first["loc"])
             raise KgweError(f"inventory {p}: {where}: {first['msg']}") from None
-        for n in inv.spec.nodes:
-            used = [0] * n.gpus
-            mig_free: Counter = Counter()
-            for d in n.devices:
-                if d.busy:
-                    used[d.index] = 1000
-                if d.mig is not None:
-                    used[d.index] = 1000  # a MIG-enabled GPU is not available as a whole GPU
-                    mig_free.update(d.mig)
-                    mig_free.subtract(d.in_use)
-            labels = dict(n.labels)
-            try:
-                mem = int(labels.get(LABEL_MEMORY) or 0) or _catalog_memory(n.product)
-            except ValueError:
-                mem = _catalog_memory(n.product)
-            nodes.append(
-                NodeState(
-                    name=n.name,
-                    gpus=n.gpus,
-                    gpu_used_milli=used,
-                    product=n.product,
-                    model=n.product,
-                    family=labels.get(LABEL_FAMILY, ""),
-                    gpu_memory_mib=mem,
-                    mig_free={k: v for k, v in mig_free.items() if v > 0},
-                    topology=_topology(n.topology),
-                    labels=labels,
-                )
-            )
+        nodes += node_states(inv)
     if not nodes:
         raise KgweError(f"inventory {p}: no GPUInventory nodes found")
+    return nodes
+
+
+def node_states(
+    inv: Any, *, layouts: Mapping[str, Sequence[Sequence[str] | None]] | None = None, idle: bool = False
+) -> list[NodeState]:
+    """One GPUInventory model's nodes as the scoring core sees them. `layouts` (node -> per-GPU MIG
+    instances, None = MIG off, as rendered from a policy) replaces a node's MIG state; `idle` forgets what
+    is in use (the impact replay starts from an empty cluster)."""
+    nodes: list[NodeState] = []
+    for n in inv.spec.nodes:
+        used = [0] * n.gpus
+        mig_free: Counter = Counter()
+        planned = (layouts or {}).get(n.name)
+        devices = {d.index: d for d in n.devices}
+        for i in range(n.gpus):
+            d = devices.get(i)
+            mig = (planned[i] if i < len(planned) else None) if planned is not None else (d and d.mig)
+            if d is not None and d.busy and not idle:
+                used[i] = 1000
+            if mig is not None:
+                used[i] = 1000  # a MIG-enabled GPU is not available as a whole GPU
+                mig_free.update(mig)
+                if d is not None and not idle and planned is None:
+                    mig_free.subtract(d.in_use)
+        labels = dict(n.labels)
+        try:
+            mem = int(labels.get(LABEL_MEMORY) or 0) or _catalog_memory(n.product)
+        except ValueError:
+            mem = _catalog_memory(n.product)
+        nodes.append(
+            NodeState(
+                name=n.name,
+                gpus=n.gpus,
+                gpu_used_milli=used,
+                product=n.product,
+                model=n.product,
+                family=labels.get(LABEL_FAMILY, ""),
+                gpu_memory_mib=mem,
+                mig_free={k: v for k, v in mig_free.items() if v > 0},
+                topology=_topology(n.topology),
+                labels=labels,
+            )
+        )
     return nodes

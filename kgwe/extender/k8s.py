@@ -10,6 +10,7 @@ creation order so the assumption is stable across restarts.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 from kgwe.extender.nodes import NodeState
 from kgwe.extender.request import (
@@ -66,7 +67,7 @@ def node_state(node: Mapping, decode_topology: Decoder | None = None) -> NodeSta
         mem = memory_mib(alloc["memory"]) if "memory" in alloc else None
     except RequestError:
         cpu = mem = None
-    kwargs = {}
+    kwargs: dict[str, Any] = {}
     if cpu is not None:
         kwargs["cpu_milli"] = cpu
     if mem is not None:

@@ -8,7 +8,7 @@ Also accepted:
 "httpTimeout": "2s"}}]}`. A bare list of profiles, or ScoringProfile objects (`metadata.name` + `spec`), are
 accepted too, so the extender follows the policy area's rendering without a second format.
 
-KGWE fields beyond the seed ScoringProfile (optional, read when present): `fragmentation` (weight of the
+Fields beyond the weights and strategy (optional, read when present): `fragmentation` (weight of the
 FGD term, default 50; 0 = off) and `decideInFilter` (default true, see Profile.decide_in_filter). A profile
 without `strategy` uses BestFit: with the FGD term it packed the openb trace best (kgwe simulate: 95.6% vs
 BinPack 95.2% at 130%).
@@ -19,21 +19,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-STRATEGIES = (
-    "BinPack",
-    "Spread",
-    "LeastLoaded",
-    "BestFit",
-    "CostOptimized",
-    "RoundRobin",
-    "Random",
-    "Priority",
+from kgwe.vocab import (
+    DEFAULT_BALANCE_WEIGHT,
+    DEFAULT_EXTENDER_WEIGHT,
+    DEFAULT_FRAGMENTATION,
+    DEFAULT_HTTP_TIMEOUT_SECONDS,
+    DEFAULT_RESOURCE_WEIGHT,
+    DEFAULT_STRATEGY,
+    DEFAULT_TOPOLOGY_WEIGHT,
+    STRATEGIES,
 )
-_STRATEGY_BY_LOWER = {s.lower(): s for s in STRATEGIES}
 
-# Fragmentation-term weight of the built-in default: the openb replay (kgwe simulate) showed the FGD term
-# raising the GPU allocation ratio at 130% load, so it is on by default; 0 turns it off.
-DEFAULT_FRAGMENTATION = 50.0
+_STRATEGY_BY_LOWER = {s.lower(): s for s in STRATEGIES}
 
 
 class ProfileError(ValueError):
@@ -45,16 +42,16 @@ class Profile:
     """How to rank feasible nodes. Weights are relative; fragmentation is the FGD term (0 = off)."""
 
     name: str = "default"
-    topology: float = 40.0
-    resource: float = 35.0
-    balance: float = 25.0
-    strategy: str = "BestFit"
-    fragmentation: float = DEFAULT_FRAGMENTATION
+    topology: float = float(DEFAULT_TOPOLOGY_WEIGHT)
+    resource: float = float(DEFAULT_RESOURCE_WEIGHT)
+    balance: float = float(DEFAULT_BALANCE_WEIGHT)
+    strategy: str = DEFAULT_STRATEGY
+    fragmentation: float = float(DEFAULT_FRAGMENTATION)
     prices: tuple[tuple[str, float], ...] = ()  # (product substring, lower case; price per GPU-hour)
     is_default: bool = False
-    weight: int = 5
+    weight: int = DEFAULT_EXTENDER_WEIGHT
     ignorable: bool = False
-    http_timeout: str = "2s"
+    http_timeout: str = f"{DEFAULT_HTTP_TIMEOUT_SECONDS}s"
     # true (default): filter answers a GPU pod with the single best node, so kube-scheduler skips prioritize
     # and its own scoring: one HTTP round trip per pod, exact (not 0..10-rounded) placement, and the
     # extender knows the node at once and counts the pod there before the bind is seen (no window in which
@@ -91,14 +88,14 @@ def profile_from_dict(raw: Mapping) -> Profile:
     if not isinstance(raw, Mapping):
         raise ProfileError("a scoring profile must be an object")
     name = raw.get("name") or (raw.get("metadata") or {}).get("name")
-    spec = raw.get("spec") if isinstance(raw.get("spec"), Mapping) else raw
+    spec: Mapping = raw["spec"] if isinstance(raw.get("spec"), Mapping) else raw
     if not name or not isinstance(name, str):
         raise ProfileError("a scoring profile needs a name")
     where = f"profile {name}"
     weights = spec.get("weights") or {}
     if not isinstance(weights, Mapping):
         raise ProfileError(f"{where}.weights: expected an object")
-    strategy = str(spec.get("strategy") or "BestFit")
+    strategy = str(spec.get("strategy") or DEFAULT_STRATEGY)
     canonical = _STRATEGY_BY_LOWER.get(strategy.lower())
     if canonical is None:
         raise ProfileError(f"{where}.strategy: {strategy!r} is not one of {', '.join(STRATEGIES)}")
@@ -109,16 +106,16 @@ def profile_from_dict(raw: Mapping) -> Profile:
     prices = tuple(sorted((str(k).lower(), _num(prices_raw, k, 0, f"{where}.prices")) for k in prices_raw))
     return Profile(
         name=name,
-        topology=_num(weights, "topology", 40, f"{where}.weights"),
-        resource=_num(weights, "resource", 35, f"{where}.weights"),
-        balance=_num(weights, "balance", 25, f"{where}.weights"),
+        topology=_num(weights, "topology", DEFAULT_TOPOLOGY_WEIGHT, f"{where}.weights"),
+        resource=_num(weights, "resource", DEFAULT_RESOURCE_WEIGHT, f"{where}.weights"),
+        balance=_num(weights, "balance", DEFAULT_BALANCE_WEIGHT, f"{where}.weights"),
         strategy=canonical,
         fragmentation=_num(spec, "fragmentation", DEFAULT_FRAGMENTATION, where),
         prices=prices,
         is_default=bool(spec.get("default", False)),
-        weight=int(_num(ext, "weight", 5, f"{where}.extender")),
+        weight=int(_num(ext, "weight", DEFAULT_EXTENDER_WEIGHT, f"{where}.extender")),
         ignorable=bool(ext.get("ignorable", False)),
-        http_timeout=str(ext.get("httpTimeout", "2s")),
+        http_timeout=str(ext.get("httpTimeout", Profile.http_timeout)),
         decide_in_filter=bool(spec.get("decideInFilter", True)),
     )
 

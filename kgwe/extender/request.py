@@ -28,22 +28,33 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-GPU = "nvidia.com/gpu"
-GPU_SHARED = "nvidia.com/gpu.shared"
-MIG_PREFIX = "nvidia.com/mig-"
-ANN = "kgwe.nvidia.io/"
-ANN_MILLI = ANN + "gpu-milli"
+from kgwe.vocab import (
+    ANNOTATION_PREFIX,
+    GPU_FAMILY_LABEL,
+    GPU_MILLI_ANNOTATION,
+    GPU_PRODUCT_LABEL,
+    GPU_RESOURCE,
+    MIG_RESOURCE_PREFIX,
+    SHARED_GPU_RESOURCE,
+    TOPOLOGY_PREFERENCES,
+)
+
+GPU = GPU_RESOURCE
+GPU_SHARED = SHARED_GPU_RESOURCE
+MIG_PREFIX = MIG_RESOURCE_PREFIX
+ANN = ANNOTATION_PREFIX
+ANN_MILLI = GPU_MILLI_ANNOTATION
 ANN_PRODUCT = ANN + "gpu-product"
 ANN_FAMILY = ANN + "gpu-family"
 ANN_MIN_MEMORY = ANN + "min-memory-gb"
 ANN_PREFERENCE = ANN + "topology-preference"
 ANN_MIN_BW = ANN + "min-bandwidth-gbps"
 ANN_PROFILE = ANN + "scoring-profile"
-LABEL_PRODUCT = "nvidia.com/gpu.product"
-LABEL_FAMILY = "nvidia.com/gpu.family"
+LABEL_PRODUCT = GPU_PRODUCT_LABEL
+LABEL_FAMILY = GPU_FAMILY_LABEL
 
 GB_MIB = 1e9 / 2**20  # one decimal GB in MiB
-PREFERENCES = ("None", "NVLinkOptimal", "SameNUMA", "SamePCIeSwitch")  # as the topology area's choice.py
+PREFERENCES = TOPOLOGY_PREFERENCES
 _QUANTITY = re.compile(r"^\s*(\d+)\s*$")
 
 

@@ -91,11 +91,21 @@ def _http_header(creds: GitCredentials) -> str | None:
     return None
 
 
+def is_ssh_url(url: str | None) -> bool:
+    """ssh://... or scp-like user@host:path (what git itself treats as SSH)."""
+    if not url:
+        return False
+    return url.startswith("ssh://") or ("://" not in url and "@" in url.split(":", 1)[0])
+
+
 @contextmanager
 def git_environment(
-    creds: GitCredentials | None, *, connect_timeout_seconds: int = 30
+    creds: GitCredentials | None, *, connect_timeout_seconds: int = 30, url: str | None = None
 ) -> Iterator[dict[str, str]]:
-    """Environment variables for one git invocation; key files exist only inside the `with` block."""
+    """Environment variables for one git invocation; key files exist only inside the `with` block.
+
+    SSH never trusts a host on first use: StrictHostKeyChecking=yes, with the Secret's known_hosts when it
+    has one (the controller requires it for SSH URLs; see kgwe.reconcile.repository)."""
     env: dict[str, str] = {
         "GIT_TERMINAL_PROMPT": "0",  # never hang on a password prompt
         "GIT_ASKPASS": "true",
@@ -107,41 +117,40 @@ def git_environment(
     }
     tmpdir = None
     try:
-        if creds is not None:
-            header = _http_header(creds)
-            if header:
-                env.update(
-                    {
-                        "GIT_CONFIG_COUNT": "1",
-                        "GIT_CONFIG_KEY_0": "http.extraHeader",
-                        "GIT_CONFIG_VALUE_0": header,
-                    }
-                )
-            if creds.ssh_identity:
-                tmpdir = tempfile.mkdtemp(prefix="kgwe-ssh-")
+        header = _http_header(creds) if creds is not None else None
+        if header:
+            env.update(
+                {
+                    "GIT_CONFIG_COUNT": "1",
+                    "GIT_CONFIG_KEY_0": "http.extraHeader",
+                    "GIT_CONFIG_VALUE_0": header,
+                }
+            )
+        identity = creds.ssh_identity if creds is not None else None
+        known_hosts = creds.ssh_known_hosts if creds is not None else None
+        if identity or known_hosts or is_ssh_url(url):
+            opts = [
+                "-o",
+                "BatchMode=yes",
+                "-o",
+                f"ConnectTimeout={connect_timeout_seconds}",
+                "-o",
+                "StrictHostKeyChecking=yes",
+            ]
+            tmpdir = tempfile.mkdtemp(prefix="kgwe-ssh-")
+            if identity:
                 key_path = os.path.join(tmpdir, "identity")
                 fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
                 with os.fdopen(fd, "wb") as fh:
-                    identity = creds.ssh_identity
                     fh.write(identity if identity.endswith(b"\n") else identity + b"\n")
-                opts = [
-                    "-i",
-                    key_path,
-                    "-o",
-                    "IdentitiesOnly=yes",
-                    "-o",
-                    "BatchMode=yes",
-                    "-o",
-                    f"ConnectTimeout={connect_timeout_seconds}",
-                ]
-                if creds.ssh_known_hosts:
-                    hosts_path = os.path.join(tmpdir, "known_hosts")
-                    with open(hosts_path, "wb") as fh:
-                        fh.write(creds.ssh_known_hosts)
-                    opts += ["-o", f"UserKnownHostsFile={hosts_path}", "-o", "StrictHostKeyChecking=yes"]
-                else:
-                    opts += ["-o", "StrictHostKeyChecking=accept-new"]
-                env["GIT_SSH_COMMAND"] = "ssh " + " ".join(shlex.quote(o) for o in opts)
+                opts += ["-i", key_path, "-o", "IdentitiesOnly=yes"]
+            if known_hosts:
+                hosts_path = os.path.join(tmpdir, "known_hosts")
+                with open(hosts_path, "wb") as fh:
+                    fh.write(known_hosts)
+                opts += ["-o", f"UserKnownHostsFile={hosts_path}", "-o", "GlobalKnownHostsFile=/dev/null"]
+            env["GIT_SSH_COMMAND"] = "ssh " + " ".join(shlex.quote(o) for o in opts)
+            env["GIT_SSH_VARIANT"] = "ssh"
         yield env
     finally:
         if tmpdir:

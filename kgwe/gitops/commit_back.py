@@ -7,8 +7,13 @@ Updater had to fix update loops and concurrent writers):
   number of times; never a force push, so a concurrent human commit is kept, not overwritten;
 - a push the server refuses for good (hook, protected branch, permissions) is returned as `rejected` at once
   and not retried; the caller reports it in status and metrics;
-- by default only paths under `reports/` may be written, and the reconciler ignores commits that touch only
-  `reports/`, so commit-back can never trigger a reconcile of its own output.
+- only paths under the allowed prefixes may be written (the controller passes the PolicyRepository's
+  `reports.path`, which the model keeps outside the policy path), and the reconciler ignores commits that
+  touch only `reports/`, so commit-back can never trigger a reconcile of its own output;
+- files are written with git plumbing (hash-object, update-index on a private index, commit-tree), never
+  through a working tree: a repository holding `reports/x.yaml -> /var/cache/kgwe/kgwe-cost.db` cannot
+  make the controller write to that file, and a report folder that is a symlink in the repository is
+  refused.
 
 Usage (engineer E, cost reports):
 
@@ -19,8 +24,10 @@ Usage (engineer E, cost reports):
 
 from __future__ import annotations
 
+import os
 import random
 import shutil
+import tempfile
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -32,8 +39,9 @@ from prometheus_client import Counter
 
 from kgwe.errors import KgweError
 from kgwe.gitops.auth import GitCredentials, git_environment
+from kgwe.gitops.gitcmd import check_argument, check_url, run_git
 from kgwe.gitops.retry import backoff_delays_seconds
-from kgwe.gitops.source import _git_error_text, normalize_url
+from kgwe.gitops.source import _git_error_text
 
 COMMIT_BACK_RESULTS = Counter("kgwe_commit_back_total", "Commit-back attempts by final result", ["result"])
 
@@ -68,8 +76,12 @@ class CommitResult:
     reason: str = ""  # for rejected/failed: the server's words
 
 
+class _Refused(KgweError):
+    """The repository's content makes the write unsafe (a symlink on the way): permanent, not retried."""
+
+
 class CommitBack:
-    """Writes files to `branch` of the repository at `url` through a private clone in `workdir`."""
+    """Writes files to `branch` of the repository at `url` through a private bare repository in `workdir`."""
 
     def __init__(
         self,
@@ -85,96 +97,133 @@ class CommitBack:
         timeout_seconds: float = 60.0,
         backoff_base_seconds: float = 0.5,
         sleep: Callable[[float], None] = time.sleep,
+        allow_local: bool = False,
+        ca_file: str | None = None,
     ) -> None:
         if not branch or branch.startswith("-") or ".." in branch:
             raise KgweError(f"invalid commit-back branch {branch!r}")
-        self.url = normalize_url(url)
+        self.allow_local = allow_local  # see kgwe.gitops.gitcmd: never from a PolicyRepository
+        self.ca_file = ca_file
+        self.url = check_url(url, allow_local=allow_local)
         self.branch = branch
         self.workdir = Path(workdir)
         self.credentials = credentials
         self.author = author
         self.message_template = message_template
-        self.allowed_prefixes = tuple(p.strip("/") + "/" for p in allowed_prefixes)
+        prefixes = tuple(PurePosixPath(p.strip("/")) for p in allowed_prefixes)
+        if not prefixes or any(not p.parts or ".." in p.parts or p.is_absolute() for p in prefixes):
+            raise KgweError(
+                f"commit-back prefixes {allowed_prefixes!r} must be folders inside the repository"
+            )
+        self.allowed_prefixes = prefixes
         self.attempts = max(1, attempts)
         self.timeout_seconds = timeout_seconds
         self.backoff_base_seconds = backoff_base_seconds
         self._sleep = sleep
-        self._repo: git.Repo | None = None
+        self._ready = False
 
     # -- git plumbing -------------------------------------------------------------------------------
     @property
-    def repo(self) -> git.Repo:
-        if self._repo is None:
-            if (self.workdir / ".git").is_dir():
-                self._repo = git.Repo(self.workdir)
-            else:
-                self.workdir.mkdir(parents=True, exist_ok=True)
-                self._repo = git.Repo.init(self.workdir)
-        return self._repo
+    def git_dir(self) -> Path:
+        return self.workdir / "repo.git"
 
-    def _git(self, *args: str, network: bool = False) -> str:
+    def _git(
+        self, *args: str, network: bool = False, input: bytes | None = None, index: Path | None = None
+    ) -> str:
+        if not self._ready:
+            self.git_dir.mkdir(parents=True, exist_ok=True)
+            if not (self.git_dir / "HEAD").exists():
+                run_git(["init", "--bare", "--quiet", str(self.git_dir)])
+            self._ready = True
         env = {
+            "GIT_DIR": str(self.git_dir),
             "GIT_AUTHOR_NAME": self.author.name,
             "GIT_AUTHOR_EMAIL": self.author.email,
             "GIT_COMMITTER_NAME": self.author.name,
             "GIT_COMMITTER_EMAIL": self.author.email,
         }
+        if index is not None:
+            env["GIT_INDEX_FILE"] = str(index)
         with git_environment(
-            self.credentials if network else None, connect_timeout_seconds=int(self.timeout_seconds)
+            self.credentials if network else None,
+            connect_timeout_seconds=int(self.timeout_seconds),
+            url=self.url if network else None,
         ) as extra:
             env.update(extra)
-            return self.repo.git.execute(
-                ["git", *args], env=env, kill_after_timeout=self.timeout_seconds if network else None
+            return run_git(
+                list(args),
+                cwd=self.git_dir,
+                env=env,
+                timeout_seconds=self.timeout_seconds if network else None,
+                allow_local=self.allow_local,
+                input=input,
+                ca_file=self.ca_file,
             )
 
     def _fetch(self) -> str:
         remote_ref = f"refs/remotes/origin/{self.branch}"
-        self._git(
-            "fetch",
-            "--force",
-            "--no-tags",
-            "--no-write-fetch-head",
-            self.url,
-            f"+refs/heads/{self.branch}:{remote_ref}",
-            network=True,
-        )
-        return self._git("rev-parse", "--verify", remote_ref)
+        url = check_url(self.url, allow_local=self.allow_local)
+        refspec = check_argument(f"+refs/heads/{self.branch}:{remote_ref}", "refspec")
+        self._git("fetch", "--force", "--no-tags", "--no-write-fetch-head", "--", url, refspec, network=True)
+        return self._git("rev-parse", "--verify", "--end-of-options", remote_ref)
 
     def _check_path(self, path: str) -> str:
         norm = PurePosixPath(path)
         if norm.is_absolute() or ".." in norm.parts or not norm.parts:
             raise KgweError(f"commit-back path {path!r} must be relative and stay inside the repository")
-        text = str(norm)
-        if self.allowed_prefixes and not text.startswith(self.allowed_prefixes):
-            allowed = ", ".join(self.allowed_prefixes)
-            raise KgweError(f"commit-back may only write under {allowed}; refusing {text!r}")
-        return text
+        if any(part.lower() == ".git" or any(c in part for c in "\n\t\0") for part in norm.parts):
+            raise KgweError(f"commit-back path {path!r} is not allowed")
+        if not any(norm.parts[: len(p.parts)] == p.parts and norm != p for p in self.allowed_prefixes):
+            allowed = ", ".join(f"{p}/" for p in self.allowed_prefixes)
+            raise KgweError(f"commit-back may only write under {allowed}; refusing {str(norm)!r}")
+        return str(norm)
 
-    def _write(self, files: Mapping[str, str | bytes | None]) -> list[str]:
-        written, removed = [], []
-        for rel, content in files.items():
-            target = self.workdir / rel
-            if content is None:
-                target.unlink(missing_ok=True)
-                removed.append(rel)
-            else:
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_bytes(content.encode() if isinstance(content, str) else content)
-                written.append(rel)
-        if written:
-            self._git("add", "--", *written)
-        if removed:
-            self._git("rm", "--cached", "--quiet", "--ignore-unmatch", "--", *removed)
-        return written + removed
-
-    def _staged_changes(self) -> bool:
+    def _tree_with(self, base: str, files: Mapping[str, str | bytes | None]) -> str:
+        """The tree of `base` with `files` written or removed, built in a private index: no working tree,
+        so nothing on disk is ever written through a symlink the repository holds."""
+        modes = {}
+        for entry in self._git("ls-tree", "-r", "-t", "-z", "--full-tree", base).split("\0"):
+            if entry:
+                meta, _, name = entry.partition("\t")
+                modes[name] = meta.split(" ", 1)[0]
+        for rel in files:
+            parts = PurePosixPath(rel).parts
+            for depth in range(1, len(parts)):
+                folder = "/".join(parts[:depth])
+                if modes.get(folder, "040000") != "040000":
+                    kind = "a symlink" if modes[folder] == "120000" else "not a folder"
+                    raise _Refused(f"{folder} is {kind} in the repository; refusing to write {rel} there")
+        fd, index_name = tempfile.mkstemp(prefix="kgwe-index-", dir=self.workdir)
+        os.close(fd)
+        index = Path(index_name)
         try:
-            self._git("diff", "--cached", "--quiet")
-            return False
-        except git.GitCommandError as exc:
-            if exc.status == 1:
-                return True
-            raise
+            index.unlink()  # git wants to create the index itself
+            self._git("read-tree", base, index=index)
+            lines = []
+            for rel, content in files.items():
+                if content is None:
+                    lines.append(f"0 {'0' * 40}\t{rel}")  # mode 0: remove the entry
+                    continue
+                data = content.encode() if isinstance(content, str) else content
+                blob = self._git("hash-object", "-w", "--stdin", input=data)
+                lines.append(f"100644 {blob}\t{rel}")
+            self._git(
+                "update-index",
+                "-z",
+                "--index-info",
+                input="".join(f"{ln}\0" for ln in lines).encode(),
+                index=index,
+            )
+            return self._git("write-tree", index=index)
+        finally:
+            index.unlink(missing_ok=True)
+
+    def _commit_on(self, base: str, files: Mapping[str, str | bytes | None], message: str) -> str | None:
+        """A new commit on top of `base` holding `files`; None when `base` already holds them."""
+        tree = self._tree_with(base, files)
+        if tree == self._git("rev-parse", "--verify", "--end-of-options", f"{base}^{{tree}}"):
+            return None
+        return self._git("commit-tree", tree, "-p", base, "-F", "-", input=message.encode())
 
     # -- the one public operation -----------------------------------------------------------------
     def commit_files(
@@ -218,24 +267,23 @@ class CommitBack:
         )
         attempts = 0
         last_reason = ""
-        committed = False
         while attempts < self.attempts:
+            fetched = False
             try:
                 remote_head = self._fetch()
-                if not committed:
-                    # Start clean from the remote branch: no leftovers from an earlier failed attempt.
-                    self._git("checkout", "--force", "-B", "kgwe-commit-back", remote_head)
-                    self._git("clean", "-fdx")
-                    self._write(files)
-                    if not self._staged_changes():
-                        return CommitResult("unchanged", remote_head, attempts)
-                    self._git("commit", "--no-verify", "--no-gpg-sign", "-m", message)
-                    committed = True
-                elif not self._rebase_onto(remote_head, files, message):
+                fetched = True
+                # Our content is a function of its inputs: after a concurrent push it is simply written
+                # again on top of the new head (their commit stays in history; never a force push).
+                sha = self._commit_on(remote_head, files, message)
+                if sha is None:
                     return CommitResult("unchanged", remote_head, attempts)
                 attempts += 1
-                self._git("push", "--porcelain", self.url, f"HEAD:refs/heads/{self.branch}", network=True)
-                return CommitResult("pushed", self._git("rev-parse", "HEAD"), attempts)
+                url = check_url(self.url, allow_local=self.allow_local)
+                target = check_argument(f"{sha}:refs/heads/{self.branch}", "push refspec")
+                self._git("push", "--porcelain", "--", url, target, network=True)
+                return CommitResult("pushed", sha, attempts)
+            except _Refused as exc:
+                return CommitResult("rejected", None, max(attempts, 1), str(exc))
             except git.GitCommandError as exc:
                 text = _push_text(exc)
                 last_reason = _push_reason(exc)
@@ -243,7 +291,7 @@ class CommitBack:
                 moved = any(marker in lowered for marker in _MOVED_MARKERS)
                 if not moved and any(marker in lowered for marker in _PERMANENT_MARKERS):
                     return CommitResult("rejected", None, max(attempts, 1), last_reason)
-                if not moved and not committed:
+                if not fetched:
                     attempts += 1  # a fetch failure also spends an attempt, so a dead remote ends the loop
                 delay = next(delays, None)
                 if delay is None:
@@ -251,25 +299,9 @@ class CommitBack:
                 self._sleep(delay)
         return CommitResult("failed", None, attempts, last_reason or "gave up after retries")
 
-    def _rebase_onto(self, remote_head: str, files: Mapping[str, str | bytes | None], message: str) -> bool:
-        """Replay our commit on the moved branch; False when the branch already holds our content."""
-        try:
-            self._git("rebase", "--no-autosquash", remote_head)
-        except git.GitCommandError:
-            # Someone changed the same report: ours is a function of its inputs, so rewrite it on top.
-            self._git("rebase", "--abort")
-            self._git("checkout", "--force", "-B", "kgwe-commit-back", remote_head)
-            self._write(files)
-            if not self._staged_changes():
-                return False
-            self._git("commit", "--no-verify", "--no-gpg-sign", "-m", message)
-            return True
-        # A rebase that leaves nothing new (identical content already pushed) must not push an empty commit.
-        return self._git("rev-parse", "HEAD") != remote_head
-
     def reset(self) -> None:
-        """Drop the private clone (e.g. after the remote was replaced)."""
-        self._repo = None
+        """Drop the private repository (e.g. after the remote was replaced)."""
+        self._ready = False
         shutil.rmtree(self.workdir, ignore_errors=True)
 
 

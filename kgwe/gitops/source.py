@@ -7,6 +7,7 @@ exactly what the commit holds (no leftovers from an earlier revision, no local e
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import random
 import re
@@ -21,9 +22,11 @@ import git
 
 from kgwe.errors import KgweError
 from kgwe.gitops.auth import GitCredentials, git_environment
+from kgwe.gitops.gitcmd import check_argument, check_url, display_url, run_git
 from kgwe.gitops.retry import with_retries
-
-_SHA_RE = re.compile(r"^[0-9a-f]{7,40}$")
+from kgwe.policy.cluster_kinds import DEFAULT_BRANCH
+from kgwe.policy.cluster_kinds import GitRef as ModelGitRef
+from kgwe.policy.types import GIT_COMMIT_PATTERN, parse_git_ref_name
 
 
 class GitSourceError(KgweError):
@@ -32,31 +35,36 @@ class GitSourceError(KgweError):
 
 @dataclass(frozen=True)
 class GitRef:
-    """What to track. When several are set the most specific wins: commit > tag > branch (as in Flux)."""
+    """What to track: exactly one of branch, tag or commit, the PolicyRepository model's rule (the model
+    validates the spec; this re-checks values that reach git from elsewhere)."""
 
     branch: str | None = None
     tag: str | None = None
     commit: str | None = None
 
     def __post_init__(self) -> None:
-        if self.commit is not None and not _SHA_RE.match(self.commit):
-            raise KgweError(f"ref.commit {self.commit!r} is not a hexadecimal commit id")
-        for value in (self.branch, self.tag):
-            if value is not None and (not value or value.startswith("-") or ".." in value or " " in value):
-                raise KgweError(f"invalid git ref name {value!r}")
+        if sum(x is not None for x in (self.branch, self.tag, self.commit)) != 1:
+            raise KgweError("set exactly one of ref.branch, ref.tag, ref.commit")
+        try:
+            if self.commit is not None and not re.fullmatch(GIT_COMMIT_PATTERN, self.commit):
+                raise ValueError(f"ref.commit {self.commit!r} is not a hexadecimal commit id")
+            for value in (self.branch, self.tag):
+                if value is not None:
+                    parse_git_ref_name(value)
+        except ValueError as exc:
+            raise KgweError(str(exc)) from None
 
     @classmethod
-    def from_spec(cls, spec: dict | None) -> GitRef:
-        spec = spec or {}
-        ref = cls(branch=spec.get("branch"), tag=spec.get("tag"), commit=spec.get("commit"))
-        return ref if (ref.branch or ref.tag or ref.commit) else cls(branch="main")
+    def from_model(cls, ref: ModelGitRef | None) -> GitRef:
+        """From the validated PolicyRepository spec.ref (None: the default branch)."""
+        if ref is None:
+            return cls(branch=DEFAULT_BRANCH)
+        return cls(branch=ref.branch, tag=ref.tag, commit=ref.commit)
 
     @property
     def name(self) -> str:
         """The human name used in revisions: branch or tag name, "" for a bare commit."""
-        if self.commit:
-            return ""
-        return self.tag or self.branch or "main"
+        return self.tag or self.branch or ""
 
 
 @dataclass(frozen=True)
@@ -75,23 +83,32 @@ class Revision:
         return text.rsplit("sha1:", 1)[-1]
 
 
-def normalize_url(url: str) -> str:
-    """Local paths become absolute (git treats `repo` and `./repo` relative to its own cwd)."""
-    if "://" in url or re.match(r"^[\w.-]+@[\w.-]+:", url):
-        return url
-    return str(Path(url).expanduser().resolve())
+def _keep_symlinks(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo | None:
+    """tarfile's "data" filter, except that symlinks are kept whatever they point to.
+
+    A symlink only matters when something follows it, and the policy loader never does: it reports a link
+    leaving the repository as a policy error naming the file. Refusing it here instead would fail the whole
+    export with an exception that names neither the file nor the problem. The member's own name is still
+    checked (no absolute names, no "..", nothing written outside `dest`)."""
+    if member.issym():
+        probe = copy.copy(member)
+        probe.type, probe.linkname = tarfile.REGTYPE, ""
+        tarfile.data_filter(probe, dest)  # the name checks, without the link-target ones
+        return member
+    return tarfile.data_filter(member, dest)
 
 
 def export_commit(repo: git.Repo, sha: str, dest: Path, subpath: str | None = None) -> Path:
     """Write the tree of commit `sha` (optionally only `subpath`) into `dest`; returns the policy folder."""
     dest.mkdir(parents=True, exist_ok=True)
     sub = (subpath or "").strip("/")
-    if sub and (sub.startswith("..") or "/../" in f"/{sub}/"):
+    if sub and (sub.startswith(("..", "-")) or "/../" in f"/{sub}/"):
         raise KgweError(f"path {subpath!r} leaves the repository")
+    check_argument(sha, "commit")
     args = ["--format=tar", sha]
     if sub:
         try:
-            repo.git.cat_file("-e", f"{sha}:{sub}")
+            repo.git.cat_file("-e", "--end-of-options", f"{sha}:{sub}")
         except git.GitCommandError as exc:
             raise GitSourceError(f"path {sub!r} does not exist at commit {sha[:12]}") from exc
         args += ["--", sub]
@@ -99,14 +116,17 @@ def export_commit(repo: git.Repo, sha: str, dest: Path, subpath: str | None = No
         repo.git.archive(*args, output_stream=tar_file)
         tar_file.seek(0)
         with tarfile.open(fileobj=tar_file) as tar:
-            tar.extractall(dest, filter="data")
-    return dest / sub if sub else dest
+            tar.extractall(dest, filter=_keep_symlinks)
+    root = dest / sub if sub else dest
+    if sub and (root.is_symlink() or not root.resolve().is_relative_to(dest.resolve())):
+        raise GitSourceError(f"path {sub!r} is a symlink at commit {sha[:12]}; name a folder instead")
+    return root
 
 
 def resolve_local(repo: git.Repo, refname: str) -> str:
     """A ref name, tag or commit id in a local repository → full commit id (KgweError if unknown)."""
     try:
-        return repo.git.rev_parse("--verify", "--quiet", f"{refname}^{{commit}}")
+        return repo.git.rev_parse("--verify", "--quiet", "--end-of-options", f"{refname}^{{commit}}")
     except git.GitCommandError as exc:
         raise KgweError(f"unknown git revision {refname!r}") from exc
 
@@ -114,9 +134,9 @@ def resolve_local(repo: git.Repo, refname: str) -> str:
 def changed_paths(repo: git.Repo, old_sha: str | None, new_sha: str) -> list[str]:
     """Paths that differ between two commits (every path of `new_sha` when there is no old one)."""
     if old_sha is None:
-        out = repo.git.ls_tree("-r", "--name-only", new_sha)
+        out = repo.git.ls_tree("-r", "--name-only", "--end-of-options", new_sha)
     else:
-        out = repo.git.diff("--name-only", "--no-renames", old_sha, new_sha)
+        out = repo.git.diff("--name-only", "--no-renames", "--end-of-options", old_sha, new_sha)
     return [line for line in out.splitlines() if line]
 
 
@@ -152,8 +172,12 @@ class GitSource:
         attempts: int = 3,
         backoff_base_seconds: float = 1.0,
         sleep: Callable[[float], None] = time.sleep,
+        allow_local: bool = False,
+        ca_file: str | None = None,
     ) -> None:
-        self.url = normalize_url(url)
+        self.allow_local = allow_local  # see kgwe.gitops.gitcmd: never from a PolicyRepository
+        self.ca_file = ca_file
+        self.url = check_url(url, allow_local=allow_local)
         self.ref = ref
         self.credentials = credentials
         self.timeout_seconds = timeout_seconds
@@ -174,13 +198,22 @@ class GitSource:
                 self._repo = git.Repo.init(self.mirror_path, bare=True)
         return self._repo
 
-    def _git(self, *args: str) -> str:
-        with git_environment(self.credentials, connect_timeout_seconds=int(self.timeout_seconds)) as env:
-            return self.repo.git.execute(["git", *args], env=env, kill_after_timeout=self.timeout_seconds)
-
     def _fetch_once(self) -> None:
+        url = check_url(self.url, allow_local=self.allow_local)  # again, right before git sees it
         refspecs = ["+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*"]
-        self._git("fetch", "--prune", "--prune-tags", "--force", "--no-write-fetch-head", self.url, *refspecs)
+        args = ["fetch", "--prune", "--prune-tags", "--force", "--no-write-fetch-head", "--", url, *refspecs]
+        self.repo  # noqa: B018 - creates the mirror on first use
+        with git_environment(
+            self.credentials, connect_timeout_seconds=int(self.timeout_seconds), url=url
+        ) as env:
+            run_git(
+                args,
+                cwd=self.mirror_path,
+                env=env,
+                timeout_seconds=self.timeout_seconds,
+                allow_local=self.allow_local,
+                ca_file=self.ca_file,
+            )
 
     def fetch(self) -> Revision:
         """Fetch (bounded retries with backoff) and resolve the tracked ref to a commit."""
@@ -208,14 +241,16 @@ class GitSource:
         else:
             candidate, where = f"refs/heads/{self.ref.branch}", f"branch {self.ref.branch!r}"
         try:
-            return self.repo.git.rev_parse("--verify", "--quiet", f"{candidate}^{{commit}}")
+            return self.repo.git.rev_parse(
+                "--verify", "--quiet", "--end-of-options", f"{candidate}^{{commit}}"
+            )
         except git.GitCommandError as exc:
             raise GitSourceError(f"{where} not found in {self.display_url}") from exc
 
     @property
     def display_url(self) -> str:
         """The URL without any user-info, safe for status and logs."""
-        return re.sub(r"//[^/@]+@", "//", self.url)
+        return display_url(self.url)
 
     def export(self, sha: str, dest: Path, subpath: str | None = None) -> Path:
         """A clean copy of commit `sha` (or its `subpath`) in `dest`."""
@@ -224,7 +259,7 @@ class GitSource:
     def changed_paths(self, old_sha: str | None, new_sha: str) -> list[str]:
         if old_sha is not None:
             try:
-                self.repo.git.cat_file("-e", f"{old_sha}^{{commit}}")
+                self.repo.git.cat_file("-e", "--end-of-options", f"{old_sha}^{{commit}}")
             except git.GitCommandError:
                 old_sha = None  # history rewritten or unknown: treat everything as changed
         return changed_paths(self.repo, old_sha, new_sha)
@@ -247,7 +282,6 @@ __all__ = [
     "Revision",
     "changed_paths",
     "export_commit",
-    "normalize_url",
     "resolve_local",
     "touches_policy",
 ]

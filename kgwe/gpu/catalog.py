@@ -16,6 +16,7 @@ from types import MappingProxyType
 import yaml
 
 from kgwe.errors import KgweError
+from kgwe.vocab import mig_resource
 
 _DATA_FILE = "mig_models.yaml"
 _NAME_GB = re.compile(r"^\d+g\.(\d+)gb")
@@ -44,7 +45,7 @@ class MigProfile:
     @property
     def resource_name(self) -> str:
         """Extended resource the device plugin advertises for it under the mixed strategy."""
-        return "nvidia.com/mig-" + self.name.replace("+", ".")
+        return mig_resource(self.name)
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from kgwe.errors import KgweError
@@ -62,25 +62,26 @@ def layout_from_config(model: GPUModel, config: str | None) -> list[str] | objec
     if rest in by_label:
         profile = by_label[rest]
         return [profile.name] * profile.max_count
-    parts = [_COUNTED.fullmatch(part) for part in rest.split("-")]
-    if config.startswith("kgwe-all-") and all(m and m.group(2) in by_label for m in parts):
+    parts = [m for part in rest.split("-") if (m := _COUNTED.fullmatch(part)) and m.group(2) in by_label]
+    if config.startswith("kgwe-all-") and len(parts) == len(rest.split("-")):
         return [by_label[m.group(2)].name for m in parts for _ in range(int(m.group(1)))]
     return _UNKNOWN
 
 
-def _gpu_states(node, model: GPUModel) -> list[GPUState]:
+def _gpu_states(node, model: GPUModel, pinned: bool = False) -> list[GPUState]:
     states = []
     layouts = node.current_layouts()
     if not node.devices:  # no per-GPU detail: the node's mig.config label tells what it runs
         implied = layout_from_config(model, node.mig_config)
-        if implied is not _UNKNOWN:
+        if isinstance(implied, list) or implied is None:
             layouts = [None if implied is None else list(implied)] * node.gpus
     in_use = node.in_use()
     for index in range(node.gpus):
         names = layouts[index]
         busy = in_use[index]
         if names is None or not model.mig_capable:
-            states.append(GPUState(node.name, index, model.key, None, (), busy == ("gpu",) or bool(busy)))
+            whole = busy == ("gpu",) or bool(busy)
+            states.append(GPUState(node.name, index, model.key, None, (), whole, pinned))
             continue
         for name in names:
             model.profile(name)  # clear error for a profile this model does not have
@@ -93,7 +94,7 @@ def _gpu_states(node, model: GPUModel) -> list[GPUState]:
             if want[inst.profile] > 0:
                 want[inst.profile] -= 1
                 held.append(inst)
-        states.append(GPUState(node.name, index, model.key, placed, tuple(held)))
+        states.append(GPUState(node.name, index, model.key, placed, tuple(held), pinned=pinned))
     return states
 
 
@@ -108,11 +109,13 @@ def pool_requests(
     demand: Mapping[str, Mapping[str, int]] | None = None,
     *,
     waves: bool = False,
+    pinned: Collection[str] = (),
 ) -> list[PoolRequest]:
     """One PoolRequest per MIGStrategy; each inventory node joins the strategy whose nodeSelector matches it.
 
     `demand` maps a strategy name to profile -> instances wanted (pending pods, forecast). With `waves`, each
     pool changes at most its maxUnavailable nodes (the next rollout wave) instead of planning its end state.
+    `pinned` nodes keep their current layouts (already changed for this revision of their strategy).
     """
     demand = demand or {}
     unknown = sorted(set(demand) - {s.metadata.name for s in strategies})
@@ -128,7 +131,8 @@ def pool_requests(
             other = owner.setdefault(node.name, name)
             if other != name:
                 raise KgweError(f"node {node.name} is selected by both MIGStrategy {other} and {name}")
-            gpus.extend(_gpu_states(node, model_of_product(node.name, node.product)))
+            model = model_of_product(node.name, node.product)
+            gpus.extend(_gpu_states(node, model, node.name in pinned))
         spec = strategy.spec
         partition = spec.partition_strategy
         shares = {p: float(v) / 100 for p, v in partition.shares.items()} if partition else {}
@@ -158,15 +162,18 @@ def plan_policy(
     demand: Mapping[str, Mapping[str, int]] | None = None,
     *,
     waves: bool = False,
+    pinned: Collection[str] = (),
 ) -> PolicyPlan:
     """Plan every MIGStrategy's pool of `inventory` and collect the node layouts for mig-parted."""
-    plans = plan_pools(pool_requests(list(strategies), inventory, demand, waves=waves))
+    plans = plan_pools(pool_requests(list(strategies), inventory, demand, waves=waves, pinned=pinned))
     layouts: dict[str, list[list[str] | None]] = {}
     for plan in plans:
         layouts.update(plan.layouts_by_node())
     return PolicyPlan(tuple(plans), dict(sorted(layouts.items())))
 
 
-def plan_layouts(strategies: Iterable, inventory) -> dict[str, list[list[str] | None]]:
+def plan_layouts(
+    strategies: Iterable, inventory, *, pinned: Collection[str] = ()
+) -> dict[str, list[list[str] | None]]:
     """node -> per-GPU profile lists (None = MIG disabled), as `kgwe render` feeds `build_mig_configs`."""
-    return dict(plan_policy(strategies, inventory).layouts)
+    return dict(plan_policy(strategies, inventory, pinned=pinned).layouts)

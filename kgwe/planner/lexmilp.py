@@ -7,7 +7,12 @@ heuristic on both quality and code size. One solve per objective; each optimum b
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import ctypes
+import os
+import sys
+import threading
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -15,6 +20,8 @@ from scipy.optimize import Bounds, LinearConstraint, milp
 from scipy.sparse import csr_matrix, vstack
 
 from kgwe.errors import KgweError
+
+_QUIET = threading.Lock()
 
 # Objectives are integers or sums of integer-weighted shortfalls against fractional targets; this slack keeps
 # an optimum found in one stage feasible in the next despite floating point.
@@ -85,14 +92,58 @@ def _milp(
     scipy 1.17); the same model then solves without presolve, so retry that way before giving up."""
     message = ""
     for presolve in (True, False):
-        res = milp(
-            c,
-            constraints=constraints,
-            integrality=integrality,
-            bounds=bounds,
-            options={"mip_rel_gap": 0.0, "presolve": presolve},
-        )
+        with _solver_output_silenced():
+            res = milp(
+                c,
+                constraints=constraints,
+                integrality=integrality,
+                bounds=bounds,
+                options={"mip_rel_gap": 0.0, "presolve": presolve},
+            )
         if res.x is not None:
             return res.x
         message = res.message
     raise KgweError(f"the MIG plan has no solution ({message})")
+
+
+@contextlib.contextmanager
+def _solver_output_silenced() -> Iterator[None]:
+    """Send the C library's stdout to /dev/null while HiGHS runs: with `disp` off it still prints some debug
+    lines of its own with printf (e.g. "degeneracy? ..."), which would land in the controller's log. Python's
+    own stdout (other threads' prints, e.g. `kgwe demo`'s) is pointed at the real stdout meanwhile; C buffers
+    are flushed before stdout comes back."""
+    try:
+        fd = sys.__stdout__.fileno() if sys.__stdout__ is not None else 1
+    except (OSError, ValueError):  # no real stdout (embedded, closed): nothing to silence
+        yield
+        return
+    with _QUIET:
+        python_out = sys.stdout
+        python_out.flush()
+        saved = os.dup(fd)
+        keep = None
+        try:
+            if python_out is sys.__stdout__:  # Python writes to fd 1: keep them going where they went
+                keep = open(  # noqa: SIM115 (closed in the finally below)
+                    os.dup(saved),
+                    "w",
+                    buffering=1,
+                    encoding=getattr(python_out, "encoding", None) or "utf-8",
+                    errors="replace",
+                )
+                sys.stdout = keep
+            with open(os.devnull, "wb") as null:
+                os.dup2(null.fileno(), fd)
+            yield
+        finally:
+            _libc_flush()
+            os.dup2(saved, fd)
+            os.close(saved)
+            if keep is not None:
+                sys.stdout = python_out
+                keep.close()
+
+
+def _libc_flush() -> None:
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None).fflush(None)

@@ -1,4 +1,4 @@
-"""Per-GPU layouts -> mig-parted `mig-configs` (reference/mig.md §4), one config per distinct node shape.
+"""Per-GPU layouts -> mig-parted `mig-configs` (docs/facts/mig.md §4), one config per distinct node shape.
 
 Config names come from the content only, so two nodes with the same per-GPU layouts share one config and a
 re-render of the same plan yields byte-identical names (no churn in the ConfigMap or node labels).

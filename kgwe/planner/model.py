@@ -15,8 +15,9 @@ class GPUState:
     """One GPU as it is now. `layout` None = MIG disabled; () = MIG enabled without instances.
 
     `in_use` lists the (profile, start) instances pods hold; `whole_gpu_in_use` marks a MIG-disabled GPU
-    held by a pod. mig-parted wipes every instance of a GPU it reconfigures (reference/mig.md §4), so any
-    change to a GPU destroys all of its in-use instances.
+    held by a pod. mig-parted wipes every instance of a GPU it reconfigures (docs/facts/mig.md §4), so any
+    change to a GPU destroys all of its in-use instances. `pinned` GPUs keep their layout: their node's change
+    for the pool's current strategy has started, and a node changes at most once per strategy revision.
     """
 
     node: str
@@ -25,6 +26,7 @@ class GPUState:
     layout: PlacedLayout | None = None
     in_use: PlacedLayout = ()
     whole_gpu_in_use: bool = False
+    pinned: bool = False
 
     @property
     def busy(self) -> int:

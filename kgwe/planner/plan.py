@@ -1,6 +1,6 @@
 """The MIG partition planner: a pool's GPUs + what it should serve -> a target layout per GPU, with reasons.
 
-Objectives, lexicographically (issue 4): (0) never destroy in-use instances unless the rollout allows drain,
+Objectives, lexicographically: (0) never destroy in-use instances unless the rollout allows drain,
 (1) meet counts/demand, then (2) come close to the compute-slice shares, (3) destroy as few in-use
 instances as possible when drain is allowed, (4) change as few GPUs as possible, (5) leave few slices idle.
 
@@ -18,6 +18,7 @@ import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 import numpy as np
 
@@ -30,11 +31,16 @@ from kgwe.planner.model import GPUPlan, GPUState, PoolPlan, PoolRequest, Rollout
 
 Multiset = tuple[tuple[str, int], ...]
 _SHARE_TOLERANCE = 1e-6
+_PINNED = "its node was already changed for this strategy revision"
+
+
+Changes = dict[tuple[str, int], Multiset | None]  # None = disable MIG
 
 
 @dataclass
 class _Class:
-    """Interchangeable GPUs: same model, same current profile multiset, same number of busy instances."""
+    """Interchangeable GPUs: same model, same current profile multiset, same number of busy instances, and
+    all pinned or none."""
 
     model: GPUModel
     current: Layout | None
@@ -42,7 +48,17 @@ class _Class:
     gpus: list[GPUState] = field(default_factory=list)
     locked: str = ""  # why the class may not change ("" = free)
     options: list[Multiset] = field(default_factory=list)  # candidate layouts other than keeping
-    take: list[int] = field(default_factory=list)  # GPUs per option, from the solver
+
+
+class _Solution(NamedTuple):
+    """What the solver decided: per class (aligned with the classes it was given), how many of its GPUs
+    get each option (index 0 = keep; [0] for a locked class); and which nodes may change (None = any)."""
+
+    takes: list[list[int]]
+    allowed: set[str] | None
+
+    def changed_gpus(self, classes: Sequence[_Class]) -> int:
+        return sum(sum(take[1:]) for cls, take in zip(classes, self.takes, strict=True) if not cls.locked)
 
 
 def _multiset(layout: Iterable[tuple[str, int]] | None) -> Multiset:
@@ -110,12 +126,14 @@ def _classes(req: PoolRequest, models: Mapping[str, GPUModel], wanted: set[str])
             continue
         current = check_layout(model, gpu.layout) if gpu.layout is not None else None
         # placement does not matter to the decision (mig-parted compares profile counts), only the multiset
-        key = (model.key, _multiset(current) if current is not None else None, gpu.busy)
+        key = (model.key, _multiset(current) if current is not None else None, gpu.busy, gpu.pinned)
         cls = groups.get(key)
         if cls is None:
             cls = groups[key] = _Class(model, current, gpu.busy)
             relevant = sorted(wanted & set(model.profiles))
-            if gpu.busy and not req.limits.allow_drain:
+            if gpu.pinned:
+                cls.locked = _PINNED
+            elif gpu.busy and not req.limits.allow_drain:
                 cls.locked = f"{gpu.busy} instance(s) in use and drain is not allowed"
             elif not relevant:
                 cls.locked = "the strategy asks for no profile this model offers"
@@ -145,11 +163,11 @@ def _solve(
     required: Mapping[str, float],
     share_target: Mapping[str, float],
     compute: Mapping[str, int],
-) -> set[str] | None:
-    """Fill `take` of every free class with how many of its GPUs get each option (index 0 = keep).
+) -> _Solution:
+    """How many GPUs of every free class get each option (index 0 = keep).
 
-    With a node rollout limit, also decide which nodes may change (returned; None = any): nodes holding the
-    same free GPUs are interchangeable, so one integer per node type says how many of them change.
+    With a node rollout limit, also which nodes may change (None = any): nodes holding the same free GPUs
+    are interchangeable, so one integer per node type says how many of them change.
     """
     fixed: Counter[str] = Counter()
     free = [c for c in classes if not c.locked]
@@ -158,7 +176,7 @@ def _solve(
             for name, n in _multiset(cls.current) if cls.current is not None else ():
                 fixed[name] += n * len(cls.gpus)
     if not free:
-        return None
+        return _Solution([[0] for _ in classes], None)
     columns: list[tuple[_Class, int, Multiset | None]] = []
     for cls in free:
         columns.append((cls, 0, _multiset(cls.current) if cls.current is not None else None))
@@ -210,13 +228,14 @@ def _solve(
     integrality = np.array([1] * n_x + [0] * n_s + [1] * len(node_types))
     # unmet demand, destroyed instances, changes+idle and nodes are whole numbers; share shortfall is not
     x = lexmilp.solve(objectives, rows, integrality, upper, integral=(True, False, True, True, True))
-    for cls in free:
-        cls.take = [0] * (len(cls.options) + 1)
+    take_of = {id(cls): [0] * (len(cls.options) + 1) for cls in free}
     for i, (cls, j, _) in enumerate(columns):
-        cls.take[j] = int(x[i])
+        take_of[id(cls)][j] = int(x[i])
+    takes = [take_of.get(id(cls), [0]) for cls in classes]
     if not node_types:
-        return None
-    return {node for t, (_, nodes) in enumerate(node_types) for node in nodes[: int(x[n_x + n_s + t])]}
+        return _Solution(takes, None)
+    allowed = {node for t, (_, nodes) in enumerate(node_types) for node in nodes[: int(x[n_x + n_s + t])]}
+    return _Solution(takes, allowed)
 
 
 NodeType = tuple[tuple[tuple[int, int], ...], list[str]]
@@ -236,12 +255,13 @@ def _node_types(free: Sequence[_Class], limit: int | None) -> list[NodeType]:
     return sorted(types.items())
 
 
-def _assign(classes: Sequence[_Class], allowed: set[str] | None) -> dict[tuple[str, int], Multiset]:
+def _assign(classes: Sequence[_Class], solution: _Solution) -> Changes:
     """Which GPUs of each class change, packing changes onto as few nodes as possible. Deterministic."""
+    allowed = solution.allowed
     touched: dict[str, int] = {}  # node -> order in which it was first touched
-    out: dict[tuple[str, int], Multiset] = {}
-    for cls in classes:
-        if cls.locked or not any(cls.take[1:]):
+    out: Changes = {}
+    for cls, take in zip(classes, solution.takes, strict=True):
+        if cls.locked or not any(take[1:]):
             continue
         per_node: dict[str, list[GPUState]] = defaultdict(list)
         for gpu in cls.gpus:
@@ -251,10 +271,10 @@ def _assign(classes: Sequence[_Class], allowed: set[str] | None) -> dict[tuple[s
         chosen = [gpu for node in order for gpu in per_node[node]]
         pos = 0
         for j, ms in enumerate(cls.options, start=1):
-            for gpu in chosen[pos : pos + cls.take[j]]:
+            for gpu in chosen[pos : pos + take[j]]:
                 out[(gpu.node, gpu.index)] = ms
                 touched.setdefault(gpu.node, len(touched))
-            pos += cls.take[j]
+            pos += take[j]
     return out
 
 
@@ -282,27 +302,26 @@ def plan_pool(req: PoolRequest) -> PoolPlan:
     for cls in classes:
         for name, n in _multiset(cls.current) if cls.current is not None else ():
             before[name] += n * len(cls.gpus)
-    allowed = _solve(req, classes, required, share_target, compute)
-    changes = _assign(classes, allowed)
-    changes = _limit_nodes(changes, req.limits.max_nodes_changed)
-    plan = _report(req, models, classes, changes, before, required, share_target, compute, total_compute)
+    solution = _solve(req, classes, required, share_target, compute)
+    changes = _limit_nodes(_assign(classes, solution), req.limits.max_nodes_changed)
+    wanted_change = solution.changed_gpus(classes)
+    plan = _report(
+        req, models, classes, changes, before, required, share_target, compute, total_compute, wanted_change
+    )
     limits = req.limits
     if limits.max_gpus_changed is None and limits.max_nodes_changed is None:
         return plan
     # how far the limits hold the pool back: the same plan without them
     unlimited = replace(req, limits=RolloutLimits(allow_drain=limits.allow_drain))
     free_classes = _classes(unlimited, models, wanted)
-    _solve(unlimited, free_classes, required, share_target, compute)
-    deferred = sum(sum(c.take[1:]) for c in free_classes if not c.locked) - plan.gpus_changed
+    unlimited_solution = _solve(unlimited, free_classes, required, share_target, compute)
+    deferred = unlimited_solution.changed_gpus(free_classes) - plan.gpus_changed
     if deferred <= 0:
         return plan
     pairs = ((limits.max_gpus_changed, "GPU(s)"), (limits.max_nodes_changed, "node(s)"))
     caps = [f"{v} {unit}" for v, unit in pairs if v is not None]
     note = f"{deferred} more GPU change(s) wait for later waves (rollout limit: {', '.join(caps)} per plan)"
     return replace(plan, deferred=deferred, notes=(*plan.notes, note))
-
-
-Changes = dict[tuple[str, int], Multiset | None]  # None = disable MIG
 
 
 def _limit_nodes(changes: Changes, limit: int | None) -> Changes:
@@ -329,12 +348,12 @@ def _check_counts_possible(
     wanted = {n for n, v in req.counts.items() if v > 0}
     classes = _classes(scratch, models, wanted)
     required = {n: float(v) for n, v in req.counts.items() if v > 0}
-    _solve(scratch, classes, required, {}, {})
+    solution = _solve(scratch, classes, required, {}, {})
     got: Counter[str] = Counter()
-    for cls in classes:
+    for cls, take in zip(classes, solution.takes, strict=True):
         for j, ms in enumerate(cls.options, start=1):
             for name, n in ms:
-                got[name] += n * cls.take[j]
+                got[name] += n * take[j]
     short = {n: int(v) - got[n] for n, v in required.items() if got[n] < v}
     if short:
         text = ", ".join(f"{n}: {int(required[n])} asked, at most {got[n]}" for n in sorted(short))
@@ -345,19 +364,20 @@ def _report(
     req: PoolRequest,
     models: Mapping[str, GPUModel],
     classes: Sequence[_Class],
-    changes: Mapping[tuple[str, int], Multiset],
+    changes: Changes,
     before: Mapping[str, int],
     required: Mapping[str, float],
     share_target: Mapping[str, float],
     compute: Mapping[str, int],
     total_compute: int,
+    wanted_change: int,
 ) -> PoolPlan:
+    """The plan of every GPU of the pool for `changes`; `wanted_change` GPUs would change without limits."""
     names_wanted = sorted({*required, *share_target})
     want = {n: max(required.get(n, 0.0), share_target.get(n, 0.0)) for n in names_wanted}
     why = {n: f"pool had {before.get(n, 0)} of {_num(want[n])} wanted" for n in want}
     locked_reason = {id(c): c.locked for c in classes}
     class_of = {(g.node, g.index): c for c in classes for g in c.gpus}
-    wanted_change = sum(sum(c.take[1:]) for c in classes if not c.locked)
     plans: list[GPUPlan] = []
     reasons: dict[tuple, str] = {}
     achieved: Counter[str] = Counter()
@@ -490,9 +510,9 @@ def _plan_disabled(req: PoolRequest, models: Mapping[str, GPUModel]) -> PoolPlan
     for gpu in sorted(req.gpus, key=lambda g: (g.node, g.index)):
         if gpu.layout is None or not models[gpu.model].mig_capable:
             continue
-        if gpu.busy and not req.limits.allow_drain:
+        if gpu.pinned or (gpu.busy and not req.limits.allow_drain):
             cls = _Class(models[gpu.model], None, gpu.busy, [gpu])
-            cls.locked = f"{gpu.busy} instance(s) in use and drain is not allowed"
+            cls.locked = _PINNED if gpu.pinned else f"{gpu.busy} instance(s) in use and drain is not allowed"
             classes.append(cls)
             continue
         changes[(gpu.node, gpu.index)] = None
@@ -501,9 +521,7 @@ def _plan_disabled(req: PoolRequest, models: Mapping[str, GPUModel]) -> PoolPlan
     changes = _limit_nodes(changes, req.limits.max_nodes_changed)
     total = sum(models[g.model].compute_slots for g in req.gpus if models[g.model].mig_capable)
     wanting = sum(1 for g in req.gpus if g.layout is not None and models[g.model].mig_capable)
-    for cls in classes:
-        cls.take = [0]
-    plan = _report(req, models, classes, changes, Counter(), {}, {}, {}, total)
+    plan = _report(req, models, classes, changes, Counter(), {}, {}, {}, total, wanted_change=0)
     deferred = wanting - len(changes) - sum(len(c.gpus) for c in classes)
     return replace(
         plan,

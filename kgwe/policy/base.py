@@ -7,7 +7,6 @@ from typing import Annotated, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from kgwe import API_VERSION
 from kgwe.policy.types import DNS_LABEL_PATTERN, DNS_SUBDOMAIN_PATTERN, LabelMap
 
 DnsSubdomain = Annotated[str, Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN_PATTERN)]
@@ -50,7 +49,7 @@ class ClusterObjectMeta(ObjectMeta):
 class KgweObject(KgweModel):
     """apiVersion/kind/metadata/spec envelope. Subclasses pin `kind` and `spec`."""
 
-    api_version: Literal["kgwe.nvidia.io/v1"] = Field(default=API_VERSION, alias="apiVersion")
+    api_version: Literal["kgwe.nvidia.io/v1"] = Field(default="kgwe.nvidia.io/v1", alias="apiVersion")
     kind: str
     metadata: ObjectMeta
 

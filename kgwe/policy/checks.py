@@ -13,6 +13,7 @@ from decimal import Decimal
 from kgwe.gpu import catalog
 from kgwe.gpu.catalog import GPUModel
 from kgwe.policy.diagnostics import did_you_mean
+from kgwe.policy.gpu_workload import GPURequirements, NodeOffer, problems
 from kgwe.policy.loader import LoadedObject, PolicySet
 from kgwe.policy.models import (
     GPUBudget,
@@ -24,22 +25,17 @@ from kgwe.policy.models import (
     ScoringProfile,
 )
 from kgwe.policy.quota_namespaces import refused_quota_namespace
+from kgwe.topology import known
+from kgwe.vocab import MIG_RESOURCE_PREFIX
 
 
 def _at(entry: LoadedObject) -> str:
     return f"{entry.file}:{entry.doc.line}"
 
 
-def _known_topologies() -> list[str] | None:
-    """Names from kgwe.topology.known, or None while that module is not available."""
-    try:
-        from kgwe.topology import known
-    except ImportError:
-        return None
-    try:
-        return [*known.names(), *getattr(known, "aliases", dict)()]
-    except Exception:
-        return None
+def _known_topologies() -> list[str]:
+    """Names and aliases of the real topologies kgwe.topology.known ships."""
+    return [*known.names(), *known.aliases()]
 
 
 def check_duplicates(ps: PolicySet) -> None:
@@ -62,23 +58,18 @@ def check_duplicates(ps: PolicySet) -> None:
 
 
 def _inventory_nodes(ps: PolicySet) -> list[tuple[LoadedObject, int, InventoryNode]]:
-    return [(e, i, n) for e in ps.entries_of(GPUInventory) for i, n in enumerate(e.obj.spec.nodes)]
+    inventories = ps.entries_of(GPUInventory)
+    return [(e, i, n) for e in inventories for i, n in enumerate(e.obj.spec.nodes)]  # type: ignore[attr-defined]
 
 
 @functools.cache
-def _topology_gpu_count(name: str) -> int | None:
-    """GPUs of a known topology, None when it cannot be loaded (the name check reports unknown names)."""
-    try:
-        from kgwe.topology import known
-
-        return len(known.load(name).gpus)
-    except Exception:  # validation must not depend on the topology module's health
-        return None
+def _topology_gpu_count(name: str) -> int:
+    return len(known.load(name).gpus)
 
 
 def check_inventory(ps: PolicySet) -> None:
     topologies = _known_topologies()
-    known_upper = {t.upper() for t in topologies or ()}
+    known_upper = {t.upper() for t in topologies}
     seen: dict[str, LoadedObject] = {}
     for entry, i, node in _inventory_nodes(ps):
         base = ("spec", "nodes", i)
@@ -87,7 +78,7 @@ def check_inventory(ps: PolicySet) -> None:
                 entry, (*base, "name"), f'node "{node.name}" listed twice (also in {_at(seen[node.name])})'
             )
         seen[node.name] = entry
-        if topologies is not None and node.topology is not None:
+        if node.topology is not None:
             if node.topology.upper() not in known_upper:
                 hint = did_you_mean(node.topology, topologies)
                 ps.report(
@@ -95,7 +86,7 @@ def check_inventory(ps: PolicySet) -> None:
                     (*base, "topology"),
                     f'unknown topology "{node.topology}"{hint}; known: {", ".join(sorted(topologies))}',
                 )
-            elif (count := _topology_gpu_count(node.topology)) is not None and count != node.gpus:
+            elif (count := _topology_gpu_count(node.topology)) != node.gpus:
                 ps.report(
                     entry,
                     (*base, "gpus"),
@@ -379,9 +370,9 @@ def check_pricing(ps: PolicySet) -> None:
 
 def _mig_resource_ok(resource: str) -> tuple[bool, list[str]]:
     name = resource.removeprefix("requests.")
-    if not name.startswith("nvidia.com/mig-"):
+    if not name.startswith(MIG_RESOURCE_PREFIX):
         return True, []
-    profile = name.removeprefix("nvidia.com/mig-")
+    profile = name.removeprefix(MIG_RESOURCE_PREFIX)
     known = sorted({p.replace("+", ".") for m in catalog.all_models() for p in m.profiles})
     return profile in known, known
 
@@ -421,7 +412,7 @@ def check_budgets(ps: PolicySet) -> None:
         for resource in budget.spec.quota:
             ok, known = _mig_resource_ok(resource)
             if not ok:
-                profile = resource.removeprefix("requests.").removeprefix("nvidia.com/mig-")
+                profile = resource.removeprefix("requests.").removeprefix(MIG_RESOURCE_PREFIX)
                 ps.report(
                     entry,
                     ("spec", "quota", resource),
@@ -435,25 +426,46 @@ def check_budgets(ps: PolicySet) -> None:
             )
 
 
+def _requirements(wl: GPUWorkload) -> list[tuple[tuple, GPURequirements]]:
+    """Every gpuRequirements block of a workload with its field path."""
+    out: list[tuple[tuple, GPURequirements]] = [(("spec", "gpuRequirements"), wl.spec.gpu_requirements)]
+    for i, role in enumerate(wl.spec.roles or []):
+        if role.gpu_requirements is not None:
+            out.append((("spec", "roles", i, "gpuRequirements"), role.gpu_requirements))
+    return out
+
+
+def inventory_offers(nodes: list[InventoryNode]) -> list[NodeOffer]:
+    """What each inventory node can give one pod (MIG profiles: those its GPU model supports)."""
+    offers = []
+    for node in nodes:
+        model = catalog.model_for_product(node.product)
+        profiles = frozenset(model.profiles) if model and model.mig_capable else frozenset()
+        offers.append(NodeOffer(gpus=node.gpus, product=node.product, mig_profiles=profiles))
+    return offers
+
+
 def check_workloads(ps: PolicySet) -> None:
     profiles = {p.name for p in ps.scoring_profiles}
     known_profiles = sorted({p for m in catalog.all_models() for p in m.profiles})
+    inventory = ps.inventory()
+    offers = inventory_offers(inventory.spec.nodes) if inventory else None
     for entry in ps.entries_of(GPUWorkload):
         wl: GPUWorkload = entry.obj  # type: ignore[assignment]
         if wl.metadata is None:
             ps.report(entry, (), "no metadata.name: the API server will reject it without a name", "warning")
-        req = wl.spec.gpu_requirements
-        if req.mig_profile and req.mig_profile not in known_profiles:
-            ps.report(
-                entry,
-                ("spec", "gpuRequirements", "migProfile"),
-                f'"{req.mig_profile}" is not a MIG profile of any known GPU'
-                + did_you_mean(req.mig_profile, known_profiles),
-            )
-        if req.product and not catalog.models_matching(req.product):
-            ps.report(
-                entry, ("spec", "gpuRequirements", "product"), f'"{req.product}" names no known GPU model'
-            )
+        for base, req in _requirements(wl):
+            if req.mig_profile and req.mig_profile not in known_profiles:
+                ps.report(
+                    entry,
+                    (*base, "migProfile"),
+                    f'"{req.mig_profile}" is not a MIG profile of any known GPU'
+                    + did_you_mean(req.mig_profile, known_profiles),
+                )
+            if req.product and not catalog.models_matching(req.product):
+                ps.report(entry, (*base, "product"), f'"{req.product}" names no known GPU model')
+        for path, message in problems(wl.spec, offers):
+            ps.report(entry, path, message)
         if wl.spec.scoring_profile and profiles and wl.spec.scoring_profile not in profiles:
             ps.report(
                 entry,

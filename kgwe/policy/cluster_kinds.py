@@ -1,14 +1,21 @@
-"""Cluster kinds (CRDs): PolicyRepository (what to sync) and GPUWorkload (seed README, verbatim)."""
+"""Cluster kinds (CRDs): PolicyRepository (what to sync); GPUWorkload lives in gpu_workload.py."""
 
 from __future__ import annotations
 
 from datetime import timedelta
 from typing import Any, ClassVar, Literal
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from kgwe.policy.base import ClusterObjectMeta, KgweModel, KgweObject
-from kgwe.policy.types import Duration
+from kgwe.policy.types import GIT_COMMIT_PATTERN, GitRefName, GitUrl, PositiveDuration
+from kgwe.vocab import DEFAULT_REPORT_SCHEDULE, DEFAULT_REPORTS_PATH
+
+# A Git fetch or push may take at most this long (spec.timeout): a slow or hostile server cannot hold a
+# worker longer, and the controller kills the git process when it is up.
+MAX_GIT_TIMEOUT = timedelta(minutes=10)
+DEFAULT_GIT_TIMEOUT = timedelta(seconds=60)
+DEFAULT_BRANCH = "main"
 
 
 class Condition(KgweModel):
@@ -23,9 +30,11 @@ class Condition(KgweModel):
 
 
 class GitRef(KgweModel):
-    branch: str | None = None
-    tag: str | None = None
-    commit: str | None = Field(default=None, pattern=r"^[0-9a-f]{7,40}$")
+    """What to track: exactly one of a branch, a tag or a commit."""
+
+    branch: GitRefName | None = None
+    tag: GitRefName | None = None
+    commit: str | None = Field(default=None, pattern=GIT_COMMIT_PATTERN)
 
     @model_validator(mode="after")
     def _exactly_one(self) -> GitRef:
@@ -39,20 +48,81 @@ class SecretRef(KgweModel):
 
 
 class ReportsSpec(KgweModel):
-    branch: str | None = None  # default: the synced branch
-    path: str = "reports"
-    schedule: str = Field(default="0 6 * * *", pattern=r"^\S+( \S+){4}$")  # cron, UTC
+    branch: GitRefName | None = None  # default: the synced branch
+    path: str = Field(default=DEFAULT_REPORTS_PATH, pattern=r"^[A-Za-z0-9_][A-Za-z0-9._/-]*$", max_length=255)
+    # cron, UTC; `reports:` absent means no reports at all
+    schedule: str = Field(default=DEFAULT_REPORT_SCHEDULE, pattern=r"^\S+( \S+){4}$")
+
+
+def _folder(path: str) -> str:
+    """A repository-relative folder without leading/trailing slashes or "./"; "" for the root."""
+    folder = path.strip().strip("/")
+    while folder.startswith("./"):
+        folder = folder[2:].lstrip("/")
+    return "" if folder == "." else folder
 
 
 class PolicyRepositorySpec(KgweModel):
-    url: str = Field(min_length=1)
-    ref: GitRef = Field(default_factory=lambda: GitRef(branch="main"))
-    path: str = "."
-    interval: Duration = Field(default=timedelta(minutes=1))
-    timeout: Duration | None = None
+    url: GitUrl
+    ref: GitRef = Field(default_factory=lambda: GitRef(branch=DEFAULT_BRANCH))
+    path: str = Field(default=".", max_length=255)
+    interval: PositiveDuration = Field(default=timedelta(minutes=1))
+    timeout: PositiveDuration | None = None  # each git fetch/push; default 60s, at most 10m
     secret_ref: SecretRef | None = None
     suspend: bool = False
     reports: ReportsSpec | None = None
+
+    @field_validator("timeout")
+    @classmethod
+    def _timeout_bounded(cls, value: timedelta | None) -> timedelta | None:
+        if value is not None and value > MAX_GIT_TIMEOUT:
+            raise ValueError(f"timeout may be at most {int(MAX_GIT_TIMEOUT.total_seconds() // 60)}m")
+        return value
+
+    @field_validator("path")
+    @classmethod
+    def _path_inside(cls, value: str) -> str:
+        folder = _folder(value)
+        if folder.startswith("-") or ".." in folder.split("/"):
+            raise ValueError(f"path {value!r} must stay inside the repository")
+        return value
+
+    @field_validator("reports")
+    @classmethod
+    def _reports_outside_policy(cls, value: ReportsSpec | None, info: ValidationInfo) -> ReportsSpec | None:
+        if value is None or "path" not in info.data:
+            return value
+        reports, policy = value.path.strip("/"), _folder(info.data["path"])
+        if ".." in reports.split("/"):
+            raise ValueError(f"reports.path {value.path!r} must stay inside the repository")
+        if not policy or reports == policy or reports.startswith(policy + "/"):
+            raise ValueError(
+                f"reports.path {reports!r} lies inside the policy path {info.data['path']!r}: reports must "
+                "be written outside the policy KGWE reads"
+            )
+        return value
+
+    # Default-filling accessors: the controller reads these, never the raw fields.
+    @property
+    def policy_path(self) -> str:
+        """The policy folder inside the repository, "" for its root."""
+        return _folder(self.path)
+
+    @property
+    def reports_path(self) -> str:
+        return (self.reports.path if self.reports else DEFAULT_REPORTS_PATH).strip("/")
+
+    @property
+    def reports_branch(self) -> str:
+        return (self.reports.branch if self.reports else None) or self.ref.branch or DEFAULT_BRANCH
+
+    @property
+    def timeout_seconds(self) -> float:
+        return (self.timeout or DEFAULT_GIT_TIMEOUT).total_seconds()
+
+    @property
+    def interval_seconds(self) -> float:
+        return self.interval.total_seconds()
 
 
 class AppliedObject(KgweModel):
@@ -82,70 +152,3 @@ class PolicyRepository(KgweObject):
     metadata: ClusterObjectMeta
     spec: PolicyRepositorySpec
     status: PolicyRepositoryStatus | None = None
-
-
-TopologyPreference = Literal["NVLinkOptimal", "SameNUMA", "SamePCIeSwitch", "None"]
-
-
-class TopologyRequirement(KgweModel):
-    preference: TopologyPreference = "None"
-    min_bandwidth_gbps: float | None = Field(default=None, ge=0, alias="minBandwidthGBps")
-
-
-class GPURequirements(KgweModel):
-    count: int = Field(default=1, ge=1, le=64)
-    min_memory_gb: float | None = Field(default=None, ge=0, alias="minMemoryGB")
-    product: str | None = None  # GFD product or family (e.g. H100) the GPUs must be
-    mig_profile: str | None = Field(default=None, pattern=r"^\d+g\.\d+gb([+-][a-z.]+)?$")
-    gpu_milli: int | None = Field(default=None, ge=1, le=999)  # share of one GPU (nvidia.com/gpu.shared)
-    topology: TopologyRequirement = Field(default_factory=TopologyRequirement)
-
-
-class DistributedConfig(KgweModel):
-    strategy: str | None = None  # e.g. DDP, FSDP, DeepSpeed, Horovod, MPI
-    backend: str | None = None  # e.g. nccl, gloo, mpi
-    world_size: int | None = Field(default=None, ge=1)
-    replicas: int | None = Field(default=None, ge=1)
-    nodes: int | None = Field(default=None, ge=1)
-    gpus_per_node: int | None = Field(default=None, ge=1)
-    processes_per_node: int | None = Field(default=None, ge=1)
-    master_port: int | None = Field(default=None, ge=1, le=65535)
-
-
-class GPUWorkloadSpec(KgweModel):
-    gpu_requirements: GPURequirements = Field(alias="gpuRequirements")
-    workload_type: Literal["Training", "Inference", "Batch", "Interactive", "HPC"] = "Training"
-    framework: str | None = None  # e.g. PyTorch, TensorFlow, JAX, Triton
-    distributed_config: DistributedConfig | None = None
-    scoring_profile: str | None = None
-    team: str | None = None
-    priority: int | None = None
-    pod_template: dict[str, Any] = Field(default_factory=dict)  # a core/v1 PodTemplateSpec
-
-
-class WorkloadPlacement(KgweModel):
-    pod: str
-    node: str
-    gpus: list[int] = Field(default_factory=list)
-
-
-class GPUWorkloadStatus(KgweModel):
-    model_config = ConfigDict(extra="allow")
-
-    phase: Literal["Pending", "Scheduled", "Running", "Succeeded", "Failed"] | None = None
-    observed_generation: int | None = None
-    conditions: list[Condition] = Field(default_factory=list)
-    placements: list[WorkloadPlacement] = Field(default_factory=list)
-
-
-class GPUWorkload(KgweObject):
-    KIND: ClassVar[str] = "GPUWorkload"
-    kind: Literal["GPUWorkload"] = "GPUWorkload"
-    metadata: ClusterObjectMeta | None = None  # the seed README's example has none; kubectl/CI adds it
-
-    @property
-    def name(self) -> str:
-        return self.metadata.name if self.metadata else ""
-
-    spec: GPUWorkloadSpec
-    status: GPUWorkloadStatus | None = None

@@ -28,13 +28,14 @@ from kgwe.policy.models import (
     KgweObject,
     MIGStrategy,
     ObjectMeta,
-    PolicyRepository,
     PricingCatalog,
     ScoringProfile,
 )
-from kgwe.policy.yaml_source import YamlDocument, YamlSyntaxError, parse_documents
+from kgwe.policy.yaml_source import YamlBudget, YamlDocument, YamlSyntaxError, parse_documents
 
 MAX_FILE_BYTES = 1024 * 1024
+MAX_FILES = 5_000  # YAML files read from one repository
+MAX_REPOSITORY_BYTES = 64 * 1024 * 1024  # YAML read from one repository
 YAML_SUFFIXES = (".yaml", ".yml")
 SKIPPED_DIRS = frozenset({"reports"})
 
@@ -62,6 +63,8 @@ class PolicySet:
     diagnostics: list[Diagnostic] = field(default_factory=list)
     files: int = 0
     invalid_kinds: set[str] = field(default_factory=set)  # kinds with a document that failed validation
+    bytes_read: int = 0
+    yaml_budget: YamlBudget = field(default_factory=YamlBudget)  # fields left for the whole repository
 
     # -- diagnostics ---------------------------------------------------------------------------------
     def add(
@@ -141,10 +144,6 @@ class PolicySet:
     def workloads(self) -> list[GPUWorkload]:
         return self.objects(GPUWorkload)
 
-    @property
-    def policy_repositories(self) -> list[PolicyRepository]:
-        return self.objects(PolicyRepository)
-
     def default_scoring_profile(self) -> ScoringProfile | None:
         """The profile marked `default: true`, or the only profile, or None."""
         profiles = self.scoring_profiles
@@ -217,6 +216,12 @@ def _read_text(path: Path, rel: str, ps: PolicySet) -> str | None:
         if size > MAX_FILE_BYTES:
             ps.add("error", rel, 1, 1, "", f"file is {size} bytes; policy files may be at most 1 MiB")
             return None
+        if ps.bytes_read + size > MAX_REPOSITORY_BYTES:
+            ps.add(
+                "error", rel, 1, 1, "", f"the repository holds more than {MAX_REPOSITORY_BYTES} bytes of YAML"
+            )
+            return None
+        ps.bytes_read += size
         raw = path.read_bytes()
     except OSError as exc:
         ps.add("error", rel, 1, 1, "", f"cannot read file: {exc.strerror or exc}")
@@ -280,10 +285,10 @@ def _load_document(doc: YamlDocument, rel: str, ps: PolicySet) -> None:
     try:
         obj = model.model_validate(data)
     except ValidationError as exc:
-        ps.invalid_kinds.add(kind)
+        ps.invalid_kinds.add(model.KIND)
         for loc, message in messages_from_validation(model, exc):
             line, column = doc.where(loc)
-            ps.add("error", rel, line, column, loc, message, kind, name)
+            ps.add("error", rel, line, column, loc, message, model.KIND, name)
         return
     ps.entries.append(LoadedObject(obj=obj, file=rel, doc=doc))
 
@@ -294,7 +299,7 @@ def _load_file(path: Path, rel: str, ps: PolicySet) -> None:
         return
     ps.files += 1
     try:
-        docs = parse_documents(text)
+        docs = parse_documents(text, ps.yaml_budget)
     except YamlSyntaxError as exc:
         ps.add("error", rel, exc.line, exc.column, "", str(exc))
         return
@@ -315,8 +320,15 @@ def load_repository(path: str | os.PathLike[str], *, checks: bool = True) -> Pol
     if root.is_file():
         _load_file(root, root.name, ps)
     else:
-        for file in _yaml_files(root, ps):
-            _load_file(file, file.relative_to(root).as_posix(), ps)
+        for count, file in enumerate(_yaml_files(root, ps), 1):
+            rel = file.relative_to(root).as_posix()
+            if count > MAX_FILES or ps.yaml_budget.exhausted or ps.bytes_read >= MAX_REPOSITORY_BYTES:
+                limit = f"more than {MAX_FILES} YAML files" if count > MAX_FILES else "too much YAML"
+                ps.add(
+                    "error", rel, 1, 1, "", f"the repository holds {limit}; files from here on are not read"
+                )
+                break
+            _load_file(file, rel, ps)
     if not ps.entries and not ps.diagnostics:
         what = "no YAML files" if ps.files == 0 else "no KGWE objects"
         ps.add(

@@ -1,4 +1,4 @@
-"""MIGStrategy: how the GPUs of one node pool are partitioned with MIG (seed PRD §5.3, verbatim).
+"""MIGStrategy: how the GPUs of one node pool are partitioned with MIG (docs/spec/migstrategy.md).
 
 `preferredProfiles` is a list of one-key maps. A percentage (`1g.10gb: 70%`) is the profile's share of
 the pool's compute slices; an integer (`3g.40gb: 4`) is an absolute number of instances in the pool.
@@ -94,7 +94,7 @@ class PartitionStrategy(KgweModel):
 
 
 class Rollout(KgweModel):
-    """Safety gates for changing a pool's layouts (KGWE addition; reference/mig.md §6, §9)."""
+    """Safety gates for changing a pool's layouts (KGWE addition; docs/facts/mig.md §6, §9)."""
 
     max_unavailable: IntOrPercent = 1
     drain: bool = False

@@ -6,14 +6,16 @@ from kgwe.policy.base import ClusterObjectMeta, KgweModel, KgweObject, ObjectMet
 from kgwe.policy.budget import BudgetAlert, BudgetLimit, GPUBudget, GPUBudgetSpec
 from kgwe.policy.cluster_kinds import (
     Condition,
+    PolicyRepository,
+    PolicyRepositorySpec,
+    PolicyRepositoryStatus,
+)
+from kgwe.policy.gpu_workload import (
     DistributedConfig,
     GPURequirements,
     GPUWorkload,
     GPUWorkloadSpec,
     GPUWorkloadStatus,
-    PolicyRepository,
-    PolicyRepositorySpec,
-    PolicyRepositoryStatus,
     TopologyRequirement,
 )
 from kgwe.policy.inventory import GPUDeviceState, GPUInventory, GPUInventorySpec, InventoryNode

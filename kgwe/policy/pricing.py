@@ -7,9 +7,11 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
+from kgwe.gpu.products import find_price
 from kgwe.policy.base import KgweModel, KgweObject, ObjectMeta
 from kgwe.policy.budget import CURRENCY_PATTERN
 from kgwe.policy.types import LabelMap, Money
+from kgwe.vocab import DEFAULT_CURRENCY, DEFAULT_IDLE_COST, DEFAULT_MIG_PRICING, IdleCost, MigPricing
 
 
 class GPUPrice(KgweModel):
@@ -19,21 +21,15 @@ class GPUPrice(KgweModel):
 
 
 class PricingCatalogSpec(KgweModel):
-    currency: str = Field(default="USD", pattern=CURRENCY_PATTERN)
+    currency: str = Field(default=DEFAULT_CURRENCY, pattern=CURRENCY_PATTERN)
     gpus: list[GPUPrice] = Field(min_length=1)
-    mig_pricing: Literal["ComputeSlices", "MemorySlices", "Max"] = "ComputeSlices"
-    idle_cost: Literal["Separate", "ShareByAllocation"] = "Separate"
+    mig_pricing: MigPricing = DEFAULT_MIG_PRICING
+    idle_cost: IdleCost = DEFAULT_IDLE_COST
     spot_node_selector: LabelMap = Field(default_factory=dict)  # nodes priced at spotPerHour
 
     def price_for(self, product: str) -> GPUPrice | None:
-        """Exact product match first, then case-insensitive (GFD spellings vary in case)."""
-        for price in self.gpus:
-            if price.product == product:
-                return price
-        for price in self.gpus:
-            if price.product.lower() == product.lower():
-                return price
-        return None
+        """The price of a node's GFD product, by the rule the chargeback uses (kgwe.gpu.products)."""
+        return find_price({price.product: price for price in self.gpus}, product)
 
     def hourly(self, product: str, *, spot: bool = False) -> Decimal | None:
         price = self.price_for(product)

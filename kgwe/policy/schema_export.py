@@ -129,10 +129,16 @@ _PRINTER_COLUMNS: dict[str, list[dict[str, Any]]] = {
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     ],
     "GPUWorkload": [
-        {"name": "GPUs", "type": "integer", "jsonPath": ".spec.gpuRequirements.count"},
-        {"name": "Type", "type": "string", "jsonPath": ".spec.workloadType"},
-        {"name": "Topology", "type": "string", "jsonPath": ".spec.gpuRequirements.topology.preference"},
         {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+        {"name": "GPUs", "type": "integer", "jsonPath": ".status.gpus"},
+        {"name": "Nodes", "type": "string", "jsonPath": ".status.nodes"},
+        {"name": "Type", "type": "string", "priority": 1, "jsonPath": ".spec.workloadType"},
+        {
+            "name": "Reason",
+            "type": "string",
+            "priority": 1,
+            "jsonPath": '.status.conditions[?(@.type=="Admitted")].reason',
+        },
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     ],
 }

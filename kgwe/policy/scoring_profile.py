@@ -9,18 +9,24 @@ from pydantic import Field, model_validator
 
 from kgwe.policy.base import KgweModel, KgweObject, ObjectMeta
 from kgwe.policy.types import Duration
-
-ScoringStrategy = Literal[
-    "BinPack", "Spread", "LeastLoaded", "BestFit", "CostOptimized", "RoundRobin", "Random", "Priority"
-]
+from kgwe.vocab import (
+    DEFAULT_BALANCE_WEIGHT,
+    DEFAULT_EXTENDER_WEIGHT,
+    DEFAULT_FRAGMENTATION,
+    DEFAULT_HTTP_TIMEOUT_SECONDS,
+    DEFAULT_RESOURCE_WEIGHT,
+    DEFAULT_STRATEGY,
+    DEFAULT_TOPOLOGY_WEIGHT,
+    ScoringStrategy,
+)
 
 
 class Weights(KgweModel):
-    """Relative weights of the three score components, each 0..100 (seed architecture: 40/35/25)."""
+    """Relative weights of the three score components, each 0..100."""
 
-    topology: int = Field(default=40, ge=0, le=100)
-    resource: int = Field(default=35, ge=0, le=100)
-    balance: int = Field(default=25, ge=0, le=100)
+    topology: int = Field(default=DEFAULT_TOPOLOGY_WEIGHT, ge=0, le=100)
+    resource: int = Field(default=DEFAULT_RESOURCE_WEIGHT, ge=0, le=100)
+    balance: int = Field(default=DEFAULT_BALANCE_WEIGHT, ge=0, le=100)
 
     @model_validator(mode="after")
     def _not_all_zero(self) -> Weights:
@@ -30,11 +36,15 @@ class Weights(KgweModel):
 
 
 class ExtenderSettings(KgweModel):
-    """The kube-scheduler `extenders:` entry fields KGWE lets policy choose (reference A3)."""
+    """The kube-scheduler `extenders:` entry fields KGWE lets policy choose (docs/spec/scoringprofile.md)."""
 
-    weight: int = Field(default=5, ge=1, le=100)  # kube-scheduler requires > 0 with a prioritizeVerb
+    weight: int = Field(
+        default=DEFAULT_EXTENDER_WEIGHT, ge=1, le=100
+    )  # kube-scheduler requires > 0 with a prioritizeVerb
     ignorable: bool = False
-    http_timeout: Duration = Field(default=timedelta(seconds=5), alias="httpTimeout")
+    http_timeout: Duration = Field(
+        default=timedelta(seconds=DEFAULT_HTTP_TIMEOUT_SECONDS), alias="httpTimeout"
+    )
 
     @model_validator(mode="after")
     def _timeout_positive(self) -> ExtenderSettings:
@@ -47,9 +57,9 @@ class ScoringProfileSpec(KgweModel):
     default: bool = False
     weights: Weights = Field(default_factory=Weights)
     # BestFit by default: with the fragmentation term it packs the openb trace best (kgwe simulate).
-    strategy: ScoringStrategy = "BestFit"
+    strategy: ScoringStrategy = DEFAULT_STRATEGY
     # Weight of the fragmentation-aware (FGD) term that keeps future requests placeable; 0 turns it off.
-    fragmentation: float = Field(default=50, ge=0, le=100)
+    fragmentation: float = Field(default=DEFAULT_FRAGMENTATION, ge=0, le=100)
     # Filter answers a GPU pod with the single best node, so kube-scheduler skips prioritize: one HTTP call
     # per pod, full score precision, and the extender counts the pod on that node before its bind is seen.
     # Pods with soft preferences (preferred affinity, ScheduleAnyway spread) still get prioritize, except

@@ -9,22 +9,39 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Annotated, Any
 
 from pydantic import PlainSerializer, PlainValidator, WithJsonSchema
 
+from kgwe.money import MONEY_PATTERN, parse_money
+
 _PERCENT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*%\s*$")
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
 _DURATION = re.compile(r"^(?:\d+(?:\.\d+)?(?:ms|s|m|h))+$")
-_MONEY = re.compile(r"^\d+(?:\.\d+)?$")
 _UNIT_SECONDS = {"ms": Decimal("0.001"), "s": Decimal(1), "m": Decimal(60), "h": Decimal(3600)}
 
 PERCENT_PATTERN = r"^[0-9]+(\.[0-9]+)?%$"
 DURATION_PATTERN = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"
-MONEY_PATTERN = r"^[0-9]+(\.[0-9]+)?$"
 DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+
+# Git remotes a PolicyRepository may name: https://, ssh:// and scp-like user@host:path. Never a local path,
+# file://, ext:: or anything starting with "-" (git would read it as an option, e.g. --upload-pack=<cmd>),
+# and no password in the URL (credentials belong in a Secret). The same pattern goes into the CRD, so the
+# API server refuses what the controller would refuse. Written for Python, Rust (pydantic) and Go (RE2).
+_GIT_USER = r"[A-Za-z0-9_][A-Za-z0-9._~-]*"
+_GIT_HOST = r"[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?"
+GIT_URL_PATTERN = (
+    rf"^(https://({_GIT_USER}@)?{_GIT_HOST}(:[0-9]{{1,5}})?(/[^\s]*)?"
+    rf"|ssh://({_GIT_USER}@)?{_GIT_HOST}(:[0-9]{{1,5}})?/[^\s]*"
+    rf"|{_GIT_USER}@{_GIT_HOST}:[^\s-][^\s]*)$"
+)
+GIT_URL_MAX_LENGTH = 2048
+# Branch and tag names: what `git check-ref-format` allows minus the risky corners (a leading "-" is an
+# option to git; "..", "@{" and the like are revision syntax).
+GIT_REF_NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9._/+-]*$"
+GIT_COMMIT_PATTERN = r"^[0-9a-f]{7,40}$"
 
 
 def _plain(d: Decimal) -> str:
@@ -58,6 +75,44 @@ def parse_duration(value: Any) -> timedelta:
     raise ValueError(f"expected a duration like '30s', '5m' or '1h30m', got {value!r}")
 
 
+def parse_positive_duration(value: Any) -> timedelta:
+    """A duration that must be longer than zero (intervals, timeouts): '0s' would mean "busy loop"."""
+    parsed = parse_duration(value)
+    if parsed <= timedelta(0):
+        raise ValueError(f"must be longer than 0s, got {value!r}")
+    return parsed
+
+
+def parse_git_url(value: Any) -> str:
+    """A remote URL as GIT_URL_PATTERN allows it, or ValueError saying what is allowed."""
+    if (
+        isinstance(value, str)
+        and len(value) <= GIT_URL_MAX_LENGTH
+        and re.fullmatch(GIT_URL_PATTERN, value, flags=re.ASCII)
+    ):
+        return value
+    shown = value if not isinstance(value, str) or len(value) <= 80 else value[:80] + "..."
+    raise ValueError(
+        f"{shown!r} is not an allowed Git URL: use https://host/path, ssh://[user@]host/path or "
+        "user@host:path (no local paths, file://, ext::, leading '-' or password in the URL; put "
+        "credentials in the Secret named by secretRef)"
+    )
+
+
+def parse_git_ref_name(value: Any) -> str:
+    """A branch or tag name git cannot mistake for an option or a revision expression."""
+    if (
+        isinstance(value, str)
+        and re.fullmatch(GIT_REF_NAME_PATTERN, value)
+        and ".." not in value
+        and "//" not in value
+        and not value.endswith(("/", ".", ".lock"))
+        and len(value) <= 255
+    ):
+        return value
+    raise ValueError(f"{value!r} is not a valid branch or tag name")
+
+
 def format_duration(value: timedelta) -> str:
     """Shortest Go-style spelling: 300 s -> '5m', 5400 s -> '1h30m', 0.5 s -> '500ms'."""
     ms = round(value.total_seconds() * 1000)
@@ -74,25 +129,6 @@ def format_duration(value: timedelta) -> str:
     return out
 
 
-def parse_money(value: Any) -> Decimal:
-    """Money as a quoted decimal string ('4.10') or an integer; floats are refused because YAML would
-    already have rounded them in binary."""
-    if isinstance(value, Decimal):
-        return value
-    if isinstance(value, bool):
-        raise ValueError(f'expected an amount like "4.10", got {value!r}')
-    if isinstance(value, int):
-        return Decimal(value)
-    if isinstance(value, float):
-        raise ValueError(f'write money as a quoted string (e.g. "{value}"), not a bare number {value!r}')
-    if isinstance(value, str) and _MONEY.match(value.strip()):
-        try:
-            return Decimal(value.strip())
-        except InvalidOperation:  # pragma: no cover - the regex already guarantees a decimal
-            pass
-    raise ValueError(f'expected a non-negative amount like "4.10", got {value!r}')
-
-
 Percent = Annotated[
     Decimal,
     PlainValidator(parse_percent),
@@ -104,6 +140,22 @@ Duration = Annotated[
     PlainValidator(parse_duration),
     PlainSerializer(format_duration, return_type=str),
     WithJsonSchema({"type": "string", "pattern": DURATION_PATTERN}),
+]
+PositiveDuration = Annotated[
+    timedelta,
+    PlainValidator(parse_positive_duration),
+    PlainSerializer(format_duration, return_type=str),
+    WithJsonSchema({"type": "string", "pattern": DURATION_PATTERN}),
+]
+GitUrl = Annotated[
+    str,
+    PlainValidator(parse_git_url),
+    WithJsonSchema({"type": "string", "pattern": GIT_URL_PATTERN, "maxLength": GIT_URL_MAX_LENGTH}),
+]
+GitRefName = Annotated[
+    str,
+    PlainValidator(parse_git_ref_name),
+    WithJsonSchema({"type": "string", "pattern": GIT_REF_NAME_PATTERN, "maxLength": 255}),
 ]
 Money = Annotated[
     Decimal,

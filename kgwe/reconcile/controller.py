@@ -23,22 +23,30 @@ from kubernetes.client.exceptions import ApiException
 
 from kgwe.cluster.events import EventRecorder
 from kgwe.cluster.lease import LeaderElector
+from kgwe.cluster.names import RECONCILE_REQUESTED_AT_ANNOTATION
+from kgwe.gitops.gitcmd import GitAccess
 from kgwe.gitops.retry import jittered_interval_seconds
 from kgwe.gitops.source import touches_policy
 from kgwe.gitops.webhook import ControllerHTTPServer, PushEvent, repository_key
 from kgwe.reconcile.metrics import ReconcileMetrics
-from kgwe.reconcile.repository import GROUP, PLURAL, VERSION, RepositoryReconciler, parse_interval_seconds
+from kgwe.reconcile.repository import (
+    GROUP,
+    PLURAL,
+    VERSION,
+    InvalidSpec,
+    RepositoryReconciler,
+    read_spec,
+)
 
 if TYPE_CHECKING:
     from kgwe.reconcile.costs import CostDuties
     from kgwe.render.render import RenderOptions
+    from kgwe.workloads.controller import WorkloadController
 
 log = logging.getLogger(__name__)
 
 
-# Set by a standby replica that received a webhook push (the Service routes to any replica); the leader
-# sees the new value on its next tick and reconciles at once (like Flux's reconcile.fluxcd.io/requestedAt).
-REQUESTED_AT_ANNOTATION = "kgwe.nvidia.io/reconcile-requested-at"
+REQUESTED_AT_ANNOTATION = RECONCILE_REQUESTED_AT_ANNOTATION
 
 
 def _key_of(item: dict) -> str | None:
@@ -72,6 +80,8 @@ class Controller:
         leader_election: bool = True,
         costs: CostDuties | None = None,
         render_options: RenderOptions | None = None,
+        git_access: GitAccess | None = None,
+        workloads: bool = True,
     ) -> None:
         self.api_client = api_client
         self.render_options = render_options  # extender URL and TLS for the rendered scheduler config
@@ -87,6 +97,10 @@ class Controller:
         self._pushed: set[str] = set()  # repository keys named by pushes not yet reconciled
         self._lock = threading.Lock()
         self._due: dict[str, _Due] = {}
+        self._workers: dict[str, threading.Thread] = {}  # the reconcile thread of each repository
+        self._again: set[str] = set()  # repositories triggered while their reconcile was running
+        self._costs_lock = threading.Lock()
+        self.git_access = git_access or GitAccess()
         self._reconcilers: dict[str, RepositoryReconciler] = {}
         self.reconciles = 0
         self.elector: LeaderElector | None = None
@@ -102,6 +116,19 @@ class Controller:
                 on_started_leading=self._on_started,
                 on_stopped_leading=self._on_stopped,
             )
+        self.workloads: WorkloadController | None = None
+        if workloads:  # GPUWorkloads: own queue and watches, same Lease (kgwe.workloads.controller)
+            from kgwe.workloads.controller import WorkloadController, WorkloadMetrics, WorkloadReconciler
+
+            reconciler = WorkloadReconciler(
+                api_client,
+                recorder=self.recorder,
+                metrics=WorkloadMetrics(self.metrics.registry),
+                is_leader=self.is_leader,
+                policy_namespace=namespace,
+                cost_of=costs.workload_cost if costs is not None else None,
+            )
+            self.workloads = WorkloadController(reconciler)
         self.server: ControllerHTTPServer | None = None
         if listen is not None:
             routes = {
@@ -181,6 +208,7 @@ class Controller:
                 recorder=self.recorder,
                 is_leader=self.is_leader,
                 render_options=self.render_options,
+                git_access=self.git_access,
             )
             self._reconcilers[name] = rec
         return rec
@@ -201,36 +229,68 @@ class Controller:
         now = time.monotonic()
         next_in = 60.0
         for item in listing.get("items", []):
-            meta, spec = item.get("metadata") or {}, item.get("spec") or {}
-            name, generation = meta.get("name"), meta.get("generation")
+            meta = item.get("metadata") or {}
+            name, generation = str(meta.get("name")), meta.get("generation")
             requested = (meta.get("annotations") or {}).get(REQUESTED_AT_ANNOTATION)
-            try:
-                interval = parse_interval_seconds(spec.get("interval"), 60.0)
-            except Exception:
-                interval = 60.0
-            due = self._due.get(name)
+            with self._lock:
+                due, worker = self._due.get(name), self._workers.get(name)
             pushed = _key_of(item) in pushed_keys
-            if (
+            wanted = (
                 due is None
                 or pushed
                 or due.generation != generation
                 or due.requested != requested
                 or now >= due.at
-            ):
+            )
+            if worker is not None and worker.is_alive():  # still fetching or applying: never twice at once
+                if wanted:
+                    with self._lock:
+                        self._again.add(name)
+                continue  # its end wakes the loop (_trigger)
+            if wanted:
                 if not self.is_leader():
                     return 1.0
-                rec = self._reconciler(name)
-                try:
-                    rec.reconcile()
-                    if self.costs is not None and self.is_leader():
-                        self.costs.after_reconcile(rec, item)
-                except Exception:  # one broken repository must not stop the others
-                    log.exception("reconcile of %s failed", name)
-                self.reconciles += 1
-                wait = jittered_interval_seconds(interval, self.jitter_fraction, self._rng)
-                self._due[name] = due = _Due(time.monotonic() + wait, generation, requested)
-            next_in = min(next_in, max(0.05, due.at - time.monotonic()))
+                # Each repository reconciles in its own thread: a slow or hanging Git server delays only
+                # its own repository (up to spec.timeout per git call), never the others.
+                worker = threading.Thread(
+                    target=self._reconcile_one, args=(name, item), name=f"reconcile-{name}", daemon=True
+                )
+                with self._lock:
+                    self._workers[name] = worker
+                    self._due[name] = due = _Due(float("inf"), generation, requested)
+                worker.start()
+                continue
+            if due is not None:  # not wanted, so it has a due time
+                next_in = min(next_in, max(0.05, due.at - time.monotonic()))
         return next_in
+
+    @property
+    def busy(self) -> bool:
+        """Whether some repository's reconcile is running now."""
+        with self._lock:
+            return any(w.is_alive() for w in self._workers.values())
+
+    def _reconcile_one(self, name: str, item: dict) -> None:
+        rec = self._reconciler(name)
+        try:
+            rec.reconcile()
+            if self.costs is not None and self.is_leader():
+                with self._costs_lock:  # the cost store and its reports are shared by all repositories
+                    self.costs.after_reconcile(rec, item)
+        except Exception:  # one broken repository must not stop the others
+            log.exception("reconcile of %s failed", name)
+        try:
+            interval = read_spec(item).interval_seconds
+        except InvalidSpec:
+            interval = 60.0
+        wait = jittered_interval_seconds(interval, self.jitter_fraction, self._rng)
+        with self._lock:
+            self.reconciles += 1
+            due = self._due.get(name)
+            if due is not None:
+                due.at = 0.0 if name in self._again else time.monotonic() + wait
+            self._again.discard(name)
+        self._trigger.set()
 
     def run(self, stop: threading.Event) -> None:
         if self.server is not None:
@@ -239,6 +299,8 @@ class Controller:
             self.elector.start(stop)
         elif self.costs is not None:  # acting alone: there is no "became leader" moment
             self.costs.start(self.api_client)
+        if self.workloads is not None:
+            self.workloads.start(stop)
         try:
             while not stop.is_set():
                 wait = self.tick()

@@ -48,6 +48,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prometheus", help="Prometheus URL for rightsizing (DCGM metrics)")
     parser.add_argument("--no-costs", action="store_true", help="no metering, budgets or cost reports")
     parser.add_argument(
+        "--git-ca-file", help="CA bundle trusted for https:// policy repositories (a private Git server)"
+    )
+    parser.add_argument(
+        "--git-credentials-from-env",
+        action="store_true",
+        help="repositories without spec.secretRef use $KGWE_GIT_TOKEN / $KGWE_GIT_SSH_KEY_FILE (off: a "
+        "tenant's PolicyRepository must never borrow the controller's own credentials)",
+    )
+    parser.add_argument(
+        "--allow-local-git-urls",
+        action="store_true",
+        help="also allow local paths, file:// and http:// URLs (tests and local experiments only)",
+    )
+    parser.add_argument("--no-workloads", action="store_true", help="do not reconcile GPUWorkloads")
+    parser.add_argument(
         "--extender-url",
         default=None,
         help="urlPrefix of the KGWE extender in the rendered KubeSchedulerConfiguration",
@@ -99,6 +114,7 @@ def _render_options(args: argparse.Namespace):
 
 def run(args: argparse.Namespace) -> int:
     from kgwe.cluster.client import api_client
+    from kgwe.gitops.gitcmd import GitAccess
     from kgwe.reconcile.controller import Controller
 
     fmt = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -126,6 +142,12 @@ def run(args: argparse.Namespace) -> int:
         leader_election=not args.no_leader_election,
         costs=costs,
         render_options=render_options,
+        git_access=GitAccess(
+            allow_local_urls=args.allow_local_git_urls,
+            credentials_from_env=args.git_credentials_from_env,
+            ca_file=args.git_ca_file,
+        ),
+        workloads=not args.no_workloads,
     )
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -18,7 +18,7 @@ from kgwe.cluster.names import is_gpu_resource
 from kgwe.cost.budgets import budget_from_policy, quota_decisions
 from kgwe.cost.pricing import pricebook_from_catalog
 from kgwe.cost.service import CostService
-from kgwe.cost.usage import month_period
+from kgwe.cost.usage import Period, month_period
 from kgwe.errors import KgweError
 from kgwe.reconcile import cron
 
@@ -66,6 +66,31 @@ class CostDuties:
         self._started = False
         self._last_refresh: dict[str, datetime] = {}
         self._last_report_check: dict[str, datetime] = {}
+        self.book: Any = None
+
+    def workload_cost(self, namespace: str, name: str, obj: dict) -> dict | None:
+        """status.cost of a GPUWorkload: its pods' metered GPU-hours and cost since it was created."""
+        from kgwe.policy.gpu_workload import GPUWorkload
+        from kgwe.workloads.cost import pod_pattern, workload_cost
+        from kgwe.workloads.status import rfc3339
+
+        if self.book is None:
+            return None
+        wl = GPUWorkload.model_validate(obj)
+        now = self.now()
+        created = obj["metadata"].get("creationTimestamp")
+        since = datetime.fromisoformat(created.replace("Z", "+00:00")) if created else now
+        if since >= now:
+            return None
+        pattern = pod_pattern(name, [r.name for r in wl.spec.effective_roles()], wl.spec.is_batch)
+        usage = self.service.store.usage(Period(since, now))
+        hours, amount = workload_cost(usage, self.book, namespace, pattern, now)
+        return {
+            "gpuHours": str(hours),
+            "amount": str(amount),
+            "currency": self.book.currency,
+            "asOf": rfc3339(now),
+        }
 
     def start(self, api_client: client.ApiClient) -> None:
         """Start metering once (on first becoming leader); the watch reconciles with live pods on start."""
@@ -82,8 +107,9 @@ class CostDuties:
         ps = getattr(rec, "last_policy", None)
         if ps is None or ps.pricing_catalog() is None:
             return  # nothing valid applied yet, or no prices: nothing to meter against
-        name, spec, now = rec.name, repo.get("spec") or {}, self.now()
+        name, now = rec.name, self.now()
         book = pricebook_from_catalog(ps.pricing_catalog())
+        self.book = book  # the GPUWorkload reconciler prices its workloads' usage with it
         budgets = [budget_from_policy(b) for b in ps.budgets]
         self.service.budget_teams_by_repository[name] = {ns: b.team for b in budgets for ns in b.namespaces}
         last = self._last_refresh.get(name)
@@ -99,14 +125,14 @@ class CostDuties:
                 for d in quota_decisions(budget, status, use)
                 if d.capped
             }
-        self._reports(rec, repo, spec, book, budgets, now)
+        self._reports(rec, repo, book, budgets, now)
 
-    def _reports(self, rec: Any, repo: dict, spec: dict, book: Any, budgets: list, now: datetime) -> None:
-        reports = spec.get("reports") or {}
-        if not reports.get("schedule"):
+    def _reports(self, rec: Any, repo: dict, book: Any, budgets: list, now: datetime) -> None:
+        typed = rec.last_spec  # validated by this pass's reconcile (None: the spec is invalid)
+        if typed is None or typed.reports is None:
             return
         try:
-            schedule = cron.parse(reports["schedule"])
+            schedule = cron.parse(typed.reports.schedule)  # the model's default when the spec has none
         except KgweError as exc:
             rec.recorder.warning(repo, "InvalidReportSchedule", str(exc))
             return
@@ -116,18 +142,19 @@ class CostDuties:
         self._last_report_check[rec.name] = now
         if not rec.is_leader():
             return  # the lease was lost meanwhile: the new leader commits
-        ref = spec.get("ref") or {}
+        try:
+            commit_back = rec.commit_back(typed, "cost-reports")
+        except KgweError as exc:
+            rec.recorder.warning(repo, "CommitBackRejected", f"cost reports: {exc}")
+            return
         result = self.service.commit(
             book,
             budgets,
             month_period(now),
             now,
-            repo_url=spec["url"],
-            branch=reports.get("branch") or ref.get("branch") or "main",
-            workdir=rec.cache_dir / "cost-reports",
-            path_prefix=(reports.get("path") or "reports").strip("/"),
+            commit_back=commit_back,
+            path_prefix=typed.reports_path,
             prometheus_url=self.prometheus_url,
-            credentials=rec.git_credentials(spec),
         )
         if result.status == "rejected":
             rec.recorder.warning(repo, "CommitBackRejected", f"cost reports: {result.reason}")

@@ -2,8 +2,10 @@
 
 Starts a local control plane (etcd, kube-apiserver, kube-scheduler, kwok) with simulated GPU nodes built
 from sample-repo's inventory and a MIG manager stand-in, puts sample-repo in a local Git repository, runs
-the controller against it and shows the MIG layouts rolling out pool by pool; then commits a policy change,
-sends the signed webhook, and shows that change rolling through.
+the controller against it and shows the MIG layouts rolling out pool by pool; then runs GPU jobs
+(GPUWorkloads: the seed README's 8-GPU llm-training and an inference service on MIG slices) through
+kube-scheduler with KGWE's rendered configuration and extender, printing where each pod landed; then
+commits a policy change, sends the signed webhook, and shows that change rolling through.
 """
 
 from __future__ import annotations
@@ -22,9 +24,13 @@ from typing import Any
 
 import yaml
 
+from kgwe import API_GROUP, API_VERSION
+from kgwe.cluster.names import CRD_VERSION, POLICY_REPOSITORY_PLURAL
 from kgwe.errors import KgweError
+from kgwe.vocab import MIG_CONFIG_LABEL, MIG_STATE_LABEL
 
 NS = "kgwe-system"
+POOL_LABEL = "kgwe.nvidia.io/pool"  # sample-repo's pool label
 REPO = "gpu-policy"
 SECRET = b"demo-webhook-secret"
 MACHINE_FOR_TOPOLOGY = {
@@ -72,15 +78,15 @@ def _show(api: Any, pools: dict[str, list[str]], status: dict) -> str:
         cells = []
         for name in names:
             labels = core.read_node(name).metadata.labels or {}
-            if "nvidia.com/mig.config" not in labels:  # no MIGStrategy selects it: KGWE leaves it alone
+            if MIG_CONFIG_LABEL not in labels:  # no MIGStrategy selects it: KGWE leaves it alone
                 cells.append(f"{name} (no MIG policy)")
                 continue
-            config = labels["nvidia.com/mig.config"].removeprefix("kgwe-")
-            state = labels.get("nvidia.com/mig.config.state", "")
+            config = labels[MIG_CONFIG_LABEL].removeprefix("kgwe-")
+            state = labels.get(MIG_STATE_LABEL, "")
             mark = {"success": "✓", "pending": "⟳", "failed": "✗"}.get(state, "…")
             cells.append(f"{name}={config}{mark}")
         lines.append(f"  {pool}:\n    " + "  ".join(cells))
-    ready = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {})
+    ready: dict = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {})
     lines.append(
         f"  Ready={ready.get('status', '?')} ({ready.get('reason', '')}): {ready.get('message', '')[:140]}"
     )
@@ -94,13 +100,13 @@ def _wait_ready(api: Any, pools: dict[str, list[str]], revision: str, timeout: f
     deadline = time.monotonic() + timeout
     last = ""
     while time.monotonic() < deadline:
-        obj = custom.get_namespaced_custom_object("kgwe.nvidia.io", "v1", NS, "policyrepositories", REPO)
+        obj = custom.get_namespaced_custom_object(API_GROUP, CRD_VERSION, NS, POLICY_REPOSITORY_PLURAL, REPO)
         status = obj.get("status") or {}
         view = _show(api, pools, status)
         if view != last:
             _say(f"[{time.strftime('%H:%M:%S')}]\n{view}")
             last = view
-        ready = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {})
+        ready: dict = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {})
         if status.get("lastAppliedRevision", "").endswith(revision) and ready.get("status") == "True":
             return
         if ready.get("reason") in ("ValidationFailed", "RolloutStalled"):
@@ -109,146 +115,264 @@ def _wait_ready(api: Any, pools: dict[str, list[str]], revision: str, timeout: f
     raise KgweError(f"revision {revision[:12]} not rolled out within {timeout:.0f}s")
 
 
-def run(args: argparse.Namespace) -> int:
+def _sample_documents(kind: str, folder: str) -> list[dict]:
+    """The `kind` documents of sample-repo/<folder>/ (the demo's inventory and budgets)."""
+    from kgwe.resources import sample_repo_dir
+
+    return [
+        d
+        for p in sorted((sample_repo_dir() / folder).glob("*.yaml"))
+        for d in yaml.safe_load_all(p.read_text())
+        if d and d.get("kind") == kind
+    ]
+
+
+def _prepare_cluster(api: Any, budgets: list[dict]) -> None:
+    """KGWE's CRDs (served before anything uses them) and the namespaces the demo and the budgets use."""
+    from kgwe.cluster.client import ensure_namespace
+    from kgwe.cluster.crds import install_crds
+
+    install_crds(api)
+    for ns in {NS, "gpu-operator", *(n for b in budgets for n in b["spec"].get("namespaces", []))}:
+        ensure_namespace(api, ns)
+
+
+def _create_gpu_nodes(api: Any, inventory: dict) -> dict[str, list[str]]:
+    """A simulated GPU node per inventory node; returns pool -> node names of the pools MIG policy covers."""
+    from kgwe.testing import gpunodes
+
+    pools: dict[str, list[str]] = {}
+    for node in inventory["spec"]["nodes"]:
+        machine = MACHINE_FOR_TOPOLOGY.get(node.get("topology", ""), "DGX-H100")
+        labels = {k: v for k, v in node["labels"].items() if not k.startswith("nvidia.com/")}
+        gpunodes.create_gpu_node(api, node["name"], machine, labels=labels)
+        pools.setdefault(labels.get(POOL_LABEL, "other"), []).append(node["name"])
+    _say(
+        f"  {len(inventory['spec']['nodes'])} simulated GPU nodes from sample-repo's inventory: "
+        + ", ".join(f"{p} ({len(n)})" for p, n in sorted(pools.items()))
+    )
+    return {p: n for p, n in pools.items() if p != "other"}
+
+
+def _init_policy_repository(tmp: Path) -> tuple[Path, Path, str]:
+    """A bare Git repository holding sample-repo at clusters/prod, and a clone to change it from:
+    (bare, work tree, first commit)."""
+    from kgwe.resources import sample_repo_dir
+
+    bare, work = tmp / "gpu-policy.git", tmp / "gpu-policy"
+    _git(tmp, "init", "-q", "--bare", "-b", "main", str(bare))
+    shutil.copytree(sample_repo_dir(), work / "clusters" / "prod")
+    _git(work, "init", "-q", "-b", "main")
+    _git(work, "add", "-A")
+    _git(work, "commit", "-qm", "GPU policy for prod")
+    _git(work, "remote", "add", "origin", str(bare))
+    _git(work, "push", "-q", "origin", "main")
+    first = _git(work, "rev-parse", "HEAD")
+    return bare, work, first
+
+
+def _create_policy_repository_object(api: Any, url: str) -> None:
+    from kubernetes import client
+
+    client.CustomObjectsApi(api).create_namespaced_custom_object(
+        API_GROUP,
+        CRD_VERSION,
+        NS,
+        POLICY_REPOSITORY_PLURAL,
+        {
+            "apiVersion": API_VERSION,
+            "kind": "PolicyRepository",
+            "metadata": {"name": REPO},
+            "spec": {
+                "url": url,
+                "ref": {"branch": "main"},
+                "path": "clusters/prod",
+                "interval": "5s",
+                "reports": {"path": "reports/prod"},
+            },
+        },
+    )
+
+
+def _commit_policy_change(work: Path) -> str:
+    """A platform engineer's change to the inference pool's MIG mix; returns the new commit."""
+    _git(work, "pull", "-q", "--rebase", "origin", "main")  # the bot committed reports/
+    path = work / "clusters/prod/mig/inference-h100.yaml"
+    text = path.read_text()
+    path.write_text(text.replace("1g.10gb: 70%", "1g.10gb: 40%").replace("2g.20gb: 20%", "2g.20gb: 50%"))
+    _git(work, "commit", "-qam", "inference-h100: more 2g.20gb for the new 13B model")
+    _git(work, "push", "-q", "origin", "main")
+    return _git(work, "rev-parse", "HEAD")
+
+
+def _send_push_webhook(port: int, commit: str, bare: Path) -> None:
+    """The signed push event a Git host would send for `commit`."""
+    from kgwe.gitops.webhook import sign
+
+    body = json.dumps(
+        {
+            "ref": "refs/heads/main",
+            "after": commit,
+            "commits": [{"modified": ["clusters/prod/mig/inference-h100.yaml"]}],
+            "repository": {"clone_url": str(bare)},
+        }
+    ).encode()
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{port}/hooks/git",
+        data=body,
+        method="POST",
+        headers={
+            "Content-Type": "application/json",
+            "X-GitHub-Event": "push",
+            "X-Hub-Signature-256": sign(SECRET, body),
+        },
+    )
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        _say(f"  webhook: HTTP {resp.status} {resp.read().decode()}")
+
+
+def _start_controller(
+    api: Any, cache_dir: Path, ca_file: str
+) -> tuple[Any, threading.Event, threading.Thread]:
+    from kgwe.gitops.gitcmd import GitAccess
+    from kgwe.reconcile.controller import Controller
+
+    controller = Controller(
+        api,
+        NS,
+        cache_dir=cache_dir,
+        webhook_secret=SECRET,
+        listen=("127.0.0.1", 0),
+        lease_duration_seconds=6,
+        renew_deadline_seconds=4,
+        retry_period_seconds=1,
+        git_access=GitAccess(ca_file=ca_file),
+    )
+    stop = threading.Event()
+    thread = threading.Thread(target=controller.run, args=(stop,), daemon=True)
+    thread.start()
+    return controller, stop, thread
+
+
+def start_kgwe_scheduling(cp: Any, policy_dir: Path) -> Any:
+    """The extender as its own process, and kube-scheduler restarted with KGWE's rendered configuration
+    (profile `kgwe-scheduler`, calling that extender). Returns the extender process."""
+    from kgwe.policy import load_repository
+    from kgwe.render.render import RenderOptions, render
+    from kgwe.testing.extender_process import start_extender
+
+    proc, port = start_extender(cp.kubeconfig_path, "--namespace", NS)
+    options = RenderOptions(
+        extender_url=f"http://127.0.0.1:{port}", scheduler_name="kgwe-scheduler", namespace=NS
+    )
+    configmap = yaml.safe_load(
+        render(load_repository(policy_dir), options=options).files["kube-scheduler-config.yaml"]
+    )
+    cp.start_scheduler(yaml.safe_load(configmap["data"]["scheduler-config.yaml"]))
+    _say(f"  kube-scheduler runs KGWE's rendered config (profile kgwe-scheduler) -> extender on port {port}")
+    return proc
+
+
+def place_workloads(api: Any, timeout: float) -> None:
+    """The seed README's 8-GPU llm-training and a small inference service on MIG slices, as GPUWorkloads;
+    prints where each pod landed and why."""
     from kubernetes import client
 
     from kgwe.cluster.client import ensure_namespace
-    from kgwe.gitops.webhook import sign
-    from kgwe.reconcile.controller import Controller
-    from kgwe.resources import deploy_dir, sample_repo_dir
-    from kgwe.testing import gpunodes
+    from kgwe.resources import workload_examples_dir
+
+    examples = workload_examples_dir()
+    placed = [("kgwe-readme-llm-training.yaml", None), ("inference-mig.yaml", "inference-prod")]
+    custom = client.CustomObjectsApi(api)
+    names = []
+    for file, namespace in placed:
+        doc = yaml.safe_load((examples / file).read_text())
+        if namespace:
+            doc["metadata"]["namespace"] = namespace  # a namespace the inference budget covers
+        ensure_namespace(api, doc["metadata"]["namespace"])
+        custom.create_namespaced_custom_object(
+            "kgwe.nvidia.io", "v1", doc["metadata"]["namespace"], "gpuworkloads", doc
+        )
+        names.append((doc["metadata"]["namespace"], doc["metadata"]["name"], doc["spec"]["gpuRequirements"]))
+        _say(f"  applied GPUWorkload {doc['metadata']['namespace']}/{doc['metadata']['name']} ({file})")
+    core = client.CoreV1Api(api)
+    deadline = time.monotonic() + timeout
+    for namespace, name, req in names:
+        while True:
+            pods = core.list_namespaced_pod(namespace, label_selector=f"kgwe.nvidia.io/workload={name}").items
+            bound = [p for p in pods if p.spec.node_name]
+            wanted = 2 if req.get("migProfile") else 1
+            if len(bound) >= wanted:
+                break
+            if time.monotonic() > deadline:
+                status = custom.get_namespaced_custom_object(
+                    "kgwe.nvidia.io", "v1", namespace, "gpuworkloads", name
+                ).get("status", {})
+                said = "; ".join(
+                    f"{c['type']}={c['status']} {c.get('message', '')}" for c in status.get("conditions", [])
+                )
+                raise KgweError(f"GPUWorkload {namespace}/{name} not placed within {timeout:.0f}s: {said}")
+            time.sleep(0.5)
+        for pod in sorted(bound, key=lambda p: p.metadata.name):
+            node = core.read_node(pod.spec.node_name)
+            product = (node.metadata.labels or {}).get("nvidia.com/gpu.product", "?")
+            if req.get("migProfile"):
+                why = f"one MIG instance {req['migProfile']} of a MIG-partitioned {product}"
+            else:
+                bw = req.get("topology", {}).get("minBandwidthGBps")
+                why = f"{req['count']} GPUs of {product}: one full NVLink set" + (
+                    f" (>= {bw} GB/s)" if bw else ""
+                )
+            _say(f"    {pod.metadata.name} -> {pod.spec.node_name}: {why}")
+
+
+def run(args: argparse.Namespace) -> int:
     from kgwe.testing.controlplane import ControlPlane, find_binaries
+    from kgwe.testing.gitserver import GitHttpsServer
     from kgwe.testing.migmanager import MigManagerStandIn
 
-    inventory = next(
-        d
-        for p in sorted((sample_repo_dir() / "inventory").glob("*.yaml"))
-        for d in yaml.safe_load_all(p.read_text())
-        if d and d.get("kind") == "GPUInventory"
-    )
-    budgets = [
-        d
-        for p in sorted((sample_repo_dir() / "budgets").glob("*.yaml"))
-        for d in yaml.safe_load_all(p.read_text())
-        if d and d.get("kind") == "GPUBudget"
-    ]
+    inventory = _sample_documents("GPUInventory", "inventory")[0]
+    budgets = _sample_documents("GPUBudget", "budgets")
     _say("KGWE demo: starting a local control plane (etcd, kube-apiserver, kube-scheduler, kwok) ...")
     with tempfile.TemporaryDirectory(prefix="kgwe-demo-") as tmp_name, ControlPlane(find_binaries()) as cp:
         tmp = Path(tmp_name)
         api = cp.new_api_client()
         _say(f"  API server {cp.server_url}; kubeconfig {cp.kubeconfig_path}")
-        ext = client.ApiextensionsV1Api(api)
-        for path in sorted((deploy_dir() / "crds").glob("*.yaml")):
-            for crd in yaml.safe_load_all(path.read_text()):
-                ext.create_custom_resource_definition(crd)
-        for ns in {NS, "gpu-operator", *(n for b in budgets for n in b["spec"].get("namespaces", []))}:
-            ensure_namespace(api, ns)
-
-        pools: dict[str, list[str]] = {}
-        for node in inventory["spec"]["nodes"]:
-            machine = MACHINE_FOR_TOPOLOGY.get(node.get("topology", ""), "DGX-H100")
-            labels = {k: v for k, v in node["labels"].items() if not k.startswith("nvidia.com/")}
-            gpunodes.create_gpu_node(api, node["name"], machine, labels=labels)
-            pools.setdefault(labels.get("kgwe.nvidia.io/pool", "other"), []).append(node["name"])
-        _say(
-            f"  {len(inventory['spec']['nodes'])} simulated GPU nodes from sample-repo's inventory: "
-            + ", ".join(f"{p} ({len(n)})" for p, n in sorted(pools.items()))
-        )
-        pools = {p: n for p, n in pools.items() if p != "other"}
-        # wait for the apiserver to serve the CRD before anything uses it
-        custom = client.CustomObjectsApi(api)
-        for _ in range(100):
-            try:
-                custom.list_namespaced_custom_object("kgwe.nvidia.io", "v1", NS, "policyrepositories")
-                break
-            except client.exceptions.ApiException:
-                time.sleep(0.1)
-
-        bare, work = tmp / "gpu-policy.git", tmp / "gpu-policy"
-        _git(tmp, "init", "-q", "--bare", "-b", "main", str(bare))
-        shutil.copytree(sample_repo_dir(), work / "clusters" / "prod")
-        _git(work, "init", "-q", "-b", "main")
-        _git(work, "add", "-A")
-        _git(work, "commit", "-qm", "GPU policy for prod")
-        _git(work, "remote", "add", "origin", str(bare))
-        _git(work, "push", "-q", "origin", "main")
-        first = _git(work, "rev-parse", "HEAD")
-        _say(f"  policy repository {bare} (sample-repo at clusters/prod), commit {first[:12]}")
-
-        with MigManagerStandIn(
-            api,
-            delay_seconds=args.mig_delay,
-            config_namespace="gpu-operator",
-            config_map="kgwe-mig-parted-config",
-        ):
-            controller = Controller(
+        _prepare_cluster(api, budgets)
+        pools = _create_gpu_nodes(api, inventory)
+        bare, work, first = _init_policy_repository(tmp)
+        # Served over real HTTPS on loopback: PolicyRepository URLs must be https:// or ssh://.
+        git_server = GitHttpsServer(tmp)
+        url = git_server.url(bare.name)
+        _say(f"  policy repository {url} (sample-repo at clusters/prod), commit {first[:12]}")
+        with (
+            git_server,
+            MigManagerStandIn(
                 api,
-                NS,
-                cache_dir=tmp / "cache",
-                webhook_secret=SECRET,
-                listen=("127.0.0.1", 0),
-                lease_duration_seconds=6,
-                renew_deadline_seconds=4,
-                retry_period_seconds=1,
-            )
-            stop = threading.Event()
-            thread = threading.Thread(target=controller.run, args=(stop,), daemon=True)
-            thread.start()
-            custom.create_namespaced_custom_object(
-                "kgwe.nvidia.io",
-                "v1",
-                NS,
-                "policyrepositories",
-                {
-                    "apiVersion": "kgwe.nvidia.io/v1",
-                    "kind": "PolicyRepository",
-                    "metadata": {"name": REPO},
-                    "spec": {
-                        "url": str(bare),
-                        "ref": {"branch": "main"},
-                        "path": "clusters/prod",
-                        "interval": "5s",
-                        "reports": {"path": "reports/prod"},
-                    },
-                },
-            )
+                delay_seconds=args.mig_delay,
+                config_namespace="gpu-operator",
+                config_map="kgwe-mig-parted-config",
+            ),
+        ):
+            controller, stop, thread = _start_controller(api, tmp / "cache", git_server.ca_file)
+            _create_policy_repository_object(api, url)
+            port = controller.server.port
             _say(
-                f"\n== controller running (webhook and metrics on 127.0.0.1:{controller.server.port}); "
+                f"\n== controller running (webhook and metrics on 127.0.0.1:{port}); "
                 "rolling out the initial layouts =="
             )
             _say("   node=<nvidia.com/mig.config>  ✓ MIG manager reports success  ⟳ pending  ✗ failed")
             try:
                 _wait_ready(api, pools, first, args.timeout)
+                _say("\n== GPU jobs: GPUWorkloads placed by KGWE's scheduler after the MIG rollout ==")
+                extender = start_kgwe_scheduling(cp, work / "clusters" / "prod")
+                try:
+                    place_workloads(api, args.timeout)
+                finally:
+                    extender.terminate()
                 _say("\n== a platform engineer changes the inference pool's MIG mix (commit + webhook) ==")
-                _git(work, "pull", "-q", "--rebase", "origin", "main")  # the bot committed reports/
-                path = work / "clusters/prod/mig/inference-h100.yaml"
-                text = path.read_text()
-                path.write_text(
-                    text.replace("1g.10gb: 70%", "1g.10gb: 40%").replace("2g.20gb: 20%", "2g.20gb: 50%")
-                )
-                _git(work, "commit", "-qam", "inference-h100: more 2g.20gb for the new 13B model")
-                _git(work, "push", "-q", "origin", "main")
-                second = _git(work, "rev-parse", "HEAD")
-                body = json.dumps(
-                    {
-                        "ref": "refs/heads/main",
-                        "after": second,
-                        "commits": [{"modified": ["clusters/prod/mig/inference-h100.yaml"]}],
-                        "repository": {"clone_url": str(bare)},
-                    }
-                ).encode()
-                req = urllib.request.Request(
-                    f"http://127.0.0.1:{controller.server.port}/hooks/git",
-                    data=body,
-                    method="POST",
-                    headers={
-                        "Content-Type": "application/json",
-                        "X-GitHub-Event": "push",
-                        "X-Hub-Signature-256": sign(SECRET, body),
-                    },
-                )
-                with urllib.request.urlopen(req, timeout=10) as resp:
-                    _say(f"  webhook: HTTP {resp.status} {resp.read().decode()}")
+                second = _commit_policy_change(work)
+                _send_push_webhook(port, second, bare)
                 _wait_ready(api, pools, second, args.timeout)
                 log = _git(bare, "log", "--format=%h %an: %s", "-5", "main")
                 _say(

@@ -1,4 +1,4 @@
-"""Prometheus metrics of the reconciler (issue 7 point 9), in their own registry so tests and several
+"""Prometheus metrics of the reconciler, in their own registry so tests and several
 controllers in one process do not collide; `/metrics` serves this registry plus commit-back's counter."""
 
 from __future__ import annotations

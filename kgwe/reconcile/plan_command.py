@@ -6,6 +6,10 @@ pool (GPUs repartitioned, nodes that would need a drain), and policy changes (sc
 budgets and quotas). Works offline: the inventory comes from --inventory, else --kubeconfig, else the
 snapshot the controller commits under reports/, else the repository's own GPUInventory.
 
+When scoring profiles, MIG strategies, budgets or prices change, an impact section replays the recorded
+demand (demand-record.json under reports/, or --demand FILE) through the base and the head policy
+(kgwe.impact); a missing or unusable record only adds a note saying why. --no-impact skips it.
+
 Exit status: 0 nothing would change, 2 something would change, 1 error (like `flux diff`).
 """
 
@@ -25,6 +29,8 @@ from kgwe.gitops.source import export_commit, resolve_local
 from kgwe.reconcile.prplan import PlanReport, diff_layouts, diff_objects, diff_policies, markdown
 
 SNAPSHOT_NAME = "gpu-inventory.yaml"
+DEMAND_NAME = "demand-record.json"  # kgwe.impact.record.RECORD_NAME, kept here so `import` stays light
+IMPACT_SEED = 42
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -37,6 +43,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     source.add_argument("--kubeconfig", help="read the inventory from this cluster")
     parser.add_argument("--repository-name", default="local", help="PolicyRepository name for labels")
     parser.add_argument("--output", help="also write the Markdown report to this file")
+    parser.add_argument(
+        "--demand", help="demand record to replay (default: demand-record.json under reports/ at head)"
+    )
+    parser.add_argument("--no-impact", action="store_true", help="skip the impact replay of recorded demand")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -68,7 +78,12 @@ def run(args: argparse.Namespace) -> int:
         inventory, inventory_source = _inventory(args, repo, head_sha, head_ps)
         report = plan_report(base_ps, head_ps, inventory, repository=args.repository_name)
         report.notes += notes
+        impact = None
+        if not args.no_impact:
+            impact = _impact(args, repo, head_sha, base_ps, head_ps, inventory, report)
     text = markdown(report, base=args.base, head=args.head, inventory_source=inventory_source)
+    if impact:
+        text += "\n" + impact
     sys.stdout.write(text)
     if args.output:
         Path(args.output).write_text(text)
@@ -82,7 +97,7 @@ def plan_report(base_ps: Any, head_ps: Any, inventory: Any, *, repository: str =
     options = RenderOptions(repository=repository)
     head = render(head_ps, inventory, options=options)
     base = render(base_ps, inventory, options=options) if base_ps is not None and base_ps.ok else Rendered()
-    report = PlanReport()
+    report = PlanReport(rendered=(base, head))
     diff_objects(base.objects, head.objects, report)
     diff_policies(base_ps.objects() if base_ps is not None else [], head_ps.objects(), report)
     node_pool: dict[str, str] = {}
@@ -100,6 +115,74 @@ def plan_report(base_ps: Any, head_ps: Any, inventory: Any, *, repository: str =
     if inventory is None:
         report.notes.append("no GPU inventory found: MIG layouts were not planned (pass --inventory)")
     return report
+
+
+def _impact(
+    args: argparse.Namespace,
+    repo: git.Repo,
+    head_sha: str,
+    base_ps: Any,
+    head_ps: Any,
+    inventory: Any,
+    report: Any,
+) -> str | None:
+    """The impact section, or None with a note saying why it was skipped (the exit code never changes)."""
+    from kgwe.impact.record import DemandRecordError, check_inventory, decode, gpus_of
+    from kgwe.impact.replay import compare
+    from kgwe.impact.report import markdown as impact_markdown
+    from kgwe.impact.report import policy_view, wants_impact
+
+    if not wants_impact(report.policy_changes):
+        return None
+    if inventory is None or base_ps is None or not base_ps.ok:
+        report.notes.append("impact skipped: it needs an inventory and a valid base revision")
+        return None
+    try:
+        data, source = _demand(args, repo, head_sha)
+        if data is None:
+            report.notes.append(
+                f"impact skipped: no {DEMAND_NAME} under reports/ at head (the controller commits one on the "
+                "report schedule) and no --demand FILE"
+            )
+            return None
+        record = decode(data, where=source)
+        check_inventory(record, gpus_of([(n.product, n.gpus) for n in inventory.spec.nodes]))
+    except DemandRecordError as exc:
+        report.notes.append(f"impact skipped: {exc}")
+        return None
+    base_render, head_render = report.rendered
+    base = policy_view(base_ps, base_render, inventory)
+    head = policy_view(head_ps, head_render, inventory)
+    before, after = compare(record, base, head, seed=IMPACT_SEED)
+    return impact_markdown(record, source, before, after, IMPACT_SEED)
+
+
+def _demand(args: argparse.Namespace, repo: git.Repo, head_sha: str) -> tuple[bytes | None, str]:
+    from kgwe.impact.record import MAX_RECORD_BYTES, DemandRecordError
+
+    if args.demand:
+        path = Path(args.demand)
+        try:
+            with path.open("rb") as fh:
+                return fh.read(MAX_RECORD_BYTES + 1), f"`{args.demand}`"
+        except OSError as exc:
+            raise DemandRecordError(f"cannot read demand record {path}: {exc.strerror}") from None
+    sub = args.path.strip("/")
+    folders = ["reports"] + ([f"{sub}/reports"] if sub not in ("", ".") else [])
+    found = [
+        p
+        for p in repo.git.ls_tree("-r", "--name-only", head_sha, "--", *folders).splitlines()
+        if p.endswith("/" + DEMAND_NAME)
+    ]
+    if not found:
+        return None, ""
+    found.sort(key=lambda p: not p.startswith("reports/"))  # the controller's record before a shipped one
+    size = int(repo.git.cat_file("-s", f"{head_sha}:{found[0]}"))
+    where = f"`{found[0]}` at head"
+    if size > MAX_RECORD_BYTES:
+        raise DemandRecordError(f"{where}: {size} bytes is over the {MAX_RECORD_BYTES}-byte bound; refused")
+    blob = repo.commit(head_sha).tree / found[0]
+    return blob.data_stream.read(), where
 
 
 def _inventory(args: argparse.Namespace, repo: git.Repo, head_sha: str, head_ps: Any) -> tuple[Any, str]:

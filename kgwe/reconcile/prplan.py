@@ -24,6 +24,7 @@ class PlanReport:
     pools: dict[str, dict] = field(default_factory=dict)
     policy_changes: dict[str, list[str]] = field(default_factory=dict)  # "Kind/name" -> field changes
     notes: list[str] = field(default_factory=list)
+    rendered: tuple[Any, Any] | None = None  # (base, head) renders, for the impact replay
 
     @property
     def has_changes(self) -> bool:

@@ -14,32 +14,50 @@ import tempfile
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import orjson
 import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from kgwe import API_GROUP
 from kgwe.cluster.apply import Applier, NotLeader, ObjectRef, SyncResult
 from kgwe.cluster.events import EventRecorder
 from kgwe.cluster.inventory import GpuNodeFacts, config_layout, inventory_document, read_gpu_nodes
-from kgwe.cluster.names import BUDGET_QUOTA_NAME, repository_label_value
+from kgwe.cluster.names import (
+    BUDGET_QUOTA_NAME,
+    CRD_VERSION,
+    GIT_CREDENTIALS_LABEL,
+    POLICY_REPOSITORY_PLURAL,
+    RETRY_ANNOTATION,
+    repository_label_value,
+)
 from kgwe.cluster.nodes import NodeOps
 from kgwe.errors import KgweError
-from kgwe.gitops.auth import GitCredentials
+from kgwe.gitops.auth import GitCredentials, is_ssh_url
 from kgwe.gitops.commit_back import CommitBack
+from kgwe.gitops.gitcmd import GitAccess
 from kgwe.gitops.source import GitRef, GitSource, GitSourceError, Revision
+from kgwe.policy.cluster_kinds import PolicyRepositorySpec
 from kgwe.reconcile.metrics import ReconcileMetrics
-from kgwe.reconcile.rollout import Action, NodeState, PoolPolicy, RolloutPlan, plan_rollout
+from kgwe.reconcile.rollout import (
+    Action,
+    NodeState,
+    PoolPolicy,
+    RolloutPlan,
+    apply_actions,
+    plan_rollout,
+)
 from kgwe.reconcile.status import Outcome, next_status
 
 log = logging.getLogger(__name__)
 
-GROUP, VERSION, PLURAL = "kgwe.nvidia.io", "v1", "policyrepositories"
+GROUP, VERSION, PLURAL = API_GROUP, CRD_VERSION, POLICY_REPOSITORY_PLURAL
 DEFAULT_PENDING_TIMEOUT_SECONDS = 900.0
 MAX_ERRORS_IN_MESSAGE = 5
 NODE_WORKERS = 8
@@ -53,26 +71,27 @@ class Desired:
     node_pool: dict[str, str]
     inventory_doc: dict
     mig_configs: dict  # config name -> mig-parted entries, as rendered (plus the live ones)
+    revisions: dict[str, str] = field(default_factory=dict)  # pool -> rollout revision (strategy digest)
 
 
-def parse_interval_seconds(text: str | int | float | None, default: float = 60.0) -> float:
-    """Go-style durations as PolicyRepository uses them (1m, 30s, 1h30m, 500ms)."""
-    if text is None:
-        return default
-    if isinstance(text, int | float):
-        return float(text)
-    import re
+class InvalidSpec(KgweError):
+    """The PolicyRepository's spec does not validate; the message names the field path."""
 
-    total, pos = 0.0, 0
-    units = {"ms": 0.001, "s": 1, "m": 60, "h": 3600}
-    for match in re.finditer(r"(\d+(?:\.\d+)?)(ms|s|m|h)", text):
-        if match.start() != pos:
-            break
-        total += float(match.group(1)) * units[match.group(2)]
-        pos = match.end()
-    if pos != len(text) or total <= 0:
-        raise KgweError(f"invalid duration {text!r} (use e.g. 30s, 1m, 1h)")
-    return total
+
+def read_spec(repo: Mapping) -> PolicyRepositorySpec:
+    """The typed spec of a PolicyRepository object as read from the API (one validation per reconcile)."""
+    from pydantic import ValidationError
+
+    from kgwe.policy.diagnostics import format_path, messages_from_validation
+
+    try:
+        return PolicyRepositorySpec.model_validate(repo.get("spec") or {})
+    except ValidationError as exc:
+        problems = [
+            f"{format_path(('spec', *loc))}: {message}"
+            for loc, message in messages_from_validation(PolicyRepositorySpec, exc)
+        ]
+        raise InvalidSpec("invalid spec: " + "; ".join(problems[:MAX_ERRORS_IN_MESSAGE])) from None
 
 
 def max_unavailable_value(value: Any) -> int | str:
@@ -96,9 +115,11 @@ class RepositoryReconciler:
         is_leader: Callable[[], bool] = lambda: True,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
         git_attempts: int = 3,
+        git_access: GitAccess | None = None,
         render_options: Any = None,
     ) -> None:
         self.api_client = api_client
+        self.git_access = git_access or GitAccess()
         self.render_options = render_options  # a RenderOptions base (extender URL, TLS); None: defaults
         self.namespace = namespace
         self.name = name
@@ -115,6 +136,7 @@ class RepositoryReconciler:
         self._snapshot_hash: str | None = None
         self.last_sync: SyncResult | None = None
         self.last_policy: Any = None  # the PolicySet of the last applied revision (cost duties read it)
+        self.last_spec: PolicyRepositorySpec | None = None  # the spec the last reconcile validated
         # namespace -> ResourceQuota spec.hard replacing the rendered `kgwe-budget` (a budget's Enforce cap)
         self.quota_overrides: dict[str, dict[str, str]] = {}
         self.status_writes = 0  # PolicyRepository status patches (a no-op reconcile makes none)
@@ -130,35 +152,68 @@ class RepositoryReconciler:
                 return None
             raise
 
-    def git_credentials(self, spec: Mapping) -> GitCredentials | None:
-        ref = spec.get("secretRef") or {}
-        if not ref.get("name"):  # local use: KGWE_GIT_TOKEN / KGWE_GIT_SSH_KEY_FILE / ... (or none)
+    def git_credentials(self, spec: PolicyRepositorySpec) -> GitCredentials | None:
+        """The repository's Git credentials: only from a Secret that opts in with GIT_CREDENTIALS_LABEL;
+        the controller's own environment only when its operator allowed it (GitAccess)."""
+        ssh = is_ssh_url(spec.url)
+        if spec.secret_ref is None:
+            if ssh:
+                raise GitSourceError(
+                    "an SSH URL needs spec.secretRef naming a Secret with identity and known_hosts"
+                )
+            if not self.git_access.credentials_from_env:
+                return None
             local = GitCredentials.from_env()
             return local if (local.password or local.ssh_identity) else None
+        name = spec.secret_ref.name
         try:
-            secret = self.core.read_namespaced_secret(ref["name"], self.namespace)
+            secret = self.core.read_namespaced_secret(name, self.namespace)
         except ApiException as exc:
+            raise GitSourceError(f"secret {self.namespace}/{name} for Git credentials: {exc.reason}") from exc
+        labels = (secret.metadata.labels if secret.metadata else None) or {}
+        if labels.get(GIT_CREDENTIALS_LABEL) != "true":
             raise GitSourceError(
-                f"secret {self.namespace}/{ref['name']} for Git credentials: {exc.reason}"
-            ) from exc
-        return GitCredentials.from_secret_data(secret.data or {})
+                f'secret {self.namespace}/{name} is not labelled {GIT_CREDENTIALS_LABEL}="true"; a '
+                "PolicyRepository may only use Secrets that opt in to being Git credentials"
+            )
+        creds = GitCredentials.from_secret_data(secret.data or {})
+        if ssh and not creds.ssh_known_hosts:
+            raise GitSourceError(
+                f"secret {self.namespace}/{name} has no known_hosts: SSH host keys are never trusted on "
+                "first use"
+            )
+        return creds
 
-    def _source(self, spec: Mapping) -> GitSource:
-        ref = GitRef.from_spec(spec.get("ref"))
-        timeout = parse_interval_seconds(spec.get("timeout"), 60.0)
-        key = (spec["url"], ref, timeout, (spec.get("secretRef") or {}).get("name"))
+    def _source(self, spec: PolicyRepositorySpec) -> GitSource:
+        ref = GitRef.from_model(spec.ref)
+        key = (spec.url, ref, spec.timeout_seconds)
         source = self._sources.get(key)
         if source is None:
             source = GitSource(
-                spec["url"],
+                spec.url,
                 ref,
                 cache_dir=self.cache_dir / "git",
-                timeout_seconds=timeout,
+                timeout_seconds=spec.timeout_seconds,
                 attempts=self.git_attempts,
+                allow_local=self.git_access.allow_local_urls,
+                ca_file=self.git_access.ca_file,
             )
             self._sources = {key: source}
         source.credentials = self.git_credentials(spec)
         return source
+
+    def commit_back(self, spec: PolicyRepositorySpec, workdir_name: str) -> CommitBack:
+        """A CommitBack to the repository's reports branch that may write only under spec.reports.path."""
+        return CommitBack(
+            spec.url,
+            spec.reports_branch,
+            workdir=self.cache_dir / workdir_name,
+            credentials=self.git_credentials(spec),
+            allowed_prefixes=(spec.reports_path,),
+            timeout_seconds=spec.timeout_seconds,
+            allow_local=self.git_access.allow_local_urls,
+            ca_file=self.git_access.ca_file,
+        )
 
     # -- the reconcile -----------------------------------------------------------------------------
     def reconcile(self) -> Outcome | None:
@@ -166,10 +221,20 @@ class RepositoryReconciler:
         repo = self.read()
         if repo is None:
             return None
-        spec = repo.get("spec") or {}
-        if spec.get("suspend"):
-            return None
         started = time.monotonic()
+        self.last_spec = None
+        try:
+            spec = read_spec(repo)
+            self.last_spec = spec
+        except InvalidSpec as exc:
+            outcome = Outcome("spec_invalid", str(exc))
+            if _ready_message(repo) != outcome.message:  # one Event per new problem, not one per pass
+                self.recorder.warning(repo, "InvalidSpec", outcome.message)
+            self.metrics.results.labels(self.name, outcome.phase).inc()
+            self._write_status(repo, outcome)
+            return outcome
+        if spec.suspend:
+            return None
         try:
             outcome = self._reconcile(repo, spec)
         except NotLeader:
@@ -190,7 +255,7 @@ class RepositoryReconciler:
         self._write_status(repo, outcome)
         return outcome
 
-    def _reconcile(self, repo: dict, spec: Mapping) -> Outcome:
+    def _reconcile(self, repo: dict, spec: PolicyRepositorySpec) -> Outcome:
         status = repo.get("status") or {}
         try:
             source = self._source(spec)
@@ -254,13 +319,13 @@ class RepositoryReconciler:
             extra=extra,
         )
 
-    def _load(self, source: GitSource, sha: str, spec: Mapping) -> tuple[Any, list[str]]:
+    def _load(self, source: GitSource, sha: str, spec: PolicyRepositorySpec) -> tuple[Any, list[str]]:
         from kgwe.policy.loader import load_repository
 
-        path = (spec.get("path") or ".").strip("/")
+        path = spec.policy_path
         with tempfile.TemporaryDirectory(prefix="kgwe-rev-") as tmp:
             try:
-                root = source.export(sha, Path(tmp), None if path in ("", ".") else path)
+                root = source.export(sha, Path(tmp), path or None)
             except KgweError as exc:
                 return None, [str(exc)]
             ps = load_repository(root)
@@ -273,6 +338,7 @@ class RepositoryReconciler:
 
     # -- desired state -------------------------------------------------------------------------------
     def desired(self, ps: Any, facts: list[GpuNodeFacts]) -> Desired:
+        from kgwe.planner.from_policy import plan_layouts
         from kgwe.policy import GPUInventory
         from kgwe.render.render import RenderOptions, render
 
@@ -280,10 +346,9 @@ class RepositoryReconciler:
         live_configs = self._live_mig_configs(options.mig_namespace, options.mig_config_name)
         doc = inventory_document(facts, name=self.name, mig_configs=live_configs)
         inventory = GPUInventory.model_validate(doc)
-        rendered = render(ps, inventory, options=options)
-        objects = [self._with_quota_override(o) for o in rendered.objects if o.get("kind") != "Node"]
         pools: dict[str, PoolPolicy] = {}
-        node_pool: dict[str, str] = {}
+        selected: dict[str, str] = {}
+        revisions: dict[str, str] = {}
         for strategy in sorted(ps.mig_strategies, key=lambda s: s.name):
             rollout = strategy.spec.rollout
             timeout = (
@@ -294,16 +359,28 @@ class RepositoryReconciler:
             pools[strategy.name] = PoolPolicy(
                 strategy.name, max_unavailable_value(rollout.max_unavailable), rollout.drain, timeout
             )
+            revisions[strategy.name] = rollout_revision(strategy)
             for node in inventory.spec.nodes:
-                if (
-                    node.name in rendered.node_configs
-                    and node.name not in node_pool
-                    and strategy.selects(node.labels)
-                ):
-                    node_pool[node.name] = strategy.name
+                if node.name not in selected and strategy.selects(node.labels):
+                    selected[node.name] = strategy.name
+        # A node already changed for its pool's current strategy keeps its layout: one change per revision.
+        pinned = {
+            f.name for f in facts if f.name in selected and f.rollout_revision == revisions[selected[f.name]]
+        }
+        layouts = plan_layouts(ps.mig_strategies, inventory, pinned=pinned)
+        # Every config a node's label names stays defined until no node names it (the MIG manager re-reads
+        # it on any restart); the mig-parted ConfigMap is applied before any label points at a new config.
+        named = {
+            f.mig_config: live_configs[f.mig_config]
+            for f in facts
+            if f.mig_config and f.mig_config in live_configs
+        }
+        rendered = render(ps, inventory, options=options, layouts=layouts, keep_mig_configs=named)
+        objects = [self._with_quota_override(o) for o in rendered.objects if o.get("kind") != "Node"]
+        node_pool = {n: pool for n, pool in selected.items() if n in rendered.node_configs}
         configs = dict(live_configs)
         configs.update(_rendered_mig_configs(objects, options.mig_namespace, options.mig_config_name))
-        return Desired(objects, dict(rendered.node_configs), pools, node_pool, doc, configs)
+        return Desired(objects, dict(rendered.node_configs), pools, node_pool, doc, configs, revisions)
 
     def _with_quota_override(self, obj: dict) -> dict:
         """The rendered budget quota, capped while its budget is enforced (see kgwe.reconcile.costs)."""
@@ -338,20 +415,7 @@ class RepositoryReconciler:
 
     # -- MIG rollout ------------------------------------------------------------------------------
     def _rollout(self, repo: dict, desired: Desired, facts: list[GpuNodeFacts]) -> RolloutPlan:
-        states = [
-            NodeState(
-                name=f.name,
-                pool=desired.node_pool[f.name],
-                desired_config=_same_or(desired, f),
-                current_config=f.mig_config,
-                state=f.mig_state,
-                requested_at=f.requested_at,
-                gpu_pods=len(f.gpu_pods),
-                cordoned_by_kgwe=f.cordoned_by_kgwe,
-            )
-            for f in facts
-            if f.name in desired.node_pool
-        ]
+        states = node_states(desired, facts)
         now = self.now()
         plan = plan_rollout(states, desired.pools, now)
         ops = NodeOps(self.api_client, guard=self.is_leader)
@@ -363,7 +427,8 @@ class RepositoryReconciler:
             ran = []
             for action in actions:
                 try:
-                    self._do(ops, repo, action, now)
+                    revision = desired.revisions.get(desired.node_pool.get(action.node, ""))
+                    self._do(ops, repo, action, now, revision)
                 except ApiException as exc:
                     self.recorder.warning(
                         repo, "RolloutActionFailed", f"{action.kind} {action.node}: {exc.reason}"
@@ -372,8 +437,8 @@ class RepositoryReconciler:
                 ran.append(action)
             return ran
 
-        with ThreadPoolExecutor(max_workers=NODE_WORKERS) as pool:  # nodes are independent of each other
-            done = [a for ran in pool.map(run_node, per_node.values()) for a in ran]
+        with ThreadPoolExecutor(max_workers=NODE_WORKERS) as workers:  # nodes are independent of each other
+            done = [a for ran in workers.map(run_node, per_node.values()) for a in ran]
         selected: dict[str, list[str]] = {}
         for action in done:
             if action.kind == "relabel":
@@ -384,7 +449,7 @@ class RepositoryReconciler:
                 repo, "MIGConfigSelected", f"nvidia.com/mig.config={config} on {len(names)} node(s): {shown}"
             )
         self.metrics.writes.labels(self.name).inc(ops.writes)
-        after = plan_rollout(_apply_all(states, done, now), desired.pools, now)
+        after = plan_rollout(apply_actions(states, done, now), desired.pools, now)
         for pool, progress in after.pools.items():
             self.metrics.rollout_pending.labels(self.name, pool).set(
                 len(progress.pending) + len(progress.waiting_busy)
@@ -397,9 +462,16 @@ class RepositoryReconciler:
             )
         return RolloutPlan(tuple(done), after.pools)
 
-    def _do(self, ops: NodeOps, repo: dict, action: Action, now: datetime) -> None:
+    def _do(self, ops: NodeOps, repo: dict, action: Action, now: datetime, revision: str | None) -> None:
         if action.kind == "relabel":
-            ops.relabel(action.node, action.config or "", now)
+            ops.relabel(action.node, action.config or "", now, revision)
+        elif action.kind == "acknowledge":
+            ops.acknowledge(action.node)
+            self.recorder.normal(
+                repo,
+                "MIGFailureAcknowledged",
+                f"node {action.node}: {RETRY_ANNOTATION} taken; its pool's rollout no longer waits for it",
+            )
         elif action.kind == "cordon":
             ops.cordon(action.node, action.config or "")
             self.recorder.normal(repo, "NodeCordoned", f"node {action.node} cordoned for a MIG layout change")
@@ -449,27 +521,21 @@ class RepositoryReconciler:
             _content_type="application/merge-patch+json",
         )
 
-    def _commit_snapshot(self, repo: dict, spec: Mapping, phase: str) -> dict:
+    def _commit_snapshot(self, repo: dict, spec: PolicyRepositorySpec, phase: str) -> dict:
         """Commit the GPUInventory snapshot under the reports path (for offline `kgwe plan` in CI)."""
-        reports = spec.get("reports")
         doc = getattr(self, "_last_inventory_doc", None)
-        if not reports or doc is None:
+        if spec.reports is None or doc is None:
             return {}
         text = yaml.safe_dump(doc, sort_keys=False)
         digest = hashlib.sha256(text.encode()).hexdigest()
         if digest == self._snapshot_hash:
             return {}
-        ref = spec.get("ref") or {}
-        branch = reports.get("branch") or ref.get("branch") or "main"
-        base = (reports.get("path") or "reports").strip("/")
-        prefix = base.split("/")[0] + "/"
-        cb = CommitBack(
-            spec["url"],
-            branch,
-            workdir=self.cache_dir / "commit-back",
-            credentials=self.git_credentials(spec),
-            allowed_prefixes=(prefix,),
-        )
+        base = spec.reports_path
+        try:
+            cb = self.commit_back(spec, "commit-back")
+        except GitSourceError as exc:
+            self.recorder.warning(repo, "CommitBackRejected", str(exc))
+            return {"reportsStatus": {"lastPushError": str(exc)}}
         result = cb.commit_files({f"{base}/gpu-inventory.yaml": text}, summary="GPU inventory snapshot")
         self._snapshot_hash = digest  # also after a permanent rejection: never retry the same content
         if result.status == "rejected":
@@ -484,22 +550,39 @@ class RepositoryReconciler:
         return {}
 
 
-def _after(state: NodeState, action: Action, now: datetime) -> NodeState:
-    if action.kind == "relabel":
-        return replace(state, current_config=action.config, state=None, requested_at=now)
-    if action.kind == "cordon":
-        return replace(state, cordoned_by_kgwe=True)
-    if action.kind == "uncordon":
-        return replace(state, cordoned_by_kgwe=False)
-    return state
+def _ready_message(repo: Mapping) -> str | None:
+    for condition in (repo.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "Ready":
+            return condition.get("message")
+    return None
 
 
-def _apply_all(states: list[NodeState], actions: list[Action], now: datetime) -> list[NodeState]:
-    by_name = {s.name: s for s in states}
-    for action in actions:
-        if action.node in by_name:
-            by_name[action.node] = _after(by_name[action.node], action, now)
-    return list(by_name.values())
+def node_states(desired: Desired, facts: list[GpuNodeFacts]) -> list[NodeState]:
+    """What the rollout decision needs of each node a MIGStrategy manages, as read from the cluster."""
+    return [
+        NodeState(
+            name=f.name,
+            pool=desired.node_pool[f.name],
+            desired_config=_same_or(desired, f),
+            current_config=f.mig_config,
+            state=f.mig_state,
+            requested_at=f.requested_at,
+            gpu_pods=len(f.gpu_pods),
+            cordoned_by_kgwe=f.cordoned_by_kgwe,
+            retry_requested=f.retry_requested,
+            failure_acknowledged=f.failure_acknowledged,
+        )
+        for f in facts
+        if f.name in desired.node_pool
+    ]
+
+
+def rollout_revision(strategy: Any) -> str:
+    """Names one revision of a pool's MIGStrategy (its name and a digest of its spec): nodes changed for it
+    are recorded with it, so commits that leave the strategy alone never re-plan nodes already changed."""
+    spec = strategy.spec.model_dump(mode="json", by_alias=True)
+    digest = hashlib.sha256(orjson.dumps(spec, option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
+    return f"{strategy.name[:40]}.{digest}"
 
 
 def _same_or(desired: Desired, facts: GpuNodeFacts) -> str:

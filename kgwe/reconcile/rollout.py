@@ -2,13 +2,20 @@
 
 Pure: the caller reads nodes/pods into `NodeState`s, passes `now`, and carries out the returned actions.
 Nothing is remembered between calls — all rollout state is on the nodes themselves (the MIG config label,
-the MIG manager's state label, and two KGWE annotations), so a controller restarted mid-rollout continues
+the MIG manager's state label, and KGWE's annotations), so a controller restarted mid-rollout continues
 exactly where the previous one stopped and never repeats a relabel.
 
-Rules (DESIGN.md safety rules; reference/mig.md §6: the MIG manager wipes a changed GPU and never drains):
+A node's rollout state comes from what the node is doing, never from whether its label matches today's
+plan: a node the MIG manager is applying (state `pending`/`rebooting`, or relabelled by KGWE and not yet
+reported) is in flight whatever its target, so plans that change cannot relabel it mid-apply nor let more
+than `maxUnavailable` nodes be in flight; a node reporting `failed` stops its pool whatever its target.
+
+Rules (README "Safety rules"; docs/facts/mig.md §4, §6: a changed GPU is wiped, the MIG manager never drains):
 - relabel only a node where no running pod holds a GPU; with `drain: true` cordon and evict first;
 - at most `maxUnavailable` nodes of a pool in flight (relabelled and not yet `success`, or being drained);
-- a node that reports `failed`, or stays short of `success` past the timeout, stops its pool;
+- never relabel a node while its MIG manager is applying: its target is fixed until `success` or `failed`;
+- a node that reports `failed`, or stays short of `success` past the timeout, stops its pool for good:
+  no retry, no further node of the pool relabelled, until a person annotates the node `RETRY_ANNOTATION`;
 - nodes KGWE cordoned are uncordoned once their layout is in place (or when their pool stops untouched).
 """
 
@@ -16,7 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from kgwe.cluster.names import (  # noqa: F401  (re-exported: the names the rollout state lives in)
@@ -24,10 +31,12 @@ from kgwe.cluster.names import (  # noqa: F401  (re-exported: the names the roll
     MIG_CONFIG_LABEL,
     MIG_STATE_LABEL,
     REQUESTED_AT_ANNOTATION,
+    RETRY_ANNOTATION,
 )
 
 STATE_SUCCESS = "success"
 STATE_FAILED = "failed"
+STATES_APPLYING = ("pending", "rebooting")  # the MIG manager is changing the node's GPUs
 
 
 @dataclass(frozen=True)
@@ -42,6 +51,8 @@ class NodeState:
     requested_at: datetime | None = None  # REQUESTED_AT_ANNOTATION
     gpu_pods: int = 0  # running (non-terminal) pods holding GPUs on this node
     cordoned_by_kgwe: bool = False  # CORDONED_ANNOTATION present
+    retry_requested: bool = False  # RETRY_ANNOTATION present (a person's acknowledgement, not yet taken)
+    failure_acknowledged: bool = False  # ACKNOWLEDGED_ANNOTATION names this node's current attempt
 
 
 @dataclass(frozen=True)
@@ -54,7 +65,8 @@ class PoolPolicy:
 
 @dataclass(frozen=True, order=True)
 class Action:
-    """`kind` is one of: relabel (set label + annotation, drop stale state), cordon, evict, uncordon."""
+    """`kind` is one of: relabel (set label + annotation, drop stale state), cordon, evict, uncordon,
+    acknowledge (take a person's RETRY_ANNOTATION: record which failed attempt it acknowledges)."""
 
     kind: str
     node: str
@@ -73,6 +85,7 @@ class PoolProgress:
     waiting_busy: list[str] = field(default_factory=list)  # need a change but GPU pods run and drain is off
     failed: list[str] = field(default_factory=list)
     timed_out: list[str] = field(default_factory=list)
+    acknowledged: list[str] = field(default_factory=list)  # failed or timed out, and a person said go on
 
     @property
     def stopped(self) -> bool:
@@ -83,20 +96,22 @@ class PoolProgress:
         return len(self.done) == self.total
 
     def message(self) -> str:
+        resume = f"rollout stopped until a person annotates the node {RETRY_ANNOTATION}=true"
         if self.failed:
             names = ", ".join(self.failed)
-            return f"pool {self.pool}: MIG manager reported failed on {names}; rollout stopped"
+            return f"pool {self.pool}: MIG manager reported failed on {names}; {resume}"
         if self.timed_out:
-            return f"pool {self.pool}: no MIG success in time on {', '.join(self.timed_out)}; rollout stopped"
+            return f"pool {self.pool}: no MIG success in time on {', '.join(self.timed_out)}; {resume}"
         parts = [f"{len(self.done)}/{self.total} done"]
-        for label, names in (
+        for label, nodes in (
             ("in progress", self.in_progress),
             ("draining", self.draining),
             ("pending", self.pending),
             ("waiting for idle GPUs", self.waiting_busy),
+            ("failed and acknowledged", self.acknowledged),
         ):
-            if names:
-                parts.append(f"{len(names)} {label}")
+            if nodes:
+                parts.append(f"{len(nodes)} {label}")
         return f"pool {self.pool}: " + ", ".join(parts)
 
     def as_status(self) -> dict:
@@ -111,6 +126,7 @@ class PoolProgress:
             "waitingBusy": sorted(self.waiting_busy),
             "failed": sorted(self.failed),
             "timedOut": sorted(self.timed_out),
+            "acknowledged": sorted(self.acknowledged),
             "stopped": self.stopped,
             "message": self.message(),
         }
@@ -136,20 +152,18 @@ def resolve_max_unavailable(value: int | str, total: int) -> int:
     return max(1, count)
 
 
-def _classify(node: NodeState, policy: PoolPolicy, now: datetime, progress: PoolProgress) -> str:
-    if node.current_config == node.desired_config:
-        if node.state == STATE_SUCCESS:
-            progress.done.append(node.name)
-            return "done"
-        if node.state == STATE_FAILED:
-            progress.failed.append(node.name)
-            return "failed"
-        started = node.requested_at
-        if started is not None and (now - started).total_seconds() > policy.timeout_seconds:
-            progress.timed_out.append(node.name)
-            return "timed_out"
-        progress.in_progress.append(node.name)
-        return "in_progress"
+def _applying(node: NodeState) -> bool:
+    """The MIG manager is (or is about to be) changing this node: its target is fixed until it reports."""
+    if node.state in STATES_APPLYING:
+        return True
+    if node.state in (STATE_SUCCESS, STATE_FAILED):
+        return False
+    # No state yet: KGWE selected a config and the MIG manager has not reported, or (no request of KGWE's)
+    # the node already names its target and waits for its first report.
+    return node.requested_at is not None or node.current_config == node.desired_config
+
+
+def _needs_change(node: NodeState, policy: PoolPolicy, progress: PoolProgress) -> str:
     if node.cordoned_by_kgwe:
         progress.draining.append(node.name)
         return "draining"
@@ -158,6 +172,32 @@ def _classify(node: NodeState, policy: PoolPolicy, now: datetime, progress: Pool
         return "busy"
     progress.pending.append(node.name)
     return "pending"
+
+
+def _classify(node: NodeState, policy: PoolPolicy, now: datetime, progress: PoolProgress) -> str:
+    acknowledged = node.failure_acknowledged or node.retry_requested
+    if node.state == STATE_FAILED:
+        if not acknowledged:
+            progress.failed.append(node.name)
+            return "failed"
+        progress.acknowledged.append(node.name)
+        if node.current_config != node.desired_config:  # a new target: the MIG manager acts on a new label
+            return _needs_change(node, policy, progress)
+        return "acknowledged"  # the same config again: only a re-run of the node's MIG manager retries it
+    if _applying(node):
+        started = node.requested_at
+        late = started is not None and (now - started).total_seconds() > policy.timeout_seconds
+        if late and not acknowledged:
+            progress.timed_out.append(node.name)
+            return "timed_out"
+        if late:
+            progress.acknowledged.append(node.name)
+        progress.in_progress.append(node.name)  # counted against maxUnavailable whatever its target
+        return "in_progress"
+    if node.current_config == node.desired_config:
+        progress.done.append(node.name)
+        return "done"
+    return _needs_change(node, policy, progress)
 
 
 def plan_rollout(
@@ -179,6 +219,8 @@ def plan_rollout(
 
         for node in members:
             kind = kinds[node.name]
+            if node.retry_requested:  # taken even if the node recovered meanwhile: it must not linger
+                actions.append(Action("acknowledge", node.name))
             if kind == "done" and node.cordoned_by_kgwe:
                 actions.append(Action("uncordon", node.name))
             elif kind == "draining":
@@ -206,3 +248,33 @@ def plan_rollout(
             else:
                 actions.append(Action("relabel", node.name, node.desired_config))
     return RolloutPlan(tuple(actions), pools)
+
+
+def after_action(node: NodeState, action: Action, now: datetime) -> NodeState:
+    """How `node` reads back once `action` is carried out (what the MIG manager and pods do is not known)."""
+    if action.kind == "relabel":
+        return replace(
+            node,
+            current_config=action.config,
+            state=None,
+            requested_at=now,
+            retry_requested=False,
+            failure_acknowledged=False,
+        )
+    if action.kind == "acknowledge":
+        stuck = node.state != STATE_SUCCESS
+        return replace(node, retry_requested=False, failure_acknowledged=stuck or node.failure_acknowledged)
+    if action.kind == "cordon":
+        return replace(node, cordoned_by_kgwe=True)
+    if action.kind == "uncordon":
+        return replace(node, cordoned_by_kgwe=False)
+    return node
+
+
+def apply_actions(nodes: Iterable[NodeState], actions: Iterable[Action], now: datetime) -> list[NodeState]:
+    """The nodes as they read back after `actions` (for status right after a reconcile)."""
+    by_name = {n.name: n for n in nodes}
+    for action in actions:
+        if action.node in by_name:
+            by_name[action.node] = after_action(by_name[action.node], action, now)
+    return list(by_name.values())

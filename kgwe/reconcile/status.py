@@ -17,7 +17,7 @@ READY, RECONCILING, STALLED = "Ready", "Reconciling", "Stalled"
 class Outcome:
     """What one reconcile found. `phase` is one of:
     ready, progressing (rollout under way), stalled (a pool stopped), invalid (policy errors),
-    fetch_failed, apply_failed."""
+    spec_invalid (the PolicyRepository itself does not validate), fetch_failed, apply_failed."""
 
     phase: str
     message: str
@@ -34,6 +34,7 @@ _TABLE = {
     "progressing": ("Unknown", "Progressing", "Progressing", None),
     "stalled": ("False", "RolloutStalled", None, "RolloutStalled"),
     "invalid": ("False", "ValidationFailed", None, "ValidationFailed"),
+    "spec_invalid": ("False", "InvalidSpec", None, "InvalidSpec"),
     "fetch_failed": ("False", "GitOperationFailed", "ProgressingWithRetry", None),
     "apply_failed": ("False", "ReconciliationFailed", "ProgressingWithRetry", None),
 }
@@ -56,7 +57,7 @@ def _condition(
         "reason": reason,
         "message": message[:32768],
         "observedGeneration": generation,
-        "lastTransitionTime": (old.get("lastTransitionTime") if same else None) or now,
+        "lastTransitionTime": (old.get("lastTransitionTime") if old is not None and same else None) or now,
     }
 
 

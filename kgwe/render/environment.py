@@ -20,11 +20,11 @@ from kgwe.resources import templates_dir
 _NON_PRINTABLE = yaml.reader.Reader.NON_PRINTABLE
 _PLAIN = re.compile(r"^[A-Za-z0-9_./][A-Za-z0-9_./+-]*$")
 try:
-    _Loader = yaml.CSafeLoader
-    _Dumper = yaml.CSafeDumper
+    _Loader: Any = yaml.CSafeLoader
+    _Dumper: Any = yaml.CSafeDumper
 except AttributeError:  # pragma: no cover
-    _Loader = yaml.SafeLoader  # type: ignore[misc]
-    _Dumper = yaml.SafeDumper  # type: ignore[misc]
+    _Loader = yaml.SafeLoader
+    _Dumper = yaml.SafeDumper
 
 
 def _quoted(text: str) -> str:

@@ -8,33 +8,33 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import orjson
 import yaml
 
+from kgwe.cluster.names import REPOSITORY_LABEL
 from kgwe.errors import KgweError
 from kgwe.policy.loader import PolicySet
 from kgwe.policy.models import GPUInventory, ScoringProfile, ScoringProfileSpec
 from kgwe.policy.quota_namespaces import refused_quota_namespace
 from kgwe.render.environment import render_template
 from kgwe.render.layouts import NodeLayouts, desired_layouts
+from kgwe.vocab import GPU_RESOURCE, SHARED_GPU_RESOURCE, mig_resource
 
-REPOSITORY_LABEL = "kgwe.nvidia.io/policy-repository"
-MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 # deploy/: kube-scheduler calls the extender Service over mutual TLS, its client certificate mounted here
 DEFAULT_EXTENDER_URL = "https://kgwe-extender.kgwe-system.svc:8443"
 DEFAULT_EXTENDER_CLIENT_CERT_DIR = "/etc/kgwe/extender-client"
-MIG_CONFIG_LABEL = "nvidia.com/mig.config"
-# Configs the GPU Operator itself puts on MIG-capable nodes (reference/mig.md §6); a replacement
+# Configs the GPU Operator itself puts on MIG-capable nodes (docs/facts/mig.md §5); a replacement
 # mig-parted config must still define them, or nodes KGWE does not manage would fail.
 OPERATOR_DEFAULT_CONFIGS = {
     "all-disabled": [{"devices": "all", "mig-enabled": False, "mig-devices": {}}],
 }
 
 try:
-    _Loader = yaml.CSafeLoader
+    _Loader: Any = yaml.CSafeLoader
 except AttributeError:  # pragma: no cover
-    _Loader = yaml.SafeLoader  # type: ignore[misc]
+    _Loader = yaml.SafeLoader
 
 
 @dataclass(frozen=True)
@@ -77,21 +77,17 @@ def _build_mig_configs(layouts: NodeLayouts) -> tuple[dict[str, list[dict]], dic
     return build_mig_configs(layouts)
 
 
-def _mig_resource(profile: str) -> str:
-    return "nvidia.com/mig-" + profile.replace("+", ".")
-
-
 def _managed_resources(ps: PolicySet, layouts: NodeLayouts) -> list[dict]:
     profiles = {p for gpus in layouts.values() for gpu in gpus if gpu for p in gpu}
     for strategy in ps.mig_strategies:
         if strategy.spec.mig_enabled and strategy.spec.partition_strategy:
             profiles.update(s.profile for s in strategy.spec.partition_strategy.preferred_profiles)
     out = [
-        {"name": "nvidia.com/gpu", "ignored": False},
+        {"name": GPU_RESOURCE, "ignored": False},
         # accounted per physical GPU by the extender alone; no node advertises it
-        {"name": "nvidia.com/gpu.shared", "ignored": True},
+        {"name": SHARED_GPU_RESOURCE, "ignored": True},
     ]
-    out += [{"name": _mig_resource(p), "ignored": False} for p in sorted(profiles)]
+    out += [{"name": mig_resource(p), "ignored": False} for p in sorted(profiles)]
     return out
 
 
@@ -106,8 +102,8 @@ def _scoring_payload(ps: PolicySet) -> tuple[str, dict]:
     catalog = ps.pricing_catalog()
     if catalog is not None:  # what CostOptimized ranks by: on-demand price per GPU-hour and product
         prices = {g.product: str(g.on_demand_per_hour) for g in catalog.spec.gpus}
-        for spec in payload.values():
-            spec["prices"] = prices
+        for rendered in payload.values():
+            rendered["prices"] = prices
     return chosen, payload
 
 
@@ -132,8 +128,12 @@ def render(
     *,
     options: RenderOptions | None = None,
     layouts: Mapping[str, Sequence[Sequence[str] | None]] | None = None,
+    keep_mig_configs: Mapping[str, list[dict]] | None = None,
 ) -> Rendered:
-    """Render every object for a valid PolicySet. KgweError when the policy has errors."""
+    """Render every object for a valid PolicySet. KgweError when the policy has errors.
+
+    `keep_mig_configs` are configs nodes still name (the controller passes them): they stay in the
+    mig-parted ConfigMap beside the planned ones until no node's label names them."""
     ps.raise_for_errors()
     opts = options or RenderOptions()
     https = opts.extender_url.startswith("https://")
@@ -146,7 +146,7 @@ def render(
         n: [None if g is None else list(g) for g in gpus] for n, gpus in layouts.items()
     }
     mig_configs, node_configs = _build_mig_configs(node_layouts)
-    for name, entries in OPERATOR_DEFAULT_CONFIGS.items():
+    for name, entries in {**OPERATOR_DEFAULT_CONFIGS, **(keep_mig_configs or {})}.items():
         mig_configs.setdefault(name, entries)
 
     scoring_default, scoring_profiles = _scoring_payload(ps)

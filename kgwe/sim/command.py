@@ -18,7 +18,7 @@ from pathlib import Path
 import orjson
 
 from kgwe.errors import KgweError
-from kgwe.extender.profile import DEFAULT_PROFILE, STRATEGIES, Profile
+from kgwe.extender.profile import DEFAULT_PROFILE, Profile
 from kgwe.sim.openb import (
     POLICIES,
     WORKLOADS,
@@ -27,6 +27,7 @@ from kgwe.sim.openb import (
     published,
 )
 from kgwe.sim.replay import replay
+from kgwe.vocab import STRATEGIES
 
 FIRST_SEED = 42  # the FGD scripts use tune seeds 42..51
 

@@ -1,7 +1,7 @@
 """FGD-style fill-up replay: sample trace pods until 130% of GPU capacity has arrived, place each one with the
 extender's own filter/score core, and report the GPU allocation ratio (allocated GPU milli / total GPU milli).
 
-Method (reference/traces.md §1, hkust-adsl/kubernetes-scheduler-simulator `tuneUpPods` with -tune 1.3 and
+Method (docs/facts/traces.md §1, hkust-adsl/kubernetes-scheduler-simulator `tuneUpPods` with -tune 1.3 and
 --shuffle-pod): pods drawn with replacement from the workload until their GPU request totals 1.3x the
 cluster's GPUs, in random order, no departures; a pod no node can take is dropped (counted as arrived).
 """

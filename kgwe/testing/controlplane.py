@@ -1,9 +1,10 @@
-"""A real, local Kubernetes control plane: etcd + kube-apiserver + kube-scheduler + kwok.
+"""A real, local Kubernetes control plane: etcd + kube-apiserver + kube-controller-manager + kube-scheduler
++ kwok.
 
 Tests and `kgwe demo` talk to genuine Kubernetes components (built from Go modules by
-hack/cluster-bins.sh), not mocks: schema validation, server-side apply, RBAC and the real scheduler all
-behave as in production. Nodes are simulated by kwok. What kube-controller-manager would do is done by
-`ControllerManagerStandIn` (see kcm_standin.py for exactly which two behaviours and why).
+hack/cluster-bins.sh), not mocks: schema validation, server-side apply, RBAC, the real scheduler and the
+real controllers (Deployments, DaemonSets, Jobs, garbage collection, namespace deletion, node lifecycle,
+ServiceAccounts, quota status) all behave as in production. Nodes and their kubelets are simulated by kwok.
 
 Every process runs in its own process group and is stopped on `stop()`, at interpreter exit, on SIGTERM /
 SIGHUP, and (via PR_SET_PDEATHSIG) if this process is killed outright. Component logs live in the work dir;
@@ -38,14 +39,15 @@ import yaml
 from kubernetes import client
 
 from kgwe.errors import KgweError
-from kgwe.testing.kcm_standin import ControllerManagerStandIn
+from kgwe.resources import hack_dir
 from kgwe.testing.pki import PkiFiles, write_pki
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-BUILD_SCRIPT = REPO_ROOT / "hack" / "cluster-bins.sh"
-WRAPPER_GO_MOD = REPO_ROOT / "hack" / "k8s" / "go.mod"
-COMPONENTS = ("etcd", "kube-apiserver", "kube-scheduler", "kwok")
+BUILD_SCRIPT = hack_dir() / "cluster-bins.sh"
+WRAPPER_GO_MOD = hack_dir() / "k8s" / "go.mod"
+COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
 SCHEDULER_API_VERSION = "kubescheduler.config.k8s.io/v1"
+# API group versions a feature gate needs the apiserver to serve (off by default while in beta).
+FEATURE_GATE_APIS: Mapping[str, tuple[str, ...]] = {"GenericWorkload": ("scheduling.k8s.io/v1beta1",)}
 KWOK_STAGES = Path(__file__).resolve().parent / "kwok-stages.yaml"  # what a kubelet would do, as kwok Stages
 
 
@@ -59,7 +61,7 @@ class ControlPlaneError(KgweError):
 
 @dataclass(frozen=True)
 class Binaries:
-    """Where the four component binaries are, and which Kubernetes release they are."""
+    """Where the component binaries are, and which Kubernetes release they are."""
 
     directory: Path
     kubernetes_version: str
@@ -101,7 +103,7 @@ def find_binaries(build: bool = True) -> Binaries:
 
     With Go on PATH the build script decides (it reuses the cache unless the wrapper module changed; that
     check takes well under a second). Without Go a complete cache for the pinned version is used as is.
-    $KGWE_K8S_BIN_DIR points at a directory with the four binaries (and MANIFEST) to use instead.
+    $KGWE_K8S_BIN_DIR points at a directory with the component binaries (and MANIFEST) to use instead.
     Never returns without binaries: a missing Go toolchain is an error saying what to install.
     """
     override = os.environ.get("KGWE_K8S_BIN_DIR")
@@ -122,15 +124,17 @@ def find_binaries(build: bool = True) -> Binaries:
         if proc.returncode != 0:
             raise ControlPlaneError(
                 f"hack/cluster-bins.sh failed (exit {proc.returncode}); its message is above. "
-                "The cluster tests build etcd, kube-apiserver, kube-scheduler and kwok with Go >= 1.26."
+                "The cluster tests build etcd, kube-apiserver, kube-controller-manager, kube-scheduler "
+                "and kwok with Go >= 1.26."
             )
         directory = Path(proc.stdout.strip().splitlines()[-1])
     manifest = _read_manifest(directory)
     if manifest is None or manifest.get("kubernetes") != version:
         raise ControlPlaneError(
             f"control-plane binaries for Kubernetes {version} are missing in {directory}. "
-            "Install Go >= 1.26 (https://go.dev/dl/) and run `make cluster-bins` "
-            "(it builds etcd, kube-apiserver, kube-scheduler and kwok from Go modules, once)."
+            f"Install Go >= 1.26 (https://go.dev/dl/) and run `bash {BUILD_SCRIPT}` (`make cluster-bins`) "
+            "(it builds etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok "
+            "from Go modules, once)."
         )
     return Binaries(directory, version, manifest)
 
@@ -233,11 +237,13 @@ def baseline_scheduler_config(**extra: Any) -> dict[str, Any]:
 
 
 class ControlPlane:
-    """etcd + kube-apiserver + kube-scheduler + kwok on loopback, with the KCM stand-in.
+    """etcd + kube-apiserver + kube-controller-manager + kube-scheduler + kwok on loopback.
 
     Use as a context manager or call start()/stop(). `scheduler_config` is a KubeSchedulerConfiguration
     mapping (e.g. from `default_scheduler_config(extenders=[...])`); the kubeconfig and
-    `leaderElect: false` are filled in.
+    `leaderElect: false` are filled in. `feature_gates` go to every component (e.g. {"GenericWorkload":
+    True} serves native PodGroups: the apiserver then also serves their API group, see
+    `FEATURE_GATE_APIS`).
     """
 
     def __init__(
@@ -246,7 +252,8 @@ class ControlPlane:
         *,
         scheduler_config: Mapping[str, Any] | None = None,
         start_scheduler: bool = True,
-        run_kcm_standin: bool = True,
+        start_controller_manager: bool = True,
+        feature_gates: Mapping[str, bool] | None = None,
         workdir: Path | None = None,
         start_timeout_seconds: float = 90.0,
         node_lease_seconds: int = 40,
@@ -258,7 +265,8 @@ class ControlPlane:
         self.node_lease_seconds = node_lease_seconds
         self.scheduler_config = dict(scheduler_config or default_scheduler_config())
         self._want_scheduler = start_scheduler
-        self._want_kcm = run_kcm_standin
+        self._want_kcm = start_controller_manager
+        self.feature_gates = dict(feature_gates or {})
         self._given_workdir = workdir
         self.start_timeout_seconds = start_timeout_seconds
         self.workdir: Path | None = None
@@ -268,7 +276,7 @@ class ControlPlane:
         self.scheduler_port = 0
         self.kwok_port = 0
         self._procs: dict[str, _Process] = {}
-        self._kcm: ControllerManagerStandIn | None = None
+        self.controller_manager_port = 0
         self._api_client: client.ApiClient | None = None
         self._keep_logs_to: Path | None = None
         self._lock = threading.RLock()
@@ -294,10 +302,7 @@ class ControlPlane:
         return {name: p.popen.pid for name, p in self._procs.items()}
 
     def log_paths(self) -> dict[str, Path]:
-        paths = {name: p.log_path for name, p in self._procs.items()}
-        if self.workdir is not None and (self.logs_dir / "kcm-standin.log").is_file():
-            paths["kcm-standin"] = self.logs_dir / "kcm-standin.log"
-        return paths
+        return {name: p.log_path for name, p in self._procs.items()}
 
     def log_tails(self, lines: int = 20) -> str:
         """Human-readable tail of every component log, for test failure reports."""
@@ -377,21 +382,15 @@ class ControlPlane:
             self._start_etcd()
             self._start_apiserver()
             if self._want_kcm:
-                self._kcm = ControllerManagerStandIn(
-                    self.new_api_client(pool_size=8), log_path=self.logs_dir / "kcm-standin.log"
-                )
-                self._kcm.start()
+                self._start_controller_manager()
             self._start_kwok()
             if self._want_scheduler:
                 self.start_scheduler()
 
     def stop(self, remove_workdir: bool = True) -> None:
-        """Stop every process (kwok, scheduler, apiserver, etcd) and remove the work dir."""
+        """Stop every process (kwok, scheduler, controller manager, apiserver, etcd); remove the work dir."""
         with self._lock:
-            if self._kcm is not None:
-                self._kcm.stop()
-                self._kcm = None
-            for name in ("kwok", "kube-scheduler", "kube-apiserver", "etcd"):
+            for name in ("kwok", "kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"):
                 self._stop_process(name)
             if self._api_client is not None:
                 with contextlib.suppress(Exception):
@@ -413,6 +412,7 @@ class ControlPlane:
             if config is not None:
                 self.scheduler_config = dict(config)
             self._stop_process("kube-scheduler")
+            assert self.workdir is not None, "control plane not started"
             cfg = dict(self.scheduler_config)
             cfg.setdefault("apiVersion", SCHEDULER_API_VERSION)
             cfg.setdefault("kind", "KubeSchedulerConfiguration")
@@ -434,6 +434,7 @@ class ControlPlane:
                     f"--authorization-kubeconfig={kubeconfig}",
                     # no front-proxy (requestheader) CA is configured; without this the log fills with retries
                     "--authentication-skip-lookup=true",
+                    *self._feature_gate_args(),
                     "--v=2",
                 ],
             )
@@ -455,6 +456,7 @@ class ControlPlane:
 
     # ---- components -----------------------------------------------------------------------------
     def _start_etcd(self) -> None:
+        assert self.workdir is not None
         self.etcd_port, peer = free_port(), free_port()
         client_url, peer_url = f"http://127.0.0.1:{self.etcd_port}", f"http://127.0.0.1:{peer}"
         self._spawn(
@@ -487,7 +489,7 @@ class ControlPlane:
         return ["--unsafe-no-fsync=true"] if "--unsafe-no-fsync" in shown.stdout + shown.stderr else []
 
     def _start_apiserver(self) -> None:
-        assert self.pki is not None
+        assert self.pki is not None and self.workdir is not None
         self._spawn(
             "kube-apiserver",
             [
@@ -509,10 +511,62 @@ class ControlPlane:
                 "--authorization-mode=RBAC",
                 "--allow-privileged=true",
                 "--profiling=false",
+                *self._feature_gate_args(),
+                *self._runtime_config_args(),
                 "--v=1",
             ],
         )
         self._wait_http("kube-apiserver", f"{self.server_url}/readyz", verify=True)
+
+    def _start_controller_manager(self) -> None:
+        """The real kube-controller-manager with its default controllers, authenticated as the admin.
+
+        The node lifecycle controller's grace period follows the simulated kubelets' Lease duration, so
+        lengthened leases (a benchmark's `node_lease_seconds`) do not make idle nodes look unreachable.
+        """
+        assert self.pki is not None and self.workdir is not None
+        self.controller_manager_port = free_port()
+        kubeconfig = str(self.kubeconfig_path)
+        self._spawn(
+            "kube-controller-manager",
+            [
+                str(self.binaries.path("kube-controller-manager")),
+                f"--kubeconfig={kubeconfig}",
+                f"--authentication-kubeconfig={kubeconfig}",
+                f"--authorization-kubeconfig={kubeconfig}",
+                "--authentication-skip-lookup=true",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={self.controller_manager_port}",
+                f"--cert-dir={self.workdir / 'kcm-certs'}",
+                "--leader-elect=false",
+                f"--service-account-private-key-file={self.pki.sa_private_key}",
+                f"--root-ca-file={self.pki.ca_cert}",
+                f"--node-monitor-grace-period={max(50, self.node_lease_seconds + 10)}s",
+                # client rate limits well above the defaults (20/30): a test creates hundreds of objects
+                "--kube-api-qps=200",
+                "--kube-api-burst=400",
+                *self._feature_gate_args(),
+                "--v=1",
+            ],
+        )
+        self._wait_http(
+            "kube-controller-manager",
+            f"https://127.0.0.1:{self.controller_manager_port}/healthz",
+            verify=False,
+        )
+
+    def _feature_gate_args(self) -> list[str]:
+        if not self.feature_gates:
+            return []
+        gates = ",".join(f"{k}={'true' if v else 'false'}" for k, v in sorted(self.feature_gates.items()))
+        return [f"--feature-gates={gates}"]
+
+    def _runtime_config_args(self) -> list[str]:
+        """API groups a gate needs served (kube-scheduler never gets ready when a gate's API is missing)."""
+        apis = sorted(
+            {api for gate, on in self.feature_gates.items() if on for api in FEATURE_GATE_APIS.get(gate, ())}
+        )
+        return [f"--runtime-config={','.join(f'{api}=true' for api in apis)}"] if apis else []
 
     def _start_kwok(self) -> None:
         self.kwok_port = free_port()

@@ -1,55 +1,5 @@
-"""Install CustomResourceDefinitions into a (test) cluster and wait until they are served.
+"""The CRD installer under its older import path (it lives in kgwe.cluster.crds)."""
 
-Shared by the smoke test, other areas' cluster tests and benchmarks, so "install KGWE's CRDs" is one call.
-"""
+from kgwe.cluster.crds import install_crds, repo_crds
 
-from __future__ import annotations
-
-import time
-from collections.abc import Iterable, Mapping
-from typing import Any
-
-import yaml
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
-
-from kgwe.errors import KgweError
-from kgwe.resources import deploy_dir
-
-
-def repo_crds() -> list[dict[str, Any]]:
-    """Every CustomResourceDefinition document under deploy/crds/ (sorted by file name)."""
-    crd_dir = deploy_dir() / "crds"
-    docs: list[dict[str, Any]] = []
-    for path in sorted(crd_dir.glob("*.y*ml")) if crd_dir.is_dir() else []:
-        docs += [
-            d
-            for d in yaml.safe_load_all(path.read_text())
-            if isinstance(d, dict) and d.get("kind") == "CustomResourceDefinition"
-        ]
-    return docs
-
-
-def install_crds(
-    api: client.ApiClient, crds: Iterable[Mapping[str, Any]] | None = None, timeout_seconds: float = 60.0
-) -> list[str]:
-    """Create (or keep existing) CRDs and wait until each is Established; returns their names."""
-    ext = client.ApiextensionsV1Api(api)
-    wanted = list(repo_crds() if crds is None else crds)
-    for crd in wanted:
-        try:
-            ext.create_custom_resource_definition(dict(crd))
-        except ApiException as exc:
-            if exc.status != 409:
-                raise
-    names = [crd["metadata"]["name"] for crd in wanted]
-    deadline = time.monotonic() + timeout_seconds
-    for name in names:
-        while True:
-            conditions = ext.read_custom_resource_definition(name).status.conditions or []
-            if any(c.type == "Established" and c.status == "True" for c in conditions):
-                break
-            if time.monotonic() > deadline:
-                raise KgweError(f"CRD {name} not Established after {timeout_seconds:.0f}s")
-            time.sleep(0.1)
-    return names
+__all__ = ["install_crds", "repo_crds"]

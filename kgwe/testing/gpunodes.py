@@ -28,12 +28,10 @@ from kgwe.errors import KgweError
 from kgwe.gpu import catalog
 from kgwe.topology import annotation as topology_annotation
 from kgwe.topology import known as known_topologies
+from kgwe.vocab import GPU_RESOURCE, MIG_CONFIG_LABEL, MIG_STATE_LABEL, mig_resource
 
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"
-GPU_RESOURCE = "nvidia.com/gpu"
-MIG_CONFIG_LABEL = "nvidia.com/mig.config"
-MIG_STATE_LABEL = "nvidia.com/mig.config.state"
 MIG_MANAGER_DEPLOY_LABEL = "nvidia.com/gpu.deploy.mig-manager"
 MACHINE_LABEL = "node.kubernetes.io/instance-type"
 # GPU Operator operand labels on every GPU node; the MIG manager pauses these during a change.
@@ -99,7 +97,7 @@ def machine(key: str) -> GpuMachine:
 
 def mig_resource_name(profile: str) -> str:
     """Device-plugin (mixed strategy) resource name: `1g.10gb+me` -> `nvidia.com/mig-1g.10gb.me`."""
-    return "nvidia.com/mig-" + profile.replace("+", ".")
+    return mig_resource(profile)
 
 
 def gpu_resources(gpu_count: int, layout: MigLayout | None, strategy: str = "mixed") -> dict[str, int]:

@@ -1,4 +1,4 @@
-"""Stand-in for the GPU Operator's MIG manager, following its node-label protocol (reference/mig.md §6).
+"""Stand-in for the GPU Operator's MIG manager, following its node-label protocol (docs/facts/mig.md §6).
 
 On a real cluster the `nvidia-mig-manager` DaemonSet watches its node's `nvidia.com/mig.config` label, looks
 the name up in the mig-parted ConfigMap, and reports through `nvidia.com/mig.config.state`: `failed` when the
@@ -6,14 +6,19 @@ config is not valid for the node, else `pending` while it pauses the GPU operand
 `success`; the device plugin then advertises the new `nvidia.com/mig-<profile>` resources. This stand-in does
 the same through the API against simulated nodes, so KGWE code that drives MIG changes (and its tests) works
 unchanged on a real cluster. The only fake part is the hardware: the geometry check uses the catalog
-(kgwe.gpu) instead of NVML, and "applying" is a configurable delay.
+(kgwe.gpu) instead of NVML, "applying" is a configurable delay (per node and config: a real apply takes
+tens of seconds to minutes), and tests can make a node's GPUs fail to apply.
+
+Like the real one (an informer whose update handler compares the old and new label value), it acts only
+when a node's `nvidia.com/mig.config` value changes, or on its first sight of the node (the informer's add)
+— which `restart` repeats for one node, as deleting its nvidia-mig-manager pod would.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -32,6 +37,7 @@ from kgwe.testing.gpunodes import (
     gpu_resources,
 )
 from kgwe.testing.watching import watch_loop
+from kgwe.vocab import MIG_RESOURCE_PREFIX
 
 log = logging.getLogger(__name__)
 
@@ -102,13 +108,15 @@ def plan_layout(
 
 
 class MigManagerStandIn:
-    """Watches MIG-managed nodes and applies `nvidia.com/mig.config` changes after `delay_seconds`."""
+    """Watches MIG-managed nodes and applies `nvidia.com/mig.config` changes after `delay_seconds` (a number,
+    or a function of node and config name giving each apply's duration). Nodes in `failing` report `failed`
+    after the delay, as a GPU that refuses the new geometry would."""
 
     def __init__(
         self,
         api_client: client.ApiClient,
         *,
-        delay_seconds: float = 1.0,
+        delay_seconds: float | Callable[[str, str], float] = 1.0,
         config_namespace: str = "gpu-operator",
         config_map: str = "default-mig-parted-config",
         config_key: str = "config.yaml",
@@ -128,6 +136,9 @@ class MigManagerStandIn:
         self._layouts: dict[str, list[Sequence[str] | None]] = {}
         self._busy: set[str] = set()
         self._again: set[str] = set()
+        self._seen: dict[str, str | None] = {}  # node -> the label value the watch saw last
+        self.failing: set[str] = set()
+        self.applies: list[tuple[str, str]] = []  # (node, config) for every apply started, in order
 
     def __enter__(self) -> MigManagerStandIn:
         self.start()
@@ -152,11 +163,12 @@ class MigManagerStandIn:
             self._thread.join(timeout=10)
         self._pool.shutdown(wait=True, cancel_futures=True)
 
-    def applied_config(self, node: str) -> str | None:
-        with self._lock:
-            return self._applied.get(node)
-
     # ---- event handling ---------------------------------------------------------------------------
+    def restart(self, name: str) -> None:
+        """Act on the node's current label as a freshly started MIG manager does (e.g. after a person fixed
+        the node and deleted its nvidia-mig-manager pod)."""
+        self._trigger(name)
+
     def _on_node(self, event_type: str, node: Any) -> None:
         name = node.metadata.name
         labels = node.metadata.labels or {}
@@ -164,17 +176,23 @@ class MigManagerStandIn:
             with self._lock:
                 self._applied.pop(name, None)
                 self._layouts.pop(name, None)
+                self._seen.pop(name, None)
             return
         wanted = labels.get(MIG_CONFIG_LABEL)
-        if wanted is None:
-            return
         with self._lock:
-            if name not in self._applied and labels.get(MIG_STATE_LABEL) == "success":
+            first = name not in self._seen
+            changed = self._seen.get(name) != wanted
+            self._seen[name] = wanted
+            if wanted is None or not (first or changed):
+                return
+            if first and labels.get(MIG_STATE_LABEL) == "success":
                 # First sight of a node that already reports success: its GPUs are in that config.
                 self._applied[name] = wanted
                 return
-            if self._applied.get(name) == wanted and labels.get(MIG_STATE_LABEL) in ("success", "failed"):
-                return
+        self._trigger(name)
+
+    def _trigger(self, name: str) -> None:
+        with self._lock:
             if name in self._busy:
                 self._again.add(name)
                 return
@@ -226,13 +244,20 @@ class MigManagerStandIn:
 
         # Operands are paused for the change (values `false` stay `false`), restored to `true` after.
         paused = {k: PAUSED_VALUE for k in OPERAND_DEPLOY_LABELS if labels.get(k) == "true"}
+        with self._lock:
+            self.applies.append((name, wanted))
         self._set_labels(name, {MIG_STATE_LABEL: "pending", **paused})
-        if self._stop.wait(self.delay_seconds):
+        delay = self.delay_seconds(name, wanted) if callable(self.delay_seconds) else self.delay_seconds
+        if self._stop.wait(delay):
+            return
+        if name in self.failing:  # the apply went wrong on the GPUs: operands back, state failed
+            log.info("MIG manager stand-in: %s: simulated failure applying %s", name, wanted)
+            self._set_labels(name, {**{k: "true" for k in paused}, MIG_STATE_LABEL: "failed"})
             return
         strategy = labels.get("nvidia.com/mig.strategy", "mixed")
         resources = gpu_resources(len(layout), layout, strategy)
         allocatable = (node.status.allocatable or {}) if node.status else {}
-        patch: dict[str, Any] = {k: None for k in allocatable if k.startswith("nvidia.com/mig-")}
+        patch: dict[str, Any] = {k: None for k in allocatable if k.startswith(MIG_RESOURCE_PREFIX)}
         patch.update({k: str(v) for k, v in resources.items()})
         self._core.patch_node_status(name, {"status": {"allocatable": patch, "capacity": patch}})
         with self._lock:

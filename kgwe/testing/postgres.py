@@ -47,13 +47,18 @@ def free_port() -> int:
 class PostgresServer:
     """Start with `start()`, get `url`, end with `stop()` (or use as a context manager)."""
 
-    def __init__(self, database: str = "kgwe") -> None:
+    def __init__(self, database: str = "kgwe", *, bin_dir: Path | None = None) -> None:
         self.database = database
+        self.bin_dir = Path(bin_dir) if bin_dir is not None else _bin_dir()
         self.port = free_port()
         self.tmp = Path(tempfile.mkdtemp(prefix="kgwe-pg-"))
         self.pgdata = self.tmp / "data"
         self.log = self.tmp / "postgres.log"
         self._user: str | None = None
+        # As root, the server runs as SYSTEM_USER with that user's group and no supplementary groups: a
+        # process keeping group 0 gets the root group's (usually empty) rights on /root and cannot reach a
+        # checkout there, even once the folders on the way are opened to others.
+        self._group: int | None = None
         self._started = False
         self._process: subprocess.Popen | None = None
 
@@ -64,12 +69,13 @@ class PostgresServer:
     def _run(self, *args: str, timeout: float = 60) -> None:
         try:
             subprocess.run(
-                [str(_bin_dir() / args[0]), *args[1:]],
+                [str(self.bin_dir / args[0]), *args[1:]],
                 check=True,
                 capture_output=True,
                 text=True,
                 timeout=timeout,
                 user=self._user,
+                **self._groups(),
             )
         except subprocess.CalledProcessError as exc:
             log = self.log.read_text(errors="replace")[-2000:] if self.log.exists() else ""
@@ -92,7 +98,7 @@ class PostgresServer:
         with open(self.log, "ab") as log:
             self._process = subprocess.Popen(
                 [
-                    str(_bin_dir() / "postgres"),
+                    str(self.bin_dir / "postgres"),
                     "-D",
                     str(self.pgdata),
                     "-h",
@@ -109,13 +115,14 @@ class PostgresServer:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 user=self._user,
+                **self._groups(),
                 preexec_fn=_die_with_parent,
             )
         self._started = True
         deadline = time.monotonic() + 60
         while (
             subprocess.run(
-                [str(_bin_dir() / "pg_isready"), "-q", "-h", "127.0.0.1", "-p", str(self.port)], check=False
+                [str(self.bin_dir / "pg_isready"), "-q", "-h", "127.0.0.1", "-p", str(self.port)], check=False
             ).returncode
             != 0
         ):
@@ -146,9 +153,10 @@ class PostgresServer:
             )
             entry = pwd.getpwnam(SYSTEM_USER)
         self._user = SYSTEM_USER
+        self._group = entry.pw_gid
         os.chown(self.tmp, entry.pw_uid, entry.pw_gid)
         # The binaries live inside the venv: let the server user traverse to them and read the libraries.
-        bins = _bin_dir()
+        bins = self.bin_dir
         for folder in [*bins.parents]:
             if folder == folder.parent:
                 break
@@ -163,6 +171,10 @@ class PostgresServer:
                 want = mode | stat.S_IROTH | (stat.S_IXOTH if path.is_dir() or mode & stat.S_IXUSR else 0)
                 if want != mode:
                     path.chmod(want)
+
+    def _groups(self) -> dict:
+        """subprocess arguments dropping root's groups for the server user (empty when not root)."""
+        return {} if self._group is None else {"group": self._group, "extra_groups": []}
 
     def stop(self) -> None:
         if self._started and self._process is not None:

@@ -4,7 +4,7 @@ Fixtures:
   control_plane  (session)  a started ControlPlane (binaries built on first use via hack/cluster-bins.sh)
   k8s_api        (session)  kubernetes ApiClient authenticated as cluster admin
   namespace      (function) name of a fresh namespace (with its `default` ServiceAccount); its pods are
-                            force-deleted and the namespace finalized afterwards
+                            force-deleted and the namespace deleted afterwards
   gpu_node       (function) factory: gpu_node("DGX-H100", **node_manifest options) -> node name, Ready;
                             deleted afterwards
   mig_manager    (function) a running MigManagerStandIn (delay 0.2 s), stopped afterwards
@@ -49,7 +49,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
-    outcome = yield
+    outcome: Any = yield
     report = outcome.get_result()
     cp: ControlPlane | None = _state["control_plane"]
     if report.failed and cp is not None and cp.workdir is not None and item.get_closest_marker("cluster"):
@@ -99,20 +99,18 @@ def _wait_default_service_account(
         if time.monotonic() > deadline:
             pytest.fail(
                 f"no `default` ServiceAccount in {namespace} after {timeout_seconds}s "
-                "(the controller-manager stand-in should create it)",
+                "(kube-controller-manager's serviceaccount controller should create it)",
                 pytrace=False,
             )
         time.sleep(0.05)
 
 
 def delete_namespace(core: client.CoreV1Api, name: str) -> None:
-    """Force-delete the namespace's pods, delete it and finalize it (no namespace controller runs here)."""
+    """Force-delete the namespace's pods and delete it; kube-controller-manager's namespace controller
+    removes the rest and finalizes it in the background (kwok nodes have no kubelet to wait for)."""
     try:
         core.delete_collection_namespaced_pod(name, grace_period_seconds=0)
         core.delete_namespace(name)
-        ns = core.read_namespace(name)
-        ns.spec.finalizers = []
-        core.replace_namespace_finalize(name, ns)
     except ApiException as exc:
         if exc.status != 404:
             raise

@@ -21,8 +21,9 @@ import orjson
 
 from kgwe.errors import KgweError
 from kgwe.topology.model import GPU, PCIE_LEVELS, MigDevice, NodeTopology, Rates
+from kgwe.vocab import TOPOLOGY_ANNOTATION
 
-ANNOTATION_KEY = "kgwe.nvidia.io/topology"
+ANNOTATION_KEY = TOPOLOGY_ANNOTATION
 VERSION = 1
 MAX_BYTES = 16 * 1024
 

@@ -1,6 +1,6 @@
 """Which k of a node's free GPUs to give a request, and how good a node is for it (0..100).
 
-Objective, in order (issue 5, reference topology.md §3.4, §6):
+Objective, in order (docs/facts/topology.md §3.4, §6):
 1. the estimated ring all-reduce bandwidth of the set: the best Hamiltonian ring's bottleneck link;
 2. NUMA locality: fewest distinct NUMA nodes;
 3. what stays free is best connected: largest sum of bandwidths over the same-NUMA pairs left free (what
@@ -23,8 +23,9 @@ from dataclasses import dataclass
 from itertools import combinations
 
 from kgwe.topology.model import PCIE_LEVELS, NodeTopology
+from kgwe.vocab import TOPOLOGY_PREFERENCES
 
-PREFERENCES = ("None", "NVLinkOptimal", "SameNUMA", "SamePCIeSwitch")
+PREFERENCES = TOPOLOGY_PREFERENCES
 MAX_GPUS = 16
 _MAX_TABLES = 512
 
@@ -98,7 +99,7 @@ class _Tables:
         self.full = (1 << n) - 1
         self._ring: dict[int, float] = {}
         self._nvring: dict[int, bool] = {}
-        self._pairsum: dict[int, tuple[float, int]] = {0: (0.0, 0)}
+        self._pairsum: dict[int, tuple[float, float]] = {0: (0.0, 0.0)}
         self.answers: dict[tuple, Choice | None] = {}
         self.scores: dict[tuple, int | None] = {}
 
@@ -151,7 +152,7 @@ class _Tables:
             self._nvring[mask] = got
         return got
 
-    def pairsum(self, mask: int) -> tuple[float, int]:
+    def pairsum(self, mask: int) -> tuple[float, float]:
         """(sum of same-NUMA pair bandwidths, sum of all pair bandwidths) among the GPUs in `mask`."""
         got = self._pairsum.get(mask)
         if got is None:
@@ -185,19 +186,24 @@ class _Tables:
             return None
         must = _bits(required)
         rest = _bits(free & ~required)
-        best_key = None
+        best_key: tuple | None = None
         best_set: list[int] = []
         ring_first = preference not in ("SameNUMA", "SamePCIeSwitch")
         for extra in combinations(rest, k - len(must)):
             vs = sorted(must + list(extra))
             mask = sum(1 << v for v in vs)
-            bounded = ring_first and best_key is not None and mask not in self._ring
-            if bounded and self.ring_cap(vs) < best_key[0]:
+            if (
+                ring_first
+                and best_key is not None
+                and mask not in self._ring
+                and self.ring_cap(vs) < best_key[0]
+            ):
                 continue  # cannot beat the best ring found so far
             ring = self.ring(mask)
             numa = -self.numa_count(vs)
             left = self.pairsum(free & ~mask)
             level = -self.worst_level(vs)
+            key: tuple
             if preference == "SameNUMA":
                 key = (numa, ring, left, level)
             elif preference == "SamePCIeSwitch":

@@ -2,7 +2,7 @@
 a node has and how they are connected, and build the NodeTopology the agent publishes.
 
 The `nvml` argument is the `pynvml` module or a `FakeNvml`; nothing else differs. NVML quirks handled here
-(reference topology.md §3.2, §4):
+(docs/facts/topology.md §3.2, §4):
 - NVLink: every index 0..NVML_NVLINK_MAX_LINKS-1 is tried; NOT_SUPPORTED / INVALID_ARGUMENT mean "no such
   link" and are skipped (not the end of the list); inactive links are skipped and counted.
 - A link's far end is matched by PCI domain/bus/device, not by string: the remote `busId` and the device's
@@ -72,9 +72,10 @@ def cpu_ranges(words: Any) -> str:
     """Compress an affinity bitmask (64-bit words) into "0-19,40-59"."""
     cpus = [64 * w + b for w, word in enumerate(words) for b in range(64) if int(word) >> b & 1]
     parts: list[str] = []
-    start = prev = None
+    start: int | None = None
+    prev: int | None = None
     for cpu in [*cpus, None]:
-        if start is not None and (cpu is None or cpu != prev + 1):
+        if start is not None and prev is not None and (cpu is None or cpu != prev + 1):
             parts.append(str(start) if start == prev else f"{start}-{prev}")
             start = None
         if cpu is not None and start is None:
@@ -259,6 +260,8 @@ def _describe_gpu(nvml: Any, index: int, h: Any, warnings: list[str]):
     pending: bool | None = None
     profiles: dict[str, tuple[tuple[int, int], ...]] = {}
     devices: list[MigDevice] = []
+    current: int | None
+    pend: int | None
     try:
         current, pend = (int(x) for x in nvml.nvmlDeviceGetMigMode(h))
     except NVMLError:

@@ -15,11 +15,15 @@ from __future__ import annotations
 import ctypes
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pynvml
 
 from kgwe.topology import known
 from kgwe.topology.model import PCIE_LEVELS, NodeTopology
+
+if TYPE_CHECKING:
+    from kgwe.gpu.catalog import MigProfile
 
 _NVLINK_VERSION_BY_GPU = (
     ("P100", 1),
@@ -132,12 +136,12 @@ class FakeNvml:
         matches = catalog.models_matching(self._gpu(handle).name)
         return matches[0] if matches and matches[0].mig_capable else None
 
-    def _profiles(self, handle: _Handle) -> list[tuple[int, int, object]]:
+    def _profiles(self, handle: _Handle) -> list[tuple[int, int, MigProfile]]:
         """(NVML profile index, profile id, MigProfile) for the GPU's MIG profiles."""
         model = self._model(handle)
         if model is None:
             return []
-        out = []
+        out: list[tuple[int, int, MigProfile]] = []
         for pid, profile in enumerate(model.profiles.values()):
             name = profile.name
             if "+me" in name:

@@ -4,7 +4,7 @@
 tuples, no handles, no I/O. The networkx graph is built on demand for analysis and display; the hot-path
 code in `kgwe.topology.choice` works on the precomputed bandwidth matrix instead.
 
-Bandwidth estimates (GB/s, one direction; reference topology.md §2):
+Bandwidth estimates (GB/s, one direction; docs/facts/topology.md §2):
 - NVLink: links x per-link rate (NVLink1 20, NVLink2-4 25, NVLink5 50). On NVSwitch systems a GPU's
   `NV12`/`NV18` is its link count into the switch fabric, so every pair gets min(links_i, links_j) x rate.
 - PIX/PXB: the PCIe x16 rate (NCCL model: Gen3 12, Gen4 24, Gen5 48).

@@ -81,14 +81,15 @@ def parse_topo_matrix(text: str) -> TopoMatrix:
     extras: list[dict[str, str]] = []
     for ln in lines[header_at + 1 :]:
         tokens = ln.split()
-        if not tokens or not _GPU.match(tokens[0]):
+        gpu = _GPU.match(tokens[0]) if tokens else None
+        if gpu is None:
             if indices:
                 break
             continue
         values = tokens[1:]
         if len(values) < len(matrix_cols):
             raise KgweError(f"topology row {tokens[0]} has {len(values)} cells, expected {len(matrix_cols)}")
-        indices.append(int(_GPU.match(tokens[0]).group(1)))
+        indices.append(int(gpu.group(1)))
         rows.append([normalize_cell(values[k]) for k in gpu_cols])
         extras.append(dict(zip(extra_cols, values[len(matrix_cols) :], strict=False)))
     if not rows:

@@ -296,3 +296,24 @@ def test_one_cost_collector_per_registry():
     registry, other = CollectorRegistry(), CollectorRegistry()
     assert install(registry) is install(registry)
     assert install(other) is not install(registry)
+
+
+def test_demand_record_of_the_last_week_from_the_store(db):
+    from kgwe.cost.service import demand_record_file
+    from kgwe.impact.record import Shape, decode
+
+    now = T0 + timedelta(days=10)
+    files = demand_record_file(CostStore(db), now, "prod")
+    assert list(files) == ["reports/demand-record.json"]
+    data = files["reports/demand-record.json"].encode()
+    assert b"train-" not in data and b"serve-" not in data  # no pod names
+    record = decode(data)
+    assert record.since == now - timedelta(days=7) and record.until == now
+    assert record.gpus_by_product == {A100: 8, H100: 8}
+    # a training, a serving and a notebook pod a day from 02:00 (18, 20, 8 h): the seven days of the window
+    teams = [record.teams[p.team][1] for p in record.pods]
+    assert teams.count("ml-research") == teams.count("inference-platform") == teams.count("data-science") == 7
+    by_team = {record.teams[p.team][1]: p for p in reversed(record.pods)}  # each team's first pod
+    assert (by_team["ml-research"].arrival_s, by_team["ml-research"].end_s) == (2 * 3600, 20 * 3600)
+    assert record.shapes[by_team["inference-platform"].shape] == Shape("mig", 3, "2g.20gb")
+    assert record.shapes[by_team["data-science"].shape] == Shape("shared", 1, gpu_milli=500)

@@ -15,7 +15,7 @@ from kgwe.gitops.commit_back import BotIdentity, CommitBack
 
 
 def make(remote, tmp_path: Path, **kw) -> CommitBack:
-    return CommitBack(str(remote.bare), "main", workdir=tmp_path / "cb", **kw)
+    return CommitBack(str(remote.bare), "main", workdir=tmp_path / "cb", allow_local=True, **kw)
 
 
 def racing(remote, tmp_path: Path, after_fetch, **kw) -> CommitBack:
@@ -27,7 +27,9 @@ def racing(remote, tmp_path: Path, after_fetch, **kw) -> CommitBack:
             after_fetch()
             return head
 
-    return Racing(str(remote.bare), "main", workdir=tmp_path / "cb", backoff_base_seconds=0.01, **kw)
+    return Racing(
+        str(remote.bare), "main", workdir=tmp_path / "cb", backoff_base_seconds=0.01, allow_local=True, **kw
+    )
 
 
 def test_pushes_with_bot_author_and_template(remote, tmp_path):
@@ -138,7 +140,9 @@ def test_two_writers_in_parallel_both_land(remote, tmp_path):
     results = {}
 
     def write(name: str) -> None:
-        cb = CommitBack(str(remote.bare), "main", workdir=tmp_path / name, backoff_base_seconds=0.05)
+        cb = CommitBack(
+            str(remote.bare), "main", workdir=tmp_path / name, backoff_base_seconds=0.05, allow_local=True
+        )
         results[name] = cb.commit_files({f"reports/{name}.md": name}, summary=name)
 
     threads = [threading.Thread(target=write, args=(n,)) for n in ("w1", "w2", "w3")]

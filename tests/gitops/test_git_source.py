@@ -12,7 +12,7 @@ from kgwe.gitops.source import GitRef, GitSource, GitSourceError, Revision, touc
 
 
 def make_source(remote, tmp_path: Path, ref: GitRef, **kw) -> GitSource:
-    return GitSource(str(remote.bare), ref, cache_dir=tmp_path / "cache", **kw)
+    return GitSource(str(remote.bare), ref, cache_dir=tmp_path / "cache", allow_local=True, **kw)
 
 
 def test_branch_tracks_new_commits_and_exports_clean_tree(remote, tmp_path):
@@ -34,7 +34,7 @@ def test_branch_tracks_new_commits_and_exports_clean_tree(remote, tmp_path):
 
 def test_export_reads_the_commit_not_a_dirty_tree(remote, tmp_path):
     """Even exporting from the human's dirty working clone gives the committed content only."""
-    src = GitSource(str(remote.work), GitRef(branch="main"), cache_dir=tmp_path / "cache")
+    src = GitSource(str(remote.work), GitRef(branch="main"), cache_dir=tmp_path / "cache", allow_local=True)
     (remote.work / "policy" / "mig.yaml").write_text("uncommitted edit\n")
     (remote.work / "policy" / "untracked.yaml").write_text("junk\n")
     rev = src.fetch()
@@ -50,7 +50,7 @@ def test_tag_and_commit_refs(remote, tmp_path):
     remote.commit({"policy/mig.yaml": "moved on\n"})
     tag_rev = make_source(remote, tmp_path, GitRef(tag="v1")).fetch()
     assert tag_rev.sha == first and str(tag_rev).startswith("v1@sha1:")
-    commit_rev = make_source(remote, tmp_path, GitRef(branch="main", commit=first)).fetch()
+    commit_rev = make_source(remote, tmp_path, GitRef(commit=first)).fetch()
     assert commit_rev.sha == first and str(commit_rev) == f"sha1:{first}"
     assert Revision.sha_of(str(commit_rev)) == first
 
@@ -60,8 +60,10 @@ def test_unknown_ref_and_bad_refs_are_clear_errors(remote, tmp_path):
         make_source(remote, tmp_path, GitRef(branch="nope")).fetch()
     with pytest.raises(KgweError, match="not a hexadecimal"):
         GitRef(commit="zzz")
-    with pytest.raises(KgweError, match="invalid git ref"):
+    with pytest.raises(KgweError, match="not a valid branch or tag name"):
         GitRef(branch="--upload-pack=evil")
+    with pytest.raises(KgweError, match="exactly one"):  # the PolicyRepository model's rule
+        GitRef(branch="main", commit="abcdef1")
     src = make_source(remote, tmp_path, GitRef(branch="main"))
     with pytest.raises(GitSourceError, match="does not exist"):
         src.export(src.fetch().sha, tmp_path / "y", "no/such/dir")
@@ -78,6 +80,7 @@ def test_unreachable_remote_is_retried_with_backoff_then_fails(tmp_path):
         attempts=3,
         backoff_base_seconds=0.2,
         sleep=delays.append,
+        allow_local=True,
     )
     with pytest.raises(GitSourceError, match="after 3 attempt"):
         src.fetch()

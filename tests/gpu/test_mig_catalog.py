@@ -1,4 +1,4 @@
-"""The catalog reproduces reference/mig.md §2 and resolves the label values people actually write."""
+"""The catalog reproduces docs/facts/mig.md §2 and resolves the label values people actually write."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 from kgwe.errors import KgweError
 from kgwe.gpu import catalog
 
-# reference/mig.md §2 table: model -> (PCI ids, 1g, 1g+me, 1g double-mem, 2g, 3g, 4g, 7g)
+# docs/facts/mig.md §2, MIG User Guide tables: model -> (PCI ids, 1g, 1g+me, 1g double-mem, 2g, 3g, 4g, 7g)
 SEVEN_SLICE = {
     "A100-40GB": (
         "0x20B010DE,0x20B110DE,0x20F110DE,0x20F610DE",

@@ -1,4 +1,4 @@
-"""Layouts come from the placement rules and reproduce reference/mig.md §3's tables and counts."""
+"""Layouts come from the placement rules and reproduce docs/facts/mig.md §3's counts."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from kgwe.gpu.layouts import (
 H100 = catalog.model_by_key("H100-80GB")
 A30 = catalog.model_by_key("A30-24GB")
 
-# reference/mig.md §3, the 19 maximal layouts, with (profile class, start) on the memory axis
+# docs/facts/mig.md §3, the 19 maximal layouts, with (profile class, start) on the memory axis
 REFERENCE_19 = """
 7g@0 | 4g@0 3g@4 | 4g@0 2g@4 1g@6 | 4g@0 1g@4 1g@5 1g@6 | 3g@0 3g@4 | 3g@0 2g@4 1g@6 | 3g@0 1g@4 1g@5 1g@6
 | 2g@0 2g@2 3g@4 | 2g@0 1g@2 1g@3 3g@4 | 1g@0 1g@1 2g@2 3g@4 | 1g@0 1g@1 1g@2 1g@3 3g@4 | 2g@0 2g@2 2g@4 1g@6

@@ -1,4 +1,4 @@
-"""Hypothesis properties of the planner (issue 4 point 5)."""
+"""Hypothesis properties of the planner."""
 
 from __future__ import annotations
 

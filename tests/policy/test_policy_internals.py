@@ -55,4 +55,4 @@ def test_alias_bombs_are_refused_quickly(tmp_path):
     lines += [f"a{i}: &a{i} [*a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}]" for i in range(1, 12)]
     (tmp_path / "bomb.yaml").write_text("\n".join(lines) + "\n")
     ps = load_repository(tmp_path)
-    assert "expands to more than" in ps.errors[0].message
+    assert "aliases expand to more than" in ps.errors[0].message

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from datetime import timedelta
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
 import yaml
@@ -14,9 +15,8 @@ from pydantic import ValidationError
 
 from kgwe.policy import KINDS, GPUInventory, GPUWorkload, MIGStrategy, PricingCatalog
 from kgwe.policy.types import format_duration, parse_duration, parse_money, parse_percent
-from kgwe.resources import shared_data_dir
 
-DESIGN = shared_data_dir().parent / "DESIGN.md"
+SPEC_DOCS = Path(__file__).resolve().parents[2] / "docs" / "spec"
 
 SEED_MIG_STRATEGY = """
 apiVersion: kgwe.nvidia.io/v1
@@ -62,20 +62,46 @@ spec:
 """
 
 
-def design_documents() -> list[dict]:
-    text = DESIGN.read_text(encoding="utf-8")
+def spec_page_examples() -> list[dict]:
     docs = []
-    for block in re.findall(r"```yaml\n(.*?)```", text, flags=re.S):
-        docs.extend(d for d in yaml.safe_load_all(block) if d)
+    for page in sorted(SPEC_DOCS.glob("*.md")):
+        for block in re.findall(r"```yaml\n(.*?)```", page.read_text(encoding="utf-8"), flags=re.S):
+            docs.extend(d for d in yaml.safe_load_all(block) if d)
     return docs
 
 
-def test_design_examples_load_verbatim():
-    docs = design_documents()
+def test_spec_page_examples_load():
+    docs = spec_page_examples()
     kinds = [d["kind"] for d in docs]
-    assert set(kinds) == set(KINDS), kinds  # DESIGN.md shows every kind
+    assert set(kinds) == set(KINDS), kinds  # docs/spec has an example of every kind
     for doc in docs:
         KINDS[doc["kind"]].model_validate(doc)
+
+
+def _field_paths(schema: dict, defs: dict, prefix: str) -> list[str]:
+    out = []
+    for name, prop in schema.get("properties", {}).items():
+        ref = prop.get("$ref") or next((a["$ref"] for a in prop.get("anyOf", []) if "$ref" in a), None)
+        target = defs[ref.rsplit("/", 1)[1]] if ref else prop
+        if target.get("type") == "array" and "$ref" in target.get("items", {}):
+            target = defs[target["items"]["$ref"].rsplit("/", 1)[1]]
+            name += "[]"
+        path = f"{prefix}.{name}"
+        out.append(path)
+        out += _field_paths(target, defs, path)
+    return out
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_spec_page_names_every_field(kind):
+    page = (SPEC_DOCS / f"{kind.lower()}.md").read_text(encoding="utf-8")
+    schema = KINDS[kind].model_json_schema(by_alias=True)
+    spec = schema["properties"]["spec"]
+    ref = spec.get("$ref") or next(a["$ref"] for a in spec.get("anyOf", []) if "$ref" in a)
+    defs = schema.get("$defs", {})
+    paths = _field_paths(defs[ref.rsplit("/", 1)[1]], defs, "spec")
+    leaves = [p for p in paths if not any(q.startswith(p + ".") for q in paths)]  # objects: their fields
+    assert [p for p in leaves if f"`{p}`" not in page] == [], f"docs/spec/{kind.lower()}.md"
 
 
 def test_seed_mig_strategy_shares_parse_to_decimals():

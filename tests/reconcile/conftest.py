@@ -16,7 +16,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from kgwe.cluster.client import ensure_namespace
-from kgwe.testing.crds import install_crds
+from kgwe.cluster.crds import install_crds
 
 ENV = {
     "GIT_AUTHOR_NAME": "Human",
@@ -116,11 +116,23 @@ def kgwe_mig_manager(k8s_api: client.ApiClient) -> Iterator[Any]:
 
 @pytest.fixture
 def e2e(
-    k8s_api: client.ApiClient, kgwe_crds: None, gpu_node: Callable[..., str], tmp_path: Path, namespace: str
+    k8s_api: client.ApiClient,
+    kgwe_crds: None,
+    gpu_node: Callable[..., str],
+    tmp_path: Path,
+    namespace: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> Iterator[SimpleNamespace]:
-    """A fresh pool label, a policy remote, and helpers to create the PolicyRepository and nodes."""
+    """A fresh pool label, a policy remote served over HTTPS on loopback (PolicyRepository URLs must be
+    https:// or ssh://; git trusts the test CA through GIT_SSL_CAINFO), and helpers to create the
+    PolicyRepository and nodes."""
+    from kgwe.testing.gitserver import GitHttpsServer
+
     pool = f"e2e-{secrets.token_hex(3)}"
     remote = PolicyRemote(tmp_path)
+    git_server = GitHttpsServer(tmp_path).start()
+    monkeypatch.setenv("GIT_SSL_CAINFO", git_server.ca_file)
+    remote.url = git_server.url(remote.bare.name)
     custom = client.CustomObjectsApi(k8s_api)
     core = client.CoreV1Api(k8s_api)
     created: list[str] = []
@@ -138,7 +150,7 @@ def e2e(
             "kind": "PolicyRepository",
             "metadata": {"name": pool, "namespace": SYSTEM_NS},
             "spec": {
-                "url": str(remote.bare),
+                "url": remote.url,
                 "ref": {"branch": "main"},
                 "path": "policy",
                 "interval": interval,
@@ -178,3 +190,4 @@ def e2e(
     for name in created:
         with contextlib.suppress(ApiException):
             custom.delete_namespaced_custom_object(*PR, name)
+    git_server.stop()

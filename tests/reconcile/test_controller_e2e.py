@@ -1,4 +1,4 @@
-"""End to end on the real control plane (issue 7): commits applied, invalid commits applied nowhere,
+"""End to end on the real control plane: commits applied, invalid commits applied nowhere,
 MIG rollouts that respect maxUnavailable and busy nodes, a failing node stopping its pool, a controller
 restarted mid-rollout finishing without repeating work, webhook-triggered sync, one active replica."""
 
@@ -300,8 +300,12 @@ def test_webhook_sync_and_only_one_replica_acts(k8s_api, e2e, kgwe_mig_manager):
             assert time.monotonic() < deadline, "webhook push never applied"
             time.sleep(0.2)
         assert standby.reconciles == 0
-        # A reports-only push is ignored (no self-triggered reconcile).
-        before = leaders[0].reconciles
+        # A reports-only push is ignored (no self-triggered reconcile). First let the reconciles the push
+        # started end (the standby also asked the leader through the annotation).
+        before = -1
+        while leaders[0].busy or leaders[0].reconciles != before:
+            before = leaders[0].reconciles
+            time.sleep(1.5)
         leaders[0].on_push(PushEvent("refs/heads/main", None, "push", ("reports/x.md",)))
         time.sleep(1)
         assert leaders[0].reconciles == before
@@ -444,7 +448,7 @@ def test_git_credentials_come_from_the_referenced_secret(k8s_api, e2e):
         {
             "apiVersion": "v1",
             "kind": "Secret",
-            "metadata": {"name": f"{e2e.pool}-git"},
+            "metadata": {"name": f"{e2e.pool}-git", "labels": {"kgwe.nvidia.io/git-credentials": "true"}},
             "stringData": {"username": "kgwe-bot", "password": "token-123"},
         },
     )
@@ -458,7 +462,7 @@ def test_git_credentials_come_from_the_referenced_secret(k8s_api, e2e):
 
 
 def test_node_stuck_pending_past_the_timeout_stalls_the_pool(k8s_api, e2e):
-    """No MIG manager answers (reference/mig.md §9: a manager wedged in pending): Stalled naming the node."""
+    """No MIG manager answers (docs/facts/mig.md §9: a manager wedged in pending): Stalled naming the node."""
     nodes = e2e.make_nodes(2)
     e2e.remote.commit({**e2e.base, "policy/mig.yaml": e2e.strategy_yaml(e2e.pool, pending_timeout="1s")})
     e2e.make_repository()

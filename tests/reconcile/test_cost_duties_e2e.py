@@ -114,6 +114,7 @@ def test_metering_enforce_cap_and_scheduled_reports(k8s_api, e2e, kgwe_mig_manag
         reconcile()
         files = _tree(e2e)
         assert any(f.startswith("reports/e2e/") and "chargeback" in f for f in files), files
+        assert "reports/e2e/demand-record.json" in files, files  # beside the inventory snapshot
         assert _log(e2e) != before
 
         # Next period, pod gone: spend starts from zero, the cap lifts.

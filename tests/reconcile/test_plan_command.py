@@ -133,3 +133,72 @@ def test_invalid_head_and_bad_refs_exit_1(repo, capsys):
         ["plan", "--repo", str(repo), "--base", "HEAD~1", "--head", "HEAD~1", "--inventory", "/nonexistent"]
     )
     assert code == 1 and "cannot read inventory" in capsys.readouterr().err
+
+
+def impact_rows(out: str) -> dict[str, list[str]]:
+    section = out.split("### Impact on recorded demand", 1)[1]
+    return {
+        cells[1]: cells[2:5]
+        for line in section.splitlines()
+        if line.startswith("| ") and (cells := [c.strip() for c in line.split("|")])
+    }
+
+
+def test_scoring_change_replays_the_shipped_demand_record(repo, capsys):
+    edit(repo, "scoring/default.yaml", "strategy: BestFit", "strategy: Spread")
+    code, out, _ = plan(repo, capsys)
+    assert code == 2
+    assert "from `clusters/prod/reports/demand-record.json` at head" in out
+    rows = impact_rows(out)
+    base, head, _ = rows["pods that waited"]
+    assert int(head) > int(base)  # spreading single GPUs strands the 8-GPU jobs
+    assert rows["GPU allocation, mean"][0] != rows["GPU allocation, mean"][1]
+    assert "cost ml-research (USD)" in rows and "MIG demand served" in rows
+    assert "cannot know how long a pod would really have run" in out
+    code2, out2, _ = plan(repo, capsys)
+    assert (code2, out2) == (code, out)  # deterministic
+
+    code, out, _ = plan(repo, capsys, "--no-impact")
+    assert code == 2 and "Impact" not in out and "impact skipped" not in out
+
+
+def test_demand_file_option_and_bad_records_skip_impact_with_the_reason(repo, capsys, tmp_path):
+    edit(repo, "budgets/ml-research.yaml", 'amount: "120000"', 'amount: "1000"')
+    record = (repo / "clusters/prod/reports/demand-record.json").read_bytes()
+    code, out, _ = plan(repo, capsys)
+    assert code == 2 and "GPUBudget/ml-research would be exceeded" in out.split("- head:", 1)[1]
+
+    cases = {
+        "truncated.json": (record[: len(record) // 2], "not complete JSON (truncated?)"),
+        "other.json": (
+            record.replace(b'"NVIDIA-A100-SXM4-80GB":80', b'"NVIDIA-A100-SXM4-80GB":800'),
+            "from another inventory",
+        ),
+        "huge.json": (record + b" " * 2_000_000, "over the 2000000-byte bound; refused"),
+    }
+    for name, (data, reason) in cases.items():
+        (tmp_path / name).write_bytes(data)
+        code, out, _ = plan(repo, capsys, "--demand", str(tmp_path / name))
+        assert code == 2, name  # the plan itself is unchanged
+        assert "### Impact" not in out
+        assert f"> impact skipped: `{tmp_path / name}`" in out or "impact skipped: demand record" in out, out
+        assert reason in out, name
+    code, out, _ = plan(repo, capsys, "--demand", str(tmp_path / "missing.json"))
+    assert code == 2 and "impact skipped: cannot read demand record" in out
+
+
+def test_no_record_means_a_note_and_no_replay(repo, capsys):
+    git(repo, "rm", "-q", "clusters/prod/reports/demand-record.json")
+    git(repo, "commit", "-qm", "drop record")
+    edit(repo, "scoring/default.yaml", "strategy: BestFit", "strategy: Spread")
+    code, out, _ = plan(repo, capsys)
+    assert code == 2 and "impact skipped: no demand-record.json under reports/" in out
+
+
+def test_mig_strategy_change_shows_mig_demand_served(repo, capsys):
+    edit(repo, "mig/inference-h100.yaml", "1g.10gb: 70%", "1g.10gb: 5%")
+    edit(repo, "mig/inference-h100.yaml", "3g.40gb: 10%", "3g.40gb: 75%")
+    code = main(["plan", "--repo", str(repo), "--base", "HEAD~2", "--head", "HEAD", "clusters/prod"])
+    out = capsys.readouterr().out
+    base, head, _ = impact_rows(out)["MIG demand served"]
+    assert code == 2 and base == "100.0%" and float(head.rstrip("%")) < 90  # too few 1g.10gb instances left

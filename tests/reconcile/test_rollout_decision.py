@@ -40,9 +40,12 @@ policy_st = st.builds(
 
 
 def in_flight(n: NodeState) -> bool:
-    return (n.current_config == n.desired_config and n.state not in ("success", "failed")) or (
-        n.current_config != n.desired_config and n.cordoned_by_kgwe
+    """What the node is doing, whatever its target: being applied, or drained for a change."""
+    applying = n.state in ("pending", "rebooting") or (
+        n.state not in ("success", "failed")
+        and (n.requested_at is not None or n.current_config == n.desired_config)
     )
+    return applying or (n.current_config != n.desired_config and n.cordoned_by_kgwe and n.state != "failed")
 
 
 @settings(max_examples=300, deadline=None)

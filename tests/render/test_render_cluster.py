@@ -5,7 +5,6 @@ rendered KubeSchedulerConfiguration."""
 from __future__ import annotations
 
 import copy
-import time
 
 import pytest
 import yaml
@@ -13,6 +12,7 @@ from kubernetes import client, utils
 from kubernetes.client.rest import ApiException
 
 from kgwe import API_GROUP
+from kgwe.cluster.crds import install_crds
 from kgwe.policy import GPUWorkload, PolicyRepository, load_repository
 from kgwe.policy.schema_export import CRD_KINDS, crd
 from kgwe.render import RenderOptions, render
@@ -21,32 +21,9 @@ from kgwe.resources import sample_repo_dir
 pytestmark = pytest.mark.cluster
 
 
-def _install_crds(api: client.ApiClient) -> None:
-    ext = client.ApiextensionsV1Api(api)
-    for model in CRD_KINDS:
-        body = crd(model)
-        try:
-            ext.create_custom_resource_definition(body)
-        except ApiException as exc:
-            if exc.status != 409:
-                raise
-            current = ext.read_custom_resource_definition(body["metadata"]["name"])
-            body["metadata"]["resourceVersion"] = current.metadata.resource_version
-            ext.replace_custom_resource_definition(body["metadata"]["name"], body)
-    deadline = time.monotonic() + 30
-    for model in CRD_KINDS:
-        name = crd(model)["metadata"]["name"]
-        while True:
-            conditions = ext.read_custom_resource_definition(name).status.conditions or []
-            if any(c.type == "Established" and c.status == "True" for c in conditions):
-                break
-            assert time.monotonic() < deadline, f"CRD {name} not established"
-            time.sleep(0.2)
-
-
 @pytest.fixture(scope="module")
 def crds(k8s_api):
-    _install_crds(k8s_api)
+    install_crds(k8s_api, [crd(model) for model in CRD_KINDS], update=True)  # the models' CRDs, as rendered
     return k8s_api
 
 
@@ -159,7 +136,7 @@ def test_kube_scheduler_check_can_fail(control_plane):
     ps = load_repository(sample_repo_dir())
     (cm,) = [o for o in render(ps).objects if o["metadata"]["name"] == "kgwe-scheduler-config"]
     config = yaml.safe_load(cm["data"]["scheduler-config.yaml"])
-    config["extenders"][0]["weight"] = 0  # invalid with a prioritizeVerb (reference A3)
+    config["extenders"][0]["weight"] = 0  # invalid with a prioritizeVerb (docs/facts/scheduler.md)
     previous = dict(control_plane.scheduler_config)
     try:
         with pytest.raises(Exception):  # noqa: B017 - whatever the harness raises, startup must fail

@@ -13,14 +13,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kgwe.cli import main
+from kgwe.cluster.names import MANAGED_BY_LABEL, REPOSITORY_LABEL
 from kgwe.errors import KgweError
 from kgwe.gpu import catalog
 from kgwe.gpu.layouts import fit
 from kgwe.policy import load_repository
 from kgwe.render import RenderOptions, render, render_repository, write_files
 from kgwe.render.environment import render_template, to_yaml, to_yaml_block
-from kgwe.render.layouts import simple_layouts
-from kgwe.render.render import MANAGED_BY_LABEL, REPOSITORY_LABEL
+from kgwe.render.layouts import desired_layouts
 from kgwe.resources import sample_repo_dir
 
 K8S_VERSION = "1.33"
@@ -91,8 +91,8 @@ def test_node_labels_cover_the_strategy_pools(sample, rendered):
     assert {labels[f"dgx-a100-{i:02d}"] for i in range(1, 11)} == {"kgwe-all-disabled"}
 
 
-def test_fallback_placement_approaches_the_strategy_shares(sample):
-    layouts = simple_layouts(sample.mig_strategies, sample.inventory())
+def test_rendered_layouts_approach_the_strategy_shares(sample):
+    layouts = desired_layouts(sample.mig_strategies, sample.inventory())
     slices = Counter()
     for node, gpus in layouts.items():
         if node.startswith("dgx-h100"):
@@ -247,14 +247,14 @@ def test_yaml_block_round_trips(text):
 
 
 @pytest.mark.parametrize("shares", [(70, 20, 10), (10, 10, 80), (34, 33, 33), (100, 0, 0)])
-def test_fallback_placement_is_always_valid(sample, shares):
+def test_rendered_layouts_are_always_valid(sample, shares):
     from kgwe.policy import MIGStrategy
 
     profiles = [{p: f"{s}%"} for p, s in zip(("1g.10gb", "2g.20gb", "3g.40gb"), shares, strict=True) if s]
     doc = sample.mig_strategies[0].to_yaml_dict()
     doc["spec"]["partitionStrategy"]["preferredProfiles"] = profiles
     strategy = MIGStrategy.model_validate(doc)
-    layouts = simple_layouts([strategy], sample.inventory())
+    layouts = desired_layouts([strategy], sample.inventory())
     assert len(layouts) == 8
     model = catalog.model_for_product("NVIDIA-H100-80GB-HBM3")
     for gpus in layouts.values():

@@ -18,7 +18,7 @@ from kgwe.policy import load_repository
 from kgwe.render.render import RenderOptions, render
 from kgwe.resources import sample_repo_dir
 from kgwe.testing.controlplane import default_scheduler_config
-from kgwe.testing.extender_process import https_request, start_extender
+from kgwe.testing.extender_process import https_request, spawn_extender
 from kgwe.testing.pki import write_mtls_dirs
 
 pytestmark = pytest.mark.cluster
@@ -45,7 +45,7 @@ def https_status(port: int, ca: Path, client_dir: Path | None, path: str) -> int
 @pytest.fixture
 def mtls_extender(control_plane, namespace, tmp_path) -> Iterator[tuple[int, Path]]:
     server_dir, client_dir = write_mtls_dirs(tmp_path)
-    proc, port = start_extender(
+    proc, port = spawn_extender(
         "--kubeconfig",
         str(control_plane.kubeconfig_path),
         "--namespace",

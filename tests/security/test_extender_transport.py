@@ -18,7 +18,7 @@ import orjson
 import pytest
 
 from kgwe.extender.app import MAX_REQUEST_BYTES as MAX_BODY
-from kgwe.testing.extender_process import https_request, start_extender
+from kgwe.testing.extender_process import https_request, spawn_extender
 from kgwe.testing.pki import write_mtls_dirs
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -46,7 +46,7 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 @pytest.fixture(scope="module")
 def mtls_extender(tmp_path_factory, certs) -> Iterator[int]:
     server_dir, _ = certs
-    proc, port = start_extender(
+    proc, port = spawn_extender(
         "--inventory",
         inventory(tmp_path_factory.mktemp("ext-tls")),
         "--tls-cert-file",
@@ -63,7 +63,7 @@ def mtls_extender(tmp_path_factory, certs) -> Iterator[int]:
 
 @pytest.fixture(scope="module")
 def plain_extender(tmp_path_factory) -> Iterator[int]:
-    proc, port = start_extender(
+    proc, port = spawn_extender(
         "--inventory", inventory(tmp_path_factory.mktemp("ext")), "--max-connections", "4"
     )
     yield port

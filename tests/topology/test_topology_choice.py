@@ -85,7 +85,7 @@ def _sequential(topo, k):
 
 
 def test_go_gpuallocator_sequential_expectations_reproduced():
-    """reference topology.md §3.5: the NV2 pairs, then the socket quads, in this order."""
+    """docs/facts/topology.md §6: the NV2 pairs, then the socket quads, in this order."""
     v100 = known.load("DGX-1-V100")
     assert _sequential(v100, 2) == [{0, 3}, {1, 2}, {4, 7}, {5, 6}]
     assert _sequential(v100, 4) == [{0, 1, 2, 3}, {4, 5, 6, 7}]

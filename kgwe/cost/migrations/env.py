@@ -14,7 +14,7 @@ config = context.config
 def run() -> None:
     connection = config.attributes.get("connection")
     if connection is None:
-        engine = create_engine(config.get_main_option("sqlalchemy.url"))
+        engine = create_engine(str(config.get_main_option("sqlalchemy.url")))
         with engine.begin() as conn:
             _migrate(conn)
         return

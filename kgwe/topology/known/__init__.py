@@ -1,4 +1,4 @@
-"""Real node topologies replayed from `nvidia-smi topo -m` matrices (reference topology.md §1).
+"""Real node topologies replayed from `nvidia-smi topo -m` matrices (docs/facts/topology.md §1).
 
 Each `<NAME>.txt` here is the printed matrix plus `# key: value` facts (GPU model, memory, link rates,
 PCI bus ids when the source gives them) and the PCIe level under NV# cells. Anything a source does not

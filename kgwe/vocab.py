@@ -1,0 +1,75 @@
+"""Words and defaults KGWE's parts must agree on, in one place.
+
+The policy models, the extender, the cost arithmetic, the renderer and the cluster I/O all import these, so
+this module imports nothing but the standard library: the pure core may use it (the layering contract in
+pyproject.toml checks that it stays so). Each `Literal` is the type the pydantic models use; the tuple
+beside it is the same list for code that checks values at run time.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, get_args
+
+# ---- Kubernetes resources, labels and annotations --------------------------------------------------------
+GPU_RESOURCE = "nvidia.com/gpu"  # whole GPUs (device plugin)
+SHARED_GPU_RESOURCE = "nvidia.com/gpu.shared"  # time-sliced GPUs (device plugin `renameByDefault`)
+MIG_RESOURCE_PREFIX = "nvidia.com/mig-"  # MIG instances, mixed strategy: nvidia.com/mig-1g.10gb
+
+
+def mig_resource(profile: str) -> str:
+    """The extended resource of a MIG profile; the device plugin writes `+me` as `.me`."""
+    return MIG_RESOURCE_PREFIX + profile.replace("+", ".")
+
+
+# GPU Feature Discovery labels and the MIG manager's labels (GPU Operator).
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+GPU_FAMILY_LABEL = "nvidia.com/gpu.family"
+GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"  # MiB
+MIG_CONFIG_LABEL = "nvidia.com/mig.config"
+MIG_STATE_LABEL = "nvidia.com/mig.config.state"
+
+ANNOTATION_PREFIX = "kgwe.nvidia.io/"
+TOPOLOGY_ANNOTATION = ANNOTATION_PREFIX + "topology"  # on Nodes, written by `kgwe agent`
+GPU_MILLI_ANNOTATION = ANNOTATION_PREFIX + "gpu-milli"  # on pods: thousandths of one shared GPU
+
+# The ResourceQuota rendered from a GPUBudget in each of its namespaces (capped while the budget enforces).
+BUDGET_QUOTA_NAME = "kgwe-budget"
+
+# ---- Scoring (ScoringProfile, the extender) --------------------------------------------------------------
+ScoringStrategy = Literal[
+    "BinPack", "Spread", "LeastLoaded", "BestFit", "CostOptimized", "RoundRobin", "Random", "Priority"
+]
+STRATEGIES: tuple[str, ...] = get_args(ScoringStrategy)
+# With the fragmentation term, BestFit packed the openb trace best (`kgwe simulate`).
+DEFAULT_STRATEGY: ScoringStrategy = "BestFit"
+
+# What a pod may ask of its GPU set (annotation kgwe.nvidia.io/topology-preference; GPUWorkload).
+TopologyPreference = Literal["NVLinkOptimal", "SameNUMA", "SamePCIeSwitch", "None"]
+TOPOLOGY_PREFERENCES: tuple[str, ...] = get_args(TopologyPreference)
+
+# Relative weights of the score components.
+DEFAULT_TOPOLOGY_WEIGHT = 40
+DEFAULT_RESOURCE_WEIGHT = 35
+DEFAULT_BALANCE_WEIGHT = 25
+# Weight of the fragmentation-aware (FGD) term: the openb replay showed it raising the GPU allocation ratio
+# at 130% load, so it is on by default; 0 turns it off.
+DEFAULT_FRAGMENTATION = 50
+# kube-scheduler's `extenders[]` entry: weight of the extender's prioritize score, and how long
+# kube-scheduler waits for a filter/prioritize answer (the rendered KubeSchedulerConfiguration uses it).
+DEFAULT_EXTENDER_WEIGHT = 5
+DEFAULT_HTTP_TIMEOUT_SECONDS = 5
+
+# ---- Cost (PricingCatalog, chargeback) ------------------------------------------------------------------
+DEFAULT_CURRENCY = "USD"
+MigPricing = Literal["ComputeSlices", "MemorySlices", "Max"]
+MIG_PRICING: tuple[str, ...] = get_args(MigPricing)
+DEFAULT_MIG_PRICING: MigPricing = "ComputeSlices"
+IdleCost = Literal["Separate", "ShareByAllocation"]
+IDLE_COST: tuple[str, ...] = get_args(IdleCost)
+DEFAULT_IDLE_COST: IdleCost = "Separate"
+IDLE_KEY = "__idle__"  # the chargeback line of idle capacity (OpenCost's name)
+
+# ---- Reports (PolicyRepository.spec.reports) -------------------------------------------------------------
+# `reports:` absent = no cost reports; present without a schedule = every day at 06:00 UTC.
+DEFAULT_REPORT_SCHEDULE = "0 6 * * *"
+DEFAULT_REPORTS_PATH = "reports"

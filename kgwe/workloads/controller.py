@@ -1,0 +1,622 @@
+"""The GPUWorkload reconciler: its own work queue and watches, inside `kgwe controller`, acting only while
+this replica holds the controller's leader Lease.
+
+Per workload: validate -> (suspended? nothing new) -> admission (feasible on this cluster's nodes, a gang
+engine, scoring profile and PriorityClass resolved, the namespace's kgwe-budget quota has room) -> create
+the run's children in order (PodGroup before the pods) -> read them back into conditions, phase and
+placements -> restart the whole gang after a member failure, with backoff. Pure decisions live in
+kgwe.workloads.plan and kgwe.workloads.status; this module only reads and writes.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from kubernetes import client, dynamic, watch
+from kubernetes.client.exceptions import ApiException
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from pydantic import ValidationError
+
+from kgwe.cluster.client import list_items
+from kgwe.cluster.events import EventRecorder
+from kgwe.cluster.names import BUDGET_QUOTA_NAME, FIELD_MANAGER, GPU_RESOURCE, MIG_RESOURCE_PREFIX
+from kgwe.gpu import catalog
+from kgwe.policy.diagnostics import format_path
+from kgwe.policy.gpu_workload import GPUWorkload, NodeOffer, problems
+from kgwe.workloads import status as st
+from kgwe.workloads.plan import (
+    PODGROUP_API,
+    RUN_LABEL,
+    WORKLOAD_LABEL,
+    Facts,
+    PlanError,
+    gpu_resources,
+    plan_children,
+    requested_gpus,
+    resolve_backend,
+    resolve_priority,
+    resolve_profile,
+)
+
+log = logging.getLogger(__name__)
+
+GROUP, VERSION, PLURAL = "kgwe.nvidia.io", "v1", "gpuworkloads"
+PRODUCT_LABEL = "nvidia.com/gpu.product"
+KUEUE_GROUP = "kueue.x-k8s.io"
+SCORING_CONFIGMAP = "kgwe-scoring"
+
+
+class WorkloadMetrics:
+    """GPU_Orchestrator's counters under KGWE's prefix."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.scheduled = Counter(
+            "kgwe_gpuworkload_scheduled_total",
+            "Workloads whose pods were all scheduled",
+            ["strategy"],
+            registry=registry,
+        )
+        self.failed = Counter(
+            "kgwe_gpuworkload_failed_total", "Workload failures and refusals", ["reason"], registry=registry
+        )
+        self.retries = Counter("kgwe_gpuworkload_retries_total", "Whole-gang restarts", registry=registry)
+        self.duration = Histogram(
+            "kgwe_gpuworkload_reconcile_duration_seconds",
+            "GPUWorkload reconcile duration",
+            registry=registry,
+            buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+        )
+
+
+class WorkQueue:
+    """Keys to reconcile: deduplicated, optionally delayed; one worker holds a key at a time."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._heap: list[tuple[float, str]] = []
+        self._due: dict[str, float] = {}
+
+    def add(self, key: str, after_seconds: float = 0.0) -> None:
+        at = time.monotonic() + max(0.0, after_seconds)
+        with self._cond:
+            if key in self._due and self._due[key] <= at:
+                return
+            self._due[key] = at
+            heapq.heappush(self._heap, (at, key))
+            self._cond.notify()
+
+    def get(self, timeout: float) -> str | None:
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                now = time.monotonic()
+                while self._heap and self._due.get(self._heap[0][1]) != self._heap[0][0]:
+                    heapq.heappop(self._heap)  # superseded entry
+                if self._heap and self._heap[0][0] <= now:
+                    _, key = heapq.heappop(self._heap)
+                    del self._due[key]
+                    return key
+                wait = deadline - now
+                if self._heap:
+                    wait = min(wait, self._heap[0][0] - now)
+                if wait <= 0:
+                    return None
+                self._cond.wait(wait)
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class WorkloadReconciler:
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        *,
+        recorder: EventRecorder,
+        metrics: WorkloadMetrics,
+        is_leader: Callable[[], bool],
+        policy_namespace: str = "kgwe-system",
+        now: Callable[[], datetime] = _utcnow,
+        cost_of: Callable[[str, str, dict], dict | None] | None = None,
+    ) -> None:
+        self.api_client = api_client
+        self.custom = client.CustomObjectsApi(api_client)
+        self.core = client.CoreV1Api(api_client)
+        self.batch = client.BatchV1Api(api_client)
+        self.apps = client.AppsV1Api(api_client)
+        self.recorder = recorder
+        self.metrics = metrics
+        self.is_leader = is_leader
+        self.policy_namespace = policy_namespace
+        self.now = now
+        self.cost_of = cost_of  # (namespace, name, workload) -> status.cost; None: not metered
+        self._dyn: dynamic.DynamicClient | None = None
+
+    # -- cluster facts -------------------------------------------------------------------------------
+    @property
+    def dyn(self) -> dynamic.DynamicClient:
+        if self._dyn is None:
+            self._dyn = dynamic.DynamicClient(self.api_client)
+        return self._dyn
+
+    def _serves(self, group: str, version: str | None = None) -> bool:
+        try:
+            groups = client.ApisApi(self.api_client).get_api_versions().groups or []
+        except ApiException:
+            return False
+        for g in groups:
+            if g.name == group:
+                return version is None or any(v.version == version for v in g.versions)
+        return False
+
+    def _node_offers(self) -> list[NodeOffer]:
+        offers = []
+        for node in list_items(self.core.list_node):
+            labels = node["metadata"].get("labels") or {}
+            alloc = (node.get("status") or {}).get("allocatable") or {}
+            gpus = int(alloc.get(GPU_RESOURCE, "0") or 0)
+            profiles = frozenset(
+                k[len(MIG_RESOURCE_PREFIX) :]
+                for k, v in alloc.items()
+                if k.startswith(MIG_RESOURCE_PREFIX) and v != "0"
+            )
+            product = labels.get(PRODUCT_LABEL, "")
+            if not profiles and product:  # MIG not enabled yet: what the GPU model could offer
+                model = catalog.model_for_product(product)
+                if model is not None and model.mig_capable:
+                    profiles = frozenset(model.profiles)
+            if gpus or profiles:
+                offers.append(NodeOffer(gpus=gpus, product=product, mig_profiles=profiles))
+        return offers
+
+    def _profiles(self) -> dict[str, str]:
+        """Scoring profile name -> strategy, from the rendered kgwe-scoring ConfigMap."""
+        import json
+
+        from kgwe.extender.profile import profiles_from_document
+
+        try:
+            cm = self.core.read_namespaced_config_map(SCORING_CONFIGMAP, self.policy_namespace)
+        except ApiException:
+            return {}
+        try:
+            profiles = profiles_from_document(json.loads((cm.data or {}).get("profiles.json") or "{}"))
+        except (ValueError, TypeError):
+            return {}
+        return {name: p.strategy for name, p in profiles.items()}
+
+    def _priority_classes(self) -> dict[str, int]:
+        items = list_items(client.SchedulingV1Api(self.api_client).list_priority_class)
+        return {i["metadata"]["name"]: int(i.get("value", 0)) for i in items}
+
+    def _quota(self, namespace: str) -> dict | None:
+        try:
+            return self.core.read_namespaced_resource_quota(
+                BUDGET_QUOTA_NAME, namespace, _preload_content=False
+            ).json()
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    # -- children --------------------------------------------------------------------------------------
+    def _view(self, namespace: str, name: str, run: int, batch: bool) -> st.RunView:
+        selector = f"{WORKLOAD_LABEL}={name}"
+        if batch:
+            selector += f",{RUN_LABEL}={run}"
+            jobs = list_items(self.batch.list_namespaced_job, namespace=namespace, label_selector=selector)
+            jobs = [j for j in jobs if not j["metadata"].get("deletionTimestamp")]
+            pods = list_items(self.core.list_namespaced_pod, namespace=namespace, label_selector=selector)
+            return st.RunView(jobs=jobs, pods=pods)
+        deps = list_items(self.apps.list_namespaced_deployment, namespace=namespace, label_selector=selector)
+        pods = list_items(self.core.list_namespaced_pod, namespace=namespace, label_selector=selector)
+        return st.RunView(deployments=deps, pods=pods)
+
+    def _apply(self, obj: dict) -> None:
+        if not self.is_leader():
+            raise _NotLeader
+        resource = self.dyn.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
+        self.dyn.server_side_apply(
+            resource,
+            body=obj,
+            name=obj["metadata"]["name"],
+            namespace=obj["metadata"]["namespace"],
+            field_manager=FIELD_MANAGER,
+            force_conflicts=True,
+        )
+
+    def _delete_run(self, namespace: str, name: str, run: int) -> None:
+        """Delete the run's Jobs and PodGroup; their pods go with them (background cascade)."""
+        if not self.is_leader():
+            raise _NotLeader
+        selector = f"{WORKLOAD_LABEL}={name},{RUN_LABEL}={run}"
+        body = client.V1DeleteOptions(propagation_policy="Background")
+        for job in list_items(self.batch.list_namespaced_job, namespace=namespace, label_selector=selector):
+            try:
+                self.batch.delete_namespaced_job(job["metadata"]["name"], namespace, body=body)
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+        if self._serves("scheduling.k8s.io", "v1beta1"):
+            resource = self.dyn.resources.get(api_version=PODGROUP_API, kind="PodGroup")
+            try:
+                resource.delete(label_selector=selector, namespace=namespace)
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+
+    def _write_status(self, obj: dict, new_status: dict) -> None:
+        if not self.is_leader():
+            raise _NotLeader
+        meta = obj["metadata"]
+        self.custom.patch_namespaced_custom_object_status(
+            GROUP,
+            VERSION,
+            meta["namespace"],
+            PLURAL,
+            meta["name"],
+            {"status": new_status},
+            _content_type="application/merge-patch+json",
+        )
+
+    # -- one reconcile ---------------------------------------------------------------------------------
+    def reconcile(self, namespace: str, name: str) -> float | None:
+        """Returns seconds until this workload wants another look (None: only on change)."""
+        start = time.monotonic()
+        try:
+            return self._reconcile(namespace, name)
+        except _NotLeader:
+            return None
+        finally:
+            self.metrics.duration.observe(time.monotonic() - start)
+
+    def _reconcile(self, namespace: str, name: str) -> float | None:
+        try:
+            obj = self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        if obj["metadata"].get("deletionTimestamp"):
+            return None
+        old = obj.get("status") or {}
+        p = _Pass(obj, _copy_status(old), int(obj["metadata"].get("generation") or 0), self.now())
+        try:
+            wl = GPUWorkload.model_validate(obj)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            self._refuse(p, "InvalidSpec", f"{format_path(tuple(err['loc']))}: {err['msg']}")
+            return self._finish(p, old, None)
+        try:
+            requeue = self._drive(p, wl)
+        except PlanError as exc:
+            self._refuse(p, exc.reason, str(exc))
+            requeue = 30.0
+        return self._finish(p, old, requeue)
+
+    def _refuse(self, p: _Pass, reason: str, message: str) -> None:
+        if p.condition("Admitted", "False", reason, message):
+            p.event("Warning", reason, message)
+            self.metrics.failed.labels(reason).inc()
+
+    def _finish(self, p: _Pass, old: dict, requeue: float | None) -> float | None:
+        p.new["phase"] = st.derive_phase(p.new["conditions"])
+        p.new["observedGeneration"] = p.generation
+        if p.new != old:
+            self._write_status(p.obj, p.new)
+        for event_type, reason, message in p.events:
+            self.recorder.record(p.obj, event_type, reason, message)
+        return requeue
+
+    def _drive(self, p: _Pass, wl: GPUWorkload) -> float | None:
+        spec, new = wl.spec, p.new
+        if st.is_true(new["conditions"], "Complete") or st.is_true(new["conditions"], "Failed"):
+            self._cost(p, wl)
+            return None
+        run = int(new.get("run") or 0)
+        next_retry = st.parse_time(new.get("nextRetryTime"))
+        if next_retry is not None:
+            if p.now < next_retry:
+                return (next_retry - p.now).total_seconds()
+            run += 1
+            new.update(run=run, nextRetryTime=None, runStartTime=None)
+        view = self._view(p.namespace, wl.name, run, spec.is_batch)
+        exists = bool(view.jobs or view.deployments)
+        if spec.suspend:
+            changed = p.condition("Suspended", "True", "Suspended", "spec.suspend is true")
+        else:
+            changed = p.condition("Suspended", "False", "NotSuspended", "")
+        if changed and (spec.suspend or exists):
+            p.event(
+                "Normal", "Suspended" if spec.suspend else "Resumed", "spec.suspend is " + str(spec.suspend)
+            )
+        new["gpus"] = requested_gpus(wl)
+        if not exists:
+            if spec.suspend:
+                return None
+            if not self._admit(p, wl, run):
+                return 30.0
+            view = self._view(p.namespace, wl.name, run, spec.is_batch)
+        elif int(new.get("observedGeneration") or 0) != p.generation:
+            self._create(p, wl, run, self._facts(wl, run))  # a spec edit (e.g. suspend) reaches the children
+        return self._observe(p, wl, view, run)
+
+    def _facts(self, wl: GPUWorkload, run: int) -> Facts:
+        native = self._serves("scheduling.k8s.io", "v1beta1")
+        kueue = self._serves(KUEUE_GROUP)
+        spec = wl.spec
+        backend, problem = resolve_backend(spec.gang.backend, spec.total_pods, native, kueue, spec.is_batch)
+        if problem:
+            hint = "; set spec.gang.backend: None to run without all-or-nothing"
+            raise PlanError("NoGangEngine", problem + hint)
+        return Facts(
+            run=run,
+            gang_backend=backend,
+            scoring_profile=resolve_profile(wl, self._profiles()),
+            priority_class=resolve_priority(wl.spec.priority, self._priority_classes()),
+        )
+
+    def _admit(self, p: _Pass, wl: GPUWorkload, run: int) -> bool:
+        found = problems(wl.spec, self._node_offers())
+        if found:
+            path, message = found[0]
+            self._refuse(p, "Unschedulable", f"{format_path(path)}: {message}")
+            return False
+        facts = self._facts(wl, run)
+        refused = st.quota_admission(self._quota(p.namespace), _quota_needs(wl))
+        if refused:
+            self._refuse(p, *refused)
+            return False
+        children = self._create(p, wl, run, facts)
+        p.new.update(
+            run=run,
+            retryCount=int(p.new.get("retryCount") or 0),
+            runStartTime=st.rfc3339(p.now),
+            gangBackend=facts.gang_backend,
+            strategy=wl.spec.scheduling_strategy or facts.scoring_profile or "default",
+        )
+        p.event(
+            "Normal",
+            "Created",
+            f"run {run}: " + ", ".join(f"{c['kind']}/{c['metadata']['name']}" for c in children),
+        )
+        message = f"run {run}: {wl.spec.total_pods} pod(s), gang {facts.gang_backend}"
+        if p.condition("Admitted", "True", "Admitted", message):
+            p.event("Normal", "Admitted", message)
+        return True
+
+    def _create(self, p: _Pass, wl: GPUWorkload, run: int, facts: Facts) -> list[dict]:
+        children = plan_children(wl, p.namespace, p.obj["metadata"]["uid"], facts)
+        for child in children:  # PodGroup and Service before the Jobs that make pods
+            self._apply(child)
+        return children
+
+    def _observe(self, p: _Pass, wl: GPUWorkload, view: st.RunView, run: int) -> float | None:
+        spec, new = wl.spec, p.new
+        failed = st.failed_job(view) if spec.is_batch else None
+        if failed is not None:
+            return self._member_failed(p, wl, failed, run)
+        if spec.is_batch and st.all_complete(view, len(spec.effective_roles())):
+            if p.condition("Complete", "True", "Completed", f"run {run}: every pod succeeded"):
+                p.event("Normal", "Completed", f"run {run}: every pod succeeded")
+            p.condition("PodsReady", "False", "Completed", "the pods have finished")
+            self._cost(p, wl)
+            return None
+        prog = st.progress(wl, view)
+        new["placements"] = st.placements(view)
+        new["nodes"] = ",".join(prog.nodes) or None
+        want = 0 if spec.suspend else prog.total
+        requeue: float | None = 15.0
+        if want and prog.scheduled >= want:
+            if p.condition("PodsScheduled", "True", "AllScheduled", f"{want}/{want} pods on {new['nodes']}"):
+                p.event("Normal", "Scheduled", f"{want} pod(s) on {new['nodes']}")
+                self.metrics.scheduled.labels(new.get("strategy") or "default").inc()
+        else:
+            run_start = st.parse_time(new.get("runStartTime"))
+            timed_out = st.gang_timed_out(run_start, spec.gang.timeout_seconds, p.now)
+            reason = "GangTimeout" if timed_out else ("Suspended" if spec.suspend else "Pending")
+            message = f"{prog.scheduled}/{want} pods scheduled"
+            if timed_out:
+                message += f"; not all within {spec.gang.timeout_seconds}s (gang {new.get('gangBackend')})"
+            if p.condition("PodsScheduled", "False", reason, message) and timed_out:
+                p.event("Warning", "GangTimeout", message)
+                self.metrics.failed.labels("GangTimeout").inc()
+            if run_start and not timed_out:
+                left = spec.gang.timeout_seconds - (p.now - run_start).total_seconds()
+                requeue = max(1.0, min(requeue or 15.0, left + 1))
+        ready = bool(want) and prog.ready >= want
+        status, reason = ("True", "AllReady") if ready else ("False", "NotReady")
+        p.condition("PodsReady", status, reason, f"{prog.ready}/{want} pods ready")
+        self._cost(p, wl)
+        return requeue
+
+    def _member_failed(self, p: _Pass, wl: GPUWorkload, failed: Mapping[str, Any], run: int) -> float | None:
+        policy = wl.spec.retry_policy
+        retries = int(p.new.get("retryCount") or 0)
+        conditions = failed["status"].get("conditions") or []
+        why = next((c.get("reason") or "" for c in conditions if c.get("type") == "Failed"), "")
+        what = f"Job {failed['metadata']['name']} failed ({why})"
+        self._delete_run(p.namespace, wl.name, run)
+        if retries >= policy.max_retries:
+            message = f"{what}; {retries} of {policy.max_retries} retries used"
+            if p.condition("Failed", "True", "BackoffLimitExceeded", message):
+                p.event("Warning", "BackoffLimitExceeded", message)
+                self.metrics.failed.labels("BackoffLimitExceeded").inc()
+            p.condition("PodsReady", "False", "Failed", what)
+            self._cost(p, wl)
+            return None
+        delay = st.backoff_seconds(policy, retries)
+        at = p.now + timedelta(seconds=delay)
+        p.new.update(retryCount=retries + 1, nextRetryTime=st.rfc3339(at), placements=[], nodes=None)
+        message = (
+            f"{what}: restarting the whole gang in {delay:.0f}s (retry {retries + 1} of {policy.max_retries})"
+        )
+        p.condition("PodsScheduled", "False", "Restarting", message)
+        p.condition("PodsReady", "False", "Restarting", message)
+        p.event("Warning", "GangRestart", message)
+        self.metrics.failed.labels("MemberFailed").inc()
+        self.metrics.retries.inc()
+        return delay
+
+    def _cost(self, p: _Pass, wl: GPUWorkload) -> None:
+        if self.cost_of is None:
+            return
+        try:
+            cost = self.cost_of(p.namespace, wl.name, p.obj)
+        except Exception:  # cost is informative: never fail a reconcile over it
+            log.exception("cost of %s failed", wl.name)
+            return
+        if cost is not None:
+            p.new["cost"] = cost
+
+
+@dataclass
+class _Pass:
+    """One reconcile of one workload: the object read, the status being built, the Events to emit."""
+
+    obj: dict
+    new: dict
+    generation: int
+    now: datetime
+    events: list[tuple[str, str, str]] = field(default_factory=list)
+
+    @property
+    def namespace(self) -> str:
+        return self.obj["metadata"]["namespace"]
+
+    def condition(self, ctype: str, status: str, reason: str, message: str) -> bool:
+        return st.set_condition(
+            self.new["conditions"], ctype, status, reason, message, self.generation, self.now
+        )
+
+    def event(self, event_type: str, reason: str, message: str) -> None:
+        self.events.append((event_type, reason, message))
+
+
+class _NotLeader(Exception):
+    pass
+
+
+def _copy_status(old: dict) -> dict:
+    import copy
+
+    new = copy.deepcopy(old)
+    new.setdefault("conditions", [])
+    return new
+
+
+def _quota_needs(wl: GPUWorkload) -> dict[str, int]:
+    """ResourceQuota keys -> what all the workload's pods request together."""
+    needs: dict[str, int] = {}
+    for role in wl.spec.effective_roles():
+        assert role.gpu_requirements is not None
+        resources, _ = gpu_resources(role.gpu_requirements)
+        for key, n in resources.items():
+            needs[f"requests.{key}"] = needs.get(f"requests.{key}", 0) + n * role.replicas
+    return needs
+
+
+class WorkloadController:
+    """Watches GPUWorkloads and their Jobs/Pods/Deployments in every namespace; one worker reconciles."""
+
+    def __init__(self, reconciler: WorkloadReconciler, *, resync_seconds: float = 60.0) -> None:
+        self.reconciler = reconciler
+        self.queue = WorkQueue()
+        self.resync_seconds = resync_seconds
+        self.reconciles = 0
+        self._threads: list[threading.Thread] = []
+
+    def resync(self) -> None:
+        """Queue every GPUWorkload (on becoming leader, and every resync period)."""
+        try:
+            items = list_items(
+                self.reconciler.custom.list_cluster_custom_object, group=GROUP, version=VERSION, plural=PLURAL
+            )
+        except ApiException as exc:
+            log.warning("listing GPUWorkloads failed: %s", exc.reason)
+            return
+        for item in items:
+            self.queue.add(f"{item['metadata']['namespace']}/{item['metadata']['name']}")
+
+    def start(self, stop: threading.Event) -> None:
+        api = self.reconciler
+        sources: list[tuple[str, Callable[..., Any], dict[str, Any]]] = [
+            (
+                "gpuworkloads",
+                api.custom.list_cluster_custom_object,
+                {"group": GROUP, "version": VERSION, "plural": PLURAL},
+            ),
+            ("jobs", api.batch.list_job_for_all_namespaces, {"label_selector": WORKLOAD_LABEL}),
+            ("pods", api.core.list_pod_for_all_namespaces, {"label_selector": WORKLOAD_LABEL}),
+            ("deployments", api.apps.list_deployment_for_all_namespaces, {"label_selector": WORKLOAD_LABEL}),
+        ]
+        for what, fn, kwargs in sources:
+            t = threading.Thread(
+                target=self._watch, args=(stop, what, fn, kwargs), name=f"kgwe-watch-{what}", daemon=True
+            )
+            t.start()
+            self._threads.append(t)
+        t = threading.Thread(target=self._work, args=(stop,), name="kgwe-workloads", daemon=True)
+        t.start()
+        self._threads.append(t)
+
+    def _key(self, what: str, obj: dict) -> str | None:
+        meta = obj.get("metadata") or {}
+        if what == "gpuworkloads":
+            return f"{meta.get('namespace')}/{meta.get('name')}"
+        name = (meta.get("labels") or {}).get(WORKLOAD_LABEL)
+        return f"{meta.get('namespace')}/{name}" if name else None
+
+    def _watch(
+        self, stop: threading.Event, what: str, fn: Callable[..., Any], kwargs: dict[str, Any]
+    ) -> None:
+        while not stop.is_set():
+            try:
+                w = watch.Watch()
+                for event in w.stream(fn, timeout_seconds=30, **kwargs):
+                    if stop.is_set():
+                        w.stop()
+                        break
+                    obj = event.get("object")
+                    if not isinstance(obj, dict):
+                        obj = api_to_dict(obj)
+                    key = self._key(what, obj)
+                    if key and self.reconciler.is_leader():
+                        self.queue.add(key)
+            except Exception as exc:  # a broken watch is retried; the periodic resync covers the gap
+                log.debug("watch of %s ended: %s", what, exc)
+                stop.wait(1.0)
+
+    def _work(self, stop: threading.Event) -> None:
+        last_resync = 0.0
+        was_leader = False
+        while not stop.is_set():
+            leader = self.reconciler.is_leader()
+            if leader and (not was_leader or time.monotonic() - last_resync >= self.resync_seconds):
+                self.resync()
+                last_resync = time.monotonic()
+            was_leader = leader
+            key = self.queue.get(timeout=1.0)
+            if key is None or not leader:
+                continue
+            namespace, _, name = key.partition("/")
+            try:
+                again = self.reconciler.reconcile(namespace, name)
+            except Exception:
+                log.exception("reconcile of GPUWorkload %s failed", key)
+                again = 10.0
+            self.reconciles += 1
+            if again is not None:
+                self.queue.add(key, again)
+
+
+def api_to_dict(obj: Any) -> dict:
+    return client.ApiClient().sanitize_for_serialization(obj)

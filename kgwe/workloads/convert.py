@@ -1,0 +1,228 @@
+"""Seed GPUWorkload manifests -> kgwe.nvidia.io/v1 (pure: dicts in, dict + a field-by-field account out).
+
+Two seeds wrote their own GPUWorkload:
+- GPU_Orchestrator `gpu.warp.dev/v1alpha1`: spec.modelName, gpuCount, priority (a word), schedulingStrategy,
+  retryPolicy.{maxRetries, backoffSeconds}; it had no pod template (its controller made the Job).
+- AgentaFlow `agentaflow.io/v1`: spec.priority (integer), gpuMemoryRequired (MiB), schedulingStrategy,
+  gpuRequirements.{minGPUMemory (MiB), gpuCount, exclusiveAccess}, podTemplate.
+Every source field ends up either in `mapped` (source path, target path, value) or in `unmapped` (why).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from kgwe import API_VERSION
+from kgwe.cluster.names import is_gpu_resource
+from kgwe.errors import KgweError
+
+GPU_ORCHESTRATOR = "gpu.warp.dev/v1alpha1"
+AGENTAFLOW = "agentaflow.io/v1"
+SOURCES = (GPU_ORCHESTRATOR, AGENTAFLOW)
+MODEL_LABEL = "kgwe.nvidia.io/model"
+
+# The seeds' strategy words, normalised (lower case, no "_" or "-"), onto KGWE's ScoringProfile strategies.
+STRATEGIES: dict[str, str] = {
+    "binpack": "BinPack",
+    "packed": "BinPack",
+    "spread": "Spread",
+    "leastloaded": "LeastLoaded",
+    "leastutilized": "LeastLoaded",
+    "mostavailable": "LeastLoaded",
+    "bestfit": "BestFit",
+    "costoptimized": "CostOptimized",
+    "cost": "CostOptimized",
+    "roundrobin": "RoundRobin",
+    "random": "Random",
+    "priority": "Priority",
+    "prioritybased": "Priority",
+}
+_MIB_PER_GB = 1e9 / 2**20
+
+
+class ConvertError(KgweError):
+    """The input is not a seed manifest this converter knows."""
+
+
+@dataclass
+class Conversion:
+    manifest: dict[str, Any]
+    mapped: list[tuple[str, str, Any]] = field(default_factory=list)
+    unmapped: list[tuple[str, str]] = field(default_factory=list)
+
+    def report_lines(self) -> list[str]:
+        lines = [f"  {src} -> {dst}: {value!r}" for src, dst, value in self.mapped]
+        lines += [f"  {src}: NOT MAPPED ({why})" for src, why in self.unmapped]
+        return lines
+
+
+def strategy(word: str) -> str | None:
+    """A seed's strategy word as a KGWE strategy, or None."""
+    return STRATEGIES.get(re.sub(r"[-_\s]", "", word).lower())
+
+
+def mib_to_gb(mib: int | float) -> float:
+    """MiB as decimal GB (what minMemoryGB means), rounded UP to 0.001 so no smaller GPU passes."""
+    return math.ceil(mib / _MIB_PER_GB * 1000) / 1000
+
+
+def convert(doc: dict[str, Any], image: str | None = None) -> Conversion:
+    if not isinstance(doc, dict):
+        raise ConvertError("a manifest must be a YAML mapping")
+    api = doc.get("apiVersion")
+    if doc.get("kind") != "GPUWorkload" or api not in SOURCES:
+        raise ConvertError(
+            f"not a seed GPUWorkload (apiVersion {api!r}, kind {doc.get('kind')!r}); "
+            f"known: {', '.join(SOURCES)} kind GPUWorkload"
+        )
+    spec = doc.get("spec")
+    if not isinstance(spec, dict):
+        raise ConvertError("spec must be a mapping")
+    out = Conversion(manifest={"apiVersion": API_VERSION, "kind": "GPUWorkload"})
+    _metadata(doc, out)
+    new_spec: dict[str, Any] = {"gpuRequirements": {}}
+    out.manifest["spec"] = new_spec
+    if api == GPU_ORCHESTRATOR:
+        _gpu_orchestrator(spec, new_spec, out, image)
+    else:
+        _agentaflow(spec, new_spec, out, image)
+    if "status" in doc:
+        out.unmapped.append(("status", "status is written by the KGWE controller"))
+    return out
+
+
+def _metadata(doc: dict[str, Any], out: Conversion) -> None:
+    meta = doc.get("metadata") or {}
+    if not isinstance(meta, dict):
+        raise ConvertError("metadata must be a mapping")
+    kept = {k: copy.deepcopy(meta[k]) for k in ("name", "namespace", "labels", "annotations") if k in meta}
+    for k in kept:
+        out.mapped.append((f"metadata.{k}", f"metadata.{k}", kept[k]))
+    for k in meta:
+        if k not in kept:
+            out.unmapped.append((f"metadata.{k}", "set by the API server"))
+    out.manifest["metadata"] = kept
+
+
+def _set_strategy(src: str, value: Any, spec: dict[str, Any], out: Conversion) -> None:
+    mapped = strategy(str(value))
+    if mapped is None:
+        out.unmapped.append((src, f"no KGWE strategy matches {value!r}; the default ScoringProfile applies"))
+    else:
+        spec["schedulingStrategy"] = mapped
+        out.mapped.append((src, "spec.schedulingStrategy", mapped))
+
+
+def _template_for(name: str, image: str | None, src: str, out: Conversion) -> dict[str, Any]:
+    if not image:
+        raise ConvertError(f"{src}: the source has no pod template; pass --image for its container")
+    out.unmapped.append((src, f"no pod template in the source: one container {name!r} running {image!r}"))
+    return {"spec": {"containers": [{"name": name, "image": image}]}}
+
+
+def _gpu_orchestrator(spec: dict, new: dict, out: Conversion, image: str | None) -> None:
+    model = spec.get("modelName")
+    for key, value in spec.items():
+        src = f"spec.{key}"
+        if key == "modelName":
+            label = re.sub(r"[^A-Za-z0-9._-]", "-", str(value))[:63].strip("-._") or "model"
+            out.manifest["metadata"].setdefault("labels", {})[MODEL_LABEL] = label
+            out.mapped.append((src, f"metadata.labels[{MODEL_LABEL}]", label))
+        elif key == "gpuCount":
+            new["gpuRequirements"]["count"] = value
+            out.mapped.append((src, "spec.gpuRequirements.count", value))
+        elif key == "priority":
+            new["priority"] = str(value).lower()
+            out.mapped.append(
+                (src, "spec.priority (a PriorityClass of that name must exist)", new["priority"])
+            )
+        elif key == "schedulingStrategy":
+            _set_strategy(src, value, new, out)
+        elif key == "retryPolicy" and isinstance(value, dict):
+            retry: dict[str, Any] = {}
+            for rk, rv in value.items():
+                if rk in ("maxRetries", "backoffSeconds"):
+                    retry[rk] = rv
+                    out.mapped.append((f"{src}.{rk}", f"spec.retryPolicy.{rk}", rv))
+                else:
+                    out.unmapped.append((f"{src}.{rk}", "no KGWE retry setting of that name"))
+            if retry:
+                new["retryPolicy"] = retry
+        else:
+            out.unmapped.append((src, "no KGWE equivalent"))
+    new["podTemplate"] = _template_for(_container_name(str(model or "main")), image, "spec.podTemplate", out)
+
+
+def _container_name(text: str) -> str:
+    return re.sub(r"[^a-z0-9-]", "-", text.lower())[:63].strip("-") or "main"
+
+
+def _agentaflow(spec: dict, new: dict, out: Conversion, image: str | None) -> None:
+    req = new["gpuRequirements"]
+    memory_mib: dict[str, Any] = {}
+    for key, value in spec.items():
+        src = f"spec.{key}"
+        if key == "priority":
+            new["priority"] = value
+            out.mapped.append((src, "spec.priority (highest PriorityClass at or below it)", value))
+        elif key == "gpuMemoryRequired":
+            memory_mib[src] = value
+        elif key == "schedulingStrategy":
+            _set_strategy(src, value, new, out)
+        elif key == "gpuRequirements" and isinstance(value, dict):
+            for rk, rv in value.items():
+                rsrc = f"{src}.{rk}"
+                if rk == "gpuCount":
+                    req["count"] = rv
+                    out.mapped.append((rsrc, "spec.gpuRequirements.count", rv))
+                elif rk == "minGPUMemory":
+                    memory_mib[rsrc] = rv
+                elif rk == "exclusiveAccess":
+                    new["exclusiveAccess"] = bool(rv)
+                    out.mapped.append((rsrc, "spec.exclusiveAccess", bool(rv)))
+                else:
+                    out.unmapped.append((rsrc, "no KGWE equivalent"))
+        elif key == "podTemplate" and isinstance(value, dict):
+            new["podTemplate"] = _strip_gpu_resources(copy.deepcopy(value), src, out)
+            out.mapped.append((src, "spec.podTemplate", "(pod template)"))
+        else:
+            out.unmapped.append((src, "no KGWE equivalent"))
+    if memory_mib:
+        numbers = {k: v for k, v in memory_mib.items() if isinstance(v, int | float) and v > 0}
+        for k in memory_mib.keys() - numbers.keys():
+            out.unmapped.append((k, f"not a positive number of MiB: {memory_mib[k]!r}"))
+        if numbers:
+            gb = mib_to_gb(max(numbers.values()))
+            req["minMemoryGB"] = gb
+            for k, v in numbers.items():
+                out.mapped.append(
+                    (k, "spec.gpuRequirements.minMemoryGB (MiB -> GB, the larger)", f"{v} MiB -> {gb}")
+                )
+    if "podTemplate" not in new:
+        new["podTemplate"] = _template_for("main", image, "spec.podTemplate", out)
+
+
+def _strip_gpu_resources(template: dict, src: str, out: Conversion) -> dict:
+    """GPU resources come from gpuRequirements; the template's own would be overwritten, so say so."""
+    spec = template.get("spec") or {}
+    for i, c in enumerate(spec.get("containers") or []):
+        for section in ("limits", "requests"):
+            res = ((c or {}).get("resources") or {}).get(section) or {}
+            for name in [n for n in res if is_gpu_resource(n)]:
+                out.mapped.append(
+                    (
+                        f"{src}.spec.containers[{i}].resources.{section}[{name}]",
+                        "spec.gpuRequirements",
+                        res[name],
+                    )
+                )
+                del res[name]
+            if section in ((c or {}).get("resources") or {}) and not res:
+                del c["resources"][section]
+        if (c or {}).get("resources") == {}:
+            del c["resources"]
+    return template

@@ -1,0 +1,55 @@
+"""A workload's GPU-hours and cost so far, from the metered usage intervals of its pods (pure).
+
+Metering is per pod and charges the pod's team (label kgwe.nvidia.io/team, which KGWE sets from
+spec.team; else the namespace), so the chargeback already shows the workload under its team. This sums the
+same intervals for the workload's own status: GPU-units x hours x the catalog price, one rounding to cents.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from datetime import datetime
+from decimal import Decimal
+from fractions import Fraction
+
+from kgwe.cost.allocate import cents_to_decimal, round_cents
+from kgwe.cost.pricing import PriceBook
+from kgwe.cost.usage import UsageInterval
+from kgwe.workloads.plan import child_name
+
+
+def pod_pattern(workload: str, roles: Iterable[str], batch: bool) -> re.Pattern[str]:
+    """Names of the pods KGWE's children create: Job pods `<wl>-r<run>-<role>-<index>-<suffix>`,
+    Deployment pods `<wl>-<role>-<hash>-<suffix>`."""
+    alts = []
+    for role in roles:
+        if batch:
+            prefix = re.escape(child_name(workload, 0, role)).replace("r0", r"r\d+")
+            alts.append(prefix + r"-\d+-[a-z0-9]+")
+        else:
+            alts.append(re.escape(f"{workload}-{role}") + r"-[a-z0-9]+-[a-z0-9]+")
+    return re.compile("^(?:" + "|".join(alts) + ")$")
+
+
+def workload_cost(
+    intervals: Iterable[UsageInterval], book: PriceBook, namespace: str, pods: re.Pattern[str], now: datetime
+) -> tuple[Decimal, Decimal]:
+    """(GPU-hours, cost) of the matching pods' usage up to `now`."""
+    gpu_seconds = Fraction(0)
+    money = Fraction(0)
+    for iv in intervals:
+        if iv.namespace != namespace or not pods.match(iv.pod):
+            continue
+        end = min(iv.end or now, now)
+        seconds = max(0, int((end - iv.start).total_seconds()))
+        units = iv.count * book.gpu_share(iv.gpu_product, iv.kind, iv.mig_profile, iv.gpu_milli)
+        gpu_seconds += units * seconds
+        price = book.price(iv.gpu_product)
+        if price is not None:
+            rate = price.per_hour(iv.spot)
+            money += units * seconds * Fraction(rate) / 3600
+    hours = (Decimal(gpu_seconds.numerator) / Decimal(gpu_seconds.denominator) / 3600).quantize(
+        Decimal("0.001")
+    )
+    return hours, cents_to_decimal(round_cents(money))

@@ -1,0 +1,409 @@
+"""Pure planning: a GPUWorkload and a few cluster facts -> the child objects KGWE creates for it.
+
+Batch kinds become one Indexed Job per role plus a headless Service (stable hostnames
+`<job>-<index>.<service>`); serving kinds a Deployment per role. Children of attempt `run` carry the run in
+their names, so a gang restart creates fresh Jobs while the old ones are still being deleted. A workload of
+more than one pod is all-or-nothing through an existing engine: a native PodGroup (scheduling.k8s.io/v1beta1,
+created before the pods, pods linked by spec.schedulingGroup) or Kueue's plain pod-group labels.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any
+
+from kgwe.cluster.names import (
+    GPU_RESOURCE,
+    MANAGED_BY_LABEL,
+    MANAGED_BY_VALUE,
+    MIG_RESOURCE_PREFIX,
+    SHARED_GPU_RESOURCE,
+    is_gpu_resource,
+)
+from kgwe.extender.request import (
+    ANN_MILLI,
+    ANN_MIN_BW,
+    ANN_MIN_MEMORY,
+    ANN_PREFERENCE,
+    ANN_PRODUCT,
+    ANN_PROFILE,
+)
+from kgwe.policy.gpu_workload import GPURequirements, GPUWorkload, Role
+
+API = "kgwe.nvidia.io/v1"
+SCHEDULER_NAME = "kgwe-scheduler"
+WORKLOAD_LABEL = "kgwe.nvidia.io/workload"
+ROLE_LABEL = "kgwe.nvidia.io/role"
+RUN_LABEL = "kgwe.nvidia.io/run"
+TEAM_LABEL = "kgwe.nvidia.io/team"
+PODGROUP_API = "scheduling.k8s.io/v1beta1"
+KUEUE_GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
+KUEUE_TOTAL_ANNOTATION = "kueue.x-k8s.io/pod-group-total-count"
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
+REPLICAS_LABEL = "nvidia.com/gpu.replicas"  # GFD: >1 on time-sliced / MPS-shared GPUs
+TORCH_MASTER_PORT = 29500  # Kubeflow Trainer's default
+GANG_BACKENDS = ("Native", "Kueue", "None")
+
+
+class PlanError(ValueError):
+    """The workload cannot be turned into objects (reason, message) -> Admitted=False."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What the controller resolved from the cluster for this workload."""
+
+    run: int = 0
+    gang_backend: str = "None"  # Native | Kueue | None (already resolved from Auto)
+    scoring_profile: str | None = (
+        None  # from spec.scoringProfile or the profile serving spec.schedulingStrategy
+    )
+    priority_class: str | None = None
+    scheduler_name: str = SCHEDULER_NAME
+
+
+def child_name(workload: str, run: int, role: str) -> str:
+    return f"{workload}-r{run}-{role}"
+
+
+def podgroup_name(workload: str, run: int) -> str:
+    return f"{workload}-r{run}"
+
+
+def gpu_resources(req: GPURequirements) -> tuple[dict[str, int], dict[str, str]]:
+    """(extended resources, extra annotations) one pod requests for these requirements."""
+    if req.mig_profile:
+        return {MIG_RESOURCE_PREFIX + req.mig_profile.replace("+", "."): req.count}, {}
+    if req.gpu_milli is not None and req.gpu_milli < 1000:
+        return {SHARED_GPU_RESOURCE: 1}, {ANN_MILLI: str(req.gpu_milli)}
+    return {GPU_RESOURCE: req.count if req.gpu_milli is None else 1}, {}
+
+
+def placement_annotations(req: GPURequirements, scoring_profile: str | None) -> dict[str, str]:
+    """KGWE's pod annotations the extender reads (see kgwe.extender.request)."""
+    ann: dict[str, str] = {}
+    if req.topology.preference != "None":
+        ann[ANN_PREFERENCE] = req.topology.preference
+    if req.topology.min_bandwidth_gbps is not None:
+        # The spec quotes NVLink as vendors do (both directions: A100 600 GB/s, H100 900 GB/s); the
+        # extender measures per direction (DGX-A100 pairs: 300 GB/s), so the pod asks for half.
+        ann[ANN_MIN_BW] = _num(req.topology.min_bandwidth_gbps / 2)
+    if req.min_memory_gb is not None:
+        ann[ANN_MIN_MEMORY] = _num(req.min_memory_gb)
+    if req.product:
+        ann[ANN_PRODUCT] = req.product
+    if scoring_profile:
+        ann[ANN_PROFILE] = scoring_profile
+    return ann
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else repr(float(x))
+
+
+def resolve_backend(
+    wanted: str, total_pods: int, native: bool, kueue: bool, batch: bool = True
+) -> tuple[str, str | None]:
+    """(backend, problem). One pod, or a serving kind (replicas serve on their own), needs no gang.
+    Auto prefers the native PodGroup, then Kueue."""
+    if not batch or total_pods <= 1 or wanted == "None":
+        return "None", None
+    if wanted == "Native":
+        return (
+            ("Native", None)
+            if native
+            else ("None", "the API server does not serve scheduling.k8s.io/v1beta1 PodGroups")
+        )
+    if wanted == "Kueue":
+        return (
+            ("Kueue", None) if kueue else ("None", "Kueue is not installed (no kueue.x-k8s.io Workload CRD)")
+        )
+    if native:
+        return "Native", None
+    if kueue:
+        return "Kueue", None
+    return "None", "no gang engine: neither native PodGroups (GenericWorkload) nor Kueue is available"
+
+
+def resolve_profile(wl: GPUWorkload, profiles: dict[str, str]) -> str | None:
+    """The scoring profile for the pods: named, or the first (by name) whose strategy is the asked one.
+
+    `profiles` maps profile name -> strategy (from the kgwe-scoring ConfigMap)."""
+    if wl.spec.scoring_profile:
+        return wl.spec.scoring_profile
+    wanted = wl.spec.scheduling_strategy
+    if not wanted:
+        return None
+    for name in sorted(profiles):
+        if profiles[name] == wanted:
+            return name
+    raise PlanError(
+        "NoScoringProfile",
+        f"no ScoringProfile uses strategy {wanted} (have: "
+        + (", ".join(f"{n}={s}" for n, s in sorted(profiles.items())) or "none")
+        + ")",
+    )
+
+
+def resolve_priority(priority: int | str | None, classes: dict[str, int]) -> str | None:
+    """A PriorityClass name: as given, or the highest class whose value is at most the integer."""
+    if priority is None:
+        return None
+    if isinstance(priority, str):
+        if priority not in classes:
+            raise PlanError("NoPriorityClass", f'no PriorityClass "{priority}"')
+        return priority
+    fitting = [(v, n) for n, v in classes.items() if v <= priority]
+    return max(fitting)[1] if fitting else None
+
+
+def owner_reference(wl: GPUWorkload, uid: str) -> dict[str, Any]:
+    return {
+        "apiVersion": API,
+        "kind": "GPUWorkload",
+        "name": wl.name,
+        "uid": uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def plan_children(wl: GPUWorkload, namespace: str, uid: str, facts: Facts) -> list[dict[str, Any]]:
+    """Every child object, in creation order (PodGroup and Service before the pods' owners)."""
+    spec = wl.spec
+    roles = spec.effective_roles()
+    total = sum(r.replicas for r in roles)
+    name = wl.name
+    owner = owner_reference(wl, uid)
+    longest = max(len(child_name(name, facts.run, r.name)) for r in roles)
+    max_index = max(r.replicas for r in roles) - 1
+    if longest + 1 + len(str(max_index)) > 63:
+        raise PlanError(
+            "NameTooLong", f"pod hostnames <workload>-r<run>-<role>-<index> exceed 63 characters ({name})"
+        )
+    base_labels = {WORKLOAD_LABEL: name, MANAGED_BY_LABEL: MANAGED_BY_VALUE}
+    if spec.team:
+        base_labels[TEAM_LABEL] = spec.team[:63]
+    objs: list[dict[str, Any]] = []
+    if not spec.is_batch:
+        for role in roles:
+            objs.append(_deployment(wl, namespace, owner, role, facts, base_labels))
+        return objs
+    group = podgroup_name(name, facts.run)
+    if facts.gang_backend == "Native":
+        pg_spec: dict[str, Any] = {"schedulingPolicy": {"gang": {"minCount": spec.min_member}}}
+        if facts.priority_class:
+            pg_spec["priorityClassName"] = facts.priority_class
+        objs.append(
+            {
+                "apiVersion": PODGROUP_API,
+                "kind": "PodGroup",
+                "metadata": _meta(group, namespace, {**base_labels, RUN_LABEL: str(facts.run)}, owner),
+                "spec": pg_spec,
+            }
+        )
+    objs.append(
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": _meta(name, namespace, dict(base_labels), owner),
+            "spec": {
+                "clusterIP": "None",
+                "publishNotReadyAddresses": True,  # rendezvous before readiness (as JobSet)
+                "selector": {WORKLOAD_LABEL: name},
+                "ports": [{"name": "rendezvous", "port": _master_port(wl), "protocol": "TCP"}],
+            },
+        }
+    )
+    first_job = child_name(name, facts.run, roles[0].name)
+    offset = 0
+    for role in roles:
+        env = _rendezvous_env(wl, roles, role, offset, total, f"{first_job}-0.{name}")
+        offset += role.replicas
+        objs.append(_job(wl, namespace, owner, role, facts, base_labels, env, group, total))
+    return objs
+
+
+def _meta(name: str, namespace: str, labels: dict[str, str], owner: dict[str, Any]) -> dict[str, Any]:
+    return {"name": name, "namespace": namespace, "labels": labels, "ownerReferences": [owner]}
+
+
+def _master_port(wl: GPUWorkload) -> int:
+    dc = wl.spec.distributed_config
+    return (dc.master_port if dc and dc.master_port else None) or TORCH_MASTER_PORT
+
+
+def _is_pytorch(wl: GPUWorkload) -> bool:
+    return (wl.spec.framework or "").lower() in ("pytorch", "torch")
+
+
+def _rendezvous_env(
+    wl: GPUWorkload, roles: list[Role], role: Role, offset: int, total: int, master: str
+) -> list[dict[str, Any]]:
+    """torchrun's PET_* variables the way Kubeflow Trainer sets them, plus the legacy MASTER_/RANK ones.
+
+    Node rank = the pod's Job completion index; with several roles each pod also gets KGWE_RANK_OFFSET
+    (pods of earlier roles), since an env var cannot add two numbers."""
+    port = str(_master_port(wl))
+    index_ref = {"fieldRef": {"fieldPath": f"metadata.annotations['{COMPLETION_INDEX_ANNOTATION}']"}}
+    env: list[dict[str, Any]] = [
+        {"name": "KGWE_WORKLOAD", "value": wl.name},
+        {"name": "KGWE_ROLE", "value": role.name},
+        {"name": "KGWE_RANK_OFFSET", "value": str(offset)},
+        {"name": "MASTER_ADDR", "value": master},
+        {"name": "MASTER_PORT", "value": port},
+    ]
+    if not _is_pytorch(wl):
+        return env
+    dc = wl.spec.distributed_config
+    req = role.gpu_requirements
+    assert req is not None
+    nproc: int | str = (dc.processes_per_node if dc and dc.processes_per_node else None) or (
+        req.count if not req.mig_profile and req.gpu_milli is None else 1
+    )
+    world = total * nproc if isinstance(nproc, int) else total
+    env += [
+        {"name": "PET_NNODES", "value": str(total)},
+        {"name": "PET_NPROC_PER_NODE", "value": str(nproc)},
+        {"name": "PET_MASTER_ADDR", "value": master},
+        {"name": "PET_MASTER_PORT", "value": port},
+        {"name": "WORLD_SIZE", "value": str(world)},
+    ]
+    if len(roles) == 1:
+        env += [{"name": "PET_NODE_RANK", "valueFrom": index_ref}, {"name": "RANK", "valueFrom": index_ref}]
+    return env
+
+
+def _pod_template(
+    wl: GPUWorkload, role: Role, facts: Facts, labels: dict[str, str], batch: bool
+) -> dict[str, Any]:
+    req = role.gpu_requirements
+    assert req is not None
+    tmpl = copy.deepcopy(role.pod_template or {})
+    meta = tmpl.setdefault("metadata", {})
+    meta["labels"] = {**(meta.get("labels") or {}), **labels}
+    resources, extra = gpu_resources(req)
+    meta["annotations"] = {
+        **(meta.get("annotations") or {}),
+        **placement_annotations(req, facts.scoring_profile),
+        **extra,
+    }
+    spec = tmpl.setdefault("spec", {})
+    spec["schedulerName"] = facts.scheduler_name
+    if facts.priority_class:
+        spec["priorityClassName"] = facts.priority_class
+    containers = spec.get("containers") or []
+    if not containers:
+        raise PlanError("InvalidPodTemplate", "podTemplate.spec.containers is empty")
+    for c in [*containers, *(spec.get("initContainers") or [])]:
+        for section in ("limits", "requests"):
+            res = (c.get("resources") or {}).get(section)
+            if res:
+                for key in [k for k in res if is_gpu_resource(k)]:
+                    del res[key]
+    res = containers[0].setdefault("resources", {})
+    res["limits"] = {**(res.get("limits") or {}), **{k: str(v) for k, v in resources.items()}}
+    if wl.spec.exclusive_access:
+        _require_unshared_gpus(spec)
+    if batch:
+        spec["restartPolicy"] = "Never"
+    return tmpl
+
+
+def _require_unshared_gpus(spec: dict[str, Any]) -> None:
+    """exclusiveAccess: only nodes whose GPUs are not time-sliced or MPS-shared (GFD gpu.replicas <= 1)."""
+    node_aff = spec.setdefault("affinity", {}).setdefault("nodeAffinity", {})
+    required = node_aff.setdefault("requiredDuringSchedulingIgnoredDuringExecution", {})
+    terms = required.get("nodeSelectorTerms") or [{}]
+    ours = [
+        {"key": REPLICAS_LABEL, "operator": "DoesNotExist"},
+        {"key": REPLICAS_LABEL, "operator": "In", "values": ["1"]},
+    ]
+    required["nodeSelectorTerms"] = [
+        {**t, "matchExpressions": [*(t.get("matchExpressions") or []), expr]} for t in terms for expr in ours
+    ]
+
+
+def _job(
+    wl: GPUWorkload,
+    namespace: str,
+    owner: dict[str, Any],
+    role: Role,
+    facts: Facts,
+    base_labels: dict[str, str],
+    env: list[dict[str, Any]],
+    group: str,
+    total: int,
+) -> dict[str, Any]:
+    labels = {**base_labels, ROLE_LABEL: role.name, RUN_LABEL: str(facts.run)}
+    pod_labels = dict(labels)
+    if facts.gang_backend == "Kueue":
+        pod_labels[KUEUE_GROUP_LABEL] = group
+        if wl.spec.gang.queue_name:
+            pod_labels[KUEUE_QUEUE_LABEL] = wl.spec.gang.queue_name
+    tmpl = _pod_template(wl, role, facts, pod_labels, batch=True)
+    if facts.gang_backend == "Kueue":
+        tmpl["metadata"]["annotations"][KUEUE_TOTAL_ANNOTATION] = str(total)
+    spec = tmpl["spec"]
+    spec["subdomain"] = wl.name
+    if facts.gang_backend == "Native":
+        spec["schedulingGroup"] = {"podGroupName": group}
+    for c in spec["containers"]:
+        names = {e.get("name") for e in env}
+        c["env"] = [*env, *[e for e in (c.get("env") or []) if e.get("name") not in names]]
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": _meta(child_name(wl.name, facts.run, role.name), namespace, labels, owner),
+        "spec": {
+            "completionMode": "Indexed",
+            "completions": role.replicas,
+            "parallelism": role.replicas,
+            "backoffLimit": 0,  # a member failure fails the Job; KGWE restarts the whole gang
+            "podReplacementPolicy": "Failed",  # a replacement waits until the old pod released its GPUs
+            # Evictions and preemptions are not the job's fault: replace the pod, count nothing.
+            "podFailurePolicy": {
+                "rules": [
+                    {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
+                ]
+            },
+            "suspend": wl.spec.suspend,
+            "template": tmpl,
+        },
+    }
+
+
+def _deployment(
+    wl: GPUWorkload,
+    namespace: str,
+    owner: dict[str, Any],
+    role: Role,
+    facts: Facts,
+    base_labels: dict[str, str],
+) -> dict[str, Any]:
+    labels = {**base_labels, ROLE_LABEL: role.name}
+    tmpl = _pod_template(wl, role, facts, labels, batch=False)
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": _meta(f"{wl.name}-{role.name}", namespace, labels, owner),
+        "spec": {
+            "replicas": 0 if wl.spec.suspend else role.replicas,
+            "selector": {"matchLabels": {WORKLOAD_LABEL: wl.name, ROLE_LABEL: role.name}},
+            "template": tmpl,
+        },
+    }
+
+
+def requested_gpus(wl: GPUWorkload) -> int:
+    """GPU devices (whole GPUs, MIG instances or shares) the workload's pods request in total."""
+    return sum(
+        r.replicas * (r.gpu_requirements.count if r.gpu_requirements else 1)
+        for r in wl.spec.effective_roles()
+    )

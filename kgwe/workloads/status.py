@@ -1,0 +1,196 @@
+"""Pure status: what the children of a GPUWorkload say -> conditions, phase, placements, retry decisions.
+
+Condition types: Admitted, PodsScheduled, PodsReady, Complete, Failed, Suspended (metav1.Condition, with
+observedGeneration). The phase (Pending/Scheduled/Running/Succeeded/Failed) is derived from them, for print
+columns. A member failure (its Job Failed; disruptions are ignored by the Job's podFailurePolicy) restarts
+the whole gang after an exponential backoff with jitter, up to retryPolicy.maxRetries.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from kgwe.extender.k8s import ANN_GPU_INDEX
+from kgwe.policy.gpu_workload import GPUWorkload, RetryPolicy
+
+CONDITION_TYPES = ("Admitted", "PodsScheduled", "PodsReady", "Complete", "Failed", "Suspended")
+QUOTA_NAME_ANNOTATION = "kgwe.nvidia.io/budget"
+
+
+def backoff_seconds(policy: RetryPolicy, retry: int, rng: random.Random | None = None) -> float:
+    """Delay before restart number `retry` (0-based): min(cap, base * 2**retry), then ± jitter."""
+    delay = min(policy.max_backoff_seconds, policy.backoff_seconds * 2 ** min(retry, 30))
+    if policy.jitter:
+        r = (rng or random).uniform(-policy.jitter, policy.jitter)
+        delay *= 1 + r
+    return max(0.0, min(float(policy.max_backoff_seconds), delay))
+
+
+def rfc3339(t: datetime) -> str:
+    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(text: str | None) -> datetime | None:
+    if not text:
+        return None
+    return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+
+
+def set_condition(
+    conditions: list[dict[str, Any]],
+    ctype: str,
+    status: str,
+    reason: str,
+    message: str,
+    generation: int,
+    now: datetime,
+) -> bool:
+    """Set one condition in place; lastTransitionTime moves only when status changes. True if it changed."""
+    for c in conditions:
+        if c["type"] == ctype:
+            changed = (c["status"], c.get("reason"), c.get("message")) != (status, reason, message)
+            if c["status"] != status:
+                c["lastTransitionTime"] = rfc3339(now)
+            c.update(status=status, reason=reason, message=message, observedGeneration=generation)
+            return changed
+    conditions.append(
+        {
+            "type": ctype,
+            "status": status,
+            "reason": reason,
+            "message": message,
+            "lastTransitionTime": rfc3339(now),
+            "observedGeneration": generation,
+        }
+    )
+    return True
+
+
+def condition(conditions: Sequence[Mapping[str, Any]], ctype: str) -> Mapping[str, Any] | None:
+    return next((c for c in conditions if c.get("type") == ctype), None)
+
+
+def is_true(conditions: Sequence[Mapping[str, Any]], ctype: str) -> bool:
+    c = condition(conditions, ctype)
+    return bool(c and c.get("status") == "True")
+
+
+def derive_phase(conditions: Sequence[Mapping[str, Any]]) -> str:
+    if is_true(conditions, "Failed"):
+        return "Failed"
+    if is_true(conditions, "Complete"):
+        return "Succeeded"
+    if is_true(conditions, "PodsReady"):
+        return "Running"
+    if is_true(conditions, "PodsScheduled"):
+        return "Scheduled"
+    return "Pending"
+
+
+def quota_admission(quota: Mapping[str, Any] | None, needs: Mapping[str, int]) -> tuple[str, str] | None:
+    """(reason, message) when the namespace's kgwe-budget ResourceQuota cannot take the workload, else None.
+
+    `needs`: quota keys (requests.nvidia.com/gpu, ...) -> total the workload's pods request. An `Enforce`
+    budget that is exhausted caps the quota at current use: no headroom at all -> BudgetExhausted."""
+    if not quota:
+        return None
+    hard = (quota.get("spec") or {}).get("hard") or {}
+    used = (quota.get("status") or {}).get("used") or {}
+    budget = ((quota.get("metadata") or {}).get("annotations") or {}).get(QUOTA_NAME_ANNOTATION) or "?"
+    for key, need in sorted(needs.items()):
+        if key not in hard:
+            continue
+        limit, in_use = _qty(hard[key]), _qty(used.get(key, "0"))
+        if in_use + need > limit:
+            reason = "BudgetExhausted" if in_use >= limit else "QuotaExceeded"
+            what = "exhausted: capped at current use" if reason == "BudgetExhausted" else "quota too small"
+            return reason, (
+                f"GPUBudget {budget} ({what}): {key} hard {limit}, used {in_use}, this workload needs {need}"
+            )
+    return None
+
+
+def _qty(value: Any) -> int:
+    text = str(value).strip()
+    try:
+        return int(text)
+    except ValueError:
+        return int(float(text.rstrip("m")) / 1000) if text.endswith("m") else int(float(text))
+
+
+@dataclass
+class RunView:
+    """The current run's children as read from the cluster (plain dicts)."""
+
+    jobs: list[dict[str, Any]] = field(default_factory=list)
+    deployments: list[dict[str, Any]] = field(default_factory=list)
+    pods: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _job_condition(job: Mapping[str, Any], ctype: str) -> Mapping[str, Any] | None:
+    for c in (job.get("status") or {}).get("conditions") or []:
+        if c.get("type") == ctype and c.get("status") == "True":
+            return c
+    return None
+
+
+def failed_job(view: RunView) -> Mapping[str, Any] | None:
+    return next((j for j in view.jobs if _job_condition(j, "Failed")), None)
+
+
+def all_complete(view: RunView, roles: int) -> bool:
+    return len(view.jobs) == roles and all(_job_condition(j, "Complete") for j in view.jobs)
+
+
+def live_pods(view: RunView) -> list[dict[str, Any]]:
+    return [
+        p
+        for p in view.pods
+        if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+        and not (p.get("metadata") or {}).get("deletionTimestamp")
+    ]
+
+
+def _ready(pod: Mapping[str, Any]) -> bool:
+    status = pod.get("status") or {}
+    if status.get("phase") != "Running":
+        return False
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+
+
+def placements(view: RunView) -> list[dict[str, Any]]:
+    """pod -> node -> GPU indices (the agent's kgwe.nvidia.io/gpu-index annotation, when written)."""
+    out = []
+    for p in sorted(live_pods(view), key=lambda p: p["metadata"]["name"]):
+        node = (p.get("spec") or {}).get("nodeName")
+        if not node:
+            continue
+        raw = ((p.get("metadata") or {}).get("annotations") or {}).get(ANN_GPU_INDEX) or ""
+        gpus = [int(x) for x in raw.split(",") if x.strip().isdigit()]
+        out.append({"pod": p["metadata"]["name"], "node": node, "gpus": gpus})
+    return out
+
+
+@dataclass
+class Progress:
+    """What the run's pods say, for conditions."""
+
+    total: int
+    scheduled: int
+    ready: int
+    nodes: list[str]
+
+
+def progress(wl: GPUWorkload, view: RunView) -> Progress:
+    pods = live_pods(view)
+    scheduled = [p for p in pods if (p.get("spec") or {}).get("nodeName")]
+    nodes = sorted({p["spec"]["nodeName"] for p in scheduled})
+    return Progress(wl.spec.total_pods, len(scheduled), sum(1 for p in pods if _ready(p)), nodes)
+
+
+def gang_timed_out(run_start: datetime | None, timeout_seconds: int, now: datetime) -> bool:
+    return run_start is not None and now - run_start > timedelta(seconds=timeout_seconds)

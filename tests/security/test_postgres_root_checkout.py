@@ -1,0 +1,31 @@
+"""`make test` as root from a checkout under a root-only folder (such as /root, mode 0700): the test
+PostgreSQL server, which runs as an unprivileged user, must still reach its binaries there."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from kgwe.testing.postgres import PostgresServer, _bin_dir
+
+pytestmark = pytest.mark.postgres
+
+
+def test_server_starts_from_binaries_under_a_root_only_folder(tmp_path: Path) -> None:
+    home = tmp_path / "root-home"
+    home.mkdir(mode=0o700)
+    os.chmod(home, 0o700)  # like /root: only its owner may enter
+    checkout_bins = home / "checkout" / "pginstall"
+    checkout_bins.parent.mkdir()
+    checkout_bins.symlink_to(_bin_dir().parent, target_is_directory=True)
+    server = PostgresServer(bin_dir=checkout_bins / "bin")
+    try:
+        server.start()
+        with psycopg.connect(server.url.replace("+psycopg", "")) as conn:
+            assert conn.execute("select 1").fetchone() == (1,)
+    finally:
+        server.stop()
+        os.chmod(home, 0o700)

@@ -1,0 +1,30 @@
+"""The workload tests need native gang scheduling: a control plane with the GenericWorkload gate
+(kube-apiserver serves scheduling.k8s.io/v1beta1 PodGroups, kube-scheduler runs GangScheduling), shared by
+this package and stopped after it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from kubernetes import client
+
+from kgwe.testing.controlplane import ControlPlane, ControlPlaneError, find_binaries
+
+
+@pytest.fixture(scope="package")
+def control_plane() -> Iterator[ControlPlane]:
+    try:
+        cp = ControlPlane(find_binaries(build=True), feature_gates={"GenericWorkload": True})
+        cp.start()
+    except ControlPlaneError as exc:
+        pytest.fail(f"local Kubernetes control plane unavailable: {exc}", pytrace=False)
+    try:
+        yield cp
+    finally:
+        cp.stop()
+
+
+@pytest.fixture(scope="package")
+def k8s_api(control_plane: ControlPlane) -> client.ApiClient:
+    return control_plane.api_client()

@@ -1,0 +1,446 @@
+"""GPUWorkloads end to end on real components: kube-apiserver and kube-scheduler with the GenericWorkload
+gate (native PodGroup gang scheduling), the real kube-controller-manager (Job controller, garbage
+collector), kube-scheduler running KGWE's RENDERED KubeSchedulerConfiguration (profile kgwe-scheduler)
+calling the real `kgwe extender` process, and the GPUWorkload reconciler.
+
+The simulated kubelets (kwok) run pods; a pod annotated `kgwe.nvidia.io/test-hold` stays Running until the
+test finishes it (the test plays the kubelet for that one status write)."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from prometheus_client import CollectorRegistry
+
+from kgwe.cluster.events import EventRecorder
+from kgwe.policy import load_repository
+from kgwe.render.render import RenderOptions, render
+from kgwe.testing.controlplane import default_scheduler_config
+from kgwe.testing.crds import install_crds
+from kgwe.testing.extender_process import start_extender
+from kgwe.workloads.controller import (
+    GROUP,
+    PLURAL,
+    VERSION,
+    WorkloadController,
+    WorkloadMetrics,
+    WorkloadReconciler,
+)
+from kgwe.workloads.convert import convert
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "docs" / "examples" / "gpuworkloads"
+FIXTURES = Path(__file__).parent / "fixtures"
+HOLD = "kgwe.nvidia.io/test-hold"
+
+pytestmark = pytest.mark.cluster
+
+SCORING = """
+apiVersion: kgwe.nvidia.io/v1
+kind: ScoringProfile
+metadata: {name: default}
+spec: {default: true, strategy: BestFit, extender: {weight: 5, ignorable: false, httpTimeout: 5s}}
+---
+apiVersion: kgwe.nvidia.io/v1
+kind: ScoringProfile
+metadata: {name: least-loaded}
+spec: {strategy: LeastLoaded}
+"""
+
+
+_DUMP: list[Callable[[], str]] = []  # what the current test's cluster looks like, for a timeout's message
+
+
+def eventually(check: Callable[[], object], what: str, timeout: float = 90.0) -> object:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            state = "\n".join(d() for d in _DUMP)
+            raise AssertionError(f"timed out after {timeout}s waiting for: {what}\n{state}")
+        time.sleep(0.25)
+
+
+def _dump(k8s_api, namespace: str) -> str:
+    custom, core = client.CustomObjectsApi(k8s_api), client.CoreV1Api(k8s_api)
+    lines = []
+    for w in custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)["items"]:
+        lines.append(f"GPUWorkload {w['metadata']['name']}: {w.get('status')}")
+    for p in core.list_namespaced_pod(namespace).items:
+        lines.append(f"pod {p.metadata.name}: {p.status.phase} on {p.spec.node_name} {p.status.conditions}")
+    for e in core.list_namespaced_event(namespace).items[-30:]:
+        lines.append(f"event {e.involved_object.kind}/{e.involved_object.name} {e.reason}: {e.message}")
+    for j in client.BatchV1Api(k8s_api).list_namespaced_job(namespace).items:
+        lines.append(f"job {j.metadata.name}: {j.status}")
+    return "\n".join(lines)
+
+
+@pytest.fixture
+def stack(control_plane, k8s_api, namespace, tmp_path) -> Iterator[dict]:
+    """Extender process + kube-scheduler with the rendered config + the GPUWorkload reconciler."""
+    install_crds(k8s_api)
+    (tmp_path / "scoring.yaml").write_text(SCORING)
+    ps = load_repository(tmp_path)
+    proc, port = start_extender(control_plane.kubeconfig_path, "--namespace", namespace)
+    rendered = render(
+        ps,
+        options=RenderOptions(
+            extender_url=f"http://127.0.0.1:{port}", scheduler_name="kgwe-scheduler", namespace=namespace
+        ),
+    )
+    core = client.CoreV1Api(k8s_api)
+    scoring = yaml.safe_load(rendered.files["scoring.yaml"])
+    core.create_namespaced_config_map(namespace, scoring)
+    cm = yaml.safe_load(rendered.files["kube-scheduler-config.yaml"])
+    config = yaml.safe_load(cm["data"]["scheduler-config.yaml"])
+    assert config["profiles"] == [{"schedulerName": "kgwe-scheduler"}]
+    control_plane.start_scheduler(config)
+    stop = threading.Event()
+    reconciler = WorkloadReconciler(
+        k8s_api,
+        recorder=EventRecorder(k8s_api),
+        metrics=WorkloadMetrics(CollectorRegistry()),
+        is_leader=lambda: True,
+        policy_namespace=namespace,
+    )
+    controller = WorkloadController(reconciler, resync_seconds=5)
+    controller.start(stop)
+    _DUMP[:] = [lambda: _dump(k8s_api, namespace)]
+    try:
+        yield {"port": port, "reconciler": reconciler, "controller": controller, "namespace": namespace}
+    finally:
+        stop.set()
+        control_plane.start_scheduler(default_scheduler_config())
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def _create(k8s_api, namespace: str, doc: dict, tag: dict[str, str], hold: bool = False) -> str:
+    doc = yaml.safe_load(yaml.safe_dump(doc))
+    doc.setdefault("metadata", {})["namespace"] = namespace
+    tmpl = doc["spec"].setdefault("podTemplate", {})
+    tmpl.setdefault("spec", {}).setdefault("nodeSelector", {}).update(tag)  # only this test's nodes
+    if hold:
+        tmpl.setdefault("metadata", {}).setdefault("annotations", {})[HOLD] = "true"
+    client.CustomObjectsApi(k8s_api).create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, doc)
+    return doc["metadata"]["name"]
+
+
+def _get(k8s_api, namespace: str, name: str) -> dict:
+    return client.CustomObjectsApi(k8s_api).get_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, name
+    )
+
+
+def _cond(wl: dict, ctype: str) -> dict:
+    return next((c for c in (wl.get("status") or {}).get("conditions") or [] if c["type"] == ctype), {})
+
+
+def _pods(k8s_api, namespace: str, name: str) -> list:
+    core = client.CoreV1Api(k8s_api)
+    return core.list_namespaced_pod(namespace, label_selector=f"kgwe.nvidia.io/workload={name}").items
+
+
+def _bound(k8s_api, namespace: str, name: str) -> list:
+    return [
+        p
+        for p in _pods(k8s_api, namespace, name)
+        if p.spec.node_name and p.status.phase in ("Pending", "Running")
+    ]
+
+
+def _finish(k8s_api, namespace: str, pod, ok: bool = True) -> None:
+    """Play the kubelet: the pod's container exits 0 (or 1)."""
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    code = 0 if ok else 1
+    body = {
+        "status": {
+            "phase": "Succeeded" if ok else "Failed",
+            "containerStatuses": [
+                {
+                    "name": c.name,
+                    "image": c.image,
+                    "imageID": "",
+                    "ready": False,
+                    "restartCount": 0,
+                    "state": {
+                        "terminated": {
+                            "exitCode": code,
+                            "reason": "Completed" if ok else "Error",
+                            "startedAt": now,
+                            "finishedAt": now,
+                        }
+                    },
+                }
+                for c in pod.spec.containers
+            ],
+        }
+    }
+    client.CoreV1Api(k8s_api).patch_namespaced_pod_status(pod.metadata.name, namespace, body)
+
+
+def _tag() -> dict[str, str]:
+    return {"kgwe-wl-test": secrets.token_hex(3)}
+
+
+def test_readme_workload_lands_on_one_nodes_full_nvlink_set(stack, k8s_api, namespace, gpu_node):
+    tag = _tag()
+    node = gpu_node("DGX-A100", labels=tag)
+    gpu_node("L40S-8-PCIE", labels=tag)  # 8 GPUs too, but PCIe only: far below 600 GB/s
+    doc = yaml.safe_load((EXAMPLES / "kgwe-readme-llm-training.yaml").read_text())
+    name = _create(k8s_api, namespace, doc, tag, hold=True)
+    wl = eventually(
+        lambda: (w := _get(k8s_api, namespace, name)) and _cond(w, "PodsReady").get("status") == "True" and w,
+        "llm-training running",
+    )
+    assert wl["status"]["phase"] == "Running"
+    assert wl["status"]["nodes"] == node
+    assert wl["status"]["gpus"] == 8
+    assert [p["node"] for p in wl["status"]["placements"]] == [node]
+    pod = _pods(k8s_api, namespace, name)[0]
+    assert pod.spec.scheduler_name == "kgwe-scheduler"
+    assert pod.metadata.annotations["kgwe.nvidia.io/min-bandwidth-gbps"] == "300"  # per direction
+    _finish(k8s_api, namespace, pod)
+    wl = eventually(
+        lambda: (w := _get(k8s_api, namespace, name)) and w["status"].get("phase") == "Succeeded" and w,
+        "llm-training succeeded",
+    )
+    assert _cond(wl, "Complete")["reason"] == "Completed"
+
+
+def test_kubectl_get_shows_phase_gpus_nodes_age(stack, k8s_api, namespace, gpu_node):
+    tag = _tag()
+    node = gpu_node("DGX-A100", labels=tag)
+    doc = yaml.safe_load((EXAMPLES / "kgwe-readme-llm-training.yaml").read_text())
+    name = _create(k8s_api, namespace, doc, tag, hold=True)
+    eventually(lambda: _get(k8s_api, namespace, name).get("status", {}).get("phase") == "Running", "running")
+    # what `kubectl get gpuworkloads` asks the API server for: a Table built from the printer columns
+    response = client.CustomObjectsApi(k8s_api).list_namespaced_custom_object(
+        GROUP,
+        VERSION,
+        namespace,
+        PLURAL,
+        _headers={"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io"},
+        _preload_content=False,
+    )
+    table = json.loads(response.data)
+    columns = [c["name"] for c in table["columnDefinitions"] if c["priority"] == 0]
+    assert columns == ["Name", "Phase", "GPUs", "Nodes", "Age"]
+    row = table["rows"][0]["cells"]
+    assert row[:4] == [name, "Running", 8, node]
+
+
+def test_inference_on_mig_slices_is_a_deployment_without_a_gang(stack, k8s_api, namespace, gpu_node):
+    tag = _tag()
+    mig = gpu_node("DGX-H100", labels=tag, mig_layout=[["1g.10gb"] * 7] * 8)
+    gpu_node("DGX-A100", labels=tag)  # whole GPUs only: no 1g.10gb there
+    doc = yaml.safe_load((EXAMPLES / "inference-mig.yaml").read_text())
+    name = _create(k8s_api, namespace, doc, tag)
+    wl = eventually(
+        lambda: (w := _get(k8s_api, namespace, name)) and w.get("status", {}).get("phase") == "Running" and w,
+        "inference running",
+    )
+    assert wl["status"]["gangBackend"] == "None"  # serving replicas are not a gang, whatever the cluster has
+    assert wl["status"]["nodes"] == mig
+    pods = _pods(k8s_api, namespace, name)
+    assert len(pods) == 2
+    assert all(p.spec.containers[0].resources.limits == {"nvidia.com/mig-1g.10gb": "1"} for p in pods)
+
+
+def test_two_gpu_workload_gets_the_best_pair(stack, k8s_api, namespace, gpu_node):
+    tag = _tag()
+    pairs = gpu_node("A100-PCIE-NVLINK-PAIRS", labels=tag)
+    gpu_node("L40S-8-PCIE", labels=tag)
+    doc = {
+        "apiVersion": "kgwe.nvidia.io/v1",
+        "kind": "GPUWorkload",
+        "metadata": {"name": "pair"},
+        "spec": {
+            "gpuRequirements": {"count": 2, "topology": {"preference": "NVLinkOptimal"}},
+            "podTemplate": {"spec": {"containers": [{"name": "t", "image": "busybox"}]}},
+        },
+    }
+    name = _create(k8s_api, namespace, doc, tag, hold=True)
+    wl = eventually(
+        lambda: (w := _get(k8s_api, namespace, name)) and w.get("status", {}).get("nodes") and w,
+        "pair placed",
+    )
+    assert wl["status"]["nodes"] == pairs
+
+
+def test_two_16_gpu_gangs_on_24_gpus_one_runs_whole_the_other_waits_whole(
+    stack, k8s_api, namespace, gpu_node
+):
+    tag = _tag()
+    nodes = {gpu_node("DGX-A100", labels=tag) for _ in range(3)}
+    doc = yaml.safe_load((EXAMPLES / "distributed-16gpu.yaml").read_text())
+    doc["spec"]["gang"]["timeoutSeconds"] = 3  # the waiting gang says so, and keeps waiting whole
+    first = _create(k8s_api, namespace, {**doc, "metadata": {"name": "gang-a"}}, tag, hold=True)
+    second = _create(k8s_api, namespace, {**doc, "metadata": {"name": "gang-b"}}, tag, hold=True)
+    pg = client.CustomObjectsApi(k8s_api)
+
+    def placed() -> dict[str, int] | None:
+        counts = {n: len(_bound(k8s_api, namespace, n)) for n in (first, second)}
+        return counts if sum(counts.values()) >= 2 else None
+
+    counts = eventually(placed, "one gang placed")
+    time.sleep(5)  # give the scheduler every chance to place a partial second gang
+    counts = {n: len(_bound(k8s_api, namespace, n)) for n in (first, second)}
+    assert sorted(counts.values()) == [0, 2], counts  # whole or nothing, never 1
+    running, waiting = (first, second) if counts[first] == 2 else (second, first)
+    assert {p.spec.node_name for p in _bound(k8s_api, namespace, running)} <= nodes
+    assert len({p.spec.node_name for p in _bound(k8s_api, namespace, running)}) == 2
+    groups = pg.list_namespaced_custom_object("scheduling.k8s.io", "v1beta1", namespace, "podgroups")["items"]
+    assert {g["metadata"]["name"] for g in groups} == {f"{first}-r0", f"{second}-r0"}
+    assert _get(k8s_api, namespace, waiting)["status"]["phase"] == "Pending"
+    timeout = eventually(
+        lambda: (
+            (c := _cond(_get(k8s_api, namespace, waiting), "PodsScheduled")).get("reason") == "GangTimeout"
+            and c
+        ),
+        "GangTimeout reported",
+    )
+    assert timeout["message"].startswith("0/2 pods scheduled; not all within 3s (gang Native)")
+    assert len(_bound(k8s_api, namespace, waiting)) == 0
+    for pod in _bound(k8s_api, namespace, running):
+        _finish(k8s_api, namespace, pod)
+    eventually(
+        lambda: _get(k8s_api, namespace, running)["status"].get("phase") == "Succeeded", "first gang done"
+    )
+    eventually(lambda: len(_bound(k8s_api, namespace, waiting)) == 2, "second gang placed whole", timeout=120)
+
+
+def test_member_failure_restarts_the_gang_eviction_does_not_count(stack, k8s_api, namespace, gpu_node):
+    tag = _tag()
+    for _ in range(2):
+        gpu_node("DGX-A100", labels=tag)
+    doc = yaml.safe_load((EXAMPLES / "distributed-16gpu.yaml").read_text())
+    doc["metadata"] = {"name": "retry"}
+    doc["spec"]["retryPolicy"] = {"maxRetries": 1, "backoffSeconds": 2, "jitter": 0}
+    name = _create(k8s_api, namespace, doc, tag, hold=True)
+    eventually(lambda: len(_bound(k8s_api, namespace, name)) == 2, "gang placed")
+    core = client.CoreV1Api(k8s_api)
+    # 1. an eviction: the Job replaces the pod, nothing is counted
+    victim = _bound(k8s_api, namespace, name)[0]
+    core.create_namespaced_pod_eviction(
+        victim.metadata.name,
+        namespace,
+        client.V1Eviction(metadata=client.V1ObjectMeta(name=victim.metadata.name)),
+    )
+    # the kubelet stops the evicted pod's container (kwok only deletes; the Job's finalizer waits for that)
+    eventually(
+        lambda: core.read_namespaced_pod(victim.metadata.name, namespace).metadata.deletion_timestamp,
+        "evicting",
+    )
+    _finish(k8s_api, namespace, core.read_namespaced_pod(victim.metadata.name, namespace), ok=False)
+    eventually(
+        lambda: (
+            len([p for p in _bound(k8s_api, namespace, name) if p.metadata.name != victim.metadata.name]) == 2
+        ),
+        "evicted member replaced",
+    )
+    wl = _get(k8s_api, namespace, name)
+    assert wl["status"].get("retryCount", 0) == 0 and wl["status"]["run"] == 0
+    # 2. a member fails: the whole gang restarts as run 1 after the backoff
+    _finish(k8s_api, namespace, _bound(k8s_api, namespace, name)[0], ok=False)
+    wl = eventually(
+        lambda: (w := _get(k8s_api, namespace, name)) and w["status"].get("retryCount") == 1 and w,
+        "gang restart",
+    )
+    assert _cond(wl, "PodsScheduled")["reason"] == "Restarting"
+    assert wl["status"]["nextRetryTime"]
+    eventually(
+        lambda: (
+            len(
+                [
+                    p
+                    for p in _bound(k8s_api, namespace, name)
+                    if p.metadata.labels["kgwe.nvidia.io/run"] == "1"
+                ]
+            )
+            == 2
+        ),
+        "run 1 placed whole",
+    )
+    # 3. retries used up: the next failure is final
+    _finish(k8s_api, namespace, _bound(k8s_api, namespace, name)[0], ok=False)
+    wl = eventually(
+        lambda: (w := _get(k8s_api, namespace, name)) and w["status"].get("phase") == "Failed" and w, "failed"
+    )
+    assert _cond(wl, "Failed")["reason"] == "BackoffLimitExceeded"
+
+
+def test_exhausted_enforce_budget_blocks_admission_until_lifted(stack, k8s_api, namespace, gpu_node):
+    tag = _tag()
+    gpu_node("DGX-A100", labels=tag)
+    core = client.CoreV1Api(k8s_api)
+    quota = client.V1ResourceQuota(
+        metadata=client.V1ObjectMeta(
+            name="kgwe-budget", annotations={"kgwe.nvidia.io/budget": "ml-research"}
+        ),
+        spec=client.V1ResourceQuotaSpec(hard={"requests.nvidia.com/gpu": "0"}),  # Enforce: capped at use (0)
+    )
+    core.create_namespaced_resource_quota(namespace, quota)
+    doc = yaml.safe_load((EXAMPLES / "kgwe-readme-llm-training.yaml").read_text())
+    name = _create(k8s_api, namespace, doc, tag, hold=True)
+    wl = eventually(
+        lambda: (w := _get(k8s_api, namespace, name)) and _cond(w, "Admitted").get("status") == "False" and w,
+        "refused",
+    )
+    assert _cond(wl, "Admitted")["reason"] == "BudgetExhausted"
+    assert "GPUBudget ml-research" in _cond(wl, "Admitted")["message"]
+    assert _pods(k8s_api, namespace, name) == []
+    assert client.BatchV1Api(k8s_api).list_namespaced_job(namespace).items == []  # nothing half-created
+    # the next period: the cap is lifted
+    core.patch_namespaced_resource_quota(
+        "kgwe-budget", namespace, {"spec": {"hard": {"requests.nvidia.com/gpu": "16"}}}
+    )
+    stack["controller"].queue.add(f"{namespace}/{name}")
+    eventually(lambda: _cond(_get(k8s_api, namespace, name), "Admitted").get("status") == "True", "admitted")
+    eventually(lambda: len(_bound(k8s_api, namespace, name)) == 1, "placed")
+
+
+def test_converted_seed_examples_run(stack, k8s_api, namespace, gpu_node):
+    tag = _tag()
+    gpu_node("DGX-A100", labels=tag)
+    orchestrator = convert(
+        yaml.safe_load((FIXTURES / "gpu-orchestrator-my-model.yaml").read_text()), image="busybox"
+    ).manifest
+    del orchestrator["spec"]["priority"]  # the seed's "high" names a PriorityClass this cluster lacks
+    agentaflow = convert(yaml.safe_load((FIXTURES / "agentaflow-my-training-job.yaml").read_text())).manifest
+    names = [_create(k8s_api, namespace, d, tag, hold=True) for d in (orchestrator, agentaflow)]
+    for name in names:
+        eventually(
+            lambda name=name: _get(k8s_api, namespace, name).get("status", {}).get("phase") == "Running",
+            f"{name} running",
+        )
+    pod = _pods(k8s_api, namespace, names[0])[0]
+    assert pod.metadata.annotations["kgwe.nvidia.io/scoring-profile"] == "least-loaded"
+
+
+def test_impossible_request_is_refused_with_the_field(stack, k8s_api, namespace, gpu_node):
+    tag = _tag()
+    gpu_node("DGX-A100", labels=tag)
+    doc = yaml.safe_load((EXAMPLES / "kgwe-readme-llm-training.yaml").read_text())
+    doc["metadata"] = {"name": "too-big"}
+    doc["spec"]["gpuRequirements"]["count"] = 9
+    name = _create(k8s_api, namespace, doc, tag)
+    wl = eventually(
+        lambda: (w := _get(k8s_api, namespace, name)) and _cond(w, "Admitted").get("status") == "False" and w,
+        "refused",
+    )
+    assert _cond(wl, "Admitted")["reason"] == "Unschedulable"
+    assert _cond(wl, "Admitted")["message"].startswith("spec.gpuRequirements.count: 9 GPUs in one pod")
+    with pytest.raises(ApiException):
+        client.BatchV1Api(k8s_api).read_namespaced_job(f"{name}-r0-worker", namespace)
