@@ -299,16 +299,19 @@ async def serve(
     `headers`, the handler also gets the request headers; with `sock`, serve that listening socket."""
     loop = asyncio.get_running_loop()
     slots = _Slots(max_connections)
-    server = await loop.create_server(
-        lambda: _Conn(handler, request_timeout, idle_timeout, slots, max_body, headers),
-        None if sock is not None else host,
-        None if sock is not None else port,
-        sock=sock,
-        reuse_address=None if sock is not None else True,
-        backlog=2048,
-        ssl=tls,
-        ssl_handshake_timeout=request_timeout if tls is not None else None,
-    )
+
+    def factory() -> _Conn:
+        return _Conn(handler, request_timeout, idle_timeout, slots, max_body, headers)
+
+    handshake = request_timeout if tls is not None else None
+    if sock is not None:
+        server = await loop.create_server(
+            factory, sock=sock, backlog=2048, ssl=tls, ssl_handshake_timeout=handshake
+        )
+    else:
+        server = await loop.create_server(
+            factory, host, port, reuse_address=True, backlog=2048, ssl=tls, ssl_handshake_timeout=handshake
+        )
     stop = stop or asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):  # not the main thread

@@ -18,7 +18,7 @@ class DeadlineApiClient(client.ApiClient):
 
     request_timeout_s: float | None = None
 
-    def call_api(self, method, url, *args: Any, **kwargs: Any):  # type: ignore[override]
+    def call_api(self, method, url, *args: Any, **kwargs: Any):
         watching = "watch=true" in str(url).lower()
         if kwargs.get("_request_timeout") is None and self.request_timeout_s and not watching:
             kwargs["_request_timeout"] = self.request_timeout_s

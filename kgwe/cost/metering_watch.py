@@ -17,7 +17,7 @@ import logging
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -120,7 +120,7 @@ class MeteringWatch:
         self._backoff_s = 0.0
         return True
 
-    def write(self, actions: list[Action] | list[Write]) -> None:
+    def write(self, actions: Sequence[Action | Write]) -> None:
         """Into the store when it answers, else into the spool (in order, behind what is already there)."""
         writes = [a for a in actions if isinstance(a, (Start, End, NodeUp, NodeDown))]
         self.totals["skipped"] += len(actions) - len(writes)

@@ -12,6 +12,7 @@ import weakref
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from decimal import Decimal
+from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import REGISTRY, Collector, CollectorRegistry
@@ -25,7 +26,7 @@ class CostCollector(Collector):
         self._lock = threading.Lock()
         self._chargeback: Chargeback | None = None
         self._budgets: tuple[BudgetStatus, ...] = ()
-        self.spool = None  # the metering spool (kgwe.cost.spool.Spool) once metering runs
+        self.spool: Any = None  # the metering spool (kgwe.cost.spool.Spool) once metering runs
 
     def update(self, chargeback: Chargeback | None, budgets: Sequence[BudgetStatus] = ()) -> None:
         """`chargeback` must be grouped by team and namespace (any granularity: buckets are summed)."""
@@ -33,7 +34,7 @@ class CostCollector(Collector):
             self._chargeback = chargeback
             self._budgets = tuple(budgets)
 
-    def collect(self) -> Iterable[GaugeMetricFamily]:
+    def collect(self) -> Iterable[GaugeMetricFamily | CounterMetricFamily]:
         with self._lock:
             cb, budgets = self._chargeback, self._budgets
         cost = GaugeMetricFamily(
