@@ -191,7 +191,7 @@ def main() -> int:
                 "ref": "refs/heads/main",
                 "after": sha,
                 "commits": [{"modified": ["policy/mig.yaml"]}],
-                "repository": {"clone_url": str(bare)},
+                "repository": {"clone_url": git_server.url(bare.name)},
             }
         )
         req = urllib.request.Request(

@@ -281,7 +281,7 @@ def test_webhook_sync_and_only_one_replica_acts(k8s_api, e2e, kgwe_mig_manager):
                 "ref": "refs/heads/main",
                 "after": second,
                 "commits": [{"modified": ["policy/mig.yaml"]}],
-                "repository": {"clone_url": str(e2e.remote.bare)},
+                "repository": {"clone_url": e2e.remote.url},
             }
         ).encode()
         for r in replicas:  # the Service may route to either; the standby does nothing with it
