@@ -45,8 +45,9 @@ class RenderOptions:
     mig_config_name: str = "kgwe-mig-parted-config"
     extender_url: str = DEFAULT_EXTENDER_URL
     # kube-scheduler's client certificate for mutual TLS with the extender: a directory holding tls.crt,
-    # tls.key and ca.crt (a mounted kubernetes.io/tls Secret); needs an https:// extender_url
-    extender_client_cert_dir: str | None = DEFAULT_EXTENDER_CLIENT_CERT_DIR
+    # tls.key and ca.crt (a mounted kubernetes.io/tls Secret); needs an https:// extender_url. None:
+    # DEFAULT_EXTENDER_CLIENT_CERT_DIR for https, none for plain http
+    extender_client_cert_dir: str | None = None
     scheduler_name: str = "default-scheduler"
     scheduler_kubeconfig: str | None = None
     scheduler_leader_elect: bool | None = None
@@ -139,6 +140,7 @@ def render(
     https = opts.extender_url.startswith("https://")
     if opts.extender_client_cert_dir and not https:
         raise KgweError("an extender client certificate needs an https:// extender URL")
+    cert_dir = extender_client_cert_dir(opts.extender_url, opts.extender_client_cert_dir)
     inventory = inventory if inventory is not None else ps.inventory()
     if layouts is None:
         layouts = desired_layouts(ps.mig_strategies, inventory) if inventory is not None else {}
@@ -174,7 +176,7 @@ def render(
             "url": opts.extender_url,
             "weight": extender["weight"],
             "https": https,
-            "client_cert_dir": (opts.extender_client_cert_dir or "").rstrip("/") or None,
+            "client_cert_dir": (cert_dir or "").rstrip("/") or None,
             "http_timeout": extender["httpTimeout"],
             "ignorable": extender["ignorable"],
         },
