@@ -99,7 +99,9 @@ class CostDuties:
             self._started = True
 
     def stop(self) -> None:
+        """Stop metering (lease lost or shutdown); `start` starts it again on the next leadership."""
         self.service.stop()
+        self._started = False
 
     def after_reconcile(self, rec: Any, repo: dict) -> None:
         ps = getattr(rec, "last_policy", None)
@@ -109,6 +111,7 @@ class CostDuties:
         book = pricebook_from_catalog(ps.pricing_catalog())
         self.book = book  # the GPUWorkload reconciler prices its workloads' usage with it
         budgets = [budget_from_policy(b) for b in ps.budgets]
+        self.service.budget_teams_by_repository[name] = {ns: b.team for b in budgets for ns in b.namespaces}
         last = self._last_refresh.get(name)
         if last is None or (now - last).total_seconds() >= self.refresh_seconds:
             self._last_refresh[name] = now
@@ -137,6 +140,8 @@ class CostDuties:
         if not schedule.fired_between(last, now):
             return
         self._last_report_check[rec.name] = now
+        if not rec.is_leader():
+            return  # the lease was lost meanwhile: the new leader commits
         try:
             commit_back = rec.commit_back(typed, "cost-reports")
         except KgweError as exc:

@@ -205,7 +205,7 @@ def _commit_policy_change(work: Path) -> str:
     return _git(work, "rev-parse", "HEAD")
 
 
-def _send_push_webhook(port: int, commit: str) -> None:
+def _send_push_webhook(port: int, commit: str, url: str) -> None:
     """The signed push event a Git host would send for `commit`."""
     from kgwe.gitops.webhook import sign
 
@@ -214,6 +214,7 @@ def _send_push_webhook(port: int, commit: str) -> None:
             "ref": "refs/heads/main",
             "after": commit,
             "commits": [{"modified": ["clusters/prod/mig/inference-h100.yaml"]}],
+            "repository": {"clone_url": url},  # pushes sync only the repositories they name
         }
     ).encode()
     req = urllib.request.Request(
@@ -371,7 +372,7 @@ def run(args: argparse.Namespace) -> int:
                     extender.terminate()
                 _say("\n== a platform engineer changes the inference pool's MIG mix (commit + webhook) ==")
                 second = _commit_policy_change(work)
-                _send_push_webhook(port, second)
+                _send_push_webhook(port, second, url)
                 _wait_ready(api, pools, second, args.timeout)
                 log = _git(bare, "log", "--format=%h %an: %s", "-5", "main")
                 _say(
