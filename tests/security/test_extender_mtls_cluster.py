@@ -14,6 +14,7 @@ import pytest
 import yaml
 from kubernetes import client
 
+from kgwe.cluster.names import SCHEDULER_NAME
 from kgwe.policy import load_repository
 from kgwe.render.render import RenderOptions, render
 from kgwe.resources import sample_repo_dir
@@ -95,6 +96,7 @@ def test_kube_scheduler_places_a_gpu_pod_through_the_extender_over_mtls(
         pod = client.V1Pod(
             metadata=client.V1ObjectMeta(name="over-mtls"),
             spec=client.V1PodSpec(
+                scheduler_name=SCHEDULER_NAME,  # the rendered profile (the webhook sets it on a cluster)
                 node_selector=tag,
                 termination_grace_period_seconds=0,
                 tolerations=[client.V1Toleration(operator="Exists")],
