@@ -74,15 +74,12 @@ def _listen(text: str) -> tuple[str, int]:
 
 
 def _cost_duties(args: argparse.Namespace):
-    from kgwe.cost.service import CostService
-    from kgwe.cost.store import CostStore
-    from kgwe.reconcile.costs import CostDuties
+    from kgwe.reconcile.costs import cost_duties
 
     cache = Path(args.cache_dir)
     cache.mkdir(parents=True, exist_ok=True)
-    store = CostStore(args.db or str(cache / "kgwe-cost.db"))
-    store.migrate()
-    return CostDuties(CostService(store, cluster=args.cluster), prometheus_url=args.prometheus)
+    db = args.db or str(cache / "kgwe-cost.db")
+    return cost_duties(db, cluster=args.cluster, prometheus_url=args.prometheus)
 
 
 def run(args: argparse.Namespace) -> int:
