@@ -585,6 +585,7 @@ def test_impossible_request_is_refused_with_the_field(stack, k8s_api, namespace,
     doc = yaml.safe_load((EXAMPLES / "kgwe-readme-llm-training.yaml").read_text())
     doc["metadata"] = {"name": "too-big"}
     doc["spec"]["gpuRequirements"]["count"] = 9
+    del doc["spec"]["distributedConfig"]  # its worldSize 8 would refuse the spec first (InvalidSpec)
     name = _create(k8s_api, namespace, doc, tag)
     wl = eventually(
         lambda: (w := _get(k8s_api, namespace, name)) and _cond(w, "Admitted").get("status") == "False" and w,
