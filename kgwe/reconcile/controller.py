@@ -16,7 +16,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -291,6 +291,18 @@ class Controller:
                 due.at = 0.0 if name in self._again else time.monotonic() + wait
             self._again.discard(name)
         self._trigger.set()
+
+    def commit_reports_now(self, name: str) -> Any:
+        """Commit repository `name`'s cost reports now, off schedule (the cost duties' own commit path);
+        the CommitResult, or None without cost duties, a valid policy with prices, or spec.reports."""
+        if self.costs is None:
+            return None
+        rec = self._reconciler(name)
+        repo = rec.read()
+        if repo is None:
+            return None
+        with self._costs_lock:
+            return self.costs.commit_reports_now(rec, repo)
 
     def run(self, stop: threading.Event) -> None:
         if self.server is not None:

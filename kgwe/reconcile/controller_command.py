@@ -85,19 +85,14 @@ def _listen(text: str) -> tuple[str, int]:
 
 
 def _cost_duties(args: argparse.Namespace):
-    from kgwe.cost.service import CostService
-    from kgwe.cost.store import CostStore
-    from kgwe.reconcile.costs import CostDuties
+    from kgwe.reconcile.costs import cost_duties
 
     cache = Path(args.cache_dir)
     cache.mkdir(parents=True, exist_ok=True)
-    store = CostStore(args.db or str(cache / "kgwe-cost.db"))
-    try:
-        store.migrate()
-    except KgweError as exc:  # a database outage must not keep the controller down: metering retries
-        logging.getLogger(__name__).warning("%s; metering will retry the migration", exc)
-    service = CostService(store, cluster=args.cluster, spool_path=cache / "metering-spool.jsonl")
-    return CostDuties(service, prometheus_url=args.prometheus)
+    db = args.db or str(cache / "kgwe-cost.db")
+    return cost_duties(
+        db, cluster=args.cluster, prometheus_url=args.prometheus, spool_path=cache / "metering-spool.jsonl"
+    )
 
 
 def _render_options(args: argparse.Namespace):
