@@ -31,6 +31,7 @@ DEPLOY_SET = ("namespace.create=true",)
 # Optional kustomize overlays beside the base: folder -> (extra --set values, templates it holds).
 OVERLAYS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "webhook/cert-manager": (("webhook.tls.certManager.enabled=true",), ("webhook/cert-manager.yaml",)),
+    "extender/cert-manager": (("extender.tls.certManager.enabled=true",), ("extender/cert-manager.yaml",)),
 }
 # Folders of deploy/ that are not the rendering: the chart itself and the GitOps examples.
 NOT_RENDERED = ("helm", "examples")

@@ -48,6 +48,7 @@ WATCHED = [
     ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"), ("rbac.authorization.k8s.io/v1", "Role"),
     ("rbac.authorization.k8s.io/v1", "RoleBinding"), ("apiextensions.k8s.io/v1", "CustomResourceDefinition"),
     ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration"),
+    ("networking.k8s.io/v1", "NetworkPolicy"),
     ("kgwe.nvidia.io/v1", "PolicyRepository"),
 ]  # fmt: skip
 REPO = "gpu-policy"  # deploy/examples/policyrepository.yaml

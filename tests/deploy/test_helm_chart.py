@@ -133,6 +133,42 @@ def test_webhook_certificates_from_cert_manager_or_an_existing_secret():
     assert volumes == [{"name": "tls", "secret": {"secretName": "mine"}}]
 
 
+def _args(container: dict) -> list[str]:
+    return container.get("args") or container.get("command") or []
+
+
+def test_extender_mutual_tls_by_default_and_plain_http_when_off():
+    by = {(d["kind"], d["metadata"]["name"]): d for d in _objects(template())}
+    ext = by[("Deployment", "kgwe-extender")]["spec"]["template"]["spec"]
+    assert {"--listen=0.0.0.0:8443", "--client-ca-file=/etc/kgwe/tls/ca.crt"} <= set(
+        _args(ext["containers"][0])
+    )
+    assert ext["volumes"] == [
+        {"name": "tls", "secret": {"secretName": "kgwe-extender-tls", "defaultMode": 0o440}}
+    ]
+    ctl = _args(by[("Deployment", "kgwe-controller")]["spec"]["template"]["spec"]["containers"][0])
+    assert "--extender-url=https://kgwe-extender.kgwe-system.svc:8443" in ctl
+    assert "--extender-client-cert-dir=/etc/kgwe/extender-client" in ctl
+    policy = by[("NetworkPolicy", "kgwe-extender")]["spec"]["ingress"][0]
+    scheduler = by[("Deployment", "kgwe-scheduler")]["spec"]["template"]["metadata"]["labels"]
+    assert policy["from"][0]["podSelector"]["matchLabels"] == scheduler  # the scheduler's pods, really
+    plain = {
+        (d["kind"], d["metadata"]["name"]): d
+        for d in _objects(template("--set", "extender.tls.enabled=false"))
+    }
+    ext = plain[("Deployment", "kgwe-extender")]["spec"]["template"]["spec"]
+    assert "--listen=0.0.0.0:8080" in _args(ext["containers"][0]) and "volumes" not in ext
+    assert not any(a.startswith("--tls") for a in _args(ext["containers"][0]))
+    ctl = _args(plain[("Deployment", "kgwe-controller")]["spec"]["template"]["spec"]["containers"][0])
+    assert "--extender-url=http://kgwe-extender.kgwe-system.svc:8080" in ctl
+    assert not any(a.startswith("--extender-client-cert-dir") for a in ctl)
+    issued = _objects(template("--set", "extender.tls.certManager.enabled=true"))
+    certs = {d["metadata"]["name"]: d["spec"] for d in issued if d["kind"] == "Certificate"}
+    assert certs["kgwe-extender"]["secretName"] == "kgwe-extender-tls"
+    assert certs["kgwe-scheduler-extender-client"]["usages"] == ["client auth"]
+    assert certs["kgwe-extender"]["issuerRef"] == certs["kgwe-scheduler-extender-client"]["issuerRef"]
+
+
 def test_optional_policy_repository_is_created_after_the_crds():
     out = template(
         "--set", "policyRepository.create=true",

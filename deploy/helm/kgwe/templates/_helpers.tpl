@@ -75,6 +75,7 @@ resources:
 securityContext:
   runAsNonRoot: true
   runAsUser: 65532
+  fsGroup: 65532                 # mounted Secrets (mode 0440) stay readable
   seccompProfile: {type: RuntimeDefault}
 {{- end -}}
 {{- define "kgwe.containerSecurityContext" -}}
@@ -100,4 +101,51 @@ helm.sh/resource-policy annotation that keeps it on `helm uninstall`: (list $ "n
 {{- end -}}
 {{ $text }}
 {{- end -}}
+{{- end -}}
+
+{{/* The extender's API port and the URL kube-scheduler calls (https with extender.tls.enabled). */}}
+{{- define "kgwe.extenderPort" -}}
+{{ ternary "8443" "8080" .Values.extender.tls.enabled }}
+{{- end -}}
+{{- define "kgwe.extenderURL" -}}
+{{ ternary "https" "http" .Values.extender.tls.enabled }}://kgwe-extender.{{ include "kgwe.namespace" . }}.svc:{{ include "kgwe.extenderPort" . }}
+{{- end -}}
+
+{{/*
+cert-manager objects of a component's own CA: a self-signed Issuer, the CA Certificate (Secret
+kgwe-<component>-ca) and the CA Issuer kgwe-<component>-ca that signs the component's certificates:
+(list $ "webhook").
+*/}}
+{{- define "kgwe.certManagerCA" -}}
+{{- $root := index . 0 }}{{ $c := index . 1 }}{{ $ns := include "kgwe.namespace" $root -}}
+apiVersion: cert-manager.io/v1
+kind: Issuer
+metadata:
+  name: kgwe-{{ $c }}-selfsigned
+  namespace: {{ $ns }}
+  labels: {{- include "kgwe.labels" (list $root $c) | nindent 4 }}
+spec:
+  selfSigned: {}
+---
+apiVersion: cert-manager.io/v1
+kind: Certificate
+metadata:
+  name: kgwe-{{ $c }}-ca
+  namespace: {{ $ns }}
+  labels: {{- include "kgwe.labels" (list $root $c) | nindent 4 }}
+spec:
+  isCA: true
+  commonName: kgwe-{{ $c }}-ca
+  secretName: kgwe-{{ $c }}-ca
+  privateKey: {algorithm: ECDSA, size: 256}
+  issuerRef: {name: kgwe-{{ $c }}-selfsigned, kind: Issuer}
+---
+apiVersion: cert-manager.io/v1
+kind: Issuer
+metadata:
+  name: kgwe-{{ $c }}-ca
+  namespace: {{ $ns }}
+  labels: {{- include "kgwe.labels" (list $root $c) | nindent 4 }}
+spec:
+  ca: {secretName: kgwe-{{ $c }}-ca}
 {{- end -}}
