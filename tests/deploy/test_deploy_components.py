@@ -65,7 +65,7 @@ def test_the_scheduler_config_points_at_the_extender_service():
     objs = render_repository(load_repository(sample_repo_dir()))
     config = next(o for o in objs if o["metadata"]["name"] == "kgwe-scheduler-config")
     service = next(d for d in _docs() if d["kind"] == "Service" and d["metadata"]["name"] == "kgwe-extender")
-    port = next(p["port"] for p in service["spec"]["ports"] if p["name"] == "https")
+    port = next(p["port"] for p in service["spec"]["ports"] if p["name"] == "api")
     url = f"https://{service['metadata']['name']}.{service['metadata']['namespace']}.svc:{port}"
     text = next(iter(config["data"].values()))
     assert url in text and "certFile: /etc/kgwe/extender-client/tls.crt" in text
