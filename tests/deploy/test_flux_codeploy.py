@@ -27,6 +27,7 @@ from kubernetes import client
 
 from kgwe.cluster.client import ensure_namespace
 from kgwe.cluster.names import FIELD_MANAGER as KGWE
+from kgwe.cluster.names import SCHEDULER_CONFIG_HASH_ANNOTATION, SCHEDULER_DEPLOYMENT
 from kgwe.resources import deploy_dir, sample_repo_dir
 from kgwe.testing import chart, flux, gpunodes
 from kgwe.testing.controlplane import ControlPlane, find_binaries, free_port, tail
@@ -48,6 +49,8 @@ WATCHED = [
     ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"), ("rbac.authorization.k8s.io/v1", "Role"),
     ("rbac.authorization.k8s.io/v1", "RoleBinding"), ("apiextensions.k8s.io/v1", "CustomResourceDefinition"),
     ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration"),
+    ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy"),
+    ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding"),
     ("networking.k8s.io/v1", "NetworkPolicy"),
     ("kgwe.nvidia.io/v1", "PolicyRepository"),
 ]  # fmt: skip
@@ -270,16 +273,26 @@ def _co_deploy(world: SimpleNamespace) -> dict[str, Any]:
     return out
 
 
+# The one field KGWE owns on an object Flux applies: the KGWE scheduler's pod-template hash annotation,
+# which restarts it when the rendered configuration changes (checked field by field in the test).
+SCHEDULER_KEY = object_key("Deployment", NS, SCHEDULER_DEPLOYMENT)
+SCHEDULER_HASH_FIELDS = {
+    "f:spec": {"f:template": {"f:metadata": {"f:annotations": {f"f:{SCHEDULER_CONFIG_HASH_ANNOTATION}": {}}}}}
+}
+
+
 def _cross_owner_writes(
     table: dict, flux_owned: set[str], kgwe_owned: set[str]
 ) -> list[tuple[str, str, int]]:
-    """Writes by one side to the other's objects; KGWE's write of the PolicyRepository's status is its own."""
+    """Writes by one side to the other's objects; KGWE's write of the PolicyRepository's status and of the
+    scheduler's hash annotation are its own."""
     cross = []
     for key, by_manager in table.items():
         for manager_sub, n in by_manager.items():
             manager, _, sub = manager_sub.partition("/")
-            own_status = key.startswith("PolicyRepository/") and sub == "status"
-            if (key in flux_owned and manager == KGWE and not own_status) or (
+            own_write = key.startswith("PolicyRepository/") and sub == "status"
+            own_write = own_write or (key == SCHEDULER_KEY and manager == KGWE)
+            if (key in flux_owned and manager == KGWE and not own_write) or (
                 key in kgwe_owned and manager == FLUX
             ):
                 cross.append((key, manager_sub, n))
@@ -309,6 +322,9 @@ def test_flux_and_kgwe_each_write_only_their_own_objects(world):
     print(json.dumps({k: v for k, v in figure.items() if k != "writes_per_object_per_manager"}))
 
     assert not flux_owned & kgwe_owned
+    deployment = client.AppsV1Api(world.api).read_namespaced_deployment(SCHEDULER_DEPLOYMENT, NS)
+    kgwe_fields = [m.fields_v1 for m in deployment.metadata.managed_fields if m.manager == KGWE]
+    assert kgwe_fields == [SCHEDULER_HASH_FIELDS], kgwe_fields  # KGWE owns that one annotation, nothing else
     assert not cross, f"writes to the other side's objects: {cross}"
     assert r["flux_reconciles"] >= 6 and r["kgwe_reconciles"] >= 3, "both sides ran several intervals"
     # each prune deleted exactly the objects its owner dropped, and nothing else was deleted
