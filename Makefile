@@ -4,11 +4,11 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.kgwe-installed
 
-.PHONY: venv lint test demo cluster-bins schemas image image-lock clean
+.PHONY: venv lint test demo cluster-bins tool-bins schemas deploy image image-lock clean
 
 # (Re)install whenever pyproject.toml changes.
 $(STAMP): pyproject.toml
-	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "KGWE needs Python >= 3.11")'
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11, 4) else "KGWE needs Python >= 3.11.4")'
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[dev]'
@@ -27,6 +27,11 @@ lint: venv
 cluster-bins:
 	hack/cluster-bins.sh
 
+# Builds helm and Flux's kustomize-controller (wrapper modules hack/helm, hack/flux) into ~/.cache/kgwe.
+tool-bins:
+	hack/tool-bins.sh helm
+	hack/tool-bins.sh flux
+
 # The OCI image of every KGWE process, built without a daemon (mmdebstrap + buildah; needs root). Writes
 # build/image/kgwe-VERSION.oci.tar; the last line printed is "ARCHIVE REFERENCE".
 image:
@@ -36,10 +41,16 @@ image:
 image-lock:
 	hack/image/lock.sh
 
+# The CRDs go into the Helm chart (its single source); `make deploy` renders them into deploy/crds/.
 schemas: venv
-	$(BIN)/kgwe schema --out schemas --crds deploy/crds
+	$(BIN)/kgwe schema --out schemas --crds deploy/helm/kgwe/files/crds
+	hack/render-deploy.sh
 
-test: venv cluster-bins lint
+# deploy/ (the kustomize base) is the chart deploy/helm/kgwe rendered with its default values.
+deploy: venv
+	hack/render-deploy.sh
+
+test: venv cluster-bins tool-bins lint
 	$(BIN)/python -m pytest
 
 demo: venv cluster-bins

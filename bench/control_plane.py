@@ -26,6 +26,7 @@ from kubernetes import client, watch
 
 from kgwe.testing import gpunodes
 from kgwe.testing.controlplane import ControlPlane, baseline_scheduler_config, find_binaries
+from kgwe.testing.gotools import recorded_build_seconds
 
 BASELINE_SCHEDULER = baseline_scheduler_config()
 MACHINE_MIX = ("DGX-H100", "DGX-A100", "A100-PCIE-NVLINK-PAIRS", "L40S-8-PCIE", "DGX-1-V100")
@@ -34,25 +35,6 @@ MACHINE_MIX = ("DGX-H100", "DGX-A100", "A100-PCIE-NVLINK-PAIRS", "L40S-8-PCIE", 
 def du_mib(path: Path) -> float:
     out = subprocess.run(["du", "-sk", str(path)], capture_output=True, text=True, check=True).stdout
     return round(int(out.split()[0]) / 1024, 1)
-
-
-def recorded_build_seconds(directory: Path, version: str) -> tuple[float | None, str]:
-    """The latest cold build of `version` from build-times.log, else this cache's own build time.
-
-    A cold figure comes from `hack/cluster-bins.sh --cold` (empty Go build cache; the module download
-    cache may be warm) or from a genuine first build; a rebuild on a warm Go cache is much faster and
-    is reported as such.
-    """
-    log = directory.parent / "build-times.log"
-    lines = log.read_text().splitlines() if log.is_file() else []
-    for line in reversed(lines):
-        fields = dict(f.split("=", 1) for f in line.split()[1:] if "=" in f)
-        if fields.get("kubernetes") == version and fields.get("gocache") == "cold":
-            return float(fields["seconds"]), f"cold Go build cache, {line.split()[0]}"
-    own = directory / "build-seconds"
-    if own.is_file():
-        return float(own.read_text()), "this cache's build; Go build cache state unknown"
-    return None, "not recorded"
 
 
 def create_nodes(api: client.ApiClient, count: int) -> tuple[list[str], float]:
@@ -134,7 +116,7 @@ def main() -> int:
     pods = args.pods or (500 if args.quick else 3000)
 
     binaries = find_binaries(build=True)
-    cold_build, how = recorded_build_seconds(binaries.directory, binaries.kubernetes_version)
+    cold_build, how = recorded_build_seconds(binaries.directory, "kubernetes", binaries.kubernetes_version)
     cache_mib = du_mib(binaries.directory)
     print(f"binaries: {binaries.directory} ({', '.join(f'{k} {v}' for k, v in binaries.manifest.items())})")
     print(f"build (recorded by hack/cluster-bins.sh, {how}): {cold_build} s; binary cache: {cache_mib} MiB")

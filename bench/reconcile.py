@@ -187,7 +187,12 @@ def main() -> int:
         time.sleep(0.5)
         sha = commit(work, "2g.20gb")
         body = json.dumps(
-            {"ref": "refs/heads/main", "after": sha, "commits": [{"modified": ["policy/mig.yaml"]}]}
+            {
+                "ref": "refs/heads/main",
+                "after": sha,
+                "commits": [{"modified": ["policy/mig.yaml"]}],
+                "repository": {"clone_url": git_server.url(bare.name)},
+            }
         )
         req = urllib.request.Request(
             f"http://127.0.0.1:{controller.server.port}/hooks/git",

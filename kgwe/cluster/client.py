@@ -11,24 +11,46 @@ from kubernetes.config.config_exception import ConfigException
 from kgwe.errors import KgweError
 
 
-def api_client(kubeconfig: str | None = None, *, context: str | None = None) -> client.ApiClient:
+class DeadlineApiClient(client.ApiClient):
+    """An ApiClient whose every call without its own `_request_timeout` gets `request_timeout_s`, except
+    watches (they end server-side through timeoutSeconds). A leader must never hang in a call longer than
+    its lease margin: it would go on writing after another replica took over."""
+
+    request_timeout_s: float | None = None
+
+    def call_api(self, method, url, *args: Any, **kwargs: Any):
+        watching = "watch=true" in str(url).lower()
+        if kwargs.get("_request_timeout") is None and self.request_timeout_s and not watching:
+            kwargs["_request_timeout"] = self.request_timeout_s
+        return super().call_api(method, url, *args, **kwargs)
+
+
+def api_client(
+    kubeconfig: str | None = None, *, context: str | None = None, request_timeout_s: float | None = None
+) -> client.ApiClient:
     """An ApiClient by the one rule every KGWE command follows, as kubectl does: the `--kubeconfig` file
     when given, else $KUBECONFIG, else the pod's service account when running in a cluster, else
-    ~/.kube/config. A clear KgweError when none of them works."""
+    ~/.kube/config. A clear KgweError when none of them works. With `request_timeout_s`, a deadline on
+    every non-watch call (DeadlineApiClient)."""
     path = kubeconfig or os.environ.get("KUBECONFIG")
     try:
+        configuration = client.Configuration()
         if path:
             if not os.path.exists(path):
                 raise KgweError(f"kubeconfig {path} does not exist")
-            return config.new_client_from_config(config_file=path, context=context)
-        if os.environ.get("KUBERNETES_SERVICE_HOST"):
-            configuration = client.Configuration()
+            config.load_kube_config(config_file=path, context=context, client_configuration=configuration)
+        elif os.environ.get("KUBERNETES_SERVICE_HOST"):
             config.load_incluster_config(client_configuration=configuration)
-            return client.ApiClient(configuration)
-        default = os.path.expanduser(config.KUBE_CONFIG_DEFAULT_LOCATION)
-        if os.path.exists(default):
-            return config.new_client_from_config(config_file=default, context=context)
-        raise KgweError("no Kubernetes credentials: pass --kubeconfig, set KUBECONFIG or run in a cluster")
+        else:
+            default = os.path.expanduser(config.KUBE_CONFIG_DEFAULT_LOCATION)
+            if not os.path.exists(default):
+                raise KgweError(
+                    "no Kubernetes credentials: pass --kubeconfig, set KUBECONFIG or run in a cluster"
+                )
+            config.load_kube_config(config_file=default, context=context, client_configuration=configuration)
+        api = DeadlineApiClient(configuration)
+        api.request_timeout_s = request_timeout_s
+        return api
     except ConfigException as exc:
         raise KgweError(f"cannot configure a Kubernetes client: {exc}") from exc
 

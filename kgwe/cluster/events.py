@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import secrets
 import threading
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 from kubernetes import client
@@ -17,8 +18,15 @@ COMPONENT = "kgwe-controller"
 
 
 class EventRecorder:
-    def __init__(self, api_client: client.ApiClient, *, component: str = COMPONENT) -> None:
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        *,
+        component: str = COMPONENT,
+        allowed: Callable[[], bool] = lambda: True,
+    ) -> None:
         self.core = client.CoreV1Api(api_client)
+        self.allowed = allowed  # e.g. "still the leader": nothing is written otherwise
         self.component = component
         self._seen: dict[tuple, tuple[str, int]] = {}
         self._lock = threading.Lock()
@@ -26,6 +34,8 @@ class EventRecorder:
 
     def record(self, involved: dict, event_type: str, reason: str, message: str) -> None:
         """Emit an event about `involved` (an object dict with apiVersion/kind/metadata); never raises."""
+        if not self.allowed():
+            return
         meta = involved.get("metadata") or {}
         namespace = meta.get("namespace") or "default"
         key = (namespace, meta.get("name"), event_type, reason, message)

@@ -7,11 +7,17 @@ event into Start/End actions; on (re)start it reconciles the store's open interv
 list, so nothing is counted twice (a holding already open stays open) and nothing is lost (an open
 interval whose pod vanished while we were down is closed; a live holding we never saw is opened).
 Pods we cannot price unambiguously are skipped with a logged reason, never guessed.
+
+Who pays is decided by the pod's namespace, never by the pod itself (whoever can create a pod could
+otherwise bill another team): the team of the GPUBudget that claims the namespace, else the namespace's
+label `kgwe.nvidia.io/team` (a bounded, label-shaped value), else UNASSIGNED_TEAM — one line for every
+namespace nobody claimed.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -27,7 +33,9 @@ GPU = GPU_RESOURCE
 GPU_SHARED = SHARED_GPU_RESOURCE
 MIG_PREFIX = MIG_RESOURCE_PREFIX
 MILLI_ANNOTATION = GPU_MILLI_ANNOTATION
-TEAM_KEYS = ("kgwe.nvidia.io/team", "team")
+TEAM_LABEL = "kgwe.nvidia.io/team"  # on a Namespace
+UNASSIGNED_TEAM = "__unassigned__"
+_TEAM_VALUE = re.compile(r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$")
 PRODUCT_LABEL = "nvidia.com/gpu.product"
 COUNT_LABEL = "nvidia.com/gpu.count"
 FINISHED = ("Succeeded", "Failed")
@@ -151,16 +159,19 @@ def holdings(pod: Mapping[str, Any]) -> tuple[list[Holding], str | None]:
     return out, None
 
 
-def team_of(pod: Mapping[str, Any]) -> tuple[str | None, str | None]:
-    """Team from the pod label or annotation (label wins only if they agree); default: the namespace."""
-    labels = _get(pod, "metadata", "labels") or {}
-    annotations = _get(pod, "metadata", "annotations") or {}
-    found = {src[TEAM_KEYS[0]] for src in (labels, annotations) if src.get(TEAM_KEYS[0])}
-    if len(found) > 1:
-        return None, f"team label and annotation disagree: {sorted(found)}"
-    if found:
-        return found.pop(), None
-    return labels.get(TEAM_KEYS[1]) or _get(pod, "metadata", "namespace"), None
+def namespace_teams(
+    namespaces: Iterable[Mapping[str, Any]], budget_teams: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """namespace -> team: the claiming GPUBudget's team, else a well-formed `kgwe.nvidia.io/team` label
+    (lower-case, at most 63 characters, label-shaped); namespaces with neither are left out."""
+    teams: dict[str, str] = {}
+    for ns in namespaces:
+        name = _get(ns, "metadata", "name")
+        value = (_get(ns, "metadata", "labels") or {}).get(TEAM_LABEL)
+        if isinstance(name, str) and isinstance(value, str) and _TEAM_VALUE.match(value):
+            teams[name] = value
+    teams.update(budget_teams or {})
+    return teams
 
 
 def is_holding(pod: Mapping[str, Any]) -> bool:
@@ -181,13 +192,17 @@ def finished_at(pod: Mapping[str, Any]) -> datetime | None:
 class Meter:
     """Turns observations into actions. `nodes` maps node name -> NodeInfo (kept up to date by the caller)."""
 
-    def __init__(self, nodes: Mapping[str, NodeInfo] | None = None) -> None:
+    def __init__(
+        self, nodes: Mapping[str, NodeInfo] | None = None, teams: Mapping[str, str] | None = None
+    ) -> None:
         self.nodes: dict[str, NodeInfo] = dict(nodes or {})
+        self.teams: dict[str, str] = dict(teams or {})  # namespace -> team (namespace_teams)
+
+    def team_for(self, namespace: str) -> str:
+        return self.teams.get(namespace, UNASSIGNED_TEAM)
 
     def _intervals(self, pod: Mapping[str, Any], at: datetime) -> tuple[list[UsageInterval], Skip | None]:
         held, reason = holdings(pod)
-        team, team_reason = team_of(pod)
-        reason = reason or team_reason
         if reason:
             return [], Skip(pod_name(pod), reason)
         if not held:
@@ -204,7 +219,7 @@ class Meter:
             UsageInterval(
                 pod=meta.get("name", ""),
                 namespace=meta.get("namespace", ""),
-                team=team or "",
+                team=self.team_for(meta.get("namespace", "")),
                 node=node,
                 gpu_product=info.gpu_product,
                 kind=h.kind,

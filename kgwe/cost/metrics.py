@@ -12,8 +12,9 @@ import weakref
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from decimal import Decimal
+from typing import Any
 
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import REGISTRY, Collector, CollectorRegistry
 
 from kgwe.cost.budgets import BudgetStatus
@@ -25,6 +26,7 @@ class CostCollector(Collector):
         self._lock = threading.Lock()
         self._chargeback: Chargeback | None = None
         self._budgets: tuple[BudgetStatus, ...] = ()
+        self.spool: Any = None  # the metering spool (kgwe.cost.spool.Spool) once metering runs
 
     def update(self, chargeback: Chargeback | None, budgets: Sequence[BudgetStatus] = ()) -> None:
         """`chargeback` must be grouped by team and namespace (any granularity: buckets are summed)."""
@@ -32,7 +34,7 @@ class CostCollector(Collector):
             self._chargeback = chargeback
             self._budgets = tuple(budgets)
 
-    def collect(self) -> Iterable[GaugeMetricFamily]:
+    def collect(self) -> Iterable[GaugeMetricFamily | CounterMetricFamily]:
         with self._lock:
             cb, budgets = self._chargeback, self._budgets
         cost = GaugeMetricFamily(
@@ -76,6 +78,17 @@ class CostCollector(Collector):
             forecast.add_metric(labels, float(st.forecast_end / st.limit) if st.limit else 0.0)
             enforced.add_metric([st.name, st.team], 1.0 if st.enforce else 0.0)
         yield from (cost, idle, cluster, used, forecast, enforced)
+        if self.spool is not None:
+            yield GaugeMetricFamily(
+                "kgwe_metering_spooled_writes",
+                "Metering writes kept on disk while the cost store is unreachable",
+                value=len(self.spool),
+            )
+            yield CounterMetricFamily(
+                "kgwe_metering_spool_dropped",
+                "Metering writes dropped because the on-disk spool was full",
+                value=self.spool.dropped,
+            )
 
 
 _INSTALLED: weakref.WeakKeyDictionary[CollectorRegistry, CostCollector] = weakref.WeakKeyDictionary()

@@ -10,6 +10,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from kgwe.cost.budgets import (
@@ -121,17 +122,39 @@ class CostService:
     """What the controller starts: `start_metering`, then periodically `refresh` (metrics, budget status
     for Enforce) and, on the PolicyRepository's reports schedule, `commit` (reports to Git)."""
 
-    def __init__(self, store: CostStore, *, cluster: str, collector: CostCollector | None = None) -> None:
+    def __init__(
+        self,
+        store: CostStore,
+        *,
+        cluster: str,
+        collector: CostCollector | None = None,
+        spool_path: Path | None = None,
+    ) -> None:
         self.store = store
+        self.spool_path = spool_path  # where metering keeps writes while the store is down
         self.cluster = cluster
         self.collector = collector or install()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        # namespace -> team of the GPUBudget claiming it, per PolicyRepository (set after each reconcile)
+        self.budget_teams_by_repository: dict[str, dict[str, str]] = {}
+
+    def budget_teams(self) -> dict[str, str]:
+        merged: dict[str, str] = {}
+        for _, teams in sorted(self.budget_teams_by_repository.items()):
+            merged.update(teams)
+        return merged
 
     def start_metering(self, api_client: Any, **watch_options: Any) -> None:
         from kgwe.cost.metering_watch import MeteringWatch
+        from kgwe.cost.spool import Spool
 
+        watch_options.setdefault("budget_teams", self.budget_teams)
+        if self.spool_path is not None:
+            watch_options.setdefault("spool", Spool(self.spool_path))
+        self._stop = threading.Event()
         self.watch = MeteringWatch(api_client, self.store, **watch_options)
+        self.collector.spool = self.watch.spool
         self._thread = threading.Thread(
             target=self.watch.run, args=(self._stop,), name="kgwe-metering", daemon=True
         )

@@ -17,8 +17,13 @@ from prometheus_client import (
 
 from kgwe.extender.engine import Engine
 from kgwe.extender.request import RequestError
-from kgwe.extender.server import JSON, Handler, error_body
+from kgwe.httpd import JSON, Handler, error_body
 
+# ExtenderArgs with 5,000 node names (~40-character names) and a fat pod (4 containers with 64 env vars
+# each, 32 long annotations, managedFields) measures about 0.27 MiB; 1 MiB leaves room for longer names
+# and bigger pods, and bounds memory at max-connections x 1 MiB.
+MAX_REQUEST_BYTES = 1024 * 1024
+PROBE_PATHS = frozenset(("/healthz", "/readyz", "/metrics"))
 _BUCKETS = (0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
 
 
@@ -98,20 +103,35 @@ def make_handler(engine: Engine, metrics: Metrics | None = None) -> Handler:
             if view is None:
                 return 404, error_body("node not in the index"), JSON
             return 200, orjson.dumps(view), JSON
+        if path in PROBE_PATHS:
+            return probes(method, path, body)
+        return (
+            404,
+            error_body(f"no route {path}; use /filter, /prioritize, /healthz, /readyz, /metrics"),
+            JSON,
+        )
+
+    probes = make_probe_handler(engine, metrics)
+    return handle
+
+
+def make_probe_handler(engine: Engine, metrics: Metrics) -> Handler:
+    """Only GET /healthz, /readyz and /metrics: what a plain-HTTP probe port may answer beside the mTLS
+    port (kubelet probes and Prometheus carry no client certificate)."""
+
+    def handle(method: str, path: str, body: bytes) -> tuple[int, bytes, bytes]:
+        if path not in PROBE_PATHS:
+            return 404, error_body(f"no route {path}; use /healthz, /readyz, /metrics"), JSON
+        if method != "GET":
+            return 405, error_body(f"{path} accepts GET"), JSON
         if path == "/healthz":
             return 200, b'{"status":"ok"}', JSON
         if path == "/readyz":
             if engine.ready:
                 return 200, b'{"status":"ready"}', JSON
             return 503, error_body("index not synced yet"), JSON
-        if path == "/metrics":
-            metrics.nodes.set(len(engine.table.rows))
-            metrics.ready.set(1 if engine.ready else 0)
-            return 200, generate_latest(metrics.registry), CONTENT_TYPE_LATEST.encode()
-        return (
-            404,
-            error_body(f"no route {path}; use /filter, /prioritize, /healthz, /readyz, /metrics"),
-            JSON,
-        )
+        metrics.nodes.set(len(engine.table.rows))  # /metrics
+        metrics.ready.set(1 if engine.ready else 0)
+        return 200, generate_latest(metrics.registry), CONTENT_TYPE_LATEST.encode()
 
     return handle

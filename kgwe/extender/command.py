@@ -3,6 +3,8 @@ GET /healthz, /readyz, /metrics.
 
   kgwe extender --inventory inventory.yaml --listen 127.0.0.1:8888      # static GPUInventory, no cluster
   kgwe extender --kubeconfig ~/.kube/config --listen 0.0.0.0:8888       # watch Nodes, Pods, kgwe-scoring
+  kgwe extender --in-cluster --listen 0.0.0.0:8443 --tls-cert-file tls.crt --tls-key-file tls.key \
+                --client-ca-file ca.crt                                   # HTTPS, client certificate required
 """
 
 from __future__ import annotations
@@ -11,17 +13,18 @@ import argparse
 import asyncio
 import gc
 import logging
+import ssl
 from pathlib import Path
 
 import orjson
 
 from kgwe.cluster.names import SCHEDULER_NAME
 from kgwe.errors import KgweError
-from kgwe.extender.app import Metrics, make_handler
+from kgwe.extender.app import MAX_REQUEST_BYTES, Metrics, make_handler, make_probe_handler
 from kgwe.extender.core import NodeTable
 from kgwe.extender.engine import Engine
 from kgwe.extender.profile import ProfileError, profiles_from_document
-from kgwe.extender.server import serve
+from kgwe.httpd import MAX_CONNECTIONS, serve, server_tls_context
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -47,6 +50,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--profiles", type=Path, help="kgwe-scoring JSON document (cluster mode: until the ConfigMap exists)"
     )
     parser.add_argument("--request-timeout", type=float, default=10.0, help="seconds to receive one request")
+    parser.add_argument("--tls-cert-file", help="serve HTTPS with this certificate (PEM)")
+    parser.add_argument("--tls-key-file", help="private key of --tls-cert-file (PEM)")
+    parser.add_argument(
+        "--client-ca-file", help="require client certificates signed by this CA (kube-scheduler's, PEM)"
+    )
+    parser.add_argument(
+        "--probe-listen",
+        metavar="HOST:PORT",
+        help="also serve GET /healthz, /readyz, /metrics in plain HTTP here (kubelet probes, Prometheus)",
+    )
+    parser.add_argument(
+        "--max-connections", type=int, default=MAX_CONNECTIONS, help="open connections at most"
+    )
     parser.add_argument("--log-level", default="INFO")
 
 
@@ -55,6 +71,48 @@ def parse_listen(text: str) -> tuple[str, int]:
     if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
         raise KgweError(f"--listen: expected HOST:PORT, got {text!r}")
     return host.strip("[]") or "0.0.0.0", int(port)
+
+
+async def _serve_all(args, engine: Engine, metrics: Metrics, main, probe, tls) -> None:
+    """The extender port and, when asked, the plain probe port; both end on SIGTERM/SIGINT."""
+    stop = asyncio.Event()
+    servers = [
+        serve(
+            make_handler(engine, metrics),
+            *main,
+            request_timeout=args.request_timeout,
+            max_connections=args.max_connections,
+            max_body=MAX_REQUEST_BYTES,
+            tls=tls,
+            stop=stop,
+        )
+    ]
+    if probe is not None:
+        servers.append(
+            serve(
+                make_probe_handler(engine, metrics),
+                *probe,
+                request_timeout=args.request_timeout,
+                stop=stop,
+                label="kgwe extender probes (GET /healthz /readyz /metrics) on",
+            )
+        )
+    await asyncio.gather(*servers)
+
+
+def tls_context(args: argparse.Namespace) -> ssl.SSLContext | None:
+    """The HTTPS context the flags ask for; None for plain HTTP."""
+    cert, key, ca = args.tls_cert_file, args.tls_key_file, args.client_ca_file
+    if not cert and not key:
+        if ca:
+            raise KgweError("--client-ca-file needs --tls-cert-file and --tls-key-file")
+        return None
+    if not cert or not key:
+        raise KgweError("give both --tls-cert-file and --tls-key-file")
+    try:
+        return server_tls_context(cert, key, ca)
+    except (OSError, ssl.SSLError) as exc:
+        raise KgweError(f"cannot load the TLS files: {exc}") from None
 
 
 def static_engine(inventory: Path, profiles: Path | None = None) -> Engine:
@@ -83,6 +141,10 @@ def load_profiles(engine: Engine, path: Path | None) -> None:
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
     host, port = parse_listen(args.listen)
+    probe = parse_listen(args.probe_listen) if args.probe_listen else None
+    tls = tls_context(args)
+    if args.max_connections < 1:
+        raise KgweError("--max-connections must be at least 1")
     metrics = Metrics()
     if args.inventory:
         engine = static_engine(args.inventory, args.profiles)
@@ -105,7 +167,7 @@ def run(args: argparse.Namespace) -> int:
     gc.collect()
     gc.freeze()  # startup objects (catalog, topology tables, index) never need scanning again
     try:
-        asyncio.run(serve(make_handler(engine, metrics), host, port, request_timeout=args.request_timeout))
+        asyncio.run(_serve_all(args, engine, metrics, (host, port), probe, tls))
     except OSError as exc:
         raise KgweError(f"cannot listen on {args.listen}: {exc.strerror or exc}") from None
     finally:

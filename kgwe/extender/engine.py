@@ -126,8 +126,13 @@ class Engine:
             return self.profiles[req.profile]
         return self.profiles[""]
 
+    def observe(self, req: PodRequest) -> None:
+        """Learn the request mix the fragmentation term protects (FGD's target workload) from pods the
+        watch saw created, never from request bodies: anyone who reaches the port could skew those."""
+        with self.lock:
+            self._observe(req, self.profile_for(req))
+
     def _observe(self, req: PodRequest, profile: Profile) -> None:
-        """Learn the request mix the fragmentation term protects (FGD's target workload) from traffic."""
         if not req.gpus or profile.fragmentation <= 0:
             return
         self._mix[(req.gpus, req.gpu_milli, req.cpu_milli, req.memory_mib)] += 1
@@ -246,7 +251,6 @@ class Engine:
         else:
             with self.lock:
                 profile = self.profile_for(req)
-                self._observe(req, profile)
                 reason, score = self._evaluate(req, rows, known, profile)
                 passed = known & (reason == OK)
                 decide = profile.decide_in_filter and (req.shared or not req.soft_preferences)

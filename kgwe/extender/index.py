@@ -23,6 +23,13 @@ KGWE accounts, that is how a burst over-commits one GPU. So the engine reports e
 (`assume`), the node is recomputed with the pod on it at once, and the assumption ends when the watch shows
 the pod bound (anywhere), the pod is decided again, or ASSUME_SECONDS pass without a bind (the pod was
 deleted, or a later scheduling step failed) — kube-scheduler's own assume cache, for the extender's view.
+
+Request bodies are not trusted to change that view: anyone who reaches the port can POST /filter. A fourth
+watch follows unbound GPU pods (fieldSelector spec.nodeName=), and a decision is assumed only for a pod
+UID that watch has seen pending, with the same GPU request it saw; at most MAX_ASSUMED_PER_NODE per node.
+A decision that arrives before the watch shows its pod (the watches race) waits, bounded in number and
+time, and counts once the watch confirms it. The fragmentation term's workload mix is learned from the
+pods this watch sees created, never from request bodies.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 
 import orjson
@@ -49,10 +57,16 @@ ASSUME_SECONDS = 30.0  # an assumed pod not seen bound by then is forgotten
 FOREIGN_GPU = PodRequest(gpus=1)  # one whole GPU held by a pod the index does not watch
 
 
-def pod_field_selector(scheduler_name: str | None) -> str:
-    """The pods the index watches: bound ones, of `scheduler_name` only unless None."""
-    bound = "spec.nodeName!="
-    return f"spec.schedulerName={scheduler_name},{bound}" if scheduler_name else bound
+def pod_field_selector(scheduler_name: str | None, *, bound: bool = True) -> str:
+    """The pods a watch of the index follows: bound (or, for confirming decisions, pending) ones, of
+    `scheduler_name` only unless None."""
+    node = "spec.nodeName!=" if bound else "spec.nodeName="
+    return f"spec.schedulerName={scheduler_name},{node}" if scheduler_name else node
+
+
+MAX_ASSUMED_PER_NODE = 64  # more decisions than this for one node before a bind is seen: not plausible
+UNCONFIRMED_SECONDS = 5.0  # a decision waits this long for the pending-pod watch to show its pod
+MAX_UNCONFIRMED = 1024  # decisions waiting for the watch, oldest dropped first
 
 
 class ClusterIndex:
@@ -67,6 +81,7 @@ class ClusterIndex:
     ) -> None:
         self.engine = engine
         self.pod_selector = pod_field_selector(scheduler_name)
+        self.pending_selector = pod_field_selector(scheduler_name, bound=False)
         self.namespace = namespace
         self.metrics = metrics
         self._api = api_client
@@ -81,9 +96,12 @@ class ClusterIndex:
         self.pods: dict[str, tuple[str, tuple, PodRequest, tuple[int, ...] | None, str]] = {}
         self.by_node: dict[str, set[str]] = {}
         self.assumed: dict[str, tuple[str, PodRequest, float]] = {}  # uid -> (node, request, expiry)
+        self.pending: dict[str, PodRequest] = {}  # uid -> GPU request of an unbound pod the watch saw
+        # decisions for pods the pending watch has not shown yet: uid -> (node, request, expiry)
+        self.unconfirmed: OrderedDict[str, tuple[str, PodRequest, float]] = OrderedDict()
         self.clock: Callable[[], float] = time.monotonic
         engine.on_assume = self.assume
-        self._listed = {"nodes": False, "pods": False}
+        self._listed = {"nodes": False, "pods": False, "pending": False}
         self.profile_error: str | None = None
 
     # ---- lifecycle -------------------------------------------------------------------------------------
@@ -102,6 +120,12 @@ class ClusterIndex:
                 lambda **kw: core.list_pod_for_all_namespaces(field_selector=self.pod_selector, **kw),
                 self._apply_pods,
                 self._pod_event,
+            ),
+            (
+                "pending",
+                lambda **kw: core.list_pod_for_all_namespaces(field_selector=self.pending_selector, **kw),
+                self._apply_pending,
+                self._pending_event,
             ),
             (
                 "scoring",
@@ -247,16 +271,68 @@ class ClusterIndex:
 
     # ---- assumed pods ----------------------------------------------------------------------------------
     def assume(self, uid: str, node: str, req: PodRequest) -> None:
-        """Count a pod on the node filter left it before its bind is seen (Engine.on_assume)."""
+        """Count a pod on the node filter left it before its bind is seen (Engine.on_assume) — only a pod
+        the pending watch has seen with this very request; otherwise wait briefly for the watch."""
         with self._mu:
             if uid in self.pods:  # already seen bound: the watch was faster
                 return
-            previous = self.assumed.get(uid)
-            self.assumed[uid] = (node, req, self.clock() + ASSUME_SECONDS)
-            touched = {node, previous[0]} if previous else {node}
-            self._count_assumed()
-            for n in touched:
-                self._publish(n)
+            seen = self.pending.get(uid)
+            if seen is None:
+                self.unconfirmed.pop(uid, None)
+                self.unconfirmed[uid] = (node, req, self.clock() + UNCONFIRMED_SECONDS)
+                while len(self.unconfirmed) > MAX_UNCONFIRMED:
+                    self.unconfirmed.popitem(last=False)
+                return
+            if seen != req:
+                log.warning(
+                    "filter request for pod %s does not match the pod the watch saw; not assumed", uid
+                )
+                return
+            self._assume(uid, node, req)
+
+    def _assume(self, uid: str, node: str, req: PodRequest) -> None:
+        previous = self.assumed.get(uid)
+        if previous is None or previous[0] != node:
+            on_node = sum(1 for n, _, _ in self.assumed.values() if n == node)
+            if on_node >= MAX_ASSUMED_PER_NODE:
+                log.warning("node %s already has %d assumed pods; not assuming %s", node, on_node, uid)
+                return
+        self.assumed[uid] = (node, req, self.clock() + ASSUME_SECONDS)
+        touched = {node, previous[0]} if previous else {node}
+        self._count_assumed()
+        for n in touched:
+            self._publish(n)
+
+    # ---- pending pods ----------------------------------------------------------------------------------
+    def _pending_event(self, typ: str, raw: dict) -> None:
+        with self._mu:
+            self._set_pending(raw, deleted=typ == "DELETED")
+
+    def _apply_pending(self, items: list[dict]) -> None:
+        with self._mu:
+            self.pending.clear()
+            for p in items:
+                self._set_pending(p, deleted=False)
+
+    def _set_pending(self, raw: dict, deleted: bool) -> None:
+        meta = raw.get("metadata") or {}
+        uid = meta.get("uid")
+        if not uid:
+            return
+        req = None
+        if not deleted and not (raw.get("spec") or {}).get("nodeName"):
+            held = pod_holds(raw)
+            req = held[0] if held is not None and held[0].wants_gpu else None
+        if req is None:
+            self.pending.pop(uid, None)
+            self.unconfirmed.pop(uid, None)
+            return
+        if uid not in self.pending:
+            self.engine.observe(req)
+        self.pending[uid] = req
+        waiting = self.unconfirmed.pop(uid, None)
+        if waiting is not None and waiting[2] > self.clock() and waiting[1] == req:
+            self._assume(uid, waiting[0], req)
 
     def expire_assumed(self) -> None:
         """Forget assumptions older than ASSUME_SECONDS and recompute their nodes."""
@@ -266,6 +342,8 @@ class ClusterIndex:
 
     def _expired(self) -> set[str]:
         now = self.clock()
+        for uid in [u for u, (_, _, expiry) in self.unconfirmed.items() if expiry <= now]:
+            del self.unconfirmed[uid]
         gone = [uid for uid, (_, _, expiry) in self.assumed.items() if expiry <= now]
         nodes = {self.assumed.pop(uid)[0] for uid in gone}
         if gone and self.metrics is not None:

@@ -1,23 +1,47 @@
-"""`POST /hooks/git`: a GitHub-style signed push notification that triggers an immediate sync.
+"""`POST /hooks/git`: a signed push notification from GitHub or GitLab that triggers an immediate sync of
+the PolicyRepositories whose URL the push names.
 
-The signature is HMAC-SHA256 of the raw body with the shared secret, sent as
-`X-Hub-Signature-256: sha256=<hex>`, compared in constant time. Every bad request gets a 4xx JSON body
-that says what was wrong; nothing is triggered for it. The same small server also answers the GET routes
-the controller registers (metrics, health), so one Service port serves both.
+Authentication: GitHub signs the raw body with HMAC-SHA256 (`X-Hub-Signature-256: sha256=<hex>`); GitLab
+sends the shared secret itself (`X-Gitlab-Token`). Both are compared in constant time. Replays: a delivery
+ID (`X-GitHub-Delivery`, `X-Gitlab-Event-UUID`) or a signed body seen before is refused (409); the memory
+of both is bounded (the oldest are forgotten first). Every bad request gets a 4xx JSON body that says what
+was wrong; nothing is triggered for it.
+
+The server (`ControllerHTTPServer`) also answers the GET routes the controller registers (metrics,
+health), on the event-loop server of kgwe.httpd: no thread per connection, a deadline per request, a
+bounded number of connections, so clients that send headers and no body cannot starve /healthz. Pushes
+are handed to one worker thread through a bounded queue (the hook answers at once; a full queue is 503).
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import json
+import logging
+import queue
+import re
+import socket
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import urlsplit
+
+from kgwe.httpd import JSON, error_body, serve
+
+log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 1 << 20  # GitHub caps payloads at 25 MB; pushes are far smaller, so 1 MiB is plenty
 SIGNATURE_HEADER = "X-Hub-Signature-256"
+GITLAB_TOKEN_HEADER = "X-Gitlab-Token"
+DELIVERY_HEADERS = ("x-github-delivery", "x-gitlab-event-uuid")
+REMEMBERED_DELIVERIES = 4096
+REQUEST_TIMEOUT_SECONDS = 10.0
+MAX_CONNECTIONS = 64
+PUSH_QUEUE = 16
+_SCP_LIKE = re.compile(r"^(?:[\w.-]+@)?(?P<host>[\w.-]+):(?P<path>(?!//).+)$")
 
 
 @dataclass(frozen=True)
@@ -26,6 +50,7 @@ class PushEvent:
     after: str | None  # new commit id
     event: str  # X-GitHub-Event (push, ping, ...) or "push" when absent
     changed_paths: tuple[str, ...] = ()
+    repositories: frozenset[str] = frozenset()  # repository_key() of every URL the push names
 
 
 @dataclass(frozen=True)
@@ -33,6 +58,40 @@ class HookResponse:
     status: int
     body: dict = field(default_factory=dict)
     event: PushEvent | None = None  # set only when a sync should be triggered
+
+
+def repository_key(url: str) -> str | None:
+    """One key for the https, ssh and scp-like spellings of a repository: `host/path`, lower-case, without
+    `.git`, user, port or trailing slash (`https://GitHub.com/a/b.git`, `ssh://git@github.com:22/a/b`
+    and `git@github.com:a/b` all give `github.com/a/b`). Local paths are their own key. None if empty."""
+    url = (url or "").strip()
+    if not url:
+        return None
+    if "://" in url:
+        parts = urlsplit(url)
+        if parts.scheme == "file":
+            host, path = "", parts.path
+        else:
+            host, path = (parts.hostname or ""), parts.path
+    elif (m := _SCP_LIKE.match(url)) and not url.startswith(("/", ".")):
+        host, path = m.group("host"), m.group("path")
+    else:
+        host, path = "", url
+    path = path.strip("/").removesuffix(".git").rstrip("/")
+    return f"{host.lower()}/{path.lower()}" if host else "/" + path
+
+
+def _named_repositories(payload: Mapping) -> frozenset[str]:
+    """URLs a GitHub (repository.*) or GitLab (project.*, repository.*) push names, as repository keys."""
+    urls: list[str] = []
+    for section, keys in (
+        ("repository", ("clone_url", "ssh_url", "git_url", "html_url", "url", "git_http_url", "git_ssh_url")),
+        ("project", ("git_http_url", "git_ssh_url", "http_url", "ssh_url", "web_url")),
+    ):
+        obj = payload.get(section)
+        if isinstance(obj, dict):
+            urls += [v for k in keys if isinstance(v := obj.get(k), str) and len(v) < 2048]
+    return frozenset(k for u in urls if (k := repository_key(u)))
 
 
 def sign(secret: bytes, body: bytes) -> str:
@@ -46,32 +105,78 @@ def verify_signature(secret: bytes, body: bytes, header_value: str | None) -> bo
     return hmac.compare_digest(sign(secret, body).encode(), header_value.strip().encode())
 
 
-def handle_git_hook(secret: bytes, headers: Mapping[str, str], body: bytes) -> HookResponse:
-    """Decide what a webhook request means. Pure: no I/O, so every case is unit-testable."""
+class ReplayGuard:
+    """Delivery IDs and signed bodies seen before, bounded: `seen(key)` records and says if it was known."""
+
+    def __init__(self, limit: int = REMEMBERED_DELIVERIES) -> None:
+        self.limit = limit
+        self._seen: OrderedDict[str, None] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def seen(self, *keys: str) -> bool:
+        with self._lock:
+            if any(k in self._seen for k in keys):
+                return True
+            for k in keys:
+                self._seen[k] = None
+            while len(self._seen) > self.limit:
+                self._seen.popitem(last=False)
+            return False
+
+
+def _authenticate(secret: bytes, lower: Mapping[str, str], body: bytes) -> HookResponse | None:
+    """None when the request carries a valid GitHub signature or GitLab token, else the 401."""
+    signature = lower.get(SIGNATURE_HEADER.lower())
+    token = lower.get(GITLAB_TOKEN_HEADER.lower())
+    if signature:
+        if verify_signature(secret, body, signature):
+            return None
+        return HookResponse(401, {"error": f"{SIGNATURE_HEADER} does not match the payload"})
+    if token is not None:
+        if hmac.compare_digest(token.strip().encode(), secret):
+            return None
+        return HookResponse(401, {"error": f"{GITLAB_TOKEN_HEADER} is not the webhook secret"})
+    return HookResponse(
+        401, {"error": f"missing {SIGNATURE_HEADER} (GitHub) or {GITLAB_TOKEN_HEADER} (GitLab)"}
+    )
+
+
+def handle_git_hook(
+    secret: bytes, headers: Mapping[str, str], body: bytes, replays: ReplayGuard | None = None
+) -> HookResponse:
+    """Decide what a webhook request means. Pure but for the replay memory, so every case is unit-testable."""
     lower = {k.lower(): v for k, v in headers.items()}
     if not secret:
         return HookResponse(503, {"error": "webhook secret is not configured; refusing unsigned hooks"})
     if len(body) > MAX_BODY_BYTES:
         return HookResponse(413, {"error": f"payload larger than {MAX_BODY_BYTES} bytes"})
-    signature = lower.get(SIGNATURE_HEADER.lower())
-    if not signature:
-        return HookResponse(401, {"error": f"missing {SIGNATURE_HEADER} header"})
-    if not verify_signature(secret, body, signature):
-        return HookResponse(401, {"error": f"{SIGNATURE_HEADER} does not match the payload"})
+    refused = _authenticate(secret, lower, body)
+    if refused is not None:
+        return refused
     ctype = lower.get("content-type", "application/json").split(";")[0].strip()
     if ctype != "application/json":
         return HookResponse(415, {"error": f"content type {ctype!r} not supported; use application/json"})
+    if replays is not None:
+        keys = [f"id:{lower[h]}" for h in DELIVERY_HEADERS if lower.get(h)]
+        if replays.seen(*keys, "body:" + hashlib.sha256(body).hexdigest()):
+            return HookResponse(409, {"error": "this delivery was already received (replay refused)"})
     try:
         payload = json.loads(body.decode("utf-8")) if body else {}
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         return HookResponse(400, {"error": f"payload is not valid JSON: {exc}"})
     if not isinstance(payload, dict):
         return HookResponse(400, {"error": "payload must be a JSON object"})
-    event_name = lower.get("x-github-event", "push")
+    gitlab = lower.get("x-gitlab-event")
+    event_name = "push" if gitlab in ("Push Hook", "Tag Push Hook") else lower.get("x-github-event", "push")
+    if gitlab is not None and event_name != "push":
+        event_name = gitlab
     if event_name == "ping":
         return HookResponse(200, {"message": "pong"})
     if event_name != "push":
         return HookResponse(202, {"message": f"event {event_name!r} ignored"})
+    repositories = _named_repositories(payload)
+    if not repositories:
+        return HookResponse(202, {"message": "push names no repository URL; nothing to sync"})
     paths: list[str] = []
     for commit in payload.get("commits") or []:
         if isinstance(commit, dict):
@@ -79,7 +184,7 @@ def handle_git_hook(secret: bytes, headers: Mapping[str, str], body: bytes) -> H
                 paths.extend(p for p in commit.get(key) or [] if isinstance(p, str))
     ref = payload.get("ref") if isinstance(payload.get("ref"), str) else None
     after = payload.get("after") if isinstance(payload.get("after"), str) else None
-    event = PushEvent(ref=ref, after=after, event=event_name, changed_paths=tuple(paths))
+    event = PushEvent(ref, after, event_name, tuple(paths), repositories)
     return HookResponse(202, {"message": "sync triggered", "ref": ref, "after": after}, event)
 
 
@@ -87,7 +192,7 @@ GetRoute = Callable[[], tuple[int, str, bytes]]
 
 
 class ControllerHTTPServer:
-    """Threaded HTTP server: POST /hooks/git plus registered GET routes (e.g. /metrics, /healthz)."""
+    """POST /hooks/git plus registered GET routes (e.g. /metrics, /healthz) on one port."""
 
     def __init__(
         self,
@@ -96,73 +201,90 @@ class ControllerHTTPServer:
         secret: bytes,
         on_push: Callable[[PushEvent], None],
         get_routes: Mapping[str, GetRoute] | None = None,
+        request_timeout_seconds: float = REQUEST_TIMEOUT_SECONDS,
+        max_connections: int = MAX_CONNECTIONS,
     ) -> None:
-        server_self = self
         self.secret = secret
         self.on_push = on_push
         self.get_routes = dict(get_routes or {})
-
-        class Handler(BaseHTTPRequestHandler):
-            server_version = "kgwe"
-
-            def log_message(self, format: str, *args: object) -> None:  # quiet: metrics tell the story
-                return
-
-            def _send(self, status: int, ctype: str, data: bytes) -> None:
-                self.send_response(status)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def _json(self, status: int, obj: dict) -> None:
-                self._send(status, "application/json", json.dumps(obj).encode())
-
-            def do_GET(self) -> None:
-                route = server_self.get_routes.get(self.path.split("?")[0])
-                if route is None:
-                    self._json(404, {"error": f"no route {self.path}"})
-                    return
-                self._send(*route())
-
-            def do_POST(self) -> None:
-                if self.path.split("?")[0] != "/hooks/git":
-                    self._json(404, {"error": f"no route {self.path}"})
-                    return
-                try:
-                    length = int(self.headers.get("Content-Length", "0"))
-                except ValueError:
-                    self._json(400, {"error": "bad Content-Length"})
-                    return
-                if length < 0 or length > MAX_BODY_BYTES:
-                    self._json(413, {"error": f"payload larger than {MAX_BODY_BYTES} bytes"})
-                    return
-                body = self.rfile.read(length)
-                result = handle_git_hook(server_self.secret, dict(self.headers.items()), body)
-                if result.event is not None:
-                    server_self.on_push(result.event)
-                self._json(result.status, result.body)
-
-            def do_PUT(self) -> None:
-                self._json(405, {"error": "method not allowed"})
-
-            do_DELETE = do_PATCH = do_PUT
-
-        self._httpd = ThreadingHTTPServer(address, Handler)
-        self._httpd.daemon_threads = True
-        self._thread: threading.Thread | None = None
+        self.replays = ReplayGuard()
+        self.request_timeout_seconds = request_timeout_seconds
+        self.max_connections = max_connections
+        family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
+        self._sock = socket.socket(family, socket.SOCK_STREAM)
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._sock.bind(address)
+        self._sock.listen(128)
+        self._pushes: queue.Queue[PushEvent | None] = queue.Queue(PUSH_QUEUE)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._threads: list[threading.Thread] = []
 
     @property
     def port(self) -> int:
-        return self._httpd.server_address[1]
+        return self._sock.getsockname()[1]
+
+    def handle(
+        self, method: str, path: str, body: bytes, headers: dict[str, str]
+    ) -> tuple[int, bytes, bytes]:
+        if method == "GET":
+            route = self.get_routes.get(path)
+            if route is None:
+                return 404, error_body(f"no route {path}"), JSON
+            status, ctype, data = route()
+            return status, data, ctype.encode()
+        if method != "POST":
+            return 405, error_body("method not allowed"), JSON
+        if path != "/hooks/git":
+            return 404, error_body(f"no route {path}"), JSON
+        result = handle_git_hook(self.secret, headers, body, self.replays)
+        if result.event is not None:
+            try:
+                self._pushes.put_nowait(result.event)
+            except queue.Full:
+                return 503, error_body("too many pushes waiting; retry later"), JSON
+        return result.status, json.dumps(result.body).encode(), JSON
+
+    def _deliver(self) -> None:
+        while (event := self._pushes.get()) is not None:
+            try:
+                self.on_push(event)
+            except Exception:  # a failing push must not end the worker
+                log.exception("webhook push handling failed")
+
+    def _serve(self, ready: threading.Event) -> None:
+        async def main() -> None:
+            self._loop = asyncio.get_running_loop()
+            self._stop = asyncio.Event()
+            ready.set()
+            await serve(
+                self.handle,
+                "",
+                0,
+                sock=self._sock,
+                headers=True,
+                max_body=MAX_BODY_BYTES,
+                request_timeout=self.request_timeout_seconds,
+                max_connections=self.max_connections,
+                stop=self._stop,
+                label="kgwe controller webhook/metrics server listening on",
+            )
+
+        asyncio.run(main())
 
     def start(self) -> ControllerHTTPServer:
-        self._thread = threading.Thread(target=self._httpd.serve_forever, name="kgwe-http", daemon=True)
-        self._thread.start()
+        ready = threading.Event()
+        for target, args, name in ((self._serve, (ready,), "kgwe-http"), (self._deliver, (), "kgwe-push")):
+            t = threading.Thread(target=target, args=args, name=name, daemon=True)
+            t.start()
+            self._threads.append(t)
+        ready.wait(10)
         return self
 
     def stop(self) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
+        if self._loop is not None and self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+        self._pushes.put(None)
+        for t in self._threads:
+            t.join(timeout=5)
+        self._sock.close()

@@ -24,6 +24,7 @@ from kgwe.policy.models import (
     PricingCatalog,
     ScoringProfile,
 )
+from kgwe.policy.quota_namespaces import refused_quota_namespace
 from kgwe.topology import known
 from kgwe.vocab import MIG_RESOURCE_PREFIX
 
@@ -383,6 +384,9 @@ def check_budgets(ps: PolicySet) -> None:
     for entry in ps.entries_of(GPUBudget):
         budget: GPUBudget = entry.obj  # type: ignore[assignment]
         for i, ns in enumerate(budget.spec.namespaces):
+            refused = refused_quota_namespace(ns)
+            if refused:
+                ps.report(entry, ("spec", "namespaces", i), refused)
             first = owner.get(ns)
             if first is not None and first is not entry:
                 ps.report(

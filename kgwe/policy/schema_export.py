@@ -185,7 +185,7 @@ CRD_KINDS = (PolicyRepository, GPUWorkload)
 
 
 def write_crds(out_dir: str | Path) -> list[Path]:
-    """deploy/crds/<plural>.yaml, as YAML generated from the same models as the JSON Schemas."""
+    """<out_dir>/<plural>.yaml from the models of the JSON Schemas (`make schemas`: the chart's files/)."""
     import yaml
 
     out = Path(out_dir)

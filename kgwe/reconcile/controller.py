@@ -16,19 +16,19 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from kgwe.cluster.events import EventRecorder
 from kgwe.cluster.lease import LeaderElector
-from kgwe.cluster.names import RECONCILE_REQUESTED_AT_ANNOTATION
+from kgwe.cluster.names import FIELD_MANAGER, RECONCILE_REQUESTED_AT_ANNOTATION
 from kgwe.errors import KgweError
 from kgwe.gitops.gitcmd import GitAccess
 from kgwe.gitops.retry import jittered_interval_seconds
 from kgwe.gitops.source import touches_policy
-from kgwe.gitops.webhook import ControllerHTTPServer, PushEvent
+from kgwe.gitops.webhook import ControllerHTTPServer, PushEvent, repository_key
 from kgwe.reconcile.metrics import ReconcileMetrics
 from kgwe.reconcile.repository import (
     GROUP,
@@ -42,12 +42,23 @@ from kgwe.reconcile.repository import (
 if TYPE_CHECKING:
     from kgwe.reconcile.costs import CostDuties
     from kgwe.reconcile.status import Outcome
+    from kgwe.render.render import RenderOptions
     from kgwe.workloads.controller import WorkloadController
 
 log = logging.getLogger(__name__)
 
 
 REQUESTED_AT_ANNOTATION = RECONCILE_REQUESTED_AT_ANNOTATION
+CRD_MISSING = (
+    f"the CustomResourceDefinition {PLURAL}.{GROUP} is not installed: install KGWE's CRDs "
+    "(helm: crds.install=true; kustomize: deploy/crds/)"
+)
+
+
+def _key_of(item: dict) -> str | None:
+    """The repository key of a PolicyRepository's spec.url (what webhook pushes are matched on)."""
+    url = (item.get("spec") or {}).get("url")
+    return repository_key(url) if isinstance(url, str) else None
 
 
 @dataclass
@@ -74,20 +85,22 @@ class Controller:
         jitter_fraction: float = 0.1,
         leader_election: bool = True,
         costs: CostDuties | None = None,
+        render_options: RenderOptions | None = None,
         git_access: GitAccess | None = None,
         workloads: bool = True,
     ) -> None:
         self.api_client = api_client
+        self.render_options = render_options  # extender URL and TLS for the rendered scheduler config
         self.namespace = namespace
         self.costs = costs  # metering, budgets and cost reports (kgwe.reconcile.costs); None: off
         self.cache_dir = Path(cache_dir)
         self.identity = identity or f"{socket.gethostname()}-{random.randrange(1 << 32):08x}"
         self.metrics = ReconcileMetrics()
-        self.recorder = EventRecorder(api_client)
+        self.recorder = EventRecorder(api_client, allowed=self.is_leader)  # a standby writes no Events
         self.jitter_fraction = jitter_fraction
         self._rng = random.Random()
         self._trigger = threading.Event()
-        self._pending_push = False
+        self._pushed: set[str] = set()  # repository keys named by pushes not yet reconciled
         self._lock = threading.Lock()
         self._due: dict[str, _Due] = {}
         self._workers: dict[str, threading.Thread] = {}  # the reconcile thread of each repository
@@ -96,6 +109,7 @@ class Controller:
         self.git_access = git_access or GitAccess()
         self._reconcilers: dict[str, RepositoryReconciler] = {}
         self.reconciles = 0
+        self.crd_missing = False  # the last list of PolicyRepositories said the API does not exist
         self.elector: LeaderElector | None = None
         if leader_election:
             self.elector = LeaderElector(
@@ -127,11 +141,17 @@ class Controller:
             routes = {
                 "/metrics": lambda: (200, "text/plain; version=0.0.4", self.metrics.exposition()),
                 "/healthz": lambda: (200, "text/plain", b"ok"),
-                "/readyz": lambda: (200, "text/plain", b"leader" if self.is_leader() else b"standby"),
+                "/readyz": self._readyz,
             }
             self.server = ControllerHTTPServer(
                 listen, secret=webhook_secret, on_push=self.on_push, get_routes=routes
             )
+
+    def _readyz(self) -> tuple[int, str, bytes]:
+        """Ready unless the PolicyRepository CRD is missing (an install with crds.install=false, say)."""
+        if self.crd_missing:
+            return 503, "text/plain", f"{CRD_MISSING}\n".encode()
+        return 200, "text/plain", b"leader" if self.is_leader() else b"standby"
 
     # -- leadership ----------------------------------------------------------------------------------
     def is_leader(self) -> bool:
@@ -147,29 +167,35 @@ class Controller:
         self._trigger.set()
 
     def _on_stopped(self) -> None:
+        """Lost the lease: stop metering at once (commit-back and Events check leadership themselves)."""
         log.info("%s stopped leading", self.identity)
         self.metrics.leader.set(0)
+        if self.costs is not None:
+            self.costs.stop()
 
     # -- triggers ------------------------------------------------------------------------------------
     def on_push(self, event: PushEvent) -> None:
+        """A push syncs at once only the PolicyRepositories whose spec.url it names (any URL spelling)."""
         if event.changed_paths and not touches_policy(list(event.changed_paths), ""):
             self.metrics.hooks.labels("ignored_reports_only").inc()
             return
         self.metrics.hooks.labels("triggered").inc()
         if not self.is_leader():
-            self._request_from_leader()
+            self._request_from_leader(event.repositories)
             return
         with self._lock:
-            self._pending_push = True
+            self._pushed |= event.repositories
         self._trigger.set()
 
-    def _request_from_leader(self) -> None:
-        """Ask the leader to sync now by stamping every PolicyRepository (a standby got the push)."""
+    def _request_from_leader(self, repositories: frozenset[str]) -> None:
+        """Ask the leader to sync now by stamping the PolicyRepositories the push names (a standby got it)."""
         api = client.CustomObjectsApi(self.api_client)
         stamp = f"{time.time():.6f}"
         try:
             items = api.list_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL).get("items", [])
             for item in items:
+                if _key_of(item) not in repositories:
+                    continue
                 api.patch_namespaced_custom_object(
                     GROUP,
                     VERSION,
@@ -178,6 +204,7 @@ class Controller:
                     item["metadata"]["name"],
                     {"metadata": {"annotations": {REQUESTED_AT_ANNOTATION: stamp}}},
                     _content_type="application/merge-patch+json",
+                    field_manager=FIELD_MANAGER,
                 )
         except ApiException as exc:
             log.warning("could not hand the webhook push to the leader: %s", exc.reason)
@@ -194,6 +221,7 @@ class Controller:
                 metrics=self.metrics,
                 recorder=self.recorder,
                 is_leader=self.is_leader,
+                render_options=self.render_options,
                 git_access=self.git_access,
             )
             self._reconcilers[name] = rec
@@ -208,10 +236,13 @@ class Controller:
                 GROUP, VERSION, self.namespace, PLURAL
             )
         except ApiException as exc:
-            log.warning("listing PolicyRepositories failed: %s", exc.reason)
+            self.crd_missing = exc.status == 404
+            reason = CRD_MISSING if self.crd_missing else exc.reason
+            log.warning("listing PolicyRepositories failed: %s", reason)
             return 5.0
+        self.crd_missing = False
         with self._lock:
-            pushed, self._pending_push = self._pending_push, False
+            pushed_keys, self._pushed = self._pushed, set()
         now = time.monotonic()
         next_in = 60.0
         for item in listing.get("items", []):
@@ -220,6 +251,7 @@ class Controller:
             requested = (meta.get("annotations") or {}).get(REQUESTED_AT_ANNOTATION)
             with self._lock:
                 due, worker = self._due.get(name), self._workers.get(name)
+            pushed = _key_of(item) in pushed_keys
             wanted = (
                 due is None
                 or pushed
@@ -305,6 +337,18 @@ class Controller:
             stop.set()
             if elector is not None and thread is not None:
                 thread.join(timeout=elector.retry_period_seconds + 5.0)
+
+    def commit_reports_now(self, name: str) -> Any:
+        """Commit repository `name`'s cost reports now, off schedule (the cost duties' own commit path);
+        the CommitResult, or None without cost duties, a valid policy with prices, or spec.reports."""
+        if self.costs is None:
+            return None
+        rec = self._reconciler(name)
+        repo = rec.read()
+        if repo is None:
+            return None
+        with self._costs_lock:
+            return self.costs.commit_reports_now(rec, repo)
 
     def run(self, stop: threading.Event) -> None:
         if self.server is not None:

@@ -68,6 +68,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="reconcile each PolicyRepository once as the leader, print the outcomes, then exit: 0 when "
         "every one applied (ready or rolling out), 1 otherwise (no HTTP server, metering or GPUWorkloads)",
     )
+    parser.add_argument(
+        "--extender-url",
+        default=None,
+        help="urlPrefix of the KGWE extender in the rendered KubeSchedulerConfiguration",
+    )
+    parser.add_argument(
+        "--extender-client-cert-dir",
+        metavar="DIR",
+        help="where kube-scheduler finds its client certificate for the extender (DIR/tls.crt, tls.key, "
+        "ca.crt; default for https: /etc/kgwe/extender-client); rendered as tlsConfig",
+    )
     parser.add_argument("--log-level", default="INFO")
 
 
@@ -80,15 +91,26 @@ def _listen(text: str) -> tuple[str, int]:
 
 
 def _cost_duties(args: argparse.Namespace):
-    from kgwe.cost.service import CostService
-    from kgwe.cost.store import CostStore
-    from kgwe.reconcile.costs import CostDuties
+    from kgwe.reconcile.costs import cost_duties
 
     cache = Path(args.cache_dir)
     cache.mkdir(parents=True, exist_ok=True)
-    store = CostStore(args.db or str(cache / "kgwe-cost.db"))
-    store.migrate()
-    return CostDuties(CostService(store, cluster=args.cluster), prometheus_url=args.prometheus)
+    db = args.db or str(cache / "kgwe-cost.db")
+    return cost_duties(
+        db, cluster=args.cluster, prometheus_url=args.prometheus, spool_path=cache / "metering-spool.jsonl"
+    )
+
+
+def _render_options(args: argparse.Namespace):
+    from kgwe.render.render import DEFAULT_EXTENDER_URL, RenderOptions, extender_client_cert_dir
+
+    url = args.extender_url or DEFAULT_EXTENDER_URL
+    if args.extender_client_cert_dir and not url.startswith("https://"):
+        raise KgweError("--extender-client-cert-dir needs an https:// --extender-url")
+    return RenderOptions(
+        extender_url=url,
+        extender_client_cert_dir=extender_client_cert_dir(url, args.extender_client_cert_dir),
+    )
 
 
 # Outcomes of `--once` that count as applied: the revision is in force (a MIG rollout may still be running).
@@ -122,9 +144,12 @@ def run(args: argparse.Namespace) -> int:
             secret = Path(args.webhook_secret_file).read_bytes().strip()
         except OSError as exc:
             raise KgweError(f"cannot read {args.webhook_secret_file}: {exc.strerror}") from exc
+    render_options = _render_options(args)
     costs = None if args.no_costs or args.once else _cost_duties(args)
+    # every Kubernetes call ends well inside the lease: a leader stuck in a call cannot outlive its lease
+    timeout = max(1.0, min(args.renew_deadline, args.lease_duration - args.renew_deadline) / 2)
     controller = Controller(
-        api_client(args.kubeconfig),
+        api_client(args.kubeconfig, request_timeout_s=timeout),
         args.namespace,
         cache_dir=Path(args.cache_dir),
         identity=args.identity,
@@ -135,6 +160,7 @@ def run(args: argparse.Namespace) -> int:
         retry_period_seconds=args.retry_period,
         leader_election=not args.no_leader_election,
         costs=costs,
+        render_options=render_options,
         git_access=GitAccess(
             allow_local_urls=args.allow_local_git_urls,
             credentials_from_env=args.git_credentials_from_env,

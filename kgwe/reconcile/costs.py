@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from kubernetes import client
@@ -48,6 +49,25 @@ def gpu_use_by_namespace(api_client: client.ApiClient, namespaces: list[str]) ->
                     if is_gpu_resource(name):
                         held[name] = held.get(name, 0) + int(value)
     return use
+
+
+def cost_duties(
+    db: str, *, cluster: str, prometheus_url: str | None = None, spool_path: Path | None = None
+) -> CostDuties:
+    """The cost duties `kgwe controller` runs, on the store at `db` (SQLite path or postgresql:// URL).
+
+    A database outage must not keep the controller down: a failed migration is retried by metering, and
+    intervals wait in the spool at `spool_path` until the store accepts them."""
+    from kgwe.cost.store import CostStore
+
+    store = CostStore(db)
+    try:
+        store.migrate()
+    except KgweError as exc:
+        log.warning("%s; metering will retry the migration", exc)
+    return CostDuties(
+        CostService(store, cluster=cluster, spool_path=spool_path), prometheus_url=prometheus_url
+    )
 
 
 class CostDuties:
@@ -99,7 +119,9 @@ class CostDuties:
             self._started = True
 
     def stop(self) -> None:
+        """Stop metering (lease lost or shutdown); `start` starts it again on the next leadership."""
         self.service.stop()
+        self._started = False
 
     def after_reconcile(self, rec: Any, repo: dict) -> None:
         ps = getattr(rec, "last_policy", None)
@@ -109,6 +131,7 @@ class CostDuties:
         book = pricebook_from_catalog(ps.pricing_catalog())
         self.book = book  # the GPUWorkload reconciler prices its workloads' usage with it
         budgets = [budget_from_policy(b) for b in ps.budgets]
+        self.service.budget_teams_by_repository[name] = {ns: b.team for b in budgets for ns in b.namespaces}
         last = self._last_refresh.get(name)
         if last is None or (now - last).total_seconds() >= self.refresh_seconds:
             self._last_refresh[name] = now
@@ -137,11 +160,31 @@ class CostDuties:
         if not schedule.fired_between(last, now):
             return
         self._last_report_check[rec.name] = now
+        self._commit_reports(rec, repo, book, budgets, now)
+
+    def commit_reports_now(self, rec: Any, repo: dict) -> Any:
+        """Commit the month's cost reports now, whatever the schedule (the demo's closing step); the
+        CommitResult, or None when the repository has no valid policy, prices or spec.reports."""
+        ps = getattr(rec, "last_policy", None)
+        if (
+            ps is None
+            or ps.pricing_catalog() is None
+            or rec.last_spec is None
+            or rec.last_spec.reports is None
+        ):
+            return None
+        book = pricebook_from_catalog(ps.pricing_catalog())
+        return self._commit_reports(rec, repo, book, [budget_from_policy(b) for b in ps.budgets], self.now())
+
+    def _commit_reports(self, rec: Any, repo: dict, book: Any, budgets: list, now: datetime) -> Any:
+        typed = rec.last_spec
+        if not rec.is_leader():
+            return None  # the lease was lost meanwhile: the new leader commits
         try:
             commit_back = rec.commit_back(typed, "cost-reports")
         except KgweError as exc:
             rec.recorder.warning(repo, "CommitBackRejected", f"cost reports: {exc}")
-            return
+            return None
         result = self.service.commit(
             book,
             budgets,
@@ -157,3 +200,4 @@ class CostDuties:
             rec.recorder.normal(repo, "ReportsCommitted", f"cost reports committed as {result.sha[:12]}")
         else:
             log.info("cost reports for %s: %s", rec.name, result.status)
+        return result

@@ -4,8 +4,10 @@ Starts a local control plane (etcd, kube-apiserver, kube-scheduler, kwok) with s
 from sample-repo's inventory and a MIG manager stand-in, puts sample-repo in a local Git repository, runs
 the controller against it and shows the MIG layouts rolling out pool by pool; then runs GPU jobs
 (GPUWorkloads: the seed README's 8-GPU llm-training and an inference service on MIG slices) through
-kube-scheduler with KGWE's rendered configuration and extender, printing where each pod landed; then
-commits a policy change, sends the signed webhook, and shows that change rolling through.
+kube-scheduler with KGWE's rendered configuration and extender, printing where each pod landed; the
+controller's cost duties meter them into a SQLite cost store and commit a chargeback report (GPU-hours by
+team) to the policy repository; then commits a policy change, sends the signed webhook, and shows that
+change rolling through.
 """
 
 from __future__ import annotations
@@ -205,7 +207,7 @@ def _commit_policy_change(work: Path) -> str:
     return _git(work, "rev-parse", "HEAD")
 
 
-def _send_push_webhook(port: int, commit: str) -> None:
+def _send_push_webhook(port: int, commit: str, url: str) -> None:
     """The signed push event a Git host would send for `commit`."""
     from kgwe.gitops.webhook import sign
 
@@ -214,6 +216,7 @@ def _send_push_webhook(port: int, commit: str) -> None:
             "ref": "refs/heads/main",
             "after": commit,
             "commits": [{"modified": ["clusters/prod/mig/inference-h100.yaml"]}],
+            "repository": {"clone_url": url},  # pushes sync only the repositories they name
         }
     ).encode()
     req = urllib.request.Request(
@@ -235,6 +238,7 @@ def _start_controller(
 ) -> tuple[Any, threading.Event, threading.Thread]:
     from kgwe.gitops.gitcmd import GitAccess
     from kgwe.reconcile.controller import Controller
+    from kgwe.reconcile.costs import cost_duties
 
     controller = Controller(
         api,
@@ -246,6 +250,7 @@ def _start_controller(
         renew_deadline_seconds=4,
         retry_period_seconds=1,
         git_access=GitAccess(ca_file=ca_file),
+        costs=cost_duties(str(cache_dir.parent / "kgwe-cost.db"), cluster="demo"),
     )
     stop = threading.Event()
     thread = threading.Thread(target=controller.run, args=(stop,), daemon=True)
@@ -272,22 +277,33 @@ def start_kgwe_scheduling(cp: Any, policy_dir: Path) -> Any:
     return proc
 
 
-def place_workloads(api: Any, timeout: float) -> None:
-    """The seed README's 8-GPU llm-training and a small inference service on MIG slices, as GPUWorkloads;
-    prints where each pod landed and why."""
+# The demo's GPU jobs: (example file, namespace a budget covers, the team that budget charges).
+WORKLOADS = [
+    ("kgwe-readme-llm-training.yaml", "ml-training", "ml-research"),
+    ("inference-mig.yaml", "inference-prod", "inference-platform"),
+]
+
+
+def place_workloads(api: Any, timeout: float) -> list[tuple[str, str]]:
+    """The seed README's 8-GPU llm-training and a small inference service on MIG slices, as GPUWorkloads
+    of their teams; prints where each pod landed and why. Returns the placed pods (namespace, name)."""
     from kubernetes import client
 
     from kgwe.cluster.client import ensure_namespace
     from kgwe.resources import workload_examples_dir
+    from kgwe.testing.controlplane import KWOK_HOLD_ANNOTATION
 
     examples = workload_examples_dir()
-    placed = [("kgwe-readme-llm-training.yaml", None), ("inference-mig.yaml", "inference-prod")]
     custom = client.CustomObjectsApi(api)
     names = []
-    for file, namespace in placed:
+    placed: list[tuple[str, str]] = []
+    for file, namespace, team in WORKLOADS:
         doc = yaml.safe_load((examples / file).read_text())
-        if namespace:
-            doc["metadata"]["namespace"] = namespace  # a namespace the inference budget covers
+        doc["metadata"]["namespace"] = namespace  # a namespace its team's budget covers
+        doc["spec"]["team"] = team  # the pods' kgwe.nvidia.io/team: the chargeback charges this team
+        # the simulated kubelet keeps the job's pods running, as a real training job would for hours
+        template = doc["spec"].setdefault("podTemplate", {}).setdefault("metadata", {})
+        template.setdefault("annotations", {})[KWOK_HOLD_ANNOTATION] = "true"
         ensure_namespace(api, doc["metadata"]["namespace"])
         custom.create_namespaced_custom_object(
             "kgwe.nvidia.io", "v1", doc["metadata"]["namespace"], "gpuworkloads", doc
@@ -323,6 +339,34 @@ def place_workloads(api: Any, timeout: float) -> None:
                     f" (>= {bw} GB/s)" if bw else ""
                 )
             _say(f"    {pod.metadata.name} -> {pod.spec.node_name}: {why}")
+            placed.append((namespace, pod.metadata.name))
+    return placed
+
+
+def meter_and_report(controller: Any, bare: Path, pods: list[tuple[str, str]], timeout: float) -> None:
+    """The controller's cost duties meter the placed pods; then its cost reports (chargeback, budgets,
+    forecast, rightsizing) are committed to the policy repository now rather than on their schedule."""
+    store = controller.costs.service.store
+    deadline = time.monotonic() + timeout
+    while not set(pods) <= {(iv.namespace, iv.pod) for iv in store.open_usage()}:
+        if time.monotonic() > deadline:
+            raise KgweError(f"the workloads' pods were not metered within {timeout:.0f}s")
+        time.sleep(0.5)
+    _say(f"  metering: {len(pods)} pods hold GPUs; letting them run a few seconds ...")
+    time.sleep(5)
+    result = controller.commit_reports_now(REPO)
+    if result is None or result.status not in ("pushed", "unchanged"):
+        raise KgweError(f"cost reports not committed: {getattr(result, 'reason', None) or result}")
+    files = _git(bare, "show", "--name-only", "--format=", result.sha).split()
+    who = _git(bare, "log", "-1", "--format=%an: %s", result.sha)
+    _say(f"  cost reports committed as {result.sha[:12]} ({who}):")
+    for file in files:
+        _say(f"    {file}")
+    chargeback = next((f for f in files if f.endswith("/chargeback.md")), None)
+    if chargeback:
+        text = _git(bare, "show", f"{result.sha}:{chargeback}").split("\n## By GPU product")[0]
+        _say(f"  {chargeback} (GPU-hours by team and namespace):")
+        _say("\n".join(f"    {line}" for line in text.splitlines() if line.startswith("|")))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -366,12 +410,14 @@ def run(args: argparse.Namespace) -> int:
                 _say("\n== GPU jobs: GPUWorkloads placed by KGWE's scheduler after the MIG rollout ==")
                 extender = start_kgwe_scheduling(cp, work / "clusters" / "prod")
                 try:
-                    place_workloads(api, args.timeout)
+                    pods = place_workloads(api, args.timeout)
+                    _say("\n== cost: the controller meters the jobs and commits a chargeback report ==")
+                    meter_and_report(controller, bare, pods, args.timeout)
                 finally:
                     extender.terminate()
                 _say("\n== a platform engineer changes the inference pool's MIG mix (commit + webhook) ==")
                 second = _commit_policy_change(work)
-                _send_push_webhook(port, second)
+                _send_push_webhook(port, second, url)
                 _wait_ready(api, pools, second, args.timeout)
                 log = _git(bare, "log", "--format=%h %an: %s", "-5", "main")
                 _say(

@@ -14,7 +14,7 @@ import tempfile
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
@@ -32,6 +32,7 @@ from kgwe.cluster.inventory import GpuNodeFacts, config_layout, inventory_docume
 from kgwe.cluster.names import (
     BUDGET_QUOTA_NAME,
     CRD_VERSION,
+    FIELD_MANAGER,
     GIT_CREDENTIALS_LABEL,
     POLICY_REPOSITORY_PLURAL,
     RETRY_ANNOTATION,
@@ -117,9 +118,11 @@ class RepositoryReconciler:
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
         git_attempts: int = 3,
         git_access: GitAccess | None = None,
+        render_options: Any = None,
     ) -> None:
         self.api_client = api_client
         self.git_access = git_access or GitAccess()
+        self.render_options = render_options  # a RenderOptions base (extender URL, TLS); None: defaults
         self.namespace = namespace
         self.name = name
         self.cache_dir = Path(cache_dir)
@@ -351,7 +354,7 @@ class RepositoryReconciler:
         from kgwe.policy import GPUInventory
         from kgwe.render.render import RenderOptions, render
 
-        options = RenderOptions(repository=self.repository_label)
+        options = replace(self.render_options or RenderOptions(), repository=self.repository_label)
         live_configs = self._live_mig_configs(options.mig_namespace, options.mig_config_name)
         doc = inventory_document(facts, name=self.name, mig_configs=live_configs)
         inventory = GPUInventory.model_validate(doc)
@@ -545,6 +548,7 @@ class RepositoryReconciler:
             self.name,
             {"status": new},
             _content_type="application/merge-patch+json",
+            field_manager=FIELD_MANAGER,  # else the client's User-Agent names the status's manager
         )
 
     def _commit_snapshot(self, repo: dict, spec: PolicyRepositorySpec, phase: str) -> dict:

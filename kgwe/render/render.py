@@ -17,11 +17,14 @@ from kgwe.cluster.names import REPOSITORY_LABEL, SCHEDULER_CONFIG_KEY, SCHEDULER
 from kgwe.errors import KgweError
 from kgwe.policy.loader import PolicySet
 from kgwe.policy.models import GPUInventory, ScoringProfile, ScoringProfileSpec
+from kgwe.policy.quota_namespaces import refused_quota_namespace
 from kgwe.render.environment import render_template
 from kgwe.render.layouts import NodeLayouts, desired_layouts
 from kgwe.vocab import GPU_RESOURCE, SHARED_GPU_RESOURCE, mig_resource
 
-DEFAULT_EXTENDER_URL = "http://kgwe-extender.kgwe-system.svc:8080"
+# deploy/: kube-scheduler calls the extender Service over mutual TLS, its client certificate mounted here
+DEFAULT_EXTENDER_URL = "https://kgwe-extender.kgwe-system.svc:8443"
+DEFAULT_EXTENDER_CLIENT_CERT_DIR = "/etc/kgwe/extender-client"
 # Configs the GPU Operator itself puts on MIG-capable nodes (docs/facts/mig.md §5); a replacement
 # mig-parted config must still define them, or nodes KGWE does not manage would fail.
 OPERATOR_DEFAULT_CONFIGS = {
@@ -41,6 +44,10 @@ class RenderOptions:
     mig_namespace: str = "gpu-operator"  # where the GPU Operator's MIG manager reads its config
     mig_config_name: str = "kgwe-mig-parted-config"
     extender_url: str = DEFAULT_EXTENDER_URL
+    # kube-scheduler's client certificate for mutual TLS with the extender: a directory holding tls.crt,
+    # tls.key and ca.crt (a mounted kubernetes.io/tls Secret); needs an https:// extender_url. None:
+    # DEFAULT_EXTENDER_CLIENT_CERT_DIR for https, none for plain http
+    extender_client_cert_dir: str | None = None
     scheduler_name: str = SCHEDULER_NAME  # the profile of the second scheduler GPU pods name
     scheduler_kubeconfig: str | None = None
     scheduler_leader_elect: bool = True  # on its own Lease (scheduler_name in `namespace`)
@@ -55,6 +62,14 @@ class Rendered:
     objects: list[dict] = field(default_factory=list)
     layouts: NodeLayouts = field(default_factory=dict)
     node_configs: dict[str, str] = field(default_factory=dict)
+
+
+def extender_client_cert_dir(url: str, given: str | None) -> str | None:
+    """The client-certificate directory for an extender URL: the one given, else the deploy/ default for
+    https and none for plain http (a command-line default that fits either scheme)."""
+    if given:
+        return given
+    return DEFAULT_EXTENDER_CLIENT_CERT_DIR if url.startswith("https://") else None
 
 
 def _build_mig_configs(layouts: NodeLayouts) -> tuple[dict[str, list[dict]], dict[str, str]]:
@@ -93,13 +108,17 @@ def _scoring_payload(ps: PolicySet) -> tuple[str, dict]:
     return chosen, payload
 
 
-def _quotas(ps: PolicySet) -> list[dict]:
+def _quotas(ps: PolicySet, kgwe_namespace: str) -> list[dict]:
+    """One ResourceQuota per budgeted namespace; never in kube-* or KGWE's own namespace."""
     quotas = []
     for budget in sorted(ps.budgets, key=lambda b: b.name):
         hard = budget.spec.quota_hard()
         if not hard:
             continue
         for ns in budget.spec.namespaces:
+            refused = refused_quota_namespace(ns, kgwe_namespace)
+            if refused:
+                raise KgweError(f"GPUBudget/{budget.name}: {refused}")
             quotas.append({"namespace": ns, "budget": budget.name, "team": budget.spec.team, "hard": hard})
     return sorted(quotas, key=lambda q: q["namespace"])
 
@@ -118,6 +137,10 @@ def render(
     mig-parted ConfigMap beside the planned ones until no node's label names them."""
     ps.raise_for_errors()
     opts = options or RenderOptions()
+    https = opts.extender_url.startswith("https://")
+    if opts.extender_client_cert_dir and not https:
+        raise KgweError("an extender client certificate needs an https:// extender URL")
+    cert_dir = extender_client_cert_dir(opts.extender_url, opts.extender_client_cert_dir)
     inventory = inventory if inventory is not None else ps.inventory()
     if layouts is None:
         layouts = desired_layouts(ps.mig_strategies, inventory) if inventory is not None else {}
@@ -154,7 +177,8 @@ def render(
         extender={
             "url": opts.extender_url,
             "weight": extender["weight"],
-            "https": opts.extender_url.startswith("https://"),
+            "https": https,
+            "client_cert_dir": (cert_dir or "").rstrip("/") or None,
             "http_timeout": extender["httpTimeout"],
             "ignorable": extender["ignorable"],
         },
@@ -173,7 +197,7 @@ def render(
     files["scoring.yaml"] = render_template(
         "scoring-configmap.yaml.j2", namespace=opts.namespace, profiles_json=profiles_json, **common
     )
-    quotas = _quotas(ps)
+    quotas = _quotas(ps, opts.namespace)
     if quotas:
         files["resource-quotas.yaml"] = render_template("resource-quotas.yaml.j2", quotas=quotas, **common)
     if node_configs:

@@ -11,7 +11,7 @@ from kgwe.errors import KgweError
 from kgwe.policy.loader import load_repository
 from kgwe.policy.models import GPUInventory
 from kgwe.render.output import write_files
-from kgwe.render.render import DEFAULT_EXTENDER_URL, RenderOptions, render
+from kgwe.render.render import DEFAULT_EXTENDER_URL, RenderOptions, extender_client_cert_dir, render
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -24,6 +24,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--namespace", default="kgwe-system", help="namespace of the KGWE ConfigMaps")
     parser.add_argument("--mig-namespace", default="gpu-operator", help="namespace of the GPU Operator")
     parser.add_argument("--extender-url", default=DEFAULT_EXTENDER_URL, help="urlPrefix of the KGWE extender")
+    parser.add_argument(
+        "--extender-client-cert-dir",
+        metavar="DIR",
+        help="kube-scheduler's client certificate for the extender (DIR/tls.crt, tls.key, ca.crt; "
+        "default for https: /etc/kgwe/extender-client)",
+    )
     parser.add_argument(
         "--scheduler-name",
         default=SCHEDULER_NAME,
@@ -52,6 +58,7 @@ def run(args: argparse.Namespace) -> int:
         namespace=args.namespace,
         mig_namespace=args.mig_namespace,
         extender_url=args.extender_url,
+        extender_client_cert_dir=extender_client_cert_dir(args.extender_url, args.extender_client_cert_dir),
         scheduler_name=args.scheduler_name,
         revision=args.revision,
     )

@@ -153,3 +153,20 @@ def write_pki(directory: Path, valid_days: int = 7) -> PkiFiles:
         )
     )
     return files
+
+
+def write_mtls_dirs(directory: Path) -> tuple[Path, Path]:
+    """Two directories laid out as Kubernetes TLS Secrets mount them (tls.crt, tls.key, ca.crt): a serving
+    identity for 127.0.0.1/localhost and a client identity, both signed by one fresh CA."""
+    files = write_pki(directory / "pki")
+    server, client = directory / "server", directory / "client"
+    for target, cert, key in (
+        (server, files.serving_cert, files.serving_key),
+        (client, files.admin_cert, files.admin_key),
+    ):
+        target.mkdir(parents=True, exist_ok=True)
+        (target / "tls.crt").write_bytes(cert.read_bytes())
+        (target / "tls.key").write_bytes(key.read_bytes())
+        (target / "tls.key").chmod(0o600)
+        (target / "ca.crt").write_bytes(files.ca_cert.read_bytes())
+    return server, client

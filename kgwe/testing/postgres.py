@@ -87,6 +87,12 @@ class PostgresServer:
         self._run(
             "initdb", "-D", str(self.pgdata), "--auth=trust", "-U", "postgres", "-E", "UTF8", "--no-sync"
         )
+        self._launch()
+        self._run("createdb", "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", self.database)
+        return self
+
+    def _launch(self) -> None:
+        """Start the server process on the existing data directory and wait until it accepts connections."""
         # postgres runs as our child (not daemonized by pg_ctl) and gets SIGTERM if we die, so a killed
         # test run or benchmark never leaves a server behind.
         with open(self.log, "ab") as log:
@@ -124,8 +130,16 @@ class PostgresServer:
                 self.stop()
                 raise KgweError(f"PostgreSQL did not start: {self.log.read_text(errors='replace')[-2000:]}")
             time.sleep(0.1)
-        self._run("createdb", "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", self.database)
-        return self
+
+    def halt(self) -> None:
+        """Stop the server but keep its data (an outage); `resume()` brings it back on the same port."""
+        if self._started and self._process is not None:
+            self._process.send_signal(signal.SIGINT)
+            self._process.wait(30)
+            self._started = False
+
+    def resume(self) -> None:
+        self._launch()
 
     def _prepare_unprivileged_user(self) -> None:
         import pwd

@@ -70,12 +70,6 @@ def test_contradictory_or_bad_annotations_are_skipped_with_a_reason():
         pod("b", {"nvidia.com/gpu.shared": 1}),
         pod("c", {"nvidia.com/gpu.shared": 1}, annotations={"kgwe.nvidia.io/gpu-milli": "1500"}),
         pod("d", {"nvidia.com/gpu": "1.5"}),
-        pod(
-            "e",
-            {"nvidia.com/gpu": 1},
-            labels={"kgwe.nvidia.io/team": "red"},
-            annotations={"kgwe.nvidia.io/team": "blue"},
-        ),
         pod("f", {"nvidia.com/gpu": 1}, node="cpu-node"),
     ]
     for p in cases:

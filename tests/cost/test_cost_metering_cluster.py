@@ -26,7 +26,7 @@ def wait_for(what: str, check: Callable[[], bool], timeout_s: float = 90) -> Non
 
 def gpu_pod(name: str, node: str, gpus: int) -> client.V1Pod:
     return client.V1Pod(
-        metadata=client.V1ObjectMeta(name=name, labels={"kgwe.nvidia.io/team": "red"}),
+        metadata=client.V1ObjectMeta(name=name),
         spec=client.V1PodSpec(
             node_selector={"kubernetes.io/hostname": node},
             tolerations=[client.V1Toleration(operator="Exists")],
@@ -62,6 +62,7 @@ def test_watch_meters_pods_and_reconciles_after_restart(k8s_api, namespace, gpu_
         window = Period(now - timedelta(days=1), now + timedelta(days=1))
         return [iv for iv in store.usage(window) if iv.namespace == namespace]
 
+    core.patch_namespace(namespace, {"metadata": {"labels": {"kgwe.nvidia.io/team": "red"}}})
     meter = Running(k8s_api, store)
     try:
         core.create_namespaced_pod(namespace, gpu_pod("a", node, 2))

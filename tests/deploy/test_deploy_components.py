@@ -23,9 +23,12 @@ def _docs() -> list[dict]:
     return docs
 
 
-def _as(api: client.ApiClient, sa: str) -> client.ApiClient:
+def _as(api: client.ApiClient, sa: str, node: str | None = None) -> client.ApiClient:
+    """The API as ServiceAccount `sa`; with `node`, as a pod's bound token on that node carries it."""
     impersonated = client.ApiClient(api.configuration)
     impersonated.set_default_header("Impersonate-User", f"system:serviceaccount:kgwe-system:{sa}")
+    if node is not None:
+        impersonated.set_default_header("Impersonate-Extra-authentication.kubernetes.io%2fnode-name", node)
     return impersonated
 
 
@@ -62,9 +65,15 @@ def test_the_scheduler_config_points_at_the_extender_service():
     objs = render_repository(load_repository(sample_repo_dir()))
     config = next(o for o in objs if o["metadata"]["name"] == "kgwe-scheduler-config")
     service = next(d for d in _docs() if d["kind"] == "Service" and d["metadata"]["name"] == "kgwe-extender")
-    port = service["spec"]["ports"][0]["port"]
-    url = f"http://{service['metadata']['name']}.{service['metadata']['namespace']}.svc:{port}"
-    assert url in next(iter(config["data"].values()))
+    port = next(p["port"] for p in service["spec"]["ports"] if p["name"] == "api")
+    url = f"https://{service['metadata']['name']}.{service['metadata']['namespace']}.svc:{port}"
+    text = next(iter(config["data"].values()))
+    assert url in text and "certFile: /etc/kgwe/extender-client/tls.crt" in text
+    controller = next(
+        d for d in _docs() if d["kind"] == "Deployment" and d["metadata"]["name"] == "kgwe-controller"
+    )
+    args = controller["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert f"--extender-url={url}" in args and "--extender-client-cert-dir=/etc/kgwe/extender-client" in args
     # replicas keep their own assumed pods: the active scheduler must keep talking to one of them
     assert service["spec"]["sessionAffinity"] == "ClientIP"
 
@@ -98,7 +107,8 @@ def test_agent_publishes_as_its_service_account_and_can_do_nothing_else(applied,
     from kgwe.topology.annotation import ANNOTATION_KEY
 
     node = gpu_node("DGX-1-V100")
-    core = client.CoreV1Api(_as(applied, "kgwe-agent"))
+    other = gpu_node("DGX-1-V100")
+    core = client.CoreV1Api(_as(applied, "kgwe-agent", node=node))
     client.CoreV1Api(applied).patch_node(node, {"metadata": {"annotations": {ANNOTATION_KEY: None}}})
     args = argparse.Namespace(fake_nvml="DGX-1-V100", node_name=node, pod_resources_socket="")
     found = command.observe(args)
@@ -106,4 +116,5 @@ def test_agent_publishes_as_its_service_account_and_can_do_nothing_else(applied,
     assert ANNOTATION_KEY in client.CoreV1Api(applied).read_node(node).metadata.annotations
     _forbidden(lambda: core.list_pod_for_all_namespaces())
     _forbidden(lambda: core.delete_node(node))
+    _forbidden(lambda: core.patch_node(other, {"metadata": {"labels": {"x": "y"}}}))  # not its node
     _forbidden(lambda: core.read_namespaced_secret("x", "kgwe-system"))

@@ -74,9 +74,9 @@ def sample(metrics: Metrics, name: str) -> float | None:
     return metrics.registry.get_sample_value(name)
 
 
-def share_request(uid: str, milli: int, nodes: list[str]) -> bytes:
-    """A filter call as kube-scheduler sends it for a pod asking `milli` of one GPU."""
-    pod = {
+def share_pod(uid: str, milli: int) -> dict:
+    """An unbound pod asking `milli` of one GPU."""
+    return {
         "metadata": {
             "name": uid,
             "namespace": "t",
@@ -85,7 +85,17 @@ def share_request(uid: str, milli: int, nodes: list[str]) -> bytes:
         },
         "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu.shared": "1"}}}]},
     }
-    return orjson.dumps({"Pod": pod, "Nodes": None, "NodeNames": nodes})
+
+
+def share_request(uid: str, milli: int, nodes: list[str]) -> bytes:
+    """A filter call as kube-scheduler sends it for `share_pod(uid, milli)`."""
+    return orjson.dumps({"Pod": share_pod(uid, milli), "Nodes": None, "NodeNames": nodes})
+
+
+def pending(idx: ClusterIndex, *pods: dict) -> None:
+    """The pending-pod watch shows these pods created (decisions are assumed only for such pods)."""
+    for p in pods:
+        idx._pending_event("ADDED", p)
 
 
 def test_decided_pods_count_at_once_until_the_watch_shows_them_bound() -> None:
@@ -97,6 +107,7 @@ def test_decided_pods_count_at_once_until_the_watch_shows_them_bound() -> None:
     idx.clock = lambda: now[0]
     idx._apply_nodes([node_manifest("a", machine("DGX-H100"))])
     idx._apply_pods([pod(f"full{i}", "a", {"nvidia.com/gpu": "1"}) for i in range(7)])  # one GPU left
+    pending(idx, share_pod("s1", 600), share_pod("s2", 600))
 
     first = orjson.loads(engine.filter(share_request("s1", 600, ["a"])))
     assert first["NodeNames"] == ["a"]
@@ -121,6 +132,7 @@ def test_assumptions_expire_and_follow_a_new_decision() -> None:
     idx.clock = lambda: now[0]
     idx._apply_nodes([node_manifest("a", machine("DGX-H100")), node_manifest("b", machine("DGX-H100"))])
     idx._apply_pods([])
+    pending(idx, share_pod("s1", 400))
 
     engine.filter(share_request("s1", 400, ["a"]))
     assert 400 in engine.node_view("a")["gpuUsedMilli"]
@@ -149,6 +161,7 @@ def test_a_relist_ends_assumptions_of_pods_it_shows_bound_elsewhere() -> None:
     idx = ClusterIndex(engine)
     idx._apply_nodes([node_manifest("a", machine("DGX-H100")), node_manifest("b", machine("DGX-H100"))])
     idx._apply_pods([])
+    pending(idx, share_pod("s1", 400))
     engine.filter(share_request("s1", 400, ["a"]))
     assert 400 in engine.node_view("a")["gpuUsedMilli"]
     moved = pod("s1", "b", {"nvidia.com/gpu.shared": "1"}, {"kgwe.nvidia.io/gpu-milli": "400"})

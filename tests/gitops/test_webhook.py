@@ -17,6 +17,7 @@ PUSH = json.dumps(
         "ref": "refs/heads/main",
         "after": "a" * 40,
         "commits": [{"added": ["reports/x.md"], "modified": ["policy/mig.yaml"], "removed": []}],
+        "repository": {"clone_url": "https://git.example.com/p/policy.git"},
     }
 )
 
@@ -43,6 +44,7 @@ def test_valid_push_triggers_with_paths():
     assert result.status == 202 and result.event is not None
     assert result.event.ref == "refs/heads/main" and result.event.after == "a" * 40
     assert result.event.changed_paths == ("reports/x.md", "policy/mig.yaml")
+    assert result.event.repositories == {"git.example.com/p/policy"}
 
 
 @pytest.mark.parametrize(

@@ -23,6 +23,8 @@ site = Path(sys.argv[1])
 assert Path(resources.__file__).is_relative_to(site), resources.__file__
 assert resources.hack_dir().is_relative_to(site), resources.hack_dir()
 assert controlplane.BUILD_SCRIPT.is_file(), controlplane.BUILD_SCRIPT
+examples = resources.workload_examples_dir()
+assert examples.is_relative_to(site) and (examples / "inference-mig.yaml").is_file(), examples
 print("VERSION=" + controlplane.pinned_kubernetes_version())
 from kgwe.cli import main
 sys.exit(main(["validate", str(resources.sample_repo_dir())]))
@@ -47,6 +49,7 @@ def test_wheel_holds_the_cluster_binaries_recipe(wheel: Path):
         "hack/k8s/go.mod",
         "hack/k8s/go.sum",
         "sample-repo/pricing/catalog.yaml",
+        "docs/examples/gpuworkloads/kgwe-readme-llm-training.yaml",  # kgwe demo applies it
     ):
         assert f"kgwe/_data/{path}" in names
 

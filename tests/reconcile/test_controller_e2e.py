@@ -277,7 +277,12 @@ def test_webhook_sync_and_only_one_replica_acts(k8s_api, e2e, kgwe_mig_manager):
         # A commit + signed push: applied at once although the interval is 1h.
         second = e2e.remote.commit({"policy/mig.yaml": e2e.strategy_yaml(e2e.pool, "2g.20gb: 100%")})
         body = json.dumps(
-            {"ref": "refs/heads/main", "after": second, "commits": [{"modified": ["policy/mig.yaml"]}]}
+            {
+                "ref": "refs/heads/main",
+                "after": second,
+                "commits": [{"modified": ["policy/mig.yaml"]}],
+                "repository": {"clone_url": e2e.remote.url},
+            }
         ).encode()
         for r in replicas:  # the Service may route to either; the standby does nothing with it
             headers = {

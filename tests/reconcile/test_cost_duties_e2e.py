@@ -80,7 +80,7 @@ def test_metering_enforce_cap_and_scheduled_reports(k8s_api, e2e, kgwe_mig_manag
         core.create_namespaced_pod(
             e2e.namespace,
             client.V1Pod(
-                metadata=client.V1ObjectMeta(name="trainer", labels={"kgwe.nvidia.io/team": "tiny-team"}),
+                metadata=client.V1ObjectMeta(name="trainer"),  # billed to the budget claiming its namespace
                 spec=client.V1PodSpec(
                     node_selector={"kubernetes.io/hostname": node},
                     tolerations=[client.V1Toleration(operator="Exists")],

@@ -102,10 +102,13 @@ def test_reports_only_pushes_do_not_trigger(tmp_path):
             return True
 
     c = Offline(None, "ns", cache_dir=tmp_path, listen=None, leader_election=False)
-    c.on_push(PushEvent("refs/heads/main", "a" * 40, "push", ("reports/prod/chargeback.md",)))
+    repo = frozenset({"git.example.com/p/policy"})
+    c.on_push(PushEvent("refs/heads/main", "a" * 40, "push", ("reports/prod/chargeback.md",), repo))
     assert not c._trigger.is_set()
-    c.on_push(PushEvent("refs/heads/main", "a" * 40, "push", ("reports/x.md", "clusters/prod/mig.yaml")))
-    assert c._trigger.is_set() and c._pending_push
+    c.on_push(
+        PushEvent("refs/heads/main", "a" * 40, "push", ("reports/x.md", "clusters/prod/mig.yaml"), repo)
+    )
+    assert c._trigger.is_set() and c._pushed == set(repo)
     text = c.metrics.exposition().decode()
     assert 'kgwe_webhook_events_total{outcome="ignored_reports_only"} 1.0' in text
 

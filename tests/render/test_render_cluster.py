@@ -116,9 +116,16 @@ def test_rendered_objects_pass_a_server_side_dry_run(k8s_api, namespace):
     assert checked >= 3 + len([ns for b in ps.budgets for ns in b.spec.namespaces]) - 1
 
 
-def test_kube_scheduler_accepts_the_rendered_configuration(control_plane):
+def test_kube_scheduler_accepts_the_rendered_configuration(control_plane, tmp_path):
+    from kgwe.render.render import RenderOptions
+    from kgwe.testing.pki import write_mtls_dirs
+
+    _, client_dir = write_mtls_dirs(tmp_path)  # kube-scheduler loads the client certificate at startup
     ps = load_repository(sample_repo_dir())
-    (cm,) = [o for o in render(ps).objects if o["metadata"]["name"] == "kgwe-scheduler-config"]
+    options = RenderOptions(extender_client_cert_dir=str(client_dir))
+    (cm,) = [
+        o for o in render(ps, options=options).objects if o["metadata"]["name"] == "kgwe-scheduler-config"
+    ]
     config = yaml.safe_load(cm["data"]["scheduler-config.yaml"])
     with control_plane.using_scheduler_config(config):  # kube-scheduler validates it at startup
         pass

@@ -112,7 +112,13 @@ def test_scheduler_configuration(rendered):
     assert config["kind"] == "KubeSchedulerConfiguration"
     assert config["percentageOfNodesToScore"] == 100
     (ext,) = config["extenders"]
-    assert ext["urlPrefix"] == "http://kgwe-extender.kgwe-system.svc:8080"
+    assert ext["urlPrefix"] == "https://kgwe-extender.kgwe-system.svc:8443"
+    assert ext["enableHTTPS"] is True
+    assert ext["tlsConfig"] == {
+        "certFile": "/etc/kgwe/extender-client/tls.crt",
+        "keyFile": "/etc/kgwe/extender-client/tls.key",
+        "caFile": "/etc/kgwe/extender-client/ca.crt",
+    }
     assert ext["nodeCacheCapable"] is True
     assert (ext["filterVerb"], ext["prioritizeVerb"]) == ("filter", "prioritize")
     assert ext["weight"] == 5 and ext["httpTimeout"] == "2s" and ext["ignorable"] is False

@@ -13,8 +13,8 @@ def test_closed_stdout_is_a_quiet_exit(tmp_path: Path) -> None:
     # Enough output that it cannot all sit in the pipe buffer before the reader goes away.
     repo = tmp_path / "repo"
     repo.mkdir()
-    for i in range(400):
-        (repo / f"bad-{i:03}.yaml").write_text("apiVersion: kgwe.nvidia.io/v1\nkind: Nope\n")
+    for i in range(2000):  # ~300 KB of errors: several times a pipe buffer (64 KiB)
+        (repo / f"bad-{i:04}.yaml").write_text("apiVersion: kgwe.nvidia.io/v1\nkind: Nope\n")
     kgwe = subprocess.Popen(
         [sys.executable, "-m", "kgwe.cli", "validate", str(repo)],
         stdout=subprocess.PIPE,

@@ -27,17 +27,33 @@ def laughs(levels: int = 10, width: int = 9) -> str:
     return "\n".join(lines) + "\n"
 
 
+# The child reports its own peak (VmHWM belongs to its address space since exec). getrusage's ru_maxrss
+# would not do: Linux carries the forking parent's peak over exec, and a pytest process is itself big.
+_PEAK_REPORTER = """
+import atexit, os, sys
+def _peak():
+    with open("/proc/self/status") as f:
+        kib = next(line.split()[1] for line in f if line.startswith("VmHWM:"))
+    with open(os.environ["KGWE_TEST_PEAK_FILE"], "w") as out:
+        out.write(kib)
+atexit.register(_peak)
+from kgwe.cli import main
+sys.exit(main())
+"""
+
+
 def validate(path: Path) -> tuple[int, str, int]:
     """Exit status, output and peak memory (KiB) of `kgwe validate path` in a child process."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "kgwe.cli", "validate", str(path)],
+    peak_file = path.parent / f"{path.name}.peak-kib"
+    proc = subprocess.run(
+        [sys.executable, "-c", _PEAK_REPORTER, "validate", str(path)],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
+        env={**os.environ, "KGWE_TEST_PEAK_FILE": str(peak_file)},
+        check=False,
     )
-    out = proc.stdout.read().decode()
-    _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    return proc.returncode, out, usage.ru_maxrss
+    peak_kib = int(peak_file.read_text()) if peak_file.exists() else -1  # -1: it died before exit
+    return proc.returncode, proc.stdout.decode(), peak_kib
 
 
 @pytest.mark.parametrize("depth", [2_000, 50_000])

@@ -8,11 +8,14 @@ test finishes it (the test plays the kubelet for that one status write)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import secrets
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -22,9 +25,13 @@ from kubernetes.client.exceptions import ApiException
 from prometheus_client import CollectorRegistry
 
 from kgwe.cluster.events import EventRecorder
+from kgwe.cost.service import CostService
+from kgwe.cost.store import CostStore
 from kgwe.policy import load_repository
+from kgwe.reconcile.costs import CostDuties
+from kgwe.reconcile.repository import RepositoryReconciler
 from kgwe.render.render import RenderOptions, render
-from kgwe.testing.controlplane import default_scheduler_config
+from kgwe.testing.controlplane import KWOK_HOLD_ANNOTATION, default_scheduler_config
 from kgwe.testing.crds import install_crds
 from kgwe.testing.extender_process import start_extender
 from kgwe.workloads.controller import (
@@ -40,7 +47,7 @@ from kgwe.workloads.convert import convert
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "docs" / "examples" / "gpuworkloads"
 FIXTURES = Path(__file__).parent / "fixtures"
-HOLD = "kgwe.nvidia.io/test-hold"
+HOLD = KWOK_HOLD_ANNOTATION
 
 pytestmark = pytest.mark.cluster
 
@@ -86,44 +93,61 @@ def _dump(k8s_api, namespace: str) -> str:
     return "\n".join(lines)
 
 
-@pytest.fixture
-def stack(control_plane, k8s_api, namespace, tmp_path) -> Iterator[dict]:
-    """Extender process + kube-scheduler with the rendered config + the GPUWorkload reconciler."""
+@contextlib.contextmanager
+def kgwe_stack(
+    control_plane, k8s_api, policy_namespace: str, tmp_path: Path, reconciler_api=None
+) -> Iterator[dict]:
+    """Extender process + kube-scheduler with the rendered config + the GPUWorkload reconciler (talking to
+    the API server through `reconciler_api`, e.g. impersonating the controller's ServiceAccount)."""
     install_crds(k8s_api)
     (tmp_path / "scoring.yaml").write_text(SCORING)
     ps = load_repository(tmp_path)
-    proc, port = start_extender(control_plane.kubeconfig_path, "--namespace", namespace)
+    proc, port = start_extender(control_plane.kubeconfig_path, "--namespace", policy_namespace)
     rendered = render(
         ps,
         options=RenderOptions(
-            extender_url=f"http://127.0.0.1:{port}", scheduler_name="kgwe-scheduler", namespace=namespace
+            extender_url=f"http://127.0.0.1:{port}",
+            scheduler_name="kgwe-scheduler",
+            namespace=policy_namespace,
         ),
     )
     core = client.CoreV1Api(k8s_api)
     scoring = yaml.safe_load(rendered.files["scoring.yaml"])
-    core.create_namespaced_config_map(namespace, scoring)
+    try:
+        core.create_namespaced_config_map(policy_namespace, scoring)
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+        core.replace_namespaced_config_map(scoring["metadata"]["name"], policy_namespace, scoring)
     cm = yaml.safe_load(rendered.files["kube-scheduler-config.yaml"])
     config = yaml.safe_load(cm["data"]["scheduler-config.yaml"])
     assert config["profiles"] == [{"schedulerName": "kgwe-scheduler"}]
     control_plane.start_scheduler(config)
     stop = threading.Event()
+    api = reconciler_api or k8s_api
     reconciler = WorkloadReconciler(
-        k8s_api,
-        recorder=EventRecorder(k8s_api),
+        api,
+        recorder=EventRecorder(api),
         metrics=WorkloadMetrics(CollectorRegistry()),
         is_leader=lambda: True,
-        policy_namespace=namespace,
+        policy_namespace=policy_namespace,
     )
     controller = WorkloadController(reconciler, resync_seconds=5)
     controller.start(stop)
-    _DUMP[:] = [lambda: _dump(k8s_api, namespace)]
     try:
-        yield {"port": port, "reconciler": reconciler, "controller": controller, "namespace": namespace}
+        yield {"port": port, "reconciler": reconciler, "controller": controller}
     finally:
         stop.set()
         control_plane.start_scheduler(default_scheduler_config())
         proc.terminate()
         proc.wait(timeout=10)
+
+
+@pytest.fixture
+def stack(control_plane, k8s_api, namespace, tmp_path) -> Iterator[dict]:
+    with kgwe_stack(control_plane, k8s_api, namespace, tmp_path) as parts:
+        _DUMP[:] = [lambda: _dump(k8s_api, namespace)]
+        yield {**parts, "namespace": namespace}
 
 
 def _create(k8s_api, namespace: str, doc: dict, tag: dict[str, str], hold: bool = False) -> str:
@@ -381,34 +405,160 @@ def test_member_failure_restarts_the_gang_eviction_does_not_count(stack, k8s_api
     assert _cond(wl, "Failed")["reason"] == "BackoffLimitExceeded"
 
 
-def test_exhausted_enforce_budget_blocks_admission_until_lifted(stack, k8s_api, namespace, gpu_node):
+BUDGET_POLICY = {
+    "policy/pricing.yaml": """apiVersion: kgwe.nvidia.io/v1
+kind: PricingCatalog
+metadata: {name: default}
+spec:
+  currency: USD
+  gpus:
+    - {product: NVIDIA-A100-SXM4-80GB, onDemandPerHour: "2.50"}
+""",
+    "policy/budget.yaml": """apiVersion: kgwe.nvidia.io/v1
+kind: GPUBudget
+metadata: {name: ml-research}
+spec:
+  team: ml-research
+  namespaces: [NAMESPACE]
+  period: Monthly
+  limit: {amount: "1", currency: USD}
+  quota: {nvidia.com/gpu: 16}
+  alerts: [{at: 100%, action: Enforce}]
+""",
+}
+
+
+@pytest.fixture
+def budget_repository(k8s_api, namespace, tmp_path) -> Iterator[RepositoryReconciler]:
+    """A PolicyRepository (pricing + an Enforce GPUBudget over the test namespace) served over HTTPS on
+    loopback, and the controller's reconciler for it."""
+    from kgwe.cluster.client import ensure_namespace
+    from kgwe.gitops.gitcmd import GitAccess
+    from kgwe.testing.gitserver import GitHttpsServer
+
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@x", "GIT_COMMITTER_NAME": "t"}
+    env |= {"GIT_COMMITTER_EMAIL": "t@x", "HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    bare, work = tmp_path / "policy.git", tmp_path / "work"
+
+    def run(cwd: Path, *args: str) -> None:
+        subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True)
+
+    run(tmp_path, "init", "-q", "--bare", "-b", "main", str(bare))
+    run(tmp_path, "init", "-q", "-b", "main", str(work))
+    for rel, text in BUDGET_POLICY.items():
+        (work / rel).parent.mkdir(parents=True, exist_ok=True)
+        (work / rel).write_text(text.replace("NAMESPACE", namespace))
+    run(work, "add", "-A")
+    run(work, "commit", "-qm", "budget")
+    run(work, "push", "-q", str(bare), "main")
+    name = f"budget-{secrets.token_hex(3)}"
+    for ns in ("kgwe-system", "gpu-operator"):  # the controller's and the MIG manager's namespaces
+        ensure_namespace(k8s_api, ns)
+    with GitHttpsServer(tmp_path) as server:
+        body = {
+            "apiVersion": "kgwe.nvidia.io/v1",
+            "kind": "PolicyRepository",
+            "metadata": {"name": name},
+            "spec": {"url": server.url(bare.name), "ref": {"branch": "main"}, "path": "policy"},
+        }
+        custom = client.CustomObjectsApi(k8s_api)
+        custom.create_namespaced_custom_object(GROUP, VERSION, "kgwe-system", "policyrepositories", body)
+        try:
+            yield RepositoryReconciler(
+                k8s_api,
+                "kgwe-system",
+                name,
+                cache_dir=tmp_path / "cache",
+                git_access=GitAccess(ca_file=server.ca_file),
+            )
+        finally:
+            custom.delete_namespaced_custom_object(GROUP, VERSION, "kgwe-system", "policyrepositories", name)
+
+
+def test_exhausted_enforce_budget_blocks_admission_and_lifts_next_period(
+    stack, k8s_api, namespace, gpu_node, budget_repository, tmp_path
+):
+    """KGWE's own budget evaluation decides: an hour of GPU use exhausts the $1 Enforce budget, the cost
+    duties cap the kgwe-budget quota at current use, the workload is refused; in the next month the spend
+    starts from zero, the cap lifts, and the waiting workload is admitted."""
     tag = _tag()
-    gpu_node("DGX-A100", labels=tag)
+    node = gpu_node("DGX-A100", labels=tag)
+    gpu_node("DGX-A100", labels=tag)  # a whole free node for the 8-GPU workload
     core = client.CoreV1Api(k8s_api)
-    quota = client.V1ResourceQuota(
-        metadata=client.V1ObjectMeta(
-            name="kgwe-budget", annotations={"kgwe.nvidia.io/budget": "ml-research"}
-        ),
-        spec=client.V1ResourceQuotaSpec(hard={"requests.nvidia.com/gpu": "0"}),  # Enforce: capped at use (0)
-    )
-    core.create_namespaced_resource_quota(namespace, quota)
-    doc = yaml.safe_load((EXAMPLES / "kgwe-readme-llm-training.yaml").read_text())
-    name = _create(k8s_api, namespace, doc, tag, hold=True)
-    wl = eventually(
-        lambda: (w := _get(k8s_api, namespace, name)) and _cond(w, "Admitted").get("status") == "False" and w,
-        "refused",
-    )
-    assert _cond(wl, "Admitted")["reason"] == "BudgetExhausted"
-    assert "GPUBudget ml-research" in _cond(wl, "Admitted")["message"]
-    assert _pods(k8s_api, namespace, name) == []
-    assert client.BatchV1Api(k8s_api).list_namespaced_job(namespace).items == []  # nothing half-created
-    # the next period: the cap is lifted
-    core.patch_namespaced_resource_quota(
-        "kgwe-budget", namespace, {"spec": {"hard": {"requests.nvidia.com/gpu": "16"}}}
-    )
-    stack["controller"].queue.add(f"{namespace}/{name}")
-    eventually(lambda: _cond(_get(k8s_api, namespace, name), "Admitted").get("status") == "True", "admitted")
-    eventually(lambda: len(_bound(k8s_api, namespace, name)) == 1, "placed")
+    clock = {"now": datetime.now(UTC)}
+    store = CostStore(str(tmp_path / "cost.db"))
+    store.migrate()
+    duties = CostDuties(CostService(store, cluster="t"), refresh_seconds=0, now=lambda: clock["now"])
+    rec = budget_repository
+
+    def reconcile() -> None:  # what the controller runs for a repository: reconcile, then the cost duties
+        outcome = rec.reconcile()
+        assert outcome is not None and outcome.phase not in ("apply_failed", "invalid"), outcome
+        duties.after_reconcile(rec, rec.read())
+
+    def quota_gpus() -> str | None:
+        try:
+            return core.read_namespaced_resource_quota("kgwe-budget", namespace).spec.hard.get(
+                "requests.nvidia.com/gpu"
+            )
+        except ApiException:
+            return None
+
+    duties.start(k8s_api)
+    try:
+        reconcile()
+        assert quota_gpus() == "16"
+        core.create_namespaced_pod(  # the team's earlier job: 1 GPU
+            namespace,
+            client.V1Pod(
+                metadata=client.V1ObjectMeta(name="earlier", labels={"kgwe.nvidia.io/team": "ml-research"}),
+                spec=client.V1PodSpec(
+                    node_name=node,
+                    tolerations=[client.V1Toleration(operator="Exists")],
+                    containers=[
+                        client.V1Container(
+                            name="c",
+                            image="train:1",
+                            resources=client.V1ResourceRequirements(limits={"nvidia.com/gpu": "1"}),
+                        )
+                    ],
+                ),
+            ),
+        )
+        eventually(lambda: any(iv.pod == "earlier" for iv in store.open_usage()), "the pod metered")
+        clock["now"] += timedelta(hours=1)  # an A100-hour at $2.50 exhausts the $1 budget
+        reconcile()  # the cost duties decide the cap ...
+        reconcile()  # ... the next reconcile applies it
+        assert quota_gpus() == "1"  # capped at current use
+
+        doc = yaml.safe_load((EXAMPLES / "kgwe-readme-llm-training.yaml").read_text())
+        name = _create(k8s_api, namespace, doc, tag, hold=True)
+        refused = "BudgetExhausted"  # once the quota controller counts the earlier pod as used
+        wl = eventually(
+            lambda: (
+                (w := _get(k8s_api, namespace, name)) and _cond(w, "Admitted").get("reason") == refused and w
+            ),
+            "refused for the exhausted budget",
+        )
+        assert _cond(wl, "Admitted")["reason"] == "BudgetExhausted"
+        assert "GPUBudget ml-research" in _cond(wl, "Admitted")["message"]
+        assert _pods(k8s_api, namespace, name) == []
+        assert client.BatchV1Api(k8s_api).list_namespaced_job(namespace).items == []  # nothing half-created
+
+        # The next month begins (the earlier job still runs): this month's spend is ten minutes of one GPU,
+        # under the limit, so KGWE's own evaluation lifts the cap.
+        now = clock["now"]
+        clock["now"] = (now.replace(day=1, hour=0, minute=0) + timedelta(days=32)).replace(day=1, minute=10)
+        reconcile()
+        reconcile()
+        assert quota_gpus() == "16"
+        stack["controller"].queue.add(f"{namespace}/{name}")
+        eventually(
+            lambda: _cond(_get(k8s_api, namespace, name), "Admitted").get("status") == "True", "admitted"
+        )
+        eventually(lambda: len(_bound(k8s_api, namespace, name)) == 1, "placed")
+    finally:
+        duties.stop()
 
 
 def test_converted_seed_examples_run(stack, k8s_api, namespace, gpu_node):
@@ -435,6 +585,7 @@ def test_impossible_request_is_refused_with_the_field(stack, k8s_api, namespace,
     doc = yaml.safe_load((EXAMPLES / "kgwe-readme-llm-training.yaml").read_text())
     doc["metadata"] = {"name": "too-big"}
     doc["spec"]["gpuRequirements"]["count"] = 9
+    doc["spec"]["distributedConfig"].pop("worldSize")  # 8 would no longer match 1 pod × 9 GPUs
     name = _create(k8s_api, namespace, doc, tag)
     wl = eventually(
         lambda: (w := _get(k8s_api, namespace, name)) and _cond(w, "Admitted").get("status") == "False" and w,
@@ -444,3 +595,69 @@ def test_impossible_request_is_refused_with_the_field(stack, k8s_api, namespace,
     assert _cond(wl, "Admitted")["message"].startswith("spec.gpuRequirements.count: 9 GPUs in one pod")
     with pytest.raises(ApiException):
         client.BatchV1Api(k8s_api).read_namespaced_job(f"{name}-r0-worker", namespace)
+
+
+CONTROLLER_SA = "system:serviceaccount:kgwe-system:kgwe-controller"
+
+
+@pytest.fixture
+def controller_account(k8s_api) -> client.ApiClient:
+    """deploy/controller/rbac.yaml applied; an API client impersonating the controller's ServiceAccount."""
+    from kubernetes import dynamic
+
+    from kgwe.cluster.client import ensure_namespace
+    from kgwe.resources import deploy_dir
+
+    for ns in ("kgwe-system", "gpu-operator"):  # the Roles' namespaces
+        ensure_namespace(k8s_api, ns)
+    dyn = dynamic.DynamicClient(k8s_api)
+    for doc in yaml.safe_load_all((deploy_dir() / "controller" / "rbac.yaml").read_text()):
+        if doc:
+            resource = dyn.resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
+            namespace = doc["metadata"].get("namespace")
+            dyn.server_side_apply(
+                resource, body=doc, namespace=namespace, field_manager="rbac-test", force_conflicts=True
+            )
+    impersonated = client.ApiClient(k8s_api.configuration)
+    impersonated.set_default_header("Impersonate-User", CONTROLLER_SA)
+    return impersonated
+
+
+def _forbidden(action: Callable[[], object]) -> None:
+    with pytest.raises(ApiException) as err:
+        action()
+    assert err.value.status == 403
+
+
+def test_reconciler_runs_as_the_controllers_service_account(
+    control_plane, k8s_api, namespace, gpu_node, controller_account, tmp_path
+):
+    """The reconciler's real code, as kgwe-controller with only deploy/'s RBAC, runs a gang (PodGroup, one
+    Indexed Job per role, headless Service, status, Events); it cannot do more than its job needs."""
+    tag = _tag()
+    for _ in range(2):
+        gpu_node("DGX-H100", labels=tag)
+    sa = controller_account
+    with kgwe_stack(control_plane, k8s_api, "kgwe-system", tmp_path, reconciler_api=sa) as parts:
+        _DUMP[:] = [lambda: _dump(k8s_api, namespace)]
+        doc = yaml.safe_load((EXAMPLES / "distributed-16gpu.yaml").read_text())
+        name = _create(k8s_api, namespace, doc, tag, hold=True)
+        eventually(lambda: len(_bound(k8s_api, namespace, name)) == 2, "the gang placed as the controller")
+        eventually(
+            lambda: _cond(_get(k8s_api, namespace, name), "PodsScheduled").get("status") == "True",
+            "status written as the controller",
+        )
+        pg = client.CustomObjectsApi(k8s_api)
+        assert pg.list_namespaced_custom_object("scheduling.k8s.io", "v1beta1", namespace, "podgroups")[
+            "items"
+        ]
+        assert client.CoreV1Api(k8s_api).read_namespaced_service(name, namespace)
+        events = client.CoreV1Api(k8s_api).list_namespaced_event(namespace).items
+        assert any(e.involved_object.name == name and e.source.component for e in events)
+        assert parts["reconciler"].api_client is sa
+    core, custom = client.CoreV1Api(sa), client.CustomObjectsApi(sa)
+    _forbidden(lambda: core.list_secret_for_all_namespaces())
+    _forbidden(lambda: core.delete_namespaced_pod("x", namespace))
+    _forbidden(lambda: client.AppsV1Api(sa).delete_namespaced_deployment("x", namespace))
+    _forbidden(lambda: custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name))
+    _forbidden(lambda: custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, doc))
