@@ -29,24 +29,28 @@ COMMANDS: dict[str, Command] = {
     ),
     "schema": Command("kgwe.policy.schema_cmd", "write the JSON Schemas of the KGWE kinds (and the CRDs)"),
     "render": Command("kgwe.render.render_cmd", "render the Kubernetes objects a policy repository asks for"),
-    "extender": Command("kgwe.extender.command", "kube-scheduler extender: GPU-aware filter and prioritize"),
+    "extender": Command(
+        "kgwe.extender.extender_cmd", "kube-scheduler extender: GPU-aware filter and prioritize"
+    ),
     "simulate": Command(
-        "kgwe.sim.command", "replay the openb GPU trace through the scoring core (FGD method)"
+        "kgwe.sim.simulate_cmd", "replay the openb GPU trace through the scoring core (FGD method)"
     ),
     "agent": Command(
-        "kgwe.agent.command", "node agent: NVML GPU topology discovery -> Node annotation and labels"
+        "kgwe.agent.agent_cmd", "node agent: NVML GPU topology discovery -> Node annotation and labels"
     ),
-    "plan-mig": Command("kgwe.planner.cli", "plan MIG layouts per pool: target vs achieved shares, changes"),
-    "plan": Command("kgwe.reconcile.plan_command", "what a pull request would change (Markdown; exit 0/2/1)"),
+    "plan-mig": Command(
+        "kgwe.planner.plan_mig_cmd", "plan MIG layouts per pool: target vs achieved shares, changes"
+    ),
+    "plan": Command("kgwe.reconcile.plan_cmd", "what a pull request would change (Markdown; exit 0/2/1)"),
     "controller": Command(
-        "kgwe.reconcile.controller_command", "GitOps controller: Git -> policy -> safe rollout"
+        "kgwe.reconcile.controller_cmd", "GitOps controller: Git -> policy -> safe rollout"
     ),
-    "demo": Command(
-        "kgwe.reconcile.demo_command", "local control plane + simulated GPU nodes + the controller"
-    ),
+    "demo": Command("kgwe.reconcile.demo_cmd", "local control plane + simulated GPU nodes + the controller"),
     "report": Command("kgwe.cost.report_cmd", "cost reports: chargeback, budgets, forecast, rightsizing"),
     "convert": Command("kgwe.workloads.convert_cmd", "seed GPUWorkload manifests -> kgwe.nvidia.io/v1"),
-    "webhook": Command("kgwe.admission.command", "admission webhook: route GPU pods to the KGWE scheduler"),
+    "webhook": Command(
+        "kgwe.admission.webhook_cmd", "admission webhook: route GPU pods to the KGWE scheduler"
+    ),
 }
 
 

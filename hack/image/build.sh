@@ -46,7 +46,7 @@ ensure_tools() {
 ensure_tools
 
 # What goes into the image (the wheel's sources and data, and this folder); nothing else is staged or hashed.
-inputs=(pyproject.toml README.md kgwe templates schemas deploy sample-repo hack/image)
+inputs=(pyproject.toml README.md kgwe templates schemas deploy sample-repo docs/examples hack/image)
 version="$(sed -n 's/^version = "\(.*\)"$/\1/p' "$root/pyproject.toml" | head -n1)"
 [ -n "$version" ] || die "no version in pyproject.toml"
 ref="$name:$version"

@@ -103,7 +103,7 @@ def test_extender_index_syncs_as_its_service_account_and_can_do_nothing_else(app
 def test_agent_publishes_as_its_service_account_and_can_do_nothing_else(applied, gpu_node):
     import argparse
 
-    from kgwe.agent import command
+    from kgwe.agent import agent_cmd
     from kgwe.topology.annotation import ANNOTATION_KEY
 
     node = gpu_node("DGX-1-V100")
@@ -111,8 +111,8 @@ def test_agent_publishes_as_its_service_account_and_can_do_nothing_else(applied,
     core = client.CoreV1Api(_as(applied, "kgwe-agent", node=node))
     client.CoreV1Api(applied).patch_node(node, {"metadata": {"annotations": {ANNOTATION_KEY: None}}})
     args = argparse.Namespace(fake_nvml="DGX-1-V100", node_name=node, pod_resources_socket="")
-    found = command.observe(args)
-    assert command.publish(core, node, found) is not None  # read + patch of its Node are enough
+    found = agent_cmd.observe(args)
+    assert agent_cmd.publish(core, node, found) is not None  # read + patch of its Node are enough
     assert ANNOTATION_KEY in client.CoreV1Api(applied).read_node(node).metadata.annotations
     _forbidden(lambda: core.list_pod_for_all_namespaces())
     _forbidden(lambda: core.delete_node(node))
