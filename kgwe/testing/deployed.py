@@ -1,13 +1,15 @@
 """deploy/ as tests apply it, and waiting for the cluster to catch up.
 
-`deploy_docs` is what `kubectl kustomize deploy/` prints when kubectl is installed, else the base's plain
-`resources` (all the base uses); `apply_docs` server-side applies them as a platform team would.
+`deploy_docs` is what `kubectl kustomize deploy/` prints (the dev extras install kubectl beside the
+interpreter; else the one on PATH; else the base's plain `resources`, all the base uses); `apply_docs`
+server-side applies them as a platform team would.
 """
 
 from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -20,7 +22,7 @@ from kgwe.resources import deploy_dir
 
 def deploy_docs(root: Path | None = None) -> list[dict]:
     root = root or deploy_dir()
-    kubectl = shutil.which("kubectl")
+    kubectl = shutil.which("kubectl", path=str(Path(sys.executable).parent)) or shutil.which("kubectl")
     if kubectl:
         out = subprocess.run(
             [kubectl, "kustomize", str(root)], check=True, capture_output=True, text=True, timeout=120
