@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -12,33 +10,9 @@ from kubernetes import client
 
 from kgwe.cost.metering_watch import MeteringWatch
 from kgwe.cost.usage import Period
+from kgwe.testing.pods import gpu_pod, wait_for
 
 pytestmark = pytest.mark.cluster
-
-
-def wait_for(what: str, check: Callable[[], bool], timeout_s: float = 90) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        time.sleep(0.2)
-
-
-def gpu_pod(name: str, node: str, gpus: int) -> client.V1Pod:
-    return client.V1Pod(
-        metadata=client.V1ObjectMeta(name=name),
-        spec=client.V1PodSpec(
-            node_selector={"kubernetes.io/hostname": node},
-            tolerations=[client.V1Toleration(operator="Exists")],
-            containers=[
-                client.V1Container(
-                    name="c",
-                    image="train:1",
-                    resources=client.V1ResourceRequirements(limits={"nvidia.com/gpu": str(gpus)}),
-                )
-            ],
-        ),
-    )
 
 
 class Running:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -18,35 +18,10 @@ from kgwe.cost.metering_watch import MeteringWatch
 from kgwe.cost.spool import Spool
 from kgwe.cost.store import CostStore
 from kgwe.cost.usage import Period, UsageInterval
+from kgwe.testing.pods import gpu_pod, wait_for
 from kgwe.testing.postgres import PostgresServer
 
 pytestmark = [pytest.mark.cluster, pytest.mark.postgres]
-
-
-def wait_for(what: str, check: Callable[[], bool], timeout_s: float = 120) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        time.sleep(0.2)
-
-
-def gpu_pod(name: str, node: str) -> client.V1Pod:
-    return client.V1Pod(
-        metadata=client.V1ObjectMeta(name=name),
-        spec=client.V1PodSpec(
-            node_selector={"kubernetes.io/hostname": node},
-            tolerations=[client.V1Toleration(operator="Exists")],
-            termination_grace_period_seconds=0,
-            containers=[
-                client.V1Container(
-                    name="c",
-                    image="x",
-                    resources=client.V1ResourceRequirements(limits={"nvidia.com/gpu": "1"}),
-                )
-            ],
-        ),
-    )
 
 
 @pytest.fixture

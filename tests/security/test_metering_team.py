@@ -4,8 +4,6 @@ name was billed to that team. Real control plane, real metering watch, real stor
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -15,34 +13,10 @@ from kgwe.cost.metering import UNASSIGNED_TEAM, namespace_teams
 from kgwe.cost.metering_watch import MeteringWatch
 from kgwe.cost.store import CostStore
 from kgwe.cost.usage import Period
+from kgwe.testing.pods import gpu_pod, wait_for
 from kgwe.testing.pytest_cluster import delete_namespace
 
 pytestmark = pytest.mark.cluster
-
-
-def wait_for(what: str, check: Callable[[], bool], timeout_s: float = 90) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        time.sleep(0.2)
-
-
-def gpu_pod(name: str, node: str, labels: dict[str, str]) -> client.V1Pod:
-    return client.V1Pod(
-        metadata=client.V1ObjectMeta(name=name, labels=labels),
-        spec=client.V1PodSpec(
-            node_selector={"kubernetes.io/hostname": node},
-            tolerations=[client.V1Toleration(operator="Exists")],
-            containers=[
-                client.V1Container(
-                    name="c",
-                    image="x",
-                    resources=client.V1ResourceRequirements(limits={"nvidia.com/gpu": "1"}),
-                )
-            ],
-        ),
-    )
 
 
 @pytest.fixture
@@ -70,9 +44,9 @@ def test_a_pod_cannot_choose_the_team_that_pays(k8s_api, namespace, gpu_node, st
     try:
         wait_for("first sync", watch.synced.is_set)
         thief = {"kgwe.nvidia.io/team": "red", "team": "red"}
-        core.create_namespaced_pod(namespace, gpu_pod("labelled-red", node, thief))
+        core.create_namespaced_pod(namespace, gpu_pod("labelled-red", node, labels=thief))
         for ns in extra:
-            core.create_namespaced_pod(ns, gpu_pod("p", node, thief))
+            core.create_namespaced_pod(ns, gpu_pod("p", node, labels=thief))
 
         def billed() -> dict[str, str]:
             now = datetime.now(UTC)

@@ -1,0 +1,39 @@
+"""Pods and waiting for the metering tests: a simulated GPU pod pinned to a node, and a bounded wait."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import pytest
+from kubernetes import client
+
+
+def gpu_pod(
+    name: str, node: str, gpus: int = 1, labels: dict[str, str] | None = None, image: str = "x"
+) -> client.V1Pod:
+    """A pod holding `gpus` whole GPUs on `node` (tolerating every taint, no grace period)."""
+    return client.V1Pod(
+        metadata=client.V1ObjectMeta(name=name, labels=labels),
+        spec=client.V1PodSpec(
+            node_selector={"kubernetes.io/hostname": node},
+            tolerations=[client.V1Toleration(operator="Exists")],
+            termination_grace_period_seconds=0,
+            containers=[
+                client.V1Container(
+                    name="c",
+                    image=image,
+                    resources=client.V1ResourceRequirements(limits={"nvidia.com/gpu": str(gpus)}),
+                )
+            ],
+        ),
+    )
+
+
+def wait_for(what: str, check: Callable[[], object], timeout_s: float = 120) -> None:
+    """Poll `check` until it is truthy; fail the test naming `what` after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.2)
