@@ -31,6 +31,11 @@ MIG_STATE_LABEL = "nvidia.com/mig.config.state"
 ANNOTATION_PREFIX = "kgwe.nvidia.io/"
 TOPOLOGY_ANNOTATION = ANNOTATION_PREFIX + "topology"  # on Nodes, written by `kgwe agent`
 GPU_MILLI_ANNOTATION = ANNOTATION_PREFIX + "gpu-milli"  # on pods: thousandths of one shared GPU
+# GPU health, written by `kgwe agent` (format: kgwe/topology/health.py): the unhealthy GPUs of a Node, the
+# Node condition summarising them, and the taint set when every GPU of the Node is unhealthy.
+GPU_HEALTH_ANNOTATION = ANNOTATION_PREFIX + "gpu-health"
+GPU_HEALTH_CONDITION = "GPUHealthy"
+GPU_UNHEALTHY_TAINT = ANNOTATION_PREFIX + "gpu-unhealthy"
 
 # The ResourceQuota rendered from a GPUBudget in each of its namespaces (capped while the budget enforces).
 BUDGET_QUOTA_NAME = "kgwe-budget"
