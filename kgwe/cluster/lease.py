@@ -132,8 +132,16 @@ class LeaderElector:
 
     # -- the loop ------------------------------------------------------------------------------
     def step(self) -> None:
-        """One election round plus the leading/not-leading transitions (callbacks run here)."""
-        ok = self.try_acquire_or_renew()
+        """One election round plus the leading/not-leading transitions (callbacks run here).
+
+        Any failure to reach the apiserver (refused connection, TLS, timeout) is a failed round, never an
+        exception: the thread must keep campaigning, and the renew deadline closes the gate meanwhile.
+        """
+        try:
+            ok = self.try_acquire_or_renew()
+        except Exception as exc:  # urllib3, OSError, SSL: all mean "this round failed"
+            log.warning("lease %s/%s round failed: %s", self.namespace, self.name, type(exc).__name__)
+            ok = False
         with self._lock:
             was = self._leading
             still_valid = self._last_renew is not None and (
@@ -174,7 +182,7 @@ class LeaderElector:
                 lease.spec.lease_duration_seconds = 1
                 lease.spec.renew_time = datetime.now(UTC)
                 self.api.replace_namespaced_lease(self.name, self.namespace, lease)
-        except ApiException as exc:
-            log.info("could not release lease %s/%s: %s", self.namespace, self.name, exc.reason)
+        except Exception as exc:  # best effort on the way out
+            log.info("could not release lease %s/%s: %s", self.namespace, self.name, exc)
         if self.on_stopped_leading:
             self.on_stopped_leading()

@@ -99,3 +99,21 @@ def test_bad_timing_is_refused(k8s_api):
         LeaderElector(
             k8s_api, name="x", namespace="y", identity="z", lease_duration_seconds=5, renew_deadline_seconds=6
         )
+
+
+def test_an_unreachable_apiserver_closes_the_gate_without_killing_the_campaign(k8s_api, namespace):
+    """A refused connection is a failed round: the leader stops acting after the deadline, the loop lives."""
+    clock = [0.0]
+    a = elector(k8s_api, namespace, "a", clock=lambda: clock[0])
+    a.step()
+    assert a.is_leader()
+    gone = client.ApiClient(client.Configuration())
+    gone.configuration.host = "https://127.0.0.1:1"  # nothing listens on port 1
+    gone.configuration.retries = False
+    a.api = client.CoordinationV1Api(gone)
+    clock[0] = 2.0  # past the renew deadline
+    a.step()  # raised urllib3's MaxRetryError before
+    assert not a.is_leader()
+    a.api = client.CoordinationV1Api(k8s_api)
+    a.step()
+    assert a.is_leader(), "the elector did not recover once the apiserver was back"
