@@ -51,6 +51,14 @@ COMMANDS: dict[str, Command] = {
     "webhook": Command(
         "kgwe.admission.webhook_cmd", "admission webhook: route GPU pods to the KGWE scheduler"
     ),
+    "status": Command("kgwe.fleet.status_cmd", "the fleet: policy repositories, components, GPUs, budgets"),
+    "nodes": Command("kgwe.fleet.nodes_cmd", "GPU nodes: MIG layout, allocated vs free, topology, health"),
+    "workloads": Command("kgwe.fleet.workloads_cmd", "GPUWorkloads: phase, GPUs, nodes, age, cost so far"),
+    "submit": Command("kgwe.fleet.submit_cmd", "validate a GPUWorkload file, then create or update it"),
+    "template": Command("kgwe.fleet.template_cmd", "write a commented GPUWorkload of a workload type"),
+    "watch": Command("kgwe.fleet.watch_cmd", "live view of GPU nodes and GPUWorkloads (from watches)"),
+    "health": Command("kgwe.fleet.health_cmd", "per-GPU health with the reason and since when"),
+    "strategy": Command("kgwe.fleet.strategy_cmd", "set the scoring strategy in a policy checkout (a diff)"),
 }
 
 
