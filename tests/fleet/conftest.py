@@ -1,0 +1,29 @@
+"""The fleet commands' tests own a control plane for this package: the missing-CRD test deletes KGWE's
+CRDs, which must not disturb other packages' tests."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from kubernetes import client
+
+from kgwe.testing.controlplane import ControlPlane, ControlPlaneError, find_binaries
+
+
+@pytest.fixture(scope="package")
+def control_plane() -> Iterator[ControlPlane]:
+    try:
+        cp = ControlPlane(find_binaries(build=True))
+        cp.start()
+    except ControlPlaneError as exc:
+        pytest.fail(f"local Kubernetes control plane unavailable: {exc}", pytrace=False)
+    try:
+        yield cp
+    finally:
+        cp.stop()
+
+
+@pytest.fixture(scope="package")
+def k8s_api(control_plane: ControlPlane) -> client.ApiClient:
+    return control_plane.api_client()
