@@ -52,11 +52,15 @@ def run(args: argparse.Namespace) -> int:
         entry = by_name[args.profile]
     else:
         defaults = [e for e in entries if e.obj.spec.default]  # type: ignore[attr-defined]
-        chosen = defaults or entries
+        # With errors in the checkout the default profile may be among the unreadable files: never guess
+        chosen = defaults or ([] if ps.errors else entries)
         if len(chosen) != 1:
-            what = "no valid ScoringProfile" if not chosen else f"{len(chosen)} ScoringProfiles, none default"
-            problems = "".join(f"\n{d}" for d in sorted(ps.errors) if "ScoringProfile" in str(d))
-            raise KgweError(f"{root} has {what}; name one with --profile{problems}")
+            for d in sorted(ps.errors):
+                print(d, file=sys.stderr)
+            what = (
+                "no default ScoringProfile" if len(chosen) < 2 else f"{len(chosen)} default ScoringProfiles"
+            )
+            raise KgweError(f"{root}: {what} found; name the profile to change with --profile")
         entry = chosen[0]
     profile = entry.obj
     name = profile.metadata.name  # type: ignore[attr-defined]

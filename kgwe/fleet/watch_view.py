@@ -31,8 +31,6 @@ def frame(
         f"kgwe watch  {now.strftime('%Y-%m-%d %H:%M:%S')} UTC  "
         f"{len(n_rows)} GPU node(s), {len(w_rows)} GPUWorkload(s) in {scope}"
     )
-    parts = [header, ""]
-    parts.append(table(n_rows, NODE_COLUMNS, wide=wide) if n_rows else "no GPU nodes\n")
-    parts.append("")
-    parts.append(table(w_rows, WORKLOAD_COLUMNS, wide=wide) if w_rows else f"no GPUWorkloads in {scope}\n")
-    return "\n".join(parts)
+    node_text = table(n_rows, NODE_COLUMNS, wide=wide) if n_rows else "no GPU nodes\n"
+    workload_text = table(w_rows, WORKLOAD_COLUMNS, wide=wide) if w_rows else f"no GPUWorkloads in {scope}\n"
+    return f"{header}\n\n{node_text}\n{workload_text}"
