@@ -17,7 +17,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
 from kubernetes import client
 
 from kgwe.cluster.client import list_items
@@ -34,6 +33,7 @@ from kgwe.cluster.names import (
     TOPOLOGY_ANNOTATION,
 )
 from kgwe.cluster.nodes import attempt_stamp, gpu_pods_by_node, parse_time, pod_gpu_requests
+from kgwe.topology.annotation import topology_name
 
 GPU_NODE_SELECTOR = "nvidia.com/gpu.present=true"
 _STATES = ("pending", "rebooting", "success", "failed")
@@ -82,15 +82,7 @@ class GpuNodeFacts:
 
 
 def _topology_name(annotations: Mapping[str, str]) -> str | None:
-    raw = annotations.get(TOPOLOGY_ANNOTATION)
-    if not raw:
-        return None
-    try:
-        doc = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return None
-    name = doc.get("name") if isinstance(doc, dict) else None
-    return name if isinstance(name, str) else None
+    return topology_name(annotations.get(TOPOLOGY_ANNOTATION))
 
 
 def facts_from_objects(

@@ -12,11 +12,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-import orjson
-
 from kgwe.errors import KgweError
 from kgwe.fleet.output import Column
 from kgwe.topology import health
+from kgwe.topology.annotation import topology_name
 from kgwe.vocab import (
     GPU_HEALTH_ANNOTATION,
     GPU_HEALTH_CONDITION,
@@ -70,19 +69,6 @@ def short_product(product: str) -> str:
         if product.startswith(prefix):
             return product[len(prefix) :]
     return product
-
-
-def topology_class(annotations: Mapping[str, str]) -> str | None:
-    """The name of the node's GPU interconnect topology, as the agent recorded it."""
-    raw = annotations.get(TOPOLOGY_ANNOTATION)
-    if not raw or len(raw) > 64 * 1024:
-        return None
-    try:
-        doc = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return None
-    name = doc.get("name") if isinstance(doc, dict) else None
-    return name if isinstance(name, str) else None
 
 
 @dataclass(frozen=True)
@@ -170,7 +156,7 @@ def node_row(
         "migConfigState": state,
         "migConfigShown": f"{config} ({state})" if config and state else config,
         "migLayout": " ".join(f"{n}x{p}" for p, n in mig_offered.items()) or None,
-        "topology": topology_class(annotations),
+        "topology": topology_name(annotations.get(TOPOLOGY_ANNOTATION)),
         "health": h.summary(gpus),
         "unhealthyGPUs": sorted(h.faults),
         "schedulable": not (node.get("spec") or {}).get("unschedulable"),

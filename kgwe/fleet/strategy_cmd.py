@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
         raise KgweError(f"{root}: not a directory (pass the policy checkout with --repo)")
     ps = load_repository(root, checks=False)
     entries = ps.entries_of(ScoringProfile)
-    by_name = {e.obj.metadata.name: e for e in entries}  # type: ignore[attr-defined]
+    by_name = {e.obj.metadata.name: e for e in entries}
     if args.profile:
         if args.profile not in by_name:
             hint = did_you_mean(args.profile, by_name)
@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
             raise KgweError(f"{root}: {what} found; name the profile to change with --profile")
         entry = chosen[0]
     profile = entry.obj
-    name = profile.metadata.name  # type: ignore[attr-defined]
+    name = profile.metadata.name
     path = root / entry.file
     where = f"{entry.file}:{entry.doc.line}"
     if profile.spec.strategy == args.strategy and ("spec", "strategy") in entry.doc.positions:  # type: ignore[attr-defined]
@@ -107,7 +107,7 @@ def _check(text: str, path: Path, line: int, name: str, strategy: str) -> None:
         copy = Path(tmp) / path.name
         copy.write_text(text, encoding="utf-8")
         ps = load_repository(copy, checks=False)
-    ok = [e for e in ps.entries_of(ScoringProfile) if e.obj.metadata.name == name]  # type: ignore[attr-defined]
+    ok = [e for e in ps.entries_of(ScoringProfile) if e.obj.metadata.name == name]
     if not ok or ok[0].obj.spec.strategy != strategy or ps.errors:  # type: ignore[attr-defined]
         raise KgweError(f"{path}:{line}: could not change the strategy safely; change it by hand")
 

@@ -70,6 +70,19 @@ def encode(topo: NodeTopology) -> str:
     return text
 
 
+def topology_name(text: str | None) -> str | None:
+    """Only the topology's `name` (e.g. HGX-H100), without decoding the rest; None when absent, oversized
+    or malformed. For views that show the class of a node's interconnect."""
+    if not text or len(text) > MAX_BYTES:
+        return None
+    try:
+        doc = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return None
+    name = doc.get("name") if isinstance(doc, dict) else None
+    return name if isinstance(name, str) else None
+
+
 def decode(text: str) -> NodeTopology:
     """Parse an annotation value; KgweError on anything malformed or of an unknown version."""
     try:
