@@ -510,3 +510,36 @@ def test_missing_crds_unreachable_cluster_and_no_kubeconfig_are_one_line(
 
     code, _, err = kgwe(capsys, "nodes", "--kubeconfig", str(unreachable), "--context", "nope")
     assert code == 1 and "nope" in err and err.count("\n") == 1
+
+
+def test_watch_redraws_in_place_on_a_terminal(control_plane, crds, gpu_node, namespace):
+    import pty
+
+    node = gpu_node("DGX-A100")
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen(
+        [str(VENV_BIN / "kgwe"), "watch", "-n", namespace, "--once"],
+        env=_env(control_plane),
+        stdout=follower,
+        stderr=subprocess.PIPE,
+    )
+    os.close(follower)
+    chunks = []
+    guard = threading.Timer(120, proc.kill)  # no frame: the test fails instead of hanging in the read
+    guard.start()
+    try:
+        while True:
+            try:
+                data = os.read(leader, 65536)
+            except OSError:  # the terminal closed: the process exited
+                break
+            if not data:
+                break
+            chunks.append(data)
+        assert proc.wait(timeout=120) == 0, proc.stderr.read()
+    finally:
+        guard.cancel()
+        proc.kill()
+        os.close(leader)
+    screen = b"".join(chunks).decode()
+    assert screen.startswith("\x1b[H\x1b[2Jkgwe watch") and node in screen
