@@ -48,8 +48,12 @@ def manifests(path: str) -> tuple[list[dict[str, Any]], list[str]]:
     ps = load_repository(path)
     problems = [str(d) for d in sorted(ps.errors)]
     for entry in ps.entries:
+        line, column = entry.doc.line, entry.doc.column
+        if isinstance(entry.obj, GPUWorkload) and not entry.obj.name:
+            problems.append(
+                f"{entry.file}:{line}:{column}: error: GPUWorkload metadata.name: required to submit"
+            )
         if not isinstance(entry.obj, GPUWorkload):
-            line, column = entry.doc.line, entry.doc.column
             problems.append(
                 f"{entry.file}:{line}:{column}: error: {entry.obj.KIND}: kgwe submit creates GPUWorkloads "
                 "only (policy kinds reach the cluster through the policy repository)"

@@ -127,3 +127,16 @@ def test_local_commands_import_no_heavy_module(argv):
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines()[-1] == "HEAVY:"
+
+
+def test_submit_needs_a_name_and_sends_nothing_on_errors(tmp_path, capsys):
+    path = tmp_path / "w.yaml"
+    text = template("Batch")
+    path.write_text(text.replace("metadata:\n  name: my-batch\n", ""))
+    assert cli.main(["submit", str(path), "--dry-run=client"]) == 1
+    err = capsys.readouterr().err
+    assert "w.yaml:3:1: error: GPUWorkload metadata.name: required to submit" in err
+    assert err.endswith("nothing submitted\n")
+    path.write_text(text)
+    assert cli.main(["submit", str(path), "--dry-run=client"]) == 0
+    assert capsys.readouterr().out == "gpuworkload.kgwe.nvidia.io/my-batch valid (client dry run)\n"
