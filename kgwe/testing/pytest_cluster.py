@@ -80,6 +80,20 @@ def control_plane() -> Iterator[ControlPlane]:
             print(f"\nkgwe: control plane logs of failed tests kept in {kept}")
 
 
+def own_control_plane(**options: Any) -> Iterator[ControlPlane]:
+    """For a package's own `control_plane` fixture (one with feature gates, or whose tests change
+    cluster-wide objects): started here, stopped after the package."""
+    try:
+        cp = ControlPlane(find_binaries(build=True), **options)
+        cp.start()
+    except ControlPlaneError as exc:
+        pytest.fail(f"local Kubernetes control plane unavailable: {exc}", pytrace=False)
+    try:
+        yield cp
+    finally:
+        cp.stop()
+
+
 @pytest.fixture(scope="session")
 def k8s_api(control_plane: ControlPlane) -> client.ApiClient:
     return control_plane.api_client()

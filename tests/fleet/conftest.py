@@ -8,20 +8,13 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client
 
-from kgwe.testing.controlplane import ControlPlane, ControlPlaneError, find_binaries
+from kgwe.testing.controlplane import ControlPlane
+from kgwe.testing.pytest_cluster import own_control_plane
 
 
 @pytest.fixture(scope="package")
 def control_plane() -> Iterator[ControlPlane]:
-    try:
-        cp = ControlPlane(find_binaries(build=True))
-        cp.start()
-    except ControlPlaneError as exc:
-        pytest.fail(f"local Kubernetes control plane unavailable: {exc}", pytrace=False)
-    try:
-        yield cp
-    finally:
-        cp.stop()
+    yield from own_control_plane()
 
 
 @pytest.fixture(scope="package")
