@@ -1,8 +1,8 @@
 """MIG planner benchmark: scale, quality on real demand, and disruption.
 
-Scale: 10,000 H100-80GB GPUs (1,250 nodes x 8) with a random current state (each GPU one of the 19 maximal
-layouts, ~10% of instances in use), strategy 1g.10gb 70% / 2g.20gb 20% / 3g.40gb 10%; wall time of
-plan_pool.
+Scale: 10,000 and 100,000 H100-80GB GPUs (1,250 and 12,500 nodes x 8) with a random current state (each GPU
+one of the 19 maximal layouts, ~10% of instances in use), strategy 1g.10gb 70% / 2g.20gb 20% / 3g.40gb 10%;
+wall time of plan_pool (and CPU time at 100,000, which load on the machine distorts less).
 
 Quality: the Alibaba openb trace (default pod list), pods with num_gpu == 1 and gpu_milli < 1000. Each pod
 maps to the smallest H100-80GB profile covering both gpu_milli/1000 of the 7 compute slices and of the 8
@@ -167,30 +167,33 @@ def fill_disruption(pods, seed: int) -> dict:
     return {"gpus_changed_incremental": inc, "gpus_changed_scratch": scratch}
 
 
-def scale(repeats: int, seed: int) -> float:
+def scale(n_gpus: int, repeats: int, seed: int) -> tuple[float, float]:
+    """(median wall seconds, median CPU seconds) of planning `n_gpus` H100s from a random state."""
     rng = random.Random(seed)
     layouts = enumerate_layouts(MODEL)
     gpus = []
-    for i in range(10_000):
+    for i in range(n_gpus):
         layout = rng.choice(layouts)
         in_use = tuple(inst for inst in layout if rng.random() < 0.1)
-        gpus.append(GPUState(f"node-{i // 8:04d}", i % 8, MODEL.key, layout, in_use))
+        gpus.append(GPUState(f"node-{i // 8:05d}", i % 8, MODEL.key, layout, in_use))
     req = PoolRequest("scale", tuple(gpus), shares=SEED_SHARES)
-    fresh = PoolRequest("scale-fresh", fresh_pool(10_000), shares=SEED_SHARES)
-    times, fresh_times = [], []
+    fresh = PoolRequest("scale-fresh", fresh_pool(n_gpus), shares=SEED_SHARES)
+    times, cpu_times, fresh_times = [], [], []
     for _ in range(repeats):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         plan = plan_pool(req)
         times.append(time.perf_counter() - t0)
+        cpu_times.append(time.process_time() - c0)
         t0 = time.perf_counter()
         plan_pool(fresh)
         fresh_times.append(time.perf_counter() - t0)
     print(
-        f"scale: 10,000 GPUs random state: median {statistics.median(times):.3f}s (runs {times}); "
+        f"scale: {n_gpus:,} GPUs random state: median {statistics.median(times):.3f}s wall, "
+        f"{statistics.median(cpu_times):.3f}s CPU (runs {[round(t, 3) for t in times]}); "
         f"fresh pool: median {statistics.median(fresh_times):.3f}s; changed {plan.gpus_changed} GPUs, "
         f"shares {{{', '.join(f'{k}: {v:.3f}' for k, v in plan.achieved_shares.items())}}}"
     )
-    return statistics.median(times)
+    return statistics.median(times), statistics.median(cpu_times)
 
 
 def main() -> None:
@@ -200,11 +203,18 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=7)
     args = parser.parse_args()
     instants = args.instants or (8 if args.quick else 40)
-    seconds = scale(1 if args.quick else 3, args.seed)
+    repeats = 1 if args.quick else 3
+    seconds, _ = scale(10_000, repeats, args.seed)
+    seconds_100k, cpu_100k = scale(100_000, repeats, args.seed)
     pods = load_pods()
     mix = dict(Counter(p for _, _, p in pods).most_common())
     print(f"openb: {len(pods)} fractional pods; profiles {mix}")
-    result = {"plan_seconds_10k_gpus": round(seconds, 3), **quality(pods, instants, args.seed)}
+    result = {
+        "plan_seconds_10k_gpus": round(seconds, 3),
+        "plan_seconds_100k_gpus": round(seconds_100k, 3),
+        "plan_cpu_seconds_100k_gpus": round(cpu_100k, 3),
+        **quality(pods, instants, args.seed),
+    }
     print(
         f"per-instant disruption: incremental {result['gpus_changed_incremental']}, "
         f"scratch {result['gpus_changed_scratch']}"

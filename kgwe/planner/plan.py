@@ -61,6 +61,10 @@ class _Solution(NamedTuple):
         return sum(sum(take[1:]) for cls, take in zip(classes, self.takes, strict=True) if not cls.locked)
 
 
+def _node_index(gpu: GPUState) -> tuple[str, int]:
+    return (gpu.node, gpu.index)
+
+
 def _multiset(layout: Iterable[tuple[str, int]] | None) -> Multiset:
     return _multiset_of(tuple(layout or ()))
 
@@ -82,11 +86,18 @@ def _validate(req: PoolRequest) -> tuple[dict[str, GPUModel], dict[str, int]]:
     """Models by key and compute slices per requested profile; KgweError on anything a user got wrong."""
     models: dict[str, GPUModel] = {}
     seen: set[tuple[str, int]] = set()
+    checked: set[tuple] = set()  # (model, layout, in_use) already found valid: pools repeat a few states
     for gpu in req.gpus:
         if (gpu.node, gpu.index) in seen:
             raise KgweError(f"pool {req.name}: GPU {gpu.node}/{gpu.index} is listed twice")
         seen.add((gpu.node, gpu.index))
-        model = models.setdefault(gpu.model, catalog.model_by_key(gpu.model))
+        state = (gpu.model, gpu.layout, gpu.in_use)
+        try:
+            if state in checked:
+                continue
+        except TypeError:  # a list layout: check it every time
+            state = None
+        model = models.get(gpu.model) or models.setdefault(gpu.model, catalog.model_by_key(gpu.model))
         if gpu.layout is not None:
             try:
                 check_layout(model, gpu.layout)
@@ -99,6 +110,8 @@ def _validate(req: PoolRequest) -> tuple[dict[str, GPUModel], dict[str, int]]:
                 f"pool {req.name}: GPU {gpu.node}/{gpu.index} has in-use instances not in its layout: "
                 f"{sorted(missing)}"
             )
+        if state is not None:
+            checked.add(state)
     mig = [m for m in models.values() if m.mig_capable]
     compute: dict[str, int] = {}
     for kind, mapping in (("shares", req.shares), ("counts", req.counts), ("demand", req.demand)):
@@ -120,13 +133,13 @@ def _validate(req: PoolRequest) -> tuple[dict[str, GPUModel], dict[str, int]]:
 
 def _classes(req: PoolRequest, models: Mapping[str, GPUModel], wanted: set[str]) -> list[_Class]:
     groups: dict[tuple, _Class] = {}
-    for gpu in sorted(req.gpus, key=lambda g: (g.node, g.index)):
+    for gpu in sorted(req.gpus, key=_node_index):
         model = models[gpu.model]
         if not model.mig_capable:
             continue
         current = check_layout(model, gpu.layout) if gpu.layout is not None else None
         # placement does not matter to the decision (mig-parted compares profile counts), only the multiset
-        key = (model.key, _multiset(current) if current is not None else None, gpu.busy, gpu.pinned)
+        key = (model.key, _multiset_of(current) if current is not None else None, gpu.busy, gpu.pinned)
         cls = groups.get(key)
         if cls is None:
             cls = groups[key] = _Class(model, current, gpu.busy)
@@ -243,11 +256,13 @@ NodeType = tuple[tuple[tuple[int, int], ...], list[str]]
 
 def _node_types(free: Sequence[_Class], limit: int | None) -> list[NodeType]:
     """(free GPUs per class on the node, nodes) for every node type, if a node limit can bind; else []."""
+    if limit is None:
+        return []
     per_node: dict[str, Counter[int]] = defaultdict(Counter)
     for ci, cls in enumerate(free):
         for gpu in cls.gpus:
             per_node[gpu.node][ci] += 1
-    if limit is None or len(per_node) <= limit:
+    if len(per_node) <= limit:
         return []
     types: dict[tuple[tuple[int, int], ...], list[str]] = defaultdict(list)
     for node in sorted(per_node):
@@ -376,44 +391,45 @@ def _report(
     names_wanted = sorted({*required, *share_target})
     want = {n: max(required.get(n, 0.0), share_target.get(n, 0.0)) for n in names_wanted}
     why = {n: f"pool had {before.get(n, 0)} of {_num(want[n])} wanted" for n in want}
-    locked_reason = {id(c): c.locked for c in classes}
-    class_of = {(g.node, g.index): c for c in classes for g in c.gpus}
+    locked_of = {(g.node, g.index): c.locked for c in classes if c.locked for g in c.gpus}
     plans: list[GPUPlan] = []
     reasons: dict[tuple, str] = {}
-    achieved: Counter[str] = Counter()
-    idle_c = idle_m = kept = destroyed = 0
-    for gpu in sorted(req.gpus, key=lambda g: (g.node, g.index)):
+    fitted: dict[tuple[str, Multiset], Layout] = {}
+    targets: Counter[tuple[str, Layout]] = Counter()  # (model, MIG target layout) -> GPUs: summed once below
+    kept = destroyed = 0
+    for gpu in sorted(req.gpus, key=_node_index):
         model = models[gpu.model]
         current = check_layout(model, gpu.layout) if gpu.layout is not None and model.mig_capable else None
         key = (gpu.node, gpu.index)
         changed = key in changes
-        ms = changes.get(key)
         if changed:
-            target = None if ms is None else fit(model, [n for n, k in ms for _ in range(k)])
-            assert ms is None or target is not None, "a candidate multiset always fits"
-            old = _multiset(current) if gpu.layout is not None else None
+            ms = changes[key]
+            if ms is None:
+                target = None
+            else:
+                target = fitted.get((model.key, ms))
+                if target is None:
+                    placed = fit(model, [n for n, k in ms for _ in range(k)])
+                    assert placed is not None, "a candidate multiset always fits"
+                    target = fitted[(model.key, ms)] = placed
+            old = _multiset_of(current) if current is not None else None
             reason_key = (old, ms, gpu.busy)
-            if reason_key not in reasons:
-                reasons[reason_key] = _change_reason(old, ms, why, gpu.busy)
-            reason = reasons[reason_key]
+            reason = reasons.get(reason_key)
+            if reason is None:
+                reason = reasons[reason_key] = _change_reason(old, ms, why, gpu.busy)
             destroyed += gpu.busy
         else:
-            target = current if gpu.layout is not None else None
-            cls = class_of.get((gpu.node, gpu.index))
+            target = current
+            locked = locked_of.get(key)
             if not model.mig_capable:
                 reason = f"{model.key} does not support MIG"
-            elif cls is not None and locked_reason[id(cls)]:
-                reason = f"kept: {locked_reason[id(cls)]}"
+            elif locked:
+                reason = f"kept: {locked}"
             else:
                 reason = "kept: already serves the strategy as well as a change would"
             kept += gpu.busy
-        if model.mig_capable and target is not None:
-            for inst in target:
-                achieved[inst.profile] += 1
-                idle_c -= model.profiles[inst.profile].compute_slices
-                idle_m -= model.profiles[inst.profile].memory_slices
-            idle_c += model.compute_slots
-            idle_m += model.memory_slots
+        if target is not None:
+            targets[(gpu.model, target)] += 1
         plans.append(
             GPUPlan(
                 gpu.node,
@@ -426,6 +442,16 @@ def _report(
                 reason=reason,
             )
         )
+    achieved: Counter[str] = Counter()
+    idle_c = idle_m = 0
+    for (model_key, target), n in targets.items():
+        model = models[model_key]
+        idle_c += n * model.compute_slots
+        idle_m += n * model.memory_slots
+        for inst in target:
+            achieved[inst.profile] += n
+            idle_c -= n * model.profiles[inst.profile].compute_slices
+            idle_m -= n * model.profiles[inst.profile].memory_slices
     deferred = max(0, wanted_change - len(changes))
     notes: list[str] = []
     names = sorted({*want, *achieved})

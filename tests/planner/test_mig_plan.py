@@ -142,6 +142,22 @@ def test_non_mig_gpus_are_left_alone():
         (PoolRequest("p", (GPUState("n", 0, H100, (("1g.10gb", 7),)),)), "cannot start at memory slice 7"),
         (PoolRequest("p", (GPUState("n", 0, H100, (), in_use=(("1g.10gb", 0),)),)), "not in its layout"),
         (PoolRequest("p", (GPUState("n", 0, H100), GPUState("n", 0, H100))), "listed twice"),
+        # the check runs once per distinct state: a bad GPU behind a good one of the same layout is still seen
+        (
+            PoolRequest(
+                "p",
+                (
+                    GPUState("n", 0, H100, SEVEN_1G, in_use=(("1g.10gb", 0),)),
+                    GPUState("n", 1, H100, SEVEN_1G),
+                    GPUState("n", 2, H100, SEVEN_1G, in_use=(("2g.20gb", 0),)),
+                ),
+            ),
+            "GPU n/2 has in-use instances not in its layout",
+        ),
+        (
+            PoolRequest("p", (GPUState("n", 0, H100, SEVEN_1G), GPUState("n", 1, "A30-24GB", SEVEN_1G))),
+            "A30-24GB has no MIG profile '1g.10gb'",
+        ),
     ],
 )
 def test_bad_requests_are_clear_errors(request_, message):
