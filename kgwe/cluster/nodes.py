@@ -95,7 +95,10 @@ class NodeOps:
 
     def _patch(self, name: str, body: dict) -> None:
         self._check_leader()
-        self.core.patch_node(name, body, field_manager=FIELD_MANAGER)
+        # the patched Node is not used: skip decoding it into client models (a fleet-wide rollout patches
+        # every node, and that decoding was most of its CPU); errors still raise ApiException
+        response = self.core.patch_node(name, body, field_manager=FIELD_MANAGER, _preload_content=False)
+        response.drain_conn()  # read to the end so the connection goes back to the pool
         self._count()
 
     def relabel(

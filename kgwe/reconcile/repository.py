@@ -45,6 +45,7 @@ from kgwe.gitops.commit_back import CommitBack
 from kgwe.gitops.gitcmd import GitAccess
 from kgwe.gitops.source import GitRef, GitSource, GitSourceError, Revision
 from kgwe.policy.cluster_kinds import PolicyRepositorySpec
+from kgwe.reconcile.memo import Memo, fingerprint
 from kgwe.reconcile.metrics import ReconcileMetrics
 from kgwe.reconcile.rollout import (
     Action,
@@ -145,6 +146,10 @@ class RepositoryReconciler:
         self._applier: Applier | None = None
         self.last_plan: RolloutPlan | None = None
         self._scheduler: SchedulerRestarter | None = None
+        # pure work kept for an unchanged revision and inventory (kgwe.reconcile.memo): loaded revisions by
+        # (commit, policy path) — the one to apply and the last good one —, and the last desired state
+        self._loads: Memo[tuple[Any, list[str]]] = Memo(2)
+        self._desired: Memo[tuple[Any, Desired]] = Memo(1)
 
     # -- reading ---------------------------------------------------------------------------------
     def read(self) -> dict | None:
@@ -332,6 +337,17 @@ class RepositoryReconciler:
         )
 
     def _load(self, source: GitSource, sha: str, spec: PolicyRepositorySpec) -> tuple[Any, list[str]]:
+        """The revision's PolicySet and its errors; a commit's content never changes, so each (commit,
+        policy path) is loaded and validated once (an export that failed is tried again next time)."""
+        return self._loads.get(
+            (sha, spec.policy_path),
+            lambda: self._load_revision(source, sha, spec),
+            keep=lambda loaded: loaded[0] is not None,
+        )
+
+    def _load_revision(
+        self, source: GitSource, sha: str, spec: PolicyRepositorySpec
+    ) -> tuple[Any, list[str]]:
         from kgwe.policy.loader import load_repository
 
         path = spec.policy_path
@@ -350,12 +366,26 @@ class RepositoryReconciler:
 
     # -- desired state -------------------------------------------------------------------------------
     def desired(self, ps: Any, facts: list[GpuNodeFacts]) -> Desired:
-        from kgwe.planner.from_policy import plan_layouts
-        from kgwe.policy import GPUInventory
-        from kgwe.render.render import RenderOptions, render
+        """What the cluster should hold for policy `ps` on the nodes `facts`. Planned and rendered again
+        only when the policy, a node fact or the live mig-parted configs changed (kgwe.reconcile.memo);
+        budget quota overrides change often and cost nothing, so they are applied after."""
+        from kgwe.render.render import RenderOptions
 
         options = replace(self.render_options or RenderOptions(), repository=self.repository_label)
         live_configs = self._live_mig_configs(options.mig_namespace, options.mig_config_name)
+        key = (id(ps), fingerprint(self.name, options, facts, live_configs))
+        # the value holds `ps`, so its id cannot be reused by another PolicySet while the key is kept
+        held, computed = self._desired.get(
+            key, lambda: (ps, self._plan_render(ps, facts, options, live_configs))
+        )
+        assert held is ps
+        return replace(computed, objects=[self._with_quota_override(o) for o in computed.objects])
+
+    def _plan_render(self, ps: Any, facts: list[GpuNodeFacts], options: Any, live_configs: dict) -> Desired:
+        from kgwe.planner.from_policy import plan_layouts
+        from kgwe.policy import GPUInventory
+        from kgwe.render.render import render
+
         doc = inventory_document(facts, name=self.name, mig_configs=live_configs)
         inventory = GPUInventory.model_validate(doc)
         pools: dict[str, PoolPolicy] = {}
@@ -388,7 +418,7 @@ class RepositoryReconciler:
             if f.mig_config and f.mig_config in live_configs
         }
         rendered = render(ps, inventory, options=options, layouts=layouts, keep_mig_configs=named)
-        objects = [self._with_quota_override(o) for o in rendered.objects if o.get("kind") != "Node"]
+        objects = [o for o in rendered.objects if o.get("kind") != "Node"]
         node_pool = {n: pool for n, pool in selected.items() if n in rendered.node_configs}
         configs = dict(live_configs)
         configs.update(_rendered_mig_configs(objects, options.mig_namespace, options.mig_config_name))
@@ -556,10 +586,10 @@ class RepositoryReconciler:
         doc = getattr(self, "_last_inventory_doc", None)
         if spec.reports is None or doc is None:
             return {}
-        text = yaml.safe_dump(doc, sort_keys=False)
-        digest = hashlib.sha256(text.encode()).hexdigest()
+        digest = fingerprint(doc)  # no YAML dump of a fleet's inventory when it is unchanged
         if digest == self._snapshot_hash:
             return {}
+        text = yaml.safe_dump(doc, sort_keys=False)
         base = spec.reports_path
         try:
             cb = self.commit_back(spec, "commit-back")

@@ -1,0 +1,50 @@
+"""What a reconcile may keep from the last one: the pure work on an unchanged revision and inventory.
+
+Loading and validating a revision depends only on its commit and the policy path; planning and rendering
+only on that policy, the GPU nodes as read (labels, annotations, GPUs, the pods holding them: the busy set)
+and the live mig-parted configs. A no-op reconcile at fleet size spent most of its time redoing that work,
+so it is kept under a key covering every input. A key that misses an input would apply a stale plan, so
+the keys hash whole inputs, not chosen fields of them; a key that changes too often only costs the work.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
+
+import orjson
+
+V = TypeVar("V")
+
+
+def fingerprint(*parts: Any) -> str:
+    """A digest of plain data (dicts, lists, dataclasses, strings, numbers); key order does not matter."""
+    data = orjson.dumps(parts, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS, default=repr)
+    return hashlib.sha256(data).hexdigest()
+
+
+class Memo(Generic[V]):
+    """The values of the last `size` keys, least recently used dropped first; `misses` counts computations."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.misses = 0
+        self._values: OrderedDict[Any, V] = OrderedDict()
+
+    def get(self, key: Any, compute: Callable[[], V], *, keep: Callable[[V], bool] = lambda _: True) -> V:
+        """The value for `key`, computed once; a computed value `keep` refuses is returned but not kept."""
+        if key in self._values:
+            self._values.move_to_end(key)
+            return self._values[key]
+        self.misses += 1
+        value = compute()
+        if keep(value):
+            self._values[key] = value
+            while len(self._values) > self.size:
+                self._values.popitem(last=False)
+        return value
+
+    def clear(self) -> None:
+        self._values.clear()
