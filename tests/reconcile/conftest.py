@@ -17,6 +17,8 @@ from kubernetes.client.exceptions import ApiException
 
 from kgwe.cluster.client import ensure_namespace
 from kgwe.cluster.crds import install_crds
+from kgwe.policy.loader import load_repository
+from kgwe.reconcile.repository import RepositoryReconciler
 
 ENV = {
     "GIT_AUTHOR_NAME": "Human",
@@ -29,6 +31,7 @@ ENV = {
 SYSTEM_NS = "kgwe-system"
 MIG_NS = "gpu-operator"
 PR = ("kgwe.nvidia.io", "v1", SYSTEM_NS, "policyrepositories")  # group, version, namespace, plural
+SAMPLE = Path(__file__).resolve().parents[2] / "sample-repo"
 
 
 def git(cwd: Path, *args: str) -> str:
@@ -95,6 +98,29 @@ class PolicyRemote:
 
     def has_remote_main(self) -> bool:
         return bool(git(self.bare, "branch", "--list", "main"))
+
+
+class OfflineReconciler(RepositoryReconciler):
+    """The controller's planning with the cluster's mig-parted ConfigMap held in memory (no API reads)."""
+
+    def __init__(self, configs: dict | None = None) -> None:
+        super().__init__(client.ApiClient(), "kgwe-system", "sample", cache_dir=Path("/nonexistent"))
+        self.configs = dict(configs or {})
+
+    def _live_mig_configs(self, namespace: str, name: str) -> dict:
+        return dict(self.configs)
+
+
+@pytest.fixture
+def offline_reconciler() -> type[OfflineReconciler]:
+    return OfflineReconciler
+
+
+@pytest.fixture(scope="session")
+def sample_policy() -> Any:
+    ps = load_repository(SAMPLE)
+    assert not ps.errors
+    return ps
 
 
 @pytest.fixture(scope="session")

@@ -4,11 +4,10 @@ planned once per (policy, node facts, live configs), and any change to those inp
 from __future__ import annotations
 
 import shutil
-import subprocess
 from pathlib import Path
 
+import git
 import pytest
-from kubernetes import client
 
 from kgwe.cluster.inventory import facts_from_objects
 from kgwe.cluster.names import MIG_CONFIG_LABEL, ROLLOUT_REVISION_ANNOTATION
@@ -16,35 +15,18 @@ from kgwe.gitops.source import GitRef, GitSource
 from kgwe.policy.cluster_kinds import PolicyRepositorySpec
 from kgwe.policy.loader import load_repository
 from kgwe.reconcile.memo import Memo, fingerprint
-from kgwe.reconcile.repository import RepositoryReconciler
 
 SAMPLE = Path(__file__).resolve().parents[2] / "sample-repo"
-GIT_ENV = {
-    "GIT_AUTHOR_NAME": "t",
-    "GIT_AUTHOR_EMAIL": "t@x",
-    "GIT_COMMITTER_NAME": "t",
-    "GIT_COMMITTER_EMAIL": "t@x",
-    "HOME": "/tmp",
-    "PATH": "/usr/bin:/bin",
-}
 
 
-class Offline(RepositoryReconciler):
-    """The controller's planning with the cluster's mig-parted ConfigMap held in memory."""
-
-    def __init__(self, configs: dict | None = None) -> None:
-        super().__init__(client.ApiClient(), "kgwe-system", "sample", cache_dir=Path("/nonexistent"))
-        self.configs = configs or {}
-
-    def _live_mig_configs(self, namespace: str, name: str) -> dict:
-        return dict(self.configs)
+@pytest.fixture
+def policy(sample_policy):
+    return sample_policy
 
 
-@pytest.fixture(scope="module")
-def policy():
-    ps = load_repository(SAMPLE)
-    assert not ps.errors
-    return ps
+@pytest.fixture
+def rec(offline_reconciler):
+    return offline_reconciler()
 
 
 def nodes_of(ps) -> list[dict]:
@@ -64,8 +46,7 @@ def gpu_pod(node: str) -> dict:
     }
 
 
-def test_an_unchanged_policy_and_inventory_are_planned_once(policy):
-    rec = Offline()
+def test_an_unchanged_policy_and_inventory_are_planned_once(rec, policy):
     nodes = nodes_of(policy)
     first = rec.desired(policy, facts_from_objects(nodes, {}))
     again = rec.desired(policy, facts_from_objects(nodes_of(policy), {}))  # read again, equal
@@ -73,8 +54,7 @@ def test_an_unchanged_policy_and_inventory_are_planned_once(policy):
     assert again == first
 
 
-def test_any_changed_input_plans_again(policy):
-    rec = Offline()
+def test_any_changed_input_plans_again(rec, policy):
     nodes = nodes_of(policy)
     base = rec.desired(policy, facts_from_objects(nodes, {}))
     h100 = next(n["metadata"]["name"] for n in nodes if "h100" in n["metadata"]["name"])
@@ -111,8 +91,7 @@ def test_any_changed_input_plans_again(policy):
     assert rec._desired.misses == 7
 
 
-def test_quota_overrides_apply_on_a_kept_plan(policy):
-    rec = Offline()
+def test_quota_overrides_apply_on_a_kept_plan(rec, policy):
     facts = facts_from_objects(nodes_of(policy), {})
     before = rec.desired(policy, facts)
     quota = next(o for o in before.objects if o["kind"] == "ResourceQuota")
@@ -128,25 +107,19 @@ def test_quota_overrides_apply_on_a_kept_plan(policy):
     assert rec.desired(policy, facts) == before
 
 
-def git(cwd: Path, *args: str) -> str:
-    done = subprocess.run(["git", *args], cwd=cwd, env=GIT_ENV, check=True, capture_output=True, text=True)
-    return done.stdout.strip()
-
-
-def test_a_commit_is_loaded_and_validated_once(tmp_path):
+def test_a_commit_is_loaded_and_validated_once(rec, tmp_path):
     work = tmp_path / "work"
     shutil.copytree(SAMPLE, work)
-    git(work, "init", "-q", "-b", "main")
-    git(work, "add", "-A")
-    git(work, "commit", "-qm", "one")
-    first = git(work, "rev-parse", "HEAD")
+    repo = git.Repo.init(work, initial_branch="main")
+    author = git.Actor("t", "t@x")
+    repo.git.add("-A")
+    first = repo.index.commit("one", author=author, committer=author).hexsha
     (work / "scoring" / "default.yaml").write_text("kind: ScoringProfile\n")  # invalid: no metadata
-    git(work, "commit", "-qam", "two")
-    second = git(work, "rev-parse", "HEAD")
+    repo.git.add("-A")
+    second = repo.index.commit("two", author=author, committer=author).hexsha
     source = GitSource(str(work), GitRef(branch="main"), cache_dir=tmp_path / "cache", allow_local=True)
     source.fetch()
     spec = PolicyRepositorySpec.model_validate({"url": "https://git.example/policy.git"})
-    rec = Offline()
 
     good, errors = rec._load(source, first, spec)
     assert not errors

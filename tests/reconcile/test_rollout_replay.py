@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import random
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 import yaml
-from kubernetes import client
 
 from kgwe.cluster.inventory import facts_from_objects, inventory_document
 from kgwe.cluster.names import (
@@ -22,30 +20,15 @@ from kgwe.cluster.names import (
     ROLLOUT_REVISION_ANNOTATION,
 )
 from kgwe.cluster.nodes import format_time
-from kgwe.policy.loader import load_repository
-from kgwe.reconcile.repository import RepositoryReconciler, node_states
+from kgwe.reconcile.repository import node_states
 from kgwe.reconcile.rollout import plan_rollout, resolve_max_unavailable
 
-SAMPLE = Path(__file__).resolve().parents[2] / "sample-repo"
 START = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 
 
-class Offline(RepositoryReconciler):
-    """The controller's planning with the cluster's mig-parted ConfigMap held in memory."""
-
-    def __init__(self, configs: dict) -> None:
-        super().__init__(client.ApiClient(), "kgwe-system", "sample", cache_dir=Path("/nonexistent"))
-        self.configs = configs
-
-    def _live_mig_configs(self, namespace: str, name: str) -> dict:
-        return dict(self.configs)
-
-
-@pytest.fixture(scope="module")
-def policy():
-    ps = load_repository(SAMPLE)
-    assert not ps.errors
-    return ps
+@pytest.fixture
+def policy(sample_policy):
+    return sample_policy
 
 
 def h100_nodes(ps) -> list[dict]:
@@ -75,7 +58,7 @@ def rendered_configs(objects: list[dict]) -> dict:
     raise AssertionError("no mig-parted ConfigMap rendered")
 
 
-def replay(ps, seed: int, busy: int, max_steps: int = 80) -> dict[str, list[str]]:
+def replay(offline, ps, seed: int, busy: int, max_steps: int = 80) -> dict[str, list[str]]:
     rng = random.Random(seed)
     nodes = {n["metadata"]["name"]: n for n in h100_nodes(ps)}
     pods = {name: [whole_gpu_pod(name)] for name in sorted(nodes)[:busy]}
@@ -85,7 +68,7 @@ def replay(ps, seed: int, busy: int, max_steps: int = 80) -> dict[str, list[str]
     now = START
     for _ in range(max_steps):
         facts = facts_from_objects(list(nodes.values()), pods)
-        desired = Offline(configmap).desired(ps, facts)
+        desired = offline(configmap).desired(ps, facts)
         # sync: the ConfigMap is applied before any label may name one of its new configs
         configmap = rendered_configs(desired.objects)
         for name, node in nodes.items():
@@ -131,18 +114,18 @@ def replay(ps, seed: int, busy: int, max_steps: int = 80) -> dict[str, list[str]
 
 
 @pytest.mark.parametrize(("seed", "busy"), [(1, 0), (2, 1), (3, 2), (4, 3), (5, 3)])
-def test_each_node_is_relabelled_once_per_revision(policy, seed, busy):
-    relabels = replay(policy, seed, busy)
+def test_each_node_is_relabelled_once_per_revision(offline_reconciler, policy, seed, busy):
+    relabels = replay(offline_reconciler, policy, seed, busy)
     twice = {n: c for n, c in relabels.items() if len(c) > 1}
     assert not twice, f"relabelled more than once in one revision: {twice}"
     assert relabels, "the sample pool needs a change"
 
 
-def test_mid_apply_node_is_planned_at_its_target_even_with_a_hashed_config(policy):
+def test_mid_apply_node_is_planned_at_its_target_even_with_a_hashed_config(offline_reconciler, policy):
     """A node the MIG manager is applying a `kgwe-<hash>` config to counts with that config's layout."""
     nodes = h100_nodes(policy)
     facts = facts_from_objects(nodes, {})
-    desired = Offline({}).desired(policy, facts)
+    desired = offline_reconciler({}).desired(policy, facts)
     configs = rendered_configs(desired.objects)
     node, config = next(
         (n, c) for n, c in sorted(desired.node_configs.items()) if not c.startswith("kgwe-all-")
