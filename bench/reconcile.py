@@ -29,7 +29,7 @@ from pathlib import Path
 
 from kubernetes import client
 
-from kgwe.cluster.client import ensure_namespace
+from kgwe.cluster.client import ensure_namespace, list_items
 from kgwe.cluster.crds import install_crds
 from kgwe.cluster.names import MIG_STATE_LABEL
 from kgwe.gitops.webhook import sign
@@ -85,6 +85,20 @@ def mig_manager_reports_success(api: client.ApiClient, names: list[str]) -> None
         )
 
 
+def wait_until_settled(api: client.ApiClient, count: int, timeout_s: float = 300.0) -> float:
+    """Seconds until every fresh node carries the labels the cluster adds after creation (kubernetes.io
+    beta os/arch labels; on a loaded machine 1,250 nodes take minutes): a no-op is measured on a settled
+    cluster, not one whose nodes still change under it."""
+    core = client.CoreV1Api(api)
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout_s:
+        nodes = list_items(core.list_node, label_selector=f"kgwe.nvidia.io/pool={POOL}")
+        if sum(1 for n in nodes if "beta.kubernetes.io/os" in n["metadata"].get("labels", {})) >= count:
+            break
+        time.sleep(2)
+    return time.monotonic() - t0
+
+
 def writes(rec: RepositoryReconciler) -> float:
     return rec.metrics.writes.labels(POOL)._value.get() + rec.status_writes + rec.recorder.writes
 
@@ -107,6 +121,7 @@ def main() -> int:
         t0 = time.monotonic()
         gpunodes.create_gpu_nodes(api, "DGX-H100", names, workers=16, labels={"kgwe.nvidia.io/pool": POOL})
         print(f"created {count} DGX-H100 kwok nodes ({count * 8} GPUs) in {time.monotonic() - t0:.1f}s")
+        print(f"nodes settled (os/arch labels on all) after {wait_until_settled(api, count):.1f}s more")
 
         bare, work = tmp / "policy.git", tmp / "work"
         git(tmp, "init", "-q", "--bare", "-b", "main", str(bare))

@@ -5,24 +5,46 @@ only on that policy, the GPU nodes as read (labels, annotations, GPUs, the pods 
 and the live mig-parted configs. A no-op reconcile at fleet size spent most of its time redoing that work,
 so it is kept under a key covering every input. A key that misses an input would apply a stale plan, so
 the keys hash whole inputs, not chosen fields of them; a key that changes too often only costs the work.
+The one exception: Node annotations other components own (the TTL controller's, which follows the cluster's
+size, say), which no planning reads.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any, Generic, TypeVar
 
 import orjson
 
+from kgwe.cluster.inventory import GpuNodeFacts
+from kgwe.vocab import ANNOTATION_PREFIX
+
 V = TypeVar("V")
+
+# annotations of KGWE and the NVIDIA GPU Operator: the only ones planning may read
+_PLANNED_ANNOTATION_PREFIXES = (ANNOTATION_PREFIX, "nvidia.com/")
 
 
 def fingerprint(*parts: Any) -> str:
     """A digest of plain data (dicts, lists, dataclasses, strings, numbers); key order does not matter."""
     data = orjson.dumps(parts, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS, default=repr)
     return hashlib.sha256(data).hexdigest()
+
+
+def planned_facts(facts: Sequence[GpuNodeFacts]) -> list[GpuNodeFacts]:
+    """The node facts planning reads: all of them, but only KGWE's and the GPU Operator's annotations."""
+    return [
+        replace(
+            f,
+            annotations={
+                k: v for k, v in f.annotations.items() if k.startswith(_PLANNED_ANNOTATION_PREFIXES)
+            },
+        )
+        for f in facts
+    ]
 
 
 class Memo(Generic[V]):

@@ -45,7 +45,7 @@ from kgwe.gitops.commit_back import CommitBack
 from kgwe.gitops.gitcmd import GitAccess
 from kgwe.gitops.source import GitRef, GitSource, GitSourceError, Revision
 from kgwe.policy.cluster_kinds import PolicyRepositorySpec
-from kgwe.reconcile.memo import Memo, fingerprint
+from kgwe.reconcile.memo import Memo, fingerprint, planned_facts
 from kgwe.reconcile.metrics import ReconcileMetrics
 from kgwe.reconcile.rollout import (
     Action,
@@ -373,7 +373,7 @@ class RepositoryReconciler:
 
         options = replace(self.render_options or RenderOptions(), repository=self.repository_label)
         live_configs = self._live_mig_configs(options.mig_namespace, options.mig_config_name)
-        key = (id(ps), fingerprint(self.name, options, facts, live_configs))
+        key = (id(ps), fingerprint(self.name, options, planned_facts(facts), live_configs))
         # the value holds `ps`, so its id cannot be reused by another PolicySet while the key is kept
         held, computed = self._desired.get(
             key, lambda: (ps, self._plan_render(ps, facts, options, live_configs))

@@ -76,6 +76,13 @@ def test_any_changed_input_plans_again(rec, policy):
     rec.desired(policy, facts_from_objects(pinned, {}))
     assert rec._desired.misses == 4
 
+    # not an annotation another component owns (the TTL controller's follows the cluster's size)
+    foreign = nodes_of(policy)
+    foreign[0]["metadata"]["annotations"][ROLLOUT_REVISION_ANNOTATION] = base.revisions["inference-h100"]
+    foreign[0]["metadata"]["annotations"]["node.alpha.kubernetes.io/ttl"] = "15"
+    rec.desired(policy, facts_from_objects(foreign, {}))
+    assert rec._desired.misses == 4
+
     # the live mig-parted configs (the same nodes as just before)
     rec.configs = {"kgwe-extra": [{"devices": "all", "mig-enabled": False}]}
     rec.desired(policy, facts_from_objects(pinned, {}))
