@@ -1,4 +1,4 @@
-"""covering index for chargeback by team and namespace (groups stream from the index instead of a sort)
+"""SQLite: covering index for chargeback by team and namespace (groups stream from it instead of a sort)
 
 Revision ID: 0003
 Revises: 0002
@@ -17,8 +17,10 @@ depends_on = None
 
 
 def upgrade() -> None:
-    op.create_index(USAGE_GROUP_INDEX, "kgwe_usage", list(USAGE_GROUP_INDEX_COLUMNS))
+    if op.get_bind().dialect.name == "sqlite":  # see kgwe.cost.tables
+        op.create_index(USAGE_GROUP_INDEX, "kgwe_usage", list(USAGE_GROUP_INDEX_COLUMNS))
 
 
 def downgrade() -> None:
-    op.drop_index(USAGE_GROUP_INDEX, table_name="kgwe_usage")
+    if op.get_bind().dialect.name == "sqlite":
+        op.drop_index(USAGE_GROUP_INDEX, table_name="kgwe_usage")
