@@ -105,13 +105,20 @@ def replay_record(
     next_sample = 0.0
     tick = 0
 
+    # Shapes no node could take since the last departure: placements only take capacity away, so until the
+    # next departure they still fail, and filtering every node for them again is skipped.
+    known_failed: set[tuple] = set()
+
     def place(i: int, now: int) -> bool:
         nonlocal allocated, tick
         pod = pods[i]
         req = requests[pod.shape]
+        if req.shape in known_failed:
+            return False
         reason, score, best = cache.answer(rows, req, policy.profile)
         ok = reason == 0
         if not ok.any():
+            known_failed.add(req.shape)
             return False
         total = score
         if policy.profile.dynamic:  # RoundRobin / Random: the per-request part, as the extender adds it
@@ -129,6 +136,7 @@ def replay_record(
         return True
 
     def release(j: int, row: int) -> int:
+        known_failed.clear()
         table.allocate(row, requests[pods[j].shape], placed_at[j][2], sign=-1)
         node = table.nodes[row]
         return held(pods[j].shape, node.product if node else "")
