@@ -157,6 +157,7 @@ def _names_by_model() -> tuple[tuple[GPUModel, tuple[str, ...]], ...]:
     )
 
 
+@functools.lru_cache(maxsize=1024)  # a fleet repeats a few products on thousands of nodes
 def model_for_product(product: str) -> GPUModel | None:
     """The model a GFD `nvidia.com/gpu.product` value names exactly (case-insensitive), else None."""
     wanted = _normalize(product)
