@@ -36,6 +36,7 @@ from kgwe.cost.usage import NodeCapacity, Period, UsageInterval, buckets, from_e
 from kgwe.errors import KgweError
 
 DEFAULT_SQLITE = "kgwe-cost.db"
+_AGGREGATE_WORK_MEM = "64MB"  # PostgreSQL memory for chargeback's hashed GROUP BY (see _sum_by)
 _ANALYZE_AFTER_ROWS = 10_000  # a bulk insert at least this large refreshes PostgreSQL's planner statistics
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 
@@ -295,6 +296,11 @@ class CostStore:
         each key.
         """
         expanding = [bindparam(name, expanding=True) for name in params if isinstance(params[name], list)]
+        if self.dialect == "postgresql":
+            # The planner cannot estimate the overlap condition and guesses tens of thousands of groups
+            # (there are thousands): over the 4 MB default it sorts a million rows to disk instead of
+            # hashing them (3.8 s vs well under 1 s). Room for the hash, for this transaction only.
+            s.execute(text(f"SET LOCAL work_mem = '{_AGGREGATE_WORK_MEM}'"))
         if self.dialect != "sqlite" or indexed:
             listed = ", ".join(keys)
             query = text(f"SELECT {listed}, SUM({weight}) FROM kgwe_usage WHERE {where} GROUP BY {listed}")
