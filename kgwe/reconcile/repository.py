@@ -1,9 +1,11 @@
 """Reconcile one PolicyRepository: Git revision → load+validate → cluster inventory → plan+render → SSA
 diff/apply → prune → safe MIG rollout → status, Events, metrics, inventory snapshot committed back.
 
-What is kept between reconciles is only a cache (the Git mirror, the last snapshot hash): everything that
-matters — the applied inventory, the revisions, where each node's MIG rollout stands — is read back from
-the cluster, so any replica that becomes leader continues exactly where the previous one stopped.
+What is kept between reconciles is only a cache (the Git mirror, the last snapshot hash, the loaded
+revisions and the last desired state under keys covering all their inputs — kgwe.reconcile.memo):
+everything that matters — the applied inventory, the revisions, where each node's MIG rollout stands — is
+read back from the cluster, so any replica that becomes leader continues exactly where the previous one
+stopped.
 """
 
 from __future__ import annotations
