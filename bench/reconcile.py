@@ -107,7 +107,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="100 nodes instead of 1,250")
     parser.add_argument("--nodes", type=int)
-    parser.add_argument("--profile", action="store_true", help="print where the no-op reconcile spends time")
+    parser.add_argument(
+        "--profile", action="store_true", help="print where the no-op and the fleet-wide change spend time"
+    )
     args = parser.parse_args()
     count = args.nodes or (100 if args.quick else 1250)
 
@@ -170,10 +172,16 @@ def main() -> int:
         print(f"no-op reconcile: {noop.phase}, {noop_seconds:.2f}s, {noop_writes:.0f} writes")
 
         commit(work, "3g.40gb")
+        profiler = cProfile.Profile() if args.profile else None
         w0, c0, t0 = writes(rec), time.process_time(), time.perf_counter()
+        if profiler:
+            profiler.enable()
         change = rec.reconcile()
         fleet_cpu = time.process_time() - c0
         fleet_wall = time.perf_counter() - t0
+        if profiler:
+            profiler.disable()
+            pstats.Stats(profiler).sort_stats("tottime").print_stats(40)
         fleet_writes = writes(rec) - w0
         relabels = sum(1 for a in rec.last_plan.actions if a.kind == "relabel")
         print(
