@@ -295,7 +295,9 @@ class CostStore:
         a month-wide range is 2x slower). NULL keys are kept apart from any value by a flag column beside
         each key.
         """
-        expanding = [bindparam(name, expanding=True) for name in params if isinstance(params[name], list)]
+        expanding: list[Any] = [
+            bindparam(name, expanding=True) for name in params if isinstance(params[name], list)
+        ]
         if self.dialect == "postgresql":
             # The planner cannot estimate the overlap condition and guesses tens of thousands of groups
             # (there are thousands): over the 4 MB default it sorts a million rows to disk instead of

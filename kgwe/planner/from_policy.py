@@ -89,11 +89,12 @@ def _gpu_states(node, model: GPUModel, pinned: bool = False) -> list[GPUState]:
         if placed is None:
             raise KgweError(f"node {node.name} GPU {index}: {list(names)} do not fit on one {model.key}")
         held: list[tuple[str, int]] = []
-        want = Counter(busy)
-        for inst in placed:
-            if want[inst.profile] > 0:
-                want[inst.profile] -= 1
-                held.append(inst)
+        if busy:  # most GPUs hold nothing: no Counter for them
+            want = Counter(busy)
+            for inst in placed:
+                if want[inst.profile] > 0:
+                    want[inst.profile] -= 1
+                    held.append(inst)
         states.append(GPUState(node.name, index, model.key, placed, tuple(held), pinned=pinned))
     return states
 

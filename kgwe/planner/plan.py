@@ -91,7 +91,7 @@ def _validate(req: PoolRequest) -> tuple[dict[str, GPUModel], dict[str, int]]:
         if (gpu.node, gpu.index) in seen:
             raise KgweError(f"pool {req.name}: GPU {gpu.node}/{gpu.index} is listed twice")
         seen.add((gpu.node, gpu.index))
-        state = (gpu.model, gpu.layout, gpu.in_use)
+        state: tuple | None = (gpu.model, gpu.layout, gpu.in_use)
         try:
             if state in checked:
                 continue

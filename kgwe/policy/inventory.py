@@ -42,7 +42,7 @@ class GPUDeviceState(KgweModel):
         else:
             if self.busy:
                 raise ValueError("busy is for whole GPUs; with MIG enabled list the held instances in inUse")
-            missing = Counter(self.in_use) - Counter(self.mig)
+            missing = Counter(self.in_use) - Counter(self.mig) if self.in_use else None
             if missing:
                 raise ValueError(f"inUse names instances not in `mig`: {sorted(missing.elements())}")
         return self
