@@ -8,7 +8,7 @@ commit → applied latency through the signed webhook (excluding MIG manager del
 PolicyRepository reports the revision applied and the nodes relabelled).
 
 Last line: JSON with fleet_change_cpu_seconds, fleet_change_writes, noop_writes, noop_seconds,
-webhook_to_applied_seconds.
+noop_cpu_seconds, webhook_to_applied_seconds.
 """
 
 from __future__ import annotations
@@ -160,16 +160,21 @@ def main() -> int:
         print(f"after MIG success: {settled.phase}")
 
         profiler = cProfile.Profile() if args.profile else None
-        w0, t0 = writes(rec), time.perf_counter()
+        w0, t0, c0, plans = writes(rec), time.perf_counter(), time.process_time(), rec.plans_computed
         if profiler:
             profiler.enable()
         noop = rec.reconcile()
         noop_seconds = time.perf_counter() - t0
+        noop_cpu = time.process_time() - c0
+        replanned = rec.plans_computed - plans
         if profiler:
             profiler.disable()
             pstats.Stats(profiler).sort_stats("cumulative").print_stats(25)
         noop_writes = writes(rec) - w0
-        print(f"no-op reconcile: {noop.phase}, {noop_seconds:.2f}s, {noop_writes:.0f} writes")
+        print(
+            f"no-op reconcile: {noop.phase}, {noop_seconds:.2f}s wall, {noop_cpu:.2f}s CPU, "
+            f"{noop_writes:.0f} writes, planned again: {'yes' if replanned else 'no'}"
+        )
 
         commit(work, "3g.40gb")
         profiler = cProfile.Profile() if args.profile else None
@@ -245,6 +250,7 @@ def main() -> int:
         "fleet_change_writes": int(fleet_writes),
         "noop_writes": int(noop_writes),
         "noop_seconds": round(noop_seconds, 3),
+        "noop_cpu_seconds": round(noop_cpu, 3),
         "webhook_to_applied_seconds": round(webhook_seconds, 3),
     }
     print(json.dumps(result))

@@ -153,6 +153,11 @@ class RepositoryReconciler:
         self._loads: Memo[tuple[Any, list[str]]] = Memo(2)
         self._desired: Memo[tuple[Any, Desired]] = Memo(1)
 
+    @property
+    def plans_computed(self) -> int:
+        """How many times the desired state was planned and rendered (not taken from the last reconcile)."""
+        return self._desired.misses
+
     # -- reading ---------------------------------------------------------------------------------
     def read(self) -> dict | None:
         try:

@@ -50,7 +50,7 @@ def test_an_unchanged_policy_and_inventory_are_planned_once(rec, policy):
     nodes = nodes_of(policy)
     first = rec.desired(policy, facts_from_objects(nodes, {}))
     again = rec.desired(policy, facts_from_objects(nodes_of(policy), {}))  # read again, equal
-    assert rec._desired.misses == 1
+    assert rec.plans_computed == 1
     assert again == first
 
 
@@ -61,41 +61,41 @@ def test_any_changed_input_plans_again(rec, policy):
 
     # the busy set: a pod now holds a GPU of one node
     busy = rec.desired(policy, facts_from_objects(nodes, {h100: [gpu_pod(h100)]}))
-    assert rec._desired.misses == 2
+    assert rec.plans_computed == 2
     assert busy.inventory_doc != base.inventory_doc
 
     # a node label (here: the config the MIG manager was told to apply)
     relabelled = nodes_of(policy)
     relabelled[0]["metadata"]["labels"][MIG_CONFIG_LABEL] = "all-1g.10gb"
     rec.desired(policy, facts_from_objects(relabelled, {}))
-    assert rec._desired.misses == 3
+    assert rec.plans_computed == 3
 
     # an annotation (a node changed for the pool's current revision is pinned)
     pinned = nodes_of(policy)
     pinned[0]["metadata"]["annotations"][ROLLOUT_REVISION_ANNOTATION] = base.revisions["inference-h100"]
     rec.desired(policy, facts_from_objects(pinned, {}))
-    assert rec._desired.misses == 4
+    assert rec.plans_computed == 4
 
     # not an annotation another component owns (the TTL controller's follows the cluster's size)
     foreign = nodes_of(policy)
     foreign[0]["metadata"]["annotations"][ROLLOUT_REVISION_ANNOTATION] = base.revisions["inference-h100"]
     foreign[0]["metadata"]["annotations"]["node.alpha.kubernetes.io/ttl"] = "15"
     rec.desired(policy, facts_from_objects(foreign, {}))
-    assert rec._desired.misses == 4
+    assert rec.plans_computed == 4
 
     # the live mig-parted configs (the same nodes as just before)
     rec.configs = {"kgwe-extra": [{"devices": "all", "mig-enabled": False}]}
     rec.desired(policy, facts_from_objects(pinned, {}))
-    assert rec._desired.misses == 5
+    assert rec.plans_computed == 5
 
     # another revision: a PolicySet loaded again is another input, even with equal content
     rec.configs = {}
     rec.desired(load_repository(SAMPLE), facts_from_objects(nodes, {}))
-    assert rec._desired.misses == 6
+    assert rec.plans_computed == 6
 
     # and back to where it started: planned again (only the last desired state is kept), same result
     assert rec.desired(policy, facts_from_objects(nodes, {})) == base
-    assert rec._desired.misses == 7
+    assert rec.plans_computed == 7
 
 
 def test_quota_overrides_apply_on_a_kept_plan(rec, policy):
@@ -105,7 +105,7 @@ def test_quota_overrides_apply_on_a_kept_plan(rec, policy):
     namespace = quota["metadata"]["namespace"]
     rec.quota_overrides = {namespace: {"requests.nvidia.com/gpu": "0"}}
     after = rec.desired(policy, facts)
-    assert rec._desired.misses == 1
+    assert rec.plans_computed == 1
     capped = next(
         o for o in after.objects if o["kind"] == "ResourceQuota" and o["metadata"]["namespace"] == namespace
     )
