@@ -267,7 +267,11 @@ class ClusterIndex:
         held += [(req, None) for node, req, _ in self.assumed.values() if node == name]
         state = account(base, held, self.engine.table.topology_chooser)
         with self.engine.lock:
-            self.engine.table.upsert(state)
+            table = self.engine.table
+            row = table.rows.get(name)
+            if row is not None and table.nodes[row] == state:
+                return  # e.g. a bound pod's status update: the node's row (and every cached answer) stays
+            table.upsert(state)
 
     # ---- assumed pods ----------------------------------------------------------------------------------
     def assume(self, uid: str, node: str, req: PodRequest) -> None:
