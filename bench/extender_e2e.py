@@ -54,7 +54,7 @@ from kgwe.cluster.names import SCHEDULER_NAME
 from kgwe.render.render import DEFAULT_EXTENDER_URL
 from kgwe.testing.controlplane import ControlPlane, find_binaries, free_port
 from kgwe.testing.kgwe_scheduler import LocalScheduler, local_config, rendered_config_text
-from kgwe.testing.pki import write_mtls_dirs
+from kgwe.testing.pki import extender_tls_flags, write_mtls_dirs
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -347,14 +347,7 @@ def start_extender(
     extra += ["--all-pods"] if all_pods else []
     extra += ["--probe-listen", f"127.0.0.1:{probe_port}"]
     if server_dir is not None:
-        extra += [
-            "--tls-cert-file",
-            str(server_dir / "tls.crt"),
-            "--tls-key-file",
-            str(server_dir / "tls.key"),
-            "--client-ca-file",
-            str(server_dir / "ca.crt"),
-        ]
+        extra += extender_tls_flags(server_dir)
     proc = subprocess.Popen(
         [
             sys.executable,
