@@ -247,6 +247,13 @@ class ClusterIndex:
         uid = meta.get("uid")
         if not uid:
             return set()
+        node = (raw.get("spec") or {}).get("nodeName")
+        held = None if deleted or not node else pod_holds(raw)
+        entry = None
+        if held is not None and node:
+            entry = (node, (meta.get("creationTimestamp") or "", uid), held[0], held[1], pod_key(raw))
+            if uid not in self.assumed and self.pods.get(uid) == entry:
+                return set()  # a status update: what the pod holds, and where, is as it was
         touched = set()
         assumed = self.assumed.pop(uid, None)  # the watch has the pod bound (or gone): it counts from here
         if assumed is not None:
@@ -256,11 +263,8 @@ class ClusterIndex:
         if old is not None:
             self.by_node.get(old[0], set()).discard(uid)
             touched.add(old[0])
-        node = (raw.get("spec") or {}).get("nodeName")
-        held = None if deleted or not node else pod_holds(raw)
-        if held is not None and node:
-            key = (meta.get("creationTimestamp") or "", uid)
-            self.pods[uid] = (node, key, held[0], held[1], pod_key(raw))
+        if entry is not None:
+            self.pods[uid] = entry
             self.by_node.setdefault(node, set()).add(uid)
             touched.add(node)
         return touched

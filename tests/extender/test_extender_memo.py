@@ -85,6 +85,7 @@ def test_a_bind_and_a_deletion_change_the_answer_a_status_update_does_not() -> N
     assert orjson.loads(e.filter(body))["NodeNames"] == ["a"]
     idx.assumed.clear()  # only the bind below is to take the GPU
     idx._publish("a")
+    (free_gpu,) = [i for i, used in enumerate(e.node_view("a")["gpuUsedMilli"]) if used == 0]
     generation = e.table.generation
 
     bound = gpu_pod("u1", node="a")
@@ -96,6 +97,11 @@ def test_a_bind_and_a_deletion_change_the_answer_a_status_update_does_not() -> N
     bound["status"]["podIP"] = "10.0.0.7"  # what the kubelet reports next: nothing GPU accounting reads
     idx._pod_event("MODIFIED", bound)
     assert e.table.generation == generation
+
+    # the agent reports the pod on another GPU than the one assumed: the node is accounted again
+    bound["metadata"]["annotations"] = {"kgwe.nvidia.io/gpu-index": str((free_gpu + 1) % 8)}
+    idx._pod_event("MODIFIED", bound)
+    assert e.table.generation != generation and e.node_view("a")["gpuUsedMilli"][free_gpu] == 0
 
     idx._pod_event("DELETED", bound)
     assert orjson.loads(e.filter(body))["NodeNames"] == ["a"]
