@@ -33,6 +33,7 @@ UNKNOWN_NODE = "kgwe: node is not in the extender's index yet (no GPU informatio
 _UNRESOLVABLE_CODES = np.array([core.NO_GPU, core.PRODUCT, core.FAMILY, core.MEMORY, core.NO_TOPOLOGY])
 MIX_REFRESH_EVERY = 512  # GPU requests between refreshes of the fragmentation term's workload mix
 MEMO_ANSWERS = 64  # whole answers remembered while the table is unchanged (all forgotten on any change)
+MEMO_BYTES = 16 * 2**20  # and their reply bytes at most (5,000 failed nodes' sentences are ~0.4 MiB)
 REFERENCE_GBPS = 450.0  # H100 SXM NVLink per direction: the bandwidth that earns the full absolute score
 
 
@@ -96,6 +97,7 @@ class Engine:
         )  # NodeNames bytes -> (layout, names, rows, known)
         self._memo: dict[tuple, tuple] = {}  # _memo_key -> (names, answer...), valid at _memo_generation
         self._memo_generation = -1
+        self._memo_bytes = 0
         self.on_decision: Callable[[str, int], None] | None = None  # metrics hook (verb, failed nodes)
         # (pod uid, node, request) whenever filter leaves a GPU pod exactly one node: kube-scheduler will
         # bind it there, so the watch index counts it at once (called without self.lock held)
@@ -264,17 +266,20 @@ class Engine:
             return None
         if self._memo_generation != self.table.generation:
             self._memo.clear()
+            self._memo_bytes = 0
             self._memo_generation = self.table.generation
             return None
         entry = self._memo.get(key)
         return entry[1:] if entry is not None and entry[0] is names else None
 
-    def _memo_put(self, key: tuple | None, names: list[str], *answer) -> None:
-        if key is None or self._memo_generation != self.table.generation:
+    def _memo_put(self, key: tuple | None, names: list[str], reply: bytes, *answer) -> None:
+        if key is None or self._memo_generation != self.table.generation or len(reply) > MEMO_BYTES:
             return
-        if len(self._memo) >= MEMO_ANSWERS:
+        if len(self._memo) >= MEMO_ANSWERS or self._memo_bytes + len(reply) > MEMO_BYTES:
             self._memo.clear()
-        self._memo[key] = (names, *answer)  # the list object itself: id(names) alone could be reused
+            self._memo_bytes = 0
+        self._memo_bytes += len(reply)
+        self._memo[key] = (names, reply, *answer)  # the list object itself: id(names) alone could be reused
 
     def _filter(self, body: bytes) -> tuple[bytes, tuple[str, str, PodRequest] | None]:
         req, names, items, rows, known = self._parse(body)

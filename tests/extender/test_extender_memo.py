@@ -105,3 +105,15 @@ def test_a_bind_and_a_deletion_change_the_answer_a_status_update_does_not() -> N
 
     idx._pod_event("DELETED", bound)
     assert orjson.loads(e.filter(body))["NodeNames"] == ["a"]
+
+
+def test_remembered_answers_are_bounded_in_bytes(monkeypatch) -> None:
+    import kgwe.extender.engine as engine_module
+
+    e = two_nodes()
+    bodies = [args(gpu_pod("u", gpus=g), ["a", "b"]) for g in (1, 2, 6)]
+    small = len(e.filter(bodies[0])) + 1
+    monkeypatch.setattr(engine_module, "MEMO_BYTES", small)
+    answers = [e.filter(b) for b in bodies]
+    assert e._memo_bytes <= small and len(e._memo) <= 1
+    assert [e.filter(b) for b in bodies] == answers
