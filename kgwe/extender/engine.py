@@ -102,6 +102,10 @@ class Engine:
         # (pod uid, node, request) whenever filter leaves a GPU pod exactly one node: kube-scheduler will
         # bind it there, so the watch index counts it at once (called without self.lock held)
         self.on_assume: Callable[[str, str, PodRequest], None] | None = None
+        # True: filter only records a decision and flush_assumptions (called by the server after the
+        # reply is written, and first thing by every request) assumes it
+        self.defer_assumptions = False
+        self.deferred: list[tuple[str, str, PodRequest]] = []
         self._install_topology()
 
     def _install_topology(self) -> None:
@@ -238,16 +242,36 @@ class Engine:
     def filter(self, body: bytes) -> bytes:
         """ExtenderArgs bytes -> ExtenderFilterResult bytes. The decision holds the lock: row numbers
         resolved from names must not be reused by a node the watch thread adds meanwhile."""
+        self.flush_assumptions()
         with self.lock:
             reply, decided = self._filter(body)
         if decided is not None and self.on_assume is not None:
-            self.on_assume(*decided)
+            if self.defer_assumptions:
+                self.deferred.append(decided)
+            else:
+                self.on_assume(*decided)
         return reply
 
     def prioritize(self, body: bytes) -> bytes:
         """ExtenderArgs bytes -> HostPriorityList bytes (scores 0..10)."""
+        self.flush_assumptions()
         with self.lock:
             return self._prioritize(body)
+
+    def flush_assumptions(self) -> None:
+        """Make the assumptions of decisions already answered, and score the node each one changed for
+        the request shape just decided (the next pods are often of the same shape). With
+        `defer_assumptions` the server calls this right after writing the reply, off kube-scheduler's
+        scheduling cycle; every filter and prioritize calls it first, so no decision is ever made without
+        the assumptions of the decisions before it."""
+        while self.deferred:
+            uid, node, req = self.deferred.pop(0)
+            if self.on_assume is not None:
+                self.on_assume(uid, node, req)
+            with self.lock:
+                row = self.table.rows.get(node)
+                if row is not None:
+                    self.cache.answer(np.array([row]), req, self.profile_for(req))
 
     # ---- whole-answer memo ---------------------------------------------------------------------------
     def _memo_key(

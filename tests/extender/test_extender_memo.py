@@ -117,3 +117,24 @@ def test_remembered_answers_are_bounded_in_bytes(monkeypatch) -> None:
     answers = [e.filter(b) for b in bodies]
     assert e._memo_bytes <= small and len(e._memo) <= 1
     assert [e.filter(b) for b in bodies] == answers
+
+
+def test_a_deferred_assumption_is_made_before_the_next_decision() -> None:
+    """The server answers first and assumes right after; a request arriving before that still sees it."""
+    e, idx = cluster_with_one_free_gpu()
+    e.defer_assumptions = True
+    assert orjson.loads(e.filter(args(gpu_pod("u1"), ["a"])))["NodeNames"] == ["a"]
+    assert idx.assumed == {}  # not yet: the reply goes out first
+    reply = orjson.loads(e.filter(args(gpu_pod("u2"), ["a"])))
+    assert "u1" in idx.assumed and reply["NodeNames"] == []
+
+
+def test_flushing_assumes_and_rescores_the_node_for_that_shape() -> None:
+    e, idx = cluster_with_one_free_gpu()
+    e.defer_assumptions = True
+    e.filter(args(gpu_pod("u1"), ["a"]))
+    e.flush_assumptions()
+    assert "u1" in idx.assumed and e.deferred == []
+    row = e.table.rows["a"]
+    (versions, *_), *_ = e.cache._entries.values()
+    assert versions[row] == e.table.version[row]  # the next pod of this shape finds the node scored
