@@ -16,7 +16,11 @@ The extender runs as its own process in cluster mode (watches, kgwe-scoring abse
 profile, which decides in filter: one HTTP round trip per pod; --no-decide-in-filter: filter + prioritize).
 The latency phase also runs without the extender first: the same machine's floor, printed beside it.
 extender_cpu_ms_per_pod and apiserver_cpu_ms_per_pod_with / _without are CPU per pod in the latency phases
-(ratio_with_to_without: the apiserver's, with over without). The extender watches only the KGWE
+(apiserver_cpu_ratio_with_to_without: the apiserver's, with over without). ratio_with_to_without is
+pods_per_second_with / _without, and *_cpu_ms_per_pod_throughput_with / _without the extender's, the
+scheduler's and the apiserver's CPU per pod in the throughput phases (where the two CPUs are the limit).
+The extender serves HTTPS and requires kube-scheduler's client certificate, as deployed (a throw-away
+CA); --no-tls runs plain HTTP to show what mTLS costs. The extender watches only the KGWE
 scheduler's bound pods; --extender-all-pods runs it with the older every-bound-pod watch, for comparison,
 and --background-pods N adds N bound CPU-only pods (another scheduler's churn) beside each measured pod.
 
@@ -48,8 +52,9 @@ from extender import pct, schedstat, wait_port
 
 from kgwe.cluster.names import SCHEDULER_NAME
 from kgwe.render.render import DEFAULT_EXTENDER_URL
-from kgwe.testing.controlplane import ControlPlane, find_binaries
+from kgwe.testing.controlplane import ControlPlane, find_binaries, free_port
 from kgwe.testing.kgwe_scheduler import LocalScheduler, local_config, rendered_config_text
+from kgwe.testing.pki import extender_tls_flags, write_mtls_dirs
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -64,18 +69,23 @@ def kgwe_pod_body(name: str) -> dict:
 class Schedulers:
     """The default scheduler (the harness's) and the KGWE scheduler; at most one runs at a time."""
 
-    def __init__(self, cp: ControlPlane, extender_port: int, pids: dict) -> None:
+    def __init__(self, cp: ControlPlane, extender_port: int, pids: dict, client_dir: Path | None) -> None:
         self.cp = cp
         self.pids = pids
         config = local_config(
             rendered_config_text(DEFAULT_EXTENDER_URL),
             kubeconfig=cp.kubeconfig_path,
-            extender_url=f"http://127.0.0.1:{extender_port}",
+            extender_url=f"{'https' if client_dir else 'http'}://127.0.0.1:{extender_port}",
+            client_dir=client_dir,
             leader_elect=False,
             client_connection={
                 k: v for k, v in BASELINE_SCHEDULER["clientConnection"].items() if k != "kubeconfig"
             },
         )
+        if client_dir is None:  # --no-tls: plain HTTP, to see what mTLS costs
+            for ext in config.get("extenders") or []:
+                ext["enableHTTPS"] = False
+                ext.pop("tlsConfig", None)
         self.kgwe = LocalScheduler(cp.binaries, Path(cp.workdir) / "kgwe-scheduler", config)
 
     def stop(self) -> None:
@@ -329,10 +339,15 @@ def cpu_breakdown(pids: dict[str, int]) -> dict[str, tuple[int, float, float]]:
 
 
 def start_extender(
-    cp: ControlPlane, profiles: Path | None = None, all_pods: bool = False
+    cp: ControlPlane, probe_port: int, profiles: Path | None, all_pods: bool, server_dir: Path | None
 ) -> tuple[subprocess.Popen, int]:
+    """The extender as deployed (HTTPS with a required client certificate unless `server_dir` is None);
+    its plain probe port serves /readyz and /metrics to this script."""
     extra = ["--profiles", str(profiles)] if profiles else []
     extra += ["--all-pods"] if all_pods else []
+    extra += ["--probe-listen", f"127.0.0.1:{probe_port}"]
+    if server_dir is not None:
+        extra += extender_tls_flags(server_dir)
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -354,7 +369,7 @@ def start_extender(
     threading.Thread(target=lambda: [None for _ in proc.stderr], daemon=True).start()  # drain its log
     while time.monotonic() < deadline:
         try:
-            if urlopen(f"http://127.0.0.1:{port}/readyz").status == 200:
+            if urlopen(f"http://127.0.0.1:{probe_port}/readyz").status == 200:
                 return proc, port
         except OSError:
             time.sleep(0.2)
@@ -390,6 +405,11 @@ def main() -> int:
         default=0,
         help="latency phases: bound CPU-only pods created beside each measured pod (other schedulers' churn)",
     )
+    ap.add_argument(
+        "--no-tls",
+        action="store_true",
+        help="plain HTTP between kube-scheduler and the extender (deployed: HTTPS with client certificates)",
+    )
     ap.add_argument("--watch-bound", metavar="NS", help=argparse.SUPPRESS)  # the watcher child process
     ap.add_argument("--expect", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--kubeconfig", help=argparse.SUPPRESS)
@@ -415,9 +435,13 @@ def main() -> int:
             profiles.write_text(
                 json.dumps({"profiles": [{"name": "default", "default": True, "decideInFilter": False}]})
             )
-        ext, port = start_extender(cp, profiles, args.extender_all_pods)
+        server_dir = client_dir = None
+        if not args.no_tls:
+            server_dir, client_dir = write_mtls_dirs(Path(cp.workdir) / "extender-mtls")
+        probe = free_port()
+        ext, port = start_extender(cp, probe, profiles, args.extender_all_pods, server_dir)
         pids = {**cp.pids, "extender": ext.pid, "bench (creator)": os.getpid()}
-        schedulers = Schedulers(cp, port, pids)
+        schedulers = Schedulers(cp, port, pids, client_dir)
 
         def run_scheduler(with_extender: bool) -> None:
             schedulers.start(with_extender)
@@ -427,11 +451,11 @@ def main() -> int:
         without = throughput(cp, core, "bench-without", pods, schedulers, False)
         after = cpu_breakdown(pids)
         print(f"without extender: {without:.1f} pods/s ({pods} pods)", flush=True)
-        report_cpu(before, after, pods)
+        tp_without = report_cpu(before, after, pods)
         settle(core, "bench-without")
-        before, calls0 = cpu_breakdown(pids), extender_calls(port)
+        before, calls0 = cpu_breakdown(pids), extender_calls(probe)
         with_ext = throughput(cp, core, "bench-with", pods, schedulers, True)
-        after, calls1 = cpu_breakdown(pids), extender_calls(port)
+        after, calls1 = cpu_breakdown(pids), extender_calls(probe)
         print(
             f"with extender:    {with_ext:.1f} pods/s ({pods} pods); extender calls per pod: "
             + ", ".join(
@@ -439,7 +463,7 @@ def main() -> int:
             ),
             flush=True,
         )
-        report_cpu(before, after, pods)
+        tp_with = report_cpu(before, after, pods)
         settle(core, "bench-with")
         # both latency phases on the cluster the throughput phases left; the baseline first, so the fuller
         # cluster of the second phase counts against KGWE, not for it
@@ -458,11 +482,11 @@ def main() -> int:
         if args.background_pods:
             settle(core, "bench-latency-without-bg")
         run_scheduler(True)
-        calls0 = extender_calls(port)
+        calls0 = extender_calls(probe)
         lat, lat_sent, cpu_with = latency_phase(
             cp, core, "bench-latency", latency_pods, args.rate, pids, "with", args.background_pods
         )
-        calls1 = extender_calls(port)
+        calls1 = extender_calls(probe)
         print(
             "  extender calls per pod: "
             + ", ".join(
@@ -495,7 +519,23 @@ def main() -> int:
                 "extender_cpu_ms_per_pod": round(cpu_with.get("extender", 0.0), 2),
                 "apiserver_cpu_ms_per_pod_with": round(api_with, 2),
                 "apiserver_cpu_ms_per_pod_without": round(api_without, 2),
-                "ratio_with_to_without": round(api_with / api_without, 2) if api_without else None,
+                "apiserver_cpu_ratio_with_to_without": round(api_with / api_without, 2)
+                if api_without
+                else None,
+                "ratio_with_to_without": round(with_ext / without, 2) if without else None,
+                "tls": not args.no_tls,
+                **{
+                    f"{key}_cpu_ms_per_pod_throughput_{phase}": round(cpu.get(name, 0.0), 2)
+                    for phase, cpu, sched in (
+                        ("with", tp_with, "kgwe-scheduler"),
+                        ("without", tp_without, "kube-scheduler"),
+                    )
+                    for key, name in (
+                        ("extender", "extender"),
+                        ("scheduler", sched),
+                        ("apiserver", "kube-apiserver"),
+                    )
+                },
                 "extender_watch": "all bound pods" if args.extender_all_pods else "kgwe-scheduler pods",
                 "background_pods_per_pod": args.background_pods,
             }

@@ -110,6 +110,7 @@ class _Slots:
 class _Conn(asyncio.Protocol):
     __slots__ = (
         "buf",
+        "deadline",
         "draining",
         "handler",
         "headers",
@@ -144,6 +145,7 @@ class _Conn(asyncio.Protocol):
         self.buf = bytearray()
         self.transport: asyncio.Transport | None = None
         self.timer: asyncio.TimerHandle | None = None
+        self.deadline = 0.0
         self.pending: tuple[int, int, str, str, bool, dict[str, str] | None] | None = None
         self.loop = asyncio.get_running_loop()
 
@@ -174,12 +176,21 @@ class _Conn(asyncio.Protocol):
         return False
 
     def _arm(self, seconds: float) -> None:
-        if self.timer:
-            self.timer.cancel()
-        self.timer = self.loop.call_later(seconds, self._timeout)
+        """Move the connection's one deadline. The timer is rescheduled only when the deadline moves
+        earlier; a later deadline is checked when the timer fires (a keep-alive connection answering
+        thousands of requests a second would otherwise schedule and cancel two timers per request)."""
+        self.deadline = self.loop.time() + seconds
+        if self.timer is None or self.deadline < self.timer.when():
+            if self.timer is not None:
+                self.timer.cancel()
+            self.timer = self.loop.call_at(self.deadline, self._timeout)
 
     def _timeout(self) -> None:
+        self.timer = None
         if self.transport is None:
+            return
+        if self.loop.time() + 0.001 < self.deadline:  # the deadline moved later since the timer was set
+            self.timer = self.loop.call_at(self.deadline, self._timeout)
             return
         if self.draining:
             self.transport.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -69,8 +70,18 @@ class Metrics:
         )
 
 
+def _after_reply(engine: Engine) -> None:
+    """Make the decision's assumption once the reply is on its way (the next event-loop turn): the
+    bookkeeping then is not part of kube-scheduler's wait for the answer."""
+    try:
+        asyncio.get_running_loop().call_soon(engine.flush_assumptions)
+    except RuntimeError:  # called outside the server's loop
+        engine.flush_assumptions()
+
+
 def make_handler(engine: Engine, metrics: Metrics | None = None) -> Handler:
     metrics = metrics or Metrics()
+    engine.defer_assumptions = True
     engine.on_decision = lambda verb, failed: metrics.failed_nodes.inc(failed) if failed else None
     verbs = {"/filter": engine.filter, "/prioritize": engine.prioritize}
     observe = {v: metrics.latency.labels(v.strip("/")) for v in verbs}
@@ -96,6 +107,8 @@ def make_handler(engine: Engine, metrics: Metrics | None = None) -> Handler:
                 count(path[1:], 400)
                 return 400, error_body(str(exc)), JSON
             observe[path].observe(time.perf_counter() - t0)
+            if engine.deferred:
+                _after_reply(engine)
             count(path[1:], 200)
             return 200, reply, JSON
         if path.startswith("/debug/nodes/") and method == "GET":

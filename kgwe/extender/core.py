@@ -165,6 +165,11 @@ class NodeTable:
                 self.mig_free = np.concatenate([self.mig_free, extra], axis=1)
         return self.mig_names[profile]
 
+    @property
+    def generation(self) -> int:
+        """Changes whenever any row changes (every write bumps a row's version from this clock)."""
+        return self._clock
+
     def _bump(self, row: int) -> None:
         self._clock += 1
         self.version[row] = self._clock

@@ -14,6 +14,7 @@ from __future__ import annotations
 import threading
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Mapping
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -31,7 +32,12 @@ UNKNOWN_NODE = "kgwe: node is not in the extender's index yet (no GPU informatio
 # Failures no preemption can fix go to FailedAndUnresolvableNodes so kube-scheduler does not try.
 _UNRESOLVABLE_CODES = np.array([core.NO_GPU, core.PRODUCT, core.FAMILY, core.MEMORY, core.NO_TOPOLOGY])
 MIX_REFRESH_EVERY = 512  # GPU requests between refreshes of the fragmentation term's workload mix
+MEMO_ANSWERS = 64  # whole answers remembered while the table is unchanged (all forgotten on any change)
+MEMO_BYTES = 16 * 2**20  # and their reply bytes at most (5,000 failed nodes' sentences are ~0.4 MiB)
 REFERENCE_GBPS = 450.0  # H100 SXM NVLink per direction: the bandwidth that earns the full absolute score
+
+
+_STR = {str}  # the one element type NodeNames may hold (checked with set(map(type, names)): C speed)
 
 
 class WireError(RequestError):
@@ -52,7 +58,7 @@ def _parse_args(body: bytes) -> tuple[PodRequest, list[str], list | None]:
     names = args.get("NodeNames")
     nodes = args.get("Nodes")
     if names is not None:
-        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        if not isinstance(names, list) or (names and set(map(type, names)) != _STR):
             raise WireError("ExtenderArgs.NodeNames must be a list of strings")
         return req, names, None
     if nodes is not None:
@@ -89,10 +95,17 @@ class Engine:
         self._lists: OrderedDict[bytes, tuple] = (
             OrderedDict()
         )  # NodeNames bytes -> (layout, names, rows, known)
+        self._memo: dict[tuple, tuple] = {}  # _memo_key -> (names, answer...), valid at _memo_generation
+        self._memo_generation = -1
+        self._memo_bytes = 0
         self.on_decision: Callable[[str, int], None] | None = None  # metrics hook (verb, failed nodes)
         # (pod uid, node, request) whenever filter leaves a GPU pod exactly one node: kube-scheduler will
         # bind it there, so the watch index counts it at once (called without self.lock held)
         self.on_assume: Callable[[str, str, PodRequest], None] | None = None
+        # True: filter only records a decision and flush_assumptions (called by the server after the
+        # reply is written, and first thing by every request) assumes it
+        self.defer_assumptions = False
+        self.deferred: list[tuple[str, str, PodRequest]] = []
         self._install_topology()
 
     def _install_topology(self) -> None:
@@ -188,8 +201,7 @@ class Engine:
             if isinstance(args, dict) and "Pod" in args and args.get("Nodes") is None:
                 return parse_pod(args["Pod"]), hit[1], None, hit[2], hit[3]
         req, names, items = _parse_args(body)
-        get = self.table.rows.get
-        rows = np.array([get(n, -1) for n in names], dtype=np.int64)
+        rows = np.fromiter(map(self.table.rows.get, names, repeat(-1)), dtype=np.int64, count=len(names))
         known = rows >= 0
         # kube-scheduler's parallel filter can reorder the list every cycle: stop remembering lists (and
         # paying the check below) when they do not come back
@@ -230,27 +242,98 @@ class Engine:
     def filter(self, body: bytes) -> bytes:
         """ExtenderArgs bytes -> ExtenderFilterResult bytes. The decision holds the lock: row numbers
         resolved from names must not be reused by a node the watch thread adds meanwhile."""
+        self.flush_assumptions()
         with self.lock:
             reply, decided = self._filter(body)
         if decided is not None and self.on_assume is not None:
-            self.on_assume(*decided)
+            if self.defer_assumptions:
+                self.deferred.append(decided)
+            else:
+                self.on_assume(*decided)
         return reply
 
     def prioritize(self, body: bytes) -> bytes:
         """ExtenderArgs bytes -> HostPriorityList bytes (scores 0..10)."""
+        self.flush_assumptions()
         with self.lock:
             return self._prioritize(body)
 
+    def flush_assumptions(self) -> None:
+        """Make the assumptions of decisions already answered, and score the node each one changed for
+        the request shape just decided (the next pods are often of the same shape). With
+        `defer_assumptions` the server calls this right after writing the reply, off kube-scheduler's
+        scheduling cycle; every filter and prioritize calls it first, so no decision is ever made without
+        the assumptions of the decisions before it."""
+        while self.deferred:
+            uid, node, req = self.deferred.pop(0)
+            if self.on_assume is not None:
+                self.on_assume(uid, node, req)
+            with self.lock:
+                row = self.table.rows.get(node)
+                if row is not None:
+                    self.cache.answer(np.array([row]), req, self.profile_for(req))
+
+    # ---- whole-answer memo ---------------------------------------------------------------------------
+    def _memo_key(
+        self, verb: str, req: PodRequest, profile: Profile, names: list[str], items
+    ) -> tuple | None:
+        """Key of an answer that depends only on (request shape, profile, node list, table generation):
+        None when the profile adds a per-request term (RoundRobin / Random) or nodes came as objects."""
+        if items is not None or dynamic_term(profile, (), "", 0) is not None:
+            return None
+        return (verb, req.shape, req.soft_preferences, profile, id(names))
+
+    def _memo_get(self, key: tuple | None, names: list[str]) -> tuple | None:
+        """The remembered answer for `key`, if the table has not changed since (any node change,
+        assumption, bind or workload-mix refresh moves its generation and forgets every answer)."""
+        if key is None:
+            return None
+        if self._memo_generation != self.table.generation:
+            self._memo.clear()
+            self._memo_bytes = 0
+            self._memo_generation = self.table.generation
+            return None
+        entry = self._memo.get(key)
+        return entry[1:] if entry is not None and entry[0] is names else None
+
+    def _memo_put(self, key: tuple | None, names: list[str], reply: bytes, *answer) -> None:
+        if key is None or self._memo_generation != self.table.generation or len(reply) > MEMO_BYTES:
+            return
+        if len(self._memo) >= MEMO_ANSWERS or self._memo_bytes + len(reply) > MEMO_BYTES:
+            self._memo.clear()
+            self._memo_bytes = 0
+        self._memo_bytes += len(reply)
+        self._memo[key] = (names, reply, *answer)  # the list object itself: id(names) alone could be reused
+
     def _filter(self, body: bytes) -> tuple[bytes, tuple[str, str, PodRequest] | None]:
         req, names, items, rows, known = self._parse(body)
+        profile = self.profile_for(req)
+        key = self._memo_key("filter", req, profile, names, items)
+        hit = self._memo_get(key, names)
+        if hit is None:
+            tick = self.tick
+            reply, failed, only = self._filter_answer(req, names, items, rows, known, profile)
+            self._memo_put(key, names, reply, failed, only, self.tick - tick)
+        else:
+            reply, failed, only, ticks = hit
+            self.tick += ticks  # what RoundRobin profiles of other requests see stays the same
+        if failed is not None and self.on_decision:
+            self.on_decision("filter", failed)
+        decided = (req.uid, only, req) if req.uid and only is not None else None
+        return reply, decided
+
+    def _filter_answer(
+        self, req: PodRequest, names: list[str], items, rows: np.ndarray, known: np.ndarray, profile: Profile
+    ) -> tuple[bytes, int | None, str | None]:
+        """(reply, failed node count or None when not a GPU pod, the one node left or None)."""
         failed: dict[str, str] = {}
         unresolvable: dict[str, str] = {}
-        decided = None
+        only = None
+        failed_count = None
         if not req.wants_gpu:  # nothing for KGWE to decide
             passed = np.ones(len(names), dtype=bool)
         else:
             with self.lock:
-                profile = self.profile_for(req)
                 reason, score = self._evaluate(req, rows, known, profile)
                 passed = known & (reason == OK)
                 decide = profile.decide_in_filter and (req.shared or not req.soft_preferences)
@@ -273,11 +356,10 @@ class Engine:
             if not known.all():
                 for i in np.nonzero(~known)[0]:
                     failed[names[i]] = unresolvable[names[i]] = UNKNOWN_NODE
-            if self.on_decision:
-                self.on_decision("filter", len(failed))
+            failed_count = len(failed)
             passed = chosen
-            if req.uid and passed.sum() == 1:
-                decided = (req.uid, names[int(np.argmax(passed))], req)
+            if passed.sum() == 1:
+                only = names[int(np.argmax(passed))]
         if passed.all():
             ok_names, ok_items = names, items
         else:
@@ -291,20 +373,27 @@ class Engine:
             "FailedAndUnresolvableNodes": unresolvable,
             "Error": "",
         }
-        return orjson.dumps(reply), decided
+        return orjson.dumps(reply), failed_count, only
 
     def _prioritize(self, body: bytes) -> bytes:
-        req, names, _, rows, known = self._parse(body)
+        req, names, items, rows, known = self._parse(body)
         if not req.wants_gpu:
             return orjson.dumps([{"Host": n, "Score": 0} for n in names])
-        with self.lock:
-            profile = self.profile_for(req)
+        profile = self.profile_for(req)
+        key = self._memo_key("prioritize", req, profile, names, items)
+        hit = self._memo_get(key, names)
+        if hit is None:
             reason, score = self._evaluate(req, rows, known, profile)
             score = self._final_scores(profile, req, names, score)
-        ints = np.where(known & (reason == OK), np.clip(np.rint(score / 10.0), 0, MAX_PRIORITY), 0)
+            ints = np.where(known & (reason == OK), np.clip(np.rint(score / 10.0), 0, MAX_PRIORITY), 0)
+            reply = self._priority_json(names, ints.astype(np.int64))
+            self._memo_put(key, names, reply)
+        else:
+            reply = hit[0]
+            self.tick += 1  # as _final_scores would have
         if self.on_decision:
             self.on_decision("prioritize", 0)
-        return self._priority_json(names, ints.astype(np.int64))
+        return reply
 
     def _final_scores(
         self, profile: Profile, req: PodRequest, names: list[str], score: np.ndarray

@@ -1,15 +1,17 @@
 """Cluster mode: keep the engine's node table in step with the cluster through watches. This is the only
 place the extender talks to the API server, and never on the request path.
 
-Three list+watch loops (one thread each): Nodes; the bound Pods of the KGWE scheduler (fieldSelector
-`spec.schedulerName=kgwe-scheduler,spec.nodeName!=`); the `kgwe-scoring` ConfigMap. Pods placed by other
-schedulers are not watched: every pod update of the cluster would otherwise be encoded and sent to the
+Three list+watch loops (one thread each): Nodes; the Pods of the KGWE scheduler (fieldSelector
+`spec.schedulerName=kgwe-scheduler`), bound ones for accounting and pending ones for verifying decisions
+(one watch, not one per kind: a bind is then one MODIFIED event instead of a DELETED on one watch and an
+ADDED on another, each encoded and sent by the API server); the `kgwe-scoring` ConfigMap. Pods placed by
+other schedulers are not watched: every pod update of the cluster would otherwise be encoded and sent to the
 extender, whose decisions only need (1) KGWE's own pods in full (shares, MIG, which GPUs) and (2) which
 GPUs other pods hold on GPU nodes. (2) comes from the Node watch the extender already has: the node agent
 writes `kgwe.nvidia.io/gpu-pods` (GPU index -> pod, from the kubelet's PodResources), and a GPU held by a
 pod the index does not know counts as taken. Counts stay safe without it: kube-scheduler itself checks
 `nvidia.com/gpu` and MIG resources against each node's allocatable for every pod before the extender is
-asked. `scheduler_name=None` watches every bound pod instead (the extender configured into the default
+asked. `scheduler_name=None` watches every pod instead (the extender configured into the default
 scheduler, where GPU pods carry no scheduler name of their own).
 
 Each loop lists, remembers the list's resourceVersion, watches from it, and on
@@ -24,8 +26,8 @@ KGWE accounts, that is how a burst over-commits one GPU. So the engine reports e
 the pod bound (anywhere), the pod is decided again, or ASSUME_SECONDS pass without a bind (the pod was
 deleted, or a later scheduling step failed) — kube-scheduler's own assume cache, for the extender's view.
 
-Request bodies are not trusted to change that view: anyone who reaches the port can POST /filter. A fourth
-watch follows unbound GPU pods (fieldSelector spec.nodeName=), and a decision is assumed only for a pod
+Request bodies are not trusted to change that view: anyone who reaches the port can POST /filter. The pod
+watch also follows unbound GPU pods, and a decision is assumed only for a pod
 UID that watch has seen pending, with the same GPU request it saw; at most MAX_ASSUMED_PER_NODE per node.
 A decision that arrives before the watch shows its pod (the watches race) waits, bounded in number and
 time, and counts once the watch confirms it. The fragmentation term's workload mix is learned from the
@@ -57,11 +59,13 @@ ASSUME_SECONDS = 30.0  # an assumed pod not seen bound by then is forgotten
 FOREIGN_GPU = PodRequest(gpus=1)  # one whole GPU held by a pod the index does not watch
 
 
-def pod_field_selector(scheduler_name: str | None, *, bound: bool = True) -> str:
-    """The pods a watch of the index follows: bound (or, for confirming decisions, pending) ones, of
-    `scheduler_name` only unless None."""
-    node = "spec.nodeName!=" if bound else "spec.nodeName="
-    return f"spec.schedulerName={scheduler_name},{node}" if scheduler_name else node
+def pod_field_selector(scheduler_name: str | None, *, bound: bool | None = None) -> str:
+    """The pods of `scheduler_name` (every scheduler's if None): bound ones, pending ones, or (bound None,
+    the index's one pod watch) both."""
+    parts = [f"spec.schedulerName={scheduler_name}"] if scheduler_name else []
+    if bound is not None:
+        parts.append("spec.nodeName!=" if bound else "spec.nodeName=")
+    return ",".join(parts)
 
 
 MAX_ASSUMED_PER_NODE = 64  # more decisions than this for one node before a bind is seen: not plausible
@@ -81,7 +85,7 @@ class ClusterIndex:
     ) -> None:
         self.engine = engine
         self.pod_selector = pod_field_selector(scheduler_name)
-        self.pending_selector = pod_field_selector(scheduler_name, bound=False)
+        selector = {"field_selector": self.pod_selector} if self.pod_selector else {}
         self.namespace = namespace
         self.metrics = metrics
         self._api = api_client
@@ -101,7 +105,8 @@ class ClusterIndex:
         self.unconfirmed: OrderedDict[str, tuple[str, PodRequest, float]] = OrderedDict()
         self.clock: Callable[[], float] = time.monotonic
         engine.on_assume = self.assume
-        self._listed = {"nodes": False, "pods": False, "pending": False}
+        self._listed = {"nodes": False, "pods": False}
+        self._pod_list_kwargs = selector
         self.profile_error: str | None = None
 
     # ---- lifecycle -------------------------------------------------------------------------------------
@@ -117,15 +122,9 @@ class ClusterIndex:
             ("nodes", lambda **kw: core.list_node(**kw), self._apply_nodes, self._node_event),
             (
                 "pods",
-                lambda **kw: core.list_pod_for_all_namespaces(field_selector=self.pod_selector, **kw),
-                self._apply_pods,
-                self._pod_event,
-            ),
-            (
-                "pending",
-                lambda **kw: core.list_pod_for_all_namespaces(field_selector=self.pending_selector, **kw),
-                self._apply_pending,
-                self._pending_event,
+                lambda **kw: core.list_pod_for_all_namespaces(**self._pod_list_kwargs, **kw),
+                self._apply_all_pods,
+                self._any_pod_event,
             ),
             (
                 "scoring",
@@ -213,6 +212,20 @@ class ClusterIndex:
                 self._publish(name)
 
     # ---- pods --------------------------------------------------------------------------------------------
+    def _any_pod_event(self, typ: str, raw: dict) -> None:
+        """One event of the pod watch: the pending side first (a bind ends a pod's pending state, as does a
+        deletion), then, for a bound pod, the accounting side. An unbound pod's update or deletion never
+        touches accounting (so it cannot end an assumption: only a bind, a new decision or the expiry do)."""
+        self._pending_event(typ, raw)
+        if (raw.get("spec") or {}).get("nodeName"):
+            self._pod_event(typ, raw)
+
+    def _apply_all_pods(self, items: list[dict]) -> None:
+        """A listing of the pod watch: bound pods replace the accounting, pending ones the pending set."""
+        bound = [p for p in items if (p.get("spec") or {}).get("nodeName")]
+        self._apply_pending([p for p in items if not (p.get("spec") or {}).get("nodeName")])
+        self._apply_pods(bound)
+
     def _pod_event(self, typ: str, raw: dict) -> None:
         with self._mu:
             touched = self._set_pod(raw, deleted=typ == "DELETED")
@@ -234,6 +247,13 @@ class ClusterIndex:
         uid = meta.get("uid")
         if not uid:
             return set()
+        node = (raw.get("spec") or {}).get("nodeName")
+        held = None if deleted or not node else pod_holds(raw)
+        entry = None
+        if held is not None and node:
+            entry = (node, (meta.get("creationTimestamp") or "", uid), held[0], held[1], pod_key(raw))
+            if uid not in self.assumed and self.pods.get(uid) == entry:
+                return set()  # a status update: what the pod holds, and where, is as it was
         touched = set()
         assumed = self.assumed.pop(uid, None)  # the watch has the pod bound (or gone): it counts from here
         if assumed is not None:
@@ -243,11 +263,8 @@ class ClusterIndex:
         if old is not None:
             self.by_node.get(old[0], set()).discard(uid)
             touched.add(old[0])
-        node = (raw.get("spec") or {}).get("nodeName")
-        held = None if deleted or not node else pod_holds(raw)
-        if held is not None and node:
-            key = (meta.get("creationTimestamp") or "", uid)
-            self.pods[uid] = (node, key, held[0], held[1], pod_key(raw))
+        if entry is not None:
+            self.pods[uid] = entry
             self.by_node.setdefault(node, set()).add(uid)
             touched.add(node)
         return touched
@@ -267,7 +284,11 @@ class ClusterIndex:
         held += [(req, None) for node, req, _ in self.assumed.values() if node == name]
         state = account(base, held, self.engine.table.topology_chooser)
         with self.engine.lock:
-            self.engine.table.upsert(state)
+            table = self.engine.table
+            row = table.rows.get(name)
+            if row is not None and table.nodes[row] == state:
+                return  # e.g. a bound pod's status update: the node's row (and every cached answer) stays
+            table.upsert(state)
 
     # ---- assumed pods ----------------------------------------------------------------------------------
     def assume(self, uid: str, node: str, req: PodRequest) -> None:

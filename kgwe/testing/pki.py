@@ -155,6 +155,19 @@ def write_pki(directory: Path, valid_days: int = 7) -> PkiFiles:
     return files
 
 
+def extender_tls_flags(server_dir: Path) -> list[str]:
+    """`kgwe extender` flags serving HTTPS from a `write_mtls_dirs` server directory, client certificate
+    required."""
+    return [
+        "--tls-cert-file",
+        str(server_dir / "tls.crt"),
+        "--tls-key-file",
+        str(server_dir / "tls.key"),
+        "--client-ca-file",
+        str(server_dir / "ca.crt"),
+    ]
+
+
 def write_mtls_dirs(directory: Path) -> tuple[Path, Path]:
     """Two directories laid out as Kubernetes TLS Secrets mount them (tls.crt, tls.key, ca.crt): a serving
     identity for 127.0.0.1/localhost and a client identity, both signed by one fresh CA."""

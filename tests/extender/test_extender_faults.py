@@ -168,6 +168,33 @@ def test_slow_client_gets_408_and_is_disconnected(server) -> None:
     assert status_of(resp) == 408
 
 
+def test_keep_alive_deadlines_follow_each_request(server) -> None:
+    """One connection, one timer: after an answer the connection is idle (idle timeout, far longer than
+    the 1 s request timeout), so it outlives the request timeout; a request then started and not finished
+    still gets its 408 within the request timeout."""
+    good = b"POST /filter HTTP/1.1\r\nContent-Length: %d\r\n\r\n%s" % (len(GOOD), GOOD)
+    with socket.create_connection(server[:2], timeout=10) as s:
+        for _ in range(2):
+            s.sendall(good)
+            got = b""
+            while b"\r\n\r\n" not in got or len(got.partition(b"\r\n\r\n")[2]) < int(
+                re.search(rb"Content-Length: (\d+)", got).group(1)
+            ):
+                chunk = s.recv(65536)
+                assert chunk, "connection closed while idle"
+                got += chunk
+            assert status_of(got) == 200
+            time.sleep(1.5)  # idle past the request timeout: still open
+        started = time.monotonic()
+        s.sendall(b"POST /filter HTTP/1.1\r\nContent-Length: 100\r\n\r\n{")
+        tail = b""
+        while b"408" not in tail:
+            chunk = s.recv(65536)
+            assert chunk, "connection closed without the 408"
+            tail += chunk
+        assert time.monotonic() - started < 9
+
+
 @pytest.mark.parametrize(
     "payload,code",
     [

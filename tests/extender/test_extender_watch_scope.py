@@ -32,10 +32,45 @@ def with_holders(node: dict, holders: dict[int, str]) -> dict:
     return node
 
 
-def test_the_pod_watch_selects_bound_pods_of_the_kgwe_scheduler():
-    assert pod_field_selector("kgwe-scheduler") == "spec.schedulerName=kgwe-scheduler,spec.nodeName!="
-    assert pod_field_selector(None) == "spec.nodeName!="
-    assert ClusterIndex(Engine()).pod_selector == pod_field_selector("kgwe-scheduler")
+def test_the_pod_watch_selects_pods_of_the_kgwe_scheduler():
+    assert pod_field_selector("kgwe-scheduler") == "spec.schedulerName=kgwe-scheduler"
+    assert (
+        pod_field_selector("kgwe-scheduler", bound=True)
+        == "spec.schedulerName=kgwe-scheduler,spec.nodeName!="
+    )
+    assert pod_field_selector(None, bound=False) == "spec.nodeName="
+    assert pod_field_selector(None) == ""
+    assert ClusterIndex(Engine()).pod_selector == "spec.schedulerName=kgwe-scheduler"
+    assert ClusterIndex(Engine(), scheduler_name=None).pod_selector == ""
+
+
+def pending(name: str, gpus: int) -> dict:
+    p = pod(name, "", gpus)
+    del p["spec"]["nodeName"]
+    p["status"]["phase"] = "Pending"
+    return p
+
+
+def test_one_pod_watch_feeds_pending_and_bound_pods():
+    """A pod seen pending, decided (assumed), updated while pending, then bound: the update keeps the
+    assumption, the bind ends the pending state and counts the pod once."""
+    engine = Engine()
+    idx = ClusterIndex(engine)
+    idx._apply_nodes([node_manifest("a", machine("DGX-H100"))])
+    idx._apply_all_pods([pod("old", "a", 2), pending("new", 1)])
+    assert set(idx.pending) == {"uid-new"} and set(idx.pods) == {"uid-old"}
+    idx.assume("uid-new", "a", idx.pending["uid-new"])
+    assert sum(engine.node_view("a")["gpuUsedMilli"]) == 3000
+    updated = pending("new", 1)
+    updated["metadata"]["labels"] = {"touched": "yes"}
+    idx._any_pod_event("MODIFIED", updated)
+    assert "uid-new" in idx.assumed and sum(engine.node_view("a")["gpuUsedMilli"]) == 3000
+    idx._any_pod_event("MODIFIED", pod("new", "a", 1))
+    assert idx.pending == {} and idx.assumed == {} and set(idx.pods) == {"uid-old", "uid-new"}
+    assert sum(engine.node_view("a")["gpuUsedMilli"]) == 3000
+    idx._any_pod_event("DELETED", pod("new", "a", 1))
+    idx._any_pod_event("DELETED", pending("gone", 1))
+    assert set(idx.pods) == {"uid-old"} and sum(engine.node_view("a")["gpuUsedMilli"]) == 2000
 
 
 def test_gpus_held_by_unwatched_pods_count_as_taken():

@@ -20,7 +20,7 @@ from kgwe.render.render import RenderOptions, render
 from kgwe.resources import sample_repo_dir
 from kgwe.testing.controlplane import default_scheduler_config
 from kgwe.testing.extender_process import https_request, spawn_extender
-from kgwe.testing.pki import write_mtls_dirs
+from kgwe.testing.pki import extender_tls_flags, write_mtls_dirs
 
 pytestmark = pytest.mark.cluster
 
@@ -51,12 +51,7 @@ def mtls_extender(control_plane, namespace, tmp_path) -> Iterator[tuple[int, Pat
         str(control_plane.kubeconfig_path),
         "--namespace",
         namespace,
-        "--tls-cert-file",
-        str(server_dir / "tls.crt"),
-        "--tls-key-file",
-        str(server_dir / "tls.key"),
-        "--client-ca-file",
-        str(server_dir / "ca.crt"),
+        *extender_tls_flags(server_dir),
     )
     ca = client_dir / "ca.crt"
     eventually(lambda: https_status(port, ca, client_dir, "/readyz") == 200, "extender ready")

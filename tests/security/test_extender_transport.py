@@ -19,7 +19,7 @@ import pytest
 
 from kgwe.extender.app import MAX_REQUEST_BYTES as MAX_BODY
 from kgwe.testing.extender_process import https_request, spawn_extender
-from kgwe.testing.pki import write_mtls_dirs
+from kgwe.testing.pki import extender_tls_flags, write_mtls_dirs
 
 ROOT = Path(__file__).resolve().parents[2]
 INVENTORY = """\
@@ -49,12 +49,7 @@ def mtls_extender(tmp_path_factory, certs) -> Iterator[int]:
     proc, port = spawn_extender(
         "--inventory",
         inventory(tmp_path_factory.mktemp("ext-tls")),
-        "--tls-cert-file",
-        str(server_dir / "tls.crt"),
-        "--tls-key-file",
-        str(server_dir / "tls.key"),
-        "--client-ca-file",
-        str(server_dir / "ca.crt"),
+        *extender_tls_flags(server_dir),
     )
     yield port
     proc.terminate()
