@@ -101,7 +101,7 @@ def test_an_injected_xid_keeps_new_pods_off_that_gpu_until_it_recovers(
 
         core.create_namespaced_pod(namespace, gpu_pod("eight", node, 8, scheduler=KGWE))
         core.create_namespaced_pod(namespace, gpu_pod("one", node, 1, scheduler=KGWE))
-        assert eventually(lambda: bound("one", timeout=120), "the 1-GPU pod placed") == node
+        assert eventually(lambda: bound("one"), "the 1-GPU pod placed", timeout=120) == node
 
         def reasons() -> str | None:
             events = core.list_namespaced_event(namespace, field_selector="involvedObject.name=eight")
@@ -130,10 +130,7 @@ def test_an_injected_xid_keeps_new_pods_off_that_gpu_until_it_recovers(
         )
         core.create_namespaced_pod(namespace, gpu_pod("eight-again", node, 8, scheduler=KGWE))
         assert (
-            eventually(
-                lambda: bound("eight-again", timeout=120), "8-GPU pod placed after recovery", timeout=120
-            )
-            == node
+            eventually(lambda: bound("eight-again"), "8-GPU pod placed after recovery", timeout=120) == node
         )
     finally:
         scheduler.stop()
