@@ -213,3 +213,20 @@ def _profile():
     from kgwe.extender.profile import Profile
 
     return Profile()
+
+
+def test_the_inventory_snapshot_marks_unhealthy_gpus_for_the_planner() -> None:
+    from kgwe.cluster.inventory import facts_from_objects, inventory_document
+
+    faults = {1: annotation.GPUFault("XID79", "fallen off the bus", T0)}
+    node = {
+        "metadata": {
+            "name": "h1",
+            "labels": {"nvidia.com/gpu.count": "2", "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
+            "annotations": {annotation.ANNOTATION_KEY: annotation.encode(faults)},
+        }
+    }
+    doc = inventory_document(facts_from_objects([node], {}))
+    assert doc["spec"]["nodes"][0]["devices"] == [{"index": 1, "unhealthy": True}]
+    node["metadata"]["annotations"][annotation.ANNOTATION_KEY] = "{not json"
+    assert "devices" not in inventory_document(facts_from_objects([node], {}))["spec"]["nodes"][0]
