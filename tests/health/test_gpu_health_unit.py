@@ -230,3 +230,20 @@ def test_the_inventory_snapshot_marks_unhealthy_gpus_for_the_planner() -> None:
     assert doc["spec"]["nodes"][0]["devices"] == [{"index": 1, "unhealthy": True}]
     node["metadata"]["annotations"][annotation.ANNOTATION_KEY] = "{not json"
     assert "devices" not in inventory_document(facts_from_objects([node], {}))["spec"]["nodes"][0]
+
+
+def test_workload_pods_on_an_unhealthy_gpu_are_named() -> None:
+    from kgwe.workloads.status import unhealthy_placements
+
+    placed = [
+        {"pod": "train-0", "node": "n1", "gpus": [2, 3]},  # the agent's gpu-index annotation
+        {"pod": "train-1", "node": "n1", "gpus": []},  # known only from the node's gpu-pods annotation
+        {"pod": "train-2", "node": "n2", "gpus": []},  # GPUs unknown: not claimed
+    ]
+    faults = {"n1": {3: "XID79", 5: "ECCUncorrectable"}, "n2": {0: "XID48"}}
+    holders = {"n1": {5: "ml/train-1", 6: "ml/train-1"}, "n2": {}}
+    assert unhealthy_placements(placed, "ml", faults, holders) == [
+        "train-0 on n1 GPU 3 (XID79)",
+        "train-1 on n1 GPU 5 (ECCUncorrectable)",
+    ]
+    assert unhealthy_placements(placed, "ml", {"n1": {}}, holders) == []
