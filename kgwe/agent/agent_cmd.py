@@ -1,8 +1,10 @@
-"""Discover this node's GPUs and interconnect through NVML and publish them on the Node.
+"""Discover this node's GPUs, interconnect and GPU health through NVML and publish them on the Node.
 
 `kgwe agent --once --print` shows what NVML reports; `--fake-nvml NAME` replays a known topology instead
-of talking to a driver. Without --once the agent re-checks every --interval-seconds and patches the Node
-only when something changed.
+of talking to a driver (faults can be injected, see kgwe/topology/fake_nvml.py). Without --once the agent
+re-checks every --interval-seconds and patches the Node only when something changed. GPU health goes into
+the `kgwe.nvidia.io/gpu-health` annotation, the `GPUHealthy` Node condition, Events on every transition
+and, with --taint-when-all-unhealthy, a NoSchedule taint while every GPU of the Node is unhealthy.
 """
 
 from __future__ import annotations
@@ -12,14 +14,19 @@ import os
 import sys
 import time
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import orjson
 
+from kgwe.agent import health as gpu_health
 from kgwe.agent import node_state, podresources
 from kgwe.errors import KgweError
 from kgwe.topology import annotation, choice, discovery, known
+from kgwe.topology import health as health_annotation
+from kgwe.topology.health import GPUFault
+from kgwe.vocab import GPU_HEALTH_CONDITION, GPU_UNHEALTHY_TAINT
 
 # NCCL's inter-CPU bandwidth model (GB/s): Intel SKL, AMD Zen2, ARM (docs/facts/topology.md §2.1).
 _SYS_GBPS_BY_VENDOR = {"GenuineIntel": 10.0, "AuthenticAMD": 16.0}
@@ -44,6 +51,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="kubelet PodResources socket (skipped if absent)",
     )
     parser.add_argument("--interval-seconds", type=float, default=60.0, help="re-check period")
+    parser.add_argument(
+        "--recover-after-periods",
+        type=int,
+        default=3,
+        help="clean periods in a row before an unhealthy GPU counts as healthy again (default 3)",
+    )
+    parser.add_argument(
+        "--xid-hold-periods",
+        type=int,
+        default=10,
+        help="periods a critical XID event keeps its GPU unhealthy (default 10)",
+    )
+    parser.add_argument(
+        "--taint-when-all-unhealthy",
+        action="store_true",
+        help=f"taint the Node {GPU_UNHEALTHY_TAINT}:NoSchedule while every one of its GPUs is unhealthy",
+    )
+    parser.add_argument("--no-health", action="store_true", help="do not check or publish GPU health")
 
 
 @dataclass
@@ -51,6 +76,9 @@ class Observation:
     found: discovery.Discovery
     holders: dict[int, str] | None
     holders_note: str
+    faults: dict[int, GPUFault] | None = None  # None: health not checked
+    gpu_total: int = 0  # GPUs NVML counts, lost ones included
+    transitions: tuple[gpu_health.Transition, ...] = ()
 
 
 def _sys_gbps(cpuinfo: Path = Path("/proc/cpuinfo")) -> float:
@@ -64,21 +92,54 @@ def _sys_gbps(cpuinfo: Path = Path("/proc/cpuinfo")) -> float:
     return _ARM_SYS_GBPS if "CPU implementer" in text else 16.0
 
 
-def observe(args: argparse.Namespace) -> Observation:
-    """One discovery pass: NVML (real or replayed) and, when reachable, the kubelet's GPU holders."""
+def nvml_module(args: argparse.Namespace) -> Any:
+    """The NVML the agent talks to for its whole life: pynvml, or one FakeNvml replaying a topology."""
     if args.fake_nvml:
         from kgwe.topology.fake_nvml import FakeNvml
 
-        name = known.canonical_name(args.fake_nvml)
-        found = discovery.discover(
-            FakeNvml.for_known(name), name=name, sys_gbps=known.load(name).rates.sys_gbps
+        return FakeNvml.for_known(known.canonical_name(args.fake_nvml))
+    try:
+        import pynvml
+    except ImportError:  # pragma: no cover - nvidia-ml-py is a dependency
+        raise discovery.NoDriverError("no NVIDIA driver: nvidia-ml-py is not installed") from None
+    return pynvml
+
+
+class HealthCheck:
+    """The probe and the tracker, alive across periods (XID events arrive on one event set)."""
+
+    def __init__(self, nvml: Any, args: argparse.Namespace) -> None:
+        self.nvml = nvml
+        self.probe = gpu_health.Probe(nvml)
+        self.tracker = gpu_health.HealthTracker(
+            recover_after_periods=args.recover_after_periods, xid_hold_periods=args.xid_hold_periods
         )
-    else:
+        self._initialized = False
+
+    def check(self) -> tuple[dict[int, GPUFault], int, list[gpu_health.Transition]] | None:
+        """(faults, GPUs counted, transitions), or None when NVML could not be read at all this period."""
         try:
-            import pynvml
-        except ImportError:  # pragma: no cover - nvidia-ml-py is a dependency
-            raise discovery.NoDriverError("no NVIDIA driver: nvidia-ml-py is not installed") from None
-        found = discovery.discover(pynvml, name=args.node_name, sys_gbps=_sys_gbps())
+            if not self._initialized:
+                self.nvml.nvmlInit()  # held for the agent's life: the XID event set needs NVML up
+                self._initialized = True
+            samples = self.probe.sample()
+        except Exception as exc:  # NVMLError and whatever a driver does: report the rest, retry next time
+            print(f"kgwe agent: warning: GPU health not read: {exc}", file=sys.stderr)
+            return None
+        transitions = self.tracker.update(samples)
+        return self.tracker.faults(), len(samples), transitions
+
+
+def observe(
+    args: argparse.Namespace, nvml: Any | None = None, health: HealthCheck | None = None
+) -> Observation:
+    """One pass: discovery and health through NVML (real or replayed), and the kubelet's GPU holders."""
+    nvml = nvml if nvml is not None else nvml_module(args)
+    if args.fake_nvml:
+        name = known.canonical_name(args.fake_nvml)
+        found = discovery.discover(nvml, name=name, sys_gbps=known.load(name).rates.sys_gbps)
+    else:
+        found = discovery.discover(nvml, name=args.node_name, sys_gbps=_sys_gbps())
     holders: dict[int, str] | None = None
     socket = args.pod_resources_socket
     if socket and Path(socket.removeprefix("unix://")).exists():
@@ -87,7 +148,12 @@ def observe(args: argparse.Namespace) -> Observation:
         note = f"{len(holders)} GPU(s) held by pods (kubelet PodResources)"
     else:
         note = f"kubelet PodResources socket {socket} not present: GPU holders unknown"
-    return Observation(found, holders, note)
+    obs = Observation(found, holders, note)
+    checked = health.check() if health is not None else None
+    if checked is not None:
+        obs.faults, obs.gpu_total, transitions = checked
+        obs.transitions = tuple(transitions)
+    return obs
 
 
 def _core_api(kubeconfig: str | None):
@@ -98,23 +164,63 @@ def _core_api(kubeconfig: str | None):
     return client.CoreV1Api(api_client(kubeconfig))
 
 
-def publish(core: Any, node_name: str, obs: Observation) -> dict | None:
-    """Patch the Node's KGWE labels/annotations if they differ; returns the patch sent (None: no change)."""
+def publish(core: Any, node_name: str, obs: Observation, *, taint: bool = False) -> dict | None:
+    """Patch the Node's KGWE labels/annotations (and, with health, its condition and taint) where they
+    differ; returns the metadata patch sent (None: no change)."""
     from kubernetes.client.exceptions import ApiException
 
     try:
         node = core.read_node(node_name)
+        annotations: dict[str, str | None] = dict(
+            node_state.desired_annotations(obs.found.topology, obs.holders)
+        )
+        if obs.faults is not None:
+            annotations[health_annotation.ANNOTATION_KEY] = health_annotation.encode(obs.faults)
         patch = node_state.node_patch(
             node.metadata.labels,
             node.metadata.annotations,
             node_state.desired_labels(obs.found.topology),
-            node_state.desired_annotations(obs.found.topology, obs.holders),
+            annotations,
         )
         if patch is not None:
             core.patch_node(node_name, patch)
+        if obs.faults is not None:
+            now = datetime.now(UTC)
+            current = {c.type: c for c in (node.status.conditions or [])} if node.status else {}
+            old = current.get(GPU_HEALTH_CONDITION)
+            status_patch = node_state.condition_patch(
+                None if old is None else (old.status, old.reason, old.message, old.last_transition_time),
+                obs.faults,
+                now,
+            )
+            if status_patch is not None:
+                core.patch_node_status(node_name, status_patch)
+            taints = [t.to_dict() for t in (node.spec.taints or [])] if node.spec else []
+            all_sick = bool(obs.gpu_total) and len(obs.faults) >= obs.gpu_total
+            wanted = node_state.desired_taints(taints, taint and all_sick)
+            if wanted is not None:
+                core.patch_node(node_name, {"spec": {"taints": wanted}})
+            _record_transitions(core, node, obs.transitions)
     except ApiException as exc:
         raise KgweError(f"cannot update Node {node_name}: {exc.status} {exc.reason}") from None
     return patch
+
+
+def _record_transitions(core: Any, node: Any, transitions: tuple[gpu_health.Transition, ...]) -> None:
+    """One Event per GPU that changed verdict (Warning when it turned unhealthy), on the Node."""
+    if not transitions:
+        return
+    from kgwe.cluster.events import EventRecorder
+
+    recorder = EventRecorder(core.api_client, component="kgwe-agent")
+    involved = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": node.metadata.name, "uid": node.metadata.uid},
+    }
+    for t in transitions:
+        kind, reason = ("Normal", "GPUHealthy") if t.healthy else ("Warning", "GPUUnhealthy")
+        recorder.record(involved, kind, reason, f"GPU {t.index}: {t.reason}: {t.message}")
 
 
 def summary(obs: Observation) -> dict:
@@ -152,6 +258,12 @@ def summary(obs: Observation) -> dict:
         "gpu_holders": {str(k): v for k, v in (obs.holders or {}).items()},
         "holders_note": obs.holders_note,
         "annotation_bytes": len(annotation.encode(topo)),
+        "gpu_health": None
+        if obs.faults is None
+        else {
+            str(i): {"reason": f.reason, "message": f.message, "since": f.since.isoformat()}
+            for i, f in obs.faults.items()
+        },
         "warnings": list(obs.found.warnings),
     }
 
@@ -190,6 +302,9 @@ def render_text(obs: Observation) -> str:
         + (": " + ", ".join(f"GPU{k}={v}" for k, v in s["gpu_holders"].items()) if s["gpu_holders"] else "")
     )
     lines.append(f"annotation {annotation.ANNOTATION_KEY}: {s['annotation_bytes']} bytes")
+    if obs.faults is not None:
+        sick = [f"GPU{i} {f.reason}: {f.message}" for i, f in obs.faults.items()]
+        lines.append("GPU health: " + ("; ".join(sick) if sick else "all GPUs healthy"))
     lines += [f"warning: {w}" for w in s["warnings"]]
     return "\n".join(lines)
 
@@ -199,9 +314,11 @@ def run(args: argparse.Namespace) -> int:
     if publishing and not args.node_name:
         raise KgweError("no Node to publish on: pass --node-name or set NODE_NAME (or use --no-publish)")
     core = _core_api(args.kubeconfig) if publishing else None
+    nvml = nvml_module(args)
+    health = None if args.no_health else HealthCheck(nvml, args)
     while True:
         try:
-            obs = observe(args)
+            obs = observe(args, nvml, health)
         except discovery.NoDriverError:
             raise
         except KgweError as exc:
@@ -219,7 +336,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"kgwe agent: warning: {w}", file=sys.stderr)
         if core is not None:
             try:
-                patch = publish(core, args.node_name, obs)
+                patch = publish(core, args.node_name, obs, taint=args.taint_when_all_unhealthy)
                 changed = "updated" if patch else "unchanged"
                 print(f"kgwe agent: Node {args.node_name} {changed}", file=sys.stderr)
             except KgweError as exc:

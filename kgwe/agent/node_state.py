@@ -1,13 +1,17 @@
-"""What the agent wants on its Node (labels and annotations), and the minimal patch to get there. Pure."""
+"""What the agent wants on its Node (labels, annotations, the GPUHealthy condition, its taint), and the
+minimal patch to get there. Pure."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 
 import orjson
 
 from kgwe.topology import annotation, choice, known
+from kgwe.topology.health import GPUFault
 from kgwe.topology.model import NodeTopology
+from kgwe.vocab import GPU_HEALTH_CONDITION, GPU_UNHEALTHY_TAINT
 
 PREFIX = "kgwe.nvidia.io/"
 GPU_PODS_ANNOTATION = PREFIX + "gpu-pods"
@@ -58,3 +62,54 @@ def node_patch(
     if ann_diff:
         meta["annotations"] = ann_diff
     return {"metadata": meta}
+
+
+def health_condition(faults: Mapping[int, GPUFault]) -> tuple[str, str, str]:
+    """(status, reason, message) of the Node's GPUHealthy condition for these faults."""
+    if not faults:
+        return "True", "AllGPUsHealthy", "every GPU passes the agent's NVML health checks"
+    parts = [f"GPU {i}: {f.reason} since {f.since.strftime('%Y-%m-%dT%H:%M:%SZ')}" for i, f in faults.items()]
+    return "False", "GPUsUnhealthy", "; ".join(parts)[:1024]
+
+
+def condition_patch(
+    current: tuple[str | None, str | None, str | None, datetime | None] | None,
+    faults: Mapping[int, GPUFault],
+    now: datetime,
+) -> dict | None:
+    """A Node status patch setting GPUHealthy (conditions merge by type), or None when it already says so.
+
+    `current` is (status, reason, message, lastTransitionTime) of the existing condition, if any; the
+    transition time moves only when the status flips."""
+    status, reason, message = health_condition(faults)
+    if current is not None and current[:3] == (status, reason, message):
+        return None
+    since = current[3] if current is not None and current[0] == status and current[3] else now
+    stamp = since.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    condition = {
+        "type": GPU_HEALTH_CONDITION,
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "lastHeartbeatTime": now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "lastTransitionTime": stamp,
+    }
+    return {"status": {"conditions": [condition]}}
+
+
+def desired_taints(current: Sequence[Mapping], tainted: bool) -> list[dict] | None:
+    """The Node's full taint list with KGWE's gpu-unhealthy taint added or removed; None when unchanged.
+
+    Taints have no merge key, so the patch must carry the whole list (other owners' taints kept)."""
+    others = [
+        {k: v for k, v in t.items() if v is not None and k in ("key", "value", "effect", "time_added")}
+        for t in current
+        if t.get("key") != GPU_UNHEALTHY_TAINT
+    ]
+    have = any(t.get("key") == GPU_UNHEALTHY_TAINT for t in current)
+    if have == tainted:
+        return None
+    out = [{"timeAdded" if k == "time_added" else k: v for k, v in t.items()} for t in others]
+    if tainted:
+        out.append({"key": GPU_UNHEALTHY_TAINT, "value": "true", "effect": "NoSchedule"})
+    return out

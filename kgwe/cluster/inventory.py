@@ -33,6 +33,8 @@ from kgwe.cluster.names import (
     TOPOLOGY_ANNOTATION,
 )
 from kgwe.cluster.nodes import attempt_stamp, gpu_pods_by_node, parse_time, pod_gpu_requests
+from kgwe.errors import KgweError
+from kgwe.topology import health
 from kgwe.topology.annotation import topology_name
 
 GPU_NODE_SELECTOR = "nvidia.com/gpu.present=true"
@@ -51,6 +53,14 @@ class GpuNodeFacts:
     gpu_pods: list[str] = field(default_factory=list)  # namespace/name
     whole_gpus_in_use: int = 0
     mig_in_use: Counter = field(default_factory=Counter)  # profile -> instances held
+
+    @property
+    def unhealthy_gpus(self) -> frozenset[int]:
+        """GPU indices the agent's gpu-health annotation lists (none when it is absent or malformed)."""
+        try:
+            return frozenset(health.decode(self.annotations.get(health.ANNOTATION_KEY)))
+        except KgweError:
+            return frozenset()
 
     @property
     def mig_config(self) -> str | None:
@@ -173,9 +183,12 @@ def inventory_document(
         layouts = _current_layouts(f, mig_configs or {}) or [None] * f.gpus
         in_use = Counter(f.mig_in_use)
         whole_busy = f.whole_gpus_in_use
+        sick = f.unhealthy_gpus
         devices = []
         for index, layout in enumerate(layouts):
             device: dict[str, Any] = {"index": index}
+            if index in sick:
+                device["unhealthy"] = True
             if layout is None:
                 if whole_busy > 0:
                     device["busy"] = True

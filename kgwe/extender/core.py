@@ -593,6 +593,15 @@ class ShapeCache:
 
 def describe(code: int, table: NodeTable, row: int, req: PodRequest) -> str:
     """The sentence for a failed node (shown by kube-scheduler in the pod's FailedScheduling event)."""
+    sentence = _describe(code, table, row, req)
+    node = table.nodes[row] if 0 <= row < len(table.nodes) else None
+    if node is not None and node.unhealthy and code in (WHOLE, SHARE, MIG, TOPOLOGY):
+        sick = ", ".join(f"GPU {i} ({reason})" for i, reason in sorted(node.unhealthy.items()))
+        sentence += f"; unhealthy, not used: {sick}"
+    return sentence
+
+
+def _describe(code: int, table: NodeTable, row: int, req: PodRequest) -> str:
     node = table.nodes[row] if 0 <= row < len(table.nodes) else None
     free = table.gpu_free[row] if node is not None else None
     gpus = int(table.gpu_count[row]) if node is not None else 0

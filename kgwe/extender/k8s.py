@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 
 from kgwe.agent.node_state import GPU_PODS_ANNOTATION
+from kgwe.errors import KgweError
 from kgwe.extender.nodes import NodeState
 from kgwe.extender.request import (
     ANN,
@@ -29,6 +30,7 @@ from kgwe.extender.request import (
     memory_mib,
     parse_pod,
 )
+from kgwe.topology import health
 
 ANN_GPU_INDEX = ANN + "gpu-index"
 ANN_TOPOLOGY = ANN + "topology"
@@ -80,6 +82,7 @@ def node_state(node: Mapping, decode_topology: Decoder | None = None) -> NodeSta
     except ValueError:
         priority = 0.0
     return NodeState(
+        unhealthy=unhealthy_gpus(ann),
         name=str(meta.get("name", "")),
         gpus=min(gpus, 16),
         product=labels.get(LABEL_PRODUCT, ""),
@@ -92,6 +95,15 @@ def node_state(node: Mapping, decode_topology: Decoder | None = None) -> NodeSta
         labels=labels,
         **kwargs,
     )
+
+
+def unhealthy_gpus(annotations: Mapping) -> dict[int, str]:
+    """GPU index -> reason from the agent's gpu-health annotation; {} when absent or malformed (a broken
+    annotation is the agent's bug, not a sick GPU: the node stays as schedulable as it was before)."""
+    try:
+        return {i: f.reason for i, f in health.decode(annotations.get(health.ANNOTATION_KEY)).items()}
+    except KgweError:
+        return {}
 
 
 def gpu_holders(node: Mapping) -> dict[int, str]:
@@ -145,9 +157,14 @@ def account(
     pods: Iterable[tuple[PodRequest, tuple[int, ...] | None]],
     choose_whole: Callable[[object, frozenset, int], Sequence[int] | None] | None = None,
 ) -> NodeState:
-    """The node's state with these bound pods (in creation order) applied."""
-    used = [0] * base.gpus
+    """The node's state with these bound pods (in creation order) applied. An unhealthy GPU counts as taken
+    whole, and its MIG instances (known from the topology annotation) as not there."""
+    used = [1000 if i in base.unhealthy else 0 for i in range(base.gpus)]
     mig = dict(base.mig_free)
+    for gpu in getattr(base.topology, "gpus", ()):
+        if gpu.index in base.unhealthy:
+            for device in gpu.mig_devices:
+                mig[device.profile] = mig.get(device.profile, 0) - 1
     cpu = mem = 0
     for req, indices in pods:
         cpu += req.cpu_milli
@@ -185,4 +202,5 @@ def account(
         priority=base.priority,
         topology=base.topology,
         labels=base.labels,
+        unhealthy=base.unhealthy,
     )

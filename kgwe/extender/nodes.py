@@ -27,6 +27,7 @@ class NodeState:
     priority: float = 0.0  # 0..100, label kgwe.nvidia.io/node-priority (Priority strategy)
     topology: object | None = None  # kgwe.topology NodeTopology, opaque to the scoring core
     labels: Mapping[str, str] = field(default_factory=dict)
+    unhealthy: Mapping[int, str] = field(default_factory=dict)  # GPU index -> reason (agent's gpu-health)
 
     def __post_init__(self) -> None:
         if len(self.gpu_used_milli) < self.gpus:

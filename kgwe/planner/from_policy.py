@@ -76,12 +76,14 @@ def _gpu_states(node, model: GPUModel, pinned: bool = False) -> list[GPUState]:
         if isinstance(implied, list) or implied is None:
             layouts = [None if implied is None else list(implied)] * node.gpus
     in_use = node.in_use()
+    sick = node.unhealthy_gpus()
     for index in range(node.gpus):
         names = layouts[index]
         busy = in_use[index]
+        keep = pinned or index in sick  # an unhealthy GPU keeps what it has: nothing is planned onto it
         if names is None or not model.mig_capable:
             whole = busy == ("gpu",) or bool(busy)
-            states.append(GPUState(node.name, index, model.key, None, (), whole, pinned))
+            states.append(GPUState(node.name, index, model.key, None, (), whole, keep))
             continue
         for name in names:
             model.profile(name)  # clear error for a profile this model does not have
@@ -95,7 +97,7 @@ def _gpu_states(node, model: GPUModel, pinned: bool = False) -> list[GPUState]:
                 if want[inst.profile] > 0:
                     want[inst.profile] -= 1
                     held.append(inst)
-        states.append(GPUState(node.name, index, model.key, placed, tuple(held), pinned=pinned))
+        states.append(GPUState(node.name, index, model.key, placed, tuple(held), pinned=keep))
     return states
 
 

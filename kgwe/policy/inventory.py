@@ -13,6 +13,8 @@ Per node:
                 mig     current MIG instances (profile names); omitted/null = MIG disabled; [] = enabled, none
                 inUse   MIG instances held by running pods (a sub-multiset of `mig`)
                 busy    the whole GPU is held by a pod (only with MIG disabled)
+                unhealthy  the agent reports the GPU unhealthy (kgwe.nvidia.io/gpu-health): the MIG planner
+                        leaves its layout as it is and plans nothing onto it
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ class GPUDeviceState(KgweModel):
     mig: list[str] | None = None
     in_use: list[str] = Field(default_factory=list)
     busy: bool = False
+    unhealthy: bool = False
 
     @model_validator(mode="after")
     def _consistent(self) -> GPUDeviceState:
@@ -75,6 +78,10 @@ class InventoryNode(KgweModel):
         for d in self.devices:
             out[d.index] = None if d.mig is None else tuple(d.mig)
         return out
+
+    def unhealthy_gpus(self) -> frozenset[int]:
+        """GPU indices the agent reports unhealthy."""
+        return frozenset(d.index for d in self.devices if d.unhealthy)
 
     def in_use(self) -> list[tuple[str, ...]]:
         """Per GPU index: instances held by pods ("gpu" stands for a whole busy GPU)."""

@@ -8,13 +8,34 @@ ends at a switch (remote device type SWITCH, remote PCI id of the switch), as on
 
 Quirks can be switched on to exercise the discovery's handling of them: a GPU lost from the bus, NVLinks
 down (fabric manager not running), NVSwitches invisible in a VM, MIG instances and a pending MIG change.
+
+Faults can be injected to exercise the agent's health checks (docs/gpu-health.md), from the `faults`
+argument, the environment variable KGWE_FAKE_NVML_FAULTS, or the file named by KGWE_FAKE_NVML_FAULTS_FILE
+(re-read on every call, so a test can inject and clear faults while the agent runs). The syntax is entries
+separated by `,` or `;` or newlines, each `GPU:KIND[=VALUE][@SECONDS]` (SECONDS after the FakeNvml was
+created):
+
+  xid=N           one XID event (nvmlEventTypeXidCriticalError) on that GPU
+  ecc=N           N volatile uncorrectable ECC errors (nvmlDeviceGetTotalEccErrors)
+  remap-pending   a row remapping pending (nvmlDeviceGetRemappedRows isPending)
+  remap-failure   a row remapping failed (failureOccurred)
+  retired-pending retired pages pending (nvmlDeviceGetRetiredPagesPendingStatus)
+  thermal         HW thermal slowdown in nvmlDeviceGetCurrentClocksEventReasons
+  power-brake     HW power brake slowdown
+  nvlink=N        every NVLink's CRC/replay counters rise by N per read
+  lost            every call on that GPU fails with NVML_ERROR_GPU_IS_LOST (fallen off the bus)
+
+e.g. KGWE_FAKE_NVML_FAULTS="3:xid=79@10,3:lost@10,1:ecc=2".
 """
 
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Iterable, Mapping
+import os
+import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pynvml
@@ -57,6 +78,65 @@ def _bus_fields(bus_id: str) -> tuple[int, int, int]:
     return int(dom, 16), int(bus, 16), int(devfn.split(".")[0], 16)
 
 
+FAULTS_ENV = "KGWE_FAKE_NVML_FAULTS"
+FAULTS_FILE_ENV = "KGWE_FAKE_NVML_FAULTS_FILE"
+FAULT_KINDS = (
+    "xid",
+    "ecc",
+    "remap-pending",
+    "remap-failure",
+    "retired-pending",
+    "thermal",
+    "power-brake",
+    "nvlink",
+    "lost",
+)
+_MAX_FAULT_TEXT = 64 * 1024
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One injected fault: on GPU `gpu`, `kind` (with `value`) from `after_seconds` on."""
+
+    gpu: int
+    kind: str
+    value: int = 1
+    after_seconds: float = 0.0
+
+
+def parse_faults(text: str) -> list[Fault]:
+    """`GPU:KIND[=VALUE][@SECONDS]` entries separated by `,` `;` or newlines; ValueError names a bad one."""
+    if len(text) > _MAX_FAULT_TEXT:
+        raise ValueError(f"fault list longer than {_MAX_FAULT_TEXT} characters")
+    faults: list[Fault] = []
+    for raw in text.replace(";", ",").replace("\n", ",").split(","):
+        entry = raw.strip()
+        if not entry or entry.startswith("#"):
+            continue
+        try:
+            gpu, _, rest = entry.partition(":")
+            rest, _, after = rest.partition("@")
+            kind, _, value = rest.partition("=")
+            fault = Fault(int(gpu), kind.strip(), int(value) if value else 1, float(after) if after else 0.0)
+        except ValueError:
+            raise ValueError(f"fault {entry!r}: expected GPU:KIND[=VALUE][@SECONDS]") from None
+        if fault.kind not in FAULT_KINDS:
+            raise ValueError(f"fault {entry!r}: kind {fault.kind!r} is not one of {', '.join(FAULT_KINDS)}")
+        faults.append(fault)
+    return faults
+
+
+@dataclass(frozen=True)
+class _EventData:
+    """What nvmlEventSetWait returns: the fields of pynvml's c_nvmlEventData_t."""
+
+    device: object
+    eventType: int
+    eventData: int
+    gpuInstanceId: int = 0xFFFFFFFF
+    computeInstanceId: int = 0xFFFFFFFF
+
+
 @dataclass(frozen=True)
 class _Handle:
     """Opaque device handle, like pynvml's c_nvmlDevice_t."""
@@ -81,15 +161,23 @@ class FakeNvml:
         mig: Mapping[int, Iterable[tuple[str, int]]] | None = None,
         mig_pending: Iterable[int] = (),
         no_driver: bool = False,
+        faults: Iterable[Fault] | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._topo = topo
+        self._faults = list(faults) if faults is not None else None
+        self._clock = clock
+        self._born = clock()
+        self._delivered: set[Fault] = set()  # XID events already handed out
+        self._event_sets: dict[int, set[int]] = {}  # id(event set) -> registered GPU indices
+        self._nvlink_reads: dict[tuple[int, int, int], int] = {}
         self._lost = frozenset(lost)
         self._nvlink_down = nvlink_down
         self._hidden_switches = hidden_switches
         self._no_driver = no_driver
         self._mig = {int(k): list(v) for k, v in (mig or {}).items()}
         self._mig_pending = frozenset(mig_pending)
-        self._initialized = False
+        self._initialized = 0  # NVML counts nvmlInit calls; each nvmlShutdown undoes one
         self._switches = max(nvswitches, 1 if any(g.nvswitch_links for g in topo.gpus) else 0)
         self._links = [self._link_table(pos) for pos in range(topo.size)]
         self._instances: dict[
@@ -125,7 +213,26 @@ class FakeNvml:
             raise _err(pynvml.NVML_ERROR_UNINITIALIZED)
         if not isinstance(handle, _Handle):
             raise ctypes.ArgumentError("argument 1: wrong type")
+        if self._active(handle.index, "lost"):
+            raise _err(pynvml.NVML_ERROR_GPU_IS_LOST)
         return self._topo.position(handle.index)
+
+    def active_faults(self) -> list[Fault]:
+        """The injected faults whose time has come (argument, else the file, else the environment)."""
+        if self._faults is not None:
+            faults = self._faults
+        elif path := os.environ.get(FAULTS_FILE_ENV):
+            try:
+                faults = parse_faults(Path(path).read_text()[:_MAX_FAULT_TEXT])
+            except (OSError, ValueError):
+                faults = []  # a missing or half-written file injects nothing this call
+        else:
+            faults = parse_faults(os.environ.get(FAULTS_ENV, ""))
+        now = self._clock() - self._born
+        return [f for f in faults if f.after_seconds <= now]
+
+    def _active(self, gpu: int, kind: str) -> list[Fault]:
+        return [f for f in self.active_faults() if f.gpu == gpu and f.kind == kind]
 
     def _gpu(self, handle: _Handle):
         return self._topo.gpus[self._pos(handle)]
@@ -162,12 +269,14 @@ class FakeNvml:
     def nvmlInit(self) -> None:
         if self._no_driver:
             raise _err(pynvml.NVML_ERROR_DRIVER_NOT_LOADED)
-        self._initialized = True
+        self._initialized += 1
 
     nvmlInitWithFlags = nvmlInit
 
     def nvmlShutdown(self) -> None:
-        self._initialized = False
+        if not self._initialized:
+            raise _err(pynvml.NVML_ERROR_UNINITIALIZED)
+        self._initialized -= 1
 
     def nvmlSystemGetDriverVersion(self) -> str:
         return _DRIVER_VERSION
@@ -180,7 +289,7 @@ class FakeNvml:
     def nvmlDeviceGetHandleByIndex(self, index: int) -> _Handle:
         if not self._initialized:
             raise _err(pynvml.NVML_ERROR_UNINITIALIZED)
-        if index in self._lost:
+        if index in self._lost or self._active(index, "lost"):
             raise _err(pynvml.NVML_ERROR_GPU_IS_LOST)
         self._topo.position(index)
         return _Handle(index)
@@ -347,3 +456,82 @@ class FakeNvml:
         info.placement.start = start
         info.placement.size = self._profile_by_id(_Handle(gpu_index), profile_id).memory_slices
         return info
+
+    # --- health (what `kgwe agent` reads each period) --------------------------------------------------
+    def nvmlDeviceGetIndex(self, handle: _Handle) -> int:
+        return self._gpu(handle).index
+
+    def nvmlEventSetCreate(self) -> object:
+        event_set = object()
+        self._event_sets[id(event_set)] = set()
+        return event_set
+
+    def nvmlDeviceRegisterEvents(self, handle: _Handle, eventTypes: int, eventSet: object) -> None:
+        index = self._gpu(handle).index
+        if id(eventSet) not in self._event_sets:
+            raise _err(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        if eventTypes & pynvml.nvmlEventTypeXidCriticalError:
+            self._event_sets[id(eventSet)].add(index)
+
+    def nvmlDeviceGetSupportedEventTypes(self, handle: _Handle) -> int:
+        self._pos(handle)
+        return pynvml.nvmlEventTypeXidCriticalError
+
+    def nvmlEventSetWait_v2(self, eventSet: object, timeoutms: int) -> _EventData:
+        """The next XID event of a registered GPU; NVML_ERROR_TIMEOUT (without waiting) when none."""
+        registered = self._event_sets.get(id(eventSet))
+        if registered is None:
+            raise _err(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        for fault in self.active_faults():
+            if fault.kind == "xid" and fault.gpu in registered and fault not in self._delivered:
+                self._delivered.add(fault)
+                return _EventData(_Handle(fault.gpu), pynvml.nvmlEventTypeXidCriticalError, fault.value)
+        raise _err(pynvml.NVML_ERROR_TIMEOUT)
+
+    nvmlEventSetWait = nvmlEventSetWait_v2
+
+    def nvmlEventSetFree(self, eventSet: object) -> None:
+        self._event_sets.pop(id(eventSet), None)
+
+    def nvmlDeviceGetTotalEccErrors(self, handle: _Handle, errorType: int, counterType: int) -> int:
+        index = self._gpu(handle).index
+        if errorType != pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED:
+            return 0
+        return sum(f.value for f in self._active(index, "ecc"))
+
+    def nvmlDeviceGetRemappedRows(self, handle: _Handle) -> tuple[int, int, int, int]:
+        """(correctable rows, uncorrectable rows, isPending, failureOccurred), as pynvml returns them."""
+        index = self._gpu(handle).index
+        model = self._gpu(handle).name.upper()
+        if not any(k in model for k in ("A100", "H100", "H200", "B200", "A30")):
+            raise _err(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        pending, failed = (
+            bool(self._active(index, "remap-pending")),
+            bool(self._active(index, "remap-failure")),
+        )
+        return 0, int(pending or failed), int(pending), int(failed)
+
+    def nvmlDeviceGetRetiredPagesPendingStatus(self, device: _Handle) -> int:
+        index = self._gpu(device).index
+        pending = self._active(index, "retired-pending")
+        return pynvml.NVML_FEATURE_ENABLED if pending else pynvml.NVML_FEATURE_DISABLED
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, handle: _Handle) -> int:
+        index = self._gpu(handle).index
+        reasons = pynvml.nvmlClocksEventReasonGpuIdle
+        if self._active(index, "thermal"):
+            reasons |= pynvml.nvmlClocksEventReasonHwThermalSlowdown
+        if self._active(index, "power-brake"):
+            reasons |= pynvml.nvmlClocksEventReasonHwPowerBrakeSlowdown
+        return reasons
+
+    nvmlDeviceGetCurrentClocksThrottleReasons = nvmlDeviceGetCurrentClocksEventReasons
+
+    def nvmlDeviceGetNvLinkErrorCounter(self, device: _Handle, link: int, counter: int) -> int:
+        """Cumulative per-link error counters; an `nvlink=N` fault makes them rise by N per read."""
+        self._link(device, link)
+        index = self._gpu(device).index
+        rise = sum(f.value for f in self._active(index, "nvlink"))
+        key = (index, link, counter)
+        self._nvlink_reads[key] = self._nvlink_reads.get(key, 0) + rise
+        return self._nvlink_reads[key]

@@ -27,6 +27,7 @@ from pydantic import ValidationError
 from kgwe.cluster.client import list_items
 from kgwe.cluster.events import EventRecorder
 from kgwe.cluster.names import BUDGET_QUOTA_NAME, FIELD_MANAGER, GPU_RESOURCE, MIG_RESOURCE_PREFIX
+from kgwe.extender.k8s import gpu_holders, unhealthy_gpus
 from kgwe.gpu import catalog
 from kgwe.policy.diagnostics import format_path
 from kgwe.policy.gpu_workload import GPUWorkload, NodeOffer, problems
@@ -435,8 +436,34 @@ class WorkloadReconciler:
         ready = bool(want) and prog.ready >= want
         status, reason = ("True", "AllReady") if ready else ("False", "NotReady")
         p.condition("PodsReady", status, reason, f"{prog.ready}/{want} pods ready")
+        self._gpu_health(p, new["placements"], prog.nodes)
         self._cost(p, wl)
         return requeue
+
+    def _gpu_health(self, p: _Pass, placed: list[dict[str, Any]], nodes: list[str]) -> None:
+        """Condition GPUsHealthy: False (and a Warning Event) while a pod of the run holds a GPU the agent
+        reports unhealthy. The workload keeps running: whether to restart is the owner's decision."""
+        if not nodes:
+            return
+        faults: dict[str, dict[int, str]] = {}
+        holders: dict[str, dict[int, str]] = {}
+        for name in nodes:
+            try:
+                meta = self.core.read_node(name).metadata
+            except ApiException:
+                continue
+            annotations = meta.annotations or {}
+            faults[name] = unhealthy_gpus(annotations)
+            holders[name] = gpu_holders({"metadata": {"annotations": annotations}})
+        sick = st.unhealthy_placements(placed, p.namespace, faults, holders)
+        if sick:
+            message = "; ".join(sick)[:1024]
+            if p.condition("GPUsHealthy", "False", "GPUUnhealthy", message):
+                p.event("Warning", "GPUUnhealthy", message)
+        else:
+            p.condition(
+                "GPUsHealthy", "True", "AllGPUsHealthy", "no pod holds a GPU the agent reports unhealthy"
+            )
 
     def _member_failed(self, p: _Pass, wl: GPUWorkload, failed: Mapping[str, Any], run: int) -> float | None:
         policy = wl.spec.retry_policy

@@ -1,9 +1,10 @@
 """Pure status: what the children of a GPUWorkload say -> conditions, phase, placements, retry decisions.
 
-Condition types: Admitted, PodsScheduled, PodsReady, Complete, Failed, Suspended (metav1.Condition, with
-observedGeneration). The phase (Pending/Scheduled/Running/Succeeded/Failed) is derived from them, for print
-columns. A member failure (its Job Failed; disruptions are ignored by the Job's podFailurePolicy) restarts
-the whole gang after an exponential backoff with jitter, up to retryPolicy.maxRetries.
+Condition types: Admitted, PodsScheduled, PodsReady, Complete, Failed, Suspended, GPUsHealthy
+(metav1.Condition, with observedGeneration). The phase (Pending/Scheduled/Running/Succeeded/Failed) is
+derived from them, for print columns. A member failure (its Job Failed; disruptions are ignored by the
+Job's podFailurePolicy) restarts the whole gang after an exponential backoff with jitter, up to
+retryPolicy.maxRetries.
 """
 
 from __future__ import annotations
@@ -172,6 +173,30 @@ def placements(view: RunView) -> list[dict[str, Any]]:
         raw = ((p.get("metadata") or {}).get("annotations") or {}).get(ANN_GPU_INDEX) or ""
         gpus = [int(x) for x in raw.split(",") if x.strip().isdigit()]
         out.append({"pod": p["metadata"]["name"], "node": node, "gpus": gpus})
+    return out
+
+
+def unhealthy_placements(
+    placements: Sequence[Mapping[str, Any]],
+    namespace: str,
+    node_faults: Mapping[str, Mapping[int, str]],
+    node_holders: Mapping[str, Mapping[int, str]],
+) -> list[str]:
+    """ "pod on node GPU i (reason)" for every pod of the run that holds a GPU the agent reports unhealthy.
+
+    A pod's GPUs are its kgwe.nvidia.io/gpu-index annotation, else what the node's kgwe.nvidia.io/gpu-pods
+    annotation (the kubelet's view) says it holds; a pod whose GPUs are not known is not claimed."""
+    out = []
+    for placed in placements:
+        node, pod = placed["node"], placed["pod"]
+        sick = node_faults.get(node) or {}
+        if not sick:
+            continue
+        gpus = list(placed.get("gpus") or [])
+        if not gpus:
+            holders = node_holders.get(node) or {}
+            gpus = sorted(i for i, who in holders.items() if who == f"{namespace}/{pod}")
+        out += [f"{pod} on {node} GPU {i} ({sick[i]})" for i in gpus if i in sick]
     return out
 
 

@@ -192,3 +192,13 @@ def test_a_strategy_selecting_no_node_plans_nothing_and_does_not_block_the_other
     inference = next(p for p in plan_policy(ps.mig_strategies, ps.inventory()).pools if p.name == "inference")
     assert inference.gpus == () and inference.gpus_changed == 0
     assert inference.notes == ("the strategy selects no GPU node",)
+
+
+def test_unhealthy_gpus_keep_their_layout_and_get_nothing_planned(tmp_path):
+    """t1's GPU 1 runs 7g.80gb and the `whole` strategy wants MIG off: GPU 0 changes, the sick GPU 1 not."""
+    sick = "- {index: 1, mig: [7g.80gb], unhealthy: true}\n"
+    ps = _policies(_repo(tmp_path, [_node("t1", "training", sick)]))
+    result = plan_policy(ps.mig_strategies, ps.inventory())
+    assert result.layouts.get("t1", [None, ["7g.80gb"]])[1] == ["7g.80gb"]
+    healthy = _policies(_repo(tmp_path, [_node("t1", "training", sick.replace("true", "false"))]))
+    assert plan_policy(healthy.mig_strategies, healthy.inventory()).layouts["t1"] == [None, None]

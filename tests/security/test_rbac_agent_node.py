@@ -67,5 +67,20 @@ def test_the_agent_patches_only_its_own_node(k8s_api, gpu_node) -> None:
     )
     refused(lambda: as_agent(k8s_api, None).patch_node(mine, label))  # a token without the claim
     refused(lambda: as_agent(k8s_api, mine).patch_node_status(other, {"status": {"capacity": {"x": "1"}}}))
+    # GPU health: the GPUHealthy condition on its own Node, and Events about it in `default`
+    condition = {"type": "GPUHealthy", "status": "True", "reason": "AllGPUsHealthy", "message": "ok"}
+    as_agent(k8s_api, mine).patch_node_status(mine, {"status": {"conditions": [condition]}})
+    got = client.CoreV1Api(k8s_api).read_node(mine).status.conditions
+    assert any(c.type == "GPUHealthy" and c.status == "True" for c in got)
+    refused(lambda: as_agent(k8s_api, mine).patch_node_status(other, {"status": {"conditions": [condition]}}))
+    event = client.CoreV1Event(
+        metadata=client.V1ObjectMeta(generate_name="gpu-health-"),
+        involved_object=client.V1ObjectReference(kind="Node", name=mine),
+        reason="GPUUnhealthy",
+        message="GPU 3: XID79",
+        type="Warning",
+    )
+    as_agent(k8s_api, mine).create_namespaced_event("default", event)
+    refused(lambda: as_agent(k8s_api, mine).create_namespaced_event("kgwe-system", event))
     # other users are not affected by the policy
     client.CoreV1Api(k8s_api).patch_node(other, label)

@@ -243,6 +243,42 @@ def test_readme_workload_lands_on_one_nodes_full_nvlink_set(stack, k8s_api, name
     assert _cond(wl, "Complete")["reason"] == "Completed"
 
 
+def test_a_gpu_turning_unhealthy_under_a_running_workload_sets_its_condition(
+    stack, k8s_api, namespace, gpu_node
+):
+    from datetime import UTC, datetime
+
+    from kgwe.topology import health
+
+    tag = _tag()
+    node = gpu_node("DGX-A100", labels=tag)
+    doc = yaml.safe_load((EXAMPLES / "kgwe-readme-llm-training.yaml").read_text())
+    name = _create(k8s_api, namespace, doc, tag, hold=True)
+    eventually(
+        lambda: (w := _get(k8s_api, namespace, name)) and _cond(w, "GPUsHealthy").get("status") == "True",
+        "running on healthy GPUs",
+    )
+    pod = _pods(k8s_api, namespace, name)[0]
+    fault = health.GPUFault("XID79", "GPU has fallen off the bus", datetime.now(UTC))
+    annotations = {
+        health.ANNOTATION_KEY: health.encode({2: fault}),  # what the agent writes
+        "kgwe.nvidia.io/gpu-pods": json.dumps({str(i): f"{namespace}/{pod.metadata.name}" for i in range(8)}),
+    }
+    client.CoreV1Api(k8s_api).patch_node(node, {"metadata": {"annotations": annotations}})
+    wl = eventually(
+        lambda: (
+            (w := _get(k8s_api, namespace, name)) and _cond(w, "GPUsHealthy").get("status") == "False" and w
+        ),
+        "GPUsHealthy False",
+    )
+    assert f"{pod.metadata.name} on {node} GPU 2 (XID79)" in _cond(wl, "GPUsHealthy")["message"]
+    assert wl["status"]["phase"] == "Running"  # it keeps running; restarting is the owner's call
+    client.CoreV1Api(k8s_api).patch_node(node, {"metadata": {"annotations": {health.ANNOTATION_KEY: "{}"}}})
+    eventually(
+        lambda: _cond(_get(k8s_api, namespace, name), "GPUsHealthy").get("status") == "True", "healthy again"
+    )
+
+
 def test_kubectl_get_shows_phase_gpus_nodes_age(stack, k8s_api, namespace, gpu_node):
     tag = _tag()
     node = gpu_node("DGX-A100", labels=tag)
