@@ -73,9 +73,9 @@ def _chosen(argv: list[str]) -> str | None:
     return None
 
 
-def build_parser(load: str | None = None) -> argparse.ArgumentParser:
+def build_parser(load: str | None = None, prog: str = "kgwe") -> argparse.ArgumentParser:
     """The parser; only the subcommand `load` (if any) has its module imported and its arguments added."""
-    parser = argparse.ArgumentParser(prog="kgwe", description="Kubernetes GPU Workload Enhancer")
+    parser = argparse.ArgumentParser(prog=prog, description="Kubernetes GPU Workload Enhancer")
     parser.add_argument("--version", action="version", version=f"kgwe {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, command in COMMANDS.items():
@@ -94,9 +94,10 @@ def build_parser(load: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, prog: str = "kgwe") -> int:
+    """`prog` is the name help and usage show (`kubectl kgwe` when run as the kubectl plugin)."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    parser = build_parser(load=_chosen(argv))
+    parser = build_parser(load=_chosen(argv), prog=prog)
     args = parser.parse_args(argv)
     if not getattr(args, "_run", None):
         parser.print_help()

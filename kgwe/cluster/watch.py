@@ -108,7 +108,7 @@ def list_and_watch(
                     if not raw:
                         w.stop()
                     return
-                kind = event.get("type")
+                kind = str(event.get("type") or "")
                 if kind == "ERROR":  # the watch expired (410 Gone sent in the stream)
                     version = None
                     break

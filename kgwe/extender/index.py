@@ -247,7 +247,7 @@ class ClusterIndex:
         uid = meta.get("uid")
         if not uid:
             return set()
-        node = (raw.get("spec") or {}).get("nodeName")
+        node: str = (raw.get("spec") or {}).get("nodeName") or ""
         held = None if deleted or not node else pod_holds(raw)
         entry = None
         if held is not None and node:

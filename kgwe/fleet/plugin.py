@@ -9,4 +9,4 @@ import sys
 def main() -> int:
     from kgwe.cli import main as kgwe_main
 
-    return kgwe_main(sys.argv[1:])
+    return kgwe_main(sys.argv[1:], prog="kubectl kgwe")

@@ -394,6 +394,14 @@ def test_kubectl_kgwe_nodes_runs_the_plugin(control_plane, gpu_node):
         [kubectl, "plugin", "list"], env=_env(control_plane), capture_output=True, text=True, timeout=60
     )
     assert "kubectl-kgwe" in listed.stdout
+    helped = subprocess.run(
+        [kubectl, "kgwe", "nodes", "--help"],
+        env=_env(control_plane),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert helped.stdout.startswith("usage: kubectl kgwe nodes"), helped.stdout[:200]
 
 
 def test_watch_redraws_on_a_change_through_a_pipe(
