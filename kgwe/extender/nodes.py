@@ -27,6 +27,7 @@ class NodeState:
     priority: float = 0.0  # 0..100, label kgwe.nvidia.io/node-priority (Priority strategy)
     topology: object | None = None  # kgwe.topology NodeTopology, opaque to the scoring core
     labels: Mapping[str, str] = field(default_factory=dict)
+    replicas: int = 1  # schedulable replicas per physical GPU (device-plugin time-slicing / MPS)
 
     def __post_init__(self) -> None:
         if len(self.gpu_used_milli) < self.gpus:

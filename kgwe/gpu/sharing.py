@@ -27,3 +27,9 @@ def node_sharing(labels: Mapping[str, str]) -> tuple[int, str]:
     if strategy == NOT_SHARED or not 1 <= replicas <= MAX_REPLICAS_READ:
         return 1, NOT_SHARED
     return replicas, strategy
+
+
+def replica_milli(replicas: int) -> int:
+    """Thousandths of one GPU a pod holding one replica holds (whole GPU when not shared). The extender's
+    packing and the chargeback both use it, so a replica is placed and priced as the same share."""
+    return 1000 // max(1, replicas)

@@ -55,6 +55,8 @@ from kgwe.reconcile.rollout import (
     plan_rollout,
 )
 from kgwe.reconcile.scheduler_restart import SchedulerRestarter, SchedulerSync
+from kgwe.reconcile.sharing_rollout import merge as merge_plans
+from kgwe.reconcile.sharing_rollout import run_sharing_rollout
 from kgwe.reconcile.status import Outcome, next_status
 
 log = logging.getLogger(__name__)
@@ -421,7 +423,7 @@ class RepositoryReconciler:
         if sync.failed:  # never relabel nodes for a config the cluster did not accept
             plan = plan_rollout([], desired.pools, self.now())
         else:
-            plan = self._rollout(repo, desired, facts)
+            plan = merge_plans(self._rollout(repo, desired, facts), self._sharing_rollout(repo, ps, facts))
         self.last_sync, self.last_plan = sync, plan
         return sync, plan
 
@@ -490,6 +492,18 @@ class RepositoryReconciler:
                 len(progress.failed) + len(progress.timed_out)
             )
         return RolloutPlan(tuple(done), after.pools)
+
+    def _sharing_rollout(self, repo: dict, ps: Any, facts: list[GpuNodeFacts]) -> RolloutPlan:
+        """Device-plugin labels of the GPUSharingStrategies, under the MIG gates (see sharing_rollout)."""
+
+        def record(kind: str, reason: str, message: str) -> None:
+            (self.recorder.normal if kind == "Normal" else self.recorder.warning)(repo, reason, message)
+
+        plan, writes = run_sharing_rollout(
+            self.api_client, ps.sharing_strategies, facts, self.now(), record=record, guard=self.is_leader
+        )
+        self.metrics.writes.labels(self.name).inc(writes)
+        return plan
 
     def _do(self, ops: NodeOps, repo: dict, action: Action, now: datetime, revision: str | None) -> None:
         if action.kind == "relabel":
