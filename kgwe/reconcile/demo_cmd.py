@@ -1,9 +1,10 @@
 """The KGWE demo: the real main job on a laptop.
 
 Starts a local control plane (etcd, kube-apiserver, kube-scheduler, kwok) with simulated GPU nodes built
-from sample-repo's inventory and a MIG manager stand-in, puts sample-repo in a local Git repository, runs
-the controller against it and shows the MIG layouts rolling out pool by pool; then runs GPU jobs
-(GPUWorkloads: the seed README's 8-GPU llm-training and an inference service on MIG slices) through
+from sample-repo's inventory, MIG manager and device-plugin stand-ins, puts sample-repo in a local Git
+repository, runs the controller against it and shows the MIG layouts (and the L40S pool's time-slicing)
+rolling out pool by pool; then runs GPU jobs (GPUWorkloads: the seed README's 8-GPU llm-training and an
+inference service on MIG slices) through
 kube-scheduler with KGWE's rendered configuration and extender, printing where each pod landed; the
 controller's cost duties meter them into a SQLite cost store and commit a chargeback report (GPU-hours by
 team) to the policy repository; then commits a policy change, sends the signed webhook, and shows that
@@ -371,6 +372,7 @@ def meter_and_report(controller: Any, bare: Path, pods: list[tuple[str, str]], t
 
 def run(args: argparse.Namespace) -> int:
     from kgwe.testing.controlplane import ControlPlane, find_binaries
+    from kgwe.testing.deviceplugin import DevicePluginStandIn
     from kgwe.testing.gitserver import GitHttpsServer
     from kgwe.testing.migmanager import MigManagerStandIn
 
@@ -396,6 +398,7 @@ def run(args: argparse.Namespace) -> int:
                 config_namespace="gpu-operator",
                 config_map="kgwe-mig-parted-config",
             ),
+            DevicePluginStandIn(api, delay_seconds=args.mig_delay),  # time-slices sample-repo's L40S pool
         ):
             controller, stop, thread = _start_controller(api, tmp / "cache", git_server.ca_file)
             _create_policy_repository_object(api, url)
