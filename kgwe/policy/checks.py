@@ -282,21 +282,27 @@ def _compatible_pairs(selectors: list[dict[str, str]]) -> list[tuple[int, int]]:
     return sorted(pairs, key=lambda p: (p[1], p[0]))
 
 
+def _selected_nodes(ps: PolicySet, entry: LoadedObject, index: _NodeIndex) -> list[InventoryNode]:
+    """The inventory nodes a strategy's nodeSelector selects; a warning when it selects none."""
+    nodes = index.select(entry.obj.spec.node_selector)  # type: ignore[attr-defined]
+    if index.nodes and not nodes:
+        ps.report(
+            entry,
+            ("spec", "nodeSelector"),
+            "selects no node of the GPUInventory (the strategy has no effect there)",
+            "warning",
+        )
+    return nodes
+
+
 def check_mig_strategies(ps: PolicySet) -> None:
     entries = ps.entries_of(MIGStrategy)
     index = _NodeIndex([n for _, _, n in _inventory_nodes(ps)])
     selected: list[list[InventoryNode]] = []
     for entry in entries:
         strategy: MIGStrategy = entry.obj  # type: ignore[assignment]
-        nodes = index.select(strategy.spec.node_selector)
+        nodes = _selected_nodes(ps, entry, index)
         selected.append(nodes)
-        if index.nodes and not nodes:
-            ps.report(
-                entry,
-                ("spec", "nodeSelector"),
-                "selects no node of the GPUInventory (the strategy has no effect there)",
-                "warning",
-            )
         if strategy.spec.mig_enabled:
             _check_profiles(ps, entry, nodes)
             _check_shares(ps, entry, nodes)
@@ -334,14 +340,7 @@ def check_sharing_strategies(ps: PolicySet) -> None:
     index = _NodeIndex([n for _, _, n in _inventory_nodes(ps)])
     for entry in entries:
         strategy: GPUSharingStrategy = entry.obj  # type: ignore[assignment]
-        nodes = index.select(strategy.spec.node_selector)
-        if index.nodes and not nodes:
-            ps.report(
-                entry,
-                ("spec", "nodeSelector"),
-                "selects no node of the GPUInventory (the strategy has no effect there)",
-                "warning",
-            )
+        nodes = _selected_nodes(ps, entry, index)
         if strategy.spec.mode == "MPS":
             for model in sorted(_sharing_models(strategy, nodes), key=lambda m: m.key):
                 limit = mps_client_limit(model)

@@ -30,7 +30,7 @@ import yaml
 from kgwe import API_GROUP, API_VERSION
 from kgwe.cluster.names import CRD_VERSION, POLICY_REPOSITORY_PLURAL
 from kgwe.errors import KgweError
-from kgwe.vocab import MIG_CONFIG_LABEL, MIG_STATE_LABEL
+from kgwe.vocab import DEVICE_PLUGIN_CONFIG_LABEL, GPU_REPLICAS_LABEL, MIG_CONFIG_LABEL, MIG_STATE_LABEL
 
 NS = "kgwe-system"
 POOL_LABEL = "kgwe.nvidia.io/pool"  # sample-repo's pool label
@@ -81,6 +81,10 @@ def _show(api: Any, pools: dict[str, list[str]], status: dict) -> str:
         cells = []
         for name in names:
             labels = core.read_node(name).metadata.labels or {}
+            if DEVICE_PLUGIN_CONFIG_LABEL in labels:  # a GPUSharingStrategy shares its GPUs
+                replicas = labels.get(GPU_REPLICAS_LABEL, "1")
+                cells.append(f"{name}={labels[DEVICE_PLUGIN_CONFIG_LABEL].removeprefix('kgwe-')} ×{replicas}")
+                continue
             if MIG_CONFIG_LABEL not in labels:  # no MIGStrategy selects it: KGWE leaves it alone
                 cells.append(f"{name} (no MIG policy)")
                 continue
@@ -408,6 +412,7 @@ def run(args: argparse.Namespace) -> int:
                 "rolling out the initial layouts =="
             )
             _say("   node=<nvidia.com/mig.config>  ✓ MIG manager reports success  ⟳ pending  ✗ failed")
+            _say("   node=<nvidia.com/device-plugin.config> ×<replicas GFD reports>")
             try:
                 _wait_ready(api, pools, first, args.timeout)
                 _say("\n== GPU jobs: GPUWorkloads placed by KGWE's scheduler after the MIG rollout ==")
