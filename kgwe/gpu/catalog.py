@@ -120,7 +120,7 @@ def _model_from(key: str, raw: Mapping, geometries: Mapping) -> GPUModel:
 
 
 def _capability(text: object) -> tuple[int, int] | None:
-    """ "8.9" -> (8, 9); None when the data file does not say."""
+    """Parse "8.9" as (8, 9); None when the data file does not say."""
     if text is None:
         return None
     major, _, minor = str(text).partition(".")
