@@ -56,7 +56,7 @@ from kgwe.reconcile.rollout import (
 )
 from kgwe.reconcile.scheduler_restart import SchedulerRestarter, SchedulerSync
 from kgwe.reconcile.sharing_rollout import merge as merge_plans
-from kgwe.reconcile.sharing_rollout import run_sharing_rollout
+from kgwe.reconcile.sharing_rollout import named_sharing_configs, run_sharing_rollout
 from kgwe.reconcile.status import Outcome, next_status
 
 log = logging.getLogger(__name__)
@@ -389,12 +389,26 @@ class RepositoryReconciler:
             for f in facts
             if f.mig_config and f.mig_config in live_configs
         }
-        rendered = render(ps, inventory, options=options, layouts=layouts, keep_mig_configs=named)
+        rendered = render(
+            ps,
+            inventory,
+            options=options,
+            layouts=layouts,
+            keep_mig_configs=named,
+            keep_sharing_configs=self._named_sharing_configs(options, facts),
+        )
         objects = [self._with_quota_override(o) for o in rendered.objects if o.get("kind") != "Node"]
         node_pool = {n: pool for n, pool in selected.items() if n in rendered.node_configs}
         configs = dict(live_configs)
         configs.update(_rendered_mig_configs(objects, options.mig_namespace, options.mig_config_name))
         return Desired(objects, dict(rendered.node_configs), pools, node_pool, doc, configs, revisions)
+
+    def _named_sharing_configs(self, options: Any, facts: list[GpuNodeFacts]) -> dict[str, str]:
+        """Device-plugin configs nodes still name (a removed strategy's, until its nodes are back on
+        `default`): the plugin's config-manager fails on a key the ConfigMap lacks."""
+        return named_sharing_configs(
+            self.core, options.mig_namespace, options.device_plugin_config_name, facts
+        )
 
     def _with_quota_override(self, obj: dict) -> dict:
         """The rendered budget quota, capped while its budget is enforced (see kgwe.reconcile.costs)."""

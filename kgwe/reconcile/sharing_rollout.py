@@ -38,7 +38,7 @@ from kgwe.reconcile.rollout import (
     apply_actions,
     plan_rollout,
 )
-from kgwe.render.sharing import DEFAULT_CONFIG_KEY, config_key
+from kgwe.render.sharing import DEFAULT_CONFIG_KEY, config_key, device_plugin_configs
 from kgwe.vocab import DEVICE_PLUGIN_CONFIG_LABEL
 
 POOL_PREFIX = "sharing/"
@@ -92,6 +92,7 @@ def sharing_node_states(
 ) -> list[NodeState]:
     """The rollout's view of every node a sharing strategy selects, or that still names a KGWE config."""
     ordered = sorted(strategies, key=lambda s: s.name)
+    by_key = {config_key(s): s for s in ordered}
     states = []
     for f in facts:
         chosen = next((s for s in ordered if s.selects(f.labels)), None)
@@ -99,7 +100,13 @@ def sharing_node_states(
         if chosen is None and not (current or "").startswith(KGWE_CONFIG_PREFIX):
             continue
         desired = config_key(chosen) if chosen is not None else DEFAULT_CONFIG_KEY
-        state = STATE_SUCCESS if current == desired and _reports(f, chosen) else None
+        # `success` once GFD reports what the node's current label asks for (a config KGWE no longer
+        # renders is taken as applied long ago); otherwise the plugin is still switching the node.
+        if current == DEFAULT_CONFIG_KEY:
+            settled = _reports(f, None)
+        else:
+            settled = current is not None and (current not in by_key or _reports(f, by_key[current]))
+        state = STATE_SUCCESS if settled else None
         states.append(
             NodeState(
                 name=f.name,
@@ -218,6 +225,30 @@ def _do(ops: SharingNodeOps, action: Action, now: datetime, record: Recorder) ->
     elif action.kind == "uncordon":
         ops.uncordon(action.node)
         record("Normal", "NodeUncordoned", f"node {action.node} uncordoned after its GPU sharing switched")
+
+
+def named_sharing_configs(
+    core: client.CoreV1Api, namespace: str, name: str, facts: Sequence[GpuNodeFacts]
+) -> dict[str, str]:
+    """The live device-plugin configs (key -> text) that nodes name through KGWE's label values (`default`
+    or `kgwe-...`), so the rendered ConfigMap keeps them; {} when no node names one."""
+    named = {
+        value
+        for f in facts
+        if (value := f.labels.get(DEVICE_PLUGIN_CONFIG_LABEL))
+        and (value == DEFAULT_CONFIG_KEY or value.startswith(KGWE_CONFIG_PREFIX))
+    }
+    if not named:
+        return {}
+    try:
+        live = core.read_namespaced_config_map(name, namespace).data or {}
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+        live = {}
+    kept = {key: live[key] for key in sorted(named) if key in live}
+    kept.setdefault(DEFAULT_CONFIG_KEY, device_plugin_configs(())[DEFAULT_CONFIG_KEY])
+    return kept
 
 
 def merge(mig: RolloutPlan, sharing: RolloutPlan) -> RolloutPlan:

@@ -134,11 +134,14 @@ def render(
     options: RenderOptions | None = None,
     layouts: Mapping[str, Sequence[Sequence[str] | None]] | None = None,
     keep_mig_configs: Mapping[str, list[dict]] | None = None,
+    keep_sharing_configs: Mapping[str, str] | None = None,
 ) -> Rendered:
     """Render every object for a valid PolicySet. KgweError when the policy has errors.
 
     `keep_mig_configs` are configs nodes still name (the controller passes them): they stay in the
-    mig-parted ConfigMap beside the planned ones until no node's label names them."""
+    mig-parted ConfigMap beside the planned ones until no node's label names them. Likewise
+    `keep_sharing_configs` (key -> config text) for the device-plugin ConfigMap, which is rendered while
+    any strategy shares GPUs or any node still names one of its keys."""
     ps.raise_for_errors()
     opts = options or RenderOptions()
     https = opts.extender_url.startswith("https://")
@@ -209,12 +212,15 @@ def render(
             "node-mig-labels.yaml.j2", node_configs=node_configs, **common
         )
     sharing_configs: dict[str, str] = {}
-    if ps.sharing_strategies:
+    if ps.sharing_strategies or keep_sharing_configs:
+        configs = device_plugin_configs(ps.sharing_strategies)
+        for key, text in (keep_sharing_configs or {}).items():
+            configs.setdefault(key, text)
         files["device-plugin-config.yaml"] = render_template(
             "device-plugin-configmap.yaml.j2",
             name=opts.device_plugin_config_name,
             namespace=opts.mig_namespace,
-            configs=device_plugin_configs(ps.sharing_strategies),
+            configs=configs,
             **common,
         )
         nodes = [(n.name, n.labels) for n in inventory.spec.nodes] if inventory is not None else []

@@ -31,13 +31,15 @@ class _Dumper(yaml.SafeDumper):
 
 
 def config_key(strategy: GPUSharingStrategy) -> str:
-    """The ConfigMap key (and label value) of a strategy's config: `kgwe-<name>`, shortened with a digest
-    when the name is too long for a label value."""
-    key = f"kgwe-{strategy.name}"
-    if len(key) <= _MAX_KEY:
-        return key
-    digest = hashlib.sha256(strategy.name.encode()).hexdigest()[:8]
-    return f"{key[: _MAX_KEY - 9].rstrip('.-')}-{digest}"
+    """The ConfigMap key (and label value) of a strategy's config: `kgwe-<name>-<digest of the config>`.
+
+    The digest makes a changed strategy a new key, so the node label changes and the plugin's config-manager
+    (which acts on label changes) restarts the plugin under the rollout's gates; the name is shortened to
+    keep the key a valid label value (63 characters)."""
+    text = yaml.dump(device_plugin_config(strategy), Dumper=_Dumper, sort_keys=True)
+    digest = hashlib.sha256(text.encode()).hexdigest()[:8]
+    name = strategy.name[: _MAX_KEY - len("kgwe--") - len(digest)].rstrip(".-")
+    return f"kgwe-{name}-{digest}"
 
 
 def device_plugin_config(strategy: GPUSharingStrategy) -> dict[str, Any]:

@@ -284,6 +284,15 @@ class DevicePluginStandIn:
         return data[key]
 
     def _apply(self, name: str) -> None:
+        try:
+            self._restart(name)
+        except Exception as exc:  # a thread pool drops exceptions: keep them where tests look
+            if not self._stop.is_set():
+                log.warning("device plugin stand-in failed on %s: %r", name, exc)
+                with self._lock:
+                    self.errors.append((name, repr(exc)))
+
+    def _restart(self, name: str) -> None:
         if self._stop.wait(self.delay_seconds):  # the plugin and GFD restart
             return
         try:

@@ -11,9 +11,11 @@ from urllib.request import urlopen
 
 import orjson
 import pytest
-from kubernetes import client
+import yaml
 
+from kgwe.policy.sharing_strategy import GPUSharingStrategy
 from kgwe.reconcile.repository import RepositoryReconciler
+from kgwe.render.sharing import config_key
 from kgwe.testing.deployed import eventually
 from kgwe.testing.deviceplugin import DevicePluginStandIn
 from kgwe.testing.extender_process import start_extender
@@ -66,14 +68,14 @@ def device_plugin(k8s_api) -> Iterator[DevicePluginStandIn]:
         yield plugin
 
 
-def drive(rec: RepositoryReconciler, done, timeout_seconds: float = 120.0):
+def drive(rec: RepositoryReconciler, done, timeout_seconds: float = 120.0, note=lambda: ""):
     deadline = time.monotonic() + timeout_seconds
     while True:
         outcome = rec.reconcile()
         if done(outcome):
             return outcome
         if time.monotonic() > deadline:
-            pytest.fail(f"reconcile never settled; last outcome: {outcome}")
+            pytest.fail(f"reconcile never settled; last outcome: {outcome}; {note()}")
         time.sleep(0.3)
 
 
@@ -100,7 +102,7 @@ def test_time_slicing_rolls_out_safely_and_shared_pods_pack_four_to_a_gpu(
     e2e.remote.commit({"policy/sharing.yaml": sharing_yaml(pool), "policy/scoring.yaml": e2e.SCORING})
     e2e.make_repository()
     rec = RepositoryReconciler(k8s_api, SYSTEM_NS, pool, cache_dir=e2e.tmp / "cache")
-    key = f"kgwe-{pool}"
+    key = config_key(GPUSharingStrategy.model_validate(yaml.safe_load(sharing_yaml(pool))))
 
     def idle_switched(outcome) -> bool:
         labels = e2e.labels(idle)
@@ -158,5 +160,28 @@ def test_time_slicing_rolls_out_safely_and_shared_pods_pack_four_to_a_gpu(
     outcome = drive(rec, lambda o: o is not None and o.phase == "ready")
     assert e2e.labels(busy)[CONFIG_LABEL] == key and e2e.labels(busy)["nvidia.com/gpu.replicas"] == "4"
     assert [n for n, k in device_plugin.applies] == [idle, busy]  # each node restarted once
-    assert device_plugin.errors == []
-    assert client.CoreV1Api(k8s_api).read_node(busy).status.allocatable["nvidia.com/gpu"] == "32"
+    assert core.read_node(busy).status.allocatable["nvidia.com/gpu"] == "32"
+
+    # the strategy is removed: its nodes go back to `default` one at a time (nb-* still hold the idle node's
+    # GPUs, so it waits), and its config stays in the ConfigMap while a node names it
+    e2e.remote.commit({"policy/sharing.yaml": "# no sharing\n"}, "stop sharing")
+    outcome = drive(rec, lambda o: o is not None and e2e.labels(busy).get(CONFIG_LABEL) == "default")
+    assert outcome.rollout["sharing/default"]["waitingBusy"] == [idle]
+    assert set(core.read_namespaced_config_map("kgwe-device-plugin-config", "gpu-operator").data) == {
+        "default",
+        key,
+    }
+    for i in range(5):
+        core.delete_namespaced_pod(f"nb-{i}", ns, grace_period_seconds=0)
+    drive(
+        rec,
+        lambda o: o is not None and o.phase == "ready" and e2e.labels(idle).get(CONFIG_LABEL) == "default",
+    )
+    for name in nodes:
+        labels = e2e.labels(name)
+        assert (labels["nvidia.com/gpu.replicas"], labels["nvidia.com/gpu.product"]) == ("1", "NVIDIA-L40S")
+        assert core.read_node(name).status.allocatable["nvidia.com/gpu"] == "8"
+    assert set(core.read_namespaced_config_map("kgwe-device-plugin-config", "gpu-operator").data) == {
+        "default"
+    }
+    assert device_plugin.errors == []  # no node ever named a config the ConfigMap lacked

@@ -21,6 +21,7 @@ from kgwe.policy import load_repository
 from kgwe.render import RenderOptions, render, render_repository, write_files
 from kgwe.render.environment import render_template, to_yaml, to_yaml_block
 from kgwe.render.layouts import desired_layouts
+from kgwe.render.sharing import config_key
 from kgwe.resources import sample_repo_dir
 
 K8S_VERSION = "1.33"
@@ -96,7 +97,10 @@ def test_node_labels_cover_the_strategy_pools(sample, rendered):
     assert (
         sharing
         == rendered.sharing_configs
-        == {"l40s-01": "kgwe-notebooks-l40s", "l40s-02": "kgwe-notebooks-l40s"}
+        == {
+            "l40s-01": config_key(sample.sharing_strategies[0]),
+            "l40s-02": config_key(sample.sharing_strategies[0]),
+        }
     )
     pools = Counter(
         n.labels["kgwe.nvidia.io/pool"] for n in sample.inventory().spec.nodes if n.name in labels

@@ -136,18 +136,19 @@ def test_render_gives_one_config_per_strategy_that_the_plugin_rules_accept(tmp_p
     out = render(ps)
     cm = next(o for o in out.objects if o["metadata"]["name"] == "kgwe-device-plugin-config")
     assert cm["metadata"]["namespace"] == "gpu-operator"
+    keys = {s.name: config_key(s) for s in ps.sharing_strategies}
     parsed = {key: parse_config(text) for key, text in cm["data"].items()}
-    assert set(parsed) == {"default", "kgwe-notebooks", "kgwe-legacy"}
+    assert set(parsed) == {"default", keys["notebooks"], keys["legacy"]}
     assert (parsed["default"].strategy, parsed["default"].mig_strategy) == ("none", "mixed")
-    ts, mps = parsed["kgwe-notebooks"], parsed["kgwe-legacy"]
+    ts, mps = parsed[keys["notebooks"]], parsed[keys["legacy"]]
     assert (ts.strategy, ts.mig_strategy, ts.resources[0].replicas) == ("time-slicing", "none", 4)
     assert ts.resources[0].rename == "nvidia.com/gpu.shared"
     assert (mps.strategy, mps.mig_strategy, mps.fail_requests_greater_than_one) == ("mps", "none", True)
     for text in cm["data"].values():  # never both sections: the plugin would silently ignore one
         assert not {"timeSlicing", "mps"} <= set(yaml.safe_load(text).get("sharing") or {})
-    assert out.sharing_configs == {"l1": "kgwe-notebooks", "l2": "kgwe-notebooks", "v1": "kgwe-legacy"}
+    assert out.sharing_configs == {"l1": keys["notebooks"], "l2": keys["notebooks"], "v1": keys["legacy"]}
     labels = {o["metadata"]["name"]: o["metadata"]["labels"] for o in out.objects if o["kind"] == "Node"}
-    assert labels["l1"]["nvidia.com/device-plugin.config"] == "kgwe-notebooks"
+    assert labels["l1"]["nvidia.com/device-plugin.config"] == keys["notebooks"]
     assert "nvidia.com/device-plugin.config" not in labels["h1"]  # its MIG label only
     # what the stand-in (and the real plugin + GFD) then advertise on an 8-GPU L40S node
     resources, gfd = advertised(ts, 8, "NVIDIA-L40S")
@@ -159,11 +160,18 @@ def test_render_gives_one_config_per_strategy_that_the_plugin_rules_accept(tmp_p
     assert gfd["nvidia.com/gpu.sharing-strategy"] == "mps"
 
 
-def test_long_strategy_names_give_a_label_sized_key(tmp_path):
+def test_config_keys_fit_a_label_and_change_with_the_config(tmp_path):
     name = "notebooks-" + "x" * 80
     ps = load(tmp_path, {"a.yaml": sharing(name, "{pool: notebooks}")})
     key = config_key(ps.sharing_strategies[0])
     assert len(key) <= 63 and key.startswith("kgwe-notebooks-") and key[-1].isalnum()
+    (tmp_path / "a.yaml").unlink()
+    four = config_key(load(tmp_path, {"b.yaml": sharing("nb", "{pool: notebooks}")}).sharing_strategies[0])
+    two = config_key(
+        load(tmp_path, {"b.yaml": sharing("nb", "{pool: notebooks}", replicas=2)}).sharing_strategies[0]
+    )
+    # a changed strategy is a new key: the label changes, so the plugin's config-manager restarts the plugin
+    assert four != two and four.startswith("kgwe-nb-") and two.startswith("kgwe-nb-")
 
 
 @pytest.mark.parametrize(

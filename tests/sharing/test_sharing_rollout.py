@@ -12,12 +12,13 @@ from kgwe.cluster.nodes import format_time
 from kgwe.policy.sharing_strategy import GPUSharingStrategy
 from kgwe.reconcile.rollout import plan_rollout
 from kgwe.reconcile.sharing_rollout import _progress, pool_policies, sharing_node_states
+from kgwe.render.sharing import config_key
 
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
-CONFIG = "kgwe-notebooks"
 
 
 def strategy(max_unavailable: int | str = 1, drain: bool = False, replicas: int = 4) -> GPUSharingStrategy:
+    """The pool's strategy (the default one's config key is CONFIG)."""
     return GPUSharingStrategy.model_validate(
         yaml.safe_load(
             f"""
@@ -32,6 +33,9 @@ def strategy(max_unavailable: int | str = 1, drain: bool = False, replicas: int 
             """
         )
     )
+
+
+CONFIG = config_key(strategy())
 
 
 def node(
@@ -111,9 +115,16 @@ def test_drain_cordons_and_evicts_a_busy_node_then_relabels_and_uncordons():
 
 
 def test_a_node_no_strategy_selects_any_more_goes_back_to_default_under_the_gates():
-    left = node("a", CONFIG, replicas=4, pool="training")
+    left = node("a", CONFIG, replicas=4, pool="training", requested=NOW - timedelta(hours=3))
     plan, pools = decide([left, node("x", "someone-elses-config", pool="training")])
     assert [(a.node, a.config) for a in plan.actions] == [("a", "default")]
     assert set(pools) == {"sharing/default"}  # a config KGWE did not write is left alone
     busy = node("a", CONFIG, replicas=4, pool="training", busy=1)
     assert decide([busy])[0].actions == ()
+
+
+def test_a_switched_node_switches_again_when_its_strategy_changes():
+    switched = node("a", CONFIG, replicas=4, requested=NOW - timedelta(hours=3))
+    two = strategy(replicas=2)
+    plan, _ = decide([switched, node("b", CONFIG, replicas=4, busy=1)], two)
+    assert [(a.kind, a.node, a.config) for a in plan.actions] == [("relabel", "a", config_key(two))]
