@@ -338,9 +338,11 @@ def check_sharing_strategies(ps: PolicySet) -> None:
     if not entries:
         return
     index = _NodeIndex([n for _, _, n in _inventory_nodes(ps)])
+    selected: list[list[InventoryNode]] = []
     for entry in entries:
         strategy: GPUSharingStrategy = entry.obj  # type: ignore[assignment]
         nodes = _selected_nodes(ps, entry, index)
+        selected.append(nodes)
         if strategy.spec.mode == "MPS":
             for model in sorted(_sharing_models(strategy, nodes), key=lambda m: m.key):
                 limit = mps_client_limit(model)
@@ -354,11 +356,14 @@ def check_sharing_strategies(ps: PolicySet) -> None:
     sharing_selectors = [e.obj.spec.node_selector for e in entries]  # type: ignore[attr-defined]
     for i, j in _compatible_pairs(sharing_selectors):
         earlier, later = entries[i], entries[j]
+        names_i = {n.name for n in selected[i]}
+        both = [n.name for n in selected[j] if n.name in names_i]
+        example = f" (e.g. node {both[0]})" if both else ""
         ps.report(
             later,
             ("spec", "nodeSelector"),
-            f'claims the same nodes as GPUSharingStrategy "{earlier.obj.name}" ({_at(earlier)}); a node '
-            "has one device-plugin config: give the selectors a label key with different values",
+            f'claims the same nodes as GPUSharingStrategy "{earlier.obj.name}" ({_at(earlier)}){example}; '
+            "a node has one device-plugin config: give the selectors a label key with different values",
         )
     migs = [e for e in ps.entries_of(MIGStrategy) if e.obj.spec.mig_enabled]  # type: ignore[attr-defined]
     selectors = [e.obj.spec.node_selector for e in migs] + sharing_selectors  # type: ignore[attr-defined]

@@ -108,6 +108,7 @@ def test_node_claimed_by_two_sharing_strategies(tmp_path):
     }
     d = only_error(load(tmp_path, files), 'claims the same nodes as GPUSharingStrategy "a"')
     assert (d.file, d.path) == ("b.yaml", "spec.nodeSelector") and "a.yaml:1" in d.message
+    assert "(e.g. node l1)" in d.message
 
 
 @pytest.mark.parametrize(
