@@ -27,6 +27,10 @@ GPU_FAMILY_LABEL = "nvidia.com/gpu.family"
 GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"  # MiB
 MIG_CONFIG_LABEL = "nvidia.com/mig.config"
 MIG_STATE_LABEL = "nvidia.com/mig.config.state"
+DEVICE_PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"  # names a key of the device-plugin ConfigMap
+GPU_COUNT_LABEL = "nvidia.com/gpu.count"  # GFD: physical GPUs, also when they are shared
+GPU_REPLICAS_LABEL = "nvidia.com/gpu.replicas"  # GFD: replicas per GPU (1 = not shared)
+GPU_SHARING_STRATEGY_LABEL = "nvidia.com/gpu.sharing-strategy"  # GFD: none, time-slicing or mps
 
 ANNOTATION_PREFIX = "kgwe.nvidia.io/"
 TOPOLOGY_ANNOTATION = ANNOTATION_PREFIX + "topology"  # on Nodes, written by `kgwe agent`

@@ -71,3 +71,8 @@ SCHEDULER_CONFIG_HASH_ANNOTATION = ANNOTATION_PREFIX + "scheduler-config-hash"
 SCHEDULING_NAMESPACE_LABEL = ANNOTATION_PREFIX + "scheduling"
 SCHEDULING_ENABLED = "enabled"
 DEFAULT_SCHEDULER_NAME = "default-scheduler"
+
+# The device-plugin sharing rollout's own stamps (a node may also be in a MIG pool with MIG disabled): when
+# KGWE set nvidia.com/device-plugin.config, and that KGWE cordoned the node to switch it.
+SHARING_REQUESTED_AT_ANNOTATION = ANNOTATION_PREFIX + "device-plugin-config-requested-at"
+SHARING_CORDONED_ANNOTATION = ANNOTATION_PREFIX + "cordoned-for-device-plugin-config"

@@ -25,6 +25,7 @@ from typing import Any
 
 from kgwe.cost.tables import resource_key
 from kgwe.cost.usage import MIG, SHARED, WHOLE, NodeCapacity, UsageInterval, ensure_utc
+from kgwe.gpu.sharing import node_sharing, replica_milli
 from kgwe.vocab import GPU_MILLI_ANNOTATION, GPU_RESOURCE, MIG_RESOURCE_PREFIX, SHARED_GPU_RESOURCE
 
 log = logging.getLogger(__name__)
@@ -68,6 +69,7 @@ class NodeInfo:
     gpu_product: str
     gpu_count: int
     spot: bool
+    replicas: int = 1  # device-plugin replicas per GPU (time-slicing / MPS); a replica is 1/replicas
 
 
 @dataclass(frozen=True)
@@ -114,9 +116,13 @@ def pod_name(pod: Mapping[str, Any]) -> str:
     return f"{_get(pod, 'metadata', 'namespace')}/{_get(pod, 'metadata', 'name')}"
 
 
-def holdings(pod: Mapping[str, Any]) -> tuple[list[Holding], str | None]:
+def holdings(pod: Mapping[str, Any], replicas: int = 1) -> tuple[list[Holding], str | None]:
     """The GPU resources a pod holds, or a reason to skip it. Effective request as the scheduler sees it:
-    max(largest init container, sum of app containers) per resource; limits win over requests."""
+    max(largest init container, sum of app containers) per resource; limits win over requests.
+
+    On a node whose GPUs the device plugin replicates (`replicas` > 1) each unit of `nvidia.com/gpu` or
+    `nvidia.com/gpu.shared` is one replica: a share of `replica_milli(replicas)` of a GPU (at least, with
+    the gpu-milli annotation), priced as that share — as the extender packs it."""
 
     def totals(containers: Iterable[Mapping[str, Any]] | None, combine: Callable[[int, int], int]):
         out: dict[str, int] = {}
@@ -148,7 +154,12 @@ def holdings(pod: Mapping[str, Any]) -> tuple[list[Holding], str | None]:
             return [], f"annotation {MILLI_ANNOTATION} is set but the pod requests no {GPU_SHARED}"
     out: list[Holding] = []
     for name, qty in sorted(want.items()):
-        if name == GPU:
+        if replicas > 1 and name in (GPU, GPU_SHARED):
+            share = (
+                max(replica_milli(replicas), milli or 0) if name == GPU_SHARED else replica_milli(replicas)
+            )
+            out.append(Holding(SHARED, qty, gpu_milli=share))
+        elif name == GPU:
             out.append(Holding(WHOLE, qty))
         elif name == GPU_SHARED:
             if milli is None:
@@ -201,8 +212,12 @@ class Meter:
     def team_for(self, namespace: str) -> str:
         return self.teams.get(namespace, UNASSIGNED_TEAM)
 
+    def _replicas(self, pod: Mapping[str, Any]) -> int:
+        info = self.nodes.get(_get(pod, "spec", "nodeName"))
+        return info.replicas if info is not None else 1
+
     def _intervals(self, pod: Mapping[str, Any], at: datetime) -> tuple[list[UsageInterval], Skip | None]:
-        held, reason = holdings(pod)
+        held, reason = holdings(pod, self._replicas(pod))
         if reason:
             return [], Skip(pod_name(pod), reason)
         if not held:
@@ -238,7 +253,7 @@ class Meter:
         at = ensure_utc(at)
         uid = _get(pod, "metadata", "uid") or pod_name(pod)
         if event_type == "DELETED" or not is_holding(pod):
-            held, _ = holdings(pod)
+            held, _ = holdings(pod, self._replicas(pod))
             if not held or not _get(pod, "spec", "nodeName"):
                 return []
             end = finished_at(pod) if event_type != "DELETED" or not is_holding(pod) else None
@@ -291,7 +306,8 @@ def node_info(node: Mapping[str, Any], is_spot: Callable[[Mapping[str, str]], bo
     count = _quantity(labels.get(COUNT_LABEL))
     if count is None:
         count = _quantity(_get(node, "status", "capacity", GPU)) or 0
-    return NodeInfo(_get(node, "metadata", "name"), product, count, is_spot(labels))
+    replicas, _ = node_sharing(labels)
+    return NodeInfo(_get(node, "metadata", "name"), product, count, is_spot(labels), replicas)
 
 
 def capacity(info: NodeInfo, at: datetime) -> NodeCapacity:

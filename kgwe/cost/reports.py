@@ -245,6 +245,8 @@ def _rec_row(r: Recommendation) -> dict[str, Any]:
         notes.append("downsize")
     if r.undersized:
         notes.append("undersized")
+    if r.sharing_advice:
+        notes.append(r.sharing_advice)
     if r.low_confidence:
         notes.append("low confidence (< 1 day)")
     return {

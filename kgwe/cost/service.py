@@ -54,7 +54,7 @@ def daily_history(store: CostStore, book: PriceBook, now: datetime, since: datet
 
 
 def rightsizing(
-    store: CostStore, period: Period, now: datetime, prometheus_url: str
+    store: CostStore, period: Period, now: datetime, prometheus_url: str, book: PriceBook | None = None
 ) -> tuple[list[Recommendation], int]:
     from kgwe.cost.prometheus import PrometheusClient
 
@@ -65,8 +65,13 @@ def rightsizing(
         iv = held.get((s.namespace, s.pod))
         if iv is None:
             continue  # not a pod we meter: nothing to compare against
+        price = book.price(iv.gpu_product) if book is not None else None
         rec = recommend(
-            s, iv.gpu_product, size_of(iv.gpu_product, iv.kind, iv.count, iv.mig_profile, iv.gpu_milli)
+            s,
+            iv.gpu_product,
+            size_of(iv.gpu_product, iv.kind, iv.count, iv.mig_profile, iv.gpu_milli),
+            price_per_hour=price.per_hour(iv.spot) if price is not None else None,
+            currency=book.currency if book is not None else "",
         )
         if rec is not None:
             out.append(rec)
@@ -86,7 +91,7 @@ def generate_reports(
         book, period, now=now, granularity="day", group_by=("team", "namespace", "gpu_product")
     )
     history = daily_history(store, book, now, period.since)
-    recs, skipped = rightsizing(store, period, now, prometheus_url) if prometheus_url else ([], 0)
+    recs, skipped = rightsizing(store, period, now, prometheus_url, book) if prometheus_url else ([], 0)
     files = build_reports(
         ReportInput(
             cluster=cluster,

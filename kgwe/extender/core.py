@@ -29,6 +29,7 @@ import numpy as np
 
 from kgwe.extender.nodes import UNLIMITED, NodeState
 from kgwe.extender.profile import Profile
+from kgwe.extender.replicas import on_replicated
 from kgwe.extender.request import PodRequest
 
 # Fragmentation change (milli) that moves the FGD term from 50 to 0 (or 100): one GPU's worth.
@@ -131,6 +132,7 @@ class NodeTable:
         g = getattr
         self.gpu_free = grow(g(self, "gpu_free", None), (cap, self.G), -1, np.int32)
         self.gpu_count = grow(g(self, "gpu_count", None), (cap,), 0, np.int32)
+        self.replicas = grow(g(self, "replicas", None), (cap,), 1, np.int32)
         self.cpu_free = grow(g(self, "cpu_free", None), (cap,), 0, np.int64)
         self.cpu_cap = grow(g(self, "cpu_cap", None), (cap,), 1, np.int64)
         self.mem_free = grow(g(self, "mem_free", None), (cap,), 0, np.int64)
@@ -191,6 +193,7 @@ class NodeTable:
         self.gpu_free[row] = -1
         self.gpu_free[row, : node.gpus] = [max(0, 1000 - u) for u in node.gpu_used_milli]
         self.gpu_count[row] = node.gpus
+        self.replicas[row] = max(1, node.replicas)
         self.cpu_cap[row] = max(1, node.cpu_milli)
         self.cpu_free[row] = node.cpu_milli - node.cpu_used_milli
         self.mem_cap[row] = max(1, node.memory_mib)
@@ -222,6 +225,7 @@ class NodeTable:
 
     def allocate(self, row: int, req: PodRequest, gpu_indices: Sequence[int], sign: int = 1) -> None:
         """Account a bound pod (sign=+1) or its departure (sign=-1) on the GPUs it holds."""
+        req = on_replicated(req, int(self.replicas[row]))
         for i in gpu_indices:
             v = int(self.gpu_free[row, i]) - sign * req.gpu_milli
             self.gpu_free[row, i] = min(1000, max(0, v))
@@ -235,6 +239,7 @@ class NodeTable:
 
     def choose_gpus(self, row: int, req: PodRequest, hint: int = -1) -> tuple[int, ...]:
         """The physical GPUs a pod would take on this row (hint = the scorer's best GPU for a share)."""
+        req = on_replicated(req, int(self.replicas[row]))
         free = self.gpu_free[row]
         if req.gpus == 0:
             return ()
@@ -297,7 +302,24 @@ class NodeTable:
     def evaluate(
         self, rows: np.ndarray, req: PodRequest, profile: Profile
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(reason codes, scores 0..100, best GPU index for shares) for `rows`. Pure function of the rows."""
+        """(reason codes, scores 0..100, best GPU index for shares) for `rows`. Pure function of the rows.
+
+        Rows whose GPUs the device plugin replicates see the request as the share it holds there
+        (kgwe.extender.replicas); each group of equal replicas is answered at once."""
+        reps = self.replicas[rows]
+        if not req.gpus or not (reps > 1).any():
+            return self._evaluate(rows, req, profile)
+        reason = np.zeros(len(rows), dtype=np.int8)
+        score = np.zeros(len(rows), dtype=np.float64)
+        best = np.full(len(rows), -1, dtype=np.int8)
+        for r in np.unique(reps).tolist():
+            sel = reps == r
+            reason[sel], score[sel], best[sel] = self._evaluate(rows[sel], on_replicated(req, r), profile)
+        return reason, score, best
+
+    def _evaluate(
+        self, rows: np.ndarray, req: PodRequest, profile: Profile
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         n = len(rows)
         view = _Rows(
             rows, self.gpu_free[rows], self.gpu_count[rows], self.cpu_free[rows], self.mem_free[rows]
@@ -603,6 +625,8 @@ def describe(code: int, table: NodeTable, row: int, req: PodRequest) -> str:
 
 def _describe(code: int, table: NodeTable, row: int, req: PodRequest) -> str:
     node = table.nodes[row] if 0 <= row < len(table.nodes) else None
+    if node is not None:
+        req = on_replicated(req, int(table.replicas[row]))
     free = table.gpu_free[row] if node is not None else None
     gpus = int(table.gpu_count[row]) if node is not None else 0
     if code == NO_GPU:

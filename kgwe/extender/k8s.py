@@ -17,6 +17,7 @@ import orjson
 from kgwe.agent.node_state import GPU_PODS_ANNOTATION
 from kgwe.errors import KgweError
 from kgwe.extender.nodes import NodeState
+from kgwe.extender.replicas import on_replicated
 from kgwe.extender.request import (
     ANN,
     GPU,
@@ -30,6 +31,7 @@ from kgwe.extender.request import (
     memory_mib,
     parse_pod,
 )
+from kgwe.gpu.sharing import node_sharing
 from kgwe.topology import health
 
 ANN_GPU_INDEX = ANN + "gpu-index"
@@ -59,6 +61,10 @@ def node_state(node: Mapping, decode_topology: Decoder | None = None) -> NodeSta
     if not gpus and alloc.get(GPU_SHARED):
         gpus = _int(labels.get(LABEL_COUNT), 0)
     gpus = max(gpus, _int(labels.get(LABEL_COUNT), 0)) if alloc.get(GPU_SHARED) else gpus
+    replicas, _ = node_sharing(labels)
+    if replicas > 1:  # the plugin advertises replicas; GFD's count stays the physical GPUs
+        advertised = max(_int(alloc.get(GPU), 0), _int(alloc.get(GPU_SHARED), 0))
+        gpus = _int(labels.get(LABEL_COUNT), 0) or advertised // replicas
     mig = {k[len(MIG_PREFIX) :]: _int(v) for k, v in alloc.items() if k.startswith(MIG_PREFIX)}
     topology = None
     raw = ann.get(ANN_TOPOLOGY)
@@ -93,6 +99,7 @@ def node_state(node: Mapping, decode_topology: Decoder | None = None) -> NodeSta
         priority=priority,
         topology=topology,
         labels=labels,
+        replicas=replicas,
         **kwargs,
     )
 
@@ -167,6 +174,7 @@ def account(
                 mig[device.profile] = mig.get(device.profile, 0) - 1
     cpu = mem = 0
     for req, indices in pods:
+        req = on_replicated(req, base.replicas)
         cpu += req.cpu_milli
         mem += req.memory_mib
         for prof, n in req.mig:
@@ -203,4 +211,5 @@ def account(
         topology=base.topology,
         labels=base.labels,
         unhealthy=base.unhealthy,
+        replicas=base.replicas,
     )

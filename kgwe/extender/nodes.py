@@ -28,6 +28,7 @@ class NodeState:
     topology: object | None = None  # kgwe.topology NodeTopology, opaque to the scoring core
     labels: Mapping[str, str] = field(default_factory=dict)
     unhealthy: Mapping[int, str] = field(default_factory=dict)  # GPU index -> reason (agent's gpu-health)
+    replicas: int = 1  # schedulable replicas per physical GPU (device-plugin time-slicing / MPS)
 
     def __post_init__(self) -> None:
         if len(self.gpu_used_milli) < self.gpus:

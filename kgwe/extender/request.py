@@ -79,6 +79,10 @@ class PodRequest:
     profile: str | None = None
     uid: str = field(default="", compare=False)
     soft_preferences: bool = field(default=False, compare=False)
+    # What the pod asks of a node whose GPUs the device plugin replicates (kgwe.extender.replicas): the
+    # nvidia.com/gpu.shared quantity, and whether the share comes from the gpu-milli annotation.
+    shared_units: int = 0
+    milli_annotated: bool = False
 
     @property
     def shared(self) -> bool:
@@ -105,6 +109,8 @@ class PodRequest:
             self.min_memory_mib,
             self.preference,
             self.min_bandwidth_gbps,
+            self.shared_units,
+            self.milli_annotated,
         )
 
 
@@ -280,4 +286,6 @@ def parse_pod(pod: object) -> PodRequest:
         profile=str(profile) if profile else None,
         uid=str(meta.get("uid") or ""),
         soft_preferences=_has_soft_preferences(spec),
+        shared_units=shared,
+        milli_annotated=bool(shared) and ann.get(ANN_MILLI) is not None,
     )

@@ -62,6 +62,7 @@ class GPUModel:
     profiles: Mapping[str, MigProfile]
     pci_device_ids: tuple[str, ...]
     aliases: tuple[str, ...] = field(default=())
+    compute_capability: tuple[int, int] | None = None  # CUDA (major, minor), e.g. (8, 9) for an L40S
 
     def __hash__(self) -> int:
         return hash(self.key)
@@ -114,7 +115,16 @@ def _model_from(key: str, raw: Mapping, geometries: Mapping) -> GPUModel:
         profiles=MappingProxyType(profiles),
         pci_device_ids=tuple(raw.get("pci_device_ids", ())),
         aliases=tuple(raw.get("aliases", ())),
+        compute_capability=_capability(raw.get("compute_capability")),
     )
+
+
+def _capability(text: object) -> tuple[int, int] | None:
+    """Parse "8.9" as (8, 9); None when the data file does not say."""
+    if text is None:
+        return None
+    major, _, minor = str(text).partition(".")
+    return int(major), int(minor or 0)
 
 
 @functools.cache

@@ -18,6 +18,7 @@ from kgwe.policy.loader import LoadedObject, PolicySet
 from kgwe.policy.models import (
     GPUBudget,
     GPUInventory,
+    GPUSharingStrategy,
     GPUWorkload,
     InventoryNode,
     MIGStrategy,
@@ -25,6 +26,7 @@ from kgwe.policy.models import (
     ScoringProfile,
 )
 from kgwe.policy.quota_namespaces import refused_quota_namespace
+from kgwe.policy.sharing_strategy import MPS_FULL_LIMIT_CAPABILITY, MPS_MAX_CLIENTS, MPS_MAX_CLIENTS_BELOW_7_5
 from kgwe.topology import known
 from kgwe.vocab import MIG_RESOURCE_PREFIX
 
@@ -280,21 +282,27 @@ def _compatible_pairs(selectors: list[dict[str, str]]) -> list[tuple[int, int]]:
     return sorted(pairs, key=lambda p: (p[1], p[0]))
 
 
+def _selected_nodes(ps: PolicySet, entry: LoadedObject, index: _NodeIndex) -> list[InventoryNode]:
+    """The inventory nodes a strategy's nodeSelector selects; a warning when it selects none."""
+    nodes = index.select(entry.obj.spec.node_selector)  # type: ignore[attr-defined]
+    if index.nodes and not nodes:
+        ps.report(
+            entry,
+            ("spec", "nodeSelector"),
+            "selects no node of the GPUInventory (the strategy has no effect there)",
+            "warning",
+        )
+    return nodes
+
+
 def check_mig_strategies(ps: PolicySet) -> None:
     entries = ps.entries_of(MIGStrategy)
     index = _NodeIndex([n for _, _, n in _inventory_nodes(ps)])
     selected: list[list[InventoryNode]] = []
     for entry in entries:
         strategy: MIGStrategy = entry.obj  # type: ignore[assignment]
-        nodes = index.select(strategy.spec.node_selector)
+        nodes = _selected_nodes(ps, entry, index)
         selected.append(nodes)
-        if index.nodes and not nodes:
-            ps.report(
-                entry,
-                ("spec", "nodeSelector"),
-                "selects no node of the GPUInventory (the strategy has no effect there)",
-                "warning",
-            )
         if strategy.spec.mig_enabled:
             _check_profiles(ps, entry, nodes)
             _check_shares(ps, entry, nodes)
@@ -309,6 +317,70 @@ def check_mig_strategies(ps: PolicySet) -> None:
             ("spec", "nodeSelector"),
             f'claims the same nodes as MIGStrategy "{earlier.obj.name}" ({_at(earlier)}){example}; '
             "give the selectors a label key with different values",
+        )
+
+
+def mps_client_limit(model: GPUModel) -> int:
+    """MPS clients one GPU of this model serves: 48, or 16 below compute capability 7.5."""
+    cc = model.compute_capability
+    return MPS_MAX_CLIENTS_BELOW_7_5 if cc is not None and cc < MPS_FULL_LIMIT_CAPABILITY else MPS_MAX_CLIENTS
+
+
+def _sharing_models(strategy: GPUSharingStrategy, nodes: list[InventoryNode]) -> set[GPUModel]:
+    """GPU models a sharing strategy reaches: its inventory nodes' products, else what its selector names."""
+    if nodes:
+        return {m for n in nodes if (m := catalog.model_for_product(n.product)) is not None}
+    return _models_named_by(strategy.spec.node_selector) or set()
+
+
+def check_sharing_strategies(ps: PolicySet) -> None:
+    entries = ps.entries_of(GPUSharingStrategy)
+    if not entries:
+        return
+    index = _NodeIndex([n for _, _, n in _inventory_nodes(ps)])
+    selected: list[list[InventoryNode]] = []
+    for entry in entries:
+        strategy: GPUSharingStrategy = entry.obj  # type: ignore[assignment]
+        nodes = _selected_nodes(ps, entry, index)
+        selected.append(nodes)
+        if strategy.spec.mode == "MPS":
+            for model in sorted(_sharing_models(strategy, nodes), key=lambda m: m.key):
+                limit = mps_client_limit(model)
+                if strategy.spec.replicas > limit:
+                    ps.report(
+                        entry,
+                        ("spec", "replicas"),
+                        f"MPS serves at most {limit} clients per GPU on {model.key}, "
+                        f"replicas is {strategy.spec.replicas}",
+                    )
+    sharing_selectors = [e.obj.spec.node_selector for e in entries]  # type: ignore[attr-defined]
+    for i, j in _compatible_pairs(sharing_selectors):
+        earlier, later = entries[i], entries[j]
+        names_i = {n.name for n in selected[i]}
+        both = [n.name for n in selected[j] if n.name in names_i]
+        example = f" (e.g. node {both[0]})" if both else ""
+        ps.report(
+            later,
+            ("spec", "nodeSelector"),
+            f'claims the same nodes as GPUSharingStrategy "{earlier.obj.name}" ({_at(earlier)}){example}; '
+            "a node has one device-plugin config: give the selectors a label key with different values",
+        )
+    migs = [e for e in ps.entries_of(MIGStrategy) if e.obj.spec.mig_enabled]  # type: ignore[attr-defined]
+    selectors = [e.obj.spec.node_selector for e in migs] + sharing_selectors  # type: ignore[attr-defined]
+    for i, j in _compatible_pairs(selectors):
+        if i >= len(migs) or j < len(migs):
+            continue  # only a MIG strategy paired with a sharing strategy
+        mig, sharing = migs[i], entries[j - len(migs)]
+        what = (
+            "MPS is not supported on MIG devices"
+            if sharing.obj.spec.mode == "MPS"  # type: ignore[attr-defined]
+            else "KGWE time-slices whole GPUs only"
+        )
+        ps.report(
+            sharing,
+            ("spec", "nodeSelector"),
+            f'{what}: claims the same nodes as MIGStrategy "{mig.obj.name}" ({_at(mig)}), which enables '
+            "MIG; select nodes whose MIGStrategy has `migEnabled: false` or none",
         )
 
 
@@ -480,6 +552,7 @@ CHECKS = (
     check_duplicates,
     check_inventory,
     check_mig_strategies,
+    check_sharing_strategies,
     check_scoring_profiles,
     check_pricing,
     check_budgets,

@@ -24,6 +24,7 @@ from kgwe.policy.models import (
     GPUBudget,
     GPUInventory,
     GPUInventorySpec,
+    GPUSharingStrategy,
     GPUWorkload,
     KgweObject,
     MIGStrategy,
@@ -123,6 +124,10 @@ class PolicySet:
     @property
     def mig_strategies(self) -> list[MIGStrategy]:
         return self.objects(MIGStrategy)
+
+    @property
+    def sharing_strategies(self) -> list[GPUSharingStrategy]:
+        return self.objects(GPUSharingStrategy)
 
     @property
     def scoring_profiles(self) -> list[ScoringProfile]:

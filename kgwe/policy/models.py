@@ -22,9 +22,11 @@ from kgwe.policy.inventory import GPUDeviceState, GPUInventory, GPUInventorySpec
 from kgwe.policy.mig_strategy import MIGStrategy, MIGStrategySpec, PartitionStrategy, ProfileShare, Rollout
 from kgwe.policy.pricing import GPUPrice, PricingCatalog, PricingCatalogSpec
 from kgwe.policy.scoring_profile import ExtenderSettings, ScoringProfile, ScoringProfileSpec, Weights
+from kgwe.policy.sharing_strategy import GPUSharingStrategy, GPUSharingStrategySpec
 
 POLICY_KINDS: tuple[type[KgweObject], ...] = (
     MIGStrategy,
+    GPUSharingStrategy,
     ScoringProfile,
     GPUBudget,
     PricingCatalog,
@@ -50,6 +52,8 @@ __all__ = [
     "GPUInventorySpec",
     "GPUPrice",
     "GPURequirements",
+    "GPUSharingStrategy",
+    "GPUSharingStrategySpec",
     "GPUWorkload",
     "GPUWorkloadSpec",
     "GPUWorkloadStatus",

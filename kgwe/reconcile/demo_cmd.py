@@ -1,9 +1,10 @@
 """The KGWE demo: the real main job on a laptop.
 
 Starts a local control plane (etcd, kube-apiserver, kube-scheduler, kwok) with simulated GPU nodes built
-from sample-repo's inventory and a MIG manager stand-in, puts sample-repo in a local Git repository, runs
-the controller against it and shows the MIG layouts rolling out pool by pool; then runs GPU jobs
-(GPUWorkloads: the seed README's 8-GPU llm-training and an inference service on MIG slices) through
+from sample-repo's inventory, MIG manager and device-plugin stand-ins, puts sample-repo in a local Git
+repository, runs the controller against it and shows the MIG layouts (and the L40S pool's time-slicing)
+rolling out pool by pool; then runs GPU jobs (GPUWorkloads: the seed README's 8-GPU llm-training and an
+inference service on MIG slices) through
 kube-scheduler with KGWE's rendered configuration and extender, printing where each pod landed; the
 controller's cost duties meter them into a SQLite cost store and commit a chargeback report (GPU-hours by
 team) to the policy repository; then commits a policy change, sends the signed webhook, and shows that
@@ -29,7 +30,7 @@ import yaml
 from kgwe import API_GROUP, API_VERSION
 from kgwe.cluster.names import CRD_VERSION, POLICY_REPOSITORY_PLURAL
 from kgwe.errors import KgweError
-from kgwe.vocab import MIG_CONFIG_LABEL, MIG_STATE_LABEL
+from kgwe.vocab import DEVICE_PLUGIN_CONFIG_LABEL, GPU_REPLICAS_LABEL, MIG_CONFIG_LABEL, MIG_STATE_LABEL
 
 NS = "kgwe-system"
 POOL_LABEL = "kgwe.nvidia.io/pool"  # sample-repo's pool label
@@ -80,6 +81,10 @@ def _show(api: Any, pools: dict[str, list[str]], status: dict) -> str:
         cells = []
         for name in names:
             labels = core.read_node(name).metadata.labels or {}
+            if DEVICE_PLUGIN_CONFIG_LABEL in labels:  # a GPUSharingStrategy shares its GPUs
+                replicas = labels.get(GPU_REPLICAS_LABEL, "1")
+                cells.append(f"{name}={labels[DEVICE_PLUGIN_CONFIG_LABEL].removeprefix('kgwe-')} ×{replicas}")
+                continue
             if MIG_CONFIG_LABEL not in labels:  # no MIGStrategy selects it: KGWE leaves it alone
                 cells.append(f"{name} (no MIG policy)")
                 continue
@@ -371,6 +376,7 @@ def meter_and_report(controller: Any, bare: Path, pods: list[tuple[str, str]], t
 
 def run(args: argparse.Namespace) -> int:
     from kgwe.testing.controlplane import ControlPlane, find_binaries
+    from kgwe.testing.deviceplugin import DevicePluginStandIn
     from kgwe.testing.gitserver import GitHttpsServer
     from kgwe.testing.migmanager import MigManagerStandIn
 
@@ -396,6 +402,7 @@ def run(args: argparse.Namespace) -> int:
                 config_namespace="gpu-operator",
                 config_map="kgwe-mig-parted-config",
             ),
+            DevicePluginStandIn(api, delay_seconds=args.mig_delay),  # time-slices sample-repo's L40S pool
         ):
             controller, stop, thread = _start_controller(api, tmp / "cache", git_server.ca_file)
             _create_policy_repository_object(api, url)
@@ -405,6 +412,7 @@ def run(args: argparse.Namespace) -> int:
                 "rolling out the initial layouts =="
             )
             _say("   node=<nvidia.com/mig.config>  ✓ MIG manager reports success  ⟳ pending  ✗ failed")
+            _say("   node=<nvidia.com/device-plugin.config> ×<replicas GFD reports>")
             try:
                 _wait_ready(api, pools, first, args.timeout)
                 _say("\n== GPU jobs: GPUWorkloads placed by KGWE's scheduler after the MIG rollout ==")

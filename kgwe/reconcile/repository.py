@@ -58,6 +58,8 @@ from kgwe.reconcile.rollout import (
     plan_rollout,
 )
 from kgwe.reconcile.scheduler_restart import SchedulerRestarter, SchedulerSync
+from kgwe.reconcile.sharing_rollout import merge as merge_plans
+from kgwe.reconcile.sharing_rollout import named_sharing_configs, run_sharing_rollout
 from kgwe.reconcile.status import Outcome, next_status
 
 log = logging.getLogger(__name__)
@@ -380,15 +382,23 @@ class RepositoryReconciler:
 
         options = replace(self.render_options or RenderOptions(), repository=self.repository_label)
         live_configs = self._live_mig_configs(options.mig_namespace, options.mig_config_name)
-        key = (id(ps), fingerprint(self.name, options, planned_facts(facts), live_configs))
+        sharing_named = self._named_sharing_configs(options, facts)
+        key = (id(ps), fingerprint(self.name, options, planned_facts(facts), live_configs, sharing_named))
         # the value holds `ps`, so its id cannot be reused by another PolicySet while the key is kept
         held, computed = self._desired.get(
-            key, lambda: (ps, self._plan_render(ps, facts, options, live_configs))
+            key, lambda: (ps, self._plan_render(ps, facts, options, live_configs, sharing_named))
         )
         assert held is ps
         return replace(computed, objects=[self._with_quota_override(o) for o in computed.objects])
 
-    def _plan_render(self, ps: Any, facts: list[GpuNodeFacts], options: Any, live_configs: dict) -> Desired:
+    def _plan_render(
+        self,
+        ps: Any,
+        facts: list[GpuNodeFacts],
+        options: Any,
+        live_configs: dict,
+        sharing_named: dict[str, str],
+    ) -> Desired:
         from kgwe.planner.from_policy import plan_layouts
         from kgwe.policy import GPUInventory
         from kgwe.render.render import render
@@ -424,12 +434,26 @@ class RepositoryReconciler:
             for f in facts
             if f.mig_config and f.mig_config in live_configs
         }
-        rendered = render(ps, inventory, options=options, layouts=layouts, keep_mig_configs=named)
+        rendered = render(
+            ps,
+            inventory,
+            options=options,
+            layouts=layouts,
+            keep_mig_configs=named,
+            keep_sharing_configs=sharing_named,
+        )
         objects = [o for o in rendered.objects if o.get("kind") != "Node"]
         node_pool = {n: pool for n, pool in selected.items() if n in rendered.node_configs}
         configs = dict(live_configs)
         configs.update(_rendered_mig_configs(objects, options.mig_namespace, options.mig_config_name))
         return Desired(objects, dict(rendered.node_configs), pools, node_pool, doc, configs, revisions)
+
+    def _named_sharing_configs(self, options: Any, facts: list[GpuNodeFacts]) -> dict[str, str]:
+        """Device-plugin configs nodes still name (a removed strategy's, until its nodes are back on
+        `default`): the plugin's config-manager fails on a key the ConfigMap lacks."""
+        return named_sharing_configs(
+            self.core, options.mig_namespace, options.device_plugin_config_name, facts
+        )
 
     def _with_quota_override(self, obj: dict) -> dict:
         """The rendered budget quota, capped while its budget is enforced (see kgwe.reconcile.costs)."""
@@ -458,7 +482,7 @@ class RepositoryReconciler:
         if sync.failed:  # never relabel nodes for a config the cluster did not accept
             plan = plan_rollout([], desired.pools, self.now())
         else:
-            plan = self._rollout(repo, desired, facts)
+            plan = merge_plans(self._rollout(repo, desired, facts), self._sharing_rollout(repo, ps, facts))
         self.last_sync, self.last_plan = sync, plan
         return sync, plan
 
@@ -527,6 +551,18 @@ class RepositoryReconciler:
                 len(progress.failed) + len(progress.timed_out)
             )
         return RolloutPlan(tuple(done), after.pools)
+
+    def _sharing_rollout(self, repo: dict, ps: Any, facts: list[GpuNodeFacts]) -> RolloutPlan:
+        """Device-plugin labels of the GPUSharingStrategies, under the MIG gates (see sharing_rollout)."""
+
+        def record(kind: str, reason: str, message: str) -> None:
+            (self.recorder.normal if kind == "Normal" else self.recorder.warning)(repo, reason, message)
+
+        plan, writes = run_sharing_rollout(
+            self.api_client, ps.sharing_strategies, facts, self.now(), record=record, guard=self.is_leader
+        )
+        self.metrics.writes.labels(self.name).inc(writes)
+        return plan
 
     def _do(self, ops: NodeOps, repo: dict, action: Action, now: datetime, revision: str | None) -> None:
         if action.kind == "relabel":

@@ -20,6 +20,7 @@ from kgwe.policy.models import GPUInventory, ScoringProfile, ScoringProfileSpec
 from kgwe.policy.quota_namespaces import refused_quota_namespace
 from kgwe.render.environment import render_template
 from kgwe.render.layouts import NodeLayouts, desired_layouts
+from kgwe.render.sharing import config_key, device_plugin_configs, node_sharing
 from kgwe.vocab import GPU_RESOURCE, SHARED_GPU_RESOURCE, mig_resource
 
 # deploy/: kube-scheduler calls the extender Service over mutual TLS, its client certificate mounted here
@@ -43,6 +44,8 @@ class RenderOptions:
     namespace: str = "kgwe-system"  # kgwe-scheduler-config and kgwe-scoring
     mig_namespace: str = "gpu-operator"  # where the GPU Operator's MIG manager reads its config
     mig_config_name: str = "kgwe-mig-parted-config"
+    # the device plugin's config ConfigMap (ClusterPolicy devicePlugin.config.name), in mig_namespace
+    device_plugin_config_name: str = "kgwe-device-plugin-config"
     extender_url: str = DEFAULT_EXTENDER_URL
     # kube-scheduler's client certificate for mutual TLS with the extender: a directory holding tls.crt,
     # tls.key and ca.crt (a mounted kubernetes.io/tls Secret); needs an https:// extender_url. None:
@@ -62,6 +65,7 @@ class Rendered:
     objects: list[dict] = field(default_factory=list)
     layouts: NodeLayouts = field(default_factory=dict)
     node_configs: dict[str, str] = field(default_factory=dict)
+    sharing_configs: dict[str, str] = field(default_factory=dict)  # node -> device-plugin config key
 
 
 def extender_client_cert_dir(url: str, given: str | None) -> str | None:
@@ -130,11 +134,14 @@ def render(
     options: RenderOptions | None = None,
     layouts: Mapping[str, Sequence[Sequence[str] | None]] | None = None,
     keep_mig_configs: Mapping[str, list[dict]] | None = None,
+    keep_sharing_configs: Mapping[str, str] | None = None,
 ) -> Rendered:
     """Render every object for a valid PolicySet. KgweError when the policy has errors.
 
     `keep_mig_configs` are configs nodes still name (the controller passes them): they stay in the
-    mig-parted ConfigMap beside the planned ones until no node's label names them."""
+    mig-parted ConfigMap beside the planned ones until no node's label names them. Likewise
+    `keep_sharing_configs` (key -> config text) for the device-plugin ConfigMap, which is rendered while
+    any strategy shares GPUs or any node still names one of its keys."""
     ps.raise_for_errors()
     opts = options or RenderOptions()
     https = opts.extender_url.startswith("https://")
@@ -204,6 +211,25 @@ def render(
         files["node-mig-labels.yaml"] = render_template(
             "node-mig-labels.yaml.j2", node_configs=node_configs, **common
         )
+    sharing_configs: dict[str, str] = {}
+    if ps.sharing_strategies or keep_sharing_configs:
+        configs = device_plugin_configs(ps.sharing_strategies)
+        for key, text in (keep_sharing_configs or {}).items():
+            configs.setdefault(key, text)
+        files["device-plugin-config.yaml"] = render_template(
+            "device-plugin-configmap.yaml.j2",
+            name=opts.device_plugin_config_name,
+            namespace=opts.mig_namespace,
+            configs=configs,
+            **common,
+        )
+        nodes = [(n.name, n.labels) for n in inventory.spec.nodes] if inventory is not None else []
+        shared = node_sharing(ps.sharing_strategies, nodes)
+        sharing_configs = {node: config_key(strategy) for node, strategy in shared.items()}
+        if sharing_configs:
+            files["node-device-plugin-labels.yaml"] = render_template(
+                "node-device-plugin-labels.yaml.j2", node_configs=sharing_configs, **common
+            )
 
     objects: list[dict] = []
     for name, text in files.items():
@@ -211,7 +237,13 @@ def render(
             objects.extend(d for d in yaml.load_all(text, Loader=_Loader) if d)
         except yaml.YAMLError as exc:  # a template bug, never user input: say where
             raise KgweError(f"rendered {name} is not valid YAML: {exc}") from None
-    return Rendered(files=files, objects=objects, layouts=node_layouts, node_configs=node_configs)
+    return Rendered(
+        files=files,
+        objects=objects,
+        layouts=node_layouts,
+        node_configs=node_configs,
+        sharing_configs=sharing_configs,
+    )
 
 
 def scheduler_config_text(objects: Sequence[Mapping]) -> str:

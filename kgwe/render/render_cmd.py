@@ -68,7 +68,15 @@ def run(args: argparse.Namespace) -> int:
     print(
         f"rendered {len(result.objects)} objects into {len(paths)} files in {args.out}: "
         f"{len(result.node_configs)} node MIG labels using {len(configs)} mig-parted configs"
+        + _sharing_summary(result.sharing_configs)
     )
     for path in paths:
         print(f"  {path}")
     return 0
+
+
+def _sharing_summary(sharing_configs: dict[str, str]) -> str:
+    if not sharing_configs:
+        return ""
+    used = len(set(sharing_configs.values()))
+    return f", {len(sharing_configs)} node device-plugin labels using {used} sharing config(s)"

@@ -29,7 +29,7 @@ def test_kgwe_version_and_validate_run_inside_the_image(image_container, tmp_pat
 
     good = image_container.run(["kgwe", "validate", "/policy"], volumes=[f"{sample_repo_dir()}:/policy:ro"])
     assert good.returncode == 0, good.stderr
-    assert good.stdout.startswith("/policy: valid — 9 files"), good.stdout
+    assert good.stdout.startswith("/policy: valid — 10 files"), good.stdout
 
     broken = tmp_path / "broken"
     shutil.copytree(sample_repo_dir(), broken)

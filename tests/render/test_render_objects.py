@@ -21,6 +21,7 @@ from kgwe.policy import load_repository
 from kgwe.render import RenderOptions, render, render_repository, write_files
 from kgwe.render.environment import render_template, to_yaml, to_yaml_block
 from kgwe.render.layouts import desired_layouts
+from kgwe.render.sharing import config_key
 from kgwe.resources import sample_repo_dir
 
 K8S_VERSION = "1.33"
@@ -82,12 +83,29 @@ def test_mig_parted_config_follows_the_v1_format_and_layouts_fit(sample, rendere
 
 def test_node_labels_cover_the_strategy_pools(sample, rendered):
     nodes = by_kind(rendered.objects, "Node")
-    labels = {n["metadata"]["name"]: n["metadata"]["labels"]["nvidia.com/mig.config"] for n in nodes}
+    labels = {
+        n["metadata"]["name"]: n["metadata"]["labels"]["nvidia.com/mig.config"]
+        for n in nodes
+        if "nvidia.com/mig.config" in n["metadata"]["labels"]
+    }
     assert labels == rendered.node_configs
+    sharing = {
+        n["metadata"]["name"]: n["metadata"]["labels"]["nvidia.com/device-plugin.config"]
+        for n in nodes
+        if "nvidia.com/device-plugin.config" in n["metadata"]["labels"]
+    }
+    assert (
+        sharing
+        == rendered.sharing_configs
+        == {
+            "l40s-01": config_key(sample.sharing_strategies[0]),
+            "l40s-02": config_key(sample.sharing_strategies[0]),
+        }
+    )
     pools = Counter(
         n.labels["kgwe.nvidia.io/pool"] for n in sample.inventory().spec.nodes if n.name in labels
     )
-    assert pools == {"inference": 8, "training": 10}  # L40S nodes are not touched
+    assert pools == {"inference": 8, "training": 10}  # L40S nodes: no MIG label, time-sliced instead
     assert {labels[f"dgx-a100-{i:02d}"] for i in range(1, 11)} == {"kgwe-all-disabled"}
 
 

@@ -1,0 +1,256 @@
+"""The GPU sharing rollout: which nodes get their `nvidia.com/device-plugin.config` label next.
+
+Switching a node's device-plugin config restarts the plugin and changes its allocatable GPUs, so it follows
+the MIG rollout's rules (kgwe.reconcile.rollout, whose decision this reuses unchanged): a node whose GPUs
+are held is switched only when the strategy drains (cordon, evict through the Eviction API, then relabel),
+at most `maxUnavailable` nodes of a pool in flight, and a node that does not report the new sharing within
+`pendingTimeout` stops its pool. The device plugin has no state label like the MIG manager's, so a node's
+"state" is read from GFD: `success` once its `nvidia.com/gpu.replicas` and `nvidia.com/gpu.sharing-strategy`
+report what its config asks for. Everything is read back from the nodes each pass (label, KGWE's
+annotations), so a restarted controller continues where the last one stopped.
+
+Pools are named `sharing/<strategy>`; nodes no strategy selects any more but still name a KGWE config go
+back to `default` under the same gates.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields
+from datetime import UTC, datetime
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from kgwe.cluster.apply import NotLeader
+from kgwe.cluster.inventory import GpuNodeFacts
+from kgwe.cluster.names import SHARING_CORDONED_ANNOTATION, SHARING_REQUESTED_AT_ANNOTATION
+from kgwe.cluster.nodes import NodeOps, format_time, parse_time
+from kgwe.gpu.sharing import GFD_STRATEGY, NOT_SHARED, node_sharing
+from kgwe.policy.sharing_strategy import GPUSharingStrategy
+from kgwe.reconcile.rollout import (
+    STATE_SUCCESS,
+    Action,
+    NodeState,
+    PoolPolicy,
+    PoolProgress,
+    RolloutPlan,
+    apply_actions,
+    plan_rollout,
+)
+from kgwe.render.sharing import DEFAULT_CONFIG_KEY, config_key, device_plugin_configs
+from kgwe.vocab import DEVICE_PLUGIN_CONFIG_LABEL
+
+POOL_PREFIX = "sharing/"
+UNSHARE_POOL = POOL_PREFIX + DEFAULT_CONFIG_KEY
+KGWE_CONFIG_PREFIX = "kgwe-"
+DEFAULT_TIMEOUT_SECONDS = 900.0
+
+
+@dataclass
+class SharingProgress(PoolProgress):
+    """A sharing pool's progress, worded for the device plugin (it reports no failure, only a timeout)."""
+
+    def message(self) -> str:
+        if self.timed_out:
+            return (
+                f"pool {self.pool}: the device plugin did not report the new sharing in time on "
+                f"{', '.join(self.timed_out)}; rollout stopped until the node reports it"
+            )
+        return super().message().replace("waiting for idle GPUs", "waiting for idle GPUs (no drain)")
+
+
+def _progress(p: PoolProgress) -> SharingProgress:
+    return SharingProgress(**{f.name: getattr(p, f.name) for f in fields(PoolProgress)})
+
+
+def pool_policies(strategies: Sequence[GPUSharingStrategy]) -> dict[str, PoolPolicy]:
+    from kgwe.reconcile.repository import max_unavailable_value
+
+    out = {UNSHARE_POOL: PoolPolicy(UNSHARE_POOL)}
+    for s in strategies:
+        rollout = s.spec.rollout
+        timeout = (
+            rollout.pending_timeout.total_seconds() if rollout.pending_timeout else DEFAULT_TIMEOUT_SECONDS
+        )
+        out[POOL_PREFIX + s.name] = PoolPolicy(
+            POOL_PREFIX + s.name, max_unavailable_value(rollout.max_unavailable), rollout.drain, timeout
+        )
+    return out
+
+
+def _reports(facts: GpuNodeFacts, strategy: GPUSharingStrategy | None) -> bool:
+    """Does GFD on this node report the sharing `strategy` asks for (None: not shared)?"""
+    replicas, gfd = node_sharing(facts.labels)
+    if strategy is None:
+        return gfd == NOT_SHARED
+    return replicas == strategy.spec.replicas and gfd == GFD_STRATEGY[strategy.spec.mode]
+
+
+def sharing_node_states(
+    strategies: Sequence[GPUSharingStrategy], facts: Sequence[GpuNodeFacts]
+) -> list[NodeState]:
+    """The rollout's view of every node a sharing strategy selects, or that still names a KGWE config."""
+    ordered = sorted(strategies, key=lambda s: s.name)
+    by_key = {config_key(s): s for s in ordered}
+    states = []
+    for f in facts:
+        chosen = next((s for s in ordered if s.selects(f.labels)), None)
+        current = f.labels.get(DEVICE_PLUGIN_CONFIG_LABEL)
+        if chosen is None and not (current or "").startswith(KGWE_CONFIG_PREFIX):
+            continue
+        desired = config_key(chosen) if chosen is not None else DEFAULT_CONFIG_KEY
+        # `success` once GFD reports what the node's current label asks for (a config KGWE no longer
+        # renders is taken as applied long ago); otherwise the plugin is still switching the node.
+        if current == DEFAULT_CONFIG_KEY:
+            settled = _reports(f, None)
+        else:
+            settled = current is not None and (current not in by_key or _reports(f, by_key[current]))
+        state = STATE_SUCCESS if settled else None
+        states.append(
+            NodeState(
+                name=f.name,
+                pool=POOL_PREFIX + chosen.name if chosen is not None else UNSHARE_POOL,
+                desired_config=desired,
+                current_config=current,
+                state=state,
+                requested_at=parse_time(f.annotations.get(SHARING_REQUESTED_AT_ANNOTATION)),
+                gpu_pods=len(f.gpu_pods),
+                cordoned_by_kgwe=SHARING_CORDONED_ANNOTATION in f.annotations,
+            )
+        )
+    return states
+
+
+class SharingNodeOps(NodeOps):
+    """The node writes of the sharing rollout: its own label and annotations, NodeOps' eviction."""
+
+    def relabel(
+        self, name: str, config: str, now: datetime | None = None, revision: str | None = None
+    ) -> None:
+        self._patch(
+            name,
+            {
+                "metadata": {
+                    "labels": {DEVICE_PLUGIN_CONFIG_LABEL: config},
+                    "annotations": {SHARING_REQUESTED_AT_ANNOTATION: format_time(now or datetime.now(UTC))},
+                }
+            },
+        )
+
+    def cordon(self, name: str, config: str) -> None:
+        self._patch(
+            name,
+            {
+                "spec": {"unschedulable": True},
+                "metadata": {"annotations": {SHARING_CORDONED_ANNOTATION: config}},
+            },
+        )
+
+    def uncordon(self, name: str) -> None:
+        node = self.core.read_node(name)
+        if SHARING_CORDONED_ANNOTATION not in (node.metadata.annotations or {}):
+            return
+        self._patch(
+            name,
+            {
+                "spec": {"unschedulable": None},
+                "metadata": {"annotations": {SHARING_CORDONED_ANNOTATION: None}},
+            },
+        )
+
+
+Recorder = Callable[[str, str, str], None]  # (type Normal|Warning, reason, message)
+
+
+def run_sharing_rollout(
+    api_client: client.ApiClient,
+    strategies: Sequence[GPUSharingStrategy],
+    facts: Sequence[GpuNodeFacts],
+    now: datetime,
+    *,
+    record: Recorder,
+    guard: Callable[[], bool] | None = None,
+) -> tuple[RolloutPlan, int]:
+    """Decide and carry out this pass's sharing actions; (plan as it stands after them, API writes)."""
+    states = sharing_node_states(strategies, facts)
+    policies = pool_policies(strategies)
+    plan = plan_rollout(states, policies, now)
+    ops = SharingNodeOps(api_client, guard=guard)
+    done: list[Action] = []
+    failed_nodes: set[str] = set()
+    for action in plan.actions:  # a node's actions are in order (cordon before evict)
+        if action.node in failed_nodes or action.kind == "acknowledge":
+            continue
+        try:
+            _do(ops, action, now, record)
+        except NotLeader:
+            raise
+        except ApiException as exc:
+            record("Warning", "RolloutActionFailed", f"{action.kind} {action.node}: {exc.reason}")
+            failed_nodes.add(action.node)
+            continue
+        done.append(action)
+    selected: dict[str, list[str]] = {}
+    for action in done:
+        if action.kind == "relabel":
+            selected.setdefault(action.config or "", []).append(action.node)
+    for config, names in sorted(selected.items()):
+        shown = ", ".join(sorted(names)[:10]) + (", ..." if len(names) > 10 else "")
+        record(
+            "Normal",
+            "DevicePluginConfigSelected",
+            f"{DEVICE_PLUGIN_CONFIG_LABEL}={config} on {len(names)} node(s): {shown}",
+        )
+    after = plan_rollout(apply_actions(states, done, now), policies, now)
+    pools = {name: _progress(p) for name, p in after.pools.items()}
+    return RolloutPlan(tuple(done), pools), ops.writes
+
+
+def _do(ops: SharingNodeOps, action: Action, now: datetime, record: Recorder) -> None:
+    if action.kind == "relabel":
+        ops.relabel(action.node, action.config or "", now)
+    elif action.kind == "cordon":
+        ops.cordon(action.node, action.config or "")
+        record("Normal", "NodeCordoned", f"node {action.node} cordoned to switch its GPU sharing")
+    elif action.kind == "evict":
+        outcome = ops.evict_gpu_pods(action.node)
+        if outcome.blocked:
+            record(
+                "Warning",
+                "EvictionBlocked",
+                f"node {action.node}: a PodDisruptionBudget blocks evicting {', '.join(outcome.blocked)}; "
+                "will retry",
+            )
+    elif action.kind == "uncordon":
+        ops.uncordon(action.node)
+        record("Normal", "NodeUncordoned", f"node {action.node} uncordoned after its GPU sharing switched")
+
+
+def named_sharing_configs(
+    core: client.CoreV1Api, namespace: str, name: str, facts: Sequence[GpuNodeFacts]
+) -> dict[str, str]:
+    """The live device-plugin configs (key -> text) that nodes name through KGWE's label values (`default`
+    or `kgwe-...`), so the rendered ConfigMap keeps them; {} when no node names one."""
+    named = {
+        value
+        for f in facts
+        if (value := f.labels.get(DEVICE_PLUGIN_CONFIG_LABEL))
+        and (value == DEFAULT_CONFIG_KEY or value.startswith(KGWE_CONFIG_PREFIX))
+    }
+    if not named:
+        return {}
+    try:
+        live = core.read_namespaced_config_map(name, namespace).data or {}
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+        live = {}
+    kept = {key: live[key] for key in sorted(named) if key in live}
+    kept.setdefault(DEFAULT_CONFIG_KEY, device_plugin_configs(())[DEFAULT_CONFIG_KEY])
+    return kept
+
+
+def merge(mig: RolloutPlan, sharing: RolloutPlan) -> RolloutPlan:
+    """One plan for status: the MIG pools and the sharing pools side by side."""
+    return RolloutPlan(mig.actions + sharing.actions, {**mig.pools, **sharing.pools})
