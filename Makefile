@@ -27,10 +27,12 @@ lint: venv
 cluster-bins:
 	hack/cluster-bins.sh
 
-# Builds helm and Flux's kustomize-controller (wrapper modules hack/helm, hack/flux) into ~/.cache/kgwe.
+# Builds helm, Flux's kustomize-controller, Prometheus and promtool (wrapper modules hack/helm, hack/flux,
+# hack/prometheus) into ~/.cache/kgwe.
 tool-bins:
 	hack/tool-bins.sh helm
 	hack/tool-bins.sh flux
+	hack/tool-bins.sh prometheus
 
 # The OCI image of every KGWE process, built without a daemon (mmdebstrap + buildah; needs root). Writes
 # build/image/kgwe-VERSION.oci.tar; the last line printed is "ARCHIVE REFERENCE".

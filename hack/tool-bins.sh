@@ -3,8 +3,9 @@
 # tests, cached like the Kubernetes binaries of hack/cluster-bins.sh.
 #
 # hack/<name>/go.mod pins the tool's module (and anything its own go.mod replaces, which a consumer does
-# not inherit) and lists the commands as `tool` directives. A line `// ldflags: ...` in that go.mod adds
-# linker flags ({version} is the tool module's version).
+# not inherit) and lists the commands as `tool` directives (single lines or a `tool ( ... )` block). A line
+# `// ldflags: ...` in that go.mod adds linker flags ({version} is the tool module's version); a line
+# `// tags: ...` sets build tags.
 #
 # Output: ${KGWE_CACHE_DIR:-~/.cache/kgwe}/<name>-<version>/<binary...> plus MANIFEST (version + wrapper
 # module hash + Go version) and build-seconds; every build appends a line to build-times.log.
@@ -35,8 +36,9 @@ main() {
     (( BASH_REMATCH[1] >= go_min_minor )) || die "Go $goversion is too old: hack/$name needs Go >= 1.${go_min_minor}"
     export GOTOOLCHAIN=local GOFLAGS=-mod=readonly CGO_ENABLED=0
 
-    local tools first version wrapper_sum ldflags
-    mapfile -t tools < <(sed -n 's/^tool[[:space:]]\+\([^[:space:]]\+\)$/\1/p' "$mod/go.mod")
+    local tools first version wrapper_sum ldflags tags
+    mapfile -t tools < <(awk '/^tool[ \t]*\($/ {b=1; next} b && /^\)/ {b=0; next}
+        b && NF == 1 {print $1} !b && $1 == "tool" && NF == 2 {print $2}' "$mod/go.mod")
     (( ${#tools[@]} > 0 )) || die "hack/$name/go.mod lists no \`tool\` directive (one line each: tool <package>)"
     first="${tools[0]}"
     version="$(cd "$mod" && go list -f '{{.Module.Version}}' "$first")" ||
@@ -44,6 +46,7 @@ main() {
     wrapper_sum="$(cat "$mod/go.mod" "$mod/go.sum" | sha256sum | cut -c1-16)"
     ldflags="$(sed -n 's|^// ldflags:[[:space:]]*||p' "$mod/go.mod" | head -1)"
     ldflags="-s -w ${ldflags//\{version\}/$version}"
+    tags="$(sed -n 's|^// tags:[[:space:]]*||p' "$mod/go.mod" | head -1)"
 
     local cache_base out manifest
     cache_base="${KGWE_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/kgwe}"
@@ -84,7 +87,7 @@ go=$goversion"
         cd "$mod"
         for t in "${tools[@]}"; do
             echo "tool-bins: go build $t" >&2
-            go build -trimpath -p 2 -ldflags "$ldflags" -o "$stage/${t##*/}" "$t"
+            go build -trimpath -p 2 -tags "$tags" -ldflags "$ldflags" -o "$stage/${t##*/}" "$t"
         done
     )
     $cold && rm -rf "$GOCACHE"

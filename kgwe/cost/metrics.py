@@ -8,6 +8,7 @@ as a float because that is all Prometheus has; the exact Decimal figures live in
 from __future__ import annotations
 
 import threading
+import time
 import weakref
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -27,16 +28,24 @@ class CostCollector(Collector):
         self._chargeback: Chargeback | None = None
         self._budgets: tuple[BudgetStatus, ...] = ()
         self.spool: Any = None  # the metering spool (kgwe.cost.spool.Spool) once metering runs
+        self._refreshed_at: float | None = None  # Unix time of the last update (metering-behind alert)
 
     def update(self, chargeback: Chargeback | None, budgets: Sequence[BudgetStatus] = ()) -> None:
         """`chargeback` must be grouped by team and namespace (any granularity: buckets are summed)."""
         with self._lock:
             self._chargeback = chargeback
             self._budgets = tuple(budgets)
+            self._refreshed_at = time.time()
 
     def collect(self) -> Iterable[GaugeMetricFamily | CounterMetricFamily]:
         with self._lock:
-            cb, budgets = self._chargeback, self._budgets
+            cb, budgets, refreshed_at = self._chargeback, self._budgets, self._refreshed_at
+        if refreshed_at is not None:
+            yield GaugeMetricFamily(
+                "kgwe_cost_refresh_timestamp_seconds",
+                "When chargeback and budgets were last computed from the cost store",
+                value=refreshed_at,
+            )
         cost = GaugeMetricFamily(
             "kgwe_gpu_cost",
             "GPU cost in the current period by team and namespace",
@@ -69,6 +78,11 @@ class CostCollector(Collector):
             "Forecast end-of-period spend / limit",
             labels=["budget", "team", "period"],
         )
+        reached = GaugeMetricFamily(
+            "kgwe_budget_threshold_reached_ratio",
+            "Highest alert threshold (fraction of the limit) the budget's spend has reached; 0: none",
+            labels=["budget", "team", "period"],
+        )
         enforced = GaugeMetricFamily(
             "kgwe_budget_enforced", "1 when the budget's quotas are capped", labels=["budget", "team"]
         )
@@ -76,8 +90,9 @@ class CostCollector(Collector):
             labels = [st.name, st.team, st.period.label]
             used.add_metric(labels, float(st.used_ratio))
             forecast.add_metric(labels, float(st.forecast_end / st.limit) if st.limit else 0.0)
+            reached.add_metric(labels, max((float(a.at_percent) / 100 for a in st.fired), default=0.0))
             enforced.add_metric([st.name, st.team], 1.0 if st.enforce else 0.0)
-        yield from (cost, idle, cluster, used, forecast, enforced)
+        yield from (cost, idle, cluster, used, forecast, reached, enforced)
         if self.spool is not None:
             yield GaugeMetricFamily(
                 "kgwe_metering_spooled_writes",

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import orjson
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -16,7 +18,8 @@ from prometheus_client import (
     generate_latest,
 )
 
-from kgwe.extender.engine import Engine
+from kgwe.extender.core import Reason
+from kgwe.extender.engine import UNKNOWN_CODE, Engine
 from kgwe.extender.request import RequestError
 from kgwe.httpd import JSON, Handler, error_body
 
@@ -46,6 +49,12 @@ class Metrics:
         )
         self.failed_nodes = Counter(
             "kgwe_extender_failed_nodes_total", "Nodes rejected by filter", registry=self.registry
+        )
+        self.filter_failures = Counter(
+            "kgwe_extender_filter_failures_total",
+            "Nodes rejected by filter, by reason",
+            ["reason"],
+            registry=self.registry,
         )
         self.nodes = Gauge("kgwe_extender_nodes", "Nodes in the index", registry=self.registry)
         self.ready = Gauge("kgwe_extender_ready", "1 once the index is synced", registry=self.registry)
@@ -83,6 +92,7 @@ def make_handler(engine: Engine, metrics: Metrics | None = None) -> Handler:
     metrics = metrics or Metrics()
     engine.defer_assumptions = True
     engine.on_decision = lambda verb, failed: metrics.failed_nodes.inc(failed) if failed else None
+    engine.on_failures = failure_counter(metrics)
     verbs = {"/filter": engine.filter, "/prioritize": engine.prioritize}
     observe = {v: metrics.latency.labels(v.strip("/")) for v in verbs}
     counted: dict[tuple[str, int], Any] = {}
@@ -126,6 +136,21 @@ def make_handler(engine: Engine, metrics: Metrics | None = None) -> Handler:
 
     probes = make_probe_handler(engine, metrics)
     return handle
+
+
+def failure_counter(metrics: Metrics) -> Callable[[np.ndarray], None]:
+    """Counts rejected nodes by reason (the reason's name, lower case: a bounded label)."""
+    names = {int(r): r.name.lower() for r in Reason if r != Reason.OK} | {UNKNOWN_CODE: "unknown_node"}
+    children = {code: metrics.filter_failures.labels(name) for code, name in names.items()}
+
+    def count(codes: np.ndarray) -> None:
+        values, counts = np.unique(codes, return_counts=True)
+        for code, n in zip(values.tolist(), counts.tolist(), strict=True):
+            child = children.get(code)
+            if child is not None:
+                child.inc(n)
+
+    return count
 
 
 def make_probe_handler(engine: Engine, metrics: Metrics) -> Handler:

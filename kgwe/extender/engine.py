@@ -28,6 +28,7 @@ from kgwe.topology import choice
 
 MAX_PRIORITY = 10
 _SCORE_JSON = np.array([b"%d}" % i for i in range(MAX_PRIORITY + 1)], dtype=object)  # score + closing brace
+UNKNOWN_CODE = -1  # the reason code of a node not in the index (beside core.Reason)
 UNKNOWN_NODE = "kgwe: node is not in the extender's index yet (no GPU information)"
 # Failures no preemption can fix go to FailedAndUnresolvableNodes so kube-scheduler does not try.
 _UNRESOLVABLE_CODES = np.array([core.NO_GPU, core.PRODUCT, core.FAMILY, core.MEMORY, core.NO_TOPOLOGY])
@@ -106,6 +107,8 @@ class Engine:
         # reply is written, and first thing by every request) assumes it
         self.defer_assumptions = False
         self.deferred: list[tuple[str, str, PodRequest]] = []
+        # metrics hook: the core.Reason codes of the nodes a filter rejected (UNKNOWN_CODE: not indexed)
+        self.on_failures: Callable[[np.ndarray], None] | None = None
         self._install_topology()
 
     def _install_topology(self) -> None:
@@ -351,11 +354,16 @@ class Engine:
                     bad_names = [names[i] for i in bad]
                     failed = dict(zip(bad_names, texts.tolist(), strict=True))
                     hard = np.isin(reason[bad], _UNRESOLVABLE_CODES)
+                    if self.on_failures is not None:
+                        self.on_failures(reason[bad])
                     if hard.any():
                         unresolvable = {bad_names[i]: failed[bad_names[i]] for i in np.nonzero(hard)[0]}
             if not known.all():
-                for i in np.nonzero(~known)[0]:
+                unknown = np.nonzero(~known)[0]
+                for i in unknown:
                     failed[names[i]] = unresolvable[names[i]] = UNKNOWN_NODE
+                if self.on_failures is not None:
+                    self.on_failures(np.full(len(unknown), UNKNOWN_CODE, dtype=np.int8))
             failed_count = len(failed)
             passed = chosen
             if passed.sum() == 1:

@@ -29,6 +29,7 @@ from kgwe.gitops.gitcmd import GitAccess
 from kgwe.gitops.retry import jittered_interval_seconds
 from kgwe.gitops.source import touches_policy
 from kgwe.gitops.webhook import ControllerHTTPServer, PushEvent, repository_key
+from kgwe.observability.collectors import ClusterStateCollector, read_cluster
 from kgwe.reconcile.metrics import ReconcileMetrics
 from kgwe.reconcile.repository import (
     GROUP,
@@ -96,6 +97,9 @@ class Controller:
         self.cache_dir = Path(cache_dir)
         self.identity = identity or f"{socket.gethostname()}-{random.randrange(1 << 32):08x}"
         self.metrics = ReconcileMetrics()
+        self.metrics.registry.register(  # fleet, GPUWorkload and PolicyRepository gauges, read at scrape
+            ClusterStateCollector(lambda: read_cluster(api_client, namespace), self.metrics.node_pools)
+        )
         self.recorder = EventRecorder(api_client, allowed=self.is_leader)  # a standby writes no Events
         self.jitter_fraction = jitter_fraction
         self._rng = random.Random()

@@ -60,6 +60,14 @@ class ReconcileMetrics:
             "kgwe_webhook_events_total", "Webhook pushes by outcome", ["outcome"], registry=r
         )
         self.leader = Gauge("kgwe_leader", "1 while this replica holds the Lease", registry=r)
+        self._node_pools: dict[str, dict[str, str]] = {}  # repository -> node -> MIG pool (fleet gauges)
+
+    def set_node_pools(self, repository: str, node_pool: dict[str, str]) -> None:
+        self._node_pools[repository] = dict(node_pool)
+
+    def node_pools(self) -> dict[str, str]:
+        """Node -> pool over every repository's last rollout (the fleet gauges' `pool` label)."""
+        return {n: p for pools in list(self._node_pools.values()) for n, p in pools.items()}
 
     def set_last_applied(self, repository: str, revision: str) -> None:
         self.last_applied.clear()

@@ -540,6 +540,7 @@ class RepositoryReconciler:
             )
         self.metrics.writes.labels(self.name).inc(ops.writes)
         after = plan_rollout(apply_actions(states, done, now), desired.pools, now)
+        self.metrics.set_node_pools(self.name, desired.node_pool)
         for pool, progress in after.pools.items():
             self.metrics.rollout_pending.labels(self.name, pool).set(
                 len(progress.pending) + len(progress.waiting_busy)

@@ -1,0 +1,189 @@
+"""Gauges read from cluster objects at scrape time: the GPU fleet (GPU Nodes and the pods holding their
+GPUs), GPUWorkloads by phase and gang wait, and PolicyRepository Ready/Stalled.
+
+The controller registers one `ClusterStateCollector` on its /metrics registry. Reads are cached for
+`ttl_seconds` so several Prometheus replicas scraping do not multiply API lists; a failed read keeps the
+last good snapshot, counts the error and never breaks the scrape.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from kgwe.observability.fleet import FleetStats, fleet_stats
+from kgwe.observability.workloads import workload_stats
+
+log = logging.getLogger(__name__)
+
+Reader = Callable[[], "ClusterSnapshot"]
+
+
+@dataclass
+class ClusterSnapshot:
+    nodes: list[dict] = field(default_factory=list)  # GPU nodes
+    gpu_pods: dict[str, list[dict]] = field(default_factory=dict)  # node -> non-terminal GPU pods
+    workloads: list[dict] = field(default_factory=list)  # GPUWorkloads, all namespaces
+    repositories: list[dict] = field(default_factory=list)  # PolicyRepositories of the controller
+
+
+def read_cluster(api_client: Any, namespace: str) -> ClusterSnapshot:
+    """The objects the gauges need, as plain dicts (one list call per kind)."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    from kgwe.cluster.client import list_items
+    from kgwe.cluster.inventory import GPU_NODE_SELECTOR
+    from kgwe.cluster.nodes import gpu_pods_by_node
+
+    core = client.CoreV1Api(api_client)
+    custom = client.CustomObjectsApi(api_client)
+    snap = ClusterSnapshot(
+        nodes=list_items(core.list_node, label_selector=GPU_NODE_SELECTOR),
+        gpu_pods=gpu_pods_by_node(core),
+    )
+    try:
+        snap.workloads = list_items(
+            custom.list_cluster_custom_object, group="kgwe.nvidia.io", version="v1", plural="gpuworkloads"
+        )
+    except ApiException as exc:
+        if exc.status != 404:  # the GPUWorkload CRD is optional
+            raise
+    snap.repositories = list_items(
+        custom.list_namespaced_custom_object,
+        group="kgwe.nvidia.io",
+        version="v1",
+        namespace=namespace,
+        plural="policyrepositories",
+    )
+    return snap
+
+
+def _condition_true(item: Mapping[str, Any], ctype: str) -> bool:
+    for c in (item.get("status") or {}).get("conditions") or ():
+        if isinstance(c, Mapping) and c.get("type") == ctype:
+            return c.get("status") == "True"
+    return False
+
+
+class ClusterStateCollector(Collector):
+    def __init__(
+        self,
+        read: Reader,
+        node_pool: Callable[[], Mapping[str, str]] = dict,
+        *,
+        ttl_seconds: float = 15.0,
+        now: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self._read = read
+        self._node_pool = node_pool
+        self._ttl = ttl_seconds
+        self._now = now
+        self._lock = threading.Lock()
+        self._snapshot: ClusterSnapshot | None = None
+        self._read_at = float("-inf")
+        self.errors = 0
+
+    def snapshot(self) -> ClusterSnapshot | None:
+        with self._lock:
+            if time.monotonic() - self._read_at >= self._ttl:
+                self._read_at = time.monotonic()  # one try per ttl, even when it fails
+                try:
+                    self._snapshot = self._read()
+                except Exception as exc:  # a failed read must never break /metrics
+                    self.errors += 1
+                    log.warning("reading cluster state for metrics failed: %s", exc)
+            return self._snapshot
+
+    def collect(self) -> Iterable[GaugeMetricFamily | CounterMetricFamily]:
+        yield CounterMetricFamily(
+            "kgwe_cluster_state_read_errors",
+            "Failed reads of cluster objects for the fleet, workload and repository gauges",
+            value=self.errors,
+        )
+        snap = self.snapshot()
+        if snap is None:
+            return
+        yield from _fleet_metrics(fleet_stats(snap.nodes, snap.gpu_pods, self._node_pool()))
+        phases, waits = workload_stats(snap.workloads, self._now())
+        g = GaugeMetricFamily("kgwe_gpuworkloads", "GPUWorkloads by phase", labels=["phase"])
+        for phase, n in sorted(phases.items()):
+            g.add_metric([phase], n)
+        yield g
+        g = GaugeMetricFamily(
+            "kgwe_gpuworkload_gang_wait_seconds",
+            "How long the oldest unfinished GPUWorkload of the namespace has waited for all its pods "
+            "to be scheduled",
+            labels=["namespace"],
+        )
+        for ns, seconds in sorted(waits.items()):
+            g.add_metric([ns], seconds)
+        yield g
+        ready = GaugeMetricFamily(
+            "kgwe_policyrepository_ready", "1 while the PolicyRepository is Ready", labels=["repository"]
+        )
+        stalled = GaugeMetricFamily(
+            "kgwe_policyrepository_stalled",
+            "1 while the PolicyRepository is Stalled (a rollout stopped, or a spec error)",
+            labels=["repository"],
+        )
+        for repo in snap.repositories:
+            name = str((repo.get("metadata") or {}).get("name", ""))
+            ready.add_metric([name], 1.0 if _condition_true(repo, "Ready") else 0.0)
+            stalled.add_metric([name], 1.0 if _condition_true(repo, "Stalled") else 0.0)
+        yield ready
+        yield stalled
+
+
+def _fleet_metrics(stats: FleetStats) -> Iterable[GaugeMetricFamily]:
+    def family(name: str, doc: str, labels: list[str], values: Mapping[Any, int]):
+        g = GaugeMetricFamily(name, doc, labels=labels)
+        for key, value in sorted(values.items()):
+            g.add_metric(list(key), value)
+        return g
+
+    yield family("kgwe_fleet_gpus", "GPUs of GPU nodes", ["pool", "product"], stats.gpus)
+    yield family(
+        "kgwe_fleet_gpus_allocated",
+        "GPUs held by pods (whole GPUs, and shared GPUs with at least one replica held)",
+        ["pool", "product"],
+        stats.gpus_allocated,
+    )
+    yield family(
+        "kgwe_fleet_gpus_unhealthy",
+        "GPUs listed in the kgwe.nvidia.io/gpu-health Node annotation",
+        ["pool", "product"],
+        stats.gpus_unhealthy,
+    )
+    yield family(
+        "kgwe_fleet_mig_instances",
+        "MIG instances the device plugin advertises, used or free",
+        ["pool", "profile", "state"],
+        stats.mig_instances,
+    )
+    yield family(
+        "kgwe_fleet_shared_gpu_replicas",
+        "Replicas of shared (time-sliced or MPS) GPUs, used or free",
+        ["pool", "state"],
+        stats.shared_replicas,
+    )
+    yield family(
+        "kgwe_fleet_mig_config_nodes",
+        "GPU nodes by the MIG manager's nvidia.com/mig.config.state",
+        ["pool", "state"],
+        stats.mig_nodes,
+    )
+    yield family(
+        "kgwe_fleet_node_mig_config_failed",
+        "1 for each node whose MIG manager reports nvidia.com/mig.config.state=failed",
+        ["node", "pool"],
+        {key: 1 for key in stats.mig_failed_nodes},
+    )

@@ -1,0 +1,56 @@
+"""Pure GPUWorkload statistics for the scheduling dashboard and the gang-wait alert: how many workloads
+are in each phase, and how long the oldest gang of each namespace has waited for all its pods to be
+scheduled (labels: phase, namespace — never a workload name)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any, get_args
+
+from kgwe.policy.gpu_workload import Phase
+
+PHASES: tuple[str, ...] = get_args(Phase)
+FINISHED = frozenset(("Succeeded", "Failed"))
+
+
+def _time(text: Any) -> datetime | None:
+    if not isinstance(text, str):
+        return None
+    try:
+        return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    except ValueError:
+        return None
+
+
+def _condition(status: Mapping[str, Any], ctype: str) -> Mapping[str, Any]:
+    for c in status.get("conditions") or ():
+        if isinstance(c, Mapping) and c.get("type") == ctype:
+            return c
+    return {}
+
+
+def workload_stats(
+    items: Sequence[Mapping[str, Any]], now: datetime
+) -> tuple[Counter[str], dict[str, float]]:
+    """(workloads per phase — every phase present, 0 included; namespace -> seconds the oldest unfinished
+    gang has waited for all its pods to be scheduled, counted from admission)."""
+    phases: Counter[str] = Counter(dict.fromkeys(PHASES, 0))
+    waits: dict[str, float] = {}
+    for item in items:
+        meta = item.get("metadata") or {}
+        status = item.get("status") or {}
+        phase = status.get("phase") or "Pending"
+        if phase in phases:
+            phases[phase] += 1
+        if phase in FINISHED or _condition(status, "PodsScheduled").get("status") == "True":
+            continue
+        admitted = _condition(status, "Admitted")
+        since = _time(admitted.get("lastTransitionTime")) if admitted.get("status") == "True" else None
+        since = since or _time(meta.get("creationTimestamp"))
+        if since is None:
+            continue
+        ns = str(meta.get("namespace", ""))
+        waits[ns] = max(waits.get(ns, 0.0), max(0.0, (now - since).total_seconds()))
+    return phases, waits
