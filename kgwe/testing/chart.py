@@ -32,6 +32,14 @@ DEPLOY_SET = ("namespace.create=true",)
 OVERLAYS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "webhook/cert-manager": (("webhook.tls.certManager.enabled=true",), ("webhook/cert-manager.yaml",)),
     "extender/cert-manager": (("extender.tls.certManager.enabled=true",), ("extender/cert-manager.yaml",)),
+    "monitoring": (
+        (
+            "monitoring.serviceMonitor.enabled=true",
+            "monitoring.prometheusRule.enabled=true",
+            "monitoring.dashboards.enabled=true",
+        ),
+        ("monitoring/servicemonitor.yaml", "monitoring/prometheusrule.yaml", "monitoring/dashboards.yaml"),
+    ),
 }
 # Folders of deploy/ that are not the rendering: the chart itself and the GitOps examples.
 NOT_RENDERED = ("helm", "examples")
