@@ -35,7 +35,8 @@ def workload_stats(
     items: Sequence[Mapping[str, Any]], now: datetime
 ) -> tuple[Counter[str], dict[str, float]]:
     """(workloads per phase — every phase present, 0 included; namespace -> seconds the oldest unfinished
-    gang has waited for all its pods to be scheduled, counted from admission)."""
+    gang has waited for all its pods to be scheduled, counted from admission — 0 for a namespace whose
+    unfinished gangs are all scheduled, so a dashboard shows "no wait" rather than no data)."""
     phases: Counter[str] = Counter(dict.fromkeys(PHASES, 0))
     waits: dict[str, float] = {}
     for item in items:
@@ -44,13 +45,16 @@ def workload_stats(
         phase = status.get("phase") or "Pending"
         if phase in phases:
             phases[phase] += 1
-        if phase in FINISHED or _condition(status, "PodsScheduled").get("status") == "True":
+        if phase in FINISHED:
+            continue
+        ns = str(meta.get("namespace", ""))
+        if _condition(status, "PodsScheduled").get("status") == "True":
+            waits.setdefault(ns, 0.0)
             continue
         admitted = _condition(status, "Admitted")
         since = _time(admitted.get("lastTransitionTime")) if admitted.get("status") == "True" else None
         since = since or _time(meta.get("creationTimestamp"))
         if since is None:
             continue
-        ns = str(meta.get("namespace", ""))
         waits[ns] = max(waits.get(ns, 0.0), max(0.0, (now - since).total_seconds()))
     return phases, waits

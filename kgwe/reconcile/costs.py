@@ -52,7 +52,12 @@ def gpu_use_by_namespace(api_client: client.ApiClient, namespaces: list[str]) ->
 
 
 def cost_duties(
-    db: str, *, cluster: str, prometheus_url: str | None = None, spool_path: Path | None = None
+    db: str,
+    *,
+    cluster: str,
+    prometheus_url: str | None = None,
+    spool_path: Path | None = None,
+    refresh_seconds: float = 60.0,
 ) -> CostDuties:
     """The cost duties `kgwe controller` runs, on the store at `db` (SQLite path or postgresql:// URL).
 
@@ -66,7 +71,9 @@ def cost_duties(
     except KgweError as exc:
         log.warning("%s; metering will retry the migration", exc)
     return CostDuties(
-        CostService(store, cluster=cluster, spool_path=spool_path), prometheus_url=prometheus_url
+        CostService(store, cluster=cluster, spool_path=spool_path),
+        prometheus_url=prometheus_url,
+        refresh_seconds=refresh_seconds,
     )
 
 

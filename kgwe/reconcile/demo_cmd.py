@@ -22,6 +22,7 @@ import tempfile
 import threading
 import time
 import urllib.request
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +58,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mig-delay", type=float, default=1.0, help="seconds the MIG manager takes per node")
     parser.add_argument(
         "--timeout", type=float, default=300.0, help="give up waiting for a rollout after this"
+    )
+    parser.add_argument(
+        "--prometheus",
+        action="store_true",
+        help="also run a real Prometheus scraping the controller and the extender; at the end check that "
+        "every dashboard panel has data and provoke alerts (prints one JSON line)",
     )
 
 
@@ -255,7 +262,8 @@ def _start_controller(
         renew_deadline_seconds=4,
         retry_period_seconds=1,
         git_access=GitAccess(ca_file=ca_file),
-        costs=cost_duties(str(cache_dir.parent / "kgwe-cost.db"), cluster="demo"),
+        # chargeback and budget metrics every 5 s (60 s in a cluster): the demo lasts about a minute
+        costs=cost_duties(str(cache_dir.parent / "kgwe-cost.db"), cluster="demo", refresh_seconds=5.0),
     )
     stop = threading.Event()
     thread = threading.Thread(target=controller.run, args=(stop,), daemon=True)
@@ -263,9 +271,9 @@ def _start_controller(
     return controller, stop, thread
 
 
-def start_kgwe_scheduling(cp: Any, policy_dir: Path) -> Any:
+def start_kgwe_scheduling(cp: Any, policy_dir: Path) -> tuple[Any, int]:
     """The extender as its own process, and kube-scheduler restarted with KGWE's rendered configuration
-    (profile `kgwe-scheduler`, calling that extender). Returns the extender process."""
+    (profile `kgwe-scheduler`, calling that extender). Returns the extender process and its port."""
     from kgwe.policy import load_repository
     from kgwe.render.render import RenderOptions, render
     from kgwe.testing.extender_process import start_extender
@@ -279,7 +287,8 @@ def start_kgwe_scheduling(cp: Any, policy_dir: Path) -> Any:
     )
     cp.start_scheduler(yaml.safe_load(configmap["data"]["scheduler-config.yaml"]))
     _say(f"  kube-scheduler runs KGWE's rendered config (profile kgwe-scheduler) -> extender on port {port}")
-    return proc
+    _say(f"  extender metrics: http://127.0.0.1:{port}/metrics")
+    return proc, port
 
 
 # The demo's GPU jobs: (example file, namespace a budget covers, the team that budget charges).
@@ -374,6 +383,60 @@ def meter_and_report(controller: Any, bare: Path, pods: list[tuple[str, str]], t
         _say("\n".join(f"    {line}" for line in text.splitlines() if line.startswith("|")))
 
 
+def _start_prometheus(tmp: Path, controller_port: int, extender_port: int) -> Any:
+    from kgwe.observability.rules import RULES_FILE
+    from kgwe.testing.prometheus import PrometheusServer
+
+    targets = {
+        "kgwe-controller": f"127.0.0.1:{controller_port}",
+        "kgwe-extender": f"127.0.0.1:{extender_port}",
+    }
+    prom = PrometheusServer(targets, tmp / "prometheus", rule_files=(RULES_FILE,)).__enter__()
+    _say(f"  Prometheus http://127.0.0.1:{prom.port} scrapes the controller and the extender every second")
+    return prom
+
+
+def _eventually(check: Any, timeout: float = 60.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(1.0)
+    return False
+
+
+def _check_monitoring(prom: Any, api: Any, pools: dict[str, list[str]], extender: Any) -> None:
+    """Every dashboard panel has data on the real Prometheus; then provoke alerts and see their conditions
+    hold: a node's MIG manager reports failed, a GPU turns unhealthy, the extender stops."""
+    from kubernetes import client
+
+    from kgwe.testing.prometheus import alert_condition_holds, panel_coverage
+    from kgwe.topology import health
+
+    _say("\n== monitoring: the dashboards' queries on a real Prometheus, and provoked alerts ==")
+    time.sleep(5)  # a few scrapes after the last change, so rates have two samples
+    coverage = panel_coverage(prom)
+    node = next(n for names in pools.values() for n in names)
+    client.CoreV1Api(api).patch_node(node, {"metadata": {"labels": {MIG_STATE_LABEL: "failed"}}})
+    provoked = {
+        "KGWEMIGConfigFailed": _eventually(lambda: alert_condition_holds(prom, "KGWEMIGConfigFailed"))
+    }
+    fault = health.GPUFault("XID79", "GPU has fallen off the bus", datetime.now(UTC))  # as the agent writes
+    sick = {"metadata": {"annotations": {health.ANNOTATION_KEY: health.encode({3: fault})}}}
+    client.CoreV1Api(api).patch_node(node, sick)
+    provoked["KGWEGPUUnhealthy"] = _eventually(lambda: alert_condition_holds(prom, "KGWEGPUUnhealthy"))
+    extender.terminate()
+    provoked["KGWEExtenderDown"] = _eventually(lambda: alert_condition_holds(prom, "KGWEExtenderDown"))
+    for line in coverage["missing"]:
+        _say(f"  no data: {line}")
+    _say(
+        f"  {coverage['panels_with_data']} of {coverage['panels']} panels have data "
+        f"({coverage['panels_needing_dcgm']} more need dcgm-exporter); alerts provoked: "
+        + ", ".join(f"{k} {'holds' if v else 'DID NOT HOLD'}" for k, v in provoked.items())
+    )
+    print(json.dumps({**coverage, "alerts_provoked": provoked}, sort_keys=True))
+
+
 def run(args: argparse.Namespace) -> int:
     from kgwe.testing.controlplane import ControlPlane, find_binaries
     from kgwe.testing.deviceplugin import DevicePluginStandIn
@@ -411,22 +474,33 @@ def run(args: argparse.Namespace) -> int:
                 f"\n== controller running (webhook and metrics on 127.0.0.1:{port}); "
                 "rolling out the initial layouts =="
             )
+            _say(
+                f"   metrics: http://127.0.0.1:{port}/metrics; Grafana dashboards to import: "
+                "deploy/helm/kgwe/files/monitoring/dashboards/*.json (alerts: kgwe-alerts.yaml beside them)"
+            )
             _say("   node=<nvidia.com/mig.config>  ✓ MIG manager reports success  ⟳ pending  ✗ failed")
             _say("   node=<nvidia.com/device-plugin.config> ×<replicas GFD reports>")
             try:
                 _wait_ready(api, pools, first, args.timeout)
                 _say("\n== GPU jobs: GPUWorkloads placed by KGWE's scheduler after the MIG rollout ==")
-                extender = start_kgwe_scheduling(cp, work / "clusters" / "prod")
+                extender, extender_port = start_kgwe_scheduling(cp, work / "clusters" / "prod")
+                prom = _start_prometheus(tmp, port, extender_port) if args.prometheus else None
                 try:
                     pods = place_workloads(api, args.timeout)
                     _say("\n== cost: the controller meters the jobs and commits a chargeback report ==")
                     meter_and_report(controller, bare, pods, args.timeout)
+                    _say(
+                        "\n== a platform engineer changes the inference pool's MIG mix (commit + webhook) =="
+                    )
+                    second = _commit_policy_change(work)
+                    _send_push_webhook(port, second, url)
+                    _wait_ready(api, pools, second, args.timeout)
+                    if prom is not None:
+                        _check_monitoring(prom, api, pools, extender)
                 finally:
                     extender.terminate()
-                _say("\n== a platform engineer changes the inference pool's MIG mix (commit + webhook) ==")
-                second = _commit_policy_change(work)
-                _send_push_webhook(port, second, url)
-                _wait_ready(api, pools, second, args.timeout)
+                    if prom is not None:
+                        prom.__exit__(None, None, None)
                 log = _git(bare, "log", "--format=%h %an: %s", "-5", "main")
                 _say(
                     "\n== done: the cluster matches the repository ==\nrecent commits (the bot's inventory "
