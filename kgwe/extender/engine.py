@@ -24,6 +24,7 @@ from kgwe.extender import core
 from kgwe.extender.core import OK, NodeTable, ShapeCache, WorkloadType, describe, dynamic_term
 from kgwe.extender.profile import DEFAULT_PROFILE, Profile
 from kgwe.extender.request import PodRequest, RequestError, parse_pod
+from kgwe.observability import tracing
 from kgwe.topology import choice
 
 MAX_PRIORITY = 10
@@ -245,6 +246,11 @@ class Engine:
     def filter(self, body: bytes) -> bytes:
         """ExtenderArgs bytes -> ExtenderFilterResult bytes. The decision holds the lock: row numbers
         resolved from names must not be reused by a node the watch thread adds meanwhile."""
+        if tracing.TRACER is not None:
+            return self._traced("filter", self._filter_untraced, body)
+        return self._filter_untraced(body)
+
+    def _filter_untraced(self, body: bytes) -> bytes:
         self.flush_assumptions()
         with self.lock:
             reply, decided = self._filter(body)
@@ -257,9 +263,29 @@ class Engine:
 
     def prioritize(self, body: bytes) -> bytes:
         """ExtenderArgs bytes -> HostPriorityList bytes (scores 0..10)."""
+        if tracing.TRACER is not None:
+            return self._traced("prioritize", self._prioritize_untraced, body)
+        return self._prioritize_untraced(body)
+
+    def _prioritize_untraced(self, body: bytes) -> bytes:
         self.flush_assumptions()
         with self.lock:
             return self._prioritize(body)
+
+    @staticmethod
+    def _traced(verb: str, decide: Callable[[bytes], bytes], body: bytes) -> bytes:
+        """One decision as a root span (kube-scheduler sends no trace context), keyed by the pod's UID."""
+        with tracing.root_span(f"kgwe.extender.{verb}") as span:
+            reply = decide(body)
+            try:
+                pod = orjson.loads(body).get("Pod") or {}
+                meta = pod.get("metadata") or {}
+                span.set_attribute("k8s.pod.uid", str(meta.get("uid", "")))
+                span.set_attribute("k8s.namespace.name", str(meta.get("namespace", "")))
+            except (orjson.JSONDecodeError, AttributeError):
+                pass  # the decision already answered the bad body with its error
+            span.set_attribute("kgwe.reply_bytes", len(reply))
+        return reply
 
     def flush_assumptions(self) -> None:
         """Make the assumptions of decisions already answered, and score the node each one changed for

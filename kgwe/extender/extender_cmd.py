@@ -146,6 +146,9 @@ def run(args: argparse.Namespace) -> int:
     if args.max_connections < 1:
         raise KgweError("--max-connections must be at least 1")
     metrics = Metrics()
+    from kgwe.observability import tracing
+
+    tracing.configure("kgwe-extender")  # only when OTEL_EXPORTER_OTLP_ENDPOINT is set
     if args.inventory:
         engine = static_engine(args.inventory, args.profiles)
         index = None

@@ -134,10 +134,12 @@ def _report_once(outcomes: dict) -> int:
 def run(args: argparse.Namespace) -> int:
     from kgwe.cluster.client import api_client
     from kgwe.gitops.gitcmd import GitAccess
+    from kgwe.observability import tracing
     from kgwe.reconcile.controller import Controller
 
     fmt = "%(asctime)s %(levelname)s %(name)s: %(message)s"
     logging.basicConfig(level=args.log_level.upper(), format=fmt)
+    tracing.configure("kgwe-controller")  # only when OTEL_EXPORTER_OTLP_ENDPOINT is set
     secret = os.environ.get("KGWE_WEBHOOK_SECRET", "").encode()
     if args.webhook_secret_file:
         try:

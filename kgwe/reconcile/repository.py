@@ -46,6 +46,7 @@ from kgwe.gitops.auth import GitCredentials, is_ssh_url
 from kgwe.gitops.commit_back import CommitBack
 from kgwe.gitops.gitcmd import GitAccess
 from kgwe.gitops.source import GitRef, GitSource, GitSourceError, Revision
+from kgwe.observability import tracing
 from kgwe.policy.cluster_kinds import PolicyRepositorySpec
 from kgwe.reconcile.memo import Memo, fingerprint, planned_facts
 from kgwe.reconcile.metrics import ReconcileMetrics
@@ -253,7 +254,8 @@ class RepositoryReconciler:
         if spec.suspend:
             return None
         try:
-            outcome = self._reconcile(repo, spec)
+            with tracing.span("kgwe.reconcile", **{"kgwe.repository": f"{self.namespace}/{self.name}"}):
+                outcome = self._reconcile(repo, spec)
         except NotLeader:
             self.metrics.results.labels(self.name, "not_leader").inc()
             return None
@@ -275,13 +277,15 @@ class RepositoryReconciler:
     def _reconcile(self, repo: dict, spec: PolicyRepositorySpec) -> Outcome:
         status = repo.get("status") or {}
         try:
-            source = self._source(spec)
-            revision = source.fetch()
+            with tracing.span("kgwe.reconcile.fetch"):
+                source = self._source(spec)
+                revision = source.fetch()
         except GitSourceError as exc:
             self.recorder.warning(repo, "GitOperationFailed", str(exc))
             return Outcome("fetch_failed", str(exc))
         last_applied = status.get("lastAppliedRevision")
-        ps, errors = self._load(source, revision.sha, spec)
+        with tracing.span("kgwe.reconcile.validate", **{"kgwe.revision": str(revision)}):
+            ps, errors = self._load(source, revision.sha, spec)
         if errors:
             message = (
                 f"revision {revision} is invalid, nothing applied; last applied revision "
@@ -426,7 +430,8 @@ class RepositoryReconciler:
         pinned = {
             f.name for f in facts if f.name in selected and f.rollout_revision == revisions[selected[f.name]]
         }
-        layouts = plan_layouts(ps.mig_strategies, inventory, pinned=pinned)
+        with tracing.span("kgwe.reconcile.plan"):
+            layouts = plan_layouts(ps.mig_strategies, inventory, pinned=pinned)
         # Every config a node's label names stays defined until no node names it (the MIG manager re-reads
         # it on any restart); the mig-parted ConfigMap is applied before any label points at a new config.
         named = {
@@ -468,13 +473,15 @@ class RepositoryReconciler:
 
     def _converge(self, repo: dict, ps: Any, status: Mapping) -> tuple[SyncResult, RolloutPlan]:
         facts = read_gpu_nodes(self.api_client)
-        desired = self.desired(ps, facts)
+        with tracing.span("kgwe.reconcile.plan_render", **{"kgwe.nodes": len(facts)}):
+            desired = self.desired(ps, facts)
         self._last_inventory_doc = desired.inventory_doc
         previous = [ObjectRef.from_status(e) for e in status.get("inventory") or []]
         if self._applier is None:  # kept: its DynamicClient's API discovery is costly on a busy apiserver
             self._applier = Applier(self.api_client, self.repository_label, guard=self.is_leader)
         applier = self._applier
-        sync = applier.sync(desired.objects, previous)
+        with tracing.span("kgwe.reconcile.diff_apply", **{"kgwe.objects": len(desired.objects)}):
+            sync = applier.sync(desired.objects, previous)
         self.metrics.applied.labels(self.name).inc(len(sync.applied))
         self.metrics.pruned.labels(self.name).inc(len(sync.pruned))
         self.metrics.drift.labels(self.name).inc(len(sync.drift_corrected))
@@ -482,7 +489,10 @@ class RepositoryReconciler:
         if sync.failed:  # never relabel nodes for a config the cluster did not accept
             plan = plan_rollout([], desired.pools, self.now())
         else:
-            plan = merge_plans(self._rollout(repo, desired, facts), self._sharing_rollout(repo, ps, facts))
+            with tracing.span("kgwe.reconcile.rollout_wave"):
+                plan = merge_plans(
+                    self._rollout(repo, desired, facts), self._sharing_rollout(repo, ps, facts)
+                )
         self.last_sync, self.last_plan = sync, plan
         return sync, plan
 

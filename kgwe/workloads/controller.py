@@ -29,6 +29,7 @@ from kgwe.cluster.events import EventRecorder
 from kgwe.cluster.names import BUDGET_QUOTA_NAME, FIELD_MANAGER, GPU_RESOURCE, MIG_RESOURCE_PREFIX
 from kgwe.extender.k8s import gpu_holders, unhealthy_gpus
 from kgwe.gpu import catalog
+from kgwe.observability import tracing
 from kgwe.policy.diagnostics import format_path
 from kgwe.policy.gpu_workload import GPUWorkload, NodeOffer, problems
 from kgwe.workloads import status as st
@@ -343,7 +344,9 @@ class WorkloadReconciler:
         if not exists:
             if spec.suspend:
                 return None
-            if not self._admit(p, wl, run):
+            with tracing.span("kgwe.gpuworkload.admission", **{"kgwe.workload": f"{p.namespace}/{wl.name}"}):
+                admitted = self._admit(p, wl, run)
+            if not admitted:
                 return 30.0
             view = self._view(p.namespace, wl.name, run, spec.is_batch)
         elif int(new.get("observedGeneration") or 0) != p.generation:
