@@ -109,13 +109,13 @@ class PrometheusServer:
         return result if isinstance(result, list) else [result]
 
     def firing(self) -> set[str]:
-        """Names of the alerts currently pending or firing."""
+        """Names of the alerts currently firing."""
         import json
         import urllib.request
 
         with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/api/v1/alerts", timeout=30) as r:
             alerts = json.loads(r.read())["data"]["alerts"]
-        return {a["labels"]["alertname"] for a in alerts}
+        return {a["labels"]["alertname"] for a in alerts if a.get("state") == "firing"}
 
 
 def panel_coverage(prom: PrometheusServer) -> dict:
@@ -136,11 +136,3 @@ def panel_coverage(prom: PrometheusServer) -> dict:
             else:
                 missing.append(f"{dashboard[0]}: {panel.title}")
     return {"panels": total, "panels_with_data": with_data, "panels_needing_dcgm": dcgm, "missing": missing}
-
-
-def alert_condition_holds(prom: PrometheusServer, alert: str) -> bool:
-    """True when the alert's expression returns samples now (its `for:` aside: tests cannot wait minutes)."""
-    from kgwe.observability.rules import alert_rules
-
-    rule = next(r for r in alert_rules() if r["alert"] == alert)
-    return bool(prom.query(rule["expr"]))

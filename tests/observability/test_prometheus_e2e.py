@@ -2,7 +2,7 @@
 the controller, the extender, the MIG manager and device-plugin stand-ins, GPUWorkloads and metering on the
 real control plane with Prometheus scraping KGWE's /metrics every second; every dashboard panel must return
 data, and the alerts the demo provokes (a node's MIG manager reports failed, a GPU turns unhealthy, the
-extender stops) must have their conditions hold."""
+extender stops) must fire (the shipped rules evaluated every second, their `for:` windows dropped)."""
 
 from __future__ import annotations
 
