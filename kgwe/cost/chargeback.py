@@ -356,3 +356,15 @@ def chargeback_from_intervals(
     usage = aggregate_usage(intervals, period, granularity, group_by, now, nodes)
     capacity = aggregate_capacity(nodes, period, granularity, now)
     return compute_chargeback(usage, capacity, book, period, granularity, group_by)
+
+
+def mig_savings(usage: Iterable[UsageAggregate], book: PriceBook) -> Decimal:
+    """What the period's MIG usage would have cost more on whole GPUs: each MIG instance-second priced as a
+    whole GPU-second of its product, minus its priced share (the chargeback's MIG pricing). Exact to the
+    cent; products without a price count 0, as in the chargeback."""
+    pricer = _Pricer(book)
+    saved = Fraction(0)
+    for u in usage:
+        if u.kind == "mig":
+            saved += u.unit_seconds * (1 - pricer.share(u)) * pricer.rate(u.gpu_product, u.spot)
+    return cents_to_decimal(round(saved * 100))

@@ -29,17 +29,26 @@ class CostCollector(Collector):
         self._budgets: tuple[BudgetStatus, ...] = ()
         self.spool: Any = None  # the metering spool (kgwe.cost.spool.Spool) once metering runs
         self._refreshed_at: float | None = None  # Unix time of the last update (metering-behind alert)
+        self._mig_savings: Decimal | None = None
 
-    def update(self, chargeback: Chargeback | None, budgets: Sequence[BudgetStatus] = ()) -> None:
-        """`chargeback` must be grouped by team and namespace (any granularity: buckets are summed)."""
+    def update(
+        self,
+        chargeback: Chargeback | None,
+        budgets: Sequence[BudgetStatus] = (),
+        mig_savings: Decimal | None = None,
+    ) -> None:
+        """`chargeback` must be grouped by team and namespace (any granularity: buckets are summed);
+        `mig_savings` is what the period's MIG usage would have cost more on whole GPUs."""
         with self._lock:
             self._chargeback = chargeback
+            self._mig_savings = mig_savings
             self._budgets = tuple(budgets)
             self._refreshed_at = time.time()
 
     def collect(self) -> Iterable[GaugeMetricFamily | CounterMetricFamily]:
         with self._lock:
             cb, budgets, refreshed_at = self._chargeback, self._budgets, self._refreshed_at
+            savings = self._mig_savings
         if refreshed_at is not None:
             yield GaugeMetricFamily(
                 "kgwe_cost_refresh_timestamp_seconds",
@@ -68,6 +77,14 @@ class CostCollector(Collector):
                 cost.add_metric([team, ns, cb.currency, cb.period.label], float(value))
             idle.add_metric([cb.currency, cb.period.label], float(cb.idle_cost_total))
             cluster.add_metric([cb.currency, cb.period.label], float(cb.cluster_cost))
+            if savings is not None:
+                saved = GaugeMetricFamily(
+                    "kgwe_mig_savings",
+                    "What this period's MIG usage would have cost more on whole GPUs",
+                    labels=["currency", "period"],
+                )
+                saved.add_metric([cb.currency, cb.period.label], float(savings))
+                yield saved
         used = GaugeMetricFamily(
             "kgwe_budget_used_ratio",
             "Budget spent / limit in its current period",

@@ -21,7 +21,7 @@ from kgwe.cost.budgets import (
     daily_spend_by_team,
     evaluate_budget,
 )
-from kgwe.cost.chargeback import Chargeback
+from kgwe.cost.chargeback import Chargeback, compute_chargeback, mig_savings
 from kgwe.cost.metrics import CostCollector, install
 from kgwe.cost.pricing import PriceBook
 from kgwe.cost.reports import ReportInput, build_reports
@@ -175,11 +175,13 @@ class CostService:
     ) -> tuple[BudgetStatus, ...]:
         """Month-to-date chargeback into metrics; budget statuses (for alerts and Enforce quotas)."""
         month = month_period(now)
-        cb = self.store.chargeback(book, month, now=now, granularity="total", group_by=("team", "namespace"))
+        usage = self.store.usage_aggregates(month, "total", ("team", "namespace"), now)
+        capacity = self.store.capacity_aggregates(month, "total", now)
+        cb = compute_chargeback(usage, capacity, book, month, "total", ("team", "namespace"))
         earliest = min((budget_period(b.period, now).since for b in budgets), default=month.since)
         history = daily_history(self.store, book, now, earliest)
         statuses = tuple(evaluate_budget(b, history.get(b.team, {}), now) for b in budgets)
-        self.collector.update(cb, statuses)
+        self.collector.update(cb, statuses, mig_savings=mig_savings(usage, book))
         return statuses
 
     def commit(

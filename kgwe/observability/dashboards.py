@@ -220,6 +220,11 @@ COST = (
                 ),
                 _p("Idle cost", _q("sum by (currency) (kgwe_idle_gpu_cost)", "{{currency}}")),
                 _p(
+                    "Savings from MIG vs whole-GPU allocation",
+                    _q("sum by (currency) (kgwe_mig_savings)", "{{currency}}"),
+                    description="What this period's MIG pods would have cost more on whole GPUs",
+                ),
+                _p(
                     "Idle share of cluster cost",
                     _q("sum(kgwe_idle_gpu_cost) / clamp_min(sum(kgwe_cluster_gpu_cost), 1e-9)"),
                     unit="percentunit",

@@ -174,3 +174,17 @@ def test_bad_prices_and_naive_times_are_clear_errors():
     with pytest.raises(KgweError, match="timezone-aware"):
         UsageInterval("a", "ml", "red", "n", H100, "whole", 1, datetime(2026, 1, 1))
     assert base_product(H100 + "-MIG-1g.10gb") == H100 and base_product(H100 + "-SHARED") == H100
+
+
+def test_mig_savings_price_each_instance_second_as_a_whole_gpu_minus_its_share():
+    from kgwe.cost.chargeback import UsageAggregate, mig_savings
+
+    h100 = "NVIDIA-H100-80GB-HBM3"
+    seven = pricebook([{"product": h100, "onDemandPerHour": "7"}])  # ComputeSlices: 1g.10gb = 1/7 GPU
+    one_hour = dict(
+        bucket="total", node="n", gpu_product=h100, spot=False, key=("t", "ns"), unit_seconds=3600
+    )
+    mig = UsageAggregate(kind="mig", mig_profile="1g.10gb", gpu_milli=None, **one_hour)
+    whole = UsageAggregate(kind="whole", mig_profile=None, gpu_milli=None, **one_hour)
+    assert mig_savings([mig, whole], seven) == Decimal("6.00")  # $7 whole vs $1 for the slice
+    assert mig_savings([whole], seven) == Decimal("0.00")

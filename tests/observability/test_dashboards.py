@@ -48,6 +48,7 @@ def test_the_four_dashboards_and_what_they_show():
         "Rollout progress",
         "Commit-back",
         "Spend by team",
+        "Savings from MIG",
         "Spend by namespace",
         "Budget burn",
         "Idle cost",
