@@ -32,8 +32,9 @@ from kgwe.cluster.names import (
     ROLLOUT_REVISION_ANNOTATION,
     TOPOLOGY_ANNOTATION,
 )
-from kgwe.cluster.nodes import attempt_stamp, gpu_pods_by_node, parse_time, pod_gpu_requests
+from kgwe.cluster.nodes import attempt_stamp, gpu_pods_by_node, pod_gpu_requests
 from kgwe.errors import KgweError
+from kgwe.timestamps import parse_rfc3339 as parse_time
 from kgwe.topology import health
 from kgwe.topology.annotation import topology_name
 

@@ -30,6 +30,7 @@ from kgwe.cluster.names import (
     ROLLOUT_REVISION_ANNOTATION,
     is_gpu_resource,
 )
+from kgwe.timestamps import format_rfc3339 as format_time
 
 
 @dataclass(frozen=True)
@@ -174,21 +175,6 @@ class NodeOps:
         return EvictionOutcome(tuple(evicted), tuple(blocked))
 
 
-def format_time(when: datetime) -> str:
-    """RFC 3339 UTC, second precision, as KGWE writes times into annotations."""
-    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def attempt_stamp(annotations: Mapping[str, str]) -> str:
     """Names a node's current MIG change attempt: when KGWE selected its config ("unknown" if not KGWE)."""
     return annotations.get(REQUESTED_AT_ANNOTATION) or "unknown"
-
-
-def parse_time(text: str | None) -> datetime | None:
-    if not text:
-        return None
-    try:
-        value = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return value if value.tzinfo else value.replace(tzinfo=UTC)

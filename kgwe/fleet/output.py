@@ -82,16 +82,3 @@ def age(since: datetime | None, now: datetime) -> str | None:
         if seconds >= size * (2 if unit != "m" else 1):
             return f"{seconds // size}{unit}"
     return f"{seconds}s"
-
-
-def parse_time(text: Any) -> datetime | None:
-    """An RFC 3339 timestamp from the API (timezone-aware UTC), None when absent or malformed."""
-    if not isinstance(text, str) or not text:
-        return None
-    from datetime import UTC
-
-    try:
-        value = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return value if value.tzinfo else value.replace(tzinfo=UTC)

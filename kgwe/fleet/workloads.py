@@ -9,7 +9,8 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from kgwe.fleet.output import Column, age, parse_time
+from kgwe.fleet.output import Column, age
+from kgwe.timestamps import parse_rfc3339 as parse_time
 
 WORKLOAD_COLUMNS = (
     Column("NAMESPACE", "namespace"),

@@ -6,22 +6,14 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, get_args
 
 from kgwe.policy.gpu_workload import Phase
+from kgwe.timestamps import parse_rfc3339
 
 PHASES: tuple[str, ...] = get_args(Phase)
 FINISHED = frozenset(("Succeeded", "Failed"))
-
-
-def _time(text: Any) -> datetime | None:
-    if not isinstance(text, str):
-        return None
-    try:
-        return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
-    except ValueError:
-        return None
 
 
 def _condition(status: Mapping[str, Any], ctype: str) -> Mapping[str, Any]:
@@ -52,8 +44,10 @@ def workload_stats(
             waits.setdefault(ns, 0.0)
             continue
         admitted = _condition(status, "Admitted")
-        since = _time(admitted.get("lastTransitionTime")) if admitted.get("status") == "True" else None
-        since = since or _time(meta.get("creationTimestamp"))
+        since = (
+            parse_rfc3339(admitted.get("lastTransitionTime")) if admitted.get("status") == "True" else None
+        )
+        since = since or parse_rfc3339(meta.get("creationTimestamp"))
         if since is None:
             continue
         waits[ns] = max(waits.get(ns, 0.0), max(0.0, (now - since).total_seconds()))

@@ -25,7 +25,7 @@ from kubernetes.client.exceptions import ApiException
 from kgwe.cluster.apply import NotLeader
 from kgwe.cluster.inventory import GpuNodeFacts
 from kgwe.cluster.names import SHARING_CORDONED_ANNOTATION, SHARING_REQUESTED_AT_ANNOTATION
-from kgwe.cluster.nodes import NodeOps, format_time, parse_time
+from kgwe.cluster.nodes import NodeOps
 from kgwe.gpu.sharing import GFD_STRATEGY, NOT_SHARED, node_sharing
 from kgwe.policy.sharing_strategy import GPUSharingStrategy
 from kgwe.reconcile.rollout import (
@@ -39,6 +39,8 @@ from kgwe.reconcile.rollout import (
     plan_rollout,
 )
 from kgwe.render.sharing import DEFAULT_CONFIG_KEY, config_key, device_plugin_configs
+from kgwe.timestamps import format_rfc3339 as format_time
+from kgwe.timestamps import parse_rfc3339 as parse_time
 from kgwe.vocab import DEVICE_PLUGIN_CONFIG_LABEL
 
 POOL_PREFIX = "sharing/"

@@ -32,6 +32,7 @@ from kgwe.gpu import catalog
 from kgwe.observability import tracing
 from kgwe.policy.diagnostics import format_path
 from kgwe.policy.gpu_workload import GPUWorkload, NodeOffer, problems
+from kgwe.timestamps import parse_rfc3339
 from kgwe.workloads import status as st
 from kgwe.workloads.plan import (
     PODGROUP_API,
@@ -324,7 +325,7 @@ class WorkloadReconciler:
             self._cost(p, wl)
             return None
         run = int(new.get("run") or 0)
-        next_retry = st.parse_time(new.get("nextRetryTime"))
+        next_retry = parse_rfc3339(new.get("nextRetryTime"))
         if next_retry is not None:
             if p.now < next_retry:
                 return (next_retry - p.now).total_seconds()
@@ -424,7 +425,7 @@ class WorkloadReconciler:
                 p.event("Normal", "Scheduled", f"{want} pod(s) on {new['nodes']}")
                 self.metrics.scheduled.labels(new.get("strategy") or "default").inc()
         else:
-            run_start = st.parse_time(new.get("runStartTime"))
+            run_start = parse_rfc3339(new.get("runStartTime"))
             timed_out = st.gang_timed_out(run_start, spec.gang.timeout_seconds, p.now)
             reason = "GangTimeout" if timed_out else ("Suspended" if spec.suspend else "Pending")
             message = f"{prog.scheduled}/{want} pods scheduled"

@@ -12,11 +12,12 @@ from __future__ import annotations
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from kgwe.extender.k8s import ANN_GPU_INDEX
 from kgwe.policy.gpu_workload import GPUWorkload, RetryPolicy
+from kgwe.timestamps import format_rfc3339 as rfc3339
 
 CONDITION_TYPES = ("Admitted", "PodsScheduled", "PodsReady", "Complete", "Failed", "Suspended")
 QUOTA_NAME_ANNOTATION = "kgwe.nvidia.io/budget"
@@ -29,16 +30,6 @@ def backoff_seconds(policy: RetryPolicy, retry: int, rng: random.Random | None =
         r = (rng or random).uniform(-policy.jitter, policy.jitter)
         delay *= 1 + r
     return max(0.0, min(float(policy.max_backoff_seconds), delay))
-
-
-def rfc3339(t: datetime) -> str:
-    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def parse_time(text: str | None) -> datetime | None:
-    if not text:
-        return None
-    return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
 
 
 def set_condition(

@@ -19,9 +19,9 @@ from kgwe.cluster.names import (
     REQUESTED_AT_ANNOTATION,
     ROLLOUT_REVISION_ANNOTATION,
 )
-from kgwe.cluster.nodes import format_time
 from kgwe.reconcile.repository import node_states
 from kgwe.reconcile.rollout import plan_rollout, resolve_max_unavailable
+from kgwe.timestamps import format_rfc3339 as format_time
 
 START = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 
