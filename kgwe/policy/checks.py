@@ -306,6 +306,16 @@ def check_mig_strategies(ps: PolicySet) -> None:
         if strategy.spec.mig_enabled:
             _check_profiles(ps, entry, nodes)
             _check_shares(ps, entry, nodes)
+    _report_overlaps(
+        ps, entries, selected, "MIGStrategy", "give the selectors a label key with different values"
+    )
+
+
+def _report_overlaps(
+    ps: PolicySet, entries: list[LoadedObject], selected: list[list[InventoryNode]], kind: str, advice: str
+) -> None:
+    """Each later strategy of `kind` whose nodeSelector can match a node an earlier one matches is an error
+    on its nodeSelector, naming a node both select when the inventory has one."""
     selectors = [e.obj.spec.node_selector for e in entries]  # type: ignore[attr-defined]
     for i, j in _compatible_pairs(selectors):
         earlier, later = entries[i], entries[j]
@@ -315,8 +325,7 @@ def check_mig_strategies(ps: PolicySet) -> None:
         ps.report(
             later,
             ("spec", "nodeSelector"),
-            f'claims the same nodes as MIGStrategy "{earlier.obj.name}" ({_at(earlier)}){example}; '
-            "give the selectors a label key with different values",
+            f'claims the same nodes as {kind} "{earlier.obj.name}" ({_at(earlier)}){example}; {advice}',
         )
 
 
@@ -353,18 +362,14 @@ def check_sharing_strategies(ps: PolicySet) -> None:
                         f"MPS serves at most {limit} clients per GPU on {model.key}, "
                         f"replicas is {strategy.spec.replicas}",
                     )
+    _report_overlaps(
+        ps,
+        entries,
+        selected,
+        "GPUSharingStrategy",
+        "a node has one device-plugin config: give the selectors a label key with different values",
+    )
     sharing_selectors = [e.obj.spec.node_selector for e in entries]  # type: ignore[attr-defined]
-    for i, j in _compatible_pairs(sharing_selectors):
-        earlier, later = entries[i], entries[j]
-        names_i = {n.name for n in selected[i]}
-        both = [n.name for n in selected[j] if n.name in names_i]
-        example = f" (e.g. node {both[0]})" if both else ""
-        ps.report(
-            later,
-            ("spec", "nodeSelector"),
-            f'claims the same nodes as GPUSharingStrategy "{earlier.obj.name}" ({_at(earlier)}){example}; '
-            "a node has one device-plugin config: give the selectors a label key with different values",
-        )
     migs = [e for e in ps.entries_of(MIGStrategy) if e.obj.spec.mig_enabled]  # type: ignore[attr-defined]
     selectors = [e.obj.spec.node_selector for e in migs] + sharing_selectors  # type: ignore[attr-defined]
     for i, j in _compatible_pairs(selectors):
