@@ -81,4 +81,10 @@ IDLE_KEY = "__idle__"  # the chargeback line of idle capacity (OpenCost's name)
 # ---- Reports (PolicyRepository.spec.reports) -------------------------------------------------------------
 # `reports:` absent = no cost reports; present without a schedule = every day at 06:00 UTC.
 DEFAULT_REPORT_SCHEDULE = "0 6 * * *"
+
+# MIG rebalancing (MIGStrategy spec.partitionStrategy, docs/mig-rebalancing.md)
+MIN_REBALANCE_INTERVAL_SECONDS = 5  # shorter would re-plan faster than a MIG manager can apply a layout
+MAX_REBALANCE_INTERVAL_SECONDS = 24 * 3600
+DEFAULT_REBALANCE_MAX_GPUS = "25%"  # GPUs one rebalance decision may repartition, of the pool's GPUs
+DEFAULT_STABILIZATION_INTERVALS = 3  # falling demand is followed after this many intervals without it
 DEFAULT_REPORTS_PATH = "reports"

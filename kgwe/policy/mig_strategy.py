@@ -9,13 +9,37 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from datetime import timedelta
 from decimal import Decimal
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import Field, PlainSerializer, PlainValidator, WithJsonSchema, model_validator
+from pydantic import (
+    Field,
+    PlainSerializer,
+    PlainValidator,
+    ValidationInfo,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
 
 from kgwe.policy.base import KgweModel, KgweObject, ObjectMeta
-from kgwe.policy.types import PERCENT_PATTERN, Duration, IntOrPercent, LabelMap, format_percent, parse_percent
+from kgwe.policy.types import (
+    PERCENT_PATTERN,
+    Duration,
+    IntOrPercent,
+    LabelMap,
+    format_duration,
+    format_percent,
+    parse_int_or_percent,
+    parse_percent,
+)
+from kgwe.vocab import (
+    DEFAULT_REBALANCE_MAX_GPUS,
+    DEFAULT_STABILIZATION_INTERVALS,
+    MAX_REBALANCE_INTERVAL_SECONDS,
+    MIN_REBALANCE_INTERVAL_SECONDS,
+)
 
 _PROFILE_NAME = re.compile(r"^\d+g\.\d+gb([+-][a-z.]+)?$")
 
@@ -73,10 +97,74 @@ ProfileShareField = Annotated[
 ]
 
 
+def _percent_of(value: int | Decimal, total: int) -> int:
+    """A count, or a percentage of `total` rounded down but never below 1."""
+    if isinstance(value, int):
+        return value
+    return max(1, int(Decimal(total) * value / 100))
+
+
 class PartitionStrategy(KgweModel):
+    """The pool's layout: preferred shares or counts, and, with `rebalanceInterval`, demand-driven
+    rebalancing on top of them (docs/mig-rebalancing.md). Every rebalancing field needs the interval."""
+
     preferred_profiles: list[ProfileShareField] = Field(min_length=1)
     rebalance_interval: Duration | None = None
     min_utilization_threshold: float | None = Field(default=None, ge=0.0, le=1.0)
+    rebalance_max_gpus: IntOrPercent | None = Field(default=None, alias="rebalanceMaxGPUs")
+    rebalance_stabilization_window: Duration | None = None
+
+    @field_validator("rebalance_interval")
+    @classmethod
+    def _interval_bounds(cls, value: timedelta | None) -> timedelta | None:
+        if value is None:
+            return None
+        seconds = value.total_seconds()
+        if not MIN_REBALANCE_INTERVAL_SECONDS <= seconds <= MAX_REBALANCE_INTERVAL_SECONDS:
+            raise ValueError(
+                f"must be between {MIN_REBALANCE_INTERVAL_SECONDS}s and "
+                f"{MAX_REBALANCE_INTERVAL_SECONDS // 3600}h, got {seconds:g}s"
+            )
+        return value
+
+    @field_validator("min_utilization_threshold", "rebalance_max_gpus", "rebalance_stabilization_window")
+    @classmethod
+    def _needs_interval(cls, value: Any, info: ValidationInfo) -> Any:
+        if value is not None and info.data.get("rebalance_interval") is None:
+            name = {
+                "min_utilization_threshold": "minUtilizationThreshold",
+                "rebalance_max_gpus": "rebalanceMaxGPUs",
+                "rebalance_stabilization_window": "rebalanceStabilizationWindow",
+            }[str(info.field_name)]
+            if "rebalance_interval" not in info.data:  # the interval itself was invalid: said already
+                return value
+            raise ValueError(f"{name} has no effect without rebalanceInterval (rebalancing is off)")
+        if info.field_name == "rebalance_max_gpus" and value is not None and not value > 0:
+            raise ValueError("must allow at least one GPU (an integer >= 1 or a percentage above 0%)")
+        interval = info.data.get("rebalance_interval")
+        window = info.field_name == "rebalance_stabilization_window"
+        if window and value is not None and interval is not None and value < interval:
+            raise ValueError(
+                f"must be at least rebalanceInterval ({format_duration(interval)}): a shorter window "
+                "holds no demand across a decision"
+            )
+        return value
+
+    def max_gpus_per_rebalance(self, pool_gpus: int) -> int:
+        """GPUs one rebalance decision may repartition (rebalanceMaxGPUs, else the vocab default)."""
+        value = self.rebalance_max_gpus
+        if value is None:
+            value = parse_int_or_percent(DEFAULT_REBALANCE_MAX_GPUS)
+        return _percent_of(value, pool_gpus)
+
+    @property
+    def stabilization_window(self) -> timedelta | None:
+        """How long falling demand must stay low before the pool follows it (None: no rebalancing)."""
+        if self.rebalance_interval is None:
+            return None
+        return (
+            self.rebalance_stabilization_window or self.rebalance_interval * DEFAULT_STABILIZATION_INTERVALS
+        )
 
     @property
     def uses_counts(self) -> bool:
@@ -102,10 +190,7 @@ class Rollout(KgweModel):
 
     def max_unavailable_nodes(self, pool_size: int) -> int:
         """Nodes that may change at once; a percentage rounds down but never below 1."""
-        v = self.max_unavailable
-        if isinstance(v, int):
-            return v
-        return max(1, int(Decimal(pool_size) * v / 100))
+        return _percent_of(self.max_unavailable, pool_size)
 
 
 class MIGStrategySpec(KgweModel):

@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import textwrap
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -499,3 +500,69 @@ def test_gpu_count_must_match_the_topology(tmp_path):
         load_repository(repo(tmp_path, {"inv.yaml": inv, "p.yaml": PRICING})), "topology DGX-H100 has 8"
     )
     assert d.path == "spec.nodes[0].gpus"
+
+
+# -- MIG rebalancing settings ------------------------------------------------------------------------------
+
+REBALANCING = """
+apiVersion: kgwe.nvidia.io/v1
+kind: MIGStrategy
+metadata: {name: s}
+spec:
+  nodeSelector: {pool: inference}
+  partitionStrategy:
+    preferredProfiles: [{3g.40gb: 100%%}]
+%s
+"""
+
+
+@pytest.mark.parametrize(
+    ("settings", "line", "path", "fragment"),
+    [
+        ("    rebalanceInterval: 1s", 8, "spec.partitionStrategy.rebalanceInterval", "between 5s and 24h"),
+        ("    rebalanceInterval: 48h", 8, "spec.partitionStrategy.rebalanceInterval", "between 5s and 24h"),
+        (
+            "    minUtilizationThreshold: 0.3",
+            8,
+            "spec.partitionStrategy.minUtilizationThreshold",
+            "no effect without rebalanceInterval",
+        ),
+        (
+            "    rebalanceMaxGPUs: 2",
+            8,
+            "spec.partitionStrategy.rebalanceMaxGPUs",
+            "no effect without rebalanceInterval",
+        ),
+        (
+            "    rebalanceInterval: 5m\n    rebalanceMaxGPUs: 0%",
+            9,
+            "spec.partitionStrategy.rebalanceMaxGPUs",
+            "at least one GPU",
+        ),
+        (
+            "    rebalanceInterval: 5m\n    rebalanceStabilizationWindow: 1m",
+            9,
+            "spec.partitionStrategy.rebalanceStabilizationWindow",
+            "at least rebalanceInterval (5m)",
+        ),
+        (
+            "    rebalanceInterval: 5m\n    minUtilizationThreshold: 1.5",
+            9,
+            "spec.partitionStrategy.minUtilizationThreshold",
+            "less than or equal to 1",
+        ),
+    ],
+)
+def test_every_bad_rebalancing_setting_is_an_error_at_its_line(tmp_path, settings, line, path, fragment):
+    ps = load_repository(repo(tmp_path, with_inventory(REBALANCING % settings)))
+    d = one_error(ps, fragment)
+    assert (d.file, d.line, d.path) == ("s.yaml", line, path)
+
+
+def test_rebalancing_defaults(tmp_path):
+    text = REBALANCING % "    rebalanceInterval: 5m\n    rebalanceMaxGPUs: 10%"
+    ps = load_repository(repo(tmp_path, with_inventory(text)))
+    assert not ps.errors, [str(d) for d in ps.errors]
+    partition = ps.mig_strategies[0].spec.partition_strategy
+    assert partition.stabilization_window == timedelta(minutes=15)  # 3 intervals
+    assert partition.max_gpus_per_rebalance(64) == 6 and partition.max_gpus_per_rebalance(3) == 1
