@@ -1,0 +1,305 @@
+"""Demand-driven MIG rebalancing: when a pool's layout should follow what its pods ask for, and when not.
+
+Pure: the controller measures demand (kgwe/reconcile/rebalancing.py), this module decides, the planner
+(`plan_pool`) says which GPUs change, and the ordinary rollout carries the change out under the strategy's
+gates. What is held between decisions is a `Record`, kept in the PolicyRepository's status so a new leader
+continues where the last one stopped.
+
+The rule (docs/mig-rebalancing.md):
+- demand per profile = instances held (less those whose pods stay below `minUtilizationThreshold`) plus
+  instances that unschedulable pods ask for;
+- the demand in force is the peak over the stabilization window: demand that rises is followed at the next
+  decision, demand that falls only once it has stayed low for the whole window (no flip-flop);
+- a decision is taken at most once per `rebalanceInterval`, never while a wave of the pool is in flight;
+- a change that serves more pending demand is taken only if it serves at least one pending instance per
+  GPU it repartitions, and changes at most `rebalanceMaxGPUs` GPUs; a target that falls is always taken
+  (the pool goes back towards its preferred shares), under the same cap;
+- between decisions, only the nodes the last decision named may change: the pool stays as decided.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+
+from kgwe.planner.model import GPUState, PoolPlan, PoolRequest
+from kgwe.planner.plan import plan_pool
+from kgwe.timestamps import format_rfc3339, parse_rfc3339
+
+MAX_SAMPLES = 64  # a window of 64 decisions' measurements is plenty; status stays small
+MAX_NODES_IN_MESSAGE = 5
+
+
+@dataclass(frozen=True)
+class Settings:
+    """A pool's rebalancing knobs, from its MIGStrategy (kgwe/policy/mig_strategy.py)."""
+
+    interval: timedelta
+    window: timedelta
+    max_gpus: int
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """What a pool's pods hold and ask for now, per MIG profile (instances).
+
+    `reclaimable` is the part of `in_use` whose pods stayed below the utilization threshold over the
+    interval (0 without a utilization source); `pending_pods` counts the unschedulable pods behind `pending`.
+    """
+
+    pending: Mapping[str, int] = field(default_factory=dict)
+    in_use: Mapping[str, int] = field(default_factory=dict)
+    reclaimable: Mapping[str, int] = field(default_factory=dict)
+    pending_pods: Mapping[str, int] = field(default_factory=dict)
+
+    def demand(self) -> dict[str, int]:
+        """Instances the pool should hold for its pods now."""
+        out: dict[str, int] = {}
+        for profile in sorted({*self.pending, *self.in_use}):
+            held = self.in_use.get(profile, 0) - min(
+                self.reclaimable.get(profile, 0), self.in_use.get(profile, 0)
+            )
+            wanted = held + self.pending.get(profile, 0)
+            if wanted > 0:
+                out[profile] = wanted
+        return out
+
+
+@dataclass(frozen=True)
+class Sample:
+    at: datetime
+    demand: Mapping[str, int]
+
+
+@dataclass(frozen=True)
+class Record:
+    """What rebalancing holds for one pool between decisions (one entry of status.rebalance).
+
+    `revision` is the strategy revision the record belongs to; `epoch` counts decisions (0 = none yet for
+    this revision: the pool follows its strategy alone); `target` is the demand in force; `nodes` are the
+    nodes the last decision may change.
+    """
+
+    revision: str
+    epoch: int = 0
+    target: Mapping[str, int] = field(default_factory=dict)
+    nodes: tuple[str, ...] = ()
+    decided_at: datetime | None = None
+    evaluated_at: datetime | None = None
+    samples: tuple[Sample, ...] = ()
+    pending: Mapping[str, int] = field(default_factory=dict)
+    message: str = ""
+
+    def rollout_revision(self) -> str:
+        """The revision nodes changed under this record are annotated with (one change per decision)."""
+        return self.revision if self.epoch == 0 else f"{self.revision}.r{self.epoch}"
+
+    def to_status(self) -> dict:
+        out: dict = {
+            "revision": self.revision,
+            "epoch": self.epoch,
+            "target": dict(sorted(self.target.items())),
+        }
+        out["nodes"] = list(self.nodes)
+        out["decidedAt"] = format_rfc3339(self.decided_at) if self.decided_at else None
+        out["evaluatedAt"] = format_rfc3339(self.evaluated_at) if self.evaluated_at else None
+        out["samples"] = [
+            {"at": format_rfc3339(s.at), "demand": dict(sorted(s.demand.items()))} for s in self.samples
+        ]
+        out["pending"] = dict(sorted(self.pending.items()))
+        out["message"] = self.message
+        return out
+
+    @classmethod
+    def from_status(cls, data: object) -> Record | None:
+        """The record as status holds it; None when it is missing or not what this code writes."""
+        if not isinstance(data, Mapping) or not isinstance(data.get("revision"), str):
+            return None
+        try:
+            samples = tuple(
+                Sample(_time(s["at"]), _counts(s.get("demand")))  # type: ignore[arg-type]
+                for s in data.get("samples") or []
+                if isinstance(s, Mapping) and s.get("at")
+            )
+            return cls(
+                revision=data["revision"],
+                epoch=int(data.get("epoch") or 0),
+                target=_counts(data.get("target")),
+                nodes=tuple(str(n) for n in data.get("nodes") or []),
+                decided_at=_time(data.get("decidedAt")),
+                evaluated_at=_time(data.get("evaluatedAt")),
+                samples=samples[-MAX_SAMPLES:],
+                pending=_counts(data.get("pending")),
+                message=str(data.get("message") or ""),
+            )
+        except (TypeError, ValueError, KeyError):
+            return None
+
+
+def _time(value: object) -> datetime | None:
+    if not value:
+        return None
+    parsed = parse_rfc3339(str(value))
+    if parsed is None:
+        raise ValueError(f"not a timestamp: {value!r}")
+    return parsed
+
+
+def _counts(value: object) -> dict[str, int]:
+    if not isinstance(value, Mapping):
+        return {}
+    return {str(k): int(v) for k, v in value.items() if int(v) > 0}
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The record to keep, and when a new target was taken: the plan it makes and the Event to say why."""
+
+    record: Record
+    taken: bool = False
+    plan: PoolPlan | None = None
+    event: str | None = None
+
+
+def carry_over(record: Record | None, revision: str) -> Record:
+    """The record for the strategy's current revision: a new revision starts at epoch 0 (the commit's plan
+    rolls out first) but keeps the measured demand, which is a fact about pods, not about the policy."""
+    if record is None:
+        return Record(revision)
+    if record.revision == revision:
+        return record
+    return Record(revision, target=record.target, samples=record.samples, pending=record.pending)
+
+
+def due(record: Record, measurement: Measurement, settings: Settings, now: datetime) -> bool:
+    """Whether to evaluate now: every interval, and at once when pods start pending for a profile the last
+    evaluation saw none pending for (new demand does not wait for the interval to come round)."""
+    if record.evaluated_at is None or now - record.evaluated_at >= settings.interval:
+        return True
+    return any(n > 0 and record.pending.get(p, 0) == 0 for p, n in measurement.pending.items())
+
+
+def evaluate(
+    request: PoolRequest,
+    measurement: Measurement,
+    record: Record,
+    settings: Settings,
+    now: datetime,
+    *,
+    in_flight: bool = False,
+) -> Decision:
+    """Decide whether `request`'s pool takes a new demand target now.
+
+    `request` is the pool as it is (no node frozen by an earlier decision: a decision may pick any idle
+    GPU); `record` is `carry_over`'s; `in_flight` says a rollout wave of the pool has not finished.
+    """
+    if not due(record, measurement, settings, now):
+        return Decision(record)
+    pending = {p: n for p, n in measurement.pending.items() if n > 0}
+    if in_flight:
+        return Decision(replace(record, pending=pending, message="waiting for the rollout wave in flight"))
+    samples = (
+        *[s for s in record.samples if now - s.at < settings.window],
+        Sample(now, measurement.demand()),
+    )
+    samples = samples[-MAX_SAMPLES:]
+    candidate = _peak(samples)
+    evaluated = replace(record, evaluated_at=now, samples=samples, pending=pending)
+    if record.decided_at is not None and now - record.decided_at < settings.interval:
+        wait = record.decided_at + settings.interval
+        return Decision(
+            replace(evaluated, message=f"next decision at {format_rfc3339(wait)} (one per interval)")
+        )
+    target = dict(record.target)
+    falling = any(candidate.get(p, 0) < n for p, n in target.items())
+    limits = replace(request.limits, max_gpus_changed=settings.max_gpus, max_nodes_changed=None)
+    plan = plan_pool(replace(request, gpus=idle_nodes_only(request), demand=candidate, limits=limits))
+    gain = served(plan, measurement) - served_now(request, measurement)
+    changed = plan.gpus_changed
+    if gain >= max(1, changed):
+        why = _pending_text(measurement)
+    elif falling:
+        why = "demand fell below the held target for the whole stabilization window: " + _fall_text(
+            target, candidate
+        )
+    else:
+        if not pending:
+            message = "no pending MIG demand"
+        elif gain < 1:
+            message = f"{_pending_text(measurement)}; no layout within the limits serves more of it"
+        else:
+            message = (
+                f"{_pending_text(measurement)}; would serve {gain} by repartitioning {changed} GPU(s): "
+                "not worth the disruption (at least one pending instance per GPU changed)"
+            )
+        return Decision(replace(evaluated, message=message))
+    nodes = tuple(sorted({g.node for g in plan.changes()}))
+    action = _action_text(plan, nodes)
+    message = f"{why}; {action}"
+    taken = replace(
+        evaluated, epoch=record.epoch + 1, target=candidate, nodes=nodes, decided_at=now, message=message
+    )
+    return Decision(taken, taken=True, plan=plan, event=message)
+
+
+def idle_nodes_only(request: PoolRequest) -> tuple[GPUState, ...]:
+    """The pool's GPUs with every GPU of a node that holds a workload pinned, unless the strategy drains:
+    the MIG manager reconfigures a node only when nothing runs on it, and KGWE relabels only such nodes,
+    so a decision that picked an idle GPU beside a busy one would wait for that workload to end."""
+    if request.limits.allow_drain:
+        return request.gpus
+    busy = {g.node for g in request.gpus if g.busy}
+    if not busy:
+        return request.gpus
+    return tuple(replace(g, pinned=True) if g.node in busy and not g.pinned else g for g in request.gpus)
+
+
+def _peak(samples: Sequence[Sample]) -> dict[str, int]:
+    peak: Counter[str] = Counter()
+    for sample in samples:
+        for profile, n in sample.demand.items():
+            peak[profile] = max(peak[profile], n)
+    return {p: n for p, n in sorted(peak.items()) if n > 0}
+
+
+def served(plan: PoolPlan, measurement: Measurement) -> int:
+    """Pending instances the plan's layouts could serve beside what pods hold now."""
+    return sum(
+        min(n, max(0, plan.achieved_counts.get(p, 0) - measurement.in_use.get(p, 0)))
+        for p, n in measurement.pending.items()
+    )
+
+
+def served_now(request: PoolRequest, measurement: Measurement) -> int:
+    """Pending instances the pool's current layouts could serve (free instances of the asked profiles)."""
+    have: Counter[str] = Counter()
+    for gpu in request.gpus:
+        for profile, _ in gpu.layout or ():
+            have[profile] += 1
+    return sum(min(n, max(0, have[p] - measurement.in_use.get(p, 0))) for p, n in measurement.pending.items())
+
+
+def _pending_text(m: Measurement) -> str:
+    pods = m.pending_pods or m.pending
+    parts = [f"{n} pending {p} pod{'s' if n != 1 else ''}" for p, n in sorted(pods.items()) if n > 0]
+    return ", ".join(parts) or "no pending MIG demand"
+
+
+def _fall_text(target: Mapping[str, int], candidate: Mapping[str, int]) -> str:
+    return ", ".join(
+        f"{p} {n} -> {candidate.get(p, 0)}" for p, n in sorted(target.items()) if candidate.get(p, 0) < n
+    )
+
+
+def _action_text(plan: PoolPlan, nodes: Sequence[str]) -> str:
+    if not plan.gpus_changed:
+        return "no GPU needs a new layout"
+    busy = plan.in_use_destroyed
+    kind = "idle " if not busy else ""
+    shown = ", ".join(nodes[:MAX_NODES_IN_MESSAGE]) + (", ..." if len(nodes) > MAX_NODES_IN_MESSAGE else "")
+    text = f"repartitioning {plan.gpus_changed} {kind}GPU{'s' if plan.gpus_changed != 1 else ''} on {shown}"
+    if busy:
+        text += f" (drains {busy} in-use instance(s): the strategy allows drain)"
+    return text
