@@ -32,7 +32,7 @@ from kgwe.cluster.names import (
     ROLLOUT_REVISION_ANNOTATION,
     TOPOLOGY_ANNOTATION,
 )
-from kgwe.cluster.nodes import attempt_stamp, gpu_pods_by_node, pod_gpu_requests
+from kgwe.cluster.nodes import attempt_stamp, gpu_pods_by_node, live_pods, pod_gpu_requests
 from kgwe.errors import KgweError
 from kgwe.timestamps import parse_rfc3339 as parse_time
 from kgwe.topology import health
@@ -54,6 +54,7 @@ class GpuNodeFacts:
     gpu_pods: list[str] = field(default_factory=list)  # namespace/name
     whole_gpus_in_use: int = 0
     mig_in_use: Counter = field(default_factory=Counter)  # profile -> instances held
+    mig_by_pod: dict[str, dict[str, int]] = field(default_factory=dict)  # namespace/name -> profile -> held
 
     @property
     def unhealthy_gpus(self) -> frozenset[int]:
@@ -120,20 +121,31 @@ def facts_from_objects(
         )
         for pod in gpu_pods.get(meta["name"], []):
             pod_meta = pod.get("metadata") or {}
-            facts.gpu_pods.append(f"{pod_meta.get('namespace')}/{pod_meta.get('name')}")
+            key = f"{pod_meta.get('namespace')}/{pod_meta.get('name')}"
+            facts.gpu_pods.append(key)
             for resource, count in pod_gpu_requests(pod).items():
                 if resource == GPU_RESOURCE:
                     facts.whole_gpus_in_use += count
                 elif resource.startswith(MIG_RESOURCE_PREFIX):
-                    facts.mig_in_use[resource.removeprefix(MIG_RESOURCE_PREFIX)] += count
+                    profile = resource.removeprefix(MIG_RESOURCE_PREFIX)
+                    facts.mig_in_use[profile] += count
+                    facts.mig_by_pod.setdefault(key, {})[profile] = count
         out.append(facts)
     return sorted(out, key=lambda f: f.name)
 
 
 def read_gpu_nodes(api_client: client.ApiClient) -> list[GpuNodeFacts]:
+    return read_gpu_nodes_and_unscheduled(api_client)[0]
+
+
+def read_gpu_nodes_and_unscheduled(api_client: client.ApiClient) -> tuple[list[GpuNodeFacts], list[dict]]:
+    """The GPU nodes' facts, and the live pods no node holds yet (from the same pod list: MIG rebalancing
+    reads pending demand from them at no extra API call)."""
     core = client.CoreV1Api(api_client)
     nodes = list_items(core.list_node, label_selector=GPU_NODE_SELECTOR)
-    return facts_from_objects(nodes, gpu_pods_by_node(core))
+    pods = live_pods(core)
+    unscheduled = [p for p in pods if not (p.get("spec") or {}).get("nodeName")]
+    return facts_from_objects(nodes, gpu_pods_by_node(core, pods)), unscheduled
 
 
 def config_layout(

@@ -66,10 +66,16 @@ def holds_gpu(pod: Mapping[str, Any]) -> bool:
     return any(v > 0 for v in pod_gpu_requests(pod).values())
 
 
-def gpu_pods_by_node(core: client.CoreV1Api) -> dict[str, list[dict]]:
-    pods = list_items(
+def live_pods(core: client.CoreV1Api) -> list[dict]:
+    """Every pod not yet finished, cluster-wide, as plain dicts."""
+    return list_items(
         core.list_pod_for_all_namespaces, field_selector="status.phase!=Succeeded,status.phase!=Failed"
     )
+
+
+def gpu_pods_by_node(core: client.CoreV1Api, pods: list[dict] | None = None) -> dict[str, list[dict]]:
+    """node -> the pods holding GPUs on it (`pods`: a list already read, else read now)."""
+    pods = live_pods(core) if pods is None else pods
     out: dict[str, list[dict]] = defaultdict(list)
     for pod in pods:
         if holds_gpu(pod):

@@ -176,7 +176,12 @@ def plan_policy(
 
 
 def plan_layouts(
-    strategies: Iterable, inventory, *, pinned: Collection[str] = ()
+    strategies: Iterable,
+    inventory,
+    *,
+    pinned: Collection[str] = (),
+    demand: Mapping[str, Mapping[str, int]] | None = None,
 ) -> dict[str, list[list[str] | None]]:
-    """node -> per-GPU profile lists (None = MIG disabled), as `kgwe render` feeds `build_mig_configs`."""
-    return dict(plan_policy(strategies, inventory, pinned=pinned).layouts)
+    """node -> per-GPU profile lists (None = MIG disabled), as `kgwe render` feeds `build_mig_configs`.
+    `demand`: the rebalancing targets in force (strategy -> profile -> instances)."""
+    return dict(plan_policy(strategies, inventory, demand, pinned=pinned).layouts)

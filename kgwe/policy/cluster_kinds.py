@@ -133,8 +133,8 @@ class AppliedObject(KgweModel):
 
 
 class PolicyRepositoryStatus(KgweModel):
-    """Written by the controller. `rollout` is per-pool MIG rollout progress (free-form, owned by the
-    reconciler)."""
+    """Written by the controller. `rollout` is per-pool MIG rollout progress and `rebalance` per-pool MIG
+    rebalancing (docs/mig-rebalancing.md); both free-form, owned by the reconciler."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -144,6 +144,7 @@ class PolicyRepositoryStatus(KgweModel):
     last_attempted_revision: str | None = None
     inventory: list[AppliedObject] = Field(default_factory=list)
     rollout: dict[str, Any] = Field(default_factory=dict)
+    rebalance: dict[str, Any] = Field(default_factory=dict)  # per pool: the MIG rebalancing record
 
 
 class PolicyRepository(KgweObject):

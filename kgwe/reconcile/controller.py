@@ -31,6 +31,7 @@ from kgwe.gitops.source import touches_policy
 from kgwe.gitops.webhook import ControllerHTTPServer, PushEvent, repository_key
 from kgwe.observability.collectors import ClusterStateCollector, read_cluster
 from kgwe.reconcile.metrics import ReconcileMetrics
+from kgwe.reconcile.rebalancing import ActivityReader
 from kgwe.reconcile.repository import (
     GROUP,
     PLURAL,
@@ -54,6 +55,16 @@ CRD_MISSING = (
     f"the CustomResourceDefinition {PLURAL}.{GROUP} is not installed: install KGWE's CRDs "
     "(helm: crds.install=true; kustomize: deploy/crds/)"
 )
+
+
+def activity_reader(prometheus_url: str | None) -> ActivityReader | None:
+    """Mean dcgm-exporter engine activity per pod over a window, from `prometheus_url` (None: no reader)."""
+    if not prometheus_url:
+        return None
+    from kgwe.cost.prometheus import PrometheusClient
+
+    prometheus = PrometheusClient(prometheus_url)
+    return lambda start, end: prometheus.pod_engine_activity(start, end)
 
 
 def _key_of(item: dict) -> str | None:
@@ -89,8 +100,10 @@ class Controller:
         render_options: RenderOptions | None = None,
         git_access: GitAccess | None = None,
         workloads: bool = True,
+        prometheus_url: str | None = None,
     ) -> None:
         self.api_client = api_client
+        self.prometheus_url = prometheus_url  # dcgm-exporter activity for MIG rebalancing (None: off)
         self.render_options = render_options  # extender URL and TLS for the rendered scheduler config
         self.namespace = namespace
         self.costs = costs  # metering, budgets and cost reports (kgwe.reconcile.costs); None: off
@@ -227,6 +240,7 @@ class Controller:
                 is_leader=self.is_leader,
                 render_options=self.render_options,
                 git_access=self.git_access,
+                read_activity=activity_reader(self.prometheus_url),
             )
             self._reconcilers[name] = rec
         return rec

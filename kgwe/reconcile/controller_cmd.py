@@ -45,7 +45,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--cluster", default=os.environ.get("KGWE_CLUSTER", "default"), help="cluster name in cost reports"
     )
-    parser.add_argument("--prometheus", help="Prometheus URL for rightsizing (DCGM metrics)")
+    parser.add_argument(
+        "--prometheus",
+        help="Prometheus URL with dcgm-exporter metrics: rightsizing, and the idle instances MIG rebalancing "
+        "may reclaim (minUtilizationThreshold)",
+    )
     parser.add_argument("--no-costs", action="store_true", help="no metering, budgets or cost reports")
     parser.add_argument(
         "--git-ca-file", help="CA bundle trusted for https:// policy repositories (a private Git server)"
@@ -169,6 +173,7 @@ def run(args: argparse.Namespace) -> int:
             ca_file=args.git_ca_file,
         ),
         workloads=not (args.no_workloads or args.once),
+        prometheus_url=args.prometheus,
     )
     if args.once:
         return _report_once(controller.reconcile_once(leader_wait_seconds=2 * args.lease_duration))

@@ -59,6 +59,12 @@ class ReconcileMetrics:
         self.hooks = Counter(
             "kgwe_webhook_events_total", "Webhook pushes by outcome", ["outcome"], registry=r
         )
+        self.rebalances = Counter(
+            "kgwe_mig_rebalances_total",
+            "MIG rebalance decisions taken (a new demand target for a pool)",
+            ["repository", "pool"],
+            registry=r,
+        )
         self.leader = Gauge("kgwe_leader", "1 while this replica holds the Lease", registry=r)
         self._node_pools: dict[str, dict[str, str]] = {}  # repository -> node -> MIG pool (fleet gauges)
 

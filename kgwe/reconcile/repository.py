@@ -30,7 +30,12 @@ from kubernetes.client.exceptions import ApiException
 from kgwe import API_GROUP
 from kgwe.cluster.apply import Applier, NotLeader, ObjectRef, SyncResult
 from kgwe.cluster.events import EventRecorder
-from kgwe.cluster.inventory import GpuNodeFacts, config_layout, inventory_document, read_gpu_nodes
+from kgwe.cluster.inventory import (
+    GpuNodeFacts,
+    config_layout,
+    inventory_document,
+    read_gpu_nodes_and_unscheduled,
+)
 from kgwe.cluster.names import (
     BUDGET_QUOTA_NAME,
     CRD_VERSION,
@@ -50,6 +55,7 @@ from kgwe.observability import tracing
 from kgwe.policy.cluster_kinds import PolicyRepositorySpec
 from kgwe.reconcile.memo import Memo, fingerprint, planned_facts
 from kgwe.reconcile.metrics import ReconcileMetrics
+from kgwe.reconcile.rebalancing import ActivityReader, RebalanceResult
 from kgwe.reconcile.rollout import (
     Action,
     NodeState,
@@ -125,8 +131,11 @@ class RepositoryReconciler:
         git_attempts: int = 3,
         git_access: GitAccess | None = None,
         render_options: Any = None,
+        read_activity: ActivityReader | None = None,
     ) -> None:
         self.api_client = api_client
+        self.read_activity = read_activity  # dcgm-exporter engine activity per pod (None: no Prometheus)
+        self.last_rebalance = RebalanceResult()
         self.git_access = git_access or GitAccess()
         self.render_options = render_options  # a RenderOptions base (extender URL, TLS); None: defaults
         self.namespace = namespace
@@ -294,14 +303,24 @@ class RepositoryReconciler:
             if status.get("lastAttemptedRevision") != str(revision):
                 self.recorder.warning(repo, "ValidationFailed", message)
             rollout = None
+            extra: dict[str, Any] = {}
             if last_applied:  # keep the last good state converging (rollouts in flight, drift)
                 good, good_errors = self._load(source, Revision.sha_of(last_applied), spec)
                 if not good_errors:
                     _, plan = self._converge(repo, good, status)
                     rollout = {p: pr.as_status() for p, pr in plan.pools.items()}
-            return Outcome("invalid", message, attempted_revision=str(revision), rollout=rollout)
+                    extra = self._rebalance_status(status)
+            return Outcome(
+                "invalid",
+                message,
+                attempted_revision=str(revision),
+                rollout=rollout,
+                extra=extra,
+                conditions=self._extra_conditions(),
+            )
 
         sync, plan = self._converge(repo, ps, status)
+        rebalance = self._rebalance_status(status)
         if not sync.failed:
             self.last_policy = ps
         inventory = [r.as_status() for r in sorted(set(sync.applied + sync.unchanged))]
@@ -317,6 +336,8 @@ class RepositoryReconciler:
                 attempted_revision=str(revision),
                 inventory=inventory,
                 rollout=rollout,
+                extra=rebalance,
+                conditions=self._extra_conditions(),
             )
         scheduler = self._restart_scheduler(repo)
         if scheduler.outcome == "invalid":  # everything else is applied; the scheduler keeps running
@@ -326,6 +347,8 @@ class RepositoryReconciler:
                 attempted_revision=str(revision),
                 inventory=inventory,
                 rollout=rollout,
+                extra=rebalance,
+                conditions=self._extra_conditions(),
             )
         self.metrics.set_last_applied(self.name, str(revision))
         stalled = plan.stalled
@@ -346,7 +369,8 @@ class RepositoryReconciler:
             applied_revision=str(revision),
             inventory=inventory,
             rollout=rollout,
-            extra=extra,
+            extra={**extra, **rebalance},
+            conditions=self._extra_conditions(),
         )
 
     def _load(self, source: GitSource, sha: str, spec: PolicyRepositorySpec) -> tuple[Any, list[str]]:
@@ -378,7 +402,9 @@ class RepositoryReconciler:
         return ps, errors
 
     # -- desired state -------------------------------------------------------------------------------
-    def desired(self, ps: Any, facts: list[GpuNodeFacts]) -> Desired:
+    def desired(
+        self, ps: Any, facts: list[GpuNodeFacts], rebalance: RebalanceResult | None = None
+    ) -> Desired:
         """What the cluster should hold for policy `ps` on the nodes `facts`. Planned and rendered again
         only when the policy, a node fact or the live mig-parted configs changed (kgwe.reconcile.memo);
         budget quota overrides change often and cost nothing, so they are applied after."""
@@ -387,10 +413,13 @@ class RepositoryReconciler:
         options = replace(self.render_options or RenderOptions(), repository=self.repository_label)
         live_configs = self._live_mig_configs(options.mig_namespace, options.mig_config_name)
         sharing_named = self._named_sharing_configs(options, facts)
-        key = (id(ps), fingerprint(self.name, options, planned_facts(facts), live_configs, sharing_named))
+        records = (rebalance or RebalanceResult()).records
+        targets = {p: (r.rollout_revision(), r.target, r.nodes, r.epoch) for p, r in records.items()}
+        facts_key = planned_facts(facts)
+        key = (id(ps), fingerprint(self.name, options, facts_key, live_configs, sharing_named, targets))
         # the value holds `ps`, so its id cannot be reused by another PolicySet while the key is kept
         held, computed = self._desired.get(
-            key, lambda: (ps, self._plan_render(ps, facts, options, live_configs, sharing_named))
+            key, lambda: (ps, self._plan_render(ps, facts, options, live_configs, sharing_named, records))
         )
         assert held is ps
         return replace(computed, objects=[self._with_quota_override(o) for o in computed.objects])
@@ -402,7 +431,11 @@ class RepositoryReconciler:
         options: Any,
         live_configs: dict,
         sharing_named: dict[str, str],
+        records: Mapping[str, Any] | None = None,
     ) -> Desired:
+        """Plan and render. `records`: the rebalancing record in force per pool (kgwe.planner.rebalance):
+        its demand target is planned for, nodes changed under it are annotated with its revision, and once
+        a decision was taken (epoch >= 1) only the nodes it named may change until the next one."""
         from kgwe.planner.from_policy import plan_layouts
         from kgwe.policy import GPUInventory
         from kgwe.render.render import render
@@ -422,7 +455,8 @@ class RepositoryReconciler:
             pools[strategy.name] = PoolPolicy(
                 strategy.name, max_unavailable_value(rollout.max_unavailable), rollout.drain, timeout
             )
-            revisions[strategy.name] = rollout_revision(strategy)
+            record = (records or {}).get(strategy.name)
+            revisions[strategy.name] = record.rollout_revision() if record else rollout_revision(strategy)
             for node in inventory.spec.nodes:
                 if node.name not in selected and strategy.selects(node.labels):
                     selected[node.name] = strategy.name
@@ -430,8 +464,11 @@ class RepositoryReconciler:
         pinned = {
             f.name for f in facts if f.name in selected and f.rollout_revision == revisions[selected[f.name]]
         }
+        decided = {p: r for p, r in (records or {}).items() if r.epoch > 0}
+        pinned |= {n for n, p in selected.items() if p in decided and n not in decided[p].nodes}
+        demand = {p: dict(r.target) for p, r in (records or {}).items() if r.target}
         with tracing.span("kgwe.reconcile.plan"):
-            layouts = plan_layouts(ps.mig_strategies, inventory, pinned=pinned)
+            layouts = plan_layouts(ps.mig_strategies, inventory, pinned=pinned, demand=demand)
         # Every config a node's label names stays defined until no node names it (the MIG manager re-reads
         # it on any restart); the mig-parted ConfigMap is applied before any label points at a new config.
         named = {
@@ -472,9 +509,10 @@ class RepositoryReconciler:
         return live_mig_configs(self.core, namespace, name)
 
     def _converge(self, repo: dict, ps: Any, status: Mapping) -> tuple[SyncResult, RolloutPlan]:
-        facts = read_gpu_nodes(self.api_client)
+        facts, unscheduled = read_gpu_nodes_and_unscheduled(self.api_client)
+        rebalance = self._rebalance(repo, ps, facts, unscheduled, status)
         with tracing.span("kgwe.reconcile.plan_render", **{"kgwe.nodes": len(facts)}):
-            desired = self.desired(ps, facts)
+            desired = self.desired(ps, facts, rebalance)
         self._last_inventory_doc = desired.inventory_doc
         previous = [ObjectRef.from_status(e) for e in status.get("inventory") or []]
         if self._applier is None:  # kept: its DynamicClient's API discovery is costly on a busy apiserver
@@ -495,6 +533,94 @@ class RepositoryReconciler:
                 )
         self.last_sync, self.last_plan = sync, plan
         return sync, plan
+
+    # -- MIG rebalancing ----------------------------------------------------------------------------
+    def _rebalance(
+        self, repo: dict, ps: Any, facts: list[GpuNodeFacts], unscheduled: list[dict], status: Mapping
+    ) -> RebalanceResult:
+        """Measure demand and decide for every rebalancing pool (kgwe.reconcile.rebalancing); the records
+        in force otherwise. Reads the inventory only when some pool's evaluation is due."""
+        from kgwe.planner.rebalance import Record, carry_over
+        from kgwe.reconcile.rebalancing import (
+            Condition,
+            rebalance,
+            rebalancing_strategies,
+            unschedulable_profiles,
+        )
+
+        chosen = rebalancing_strategies(ps.mig_strategies)
+        if not chosen:
+            self.last_rebalance = RebalanceResult()
+            return self.last_rebalance
+        now = self.now()
+        old = status.get("rebalance") or {}
+        revisions = {s.name: rollout_revision(s) for s in chosen}
+        stored = {s.name: Record.from_status(old.get(s.name)) for s in chosen}
+        held = {s.name: carry_over(stored[s.name], revisions[s.name]) for s in chosen}
+        seen = {p for r in held.values() for p, n in r.pending.items() if n > 0}
+        due = bool(unschedulable_profiles(unscheduled) - seen) or any(
+            (r := stored[s.name]) is None
+            or r.revision != revisions[s.name]
+            or r.evaluated_at is None
+            or now - r.evaluated_at >= s.spec.partition_strategy.rebalance_interval
+            for s in chosen
+        )
+        if not due:
+            previous = next(
+                (c for c in status.get("conditions") or [] if c.get("type") == "UtilizationAvailable"), None
+            )
+            condition = (
+                Condition(previous["type"], previous["status"], previous["reason"], previous["message"])
+                if previous
+                else None
+            )
+            self.last_rebalance = RebalanceResult(records=held, condition=condition)
+            return self.last_rebalance
+        from kgwe.policy import GPUInventory
+        from kgwe.render.render import RenderOptions
+
+        options = self.render_options or RenderOptions()
+        configs = self._live_mig_configs(options.mig_namespace, options.mig_config_name)
+        inventory = GPUInventory.model_validate(
+            inventory_document(facts, name=self.name, mig_configs=configs)
+        )
+        result = rebalance(
+            chosen,
+            inventory,
+            facts,
+            unscheduled,
+            status,
+            now,
+            revisions=revisions,
+            read_activity=self.read_activity,
+        )
+        for pool, decision in sorted(result.taken.items()):
+            self.recorder.normal(repo, "MIGRebalance", f"pool {pool}: {decision.event}")
+            self.metrics.rebalances.labels(self.name, pool).inc()
+        previous_status = next(
+            (
+                c.get("status")
+                for c in status.get("conditions") or []
+                if c.get("type") == "UtilizationAvailable"
+            ),
+            None,
+        )
+        if result.condition and result.condition.status == "False" and previous_status != "False":
+            self.recorder.warning(repo, result.condition.reason, result.condition.message)
+        self.last_rebalance = result
+        return result
+
+    def _rebalance_status(self, status: Mapping) -> dict[str, Any]:
+        """The status.rebalance to write (merge patch: a pool no longer rebalancing is removed with null)."""
+        old = status.get("rebalance") or {}
+        new: dict[str, Any] = self.last_rebalance.status()
+        if not new:
+            return {"rebalance": None} if "rebalance" in status else {}
+        return {"rebalance": {**{pool: None for pool in old if pool not in new}, **new}}
+
+    def _extra_conditions(self) -> list[Any]:
+        condition = self.last_rebalance.condition
+        return [condition] if condition is not None else []
 
     def _restart_scheduler(self, repo: dict) -> SchedulerSync:
         """Roll the kgwe-scheduler Deployment onto the applied configuration when it changed."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 READY, RECONCILING, STALLED = "Ready", "Reconciling", "Stalled"
 
@@ -27,6 +28,7 @@ class Outcome:
     inventory: Sequence[Mapping] | None = None  # None: keep the previous inventory
     rollout: Mapping[str, Mapping] | None = None
     extra: Mapping[str, object] = field(default_factory=dict)
+    conditions: Sequence[Any] = ()  # more conditions (objects with type, status, reason, message)
 
 
 _TABLE = {
@@ -77,6 +79,10 @@ def next_status(current: Mapping | None, outcome: Outcome, *, generation: int | 
         )
     if stalled:
         conditions.append(_condition(STALLED, "True", stalled, outcome.message, generation, previous, stamp))
+    for more in outcome.conditions:
+        conditions.append(
+            _condition(more.type, more.status, more.reason, more.message, generation, previous, stamp)
+        )
     status = dict(current)
     status["conditions"] = conditions
     status["observedGeneration"] = generation

@@ -46,7 +46,9 @@ def strategy_yaml(
     max_unavailable: str = "1",
     drain: bool = False,
     pending_timeout: str = "60s",
+    partition: str = "",
 ) -> str:
+    """A MIGStrategy for `pool`; `partition`: more partitionStrategy lines (4-space indented)."""
     return f"""apiVersion: kgwe.nvidia.io/v1
 kind: MIGStrategy
 metadata:
@@ -57,7 +59,7 @@ spec:
   partitionStrategy:
     preferredProfiles:
       - {profile_shares}
-  rollout:
+{partition}  rollout:
     maxUnavailable: {max_unavailable}
     drain: {str(drain).lower()}
     pendingTimeout: {pending_timeout}

@@ -1,0 +1,183 @@
+"""Demand-driven MIG rebalancing on the real control plane: 20 pending 1g.10gb pods on an H100 pool laid out
+for 3g.40gb. The real kube-scheduler (the rendered configuration, the real extender) marks them
+unschedulable; within one rebalance interval the controller repartitions idle GPUs — never the node whose
+GPU is held — the MIG manager stand-in applies the layout, and the pods schedule. When the demand then
+vanishes the layout is held for the stabilization window (no flip-flop) and only then goes back.
+
+The reconciler runs on a clock the test moves, so intervals and windows are minutes of policy without
+minutes of waiting (nothing here asserts on time)."""
+
+from __future__ import annotations
+
+import re
+import time
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from kubernetes import client
+
+from kgwe.reconcile.repository import RepositoryReconciler
+from kgwe.testing.deployed import eventually
+from kgwe.testing.extender_process import start_extender
+from kgwe.testing.kgwe_scheduler import LocalScheduler, local_config, rendered_config_text
+from kgwe.testing.processes import stop
+
+pytestmark = pytest.mark.cluster
+
+SYSTEM_NS = "kgwe-system"
+MIG_CONFIG = "nvidia.com/mig.config"
+MIG_STATE = "nvidia.com/mig.config.state"
+
+
+REBALANCING = """    rebalanceInterval: 5m
+    rebalanceMaxGPUs: 4
+    rebalanceStabilizationWindow: 15m
+"""
+
+
+def mig_pod(name: str, profile: str, *, node: str | None = None, pool: str | None = None) -> dict:
+    resources = {f"nvidia.com/mig-{profile}": "1"}
+    spec: dict = {
+        "terminationGracePeriodSeconds": 0,
+        "tolerations": [{"operator": "Exists"}],
+        "containers": [
+            {"name": "c", "image": "busybox", "resources": {"limits": resources, "requests": resources}}
+        ],
+    }
+    if node:
+        spec["nodeName"] = node
+    else:
+        spec["schedulerName"] = "kgwe-scheduler"
+        spec["nodeSelector"] = {"kgwe.nvidia.io/pool": pool}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.at = datetime.now(UTC)
+
+    def __call__(self) -> datetime:
+        return self.at
+
+    def advance(self, minutes: float) -> None:
+        self.at += timedelta(minutes=minutes)
+
+
+def settle(rec: RepositoryReconciler, done, what: str, timeout: float = 120.0):
+    """Reconcile until `done(outcome)` (the MIG manager stand-in works between passes)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        outcome = rec.reconcile()
+        if done(outcome):
+            return outcome
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what}: never; last outcome {outcome}")
+        time.sleep(0.3)
+
+
+def rebalance_events(core: client.CoreV1Api, pool: str) -> list[str]:
+    events = core.list_namespaced_event(SYSTEM_NS, field_selector=f"involvedObject.name={pool}").items
+    return [e.message for e in events if e.reason == "MIGRebalance"]
+
+
+def test_pending_mig_pods_repartition_idle_gpus_and_vanished_demand_does_not_flip_flop(
+    k8s_api, e2e, kgwe_mig_manager, control_plane
+):
+    core, pool, ns = e2e.core, e2e.pool, e2e.namespace
+    busy, idle = e2e.make_nodes(2)
+    strategy = e2e.strategy_yaml(pool, "3g.40gb: 100%", pending_timeout="1h", partition=REBALANCING)
+    e2e.remote.commit({"policy/mig.yaml": strategy, "policy/scoring.yaml": e2e.SCORING})
+    e2e.make_repository()
+    clock = Clock()
+    rec = RepositoryReconciler(k8s_api, SYSTEM_NS, pool, cache_dir=e2e.tmp / "cache", now=clock)
+
+    # 1. the strategy's own layout: every GPU 2 x 3g.40gb
+    settle(rec, lambda o: o is not None and o.phase == "ready", "pool laid out for 3g.40gb")
+    laid_out = {n: e2e.labels(n)[MIG_CONFIG] for n in (busy, idle)}
+    assert core.read_node(idle).status.allocatable.get("nvidia.com/mig-3g.40gb") == "16"
+    assert "nvidia.com/mig-1g.10gb" not in core.read_node(idle).status.allocatable
+
+    # 2. a workload holds a 3g.40gb instance on `busy`; 20 pods ask for 1g.10gb through the KGWE scheduler
+    core.create_namespaced_pod(ns, mig_pod("holder", "3g.40gb", node=busy))
+    eventually(lambda: core.read_namespaced_pod("holder", ns).status.phase == "Running", "holder running")
+    proc, port = start_extender(control_plane.kubeconfig_path, "--namespace", ns)
+    scheduler = None
+    try:
+        config = local_config(
+            rendered_config_text("http://kgwe-extender.kgwe-system.svc:8080"),
+            kubeconfig=control_plane.kubeconfig_path,
+            extender_url=f"http://127.0.0.1:{port}",
+            leader_elect=False,
+        )
+        scheduler = LocalScheduler(control_plane.binaries, control_plane.workdir / f"sched-{pool}", config)
+        scheduler.start()
+        for i in range(20):
+            core.create_namespaced_pod(ns, mig_pod(f"small-{i}", "1g.10gb", pool=pool))
+
+        def unschedulable() -> bool:
+            pods = [p for p in core.list_namespaced_pod(ns).items if p.metadata.name.startswith("small-")]
+            reasons = [c.reason for p in pods for c in p.status.conditions or [] if c.type == "PodScheduled"]
+            return reasons.count("Unschedulable") == 20
+
+        eventually(unschedulable, "the scheduler finds no node for the 1g.10gb pods", timeout=90)
+        applies_before = list(kgwe_mig_manager.applies)
+
+        # 3. the next reconcile measures the new demand and decides at once; the idle node is repartitioned
+        settle(
+            rec, lambda o: (e2e.status().get("rebalance") or {}).get(pool, {}).get("epoch") == 1, "a decision"
+        )
+        record = e2e.status()["rebalance"][pool]
+        assert record["target"] == {"1g.10gb": 20, "3g.40gb": 1}
+        assert record["nodes"] == [idle]
+        message = rebalance_events(core, pool)[0]
+        assert re.fullmatch(
+            rf"pool {pool}: 20 pending 1g\.10gb pods; repartitioning \d idle GPUs on {idle}", message
+        )
+        settle(
+            rec,
+            lambda o: o is not None and o.phase == "ready" and e2e.labels(idle).get(MIG_STATE) == "success",
+            "the rebalance rolled out",
+        )
+        assert e2e.labels(busy)[MIG_CONFIG] == laid_out[busy]  # the node with a workload is untouched
+        assert e2e.labels(idle)[MIG_CONFIG] != laid_out[idle]
+        assert [n for n, _ in kgwe_mig_manager.applies[len(applies_before) :]] == [idle]
+        assert int(core.read_node(idle).status.allocatable["nvidia.com/mig-1g.10gb"]) >= 20
+
+        def all_bound() -> bool:
+            pods = [p for p in core.list_namespaced_pod(ns).items if p.metadata.name.startswith("small-")]
+            return sum(1 for p in pods if p.spec.node_name == idle) == 20
+
+        eventually(all_bound, "the 20 pods scheduled on the repartitioned node", timeout=120)
+    finally:
+        if scheduler is not None:
+            scheduler.stop()
+        stop(proc)
+
+    # 4. demand vanishes: the layout holds for the 15-minute stabilization window, decided every 5 minutes
+    for i in range(20):
+        core.delete_namespaced_pod(f"small-{i}", ns, grace_period_seconds=0)
+    eventually(
+        lambda: not [p for p in core.list_namespaced_pod(ns).items if p.metadata.name.startswith("small-")],
+        "the 1g.10gb pods gone",
+    )
+    rebalanced = e2e.labels(idle)[MIG_CONFIG]
+    applies_before = list(kgwe_mig_manager.applies)
+    for minutes in (5, 5):
+        clock.advance(minutes)
+        outcome = rec.reconcile()
+        assert outcome is not None and outcome.phase == "ready", outcome
+        record = e2e.status()["rebalance"][pool]
+        assert record["epoch"] == 1 and record["target"]["1g.10gb"] == 20, record
+        assert e2e.labels(idle)[MIG_CONFIG] == rebalanced
+    assert kgwe_mig_manager.applies == applies_before  # no flip-flop within the window
+
+    # 5. past the window the target falls and the idle node goes back towards the strategy's shares
+    clock.advance(5)
+    settle(rec, lambda o: e2e.status()["rebalance"][pool]["epoch"] == 2, "the release decision")
+    assert any("fell below the held target" in m for m in rebalance_events(core, pool))
+    settle(
+        rec,
+        lambda o: o is not None and o.phase == "ready" and e2e.labels(idle).get(MIG_CONFIG) != rebalanced,
+        "the idle node back on 3g.40gb",
+    )
+    assert e2e.labels(busy)[MIG_CONFIG] == laid_out[busy]
