@@ -113,12 +113,14 @@ def pool_requests(
     *,
     waves: bool = False,
     pinned: Collection[str] = (),
+    fewest_changes: Collection[str] = (),
 ) -> list[PoolRequest]:
     """One PoolRequest per MIGStrategy; each inventory node joins the strategy whose nodeSelector matches it.
 
     `demand` maps a strategy name to profile -> instances wanted (pending pods, forecast). With `waves`, each
     pool changes at most its maxUnavailable nodes (the next rollout wave) instead of planning its end state.
     `pinned` nodes keep their current layouts (already changed for this revision of their strategy).
+    Pools named in `fewest_changes` meet their demand with the fewest GPUs changed (a rebalance decision).
     """
     demand = demand or {}
     unknown = sorted(set(demand) - {s.metadata.name for s in strategies})
@@ -154,6 +156,7 @@ def pool_requests(
                 demand=dict(demand.get(name, {})),
                 limits=limits,
                 mig_enabled=spec.mig_enabled,
+                fewest_changes=name in fewest_changes,
             )
         )
     return requests
@@ -166,9 +169,13 @@ def plan_policy(
     *,
     waves: bool = False,
     pinned: Collection[str] = (),
+    fewest_changes: Collection[str] = (),
 ) -> PolicyPlan:
     """Plan every MIGStrategy's pool of `inventory` and collect the node layouts for mig-parted."""
-    plans = plan_pools(pool_requests(list(strategies), inventory, demand, waves=waves, pinned=pinned))
+    requests = pool_requests(
+        list(strategies), inventory, demand, waves=waves, pinned=pinned, fewest_changes=fewest_changes
+    )
+    plans = plan_pools(requests)
     layouts: dict[str, list[list[str] | None]] = {}
     for plan in plans:
         layouts.update(plan.layouts_by_node())
@@ -181,7 +188,10 @@ def plan_layouts(
     *,
     pinned: Collection[str] = (),
     demand: Mapping[str, Mapping[str, int]] | None = None,
+    fewest_changes: Collection[str] = (),
 ) -> dict[str, list[list[str] | None]]:
     """node -> per-GPU profile lists (None = MIG disabled), as `kgwe render` feeds `build_mig_configs`.
-    `demand`: the rebalancing targets in force (strategy -> profile -> instances)."""
-    return dict(plan_policy(strategies, inventory, demand, pinned=pinned).layouts)
+    `demand`: the rebalancing targets in force (strategy -> profile -> instances); `fewest_changes`: the
+    pools whose target came from a decision that serves demand with the fewest changes."""
+    plan = plan_policy(strategies, inventory, demand, pinned=pinned, fewest_changes=fewest_changes)
+    return dict(plan.layouts)

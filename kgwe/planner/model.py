@@ -60,6 +60,9 @@ class PoolRequest:
     demand: Mapping[str, int] = field(default_factory=dict)
     limits: RolloutLimits = field(default_factory=RolloutLimits)
     mig_enabled: bool = True  # False: the pool runs whole GPUs; the plan disables MIG where it is on
+    # True: meet counts/demand with the fewest GPUs changed, shares only shaping the GPUs that change (a
+    # demand-driven rebalance, kgwe.planner.rebalance); False: shares outrank changes (the strategy's plan)
+    fewest_changes: bool = False
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,8 @@
 Objectives, lexicographically: (0) never destroy in-use instances unless the rollout allows drain,
 (1) meet counts/demand, then (2) come close to the compute-slice shares, (3) destroy as few in-use
 instances as possible when drain is allowed, (4) change as few GPUs as possible, (5) leave few slices idle.
+A demand-driven rebalance (`PoolRequest.fewest_changes`) puts (3) and (4) before (2): it serves demand with
+the fewest GPUs changed, and the shares only shape the layouts of the GPUs that change.
 
 How it scales: GPUs with the same model, current layout and busyness are interchangeable, so they form one
 class; the decision is how many GPUs of each class take each candidate layout (the maximal profile multisets
@@ -219,28 +221,29 @@ def _solve(
             coefs = {i: 1.0 for i, (c, j, _) in enumerate(columns) if c is cls and j}
             coefs.update({y0 + t: -float(dict(key).get(ci, 0)) for t, (key, _) in enumerate(node_types)})
             rows.add(coefs, -np.inf, 0.0)
-    objectives = []
     unmet = np.zeros(n_vars)
     unmet[n_x : n_x + len(req_names)] = 1.0
-    objectives.append(unmet)
     short = np.zeros(n_vars)
     short[n_x + len(req_names) : n_x + n_s] = [compute[n] for n in share_names]
-    objectives.append(short)
     destroyed = np.array([float(c.busy) if j else 0.0 for c, j, _ in columns] + [0.0] * (n_vars - n_x))
-    objectives.append(destroyed)
     idle = np.array([float(_idle(c.model, ms)) for c, _, ms in columns] + [0.0] * (n_vars - n_x))
-    # changes outrank idle slices: one GPU more changed must cost more than any idle saving
-    big = float(max(idle) * sum(len(c.gpus) for c in free)) + 1.0
-    objectives.append(changes * big + idle)
     nodes_used = np.zeros(n_vars)
     nodes_used[n_x + n_s :] = 1.0
-    objectives.append(nodes_used)
+    integral: tuple[bool, ...]
+    if req.fewest_changes:  # demand with the fewest GPUs changed; shares shape only the ones that change
+        objectives = [unmet, destroyed, changes, short, idle, nodes_used]
+        integral = (True, True, True, False, True, True)
+    else:
+        # changes outrank idle slices: one GPU more changed must cost more than any idle saving
+        big = float(max(idle) * sum(len(c.gpus) for c in free)) + 1.0
+        objectives = [unmet, short, destroyed, changes * big + idle, nodes_used]
+        integral = (True, False, True, True, True)
     upper = np.array(
         [float(len(c.gpus)) for c, _, _ in columns] + [np.inf] * n_s + [float(len(n)) for _, n in node_types]
     )
     integrality = np.array([1] * n_x + [0] * n_s + [1] * len(node_types))
-    # unmet demand, destroyed instances, changes+idle and nodes are whole numbers; share shortfall is not
-    x = lexmilp.solve(objectives, rows, integrality, upper, integral=(True, False, True, True, True))
+    # every objective but the share shortfall takes whole values at feasible points
+    x = lexmilp.solve(objectives, rows, integrality, upper, integral=integral)
     take_of = {id(cls): [0] * (len(cls.options) + 1) for cls in free}
     for i, (cls, j, _) in enumerate(columns):
         take_of[id(cls)][j] = int(x[i])

@@ -11,9 +11,10 @@ The rule (docs/mig-rebalancing.md):
 - the demand in force is the peak over the stabilization window: demand that rises is followed at the next
   decision, demand that falls only once it has stayed low for the whole window (no flip-flop);
 - a decision is taken at most once per `rebalanceInterval`, never while a wave of the pool is in flight;
-- a change that serves more pending demand is taken only if it serves at least one pending instance per
-  GPU it repartitions, and changes at most `rebalanceMaxGPUs` GPUs; a target that falls is always taken
-  (the pool goes back towards its preferred shares), under the same cap;
+- a change that serves more pending demand changes as few GPUs as it can (the shares only shape the
+  layouts of the GPUs that change), at most `rebalanceMaxGPUs`, and is taken only if it serves at least
+  one pending instance per GPU it repartitions; a target that falls is always taken (the pool goes back
+  towards its preferred shares), under the same cap;
 - between decisions, only the nodes the last decision named may change: the pool stays as decided.
 """
 
@@ -90,7 +91,9 @@ class Record:
     evaluated_at: datetime | None = None
     samples: tuple[Sample, ...] = ()
     pending: Mapping[str, int] = field(default_factory=dict)
+    pending_pods: Mapping[str, int] = field(default_factory=dict)
     message: str = ""
+    grow: bool = True  # the last decision served demand with the fewest changes (False: back to the shares)
 
     def rollout_revision(self) -> str:
         """The revision nodes changed under this record are annotated with (one change per decision)."""
@@ -109,7 +112,9 @@ class Record:
             {"at": format_rfc3339(s.at), "demand": dict(sorted(s.demand.items()))} for s in self.samples
         ]
         out["pending"] = dict(sorted(self.pending.items()))
+        out["pendingPods"] = dict(sorted(self.pending_pods.items()))
         out["message"] = self.message
+        out["mode"] = "grow" if self.grow else "release"
         return out
 
     @classmethod
@@ -132,7 +137,9 @@ class Record:
                 evaluated_at=_time(data.get("evaluatedAt")),
                 samples=samples[-MAX_SAMPLES:],
                 pending=_counts(data.get("pending")),
+                pending_pods=_counts(data.get("pendingPods")),
                 message=str(data.get("message") or ""),
+                grow=data.get("mode", "grow") != "release",
             )
         except (TypeError, ValueError, KeyError):
             return None
@@ -170,7 +177,13 @@ def carry_over(record: Record | None, revision: str) -> Record:
         return Record(revision)
     if record.revision == revision:
         return record
-    return Record(revision, target=record.target, samples=record.samples, pending=record.pending)
+    return Record(
+        revision,
+        target=record.target,
+        samples=record.samples,
+        pending=record.pending,
+        pending_pods=record.pending_pods,
+    )
 
 
 def due(record: Record, measurement: Measurement, settings: Settings, now: datetime) -> bool:
@@ -198,15 +211,17 @@ def evaluate(
     if not due(record, measurement, settings, now):
         return Decision(record)
     pending = {p: n for p, n in measurement.pending.items() if n > 0}
+    pods = {p: n for p, n in measurement.pending_pods.items() if n > 0}
     if in_flight:
-        return Decision(replace(record, pending=pending, message="waiting for the rollout wave in flight"))
+        waiting = "waiting for the rollout wave in flight"
+        return Decision(replace(record, pending=pending, pending_pods=pods, message=waiting))
     samples = (
         *[s for s in record.samples if now - s.at < settings.window],
         Sample(now, measurement.demand()),
     )
     samples = samples[-MAX_SAMPLES:]
     candidate = _peak(samples)
-    evaluated = replace(record, evaluated_at=now, samples=samples, pending=pending)
+    evaluated = replace(record, evaluated_at=now, samples=samples, pending=pending, pending_pods=pods)
     if record.decided_at is not None and now - record.decided_at < settings.interval:
         wait = record.decided_at + settings.interval
         return Decision(
@@ -215,18 +230,26 @@ def evaluate(
     target = dict(record.target)
     falling = any(candidate.get(p, 0) < n for p, n in target.items())
     limits = replace(request.limits, max_gpus_changed=settings.max_gpus, max_nodes_changed=None)
-    plan = plan_pool(replace(request, gpus=idle_nodes_only(request), demand=candidate, limits=limits))
+    free = replace(request, gpus=idle_nodes_only(request), demand=candidate, limits=limits)
+    plan = plan_pool(replace(free, fewest_changes=True))
     gain = served(plan, measurement) - served_now(request, measurement)
     changed = plan.gpus_changed
-    if gain >= max(1, changed):
+    grow = gain >= max(1, changed)
+    if grow:
         why = _pending_text(measurement)
     elif falling:
+        plan = plan_pool(replace(free, fewest_changes=False))  # back towards the shares, capped
         why = "demand fell below the held target for the whole stabilization window: " + _fall_text(
             target, candidate
         )
     else:
         if not pending:
             message = "no pending MIG demand"
+        elif served_now(request, measurement) >= sum(pending.values()):
+            message = (
+                f"{_pending_text(measurement)}; the pool has free instances for them (they wait for "
+                "something else: a node selector, a busy node, a rollout)"
+            )
         elif gain < 1:
             message = f"{_pending_text(measurement)}; no layout within the limits serves more of it"
         else:
@@ -239,7 +262,13 @@ def evaluate(
     action = _action_text(plan, nodes)
     message = f"{why}; {action}"
     taken = replace(
-        evaluated, epoch=record.epoch + 1, target=candidate, nodes=nodes, decided_at=now, message=message
+        evaluated,
+        epoch=record.epoch + 1,
+        target=candidate,
+        nodes=nodes,
+        decided_at=now,
+        message=message,
+        grow=grow,
     )
     return Decision(taken, taken=True, plan=plan, event=message)
 

@@ -414,7 +414,7 @@ class RepositoryReconciler:
         live_configs = self._live_mig_configs(options.mig_namespace, options.mig_config_name)
         sharing_named = self._named_sharing_configs(options, facts)
         records = (rebalance or RebalanceResult()).records
-        targets = {p: (r.rollout_revision(), r.target, r.nodes, r.epoch) for p, r in records.items()}
+        targets = {p: (r.rollout_revision(), r.target, r.nodes, r.grow) for p, r in records.items()}
         facts_key = planned_facts(facts)
         key = (id(ps), fingerprint(self.name, options, facts_key, live_configs, sharing_named, targets))
         # the value holds `ps`, so its id cannot be reused by another PolicySet while the key is kept
@@ -467,8 +467,11 @@ class RepositoryReconciler:
         decided = {p: r for p, r in (records or {}).items() if r.epoch > 0}
         pinned |= {n for n, p in selected.items() if p in decided and n not in decided[p].nodes}
         demand = {p: dict(r.target) for p, r in (records or {}).items() if r.target}
+        fewest = {p for p, r in decided.items() if r.grow}  # plan as the decision did
         with tracing.span("kgwe.reconcile.plan"):
-            layouts = plan_layouts(ps.mig_strategies, inventory, pinned=pinned, demand=demand)
+            layouts = plan_layouts(
+                ps.mig_strategies, inventory, pinned=pinned, demand=demand, fewest_changes=fewest
+            )
         # Every config a node's label names stays defined until no node names it (the MIG manager re-reads
         # it on any restart); the mig-parted ConfigMap is applied before any label points at a new config.
         named = {
@@ -766,6 +769,11 @@ class RepositoryReconciler:
         doc = getattr(self, "_last_inventory_doc", None)
         if spec.reports is None or doc is None:
             return {}
+        if self.last_rebalance.records:  # for `kgwe plan`'s preview of the next rebalance
+            from kgwe.reconcile.rebalancing import snapshot_demand
+
+            demand = snapshot_demand(self.last_rebalance.records)
+            doc = {**doc, "spec": {**doc["spec"], "migDemand": demand}}
         digest = fingerprint(doc)  # no YAML dump of a fleet's inventory when it is unchanged
         if digest == self._snapshot_hash:
             return {}

@@ -110,7 +110,7 @@ def test_falling_demand_is_held_for_the_stabilization_window_then_released() -> 
         assert not d.taken and d.record.target == {"1g.10gb": 20}
         held = d.record
     released = evaluate(request, gone, held, SETTINGS, T0 + 15 * MINUTE)
-    assert released.taken and released.record.target == {}
+    assert released.taken and released.record.target == {} and not released.record.grow
     assert "fell below the held target" in released.event
     assert 0 < released.plan.gpus_changed <= SETTINGS.max_gpus  # back towards the shares, capped
 
@@ -123,12 +123,24 @@ def test_no_decision_while_a_wave_is_in_flight() -> None:
 
 
 def test_a_change_that_serves_less_than_one_pending_instance_per_gpu_is_not_taken() -> None:
-    # the pool drifted from its shares (all 1g.10gb); one pending 2g.20gb pod would drag 4 GPUs back
+    # demand held from the window (8 x 3g.40gb) the pool no longer has: serving one pending 2g.20gb pod
+    # would take repartitioning 4 GPUs for the held demand and one for the pod
     request = pool(gpus("n1", ["1g.10gb"] * 7))
-    m = Measurement(pending={"2g.20gb": 1})
-    d = evaluate(request, m, Record("rev"), SETTINGS, T0)
+    held = Record("rev", samples=(Sample(T0 - MINUTE, {"3g.40gb": 8}),))
+    wide = Settings(interval=5 * MINUTE, window=15 * MINUTE, max_gpus=8)
+    d = evaluate(request, Measurement(pending={"2g.20gb": 1}), held, wide, T0)
     assert not d.taken
-    assert "not worth the disruption" in d.record.message
+    assert "would serve 1 by repartitioning 5 GPU(s): not worth the disruption" in d.record.message
+
+
+def test_a_rebalance_serves_demand_with_the_fewest_gpus_changed() -> None:
+    # the strategy's shares favour 2g.20gb; 16 pending 3g.40gb pods need 8 GPUs at 2 x 3g.40gb, not 16 GPUs
+    # at 3g.40gb + 2 x 2g.20gb (shares only shape the GPUs that change)
+    request = pool(gpus("n1", ["2g.20gb"] * 3), gpus("n2", ["2g.20gb"] * 3), shares={"2g.20gb": 1.0})
+    wide = Settings(interval=5 * MINUTE, window=15 * MINUTE, max_gpus=16)
+    d = evaluate(request, Measurement(pending={"3g.40gb": 16}), Record("rev"), wide, T0)
+    assert d.taken and d.plan.gpus_changed == 8 and d.record.grow
+    assert all(g.target_profiles == ["3g.40gb", "3g.40gb"] for g in d.plan.changes())
 
 
 def test_demand_counts_held_instances_less_the_reclaimable_ones() -> None:
@@ -146,6 +158,7 @@ def test_record_round_trips_through_status_and_garbage_is_dropped() -> None:
         evaluated_at=T0,
         samples=(Sample(T0, {"1g.10gb": 20}),),
         pending={"1g.10gb": 4},
+        pending_pods={"1g.10gb": 3},
         message="m",
     )
     assert Record.from_status(r.to_status()) == r
