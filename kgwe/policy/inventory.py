@@ -15,16 +15,23 @@ Per node:
                 busy    the whole GPU is held by a pod (only with MIG disabled)
                 unhealthy  the agent reports the GPU unhealthy (kgwe.nvidia.io/gpu-health): the MIG planner
                         leaves its layout as it is and plans nothing onto it
+migDemand   optional, per rebalancing MIG pool (MIGStrategy name): the MIG demand measured when the snapshot
+            was taken (docs/mig-rebalancing.md), for `kgwe plan`'s preview of the next rebalance:
+                pending  profile -> instances unschedulable pods asked for
+                pendingPods  profile -> how many pods those were
+                target   profile -> the demand target in force
+                epoch    rebalance decisions taken for the strategy's revision
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from typing import ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, StringConstraints, model_validator
 
 from kgwe.policy.base import DnsSubdomain, KgweModel, KgweObject, ObjectMeta
+from kgwe.policy.mig_strategy import MIG_PROFILE_PATTERN
 from kgwe.policy.types import LabelMap
 
 MigConfigState = Literal["pending", "rebooting", "success", "failed"]
@@ -91,9 +98,24 @@ class InventoryNode(KgweModel):
         return out
 
 
+MAX_INSTANCES = 1_000_000  # more MIG instances than any cluster has: a bound, not a limit anyone meets
+ProfileName = Annotated[str, StringConstraints(pattern=MIG_PROFILE_PATTERN)]
+ProfileCounts = dict[ProfileName, Annotated[int, Field(ge=0, le=MAX_INSTANCES)]]
+
+
+class PoolDemand(KgweModel):
+    """One rebalancing pool's measured MIG demand (see the module docstring)."""
+
+    pending: ProfileCounts = Field(default_factory=dict)
+    pending_pods: ProfileCounts = Field(default_factory=dict)
+    target: ProfileCounts = Field(default_factory=dict)
+    epoch: int = Field(default=0, ge=0)
+
+
 class GPUInventorySpec(KgweModel):
     cluster: str | None = None
     nodes: list[InventoryNode] = Field(default_factory=list)
+    mig_demand: dict[DnsSubdomain, PoolDemand] = Field(default_factory=dict)
 
 
 class GPUInventory(KgweObject):

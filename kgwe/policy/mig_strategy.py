@@ -41,7 +41,8 @@ from kgwe.vocab import (
     MIN_REBALANCE_INTERVAL_SECONDS,
 )
 
-_PROFILE_NAME = re.compile(r"^\d+g\.\d+gb([+-][a-z.]+)?$")
+MIG_PROFILE_PATTERN = r"^\d+g\.\d+gb([+-][a-z.]+)?$"
+_PROFILE_NAME = re.compile(MIG_PROFILE_PATTERN)
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,10 @@ pool (GPUs repartitioned, nodes that would need a drain), and policy changes (sc
 budgets and quotas). Works offline: the inventory comes from --inventory, else --kubeconfig, else the
 snapshot the controller commits under reports/, else the repository's own GPUInventory.
 
+A "Next MIG rebalance" section shows what the next demand-driven rebalance of each pool with
+`rebalanceInterval` would do, from the MIG demand the inventory snapshot measured (docs/mig-rebalancing.md);
+it never changes the exit status.
+
 When scoring profiles, MIG strategies, budgets or prices change, an impact section replays the recorded
 demand (demand-record.json under reports/, or --demand FILE) through the base and the head policy
 (kgwe.impact); a missing or unusable record only adds a note saying why. --no-impact skips it.
@@ -84,6 +88,8 @@ def run(args: argparse.Namespace) -> int:
     text = markdown(report, base=args.base, head=args.head, inventory_source=inventory_source)
     if impact:
         text += "\n" + impact
+    if inventory is not None:  # informational: the next rebalance happens whether or not the PR merges
+        text += _next_rebalance(head_ps, inventory, inventory_source)
     sys.stdout.write(text)
     if args.output:
         Path(args.output).write_text(text)
@@ -155,6 +161,18 @@ def _impact(
     head = policy_view(head_ps, head_render, inventory)
     before, after = compare(record, base, head, seed=IMPACT_SEED)
     return impact_markdown(record, source, before, after, IMPACT_SEED)
+
+
+def _next_rebalance(head_ps: Any, inventory: Any, inventory_source: str) -> str:
+    from datetime import UTC, datetime
+
+    from kgwe.reconcile.prplan import rebalance_markdown
+    from kgwe.reconcile.rebalancing import preview
+
+    section = rebalance_markdown(
+        preview(head_ps.mig_strategies, inventory, datetime.now(UTC)), inventory_source
+    )
+    return "\n" + section if section else ""
 
 
 def _demand(args: argparse.Namespace, repo: git.Repo, head_sha: str) -> tuple[bytes | None, str]:

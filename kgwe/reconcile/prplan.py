@@ -225,3 +225,37 @@ def _names(names: Sequence[str]) -> str:
         return "0"
     shown = ", ".join(names[:5])
     return f"{len(names)} ({shown}{', …' if len(names) > 5 else ''})"
+
+
+MAX_REBALANCE_GPU_LINES = 8
+
+
+def rebalance_markdown(previews: Sequence[Any], inventory_source: str) -> str:
+    """The "Next MIG rebalance" section: per rebalancing pool of the head policy, what its next decision
+    would do with the demand the inventory measured (kgwe.reconcile.rebalancing.preview)."""
+    if not previews:
+        return ""
+    out = [
+        "### Next MIG rebalance",
+        "",
+        f"With the head policy and the MIG demand measured in {inventory_source}, assumed to hold until the "
+        "next decision (the controller decides at most once per `rebalanceInterval`):",
+        "",
+    ]
+    for preview in previews:
+        decision = preview.decision
+        if decision is None:
+            out.append(f"- **{preview.pool}**: {preview.note}")
+            continue
+        if not decision.taken or decision.plan is None:
+            out.append(f"- **{preview.pool}**: no change: {decision.record.message}")
+            continue
+        out.append(f"- **{preview.pool}**: {decision.event}")
+        changes = decision.plan.changes()
+        for gpu in changes[:MAX_REBALANCE_GPU_LINES]:
+            before = [i.profile for i in gpu.current] if gpu.current is not None else None
+            after = _layout_text(gpu.target_profiles)
+            out.append(f"  - {gpu.node} GPU {gpu.index}: {_layout_text(before)} → {after}")
+        if len(changes) > MAX_REBALANCE_GPU_LINES:
+            out.append(f"  - and {len(changes) - MAX_REBALANCE_GPU_LINES} more GPU(s)")
+    return "\n".join(out) + "\n"

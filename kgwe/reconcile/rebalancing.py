@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -22,7 +22,9 @@ from kgwe.cluster.inventory import GpuNodeFacts
 from kgwe.errors import KgweError
 from kgwe.planner.from_policy import model_of_product, pool_requests
 from kgwe.planner.mig_demand import PoolView, measure, unschedulable_mig_request
-from kgwe.planner.rebalance import Decision, Record, Settings, carry_over, evaluate
+from kgwe.planner.model import PoolRequest
+from kgwe.planner.plan import plan_pool
+from kgwe.planner.rebalance import Decision, Measurement, Record, Sample, Settings, carry_over, evaluate
 
 log = logging.getLogger(__name__)
 
@@ -224,3 +226,76 @@ def _utilization(
     idle = sum(n for c in reclaimable.values() for n in c.values())
     message = f"engine activity read for {len(activity)} pod(s); {idle} held instance(s) below the threshold"
     return Condition(UTILIZATION_CONDITION, "True", "Measured", message), reclaimable
+
+
+@dataclass(frozen=True)
+class PoolPreview:
+    """What the next rebalance of one pool would do: the decision (None: no measured demand to go by)."""
+
+    pool: str
+    decision: Decision | None
+    note: str = ""
+
+
+def snapshot_demand(records: Mapping[str, Record]) -> dict[str, dict]:
+    """The GPUInventory snapshot's `migDemand`: what `preview` needs, and nothing that changes every
+    evaluation (timestamps, samples), so an unchanged demand never makes a new snapshot commit."""
+    return {
+        pool: {
+            "pending": dict(sorted(r.pending.items())),
+            "pendingPods": dict(sorted(r.pending_pods.items())),
+            "target": dict(sorted(r.target.items())),
+            "epoch": r.epoch,
+        }
+        for pool, r in sorted(records.items())
+    }
+
+
+def rolled_out(request: PoolRequest, target: Mapping[str, int]) -> PoolRequest:
+    """The pool once the strategy's own plan (with the demand target in force) has rolled out: the
+    controller decides a rebalance only when no wave is in flight. Busy GPUs keep their layouts."""
+    plan = plan_pool(replace(request, demand=dict(target)))
+    planned = {(g.node, g.index): g for g in plan.changes()}
+    gpus = []
+    for gpu in request.gpus:
+        change = planned.get((gpu.node, gpu.index))
+        if change is None:
+            gpus.append(gpu)
+            continue
+        layout = tuple((i.profile, i.start) for i in change.target) if change.target is not None else None
+        gpus.append(replace(gpu, layout=layout, in_use=(), whole_gpu_in_use=False))
+    return replace(request, gpus=tuple(gpus))
+
+
+def preview(strategies: Sequence[Any], inventory: Any, now: datetime) -> list[PoolPreview]:
+    """The next rebalance of every rebalancing pool of `strategies`, offline: the pool as the strategy
+    plans it, the inventory's `migDemand` (measured when it was taken) assumed to hold until the next
+    decision, the demand target in force its latest sample, and the decision due. Pure."""
+    chosen = sorted(rebalancing_strategies(strategies), key=lambda s: s.name)
+    if not chosen:
+        return []
+    measured = inventory.spec.mig_demand
+    views = {v.name: v for v in pool_views(chosen, inventory)}
+    requests = {r.name: r for r in pool_requests(chosen, inventory)}
+    out = []
+    for strategy in chosen:
+        name = strategy.name
+        demand = measured.get(name)
+        if demand is None:
+            out.append(PoolPreview(name, None, "the inventory has no measured demand for this pool"))
+            continue
+        target = dict(demand.target)
+        record = Record("preview", epoch=demand.epoch, target=target, samples=(Sample(now, target),))
+        measurement = Measurement(
+            pending=dict(demand.pending),
+            in_use=dict(views[name].held),
+            pending_pods=dict(demand.pending_pods),
+        )
+        settings = settings_of(strategy, len(requests[name].gpus))
+        try:
+            decision = evaluate(rolled_out(requests[name], target), measurement, record, settings, now)
+        except KgweError as exc:
+            out.append(PoolPreview(name, None, f"cannot plan: {exc}"))
+            continue
+        out.append(PoolPreview(name, decision))
+    return out

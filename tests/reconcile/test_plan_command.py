@@ -202,3 +202,29 @@ def test_mig_strategy_change_shows_mig_demand_served(repo, capsys):
     out = capsys.readouterr().out
     base, head, _ = impact_rows(out)["MIG demand served"]
     assert code == 2 and base == "100.0%" and float(head.rstrip("%")) < 90  # too few 1g.10gb instances left
+
+
+def test_next_rebalance_is_previewed_from_the_measured_demand_without_changing_the_exit_code(repo, capsys):
+    # sample-repo's inventory: 30 pending 3g.40gb pods on inference-h100
+    code = main(["plan", "--repo", str(repo), "--base", "main", "--head", "HEAD", "clusters/prod"])
+    out = capsys.readouterr().out
+    section = out[out.index("### Next MIG rebalance") :]
+    assert code == 0
+    line = next(x for x in section.splitlines() if x.startswith("- **inference-h100**"))
+    assert line.startswith("- **inference-h100**: 30 pending 3g.40gb pods; repartitioning 8 idle GPUs on")
+    assert section.count("→ 2×3g.40gb") == 8  # 16 more 3g.40gb on as few GPUs as possible
+    assert "training-a100" not in section  # no rebalanceInterval: no rebalancing
+
+
+def test_next_rebalance_holds_when_the_pool_already_serves_the_demand(repo, capsys):
+    edit(repo, "inventory/prod.yaml", "pending: {3g.40gb: 30}", "pending: {3g.40gb: 3}")
+    code, out, _ = plan(repo, capsys)
+    section = out[out.index("### Next MIG rebalance") :]
+    assert "- **inference-h100**: no change:" in section and "has free instances for them" in section
+    assert code == 0  # measured demand renders no object; the preview never changes the exit code
+
+
+def test_a_misspelt_mig_demand_field_is_an_error(repo, capsys):
+    edit(repo, "inventory/prod.yaml", "  migDemand:", "  migDemandX:")
+    code, _, err = plan(repo, capsys)
+    assert code == 1 and "migDemandX" in err  # an unknown field is an error with its place
