@@ -11,10 +11,11 @@ The rule (docs/mig-rebalancing.md):
 - the demand in force is the peak over the stabilization window: demand that rises is followed at the next
   decision, demand that falls only once it has stayed low for the whole window (no flip-flop);
 - a decision is taken at most once per `rebalanceInterval`, never while a wave of the pool is in flight;
-- a change that serves more pending demand changes as few GPUs as it can (the shares only shape the
-  layouts of the GPUs that change), at most `rebalanceMaxGPUs`, and is taken only if it serves at least
-  one pending instance per GPU it repartitions; a target that falls is always taken (the pool goes back
-  towards its preferred shares), under the same cap;
+- while pods are pending, a change serves them with as few GPUs changed as it can (the shares only shape
+  the layouts of the GPUs that change), at most `rebalanceMaxGPUs`, and is taken only if it serves at least
+  one pending instance per GPU it repartitions;
+- with nothing pending, a target that fell by at least one GPU's compute slices is followed back towards
+  the preferred shares, under the same cap; a smaller fall keeps the target;
 - between decisions, only the nodes the last decision named may change: the pool stays as decided.
 """
 
@@ -25,6 +26,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
+from kgwe.gpu import catalog
+from kgwe.gpu.catalog import GPUModel
 from kgwe.planner.model import GPUState, PoolPlan, PoolRequest
 from kgwe.planner.plan import plan_pool
 from kgwe.timestamps import format_rfc3339, parse_rfc3339
@@ -212,9 +215,6 @@ def evaluate(
         return Decision(record)
     pending = {p: n for p, n in measurement.pending.items() if n > 0}
     pods = {p: n for p, n in measurement.pending_pods.items() if n > 0}
-    if in_flight:
-        waiting = "waiting for the rollout wave in flight"
-        return Decision(replace(record, pending=pending, pending_pods=pods, message=waiting))
     samples = (
         *[s for s in record.samples if now - s.at < settings.window],
         Sample(now, measurement.demand()),
@@ -222,55 +222,86 @@ def evaluate(
     samples = samples[-MAX_SAMPLES:]
     candidate = _peak(samples)
     evaluated = replace(record, evaluated_at=now, samples=samples, pending=pending, pending_pods=pods)
+    if in_flight:
+        return Decision(replace(evaluated, message="waiting for the rollout wave in flight"))
     if record.decided_at is not None and now - record.decided_at < settings.interval:
         wait = record.decided_at + settings.interval
         return Decision(
             replace(evaluated, message=f"next decision at {format_rfc3339(wait)} (one per interval)")
         )
-    target = dict(record.target)
-    falling = any(candidate.get(p, 0) < n for p, n in target.items())
     limits = replace(request.limits, max_gpus_changed=settings.max_gpus, max_nodes_changed=None)
     free = replace(request, gpus=idle_nodes_only(request), demand=candidate, limits=limits)
-    plan = plan_pool(replace(free, fewest_changes=True))
-    gain = served(plan, measurement) - served_now(request, measurement)
-    changed = plan.gpus_changed
-    grow = gain >= max(1, changed)
-    if grow:
-        why = _pending_text(measurement)
-    elif falling:
-        plan = plan_pool(replace(free, fewest_changes=False))  # back towards the shares, capped
-        why = "demand fell below the held target for the whole stabilization window: " + _fall_text(
-            target, candidate
-        )
-    else:
-        if not pending:
-            message = "no pending MIG demand"
-        elif served_now(request, measurement) >= sum(pending.values()):
-            message = (
-                f"{_pending_text(measurement)}; the pool has free instances for them (they wait for "
-                "something else: a node selector, a busy node, a rollout)"
-            )
-        elif gain < 1:
-            message = f"{_pending_text(measurement)}; no layout within the limits serves more of it"
-        else:
-            message = (
-                f"{_pending_text(measurement)}; would serve {gain} by repartitioning {changed} GPU(s): "
-                "not worth the disruption (at least one pending instance per GPU changed)"
-            )
-        return Decision(replace(evaluated, message=message))
+    if pending:
+        plan = plan_pool(replace(free, fewest_changes=True))
+        gain = served(plan, measurement) - served_now(request, measurement)
+        if gain < max(1, plan.gpus_changed):
+            return Decision(replace(evaluated, message=_not_taken(request, measurement, gain, plan)))
+        return _take(evaluated, plan, candidate, now, _pending_text(measurement), grow=True)
+    fallen = {p: n - candidate.get(p, 0) for p, n in sorted(record.target.items()) if candidate.get(p, 0) < n}
+    if not fallen:
+        return Decision(replace(evaluated, message="no pending MIG demand"))
+    what = ", ".join(f"{p} {record.target[p]} -> {candidate.get(p, 0)}" for p in fallen)
+    if _slices(request, fallen) < _gpu_slices(request):
+        held = f"demand fell by less than one GPU's worth ({what}): the target holds"
+        return Decision(replace(evaluated, message=held))
+    plan = plan_pool(replace(free, fewest_changes=False))  # back towards the shares, capped
+    why = f"demand fell for the whole stabilization window ({what})"
+    if not plan.gpus_changed:  # a lower target alone: nothing to roll out, no decision to announce
+        lowered = replace(evaluated, target=candidate, message=f"{why}; no GPU needs a new layout")
+        return Decision(lowered)
+    return _take(evaluated, plan, candidate, now, why, grow=False)
+
+
+def _take(
+    evaluated: Record, plan: PoolPlan, target: Mapping[str, int], now: datetime, why: str, *, grow: bool
+) -> Decision:
     nodes = tuple(sorted({g.node for g in plan.changes()}))
-    action = _action_text(plan, nodes)
-    message = f"{why}; {action}"
+    message = f"{why}; {_action_text(plan, nodes)}"
     taken = replace(
         evaluated,
-        epoch=record.epoch + 1,
-        target=candidate,
+        epoch=evaluated.epoch + 1,
+        target=dict(target),
         nodes=nodes,
         decided_at=now,
         message=message,
         grow=grow,
     )
     return Decision(taken, taken=True, plan=plan, event=message)
+
+
+def _not_taken(request: PoolRequest, measurement: Measurement, gain: int, plan: PoolPlan) -> str:
+    pending = _pending_text(measurement)
+    if served_now(request, measurement) >= sum(measurement.pending.values()):
+        return (
+            f"{pending}; the pool has free instances for them (they wait for something else: a node "
+            "selector, a busy node, a rollout)"
+        )
+    if gain < 1:
+        return f"{pending}; no layout within the limits serves more of it"
+    return (
+        f"{pending}; would serve {gain} by repartitioning {plan.gpus_changed} GPU(s): not worth the "
+        "disruption (at least one pending instance per GPU changed)"
+    )
+
+
+def _mig_models(request: PoolRequest) -> list[GPUModel]:
+    keys = sorted({g.model for g in request.gpus})
+    return [m for m in (catalog.model_by_key(k) for k in keys) if m.mig_capable]
+
+
+def _slices(request: PoolRequest, instances: Mapping[str, int]) -> int:
+    """Compute slices `instances` take (a profile's size on the first model of the pool offering it)."""
+    models = _mig_models(request)
+    total = 0
+    for profile, n in instances.items():
+        owner = next((m for m in models if profile in m.profiles), None)
+        total += n * (owner.profiles[profile].compute_slices if owner else 0)
+    return total
+
+
+def _gpu_slices(request: PoolRequest) -> int:
+    """One GPU's compute slices (the smallest MIG model of the pool): the unit a release must free."""
+    return min((m.compute_slots for m in _mig_models(request)), default=1)
 
 
 def idle_nodes_only(request: PoolRequest) -> tuple[GPUState, ...]:
@@ -314,12 +345,6 @@ def _pending_text(m: Measurement) -> str:
     pods = m.pending_pods or m.pending
     parts = [f"{n} pending {p} pod{'s' if n != 1 else ''}" for p, n in sorted(pods.items()) if n > 0]
     return ", ".join(parts) or "no pending MIG demand"
-
-
-def _fall_text(target: Mapping[str, int], candidate: Mapping[str, int]) -> str:
-    return ", ".join(
-        f"{p} {n} -> {candidate.get(p, 0)}" for p, n in sorted(target.items()) if candidate.get(p, 0) < n
-    )
 
 
 def _action_text(plan: PoolPlan, nodes: Sequence[str]) -> str:

@@ -7,7 +7,8 @@ rolling out pool by pool; then runs GPU jobs (GPUWorkloads: the seed README's 8-
 inference service on MIG slices) through
 kube-scheduler with KGWE's rendered configuration and extender, printing where each pod landed; the
 controller's cost duties meter them into a SQLite cost store and commit a chargeback report (GPU-hours by
-team) to the policy repository; then commits a policy change, sends the signed webhook, and shows that
+team) to the policy repository; then pods ask for a MIG profile no layout offers and the controller
+rebalances the pool for them; then commits a policy change, sends the signed webhook, and shows that
 change rolling through.
 """
 
@@ -357,6 +358,69 @@ def place_workloads(api: Any, timeout: float) -> list[tuple[str, str]]:
     return placed
 
 
+BURST = ("inference-prod", "4g.40gb", 4)  # namespace, a MIG profile sample-repo's shares never lay out, pods
+
+
+def follow_demand(api: Any, timeout: float) -> None:
+    """Pods ask for a MIG profile no layout of the inference pool offers: the scheduler finds no node, the
+    controller's next reconcile measures that demand and repartitions idle GPUs for it (MIG rebalancing,
+    docs/mig-rebalancing.md), and the pods schedule."""
+    from kubernetes import client
+
+    from kgwe.testing.controlplane import KWOK_HOLD_ANNOTATION
+
+    namespace, profile, count = BURST
+    core = client.CoreV1Api(api)
+    resources = {f"nvidia.com/mig-{profile}": "1"}
+    for i in range(count):
+        core.create_namespaced_pod(
+            namespace,
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": f"burst-{i}", "annotations": {KWOK_HOLD_ANNOTATION: "true"}},
+                "spec": {
+                    "schedulerName": "kgwe-scheduler",
+                    "nodeSelector": {POOL_LABEL: "inference"},
+                    "tolerations": [{"operator": "Exists"}],
+                    "containers": [
+                        {
+                            "name": "model",
+                            "image": "vllm",
+                            "resources": {"limits": resources, "requests": resources},
+                        }
+                    ],
+                },
+            },
+        )
+    _say(f"  {count} pods in {namespace} ask for nvidia.com/mig-{profile}; no node of the pool offers it yet")
+
+    def pods() -> list[Any]:
+        return [p for p in core.list_namespaced_pod(namespace).items if p.metadata.name.startswith("burst-")]
+
+    custom = client.CustomObjectsApi(api)
+
+    def record() -> dict:
+        repo = custom.get_namespaced_custom_object(API_GROUP, CRD_VERSION, NS, POLICY_REPOSITORY_PLURAL, REPO)
+        return ((repo.get("status") or {}).get("rebalance") or {}).get("inference-h100") or {}
+
+    if not _eventually(
+        lambda: record().get("epoch", 0) >= 1 and record().get("target", {}).get(profile), timeout
+    ):
+        raise KgweError(f"no rebalance within {timeout:.0f}s: {record().get('message', 'no record')}")
+    _say(f"  controller: {record()['message']}")
+    if not _eventually(lambda: all(p.spec.node_name for p in pods()), timeout):
+        raise KgweError(f"the {profile} pods were not placed within {timeout:.0f}s after the rebalance")
+    for pod in sorted(pods(), key=lambda p: p.metadata.name):
+        _say(f"    {pod.metadata.name} -> {pod.spec.node_name}: one {profile} instance")
+    for pod in pods():  # the burst ends; its nodes may change again (KGWE never changes a node under work)
+        core.delete_namespaced_pod(pod.metadata.name, namespace, grace_period_seconds=0)
+    _say(
+        f"  the burst ends: its pods finish; the {profile} demand stays in force for the stabilization "
+        "window before the pool goes back towards its shares (docs/mig-rebalancing.md)"
+    )
+
+
 def meter_and_report(controller: Any, bare: Path, pods: list[tuple[str, str]], timeout: float) -> None:
     """The controller's cost duties meter the placed pods; then its cost reports (chargeback, budgets,
     forecast, rightsizing) are committed to the policy repository now rather than on their schedule."""
@@ -496,6 +560,8 @@ def run(args: argparse.Namespace) -> int:
                     pods = place_workloads(api, args.timeout)
                     _say("\n== cost: the controller meters the jobs and commits a chargeback report ==")
                     meter_and_report(controller, bare, pods, args.timeout)
+                    _say("\n== demand no layout offers: the controller rebalances the inference pool ==")
+                    follow_demand(api, args.timeout)
                     _say(
                         "\n== a platform engineer changes the inference pool's MIG mix (commit + webhook) =="
                     )

@@ -212,15 +212,20 @@ def _inventory(args: argparse.Namespace, repo: git.Repo, head_sha: str, head_ps:
         from kubernetes import client
 
         from kgwe.cluster.client import api_client
-        from kgwe.cluster.inventory import inventory_document, read_gpu_nodes
+        from kgwe.cluster.inventory import inventory_document, read_gpu_nodes_and_unscheduled
+        from kgwe.reconcile.rebalancing import live_demand
         from kgwe.reconcile.repository import live_mig_configs
         from kgwe.render.render import RenderOptions
 
         api = api_client(args.kubeconfig)
         options = RenderOptions()
         configs = live_mig_configs(client.CoreV1Api(api), options.mig_namespace, options.mig_config_name)
-        doc = inventory_document(read_gpu_nodes(api), name="cluster", mig_configs=configs)
-        return GPUInventory.model_validate(doc), "live cluster"
+        facts, unscheduled = read_gpu_nodes_and_unscheduled(api)
+        inventory = GPUInventory.model_validate(
+            inventory_document(facts, name="cluster", mig_configs=configs)
+        )
+        inventory.spec.mig_demand = live_demand(head_ps.mig_strategies, inventory, unscheduled)
+        return inventory, "live cluster"
     snapshots = [
         p
         for p in repo.git.ls_tree("-r", "--name-only", head_sha, "--", "reports").splitlines()

@@ -251,6 +251,19 @@ def snapshot_demand(records: Mapping[str, Record]) -> dict[str, dict]:
     }
 
 
+def live_demand(strategies: Sequence[Any], inventory: Any, pods: Sequence[Mapping]) -> dict[str, Any]:
+    """`migDemand` for an inventory read from a live cluster: the pending demand its pods show now (no
+    decision record: the target in force is the controller's, in its PolicyRepository's status)."""
+    from kgwe.policy.inventory import PoolDemand
+
+    chosen = rebalancing_strategies(strategies)
+    measured = measure(pool_views(chosen, inventory), pods)
+    return {
+        pool: PoolDemand(pending=dict(m.pending), pending_pods=dict(m.pending_pods))
+        for pool, m in sorted(measured.items())
+    }
+
+
 def rolled_out(request: PoolRequest, target: Mapping[str, int]) -> PoolRequest:
     """The pool once the strategy's own plan (with the demand target in force) has rolled out: the
     controller decides a rebalance only when no wave is in flight. Busy GPUs keep their layouts."""

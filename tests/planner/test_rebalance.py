@@ -111,15 +111,16 @@ def test_falling_demand_is_held_for_the_stabilization_window_then_released() -> 
         held = d.record
     released = evaluate(request, gone, held, SETTINGS, T0 + 15 * MINUTE)
     assert released.taken and released.record.target == {} and not released.record.grow
-    assert "fell below the held target" in released.event
+    fell = "demand fell for the whole stabilization window (1g.10gb 20 -> 0)"
+    assert released.event == f"{fell}; repartitioning 3 idle GPUs on n1"
     assert 0 < released.plan.gpus_changed <= SETTINGS.max_gpus  # back towards the shares, capped
 
 
 def test_no_decision_while_a_wave_is_in_flight() -> None:
     request = pool(gpus("n1", ["3g.40gb", "3g.40gb"]))
     d = evaluate(request, Measurement(pending={"1g.10gb": 7}), Record("rev"), SETTINGS, T0, in_flight=True)
-    assert not d.taken and d.record.evaluated_at is None
-    assert d.record.message == "waiting for the rollout wave in flight"
+    assert not d.taken and d.record.message == "waiting for the rollout wave in flight"
+    assert d.record.samples == (Sample(T0, {"1g.10gb": 7}),)  # the demand still counts in the window
 
 
 def test_a_change_that_serves_less_than_one_pending_instance_per_gpu_is_not_taken() -> None:
@@ -189,3 +190,27 @@ def test_evaluation_is_deterministic(pending: int) -> None:
     assert evaluate(request, m, Record("rev"), SETTINGS, T0) == evaluate(
         request, m, Record("rev"), SETTINGS, T0
     )
+
+
+def test_a_small_fall_keeps_the_target_and_nothing_is_released_while_pods_are_pending() -> None:
+    request = pool(gpus("n1", ["1g.10gb"] * 7, count=3) + gpus("n1b", ["3g.40gb", "3g.40gb"], count=5))
+    held = Record("rev", epoch=1, target={"1g.10gb": 20}, decided_at=T0 - 30 * MINUTE)
+    small = evaluate(request, Measurement(in_use={"1g.10gb": 14}), held, SETTINGS, T0)
+    assert not small.taken and small.record.target == {"1g.10gb": 20}
+    assert "less than one GPU's worth (1g.10gb 20 -> 14)" in small.record.message
+    every_node_busy = pool(
+        gpus("n1", ["1g.10gb"] * 7, count=3, busy={0: ["1g.10gb"]}),
+        gpus("n2", ["3g.40gb", "3g.40gb"], count=5, busy={0: ["3g.40gb"]}),
+    )
+    waiting = Measurement(pending={"3g.40gb": 99}, in_use={"3g.40gb": 1, "1g.10gb": 1})
+    busy = evaluate(every_node_busy, waiting, held, SETTINGS, T0)
+    assert not busy.taken and busy.record.target == {"1g.10gb": 20}  # pods wait: no release meanwhile
+
+
+def test_a_fall_that_changes_no_gpu_lowers_the_target_without_a_decision() -> None:
+    request = pool(gpus("n1", ["3g.40gb", "3g.40gb"]))  # already the shares' layout
+    held = Record("rev", epoch=3, target={"1g.10gb": 10}, decided_at=T0 - 30 * MINUTE)
+    d = evaluate(request, Measurement(), held, SETTINGS, T0)
+    assert not d.taken and d.event is None
+    assert d.record.target == {} and d.record.epoch == 3
+    assert d.record.message.endswith("no GPU needs a new layout")

@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from kubernetes import client
 
+from kgwe.cli import main
 from kgwe.reconcile.repository import RepositoryReconciler
 from kgwe.testing.deployed import eventually
 from kgwe.testing.extender_process import start_extender
@@ -81,7 +82,7 @@ def rebalance_events(core: client.CoreV1Api, pool: str) -> list[str]:
 
 
 def test_pending_mig_pods_repartition_idle_gpus_and_vanished_demand_does_not_flip_flop(
-    k8s_api, e2e, kgwe_mig_manager, control_plane
+    k8s_api, e2e, kgwe_mig_manager, control_plane, capsys
 ):
     core, pool, ns = e2e.core, e2e.pool, e2e.namespace
     busy, idle = e2e.make_nodes(2)
@@ -121,6 +122,14 @@ def test_pending_mig_pods_repartition_idle_gpus_and_vanished_demand_does_not_fli
 
         eventually(unschedulable, "the scheduler finds no node for the 1g.10gb pods", timeout=90)
         applies_before = list(kgwe_mig_manager.applies)
+
+        # `kgwe plan --kubeconfig` previews the decision from the live pods before the controller takes it
+        work, kubeconfig = str(e2e.remote.work), str(control_plane.kubeconfig_path)
+        code = main(
+            ["plan", "--repo", work, "--base", "HEAD", "--head", "HEAD", "policy", "--kubeconfig", kubeconfig]
+        )
+        preview = capsys.readouterr().out.split("### Next MIG rebalance", 1)[1]
+        assert code == 0 and f"**{pool}**: 20 pending 1g.10gb pods; repartitioning" in preview, preview
 
         # 3. the next reconcile measures the new demand and decides at once; the idle node is repartitioned
         settle(
@@ -174,7 +183,7 @@ def test_pending_mig_pods_repartition_idle_gpus_and_vanished_demand_does_not_fli
     # 5. past the window the target falls and the idle node goes back towards the strategy's shares
     clock.advance(5)
     settle(rec, lambda o: e2e.status()["rebalance"][pool]["epoch"] == 2, "the release decision")
-    assert any("fell below the held target" in m for m in rebalance_events(core, pool))
+    assert any("demand fell for the whole stabilization window" in m for m in rebalance_events(core, pool))
     settle(
         rec,
         lambda o: o is not None and o.phase == "ready" and e2e.labels(idle).get(MIG_CONFIG) != rebalanced,
