@@ -26,7 +26,7 @@ def test_the_threshold_is_strict_and_nan_is_unknown():
 
 @pytest.mark.parametrize("threshold", [-0.1, 1.5, math.nan])
 def test_a_threshold_outside_0_to_1_is_refused(threshold):
-    with pytest.raises(ValueError, match="0..1"):
+    with pytest.raises(ValueError, match=r"within 0\.\.1"):
         reclaimable_pods({}, [IDLE], threshold)
 
 
