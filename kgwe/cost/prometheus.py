@@ -123,6 +123,7 @@ class PrometheusClient:
     ) -> tuple[list[UtilizationSeries], int]:
         """Per-pod compute (engine activity summed over the pod's devices) and framebuffer MiB.
         Returns the series and how many points/series were skipped as garbage."""
+        step_s = fitting_step(start, end, step_s)
         compute = self.query_range(by_pod("sum", ENGINE_ACTIVE), start, end, step_s)
         memory = self.query_range(by_pod("sum", FB_USED), start, end, step_s)
         skipped = sum(m.skipped_points + m.skipped_series for m in (compute, memory))
@@ -151,7 +152,9 @@ class PrometheusClient:
         exceed 1, a max would call a pod busy that leaves most of its instances idle), and a device scraped
         by two jobs does not double it. Then the mean over the steps where the pod had data. Points above 1
         are not a ratio and are skipped; a pod without any usable point is absent — unknown, never idle.
+        `step_s` is the finest step; a range too long for it at Prometheus's step limit gets a coarser one.
         """
+        step_s = fitting_step(start, end, step_s)
         matrix = self.query_range(by_pod("avg", ENGINE_ACTIVE), start, end, step_s)
         out: dict[tuple[str, str], float] = {}
         for key, points in matrix.series.items():
@@ -159,6 +162,15 @@ class PrometheusClient:
             if values:
                 out[key] = math.fsum(values) / len(values)
         return out
+
+
+def fitting_step(start: datetime, end: datetime, step_s: int) -> int:
+    """`step_s`, or the smallest step that keeps [start, end] within Prometheus's MAX_STEPS: a month of
+    history at one point a minute is more steps than Prometheus answers, and a coarser sample of it serves
+    a mean or a percentile better than an HTTP 400."""
+    if step_s < 1:
+        return step_s  # not a step: query_range refuses it
+    return max(step_s, math.ceil(max(0, to_epoch(end) - to_epoch(start)) / MAX_STEPS))
 
 
 def by_pod(aggregation: str, metric: str) -> str:

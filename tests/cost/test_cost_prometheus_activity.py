@@ -15,7 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from kgwe.cost.prometheus import ENGINE_ACTIVE, MAX_STEPS, PrometheusClient
+from kgwe.cost.prometheus import ENGINE_ACTIVE, MAX_STEPS, PrometheusClient, by_pod, fitting_step
 from kgwe.cost.utilization import reclaimable_pods
 from kgwe.errors import KgweError
 from kgwe.testing.prometheus import PrometheusServer
@@ -146,10 +146,15 @@ def test_engine_activity_per_pod_and_only_the_idle_pod_is_reclaimable(tmp_path, 
         assert reclaimable_pods(activity, held, 0.1) == {IDLE}
         assert reclaimable_pods(activity, held, 0.35) == {IDLE, RENAMED}
 
-        # the longest range Prometheus answers goes through; one step more is refused before asking
-        assert client.pod_engine_activity(end - timedelta(seconds=MAX_STEPS), end, step_s=1).keys() >= {BUSY}
+        # the most steps Prometheus answers go through; one more is refused before asking, and
+        # pod_engine_activity takes a coarser step for a range that long
+        query = by_pod("avg", ENGINE_ACTIVE)
+        assert client.query_range(query, end - timedelta(seconds=MAX_STEPS), end, 1).series.keys() >= {BUSY}
         with pytest.raises(KgweError, match="use a larger step"):
-            client.pod_engine_activity(end - timedelta(seconds=MAX_STEPS + 1), end, step_s=1)
+            client.query_range(query, end - timedelta(seconds=MAX_STEPS + 1), end, 1)
+        assert fitting_step(end - timedelta(seconds=MAX_STEPS + 1), end, 1) == 2
+        long = client.pod_engine_activity(end - timedelta(seconds=MAX_STEPS + 1), end, step_s=1)
+        assert reclaimable_pods(long, held, 0.1) == {IDLE}
 
 
 def one_line_error_naming(url: str, call: Callable[[], object], match: str) -> KgweError:
@@ -185,10 +190,15 @@ def test_a_url_that_is_not_prometheus_is_a_clear_error(exporters):
         (datetime(2026, 11, 1), datetime(2026, 11, 2), 30, "timezone-aware"),
         (datetime(2026, 11, 2, tzinfo=UTC), datetime(2026, 11, 1, tzinfo=UTC), 30, "start <= end"),
         (datetime(2026, 11, 1, tzinfo=UTC), datetime(2026, 11, 2, tzinfo=UTC), 0, "step >= 1"),
-        (datetime(2026, 11, 1, tzinfo=UTC), datetime(2026, 11, 30, tzinfo=UTC), 30, "larger step"),
     ],
 )
 def test_a_bad_range_is_refused_before_any_request(start, end, step_s, match):
     # port 1 is closed: a request would fail "unreachable", so these messages prove none was made
     with pytest.raises(KgweError, match=match):
         PrometheusClient("http://127.0.0.1:1", timeout_s=1).pod_engine_activity(start, end, step_s)
+
+
+def test_a_long_range_gets_the_smallest_step_prometheus_answers():
+    october = datetime(2026, 10, 1, tzinfo=UTC), datetime(2026, 11, 1, tzinfo=UTC)
+    assert fitting_step(*october, 60) == 244  # 2,678,400 s / 11,000 steps, rounded up
+    assert fitting_step(october[0], october[0] + timedelta(hours=1), 30) == 30
