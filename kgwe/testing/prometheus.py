@@ -32,12 +32,22 @@ def promtool(
 
 class PrometheusServer:
     """A real Prometheus scraping `targets` (job -> "host:port", path /metrics) every second and evaluating
-    KGWE's alert rules; `query(expr)` runs an instant query. Use as a context manager."""
+    KGWE's alert rules; `query(expr)` runs an instant query. Use as a context manager.
 
-    def __init__(self, targets: dict[str, str], workdir: Path, rule_files: tuple[Path, ...] = ()) -> None:
+    `target_labels` (job -> labels) attaches labels to a job's target as service discovery would, with
+    Prometheus's default honor_labels: false, so a scraped label of the same name becomes exported_<name>."""
+
+    def __init__(
+        self,
+        targets: dict[str, str],
+        workdir: Path,
+        rule_files: tuple[Path, ...] = (),
+        target_labels: dict[str, dict[str, str]] | None = None,
+    ) -> None:
         self.targets = targets
         self.workdir = workdir
         self.rule_files = rule_files
+        self.target_labels = target_labels or {}
         self.port = 0
         self._proc: subprocess.Popen[bytes] | None = None
 
@@ -54,7 +64,7 @@ class PrometheusServer:
             "global": {"scrape_interval": "1s", "evaluation_interval": "1s", "scrape_timeout": "1s"},
             "rule_files": [str(p) for p in self.rule_files],
             "scrape_configs": [
-                {"job_name": job, "static_configs": [{"targets": [target]}]}
+                {"job_name": job, "static_configs": [self._static_config(job, target)]}
                 for job, target in sorted(self.targets.items())
             ],
         }
@@ -84,6 +94,10 @@ class PrometheusServer:
             time.sleep(0.2)
         self.__exit__(None, None, None)
         raise RuntimeError(f"prometheus did not start; see {self.workdir / 'prometheus.log'}")
+
+    def _static_config(self, job: str, target: str) -> dict:
+        labels = self.target_labels.get(job)
+        return {"targets": [target], "labels": labels} if labels else {"targets": [target]}
 
     def __exit__(self, *exc: object) -> None:
         if self._proc is not None and self._proc.poll() is None:

@@ -1,0 +1,204 @@
+"""pod_engine_activity against a real Prometheus (built from Go modules) scraping dcgm-exporter-format text
+every second: MIG-instance series of a busy, an idle and a two-instance pod, an instance no pod holds, and
+a second exporter scraped the way a ServiceMonitor scrapes it (its own pod's namespace/pod as target
+labels, so Prometheus renames the workload's to exported_*). Then reclaimable_pods on the result, and the
+failures a controller must turn into "measurement unavailable": Prometheus stopped, a URL that is not
+Prometheus."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from kgwe.cost.prometheus import ENGINE_ACTIVE, MAX_STEPS, PrometheusClient, by_pod, fitting_step
+from kgwe.cost.utilization import reclaimable_pods
+from kgwe.errors import KgweError
+from kgwe.testing.prometheus import PrometheusServer
+
+BUSY, IDLE, TWO, UNMEASURED = ("ml", "busy"), ("ml", "idle"), ("ml", "two"), ("ml", "queued")
+RENAMED = ("ml", "renamed")
+EXPORTER_POD = ("gpu-operator", "dcgm-exporter-x7k2p")  # the scraped exporter's own pod (target labels)
+H100 = 'gpu="0",UUID="GPU-5f1e8a8e-0c1b-4b7e-9a55-2f3c0d6e7a10",pci_bus_id="00000000:18:00.0"'
+
+
+def instance(gi: int, profile: str, pod: tuple[str, str] | None, container: str = "main") -> str:
+    """The labels dcgm-exporter puts on one MIG instance's series (docs/facts/cost.md §9)."""
+    labels = f'{H100},device="nvidia0",modelName="NVIDIA H100 80GB HBM3"'
+    labels += f',GPU_I_PROFILE="{profile}",GPU_I_ID="{gi}"'
+    labels += ',Hostname="gpu-node-1"'
+    if pod is not None:
+        labels += f',container="{container}",namespace="{pod[0]}",pod="{pod[1]}"'
+    return labels
+
+
+def exposition(series: list[tuple[str, float]]) -> bytes:
+    lines = [
+        f"# HELP {ENGINE_ACTIVE} Ratio of time the graphics engine is active.",
+        f"# TYPE {ENGINE_ACTIVE} gauge",
+        *(f"{ENGINE_ACTIVE}{{{labels}}} {value:.6f}" for labels, value in series),
+    ]
+    return ("\n".join(lines) + "\n").encode()
+
+
+def node_a(scrape: int) -> bytes:
+    """Values alternate between scrapes, so the means are of several different samples."""
+    odd = scrape % 2
+    return exposition(
+        [
+            (instance(9, "1g.10gb", BUSY), 0.9 if odd else 0.7),  # mean 0.8
+            (instance(10, "1g.10gb", IDLE), 0.06 if odd else 0.04),  # mean 0.05
+            (instance(11, "2g.20gb", TWO), 0.7 if odd else 0.5),  # the pod's two instances: mean 0.4
+            (instance(12, "2g.20gb", TWO, container="sidecar"), 0.2),
+            (instance(13, "1g.10gb", None), 0.0),  # held by no pod: no pod labels
+        ]
+    )
+
+
+def node_b(scrape: int) -> bytes:
+    return exposition([(instance(9, "3g.40gb", RENAMED), 0.3), (instance(10, "3g.40gb", None), 0.0)])
+
+
+class _Exporter(BaseHTTPRequestHandler):
+    """/metrics answers scrape n's exposition; any other path a web page, as a wrong URL would."""
+
+    render: Callable[[int], bytes]
+    scrapes = 0
+
+    def do_GET(self):
+        if self.path.split("?")[0] == "/metrics":
+            type(self).scrapes += 1
+            body, ctype = self.render(self.scrapes), "text/plain; version=0.0.4"
+        else:
+            body, ctype = b"<html><body>Grafana login</body></html>", "text/html"
+        self.send_response(200)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+def serve(render: Callable[[int], bytes]) -> Iterator[str]:
+    handler = type("Exporter", (_Exporter,), {"render": staticmethod(render), "scrapes": 0})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture
+def exporters():
+    a, b = serve(node_a), serve(node_b)
+    yield next(a), next(b)
+    for gen in (a, b):
+        gen.close()
+
+
+def wait_for(what: str, ready: Callable[[], bool], timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not ready():
+        if time.monotonic() > deadline:
+            pytest.fail(f"gave up waiting for {what}")
+        time.sleep(0.5)
+
+
+def test_engine_activity_per_pod_and_only_the_idle_pod_is_reclaimable(tmp_path, exporters):
+    node_a_target, node_b_target = exporters
+    with PrometheusServer(
+        {"dcgm-a": node_a_target, "dcgm-b": node_b_target},
+        tmp_path / "prometheus",
+        target_labels={"dcgm-b": {"namespace": EXPORTER_POD[0], "pod": EXPORTER_POD[1]}},
+    ) as prom:
+        samples = f"count_over_time({ENGINE_ACTIVE}[10m])"
+
+        def scraped_enough() -> bool:
+            counts = [float(r["value"][1]) for r in prom.query(samples)]
+            return len(counts) == 7 and min(counts) >= 10
+
+        wait_for("10 scrapes of all 7 series", scraped_enough)
+        # what Prometheus stored for node b: the workload's labels renamed, the exporter's pod in their place
+        renamed = prom.query(f'{ENGINE_ACTIVE}{{exported_pod="{RENAMED[1]}"}}')
+        assert [(r["metric"]["namespace"], r["metric"]["pod"]) for r in renamed] == [EXPORTER_POD]
+
+        client = PrometheusClient(f"http://127.0.0.1:{prom.port}")
+        end = datetime.now(UTC) + timedelta(seconds=1)
+        activity = client.pod_engine_activity(end - timedelta(minutes=10), end, step_s=1)
+
+        assert activity.keys() == {BUSY, IDLE, TWO, RENAMED, EXPORTER_POD}
+        assert activity[BUSY] == pytest.approx(0.8, abs=0.05)
+        assert activity[IDLE] == pytest.approx(0.05, abs=0.011)
+        assert activity[TWO] == pytest.approx(0.4, abs=0.05)  # mean across its instances (max 0.6, sum 0.8)
+        assert activity[RENAMED] == pytest.approx(0.3)
+        assert activity[EXPORTER_POD] == 0.0  # node b's unheld instance, under the pod that scraped it
+
+        held = [BUSY, IDLE, TWO, RENAMED, UNMEASURED]  # the exporter's pod holds no GPU
+        assert reclaimable_pods(activity, held, 0.1) == {IDLE}
+        assert reclaimable_pods(activity, held, 0.35) == {IDLE, RENAMED}
+
+        # the most steps Prometheus answers go through; one more is refused before asking, and
+        # pod_engine_activity takes a coarser step for a range that long
+        query = by_pod("avg", ENGINE_ACTIVE)
+        assert client.query_range(query, end - timedelta(seconds=MAX_STEPS), end, 1).series.keys() >= {BUSY}
+        with pytest.raises(KgweError, match="use a larger step"):
+            client.query_range(query, end - timedelta(seconds=MAX_STEPS + 1), end, 1)
+        assert fitting_step(end - timedelta(seconds=MAX_STEPS + 1), end, 1) == 2
+        long = client.pod_engine_activity(end - timedelta(seconds=MAX_STEPS + 1), end, step_s=1)
+        assert reclaimable_pods(long, held, 0.1) == {IDLE}
+
+
+def one_line_error_naming(url: str, call: Callable[[], object], match: str) -> KgweError:
+    with pytest.raises(KgweError, match=match) as info:
+        call()
+    err = info.value
+    assert url in str(err) and "\n" not in str(err)
+    assert err.__cause__ is None and err.__suppress_context__  # printed alone, no chained traceback
+    return err
+
+
+def test_a_stopped_prometheus_is_a_clear_error_naming_its_url(tmp_path):
+    with PrometheusServer({}, tmp_path / "prometheus") as prom:
+        url = f"http://127.0.0.1:{prom.port}"
+        client = PrometheusClient(url, timeout_s=5)
+        end = datetime.now(UTC)
+        assert client.pod_engine_activity(end - timedelta(minutes=1), end) == {}  # up, nothing scraped
+    start = end - timedelta(minutes=1)
+    one_line_error_naming(url, lambda: client.pod_engine_activity(start, end), "unreachable")
+
+
+def test_a_url_that_is_not_prometheus_is_a_clear_error(exporters):
+    url = f"http://{exporters[0]}"
+    client = PrometheusClient(url, timeout_s=5)
+    end = datetime.now(UTC)
+    start = end - timedelta(minutes=1)
+    one_line_error_naming(url, lambda: client.pod_engine_activity(start, end), "not JSON")
+
+
+@pytest.mark.parametrize(
+    "start, end, step_s, match",
+    [
+        (datetime(2026, 11, 1), datetime(2026, 11, 2), 30, "timezone-aware"),
+        (datetime(2026, 11, 2, tzinfo=UTC), datetime(2026, 11, 1, tzinfo=UTC), 30, "start <= end"),
+        (datetime(2026, 11, 1, tzinfo=UTC), datetime(2026, 11, 2, tzinfo=UTC), 0, "step >= 1"),
+    ],
+)
+def test_a_bad_range_is_refused_before_any_request(start, end, step_s, match):
+    # port 1 is closed: a request would fail "unreachable", so these messages prove none was made
+    with pytest.raises(KgweError, match=match):
+        PrometheusClient("http://127.0.0.1:1", timeout_s=1).pod_engine_activity(start, end, step_s)
+
+
+def test_a_long_range_gets_the_smallest_step_prometheus_answers():
+    october = datetime(2026, 10, 1, tzinfo=UTC), datetime(2026, 11, 1, tzinfo=UTC)
+    assert fitting_step(*october, 60) == 244  # 2,678,400 s / 11,000 steps, rounded up
+    assert fitting_step(october[0], october[0] + timedelta(hours=1), 30) == 30
