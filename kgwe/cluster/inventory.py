@@ -55,6 +55,7 @@ class GpuNodeFacts:
     whole_gpus_in_use: int = 0
     mig_in_use: Counter = field(default_factory=Counter)  # profile -> instances held
     mig_by_pod: dict[str, dict[str, int]] = field(default_factory=dict)  # namespace/name -> profile -> held
+    pod_started: dict[str, str] = field(default_factory=dict)  # namespace/name -> status.startTime (MIG pods)
 
     @property
     def unhealthy_gpus(self) -> frozenset[int]:
@@ -130,6 +131,9 @@ def facts_from_objects(
                     profile = resource.removeprefix(MIG_RESOURCE_PREFIX)
                     facts.mig_in_use[profile] += count
                     facts.mig_by_pod.setdefault(key, {})[profile] = count
+                    started = (pod.get("status") or {}).get("startTime")
+                    if started:
+                        facts.pod_started[key] = str(started)
         out.append(facts)
     return sorted(out, key=lambda f: f.name)
 

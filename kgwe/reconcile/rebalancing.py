@@ -19,12 +19,14 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from kgwe.cluster.inventory import GpuNodeFacts
+from kgwe.cost.utilization import reclaimable_pods
 from kgwe.errors import KgweError
 from kgwe.planner.from_policy import model_of_product, pool_requests
 from kgwe.planner.mig_demand import PoolView, measure, unschedulable_mig_request
 from kgwe.planner.model import PoolRequest
 from kgwe.planner.plan import plan_pool
 from kgwe.planner.rebalance import Decision, Measurement, Record, Sample, Settings, carry_over, evaluate
+from kgwe.timestamps import parse_rfc3339
 
 log = logging.getLogger(__name__)
 
@@ -107,9 +109,11 @@ def reclaimable_by_pool(
     facts: Sequence[GpuNodeFacts],
     activity: Mapping[tuple[str, str], float],
     thresholds: Mapping[str, float],
+    since: datetime,
 ) -> dict[str, dict[str, int]]:
-    """pool -> profile -> held instances whose pod's mean activity stayed below the pool's threshold.
-    A pod with no series is not idle: unknown is never reclaimable."""
+    """pool -> profile -> held instances whose pod's mean activity stayed below the pool's threshold. Only
+    pods running since `since` (the start of the measured interval) count: a pod that just started has too
+    few points to call idle, and unknown is never reclaimable (kgwe.cost.utilization)."""
     pool_of_node = {node: view.name for view in views for node in view.nodes}
     out: dict[str, Counter[str]] = {}
     for node in facts:
@@ -117,11 +121,14 @@ def reclaimable_by_pool(
         threshold = thresholds.get(pool or "")
         if pool is None or threshold is None:
             continue
-        for pod, profiles in node.mig_by_pod.items():
-            namespace, _, name = pod.partition("/")
-            mean = activity.get((namespace, name))
-            if mean is not None and mean < threshold:
-                out.setdefault(pool, Counter()).update(profiles)
+        held = {}
+        for key, profiles in node.mig_by_pod.items():
+            started = parse_rfc3339(node.pod_started.get(key))
+            if started is not None and started <= since:
+                namespace, _, name = key.partition("/")
+                held[(namespace, name)] = profiles
+        for pod in reclaimable_pods(activity, held, threshold):
+            out.setdefault(pool, Counter()).update(held[pod])
     return {pool: dict(c) for pool, c in out.items()}
 
 
@@ -222,7 +229,7 @@ def _utilization(
             ),
             {},
         )
-    reclaimable = reclaimable_by_pool(views, facts, activity, thresholds)
+    reclaimable = reclaimable_by_pool(views, facts, activity, thresholds, now - longest)
     idle = sum(n for c in reclaimable.values() for n in c.values())
     message = f"engine activity read for {len(activity)} pod(s); {idle} held instance(s) below the threshold"
     return Condition(UTILIZATION_CONDITION, "True", "Measured", message), reclaimable

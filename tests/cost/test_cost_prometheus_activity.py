@@ -7,42 +7,21 @@ Prometheus."""
 
 from __future__ import annotations
 
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from kgwe.cost.prometheus import ENGINE_ACTIVE, MAX_STEPS, PrometheusClient, by_pod, fitting_step
 from kgwe.cost.utilization import reclaimable_pods
 from kgwe.errors import KgweError
+from kgwe.testing.dcgm import exposition, instance, serve_exporter
 from kgwe.testing.prometheus import PrometheusServer
 
 BUSY, IDLE, TWO, UNMEASURED = ("ml", "busy"), ("ml", "idle"), ("ml", "two"), ("ml", "queued")
 RENAMED = ("ml", "renamed")
 EXPORTER_POD = ("gpu-operator", "dcgm-exporter-x7k2p")  # the scraped exporter's own pod (target labels)
-H100 = 'gpu="0",UUID="GPU-5f1e8a8e-0c1b-4b7e-9a55-2f3c0d6e7a10",pci_bus_id="00000000:18:00.0"'
-
-
-def instance(gi: int, profile: str, pod: tuple[str, str] | None, container: str = "main") -> str:
-    """The labels dcgm-exporter puts on one MIG instance's series (docs/facts/cost.md §9)."""
-    labels = f'{H100},device="nvidia0",modelName="NVIDIA H100 80GB HBM3"'
-    labels += f',GPU_I_PROFILE="{profile}",GPU_I_ID="{gi}"'
-    labels += ',Hostname="gpu-node-1"'
-    if pod is not None:
-        labels += f',container="{container}",namespace="{pod[0]}",pod="{pod[1]}"'
-    return labels
-
-
-def exposition(series: list[tuple[str, float]]) -> bytes:
-    lines = [
-        f"# HELP {ENGINE_ACTIVE} Ratio of time the graphics engine is active.",
-        f"# TYPE {ENGINE_ACTIVE} gauge",
-        *(f"{ENGINE_ACTIVE}{{{labels}}} {value:.6f}" for labels, value in series),
-    ]
-    return ("\n".join(lines) + "\n").encode()
 
 
 def node_a(scrape: int) -> bytes:
@@ -63,46 +42,10 @@ def node_b(scrape: int) -> bytes:
     return exposition([(instance(9, "3g.40gb", RENAMED), 0.3), (instance(10, "3g.40gb", None), 0.0)])
 
 
-class _Exporter(BaseHTTPRequestHandler):
-    """/metrics answers scrape n's exposition; any other path a web page, as a wrong URL would."""
-
-    render: Callable[[int], bytes]
-    scrapes = 0
-
-    def do_GET(self):
-        if self.path.split("?")[0] == "/metrics":
-            type(self).scrapes += 1
-            body, ctype = self.render(self.scrapes), "text/plain; version=0.0.4"
-        else:
-            body, ctype = b"<html><body>Grafana login</body></html>", "text/html"
-        self.send_response(200)
-        self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
-
-
-def serve(render: Callable[[int], bytes]) -> Iterator[str]:
-    handler = type("Exporter", (_Exporter,), {"render": staticmethod(render), "scrapes": 0})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
 @pytest.fixture
 def exporters():
-    a, b = serve(node_a), serve(node_b)
-    yield next(a), next(b)
-    for gen in (a, b):
-        gen.close()
+    with serve_exporter(node_a) as a, serve_exporter(node_b) as b:
+        yield a, b
 
 
 def wait_for(what: str, ready: Callable[[], bool], timeout_s: float = 120) -> None:

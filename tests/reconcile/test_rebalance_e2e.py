@@ -190,3 +190,71 @@ def test_pending_mig_pods_repartition_idle_gpus_and_vanished_demand_does_not_fli
         "the idle node back on 3g.40gb",
     )
     assert e2e.labels(busy)[MIG_CONFIG] == laid_out[busy]
+
+
+UTILIZATION = """    rebalanceInterval: 5m
+    minUtilizationThreshold: 0.3
+"""
+
+
+def utilization_condition(status: dict) -> dict:
+    return next(c for c in status.get("conditions") or [] if c["type"] == "UtilizationAvailable")
+
+
+def test_idle_instances_measured_through_prometheus_are_not_demand_and_an_outage_degrades_to_allocation(
+    k8s_api, e2e, kgwe_mig_manager, tmp_path
+):
+    """A pod holding a 3g.40gb instance at 5% engine activity (a dcgm-exporter stand-in scraped by a real
+    Prometheus) is not demand the pool must keep; with Prometheus gone every held instance counts again and
+    UtilizationAvailable=False says why; without --prometheus the condition says it is not configured."""
+    from kgwe.cost.prometheus import PrometheusClient
+    from kgwe.reconcile.controller import activity_reader
+    from kgwe.testing.dcgm import exposition, instance, serve_exporter
+    from kgwe.testing.prometheus import PrometheusServer
+
+    core, pool, ns = e2e.core, e2e.pool, e2e.namespace
+    (node,) = e2e.make_nodes(1)
+    strategy = e2e.strategy_yaml(pool, "3g.40gb: 100%", pending_timeout="1h", partition=UTILIZATION)
+    e2e.remote.commit({"policy/mig.yaml": strategy, "policy/scoring.yaml": e2e.SCORING})
+    e2e.make_repository()
+    clock = Clock()
+    rec = RepositoryReconciler(k8s_api, SYSTEM_NS, pool, cache_dir=e2e.tmp / "cache", now=clock)
+    settle(rec, lambda o: o is not None and o.phase == "ready", "pool laid out for 3g.40gb")
+    core.create_namespaced_pod(ns, mig_pod("notebook", "3g.40gb", node=node))
+    eventually(lambda: core.read_namespaced_pod("notebook", ns).status.phase == "Running", "notebook running")
+    clock.advance(10)  # the pod has run for more than the measured interval
+
+    def last_demand() -> dict:
+        return e2e.status()["rebalance"][pool]["samples"][-1]["demand"]
+
+    idle = exposition([(instance(1, "3g.40gb", (ns, "notebook")), 0.05)])
+    with serve_exporter(lambda _: idle) as target, PrometheusServer({"dcgm": target}, tmp_path / "p") as prom:
+        eventually(lambda: prom.query('DCGM_FI_PROF_GR_ENGINE_ACTIVE{pod="notebook"}'), "a scrape", 60)
+        real = PrometheusClient(
+            f"http://127.0.0.1:{prom.port}"
+        )  # the clock is the test's; Prometheus's is real
+        rec.read_activity = lambda start, end: real.pod_engine_activity(  # 1 s steps: a fresh Prometheus
+            datetime.now(UTC) - (end - start), datetime.now(UTC), step_s=1
+        )
+        minute = timedelta(minutes=1)
+        eventually(lambda: rec.read_activity(clock() - minute, clock()), "activity in a range query", 60)
+        rec.reconcile()
+        condition = utilization_condition(e2e.status())
+        assert (condition["status"], condition["reason"]) == ("True", "Measured"), condition
+        assert "1 held instance(s) below the threshold" in condition["message"]
+        assert last_demand() == {}  # the idle notebook's instance is not demand
+
+    clock.advance(5)
+    rec.read_activity = activity_reader("http://127.0.0.1:9")  # nothing listens there
+    rec.reconcile()
+    condition = utilization_condition(e2e.status())
+    assert (condition["status"], condition["reason"]) == ("False", "PrometheusUnavailable"), condition
+    assert "http://127.0.0.1:9" in condition["message"] and "allocation only" in condition["message"]
+    assert last_demand() == {"3g.40gb": 1}  # allocation only: the held instance counts
+    warnings = core.list_namespaced_event(SYSTEM_NS, field_selector=f"involvedObject.name={pool}").items
+    assert any(e.reason == "PrometheusUnavailable" and e.type == "Warning" for e in warnings)
+
+    clock.advance(5)
+    rec.read_activity = None
+    rec.reconcile()
+    assert utilization_condition(e2e.status())["reason"] == "NotConfigured"
