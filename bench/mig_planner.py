@@ -28,7 +28,6 @@ GPUs); per-instant sums are printed.
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import math
 import random
@@ -43,30 +42,15 @@ from kgwe.gpu import catalog
 from kgwe.gpu.layouts import enumerate_layouts, feasible_multisets
 from kgwe.planner.model import GPUState, PoolRequest
 from kgwe.planner.plan import plan_pool
-from kgwe.sim.openb import openb_dir
+from kgwe.sim.openb import fractional_pods, mig_profile
 
 MODEL = catalog.model_by_key("H100-80GB")
 SEED_SHARES = {"1g.10gb": 0.7, "2g.20gb": 0.2, "3g.40gb": 0.1}
 BALANCED = {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}
 
 
-def profile_for(gpu_milli: int) -> str:
-    """Smallest profile covering the pod's compute and memory share."""
-    share = gpu_milli / 1000
-    need_c = math.ceil(share * MODEL.compute_slots - 1e-9)
-    need_m = math.ceil(share * MODEL.memory_slots - 1e-9)
-    fitting = [p for p in MODEL.base_profiles if p.compute_slices >= need_c and p.memory_slices >= need_m]
-    return min(fitting, key=lambda p: (p.compute_slices, p.memory_slices)).name
-
-
 def load_pods() -> list[tuple[int, int, str]]:
-    pods = []
-    with (openb_dir() / "openb_pod_list_default.csv").open() as f:
-        for row in csv.DictReader(f):
-            if row["num_gpu"] == "1" and int(row["gpu_milli"]) < 1000:
-                profile = profile_for(int(row["gpu_milli"]))
-                pods.append((int(row["creation_time"]), int(row["deletion_time"]), profile))
-    return pods
+    return [(p.creation, p.deletion, mig_profile(p.gpu_milli, MODEL)) for p in fractional_pods()]
 
 
 def pool_size(demand: Counter) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import math
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,6 +12,7 @@ from kgwe.errors import KgweError
 from kgwe.extender.core import WorkloadType
 from kgwe.extender.nodes import NodeState
 from kgwe.extender.request import PodRequest
+from kgwe.gpu.catalog import GPUModel
 from kgwe.resources import shared_data_dir
 
 
@@ -103,6 +105,35 @@ def load_pods(workload: str, data_dir: Path | None = None) -> list[TracePod]:
             shapes[key] = req
         pods.append(TracePod(req))
     return pods
+
+
+@dataclass(frozen=True)
+class FractionalPod:
+    """A pod of the trace asking for part of one GPU: what MIG could serve it with, and when."""
+
+    creation: int  # seconds from the trace's start
+    deletion: int
+    gpu_milli: int
+
+
+def fractional_pods(workload: str = "default", data_dir: Path | None = None) -> list[FractionalPod]:
+    """The pods with num_gpu 1 and 0 < gpu_milli < 1000, in file order."""
+    out = []
+    for r in _rows((data_dir or openb_dir()) / f"openb_pod_list_{workload}.csv"):
+        milli = int(r["gpu_milli"] or 0)
+        if int(r["num_gpu"] or 0) == 1 and 0 < milli < 1000:
+            out.append(FractionalPod(int(r["creation_time"]), int(r["deletion_time"]), milli))
+    return out
+
+
+def mig_profile(gpu_milli: int, model: GPUModel) -> str:
+    """The smallest plain profile of `model` covering gpu_milli/1000 of both its compute and its memory
+    slices: the trace has no GPU-memory field, and a pod given a share of a GPU gets that share of both."""
+    share = gpu_milli / 1000
+    need_c = math.ceil(share * model.compute_slots - 1e-9)
+    need_m = math.ceil(share * model.memory_slots - 1e-9)
+    fitting = [p for p in model.base_profiles if p.compute_slices >= need_c and p.memory_slices >= need_m]
+    return min(fitting, key=lambda p: (p.compute_slices, p.memory_slices)).name
 
 
 def workload_mix(pods: list[TracePod], coverage: float = 0.995) -> list[WorkloadType]:
