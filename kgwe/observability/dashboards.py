@@ -198,6 +198,11 @@ ROLLOUT = (
                     _q("sum by (state) (kgwe_fleet_mig_config_nodes)", "{{state}}"),
                 ),
                 _p(
+                    "MIG rebalance decisions per pool (1h)",
+                    _q("sum by (pool) (increase(kgwe_mig_rebalances_total[1h]))", "{{pool}}"),
+                    description="Demand-driven layout changes (status.rebalance and MIGRebalance Events say why)",
+                ),
+                _p(
                     "Commit-back results",
                     _q("sum by (result) (increase(kgwe_commit_back_total[1h]))", "{{result}}"),
                 ),
