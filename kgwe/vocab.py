@@ -68,10 +68,10 @@ DEFAULT_FRAGMENTATION = 50
 DEFAULT_EXTENDER_WEIGHT = 5
 DEFAULT_HTTP_TIMEOUT_SECONDS = 5
 # kube-scheduler's percentageOfNodesToScore in the rendered configuration. 0 = kube-scheduler's adaptive
-# default: it stops filtering once it has found max(100, N x max(5, 50 - N/125) %) feasible nodes and
-# sends only those to the extender. At 1,000 nodes that is 420 instead of 1,000: the KGWE scheduler's
-# filter work and the extender's request shrink alike, for packing the openb replay and the end-to-end
-# benchmark could not tell apart from 100 (every node). docs/scheduler.md has the figures and the cost.
+# sample of feasible nodes (420 of 1,000), the only nodes the extender is then sent: the KGWE scheduler's
+# Filter work per pod shrinks with it, while packing in the openb replay and the end-to-end benchmark
+# stayed as with 100 (every node). The cost, pods that only KGWE's own checks fit missing their node in a
+# sample, and the figures: docs/scheduler.md.
 DEFAULT_PERCENTAGE_OF_NODES_TO_SCORE = 0
 
 # ---- Cost (PricingCatalog, chargeback) ------------------------------------------------------------------
