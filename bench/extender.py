@@ -3,7 +3,8 @@
 Starts `kgwe extender --inventory` (static GPUInventory) as its own process and drives it from a separate
 load-generator process over loopback with 32 keep-alive connections, sending requests shaped exactly as
 kube-scheduler sends them with `nodeCacheCapable: true` and `percentageOfNodesToScore: 100` (every node name
-in every request). Pods cycle through 1-GPU, 2-GPU NVLinkOptimal, 8-GPU, 300-milli shared and MIG requests.
+in every request: the largest requests; the rendered default samples fewer nodes at these sizes). Pods cycle
+through 1-GPU, 2-GPU NVLinkOptimal, 8-GPU, 300-milli shared and MIG requests.
 
 Two phases per cluster size:
 - latency: open loop at a fixed offered load (default 500 req/s in total, spread over the 32 connections,

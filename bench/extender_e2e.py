@@ -69,7 +69,14 @@ def kgwe_pod_body(name: str) -> dict:
 class Schedulers:
     """The default scheduler (the harness's) and the KGWE scheduler; at most one runs at a time."""
 
-    def __init__(self, cp: ControlPlane, extender_port: int, pids: dict, client_dir: Path | None) -> None:
+    def __init__(
+        self,
+        cp: ControlPlane,
+        extender_port: int,
+        pids: dict,
+        client_dir: Path | None,
+        percentage: int | None = None,
+    ) -> None:
         self.cp = cp
         self.pids = pids
         config = local_config(
@@ -86,6 +93,9 @@ class Schedulers:
             for ext in config.get("extenders") or []:
                 ext["enableHTTPS"] = False
                 ext.pop("tlsConfig", None)
+        if percentage is not None:  # --percentage-of-nodes-to-score: an A/B of that one setting
+            config["percentageOfNodesToScore"] = percentage
+        self.percentage = config.get("percentageOfNodesToScore")
         self.kgwe = LocalScheduler(cp.binaries, Path(cp.workdir) / "kgwe-scheduler", config)
 
     def stop(self) -> None:
@@ -199,6 +209,13 @@ def throughput(
     schedulers.start(with_extender)
     times = sorted(watcher.result(pods).values())
     return (pods - 1) / (times[-1] - times[0])
+
+
+def nodes_used(core: client.CoreV1Api, ns: str) -> int:
+    """Distinct nodes the pods of `ns` are bound to: how tightly the scheduler packed them (placement
+    quality, beside the speed figures; 1-GPU pods on 8-GPU nodes pack into pods / 8 at best)."""
+    items = orjson.loads(core.list_namespaced_pod(ns, _preload_content=False).data)["items"]
+    return len({p["spec"].get("nodeName") for p in items} - {None})
 
 
 def background_body(name: str, node: str) -> dict:
@@ -410,6 +427,12 @@ def main() -> int:
         action="store_true",
         help="plain HTTP between kube-scheduler and the extender (deployed: HTTPS with client certificates)",
     )
+    ap.add_argument(
+        "--percentage-of-nodes-to-score",
+        type=int,
+        metavar="PCT",
+        help="override the rendered KGWE scheduler's percentageOfNodesToScore (0 = adaptive)",
+    )
     ap.add_argument("--watch-bound", metavar="NS", help=argparse.SUPPRESS)  # the watcher child process
     ap.add_argument("--expect", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--kubeconfig", help=argparse.SUPPRESS)
@@ -441,7 +464,7 @@ def main() -> int:
         probe = free_port()
         ext, port = start_extender(cp, probe, profiles, args.extender_all_pods, server_dir)
         pids = {**cp.pids, "extender": ext.pid, "bench (creator)": os.getpid()}
-        schedulers = Schedulers(cp, port, pids, client_dir)
+        schedulers = Schedulers(cp, port, pids, client_dir, args.percentage_of_nodes_to_score)
 
         def run_scheduler(with_extender: bool) -> None:
             schedulers.start(with_extender)
@@ -464,6 +487,8 @@ def main() -> int:
             flush=True,
         )
         tp_with = report_cpu(before, after, pods)
+        packed_on = nodes_used(core, "bench-with")
+        print(f"  the {pods} pods with the extender are on {packed_on} nodes", flush=True)
         settle(core, "bench-with")
         # both latency phases on the cluster the throughput phases left; the baseline first, so the fuller
         # cluster of the second phase counts against KGWE, not for it
@@ -524,6 +549,8 @@ def main() -> int:
                 else None,
                 "ratio_with_to_without": round(with_ext / without, 2) if without else None,
                 "tls": not args.no_tls,
+                "percentage_of_nodes_to_score": schedulers.percentage if schedulers else None,
+                "nodes_used_with": packed_on,
                 **{
                     f"{key}_cpu_ms_per_pod_throughput_{phase}": round(cpu.get(name, 0.0), 2)
                     for phase, cpu, sched in (

@@ -14,6 +14,7 @@ from kgwe.vocab import (
     DEFAULT_EXTENDER_WEIGHT,
     DEFAULT_FRAGMENTATION,
     DEFAULT_HTTP_TIMEOUT_SECONDS,
+    DEFAULT_PERCENTAGE_OF_NODES_TO_SCORE,
     DEFAULT_RESOURCE_WEIGHT,
     DEFAULT_STRATEGY,
     DEFAULT_TOPOLOGY_WEIGHT,
@@ -44,6 +45,11 @@ class ExtenderSettings(KgweModel):
     ignorable: bool = False
     http_timeout: Duration = Field(
         default=timedelta(seconds=DEFAULT_HTTP_TIMEOUT_SECONDS), alias="httpTimeout"
+    )
+    # kube-scheduler-wide, so only the default profile's counts: 0 = kube-scheduler's adaptive sample of
+    # feasible nodes, 100 = every feasible node reaches the extender (exact, slower at scale)
+    percentage_of_nodes_to_score: int = Field(
+        default=DEFAULT_PERCENTAGE_OF_NODES_TO_SCORE, ge=0, le=100, alias="percentageOfNodesToScore"
     )
 
     @model_validator(mode="after")

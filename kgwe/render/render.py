@@ -180,6 +180,7 @@ def render(
             "leader_elect": opts.scheduler_leader_elect,
             "lease_name": opts.scheduler_name,
             "lease_namespace": opts.namespace,
+            "percentage_of_nodes_to_score": extender["percentageOfNodesToScore"],
         },
         extender={
             "url": opts.extender_url,

@@ -23,6 +23,7 @@ from kgwe.render.environment import render_template, to_yaml, to_yaml_block
 from kgwe.render.layouts import desired_layouts
 from kgwe.render.sharing import config_key
 from kgwe.resources import sample_repo_dir
+from kgwe.vocab import DEFAULT_PERCENTAGE_OF_NODES_TO_SCORE
 
 K8S_VERSION = "1.33"
 
@@ -128,7 +129,7 @@ def test_scheduler_configuration(rendered):
     config = yaml.safe_load(cm["data"]["scheduler-config.yaml"])
     assert config["apiVersion"] == "kubescheduler.config.k8s.io/v1"
     assert config["kind"] == "KubeSchedulerConfiguration"
-    assert config["percentageOfNodesToScore"] == 100
+    assert config["percentageOfNodesToScore"] == DEFAULT_PERCENTAGE_OF_NODES_TO_SCORE
     (ext,) = config["extenders"]
     assert ext["urlPrefix"] == "https://kgwe-extender.kgwe-system.svc:8443"
     assert ext["enableHTTPS"] is True
@@ -210,6 +211,29 @@ def test_cli_render_with_separate_inventory(tmp_path, capsys):
     shutil.move(repo / "inventory" / "prod.yaml", inventory)
     assert main(["render", str(repo), "--inventory", str(inventory), "--out", str(tmp_path / "out")]) == 0
     assert "18 node MIG labels" in capsys.readouterr().out
+
+
+def scheduler_config_of(repo) -> dict:
+    (cm,) = [
+        o
+        for o in by_kind(render(load_repository(repo)).objects, "ConfigMap")
+        if o["metadata"]["name"] == "kgwe-scheduler-config"
+    ]
+    return yaml.safe_load(cm["data"]["scheduler-config.yaml"])
+
+
+def test_percentage_of_nodes_to_score_is_the_default_profiles(tmp_path):
+    """The scheduler-wide setting comes from the default ScoringProfile only; out of range is refused."""
+    repo = tmp_path / "repo"
+    shutil.copytree(sample_repo_dir(), repo)
+    default, other = repo / "scoring" / "default.yaml", repo / "scoring" / "topology-first.yaml"
+    other.write_text(other.read_text().replace("2s}", "2s, percentageOfNodesToScore: 30}"))
+    assert scheduler_config_of(repo)["percentageOfNodesToScore"] == DEFAULT_PERCENTAGE_OF_NODES_TO_SCORE
+    text = default.read_text()
+    default.write_text(text.replace("httpTimeout: 2s}", "httpTimeout: 2s, percentageOfNodesToScore: 100}"))
+    assert scheduler_config_of(repo)["percentageOfNodesToScore"] == 100
+    default.write_text(text.replace("httpTimeout: 2s}", "httpTimeout: 2s, percentageOfNodesToScore: 101}"))
+    assert not load_repository(repo).ok
 
 
 def test_render_refuses_an_invalid_repository(tmp_path, capsys):
