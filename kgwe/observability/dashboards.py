@@ -200,7 +200,7 @@ ROLLOUT = (
                 _p(
                     "MIG rebalance decisions per pool (1h)",
                     _q("sum by (pool) (increase(kgwe_mig_rebalances_total[1h]))", "{{pool}}"),
-                    description="Demand-driven layout changes (status.rebalance and MIGRebalance Events say why)",
+                    description="Demand-driven layout changes (MIGRebalance Events say why)",
                 ),
                 _p(
                     "Commit-back results",
