@@ -46,8 +46,8 @@ class ExtenderSettings(KgweModel):
     http_timeout: Duration = Field(
         default=timedelta(seconds=DEFAULT_HTTP_TIMEOUT_SECONDS), alias="httpTimeout"
     )
-    # kube-scheduler-wide, so only the default profile's counts: 0 = kube-scheduler's adaptive sample of
-    # feasible nodes, 100 = every feasible node reaches the extender (exact, slower at scale)
+    # kube-scheduler-wide, so only the default profile's counts: 100 = every feasible node reaches the
+    # extender (exact, slower at scale), 0 = kube-scheduler's adaptive sample of feasible nodes
     percentage_of_nodes_to_score: int = Field(
         default=DEFAULT_PERCENTAGE_OF_NODES_TO_SCORE, ge=0, le=100, alias="percentageOfNodesToScore"
     )
