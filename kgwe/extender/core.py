@@ -34,6 +34,9 @@ from kgwe.extender.request import PodRequest
 
 # Fragmentation change (milli) that moves the FGD term from 50 to 0 (or 100): one GPU's worth.
 FRAG_SCALE_MILLI = 1000.0
+# How far (L1) pinned shapes' pressure weights may drift as nodes come and go before every row's
+# fragmentation is recomputed with the new ones.
+PRESSURE_DRIFT = 0.02
 
 
 class Reason(IntEnum):
@@ -96,6 +99,9 @@ class WorkloadType:
     cpu_milli: int
     memory_mib: int
     weight: float
+    # GPU products the shape is pinned to (matched like a request's products): a node of another product
+    # is no use to it, so all its idle GPU share counts as fragment for this shape (FGD's "no access").
+    products: tuple[str, ...] = ()
 
 
 class NodeTable:
@@ -182,6 +188,7 @@ class NodeTable:
         if node.gpus > self.G:
             raise ValueError(f"node {node.name}: {node.gpus} GPUs exceeds the table's {self.G}")
         row = self.rows.get(node.name)
+        before = None if row is None else (int(self.product_id[row]), int(self.gpu_count[row]))
         if row is None:
             if not self.free_rows:
                 self._alloc(self.cap * 2)
@@ -209,6 +216,8 @@ class NodeTable:
         self.live[row] = True
         self._refresh_frag(np.array([row]))
         self._bump(row)
+        if before != (int(self.product_id[row]), int(self.gpu_count[row])):
+            self._supply_changed()
         return row
 
     def remove(self, name: str) -> None:
@@ -222,6 +231,8 @@ class NodeTable:
         self.gpu_free[row] = -1
         self._bump(row)
         self.free_rows.append(row)
+        if self.gpu_count[row]:
+            self._supply_changed()
 
     def allocate(self, row: int, req: PodRequest, gpu_indices: Sequence[int], sign: int = 1) -> None:
         """Account a bound pod (sign=+1) or its departure (sign=-1) on the GPUs it holds."""
@@ -266,21 +277,76 @@ class NodeTable:
         items = tuple(t for t in mix if t.gpus > 0 and t.weight > 0)
         total = sum(t.weight for t in items) or 1.0
         self.mix = tuple(
-            WorkloadType(t.gpus, t.gpu_milli, t.cpu_milli, t.memory_mib, t.weight / total) for t in items
+            WorkloadType(t.gpus, t.gpu_milli, t.cpu_milli, t.memory_mib, t.weight / total, t.products)
+            for t in items
         )
+        self._m_access_by_product = np.ones((0, len(self.mix)), dtype=np.bool_)
         self._m_need = np.array([t.gpu_milli if t.gpus == 1 else 1000 for t in self.mix], dtype=np.int32)
         self._m_k = np.array([t.gpus for t in self.mix], dtype=np.int32)
         self._m_cpu = np.array([t.cpu_milli for t in self.mix], dtype=np.int64)
         self._m_mem = np.array([t.memory_mib for t in self.mix], dtype=np.int64)
-        self._m_p = np.array([t.weight for t in self.mix], dtype=np.float64)
+        self._m_demand = np.array([t.weight for t in self.mix], dtype=np.float64)
+        self._m_pinned = any(t.products for t in self.mix)
+        self._m_p = self._pressure_weights()
+        self._refresh_all_frag()
+
+    def _refresh_all_frag(self) -> None:
         live = np.nonzero(self.live)[0]
         if len(live):
             self._refresh_frag(live)
             self.version[live] = self._clock + 1 + np.arange(len(live))
             self._clock += len(live)
 
-    def _frag_of(self, free: np.ndarray, cpu: np.ndarray, mem: np.ndarray) -> np.ndarray:
-        """Expected fragment (milli) of GPU states free[..., G] for the mix; leading dims are broadcast."""
+    def _access_by_product(self) -> np.ndarray:
+        """(products + 1, M): whether shape m may use a node of product p (row 0: a node without one)."""
+        known = self._m_access_by_product
+        if known.shape[0] != len(self.product_names) + 1:
+            known = np.ones((len(self.product_names) + 1, len(self.mix)), dtype=np.bool_)
+            for m, t in enumerate(self.mix):
+                if t.products:
+                    known[0, m] = False
+                    for p, name in enumerate(self.product_names):
+                        known[p + 1, m] = any(w in name for w in t.products)
+            self._m_access_by_product = known
+        return known
+
+    def _mix_access(self, rows: np.ndarray) -> np.ndarray:
+        """(len(rows), M): which shapes of the mix may use each row's GPUs at all (product pins)."""
+        return self._access_by_product()[self.product_id[rows] + 1]
+
+    def _pressure_weights(self) -> np.ndarray:
+        """Each shape's weight in the expected fragment: its share of the demand times how scarce the GPUs
+        it may use are (all GPUs / GPUs of the products it is pinned to), renormalised. A shape pinned to a
+        quarter of the fleet asks four times as much of each of its GPUs as an unpinned shape of the same
+        frequency, so share it cannot use on those GPUs costs four times as much (FGD weighs by frequency
+        alone and lets unpinned pods take the scarce products that pinned pods then find full). Without
+        pinned shapes this is the demand share itself."""
+        if not (self.mix and self._m_pinned):
+            return self._m_demand
+        live = np.nonzero(self.live)[0]
+        gpus = np.bincount(
+            self.product_id[live] + 1,
+            weights=self.gpu_count[live].astype(np.float64),
+            minlength=len(self.product_names) + 1,
+        )
+        usable = gpus @ self._access_by_product()  # (M,) GPUs each shape may use
+        scarcity = np.where(usable > 0, gpus.sum() / np.maximum(usable, 1.0), 1.0)
+        weights = self._m_demand * scarcity
+        return weights / weights.sum()
+
+    def _supply_changed(self) -> None:
+        """Nodes came, went or changed product/GPU count: re-weigh pinned shapes once the weights have
+        drifted (L1 > PRESSURE_DRIFT) from those the rows' fragmentation was computed with."""
+        if not (self.mix and self._m_pinned):
+            return
+        weights = self._pressure_weights()
+        if np.abs(weights - self._m_p).sum() > PRESSURE_DRIFT:
+            self._m_p = weights
+            self._refresh_all_frag()
+
+    def _frag_of(self, free: np.ndarray, cpu: np.ndarray, mem: np.ndarray, access: np.ndarray) -> np.ndarray:
+        """Expected fragment (milli) of GPU states free[..., G] for the mix; leading dims are broadcast.
+        `access[..., M]`: whether shape m may use the node at all."""
         if not self.mix:
             return np.zeros(free.shape[:-1])
         f = free[..., None]  # (..., G, 1)
@@ -290,13 +356,15 @@ class NodeTable:
         # (..., M): idle share that a type-m pod cannot use
         small = np.where(usable, 0, np.maximum(f, 0)).sum(axis=-2)
         fits = usable.sum(axis=-2) >= self._m_k
-        fits &= (cpu[..., None] >= self._m_cpu) & (mem[..., None] >= self._m_mem)
+        fits &= (cpu[..., None] >= self._m_cpu) & (mem[..., None] >= self._m_mem) & access
         total = idle.sum(axis=-1)[..., None]
         return np.where(fits, small, total) @ self._m_p
 
     def _refresh_frag(self, rows: np.ndarray) -> None:
         if self.mix:
-            self.frag[rows] = self._frag_of(self.gpu_free[rows], self.cpu_free[rows], self.mem_free[rows])
+            self.frag[rows] = self._frag_of(
+                self.gpu_free[rows], self.cpu_free[rows], self.mem_free[rows], self._mix_access(rows)
+            )
 
     # ---- filter + score --------------------------------------------------------------------------------
     def evaluate(
@@ -473,7 +541,10 @@ class NodeTable:
             g_idx = np.arange(self.G)
             after[:, g_idx, g_idx] -= req.gpu_milli
             fr = self._frag_of(
-                after, (view.cpu[idx] - req.cpu_milli)[:, None], (view.mem[idx] - req.memory_mib)[:, None]
+                after,
+                (view.cpu[idx] - req.cpu_milli)[:, None],
+                (view.mem[idx] - req.memory_mib)[:, None],
+                self._mix_access(view.rows[idx])[:, None, :],
             )
             fr = np.where(cand, fr, np.inf)
             b = np.argmin(fr, axis=1)
@@ -494,8 +565,11 @@ class NodeTable:
             # taking k idle GPUs: which ones does not change the multiset beyond "k fewer 1000s"
             order = np.argsort(f != 1000, axis=1, kind="stable")[:, : req.gpus]
             np.put_along_axis(f, order, 0, axis=1)
-        fr = self._frag_of(f, view.cpu[idx] - req.cpu_milli, view.mem[idx] - req.memory_mib)
-        return fr - self.frag[view.rows[idx]]
+        rows = view.rows[idx]
+        fr = self._frag_of(
+            f, view.cpu[idx] - req.cpu_milli, view.mem[idx] - req.memory_mib, self._mix_access(rows)
+        )
+        return fr - self.frag[rows]
 
     def _balance_term(
         self, view: _Rows, idx: np.ndarray, req: PodRequest, used_after: np.ndarray

@@ -152,7 +152,7 @@ class Engine:
     def _observe(self, req: PodRequest, profile: Profile) -> None:
         if not req.gpus or profile.fragmentation <= 0:
             return
-        self._mix[(req.gpus, req.gpu_milli, req.cpu_milli, req.memory_mib)] += 1
+        self._mix[(req.gpus, req.gpu_milli, req.cpu_milli, req.memory_mib, req.products)] += 1
         self._since_mix += 1
         if self._since_mix >= MIX_REFRESH_EVERY or (len(self._mix) == 1 and self._since_mix == 1):
             self._since_mix = 0
@@ -166,7 +166,9 @@ class Engine:
             )
             if moved > 0.1:
                 self._mix_set = mix
-                self.table.set_mix(WorkloadType(g, m, c, r, w) for (g, m, c, r), w in mix.items())
+                self.table.set_mix(
+                    WorkloadType(g, m, c, r, w, products) for (g, m, c, r, products), w in mix.items()
+                )
 
     def node_view(self, name: str) -> dict | None:
         """What the index holds for one node (GET /debug/nodes/NAME): for people and end-to-end tests."""

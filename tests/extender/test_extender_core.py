@@ -148,6 +148,50 @@ def test_frag_counts_idle_share_a_type_cannot_use() -> None:
     assert t.frag[t.rows["a"]] == pytest.approx(200.0)  # the 200 left on GPU 0 is a fragment for 1-GPU pods
 
 
+def test_idle_gpus_of_another_product_are_all_fragment_for_a_pinned_shape() -> None:
+    t = table_of(NodeState("t4", gpus=2, product="Tesla-T4"), NodeState("a10", gpus=2, product="NVIDIA-A10"))
+    t.set_mix([WorkloadType(1, 1000, 0, 0, 1.0, ("t4",))])
+    assert t.frag[t.rows["t4"]] == 0.0
+    assert t.frag[t.rows["a10"]] == pytest.approx(2000.0)  # a T4-pinned pod can use none of it
+
+
+def test_unpinned_pod_leaves_the_scarce_product_to_pods_pinned_to_it() -> None:
+    # 1 T4 node and 3 A10 nodes; a fifth of the pods are pinned to T4. Plain scoring ranks the four idle
+    # nodes alike (the T4 node first by order); the fragmentation term sends an unpinned pod to an A10.
+    nodes = [NodeState("t4", gpus=4, product="Tesla-T4")]
+    nodes += [NodeState(f"a10-{i}", gpus=4, product="NVIDIA-A10") for i in range(3)]
+    t = table_of(*nodes)
+    t.set_mix([WorkloadType(1, 1000, 0, 0, 0.8), WorkloadType(1, 1000, 0, 0, 0.2, ("t4",))])
+    _, score, _ = evaluate(t, PodRequest(gpus=1), Profile(strategy="BestFit", fragmentation=50))
+    assert max(score, key=score.get).startswith("a10")
+
+
+def test_pinned_shapes_weigh_by_demand_over_the_supply_they_may_use() -> None:
+    nodes = [NodeState("t4", gpus=4, product="Tesla-T4")]
+    nodes += [NodeState(f"a10-{i}", gpus=4, product="NVIDIA-A10") for i in range(3)]
+    t = table_of(*nodes)
+    t.set_mix([WorkloadType(1, 1000, 0, 0, 0.8), WorkloadType(1, 1000, 0, 0, 0.2, ("t4",))])
+    # unpinned: 0.8 x 16/16 GPUs; T4-pinned: 0.2 x 16/4 GPUs -> 0.8 : 0.8
+    assert t._m_p.tolist() == pytest.approx([0.5, 0.5])
+    # three more T4 nodes: T4 is no longer scarce (0.8 x 1 : 0.2 x 28/16), and every row is re-weighed
+    version = int(t.version[t.rows["a10-0"]])
+    for i in range(3):
+        t.upsert(NodeState(f"t4-{i}", gpus=4, product="Tesla-T4"))
+    assert t._m_p.tolist() == pytest.approx([0.8 / 1.15, 0.35 / 1.15])
+    assert t.frag[t.rows["a10-0"]] == pytest.approx(4000 * 0.35 / 1.15)
+    assert int(t.version[t.rows["a10-0"]]) != version  # cached answers of unchanged rows are stale too
+    t.remove("t4-0")
+    t.remove("t4-1")
+    t.remove("t4-2")
+    assert t._m_p.tolist() == pytest.approx([0.5, 0.5])
+
+
+def test_without_pinned_shapes_the_weights_are_the_demand_shares() -> None:
+    t = table_of(NodeState("t4", gpus=4, product="Tesla-T4"), NodeState("a10", gpus=4, product="NVIDIA-A10"))
+    t.set_mix([WorkloadType(1, 1000, 0, 0, 3.0), WorkloadType(1, 500, 0, 0, 1.0)])
+    assert t._m_p.tolist() == pytest.approx([0.75, 0.25])
+
+
 def test_cache_reuses_until_the_node_changes() -> None:
     t = table_of(NodeState("a", gpus=2), NodeState("b", gpus=2))
     cache = ShapeCache(t)
