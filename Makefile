@@ -33,6 +33,7 @@ tool-bins:
 	hack/tool-bins.sh helm
 	hack/tool-bins.sh flux
 	hack/tool-bins.sh prometheus
+	hack/tool-bins.sh dpconfig
 
 # The OCI image of every KGWE process, built without a daemon (mmdebstrap + buildah; needs root). Writes
 # build/image/kgwe-VERSION.oci.tar; the last line printed is "ARCHIVE REFERENCE".

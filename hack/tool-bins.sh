@@ -5,7 +5,9 @@
 # hack/<name>/go.mod pins the tool's module (and anything its own go.mod replaces, which a consumer does
 # not inherit) and lists the commands as `tool` directives (single lines or a `tool ( ... )` block). A line
 # `// ldflags: ...` in that go.mod adds linker flags ({version} is the tool module's version); a line
-# `// tags: ...` sets build tags.
+# `// tags: ...` sets build tags. When the command is the wrapper's own package (a small program of KGWE's
+# that calls an upstream library), `// version-of: <module>` names the upstream module whose version keys the
+# cache.
 #
 # Output: ${KGWE_CACHE_DIR:-~/.cache/kgwe}/<name>-<version>/<binary...> plus MANIFEST (version + wrapper
 # module hash + Go version) and build-seconds; every build appends a line to build-times.log.
@@ -43,6 +45,13 @@ main() {
     first="${tools[0]}"
     version="$(cd "$mod" && go list -f '{{.Module.Version}}' "$first")" ||
         die "cannot resolve $first in hack/$name (run \`go mod download\` there, or check the network)"
+    local version_of
+    version_of="$(sed -n 's|^// version-of:[[:space:]]*||p' "$mod/go.mod" | head -1)"
+    if [[ -z "$version" && -n "$version_of" ]]; then
+        version="$(cd "$mod" && go list -m -f '{{.Version}}' "$version_of")" ||
+            die "cannot resolve $version_of in hack/$name"
+    fi
+    [[ -n "$version" ]] || die "hack/$name: $first has no module version (add a \`// version-of:\` line)"
     wrapper_sum="$(cat "$mod/go.mod" "$mod/go.sum" | sha256sum | cut -c1-16)"
     ldflags="$(sed -n 's|^// ldflags:[[:space:]]*||p' "$mod/go.mod" | head -1)"
     ldflags="-s -w ${ldflags//\{version\}/$version}"

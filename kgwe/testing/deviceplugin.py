@@ -8,17 +8,21 @@ per physical GPU (`nvidia.com/gpu`, or `nvidia.com/gpu.shared` when renamed); GF
 `nvidia.com/gpu.product` when the resource is shared and not renamed (docs/facts/sharing.md). This stand-in
 does the same through the API against simulated nodes, after a configurable delay (the plugin restart).
 
-`parse_config` reads a config with the rules of the plugin's own `api/config/v1` package (v0.20.0; the Go
-module is not on the module proxy this project may use, so the rules are restated here from its source and
-cited in docs/facts/sharing.md §1). It is stricter than the plugin in one way: an unknown key is an error
-(the plugin drops it silently), so a misspelt field KGWE renders cannot pass unnoticed.
+`parse_config` reads a config with the rules of the plugin's own `api/config/v1` package (v0.20.0, restated
+from its source and cited in docs/facts/sharing.md §1) for the stand-in, which runs many times per test. It
+is stricter than the plugin in one way: an unknown key is an error (the plugin drops it silently), so a
+misspelt field KGWE renders cannot pass unnoticed. `nvidia_loader_reads` runs NVIDIA's own loader (v0.19.0,
+the newest release the module proxy serves here) on a config, through the small command under hack/dpconfig.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import re
+import subprocess
+import tempfile
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -70,6 +74,22 @@ _MAX_RESOURCE_NAME = 63
 
 class InvalidDevicePluginConfig(KgweError):
     """The device plugin would refuse this config (its error text where it has one)."""
+
+
+def nvidia_loader_reads(text: str) -> dict[str, Any]:
+    """The Config NVIDIA's own loader (`api/config/v1.NewConfig`, what `nvidia-device-plugin --config-file`
+    runs at start) reads from config `text`, as its JSON; InvalidDevicePluginConfig with the loader's message
+    when it refuses the file. Builds hack/dpconfig on first use (Go)."""
+    from kgwe.testing.gotools import tool_dir
+
+    binary = tool_dir("dpconfig") / "dpconfig"
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", encoding="utf-8") as fh:
+        fh.write(text)
+        fh.flush()
+        done = subprocess.run([str(binary), fh.name], capture_output=True, text=True, check=False, timeout=60)
+    if done.returncode != 0:
+        raise InvalidDevicePluginConfig(done.stderr.strip().removeprefix(f"{fh.name}: "))
+    return json.loads(done.stdout)
 
 
 @dataclass(frozen=True)

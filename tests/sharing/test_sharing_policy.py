@@ -12,7 +12,12 @@ import yaml
 from kgwe.policy import load_repository
 from kgwe.render.render import render
 from kgwe.render.sharing import config_key
-from kgwe.testing.deviceplugin import InvalidDevicePluginConfig, advertised, parse_config
+from kgwe.testing.deviceplugin import (
+    InvalidDevicePluginConfig,
+    advertised,
+    nvidia_loader_reads,
+    parse_config,
+)
 
 INVENTORY = """
 apiVersion: kgwe.nvidia.io/v1
@@ -159,6 +164,40 @@ def test_render_gives_one_config_per_strategy_that_the_plugin_rules_accept(tmp_p
         resources == {"nvidia.com/gpu": 64} and gfd["nvidia.com/gpu.product"] == "Tesla-V100-SXM2-16GB-SHARED"
     )
     assert gfd["nvidia.com/gpu.sharing-strategy"] == "mps"
+
+
+def test_nvidia_loader_reads_every_rendered_config_as_rendered(tmp_path):
+    files = {
+        "m.yaml": MIG_ON_INFERENCE,
+        "a.yaml": sharing("notebooks", "{pool: notebooks}", extra="  renameByDefault: true\n"),
+        "b.yaml": sharing("legacy", "{pool: legacy}", "MPS", 8),
+        "c.yaml": sharing("inference", "{pool: inference-l4}", replicas=2),
+    }
+    ps = load(tmp_path, files)
+    assert ps.ok, [str(d) for d in ps.diagnostics]
+    cm = next(o for o in render(ps).objects if o["metadata"]["name"] == "kgwe-device-plugin-config")
+    keys = {s.name: config_key(s) for s in ps.sharing_strategies}
+    read = {key: nvidia_loader_reads(text) for key, text in cm["data"].items()}
+    default = read["default"]
+    assert default["flags"]["migStrategy"] == "mixed"
+    assert "mps" not in default["sharing"] and not default["sharing"]["timeSlicing"].get("resources")
+    ts = read[keys["notebooks"]]
+    assert ts["flags"]["migStrategy"] == "none"
+    assert ts["sharing"]["timeSlicing"]["resources"] == [
+        {"name": "nvidia.com/gpu", "rename": "nvidia.com/gpu.shared", "devices": "all", "replicas": 4}
+    ]
+    assert "mps" not in ts["sharing"]
+    mps = read[keys["legacy"]]["sharing"]["mps"]
+    assert mps["failRequestsGreaterThanOne"] is True and mps["resources"][0]["replicas"] == 8
+    assert read[keys["inference"]]["sharing"]["timeSlicing"]["resources"][0]["replicas"] == 2
+
+
+def test_nvidia_loader_refuses_what_parse_config_refuses():
+    text = "sharing: {timeSlicing: {resources: [{name: nvidia.com/gpu, replicas: 1}]}}\n"
+    with pytest.raises(InvalidDevicePluginConfig, match="must be >= 2"):
+        nvidia_loader_reads(text)
+    with pytest.raises(InvalidDevicePluginConfig, match="must be >= 2"):
+        parse_config(text)
 
 
 def test_config_keys_fit_a_label_and_change_with_the_config(tmp_path):
