@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import urllib.parse
+from collections.abc import Mapping
 from typing import Any
 
 from kubernetes import client, config
@@ -73,3 +75,40 @@ def list_items(list_call: Any, **kwargs: Any) -> list[dict]:
 
     response = list_call(_preload_content=False, **kwargs)
     return orjson.loads(response.data).get("items") or []
+
+
+STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
+
+
+def lean_patch(api: client.ApiClient, path: str, body: Mapping[str, Any], *, field_manager: str) -> None:
+    """PATCH `path` (e.g. /api/v1/nodes/NAME) with the strategic-merge `body`, straight through the
+    ApiClient's connection pool (its TLS, client certificates and proxy) with its bearer token (refreshed by
+    the client's own hook), skipping the generated client's argument validation, serialisation and response
+    decoding: a fleet-wide MIG rollout patches every node, and those layers were a third of the client CPU
+    per patch (bench/reconcile.py). A non-2xx answer raises ApiException as the client does."""
+    import orjson
+    from kubernetes.client.exceptions import ApiException
+
+    configuration = api.configuration
+    headers = {"Content-Type": STRATEGIC_MERGE_PATCH, "Accept": "application/json"}
+    for setting in configuration.auth_settings().values():
+        if setting.get("in") == "header" and setting.get("value"):
+            headers[setting["key"]] = setting["value"]
+    query = urllib.parse.urlencode({"fieldManager": field_manager})
+    response = api.rest_client.pool_manager.request(
+        "PATCH",
+        f"{configuration.host}{path}?{query}",
+        body=orjson.dumps(body),
+        headers=headers,
+        timeout=getattr(api, "request_timeout_s", None),
+        preload_content=False,
+    )
+    try:
+        if not 200 <= response.status < 300:
+            text = response.read().decode("utf-8", "replace")
+            error = ApiException(status=response.status, reason=response.reason, body=text)
+            error.headers = response.headers
+            raise error
+        response.drain_conn()
+    finally:
+        response.release_conn()

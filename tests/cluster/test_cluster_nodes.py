@@ -106,3 +106,17 @@ def test_uncordon_leaves_an_admins_cordon_alone(k8s_api, gpu_node):
     core.patch_node(node, {"spec": {"unschedulable": True}})
     NodeOps(k8s_api).uncordon(node)
     assert core.read_node(node).spec.unschedulable
+
+
+def test_node_patches_fail_like_the_client_with_the_apiservers_answer(k8s_api, gpu_node):
+    ops = NodeOps(k8s_api)
+    with pytest.raises(ApiException) as missing:
+        ops.relabel("no-such-node", "all-disabled")
+    assert missing.value.status == 404 and "no-such-node" in missing.value.body
+    node = gpu_node("DGX-H100")
+    stale = client.CoreV1Api(k8s_api).read_node(node).metadata.resource_version
+    ops.cordon(node, "all-disabled")  # the node changes after `stale` was read
+    with pytest.raises(ApiException) as conflict:
+        ops._patch(node, {"metadata": {"resourceVersion": stale, "annotations": {"x": "y"}}})
+    assert conflict.value.status == 409
+    assert ops.writes == 1  # only the cordon was written
