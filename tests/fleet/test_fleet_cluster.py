@@ -438,8 +438,14 @@ def test_watch_redraws_on_a_change_through_a_pipe(
 
 def test_watch_stops_quietly_on_ctrl_c_and_on_a_closed_pipe(control_plane, crds, gpu_node, namespace):
     gpu_node("DGX-A100")
+    # Ctrl-C as in a terminal: SIGINT at its default even when the test run itself was started in the
+    # background, where the shell has every child ignore SIGINT (and `kgwe watch` rightly keeps ignoring it)
+    in_terminal = (
+        "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+        "os.execv(sys.argv[1], sys.argv[1:])"
+    )
     proc = subprocess.Popen(
-        [str(VENV_BIN / "kgwe"), "watch", "-n", namespace],
+        [sys.executable, "-c", in_terminal, str(VENV_BIN / "kgwe"), "watch", "-n", namespace],
         env=_env(control_plane),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
