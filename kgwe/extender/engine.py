@@ -343,11 +343,13 @@ class Engine:
         hit = self._memo_get(key, names)
         if hit is None:
             tick = self.tick
-            reply, failed, only = self._filter_answer(req, names, items, rows, known, profile)
-            self._memo_put(key, names, reply, failed, only, self.tick - tick)
+            reply, failed, only, codes = self._filter_answer(req, names, items, rows, known, profile)
+            self._memo_put(key, names, reply, failed, only, codes, self.tick - tick)
         else:
-            reply, failed, only, ticks = hit
+            reply, failed, only, codes, ticks = hit
             self.tick += ticks  # what RoundRobin profiles of other requests see stays the same
+        if codes is not None and self.on_failures is not None:  # a remembered answer counts again
+            self.on_failures(codes)
         if failed is not None and self.on_decision:
             self.on_decision("filter", failed)
         decided = (req.uid, only, req) if req.uid and only is not None else None
@@ -355,9 +357,11 @@ class Engine:
 
     def _filter_answer(
         self, req: PodRequest, names: list[str], items, rows: np.ndarray, known: np.ndarray, profile: Profile
-    ) -> tuple[bytes, int | None, str | None]:
-        """(reply, failed node count or None when not a GPU pod, the one node left or None)."""
+    ) -> tuple[bytes, int | None, str | None, np.ndarray | None]:
+        """(reply, failed node count or None when not a GPU pod, the one node left or None, the reason
+        code of every rejected node or None)."""
         failed: dict[str, str] = {}
+        codes: list[np.ndarray] = []
         unresolvable: dict[str, str] = {}
         only = None
         failed_count = None
@@ -382,16 +386,14 @@ class Engine:
                     bad_names = [names[i] for i in bad]
                     failed = dict(zip(bad_names, texts.tolist(), strict=True))
                     hard = np.isin(reason[bad], _UNRESOLVABLE_CODES)
-                    if self.on_failures is not None:
-                        self.on_failures(reason[bad])
+                    codes.append(reason[bad])
                     if hard.any():
                         unresolvable = {bad_names[i]: failed[bad_names[i]] for i in np.nonzero(hard)[0]}
             if not known.all():
                 unknown = np.nonzero(~known)[0]
                 for i in unknown:
                     failed[names[i]] = unresolvable[names[i]] = UNKNOWN_NODE
-                if self.on_failures is not None:
-                    self.on_failures(np.full(len(unknown), UNKNOWN_CODE, dtype=np.int8))
+                codes.append(np.full(len(unknown), UNKNOWN_CODE, dtype=np.int8))
             failed_count = len(failed)
             passed = chosen
             if passed.sum() == 1:
@@ -409,7 +411,7 @@ class Engine:
             "FailedAndUnresolvableNodes": unresolvable,
             "Error": "",
         }
-        return orjson.dumps(reply), failed_count, only
+        return orjson.dumps(reply), failed_count, only, (np.concatenate(codes) if codes else None)
 
     def _prioritize(self, body: bytes) -> bytes:
         req, names, items, rows, known = self._parse(body)

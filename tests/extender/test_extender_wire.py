@@ -379,3 +379,17 @@ def test_a_single_feasible_node_is_assumed_without_deciding() -> None:
     )
     assert len(orjson.loads(e.filter(body))["NodeNames"]) == 2
     assert assumed == [("u3", "dgx-h100-01")]
+
+
+def test_filter_failures_are_counted_for_every_answer_also_a_remembered_one() -> None:
+    from kgwe.extender.app import Metrics, make_handler
+
+    e, metrics = engine(), Metrics()
+    handle = make_handler(e, metrics)
+    body = (GOLDEN / "filter_node_cache_capable.json").read_bytes()
+    replies = [handle("POST", "/filter", body) for _ in range(2)]
+    assert [status for status, _, _ in replies] == [200, 200] and replies[0][1] == replies[1][1]
+    assert e._memo, "the second answer should come from the answer memo"
+    counted = {r: metrics.filter_failures.labels(r)._value.get() for r in ("whole", "unknown_node")}
+    assert counted == {"whole": 2, "unknown_node": 2}
+    assert metrics.failed_nodes._value.get() == 4
