@@ -37,6 +37,7 @@ FRAG_SCALE_MILLI = 1000.0
 # How far (L1) pinned shapes' pressure weights may drift as nodes come and go before every row's
 # fragmentation is recomputed with the new ones.
 PRESSURE_DRIFT = 0.02
+_ALL_ACCESS = np.ones((1, 1), dtype=np.bool_)
 
 
 class Reason(IntEnum):
@@ -303,15 +304,17 @@ class NodeTable:
         if known.shape[0] != len(self.product_names) + 1:
             known = np.ones((len(self.product_names) + 1, len(self.mix)), dtype=np.bool_)
             for m, t in enumerate(self.mix):
-                if t.products:
-                    known[0, m] = False
-                    for p, name in enumerate(self.product_names):
-                        known[p + 1, m] = any(w in name for w in t.products)
+                if t.products:  # the products filter's own matching rule (_ids)
+                    known[:, m] = False
+                    known[self._ids(self.product_names, t.products) + 1, m] = True
             self._m_access_by_product = known
         return known
 
     def _mix_access(self, rows: np.ndarray) -> np.ndarray:
-        """(len(rows), M): which shapes of the mix may use each row's GPUs at all (product pins)."""
+        """(len(rows), M): which shapes of the mix may use each row's GPUs at all (product pins); without
+        pinned shapes every row is open to every shape, and a (1, 1) True broadcasts so on the hot path."""
+        if not self._m_pinned:
+            return _ALL_ACCESS
         return self._access_by_product()[self.product_id[rows] + 1]
 
     def _pressure_weights(self) -> np.ndarray:
@@ -544,7 +547,7 @@ class NodeTable:
                 after,
                 (view.cpu[idx] - req.cpu_milli)[:, None],
                 (view.mem[idx] - req.memory_mib)[:, None],
-                self._mix_access(view.rows[idx])[:, None, :],
+                self._mix_access(view.rows[idx])[:, None, :],  # (k, 1, M), or (1, 1, 1) broadcast
             )
             fr = np.where(cand, fr, np.inf)
             b = np.argmin(fr, axis=1)
