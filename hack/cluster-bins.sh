@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Build the real control-plane binaries KGWE's cluster tests and demo run against:
-# kube-apiserver, kube-scheduler, kube-controller-manager, etcd and the kwok controller, all from the wrapper module hack/k8s
+# kube-apiserver, kube-scheduler, kube-controller-manager, etcd and the kwok controller, plus the real node's
+# kubelet and kube-proxy, all from the wrapper module hack/k8s
 # (one module graph: kwok is compiled against the same k8s.io libraries as the apiserver and shares
 # their compiled packages, which saves minutes on a cold build).
 #
 # There is no Docker and no binary download here, only the Go module proxy, so we compile.
-# Output: ${KGWE_CACHE_DIR:-~/.cache/kgwe}/k8s-<version>/{kube-apiserver,kube-scheduler,kube-controller-manager,etcd,kwok}
+# Output: ${KGWE_CACHE_DIR:-~/.cache/kgwe}/k8s-<version>/{kube-apiserver,kube-scheduler,kube-controller-manager,kubelet,kube-proxy,etcd,kwok}
 # plus MANIFEST (versions + wrapper module hash) and build-seconds. Every build also appends a line to
 # ${KGWE_CACHE_DIR:-~/.cache/kgwe}/build-times.log (bench/control_plane.py reads the cold ones).
 # Idempotent: a directory whose MANIFEST matches the wrapper module is reused as is.
@@ -74,7 +75,7 @@ go=$goversion"
     if ! $cold && [[ -f "$out/MANIFEST" ]] &&
         [[ "$(head -4 "$out/MANIFEST")" == "$(echo "$manifest" | head -4)" ]] &&
         [[ -x "$out/kube-apiserver" && -x "$out/kube-scheduler" && -x "$out/kube-controller-manager" &&
-          -x "$out/etcd" && -x "$out/kwok" ]]; then
+          -x "$out/kubelet" && -x "$out/kube-proxy" && -x "$out/etcd" && -x "$out/kwok" ]]; then
         echo "cluster-bins: reusing $out ($(echo "$manifest" | head -3 | tr '\n' ' '))" >&2
         echo "$out"
         return 0
@@ -106,7 +107,7 @@ go=$goversion"
     (
         cd "$mod"
         export GOFLAGS=-mod=readonly
-        for cmd in kube-apiserver kube-scheduler kube-controller-manager; do
+        for cmd in kube-apiserver kube-scheduler kube-controller-manager kubelet kube-proxy; do
             echo "cluster-bins: go build $cmd" >&2
             go build -trimpath -p 2 -ldflags "$k8s_ldflags" -o "$stage/$cmd" "k8s.io/kubernetes/cmd/$cmd"
         done
