@@ -7,7 +7,7 @@ nodes_1000_ready_seconds, baseline_pods_per_second.
 
 cold_build_seconds is what hack/cluster-bins.sh recorded when it built the cache (the build is not redone).
 baseline_pods_per_second: pods are created while kube-scheduler is stopped, then it is started with
-`kgwe.testing.controlplane.baseline_scheduler_config()` and we time first bind -> last bind. The extender
+`kgwe.localcluster.controlplane.baseline_scheduler_config()` and we time first bind -> last bind. The extender
 benchmark must use `baseline_scheduler_config(extenders=[...])` to be comparable.
 """
 
@@ -24,9 +24,9 @@ from pathlib import Path
 
 from kubernetes import client, watch
 
-from kgwe.testing import gpunodes
-from kgwe.testing.controlplane import ControlPlane, baseline_scheduler_config, find_binaries
-from kgwe.testing.gotools import recorded_build_seconds
+from kgwe.localcluster import gpunodes
+from kgwe.localcluster.controlplane import ControlPlane, baseline_scheduler_config, find_binaries
+from kgwe.localcluster.gotools import recorded_build_seconds
 
 BASELINE_SCHEDULER = baseline_scheduler_config()
 MACHINE_MIX = ("DGX-H100", "DGX-A100", "A100-PCIE-NVLINK-PAIRS", "L40S-8-PCIE", "DGX-1-V100")

@@ -104,7 +104,8 @@ def main() -> None:
         f"chargeback, {n:,} intervals, October by team+namespace: SQLite {sqlite_s:.2f} s "
         f"(load {load_s:.0f} s) -> {total}"
     )
-    from kgwe.testing.postgres import PostgresServer
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.harness
+    from tests.harness.postgres import PostgresServer
 
     with PostgresServer() as pg:
         pg_s, load_s, total = chargeback_seconds(pg.url, n, book)

@@ -15,12 +15,15 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import yaml
 
-from kgwe.testing import chart
-from kgwe.testing.gotools import recorded_build_seconds
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.harness
+from kgwe.localcluster.gotools import recorded_build_seconds
+from tests.harness import chart
 
 SEED = ("--set", "scheduler.enabled=true", "--set", "migController.enabled=true")
 

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import tempfile
 import time
 from pathlib import Path
 
-from kgwe.testing.image import build_image, container, uncompressed_size_bytes
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.harness
+from tests.harness.image import build_image, container, uncompressed_size_bytes
 
 
 def main() -> None:

@@ -33,11 +33,11 @@ from kgwe.cluster.client import ensure_namespace, list_items
 from kgwe.cluster.crds import install_crds
 from kgwe.cluster.names import MIG_STATE_LABEL
 from kgwe.gitops.webhook import sign
+from kgwe.localcluster import gpunodes
+from kgwe.localcluster.controlplane import ControlPlane, find_binaries
+from kgwe.localcluster.gitserver import GitHttpsServer
 from kgwe.reconcile.controller import Controller
 from kgwe.reconcile.repository import GROUP, PLURAL, VERSION, RepositoryReconciler
-from kgwe.testing import gpunodes
-from kgwe.testing.controlplane import ControlPlane, find_binaries
-from kgwe.testing.gitserver import GitHttpsServer
 
 NS = "kgwe-system"
 POOL = "bench"

@@ -6,4 +6,4 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 python="${PYTHON:-$root/.venv/bin/python}"
 [[ -x "$python" ]] || { echo "render-deploy: $python not found; run \`make venv\` first" >&2; exit 1; }
-exec "$python" -m kgwe.testing.chart --out "$root/deploy"
+cd "$root" && exec "$python" -m tests.harness.chart --out "$root/deploy"

@@ -1,7 +1,7 @@
-"""Shared pytest plugins. Each area's fixtures live in kgwe/testing so the demo and benchmarks reuse them."""
+"""Shared pytest plugins: the local cluster (kgwe.localcluster), the image and PostgreSQL harnesses."""
 
 pytest_plugins: list[str] = [
-    "kgwe.testing.pytest_postgres",
-    "kgwe.testing.pytest_cluster",
-    "kgwe.testing.pytest_image",
+    "tests.harness.pytest_postgres",
+    "tests.harness.pytest_cluster",
+    "tests.harness.pytest_image",
 ]

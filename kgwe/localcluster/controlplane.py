@@ -39,8 +39,8 @@ import yaml
 from kubernetes import client
 
 from kgwe.errors import KgweError
+from kgwe.localcluster.pki import PkiFiles, write_pki
 from kgwe.resources import hack_dir
-from kgwe.testing.pki import PkiFiles, write_pki
 
 BUILD_SCRIPT = hack_dir() / "cluster-bins.sh"
 WRAPPER_GO_MOD = hack_dir() / "k8s" / "go.mod"

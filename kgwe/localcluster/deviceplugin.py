@@ -34,7 +34,7 @@ from kubernetes.client.exceptions import ApiException
 
 from kgwe.errors import KgweError
 from kgwe.gpu.products import base_product
-from kgwe.testing.watching import watch_loop
+from kgwe.localcluster.watching import watch_loop
 from kgwe.vocab import (
     DEVICE_PLUGIN_CONFIG_LABEL,
     GPU_COUNT_LABEL,
@@ -80,7 +80,7 @@ def nvidia_loader_reads(text: str) -> dict[str, Any]:
     """The Config NVIDIA's own loader (`api/config/v1.NewConfig`, what `nvidia-device-plugin --config-file`
     runs at start) reads from config `text`, as its JSON; InvalidDevicePluginConfig with the loader's message
     when it refuses the file. Builds hack/dpconfig on first use (Go)."""
-    from kgwe.testing.gotools import tool_dir
+    from kgwe.localcluster.gotools import tool_dir
 
     binary = tool_dir("dpconfig") / "dpconfig"
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", encoding="utf-8") as fh:

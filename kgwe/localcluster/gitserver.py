@@ -18,7 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from ssl import PROTOCOL_TLS_SERVER, SSLContext
 
-from kgwe.testing.pki import write_pki
+from kgwe.localcluster.pki import write_pki
 
 MAX_BODY_BYTES = 64 * 1024 * 1024
 

@@ -10,8 +10,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from kgwe.localcluster.controlplane import ControlPlaneError
 from kgwe.resources import hack_dir
-from kgwe.testing.controlplane import ControlPlaneError
 
 TOOL_SCRIPT = hack_dir() / "tool-bins.sh"
 

@@ -28,7 +28,7 @@ from kubernetes.client.exceptions import ApiException
 
 from kgwe.errors import KgweError
 from kgwe.gpu import catalog, layouts
-from kgwe.testing.gpunodes import (
+from kgwe.localcluster.gpunodes import (
     MIG_CONFIG_LABEL,
     MIG_MANAGER_DEPLOY_LABEL,
     MIG_STATE_LABEL,
@@ -36,7 +36,7 @@ from kgwe.testing.gpunodes import (
     MigLayout,
     gpu_resources,
 )
-from kgwe.testing.watching import watch_loop
+from kgwe.localcluster.watching import watch_loop
 from kgwe.vocab import MIG_RESOURCE_PREFIX
 
 log = logging.getLogger(__name__)

@@ -8,7 +8,7 @@ import functools
 import subprocess
 from pathlib import Path
 
-from kgwe.testing.gotools import tool_dir
+from kgwe.localcluster.gotools import tool_dir
 
 
 @functools.cache
@@ -57,7 +57,7 @@ class PrometheusServer:
 
         import yaml
 
-        from kgwe.testing.controlplane import free_port
+        from kgwe.localcluster.controlplane import free_port
 
         self.workdir.mkdir(parents=True, exist_ok=True)
         config = {

@@ -154,7 +154,7 @@ def _prepare_cluster(api: Any, budgets: list[dict]) -> None:
 
 def _create_gpu_nodes(api: Any, inventory: dict) -> dict[str, list[str]]:
     """A simulated GPU node per inventory node; returns pool -> node names of the pools MIG policy covers."""
-    from kgwe.testing import gpunodes
+    from kgwe.localcluster import gpunodes
 
     pools: dict[str, list[str]] = {}
     for node in inventory["spec"]["nodes"]:
@@ -275,9 +275,9 @@ def _start_controller(
 def start_kgwe_scheduling(cp: Any, policy_dir: Path) -> tuple[Any, int]:
     """The extender as its own process, and kube-scheduler restarted with KGWE's rendered configuration
     (profile `kgwe-scheduler`, calling that extender). Returns the extender process and its port."""
+    from kgwe.localcluster.extender_process import start_extender
     from kgwe.policy import load_repository
     from kgwe.render.render import RenderOptions, render
-    from kgwe.testing.extender_process import start_extender
 
     proc, port = start_extender(cp.kubeconfig_path, "--namespace", NS)
     options = RenderOptions(
@@ -305,8 +305,8 @@ def place_workloads(api: Any, timeout: float) -> list[tuple[str, str]]:
     from kubernetes import client
 
     from kgwe.cluster.client import ensure_namespace
+    from kgwe.localcluster.controlplane import KWOK_HOLD_ANNOTATION
     from kgwe.resources import workload_examples_dir
-    from kgwe.testing.controlplane import KWOK_HOLD_ANNOTATION
 
     examples = workload_examples_dir()
     custom = client.CustomObjectsApi(api)
@@ -367,7 +367,7 @@ def follow_demand(api: Any, timeout: float) -> None:
     docs/mig-rebalancing.md), and the pods schedule."""
     from kubernetes import client
 
-    from kgwe.testing.controlplane import KWOK_HOLD_ANNOTATION
+    from kgwe.localcluster.controlplane import KWOK_HOLD_ANNOTATION
 
     namespace, profile, count = BURST
     core = client.CoreV1Api(api)
@@ -448,8 +448,8 @@ def meter_and_report(controller: Any, bare: Path, pods: list[tuple[str, str]], t
 
 
 def _start_prometheus(tmp: Path, controller_port: int, extender_port: int) -> Any:
+    from kgwe.localcluster.prometheus import PrometheusServer
     from kgwe.observability.rules import RULES_FILE
-    from kgwe.testing.prometheus import PrometheusServer
 
     targets = {
         "kgwe-controller": f"127.0.0.1:{controller_port}",
@@ -483,7 +483,7 @@ def _check_monitoring(prom: Any, api: Any, pools: dict[str, list[str]], extender
     unhealthy, the extender stops."""
     from kubernetes import client
 
-    from kgwe.testing.prometheus import panel_coverage
+    from kgwe.localcluster.prometheus import panel_coverage
     from kgwe.topology import health
 
     _say("\n== monitoring: the dashboards' queries on a real Prometheus, and provoked alerts ==")
@@ -509,10 +509,10 @@ def _check_monitoring(prom: Any, api: Any, pools: dict[str, list[str]], extender
 
 
 def run(args: argparse.Namespace) -> int:
-    from kgwe.testing.controlplane import ControlPlane, find_binaries
-    from kgwe.testing.deviceplugin import DevicePluginStandIn
-    from kgwe.testing.gitserver import GitHttpsServer
-    from kgwe.testing.migmanager import MigManagerStandIn
+    from kgwe.localcluster.controlplane import ControlPlane, find_binaries
+    from kgwe.localcluster.deviceplugin import DevicePluginStandIn
+    from kgwe.localcluster.gitserver import GitHttpsServer
+    from kgwe.localcluster.migmanager import MigManagerStandIn
 
     inventory = _sample_documents("GPUInventory", "inventory")[0]
     budgets = _sample_documents("GPUBudget", "budgets")

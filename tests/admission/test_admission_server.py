@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from kgwe.admission.server import MAX_BODY_BYTES, make_server
-from kgwe.testing.pki import write_pki
+from kgwe.localcluster.pki import write_pki
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""Helpers for the cluster I/O tests (real kube-apiserver from kgwe.testing.pytest_cluster)."""
+"""Helpers for the cluster I/O tests (real kube-apiserver from tests.harness.pytest_cluster)."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ from kubernetes import client
 
 from kgwe.cost.metering_watch import MeteringWatch
 from kgwe.cost.usage import Period
-from kgwe.testing.pods import gpu_pod, wait_for
+from tests.harness.pods import gpu_pod, wait_for
 
 pytestmark = pytest.mark.cluster
 

@@ -16,8 +16,8 @@ import pytest
 from kgwe.cost.prometheus import ENGINE_ACTIVE, MAX_STEPS, PrometheusClient, by_pod, fitting_step
 from kgwe.cost.utilization import reclaimable_pods
 from kgwe.errors import KgweError
-from kgwe.testing.dcgm import exposition, instance, serve_exporter
-from kgwe.testing.prometheus import PrometheusServer
+from kgwe.localcluster.prometheus import PrometheusServer
+from tests.harness.dcgm import exposition, instance, serve_exporter
 
 BUSY, IDLE, TWO, UNMEASURED = ("ml", "busy"), ("ml", "idle"), ("ml", "two"), ("ml", "queued")
 RENAMED = ("ml", "renamed")

@@ -8,7 +8,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from kgwe.resources import deploy_dir
-from kgwe.testing.deployed import apply_docs
+from tests.harness.deployed import apply_docs
 
 pytestmark = pytest.mark.cluster
 

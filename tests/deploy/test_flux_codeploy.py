@@ -28,13 +28,14 @@ from kubernetes import client
 from kgwe.cluster.client import ensure_namespace
 from kgwe.cluster.names import FIELD_MANAGER as KGWE
 from kgwe.cluster.names import SCHEDULER_CONFIG_HASH_ANNOTATION, SCHEDULER_DEPLOYMENT
+from kgwe.localcluster import gpunodes
+from kgwe.localcluster.controlplane import ControlPlane, find_binaries, free_port, tail
+from kgwe.localcluster.gitserver import GitHttpsServer
+from kgwe.localcluster.migmanager import MigManagerStandIn
 from kgwe.resources import deploy_dir, sample_repo_dir
-from kgwe.testing import chart, flux, gpunodes
-from kgwe.testing.controlplane import ControlPlane, find_binaries, free_port, tail
-from kgwe.testing.crds import install_crds
-from kgwe.testing.gitserver import GitHttpsServer
-from kgwe.testing.migmanager import MigManagerStandIn
-from kgwe.testing.writes import WriteRecorder, object_key
+from tests.harness import chart, flux
+from tests.harness.crds import install_crds
+from tests.harness.writes import WriteRecorder, object_key
 
 pytestmark = pytest.mark.cluster
 

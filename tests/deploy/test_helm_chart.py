@@ -12,8 +12,8 @@ import yaml
 
 from kgwe.errors import KgweError
 from kgwe.resources import deploy_dir
-from kgwe.testing import chart
-from kgwe.testing.chart import CHART_DIR, helm, template
+from tests.harness import chart
+from tests.harness.chart import CHART_DIR, helm, template
 
 SEED = ("--set", "scheduler.enabled=true", "--set", "migController.enabled=true")
 

@@ -14,9 +14,9 @@ from kubernetes import client, dynamic
 from kubernetes.client.exceptions import ApiException
 
 from kgwe.cluster.client import ensure_namespace
-from kgwe.testing import gpunodes
-from kgwe.testing.chart import CHART_DIR, helm
-from kgwe.testing.controlplane import ControlPlane, find_binaries
+from kgwe.localcluster import gpunodes
+from kgwe.localcluster.controlplane import ControlPlane, find_binaries
+from tests.harness.chart import CHART_DIR, helm
 
 pytestmark = pytest.mark.cluster
 
@@ -153,7 +153,7 @@ def test_every_manifest_is_accepted_by_the_apiserver(helm_cluster):
             dyn.resources.get(api_version=doc["apiVersion"], kind=doc["kind"]),
             body=doc, field_manager="dry-run-test", force_conflicts=True,
         )  # fmt: skip
-    from kgwe.testing.crds import install_crds
+    from tests.harness.crds import install_crds
 
     install_crds(helm_cluster.api, crds)
     dyn = dynamic.DynamicClient(helm_cluster.api)  # rediscover the new APIs

@@ -13,9 +13,9 @@ from kgwe.cluster.names import (
     SCHEDULING_ENABLED,
     SCHEDULING_NAMESPACE_LABEL,
 )
+from kgwe.localcluster.controlplane import pinned_kubernetes_version
 from kgwe.resources import deploy_dir
-from kgwe.testing.controlplane import pinned_kubernetes_version
-from kgwe.testing.kgwe_scheduler import IN_CLUSTER_CLIENT_DIR, rendered_config_text
+from tests.harness.kgwe_scheduler import IN_CLUSTER_CLIENT_DIR, rendered_config_text
 
 
 def docs() -> list[dict]:

@@ -16,10 +16,10 @@ from kubernetes import client
 
 from kgwe.extender.engine import Engine
 from kgwe.extender.index import ClusterIndex
-from kgwe.testing.deployed import eventually
-from kgwe.testing.extender_process import start_extender
-from kgwe.testing.kgwe_scheduler import LocalScheduler, local_config, rendered_config_text
-from kgwe.testing.processes import stop
+from kgwe.localcluster.extender_process import start_extender
+from tests.harness.deployed import eventually
+from tests.harness.kgwe_scheduler import LocalScheduler, local_config, rendered_config_text
+from tests.harness.processes import stop
 
 pytestmark = pytest.mark.cluster
 

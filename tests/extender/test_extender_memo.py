@@ -10,7 +10,7 @@ from kgwe.extender.core import NodeTable
 from kgwe.extender.engine import Engine
 from kgwe.extender.index import ClusterIndex
 from kgwe.extender.nodes import NodeState
-from kgwe.testing.gpunodes import machine, node_manifest
+from kgwe.localcluster.gpunodes import machine, node_manifest
 
 
 def gpu_pod(uid: str, gpus: int = 1, node: str | None = None) -> dict:

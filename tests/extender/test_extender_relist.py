@@ -9,7 +9,7 @@ from kgwe.extender.app import Metrics
 from kgwe.extender.engine import Engine
 from kgwe.extender.index import ASSUME_SECONDS, ClusterIndex
 from kgwe.extender.request import parse_pod
-from kgwe.testing.gpunodes import machine, node_manifest
+from kgwe.localcluster.gpunodes import machine, node_manifest
 
 
 def pod(

@@ -8,7 +8,7 @@ import orjson
 from kgwe.extender.engine import Engine
 from kgwe.extender.index import ClusterIndex, pod_field_selector
 from kgwe.extender.k8s import gpu_holders
-from kgwe.testing.gpunodes import machine, node_manifest
+from kgwe.localcluster.gpunodes import machine, node_manifest
 
 
 def pod(name: str, node: str, gpus: int, index: str | None = None) -> dict:

@@ -8,8 +8,8 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client
 
-from kgwe.testing.controlplane import ControlPlane
-from kgwe.testing.pytest_cluster import own_control_plane
+from kgwe.localcluster.controlplane import ControlPlane
+from tests.harness.pytest_cluster import own_control_plane
 
 
 @pytest.fixture(scope="package")

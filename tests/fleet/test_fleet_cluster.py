@@ -22,8 +22,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from kgwe import cli
-from kgwe.testing.crds import install_crds
 from kgwe.topology import health
+from tests.harness.crds import install_crds
 
 pytestmark = pytest.mark.cluster
 

@@ -1,7 +1,8 @@
 """Golden output of every fleet command's table and JSON, from fixed objects (pure: no cluster).
 
-The inputs are what the API returns: simulated GPU Operator nodes (kgwe.testing.gpunodes.node_manifest) with
-the agent's health annotation, GPUWorkloads and a PolicyRepository with the status their controllers write.
+The inputs are what the API returns: simulated GPU Operator nodes (kgwe.localcluster.gpunodes.node_manifest)
+with the agent's health annotation, GPUWorkloads and a PolicyRepository with the status their controllers
+write.
 A change of format shows up as a diff against tests/fleet/golden/; regenerate deliberately with
 KGWE_UPDATE_GOLDEN=1 and review the diff."""
 
@@ -21,7 +22,7 @@ from kgwe.fleet.nodes import HEALTH_COLUMNS, NODE_COLUMNS, health_rows, node_row
 from kgwe.fleet.status import status_document, status_text
 from kgwe.fleet.watch_view import frame
 from kgwe.fleet.workloads import WORKLOAD_COLUMNS, workload_rows
-from kgwe.testing.gpunodes import machine, node_manifest
+from kgwe.localcluster.gpunodes import machine, node_manifest
 from kgwe.topology import health
 
 GOLDEN = Path(__file__).parent / "golden"

@@ -1,5 +1,5 @@
 """Token auth against a real smart-HTTP git server over HTTPS on loopback (git http-backend behind a
-Basic-auth check, kgwe.testing.gitserver)."""
+Basic-auth check, kgwe.localcluster.gitserver)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from kgwe.gitops.auth import GitCredentials
 from kgwe.gitops.commit_back import CommitBack
 from kgwe.gitops.source import GitRef, GitSource, GitSourceError
-from kgwe.testing.gitserver import GitHttpsServer
+from kgwe.localcluster.gitserver import GitHttpsServer
 
 TOKEN = "ghp_exampletoken123"
 

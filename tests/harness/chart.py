@@ -5,7 +5,7 @@ Namespace object a kustomize base needs) and writes each template's output to th
 `out` (templates/controller/deployment.yaml -> deploy/controller/deployment.yaml), plus a kustomization.yaml
 listing them. `make deploy` writes deploy/ this way; a test renders again and fails on any difference.
 
-    python -m kgwe.testing.chart [--out deploy]
+    python -m tests.harness.chart [--out deploy]
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from kgwe.errors import KgweError
+from kgwe.localcluster.gotools import tool_dir
 from kgwe.resources import deploy_dir
-from kgwe.testing.gotools import tool_dir
 
 CHART_DIR = deploy_dir() / "helm" / "kgwe"
 RELEASE = "kgwe"

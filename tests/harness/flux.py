@@ -29,9 +29,9 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from kgwe.localcluster.controlplane import ControlPlaneError, _die_with_parent, free_port, tail
+from kgwe.localcluster.gotools import tool_dir
 from kgwe.resources import hack_dir
-from kgwe.testing.controlplane import ControlPlaneError, _die_with_parent, free_port, tail
-from kgwe.testing.gotools import tool_dir
 
 WRAPPER_GO_MOD = hack_dir() / "flux" / "go.mod"
 CONTROLLER_MODULE = "github.com/fluxcd/kustomize-controller"

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from kgwe.testing.controlplane import cache_base
+from kgwe.localcluster.controlplane import cache_base
 
 # The image is built from a checkout (hack/image and the Containerfile are not in the wheel).
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -21,9 +21,9 @@ from typing import Any
 
 import yaml
 
+from kgwe.localcluster.controlplane import Binaries, ControlPlaneError, free_port, stop_process_group, tail
 from kgwe.policy.loader import PolicySet
 from kgwe.render.render import RenderOptions, render, scheduler_config_text
-from kgwe.testing.controlplane import Binaries, ControlPlaneError, free_port, stop_process_group, tail
 
 IN_CLUSTER_CLIENT_DIR = "/etc/kgwe/extender-client"  # where the Deployment mounts the extender client Secret
 

@@ -26,9 +26,9 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from kgwe.testing import gpunodes
-from kgwe.testing.controlplane import ControlPlane, ControlPlaneError, find_binaries
-from kgwe.testing.migmanager import MigManagerStandIn
+from kgwe.localcluster import gpunodes
+from kgwe.localcluster.controlplane import ControlPlane, ControlPlaneError, find_binaries
+from kgwe.localcluster.migmanager import MigManagerStandIn
 
 _CLUSTER_FIXTURES = {"control_plane", "k8s_api", "namespace", "gpu_node", "mig_manager"}
 _state: dict[str, Any] = {"control_plane": None}

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from kgwe.testing.image import BuiltImage, Container, ImageError, build_image, container
+from tests.harness.image import BuiltImage, Container, ImageError, build_image, container
 
 _IMAGE_FIXTURES = {"kgwe_image", "image_container"}
 

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from kgwe.testing.postgres import PostgresServer
+from tests.harness.postgres import PostgresServer
 
 
 @pytest.fixture(scope="session")

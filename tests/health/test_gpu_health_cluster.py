@@ -16,14 +16,14 @@ import pytest
 from kubernetes import client
 
 from kgwe.cli import main
-from kgwe.testing.deployed import eventually
-from kgwe.testing.extender_process import start_extender
-from kgwe.testing.kgwe_scheduler import LocalScheduler, local_config, rendered_config_text
-from kgwe.testing.pods import gpu_pod
-from kgwe.testing.processes import start_kgwe, stop
+from kgwe.localcluster.extender_process import start_extender
 from kgwe.topology import health
 from kgwe.topology.fake_nvml import FAULTS_FILE_ENV
 from kgwe.vocab import GPU_HEALTH_CONDITION
+from tests.harness.deployed import eventually
+from tests.harness.kgwe_scheduler import LocalScheduler, local_config, rendered_config_text
+from tests.harness.pods import gpu_pod
+from tests.harness.processes import start_kgwe, stop
 
 pytestmark = pytest.mark.cluster
 KGWE = "kgwe-scheduler"

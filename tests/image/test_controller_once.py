@@ -12,7 +12,7 @@ from kubernetes import client
 from kgwe.errors import KgweError
 from kgwe.reconcile import controller_cmd
 from kgwe.reconcile.status import Outcome
-from kgwe.testing.crds import install_crds
+from tests.harness.crds import install_crds
 
 pytestmark = pytest.mark.cluster
 

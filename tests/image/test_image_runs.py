@@ -13,7 +13,7 @@ import pytest
 
 from kgwe import __version__
 from kgwe.resources import sample_repo_dir
-from kgwe.testing.image import REPO_ROOT
+from tests.harness.image import REPO_ROOT
 
 from .test_image_sources import containerfile_config, project
 

@@ -11,7 +11,7 @@ import yaml
 from packaging.requirements import Requirement
 from packaging.version import Version
 
-from kgwe.testing.image import REPO_ROOT
+from tests.harness.image import REPO_ROOT
 
 IMAGE_NAME = "ghcr.io/kgwe/kgwe"
 

@@ -13,7 +13,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from kgwe.testing.controlplane import (
+from kgwe.localcluster.controlplane import (
     BUILD_SCRIPT,
     ControlPlane,
     ControlPlaneError,
@@ -22,7 +22,7 @@ from kgwe.testing.controlplane import (
     find_binaries,
     free_port,
 )
-from kgwe.testing.pytest_cluster import delete_namespace
+from tests.harness.pytest_cluster import delete_namespace
 
 
 def _alive(pid: int) -> bool:

@@ -10,7 +10,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from kgwe.testing.controlplane import ControlPlane, find_binaries
+from kgwe.localcluster.controlplane import ControlPlane, find_binaries
 
 pytestmark = pytest.mark.cluster
 

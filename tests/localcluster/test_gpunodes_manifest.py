@@ -8,7 +8,7 @@ import pytest
 from kubernetes import client
 
 from kgwe.errors import KgweError
-from kgwe.testing import gpunodes
+from kgwe.localcluster import gpunodes
 from kgwe.topology import annotation, known
 
 

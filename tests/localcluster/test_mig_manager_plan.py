@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kgwe.gpu import catalog
-from kgwe.testing.migmanager import InvalidMigConfig, plan_layout
+from kgwe.localcluster.migmanager import InvalidMigConfig, plan_layout
 
 H100 = catalog.model_by_key("H100-80GB")
 L40S = catalog.model_for_product("NVIDIA-L40S")

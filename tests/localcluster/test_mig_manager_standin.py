@@ -13,8 +13,8 @@ import yaml
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
-from kgwe.testing.gpunodes import MIG_CONFIG_LABEL, MIG_STATE_LABEL
-from kgwe.testing.migmanager import MigManagerStandIn
+from kgwe.localcluster.gpunodes import MIG_CONFIG_LABEL, MIG_STATE_LABEL
+from kgwe.localcluster.migmanager import MigManagerStandIn
 
 pytestmark = pytest.mark.cluster
 

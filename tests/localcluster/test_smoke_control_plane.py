@@ -9,7 +9,7 @@ from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
 from kgwe.cluster.crds import install_crds, repo_crds
-from kgwe.testing.controlplane import ControlPlane
+from kgwe.localcluster.controlplane import ControlPlane
 
 pytestmark = pytest.mark.cluster
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import yaml
 
+from kgwe.localcluster.prometheus import promtool
 from kgwe.observability.rules import RULES_FILE, RUNBOOKS_DIR, alert_rules, runbook_path
-from kgwe.testing.prometheus import promtool
 
 UNIT_TESTS = Path(__file__).parent / "rules" / "kgwe-alerts.test.yaml"
 

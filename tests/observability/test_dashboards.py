@@ -10,8 +10,8 @@ from pathlib import Path
 
 import yaml
 
+from kgwe.localcluster.prometheus import promtool
 from kgwe.observability import dashboards
-from kgwe.testing.prometheus import promtool
 
 KGWE_SOURCES = Path(dashboards.__file__).resolve().parents[1]
 DEPLOY_MONITORING = dashboards.DASHBOARDS_DIR.parents[4] / "monitoring"

@@ -18,7 +18,7 @@ _PROBE = """
 import sys
 from pathlib import Path
 import kgwe.resources as resources
-from kgwe.testing import controlplane
+from kgwe.localcluster import controlplane
 site = Path(sys.argv[1])
 assert Path(resources.__file__).is_relative_to(site), resources.__file__
 assert resources.hack_dir().is_relative_to(site), resources.hack_dir()

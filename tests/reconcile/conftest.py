@@ -134,7 +134,7 @@ def kgwe_crds(k8s_api: client.ApiClient) -> None:
 
 @pytest.fixture
 def kgwe_mig_manager(k8s_api: client.ApiClient) -> Iterator[Any]:
-    from kgwe.testing.migmanager import MigManagerStandIn
+    from kgwe.localcluster.migmanager import MigManagerStandIn
 
     with MigManagerStandIn(
         k8s_api, delay_seconds=0.3, config_namespace=MIG_NS, config_map="kgwe-mig-parted-config"
@@ -154,7 +154,7 @@ def e2e(
     """A fresh pool label, a policy remote served over HTTPS on loopback (PolicyRepository URLs must be
     https:// or ssh://; git trusts the test CA through GIT_SSL_CAINFO), and helpers to create the
     PolicyRepository and nodes."""
-    from kgwe.testing.gitserver import GitHttpsServer
+    from kgwe.localcluster.gitserver import GitHttpsServer
 
     pool = f"e2e-{secrets.token_hex(3)}"
     remote = PolicyRemote(tmp_path)

@@ -214,7 +214,7 @@ def test_failed_node_stops_the_pool_and_restart_resumes_without_repeating(k8s_ap
     original = kgwe_mig_manager._plan
 
     def failing_plan(node, config_name):
-        from kgwe.testing.migmanager import InvalidMigConfig
+        from kgwe.localcluster.migmanager import InvalidMigConfig
 
         if node.metadata.name == bad_node:
             raise InvalidMigConfig("simulated hardware failure")

@@ -14,7 +14,7 @@ from kubernetes.client.exceptions import ApiException
 from kgwe.reconcile.repository import RepositoryReconciler
 from kgwe.reconcile.status import condition
 from kgwe.resources import deploy_dir
-from kgwe.testing.deployed import apply_docs
+from tests.harness.deployed import apply_docs
 
 pytestmark = pytest.mark.cluster
 SA_USER = "system:serviceaccount:kgwe-system:kgwe-controller"

@@ -38,15 +38,15 @@ from kgwe.cluster.names import (
     SCHEDULING_ENABLED,
     SCHEDULING_NAMESPACE_LABEL,
 )
+from kgwe.localcluster.extender_process import start_extender
 from kgwe.policy import load_repository
 from kgwe.reconcile.scheduler_config import config_hash
 from kgwe.reconcile.status import condition
 from kgwe.resources import sample_repo_dir
-from kgwe.testing.deployed import apply_docs, deploy_docs, eventually
-from kgwe.testing.extender_process import start_extender
-from kgwe.testing.kgwe_scheduler import LocalScheduler, local_config
-from kgwe.testing.processes import LISTENING, start_kgwe, stop
 from kgwe.topology import known
+from tests.harness.deployed import apply_docs, deploy_docs, eventually
+from tests.harness.kgwe_scheduler import LocalScheduler, local_config
+from tests.harness.processes import LISTENING, start_kgwe, stop
 
 pytestmark = pytest.mark.cluster
 wait = functools.partial(eventually, timeout=120)  # a shared, loaded machine

@@ -17,11 +17,11 @@ import pytest
 from kubernetes import client
 
 from kgwe.cli import main
+from kgwe.localcluster.extender_process import start_extender
 from kgwe.reconcile.repository import RepositoryReconciler
-from kgwe.testing.deployed import eventually
-from kgwe.testing.extender_process import start_extender
-from kgwe.testing.kgwe_scheduler import LocalScheduler, local_config, rendered_config_text
-from kgwe.testing.processes import stop
+from tests.harness.deployed import eventually
+from tests.harness.kgwe_scheduler import LocalScheduler, local_config, rendered_config_text
+from tests.harness.processes import stop
 
 pytestmark = pytest.mark.cluster
 
@@ -208,9 +208,9 @@ def test_idle_instances_measured_through_prometheus_are_not_demand_and_an_outage
     Prometheus) is not demand the pool must keep; with Prometheus gone every held instance counts again and
     UtilizationAvailable=False says why; without --prometheus the condition says it is not configured."""
     from kgwe.cost.prometheus import PrometheusClient
+    from kgwe.localcluster.prometheus import PrometheusServer
     from kgwe.reconcile.controller import activity_reader
-    from kgwe.testing.dcgm import exposition, instance, serve_exporter
-    from kgwe.testing.prometheus import PrometheusServer
+    from tests.harness.dcgm import exposition, instance, serve_exporter
 
     core, pool, ns = e2e.core, e2e.pool, e2e.namespace
     (node,) = e2e.make_nodes(1)

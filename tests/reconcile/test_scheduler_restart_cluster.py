@@ -9,7 +9,7 @@ from kubernetes import client
 from kgwe.cluster.names import SCHEDULER_CONFIG_HASH_ANNOTATION, SCHEDULER_CONFIG_KEY, SCHEDULER_CONFIGMAP
 from kgwe.reconcile.scheduler_config import config_hash
 from kgwe.reconcile.scheduler_restart import SchedulerRestarter
-from kgwe.testing.kgwe_scheduler import rendered_config_text
+from tests.harness.kgwe_scheduler import rendered_config_text
 
 pytestmark = pytest.mark.cluster
 

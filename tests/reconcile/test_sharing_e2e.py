@@ -13,14 +13,14 @@ import orjson
 import pytest
 import yaml
 
+from kgwe.localcluster.deviceplugin import DevicePluginStandIn
+from kgwe.localcluster.extender_process import start_extender
 from kgwe.policy.sharing_strategy import GPUSharingStrategy
 from kgwe.reconcile.repository import RepositoryReconciler
 from kgwe.render.sharing import config_key
-from kgwe.testing.deployed import eventually
-from kgwe.testing.deviceplugin import DevicePluginStandIn
-from kgwe.testing.extender_process import start_extender
-from kgwe.testing.kgwe_scheduler import LocalScheduler, local_config, rendered_config_text
-from kgwe.testing.processes import stop
+from tests.harness.deployed import eventually
+from tests.harness.kgwe_scheduler import LocalScheduler, local_config, rendered_config_text
+from tests.harness.processes import stop
 
 pytestmark = pytest.mark.cluster
 

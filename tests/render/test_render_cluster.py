@@ -117,8 +117,8 @@ def test_rendered_objects_pass_a_server_side_dry_run(k8s_api, namespace):
 
 
 def test_kube_scheduler_accepts_the_rendered_configuration(control_plane, tmp_path):
+    from kgwe.localcluster.pki import write_mtls_dirs
     from kgwe.render.render import RenderOptions
-    from kgwe.testing.pki import write_mtls_dirs
 
     _, client_dir = write_mtls_dirs(tmp_path)  # kube-scheduler loads the client certificate at startup
     ps = load_repository(sample_repo_dir())

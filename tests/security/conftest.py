@@ -61,7 +61,7 @@ def policy_repo(tmp_path: Path) -> Repo:
 def policy_crds(k8s_api):
     """The CRDs from deploy/crds on the real API server, and the controller's namespace."""
     from kgwe.cluster.client import ensure_namespace
-    from kgwe.testing.crds import install_crds
+    from tests.harness.crds import install_crds
 
     install_crds(k8s_api)
     ensure_namespace(k8s_api, "kgwe-system")

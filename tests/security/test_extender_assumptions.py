@@ -11,7 +11,7 @@ import orjson
 from kgwe.extender.engine import Engine
 from kgwe.extender.index import MAX_ASSUMED_PER_NODE, UNCONFIRMED_SECONDS, ClusterIndex
 from kgwe.extender.profile import Profile
-from kgwe.testing.gpunodes import machine, node_manifest
+from kgwe.localcluster.gpunodes import machine, node_manifest
 
 NODES = ["dgx-1", "dgx-2"]
 

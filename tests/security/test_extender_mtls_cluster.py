@@ -15,12 +15,12 @@ import yaml
 from kubernetes import client
 
 from kgwe.cluster.names import SCHEDULER_NAME
+from kgwe.localcluster.controlplane import default_scheduler_config
+from kgwe.localcluster.extender_process import https_request, spawn_extender
+from kgwe.localcluster.pki import extender_tls_flags, write_mtls_dirs
 from kgwe.policy import load_repository
 from kgwe.render.render import RenderOptions, render
 from kgwe.resources import sample_repo_dir
-from kgwe.testing.controlplane import default_scheduler_config
-from kgwe.testing.extender_process import https_request, spawn_extender
-from kgwe.testing.pki import extender_tls_flags, write_mtls_dirs
 
 pytestmark = pytest.mark.cluster
 

@@ -18,8 +18,8 @@ import orjson
 import pytest
 
 from kgwe.extender.app import MAX_REQUEST_BYTES as MAX_BODY
-from kgwe.testing.extender_process import https_request, spawn_extender
-from kgwe.testing.pki import extender_tls_flags, write_mtls_dirs
+from kgwe.localcluster.extender_process import https_request, spawn_extender
+from kgwe.localcluster.pki import extender_tls_flags, write_mtls_dirs
 
 ROOT = Path(__file__).resolve().parents[2]
 INVENTORY = """\

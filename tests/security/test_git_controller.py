@@ -21,9 +21,9 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from kgwe.gitops.gitcmd import GitAccess
+from kgwe.localcluster.gitserver import GitHttpsServer
 from kgwe.reconcile.controller import Controller
 from kgwe.reconcile.repository import RepositoryReconciler
-from kgwe.testing.gitserver import GitHttpsServer
 
 NS = "kgwe-system"
 PR = ("kgwe.nvidia.io", "v1", NS, "policyrepositories")

@@ -16,7 +16,7 @@ import pytest
 from kubernetes import client
 
 from kgwe.gitops.webhook import ControllerHTTPServer, PushEvent, repository_key, sign
-from kgwe.testing.crds import install_crds
+from tests.harness.crds import install_crds
 
 SECRET = b"hook-secret"
 REPO = "https://git.example.com/platform/gpu-policy.git"

@@ -18,8 +18,8 @@ from kgwe.cost.metering_watch import MeteringWatch
 from kgwe.cost.spool import Spool
 from kgwe.cost.store import CostStore
 from kgwe.cost.usage import Period, UsageInterval
-from kgwe.testing.pods import gpu_pod, wait_for
-from kgwe.testing.postgres import PostgresServer
+from tests.harness.pods import gpu_pod, wait_for
+from tests.harness.postgres import PostgresServer
 
 pytestmark = [pytest.mark.cluster, pytest.mark.postgres]
 

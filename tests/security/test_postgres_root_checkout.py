@@ -9,7 +9,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from kgwe.testing.postgres import PostgresServer, _bin_dir
+from tests.harness.postgres import PostgresServer, _bin_dir
 
 pytestmark = pytest.mark.postgres
 

@@ -9,15 +9,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kgwe.policy import load_repository
-from kgwe.render.render import render
-from kgwe.render.sharing import config_key
-from kgwe.testing.deviceplugin import (
+from kgwe.localcluster.deviceplugin import (
     InvalidDevicePluginConfig,
     advertised,
     nvidia_loader_reads,
     parse_config,
 )
+from kgwe.policy import load_repository
+from kgwe.render.render import render
+from kgwe.render.sharing import config_key
 
 INVENTORY = """
 apiVersion: kgwe.nvidia.io/v1

@@ -27,13 +27,12 @@ from prometheus_client import CollectorRegistry
 from kgwe.cluster.events import EventRecorder
 from kgwe.cost.service import CostService
 from kgwe.cost.store import CostStore
+from kgwe.localcluster.controlplane import KWOK_HOLD_ANNOTATION, default_scheduler_config
+from kgwe.localcluster.extender_process import start_extender
 from kgwe.policy import load_repository
 from kgwe.reconcile.costs import CostDuties
 from kgwe.reconcile.repository import RepositoryReconciler
 from kgwe.render.render import RenderOptions, render
-from kgwe.testing.controlplane import KWOK_HOLD_ANNOTATION, default_scheduler_config
-from kgwe.testing.crds import install_crds
-from kgwe.testing.extender_process import start_extender
 from kgwe.workloads.controller import (
     GROUP,
     PLURAL,
@@ -43,6 +42,7 @@ from kgwe.workloads.controller import (
     WorkloadReconciler,
 )
 from kgwe.workloads.convert import convert
+from tests.harness.crds import install_crds
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "docs" / "examples" / "gpuworkloads"
@@ -470,7 +470,7 @@ def budget_repository(k8s_api, namespace, tmp_path) -> Iterator[RepositoryReconc
     loopback, and the controller's reconciler for it."""
     from kgwe.cluster.client import ensure_namespace
     from kgwe.gitops.gitcmd import GitAccess
-    from kgwe.testing.gitserver import GitHttpsServer
+    from kgwe.localcluster.gitserver import GitHttpsServer
 
     env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@x", "GIT_COMMITTER_NAME": "t"}
     env |= {"GIT_COMMITTER_EMAIL": "t@x", "HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
