@@ -178,6 +178,26 @@ def test_one_resource_quota_per_budgeted_namespace(sample, rendered):
     assert ds["spec"]["hard"]["requests.nvidia.com/gpu"] == "4"
 
 
+def test_an_enforced_budget_caps_its_namespace_quota_and_no_other(sample, rendered):
+    capped_hard = {"requests.nvidia.com/gpu": "1"}
+    caps = render(
+        sample,
+        options=RenderOptions(repository="gpu-policy", revision="abc123"),
+        quota_caps={"ds-notebooks": capped_hard},
+    )
+    before = {q["metadata"]["namespace"]: q for q in by_kind(rendered.objects, "ResourceQuota")}
+    after = {q["metadata"]["namespace"]: q for q in by_kind(caps.objects, "ResourceQuota")}
+    assert after["ds-notebooks"]["spec"]["hard"] == capped_hard
+    assert after["ds-notebooks"]["metadata"] == before["ds-notebooks"]["metadata"]
+    assert {ns: q for ns, q in after.items() if ns != "ds-notebooks"} == {
+        ns: q for ns, q in before.items() if ns != "ds-notebooks"
+    }
+    # everything but the quota is the same text
+    assert {k: v for k, v in caps.files.items() if k != "resource-quotas.yaml"} == {
+        k: v for k, v in rendered.files.items() if k != "resource-quotas.yaml"
+    }
+
+
 def test_render_is_byte_identical(sample, tmp_path):
     first = render(sample, options=RenderOptions(repository="r"))
     second = render(load_repository(sample_repo_dir()), options=RenderOptions(repository="r"))
