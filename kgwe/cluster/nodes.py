@@ -91,11 +91,19 @@ class NodeOps:
         self.core = client.CoreV1Api(api_client)
         self.guard = guard
         self.writes = 0
+        self.written: dict[str, str] = {}  # node -> resourceVersion of this object's last patch of it
         self._lock = threading.Lock()
 
     def _count(self) -> None:
         with self._lock:
             self.writes += 1
+
+    def forget(self, versions: Mapping[str, str]) -> None:
+        """Drop the written versions a reader has seen (a newer patch of a node since is kept)."""
+        with self._lock:
+            for name, version in versions.items():
+                if self.written.get(name) == version:
+                    del self.written[name]
 
     def _check_leader(self) -> None:
         if self.guard is not None and not self.guard():
@@ -103,12 +111,15 @@ class NodeOps:
 
     def _patch(self, name: str, body: dict) -> None:
         self._check_leader()
-        # the patched Node is not used: a lean PATCH (a fleet-wide rollout patches every node); errors still
-        # raise ApiException
-        lean_patch(
+        # a lean PATCH (a fleet-wide rollout patches every node): only the new resourceVersion is read back,
+        # so a node cache can tell when it shows this write; errors still raise ApiException
+        version = lean_patch(
             self.core.api_client, f"/api/v1/nodes/{quote(name, safe='')}", body, field_manager=FIELD_MANAGER
         )
-        self._count()
+        with self._lock:
+            self.writes += 1
+            if version:
+                self.written[name] = version
 
     def relabel(
         self, name: str, config: str, now: datetime | None = None, revision: str | None = None
