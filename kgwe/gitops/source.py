@@ -215,8 +215,13 @@ class GitSource:
                 ca_file=self.ca_file,
             )
 
-    def fetch(self) -> Revision:
-        """Fetch (bounded retries with backoff) and resolve the tracked ref to a commit."""
+    def fetch(self, *, moved: bool = False) -> Revision:
+        """Fetch (bounded retries with backoff) and resolve the tracked ref to a commit. Nothing is fetched
+        when the mirror already has what the ref names: the pinned commit, or the branch or tag where the
+        remote has it now (one `git ls-remote`: a poll of an unchanged repository transfers nothing).
+        `moved`: the caller knows the ref moved (a push said so), so the remote is not asked first."""
+        if not moved and self._up_to_date():
+            return Revision(self.ref.name, self._resolve())
         try:
             with_retries(
                 self._fetch_once,
@@ -231,6 +236,34 @@ class GitSource:
                 f"fetching {self.display_url} failed after {self.attempts} attempt(s): {_git_error_text(exc)}"
             ) from exc
         return Revision(self.ref.name, self._resolve())
+
+    def _up_to_date(self) -> bool:
+        """Whether the mirror has the tracked commit, or the tracked branch or tag where the remote has it
+        (asked once, without retries: any doubt is settled by the fetch)."""
+        if not (self.mirror_path / "HEAD").exists():
+            return False
+        name = f"refs/tags/{self.ref.tag}" if self.ref.tag else f"refs/heads/{self.ref.branch}"
+        try:
+            if self.ref.commit:
+                self.repo.git.cat_file("-e", "--end-of-options", f"{self.ref.commit}^{{commit}}")
+                return True
+            local = self.repo.git.rev_parse("--verify", "--quiet", "--end-of-options", name)
+            url = check_url(self.url, allow_local=self.allow_local)
+            with git_environment(
+                self.credentials, connect_timeout_seconds=int(self.timeout_seconds), url=url
+            ) as env:
+                listed = run_git(
+                    ["ls-remote", "--", url, name],
+                    cwd=self.mirror_path,
+                    env=env,
+                    timeout_seconds=self.timeout_seconds,
+                    allow_local=self.allow_local,
+                    ca_file=self.ca_file,
+                )
+        except git.GitCommandError:
+            return False
+        remote = [line.split("\t", 1) for line in listed.splitlines()]
+        return any(ref == name and sha == local for sha, ref in remote)
 
     def _resolve(self) -> str:
         if self.ref.commit:
