@@ -455,7 +455,7 @@ def test_git_credentials_come_from_the_referenced_secret(k8s_api, e2e):
     try:
         again = rec.reconcile()
         assert again.phase in ("ready", "progressing"), again.message
-        source = next(iter(rec._sources.values()))
+        source = next(iter(rec.git._sources.values()))
         assert source.credentials.username == "kgwe-bot" and source.credentials.password == "token-123"
     finally:
         e2e.core.delete_namespaced_secret(f"{e2e.pool}-git", SYSTEM_NS)

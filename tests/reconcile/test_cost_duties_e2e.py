@@ -1,6 +1,7 @@
 """The controller's cost duties on the real control plane: a pod holding a GPU is metered, its budget
-(Enforce) caps the namespace's quota through the normal apply path, the cap lifts in the next period, and
-cost reports land as a commit in the policy repository on the reports schedule."""
+(Enforce) caps the namespace's quota through the normal apply path in the very pass that finds the budget
+exhausted, the cap lifts in the next period, and cost reports land as a commit in the policy repository on
+the reports schedule."""
 
 from __future__ import annotations
 
@@ -59,12 +60,14 @@ def test_metering_enforce_cap_and_scheduled_reports(k8s_api, e2e, kgwe_mig_manag
     store = CostStore(str(tmp_path / "cost.db"))
     store.migrate()
     duties = CostDuties(CostService(store, cluster="e2e"), refresh_seconds=0, now=lambda: clock["now"])
-    rec = RepositoryReconciler(k8s_api, "kgwe-system", e2e.pool, cache_dir=tmp_path / "cache")
+    rec = RepositoryReconciler(
+        k8s_api, "kgwe-system", e2e.pool, cache_dir=tmp_path / "cache", budget_caps=duties.budget_caps
+    )
     core = client.CoreV1Api(k8s_api)
 
-    def reconcile() -> None:
+    def reconcile() -> None:  # one controller pass over the repository: reconcile, then the cost duties
         rec.reconcile()
-        duties.after_reconcile(rec, e2e.obj())
+        duties.after_reconcile(rec.view(e2e.obj()))
 
     def quota_gpus() -> str | None:
         try:
@@ -102,8 +105,7 @@ def test_metering_enforce_cap_and_scheduled_reports(k8s_api, e2e, kgwe_mig_manag
 
         # An hour of an H100 at $4.10 exhausts the $1 budget: Enforce caps the quota at current use (1 GPU).
         clock["now"] += timedelta(hours=1)
-        reconcile()  # the cost duties decide the cap ...
-        reconcile()  # ... and the next reconcile applies it through the normal apply path
+        reconcile()  # the pass that finds the budget exhausted applies the cap (no interval of lag)
         assert quota_gpus() == "1"
         reconcile()
         assert quota_gpus() == "1", "the cap must hold across reconciles (no flapping with the render)"
@@ -122,7 +124,6 @@ def test_metering_enforce_cap_and_scheduled_reports(k8s_api, e2e, kgwe_mig_manag
         wait_for("the interval to close", lambda: not store.open_usage())
         now = clock["now"]
         clock["now"] = (now.replace(day=1, hour=0, minute=0) + timedelta(days=32)).replace(day=1, hour=1)
-        reconcile()
         reconcile()
         assert quota_gpus() == "8"
     finally:
