@@ -142,3 +142,53 @@ def _tree(e2e) -> list[str]:
 
 def _log(e2e) -> str:
     return _git(e2e, "log", "--format=%H %an %s", "main")
+
+
+def test_a_restarted_controller_prices_workloads_before_its_first_pass_converges(k8s_api, e2e, tmp_path):
+    """A GPUWorkload's cost does not wait for a whole policy reconcile: once the validate step has loaded
+    the applied revision (in force), the cost duties have its prices and every workload is requeued."""
+    from kgwe.reconcile.controller import Controller
+
+    e2e.make_nodes(1)
+    e2e.remote.commit({**e2e.base, "policy/pricing.yaml": PRICING})
+    e2e.make_repository()
+    first = RepositoryReconciler(k8s_api, "kgwe-system", e2e.pool, cache_dir=tmp_path / "before")
+    assert first.reconcile().applied_revision  # what a controller before the restart applied
+    workload = {
+        "apiVersion": "kgwe.nvidia.io/v1",
+        "kind": "GPUWorkload",
+        "metadata": {"name": "chat", "namespace": e2e.namespace},
+        "spec": {
+            "gpuRequirements": {"count": 1},
+            "workloadType": "Inference",
+            "roles": [{"name": "server", "replicas": 1}],
+            "podTemplate": {"spec": {"containers": [{"name": "c", "image": "serve:1"}]}},
+        },
+    }
+    client.CustomObjectsApi(k8s_api).create_namespaced_custom_object(
+        "kgwe.nvidia.io", "v1", e2e.namespace, "gpuworkloads", workload
+    )
+    store = CostStore(str(tmp_path / "cost.db"))
+    store.migrate()
+    applied_when_priced: list[object] = []
+
+    class Watched(CostDuties):
+        def prices_in_force(self, policy):
+            applied_when_priced.append(controller._reconciler(e2e.pool).last_sync)
+            return super().prices_in_force(policy)
+
+    duties = Watched(CostService(store, cluster="e2e"))
+    controller = Controller(
+        k8s_api,
+        "kgwe-system",
+        cache_dir=tmp_path / "after",
+        costs=duties,
+        listen=None,
+        leader_election=False,
+    )
+    assert duties.book is None  # a fresh controller knows no prices
+    assert controller.workloads is not None and controller.workloads.queue.get(0.1) is None
+    controller._reconcile_one(e2e.pool, e2e.obj())
+    assert applied_when_priced[0] is None  # priced before this pass applied anything
+    assert duties.book is not None and duties.book.currency == "USD"
+    assert controller.workloads.queue.get(5.0) == f"{e2e.namespace}/chat"
