@@ -2,13 +2,21 @@
 
     .venv/bin/python bench/reconcile.py [--quick] [--nodes N]
 
-On N DGX-H100 kwok nodes (default 1,250 × 8 GPUs): a fleet-wide MIG policy change (CPU time of the reconcile
+On N DGX-H100 kwok nodes (default 1,250 × 8 GPUs), the reconciler as the controller runs it (its GPU
+nodes kept by the node cache's watch): a fleet-wide MIG policy change (CPU and wall time of the reconcile
 that renders, diffs and applies it, and its API writes), a no-op reconcile (writes and wall time), and
 commit → applied latency through the signed webhook (excluding MIG manager delays: the figure stops when the
-PolicyRepository reports the revision applied and the nodes relabelled).
+PolicyRepository reports the revision applied and the nodes relabelled), with the time to its first write
+(the mig-parted ConfigMap, seen by a watch) and where the webhook's pass spent its time (its trace spans).
 
-Last line: JSON with fleet_change_cpu_seconds, fleet_change_writes, noop_writes, noop_seconds,
-noop_cpu_seconds, webhook_to_applied_seconds.
+The floor, measured in the same run: the same N node patches (the relabel's body) sent by a minimal client —
+bodies serialised beforehand, urllib3 on the API client's certificates, no response decoding — with 8 and
+with 32 connections at once, the faster counting. The fleet-wide change's wall time over it is
+fleet_change_ratio_to_floor.
+
+Last line: JSON with fleet_change_cpu_seconds, fleet_change_seconds, fleet_change_writes, floor_seconds,
+fleet_change_ratio_to_floor, noop_writes, noop_seconds, noop_cpu_seconds, webhook_to_first_write_seconds,
+webhook_to_applied_seconds, webhook_pass_seconds (per step).
 """
 
 from __future__ import annotations
@@ -25,19 +33,33 @@ import threading
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
 from pathlib import Path
 
+import orjson
 from kubernetes import client
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from kgwe.cluster.client import ensure_namespace, list_items
+from kgwe.cluster.client import STRATEGIC_MERGE_PATCH, ensure_namespace, list_items
 from kgwe.cluster.crds import install_crds
-from kgwe.cluster.names import MIG_STATE_LABEL
+from kgwe.cluster.names import (
+    ACKNOWLEDGED_ANNOTATION,
+    MIG_CONFIG_LABEL,
+    MIG_STATE_LABEL,
+    REQUESTED_AT_ANNOTATION,
+    RETRY_ANNOTATION,
+    ROLLOUT_REVISION_ANNOTATION,
+)
+from kgwe.cluster.nodecache import NodeCache
 from kgwe.gitops.webhook import sign
 from kgwe.localcluster import gpunodes
 from kgwe.localcluster.controlplane import ControlPlane, find_binaries
 from kgwe.localcluster.gitserver import GitHttpsServer
+from kgwe.observability import tracing
 from kgwe.reconcile.controller import Controller
 from kgwe.reconcile.repository import GROUP, PLURAL, VERSION, RepositoryReconciler
+from kgwe.render.render import RenderOptions
+from kgwe.timestamps import format_rfc3339
 
 NS = "kgwe-system"
 POOL = "bench"
@@ -99,8 +121,91 @@ def wait_until_settled(api: client.ApiClient, count: int, timeout_s: float = 300
     return time.monotonic() - t0
 
 
+def floor_seconds(api: client.ApiClient, names: list[str], config: str, workers: int) -> float:
+    """Wall seconds for a minimal client to send every node the relabel's patch, `workers` at once: bodies
+    serialised beforehand, urllib3 on the API client's certificates, answers drained, not decoded."""
+    import urllib3
+
+    cfg = api.configuration
+    pool = urllib3.PoolManager(
+        num_pools=4,
+        maxsize=workers,
+        cert_reqs="CERT_REQUIRED",
+        ca_certs=cfg.ssl_ca_cert,
+        cert_file=cfg.cert_file,
+        key_file=cfg.key_file,
+    )
+    stamp = format_rfc3339(datetime.now(UTC))
+    body = orjson.dumps(
+        {
+            "metadata": {
+                "labels": {MIG_CONFIG_LABEL: config, MIG_STATE_LABEL: None},
+                "annotations": {
+                    REQUESTED_AT_ANNOTATION: stamp,
+                    ROLLOUT_REVISION_ANNOTATION: f"floor-{workers}",
+                    RETRY_ANNOTATION: None,
+                    ACKNOWLEDGED_ANNOTATION: None,
+                },
+            }
+        }
+    )
+    headers = {"Content-Type": STRATEGIC_MERGE_PATCH, "Accept": "application/json"}
+    urls = [f"{cfg.host}/api/v1/nodes/{n}?fieldManager=kgwe-controller" for n in names]
+
+    def patch(url: str) -> None:
+        response = pool.request("PATCH", url, body=body, headers=headers, preload_content=False)
+        response.drain_conn()
+        response.release_conn()
+        assert response.status == 200, response.status
+
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=workers) as threads:
+        list(threads.map(patch, urls))
+    return time.perf_counter() - t0
+
+
+def first_write_after(
+    api: client.ApiClient, started: threading.Event, seen: list[float], stop: threading.Event
+):
+    """When the mig-parted ConfigMap first changes after `started` is set (the webhook's first write)."""
+    from kubernetes import watch
+
+    options = RenderOptions()
+    core = client.CoreV1Api(api)
+    version = core.read_namespaced_config_map(options.mig_config_name, options.mig_namespace).metadata
+    w = watch.Watch()
+    for event in w.stream(
+        core.list_namespaced_config_map,
+        options.mig_namespace,
+        field_selector=f"metadata.name={options.mig_config_name}",
+        resource_version=version.resource_version,
+        timeout_seconds=300,
+    ):
+        if event["type"] == "MODIFIED" and started.is_set():
+            seen.append(time.perf_counter())
+            w.stop()
+        if stop.is_set():
+            w.stop()
+
+
 def writes(rec: RepositoryReconciler) -> float:
     return rec.metrics.writes.labels(POOL)._value.get() + rec.status_writes + rec.recorder.writes
+
+
+def pass_steps(spans: InMemorySpanExporter, posted_ns: int) -> dict[str, float]:
+    """Seconds from the push to the last traced reconcile pass ("queued"), of the pass, and of each of its
+    steps (its spans)."""
+    finished = spans.get_finished_spans()
+    roots = [s for s in finished if s.name == "kgwe.reconcile"]
+    if not roots:
+        return {}
+    root = roots[-1]
+    steps = {"queued": (root.start_time - posted_ns) / 1e9, "pass": (root.end_time - root.start_time) / 1e9}
+    for span in finished:
+        if span.context.trace_id == root.context.trace_id and span is not root:
+            name = span.name.removeprefix("kgwe.reconcile.")
+            steps[name] = steps.get(name, 0.0) + (span.end_time - span.start_time) / 1e9
+    return steps
 
 
 def main() -> int:
@@ -151,7 +256,9 @@ def main() -> int:
             },
         )
 
-        rec = RepositoryReconciler(api, NS, POOL, cache_dir=tmp / "cache")
+        stop_cache = threading.Event()
+        node_cache = NodeCache(api).start(stop_cache)  # as the controller runs it
+        rec = RepositoryReconciler(api, NS, POOL, cache_dir=tmp / "cache", node_cache=node_cache)
         t0 = time.monotonic()
         first = rec.reconcile()
         print(f"first reconcile: {first.phase}, {time.monotonic() - t0:.2f}s")
@@ -193,9 +300,18 @@ def main() -> int:
             f"fleet-wide change: {change.phase}, cpu {fleet_cpu:.2f}s, wall {fleet_wall:.2f}s, "
             f"{fleet_writes:.0f} writes ({relabels} node relabels)"
         )
+        selected = client.CoreV1Api(api).read_node(names[0]).metadata.labels[MIG_CONFIG_LABEL]
+        floors = {n: floor_seconds(api, names, selected, n) for n in (8, 32)}
+        floor = min(floors.values())
+        print(
+            f"floor: {count} node patches by a minimal client in {floor:.2f}s "
+            f"({', '.join(f'{n} at once: {s:.2f}s' for n, s in floors.items())}); "
+            f"the fleet-wide change took {fleet_wall / floor:.2f}× that"
+        )
         mig_manager_reports_success(api, names)
         rec.reconcile()
 
+        stop_cache.set()
         secret = b"bench-secret"
         controller = Controller(
             api,
@@ -213,6 +329,14 @@ def main() -> int:
         while controller.reconciles == 0 and time.monotonic() < deadline:
             time.sleep(0.05)
         time.sleep(0.5)
+        posted, first_seen, stop_watch = threading.Event(), [], threading.Event()
+        watcher = threading.Thread(
+            target=first_write_after, args=(api, posted, first_seen, stop_watch), daemon=True
+        )
+        watcher.start()
+        spans = InMemorySpanExporter()
+        tracing.configure("kgwe-bench", exporter=spans)
+        time.sleep(0.5)  # the watch is established
         sha = commit(work, "2g.20gb")
         body = json.dumps(
             {
@@ -232,7 +356,8 @@ def main() -> int:
                 "X-Hub-Signature-256": sign(secret, body.encode()),
             },
         )
-        t0 = time.perf_counter()
+        posted.set()
+        t0, t0_ns = time.perf_counter(), time.time_ns()
         urllib.request.urlopen(req, timeout=10).read()
         want = f"main@sha1:{sha}"
         while time.monotonic() < deadline:
@@ -241,17 +366,30 @@ def main() -> int:
                 break
             time.sleep(0.02)
         webhook_seconds = time.perf_counter() - t0
-        print(f"commit → applied through the webhook: {webhook_seconds:.2f}s")
+        stop_watch.set()
+        watcher.join(timeout=30)
+        first_write = first_seen[0] - t0 if first_seen else float("nan")
+        tracing.disable()
+        steps = pass_steps(spans, t0_ns)
+        print(
+            f"commit → applied through the webhook: {webhook_seconds:.2f}s, first write after "
+            f"{first_write:.2f}s; its pass: " + ", ".join(f"{k} {v:.2f}s" for k, v in steps.items())
+        )
         stop.set()
         thread.join(timeout=30)
 
     result = {
         "fleet_change_cpu_seconds": round(fleet_cpu, 3),
+        "fleet_change_seconds": round(fleet_wall, 3),
         "fleet_change_writes": int(fleet_writes),
+        "floor_seconds": round(floor, 3),
+        "fleet_change_ratio_to_floor": round(fleet_wall / floor, 3),
         "noop_writes": int(noop_writes),
         "noop_seconds": round(noop_seconds, 3),
         "noop_cpu_seconds": round(noop_cpu, 3),
+        "webhook_to_first_write_seconds": round(first_write, 3),
         "webhook_to_applied_seconds": round(webhook_seconds, 3),
+        "webhook_pass_seconds": {k: round(v, 3) for k, v in steps.items()},
     }
     print(json.dumps(result))
     return 0
