@@ -267,12 +267,16 @@ def main() -> int:
         print(f"after MIG success: {settled.phase}")
 
         profiler = cProfile.Profile() if args.profile else None
+        noop_spans = InMemorySpanExporter()
+        tracing.configure("kgwe-bench", exporter=noop_spans)
         w0, t0, c0, plans = writes(rec), time.perf_counter(), time.process_time(), rec.plans_computed
         if profiler:
             profiler.enable()
         noop = rec.reconcile()
         noop_seconds = time.perf_counter() - t0
         noop_cpu = time.process_time() - c0
+        tracing.disable()
+        noop_steps = pass_steps(noop_spans, time.time_ns())
         replanned = rec.plans_computed - plans
         if profiler:
             profiler.disable()
@@ -280,17 +284,22 @@ def main() -> int:
         noop_writes = writes(rec) - w0
         print(
             f"no-op reconcile: {noop.phase}, {noop_seconds:.2f}s wall, {noop_cpu:.2f}s CPU, "
-            f"{noop_writes:.0f} writes, planned again: {'yes' if replanned else 'no'}"
+            f"{noop_writes:.0f} writes, planned again: {'yes' if replanned else 'no'}; "
+            + ", ".join(f"{k} {v:.3f}s" for k, v in noop_steps.items() if k != "queued")
         )
 
         commit(work, "3g.40gb")
         profiler = cProfile.Profile() if args.profile else None
+        change_spans = InMemorySpanExporter()
+        tracing.configure("kgwe-bench", exporter=change_spans)
         w0, c0, t0 = writes(rec), time.process_time(), time.perf_counter()
         if profiler:
             profiler.enable()
         change = rec.reconcile()
         fleet_cpu = time.process_time() - c0
         fleet_wall = time.perf_counter() - t0
+        tracing.disable()
+        change_steps = pass_steps(change_spans, time.time_ns())
         if profiler:
             profiler.disable()
             pstats.Stats(profiler).sort_stats("tottime").print_stats(40)
@@ -298,7 +307,8 @@ def main() -> int:
         relabels = sum(1 for a in rec.last_plan.actions if a.kind == "relabel")
         print(
             f"fleet-wide change: {change.phase}, cpu {fleet_cpu:.2f}s, wall {fleet_wall:.2f}s, "
-            f"{fleet_writes:.0f} writes ({relabels} node relabels)"
+            f"{fleet_writes:.0f} writes ({relabels} node relabels); "
+            + ", ".join(f"{k} {v:.3f}s" for k, v in change_steps.items() if k != "queued")
         )
         selected = client.CoreV1Api(api).read_node(names[0]).metadata.labels[MIG_CONFIG_LABEL]
         floors = {n: floor_seconds(api, names, selected, n) for n in (8, 32)}
@@ -390,6 +400,7 @@ def main() -> int:
         "webhook_to_first_write_seconds": round(first_write, 3),
         "webhook_to_applied_seconds": round(webhook_seconds, 3),
         "webhook_pass_seconds": {k: round(v, 3) for k, v in steps.items()},
+        "fleet_change_pass_seconds": {k: round(v, 3) for k, v in change_steps.items() if k != "queued"},
     }
     print(json.dumps(result))
     return 0

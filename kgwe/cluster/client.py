@@ -12,6 +12,10 @@ from kubernetes.config.config_exception import ConfigException
 
 from kgwe.errors import KgweError
 
+# API calls one client makes at once at most (a rollout wave patches this many nodes side by side): its
+# connection pool keeps that many connections, so none is opened and thrown away per call
+API_CONNECTIONS = 16
+
 
 class DeadlineApiClient(client.ApiClient):
     """An ApiClient whose every call without its own `_request_timeout` gets `request_timeout_s`, except
@@ -50,6 +54,7 @@ def api_client(
                     "no Kubernetes credentials: pass --kubeconfig, set KUBECONFIG or run in a cluster"
                 )
             config.load_kube_config(config_file=default, context=context, client_configuration=configuration)
+        configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize, API_CONNECTIONS)
         api = DeadlineApiClient(configuration)
         api.request_timeout_s = request_timeout_s
         return api
