@@ -1,17 +1,17 @@
 """The GPU nodes as the one list+watch loop (kgwe.cluster.watch) keeps them, so a reconcile reads them
 without listing the cluster each time: at 1,250 nodes the list was most of a no-op reconcile.
 
-A watch lags the API server by the time an event takes to arrive, so a reader passes the resourceVersions
-its own writes returned (`written`) and gets the nodes only once the cache has seen them (resourceVersions
-of one resource compare as integers: Kubernetes' comparable resource versions). Anyone else's change is
-seen as a fresh list would have seen it a moment earlier: the rollout decision already allows for a node
-changing after it was read.
+A watch lags the API server by the time an event takes to arrive, so every node patch made in this process
+tells the cache the resourceVersion it returned (`expect`), and a reader gets the nodes only once the cache
+has seen all of them (resourceVersions of one resource compare as integers: Kubernetes' comparable resource
+versions). Anyone else's change is seen as a fresh list would have seen it a moment earlier: the rollout
+decision already allows for a node changing after it was read.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from kubernetes import client
@@ -36,6 +36,7 @@ class NodeCache:
         self.core = client.CoreV1Api(api_client)
         self.label_selector = label_selector
         self._nodes: dict[str, dict[str, Any]] = {}
+        self._expected: dict[str, str] = {}  # node -> resourceVersion a write in this process returned
         self._synced = False
         self._changed = threading.Condition()
         self._thread: threading.Thread | None = None
@@ -76,15 +77,21 @@ class NodeCache:
                 self._nodes[name] = node
             self._changed.notify_all()
 
-    def nodes(self, written: Mapping[str, str], timeout_seconds: float) -> list[dict[str, Any]] | None:
-        """Every cached GPU node once the cache is synced and has seen `written` (node -> resourceVersion a
-        write returned; a node gone since counts as seen); None when that takes over `timeout_seconds`."""
+    def expect(self, name: str, version: str) -> None:
+        """A patch of node `name` returned `version`: readers wait until the cache shows it."""
+        with self._changed:
+            if not resource_version_at_least(self._expected.get(name), version):
+                self._expected[name] = version
+
+    def nodes(self, timeout_seconds: float) -> list[dict[str, Any]] | None:
+        """Every cached GPU node once the cache is synced and shows every expected write (a node gone since
+        counts as shown); None when the cache is not running or that takes over `timeout_seconds`."""
 
         def caught_up() -> bool:
             return self._synced and all(
                 name not in self._nodes
                 or resource_version_at_least(self._nodes[name]["metadata"].get("resourceVersion"), version)
-                for name, version in written.items()
+                for name, version in self._expected.items()
             )
 
         if self._thread is None or not self._thread.is_alive():
@@ -92,4 +99,5 @@ class NodeCache:
         with self._changed:
             if not self._changed.wait_for(caught_up, timeout=timeout_seconds):
                 return None
+            self._expected.clear()
             return list(self._nodes.values())

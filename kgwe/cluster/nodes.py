@@ -87,23 +87,22 @@ def gpu_pods_by_node(core: client.CoreV1Api, pods: list[dict] | None = None) -> 
 class NodeOps:
     """`guard` (the leader gate) is asked before every write; NotLeader stops the rollout at once."""
 
-    def __init__(self, api_client: client.ApiClient, *, guard: Callable[[], bool] | None = None) -> None:
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        *,
+        guard: Callable[[], bool] | None = None,
+        on_write: Callable[[str, str], None] | None = None,
+    ) -> None:
         self.core = client.CoreV1Api(api_client)
         self.guard = guard
+        self.on_write = on_write  # told (node, resourceVersion) after each patch, e.g. NodeCache.expect
         self.writes = 0
-        self.written: dict[str, str] = {}  # node -> resourceVersion of this object's last patch of it
         self._lock = threading.Lock()
 
     def _count(self) -> None:
         with self._lock:
             self.writes += 1
-
-    def forget(self, versions: Mapping[str, str]) -> None:
-        """Drop the written versions a reader has seen (a newer patch of a node since is kept)."""
-        with self._lock:
-            for name, version in versions.items():
-                if self.written.get(name) == version:
-                    del self.written[name]
 
     def _check_leader(self) -> None:
         if self.guard is not None and not self.guard():
@@ -116,10 +115,9 @@ class NodeOps:
         version = lean_patch(
             self.core.api_client, f"/api/v1/nodes/{quote(name, safe='')}", body, field_manager=FIELD_MANAGER
         )
-        with self._lock:
-            self.writes += 1
-            if version:
-                self.written[name] = version
+        self._count()
+        if version and self.on_write is not None:
+            self.on_write(name, version)
 
     def relabel(
         self, name: str, config: str, now: datetime | None = None, revision: str | None = None

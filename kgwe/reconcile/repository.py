@@ -75,7 +75,7 @@ log = logging.getLogger(__name__)
 
 GROUP, VERSION, PLURAL = API_GROUP, CRD_VERSION, POLICY_REPOSITORY_PLURAL
 
-CACHE_WAIT_SECONDS = 10.0  # how long the node cache may take to show this reconciler's writes (else: list)
+CACHE_WAIT_SECONDS = 10.0  # how long the node cache may take to show this process's node patches (else: list)
 
 Loaded = tuple[PolicySet | None, list[str]]  # a revision's policy (None: could not be read) and its errors
 
@@ -164,7 +164,11 @@ class RepositoryReconciler:
             attempts=git_attempts,
         )
         self.writes = ClusterWrites(
-            api_client, self.repository_label, scheduler_namespace=self.options.namespace, is_leader=is_leader
+            api_client,
+            self.repository_label,
+            scheduler_namespace=self.options.namespace,
+            is_leader=is_leader,
+            on_node_write=node_cache.expect if node_cache is not None else None,
         )
         self.last_rebalance = RebalanceResult()
         self.last_sync: SyncResult | None = None
@@ -340,13 +344,11 @@ class RepositoryReconciler:
         self.last_sync, self.last_plan = sync, p.plan
 
     def _observe(self) -> Observed:
-        """The GPU nodes (from the node cache once it has seen this reconciler's own writes, else listed)
-        and the live pods."""
-        written = self.writes.node_versions()
-        nodes = self.node_cache.nodes(written, CACHE_WAIT_SECONDS) if self.node_cache is not None else None
+        """The GPU nodes (from the node cache once it shows every node patch this process made, else
+        listed) and the live pods."""
+        nodes = self.node_cache.nodes(CACHE_WAIT_SECONDS) if self.node_cache is not None else None
         if nodes is None:
             nodes = list_items(self.core.list_node, label_selector=GPU_NODE_SELECTOR)
-        self.writes.seen(written)
         pods = live_pods(self.core)
         facts = facts_from_objects(nodes, gpu_pods_by_node(self.core, pods))
         return Observed(facts, pods, [p for p in pods if not (p.get("spec") or {}).get("nodeName")])

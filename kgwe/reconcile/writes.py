@@ -4,7 +4,7 @@ leader gate before each write (NotLeader stops the pass at once); `taken` sums w
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from kubernetes import client
 
@@ -22,11 +22,12 @@ class ClusterWrites:
         *,
         scheduler_namespace: str,
         is_leader: Callable[[], bool],
+        on_node_write: Callable[[str, str], None] | None = None,
     ) -> None:
         # kept for the reconciler's life: the Applier's API discovery is costly on a busy API server
         self.applier = Applier(api_client, repository_label, guard=is_leader)
-        self.mig_nodes = NodeOps(api_client, guard=is_leader)
-        self.sharing_nodes = SharingNodeOps(api_client, guard=is_leader)
+        self.mig_nodes = NodeOps(api_client, guard=is_leader, on_write=on_node_write)
+        self.sharing_nodes = SharingNodeOps(api_client, guard=is_leader, on_write=on_node_write)
         self.scheduler = SchedulerRestarter(api_client, scheduler_namespace, guard=is_leader)
         self._applied = 0
 
@@ -39,15 +40,6 @@ class ClusterWrites:
     def restart_scheduler(self) -> SchedulerSync:
         """Roll the KGWE scheduler onto the applied configuration when it changed."""
         return self.scheduler.sync()
-
-    def node_versions(self) -> dict[str, str]:
-        """node -> the resourceVersion this reconciler's last patch of it returned, until `seen`."""
-        return {**self.mig_nodes.written, **self.sharing_nodes.written}
-
-    def seen(self, versions: Mapping[str, str]) -> None:
-        """The nodes were read at (or after) `versions`: no need to wait for those writes again."""
-        for ops in (self.mig_nodes, self.sharing_nodes):
-            ops.forget(versions)
 
     def taken(self) -> int:
         """API writes made since the last call."""

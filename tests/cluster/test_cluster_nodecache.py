@@ -1,5 +1,5 @@
-"""The node cache on the real apiserver: it holds the GPU nodes the list+watch loop sees, a reader that names
-its own writes gets them only once the cache shows them, and a cache that is not running says so."""
+"""The node cache on the real apiserver: it holds the GPU nodes the list+watch loop sees, a reader gets them
+only once the cache shows every node patch the process made, and a cache that is not running says so."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ def by_name(nodes: list[dict] | None) -> dict[str, dict]:
     return {n["metadata"]["name"]: n for n in nodes}
 
 
-def test_a_reader_sees_its_own_writes_and_only_gpu_nodes(k8s_api, gpu_node, kio):
+def test_a_reader_sees_the_writes_made_through_the_cache_and_only_gpu_nodes(k8s_api, gpu_node, kio):
     node = gpu_node("DGX-H100")
     core = client.CoreV1Api(k8s_api)
     plain = f"cpu-{node}"
@@ -27,22 +27,26 @@ def test_a_reader_sees_its_own_writes_and_only_gpu_nodes(k8s_api, gpu_node, kio)
     stop = threading.Event()
     cache = NodeCache(k8s_api).start(stop)
     try:
-        assert node in by_name(cache.nodes({}, timeout_seconds=30))
-        assert plain not in by_name(cache.nodes({}, timeout_seconds=30))  # not a GPU node
+        assert node in by_name(cache.nodes(timeout_seconds=30))
+        assert plain not in by_name(cache.nodes(timeout_seconds=30))  # not a GPU node
 
-        ops = NodeOps(k8s_api)
+        written: list[tuple[str, str]] = []
+
+        def wrote(name: str, version: str) -> None:  # as the reconciler wires it: NodeOps -> NodeCache
+            written.append((name, version))
+            cache.expect(name, version)
+
+        ops = NodeOps(k8s_api, on_write=wrote)
         ops.relabel(node, "kgwe-written")
-        version = ops.written[node]
-        assert version == core.read_node(node).metadata.resource_version  # what the patch returned
-        seen = by_name(cache.nodes(ops.written, timeout_seconds=30))[node]
+        ((name, version),) = written
+        assert name == node and version == core.read_node(node).metadata.resource_version  # what it returned
+        seen = by_name(cache.nodes(timeout_seconds=30))[node]  # at once: no stale read of the own write
         assert seen["metadata"]["labels"]["nvidia.com/mig.config"] == "kgwe-written"
         assert resource_version_at_least(seen["metadata"]["resourceVersion"], version)
-        ops.forget({node: version})
-        assert ops.written == {}
 
-        core.delete_node(node)  # a node deleted since it was written counts as seen
-        kio.wait_for(lambda: node not in by_name(cache.nodes({}, timeout_seconds=30)), what="deletion seen")
-        assert cache.nodes({node: version}, timeout_seconds=30) is not None
+        core.delete_node(node)  # a node deleted since it was written counts as shown
+        cache.expect(node, version)
+        kio.wait_for(lambda: node not in by_name(cache.nodes(timeout_seconds=30)), what="deletion seen")
     finally:
         stop.set()
         core.delete_node(plain)
@@ -50,13 +54,14 @@ def test_a_reader_sees_its_own_writes_and_only_gpu_nodes(k8s_api, gpu_node, kio)
 
 def test_a_cache_that_never_started_or_cannot_catch_up_answers_none(k8s_api, gpu_node):
     idle = NodeCache(k8s_api)
-    assert idle.nodes({}, timeout_seconds=0.1) is None
+    assert idle.nodes(timeout_seconds=0.1) is None
     node = gpu_node("DGX-H100")
     stop = threading.Event()
     cache = NodeCache(k8s_api).start(stop)
     try:
-        assert cache.nodes({}, timeout_seconds=30) is not None
-        assert cache.nodes({node: str(10**15)}, timeout_seconds=0.5) is None  # a write it cannot have seen
+        assert cache.nodes(timeout_seconds=30) is not None
+        cache.expect(node, str(10**15))  # a write it cannot have seen
+        assert cache.nodes(timeout_seconds=0.5) is None
     finally:
         stop.set()
 
