@@ -6,12 +6,16 @@ tells the cache the resourceVersion it returned (`expect`), and a reader gets th
 has seen all of them (resourceVersions of one resource compare as integers: Kubernetes' comparable resource
 versions). Anyone else's change is seen as a fresh list would have seen it a moment earlier: the rollout
 decision already allows for a node changing after it was read.
+
+Of each node it keeps what planning reads (kgwe.cluster.inventory.facts_from_objects: name, labels,
+annotations, resourceVersion, spec.unschedulable), not its status or managedFields: a fleet's worth of those
+is most of the objects a long-running controller would otherwise hold and garbage-collect over and over.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kubernetes import client
@@ -20,6 +24,16 @@ from kgwe.cluster.inventory import GPU_NODE_SELECTOR
 from kgwe.cluster.watch import list_and_watch
 
 WATCH_TIMEOUT_SECONDS = 300
+_KEPT_METADATA = ("name", "labels", "annotations", "resourceVersion")
+
+
+def slim(node: Mapping[str, Any]) -> dict[str, Any]:
+    """The part of a Node object the cache keeps."""
+    meta = node.get("metadata") or {}
+    return {
+        "metadata": {k: meta[k] for k in _KEPT_METADATA if k in meta},
+        "spec": {"unschedulable": bool((node.get("spec") or {}).get("unschedulable"))},
+    }
 
 
 def resource_version_at_least(have: str | None, want: str) -> bool:
@@ -62,7 +76,7 @@ class NodeCache:
 
     def _listed(self, items: Sequence[dict[str, Any]]) -> None:
         with self._changed:
-            self._nodes = {n["metadata"]["name"]: n for n in items}
+            self._nodes = {n["metadata"]["name"]: slim(n) for n in items}
             self._synced = True
             self._changed.notify_all()
 
@@ -74,7 +88,7 @@ class NodeCache:
             if kind == "DELETED":
                 self._nodes.pop(name, None)
             else:
-                self._nodes[name] = node
+                self._nodes[name] = slim(node)
             self._changed.notify_all()
 
     def expect(self, name: str, version: str) -> None:

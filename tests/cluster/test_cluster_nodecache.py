@@ -42,6 +42,10 @@ def test_a_reader_sees_the_writes_made_through_the_cache_and_only_gpu_nodes(k8s_
         assert name == node and version == core.read_node(node).metadata.resource_version  # what it returned
         seen = by_name(cache.nodes(timeout_seconds=30))[node]  # at once: no stale read of the own write
         assert seen["metadata"]["labels"]["nvidia.com/mig.config"] == "kgwe-written"
+        assert (
+            set(seen) == {"metadata", "spec"} and "managedFields" not in seen["metadata"]
+        )  # what planning reads
+        assert seen["metadata"]["annotations"] == core.read_node(node).metadata.annotations
         assert resource_version_at_least(seen["metadata"]["resourceVersion"], version)
 
         core.delete_node(node)  # a node deleted since it was written counts as shown
