@@ -14,7 +14,7 @@ from kgwe.errors import KgweError
 
 # API calls one client makes at once at most (a rollout wave patches this many nodes side by side): its
 # connection pool keeps that many connections, so none is opened and thrown away per call
-API_CONNECTIONS = 16
+API_CONNECTIONS = 32
 
 
 class DeadlineApiClient(client.ApiClient):

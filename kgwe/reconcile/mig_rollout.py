@@ -17,7 +17,7 @@ from kgwe.reconcile.desired import Desired, node_states
 from kgwe.reconcile.node_actions import Record, Wording, carry_out
 from kgwe.reconcile.rollout import Action, RolloutPlan, apply_actions, plan_rollout
 
-NODE_WORKERS = API_CONNECTIONS  # nodes patched side by side (16 came close to the floor's best, 8 did not)
+NODE_WORKERS = API_CONNECTIONS  # nodes patched side by side: as many as the API server takes at once
 MAX_NODES_IN_EVENT = 10
 
 WORDING = Wording(cordoned="for a MIG layout change", uncordoned="after MIG change")
