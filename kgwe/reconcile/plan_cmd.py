@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 import git
-import yaml
 
 from kgwe.errors import KgweError
 from kgwe.gitops.source import export_commit, resolve_local
@@ -232,29 +231,43 @@ def _inventory(args: argparse.Namespace, repo: git.Repo, head_sha: str, head_ps:
         if p.endswith("/" + SNAPSHOT_NAME) or p == SNAPSHOT_NAME
     ]
     if snapshots:
-        text = repo.git.show(f"{head_sha}:{snapshots[0]}")
-        return _parse_inventory(text, snapshots[0]), f"snapshot `{snapshots[0]}` at head"
+        where = snapshots[0]
+        return _parse_inventory(_blob(repo, head_sha, where), where), f"snapshot `{where}` at head"
     inventory = head_ps.inventory()
     return inventory, "the repository's GPUInventory" if inventory is not None else "none"
 
 
+def _blob(repo: git.Repo, sha: str, path: str) -> bytes:
+    """A file of commit `sha`, read only once its size is known to be within the YAML bound."""
+    from kgwe.policy.yaml_source import MAX_TEXT_BYTES
+
+    size = int(repo.git.cat_file("-s", f"{sha}:{path}"))
+    if size > MAX_TEXT_BYTES:
+        raise KgweError(f"{path}: {size} bytes is over the {MAX_TEXT_BYTES}-byte bound; refused")
+    return (repo.commit(sha).tree / path).data_stream.read()
+
+
 def _read_inventory_file(path: Path) -> Any:
+    from kgwe.policy.yaml_source import MAX_TEXT_BYTES
+
     try:
-        text = path.read_text()
+        with path.open("rb") as fh:
+            data = fh.read(MAX_TEXT_BYTES + 1)
     except OSError as exc:
         raise KgweError(f"cannot read inventory {path}: {exc.strerror}") from exc
-    return _parse_inventory(text, str(path))
+    return _parse_inventory(data, str(path))
 
 
-def _parse_inventory(text: str, where: str) -> Any:
+def _parse_inventory(text: bytes, where: str) -> Any:
     from pydantic import ValidationError
 
     from kgwe.policy import GPUInventory
+    from kgwe.policy.yaml_source import YamlSyntaxError, load_all
 
     try:
-        docs = [d for d in yaml.safe_load_all(text) if d]
-    except yaml.YAMLError as exc:
-        raise KgweError(f"{where} is not valid YAML: {exc}") from exc
+        docs = [d for d in load_all(text) if d]
+    except YamlSyntaxError as exc:
+        raise KgweError(f"{where}:{exc.line}:{exc.column}: {exc}") from None
     found = [d for d in docs if isinstance(d, dict) and d.get("kind") == "GPUInventory"]
     if not found:
         raise KgweError(f"{where} holds no GPUInventory")

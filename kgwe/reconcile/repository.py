@@ -846,11 +846,13 @@ def _same_or(desired: Desired, facts: GpuNodeFacts) -> str:
 
 
 def _rendered_mig_configs(objects: list[dict], namespace: str, name: str) -> dict:
+    from kgwe.policy.yaml_source import load_one
+
     for obj in objects:
         meta = obj.get("metadata") or {}
         if obj.get("kind") == "ConfigMap" and meta.get("name") == name and meta.get("namespace") == namespace:
             for text in (obj.get("data") or {}).values():
-                doc = yaml.safe_load(text)
+                doc = load_one(text)
                 if isinstance(doc, dict) and isinstance(doc.get("mig-configs"), dict):
                     return doc["mig-configs"]
     return {}
@@ -864,10 +866,12 @@ def live_mig_configs(core: client.CoreV1Api, namespace: str, name: str) -> dict:
         if exc.status == 404:
             return {}
         raise
+    from kgwe.policy.yaml_source import YamlSyntaxError, load_one
+
     for text in (cm.data or {}).values():
         try:
-            doc = yaml.safe_load(text)
-        except yaml.YAMLError:
+            doc = load_one(text)
+        except YamlSyntaxError:
             continue
         if isinstance(doc, dict) and isinstance(doc.get("mig-configs"), dict):
             return doc["mig-configs"]

@@ -113,4 +113,4 @@ def test_cli_rejects_non_yaml(tmp_path, capsys):
     bad = tmp_path / "bad.yaml"
     bad.write_text("a: [unclosed\n")
     assert main(["convert", str(bad)]) == 1
-    assert "not YAML" in capsys.readouterr().err
+    assert "bad.yaml:2:1: not usable YAML: YAML syntax error" in capsys.readouterr().err
