@@ -11,6 +11,7 @@ import copy
 import hashlib
 import random
 import re
+import subprocess
 import tarfile
 import tempfile
 import time
@@ -22,15 +23,67 @@ import git
 
 from kgwe.errors import KgweError
 from kgwe.gitops.auth import GitCredentials, git_environment
-from kgwe.gitops.gitcmd import check_argument, check_url, display_url, run_git
+from kgwe.gitops.gitcmd import check_argument, check_url, display_url, git_process_environment, run_git
 from kgwe.gitops.retry import with_retries
 from kgwe.policy.cluster_kinds import DEFAULT_BRANCH
 from kgwe.policy.cluster_kinds import GitRef as ModelGitRef
 from kgwe.policy.types import GIT_COMMIT_PATTERN, parse_git_ref_name
 
+MAX_EXPORT_FILES = 20_000  # files (and symlinks) one export may write; the loader reads at most 5,000 YAML
+MAX_EXPORT_BYTES = 64 * 1024 * 1024  # their size once expanded (a push compresses well: zeros, repeats)
+
 
 class GitSourceError(KgweError):
     """Fetching or reading the policy repository failed (after the bounded retries)."""
+
+
+@dataclass(frozen=True)
+class TreeEntry:
+    path: str
+    size_bytes: int  # 0 for a submodule (it is not exported)
+
+
+def list_tree(repo: git.Repo, sha: str, paths: tuple[str, ...] = (), *, limit: int) -> list[TreeEntry]:
+    """The files of commit `sha` (under `paths`) with their sizes, read as a stream from `git ls-tree` and
+    stopped at `limit` entries: GitSourceError past it, before a hostile tree costs memory or time."""
+    check_argument(sha, "commit")
+    command = ["git", "ls-tree", "-r", "-l", "-z", "--end-of-options", sha, *paths]  # paths after it: no "--"
+    entries: list[TreeEntry] = []
+    with subprocess.Popen(
+        command,
+        cwd=repo.git_dir,
+        env=git_process_environment({}, allow_local=False),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    ) as process:
+        assert process.stdout is not None
+        pending = b""
+        while len(entries) <= limit:
+            chunk = process.stdout.read(65536)
+            if not chunk:
+                break
+            *records, pending = (pending + chunk).split(b"\0")
+            for record in records:
+                meta, _, name = record.partition(b"\t")
+                size = meta.split()[-1]
+                entries.append(TreeEntry(name.decode("utf-8", "replace"), int(size) if size.isdigit() else 0))
+        if len(entries) > limit:
+            process.kill()
+            raise GitSourceError(f"commit {sha[:12]} holds more than {limit} files; refused")
+        process.wait()
+    if process.returncode != 0:
+        raise GitSourceError(f"cannot list the files of commit {sha[:12]}")
+    return entries
+
+
+def check_tree_size(repo: git.Repo, sha: str, paths: tuple[str, ...] = ()) -> None:
+    """GitSourceError when the tree (under `paths`) expands beyond MAX_EXPORT_FILES or MAX_EXPORT_BYTES."""
+    total = sum(e.size_bytes for e in list_tree(repo, sha, paths, limit=MAX_EXPORT_FILES))
+    if total > MAX_EXPORT_BYTES:
+        raise GitSourceError(
+            f"commit {sha[:12]} expands to more than {MAX_EXPORT_BYTES} bytes; refused ({total} bytes)"
+        )
 
 
 @dataclass(frozen=True)
@@ -112,6 +165,7 @@ def export_commit(repo: git.Repo, sha: str, dest: Path, subpath: str | None = No
         except git.GitCommandError as exc:
             raise GitSourceError(f"path {sub!r} does not exist at commit {sha[:12]}") from exc
         args += ["--", sub]
+    check_tree_size(repo, sha, (sub,) if sub else ())
     with tempfile.TemporaryFile() as tar_file:
         repo.git.archive(*args, output_stream=tar_file)
         tar_file.seek(0)
@@ -280,8 +334,11 @@ __all__ = [
     "GitSource",
     "GitSourceError",
     "Revision",
+    "TreeEntry",
     "changed_paths",
+    "check_tree_size",
     "export_commit",
+    "list_tree",
     "resolve_local",
     "touches_policy",
 ]

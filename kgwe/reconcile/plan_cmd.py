@@ -28,7 +28,14 @@ from typing import Any
 import git
 
 from kgwe.errors import KgweError
-from kgwe.gitops.source import export_commit, resolve_local
+from kgwe.gitops.source import (
+    MAX_EXPORT_FILES,
+    GitSourceError,
+    TreeEntry,
+    export_commit,
+    list_tree,
+    resolve_local,
+)
 from kgwe.reconcile.prplan import PlanReport, diff_layouts, diff_objects, diff_policies, markdown
 
 SNAPSHOT_NAME = "gpu-inventory.yaml"
@@ -186,20 +193,20 @@ def _demand(args: argparse.Namespace, repo: git.Repo, head_sha: str) -> tuple[by
             raise DemandRecordError(f"cannot read demand record {path}: {exc.strerror}") from None
     sub = args.path.strip("/")
     folders = ["reports"] + ([f"{sub}/reports"] if sub not in ("", ".") else [])
-    found = [
-        p
-        for p in repo.git.ls_tree("-r", "--name-only", head_sha, "--", *folders).splitlines()
-        if p.endswith("/" + DEMAND_NAME)
-    ]
+    try:
+        entries = list_tree(repo, head_sha, tuple(folders), limit=MAX_EXPORT_FILES)
+    except GitSourceError as exc:
+        raise DemandRecordError(str(exc)) from None
+    found = [e for e in entries if e.path.endswith("/" + DEMAND_NAME)]
     if not found:
         return None, ""
-    found.sort(key=lambda p: not p.startswith("reports/"))  # the controller's record before a shipped one
-    size = int(repo.git.cat_file("-s", f"{head_sha}:{found[0]}"))
-    where = f"`{found[0]}` at head"
-    if size > MAX_RECORD_BYTES:
+    # the controller's record before a shipped one
+    found.sort(key=lambda e: not e.path.startswith("reports/"))
+    where = f"`{found[0].path}` at head"
+    if found[0].size_bytes > MAX_RECORD_BYTES:
+        size = found[0].size_bytes
         raise DemandRecordError(f"{where}: {size} bytes is over the {MAX_RECORD_BYTES}-byte bound; refused")
-    blob = repo.commit(head_sha).tree / found[0]
-    return blob.data_stream.read(), where
+    return (repo.commit(head_sha).tree / found[0].path).data_stream.read(), where
 
 
 def _inventory(args: argparse.Namespace, repo: git.Repo, head_sha: str, head_ps: Any) -> tuple[Any, str]:
@@ -226,25 +233,26 @@ def _inventory(args: argparse.Namespace, repo: git.Repo, head_sha: str, head_ps:
         inventory.spec.mig_demand = live_demand(head_ps.mig_strategies, inventory, unscheduled)
         return inventory, "live cluster"
     snapshots = [
-        p
-        for p in repo.git.ls_tree("-r", "--name-only", head_sha, "--", "reports").splitlines()
-        if p.endswith("/" + SNAPSHOT_NAME) or p == SNAPSHOT_NAME
+        e
+        for e in list_tree(repo, head_sha, ("reports",), limit=MAX_EXPORT_FILES)
+        if e.path.endswith("/" + SNAPSHOT_NAME) or e.path == SNAPSHOT_NAME
     ]
     if snapshots:
-        where = snapshots[0]
-        return _parse_inventory(_blob(repo, head_sha, where), where), f"snapshot `{where}` at head"
+        return _parse_inventory(_blob(repo, head_sha, snapshots[0]), snapshots[0].path), (
+            f"snapshot `{snapshots[0].path}` at head"
+        )
     inventory = head_ps.inventory()
     return inventory, "the repository's GPUInventory" if inventory is not None else "none"
 
 
-def _blob(repo: git.Repo, sha: str, path: str) -> bytes:
+def _blob(repo: git.Repo, sha: str, entry: TreeEntry) -> bytes:
     """A file of commit `sha`, read only once its size is known to be within the YAML bound."""
     from kgwe.policy.yaml_source import MAX_TEXT_BYTES
 
-    size = int(repo.git.cat_file("-s", f"{sha}:{path}"))
-    if size > MAX_TEXT_BYTES:
-        raise KgweError(f"{path}: {size} bytes is over the {MAX_TEXT_BYTES}-byte bound; refused")
-    return (repo.commit(sha).tree / path).data_stream.read()
+    if entry.size_bytes > MAX_TEXT_BYTES:
+        size = entry.size_bytes
+        raise KgweError(f"{entry.path}: {size} bytes is over the {MAX_TEXT_BYTES}-byte bound; refused")
+    return (repo.commit(sha).tree / entry.path).data_stream.read()
 
 
 def _read_inventory_file(path: Path) -> Any:

@@ -20,6 +20,7 @@ import pytest
 from kgwe.policy.loader import load_repository
 from kgwe.policy.yaml_source import MAX_ALIAS_FIELDS, MAX_REPOSITORY_FIELDS, MAX_TEXT_BYTES
 from kgwe.resources import sample_repo_dir
+from tests.security.conftest import sample_files, sh_git
 
 ROOT = Path(__file__).resolve().parents[2]
 LOCK = ROOT / "hack" / "image" / "requirements.lock"
@@ -225,27 +226,12 @@ def test_recursive_data_is_refused(tmp_path: Path) -> None:
 # ---- every other entry point that reads YAML someone else wrote ------------------------------------------
 
 
-def git(cwd: Path, *args: str) -> None:
-    env = {"GIT_AUTHOR_NAME": "m", "GIT_AUTHOR_EMAIL": "m@x", "GIT_COMMITTER_NAME": "m"}
-    env |= {"GIT_COMMITTER_EMAIL": "m@x", "HOME": str(cwd), "PATH": "/usr/bin:/bin"}
-    subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True)
-
-
 @pytest.fixture
-def pr_repo(tmp_path: Path) -> Path:
+def pr_repo(policy_repo) -> Path:
     """sample-repo in Git; the head commit carries an inventory snapshot under reports/ built to crash."""
-    root = tmp_path / "repo"
-    (root / "reports").mkdir(parents=True)
-    import shutil
-
-    shutil.copytree(sample_repo_dir(), root / "policy")
-    git(tmp_path, "init", "-q", "-b", "main", str(root))
-    git(root, "add", "-A")
-    git(root, "commit", "-qm", "base")
-    (root / "reports" / "gpu-inventory.yaml").write_text(quoted_escape())
-    git(root, "add", "-A")
-    git(root, "commit", "-qm", "snapshot")
-    return root
+    policy_repo.push(sample_files("policy"))
+    policy_repo.push({"reports/gpu-inventory.yaml": quoted_escape()})
+    return policy_repo.work
 
 
 def test_kgwe_plan_reads_the_snapshot_of_a_pull_request_through_the_bounds(kgwe, pr_repo: Path) -> None:
@@ -257,7 +243,7 @@ def test_kgwe_plan_reads_the_snapshot_of_a_pull_request_through_the_bounds(kgwe,
 
 def test_kgwe_plan_refuses_a_snapshot_blob_over_the_bound_before_reading_it(kgwe, pr_repo: Path) -> None:
     (pr_repo / "reports" / "gpu-inventory.yaml").write_text("# x\n" * (MAX_TEXT_BYTES // 4 + 1))
-    git(pr_repo, "commit", "-qam", "big snapshot")
+    sh_git(pr_repo, "commit", "-qam", "big snapshot")
     code, out, _ = kgwe("plan", "--repo", str(pr_repo), "--base", "HEAD~2", "--head", "HEAD", "policy")
     assert code == 1 and f"over the {MAX_TEXT_BYTES}-byte bound; refused" in out, out
 
