@@ -39,9 +39,17 @@ from prometheus_client import Counter
 
 from kgwe.errors import KgweError
 from kgwe.gitops.auth import GitCredentials, git_environment
-from kgwe.gitops.gitcmd import check_argument, check_url, run_git
+from kgwe.gitops.gitcmd import (
+    LOOPBACK_NETWORKS,
+    Network,
+    UnsafeGitArgument,
+    check_argument,
+    check_url,
+    git_failure,
+    operator_networks,
+    run_git,
+)
 from kgwe.gitops.retry import backoff_delays_seconds
-from kgwe.gitops.source import _git_error_text
 
 COMMIT_BACK_RESULTS = Counter("kgwe_commit_back_total", "Commit-back attempts by final result", ["result"])
 
@@ -99,11 +107,15 @@ class CommitBack:
         sleep: Callable[[float], None] = time.sleep,
         allow_local: bool = False,
         ca_file: str | None = None,
+        allowed_networks: tuple[Network, ...] | None = None,
     ) -> None:
         if not branch or branch.startswith("-") or ".." in branch:
             raise KgweError(f"invalid commit-back branch {branch!r}")
         self.allow_local = allow_local  # see kgwe.gitops.gitcmd: never from a PolicyRepository
         self.ca_file = ca_file
+        # special networks git may reach all the same (the operator's; loopback with local URLs)
+        allowed = operator_networks() if allowed_networks is None else allowed_networks
+        self.allowed_networks = (*allowed, *(LOOPBACK_NETWORKS if allow_local else ()))
         self.url = check_url(url, allow_local=allow_local)
         self.branch = branch
         self.workdir = Path(workdir)
@@ -148,6 +160,7 @@ class CommitBack:
             self.credentials if network else None,
             connect_timeout_seconds=int(self.timeout_seconds),
             url=self.url if network else None,
+            allowed_networks=self.allowed_networks,
         ) as extra:
             env.update(extra)
             return run_git(
@@ -284,6 +297,8 @@ class CommitBack:
                 return CommitResult("pushed", sha, attempts)
             except _Refused as exc:
                 return CommitResult("rejected", None, max(attempts, 1), str(exc))
+            except UnsafeGitArgument as exc:  # a target or credentials binding refused: never retried
+                return CommitResult("rejected", None, max(attempts, 1), str(exc))
             except git.GitCommandError as exc:
                 text = _push_text(exc)
                 last_reason = _push_reason(exc)
@@ -314,7 +329,7 @@ def _push_reason(exc: git.GitCommandError) -> str:
             parts.append(line.split("\t")[-1])
         elif line.startswith("remote:") and line.removeprefix("remote:").strip():
             parts.append(line.removeprefix("remote:").strip())
-    return "; ".join(parts) or _git_error_text(exc)
+    return "; ".join(parts) or git_failure(exc)
 
 
 def _push_text(exc: git.GitCommandError) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import logging
 import random
 import re
 import subprocess
@@ -23,7 +24,17 @@ import git
 
 from kgwe.errors import KgweError
 from kgwe.gitops.auth import GitCredentials, git_environment
-from kgwe.gitops.gitcmd import check_argument, check_url, display_url, git_process_environment, run_git
+from kgwe.gitops.gitcmd import (
+    LOOPBACK_NETWORKS,
+    Network,
+    check_argument,
+    check_url,
+    display_url,
+    git_failure,
+    git_process_environment,
+    operator_networks,
+    run_git,
+)
 from kgwe.gitops.retry import with_retries
 from kgwe.policy.cluster_kinds import DEFAULT_BRANCH
 from kgwe.policy.cluster_kinds import GitRef as ModelGitRef
@@ -31,6 +42,9 @@ from kgwe.policy.types import GIT_COMMIT_PATTERN, parse_git_ref_name
 
 MAX_EXPORT_FILES = 20_000  # files (and symlinks) one export may write; the loader reads at most 5,000 YAML
 MAX_EXPORT_BYTES = 64 * 1024 * 1024  # their size once expanded (a push compresses well: zeros, repeats)
+
+
+log = logging.getLogger(__name__)
 
 
 class GitSourceError(KgweError):
@@ -228,9 +242,13 @@ class GitSource:
         sleep: Callable[[float], None] = time.sleep,
         allow_local: bool = False,
         ca_file: str | None = None,
+        allowed_networks: tuple[Network, ...] | None = None,
     ) -> None:
         self.allow_local = allow_local  # see kgwe.gitops.gitcmd: never from a PolicyRepository
         self.ca_file = ca_file
+        # special networks git may reach all the same (the operator's; loopback with local URLs)
+        allowed = operator_networks() if allowed_networks is None else allowed_networks
+        self.allowed_networks = (*allowed, *(LOOPBACK_NETWORKS if allow_local else ()))
         self.url = check_url(url, allow_local=allow_local)
         self.ref = ref
         self.credentials = credentials
@@ -258,7 +276,10 @@ class GitSource:
         args = ["fetch", "--prune", "--prune-tags", "--force", "--no-write-fetch-head", "--", url, *refspecs]
         self.repo  # noqa: B018 - creates the mirror on first use
         with git_environment(
-            self.credentials, connect_timeout_seconds=int(self.timeout_seconds), url=url
+            self.credentials,
+            connect_timeout_seconds=int(self.timeout_seconds),
+            url=url,
+            allowed_networks=self.allowed_networks,
         ) as env:
             run_git(
                 args,
@@ -281,9 +302,13 @@ class GitSource:
                 rng=random.Random(),
             )
         except git.GitCommandError as exc:
+            # git's own words go to the operator's log only (see kgwe.gitops.gitcmd.git_failure)
+            log.warning(
+                "fetching %s failed: %s", self.display_url, _last_line(exc)
+            )  # the operator's eyes only
             raise GitSourceError(
-                f"fetching {self.display_url} failed after {self.attempts} attempt(s): {_git_error_text(exc)}"
-            ) from exc
+                f"fetching {self.display_url} failed after {self.attempts} attempt(s): {git_failure(exc)}"
+            ) from None
         return Revision(self.ref.name, self._resolve())
 
     def _resolve(self) -> str:
@@ -319,7 +344,7 @@ class GitSource:
         return changed_paths(self.repo, old_sha, new_sha)
 
 
-def _git_error_text(exc: git.GitCommandError) -> str:
+def _last_line(exc: git.GitCommandError) -> str:
     """The last meaningful stderr line of a failed git command (no command line: it may hold secrets)."""
     stderr = exc.stderr if isinstance(exc.stderr, str) else str(exc.stderr or "")
     lines = [ln.strip().removeprefix("stderr: ").strip("'") for ln in stderr.splitlines() if ln.strip()]
