@@ -228,3 +228,17 @@ def test_a_non_git_port_gives_a_fixed_message_never_gits_own_words(tmp_path: Pat
         "unable to access",
     ):
         assert word not in message
+
+
+def test_https_connects_only_to_the_addresses_checked() -> None:
+    """DNS answering differently when git resolves again (rebinding) changes nothing: curl is pinned."""
+    from kgwe.gitops.auth import git_environment
+
+    with git_environment(None, url="https://localhost:8443/x.git", allowed_networks=LOOPBACK_NETWORKS) as env:
+        count = int(env["GIT_CONFIG_COUNT"])
+        config = {env[f"GIT_CONFIG_KEY_{i}"]: env[f"GIT_CONFIG_VALUE_{i}"] for i in range(count)}
+    host, port, addresses = config["http.curloptResolve"].split(":", 2)
+    assert (host, port) == ("localhost", "8443")
+    pinned = [ipaddress.ip_address(a.strip("[]")) for a in addresses.split(",")]
+    assert pinned and all(ip.is_loopback for ip in pinned)
+    assert config["http.followRedirects"] == "false"
