@@ -96,6 +96,15 @@ class _TooLarge(Exception):
         self.column = mark.column + 1
 
 
+class _BadValue(Exception):
+    """A scalar its tag cannot make a value of (a 13th month, `!!int x`, an integer of 5,000 digits)."""
+
+    def __init__(self, exc: Exception, mark: Any) -> None:
+        super().__init__(f"cannot read this value: {exc}")
+        self.line = mark.line + 1
+        self.column = mark.column + 1
+
+
 class _Walk:
     """Counts what building one file costs; raises _TooLarge at the first cap it crosses."""
 
@@ -149,10 +158,13 @@ def _build(node: yaml.Node, path: Path, doc: YamlDocument, loader: Any, walk: _W
     if isinstance(node, yaml.ScalarNode):
         if tag == _STR:
             return node.value
-        if tag == _INT:
-            return loader.construct_yaml_int(node)
-        if tag == _FLOAT:
-            return loader.construct_yaml_float(node)
+        try:
+            if tag == _INT:
+                return loader.construct_yaml_int(node)
+            if tag == _FLOAT:
+                return loader.construct_yaml_float(node)
+        except Exception as exc:  # `!!int` of nothing, an integer of 5,000 digits
+            raise _BadValue(exc, node.start_mark) from None
         if tag == _BOOL:
             return node.value.lower() in _TRUE
         if tag == _NULL:
@@ -217,6 +229,15 @@ class _Composer(SafeConstructor, Resolver):
     def __init__(self) -> None:
         SafeConstructor.__init__(self)
         Resolver.__init__(self)
+
+    def construct_object(self, node: Any, deep: bool = False) -> Any:
+        """PyYAML's, with a value error turned into one naming the node's line and column."""
+        try:
+            return super().construct_object(node, deep)
+        except (_BadValue, _TooLarge, yaml.YAMLError):
+            raise
+        except Exception as exc:  # PyYAML's constructors fail in many ways on values their tag does not fit
+            raise _BadValue(exc, node.start_mark) from None
 
     def documents(self, events: Iterator[Any]) -> Iterator[yaml.Node | None]:
         """The root node of each document (None for an empty one); _TooLarge at the first limit crossed,
@@ -341,7 +362,7 @@ def parse_documents(
                 _index(node, (), doc, walk)  # bounded before PyYAML constructs anything
                 doc.data = composer.construct_document(node)
             docs.append(doc)
-    except _TooLarge as exc:
+    except (_TooLarge, _BadValue) as exc:
         raise YamlSyntaxError(str(exc), exc.line, exc.column) from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark

@@ -19,6 +19,7 @@ PIECES = [
     "[", "]", "{", "}", ",", ":", ": ", "- ", "? ", "#", "&a ", "&b ", "*a", "*b", "<<: ", "!!str ", "!x ",
     "'", '"', '\\"', "''", "|\n", ">\n", "---\n", "...\n", "%YAML 1.1\n", "\n", "\r", "\r\n", "\x85",
     "\u2028", "\u2029", "\t", " ", "  ", "a", "b: ", "1", "~", "yes", ".nan", "0x1F", "2016-01-01", "é",
+    "2016-13-45", "!!int ", "!!float ", "!!timestamp ", "!!binary ", "!!set ", "!!omap ", "9" * 5000,
 ]  # fmt: skip
 pieces = st.sampled_from(PIECES)
 runs = st.tuples(st.sampled_from(["[", "{", "- ", "a:\n ", "[a, ", "{a: "]), st.integers(1, 3_000)).map(
