@@ -50,7 +50,9 @@ from kgwe.gitops.gitcmd import (
     run_git,
 )
 from kgwe.gitops.retry import backoff_delays_seconds
+from kgwe.gitops.source import GitSourceError, list_tree
 
+MAX_COMMIT_BACK_FILES = 200_000  # files of the repository commit-back reads into its index (a large monorepo)
 COMMIT_BACK_RESULTS = Counter("kgwe_commit_back_total", "Commit-back attempts by final result", ["result"])
 
 DEFAULT_MESSAGE_TEMPLATE = "kgwe: {summary}\n\n{details}Files:\n{files}\n\nKgwe-Bot: commit-back"
@@ -85,7 +87,8 @@ class CommitResult:
 
 
 class _Refused(KgweError):
-    """The repository's content makes the write unsafe (a symlink on the way): permanent, not retried."""
+    """The repository's content makes the write unsafe (a symlink on the way, a tree too large to read):
+    permanent, not retried."""
 
 
 class CommitBack:
@@ -193,9 +196,18 @@ class CommitBack:
 
     def _tree_with(self, base: str, files: Mapping[str, str | bytes | None]) -> str:
         """The tree of `base` with `files` written or removed, built in a private index: no working tree,
-        so nothing on disk is ever written through a symlink the repository holds."""
+        so nothing on disk is ever written through a symlink the repository holds. A repository holding
+        more than MAX_COMMIT_BACK_FILES files is refused before its tree is read into the index."""
+        try:
+            list_tree(self.git_dir, base, limit=MAX_COMMIT_BACK_FILES, sizes=False)
+        except GitSourceError as exc:
+            raise _Refused(str(exc)) from None
+        folders = sorted(
+            {"/".join(p.parts[:d]) for p in map(PurePosixPath, files) for d in range(1, len(p.parts))}
+        )
         modes = {}
-        for entry in self._git("ls-tree", "-r", "-t", "-z", "--full-tree", base).split("\0"):
+        listed = self._git("ls-tree", "-z", "--full-tree", base, "--", *folders) if folders else ""
+        for entry in listed.split("\0"):
             if entry:
                 meta, _, name = entry.partition("\t")
                 modes[name] = meta.split(" ", 1)[0]

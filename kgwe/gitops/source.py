@@ -57,15 +57,20 @@ class TreeEntry:
     size_bytes: int  # 0 for a submodule (it is not exported)
 
 
-def list_tree(repo: git.Repo, sha: str, paths: tuple[str, ...] = (), *, limit: int) -> list[TreeEntry]:
-    """The files of commit `sha` (under `paths`) with their sizes, read as a stream from `git ls-tree` and
-    stopped at `limit` entries: GitSourceError past it, before a hostile tree costs memory or time."""
+def list_tree(
+    repo: git.Repo | Path, sha: str, paths: tuple[str, ...] = (), *, limit: int, sizes: bool = True
+) -> list[TreeEntry]:
+    """The files of commit `sha` (under `paths`; with their sizes unless `sizes` is False), read as a stream
+    from `git ls-tree` in `repo` (or that git directory) and stopped at `limit` entries: GitSourceError past
+    it, before a hostile tree costs memory or time."""
     check_argument(sha, "commit")
-    command = ["git", "ls-tree", "-r", "-l", "-z", "--end-of-options", sha, *paths]  # paths after it: no "--"
+    long = ["-l"] if sizes else []
+    # the paths follow --end-of-options: a "--" there would be taken for a path
+    command = ["git", "ls-tree", "-r", *long, "-z", "--end-of-options", sha, *paths]
     entries: list[TreeEntry] = []
     with subprocess.Popen(
         command,
-        cwd=repo.git_dir,
+        cwd=repo if isinstance(repo, Path) else repo.git_dir,
         env=git_process_environment({}, allow_local=False),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
@@ -80,7 +85,7 @@ def list_tree(repo: git.Repo, sha: str, paths: tuple[str, ...] = (), *, limit: i
             *records, pending = (pending + chunk).split(b"\0")
             for record in records:
                 meta, _, name = record.partition(b"\t")
-                size = meta.split()[-1]
+                size = meta.split()[-1] if sizes else b"-"
                 entries.append(TreeEntry(name.decode("utf-8", "replace"), int(size) if size.isdigit() else 0))
         if len(entries) > limit:
             process.kill()

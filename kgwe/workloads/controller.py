@@ -182,7 +182,7 @@ class WorkloadReconciler:
 
     def _profiles(self) -> dict[str, str]:
         """Scoring profile name -> strategy, from the rendered kgwe-scoring ConfigMap."""
-        import json
+        import orjson  # bounded nesting (1,024 levels), where json.loads would raise RecursionError
 
         from kgwe.extender.profile import profiles_from_document
 
@@ -191,7 +191,7 @@ class WorkloadReconciler:
         except ApiException:
             return {}
         try:
-            profiles = profiles_from_document(json.loads((cm.data or {}).get("profiles.json") or "{}"))
+            profiles = profiles_from_document(orjson.loads((cm.data or {}).get("profiles.json") or "{}"))
         except (ValueError, TypeError):
             return {}
         return {name: p.strategy for name, p in profiles.items()}

@@ -13,6 +13,7 @@ import yaml
 
 from kgwe.cli import main
 from kgwe.errors import KgweError
+from kgwe.gitops.commit_back import MAX_COMMIT_BACK_FILES, CommitBack
 from kgwe.gitops.source import MAX_EXPORT_BYTES, MAX_EXPORT_FILES, GitRef, GitSource, export_commit
 from kgwe.resources import sample_repo_dir
 from tests.security.conftest import sample_files, sh_git
@@ -66,29 +67,38 @@ def test_absurd_numbers_in_a_demand_record_give_a_note_never_a_crash(
     assert "### Impact on recorded demand" in out or "> impact skipped: " in out, out
 
 
-def test_a_tree_with_more_files_than_the_cap_is_refused_before_export(tmp_path: Path) -> None:
-    bare = tmp_path / "r.git"
-    sh_git(tmp_path, "init", "-q", "--bare", "-b", "main", str(bare))
-    # one blob, many names: a tiny push whose tree names more files than an export may hold
-    blob = (
-        subprocess.run(
-            ["git", "hash-object", "-w", "--stdin"], cwd=bare, input=b"x\n", capture_output=True, check=True
-        )
-        .stdout.decode()
-        .strip()
-    )
-    entries = "".join(f"100644 blob {blob}\tf{i:06d}.yaml\n" for i in range(MAX_EXPORT_FILES + 1))
-    tree = (
-        subprocess.run(["git", "mktree"], cwd=bare, input=entries.encode(), capture_output=True, check=True)
-        .stdout.decode()
-        .strip()
-    )
+def wide_commit(root: Path, files: int) -> tuple[Path, str]:
+    """A bare repository whose branch main holds `files` names of one blob: a tiny push, a huge tree."""
+    bare = root / "wide.git"
+    sh_git(root, "init", "-q", "--bare", "-b", "main", str(bare))
+
+    def git_in(args: list[str], data: bytes) -> str:
+        done = subprocess.run(["git", *args], cwd=bare, input=data, capture_output=True, check=True)
+        return done.stdout.decode().strip()
+
+    blob = git_in(["hash-object", "-w", "--stdin"], b"x\n")
+    entries = "".join(f"100644 blob {blob}\tf{i:06d}.yaml\n" for i in range(files))
+    tree = git_in(["mktree"], entries.encode())
     sha = sh_git(bare, "commit-tree", tree, "-m", "many")
+    sh_git(bare, "update-ref", "refs/heads/main", sha)
+    return bare, sha
+
+
+def test_a_tree_with_more_files_than_the_cap_is_refused_before_export(tmp_path: Path) -> None:
     import git as gitpython
 
+    bare, sha = wide_commit(tmp_path, MAX_EXPORT_FILES + 1)
     with pytest.raises(KgweError, match=rf"more than {MAX_EXPORT_FILES} files; refused"):
         export_commit(gitpython.Repo(bare), sha, tmp_path / "out")
     assert not any((tmp_path / "out").iterdir())
+
+
+def test_commit_back_refuses_a_tree_too_large_to_read(tmp_path: Path) -> None:
+    bare, _ = wide_commit(tmp_path, MAX_COMMIT_BACK_FILES + 1)
+    cb = CommitBack(str(bare), "main", workdir=tmp_path / "cb", allow_local=True)
+    result = cb.commit_files({"reports/a.md": "x\n"}, summary="a")
+    assert result.status == "rejected" and f"more than {MAX_COMMIT_BACK_FILES} files" in result.reason
+    assert not (tmp_path / "cb" / "repo.git" / "index").exists()
 
 
 def test_a_small_push_that_expands_beyond_the_byte_cap_is_refused(tmp_path: Path) -> None:
