@@ -21,6 +21,16 @@ def mig_resource(profile: str) -> str:
     return MIG_RESOURCE_PREFIX + profile.replace("+", ".")
 
 
+def is_gpu_resource(resource: str) -> bool:
+    """A whole GPU, a share of one, or a MIG instance."""
+    return resource in (GPU_RESOURCE, SHARED_GPU_RESOURCE) or resource.startswith(MIG_RESOURCE_PREFIX)
+
+
+# Every object KGWE applies carries this label (and its own field manager).
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGED_BY_VALUE = "kgwe"
+
+
 # GPU Feature Discovery labels and the MIG manager's labels (GPU Operator).
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 GPU_FAMILY_LABEL = "nvidia.com/gpu.family"
