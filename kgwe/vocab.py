@@ -61,6 +61,35 @@ ScoringStrategy = Literal[
 STRATEGIES: tuple[str, ...] = get_args(ScoringStrategy)
 # With the fragmentation term, BestFit packed the openb trace best (`kgwe simulate`).
 DEFAULT_STRATEGY: ScoringStrategy = "BestFit"
+# The seeds' strategy words (GPU_Orchestrator, AgentaFlow), normalised (lower case, no "_", "-" or space),
+# onto KGWE's: `kgwe convert` maps them and `kgwe strategy` accepts them.
+SEED_STRATEGY_WORDS: dict[str, ScoringStrategy] = {
+    "binpack": "BinPack",
+    "packed": "BinPack",
+    "spread": "Spread",
+    "leastloaded": "LeastLoaded",
+    "leastutilized": "LeastLoaded",
+    "mostavailable": "LeastLoaded",
+    "bestfit": "BestFit",
+    "costoptimized": "CostOptimized",
+    "cost": "CostOptimized",
+    "roundrobin": "RoundRobin",
+    "random": "Random",
+    "priority": "Priority",
+    "prioritybased": "Priority",
+}
+
+
+def strategy_for_word(word: str) -> ScoringStrategy | None:
+    """KGWE's strategy for a word as KGWE or a seed spells it (`best_fit`, `leastLoaded`), else None."""
+    return SEED_STRATEGY_WORDS.get("".join(c for c in word if c not in "-_ \t").lower())
+
+
+# The seeds' own GPUWorkload API versions (`kgwe convert` reads them): GPU_Orchestrator's, AgentaFlow's.
+SEED_WORKLOAD_API_VERSIONS: dict[str, str] = {
+    "gpu.warp.dev/v1alpha1": "GPU_Orchestrator",
+    "agentaflow.io/v1": "AgentaFlow",
+}
 
 # What a pod may ask of its GPU set (annotation kgwe.nvidia.io/topology-preference; GPUWorkload).
 TopologyPreference = Literal["NVLinkOptimal", "SameNUMA", "SamePCIeSwitch", "None"]

@@ -34,6 +34,7 @@ from kgwe.policy.models import (
     WorkloadRuntime,
 )
 from kgwe.policy.yaml_source import YamlBudget, YamlDocument, YamlSyntaxError, parse_documents
+from kgwe.vocab import SEED_WORKLOAD_API_VERSIONS
 
 MAX_FILE_BYTES = 1024 * 1024
 MAX_FILES = 5_000  # YAML files read from one repository
@@ -288,6 +289,12 @@ def _load_document(doc: YamlDocument, rel: str, ps: PolicySet) -> None:
         line, column = doc.where(("apiVersion",))
         if api_version.startswith(API_GROUP + "/"):
             msg = f'unsupported version "{api_version}"; this KGWE reads "{API_VERSION}"'
+        elif api_version in SEED_WORKLOAD_API_VERSIONS and kind == "GPUWorkload":
+            seed = SEED_WORKLOAD_API_VERSIONS[api_version]
+            msg = (
+                f'"{api_version}" is {seed}\'s GPUWorkload, not KGWE\'s ("{API_VERSION}"): convert it with '
+                f"`kgwe convert {rel}` (it says what each field became and what the result still needs)"
+            )
         else:
             msg = f'"{api_version}" is not a KGWE apiVersion (expected "{API_VERSION}")'
         ps.add("error", rel, line, column, "apiVersion", msg, str(kind or ""), name)

@@ -268,7 +268,12 @@ def resolve_facts(
     return Facts(
         run=run,
         gang_backend=backend,
-        scoring_profile=resolve_profile(wl, profiles_of(policy.profiles or {})),
+        # profiles not known (offline, no repository): only a profile named outright
+        scoring_profile=(
+            resolve_profile(wl, profiles_of(policy.profiles))
+            if policy.profiles is not None
+            else spec.scoring_profile
+        ),
         priority_class=priority_class,
         runtime_name=name,
         runtime=(policy.runtimes or {}).get(name) if name else None,

@@ -267,7 +267,12 @@ def _rendezvous_env(
     Node rank = the pod's Job completion index; with several roles each pod also gets KGWE_RANK_OFFSET
     (pods of earlier roles), since an env var cannot add two numbers."""
     port = str(_master_port(wl, facts))
-    index_ref = {"fieldRef": {"fieldPath": f"metadata.annotations['{COMPLETION_INDEX_ANNOTATION}']"}}
+    index_ref = {
+        "fieldRef": {
+            "apiVersion": "v1",
+            "fieldPath": f"metadata.annotations['{COMPLETION_INDEX_ANNOTATION}']",
+        }
+    }
     env: list[dict[str, Any]] = [
         {"name": "KGWE_WORKLOAD", "value": wl.name},
         {"name": "KGWE_ROLE", "value": role.name},

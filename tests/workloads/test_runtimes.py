@@ -99,7 +99,10 @@ def test_inference_gets_triton_and_a_named_runtime_wins():
     assert env["JAX_COORDINATOR_ADDRESS"] == "llm-training-job-r0-worker-0.llm-training-job:1234"
     assert env["JAX_NUM_PROCESSES"] == "2"
     assert env["JAX_PROCESS_ID"] == {
-        "fieldRef": {"fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}
+        "fieldRef": {
+            "apiVersion": "v1",
+            "fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']",
+        }
     }
     assert "PET_NNODES" not in env  # the runtime's launcher, not the workload's framework word
     assert objs["Service/llm-training-job"]["spec"]["ports"][0]["port"] == 1234
@@ -207,3 +210,46 @@ def test_framework_matching_ignores_case(framework):
     doc["spec"]["framework"] = framework
     chosen, _ = _plan(doc, _sample_policy())
     assert chosen == {"runtime": "torch-distributed"}
+
+
+def test_submit_client_dry_run_prints_the_planned_objects(tmp_path, capsys):
+    from kgwe.cli import main
+
+    doc = _doc("kgwe-prd-llm-training-job.yaml")
+    doc["spec"]["distributedConfig"] = {"nodes": 2}
+    doc["spec"]["priority"] = 100
+    _write(tmp_path, "wl.yaml", doc)
+    args = ["submit", "--dry-run=client", "-o", "yaml", "--policy", str(sample_repo_dir()), "-n", "ml"]
+    assert main([*args, str(tmp_path / "wl.yaml")]) == 0
+    captured = capsys.readouterr()
+    objs = [o for o in yaml.safe_load_all(captured.out)]
+    assert [f"{o['kind']}/{o['metadata']['name']}" for o in objs] == [
+        "PodGroup/llm-training-job-r0",
+        "Service/llm-training-job",
+        "Job/llm-training-job-r0-worker",
+    ]
+    assert {o["metadata"]["namespace"] for o in objs} == {"ml"}
+    pod = objs[2]["spec"]["template"]
+    assert pod["spec"]["containers"][0]["image"] == "nvcr.io/nvidia/pytorch:25.12-py3"
+    assert pod["spec"]["schedulingGroup"] == {"podGroupName": "llm-training-job-r0"}
+    assert "gang Native (Auto: assumed native PodGroups)" in captured.err
+    assert "priority 100: the cluster's PriorityClass at or below it, left out here" in captured.err
+    assert "runtime torch-distributed" in captured.err
+    # without the repository the template cannot be known: said, nothing printed
+    assert main(["submit", "--dry-run=client", "-o", "yaml", str(tmp_path / "wl.yaml")]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == "" and "pass --policy DIR" in captured.err
+    assert main(["submit", "-o", "yaml", str(tmp_path / "wl.yaml")]) == 1
+    assert "use it with --dry-run=client" in capsys.readouterr().err
+
+
+def test_submit_refuses_what_the_policy_refuses(tmp_path, capsys):
+    from kgwe.cli import main
+
+    doc = _doc("kgwe-readme-llm-training.yaml")
+    doc["spec"]["schedulingStrategy"] = "Spread"
+    _write(tmp_path, "wl.yaml", doc)
+    args = ["submit", "--dry-run=client", "--policy", str(sample_repo_dir()), str(tmp_path / "wl.yaml")]
+    assert main(args) == 1
+    err = capsys.readouterr().err
+    assert "no ScoringProfile uses strategy Spread" in err and "nothing submitted" in err

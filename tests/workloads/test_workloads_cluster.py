@@ -139,7 +139,7 @@ def kgwe_stack(
     controller = WorkloadController(reconciler, resync_seconds=5)
     controller.start(stop)
     try:
-        yield {"port": port, "reconciler": reconciler, "controller": controller}
+        yield {"port": port, "reconciler": reconciler, "controller": controller, "repo": tmp_path}
     finally:
         stop.set()
         control_plane.start_scheduler(default_scheduler_config())
@@ -641,6 +641,34 @@ def test_the_prd_example_runs_as_written_with_the_repositorys_runtime(stack, k8s
     env = {e.name: e.value for e in trainer.env}
     assert (env["PET_NNODES"], env["PET_NPROC_PER_NODE"]) == ("1", "8")
     assert pod.spec.node_selector == tag  # the workload's own template fields, laid over the runtime's
+    # `kgwe submit --dry-run=client -o yaml --policy` planned, offline, exactly what the controller created
+    from kgwe.fleet.submit_cmd import planned_yaml
+
+    live = client.CustomObjectsApi(k8s_api).get_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, name
+    )
+    body = {k: live[k] for k in ("apiVersion", "kind", "spec")}
+    body["metadata"] = {"name": name, "namespace": namespace}
+    planned = {
+        f"{o['kind']}/{o['metadata']['name']}": o
+        for o in yaml.safe_load_all(planned_yaml([body], str(stack["repo"]), None))
+    }
+    job = client.BatchV1Api(k8s_api).read_namespaced_job(f"{name}-r0-worker", namespace)
+    assert sorted(planned) == [f"Job/{name}-r0-worker", f"Service/{name}"]
+    want = planned[f"Job/{name}-r0-worker"]["spec"]["template"]
+    got = client.ApiClient().sanitize_for_serialization(job.spec.template)
+    assert got["metadata"]["labels"] == {
+        **want["metadata"]["labels"],
+        "batch.kubernetes.io/controller-uid": job.metadata.uid,
+        "batch.kubernetes.io/job-name": job.metadata.name,
+        "controller-uid": job.metadata.uid,
+        "job-name": job.metadata.name,
+    }
+    assert got["metadata"]["annotations"] == want["metadata"]["annotations"]
+    for field in ("image", "command", "env", "ports", "resources", "volumeMounts"):
+        assert got["spec"]["containers"][0][field] == want["spec"]["containers"][0][field], field
+    for field in ("nodeSelector", "schedulerName", "subdomain", "restartPolicy", "volumes"):
+        assert got["spec"][field] == want["spec"][field], field
 
 
 def _events(k8s_api, namespace: str, name: str, reason: str) -> list:
