@@ -289,8 +289,25 @@ class WorkloadReconciler:
                 return 30.0
             view = self._view(p.namespace, wl.name, run, spec.is_batch)
         elif int(new.get("observedGeneration") or 0) != p.generation:
-            self._create(p, wl, run, self._facts(wl, run))  # a spec edit (e.g. suspend) reaches the children
+            self._reapply(p, wl, run)
         return self._observe(p, wl, view, run)
+
+    def _reapply(self, p: _Pass, wl: GPUWorkload, run: int) -> None:
+        """A spec edit (e.g. suspend) reaches the running children. What they cannot take (a Job's pod
+        template is immutable; the WorkloadRuntime may have changed or gone since admission) is said once in
+        a Warning Event and the run goes on: the next run is planned from the new spec."""
+        try:
+            self._create(p, wl, run, self._facts(wl, run))
+            return
+        except PlanError as exc:
+            why = f"{exc} [{exc.reason}]"
+        except ApiException as exc:
+            if exc.status not in (400, 422):
+                raise
+            why = f"the API server refuses the change: {_reason(exc)}"
+        p.event(
+            "Warning", "SpecNotApplied", f"run {run} keeps its objects: {why}; the next run gets the new spec"
+        )
 
     def _facts(self, wl: GPUWorkload, run: int) -> Facts:
         """The facts the run's children are planned with (kgwe.workloads.admission), read now."""
@@ -499,14 +516,17 @@ def _copy_status(old: dict) -> dict:
 
 
 def _reason(exc: ApiException) -> str:
-    """The API server's message from a refused request (a Status object), bounded."""
+    """What the API server refused, from its Status: each cause's field and the end of its message (the
+    values in between can be whole objects), bounded."""
     import json
 
     try:
-        message = json.loads(exc.body or "{}").get("message") or exc.reason
-    except (ValueError, AttributeError):
-        message = exc.reason
-    return str(message)[:1024]
+        status = json.loads(exc.body or "{}")
+    except (ValueError, TypeError):
+        return str(exc.reason)[:1024]
+    causes = (status.get("details") or {}).get("causes") or []
+    said = [f"{c.get('field', '')}: {str(c.get('message', '')).rsplit(': ', 1)[-1]}" for c in causes[:5]]
+    return ("; ".join(said) or str(status.get("message") or exc.reason))[:1024]
 
 
 class WorkloadController:

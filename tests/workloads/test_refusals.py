@@ -186,6 +186,11 @@ def test_each_refusal_is_found_by_validate_before_the_controller_refuses_it(
             assert (admitted["status"], admitted["reason"]) == ("False", reason), (reason, admitted)
             assert not client.BatchV1Api(k8s_api).list_namespaced_job(ns).items
             custom.delete_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, doc["metadata"]["name"])
+        # not a controller refusal but the API server's: --cluster says it too
+        ghost = {**copy.deepcopy(OWN), "metadata": {"name": "ghost", "namespace": f"{namespace}-none"}}
+        (tmp_path / "ghost.yaml").write_text(yaml.safe_dump(ghost))
+        code, online = _validate(capsys, ["--policy", str(repo), *cluster_args, str(tmp_path / "ghost.yaml")])
+        assert code == 1 and any(f'namespace "{namespace}-none" does not exist' in line for line in online)
     finally:
         for key in ("quota", "spent"):
             core.delete_namespace(namespaces[key])

@@ -671,6 +671,32 @@ def test_the_prd_example_runs_as_written_with_the_repositorys_runtime(stack, k8s
         assert got["spec"][field] == want["spec"][field], field
 
 
+def test_a_spec_edit_the_running_job_cannot_take_is_one_event(stack, k8s_api, namespace, gpu_node):
+    """The runtime changes under a running workload (a new image), then the workload is edited: its Job's
+    pod template cannot change, so the reconciler says so once and goes on; it never retries in a loop."""
+    tag = _tag()
+    gpu_node("DGX-A100", labels=tag)
+    doc = yaml.safe_load((EXAMPLES / "kgwe-prd-llm-training-job.yaml").read_text())
+    doc["metadata"] = {"name": "runtime-moved"}
+    name = _create(k8s_api, namespace, doc, tag, hold=True)
+    eventually(lambda: _get(k8s_api, namespace, name).get("status", {}).get("phase") == "Running", "running")
+    core = client.CoreV1Api(k8s_api)
+    cm = core.read_namespaced_config_map("kgwe-runtimes", namespace)
+    cm.data["runtimes.json"] = cm.data["runtimes.json"].replace("pytorch:25.12-py3", "pytorch:26.01-py3")
+    core.replace_namespaced_config_map("kgwe-runtimes", namespace, cm)
+    custom = client.CustomObjectsApi(k8s_api)
+    custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name, {"spec": {"team": "nlp"}})
+    eventually(lambda: _events(k8s_api, namespace, name, "SpecNotApplied"), "SpecNotApplied")
+    time.sleep(12)  # two resyncs and more
+    (event,) = _events(k8s_api, namespace, name, "SpecNotApplied")
+    assert "the API server refuses the change" in event.message and "immutable" in event.message
+    wl = _get(k8s_api, namespace, name)
+    assert wl["status"]["observedGeneration"] == wl["metadata"]["generation"]
+    assert wl["status"]["phase"] == "Running"
+    (pod,) = _pods(k8s_api, namespace, name)
+    assert pod.spec.containers[0].image == "nvcr.io/nvidia/pytorch:25.12-py3"  # the run keeps its objects
+
+
 def _events(k8s_api, namespace: str, name: str, reason: str) -> list:
     core = client.CoreV1Api(k8s_api)
     items = core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={name}").items
