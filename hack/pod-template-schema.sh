@@ -12,7 +12,7 @@ python="${PYTHON:-$root/.venv/bin/python}"
 out="${1:-$root/kgwe/policy/pod_template_spec.json}"
 command -v go >/dev/null 2>&1 || { echo "pod-template-schema: Go is not on PATH (needed to read hack/k8s)" >&2; exit 1; }
 cd "$root/hack/k8s"
-export GOTOOLCHAIN=local GOFLAGS=-mod=mod
+export GOTOOLCHAIN=local GOFLAGS=-mod=readonly
 version="$(go list -m -f '{{.Version}}' k8s.io/kubernetes)"
 dir="$(go mod download -json "k8s.io/kubernetes@$version" | "$python" -c 'import json, sys; print(json.load(sys.stdin)["Dir"])')"
 openapi="$dir/api/openapi-spec/v3/apis__batch__v1_openapi.json"
