@@ -17,5 +17,6 @@ version="$(go list -m -f '{{.Version}}' k8s.io/kubernetes)"
 dir="$(go mod download -json "k8s.io/kubernetes@$version" | "$python" -c 'import json, sys; print(json.load(sys.stdin)["Dir"])')"
 openapi="$dir/api/openapi-spec/v3/apis__batch__v1_openapi.json"
 [[ -f "$openapi" ]] || { echo "pod-template-schema: $openapi not found" >&2; exit 1; }
-cd "$root" && "$python" -m kgwe.policy.pod_template "$openapi" "$version" "$out"
+cd "$root" && "$python" -c 'import sys; from kgwe.policy.pod_template import main; sys.exit(main(sys.argv[1:]))' \
+    "$openapi" "$version" "$out"
 echo "wrote $out (Kubernetes $version)"

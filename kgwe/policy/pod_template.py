@@ -279,11 +279,9 @@ def check_template(template: Any, *, require_containers: bool = True) -> None:
         raise TemplateErrors(findings)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """`python -m kgwe.policy.pod_template OPENAPI_JSON VERSION OUT` (hack/pod-template-schema.sh)."""
-    import sys
-
-    openapi_file, version, out = argv if argv is not None else sys.argv[1:]
+def main(argv: list[str]) -> int:
+    """OPENAPI_JSON VERSION OUT: what hack/pod-template-schema.sh runs."""
+    openapi_file, version, out = argv
     with open(openapi_file, encoding="utf-8") as fh:
         openapi = json.load(fh)
     source = "api/openapi-spec/v3/" + openapi_file.rsplit("/", 1)[-1]
@@ -291,7 +289,3 @@ def main(argv: list[str] | None = None) -> int:
     with open(out, "w", encoding="utf-8") as fh:
         fh.write(text)
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
