@@ -128,13 +128,22 @@ def cluster_view(api: client.ApiClient, *, namespaces_and_quotas: bool = False) 
     """The cluster's side of admission. `namespaces_and_quotas`: also which namespaces exist and every
     namespace's kgwe-budget quota (`kgwe validate --cluster`; the reconciler reads one when it admits)."""
     existing = None
-    quotas: dict[str, dict[str, Any]] = {}
-    if namespaces_and_quotas:
+    quotas: dict[str, dict[str, Any]] | None = {}
+    if namespaces_and_quotas:  # a user who may not list them all gets these two as not known
         core = client.CoreV1Api(api)
-        existing = frozenset(n["metadata"]["name"] for n in list_items(core.list_namespace))
+        try:
+            existing = frozenset(n["metadata"]["name"] for n in list_items(core.list_namespace))
+        except ApiException as exc:
+            if exc.status != 403:
+                raise
         selector = f"metadata.name={BUDGET_QUOTA_NAME}"
-        for quota in list_items(core.list_resource_quota_for_all_namespaces, field_selector=selector):
-            quotas[quota["metadata"]["namespace"]] = quota
+        try:
+            items = list_items(core.list_resource_quota_for_all_namespaces, field_selector=selector)
+            quotas = {q["metadata"]["namespace"]: q for q in items}
+        except ApiException as exc:
+            if exc.status != 403:
+                raise
+            quotas = None
     return ClusterView(
         offers=node_offers(api),
         priority_classes=priority_classes(api),
