@@ -588,7 +588,7 @@ def check_workloads(ps: PolicySet) -> None:
                 ps.report(entry, (*base, "product"), f'"{req.product}" names no known GPU model')
         namespace = (wl.metadata.namespace if wl.metadata else None) or ps.namespace
         for f in findings(wl, namespace, policy, cluster):
-            ps.report(entry, f.path, f"{f.message} [{f.reason}]", f.severity)
+            ps.report(entry, f.path, f"{f.message} [{f.reason}]" if f.reason else f.message, f.severity)
         if wl.spec.scoring_profile and profiles and wl.spec.scoring_profile not in profiles:
             ps.report(
                 entry,
