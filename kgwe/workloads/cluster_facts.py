@@ -22,9 +22,9 @@ from kgwe.cluster.names import (
 from kgwe.gpu import catalog
 from kgwe.policy.gpu_workload import NodeOffer
 from kgwe.policy.workload_runtime import WorkloadRuntimeSpec
+from kgwe.vocab import GPU_PRODUCT_LABEL
 from kgwe.workloads.admission import ClusterView, PolicyView
 
-PRODUCT_LABEL = "nvidia.com/gpu.product"
 KUEUE_GROUP = "kueue.x-k8s.io"
 SCORING_CONFIGMAP = "kgwe-scoring"
 
@@ -53,7 +53,7 @@ def node_offers(api: client.ApiClient) -> list[NodeOffer]:
             for k, v in alloc.items()
             if k.startswith(MIG_RESOURCE_PREFIX) and v != "0"
         )
-        product = labels.get(PRODUCT_LABEL, "")
+        product = labels.get(GPU_PRODUCT_LABEL, "")
         if not profiles and product:
             model = catalog.model_for_product(product)
             if model is not None and model.mig_capable:
