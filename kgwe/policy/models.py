@@ -23,6 +23,7 @@ from kgwe.policy.mig_strategy import MIGStrategy, MIGStrategySpec, PartitionStra
 from kgwe.policy.pricing import GPUPrice, PricingCatalog, PricingCatalogSpec
 from kgwe.policy.scoring_profile import ExtenderSettings, ScoringProfile, ScoringProfileSpec, Weights
 from kgwe.policy.sharing_strategy import GPUSharingStrategy, GPUSharingStrategySpec
+from kgwe.policy.workload_runtime import WorkloadRuntime, WorkloadRuntimeSpec
 
 POLICY_KINDS: tuple[type[KgweObject], ...] = (
     MIGStrategy,
@@ -31,6 +32,7 @@ POLICY_KINDS: tuple[type[KgweObject], ...] = (
     GPUBudget,
     PricingCatalog,
     GPUInventory,
+    WorkloadRuntime,
 )
 CLUSTER_KINDS: tuple[type[KgweObject], ...] = (PolicyRepository, GPUWorkload)
 KINDS: dict[str, type[KgweObject]] = {k.KIND: k for k in (*POLICY_KINDS, *CLUSTER_KINDS)}
@@ -75,4 +77,6 @@ __all__ = [
     "ScoringProfileSpec",
     "TopologyRequirement",
     "Weights",
+    "WorkloadRuntime",
+    "WorkloadRuntimeSpec",
 ]

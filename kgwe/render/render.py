@@ -13,7 +13,14 @@ from typing import Any
 import orjson
 import yaml
 
-from kgwe.cluster.names import REPOSITORY_LABEL, SCHEDULER_CONFIG_KEY, SCHEDULER_CONFIGMAP, SCHEDULER_NAME
+from kgwe.cluster.names import (
+    REPOSITORY_LABEL,
+    RUNTIMES_CONFIG_KEY,
+    RUNTIMES_CONFIGMAP,
+    SCHEDULER_CONFIG_KEY,
+    SCHEDULER_CONFIGMAP,
+    SCHEDULER_NAME,
+)
 from kgwe.errors import KgweError
 from kgwe.policy.loader import PolicySet
 from kgwe.policy.models import GPUInventory, ScoringProfile, ScoringProfileSpec
@@ -41,7 +48,7 @@ except AttributeError:  # pragma: no cover
 @dataclass(frozen=True)
 class RenderOptions:
     repository: str = "local"  # PolicyRepository name, put in a label on every object
-    namespace: str = "kgwe-system"  # kgwe-scheduler-config and kgwe-scoring
+    namespace: str = "kgwe-system"  # kgwe-scheduler-config, kgwe-scoring and kgwe-runtimes
     mig_namespace: str = "gpu-operator"  # where the GPU Operator's MIG manager reads its config
     mig_config_name: str = "kgwe-mig-parted-config"
     # the device plugin's config ConfigMap (ClusterPolicy devicePlugin.config.name), in mig_namespace
@@ -204,6 +211,16 @@ def render(
     profiles_json = orjson.dumps(payload, option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2).decode() + "\n"
     files["scoring.yaml"] = render_template(
         "scoring-configmap.yaml.j2", namespace=opts.namespace, profiles_json=profiles_json, **common
+    )
+    runtimes = {r.name: r.spec.model_dump(mode="json", by_alias=True) for r in ps.runtimes}
+    runtimes_json = orjson.dumps({"runtimes": runtimes}, option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2)
+    files["runtimes.yaml"] = render_template(
+        "runtimes-configmap.yaml.j2",
+        name=RUNTIMES_CONFIGMAP,
+        key=RUNTIMES_CONFIG_KEY,
+        namespace=opts.namespace,
+        runtimes_json=runtimes_json.decode() + "\n",
+        **common,
     )
     quotas = _quotas(ps, opts.namespace)
     if quotas:

@@ -26,34 +26,28 @@ from pydantic import ValidationError
 
 from kgwe.cluster.client import list_items
 from kgwe.cluster.events import EventRecorder
-from kgwe.cluster.names import BUDGET_QUOTA_NAME, FIELD_MANAGER, GPU_RESOURCE, MIG_RESOURCE_PREFIX
+from kgwe.cluster.names import FIELD_MANAGER
 from kgwe.extender.k8s import gpu_holders, unhealthy_gpus
-from kgwe.gpu import catalog
 from kgwe.observability import tracing
-from kgwe.policy.diagnostics import format_path
-from kgwe.policy.gpu_workload import GPUWorkload, NodeOffer, problems
+from kgwe.policy.diagnostics import format_path, messages_from_validation
+from kgwe.policy.gpu_workload import GPUWorkload
 from kgwe.timestamps import parse_rfc3339
+from kgwe.workloads import cluster_facts
 from kgwe.workloads import status as st
+from kgwe.workloads.admission import ClusterView, findings, quota_needs, resolve_facts
 from kgwe.workloads.plan import (
     PODGROUP_API,
     RUN_LABEL,
     WORKLOAD_LABEL,
     Facts,
     PlanError,
-    gpu_resources,
     plan_children,
     requested_gpus,
-    resolve_backend,
-    resolve_priority,
-    resolve_profile,
 )
 
 log = logging.getLogger(__name__)
 
 GROUP, VERSION, PLURAL = "kgwe.nvidia.io", "v1", "gpuworkloads"
-PRODUCT_LABEL = "nvidia.com/gpu.product"
-KUEUE_GROUP = "kueue.x-k8s.io"
-SCORING_CONFIGMAP = "kgwe-scoring"
 
 
 class WorkloadMetrics:
@@ -151,64 +145,7 @@ class WorkloadReconciler:
         return self._dyn
 
     def _serves(self, group: str, version: str | None = None) -> bool:
-        try:
-            groups = client.ApisApi(self.api_client).get_api_versions().groups or []
-        except ApiException:
-            return False
-        for g in groups:
-            if g.name == group:
-                return version is None or any(v.version == version for v in g.versions)
-        return False
-
-    def _node_offers(self) -> list[NodeOffer]:
-        offers = []
-        for node in list_items(self.core.list_node):
-            labels = node["metadata"].get("labels") or {}
-            alloc = (node.get("status") or {}).get("allocatable") or {}
-            gpus = int(alloc.get(GPU_RESOURCE, "0") or 0)
-            profiles = frozenset(
-                k[len(MIG_RESOURCE_PREFIX) :]
-                for k, v in alloc.items()
-                if k.startswith(MIG_RESOURCE_PREFIX) and v != "0"
-            )
-            product = labels.get(PRODUCT_LABEL, "")
-            if not profiles and product:  # MIG not enabled yet: what the GPU model could offer
-                model = catalog.model_for_product(product)
-                if model is not None and model.mig_capable:
-                    profiles = frozenset(model.profiles)
-            if gpus or profiles:
-                offers.append(NodeOffer(gpus=gpus, product=product, mig_profiles=profiles))
-        return offers
-
-    def _profiles(self) -> dict[str, str]:
-        """Scoring profile name -> strategy, from the rendered kgwe-scoring ConfigMap."""
-        import json
-
-        from kgwe.extender.profile import profiles_from_document
-
-        try:
-            cm = self.core.read_namespaced_config_map(SCORING_CONFIGMAP, self.policy_namespace)
-        except ApiException:
-            return {}
-        try:
-            profiles = profiles_from_document(json.loads((cm.data or {}).get("profiles.json") or "{}"))
-        except (ValueError, TypeError):
-            return {}
-        return {name: p.strategy for name, p in profiles.items()}
-
-    def _priority_classes(self) -> dict[str, int]:
-        items = list_items(client.SchedulingV1Api(self.api_client).list_priority_class)
-        return {i["metadata"]["name"]: int(i.get("value", 0)) for i in items}
-
-    def _quota(self, namespace: str) -> dict | None:
-        try:
-            return self.core.read_namespaced_resource_quota(
-                BUDGET_QUOTA_NAME, namespace, _preload_content=False
-            ).json()
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
+        return cluster_facts.serves(self.api_client, group, version)
 
     # -- children --------------------------------------------------------------------------------------
     def _view(self, namespace: str, name: str, run: int, batch: bool) -> st.RunView:
@@ -223,7 +160,7 @@ class WorkloadReconciler:
         pods = list_items(self.core.list_namespaced_pod, namespace=namespace, label_selector=selector)
         return st.RunView(deployments=deps, pods=pods)
 
-    def _apply(self, obj: dict) -> None:
+    def _apply(self, obj: dict, dry_run: bool = False) -> None:
         if not self.is_leader():
             raise _NotLeader
         resource = self.dyn.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
@@ -234,6 +171,7 @@ class WorkloadReconciler:
             namespace=obj["metadata"]["namespace"],
             field_manager=FIELD_MANAGER,
             force_conflicts=True,
+            **({"dry_run": "All"} if dry_run else {}),
         )
 
     def _delete_run(self, namespace: str, name: str, run: int) -> None:
@@ -294,9 +232,9 @@ class WorkloadReconciler:
         p = _Pass(obj, _copy_status(old), int(obj["metadata"].get("generation") or 0), self.now())
         try:
             wl = GPUWorkload.model_validate(obj)
-        except ValidationError as exc:
-            err = exc.errors()[0]
-            self._refuse(p, "InvalidSpec", f"{format_path(tuple(err['loc']))}: {err['msg']}")
+        except ValidationError as exc:  # said once in a condition; the next edit of the spec brings it back
+            loc, message = messages_from_validation(GPUWorkload, exc)[0]
+            self._refuse(p, "InvalidSpec", f"{format_path(loc)}: {message}")
             return self._finish(p, old, None)
         try:
             requeue = self._drive(p, wl)
@@ -351,55 +289,88 @@ class WorkloadReconciler:
                 return 30.0
             view = self._view(p.namespace, wl.name, run, spec.is_batch)
         elif int(new.get("observedGeneration") or 0) != p.generation:
-            self._create(p, wl, run, self._facts(wl, run))  # a spec edit (e.g. suspend) reaches the children
+            self._reapply(p, wl, run)
         return self._observe(p, wl, view, run)
 
-    def _facts(self, wl: GPUWorkload, run: int) -> Facts:
-        native = self._serves("scheduling.k8s.io", "v1beta1")
-        kueue = self._serves(KUEUE_GROUP)
-        spec = wl.spec
-        backend, problem = resolve_backend(spec.gang.backend, spec.total_pods, native, kueue, spec.is_batch)
-        if problem:
-            hint = "; set spec.gang.backend: None to run without all-or-nothing"
-            raise PlanError("NoGangEngine", problem + hint)
-        return Facts(
-            run=run,
-            gang_backend=backend,
-            scoring_profile=resolve_profile(wl, self._profiles()),
-            priority_class=resolve_priority(wl.spec.priority, self._priority_classes()),
+    def _reapply(self, p: _Pass, wl: GPUWorkload, run: int) -> None:
+        """A spec edit (e.g. suspend) reaches the running children. What they cannot take (a Job's pod
+        template is immutable; the WorkloadRuntime may have changed or gone since admission) is said once in
+        a Warning Event and the run goes on: the next run is planned from the new spec."""
+        try:
+            self._create(p, wl, run, self._facts(wl, run))
+            return
+        except PlanError as exc:
+            why = f"{exc} [{exc.reason}]"
+        except ApiException as exc:
+            if exc.status not in (400, 422):
+                raise
+            why = f"the API server refuses the change: {_reason(exc)}"
+        p.event(
+            "Warning", "SpecNotApplied", f"run {run} keeps its objects: {why}; the next run gets the new spec"
         )
 
+    def _facts(self, wl: GPUWorkload, run: int) -> Facts:
+        """The facts the run's children are planned with (kgwe.workloads.admission), read now."""
+        native = self._serves("scheduling.k8s.io", "v1beta1")
+        kueue = self._serves(cluster_facts.KUEUE_GROUP)
+        policy = cluster_facts.policy_view(self.api_client, self.policy_namespace)
+        classes = ClusterView(priority_classes=cluster_facts.priority_classes(self.api_client))
+        return resolve_facts(wl, run, policy, classes, native=native, kueue=kueue)
+
     def _admit(self, p: _Pass, wl: GPUWorkload, run: int) -> bool:
-        found = problems(wl.spec, self._node_offers())
-        if found:
-            path, message = found[0]
-            self._refuse(p, "Unschedulable", f"{format_path(path)}: {message}")
-            return False
-        facts = self._facts(wl, run)
-        refused = st.quota_admission(self._quota(p.namespace), _quota_needs(wl))
+        """Refuse with the first problem `kgwe validate` would also report (kgwe.workloads.admission), then
+        with the namespace's budget quota as it is now; else create the run's children."""
+        policy = cluster_facts.policy_view(self.api_client, self.policy_namespace)
+        cluster = cluster_facts.cluster_view(self.api_client)  # live quota: below, as a state of the moment
+        for finding in findings(wl, p.namespace, policy, cluster):
+            if finding.severity == "error":
+                self._refuse(p, finding.reason, f"{format_path(finding.path)}: {finding.message}")
+                return False
+        assert cluster.native_gang is not None and cluster.kueue is not None
+        facts = resolve_facts(wl, run, policy, cluster, native=cluster.native_gang, kueue=cluster.kueue)
+        refused = st.quota_admission(
+            cluster_facts.budget_quota(self.api_client, p.namespace), quota_needs(wl)
+        )
         if refused:
             self._refuse(p, *refused)
             return False
-        children = self._create(p, wl, run, facts)
+        children = self._create(p, wl, run, facts, check_first=True)
         p.new.update(
             run=run,
             retryCount=int(p.new.get("retryCount") or 0),
             runStartTime=st.rfc3339(p.now),
             gangBackend=facts.gang_backend,
             strategy=wl.spec.scheduling_strategy or facts.scoring_profile or "default",
+            runtime=facts.runtime_name,
         )
         p.event(
             "Normal",
             "Created",
             f"run {run}: " + ", ".join(f"{c['kind']}/{c['metadata']['name']}" for c in children),
         )
-        message = f"run {run}: {wl.spec.total_pods} pod(s), gang {facts.gang_backend}"
+        via = f", runtime {facts.runtime_name}" if facts.runtime_name else ""
+        message = f"run {run}: {wl.spec.total_pods} pod(s), gang {facts.gang_backend}{via}"
         if p.condition("Admitted", "True", "Admitted", message):
             p.event("Normal", "Admitted", message)
         return True
 
-    def _create(self, p: _Pass, wl: GPUWorkload, run: int, facts: Facts) -> list[dict]:
+    def _create(
+        self, p: _Pass, wl: GPUWorkload, run: int, facts: Facts, check_first: bool = False
+    ) -> list[dict]:
+        """Apply the run's children. `check_first`: the API server checks them all (dry run) before any is
+        created, so a template it refuses creates nothing and becomes InvalidPodTemplate, once."""
         children = plan_children(wl, p.namespace, p.obj["metadata"]["uid"], facts)
+        if check_first:
+            for child in children:
+                try:
+                    self._apply(child, dry_run=True)
+                except ApiException as exc:
+                    if exc.status not in (400, 422):
+                        raise
+                    what = f"{child['kind']}/{child['metadata']['name']}"
+                    raise PlanError(
+                        "InvalidPodTemplate", f"the API server refuses {what}: {_reason(exc)}"
+                    ) from None
         for child in children:  # PodGroup and Service before the Jobs that make pods
             self._apply(child)
         return children
@@ -544,15 +515,18 @@ def _copy_status(old: dict) -> dict:
     return new
 
 
-def _quota_needs(wl: GPUWorkload) -> dict[str, int]:
-    """ResourceQuota keys -> what all the workload's pods request together."""
-    needs: dict[str, int] = {}
-    for role in wl.spec.effective_roles():
-        assert role.gpu_requirements is not None
-        resources, _ = gpu_resources(role.gpu_requirements)
-        for key, n in resources.items():
-            needs[f"requests.{key}"] = needs.get(f"requests.{key}", 0) + n * role.replicas
-    return needs
+def _reason(exc: ApiException) -> str:
+    """What the API server refused, from its Status: each cause's field and the end of its message (the
+    values in between can be whole objects), bounded."""
+    import json
+
+    try:
+        status = json.loads(exc.body or "{}")
+    except (ValueError, TypeError):
+        return str(exc.reason)[:1024]
+    causes = (status.get("details") or {}).get("causes") or []
+    said = [f"{c.get('field', '')}: {str(c.get('message', '')).rsplit(': ', 1)[-1]}" for c in causes[:5]]
+    return ("; ".join(said) or str(status.get("message") or exc.reason))[:1024]
 
 
 class WorkloadController:
