@@ -14,12 +14,12 @@ import heapq
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from kubernetes import client, dynamic, watch
+from kubernetes import client, dynamic
 from kubernetes.client.exceptions import ApiException
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from pydantic import ValidationError
@@ -27,6 +27,7 @@ from pydantic import ValidationError
 from kgwe.cluster.client import list_items
 from kgwe.cluster.events import EventRecorder
 from kgwe.cluster.names import BUDGET_QUOTA_NAME, FIELD_MANAGER, GPU_RESOURCE, MIG_RESOURCE_PREFIX
+from kgwe.cluster.watch import list_and_watch
 from kgwe.extender.k8s import gpu_holders, unhealthy_gpus
 from kgwe.gpu import catalog
 from kgwe.observability import tracing
@@ -54,6 +55,7 @@ GROUP, VERSION, PLURAL = "kgwe.nvidia.io", "v1", "gpuworkloads"
 PRODUCT_LABEL = "nvidia.com/gpu.product"
 KUEUE_GROUP = "kueue.x-k8s.io"
 SCORING_CONFIGMAP = "kgwe-scoring"
+WATCH_SECONDS = 300  # a watch the server ends after this long is resumed from its last resourceVersion
 
 
 class WorkloadMetrics:
@@ -70,6 +72,19 @@ class WorkloadMetrics:
             "kgwe_gpuworkload_failed_total", "Workload failures and refusals", ["reason"], registry=registry
         )
         self.retries = Counter("kgwe_gpuworkload_retries_total", "Whole-gang restarts", registry=registry)
+        self.watch_events = Counter(
+            "kgwe_gpuworkload_watch_events_total",
+            "Objects the workload controller's watches handed over: LISTED (a listing), ADDED, MODIFIED, "
+            "DELETED",
+            ["resource", "type"],
+            registry=registry,
+        )
+        self.watch_restarts = Counter(
+            "kgwe_gpuworkload_watch_restarts_total",
+            "Listings after the first: expired (410 Gone) or failed (connection dropped, API server away)",
+            ["resource", "reason"],
+            registry=registry,
+        )
         self.duration = Histogram(
             "kgwe_gpuworkload_reconcile_duration_seconds",
             "GPUWorkload reconcile duration",
@@ -558,24 +573,29 @@ def _quota_needs(wl: GPUWorkload) -> dict[str, int]:
 class WorkloadController:
     """Watches GPUWorkloads and their Jobs/Pods/Deployments in every namespace; one worker reconciles."""
 
-    def __init__(self, reconciler: WorkloadReconciler, *, resync_seconds: float = 60.0) -> None:
+    def __init__(
+        self,
+        reconciler: WorkloadReconciler,
+        *,
+        resync_seconds: float = 60.0,
+        watch_timeout_seconds: int = WATCH_SECONDS,
+    ) -> None:
         self.reconciler = reconciler
         self.queue = WorkQueue()
         self.resync_seconds = resync_seconds
+        self.watch_timeout_seconds = watch_timeout_seconds
         self.reconciles = 0
         self._threads: list[threading.Thread] = []
+        self._known: set[str] = set()  # GPUWorkload keys, as the watch last saw them
+        self._known_lock = threading.Lock()
 
     def resync(self) -> None:
-        """Queue every GPUWorkload (on becoming leader, and every resync period)."""
-        try:
-            items = list_items(
-                self.reconciler.custom.list_cluster_custom_object, group=GROUP, version=VERSION, plural=PLURAL
-            )
-        except ApiException as exc:
-            log.warning("listing GPUWorkloads failed: %s", exc.reason)
-            return
-        for item in items:
-            self.queue.add(f"{item['metadata']['namespace']}/{item['metadata']['name']}")
+        """Queue every GPUWorkload the watch knows (on becoming leader, and every resync period): periodic
+        work such as gang timeouts and cost comes from these looks, without listing again."""
+        with self._known_lock:
+            keys = sorted(self._known)
+        for key in keys:
+            self.queue.add(key)
 
     def start(self, stop: threading.Event) -> None:
         api = self.reconciler
@@ -609,22 +629,46 @@ class WorkloadController:
     def _watch(
         self, stop: threading.Event, what: str, fn: Callable[..., Any], kwargs: dict[str, Any]
     ) -> None:
-        while not stop.is_set():
-            try:
-                w = watch.Watch()
-                for event in w.stream(fn, timeout_seconds=30, **kwargs):
-                    if stop.is_set():
-                        w.stop()
-                        break
-                    obj = event.get("object")
-                    if not isinstance(obj, dict):
-                        obj = api_to_dict(obj)
-                    key = self._key(what, obj)
-                    if key and self.reconciler.is_leader():
-                        self.queue.add(key)
-            except Exception as exc:  # a broken watch is retried; the periodic resync covers the gap
-                log.debug("watch of %s ended: %s", what, exc)
-                stop.wait(1.0)
+        """One list+watch loop (kgwe.cluster.watch) per kind: a listing queues every workload it names,
+        later events only what changed; re-watches resume from the last resourceVersion."""
+        metrics = self.reconciler.metrics
+
+        def listed(items: Sequence[dict]) -> None:
+            metrics.watch_events.labels(what, "LISTED").inc(len(items))
+            if what == "gpuworkloads":
+                with self._known_lock:
+                    self._known = {k for k in (self._key(what, obj) for obj in items) if k}
+            for obj in items:
+                self._enqueue(what, obj)
+
+        def changed(kind: str, obj: dict) -> None:
+            metrics.watch_events.labels(what, kind).inc()
+            key = self._key(what, obj)
+            if what == "gpuworkloads" and key:
+                with self._known_lock:
+                    if kind == "DELETED":
+                        self._known.discard(key)
+                    else:
+                        self._known.add(key)
+            self._enqueue(what, obj)
+
+        def restarted(error: BaseException | None) -> None:
+            metrics.watch_restarts.labels(what, "expired" if error is None else "failed").inc()
+
+        list_and_watch(
+            fn,
+            on_list=listed,
+            on_event=changed,
+            on_restart=restarted,
+            stop=stop,
+            watch_timeout_seconds=self.watch_timeout_seconds,
+            **kwargs,
+        )
+
+    def _enqueue(self, what: str, obj: dict) -> None:
+        key = self._key(what, obj)
+        if key and self.reconciler.is_leader():
+            self.queue.add(key)
 
     def _work(self, stop: threading.Event) -> None:
         last_resync = 0.0
@@ -647,7 +691,3 @@ class WorkloadController:
             self.reconciles += 1
             if again is not None:
                 self.queue.add(key, again)
-
-
-def api_to_dict(obj: Any) -> dict:
-    return client.ApiClient().sanitize_for_serialization(obj)
