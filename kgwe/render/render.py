@@ -13,10 +13,18 @@ from typing import Any
 import orjson
 import yaml
 
-from kgwe.cluster.names import REPOSITORY_LABEL, SCHEDULER_CONFIG_KEY, SCHEDULER_CONFIGMAP, SCHEDULER_NAME
+from kgwe.cluster.names import (
+    POD_TEMPLATE_POLICY_CONFIGMAP,
+    POD_TEMPLATE_POLICY_KEY,
+    REPOSITORY_LABEL,
+    SCHEDULER_CONFIG_KEY,
+    SCHEDULER_CONFIGMAP,
+    SCHEDULER_NAME,
+)
 from kgwe.errors import KgweError
 from kgwe.policy.loader import PolicySet
-from kgwe.policy.models import GPUInventory, ScoringProfile, ScoringProfileSpec
+from kgwe.policy.models import GPUInventory, PodTemplatePolicy, ScoringProfile, ScoringProfileSpec
+from kgwe.policy.pod_template_policy import pod_template_policies_json
 from kgwe.policy.quota_namespaces import refused_quota_namespace
 from kgwe.render.environment import render_template
 from kgwe.render.layouts import NodeLayouts, desired_layouts
@@ -204,6 +212,14 @@ def render(
     profiles_json = orjson.dumps(payload, option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2).decode() + "\n"
     files["scoring.yaml"] = render_template(
         "scoring-configmap.yaml.j2", namespace=opts.namespace, profiles_json=profiles_json, **common
+    )
+    files["pod-template-policy.yaml"] = render_template(
+        "pod-template-policy-configmap.yaml.j2",
+        name=POD_TEMPLATE_POLICY_CONFIGMAP,
+        key=POD_TEMPLATE_POLICY_KEY,
+        namespace=opts.namespace,
+        policies_json=pod_template_policies_json(ps.objects(PodTemplatePolicy)),
+        **common,
     )
     quotas = _quotas(ps, opts.namespace)
     if quotas:

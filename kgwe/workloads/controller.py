@@ -26,15 +26,24 @@ from pydantic import ValidationError
 
 from kgwe.cluster.client import list_items
 from kgwe.cluster.events import EventRecorder
-from kgwe.cluster.names import BUDGET_QUOTA_NAME, FIELD_MANAGER, GPU_RESOURCE, MIG_RESOURCE_PREFIX
+from kgwe.cluster.names import (
+    BUDGET_QUOTA_NAME,
+    FIELD_MANAGER,
+    GPU_RESOURCE,
+    MIG_RESOURCE_PREFIX,
+    POD_TEMPLATE_POLICY_CONFIGMAP,
+    POD_TEMPLATE_POLICY_KEY,
+)
 from kgwe.cluster.watch import list_and_watch
 from kgwe.extender.k8s import gpu_holders, unhealthy_gpus
 from kgwe.gpu import catalog
 from kgwe.observability import tracing
 from kgwe.policy.diagnostics import format_path
 from kgwe.policy.gpu_workload import GPUWorkload, NodeOffer, problems
+from kgwe.policy.pod_template_policy import PodTemplatePolicy, policies_from_json
 from kgwe.timestamps import parse_rfc3339
 from kgwe.workloads import status as st
+from kgwe.workloads.namespaces import NamespaceGrants
 from kgwe.workloads.plan import (
     PODGROUP_API,
     RUN_LABEL,
@@ -48,6 +57,7 @@ from kgwe.workloads.plan import (
     resolve_priority,
     resolve_profile,
 )
+from kgwe.workloads.template_policy import template_refusal
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +65,9 @@ GROUP, VERSION, PLURAL = "kgwe.nvidia.io", "v1", "gpuworkloads"
 PRODUCT_LABEL = "nvidia.com/gpu.product"
 KUEUE_GROUP = "kueue.x-k8s.io"
 SCORING_CONFIGMAP = "kgwe-scoring"
+# Refusals that only an edit lifts (the namespace's label, the spec, a PodTemplatePolicy): no retry of
+# their own; label and spec edits are watched, and the periodic resync looks again after a policy change.
+WAIT_FOR_CHANGE = frozenset({"NamespaceNotEnabled", "TemplateNotAllowed"})
 WATCH_SECONDS = 300  # a watch the server ends after this long is resumed from its last resourceVersion
 
 
@@ -156,6 +169,7 @@ class WorkloadReconciler:
         self.policy_namespace = policy_namespace
         self.now = now
         self.cost_of = cost_of  # (namespace, name, workload) -> status.cost; None: not metered
+        self.grants = NamespaceGrants(api_client, kgwe_namespace=policy_namespace)
         self._dyn: dynamic.DynamicClient | None = None
 
     # -- cluster facts -------------------------------------------------------------------------------
@@ -211,6 +225,23 @@ class WorkloadReconciler:
             return {}
         return {name: p.strategy for name, p in profiles.items()}
 
+    def _template_policies(self) -> list[PodTemplatePolicy]:
+        """The PodTemplatePolicies rendered from Git; none (every field they could allow is refused) while
+        the ConfigMap is absent or unreadable."""
+        try:
+            cm = self.core.read_namespaced_config_map(POD_TEMPLATE_POLICY_CONFIGMAP, self.policy_namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                return []
+            raise
+        try:
+            return policies_from_json((cm.data or {}).get(POD_TEMPLATE_POLICY_KEY) or "[]")
+        except ValueError as exc:
+            log.warning(
+                "%s is not valid; refusing what a policy would allow: %s", POD_TEMPLATE_POLICY_CONFIGMAP, exc
+            )
+            return []
+
     def _priority_classes(self) -> dict[str, int]:
         items = list_items(client.SchedulingV1Api(self.api_client).list_priority_class)
         return {i["metadata"]["name"]: int(i.get("value", 0)) for i in items}
@@ -242,14 +273,24 @@ class WorkloadReconciler:
         if not self.is_leader():
             raise _NotLeader
         resource = self.dyn.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
-        self.dyn.server_side_apply(
-            resource,
-            body=obj,
-            name=obj["metadata"]["name"],
-            namespace=obj["metadata"]["namespace"],
-            field_manager=FIELD_MANAGER,
-            force_conflicts=True,
-        )
+        meta = obj["metadata"]
+        try:
+            self.dyn.server_side_apply(
+                resource,
+                body=obj,
+                name=meta["name"],
+                namespace=meta["namespace"],
+                field_manager=FIELD_MANAGER,
+                force_conflicts=True,
+            )
+        except ApiException as exc:
+            if exc.status != 403:
+                raise
+            # e.g. the namespace's RoleBinding not granted yet, or removed with the opt-in label
+            raise PlanError(
+                "Forbidden",
+                f"the controller may not write {obj['kind']} {meta['name']} in {meta['namespace']}",
+            ) from None
 
     def _delete_run(self, namespace: str, name: str, run: int) -> None:
         """Delete the run's Jobs and PodGroup; their pods go with them (background cascade)."""
@@ -297,6 +338,8 @@ class WorkloadReconciler:
             self.metrics.duration.observe(time.monotonic() - start)
 
     def _reconcile(self, namespace: str, name: str) -> float | None:
+        if not self.grants.listed.is_set():
+            return 1.0  # which namespaces opted in is not known yet: decide nothing
         try:
             obj = self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
         except ApiException as exc:
@@ -317,7 +360,8 @@ class WorkloadReconciler:
             requeue = self._drive(p, wl)
         except PlanError as exc:
             self._refuse(p, exc.reason, str(exc))
-            requeue = 30.0
+            # what only the namespace's label or a spec edit can change waits for that (both are watched)
+            requeue = None if exc.reason in WAIT_FOR_CHANGE else 30.0
         return self._finish(p, old, requeue)
 
     def _refuse(self, p: _Pass, reason: str, message: str) -> None:
@@ -414,7 +458,14 @@ class WorkloadReconciler:
         return True
 
     def _create(self, p: _Pass, wl: GPUWorkload, run: int, facts: Facts) -> list[dict]:
+        """Apply the run's children: only in a namespace that opted in."""
+        refused = self.grants.refused(p.namespace)
+        if refused:
+            raise PlanError("NamespaceNotEnabled", refused)
         children = plan_children(wl, p.namespace, p.obj["metadata"]["uid"], facts)
+        refused = template_refusal(wl, children, self._template_policies(), p.namespace, facts.priority_class)
+        if refused:
+            raise PlanError("TemplateNotAllowed", refused)
         for child in children:  # PodGroup and Service before the Jobs that make pods
             self._apply(child)
         return children
@@ -588,6 +639,16 @@ class WorkloadController:
         self._threads: list[threading.Thread] = []
         self._known: set[str] = set()  # GPUWorkload keys, as the watch last saw them
         self._known_lock = threading.Lock()
+        reconciler.grants.on_enabled = self._namespace_enabled
+
+    def _namespace_enabled(self, namespace: str) -> None:
+        """A namespace opted in: look again at the workloads waiting there."""
+        if not self.reconciler.is_leader():
+            return
+        with self._known_lock:
+            keys = sorted(k for k in self._known if k.startswith(namespace + "/"))
+        for key in keys:
+            self.queue.add(key)
 
     def resync(self) -> None:
         """Queue every GPUWorkload the watch knows (on becoming leader, and every resync period): periodic
@@ -615,6 +676,14 @@ class WorkloadController:
             )
             t.start()
             self._threads.append(t)
+        t = threading.Thread(
+            target=api.grants.run,
+            args=(stop, self.watch_timeout_seconds),
+            name="kgwe-watch-namespaces",
+            daemon=True,
+        )
+        t.start()
+        self._threads.append(t)
         t = threading.Thread(target=self._work, args=(stop,), name="kgwe-workloads", daemon=True)
         t.start()
         self._threads.append(t)
@@ -675,10 +744,14 @@ class WorkloadController:
         was_leader = False
         while not stop.is_set():
             leader = self.reconciler.is_leader()
+            if leader and not was_leader:
+                self.reconciler.grants.resync()
             if leader and (not was_leader or time.monotonic() - last_resync >= self.resync_seconds):
                 self.resync()
                 last_resync = time.monotonic()
             was_leader = leader
+            if leader:
+                self.reconciler.grants.sync()  # bindings before the workloads that need them
             key = self.queue.get(timeout=1.0)
             if key is None or not leader:
                 continue

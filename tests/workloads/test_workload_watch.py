@@ -5,7 +5,6 @@ lists again and goes on."""
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -14,6 +13,7 @@ from kubernetes import client
 from prometheus_client import CollectorRegistry
 
 from kgwe.cluster.events import EventRecorder
+from kgwe.cluster.names import WORKLOADS_ENABLED, WORKLOADS_NAMESPACE_LABEL
 from kgwe.workloads.controller import (
     GROUP,
     PLURAL,
@@ -23,6 +23,7 @@ from kgwe.workloads.controller import (
     WorkloadReconciler,
 )
 from tests.harness.crds import install_crds
+from tests.harness.deployed import eventually
 
 pytestmark = pytest.mark.cluster
 
@@ -41,14 +42,6 @@ def _workload(name: str) -> dict[str, Any]:
             "podTemplate": {"spec": {"containers": [{"name": "main", "image": "busybox"}]}},
         },
     }
-
-
-def _until(check: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
 
 
 class Watching:
@@ -99,6 +92,8 @@ def run_controller(
 
 
 def _create(k8s_api: client.ApiClient, namespace: str, name: str) -> None:
+    label = {"metadata": {"labels": {WORKLOADS_NAMESPACE_LABEL: WORKLOADS_ENABLED}}}
+    client.CoreV1Api(k8s_api).patch_namespace(namespace, label)  # where GPUWorkloads may be created
     client.CustomObjectsApi(k8s_api).create_namespaced_custom_object(
         GROUP, VERSION, namespace, PLURAL, _workload(name)
     )
@@ -106,12 +101,12 @@ def _create(k8s_api: client.ApiClient, namespace: str, name: str) -> None:
 
 def test_a_rewatch_hands_over_no_object_again_as_added(k8s_api, namespace, run_controller):
     watching = run_controller()
-    _until(watching.listed, "the first listing")
+    eventually(watching.listed, "the first listing")
     added_before = watching.events("ADDED")
     for i in range(3):
         _create(k8s_api, namespace, f"w{i}")
-    _until(lambda: watching.events("ADDED") - added_before == 3, "three ADDED events")
-    _until(lambda: watching.events("MODIFIED") >= 3, "the reconciler's status writes seen")
+    eventually(lambda: watching.events("ADDED") - added_before == 3, "three ADDED events")
+    eventually(lambda: watching.events("MODIFIED") >= 3, "the reconciler's status writes seen")
     # Several watches end and are resumed meanwhile (each after WATCH_SECONDS). Re-watching without the
     # last resourceVersion would hand the three workloads over again as ADDED after every one of them.
     threading.Event().wait(WATCH_SECONDS * 5)
@@ -135,10 +130,10 @@ def test_an_expired_version_lists_again_and_goes_on(k8s_api, namespace, reconcil
     reconciler.custom.list_cluster_custom_object = resuming_from_a_compacted_version  # type: ignore[method-assign]
     _create(k8s_api, namespace, "before")
     watching = run_controller()
-    _until(lambda: watching.restarts("expired") == 1, "the expiry seen")
+    eventually(lambda: watching.restarts("expired") == 1, "the expiry seen")
     assert watching.restarts("failed") == 0  # a 410, answered by listing again at once, no pause
     listed = watching.events("LISTED")
     assert listed >= 2  # `before` in the first listing and again in the second
     added = watching.events("ADDED")
     _create(k8s_api, namespace, "after")
-    _until(lambda: watching.events("ADDED") == added + 1, "the workload created after the relist")
+    eventually(lambda: watching.events("ADDED") == added + 1, "the workload created after the relist")
