@@ -13,7 +13,7 @@ from typing import Any
 
 from kgwe.gpu import catalog
 from kgwe.gpu.catalog import GPUModel
-from kgwe.policy.diagnostics import did_you_mean
+from kgwe.policy.diagnostics import Severity, did_you_mean
 from kgwe.policy.gpu_workload import GPURequirements, NodeOffer, problems
 from kgwe.policy.loader import LoadedObject, PolicySet
 from kgwe.policy.models import (
@@ -600,18 +600,21 @@ def check_pod_template_policies(ps: PolicySet) -> None:
 
 
 def check_workload_templates(ps: PolicySet) -> None:
-    """What the controller would refuse in a workload's pod templates, under the repository's policies."""
+    """What the controller would refuse in a workload's pod templates, under the repository's policies:
+    errors where the repository holds PodTemplatePolicies (they are what the cluster gets), warnings where it
+    holds none (workloads checked apart from the policy repository: the cluster's policy may allow them)."""
     policies: list[PodTemplatePolicy] = ps.objects(PodTemplatePolicy)
+    severity: Severity = "error" if policies or PodTemplatePolicy.KIND in ps.invalid_kinds else "warning"
     for entry in ps.entries_of(GPUWorkload):
         wl: GPUWorkload = entry.obj  # type: ignore[assignment]
         policy = policy_for(wl.metadata.namespace if wl.metadata else None, policies)
         allow = policy.spec if policy else DEFAULT_SPEC
         for base, template in _per_role(wl, "pod_template", "podTemplate"):
             for v in template_violations(template, allow):
-                ps.report(entry, (*base, *v.path), v.message(policy))
+                ps.report(entry, (*base, *v.path), v.message(policy), severity)
         if isinstance(wl.spec.priority, str) and priority_refused(wl.spec.priority, allow):
             v = Violation(("spec", "priority"), priority_what(wl.spec.priority), "priorityClasses")
-            ps.report(entry, v.path, v.message(policy))
+            ps.report(entry, v.path, v.message(policy), severity)
 
 
 CHECKS = (

@@ -30,8 +30,12 @@ spec:
 """
 
 
-def _validate(tmp_path: Path, template: str, policy: str = "", namespace: str = "ml-team") -> list[str]:
-    """`kgwe validate` of one workload (and a policy): its errors as 'line path: message'."""
+# A repository's policy for every namespace no other policy names, allowing nothing.
+NOTHING = "apiVersion: kgwe.nvidia.io/v1\nkind: PodTemplatePolicy\nmetadata: {name: nothing}\nspec: {}\n"
+
+
+def _validate(tmp_path: Path, template: str, policy: str = NOTHING, namespace: str = "ml-team") -> list[str]:
+    """`kgwe validate` of one workload and a policy: its errors as 'line path: message'."""
     (tmp_path / "job.yaml").write_text(WORKLOAD.format(namespace=namespace, template=template))
     if policy:
         (tmp_path / "policy.yaml").write_text(policy)
@@ -86,10 +90,25 @@ CONTAINER = """\
         ),
     ],
 )
-def test_each_escape_is_refused_at_its_line_without_a_policy(tmp_path, template, line, path):
+def test_each_escape_is_refused_at_its_line(tmp_path, template, line, path):
     errors = _validate(tmp_path, template)
     assert any(e.startswith(f"{line} {path}: ") for e in errors), errors
-    assert all("refused unless a PodTemplatePolicy allows it" in e for e in errors), errors
+    assert all('PodTemplatePolicy "nothing" does not allow it' in e for e in errors), errors
+
+
+def test_without_any_policy_in_the_repository_they_are_warnings(tmp_path):
+    """A manifest checked apart from the policy repository: the cluster's policy may allow what it asks."""
+    template = "      hostNetwork: true\n" + CONTAINER
+    (tmp_path / "job.yaml").write_text(WORKLOAD.format(namespace="ml-team", template=template))
+    ps = load_repository(tmp_path / "job.yaml")
+    assert ps.ok
+    assert [(d.line, d.path, d.message) for d in ps.warnings] == [
+        (
+            8,
+            "spec.podTemplate.spec.hostNetwork",
+            "the node's network namespace: refused unless a PodTemplatePolicy allows it (spec.hostNetwork)",
+        )
+    ]
 
 
 def test_an_ordinary_template_passes(tmp_path):
@@ -195,6 +214,7 @@ def test_roles_priority_and_ephemeral_containers_are_checked_too(tmp_path):
             sort_keys=False,
         )
     )
+    (tmp_path / "policy.yaml").write_text(NOTHING)
     paths = {d.path for d in load_repository(tmp_path).errors}
     assert paths == {
         "spec.priority",
@@ -205,9 +225,7 @@ def test_roles_priority_and_ephemeral_containers_are_checked_too(tmp_path):
 def test_policies_must_not_overlap(tmp_path):
     (tmp_path / "a.yaml").write_text(POLICY)
     (tmp_path / "b.yaml").write_text(POLICY.replace("name: rdma", "name: rdma-again"))
-    (tmp_path / "c.yaml").write_text(
-        "apiVersion: kgwe.nvidia.io/v1\nkind: PodTemplatePolicy\nmetadata: {name: everyone}\nspec: {}\n"
-    )
+    (tmp_path / "c.yaml").write_text(NOTHING)
     (tmp_path / "d.yaml").write_text(
         "apiVersion: kgwe.nvidia.io/v1\nkind: PodTemplatePolicy\nmetadata: {name: everyone-too}\nspec: {}\n"
     )
