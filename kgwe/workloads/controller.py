@@ -409,8 +409,14 @@ class WorkloadReconciler:
             if not admitted:
                 return 30.0
             view = self._view(p.namespace, wl.name, run, spec.is_batch)
-        elif int(new.get("observedGeneration") or 0) != p.generation:
-            self._create(p, wl, run, self._facts(wl, run))  # a spec edit (e.g. suspend) reaches the children
+        elif int(new.get("observedGeneration") or 0) != p.generation or not st.is_true(
+            new["conditions"], "Admitted"
+        ):
+            # a spec edit (e.g. suspend) reaches the children; one refused before is tried again
+            self._create(p, wl, run, self._facts(wl, run))
+            message = f"run {run}: {spec.total_pods} pod(s), gang {new.get('gangBackend')}"
+            if p.condition("Admitted", "True", "Admitted", message):
+                p.event("Normal", "Admitted", message)
         return self._observe(p, wl, view, run)
 
     def _facts(self, wl: GPUWorkload, run: int) -> Facts:

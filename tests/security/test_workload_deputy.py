@@ -429,3 +429,33 @@ def test_a_namespace_that_has_not_opted_in_gets_a_condition_then_runs_once_it_do
     _opt_in(k8s_api, namespace)
     eventually(lambda: _jobs(k8s_api, namespace), "the run's Job once the namespace opted in")
     assert len(_events(k8s_api, namespace, "NamespaceNotEnabled")) == 1
+
+
+def test_an_edit_the_policy_refuses_is_not_applied_until_a_policy_allows_it(
+    k8s_api, namespace, running_controller
+):
+    _, policy_namespace = running_controller
+    _opt_in(k8s_api, namespace)
+    custom, apps = client.CustomObjectsApi(k8s_api), client.AppsV1Api(k8s_api)
+    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, _workload("serve", "Inference"))
+    eventually(lambda: apps.read_namespaced_deployment("serve-worker", namespace), "the Deployment", 60)
+    edit = {"spec": {"podTemplate": {"spec": {"hostNetwork": True}}}}
+    custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "serve", edit)
+    refused = eventually(
+        lambda: (c := _condition(k8s_api, namespace, "serve")).get("reason") == "TemplateNotAllowed" and c,
+        "the edit refused",
+        60,
+    )
+    assert refused["message"].startswith("spec.podTemplate.spec.hostNetwork: the node's network namespace")
+    assert not apps.read_namespaced_deployment("serve-worker", namespace).spec.template.spec.host_network
+    allowed = json.dumps([{"name": "host-network", "spec": {"namespaces": [namespace], "hostNetwork": True}}])
+    client.CoreV1Api(k8s_api).create_namespaced_config_map(
+        policy_namespace,
+        {"metadata": {"name": POD_TEMPLATE_POLICY_CONFIGMAP}, "data": {POD_TEMPLATE_POLICY_KEY: allowed}},
+    )
+    eventually(
+        lambda: apps.read_namespaced_deployment("serve-worker", namespace).spec.template.spec.host_network,
+        "the edit applied once allowed",
+        60,
+    )
+    eventually(lambda: _condition(k8s_api, namespace, "serve")["status"] == "True", "admitted again")
