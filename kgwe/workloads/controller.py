@@ -360,7 +360,6 @@ class WorkloadReconciler:
             requeue = self._drive(p, wl)
         except PlanError as exc:
             self._refuse(p, exc.reason, str(exc))
-            # what only the namespace's label or a spec edit can change waits for that (both are watched)
             requeue = None if exc.reason in WAIT_FOR_CHANGE else 30.0
         return self._finish(p, old, requeue)
 
