@@ -76,3 +76,15 @@ DEFAULT_SCHEDULER_NAME = "default-scheduler"
 # KGWE set nvidia.com/device-plugin.config, and that KGWE cordoned the node to switch it.
 SHARING_REQUESTED_AT_ANNOTATION = ANNOTATION_PREFIX + "device-plugin-config-requested-at"
 SHARING_CORDONED_ANNOTATION = ANNOTATION_PREFIX + "cordoned-for-device-plugin-config"
+
+# GPUWorkloads run only in namespaces that opt in with this label; in each, the controller binds the chart's
+# ClusterRole WORKLOAD_WRITER_CLUSTERROLE (create Jobs, Deployments, Services, PodGroups) to itself with the
+# RoleBinding WORKLOAD_ROLEBINDING. The chart's admission policies spell these names too.
+WORKLOADS_NAMESPACE_LABEL = ANNOTATION_PREFIX + "workloads"
+WORKLOADS_ENABLED = "enabled"
+WORKLOAD_WRITER_CLUSTERROLE = "kgwe-workload-writer"
+WORKLOAD_ROLEBINDING = "kgwe-workloads"
+# The PodTemplatePolicies of the policy repository, rendered into KGWE's namespace for the GPUWorkload
+# controller (JSON under the key below); absent, every field a policy could allow is refused.
+POD_TEMPLATE_POLICY_CONFIGMAP = "kgwe-pod-template-policy"
+POD_TEMPLATE_POLICY_KEY = "policies.json"

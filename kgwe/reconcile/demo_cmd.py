@@ -308,6 +308,7 @@ def place_workloads(api: Any, timeout: float) -> list[tuple[str, str]]:
     from kubernetes import client
 
     from kgwe.cluster.client import ensure_namespace
+    from kgwe.cluster.names import WORKLOADS_ENABLED, WORKLOADS_NAMESPACE_LABEL
     from kgwe.localcluster.controlplane import KWOK_HOLD_ANNOTATION
     from kgwe.resources import workload_examples_dir
 
@@ -323,6 +324,8 @@ def place_workloads(api: Any, timeout: float) -> list[tuple[str, str]]:
         template = doc["spec"].setdefault("podTemplate", {}).setdefault("metadata", {})
         template.setdefault("annotations", {})[KWOK_HOLD_ANNOTATION] = "true"
         ensure_namespace(api, doc["metadata"]["namespace"])
+        opt_in = {"metadata": {"labels": {WORKLOADS_NAMESPACE_LABEL: WORKLOADS_ENABLED}}}
+        client.CoreV1Api(api).patch_namespace(doc["metadata"]["namespace"], opt_in)  # GPUWorkloads run here
         custom.create_namespaced_custom_object(
             "kgwe.nvidia.io", "v1", doc["metadata"]["namespace"], "gpuworkloads", doc
         )
