@@ -61,6 +61,7 @@ from kgwe.httpd.tls import TlsSession
 log = logging.getLogger("kgwe.httpd")
 
 LINGER_SECONDS = 2.0
+READ_BYTES = 64 * 1024  # one socket read; the buffer is the server's, shared by its connections
 JSON = b"application/json"
 
 Handler = Callable[[str, str, bytes], tuple[int, bytes, bytes]]  # (method, path, body) -> status, body, ctype
@@ -110,13 +111,16 @@ class _Server:
         self.guard = guard
         self.table = ConnectionTable(limits.max_connections, limits.max_buffered_bytes)
         self.loop = asyncio.get_running_loop()
+        # Every read lands here and is consumed before the next one (one event loop), so one buffer serves
+        # every connection: no per-read allocation (the plain transport would allocate 256 KiB per recv).
+        self.read_view = memoryview(bytearray(READ_BYTES))
 
     def context(self) -> ssl.SSLContext:
         assert self.tls is not None
         return self.tls if isinstance(self.tls, ssl.SSLContext) else self.tls()
 
 
-class _Conn(asyncio.Protocol):
+class _Conn(asyncio.BufferedProtocol):
     def __init__(self, server: _Server) -> None:
         self.srv = server
         self.limits = server.limits
@@ -278,7 +282,13 @@ class _Conn(asyncio.Protocol):
         self._arm(LINGER_SECONDS)
 
     # -- requests ----------------------------------------------------------------------------------------
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.srv.read_view
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.data_received(self.srv.read_view[:nbytes])
+
+    def data_received(self, data: bytes | memoryview) -> None:
         if self.closed or self.draining:
             return  # after an error answer: read and drop
         if self.tls is not None:
@@ -298,7 +308,7 @@ class _Conn(asyncio.Protocol):
             return
         self._process()
 
-    def _decrypt(self, data: bytes) -> bytes:
+    def _decrypt(self, data: bytes | memoryview) -> bytes:
         """The plaintext in `data`; sends what TLS has to say (handshake, tickets, alerts)."""
         assert self.tls is not None and self.transport is not None
         try:

@@ -18,7 +18,7 @@ class TlsSession:
         self.established = False
         self.closed_by_peer = False  # close_notify received
 
-    def feed(self, data: bytes) -> tuple[bytes, bytes]:
+    def feed(self, data: bytes | memoryview) -> tuple[bytes, bytes]:
         """(plaintext received, bytes to send) after `data` from the socket. ssl.SSLError: the peer failed
         the handshake (no or a wrong client certificate, not TLS at all); `pending()` then still holds the
         alert to send."""

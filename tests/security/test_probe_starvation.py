@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -72,6 +73,28 @@ def test_the_extender_probe_port_answers_probes_through_slow_connections(extende
     _, port = extender
     attack = served_through_an_attack(port)
     assert attack.dropped_by_server > 0
+
+
+def test_a_client_that_never_reads_cannot_grow_the_extender(extender) -> None:
+    """Pipelined requests whose answers are never read: the server stops reading that client once its
+    answers back up, instead of answering everything into memory, and drops it at the deadline."""
+    pid, port = extender
+    before = rss_mib(pid)
+    request = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", port), timeout=1, source_address=(ATTACKER, 0)) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sent, until = 0, time.monotonic() + 12
+        while time.monotonic() < until:  # each request is answered with a few KiB
+            try:
+                sent += s.send(request * 1024)
+            except TimeoutError:  # the server stopped reading: what is being tested
+                pass
+            except OSError:  # ...and then dropped the connection
+                break
+        assert probe(port) == 200
+        grown = rss_mib(pid) - before
+    print(f"extender RSS growth with {sent / 2**20:.1f} MiB of unread pipelined requests: {grown:.1f} MiB")
+    assert grown < 16, (sent, grown)
 
 
 @pytest.fixture(scope="module")
