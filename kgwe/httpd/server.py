@@ -16,8 +16,8 @@ Nobody who reaches the port can starve it or grow it (bounds in kgwe.httpd.limit
   dribbling a byte a second gets a 408 at the deadline. Idle keep-alive connections close after
   `idle_timeout_seconds`.
 - A full connection table never refuses a newcomer: it evicts (kgwe.httpd.table) a lingering connection,
-  else the longest idle one, else the oldest unfinished one of the address holding the most unfinished
-  connections. A kubelet probing from the node's address therefore always gets in and is answered.
+  else one of the address holding the most connections (its longest idle, else its oldest unfinished). A
+  kubelet probing from the node's address therefore always gets in and is answered.
 - Memory: headers over `max_header_bytes` get a 431 at once, bodies over `max_body_bytes` a 413 answered
   from the headers (the body is never kept), and all unfinished requests together hold at most
   `max_buffered_bytes` (over it the oldest unfinished ones are evicted). A client that stops reading

@@ -1,11 +1,13 @@
 """The open connections of one server and who makes room when it is full.
 
-A newcomer is never refused. At the connection limit (or over the byte budget for unfinished requests)
-one connection goes, in this order: one lingering after an error answer; else the longest idle keep-alive
-one; else the oldest unfinished one of the peer address holding the most unfinished connections. So a
-client that opens connections and never finishes a request only ever displaces its own, and a kubelet,
-probing from the node's address with one connection at a time, always gets in: that is the room reserved
-for probes. Pure bookkeeping (no I/O); the server closes whatever `evict` is called on.
+A newcomer is never refused. At the connection limit one connection goes: one lingering after an error
+answer if there is one; else one of the peer address holding the most connections — its longest idle
+keep-alive connection, else its oldest unfinished one. Over the byte budget for unfinished requests, the
+oldest unfinished connection of the address holding the most of those bytes goes. So a client that opens
+connections and never finishes a request only ever displaces its own, and a kubelet probing from the
+node's address with one connection at a time (or kube-scheduler with its few keep-alive ones) always gets
+in: that is the room reserved for probes. Pure bookkeeping (no I/O); the server closes whatever `evict`
+is called on.
 """
 
 from __future__ import annotations
@@ -78,11 +80,16 @@ class ConnectionTable:
         lingering = [e for e in others if e.lingering()]
         if lingering:
             return min(lingering, key=lambda e: e.started)
-        idle = [e for e in others if e.idle()]
-        if idle:
-            return min(idle, key=lambda e: e.idle_since)
         by_peer: dict[str, list[Entry]] = {}
         for e in others:
             by_peer.setdefault(e.peer, []).append(e)
-        crowd = max(by_peer.values(), key=lambda group: (len(group), -min(e.started for e in group)))
+
+        def weight(group: list[Entry]) -> tuple[int, float]:
+            held = sum(e.buffered for e in group) if holding_bytes else len(group)
+            return held, -min(e.started for e in group)  # ties: the address with the oldest connection
+
+        crowd = max(by_peer.values(), key=weight)
+        idle = [e for e in crowd if e.idle()]
+        if idle:
+            return min(idle, key=lambda e: e.idle_since)
         return min(crowd, key=lambda e: e.started)
