@@ -249,7 +249,7 @@ def _send_push_webhook(port: int, commit: str, url: str) -> None:
 def _start_controller(
     api: Any, cache_dir: Path, ca_file: str
 ) -> tuple[Any, threading.Event, threading.Thread]:
-    from kgwe.gitops.gitcmd import GitAccess
+    from kgwe.gitops.gitcmd import LOOPBACK_NETWORKS, GitAccess
     from kgwe.reconcile.controller import Controller
     from kgwe.reconcile.costs import cost_duties
 
@@ -262,7 +262,7 @@ def _start_controller(
         lease_duration_seconds=6,
         renew_deadline_seconds=4,
         retry_period_seconds=1,
-        git_access=GitAccess(ca_file=ca_file),
+        git_access=GitAccess(ca_file=ca_file, allowed_networks=LOOPBACK_NETWORKS),  # its own Git server
         # chargeback and budget metrics every 5 s (60 s in a cluster): the demo lasts about a minute
         costs=cost_duties(str(cache_dir.parent / "kgwe-cost.db"), cluster="demo", refresh_seconds=5.0),
     )
