@@ -8,14 +8,23 @@ Fixtures:
   gpu_node       (function) factory: gpu_node("DGX-H100", **node_manifest options) -> node name, Ready;
                             deleted afterwards
   mig_manager    (function) a running MigManagerStandIn (delay 0.2 s), stopped afterwards
+  real_node_cluster (function) a ControlPlane(real_node=True) shared by the session: the host's real node
+                            (containerd, kubelet, kube-proxy, CNI bridge) with CoreDNS, and the busybox test
+                            image imported (`busybox_image`); started on first use (needs root)
+  real_node_namespace (function) a fresh namespace on that cluster, deleted afterwards
+  host_free_of_real_node (function) stops the session's real node first (the next test that asks for it
+                            starts it again): for tests that start their own (`kgwe cluster up`)
 
-Every test that uses them is marked `cluster` (added automatically if missing). A missing Go toolchain or a
-broken build fails those tests with the build script's message; they are never skipped. When a cluster test
-fails, its report shows the tail of each component log and the directory the full logs are kept in.
+Every test that uses them is marked `cluster` (added automatically if missing), the real-node ones also
+`realnode`. A missing Go toolchain, a broken build, not being root or another real node holding the host
+(waited for up to REAL_NODE_LOCK_WAIT_SECONDS) fails those tests with the reason; they are never skipped.
+When a cluster test fails, its report shows the tail of each component log and the directory the full logs
+are kept in.
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
 import secrets
 import time
@@ -29,29 +38,41 @@ from kubernetes.client.exceptions import ApiException
 from kgwe.localcluster import gpunodes
 from kgwe.localcluster.controlplane import ControlPlane, ControlPlaneError, find_binaries
 from kgwe.localcluster.migmanager import MigManagerStandIn
+from tests.harness.realnode import PodImage, busybox_image
 
-_CLUSTER_FIXTURES = {"control_plane", "k8s_api", "namespace", "gpu_node", "mig_manager"}
+_REAL_NODE_FIXTURES = {"real_node_cluster", "real_node_namespace", "host_free_of_real_node"}
+_CLUSTER_FIXTURES = {"control_plane", "k8s_api", "namespace", "gpu_node", "mig_manager", *_REAL_NODE_FIXTURES}
 _state: dict[str, Any] = {"control_plane": None}
+# Another test session on this host may hold the one real node (several checkouts share a machine): wait
+# for it this long before failing with who holds it.
+REAL_NODE_LOCK_WAIT_SECONDS = 900.0
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "cluster: needs the real local control plane (etcd, kube-apiserver, kube-scheduler, kwok)"
     )
+    config.addinivalue_line(
+        "markers", "realnode: needs root and the host's one real node (containerd, kubelet)"
+    )
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        uses_cluster = _CLUSTER_FIXTURES & set(getattr(item, "fixturenames", ()))
-        if uses_cluster and not item.get_closest_marker("cluster"):
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if _CLUSTER_FIXTURES & fixtures and not item.get_closest_marker("cluster"):
             item.add_marker(pytest.mark.cluster)
+        if _REAL_NODE_FIXTURES & fixtures and not item.get_closest_marker("realnode"):
+            item.add_marker(pytest.mark.realnode)
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
     outcome: Any = yield
     report = outcome.get_result()
-    cp: ControlPlane | None = _state["control_plane"]
+    real: RealNodeSession | None = _state.get("real_node")
+    cp: ControlPlane | None = real.cp if real is not None and item.get_closest_marker("realnode") else None
+    cp = cp or _state["control_plane"]
     if report.failed and cp is not None and cp.workdir is not None and item.get_closest_marker("cluster"):
         kept = cp.keep_logs()
         report.sections.append(
@@ -167,3 +188,80 @@ def gpu_node(k8s_api: client.ApiClient) -> Iterator[Callable[..., str]]:
 def mig_manager(k8s_api: client.ApiClient) -> Iterator[MigManagerStandIn]:
     with MigManagerStandIn(k8s_api, delay_seconds=0.2) as manager:
         yield manager
+
+
+class RealNodeSession:
+    """The session's control plane with the host's real node: started when a test first asks, stopped when
+    a test needs the host free (one real node per host), started again by the next test that asks."""
+
+    def __init__(self) -> None:
+        self.cp: ControlPlane | None = None
+        self._image: PodImage | None = None
+
+    @property
+    def image(self) -> PodImage:
+        if self._image is None:
+            self._image = busybox_image()
+        return self._image
+
+    def ensure(self) -> ControlPlane:
+        if self.cp is None:
+            try:
+                cp = ControlPlane(
+                    find_binaries(build=True),
+                    real_node=True,
+                    node_options={
+                        "images": [self.image.archive],
+                        "lock_wait_seconds": REAL_NODE_LOCK_WAIT_SECONDS,
+                    },
+                )
+                cp.start()
+            except (ControlPlaneError, RuntimeError) as exc:
+                pytest.fail(f"the real node is unavailable: {exc}", pytrace=False)
+            self.cp = cp
+        return self.cp
+
+    def release(self) -> None:
+        if self.cp is not None:
+            cp, self.cp = self.cp, None
+            cp.stop()
+
+
+@pytest.fixture(scope="session")
+def _real_node_session() -> Iterator[RealNodeSession]:
+    session = RealNodeSession()
+    _state["real_node"] = session
+    try:
+        yield session
+    finally:
+        _state["real_node"] = None
+        session.release()
+
+
+@pytest.fixture
+def real_node_cluster(_real_node_session: RealNodeSession) -> ControlPlane:
+    return _real_node_session.ensure()
+
+
+@pytest.fixture
+def busybox(_real_node_session: RealNodeSession) -> PodImage:
+    """The test image the real node has imported (reference and archive)."""
+    return _real_node_session.image
+
+
+@pytest.fixture
+def real_node_namespace(real_node_cluster: ControlPlane, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh namespace on the real-node cluster, deleted afterwards (its pods really stop)."""
+    core = client.CoreV1Api(real_node_cluster.api_client())
+    base = re.sub(r"[^a-z0-9-]+", "-", request.node.name.lower()).strip("-")[:40].strip("-")
+    name = f"{base or 't'}-{secrets.token_hex(3)}"
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    _wait_default_service_account(core, name)
+    yield name
+    with contextlib.suppress(ApiException):
+        core.delete_namespace(name)
+
+
+@pytest.fixture
+def host_free_of_real_node(_real_node_session: RealNodeSession) -> None:
+    _real_node_session.release()
