@@ -3,7 +3,7 @@
 # hack/cluster-bins.sh): containerd v2 with ctr and the runc shim, the CNI plugins, CoreDNS (wrapper modules
 # hack/containerd, hack/cni, hack/coredns, built by hack/tool-bins.sh) and the pause binary (the sandbox
 # image's only file, compiled from build/pause/linux/pause.c of the k8s.io/kubernetes module that
-# hack/k8s pins). runc, nft and iptables come from Debian: installed with apt-get when missing (as root).
+# hack/k8s pins). runc, nft, iptables and ip come from Debian: installed with apt-get when missing (as root).
 #
 # Output: one `name=directory` line per component on stdout (containerd, cni, coredns, pause, runc), the
 # pause directory holding `pause`, MANIFEST and build-seconds like the Go tools'. Every build appends a
@@ -20,7 +20,7 @@ die() { echo "node-bins: ERROR: $*" >&2; exit 1; }
 
 ensure_debian_tools() {
     # command -> Debian package
-    local -A packages=([runc]=runc [nft]=nftables [iptables]=iptables)
+    local -A packages=([runc]=runc [nft]=nftables [iptables]=iptables [ip]=iproute2)
     local missing=() cmd
     for cmd in "${!packages[@]}"; do
         PATH="$PATH:/usr/sbin:/sbin" command -v "$cmd" >/dev/null 2>&1 || missing+=("${packages[$cmd]}")

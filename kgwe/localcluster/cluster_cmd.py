@@ -15,7 +15,7 @@ keeps running until `kgwe cluster down`, which stops it and leaves nothing behin
 
 Example:
   eval "$(kgwe cluster up --image build/image/kgwe-0.1.0.oci.tar)"
-  helm install kgwe deploy/helm/kgwe --wait
+  helm install kgwe deploy/helm/kgwe --namespace kgwe-system --create-namespace
   kgwe cluster down
 """
 

@@ -106,6 +106,9 @@ def test_up_gives_a_cluster_and_down_leaves_nothing(host_free_of_real_node: None
             .startswith("kgwe cluster: error: a local cluster already runs")
         )
         assert "Traceback" not in again.stderr
+        assert not (tmp_path / "second").exists()
+        still = kgwe("status")  # the first cluster is untouched
+        assert f"{INVENTORY_NODES + 1} of {INVENTORY_NODES + 1} Ready" in still.stdout
     finally:
         down = kgwe("down")
     assert down.returncode == 0, down.stderr
