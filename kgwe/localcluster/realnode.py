@@ -72,6 +72,9 @@ RECORD_FILE = STATE_DIR / "real-node.json"
 # longer); one real node per host makes it unique.
 SOCKET_DIR = STATE_DIR / "containerd"
 CONTAINERD_ADDRESS = SOCKET_DIR / "containerd.sock"
+# The kubelet's own directory, at its usual place: it holds sockets too (pod-resources, plugins), and its
+# device-plugin socket is at /var/lib/kubelet whatever --root-dir says.
+KUBELET_ROOT = Path("/var/lib/kubelet")
 _COMPONENTS = ("containerd", "kubelet", "kube-proxy")
 
 
@@ -288,7 +291,7 @@ class RealNode:
 
     @property
     def kubelet_dir(self) -> Path:
-        return self.workdir / "kubelet"
+        return KUBELET_ROOT
 
     @property
     def binaries(self) -> NodeBinaries:
@@ -449,6 +452,17 @@ class RealNode:
         )
         base.mkdir(parents=True, exist_ok=True)
         SOCKET_DIR.mkdir(parents=True, exist_ok=True, mode=0o700)
+        # Image content and unpacked layers in memory: importing a large image writes nothing to disk, and
+        # teardown drops it in one unmount instead of deleting hundreds of thousands of files.
+        (base / "root").mkdir(exist_ok=True)
+        mounted = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "mode=0700", "kgwe-containerd", str(base / "root")],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if mounted.returncode != 0:
+            raise ControlPlaneError(f"cannot mount a tmpfs for containerd's images: {mounted.stderr.strip()}")
         config = base / "config.toml"
         config.write_text(toml_document(self._containerd_config()) + "\n")
         self._spawn("containerd", [str(self.binaries.containerd), f"--config={config}", "--log-level=info"])
