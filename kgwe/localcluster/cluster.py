@@ -62,6 +62,7 @@ class ClusterRequest:
     inventory: str = ""  # a GPUInventory file or directory
     node_binaries: dict[str, str] = field(default_factory=dict)  # NodeBinaries.to_dict()
     mig_delay_seconds: float = 1.0
+    lock_wait_seconds: float = 0.0  # for another real node on this host to go (0: fail at once)
 
     @classmethod
     def read(cls, path: Path) -> ClusterRequest:
@@ -107,7 +108,7 @@ def load_inventory_nodes(path: Path) -> list[Any]:
 
 
 class LocalCluster:
-    """Everything `kgwe cluster up` runs, in this process (the supervisor's)."""
+    """Everything `kgwe cluster up` runs, in this process (the supervisor's, or a test session's)."""
 
     def __init__(self, request: ClusterRequest, say: Any = print) -> None:
         self.request = request
@@ -125,7 +126,7 @@ class LocalCluster:
         from kgwe.localcluster.nodebins import NodeBinaries
 
         directory = Path(self.request.directory)
-        nodes = load_inventory_nodes(Path(self.request.inventory))
+        nodes = load_inventory_nodes(Path(self.request.inventory or default_inventory()))
         binaries = NodeBinaries.from_dict(self.request.node_binaries) if self.request.node_binaries else None
         self.say(
             "starting etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok and the real node"
@@ -134,14 +135,16 @@ class LocalCluster:
             binaries.kubernetes if binaries else find_binaries(),
             workdir=directory,
             real_node=True,
-            node_options={"binaries": binaries, "images": [Path(p) for p in self.request.images]},
+            node_options={
+                "binaries": binaries,
+                "images": [Path(p) for p in self.request.images],
+                "lock_wait_seconds": self.request.lock_wait_seconds,
+            },
         )
         self.cp.start()
         node = self.node = self.cp.node
-        chart_reference = chart_image_reference()
         for reference in list(node.imported):
-            if _repository_name(reference) == _repository_name(chart_reference):
-                node.tag_image(reference, chart_reference)
+            self._tag_for_chart(reference)
         images = ", ".join(sorted(node.image_references()))
         self.say(f"real node {node.name} Ready; CoreDNS serving; images: {images}")
         api = self.cp.api_client()
@@ -159,8 +162,20 @@ class LocalCluster:
         for inv_node in nodes:
             core.create_node(gpunodes.inventory_node_manifest(inv_node, taints=[gpunodes.GPU_NODE_TAINT]))
         gpunodes.wait_nodes_ready(api, [n.name for n in nodes], timeout_seconds=120)
-        self.say(f"{len(nodes)} kwok GPU nodes Ready (from {self.request.inventory})")
+        self.say(f"{len(nodes)} kwok GPU nodes Ready (from {self.request.inventory or default_inventory()})")
         self._start_standins(api)
+
+    def import_image(self, archive: Path) -> str:
+        """Import one more OCI archive into the running node (as `--image` does); returns its reference."""
+        reference = self.node.import_image(archive)
+        self._tag_for_chart(reference)
+        return str(reference)
+
+    def _tag_for_chart(self, reference: str) -> None:
+        """A KGWE image (`…/kgwe:…`) is also named what KGWE's chart runs by default."""
+        chart_reference = chart_image_reference()
+        if _repository_name(reference) == _repository_name(chart_reference):
+            self.node.tag_image(reference, chart_reference)
 
     def _start_standins(self, api: Any) -> None:
         from kgwe.localcluster.deviceplugin import DevicePluginStandIn

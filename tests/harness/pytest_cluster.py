@@ -8,9 +8,11 @@ Fixtures:
   gpu_node       (function) factory: gpu_node("DGX-H100", **node_manifest options) -> node name, Ready;
                             deleted afterwards
   mig_manager    (function) a running MigManagerStandIn (delay 0.2 s), stopped afterwards
-  real_node_cluster (function) a ControlPlane(real_node=True) shared by the session: the host's real node
-                            (containerd, kubelet, kube-proxy, CNI bridge) with CoreDNS, and the busybox test
-                            image imported (`busybox_image`); started on first use (needs root)
+  local_cluster  (function) what `kgwe cluster up` runs, shared by the session (LocalCluster): the
+                            host's real node (containerd, kubelet, kube-proxy, CNI bridge) with CoreDNS, kwok
+                            GPU nodes from sample-repo's inventory, the GPU Operator's stand-ins, the busybox
+                            test image imported (`busybox`); started on first use (needs root)
+  real_node_cluster (function) its ControlPlane (`.node` is the RealNode)
   real_node_namespace (function) a fresh namespace on that cluster, deleted afterwards
   host_free_of_real_node (function) stops the session's real node first (the next test that asks for it
                             starts it again): for tests that start their own (`kgwe cluster up`)
@@ -27,20 +29,25 @@ from __future__ import annotations
 import contextlib
 import re
 import secrets
+import shutil
+import tempfile
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from pathlib import Path
+from typing import Any, cast
 
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from kgwe.errors import KgweError
 from kgwe.localcluster import gpunodes
+from kgwe.localcluster.cluster import ClusterRequest, LocalCluster
 from kgwe.localcluster.controlplane import ControlPlane, ControlPlaneError, find_binaries
 from kgwe.localcluster.migmanager import MigManagerStandIn
 from tests.harness.realnode import PodImage, busybox_image
 
-_REAL_NODE_FIXTURES = {"real_node_cluster", "real_node_namespace", "host_free_of_real_node"}
+_REAL_NODE_FIXTURES = {"local_cluster", "real_node_cluster", "real_node_namespace", "host_free_of_real_node"}
 _CLUSTER_FIXTURES = {"control_plane", "k8s_api", "namespace", "gpu_node", "mig_manager", *_REAL_NODE_FIXTURES}
 _state: dict[str, Any] = {"control_plane": None}
 # Another test session on this host may hold the one real node (several checkouts share a machine): wait
@@ -71,7 +78,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     outcome: Any = yield
     report = outcome.get_result()
     real: RealNodeSession | None = _state.get("real_node")
-    cp: ControlPlane | None = real.cp if real is not None and item.get_closest_marker("realnode") else None
+    local = real.cluster if real is not None and item.get_closest_marker("realnode") else None
+    cp: ControlPlane | None = local.cp if local is not None else None
     cp = cp or _state["control_plane"]
     if report.failed and cp is not None and cp.workdir is not None and item.get_closest_marker("cluster"):
         kept = cp.keep_logs()
@@ -191,12 +199,15 @@ def mig_manager(k8s_api: client.ApiClient) -> Iterator[MigManagerStandIn]:
 
 
 class RealNodeSession:
-    """The session's control plane with the host's real node: started when a test first asks, stopped when
-    a test needs the host free (one real node per host), started again by the next test that asks."""
+    """The session's local cluster (what `kgwe cluster up` runs: the control plane, the host's real node with
+    CoreDNS, kwok GPU nodes from sample-repo's inventory, the GPU Operator's stand-ins) with the busybox test
+    image imported: started when a test first asks, stopped when a test needs the host free (one real node
+    per host), started again by the next test that asks."""
 
     def __init__(self) -> None:
-        self.cp: ControlPlane | None = None
+        self.cluster: LocalCluster | None = None
         self._image: PodImage | None = None
+        self._directory: Path | None = None
 
     @property
     def image(self) -> PodImage:
@@ -204,27 +215,30 @@ class RealNodeSession:
             self._image = busybox_image()
         return self._image
 
-    def ensure(self) -> ControlPlane:
-        if self.cp is None:
+    def ensure(self) -> LocalCluster:
+        if self.cluster is None:
+            self._directory = Path(tempfile.mkdtemp(prefix="kgwe-local-cluster-"))
+            request = ClusterRequest(
+                directory=str(self._directory),
+                images=[str(self.image.archive)],
+                lock_wait_seconds=REAL_NODE_LOCK_WAIT_SECONDS,
+            )
+            cluster = LocalCluster(request, say=lambda _: None)
             try:
-                cp = ControlPlane(
-                    find_binaries(build=True),
-                    real_node=True,
-                    node_options={
-                        "images": [self.image.archive],
-                        "lock_wait_seconds": REAL_NODE_LOCK_WAIT_SECONDS,
-                    },
-                )
-                cp.start()
-            except (ControlPlaneError, RuntimeError) as exc:
-                pytest.fail(f"the real node is unavailable: {exc}", pytrace=False)
-            self.cp = cp
-        return self.cp
+                cluster.start()
+            except (KgweError, RuntimeError) as exc:
+                cluster.stop()
+                pytest.fail(f"the local cluster with its real node is unavailable: {exc}", pytrace=False)
+            self.cluster = cluster
+        return self.cluster
 
     def release(self) -> None:
-        if self.cp is not None:
-            cp, self.cp = self.cp, None
-            cp.stop()
+        if self.cluster is not None:
+            cluster, self.cluster = self.cluster, None
+            cluster.stop()
+        if self._directory is not None:
+            shutil.rmtree(self._directory, ignore_errors=True)
+            self._directory = None
 
 
 @pytest.fixture(scope="session")
@@ -239,8 +253,17 @@ def _real_node_session() -> Iterator[RealNodeSession]:
 
 
 @pytest.fixture
-def real_node_cluster(_real_node_session: RealNodeSession) -> ControlPlane:
+def local_cluster(_real_node_session: RealNodeSession) -> LocalCluster:
+    """The session's local cluster; `local_cluster.import_image(archive)` imports more images (a KGWE
+    image also under the chart's default reference)."""
     return _real_node_session.ensure()
+
+
+@pytest.fixture
+def real_node_cluster(local_cluster: LocalCluster) -> ControlPlane:
+    """The local cluster's control plane (`.node` is the real node)."""
+    assert local_cluster.cp is not None
+    return cast(ControlPlane, local_cluster.cp)
 
 
 @pytest.fixture
