@@ -166,7 +166,7 @@ def stack(control_plane, k8s_api, namespace, tmp_path) -> Iterator[dict]:
     try:
         with kgwe_stack(control_plane, k8s_api, policy_namespace, tmp_path) as parts:
             _DUMP[:] = [lambda: _dump(k8s_api, namespace)]
-            yield {**parts, "namespace": namespace}
+            yield {**parts, "namespace": namespace, "policy_namespace": policy_namespace}
     finally:
         delete_namespace(client.CoreV1Api(k8s_api), policy_namespace)
 
@@ -697,10 +697,10 @@ def test_a_spec_edit_the_running_job_cannot_take_is_one_event(stack, k8s_api, na
     doc["metadata"] = {"name": "runtime-moved"}
     name = _create(k8s_api, namespace, doc, tag, hold=True)
     eventually(lambda: _get(k8s_api, namespace, name).get("status", {}).get("phase") == "Running", "running")
-    core = client.CoreV1Api(k8s_api)
-    cm = core.read_namespaced_config_map("kgwe-runtimes", namespace)
+    core, policy_namespace = client.CoreV1Api(k8s_api), stack["policy_namespace"]
+    cm = core.read_namespaced_config_map("kgwe-runtimes", policy_namespace)
     cm.data["runtimes.json"] = cm.data["runtimes.json"].replace("pytorch:25.12-py3", "pytorch:26.01-py3")
-    core.replace_namespaced_config_map("kgwe-runtimes", namespace, cm)
+    core.replace_namespaced_config_map("kgwe-runtimes", policy_namespace, cm)
     custom = client.CustomObjectsApi(k8s_api)
     custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name, {"spec": {"team": "nlp"}})
     eventually(lambda: _events(k8s_api, namespace, name, "SpecNotApplied"), "SpecNotApplied")
