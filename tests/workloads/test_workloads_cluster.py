@@ -792,35 +792,6 @@ def test_impossible_request_is_refused_with_the_field(stack, k8s_api, namespace,
         client.BatchV1Api(k8s_api).read_namespaced_job(f"{name}-r0-worker", namespace)
 
 
-CONTROLLER_SA = "system:serviceaccount:kgwe-system:kgwe-controller"
-
-
-@pytest.fixture
-def controller_account(k8s_api) -> client.ApiClient:
-    """deploy/controller's RBAC and admission policies applied; an API client impersonating the controller's
-    ServiceAccount."""
-    from kubernetes import dynamic
-
-    from kgwe.cluster.client import ensure_namespace
-    from kgwe.resources import deploy_dir
-
-    for ns in ("kgwe-system", "gpu-operator"):  # the Roles' namespaces
-        ensure_namespace(k8s_api, ns)
-    dyn = dynamic.DynamicClient(k8s_api)
-    files = ("rbac.yaml", "workloads-rbac.yaml", "workloads-admission.yaml")
-    docs = [d for f in files for d in yaml.safe_load_all((deploy_dir() / "controller" / f).read_text())]
-    for doc in docs:
-        if doc:
-            resource = dyn.resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
-            namespace = doc["metadata"].get("namespace")
-            dyn.server_side_apply(
-                resource, body=doc, namespace=namespace, field_manager="rbac-test", force_conflicts=True
-            )
-    impersonated = client.ApiClient(k8s_api.configuration)
-    impersonated.set_default_header("Impersonate-User", CONTROLLER_SA)
-    return impersonated
-
-
 def _forbidden(action: Callable[[], object]) -> None:
     with pytest.raises(ApiException) as err:
         action()
