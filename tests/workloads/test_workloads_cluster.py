@@ -107,45 +107,47 @@ def kgwe_stack(
         (tmp_path / runtime.name).write_text(runtime.read_text())
     ps = load_repository(tmp_path)
     proc, port = start_extender(control_plane.kubeconfig_path, "--namespace", policy_namespace)
-    rendered = render(
-        ps,
-        options=RenderOptions(
-            extender_url=f"http://127.0.0.1:{port}",
-            scheduler_name="kgwe-scheduler",
-            namespace=policy_namespace,
-        ),
-    )
-    core = client.CoreV1Api(k8s_api)
-    for file in ("scoring.yaml", "runtimes.yaml"):  # what the policy reconciler applies
-        cm = yaml.safe_load(rendered.files[file])
-        try:
-            core.create_namespaced_config_map(policy_namespace, cm)
-        except ApiException as exc:
-            if exc.status != 409:
-                raise
-            core.replace_namespaced_config_map(cm["metadata"]["name"], policy_namespace, cm)
-    cm = yaml.safe_load(rendered.files["kube-scheduler-config.yaml"])
-    config = yaml.safe_load(cm["data"]["scheduler-config.yaml"])
-    assert config["profiles"] == [{"schedulerName": "kgwe-scheduler"}]
-    control_plane.start_scheduler(config)
     stop = threading.Event()
-    api = reconciler_api or k8s_api
-    reconciler = WorkloadReconciler(
-        api,
-        recorder=EventRecorder(api),
-        metrics=WorkloadMetrics(CollectorRegistry()),
-        is_leader=lambda: True,
-        policy_namespace=policy_namespace,
-    )
-    controller = WorkloadController(reconciler, resync_seconds=5)
-    controller.start(stop)
-    try:
+    try:  # the extender ends however the rest goes
+        rendered = render(
+            ps,
+            options=RenderOptions(
+                extender_url=f"http://127.0.0.1:{port}",
+                scheduler_name="kgwe-scheduler",
+                namespace=policy_namespace,
+            ),
+        )
+        core = client.CoreV1Api(k8s_api)
+        for file in ("scoring.yaml", "runtimes.yaml"):  # what the policy reconciler applies
+            cm = yaml.safe_load(rendered.files[file])
+            try:
+                core.create_namespaced_config_map(policy_namespace, cm)
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise
+                core.replace_namespaced_config_map(cm["metadata"]["name"], policy_namespace, cm)
+        cm = yaml.safe_load(rendered.files["kube-scheduler-config.yaml"])
+        config = yaml.safe_load(cm["data"]["scheduler-config.yaml"])
+        assert config["profiles"] == [{"schedulerName": "kgwe-scheduler"}]
+        control_plane.start_scheduler(config)
+        api = reconciler_api or k8s_api
+        reconciler = WorkloadReconciler(
+            api,
+            recorder=EventRecorder(api),
+            metrics=WorkloadMetrics(CollectorRegistry()),
+            is_leader=lambda: True,
+            policy_namespace=policy_namespace,
+        )
+        controller = WorkloadController(reconciler, resync_seconds=5)
+        controller.start(stop)
         yield {"port": port, "reconciler": reconciler, "controller": controller, "repo": tmp_path}
     finally:
         stop.set()
-        control_plane.start_scheduler(default_scheduler_config())
-        proc.terminate()
-        proc.wait(timeout=10)
+        try:
+            control_plane.start_scheduler(default_scheduler_config())
+        finally:
+            proc.terminate()
+            proc.wait(timeout=10)
 
 
 def opt_in(k8s_api, namespace: str) -> None:
