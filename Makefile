@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.kgwe-installed
 
-.PHONY: venv lint test demo cluster-bins tool-bins schemas deploy image image-lock clean
+.PHONY: venv lint test demo cluster-bins node-bins tool-bins schemas deploy image image-lock clean
 
 # (Re)install whenever pyproject.toml changes.
 $(STAMP): pyproject.toml
@@ -27,6 +27,12 @@ lint: venv
 cluster-bins:
 	hack/cluster-bins.sh
 
+# The local cluster's real node besides kubelet/kube-proxy: containerd, CNI plugins, CoreDNS (Go modules
+# hack/containerd, hack/cni, hack/coredns) and the pause binary into ~/.cache/kgwe; runc, nft, iptables, ip
+# from Debian when missing (as root).
+node-bins:
+	hack/node-bins.sh
+
 # Builds helm, Flux's kustomize-controller, Prometheus and promtool (wrapper modules hack/helm, hack/flux,
 # hack/prometheus) into ~/.cache/kgwe.
 tool-bins:
@@ -47,13 +53,14 @@ image-lock:
 # The CRDs go into the Helm chart (its single source); `make deploy` renders them into deploy/crds/.
 schemas: venv
 	$(BIN)/kgwe schema --out schemas --crds deploy/helm/kgwe/files/crds
+	hack/pod-template-schema.sh
 	hack/render-deploy.sh
 
 # deploy/ (the kustomize base) is the chart deploy/helm/kgwe rendered with its default values.
 deploy: venv
 	hack/render-deploy.sh
 
-test: venv cluster-bins tool-bins lint
+test: venv cluster-bins node-bins tool-bins lint
 	$(BIN)/python -m pytest
 
 demo: venv cluster-bins

@@ -53,6 +53,7 @@ from kgwe.cluster.names import (
     ROLLOUT_REVISION_ANNOTATION,
 )
 from kgwe.cluster.nodecache import NodeCache
+from kgwe.gitops.gitcmd import LOOPBACK_NETWORKS, GitAccess
 from kgwe.gitops.webhook import sign
 from kgwe.localcluster import gpunodes
 from kgwe.localcluster.controlplane import ControlPlane, find_binaries
@@ -278,7 +279,10 @@ def main() -> int:
 
         stop_cache = threading.Event()
         node_cache = NodeCache(api).start(stop_cache)  # as the controller runs it
-        rec = RepositoryReconciler(api, NS, POOL, cache_dir=tmp / "cache", node_cache=node_cache)
+        access = GitAccess(allowed_networks=LOOPBACK_NETWORKS)  # the Git server listens on loopback
+        rec = RepositoryReconciler(
+            api, NS, POOL, cache_dir=tmp / "cache", node_cache=node_cache, git_access=access
+        )
         t0 = time.monotonic()
         first = rec.reconcile()
         print(f"first reconcile: {first.phase}, {time.monotonic() - t0:.2f}s")
@@ -355,6 +359,7 @@ def main() -> int:
             webhook_secret=secret,
             listen=("127.0.0.1", 0),
             leader_election=False,
+            git_access=access,
         )
         stop = threading.Event()
         thread = threading.Thread(target=controller.run, args=(stop,), daemon=True)

@@ -7,11 +7,18 @@ from __future__ import annotations
 from kgwe.vocab import ANNOTATION_PREFIX
 from kgwe.vocab import BUDGET_QUOTA_NAME as BUDGET_QUOTA_NAME
 from kgwe.vocab import GPU_RESOURCE as GPU_RESOURCE
+from kgwe.vocab import MANAGED_BY_LABEL as MANAGED_BY_LABEL
+from kgwe.vocab import MANAGED_BY_VALUE as MANAGED_BY_VALUE
 from kgwe.vocab import MIG_CONFIG_LABEL as MIG_CONFIG_LABEL
 from kgwe.vocab import MIG_RESOURCE_PREFIX as MIG_RESOURCE_PREFIX
 from kgwe.vocab import MIG_STATE_LABEL as MIG_STATE_LABEL
 from kgwe.vocab import SHARED_GPU_RESOURCE as SHARED_GPU_RESOURCE
 from kgwe.vocab import TOPOLOGY_ANNOTATION as TOPOLOGY_ANNOTATION
+from kgwe.vocab import WORKLOAD_ROLEBINDING as WORKLOAD_ROLEBINDING
+from kgwe.vocab import WORKLOAD_WRITER_CLUSTERROLE as WORKLOAD_WRITER_CLUSTERROLE
+from kgwe.vocab import WORKLOADS_ENABLED as WORKLOADS_ENABLED
+from kgwe.vocab import WORKLOADS_NAMESPACE_LABEL as WORKLOADS_NAMESPACE_LABEL
+from kgwe.vocab import is_gpu_resource as is_gpu_resource
 
 FIELD_MANAGER = "kgwe-controller"
 # CRD coordinates (group kgwe.API_GROUP).
@@ -20,14 +27,15 @@ POLICY_REPOSITORY_PLURAL = "policyrepositories"
 # Set by a standby replica that received a webhook push (the Service routes to any replica); the leader
 # sees the new value on its next tick and reconciles at once (like Flux's reconcile.fluxcd.io/requestedAt).
 RECONCILE_REQUESTED_AT_ANNOTATION = ANNOTATION_PREFIX + "reconcile-requested-at"
-MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
-MANAGED_BY_VALUE = "kgwe"
 # Which PolicyRepository an object came from ("<namespace>.<name>"), for inventory and prune.
 REPOSITORY_LABEL = ANNOTATION_PREFIX + "policy-repository"
 # `disabled` protects an object from prune (same idea as Flux's kustomize.toolkit.fluxcd.io/prune).
 # A PolicyRepository may read only Secrets carrying this label with the value "true": a tenant who may create
 # PolicyRepositories must not be able to send any other Secret of the namespace to a Git server of theirs.
 GIT_CREDENTIALS_LABEL = ANNOTATION_PREFIX + "git-credentials"
+# ...and names the hosts its credentials are for ("github.com, git.example.com:8443"): they are sent to no
+# other host, whatever URL a PolicyRepository names.
+GIT_HOSTS_ANNOTATION = ANNOTATION_PREFIX + "git-hosts"
 
 PRUNE_ANNOTATION = ANNOTATION_PREFIX + "prune"
 PRUNE_DISABLED = "disabled"
@@ -37,10 +45,6 @@ DESIRED_HASH_ANNOTATION = ANNOTATION_PREFIX + "desired-hash"
 
 def repository_label_value(namespace: str, name: str) -> str:
     return f"{namespace}.{name}"[:63].rstrip(".-_")
-
-
-def is_gpu_resource(resource: str) -> bool:
-    return resource in (GPU_RESOURCE, SHARED_GPU_RESOURCE) or resource.startswith(MIG_RESOURCE_PREFIX)
 
 
 # When KGWE set the label (RFC 3339 UTC): the start of the success timeout, readable after a restart.
@@ -64,6 +68,9 @@ SCHEDULER_NAME = "kgwe-scheduler"
 SCHEDULER_DEPLOYMENT = "kgwe-scheduler"
 SCHEDULER_CONFIGMAP = "kgwe-scheduler-config"
 SCHEDULER_CONFIG_KEY = "scheduler-config.yaml"
+# The policy repository's WorkloadRuntimes, rendered for the GPUWorkload reconciler (in KGWE's namespace).
+RUNTIMES_CONFIGMAP = "kgwe-runtimes"
+RUNTIMES_CONFIG_KEY = "runtimes.json"
 # Pod-template annotation of the kgwe-scheduler Deployment: kube-scheduler never rereads its config, so a
 # new hash here rolls its pods onto the new configuration.
 SCHEDULER_CONFIG_HASH_ANNOTATION = ANNOTATION_PREFIX + "scheduler-config-hash"
@@ -76,3 +83,8 @@ DEFAULT_SCHEDULER_NAME = "default-scheduler"
 # KGWE set nvidia.com/device-plugin.config, and that KGWE cordoned the node to switch it.
 SHARING_REQUESTED_AT_ANNOTATION = ANNOTATION_PREFIX + "device-plugin-config-requested-at"
 SHARING_CORDONED_ANNOTATION = ANNOTATION_PREFIX + "cordoned-for-device-plugin-config"
+
+# The PodTemplatePolicies of the policy repository, rendered into KGWE's namespace for the GPUWorkload
+# controller (JSON under the key below); absent, every field a policy could allow is refused.
+POD_TEMPLATE_POLICY_CONFIGMAP = "kgwe-pod-template-policy"
+POD_TEMPLATE_POLICY_KEY = "policies.json"

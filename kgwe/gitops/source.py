@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import logging
 import random
 import re
+import subprocess
 import tarfile
 import tempfile
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,15 +25,85 @@ import git
 
 from kgwe.errors import KgweError
 from kgwe.gitops.auth import GitCredentials, git_environment
-from kgwe.gitops.gitcmd import check_argument, check_url, display_url, run_git
+from kgwe.gitops.gitcmd import (
+    LOOPBACK_NETWORKS,
+    Network,
+    check_argument,
+    check_url,
+    display_url,
+    git_failure,
+    git_process_environment,
+    operator_networks,
+    run_git,
+)
 from kgwe.gitops.retry import with_retries
 from kgwe.policy.cluster_kinds import DEFAULT_BRANCH
 from kgwe.policy.cluster_kinds import GitRef as ModelGitRef
 from kgwe.policy.types import GIT_COMMIT_PATTERN, parse_git_ref_name
 
+MAX_EXPORT_FILES = 20_000  # files (and symlinks) one export may write; the loader reads at most 5,000 YAML
+MAX_EXPORT_BYTES = 64 * 1024 * 1024  # their size once expanded (a push compresses well: zeros, repeats)
+
+
+log = logging.getLogger(__name__)
+
 
 class GitSourceError(KgweError):
     """Fetching or reading the policy repository failed (after the bounded retries)."""
+
+
+@dataclass(frozen=True)
+class TreeEntry:
+    path: str
+    size_bytes: int  # 0 for a submodule (it is not exported)
+
+
+def list_tree(
+    repo: git.Repo | Path, sha: str, paths: tuple[str, ...] = (), *, limit: int, sizes: bool = True
+) -> list[TreeEntry]:
+    """The files of commit `sha` (under `paths`; with their sizes unless `sizes` is False), read as a stream
+    from `git ls-tree` in `repo` (or that git directory) and stopped at `limit` entries: GitSourceError past
+    it, before a hostile tree costs memory or time."""
+    check_argument(sha, "commit")
+    long = ["-l"] if sizes else []
+    # the paths follow --end-of-options: a "--" there would be taken for a path
+    command = ["git", "ls-tree", "-r", *long, "-z", "--end-of-options", sha, *paths]
+    entries: list[TreeEntry] = []
+    with subprocess.Popen(
+        command,
+        cwd=repo if isinstance(repo, Path) else repo.git_dir,
+        env=git_process_environment({}, allow_local=False),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    ) as process:
+        assert process.stdout is not None
+        pending = b""
+        while len(entries) <= limit:
+            chunk = process.stdout.read(65536)
+            if not chunk:
+                break
+            *records, pending = (pending + chunk).split(b"\0")
+            for record in records:
+                meta, _, name = record.partition(b"\t")
+                size = meta.split()[-1] if sizes else b"-"
+                entries.append(TreeEntry(name.decode("utf-8", "replace"), int(size) if size.isdigit() else 0))
+        if len(entries) > limit:
+            process.kill()
+            raise GitSourceError(f"commit {sha[:12]} holds more than {limit} files; refused")
+        process.wait()
+    if process.returncode != 0:
+        raise GitSourceError(f"cannot list the files of commit {sha[:12]}")
+    return entries
+
+
+def check_tree_size(repo: git.Repo, sha: str, paths: tuple[str, ...] = ()) -> None:
+    """GitSourceError when the tree (under `paths`) expands beyond MAX_EXPORT_FILES or MAX_EXPORT_BYTES."""
+    total = sum(e.size_bytes for e in list_tree(repo, sha, paths, limit=MAX_EXPORT_FILES))
+    if total > MAX_EXPORT_BYTES:
+        raise GitSourceError(
+            f"commit {sha[:12]} expands to more than {MAX_EXPORT_BYTES} bytes; refused ({total} bytes)"
+        )
 
 
 @dataclass(frozen=True)
@@ -112,6 +185,7 @@ def export_commit(repo: git.Repo, sha: str, dest: Path, subpath: str | None = No
         except git.GitCommandError as exc:
             raise GitSourceError(f"path {sub!r} does not exist at commit {sha[:12]}") from exc
         args += ["--", sub]
+    check_tree_size(repo, sha, (sub,) if sub else ())
     with tempfile.TemporaryFile() as tar_file:
         repo.git.archive(*args, output_stream=tar_file)
         tar_file.seek(0)
@@ -174,9 +248,13 @@ class GitSource:
         sleep: Callable[[float], None] = time.sleep,
         allow_local: bool = False,
         ca_file: str | None = None,
+        allowed_networks: tuple[Network, ...] | None = None,
     ) -> None:
         self.allow_local = allow_local  # see kgwe.gitops.gitcmd: never from a PolicyRepository
         self.ca_file = ca_file
+        # special networks git may reach all the same (the operator's; loopback with local URLs)
+        allowed = operator_networks() if allowed_networks is None else allowed_networks
+        self.allowed_networks = (*allowed, *(LOOPBACK_NETWORKS if allow_local else ()))
         self.url = check_url(url, allow_local=allow_local)
         self.ref = ref
         self.credentials = credentials
@@ -198,14 +276,23 @@ class GitSource:
                 self._repo = git.Repo.init(self.mirror_path, bare=True)
         return self._repo
 
+    def _network_environment(self, url: str) -> AbstractContextManager[dict[str, str]]:
+        """The environment of every git call that reaches the remote (fetch and ls-remote alike): the
+        target checked and pinned, the credentials only for the host they are bound to, no redirect
+        followed (kgwe.gitops.auth.git_environment; UnsafeGitArgument when refused)."""
+        return git_environment(
+            self.credentials,
+            connect_timeout_seconds=int(self.timeout_seconds),
+            url=url,
+            allowed_networks=self.allowed_networks,
+        )
+
     def _fetch_once(self) -> None:
         url = check_url(self.url, allow_local=self.allow_local)  # again, right before git sees it
         refspecs = ["+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*"]
         args = ["fetch", "--prune", "--prune-tags", "--force", "--no-write-fetch-head", "--", url, *refspecs]
         self.repo  # noqa: B018 - creates the mirror on first use
-        with git_environment(
-            self.credentials, connect_timeout_seconds=int(self.timeout_seconds), url=url
-        ) as env:
+        with self._network_environment(url) as env:
             run_git(
                 args,
                 cwd=self.mirror_path,
@@ -232,14 +319,19 @@ class GitSource:
                 rng=random.Random(),
             )
         except git.GitCommandError as exc:
+            # git's own words go to the operator's log only (see kgwe.gitops.gitcmd.git_failure)
+            log.warning(
+                "fetching %s failed: %s", self.display_url, _last_line(exc)
+            )  # the operator's eyes only
             raise GitSourceError(
-                f"fetching {self.display_url} failed after {self.attempts} attempt(s): {_git_error_text(exc)}"
-            ) from exc
+                f"fetching {self.display_url} failed after {self.attempts} attempt(s): {git_failure(exc)}"
+            ) from None
         return Revision(self.ref.name, self._resolve())
 
     def _up_to_date(self) -> bool:
         """Whether the mirror has the tracked commit, or the tracked branch or tag where the remote has it
-        (asked once, without retries: any doubt is settled by the fetch)."""
+        (asked once, without retries: any doubt is settled by the fetch). A refused target or unbound
+        credentials raise, as they would for the fetch."""
         if not (self.mirror_path / "HEAD").exists():
             return False
         name = f"refs/tags/{self.ref.tag}" if self.ref.tag else f"refs/heads/{self.ref.branch}"
@@ -248,10 +340,8 @@ class GitSource:
                 self.repo.git.cat_file("-e", "--end-of-options", f"{self.ref.commit}^{{commit}}")
                 return True
             local = self.repo.git.rev_parse("--verify", "--quiet", "--end-of-options", name)
-            url = check_url(self.url, allow_local=self.allow_local)
-            with git_environment(
-                self.credentials, connect_timeout_seconds=int(self.timeout_seconds), url=url
-            ) as env:
+            url = check_url(self.url, allow_local=self.allow_local)  # again, right before git sees it
+            with self._network_environment(url) as env:
                 listed = run_git(
                     ["ls-remote", "--", url, name],
                     cwd=self.mirror_path,
@@ -262,8 +352,8 @@ class GitSource:
                 )
         except git.GitCommandError:
             return False
-        remote = [line.split("\t", 1) for line in listed.splitlines()]
-        return any(ref == name and sha == local for sha, ref in remote)
+        remote = [line.partition("\t") for line in listed.splitlines()]
+        return any(ref == name and sha == local for sha, _, ref in remote)
 
     def _resolve(self) -> str:
         if self.ref.commit:
@@ -298,7 +388,7 @@ class GitSource:
         return changed_paths(self.repo, old_sha, new_sha)
 
 
-def _git_error_text(exc: git.GitCommandError) -> str:
+def _last_line(exc: git.GitCommandError) -> str:
     """The last meaningful stderr line of a failed git command (no command line: it may hold secrets)."""
     stderr = exc.stderr if isinstance(exc.stderr, str) else str(exc.stderr or "")
     lines = [ln.strip().removeprefix("stderr: ").strip("'") for ln in stderr.splitlines() if ln.strip()]
@@ -313,8 +403,11 @@ __all__ = [
     "GitSource",
     "GitSourceError",
     "Revision",
+    "TreeEntry",
     "changed_paths",
+    "check_tree_size",
     "export_commit",
+    "list_tree",
     "resolve_local",
     "touches_policy",
 ]

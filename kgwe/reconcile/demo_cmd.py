@@ -3,8 +3,8 @@
 Starts a local control plane (etcd, kube-apiserver, kube-scheduler, kwok) with simulated GPU nodes built
 from sample-repo's inventory, MIG manager and device-plugin stand-ins, puts sample-repo in a local Git
 repository, runs the controller against it and shows the MIG layouts (and the L40S pool's time-slicing)
-rolling out pool by pool; then runs GPU jobs (GPUWorkloads: the seed README's 8-GPU llm-training and an
-inference service on MIG slices) through
+rolling out pool by pool; then runs GPU jobs (GPUWorkloads: the seed README's 8-GPU llm-training, the PRD's
+llm-training-job as written, without a pod template, and an inference service on MIG slices) through
 kube-scheduler with KGWE's rendered configuration and extender, printing where each pod landed; the
 controller's cost duties meter them into a SQLite cost store and commit a chargeback report (GPU-hours by
 team) to the policy repository; then pods ask for a MIG profile no layout offers and the controller
@@ -38,13 +38,6 @@ NS = "kgwe-system"
 POOL_LABEL = "kgwe.nvidia.io/pool"  # sample-repo's pool label
 REPO = "gpu-policy"
 SECRET = b"demo-webhook-secret"
-MACHINE_FOR_TOPOLOGY = {
-    "DGX-H100": "DGX-H100",
-    "HGX-H100": "DGX-H100",
-    "DGX-A100": "DGX-A100",
-    "L40S-8-PCIE": "L40S-8-PCIE",
-    "DGX-1-V100": "DGX-1-V100",
-}
 # The demo's commits are made by a pretend platform engineer, whatever the user's own git config says.
 GIT_IDENTITY = {
     "GIT_AUTHOR_NAME": "Platform Team",
@@ -131,7 +124,7 @@ def _wait_ready(api: Any, pools: dict[str, list[str]], revision: str, timeout: f
 
 
 def _sample_documents(kind: str, folder: str) -> list[dict]:
-    """The `kind` documents of sample-repo/<folder>/ (the demo's inventory and budgets)."""
+    """The `kind` documents of sample-repo/<folder>/ (the demo's budgets)."""
     from kgwe.resources import sample_repo_dir
 
     return [
@@ -152,18 +145,24 @@ def _prepare_cluster(api: Any, budgets: list[dict]) -> None:
         ensure_namespace(api, ns)
 
 
-def _create_gpu_nodes(api: Any, inventory: dict) -> dict[str, list[str]]:
-    """A simulated GPU node per inventory node; returns pool -> node names of the pools MIG policy covers."""
-    from kgwe.localcluster import gpunodes
+def _create_gpu_nodes(api: Any) -> dict[str, list[str]]:
+    """A simulated GPU node per node of sample-repo's inventory, MIG still off (the demo rolls the layouts
+    out); returns pool -> node names of the pools MIG policy covers."""
+    from kubernetes import client
 
+    from kgwe.localcluster import gpunodes
+    from kgwe.policy import load_repository
+    from kgwe.resources import sample_repo_dir
+
+    inventory = load_repository(sample_repo_dir() / "inventory").inventory()
+    assert inventory is not None, "sample-repo has a GPUInventory"
     pools: dict[str, list[str]] = {}
-    for node in inventory["spec"]["nodes"]:
-        machine = MACHINE_FOR_TOPOLOGY.get(node.get("topology", ""), "DGX-H100")
-        labels = {k: v for k, v in node["labels"].items() if not k.startswith("nvidia.com/")}
-        gpunodes.create_gpu_node(api, node["name"], machine, labels=labels)
-        pools.setdefault(labels.get(POOL_LABEL, "other"), []).append(node["name"])
+    for node in inventory.spec.nodes:
+        manifest = gpunodes.inventory_node_manifest(node, with_mig_layout=False)
+        client.CoreV1Api(api).create_node(manifest)
+        pools.setdefault(manifest["metadata"]["labels"].get(POOL_LABEL, "other"), []).append(node.name)
     _say(
-        f"  {len(inventory['spec']['nodes'])} simulated GPU nodes from sample-repo's inventory: "
+        f"  {len(inventory.spec.nodes)} simulated GPU nodes from sample-repo's inventory: "
         + ", ".join(f"{p} ({len(n)})" for p, n in sorted(pools.items()))
     )
     return {p: n for p, n in pools.items() if p != "other"}
@@ -249,7 +248,7 @@ def _send_push_webhook(port: int, commit: str, url: str) -> None:
 def _start_controller(
     api: Any, cache_dir: Path, ca_file: str
 ) -> tuple[Any, threading.Event, threading.Thread]:
-    from kgwe.gitops.gitcmd import GitAccess
+    from kgwe.gitops.gitcmd import LOOPBACK_NETWORKS, GitAccess
     from kgwe.reconcile.controller import Controller
     from kgwe.reconcile.costs import cost_duties
 
@@ -262,7 +261,7 @@ def _start_controller(
         lease_duration_seconds=6,
         renew_deadline_seconds=4,
         retry_period_seconds=1,
-        git_access=GitAccess(ca_file=ca_file),
+        git_access=GitAccess(ca_file=ca_file, allowed_networks=LOOPBACK_NETWORKS),  # its own Git server
         # chargeback and budget metrics every 5 s (60 s in a cluster): the demo lasts about a minute
         costs=cost_duties(str(cache_dir.parent / "kgwe-cost.db"), cluster="demo", refresh_seconds=5.0),
     )
@@ -295,16 +294,20 @@ def start_kgwe_scheduling(cp: Any, policy_dir: Path) -> tuple[Any, int]:
 # The demo's GPU jobs: (example file, namespace a budget covers, the team that budget charges).
 WORKLOADS = [
     ("kgwe-readme-llm-training.yaml", "ml-training", "ml-research"),
+    # no pod template: its pods come from sample-repo's torch-distributed WorkloadRuntime
+    ("kgwe-prd-llm-training-job.yaml", "ml-training", "ml-research"),
     ("inference-mig.yaml", "inference-prod", "inference-platform"),
 ]
 
 
 def place_workloads(api: Any, timeout: float) -> list[tuple[str, str]]:
-    """The seed README's 8-GPU llm-training and a small inference service on MIG slices, as GPUWorkloads
-    of their teams; prints where each pod landed and why. Returns the placed pods (namespace, name)."""
+    """The seed README's 8-GPU llm-training, the PRD's llm-training-job (its pods from a WorkloadRuntime)
+    and a small inference service on MIG slices, as GPUWorkloads of their teams; prints where each pod
+    landed and why. Returns the placed pods (namespace, name)."""
     from kubernetes import client
 
     from kgwe.cluster.client import ensure_namespace
+    from kgwe.cluster.names import WORKLOADS_ENABLED, WORKLOADS_NAMESPACE_LABEL
     from kgwe.localcluster.controlplane import KWOK_HOLD_ANNOTATION
     from kgwe.resources import workload_examples_dir
 
@@ -320,6 +323,8 @@ def place_workloads(api: Any, timeout: float) -> list[tuple[str, str]]:
         template = doc["spec"].setdefault("podTemplate", {}).setdefault("metadata", {})
         template.setdefault("annotations", {})[KWOK_HOLD_ANNOTATION] = "true"
         ensure_namespace(api, doc["metadata"]["namespace"])
+        opt_in = {"metadata": {"labels": {WORKLOADS_NAMESPACE_LABEL: WORKLOADS_ENABLED}}}
+        client.CoreV1Api(api).patch_namespace(doc["metadata"]["namespace"], opt_in)  # GPUWorkloads run here
         custom.create_namespaced_custom_object(
             "kgwe.nvidia.io", "v1", doc["metadata"]["namespace"], "gpuworkloads", doc
         )
@@ -343,6 +348,21 @@ def place_workloads(api: Any, timeout: float) -> list[tuple[str, str]]:
                 )
                 raise KgweError(f"GPUWorkload {namespace}/{name} not placed within {timeout:.0f}s: {said}")
             time.sleep(0.5)
+
+        def admitted(namespace: str = namespace, name: str = name) -> dict | None:
+            """The workload's status once its admission is written (the pods may be bound before it)."""
+            obj = custom.get_namespaced_custom_object("kgwe.nvidia.io", "v1", namespace, "gpuworkloads", name)
+            status = obj.get("status") or {}
+            conditions = status.get("conditions") or []
+            return (
+                status if any(c["type"] == "Admitted" and c["status"] == "True" for c in conditions) else None
+            )
+
+        _eventually(admitted, max(1.0, deadline - time.monotonic()))
+        runtime = (admitted() or {}).get("runtime")
+        if runtime:
+            image = bound[0].spec.containers[0].image
+            _say(f"  {namespace}/{name} has no pod template: WorkloadRuntime {runtime} gave it ({image})")
         for pod in sorted(bound, key=lambda p: p.metadata.name):
             node = core.read_node(pod.spec.node_name)
             product = (node.metadata.labels or {}).get("nvidia.com/gpu.product", "?")
@@ -514,7 +534,6 @@ def run(args: argparse.Namespace) -> int:
     from kgwe.localcluster.gitserver import GitHttpsServer
     from kgwe.localcluster.migmanager import MigManagerStandIn
 
-    inventory = _sample_documents("GPUInventory", "inventory")[0]
     budgets = _sample_documents("GPUBudget", "budgets")
     _say("KGWE demo: starting a local control plane (etcd, kube-apiserver, kube-scheduler, kwok) ...")
     with tempfile.TemporaryDirectory(prefix="kgwe-demo-") as tmp_name, ControlPlane(find_binaries()) as cp:
@@ -522,7 +541,7 @@ def run(args: argparse.Namespace) -> int:
         api = cp.new_api_client()
         _say(f"  API server {cp.server_url}; kubeconfig {cp.kubeconfig_path}")
         _prepare_cluster(api, budgets)
-        pools = _create_gpu_nodes(api, inventory)
+        pools = _create_gpu_nodes(api)
         bare, work, first = _init_policy_repository(tmp)
         # Served over real HTTPS on loopback: PolicyRepository URLs must be https:// or ssh://.
         git_server = GitHttpsServer(tmp)

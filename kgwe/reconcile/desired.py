@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 
 import orjson
-import yaml
 
 from kgwe.cluster.inventory import GpuNodeFacts, config_layout, inventory_document
 from kgwe.observability import tracing
@@ -24,6 +23,7 @@ from kgwe.planner.rebalance import Record
 from kgwe.policy.loader import PolicySet
 from kgwe.policy.mig_strategy import MIGStrategy
 from kgwe.policy.models import GPUInventory
+from kgwe.policy.yaml_source import YamlSyntaxError, load_one
 from kgwe.reconcile.rollout import NodeState, PoolPolicy
 from kgwe.render.render import RenderOptions, cluster_objects, decide
 
@@ -145,11 +145,12 @@ def rendered_mig_configs(objects: Sequence[Mapping], namespace: str, name: str) 
 
 
 def mig_configs_of(data: Mapping[str, str]) -> MigConfigs:
-    """The `mig-configs` of a mig-parted ConfigMap's data ({} when no key holds one)."""
+    """The `mig-configs` of a mig-parted ConfigMap's data ({} when no key holds one). The live ConfigMap is
+    anyone's with write access to its namespace, so it is read within the YAML loader's bounds."""
     for text in data.values():
         try:
-            doc = yaml.safe_load(text)
-        except yaml.YAMLError:
+            doc = load_one(text)
+        except YamlSyntaxError:
             continue
         if isinstance(doc, dict) and isinstance(doc.get("mig-configs"), dict):
             return doc["mig-configs"]

@@ -40,7 +40,7 @@ from kgwe.cluster.names import CRD_VERSION, FIELD_MANAGER, POLICY_REPOSITORY_PLU
 from kgwe.cluster.nodecache import NodeCache
 from kgwe.cluster.nodes import gpu_pods_by_node, live_pods
 from kgwe.errors import KgweError
-from kgwe.gitops.gitcmd import GitAccess
+from kgwe.gitops.gitcmd import GitAccess, UnsafeGitArgument
 from kgwe.gitops.source import GitSource, GitSourceError, Revision
 from kgwe.observability import tracing
 from kgwe.policy.cluster_kinds import PolicyRepositorySpec
@@ -267,7 +267,7 @@ class RepositoryReconciler:
             with tracing.span("kgwe.reconcile.fetch"):
                 source = self.git.source(p.spec)
                 p.revision = str(source.fetch(moved=p.pushed))
-        except GitSourceError as exc:
+        except (GitSourceError, UnsafeGitArgument) as exc:  # a refused target or credentials binding too
             self.recorder.warning(p.repo, "GitOperationFailed", str(exc))
             p.fetch_error = str(exc)
             return None

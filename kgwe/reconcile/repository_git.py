@@ -3,15 +3,16 @@ revisions are fetched into, and the commit-back to its reports branch."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from kgwe.cluster.names import GIT_CREDENTIALS_LABEL
-from kgwe.gitops.auth import GitCredentials, is_ssh_url
+from kgwe.cluster.names import GIT_CREDENTIALS_LABEL, GIT_HOSTS_ANNOTATION
+from kgwe.gitops.auth import GitCredentials, is_ssh_url, parse_hosts
 from kgwe.gitops.commit_back import CommitBack
-from kgwe.gitops.gitcmd import GitAccess
+from kgwe.gitops.gitcmd import GitAccess, UnsafeGitArgument, url_origin
 from kgwe.gitops.source import GitRef, GitSource, GitSourceError
 from kgwe.policy.cluster_kinds import PolicyRepositorySpec
 
@@ -34,8 +35,10 @@ class RepositoryGit:
         self._sources: dict[tuple[str, GitRef, float], GitSource] = {}
 
     def credentials(self, spec: PolicyRepositorySpec) -> GitCredentials | None:
-        """The repository's Git credentials: only from a Secret that opts in with GIT_CREDENTIALS_LABEL;
-        the controller's own environment only when its operator allowed it (GitAccess)."""
+        """The repository's Git credentials: only from a Secret that opts in with GIT_CREDENTIALS_LABEL and
+        names the hosts they may go to (GIT_HOSTS_ANNOTATION; the spec's URL must be on one); the
+        controller's own environment only when its operator allowed it (GitAccess), bound to the hosts in
+        KGWE_GIT_HOSTS."""
         ssh = is_ssh_url(spec.url)
         if spec.secret_ref is None:
             if ssh:
@@ -45,7 +48,7 @@ class RepositoryGit:
             if not self.access.credentials_from_env:
                 return None
             local = GitCredentials.from_env()
-            return local if (local.password or local.ssh_identity) else None
+            return local if local.secret else None
         name = spec.secret_ref.name
         try:
             secret = self.core.read_namespaced_secret(name, self.namespace)
@@ -57,7 +60,21 @@ class RepositoryGit:
                 f'secret {self.namespace}/{name} is not labelled {GIT_CREDENTIALS_LABEL}="true"; a '
                 "PolicyRepository may only use Secrets that opt in to being Git credentials"
             )
-        creds = GitCredentials.from_secret_data(secret.data or {})
+        annotations = (secret.metadata.annotations if secret.metadata else None) or {}
+        try:
+            hosts = parse_hosts(annotations.get(GIT_HOSTS_ANNOTATION, ""))
+        except ValueError as exc:
+            raise GitSourceError(f"secret {self.namespace}/{name}: {GIT_HOSTS_ANNOTATION}: {exc}") from None
+        if not hosts:
+            raise GitSourceError(
+                f"secret {self.namespace}/{name} names no host in its {GIT_HOSTS_ANNOTATION} annotation; "
+                "Git credentials are sent only to the hosts they are bound to"
+            )
+        creds = replace(GitCredentials.from_secret_data(secret.data or {}), hosts=hosts)
+        try:
+            creds.check_bound(url_origin(spec.url))
+        except UnsafeGitArgument as exc:
+            raise GitSourceError(f"secret {self.namespace}/{name}: {exc}") from None
         if ssh and not creds.ssh_known_hosts:
             raise GitSourceError(
                 f"secret {self.namespace}/{name} has no known_hosts: SSH host keys are never trusted on "
@@ -79,6 +96,7 @@ class RepositoryGit:
                 attempts=self.attempts,
                 allow_local=self.access.allow_local_urls,
                 ca_file=self.access.ca_file,
+                allowed_networks=self.access.allowed_networks,
             )
             self._sources = {key: source}
         source.credentials = self.credentials(spec)
@@ -95,4 +113,5 @@ class RepositoryGit:
             timeout_seconds=spec.timeout_seconds,
             allow_local=self.access.allow_local_urls,
             ca_file=self.access.ca_file,
+            allowed_networks=self.access.allowed_networks,
         )

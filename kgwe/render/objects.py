@@ -10,10 +10,19 @@ from typing import Any
 import orjson
 import yaml
 
-from kgwe.cluster.names import REPOSITORY_LABEL, SCHEDULER_CONFIG_KEY, SCHEDULER_CONFIGMAP
+from kgwe.cluster.names import (
+    POD_TEMPLATE_POLICY_CONFIGMAP,
+    POD_TEMPLATE_POLICY_KEY,
+    REPOSITORY_LABEL,
+    RUNTIMES_CONFIG_KEY,
+    RUNTIMES_CONFIGMAP,
+    SCHEDULER_CONFIG_KEY,
+    SCHEDULER_CONFIGMAP,
+)
 from kgwe.errors import KgweError
 from kgwe.policy.loader import PolicySet
-from kgwe.policy.models import ScoringProfile, ScoringProfileSpec
+from kgwe.policy.models import PodTemplatePolicy, ScoringProfile, ScoringProfileSpec
+from kgwe.policy.pod_template_policy import pod_template_policies_json
 from kgwe.policy.quota_namespaces import refused_quota_namespace
 from kgwe.render.environment import render_template
 from kgwe.render.layouts import NodeLayouts
@@ -161,6 +170,34 @@ def scoring_configmap(ps: PolicySet, opts: RenderOptions) -> RenderedFile:
         "scoring-configmap.yaml.j2",
         namespace=opts.namespace,
         profiles_json=profiles_json,
+        **_common(opts),
+    )
+
+
+def runtimes_configmap(ps: PolicySet, opts: RenderOptions) -> RenderedFile:
+    """The WorkloadRuntimes as JSON, for the GPUWorkload reconciler (rendered when there are none too)."""
+    runtimes = {r.name: r.spec.model_dump(mode="json", by_alias=True) for r in ps.runtimes}
+    runtimes_json = orjson.dumps({"runtimes": runtimes}, option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2)
+    return RenderedFile.of(
+        "runtimes.yaml",
+        "runtimes-configmap.yaml.j2",
+        name=RUNTIMES_CONFIGMAP,
+        key=RUNTIMES_CONFIG_KEY,
+        namespace=opts.namespace,
+        runtimes_json=runtimes_json.decode() + "\n",
+        **_common(opts),
+    )
+
+
+def pod_template_policy_configmap(ps: PolicySet, opts: RenderOptions) -> RenderedFile:
+    """The PodTemplatePolicies as JSON, for the GPUWorkload controller before it creates a run's pods."""
+    return RenderedFile.of(
+        "pod-template-policy.yaml",
+        "pod-template-policy-configmap.yaml.j2",
+        name=POD_TEMPLATE_POLICY_CONFIGMAP,
+        key=POD_TEMPLATE_POLICY_KEY,
+        namespace=opts.namespace,
+        policies_json=pod_template_policies_json(ps.objects(PodTemplatePolicy)),
         **_common(opts),
     )
 

@@ -15,7 +15,8 @@ DEFAULT_EXTENDER_CLIENT_CERT_DIR = "/etc/kgwe/extender-client"
 @dataclass(frozen=True)
 class RenderOptions:
     repository: str = "local"  # PolicyRepository name, put in a label on every object
-    namespace: str = "kgwe-system"  # kgwe-scheduler-config and kgwe-scoring
+    # kgwe-scheduler-config, kgwe-scoring, kgwe-runtimes and kgwe-pod-template-policy
+    namespace: str = "kgwe-system"
     mig_namespace: str = "gpu-operator"  # where the GPU Operator's MIG manager reads its config
     mig_config_name: str = "kgwe-mig-parted-config"
     # the device plugin's config ConfigMap (ClusterPolicy devicePlugin.config.name), in mig_namespace

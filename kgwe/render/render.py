@@ -22,6 +22,8 @@ from kgwe.render.objects import (
     mig_parted_configmap,
     node_mig_labels,
     node_sharing_labels,
+    pod_template_policy_configmap,
+    runtimes_configmap,
     scheduler_configmap,
     scoring_configmap,
 )
@@ -100,8 +102,13 @@ def cluster_objects(ps: PolicySet, decided: Decided, opts: RenderOptions) -> lis
     before any node label names a new config). Node labels go through the rollout and budget quotas are
     rendered apart (`budget_quotas`), with the caps of the moment."""
     check_options(opts)
-    files = [mig_parted_configmap(decided.mig_configs, opts), scheduler_configmap(ps, decided.layouts, opts)]
-    files.append(scoring_configmap(ps, opts))
+    files = [
+        mig_parted_configmap(decided.mig_configs, opts),
+        scheduler_configmap(ps, decided.layouts, opts),
+        scoring_configmap(ps, opts),
+        runtimes_configmap(ps, opts),
+        pod_template_policy_configmap(ps, opts),
+    ]
     if decided.sharing is not None:
         files.append(device_plugin_configmap(decided.sharing, opts))
     return [o for f in files for o in f.objects]
@@ -128,6 +135,8 @@ def render(
         mig_parted_configmap(decided.mig_configs, opts),
         scheduler_configmap(ps, decided.layouts, opts),
         scoring_configmap(ps, opts),
+        runtimes_configmap(ps, opts),
+        pod_template_policy_configmap(ps, opts),
         budget_quotas(ps, opts, quota_caps),
         node_mig_labels(decided.node_configs, opts),
         device_plugin_configmap(decided.sharing, opts) if decided.sharing is not None else None,

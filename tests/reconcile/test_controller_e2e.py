@@ -13,7 +13,13 @@ import urllib.request
 import pytest
 from kubernetes import client, watch
 
-from kgwe.cluster.names import MIG_CONFIG_LABEL, MIG_STATE_LABEL
+from kgwe.cluster.names import (
+    MIG_CONFIG_LABEL,
+    MIG_STATE_LABEL,
+    POD_TEMPLATE_POLICY_CONFIGMAP,
+    RUNTIMES_CONFIG_KEY,
+    RUNTIMES_CONFIGMAP,
+)
 from kgwe.gitops.webhook import PushEvent, sign
 from kgwe.reconcile.controller import Controller
 from kgwe.reconcile.repository import RepositoryReconciler
@@ -153,6 +159,9 @@ def test_commit_rolls_through_respecting_busy_nodes_and_invalid_commit_changes_n
     assert condition(status, "Ready")["status"] == "True"
     kinds = {(i["kind"], i["name"]) for i in status["inventory"]}
     assert ("ConfigMap", "kgwe-mig-parted-config") in kinds and ("ConfigMap", "kgwe-scoring") in kinds
+    # what the GPUWorkload controller reads: the policy's WorkloadRuntimes and PodTemplatePolicies
+    assert {("ConfigMap", RUNTIMES_CONFIGMAP), ("ConfigMap", POD_TEMPLATE_POLICY_CONFIGMAP)} <= kinds
+    assert e2e.core.read_namespaced_config_map(RUNTIMES_CONFIGMAP, SYSTEM_NS).data[RUNTIMES_CONFIG_KEY]
     cm = e2e.core.read_namespaced_config_map("kgwe-mig-parted-config", "gpu-operator")
 
     # An invalid commit: nothing is applied, status names file and line, the last good revision stays.
@@ -448,7 +457,11 @@ def test_git_credentials_come_from_the_referenced_secret(k8s_api, e2e):
         {
             "apiVersion": "v1",
             "kind": "Secret",
-            "metadata": {"name": f"{e2e.pool}-git", "labels": {"kgwe.nvidia.io/git-credentials": "true"}},
+            "metadata": {
+                "name": f"{e2e.pool}-git",
+                "labels": {"kgwe.nvidia.io/git-credentials": "true"},
+                "annotations": {"kgwe.nvidia.io/git-hosts": e2e.remote.url.split("/")[2]},
+            },
             "stringData": {"username": "kgwe-bot", "password": "token-123"},
         },
     )

@@ -6,6 +6,7 @@ the reports schedule."""
 from __future__ import annotations
 
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -146,7 +147,10 @@ def _log(e2e) -> str:
 
 def test_a_restarted_controller_prices_workloads_before_its_first_pass_converges(k8s_api, e2e, tmp_path):
     """A GPUWorkload's cost does not wait for a whole policy reconcile: once the validate step has loaded
-    the applied revision (in force), the cost duties have its prices and every workload is requeued."""
+    the applied revision (in force), the cost duties have its prices and every workload the controller's
+    watch knows is looked at again. The workload here has finished, its status as the controller leaves it:
+    nothing else brings it back before the resync period (an hour here), so it is costed only through that
+    requeue."""
     from kgwe.reconcile.controller import Controller
 
     e2e.make_nodes(1)
@@ -165,17 +169,32 @@ def test_a_restarted_controller_prices_workloads_before_its_first_pass_converges
             "podTemplate": {"spec": {"containers": [{"name": "c", "image": "serve:1"}]}},
         },
     }
-    client.CustomObjectsApi(k8s_api).create_namespaced_custom_object(
-        "kgwe.nvidia.io", "v1", e2e.namespace, "gpuworkloads", workload
+    custom = client.CustomObjectsApi(k8s_api)
+    custom.create_namespaced_custom_object("kgwe.nvidia.io", "v1", e2e.namespace, "gpuworkloads", workload)
+    done = {"type": "Complete", "status": "True", "reason": "Succeeded", "message": "finished"}
+    finished = {"conditions": [done], "phase": "Succeeded", "observedGeneration": 1}  # nothing to write
+    custom.patch_namespaced_custom_object_status(
+        "kgwe.nvidia.io", "v1", e2e.namespace, "gpuworkloads", "chat", {"status": finished}
     )
     store = CostStore(str(tmp_path / "cost.db"))
     store.migrate()
     applied_when_priced: list[object] = []
+    costed_with_prices: list[bool] = []  # each look at the workload's cost: were prices known?
 
     class Watched(CostDuties):
         def prices_in_force(self, policy):
             applied_when_priced.append(controller._reconciler(e2e.pool).last_sync)
             return super().prices_in_force(policy)
+
+        def workload_cost(self, namespace, name, obj):
+            costed_with_prices.append(self.book is not None)
+            return super().workload_cost(namespace, name, obj)
+
+    def cost() -> dict | None:
+        obj = custom.get_namespaced_custom_object(
+            "kgwe.nvidia.io", "v1", e2e.namespace, "gpuworkloads", "chat"
+        )
+        return (obj.get("status") or {}).get("cost")
 
     duties = Watched(CostService(store, cluster="e2e"))
     controller = Controller(
@@ -187,8 +206,19 @@ def test_a_restarted_controller_prices_workloads_before_its_first_pass_converges
         leader_election=False,
     )
     assert duties.book is None  # a fresh controller knows no prices
-    assert controller.workloads is not None and controller.workloads.queue.get(0.1) is None
-    controller._reconcile_one(e2e.pool, e2e.obj())
-    assert applied_when_priced[0] is None  # priced before this pass applied anything
-    assert duties.book is not None and duties.book.currency == "USD"
-    assert controller.workloads.queue.get(5.0) == f"{e2e.namespace}/chat"
+    workloads = controller.workloads
+    assert workloads is not None
+    workloads.resync_seconds = 3600.0
+    stop = threading.Event()
+    workloads.start(stop)
+    try:
+        wait_for("the workload looked at, without prices", lambda: costed_with_prices == [False])
+        assert cost() is None
+        controller._reconcile_one(e2e.pool, e2e.obj())
+        assert applied_when_priced[0] is None  # priced before this pass applied anything
+        assert duties.book is not None and duties.book.currency == "USD"
+        wait_for("the workload looked at again, with prices", lambda: any(costed_with_prices[1:]))
+        wait_for("its cost in its status", lambda: cost() is not None)
+        assert cost()["currency"] == "USD"
+    finally:
+        stop.set()
