@@ -549,11 +549,12 @@ def test_exhausted_enforce_budget_blocks_admission_and_lifts_next_period(
     store.migrate()
     duties = CostDuties(CostService(store, cluster="t"), refresh_seconds=0, now=lambda: clock["now"])
     rec = budget_repository
+    rec.budget_caps = duties.budget_caps  # as the controller wires them
 
     def reconcile() -> None:  # what the controller runs for a repository: reconcile, then the cost duties
         outcome = rec.reconcile()
         assert outcome is not None and outcome.phase not in ("apply_failed", "invalid"), outcome
-        duties.after_reconcile(rec, rec.read())
+        duties.after_reconcile(rec.view(rec.read()))
 
     def quota_gpus() -> str | None:
         try:
@@ -586,8 +587,7 @@ def test_exhausted_enforce_budget_blocks_admission_and_lifts_next_period(
         )
         eventually(lambda: any(iv.pod == "earlier" for iv in store.open_usage()), "the pod metered")
         clock["now"] += timedelta(hours=1)  # an A100-hour at $2.50 exhausts the $1 budget
-        reconcile()  # the cost duties decide the cap ...
-        reconcile()  # ... the next reconcile applies it
+        reconcile()  # the cost duties' cap is applied in the same pass
         assert quota_gpus() == "1"  # capped at current use
 
         doc = yaml.safe_load((EXAMPLES / "kgwe-readme-llm-training.yaml").read_text())
@@ -608,7 +608,6 @@ def test_exhausted_enforce_budget_blocks_admission_and_lifts_next_period(
         # under the limit, so KGWE's own evaluation lifts the cap.
         now = clock["now"]
         clock["now"] = (now.replace(day=1, hour=0, minute=0) + timedelta(days=32)).replace(day=1, minute=10)
-        reconcile()
         reconcile()
         assert quota_gpus() == "16"
         stack["controller"].queue.add(f"{namespace}/{name}")
