@@ -210,7 +210,7 @@ def test_a_push_reconciles_only_the_repositories_it_names(k8s_api, namespace) ->
         def __init__(self, name: str) -> None:
             self.name = name
 
-        def reconcile(self) -> None:
+        def reconcile(self, pushed: bool = False) -> None:
             reconciled.append(self.name)
 
     class Recording(Controller):
