@@ -4,13 +4,12 @@ stdlib `http.server`, one thread per connection: admission traffic is one reques
 below what needs more. Bad input never reaches a traceback: bodies must carry a Content-Length no larger
 than MAX_BODY_BYTES (413 otherwise, answered without reading the body), a malformed review is a 400 with
 a JSON message, a slow client is cut off after `timeout_seconds`. The serving certificate is reread when
-its file changes (cert-manager renews it in place in the mounted Secret).
+its files change (the controller or cert-manager renews it in the mounted Secret; kgwe.tlsfiles).
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import ssl
 import threading
 from collections import Counter
@@ -21,6 +20,7 @@ import orjson
 
 from kgwe.admission.decision import ReviewError, review
 from kgwe.cluster.names import SCHEDULER_NAME
+from kgwe.tlsfiles import ServingTLS
 
 log = logging.getLogger("kgwe.admission")
 
@@ -29,39 +29,13 @@ MAX_BODY_BYTES = 4 * 1024 * 1024  # a pod object is at most ~1.5 MiB in etcd; a 
 CERT_CHECK_SECONDS = 30.0
 
 
-class CertificateReloader:
-    """An SSLContext whose certificate follows the files (checked at most every CERT_CHECK_SECONDS)."""
-
-    def __init__(self, cert_file: Path, key_file: Path) -> None:
-        self.cert_file, self.key_file = Path(cert_file), Path(key_file)
-        self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        self.context.minimum_version = ssl.TLSVersion.TLSv1_2
-        self._stamp: tuple[float, float] | None = None
-        self._checked = 0.0
-        self._mu = threading.Lock()
-        self.reload(force=True)
-
-    def reload(self, force: bool = False, now: float | None = None) -> None:
-        import time
-
-        now = time.monotonic() if now is None else now
-        with self._mu:
-            if not force and now - self._checked < CERT_CHECK_SECONDS:
-                return
-            self._checked = now
-            stamp = (os.stat(self.cert_file).st_mtime, os.stat(self.key_file).st_mtime)
-            if stamp != self._stamp:
-                self.context.load_cert_chain(self.cert_file, self.key_file)
-                self._stamp = stamp
-
-
 class WebhookServer(ThreadingHTTPServer):
     daemon_threads = True
 
     def __init__(
         self,
         address: tuple[str, int],
-        tls: CertificateReloader,
+        tls: ServingTLS,
         scheduler_name: str = SCHEDULER_NAME,
         timeout_seconds: float = 10.0,
     ) -> None:
@@ -75,11 +49,7 @@ class WebhookServer(ThreadingHTTPServer):
     def get_request(self):
         sock, addr = self.socket.accept()
         sock.settimeout(self.timeout_seconds)
-        try:
-            self.tls.reload()
-        except (OSError, ssl.SSLError) as exc:  # keep serving with the certificate already loaded
-            log.warning("serving certificate not reloaded: %s", exc)
-        return self.tls.context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False), addr
+        return self.tls.context().wrap_socket(sock, server_side=True, do_handshake_on_connect=False), addr
 
     def handle_error(self, request, client_address) -> None:
         """A failed handshake or a dropped client: one log line, never a traceback."""
@@ -161,8 +131,16 @@ class _Handler(BaseHTTPRequestHandler):
 def make_server(
     host: str,
     port: int,
-    cert_file: Path,
-    key_file: Path,
+    cert_file: Path | ServingTLS,
+    key_file: Path | None = None,
     scheduler_name: str = SCHEDULER_NAME,
 ) -> WebhookServer:
-    return WebhookServer((host, port), CertificateReloader(cert_file, key_file), scheduler_name)
+    """The server on loaded TLS files (a ServingTLS, or a certificate and key that must load now)."""
+    if isinstance(cert_file, ServingTLS):
+        tls = cert_file
+    else:
+        assert key_file is not None
+        tls = ServingTLS(cert_file, key_file)
+        if not tls.reload(force=True):
+            raise ssl.SSLError(tls.last_error or f"cannot load {cert_file}")
+    return WebhookServer((host, port), tls, scheduler_name)

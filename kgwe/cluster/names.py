@@ -76,3 +76,16 @@ DEFAULT_SCHEDULER_NAME = "default-scheduler"
 # KGWE set nvidia.com/device-plugin.config, and that KGWE cordoned the node to switch it.
 SHARING_REQUESTED_AT_ANNOTATION = ANNOTATION_PREFIX + "device-plugin-config-requested-at"
 SHARING_CORDONED_ANNOTATION = ANNOTATION_PREFIX + "cordoned-for-device-plugin-config"
+
+# KGWE's own certificates (kgwe.certs.rotation decides, kgwe.reconcile.certificates writes): the CA's Secret,
+# the admission webhook's serving certificate, and, with the standalone extender over mutual TLS, the
+# extender's serving certificate and kube-scheduler's client certificate; each Secret is kubernetes.io/tls
+# with tls.crt, tls.key and ca.crt (the CA bundle). Services and the webhook configuration they are for.
+CA_SECRET = "kgwe-ca"
+WEBHOOK_TLS_SECRET = "kgwe-webhook-tls"
+EXTENDER_TLS_SECRET = "kgwe-extender-tls"
+EXTENDER_CLIENT_SECRET = "kgwe-scheduler-extender-client"
+WEBHOOK_SERVICE = "kgwe-webhook"
+EXTENDER_SERVICE = "kgwe-extender"
+WEBHOOK_CONFIGURATION = "kgwe-scheduling"
+CONTROLLER_DEPLOYMENT = "kgwe-controller"  # owns the certificate Secrets: they go when KGWE is uninstalled

@@ -13,7 +13,7 @@ import argparse
 import asyncio
 import gc
 import logging
-import ssl
+import threading
 from pathlib import Path
 
 import orjson
@@ -24,7 +24,8 @@ from kgwe.extender.app import MAX_REQUEST_BYTES, Metrics, make_handler, make_pro
 from kgwe.extender.core import NodeTable
 from kgwe.extender.engine import Engine
 from kgwe.extender.profile import ProfileError, profiles_from_document
-from kgwe.httpd import MAX_CONNECTIONS, serve, server_tls_context
+from kgwe.httpd import JSON, MAX_CONNECTIONS, error_body, serve
+from kgwe.tlsfiles import ServingTLS
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -73,24 +74,48 @@ def parse_listen(text: str) -> tuple[str, int]:
     return host.strip("[]") or "0.0.0.0", int(port)
 
 
-async def _serve_all(args, engine: Engine, metrics: Metrics, main, probe, tls) -> None:
+async def _main_port(args, engine: Engine, metrics: Metrics, main, tls: ServingTLS | None, stop) -> None:
+    """The extender's API port; with TLS, opened once the certificate files exist (a mounted Secret the
+    controller or cert-manager writes), then served with whatever those files hold at each handshake."""
+    if tls is not None and not tls.loaded:
+        waiting = threading.Event()
+        watcher = asyncio.ensure_future(stop.wait())
+        watcher.add_done_callback(lambda _: waiting.set())
+        loaded = await asyncio.to_thread(tls.wait, waiting, what="--tls-cert-file / --tls-key-file")
+        watcher.cancel()
+        if not loaded:
+            return
+    await serve(
+        make_handler(engine, metrics),
+        *main,
+        request_timeout=args.request_timeout,
+        max_connections=args.max_connections,
+        max_body=MAX_REQUEST_BYTES,
+        tls=tls.context() if tls is not None else None,
+        stop=stop,
+    )
+
+
+def _probe_port_handler(engine: Engine, metrics: Metrics, tls: ServingTLS | None):
+    """The probe handler, not ready while the API port still waits for its certificate."""
+    probes = make_probe_handler(engine, metrics)
+
+    def handle(method: str, path: str, body: bytes) -> tuple[int, bytes, bytes]:
+        if path == "/readyz" and method == "GET" and tls is not None and not tls.loaded:
+            return 503, error_body("waiting for the TLS certificate files"), JSON
+        return probes(method, path, body)
+
+    return handle
+
+
+async def _serve_all(args, engine: Engine, metrics: Metrics, main, probe, tls: ServingTLS | None) -> None:
     """The extender port and, when asked, the plain probe port; both end on SIGTERM/SIGINT."""
     stop = asyncio.Event()
-    servers = [
-        serve(
-            make_handler(engine, metrics),
-            *main,
-            request_timeout=args.request_timeout,
-            max_connections=args.max_connections,
-            max_body=MAX_REQUEST_BYTES,
-            tls=tls,
-            stop=stop,
-        )
-    ]
+    servers = [_main_port(args, engine, metrics, main, tls, stop)]
     if probe is not None:
         servers.append(
             serve(
-                make_probe_handler(engine, metrics),
+                _probe_port_handler(engine, metrics, tls),
                 *probe,
                 request_timeout=args.request_timeout,
                 stop=stop,
@@ -100,8 +125,9 @@ async def _serve_all(args, engine: Engine, metrics: Metrics, main, probe, tls) -
     await asyncio.gather(*servers)
 
 
-def tls_context(args: argparse.Namespace) -> ssl.SSLContext | None:
-    """The HTTPS context the flags ask for; None for plain HTTP."""
+def serving_tls(args: argparse.Namespace) -> ServingTLS | None:
+    """The HTTPS files the flags ask for, loaded now when present (None for plain HTTP). Missing files are
+    waited for; files that exist but do not load are an error at start."""
     cert, key, ca = args.tls_cert_file, args.tls_key_file, args.client_ca_file
     if not cert and not key:
         if ca:
@@ -109,10 +135,10 @@ def tls_context(args: argparse.Namespace) -> ssl.SSLContext | None:
         return None
     if not cert or not key:
         raise KgweError("give both --tls-cert-file and --tls-key-file")
-    try:
-        return server_tls_context(cert, key, ca)
-    except (OSError, ssl.SSLError) as exc:
-        raise KgweError(f"cannot load the TLS files: {exc}") from None
+    tls = ServingTLS(cert, key, ca)
+    if not tls.missing() and not tls.reload(force=True):
+        raise KgweError(f"cannot load the TLS files: {tls.last_error}")
+    return tls
 
 
 def static_engine(inventory: Path, profiles: Path | None = None) -> Engine:
@@ -142,7 +168,7 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
     host, port = parse_listen(args.listen)
     probe = parse_listen(args.probe_listen) if args.probe_listen else None
-    tls = tls_context(args)
+    tls = serving_tls(args)
     if args.max_connections < 1:
         raise KgweError("--max-connections must be at least 1")
     metrics = Metrics()

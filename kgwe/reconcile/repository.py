@@ -630,9 +630,8 @@ class RepositoryReconciler:
         from kgwe.render.render import RenderOptions
 
         if self._scheduler is None:
-            self._scheduler = SchedulerRestarter(
-                self.api_client, RenderOptions().namespace, guard=self.is_leader
-            )
+            namespace = (self.render_options or RenderOptions()).namespace
+            self._scheduler = SchedulerRestarter(self.api_client, namespace, guard=self.is_leader)
         result = self._scheduler.sync()
         self.metrics.writes.labels(self.name).inc(self._scheduler.writes)
         self._scheduler.writes = 0

@@ -21,7 +21,7 @@ from kgwe.policy.quota_namespaces import refused_quota_namespace
 from kgwe.render.environment import render_template
 from kgwe.render.layouts import NodeLayouts, desired_layouts
 from kgwe.render.sharing import config_key, device_plugin_configs, node_sharing
-from kgwe.vocab import GPU_RESOURCE, SHARED_GPU_RESOURCE, mig_resource
+from kgwe.vocab import GPU_OPERATOR_NAMESPACE, GPU_RESOURCE, SHARED_GPU_RESOURCE, mig_resource
 
 # deploy/: kube-scheduler calls the extender Service over mutual TLS, its client certificate mounted here
 DEFAULT_EXTENDER_URL = "https://kgwe-extender.kgwe-system.svc:8443"
@@ -42,7 +42,7 @@ except AttributeError:  # pragma: no cover
 class RenderOptions:
     repository: str = "local"  # PolicyRepository name, put in a label on every object
     namespace: str = "kgwe-system"  # kgwe-scheduler-config and kgwe-scoring
-    mig_namespace: str = "gpu-operator"  # where the GPU Operator's MIG manager reads its config
+    mig_namespace: str = GPU_OPERATOR_NAMESPACE  # where the GPU Operator's MIG manager reads its config
     mig_config_name: str = "kgwe-mig-parted-config"
     # the device plugin's config ConfigMap (ClusterPolicy devicePlugin.config.name), in mig_namespace
     device_plugin_config_name: str = "kgwe-device-plugin-config"
