@@ -67,6 +67,11 @@ SCHEDULER_CONFIG_KEY = "scheduler-config.yaml"
 # Pod-template annotation of the kgwe-scheduler Deployment: kube-scheduler never rereads its config, so a
 # new hash here rolls its pods onto the new configuration.
 SCHEDULER_CONFIG_HASH_ANNOTATION = ANNOTATION_PREFIX + "scheduler-config-hash"
+# The extender runs as a container of each kgwe-scheduler pod by default and listens on the pod's loopback
+# here (plain HTTP: only containers of that pod reach it); the standalone extender Service serves mutual TLS
+# on EXTENDER_TLS_PORT.
+EXTENDER_PORT = 8888
+EXTENDER_TLS_PORT = 8443
 # Namespaces opt their GPU pods into the KGWE scheduler with this label (the admission webhook's selector).
 SCHEDULING_NAMESPACE_LABEL = ANNOTATION_PREFIX + "scheduling"
 SCHEDULING_ENABLED = "enabled"

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import orjson
 
-from kgwe.cluster.names import SCHEDULER_NAME
+from kgwe.cluster.names import EXTENDER_PORT, SCHEDULER_NAME
 from kgwe.errors import KgweError
 from kgwe.extender.app import MAX_REQUEST_BYTES, Metrics, make_handler, make_probe_handler
 from kgwe.extender.core import NodeTable
@@ -34,7 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--in-cluster", action="store_true", help="cluster mode with the pod's service account"
     )
-    parser.add_argument("--listen", default="127.0.0.1:8888", help="HOST:PORT to listen on")
+    parser.add_argument("--listen", default=f"127.0.0.1:{EXTENDER_PORT}", help="HOST:PORT to listen on")
     parser.add_argument("--namespace", default="kgwe-system", help="namespace of the kgwe-scoring ConfigMap")
     parser.add_argument(
         "--scheduler-name",

@@ -13,7 +13,15 @@ from typing import Any
 import orjson
 import yaml
 
-from kgwe.cluster.names import REPOSITORY_LABEL, SCHEDULER_CONFIG_KEY, SCHEDULER_CONFIGMAP, SCHEDULER_NAME
+from kgwe.cluster.names import (
+    EXTENDER_PORT,
+    EXTENDER_SERVICE,
+    EXTENDER_TLS_PORT,
+    REPOSITORY_LABEL,
+    SCHEDULER_CONFIG_KEY,
+    SCHEDULER_CONFIGMAP,
+    SCHEDULER_NAME,
+)
 from kgwe.errors import KgweError
 from kgwe.policy.loader import PolicySet
 from kgwe.policy.models import GPUInventory, ScoringProfile, ScoringProfileSpec
@@ -23,9 +31,18 @@ from kgwe.render.layouts import NodeLayouts, desired_layouts
 from kgwe.render.sharing import config_key, device_plugin_configs, node_sharing
 from kgwe.vocab import GPU_OPERATOR_NAMESPACE, GPU_RESOURCE, SHARED_GPU_RESOURCE, mig_resource
 
-# deploy/: kube-scheduler calls the extender Service over mutual TLS, its client certificate mounted here
-DEFAULT_EXTENDER_URL = "https://kgwe-extender.kgwe-system.svc:8443"
+# The default install: kube-scheduler calls the extender container of its own pod on the loopback.
+DEFAULT_EXTENDER_URL = f"http://127.0.0.1:{EXTENDER_PORT}"
+# The standalone extender (its own Deployment and Service): mutual TLS, kube-scheduler's client certificate
+# mounted in DEFAULT_EXTENDER_CLIENT_CERT_DIR.
 DEFAULT_EXTENDER_CLIENT_CERT_DIR = "/etc/kgwe/extender-client"
+
+
+def standalone_extender_url(namespace: str) -> str:
+    """The standalone extender Service's URL (mutual TLS) in KGWE's namespace."""
+    return f"https://{EXTENDER_SERVICE}.{namespace}.svc:{EXTENDER_TLS_PORT}"
+
+
 # Configs the GPU Operator itself puts on MIG-capable nodes (docs/facts/mig.md §5); a replacement
 # mig-parted config must still define them, or nodes KGWE does not manage would fail.
 OPERATOR_DEFAULT_CONFIGS = {
