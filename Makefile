@@ -47,6 +47,7 @@ image-lock:
 # The CRDs go into the Helm chart (its single source); `make deploy` renders them into deploy/crds/.
 schemas: venv
 	$(BIN)/kgwe schema --out schemas --crds deploy/helm/kgwe/files/crds
+	hack/pod-template-schema.sh
 	hack/render-deploy.sh
 
 # deploy/ (the kustomize base) is the chart deploy/helm/kgwe rendered with its default values.

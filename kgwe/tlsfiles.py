@@ -1,9 +1,8 @@
 """Serving TLS from files that change under a running server: a mounted Secret the kubelet refreshes when the
 controller renews a certificate (or cert-manager does), and that may not exist yet when the pod starts.
 
-`ServingTLS.context()` is what a server listens with (the webhook's threads, the extender's asyncio server).
-Each handshake passes through its SNI callback, which hands the connection the newest context built from
-the files; the files are checked at most every `check_seconds` (a Secret volume changes by an atomic
+`ServingTLS.current` is what a server takes per connection (kgwe.httpd.serve(tls=...)): the newest context
+built from the files, which are checked at most every `check_seconds` (a Secret volume changes by an atomic
 symlink swap, so a changed inode, size or mtime means new content). A pair that does not load (a half
 renewed Secret, a key of another certificate) is logged and the previous context stays in use. A client CA
 is part of the reloaded context: a CA dropped from the bundle stops being trusted without a restart.
@@ -44,13 +43,12 @@ class ServingTLS:
         self.cert_file, self.key_file = Path(cert_file), Path(key_file)
         self.client_ca_file = Path(client_ca_file) if client_ca_file else None
         self.check_seconds = check_seconds
-        self.current: ssl.SSLContext | None = None
+        self.context: ssl.SSLContext | None = None  # the newest loaded
         self.reloads = 0
         self.last_error: str | None = None
         self._stamps: tuple | None = None
         self._checked = float("-inf")
         self._mu = threading.Lock()
-        self._front: ssl.SSLContext | None = None
 
     @property
     def files(self) -> list[Path]:
@@ -60,7 +58,7 @@ class ServingTLS:
         return [p for p in self.files if not p.exists()]
 
     def _build(self) -> ssl.SSLContext:
-        from kgwe.httpd import server_tls_context
+        from kgwe.httpd.exposure import server_tls_context
 
         ca = str(self.client_ca_file) if self.client_ca_file is not None else None
         return server_tls_context(str(self.cert_file), str(self.key_file), ca)
@@ -86,29 +84,22 @@ class ServingTLS:
                 self.last_error = f"cannot load {self.cert_file} / {self.key_file}: {exc}"
                 log.warning("TLS files not (re)loaded, serving the previous certificate: %s", self.last_error)
                 return False
-            first = self.current is None
-            if first:  # the context servers listen with: each handshake swaps in the newest one
-                ctx.sni_callback = self._select
-                self._front = ctx
-            self.current, self._stamps, self.last_error = ctx, stamps, None
+            first = self.context is None
+            self.context, self._stamps, self.last_error = ctx, stamps, None
             self.reloads += 0 if first else 1
         log.info("TLS certificate %s from %s", "loaded" if first else "reloaded", self.cert_file)
         return True
 
     @property
     def loaded(self) -> bool:
-        return self.current is not None
+        return self.context is not None
 
-    def _select(self, sslobj: ssl.SSLObject | ssl.SSLSocket, _name: str | None, _ctx: ssl.SSLContext) -> None:
+    def current(self) -> ssl.SSLContext:
+        """The context for a new connection, after a (rate-limited) look at the files."""
         self.reload()
-        if self.current is not None:
-            sslobj.context = self.current
-
-    def context(self) -> ssl.SSLContext:
-        """The context to listen with: every handshake is served by the newest loaded files."""
-        if self._front is None:
-            raise RuntimeError("TLS files not loaded yet: call wait() or reload() first")
-        return self._front
+        if self.context is None:
+            raise ssl.SSLError("TLS files not loaded yet")
+        return self.context
 
     def wait(self, stop: threading.Event | None = None, poll_seconds: float = 1.0, what: str = "") -> bool:
         """Block until the files load (True) or `stop` is set (False), logging what is missing."""

@@ -21,6 +21,16 @@ def mig_resource(profile: str) -> str:
     return MIG_RESOURCE_PREFIX + profile.replace("+", ".")
 
 
+def is_gpu_resource(resource: str) -> bool:
+    """A whole GPU, a share of one, or a MIG instance."""
+    return resource in (GPU_RESOURCE, SHARED_GPU_RESOURCE) or resource.startswith(MIG_RESOURCE_PREFIX)
+
+
+# Every object KGWE applies carries this label (and its own field manager).
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGED_BY_VALUE = "kgwe"
+
+
 # GPU Feature Discovery labels and the MIG manager's labels (GPU Operator).
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 GPU_FAMILY_LABEL = "nvidia.com/gpu.family"
@@ -53,6 +63,35 @@ ScoringStrategy = Literal[
 STRATEGIES: tuple[str, ...] = get_args(ScoringStrategy)
 # With the fragmentation term, BestFit packed the openb trace best (`kgwe simulate`).
 DEFAULT_STRATEGY: ScoringStrategy = "BestFit"
+# The seeds' strategy words (GPU_Orchestrator, AgentaFlow), normalised (lower case, no "_", "-" or space),
+# onto KGWE's: `kgwe convert` maps them and `kgwe strategy` accepts them.
+SEED_STRATEGY_WORDS: dict[str, ScoringStrategy] = {
+    "binpack": "BinPack",
+    "packed": "BinPack",
+    "spread": "Spread",
+    "leastloaded": "LeastLoaded",
+    "leastutilized": "LeastLoaded",
+    "mostavailable": "LeastLoaded",
+    "bestfit": "BestFit",
+    "costoptimized": "CostOptimized",
+    "cost": "CostOptimized",
+    "roundrobin": "RoundRobin",
+    "random": "Random",
+    "priority": "Priority",
+    "prioritybased": "Priority",
+}
+
+
+def strategy_for_word(word: str) -> ScoringStrategy | None:
+    """KGWE's strategy for a word as KGWE or a seed spells it (`best_fit`, `leastLoaded`), else None."""
+    return SEED_STRATEGY_WORDS.get("".join(c for c in word if c not in "-_ \t").lower())
+
+
+# The seeds' own GPUWorkload API versions (`kgwe convert` reads them): GPU_Orchestrator's, AgentaFlow's.
+SEED_WORKLOAD_API_VERSIONS: dict[str, str] = {
+    "gpu.warp.dev/v1alpha1": "GPU_Orchestrator",
+    "agentaflow.io/v1": "AgentaFlow",
+}
 
 # What a pod may ask of its GPU set (annotation kgwe.nvidia.io/topology-preference; GPUWorkload).
 TopologyPreference = Literal["NVLinkOptimal", "SameNUMA", "SamePCIeSwitch", "None"]

@@ -7,11 +7,14 @@ from __future__ import annotations
 from kgwe.vocab import ANNOTATION_PREFIX
 from kgwe.vocab import BUDGET_QUOTA_NAME as BUDGET_QUOTA_NAME
 from kgwe.vocab import GPU_RESOURCE as GPU_RESOURCE
+from kgwe.vocab import MANAGED_BY_LABEL as MANAGED_BY_LABEL
+from kgwe.vocab import MANAGED_BY_VALUE as MANAGED_BY_VALUE
 from kgwe.vocab import MIG_CONFIG_LABEL as MIG_CONFIG_LABEL
 from kgwe.vocab import MIG_RESOURCE_PREFIX as MIG_RESOURCE_PREFIX
 from kgwe.vocab import MIG_STATE_LABEL as MIG_STATE_LABEL
 from kgwe.vocab import SHARED_GPU_RESOURCE as SHARED_GPU_RESOURCE
 from kgwe.vocab import TOPOLOGY_ANNOTATION as TOPOLOGY_ANNOTATION
+from kgwe.vocab import is_gpu_resource as is_gpu_resource
 
 FIELD_MANAGER = "kgwe-controller"
 # CRD coordinates (group kgwe.API_GROUP).
@@ -20,8 +23,6 @@ POLICY_REPOSITORY_PLURAL = "policyrepositories"
 # Set by a standby replica that received a webhook push (the Service routes to any replica); the leader
 # sees the new value on its next tick and reconciles at once (like Flux's reconcile.fluxcd.io/requestedAt).
 RECONCILE_REQUESTED_AT_ANNOTATION = ANNOTATION_PREFIX + "reconcile-requested-at"
-MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
-MANAGED_BY_VALUE = "kgwe"
 # Which PolicyRepository an object came from ("<namespace>.<name>"), for inventory and prune.
 REPOSITORY_LABEL = ANNOTATION_PREFIX + "policy-repository"
 # `disabled` protects an object from prune (same idea as Flux's kustomize.toolkit.fluxcd.io/prune).
@@ -37,10 +38,6 @@ DESIRED_HASH_ANNOTATION = ANNOTATION_PREFIX + "desired-hash"
 
 def repository_label_value(namespace: str, name: str) -> str:
     return f"{namespace}.{name}"[:63].rstrip(".-_")
-
-
-def is_gpu_resource(resource: str) -> bool:
-    return resource in (GPU_RESOURCE, SHARED_GPU_RESOURCE) or resource.startswith(MIG_RESOURCE_PREFIX)
 
 
 # When KGWE set the label (RFC 3339 UTC): the start of the success timeout, readable after a restart.
@@ -64,6 +61,9 @@ SCHEDULER_NAME = "kgwe-scheduler"
 SCHEDULER_DEPLOYMENT = "kgwe-scheduler"
 SCHEDULER_CONFIGMAP = "kgwe-scheduler-config"
 SCHEDULER_CONFIG_KEY = "scheduler-config.yaml"
+# The policy repository's WorkloadRuntimes, rendered for the GPUWorkload reconciler (in KGWE's namespace).
+RUNTIMES_CONFIGMAP = "kgwe-runtimes"
+RUNTIMES_CONFIG_KEY = "runtimes.json"
 # Pod-template annotation of the kgwe-scheduler Deployment: kube-scheduler never rereads its config, so a
 # new hash here rolls its pods onto the new configuration.
 SCHEDULER_CONFIG_HASH_ANNOTATION = ANNOTATION_PREFIX + "scheduler-config-hash"
@@ -94,3 +94,14 @@ WEBHOOK_SERVICE = "kgwe-webhook"
 EXTENDER_SERVICE = "kgwe-extender"
 WEBHOOK_CONFIGURATION = "kgwe-scheduling"
 CONTROLLER_DEPLOYMENT = "kgwe-controller"  # owns the certificate Secrets: they go when KGWE is uninstalled
+# GPUWorkloads run only in namespaces that opt in with this label; in each, the controller binds the chart's
+# ClusterRole WORKLOAD_WRITER_CLUSTERROLE (create Jobs, Deployments, Services, PodGroups) to itself with the
+# RoleBinding WORKLOAD_ROLEBINDING. The chart's admission policies spell these names too.
+WORKLOADS_NAMESPACE_LABEL = ANNOTATION_PREFIX + "workloads"
+WORKLOADS_ENABLED = "enabled"
+WORKLOAD_WRITER_CLUSTERROLE = "kgwe-workload-writer"
+WORKLOAD_ROLEBINDING = "kgwe-workloads"
+# The PodTemplatePolicies of the policy repository, rendered into KGWE's namespace for the GPUWorkload
+# controller (JSON under the key below); absent, every field a policy could allow is refused.
+POD_TEMPLATE_POLICY_CONFIGMAP = "kgwe-pod-template-policy"
+POD_TEMPLATE_POLICY_KEY = "policies.json"

@@ -8,6 +8,7 @@ examples:
   kgwe strategy Spread                          # in the checkout's root
   kgwe strategy BinPack --repo ~/gpu-policy --profile topology-first
   kgwe strategy Spread --dry-run                # show the diff, write nothing
+  kgwe strategy least_utilized                  # AgentaFlow's word for LeastLoaded
 """
 
 from __future__ import annotations
@@ -19,11 +20,15 @@ import tempfile
 from pathlib import Path
 
 from kgwe.errors import KgweError
-from kgwe.vocab import STRATEGIES
+from kgwe.vocab import STRATEGIES, strategy_for_word
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("strategy", metavar="NAME", help=f"one of {', '.join(STRATEGIES)}")
+    parser.add_argument(
+        "strategy",
+        metavar="NAME",
+        help=f"one of {', '.join(STRATEGIES)}, or a seed's spelling of one (best_fit, least_utilized, ...)",
+    )
     parser.add_argument("--repo", default=".", help="the policy checkout (the folder KGWE reads; default: .)")
     parser.add_argument("--profile", help="the ScoringProfile to change (default: the default profile)")
     parser.add_argument("--dry-run", action="store_true", help="print the diff, change no file")
@@ -36,8 +41,12 @@ def run(args: argparse.Namespace) -> int:
     from kgwe.policy.scoring_profile import ScoringProfile
 
     if args.strategy not in STRATEGIES:
-        hint = did_you_mean(args.strategy, STRATEGIES)
-        raise KgweError(f'unknown strategy "{args.strategy}"{hint}; known: {", ".join(STRATEGIES)}')
+        word = args.strategy
+        args.strategy = strategy_for_word(word)  # the seeds' spellings, as `kgwe convert` maps them
+        if args.strategy is None:
+            hint = did_you_mean(word, STRATEGIES)
+            raise KgweError(f'unknown strategy "{word}"{hint}; known: {", ".join(STRATEGIES)}')
+        print(f'"{word}" is {args.strategy}', file=sys.stderr)
     root = Path(args.repo)
     if not root.is_dir():
         raise KgweError(f"{root}: not a directory (pass the policy checkout with --repo)")

@@ -1,12 +1,17 @@
 """Validate a GPUWorkload manifest, then create it, or update it when it exists (like `kubectl apply`).
 
 Every problem of the file is reported with file:line:column and field path before anything is sent; a file
-with any error sends nothing. `--dry-run=server` has the API server check and default the objects without
-persisting them; `--dry-run=client` stops after the local validation.
+with any error sends nothing. `--policy DIR` checks the workloads against that policy repository too
+(scoring profiles, runtimes, budgets), as `kgwe validate --policy` does. `--dry-run=server` has the API
+server check and default the objects without persisting them; `--dry-run=client` stops after the local
+validation, and with `-o yaml` prints, offline, the objects the controller would create for each workload
+(PodGroup, Service, Jobs or Deployments), planned by the controller's own planner with the repository's
+runtimes and profiles.
 
 examples:
   kgwe submit train.yaml
   kgwe submit train.yaml --dry-run=server -n ml-team
+  kgwe submit --dry-run=client -o yaml --policy ~/gpu-policy train.yaml
 """
 
 from __future__ import annotations
@@ -32,12 +37,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=DRY_RUN,
         help="server: checked and defaulted by the API server, not persisted; client: validate only",
     )
+    parser.add_argument(
+        "-o",
+        "--output",
+        choices=("yaml",),
+        help="with --dry-run=client: print the objects the controller would create",
+    )
+    parser.add_argument("--policy", metavar="DIR", help="check the workloads against this policy repository")
     add_cluster_arguments(parser)
 
 
-def manifests(path: str) -> tuple[list[dict[str, Any]], list[str]]:
+def manifests(
+    path: str, policy_dir: str | None = None, namespace: str | None = None
+) -> tuple[list[dict[str, Any]], list[str]]:
     """The GPUWorkloads of `path` as submitted (status dropped) and the warnings; KgweError listing every
-    problem when there is any."""
+    problem when there is any (against the policy repository `policy_dir` too, when given)."""
     from pathlib import Path
 
     from kgwe.policy.gpu_workload import GPUWorkload
@@ -45,7 +59,14 @@ def manifests(path: str) -> tuple[list[dict[str, Any]], list[str]]:
 
     if not Path(path).is_file():
         raise KgweError(f"{path}: not a file")
-    ps = load_repository(path)
+    policy = load_repository(policy_dir) if policy_dir else None
+    if policy is not None and not policy.ok:
+        for d in policy.errors:
+            print(f"{policy_dir}/{d}", file=sys.stderr)
+        raise KgweError(
+            f"{policy_dir}: the policy repository has {len(policy.errors)} error(s); nothing submitted"
+        )
+    ps = load_repository(path, policy=policy, namespace=namespace)
     problems = [str(d) for d in sorted(ps.errors)]
     for entry in ps.entries:
         line, column = entry.doc.line, entry.doc.column
@@ -67,10 +88,15 @@ def manifests(path: str) -> tuple[list[dict[str, Any]], list[str]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    bodies, warnings = manifests(args.file)
+    if args.output and args.dry_run != "client":
+        raise KgweError("-o yaml prints what the controller would create: use it with --dry-run=client")
+    bodies, warnings = manifests(args.file, args.policy, getattr(args, "namespace", None))
     for warning in warnings:
         print(warning, file=sys.stderr)
     if args.dry_run == "client":
+        if args.output == "yaml":
+            sys.stdout.write(planned_yaml(bodies, args.policy, getattr(args, "namespace", None)))
+            return 0
         for body in bodies:
             print(f"{RESOURCE}/{body['metadata']['name']} valid (client dry run)")
         return 0
@@ -134,3 +160,66 @@ def submit(fleet: Any, body: dict[str, Any], *, server_dry_run: bool) -> str:
         }
         custom.replace_namespaced_custom_object(name=name, body=new, **coords, **dry)
         return "configured" + suffix
+
+
+OFFLINE_UID = "00000000-0000-0000-0000-000000000000"  # the API server gives the GPUWorkload its uid
+
+
+def planned_yaml(bodies: list[dict[str, Any]], policy_dir: str | None, namespace: str | None) -> str:
+    """The objects the controller would create for each workload's first run, as YAML documents, planned
+    offline by the controller's planner. What only the cluster decides is assumed and said on stderr: the
+    gang engine (Auto: the native PodGroup), an integer priority's PriorityClass (left out), the uid."""
+    import yaml
+
+    from kgwe.policy.checks import workload_policy_view
+    from kgwe.policy.gpu_workload import GPUWorkload
+    from kgwe.policy.loader import PolicySet, load_repository
+    from kgwe.workloads.admission import ClusterView, resolve_facts
+    from kgwe.workloads.plan import PlanError, plan_children
+    from kgwe.workloads.runtime import needs_runtime
+
+    policy = workload_policy_view(load_repository(policy_dir)) if policy_dir else None
+    if policy is None:
+        from pathlib import Path
+
+        policy = workload_policy_view(PolicySet(root=Path(".")))
+    docs: list[dict[str, Any]] = []
+    for body in bodies:
+        wl = GPUWorkload.model_validate(body)
+        if not policy_dir and needs_runtime(wl):
+            raise KgweError(
+                f"{RESOURCE}/{wl.name}: its pod template comes from a WorkloadRuntime of the policy "
+                "repository; pass --policy DIR"
+            )
+        ns = (wl.metadata.namespace if wl.metadata else None) or namespace or "default"
+        kueue = wl.spec.gang.backend == "Kueue"
+        try:
+            facts = resolve_facts(wl, 0, policy, ClusterView(), native=not kueue, kueue=kueue)
+        except PlanError as exc:
+            hint = (
+                "" if policy_dir else "; pass --policy DIR: the repository's runtimes and profiles decide it"
+            )
+            raise KgweError(f"{RESOURCE}/{wl.name}: {exc} [{exc.reason}]{hint}") from None
+        if policy.profiles is None and wl.spec.scheduling_strategy:
+            print(
+                f"{RESOURCE}/{wl.name}: scoring profile for {wl.spec.scheduling_strategy} not known "
+                "without --policy; left out",
+                file=sys.stderr,
+            )
+        notes = [
+            f"gang {facts.gang_backend}"
+            + (
+                " (Auto: assumed native PodGroups)"
+                if wl.spec.gang.backend == "Auto" and facts.gang_backend != "None"
+                else ""
+            )
+        ]
+        if isinstance(wl.spec.priority, int):
+            notes.append(
+                f"priority {wl.spec.priority}: the cluster's PriorityClass at or below it, left out here"
+            )
+        if facts.runtime_name:
+            notes.append(f"runtime {facts.runtime_name}")
+        print(f"{RESOURCE}/{wl.name} in {ns}: " + "; ".join(notes), file=sys.stderr)
+        docs.extend(plan_children(wl, ns, OFFLINE_UID, facts))
+    return yaml.safe_dump_all(docs, sort_keys=False, width=100)

@@ -9,26 +9,38 @@ from __future__ import annotations
 import functools
 from collections import defaultdict
 from decimal import Decimal
+from typing import Any
 
 from kgwe.gpu import catalog
 from kgwe.gpu.catalog import GPUModel
-from kgwe.policy.diagnostics import did_you_mean
-from kgwe.policy.gpu_workload import GPURequirements, NodeOffer, problems
+from kgwe.policy.diagnostics import Severity, did_you_mean
+from kgwe.policy.gpu_workload import GPURequirements, NodeOffer
 from kgwe.policy.loader import LoadedObject, PolicySet
 from kgwe.policy.models import (
+    POLICY_KINDS,
     GPUBudget,
     GPUInventory,
     GPUSharingStrategy,
     GPUWorkload,
     InventoryNode,
     MIGStrategy,
+    PodTemplatePolicy,
     PricingCatalog,
     ScoringProfile,
+    WorkloadRuntime,
 )
-from kgwe.policy.quota_namespaces import refused_quota_namespace
+from kgwe.policy.pod_template_policy import (
+    DEFAULT_SPEC,
+    Violation,
+    policy_for,
+    priority_refused,
+    priority_what,
+    template_violations,
+)
+from kgwe.policy.quota_namespaces import protected_namespace, refused_quota_namespace
 from kgwe.policy.sharing_strategy import MPS_FULL_LIMIT_CAPABILITY, MPS_MAX_CLIENTS, MPS_MAX_CLIENTS_BELOW_7_5
 from kgwe.topology import known
-from kgwe.vocab import MIG_RESOURCE_PREFIX
+from kgwe.vocab import MIG_RESOURCE_PREFIX, is_gpu_resource
 
 
 def _at(entry: LoadedObject) -> str:
@@ -503,13 +515,19 @@ def check_budgets(ps: PolicySet) -> None:
             )
 
 
+def _per_role(wl: GPUWorkload, attribute: str, key: str) -> list[tuple[tuple, Any]]:
+    """A field the workload sets for all roles and each role may override (`key` in YAML), with its field
+    path: the workload's, then every role's own."""
+    out: list[tuple[tuple, Any]] = [(("spec", key), getattr(wl.spec, attribute))]
+    for i, role in enumerate(wl.spec.roles or []):
+        if getattr(role, attribute) is not None:
+            out.append((("spec", "roles", i, key), getattr(role, attribute)))
+    return out
+
+
 def _requirements(wl: GPUWorkload) -> list[tuple[tuple, GPURequirements]]:
     """Every gpuRequirements block of a workload with its field path."""
-    out: list[tuple[tuple, GPURequirements]] = [(("spec", "gpuRequirements"), wl.spec.gpu_requirements)]
-    for i, role in enumerate(wl.spec.roles or []):
-        if role.gpu_requirements is not None:
-            out.append((("spec", "roles", i, "gpuRequirements"), role.gpu_requirements))
-    return out
+    return _per_role(wl, "gpu_requirements", "gpuRequirements")
 
 
 def inventory_offers(nodes: list[InventoryNode]) -> list[NodeOffer]:
@@ -522,12 +540,54 @@ def inventory_offers(nodes: list[InventoryNode]) -> list[NodeOffer]:
     return offers
 
 
+def _known(ps: PolicySet, kind: type, sets: list[PolicySet]) -> bool:
+    """Whether the objects of `kind` in `sets` are all there is: none of its documents failed to load."""
+    return not any(kind.KIND in s.invalid_kinds for s in sets)  # type: ignore[attr-defined]
+
+
+def workload_policy_view(ps: PolicySet) -> Any:
+    """What the GPUWorkloads of `ps` are checked against: its own policy objects plus `ps.policy`'s; nothing
+    when `ps` holds no policy at all (a manifest validated on its own). A kind with a document that failed
+    to load is not known (its errors are reported; a refusal built on a partial list would mislead)."""
+    from kgwe.workloads.admission import PolicyView
+
+    sets = [ps, *([ps.policy] if ps.policy is not None else [])]
+    policy_kinds = tuple(k for k in POLICY_KINDS if k is not GPUInventory)
+    if not any(isinstance(e.obj, policy_kinds) for s in sets for e in s.entries) and ps.policy is None:
+        return ps.cluster_policy or PolicyView()
+    profiles = {p.name: p.spec.strategy for s in sets for p in s.scoring_profiles}
+    runtimes = {r.name: r.spec for s in sets for r in s.runtimes}
+    quotas = {
+        ns: (b.name, b.spec.quota_hard())
+        for s in sets
+        for b in s.budgets
+        if b.spec.quota
+        for ns in b.spec.namespaces
+    }
+    return PolicyView(
+        profiles=profiles if _known(ps, ScoringProfile, sets) else None,
+        runtimes=runtimes if _known(ps, WorkloadRuntime, sets) else None,
+        budget_quotas=quotas if _known(ps, GPUBudget, sets) else None,
+    )
+
+
 def check_workloads(ps: PolicySet) -> None:
-    profiles = {p.name for p in ps.scoring_profiles}
+    """Each GPUWorkload against what the controller would refuse (kgwe.workloads.admission): errors for what
+    the manifest and the policy tell, warnings for what only the cluster can (errors with a ClusterView)."""
+    from kgwe.workloads.admission import ClusterView, findings
+
+    entries = ps.entries_of(GPUWorkload)
+    if not entries:
+        return
+    policy = workload_policy_view(ps)
+    profiles = set(policy.profiles or ()) or {p.name for p in ps.scoring_profiles}
     known_profiles = sorted({p for m in catalog.all_models() for p in m.profiles})
-    inventory = ps.inventory()
-    offers = inventory_offers(inventory.spec.nodes) if inventory else None
-    for entry in ps.entries_of(GPUWorkload):
+    cluster = ps.cluster
+    if cluster is None:
+        inventory = ps.inventory() or (ps.policy.inventory() if ps.policy is not None else None)
+        offers = inventory_offers(inventory.spec.nodes) if inventory else None
+        cluster = ClusterView(offers=offers, offers_from="the GPUInventory")
+    for entry in entries:
         wl: GPUWorkload = entry.obj  # type: ignore[assignment]
         if wl.metadata is None:
             ps.report(entry, (), "no metadata.name: the API server will reject it without a name", "warning")
@@ -541,8 +601,9 @@ def check_workloads(ps: PolicySet) -> None:
                 )
             if req.product and not catalog.models_matching(req.product):
                 ps.report(entry, (*base, "product"), f'"{req.product}" names no known GPU model')
-        for path, message in problems(wl.spec, offers):
-            ps.report(entry, path, message)
+        namespace = (wl.metadata.namespace if wl.metadata else None) or ps.namespace
+        for f in findings(wl, namespace, policy, cluster):
+            ps.report(entry, f.path, f"{f.message} [{f.reason}]" if f.reason else f.message, f.severity)
         if wl.spec.scoring_profile and profiles and wl.spec.scoring_profile not in profiles:
             ps.report(
                 entry,
@@ -553,6 +614,91 @@ def check_workloads(ps: PolicySet) -> None:
             )
 
 
+def check_runtimes(ps: PolicySet) -> None:
+    """One runtime per framework and workload type; a launcher only where pods get a rendezvous."""
+    from kgwe.policy.gpu_workload import BATCH_TYPES
+    from kgwe.policy.workload_runtime import framework_key
+
+    owner: dict[tuple[str, str], LoadedObject] = {}
+    for entry in ps.entries_of(WorkloadRuntime):
+        spec = entry.obj.spec  # type: ignore[attr-defined]
+        for i, wtype in enumerate(spec.workload_types):
+            key = (framework_key(spec.framework), wtype)
+            first = owner.setdefault(key, entry)
+            if first is not entry:
+                ps.report(
+                    entry,
+                    ("spec", "workloadTypes", i),
+                    f'{spec.framework} {wtype} is already served by WorkloadRuntime "{first.obj.name}" '
+                    f"({_at(first)}); a workload could not tell which to use",
+                )
+        if spec.launcher != "None" and not any(t in BATCH_TYPES for t in spec.workload_types):
+            ps.report(
+                entry,
+                ("spec", "launcher"),
+                f"launcher {spec.launcher} wires a rendezvous between a job's pods, but "
+                f"{', '.join(spec.workload_types)} pods are served by a Deployment without one; use None",
+            )
+        for j, container in enumerate((spec.template.get("spec") or {}).get("containers") or []):
+            for section in ("limits", "requests"):
+                for resource in (container.get("resources") or {}).get(section) or {}:
+                    if is_gpu_resource(resource):
+                        ps.report(
+                            entry,
+                            ("spec", "template", "spec", "containers", j, "resources", section, resource),
+                            "GPU resources come from each workload's gpuRequirements; this one is replaced",
+                            "warning",
+                        )
+
+
+def check_pod_template_policies(ps: PolicySet) -> None:
+    """One policy per namespace, one for every other namespace; none for namespaces no workload runs in."""
+    everywhere: LoadedObject | None = None
+    claims: dict[str, LoadedObject] = {}
+    for entry in ps.entries_of(PodTemplatePolicy):
+        policy: PodTemplatePolicy = entry.obj  # type: ignore[assignment]
+        if not policy.spec.namespaces:
+            if everywhere is not None:
+                ps.report(
+                    entry,
+                    ("spec",),
+                    "a second PodTemplatePolicy for every other namespace (the first is at "
+                    f"{_at(everywhere)}); name the namespaces this one is for",
+                )
+            everywhere = everywhere or entry
+        for i, ns in enumerate(policy.spec.namespaces):
+            first = claims.setdefault(ns, entry)
+            if first is not entry:
+                ps.report(
+                    entry,
+                    ("spec", "namespaces", i),
+                    f'namespace "{ns}" already has PodTemplatePolicy "{first.obj.name}" ({_at(first)})',
+                )
+            protected = protected_namespace(ns)
+            if protected:
+                ps.report(
+                    entry, ("spec", "namespaces", i), f"{protected}: no GPUWorkload runs there", "warning"
+                )
+
+
+def check_workload_templates(ps: PolicySet) -> None:
+    """What the controller would refuse in a workload's pod templates, under the repository's policies:
+    errors where the repository holds PodTemplatePolicies (they are what the cluster gets), warnings where it
+    holds none (workloads checked apart from the policy repository: the cluster's policy may allow them)."""
+    policies: list[PodTemplatePolicy] = ps.objects(PodTemplatePolicy)
+    severity: Severity = "error" if policies or PodTemplatePolicy.KIND in ps.invalid_kinds else "warning"
+    for entry in ps.entries_of(GPUWorkload):
+        wl: GPUWorkload = entry.obj  # type: ignore[assignment]
+        policy = policy_for(wl.metadata.namespace if wl.metadata else None, policies)
+        allow = policy.spec if policy else DEFAULT_SPEC
+        for base, template in _per_role(wl, "pod_template", "podTemplate"):
+            for v in template_violations(template, allow):
+                ps.report(entry, (*base, *v.path), v.message(policy), severity)
+        if isinstance(wl.spec.priority, str) and priority_refused(wl.spec.priority, allow):
+            v = Violation(("spec", "priority"), priority_what(wl.spec.priority), "priorityClasses")
+            ps.report(entry, v.path, v.message(policy), severity)
+
+
 CHECKS = (
     check_duplicates,
     check_inventory,
@@ -561,7 +707,10 @@ CHECKS = (
     check_scoring_profiles,
     check_pricing,
     check_budgets,
+    check_runtimes,
     check_workloads,
+    check_pod_template_policies,
+    check_workload_templates,
 )
 
 

@@ -109,7 +109,7 @@ def _expected_literals(ctx: dict[str, Any]) -> list[str]:
 
 def messages_from_validation(model: type[BaseModel], exc: ValidationError) -> list[tuple[Path, str]]:
     """(loc, human message) for every error of a pydantic ValidationError, with 'did you mean'."""
-    out = []
+    out: list[tuple[Path, str]] = []
     for err in exc.errors(include_url=False):
         loc: Path = tuple(err["loc"])
         typ = err["type"]
@@ -125,6 +125,11 @@ def messages_from_validation(model: type[BaseModel], exc: ValidationError) -> li
             hint = did_you_mean(str(value), expected) if isinstance(value, str) else ""
             msg = f"{value!r} is not one of {', '.join(expected)}{hint}"
         elif typ == "value_error":
+            cause = (err.get("ctx") or {}).get("error")
+            findings = getattr(cause, "findings", None)  # TemplateErrors: one message per inner field
+            if findings:
+                out.extend(((*loc, *path), message) for path, message in findings)
+                continue
             msg = err["msg"].removeprefix("Value error, ")
         elif typ == "string_pattern_mismatch":
             msg = f"{value!r} does not match the required pattern {err.get('ctx', {}).get('pattern')}"

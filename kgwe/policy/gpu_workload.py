@@ -17,6 +17,7 @@ from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from kgwe.policy.base import ClusterObjectMeta, DnsLabel, KgweModel, KgweObject
 from kgwe.policy.cluster_kinds import Condition
+from kgwe.policy.pod_template import TemplateErrors, template_findings
 from kgwe.policy.scoring_profile import ScoringStrategy
 from kgwe.policy.types import DNS_SUBDOMAIN_PATTERN
 from kgwe.vocab import TopologyPreference
@@ -93,9 +94,9 @@ class Role(KgweModel):
 
     @field_validator("pod_template")
     @classmethod
-    def _no_pinning(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+    def _template(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
         if v is not None:
-            _check_template(v)
+            check_template(v)
         return v
 
 
@@ -115,11 +116,14 @@ class GPUWorkloadSpec(KgweModel):
     gang: GangPolicy = Field(default_factory=GangPolicy)
     suspend: bool = False
     pod_template: dict[str, Any] = Field(default_factory=dict)  # a core/v1 PodTemplateSpec
+    # The WorkloadRuntime whose template the pods get when the podTemplate has no containers; default: the
+    # runtime serving this framework and workloadType
+    runtime: str | None = Field(default=None, max_length=253, pattern=DNS_SUBDOMAIN_PATTERN)
 
     @field_validator("pod_template")
     @classmethod
-    def _no_pinning(cls, v: dict[str, Any]) -> dict[str, Any]:
-        _check_template(v)
+    def _template(cls, v: dict[str, Any]) -> dict[str, Any]:
+        check_template(v)
         return v
 
     @field_validator("priority")
@@ -155,6 +159,11 @@ class GPUWorkloadSpec(KgweModel):
                     f"distributedConfig.worldSize {dc.world_size} is not pods × processes per pod "
                     f"({pods} × {nproc})"
                 )
+        if self.runtime and all(has_containers(r.pod_template) for r in self.effective_roles()):
+            raise ValueError(
+                f"runtime {self.runtime}: every role brings its own containers, so no role would use it; "
+                "remove `runtime` or the podTemplate's containers"
+            )
         if self.gang.min_member is not None and self.gang.min_member > self.total_pods:
             raise ValueError(
                 f"gang.minMember {self.gang.min_member} is more than the workload's {self.total_pods} pod(s)"
@@ -177,8 +186,8 @@ class GPUWorkloadSpec(KgweModel):
             dc = self.distributed_config
             by_world = max(1, dc.world_size // self._processes_per_pod()) if dc and dc.world_size else 1
             replicas = (dc.nodes or dc.replicas or by_world) if dc else 1
-            return [
-                Role(
+            return [  # fields already validated: construct without checking the template again
+                Role.model_construct(
                     name=DEFAULT_ROLE,
                     replicas=replicas,
                     gpu_requirements=self.gpu_requirements,
@@ -186,7 +195,7 @@ class GPUWorkloadSpec(KgweModel):
                 )
             ]
         return [
-            Role(
+            Role.model_construct(
                 name=r.name,
                 replicas=r.replicas,
                 gpu_requirements=r.gpu_requirements or self.gpu_requirements,
@@ -230,6 +239,7 @@ class GPUWorkloadStatus(KgweModel):
     retry_count: int = 0
     next_retry_time: str | None = None
     run: int = 0  # the current attempt's number; child objects carry it
+    runtime: str | None = None  # the WorkloadRuntime roles without containers got at admission
     cost: WorkloadCost | None = None
 
 
@@ -246,35 +256,46 @@ class GPUWorkload(KgweObject):
     status: GPUWorkloadStatus | None = None
 
 
-def _check_template(template: Mapping[str, Any]) -> None:
-    """KGWE places pods: refuse templates that pin a node (the seeds' controllers bypassed the scheduler)."""
-    spec = template.get("spec")
-    if spec is None:
-        return
-    if not isinstance(spec, Mapping):
-        raise ValueError("spec must be an object (a core/v1 PodTemplateSpec)")
+def has_containers(template: Mapping[str, Any] | None) -> bool:
+    """A template that names its own containers (else a WorkloadRuntime supplies them)."""
+    return bool(((template or {}).get("spec") or {}).get("containers"))
+
+
+def check_template(template: Mapping[str, Any], *, require_containers: bool = False) -> None:
+    """A core/v1 PodTemplateSpec as the API server reads a Job's template (kgwe.policy.pod_template), that
+    does not pin a node (the seeds' controllers bypassed the scheduler; KGWE places pods). TemplateErrors
+    with the path of each finding below the template."""
+    findings = template_findings(template, require_containers=require_containers)
+    if not findings:
+        findings = _pinning(template.get("spec") or {})
+    if findings:
+        raise TemplateErrors(findings)
+
+
+def _pinning(spec: Mapping[str, Any]) -> list[tuple[tuple[str | int, ...], str]]:
+    """Fields of a schema-valid pod spec that choose the node instead of the scheduler."""
+    out: list[tuple[tuple[str | int, ...], str]] = []
     if spec.get("nodeName"):
-        raise ValueError("spec.nodeName pins the pod to a node; KGWE's scheduler places it — remove nodeName")
-    selector = spec.get("nodeSelector") or {}
-    if isinstance(selector, Mapping) and HOSTNAME_LABEL in selector:
-        raise ValueError(
-            f"spec.nodeSelector.{HOSTNAME_LABEL} pins the pod to a node; KGWE's scheduler places it"
+        out.append((("spec", "nodeName"), "pins the pod to a node; KGWE's scheduler places it; remove it"))
+    if HOSTNAME_LABEL in (spec.get("nodeSelector") or {}):
+        out.append(
+            (("spec", "nodeSelector", HOSTNAME_LABEL), "pins the pod to a node; KGWE's scheduler places it")
         )
-    affinity = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
         "requiredDuringSchedulingIgnoredDuringExecution"
     ) or {}
-    for i, term in enumerate(affinity.get("nodeSelectorTerms") or []):
+    base = ("spec", "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution")
+    for i, term in enumerate(required.get("nodeSelectorTerms") or []):
         for kind in ("matchExpressions", "matchFields"):
-            for expr in (term or {}).get(kind) or []:
+            for j, expr in enumerate((term or {}).get(kind) or []):
                 if (expr or {}).get("key") in (HOSTNAME_LABEL, "metadata.name"):
-                    raise ValueError(
-                        "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
-                        f".nodeSelectorTerms[{i}].{kind}: pins the pod to named nodes; KGWE places it"
+                    out.append(
+                        (
+                            (*base, "nodeSelectorTerms", i, kind, j, "key"),
+                            "pins the pod to named nodes; KGWE places it",
+                        )
                     )
-    for key in ("containers", "initContainers"):
-        items = spec.get(key) or []
-        if not isinstance(items, list):
-            raise ValueError(f"spec.{key} must be a list")
+    return out
 
 
 @dataclass(frozen=True)

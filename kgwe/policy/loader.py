@@ -11,7 +11,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
@@ -31,8 +31,10 @@ from kgwe.policy.models import (
     ObjectMeta,
     PricingCatalog,
     ScoringProfile,
+    WorkloadRuntime,
 )
 from kgwe.policy.yaml_source import YamlBudget, YamlDocument, YamlSyntaxError, parse_documents
+from kgwe.vocab import SEED_WORKLOAD_API_VERSIONS
 
 MAX_FILE_BYTES = 1024 * 1024
 MAX_FILES = 5_000  # YAML files read from one repository
@@ -66,6 +68,13 @@ class PolicySet:
     invalid_kinds: set[str] = field(default_factory=set)  # kinds with a document that failed validation
     bytes_read: int = 0
     yaml_budget: YamlBudget = field(default_factory=YamlBudget)  # fields left for the whole repository
+    # What GPUWorkloads are checked against besides this set's own policy: a policy repository given apart
+    # (`kgwe validate --policy DIR FILE`), what the cluster has (`--cluster`: a workloads ClusterView, and
+    # the policy it runs as a PolicyView) and the namespace of workloads that name none
+    policy: PolicySet | None = None
+    cluster: Any = None
+    cluster_policy: Any = None
+    namespace: str | None = None
 
     # -- diagnostics ---------------------------------------------------------------------------------
     def add(
@@ -148,6 +157,10 @@ class PolicySet:
     @property
     def workloads(self) -> list[GPUWorkload]:
         return self.objects(GPUWorkload)
+
+    @property
+    def runtimes(self) -> list[WorkloadRuntime]:
+        return self.objects(WorkloadRuntime)
 
     def default_scoring_profile(self) -> ScoringProfile | None:
         """The profile marked `default: true`, or the only profile, or None."""
@@ -276,6 +289,12 @@ def _load_document(doc: YamlDocument, rel: str, ps: PolicySet) -> None:
         line, column = doc.where(("apiVersion",))
         if api_version.startswith(API_GROUP + "/"):
             msg = f'unsupported version "{api_version}"; this KGWE reads "{API_VERSION}"'
+        elif api_version in SEED_WORKLOAD_API_VERSIONS and kind == "GPUWorkload":
+            seed = SEED_WORKLOAD_API_VERSIONS[api_version]
+            msg = (
+                f'"{api_version}" is {seed}\'s GPUWorkload, not KGWE\'s ("{API_VERSION}"): convert it with '
+                f"`kgwe convert {rel}` (it says what each field became and what the result still needs)"
+            )
         else:
             msg = f'"{api_version}" is not a KGWE apiVersion (expected "{API_VERSION}")'
         ps.add("error", rel, line, column, "apiVersion", msg, str(kind or ""), name)
@@ -312,16 +331,29 @@ def _load_file(path: Path, rel: str, ps: PolicySet) -> None:
         _load_document(doc, rel, ps)
 
 
-def load_repository(path: str | os.PathLike[str], *, checks: bool = True) -> PolicySet:
+def load_repository(
+    path: str | os.PathLike[str],
+    *,
+    checks: bool = True,
+    policy: PolicySet | None = None,
+    cluster: Any = None,
+    cluster_policy: Any = None,
+    namespace: str | None = None,
+) -> PolicySet:
     """Load every KGWE object under `path` (a directory, or one YAML file) and check them together.
 
+    `policy` (a loaded repository), `cluster` (a kgwe.workloads.admission.ClusterView) and `cluster_policy`
+    (the PolicyView the cluster runs, used when neither this set nor `policy` has policy objects) are what
+    the GPUWorkloads found here are checked against; `namespace` is theirs when they name none.
     Never raises for bad content: see `PolicySet.diagnostics` / `.ok` / `.raise_for_errors()`.
     KgweError only when `path` itself does not exist.
     """
     root = Path(path)
     if not root.exists() and not root.is_symlink():
         raise KgweError(f"{root}: no such file or directory")
-    ps = PolicySet(root=root)
+    ps = PolicySet(
+        root=root, policy=policy, cluster=cluster, cluster_policy=cluster_policy, namespace=namespace
+    )
     if root.is_file():
         _load_file(root, root.name, ps)
     else:

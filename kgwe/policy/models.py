@@ -20,9 +20,11 @@ from kgwe.policy.gpu_workload import (
 )
 from kgwe.policy.inventory import GPUDeviceState, GPUInventory, GPUInventorySpec, InventoryNode
 from kgwe.policy.mig_strategy import MIGStrategy, MIGStrategySpec, PartitionStrategy, ProfileShare, Rollout
+from kgwe.policy.pod_template_policy import PodTemplatePolicy, PodTemplatePolicySpec
 from kgwe.policy.pricing import GPUPrice, PricingCatalog, PricingCatalogSpec
 from kgwe.policy.scoring_profile import ExtenderSettings, ScoringProfile, ScoringProfileSpec, Weights
 from kgwe.policy.sharing_strategy import GPUSharingStrategy, GPUSharingStrategySpec
+from kgwe.policy.workload_runtime import WorkloadRuntime, WorkloadRuntimeSpec
 
 POLICY_KINDS: tuple[type[KgweObject], ...] = (
     MIGStrategy,
@@ -31,6 +33,8 @@ POLICY_KINDS: tuple[type[KgweObject], ...] = (
     GPUBudget,
     PricingCatalog,
     GPUInventory,
+    WorkloadRuntime,
+    PodTemplatePolicy,
 )
 CLUSTER_KINDS: tuple[type[KgweObject], ...] = (PolicyRepository, GPUWorkload)
 KINDS: dict[str, type[KgweObject]] = {k.KIND: k for k in (*POLICY_KINDS, *CLUSTER_KINDS)}
@@ -64,6 +68,8 @@ __all__ = [
     "MIGStrategySpec",
     "ObjectMeta",
     "PartitionStrategy",
+    "PodTemplatePolicy",
+    "PodTemplatePolicySpec",
     "PolicyRepository",
     "PolicyRepositorySpec",
     "PolicyRepositoryStatus",
@@ -75,4 +81,6 @@ __all__ = [
     "ScoringProfileSpec",
     "TopologyRequirement",
     "Weights",
+    "WorkloadRuntime",
+    "WorkloadRuntimeSpec",
 ]

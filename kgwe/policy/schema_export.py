@@ -133,6 +133,7 @@ _PRINTER_COLUMNS: dict[str, list[dict[str, Any]]] = {
         {"name": "GPUs", "type": "integer", "jsonPath": ".status.gpus"},
         {"name": "Nodes", "type": "string", "jsonPath": ".status.nodes"},
         {"name": "Type", "type": "string", "priority": 1, "jsonPath": ".spec.workloadType"},
+        {"name": "Runtime", "type": "string", "priority": 1, "jsonPath": ".status.runtime"},
         {
             "name": "Reason",
             "type": "string",

@@ -1,7 +1,9 @@
 """Run the KGWE controller: sync every PolicyRepository of a namespace from Git to the cluster, safely.
 
 Serves POST /hooks/git (GitHub-style HMAC, secret from $KGWE_WEBHOOK_SECRET or --webhook-secret-file),
-GET /metrics, /healthz and /readyz. With several replicas, one leads (a coordination.k8s.io Lease) and
+GET /metrics, /healthz and /readyz. /metrics (budgets and costs) on an address other than loopback answers
+only a bearer token the API server lets `get /metrics` (kgwe.httpd.access), unless
+--insecure-public-metrics. With several replicas, one leads (a coordination.k8s.io Lease) and
 the others wait. The leader also meters GPU usage into the cost store, keeps budget status and alerts,
 caps the quotas of an exhausted `Enforce` budget, and commits cost reports on each repository's schedule.
 """
@@ -16,6 +18,7 @@ import threading
 from pathlib import Path
 
 from kgwe.errors import KgweError
+from kgwe.httpd.exposure import INSECURE_PUBLIC_METRICS
 from kgwe.vocab import GPU_OPERATOR_NAMESPACE
 
 
@@ -27,6 +30,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="namespace of the PolicyRepositories and the leader Lease",
     )
     parser.add_argument("--listen", default="0.0.0.0:8080", help="address of the webhook/metrics server")
+    parser.add_argument(
+        INSECURE_PUBLIC_METRICS,
+        action="store_true",
+        help="/metrics without a token on an address other than loopback (default: a token the API server "
+        "lets get /metrics)",
+    )
     parser.add_argument(
         "--cache-dir",
         default=os.environ.get("KGWE_CACHE_DIR", "/tmp/kgwe-controller"),
@@ -204,6 +213,7 @@ def run(args: argparse.Namespace) -> int:
         ),
         workloads=not (args.no_workloads or args.once),
         prometheus_url=args.prometheus,
+        public_metrics=args.insecure_public_metrics,
     )
     controller.certificates = _certificates(args, controller.api_client, controller.is_leader)
     if args.once:

@@ -3,8 +3,8 @@
 Starts a local control plane (etcd, kube-apiserver, kube-scheduler, kwok) with simulated GPU nodes built
 from sample-repo's inventory, MIG manager and device-plugin stand-ins, puts sample-repo in a local Git
 repository, runs the controller against it and shows the MIG layouts (and the L40S pool's time-slicing)
-rolling out pool by pool; then runs GPU jobs (GPUWorkloads: the seed README's 8-GPU llm-training and an
-inference service on MIG slices) through
+rolling out pool by pool; then runs GPU jobs (GPUWorkloads: the seed README's 8-GPU llm-training, the PRD's
+llm-training-job as written, without a pod template, and an inference service on MIG slices) through
 kube-scheduler with KGWE's rendered configuration and extender, printing where each pod landed; the
 controller's cost duties meter them into a SQLite cost store and commit a chargeback report (GPU-hours by
 team) to the policy repository; then pods ask for a MIG profile no layout offers and the controller
@@ -295,16 +295,20 @@ def start_kgwe_scheduling(cp: Any, policy_dir: Path) -> tuple[Any, int]:
 # The demo's GPU jobs: (example file, namespace a budget covers, the team that budget charges).
 WORKLOADS = [
     ("kgwe-readme-llm-training.yaml", "ml-training", "ml-research"),
+    # no pod template: its pods come from sample-repo's torch-distributed WorkloadRuntime
+    ("kgwe-prd-llm-training-job.yaml", "ml-training", "ml-research"),
     ("inference-mig.yaml", "inference-prod", "inference-platform"),
 ]
 
 
 def place_workloads(api: Any, timeout: float) -> list[tuple[str, str]]:
-    """The seed README's 8-GPU llm-training and a small inference service on MIG slices, as GPUWorkloads
-    of their teams; prints where each pod landed and why. Returns the placed pods (namespace, name)."""
+    """The seed README's 8-GPU llm-training, the PRD's llm-training-job (its pods from a WorkloadRuntime)
+    and a small inference service on MIG slices, as GPUWorkloads of their teams; prints where each pod
+    landed and why. Returns the placed pods (namespace, name)."""
     from kubernetes import client
 
     from kgwe.cluster.client import ensure_namespace
+    from kgwe.cluster.names import WORKLOADS_ENABLED, WORKLOADS_NAMESPACE_LABEL
     from kgwe.localcluster.controlplane import KWOK_HOLD_ANNOTATION
     from kgwe.resources import workload_examples_dir
 
@@ -320,6 +324,8 @@ def place_workloads(api: Any, timeout: float) -> list[tuple[str, str]]:
         template = doc["spec"].setdefault("podTemplate", {}).setdefault("metadata", {})
         template.setdefault("annotations", {})[KWOK_HOLD_ANNOTATION] = "true"
         ensure_namespace(api, doc["metadata"]["namespace"])
+        opt_in = {"metadata": {"labels": {WORKLOADS_NAMESPACE_LABEL: WORKLOADS_ENABLED}}}
+        client.CoreV1Api(api).patch_namespace(doc["metadata"]["namespace"], opt_in)  # GPUWorkloads run here
         custom.create_namespaced_custom_object(
             "kgwe.nvidia.io", "v1", doc["metadata"]["namespace"], "gpuworkloads", doc
         )
@@ -343,6 +349,21 @@ def place_workloads(api: Any, timeout: float) -> list[tuple[str, str]]:
                 )
                 raise KgweError(f"GPUWorkload {namespace}/{name} not placed within {timeout:.0f}s: {said}")
             time.sleep(0.5)
+
+        def admitted(namespace: str = namespace, name: str = name) -> dict | None:
+            """The workload's status once its admission is written (the pods may be bound before it)."""
+            obj = custom.get_namespaced_custom_object("kgwe.nvidia.io", "v1", namespace, "gpuworkloads", name)
+            status = obj.get("status") or {}
+            conditions = status.get("conditions") or []
+            return (
+                status if any(c["type"] == "Admitted" and c["status"] == "True" for c in conditions) else None
+            )
+
+        _eventually(admitted, max(1.0, deadline - time.monotonic()))
+        runtime = (admitted() or {}).get("runtime")
+        if runtime:
+            image = bound[0].spec.containers[0].image
+            _say(f"  {namespace}/{name} has no pod template: WorkloadRuntime {runtime} gave it ({image})")
         for pod in sorted(bound, key=lambda p: p.metadata.name):
             node = core.read_node(pod.spec.node_name)
             product = (node.metadata.labels or {}).get("nvidia.com/gpu.product", "?")

@@ -17,14 +17,19 @@ from kgwe.cluster.names import (
     EXTENDER_PORT,
     EXTENDER_SERVICE,
     EXTENDER_TLS_PORT,
+    POD_TEMPLATE_POLICY_CONFIGMAP,
+    POD_TEMPLATE_POLICY_KEY,
     REPOSITORY_LABEL,
+    RUNTIMES_CONFIG_KEY,
+    RUNTIMES_CONFIGMAP,
     SCHEDULER_CONFIG_KEY,
     SCHEDULER_CONFIGMAP,
     SCHEDULER_NAME,
 )
 from kgwe.errors import KgweError
 from kgwe.policy.loader import PolicySet
-from kgwe.policy.models import GPUInventory, ScoringProfile, ScoringProfileSpec
+from kgwe.policy.models import GPUInventory, PodTemplatePolicy, ScoringProfile, ScoringProfileSpec
+from kgwe.policy.pod_template_policy import pod_template_policies_json
 from kgwe.policy.quota_namespaces import refused_quota_namespace
 from kgwe.render.environment import render_template
 from kgwe.render.layouts import NodeLayouts, desired_layouts
@@ -58,7 +63,7 @@ except AttributeError:  # pragma: no cover
 @dataclass(frozen=True)
 class RenderOptions:
     repository: str = "local"  # PolicyRepository name, put in a label on every object
-    namespace: str = "kgwe-system"  # kgwe-scheduler-config and kgwe-scoring
+    namespace: str = "kgwe-system"  # kgwe-scheduler-config, kgwe-scoring and kgwe-runtimes
     mig_namespace: str = GPU_OPERATOR_NAMESPACE  # where the GPU Operator's MIG manager reads its config
     mig_config_name: str = "kgwe-mig-parted-config"
     # the device plugin's config ConfigMap (ClusterPolicy devicePlugin.config.name), in mig_namespace
@@ -221,6 +226,24 @@ def render(
     profiles_json = orjson.dumps(payload, option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2).decode() + "\n"
     files["scoring.yaml"] = render_template(
         "scoring-configmap.yaml.j2", namespace=opts.namespace, profiles_json=profiles_json, **common
+    )
+    runtimes = {r.name: r.spec.model_dump(mode="json", by_alias=True) for r in ps.runtimes}
+    runtimes_json = orjson.dumps({"runtimes": runtimes}, option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2)
+    files["runtimes.yaml"] = render_template(
+        "runtimes-configmap.yaml.j2",
+        name=RUNTIMES_CONFIGMAP,
+        key=RUNTIMES_CONFIG_KEY,
+        namespace=opts.namespace,
+        runtimes_json=runtimes_json.decode() + "\n",
+        **common,
+    )
+    files["pod-template-policy.yaml"] = render_template(
+        "pod-template-policy-configmap.yaml.j2",
+        name=POD_TEMPLATE_POLICY_CONFIGMAP,
+        key=POD_TEMPLATE_POLICY_KEY,
+        namespace=opts.namespace,
+        policies_json=pod_template_policies_json(ps.objects(PodTemplatePolicy)),
+        **common,
     )
     quotas = _quotas(ps, opts.namespace)
     if quotas:

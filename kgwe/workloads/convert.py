@@ -19,28 +19,12 @@ from typing import Any
 from kgwe import API_VERSION
 from kgwe.cluster.names import is_gpu_resource
 from kgwe.errors import KgweError
+from kgwe.vocab import SEED_WORKLOAD_API_VERSIONS, strategy_for_word
 
-GPU_ORCHESTRATOR = "gpu.warp.dev/v1alpha1"
-AGENTAFLOW = "agentaflow.io/v1"
+GPU_ORCHESTRATOR, AGENTAFLOW = SEED_WORKLOAD_API_VERSIONS
 SOURCES = (GPU_ORCHESTRATOR, AGENTAFLOW)
 MODEL_LABEL = "kgwe.nvidia.io/model"
 
-# The seeds' strategy words, normalised (lower case, no "_" or "-"), onto KGWE's ScoringProfile strategies.
-STRATEGIES: dict[str, str] = {
-    "binpack": "BinPack",
-    "packed": "BinPack",
-    "spread": "Spread",
-    "leastloaded": "LeastLoaded",
-    "leastutilized": "LeastLoaded",
-    "mostavailable": "LeastLoaded",
-    "bestfit": "BestFit",
-    "costoptimized": "CostOptimized",
-    "cost": "CostOptimized",
-    "roundrobin": "RoundRobin",
-    "random": "Random",
-    "priority": "Priority",
-    "prioritybased": "Priority",
-}
 _MIB_PER_GB = 1e9 / 2**20
 
 
@@ -62,7 +46,7 @@ class Conversion:
 
 def strategy(word: str) -> str | None:
     """A seed's strategy word as a KGWE strategy, or None."""
-    return STRATEGIES.get(re.sub(r"[-_\s]", "", word).lower())
+    return strategy_for_word(word)
 
 
 def mib_to_gb(mib: int | float) -> float:
@@ -70,7 +54,9 @@ def mib_to_gb(mib: int | float) -> float:
     return math.ceil(mib / _MIB_PER_GB * 1000) / 1000
 
 
-def convert(doc: dict[str, Any], image: str | None = None) -> Conversion:
+def convert(doc: dict[str, Any], image: str | None = None, runtime: str | None = None) -> Conversion:
+    """`image`: the container for a source without a pod template; or `runtime`: the WorkloadRuntime whose
+    template its pods get instead."""
     if not isinstance(doc, dict):
         raise ConvertError("a manifest must be a YAML mapping")
     api = doc.get("apiVersion")
@@ -87,9 +73,9 @@ def convert(doc: dict[str, Any], image: str | None = None) -> Conversion:
     new_spec: dict[str, Any] = {"gpuRequirements": {}}
     out.manifest["spec"] = new_spec
     if api == GPU_ORCHESTRATOR:
-        _gpu_orchestrator(spec, new_spec, out, image)
+        _gpu_orchestrator(spec, new_spec, out, image, runtime)
     else:
-        _agentaflow(spec, new_spec, out, image)
+        _agentaflow(spec, new_spec, out, image, runtime)
     if "status" in doc:
         out.unmapped.append(("status", "status is written by the KGWE controller"))
     return out
@@ -117,14 +103,24 @@ def _set_strategy(src: str, value: Any, spec: dict[str, Any], out: Conversion) -
         out.mapped.append((src, "spec.schedulingStrategy", mapped))
 
 
-def _template_for(name: str, image: str | None, src: str, out: Conversion) -> dict[str, Any]:
+def _template_for(
+    name: str, image: str | None, runtime: str | None, src: str, new: dict[str, Any], out: Conversion
+) -> None:
+    """spec.podTemplate (one container running `image`) or spec.runtime for a source without a template."""
+    if runtime:
+        new["runtime"] = runtime
+        out.unmapped.append((src, f"no pod template in the source: its pods get WorkloadRuntime {runtime!r}"))
+        return
     if not image:
-        raise ConvertError(f"{src}: the source has no pod template; pass --image for its container")
+        raise ConvertError(
+            f"{src}: the source has no pod template; pass --image for its container, or --runtime NAME for "
+            "a WorkloadRuntime's template"
+        )
     out.unmapped.append((src, f"no pod template in the source: one container {name!r} running {image!r}"))
-    return {"spec": {"containers": [{"name": name, "image": image}]}}
+    new["podTemplate"] = {"spec": {"containers": [{"name": name, "image": image}]}}
 
 
-def _gpu_orchestrator(spec: dict, new: dict, out: Conversion, image: str | None) -> None:
+def _gpu_orchestrator(spec: dict, new: dict, out: Conversion, image: str | None, runtime: str | None) -> None:
     model = spec.get("modelName")
     for key, value in spec.items():
         src = f"spec.{key}"
@@ -154,14 +150,14 @@ def _gpu_orchestrator(spec: dict, new: dict, out: Conversion, image: str | None)
                 new["retryPolicy"] = retry
         else:
             out.unmapped.append((src, "no KGWE equivalent"))
-    new["podTemplate"] = _template_for(_container_name(str(model or "main")), image, "spec.podTemplate", out)
+    _template_for(_container_name(str(model or "main")), image, runtime, "spec.podTemplate", new, out)
 
 
 def _container_name(text: str) -> str:
     return re.sub(r"[^a-z0-9-]", "-", text.lower())[:63].strip("-") or "main"
 
 
-def _agentaflow(spec: dict, new: dict, out: Conversion, image: str | None) -> None:
+def _agentaflow(spec: dict, new: dict, out: Conversion, image: str | None, runtime: str | None) -> None:
     req = new["gpuRequirements"]
     memory_mib: dict[str, Any] = {}
     for key, value in spec.items():
@@ -203,7 +199,7 @@ def _agentaflow(spec: dict, new: dict, out: Conversion, image: str | None) -> No
                     (k, "spec.gpuRequirements.minMemoryGB (MiB -> GB, the larger)", f"{v} MiB -> {gb}")
                 )
     if "podTemplate" not in new:
-        new["podTemplate"] = _template_for("main", image, "spec.podTemplate", out)
+        _template_for("main", image, runtime, "spec.podTemplate", new, out)
 
 
 def _strip_gpu_resources(template: dict, src: str, out: Conversion) -> dict:
@@ -226,3 +222,37 @@ def _strip_gpu_resources(template: dict, src: str, out: Conversion) -> dict:
         if (c or {}).get("resources") == {}:
             del c["resources"]
     return template
+
+
+# Relative PriorityClass values for the seeds' priority words, for `kgwe convert --suggest` (a starting point:
+# the PriorityClasses of a cluster are the operator's; a higher value preempts a lower one).
+PRIORITY_WORD_VALUES: dict[str, int] = {
+    "critical": 100000,
+    "high": 10000,
+    "medium": 1000,
+    "normal": 1000,
+    "low": 100,
+}
+
+
+def suggested_scoring_profile(strategy_name: str) -> dict[str, Any]:
+    """A ScoringProfile serving `strategy_name`, named after it (LeastLoaded -> least-loaded)."""
+    name = re.sub(r"(?<!^)(?=[A-Z])", "-", strategy_name).lower()
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "ScoringProfile",
+        "metadata": {"name": name},
+        "spec": {"strategy": strategy_name},
+    }
+
+
+def suggested_priority_class(name: str) -> dict[str, Any]:
+    """A PriorityClass for a seed's priority word."""
+    return {
+        "apiVersion": "scheduling.k8s.io/v1",
+        "kind": "PriorityClass",
+        "metadata": {"name": name},
+        "value": PRIORITY_WORD_VALUES.get(name, 1000),
+        "globalDefault": False,
+        "description": f"GPU workloads converted with priority {name!r}",
+    }

@@ -9,18 +9,10 @@ created before the pods, pods linked by spec.schedulingGroup) or Kueue's plain p
 
 from __future__ import annotations
 
-import copy
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kgwe.cluster.names import (
-    GPU_RESOURCE,
-    MANAGED_BY_LABEL,
-    MANAGED_BY_VALUE,
-    MIG_RESOURCE_PREFIX,
-    SHARED_GPU_RESOURCE,
-    is_gpu_resource,
-)
 from kgwe.extender.request import (
     ANN_MILLI,
     ANN_MIN_BW,
@@ -30,6 +22,16 @@ from kgwe.extender.request import (
     ANN_PROFILE,
 )
 from kgwe.policy.gpu_workload import GPURequirements, GPUWorkload, Role
+from kgwe.policy.workload_runtime import WorkloadRuntimeSpec
+from kgwe.vocab import (
+    GPU_RESOURCE,
+    MANAGED_BY_LABEL,
+    MANAGED_BY_VALUE,
+    MIG_RESOURCE_PREFIX,
+    SHARED_GPU_RESOURCE,
+    is_gpu_resource,
+)
+from kgwe.workloads import runtime as runtimes
 
 API = "kgwe.nvidia.io/v1"
 SCHEDULER_NAME = "kgwe-scheduler"
@@ -44,6 +46,7 @@ KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 REPLICAS_LABEL = "nvidia.com/gpu.replicas"  # GFD: >1 on time-sliced / MPS-shared GPUs
 TORCH_MASTER_PORT = 29500  # Kubeflow Trainer's default
+HOSTNAME_MAX = 63  # a pod hostname (<job>-<index>) is a DNS label
 GANG_BACKENDS = ("Native", "Kueue", "None")
 
 
@@ -66,6 +69,10 @@ class Facts:
     )
     priority_class: str | None = None
     scheduler_name: str = SCHEDULER_NAME
+    runtime_name: str | None = (
+        None  # the WorkloadRuntime roles without containers get (kgwe.workloads.runtime)
+    )
+    runtime: WorkloadRuntimeSpec | None = None
 
 
 def child_name(workload: str, run: int, role: str) -> str:
@@ -131,7 +138,7 @@ def resolve_backend(
     return "None", "no gang engine: neither native PodGroups (GenericWorkload) nor Kueue is available"
 
 
-def resolve_profile(wl: GPUWorkload, profiles: dict[str, str]) -> str | None:
+def resolve_profile(wl: GPUWorkload, profiles: Mapping[str, str]) -> str | None:
     """The scoring profile for the pods: named, or the first (by name) whose strategy is the asked one.
 
     `profiles` maps profile name -> strategy (from the kgwe-scoring ConfigMap)."""
@@ -151,7 +158,7 @@ def resolve_profile(wl: GPUWorkload, profiles: dict[str, str]) -> str | None:
     )
 
 
-def resolve_priority(priority: int | str | None, classes: dict[str, int]) -> str | None:
+def resolve_priority(priority: int | str | None, classes: Mapping[str, int]) -> str | None:
     """A PriorityClass name: as given, or the highest class whose value is at most the integer."""
     if priority is None:
         return None
@@ -181,12 +188,9 @@ def plan_children(wl: GPUWorkload, namespace: str, uid: str, facts: Facts) -> li
     total = sum(r.replicas for r in roles)
     name = wl.name
     owner = owner_reference(wl, uid)
-    longest = max(len(child_name(name, facts.run, r.name)) for r in roles)
-    max_index = max(r.replicas for r in roles) - 1
-    if longest + 1 + len(str(max_index)) > 63:
-        raise PlanError(
-            "NameTooLong", f"pod hostnames <workload>-r<run>-<role>-<index> exceed 63 characters ({name})"
-        )
+    too_long = name_problem(wl, facts.run)
+    if too_long:
+        raise PlanError("NameTooLong", too_long)
     base_labels = {WORKLOAD_LABEL: name, MANAGED_BY_LABEL: MANAGED_BY_VALUE}
     if spec.team:
         base_labels[TEAM_LABEL] = spec.team[:63]
@@ -217,41 +221,58 @@ def plan_children(wl: GPUWorkload, namespace: str, uid: str, facts: Facts) -> li
                 "clusterIP": "None",
                 "publishNotReadyAddresses": True,  # rendezvous before readiness (as JobSet)
                 "selector": {WORKLOAD_LABEL: name},
-                "ports": [{"name": "rendezvous", "port": _master_port(wl), "protocol": "TCP"}],
+                "ports": [{"name": "rendezvous", "port": _master_port(wl, facts), "protocol": "TCP"}],
             },
         }
     )
     first_job = child_name(name, facts.run, roles[0].name)
     offset = 0
     for role in roles:
-        env = _rendezvous_env(wl, roles, role, offset, total, f"{first_job}-0.{name}")
+        env = _rendezvous_env(wl, facts, roles, role, offset, total, f"{first_job}-0.{name}")
         offset += role.replicas
         objs.append(_job(wl, namespace, owner, role, facts, base_labels, env, group, total))
     return objs
+
+
+def name_problem(wl: GPUWorkload, run: int) -> str | None:
+    """Why the pods' hostnames <workload>-r<run>-<role>-<index> cannot be made, or None."""
+    roles = wl.spec.effective_roles()
+    longest = max(len(child_name(wl.name, run, r.name)) for r in roles)
+    digits = len(str(max(r.replicas for r in roles) - 1))
+    if longest + 1 + digits <= HOSTNAME_MAX:
+        return None
+    return (
+        f"pod hostnames <workload>-r<run>-<role>-<index> exceed {HOSTNAME_MAX} characters "
+        f"({longest + 1 + digits} for run {run}); shorten metadata.name or the role names"
+    )
 
 
 def _meta(name: str, namespace: str, labels: dict[str, str], owner: dict[str, Any]) -> dict[str, Any]:
     return {"name": name, "namespace": namespace, "labels": labels, "ownerReferences": [owner]}
 
 
-def _master_port(wl: GPUWorkload) -> int:
+def _master_port(wl: GPUWorkload, facts: Facts) -> int:
     dc = wl.spec.distributed_config
-    return (dc.master_port if dc and dc.master_port else None) or TORCH_MASTER_PORT
-
-
-def _is_pytorch(wl: GPUWorkload) -> bool:
-    return (wl.spec.framework or "").lower() in ("pytorch", "torch")
+    if dc and dc.master_port:
+        return dc.master_port
+    return facts.runtime.rendezvous_port if facts.runtime is not None else TORCH_MASTER_PORT
 
 
 def _rendezvous_env(
-    wl: GPUWorkload, roles: list[Role], role: Role, offset: int, total: int, master: str
+    wl: GPUWorkload, facts: Facts, roles: list[Role], role: Role, offset: int, total: int, master: str
 ) -> list[dict[str, Any]]:
-    """torchrun's PET_* variables the way Kubeflow Trainer sets them, plus the legacy MASTER_/RANK ones.
+    """KGWE's rendezvous variables, plus the launcher's: torchrun's PET_* the way Kubeflow Trainer sets
+    them (and the legacy WORLD_SIZE/RANK), or JAX's coordinator variables.
 
     Node rank = the pod's Job completion index; with several roles each pod also gets KGWE_RANK_OFFSET
     (pods of earlier roles), since an env var cannot add two numbers."""
-    port = str(_master_port(wl))
-    index_ref = {"fieldRef": {"fieldPath": f"metadata.annotations['{COMPLETION_INDEX_ANNOTATION}']"}}
+    port = str(_master_port(wl, facts))
+    index_ref = {
+        "fieldRef": {
+            "apiVersion": "v1",
+            "fieldPath": f"metadata.annotations['{COMPLETION_INDEX_ANNOTATION}']",
+        }
+    }
     env: list[dict[str, Any]] = [
         {"name": "KGWE_WORKLOAD", "value": wl.name},
         {"name": "KGWE_ROLE", "value": role.name},
@@ -264,7 +285,18 @@ def _rendezvous_env(
         env.append({"name": "KGWE_DISTRIBUTED_STRATEGY", "value": dc.strategy})
     if dc and dc.backend:
         env.append({"name": "KGWE_DISTRIBUTED_BACKEND", "value": dc.backend})
-    if not _is_pytorch(wl):
+    launcher = runtimes.launcher(wl, facts.runtime)
+    if launcher == "JAX":
+        # jax.distributed.initialize() reads JAX_COORDINATOR_ADDRESS itself; the program passes the other
+        # two (num_processes, process_id) from the environment
+        env += [
+            {"name": "JAX_COORDINATOR_ADDRESS", "value": f"{master}:{port}"},
+            {"name": "JAX_NUM_PROCESSES", "value": str(total)},
+        ]
+        if len(roles) == 1:
+            env.append({"name": "JAX_PROCESS_ID", "valueFrom": index_ref})
+        return env
+    if launcher != "Torchrun":
         return env
     req = role.gpu_requirements
     assert req is not None
@@ -289,7 +321,7 @@ def _pod_template(
 ) -> dict[str, Any]:
     req = role.gpu_requirements
     assert req is not None
-    tmpl = copy.deepcopy(role.pod_template or {})
+    tmpl = runtimes.role_template(role.pod_template, facts.runtime)
     meta = tmpl.setdefault("metadata", {})
     meta["labels"] = {**(meta.get("labels") or {}), **labels}
     resources, extra = gpu_resources(req)
@@ -304,7 +336,9 @@ def _pod_template(
         spec["priorityClassName"] = facts.priority_class
     containers = spec.get("containers") or []
     if not containers:
-        raise PlanError("InvalidPodTemplate", "podTemplate.spec.containers is empty")
+        raise PlanError(
+            "InvalidPodTemplate", "podTemplate.spec.containers is empty and no WorkloadRuntime supplies them"
+        )
     for c in [*containers, *(spec.get("initContainers") or [])]:
         for section in ("limits", "requests"):
             res = (c.get("resources") or {}).get(section)

@@ -91,7 +91,7 @@ def tls_server() -> Iterator:
                 except TimeoutError:
                     continue
                 try:
-                    with tls.context().wrap_socket(conn, server_side=True) as s:
+                    with tls.current().wrap_socket(conn, server_side=True) as s:
                         if s.recv(4) == b"ping":
                             s.sendall(b"pong")
                 except (ssl.SSLError, OSError):
@@ -202,6 +202,7 @@ def test_the_webhook_waits_for_its_certificate_then_serves_and_follows_renewals(
         sys.executable, "-m", "kgwe.cli", "webhook", f"--listen=127.0.0.1:{port}",
         f"--probe-listen=127.0.0.1:{probe}",
         f"--tls-cert-file={tmp_path}/tls/tls.crt", f"--tls-key-file={tmp_path}/tls/tls.key",
+        "--insecure-any-client",
     ]  # fmt: skip
     proc = _waiting_then_serving(argv, tmp_path, server_files(ca1), probe)
     try:

@@ -79,6 +79,7 @@ def test_the_scheduler_rbac_covers_its_own_lease_as_rendered():
         "kgwe-scheduler-lease",
         "extension-apiserver-authentication-reader",
         "kgwe-extender",  # what its extender container watches (Role and ClusterRole)
+        "system:auth-delegator",  # its extender's /metrics reviews the caller's token
     }
 
 

@@ -140,3 +140,17 @@ def test_submit_needs_a_name_and_sends_nothing_on_errors(tmp_path, capsys):
     path.write_text(text)
     assert cli.main(["submit", str(path), "--dry-run=client"]) == 0
     assert capsys.readouterr().out == "gpuworkload.kgwe.nvidia.io/my-batch valid (client dry run)\n"
+
+
+@pytest.mark.parametrize(("word", "strategy"), [("best_fit", "BestFit"), ("least_utilized", "LeastLoaded")])
+def test_strategy_takes_the_seeds_spellings_as_convert_does(tmp_path, capsys, word, strategy):
+    from kgwe.vocab import strategy_for_word
+
+    repo = tmp_path / "repo"
+    shutil.copytree(ROOT / "sample-repo", repo)
+    profile = repo / "scoring" / "topology-first.yaml"
+    profile.write_text(profile.read_text().replace("strategy: BestFit", "strategy: Spread"))
+    code, diff, err = _strategy(capsys, word, "--repo", str(repo), "--profile", "topology-first")
+    assert code == 0 and f"+  strategy: {strategy}" in diff and f'"{word}" is {strategy}' in err
+    assert f"  strategy: {strategy}\n" in profile.read_text()
+    assert strategy_for_word(word) == strategy  # the map `kgwe convert` uses

@@ -50,8 +50,12 @@ def test_wheel_holds_the_cluster_binaries_recipe(wheel: Path):
         "hack/k8s/go.sum",
         "sample-repo/pricing/catalog.yaml",
         "docs/examples/gpuworkloads/kgwe-readme-llm-training.yaml",  # kgwe demo applies it
+        "docs/examples/gpuworkloads/kgwe-prd-llm-training-job.yaml",  # and this one, with
+        "sample-repo/runtimes/torch-distributed.yaml",  # this runtime
     ):
         assert f"kgwe/_data/{path}" in names
+    # the product checks pod templates offline: the schema ships in the package
+    assert "kgwe/policy/pod_template_spec.json" in names
 
 
 def test_installed_wheel_finds_the_recipe_and_its_data(wheel: Path, tmp_path: Path):

@@ -566,3 +566,12 @@ def test_rebalancing_defaults(tmp_path):
     partition = ps.mig_strategies[0].spec.partition_strategy
     assert partition.stabilization_window == timedelta(minutes=15)  # 3 intervals
     assert partition.max_gpus_per_rebalance(64) == 6 and partition.max_gpus_per_rebalance(3) == 1
+
+
+def test_a_seed_gpuworkload_is_pointed_at_kgwe_convert(tmp_path):
+    (tmp_path / "wl.yaml").write_text(
+        "apiVersion: gpu.warp.dev/v1alpha1\nkind: GPUWorkload\nmetadata: {name: m}\nspec: {gpuCount: 2}\n"
+    )
+    (error,) = load_repository(tmp_path).errors
+    assert (error.line, error.path) == (1, "apiVersion")
+    assert "GPU_Orchestrator's GPUWorkload" in error.message and "`kgwe convert wl.yaml`" in error.message

@@ -65,3 +65,21 @@ def policy_crds(k8s_api):
 
     install_crds(k8s_api)
     ensure_namespace(k8s_api, "kgwe-system")
+
+
+ONE_NODE_INVENTORY = """\
+apiVersion: kgwe.nvidia.io/v1
+kind: GPUInventory
+metadata: {name: attacks}
+spec:
+  nodes:
+    - {name: h1, gpus: 8, product: NVIDIA-H100-80GB-HBM3, topology: DGX-H100}
+"""
+
+
+@pytest.fixture(scope="module")
+def inventory_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A static GPUInventory of one 8-GPU node, for `kgwe extender --inventory`."""
+    path = tmp_path_factory.mktemp("inventory") / "inventory.yaml"
+    path.write_text(ONE_NODE_INVENTORY)
+    return path

@@ -114,3 +114,53 @@ def test_cli_rejects_non_yaml(tmp_path, capsys):
     bad.write_text("a: [unclosed\n")
     assert main(["convert", str(bad)]) == 1
     assert "not YAML" in capsys.readouterr().err
+
+
+def test_convert_says_what_the_result_still_needs_and_suggests_it(tmp_path, capsys):
+    """GPU_Orchestrator's example validated clean before and was then refused on the cluster (no profile with
+    its strategy, no PriorityClass "high"); convert now says so and writes what would fix it."""
+    import shutil
+
+    from kgwe.resources import sample_repo_dir
+
+    out, suggest = tmp_path / "wl.yaml", tmp_path / "suggested"
+    src = str(FIXTURES / "gpu-orchestrator-my-model.yaml")
+    args = ["convert", src, "--runtime", "torch-distributed", "--policy", str(sample_repo_dir())]
+    assert main([*args, "--out", str(out), "--suggest", str(suggest)]) == 0
+    report = capsys.readouterr().err
+    assert "STILL NEEDS: no ScoringProfile uses strategy LeastLoaded" in report
+    assert 'may need: needs PriorityClass "high" on the cluster' in report
+    assert "its pods get WorkloadRuntime 'torch-distributed'" in report
+    doc = yaml.safe_load(out.read_text())
+    assert doc["spec"]["runtime"] == "torch-distributed" and "podTemplate" not in doc["spec"]
+    assert main(["validate", "--policy", str(sample_repo_dir()), str(out)]) == 1  # as the report said
+    assert "[NoScoringProfile]" in capsys.readouterr().out
+    # the suggested profile, added to the policy repository, makes the workload admissible there
+    repo = tmp_path / "repo"
+    shutil.copytree(sample_repo_dir(), repo)
+    shutil.copy(suggest / "scoringprofile-least-loaded.yaml", repo / "scoring")
+    assert main(["validate", "--policy", str(repo), str(out)]) == 0
+    assert "[NoScoringProfile]" not in capsys.readouterr().out
+    priority_class = yaml.safe_load((suggest / "priorityclass-high.yaml").read_text())
+    assert (priority_class["kind"], priority_class["metadata"]["name"]) == ("PriorityClass", "high")
+    assert isinstance(priority_class["value"], int)
+
+
+def test_a_profile_the_policy_has_is_not_suggested(tmp_path, capsys):
+    from kgwe.resources import sample_repo_dir
+
+    doc = yaml.safe_load((FIXTURES / "agentaflow-my-training-job.yaml").read_text())
+    doc["spec"]["schedulingStrategy"] = "best_fit"
+    (tmp_path / "in.yaml").write_text(yaml.safe_dump(doc))
+    suggest = tmp_path / "suggested"
+    args = [
+        "convert",
+        str(tmp_path / "in.yaml"),
+        "--policy",
+        str(sample_repo_dir()),
+        "--suggest",
+        str(suggest),
+    ]
+    assert main(args) == 0
+    assert "STILL NEEDS" not in capsys.readouterr().err
+    assert list(suggest.iterdir()) == []  # BestFit is served and the priority is an integer

@@ -75,7 +75,10 @@ def test_readme_workload_is_one_indexed_job_with_placement_annotations():
     assert env["PET_MASTER_PORT"] == "29500"
     assert env["KGWE_DISTRIBUTED_BACKEND"] == "NCCL"
     assert env["PET_NODE_RANK"] == {
-        "fieldRef": {"fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}
+        "fieldRef": {
+            "apiVersion": "v1",
+            "fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']",
+        }
     }
     svc = objs["Service"][0]
     assert svc["spec"]["clusterIP"] == "None" and svc["spec"]["publishNotReadyAddresses"] is True

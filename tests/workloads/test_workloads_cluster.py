@@ -25,6 +25,7 @@ from kubernetes.client.exceptions import ApiException
 from prometheus_client import CollectorRegistry
 
 from kgwe.cluster.events import EventRecorder
+from kgwe.cluster.names import WORKLOADS_ENABLED, WORKLOADS_NAMESPACE_LABEL
 from kgwe.cost.service import CostService
 from kgwe.cost.store import CostStore
 from kgwe.localcluster.controlplane import KWOK_HOLD_ANNOTATION, default_scheduler_config
@@ -33,6 +34,7 @@ from kgwe.policy import load_repository
 from kgwe.reconcile.costs import CostDuties
 from kgwe.reconcile.repository import RepositoryReconciler
 from kgwe.render.render import RenderOptions, render
+from kgwe.resources import sample_repo_dir
 from kgwe.workloads.controller import (
     GROUP,
     PLURAL,
@@ -101,6 +103,8 @@ def kgwe_stack(
     the API server through `reconciler_api`, e.g. impersonating the controller's ServiceAccount)."""
     install_crds(k8s_api)
     (tmp_path / "scoring.yaml").write_text(SCORING)
+    for runtime in (sample_repo_dir() / "runtimes").glob("*.yaml"):  # sample-repo's WorkloadRuntimes
+        (tmp_path / runtime.name).write_text(runtime.read_text())
     ps = load_repository(tmp_path)
     proc, port = start_extender(control_plane.kubeconfig_path, "--namespace", policy_namespace)
     rendered = render(
@@ -112,13 +116,14 @@ def kgwe_stack(
         ),
     )
     core = client.CoreV1Api(k8s_api)
-    scoring = yaml.safe_load(rendered.files["scoring.yaml"])
-    try:
-        core.create_namespaced_config_map(policy_namespace, scoring)
-    except ApiException as exc:
-        if exc.status != 409:
-            raise
-        core.replace_namespaced_config_map(scoring["metadata"]["name"], policy_namespace, scoring)
+    for file in ("scoring.yaml", "runtimes.yaml"):  # what the policy reconciler applies
+        cm = yaml.safe_load(rendered.files[file])
+        try:
+            core.create_namespaced_config_map(policy_namespace, cm)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+            core.replace_namespaced_config_map(cm["metadata"]["name"], policy_namespace, cm)
     cm = yaml.safe_load(rendered.files["kube-scheduler-config.yaml"])
     config = yaml.safe_load(cm["data"]["scheduler-config.yaml"])
     assert config["profiles"] == [{"schedulerName": "kgwe-scheduler"}]
@@ -135,7 +140,7 @@ def kgwe_stack(
     controller = WorkloadController(reconciler, resync_seconds=5)
     controller.start(stop)
     try:
-        yield {"port": port, "reconciler": reconciler, "controller": controller}
+        yield {"port": port, "reconciler": reconciler, "controller": controller, "repo": tmp_path}
     finally:
         stop.set()
         control_plane.start_scheduler(default_scheduler_config())
@@ -143,11 +148,27 @@ def kgwe_stack(
         proc.wait(timeout=10)
 
 
+def opt_in(k8s_api, namespace: str) -> None:
+    """Label the namespace so GPUWorkloads may run there."""
+    label = {"metadata": {"labels": {WORKLOADS_NAMESPACE_LABEL: WORKLOADS_ENABLED}}}
+    client.CoreV1Api(k8s_api).patch_namespace(namespace, label)
+
+
 @pytest.fixture
 def stack(control_plane, k8s_api, namespace, tmp_path) -> Iterator[dict]:
-    with kgwe_stack(control_plane, k8s_api, namespace, tmp_path) as parts:
-        _DUMP[:] = [lambda: _dump(k8s_api, namespace)]
-        yield {**parts, "namespace": namespace}
+    """The stack with its own policy namespace (KGWE's, where no workload runs) beside the test's."""
+    from kgwe.cluster.client import ensure_namespace
+    from tests.harness.pytest_cluster import delete_namespace
+
+    opt_in(k8s_api, namespace)
+    policy_namespace = f"{namespace}-kgwe"
+    ensure_namespace(k8s_api, policy_namespace)
+    try:
+        with kgwe_stack(control_plane, k8s_api, policy_namespace, tmp_path) as parts:
+            _DUMP[:] = [lambda: _dump(k8s_api, namespace)]
+            yield {**parts, "namespace": namespace}
+    finally:
+        delete_namespace(client.CoreV1Api(k8s_api), policy_namespace)
 
 
 def _create(k8s_api, namespace: str, doc: dict, tag: dict[str, str], hold: bool = False) -> str:
@@ -615,6 +636,144 @@ def test_converted_seed_examples_run(stack, k8s_api, namespace, gpu_node):
     assert pod.metadata.annotations["kgwe.nvidia.io/scoring-profile"] == "least-loaded"
 
 
+def test_the_prd_example_runs_as_written_with_the_repositorys_runtime(stack, k8s_api, namespace, gpu_node):
+    """No pod template, only `framework: PyTorch` and `workloadType: DistributedTraining`: the pods come from
+    the repository's torch-distributed WorkloadRuntime, and the workload says so."""
+    tag = _tag()
+    node = gpu_node("DGX-A100", labels=tag)
+    doc = yaml.safe_load((EXAMPLES / "kgwe-prd-llm-training-job.yaml").read_text())
+    assert "podTemplate" not in doc["spec"]
+    name = _create(k8s_api, namespace, doc, tag, hold=True)  # adds only a nodeSelector and an annotation
+    wl = eventually(
+        lambda: (w := _get(k8s_api, namespace, name)) and _cond(w, "PodsReady").get("status") == "True" and w,
+        "the PRD's llm-training-job running",
+    )
+    assert wl["status"]["runtime"] == "torch-distributed"
+    assert "runtime torch-distributed" in _cond(wl, "Admitted")["message"]
+    assert wl["status"]["nodes"] == node
+    (pod,) = _pods(k8s_api, namespace, name)
+    (trainer,) = pod.spec.containers
+    assert trainer.image == "nvcr.io/nvidia/pytorch:25.12-py3"
+    assert trainer.resources.limits == {"nvidia.com/gpu": "8"}
+    env = {e.name: e.value for e in trainer.env}
+    assert (env["PET_NNODES"], env["PET_NPROC_PER_NODE"]) == ("1", "8")
+    assert pod.spec.node_selector == tag  # the workload's own template fields, laid over the runtime's
+    # `kgwe submit --dry-run=client -o yaml --policy` planned, offline, exactly what the controller created
+    from kgwe.fleet.submit_cmd import planned_yaml
+
+    live = client.CustomObjectsApi(k8s_api).get_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, name
+    )
+    body = {k: live[k] for k in ("apiVersion", "kind", "spec")}
+    body["metadata"] = {"name": name, "namespace": namespace}
+    planned = {
+        f"{o['kind']}/{o['metadata']['name']}": o
+        for o in yaml.safe_load_all(planned_yaml([body], str(stack["repo"]), None))
+    }
+    job = client.BatchV1Api(k8s_api).read_namespaced_job(f"{name}-r0-worker", namespace)
+    assert sorted(planned) == [f"Job/{name}-r0-worker", f"Service/{name}"]
+    want = planned[f"Job/{name}-r0-worker"]["spec"]["template"]
+    got = client.ApiClient().sanitize_for_serialization(job.spec.template)
+    assert got["metadata"]["labels"] == {
+        **want["metadata"]["labels"],
+        "batch.kubernetes.io/controller-uid": job.metadata.uid,
+        "batch.kubernetes.io/job-name": job.metadata.name,
+        "controller-uid": job.metadata.uid,
+        "job-name": job.metadata.name,
+    }
+    assert got["metadata"]["annotations"] == want["metadata"]["annotations"]
+    for field in ("image", "command", "env", "ports", "resources", "volumeMounts"):
+        assert got["spec"]["containers"][0][field] == want["spec"]["containers"][0][field], field
+    for field in ("nodeSelector", "schedulerName", "subdomain", "restartPolicy", "volumes"):
+        assert got["spec"][field] == want["spec"][field], field
+
+
+def test_a_spec_edit_the_running_job_cannot_take_is_one_event(stack, k8s_api, namespace, gpu_node):
+    """The runtime changes under a running workload (a new image), then the workload is edited: its Job's
+    pod template cannot change, so the reconciler says so once and goes on; it never retries in a loop."""
+    tag = _tag()
+    gpu_node("DGX-A100", labels=tag)
+    doc = yaml.safe_load((EXAMPLES / "kgwe-prd-llm-training-job.yaml").read_text())
+    doc["metadata"] = {"name": "runtime-moved"}
+    name = _create(k8s_api, namespace, doc, tag, hold=True)
+    eventually(lambda: _get(k8s_api, namespace, name).get("status", {}).get("phase") == "Running", "running")
+    core = client.CoreV1Api(k8s_api)
+    cm = core.read_namespaced_config_map("kgwe-runtimes", namespace)
+    cm.data["runtimes.json"] = cm.data["runtimes.json"].replace("pytorch:25.12-py3", "pytorch:26.01-py3")
+    core.replace_namespaced_config_map("kgwe-runtimes", namespace, cm)
+    custom = client.CustomObjectsApi(k8s_api)
+    custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name, {"spec": {"team": "nlp"}})
+    eventually(lambda: _events(k8s_api, namespace, name, "SpecNotApplied"), "SpecNotApplied")
+    time.sleep(12)  # two resyncs and more
+    (event,) = _events(k8s_api, namespace, name, "SpecNotApplied")
+    assert "the API server refuses the change" in event.message and "immutable" in event.message
+    wl = _get(k8s_api, namespace, name)
+    assert wl["status"]["observedGeneration"] == wl["metadata"]["generation"]
+    assert wl["status"]["phase"] == "Running"
+    (pod,) = _pods(k8s_api, namespace, name)
+    assert pod.spec.containers[0].image == "nvcr.io/nvidia/pytorch:25.12-py3"  # the run keeps its objects
+
+
+def _events(k8s_api, namespace: str, name: str, reason: str) -> list:
+    core = client.CoreV1Api(k8s_api)
+    items = core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={name}").items
+    return [e for e in items if e.reason == reason]
+
+
+def test_a_template_of_the_wrong_type_is_one_condition_not_a_loop(stack, k8s_api, namespace, gpu_node):
+    """`affinity: "x"` passes the CRD (podTemplate preserves unknown fields); the reconciler says why once
+    and creates nothing, however often it looks again (the stack resyncs every 5 s)."""
+    tag = _tag()
+    gpu_node("DGX-A100", labels=tag)
+    doc = yaml.safe_load((EXAMPLES / "kgwe-readme-llm-training.yaml").read_text())
+    doc["metadata"] = {"name": "bad-affinity"}
+    doc["spec"]["podTemplate"]["spec"]["affinity"] = "x"
+    name = _create(k8s_api, namespace, doc, tag)
+    wl = eventually(
+        lambda: (
+            (w := _get(k8s_api, namespace, name))
+            and _cond(w, "Admitted").get("reason") == "InvalidSpec"
+            and w
+        ),
+        "refused as InvalidSpec",
+    )
+    assert _cond(wl, "Admitted")["message"].startswith(
+        "spec.podTemplate.spec.affinity: expected a map (Affinity), got a string"
+    )
+    time.sleep(12)  # two resyncs and more
+    assert len(_events(k8s_api, namespace, name, "InvalidSpec")) == 1
+    failed = stack["reconciler"].metrics.failed.labels("InvalidSpec")._value.get()
+    assert failed >= 1
+    assert _get(k8s_api, namespace, name)["metadata"]["resourceVersion"] == wl["metadata"]["resourceVersion"]
+    assert not client.BatchV1Api(k8s_api).list_namespaced_job(namespace).items
+
+
+def test_a_template_the_api_server_refuses_creates_nothing(stack, k8s_api, namespace, gpu_node):
+    """A value only the API server's own validation catches (a port above 65535): every child is dry-run
+    first, so neither the Service nor the Job exists, and the refusal is said once."""
+    tag = _tag()
+    gpu_node("DGX-A100", labels=tag)
+    doc = yaml.safe_load((EXAMPLES / "kgwe-readme-llm-training.yaml").read_text())
+    doc["metadata"] = {"name": "bad-port"}
+    doc["spec"]["podTemplate"]["spec"]["containers"][0]["ports"] = [{"containerPort": 70000}]
+    name = _create(k8s_api, namespace, doc, tag)
+    wl = eventually(
+        lambda: (
+            (w := _get(k8s_api, namespace, name))
+            and _cond(w, "Admitted").get("reason") == "InvalidPodTemplate"
+            and w
+        ),
+        "refused as InvalidPodTemplate",
+    )
+    message = _cond(wl, "Admitted")["message"]
+    assert "the API server refuses Job/bad-port-r0-worker" in message and "containerPort" in message
+    time.sleep(6)
+    assert len(_events(k8s_api, namespace, name, "InvalidPodTemplate")) == 1
+    assert not client.BatchV1Api(k8s_api).list_namespaced_job(namespace).items
+    with pytest.raises(ApiException):
+        client.CoreV1Api(k8s_api).read_namespaced_service(name, namespace)
+
+
 def test_impossible_request_is_refused_with_the_field(stack, k8s_api, namespace, gpu_node):
     tag = _tag()
     gpu_node("DGX-A100", labels=tag)
@@ -638,7 +797,8 @@ CONTROLLER_SA = "system:serviceaccount:kgwe-system:kgwe-controller"
 
 @pytest.fixture
 def controller_account(k8s_api) -> client.ApiClient:
-    """deploy/controller/rbac.yaml applied; an API client impersonating the controller's ServiceAccount."""
+    """deploy/controller's RBAC and admission policies applied; an API client impersonating the controller's
+    ServiceAccount."""
     from kubernetes import dynamic
 
     from kgwe.cluster.client import ensure_namespace
@@ -647,7 +807,9 @@ def controller_account(k8s_api) -> client.ApiClient:
     for ns in ("kgwe-system", "gpu-operator"):  # the Roles' namespaces
         ensure_namespace(k8s_api, ns)
     dyn = dynamic.DynamicClient(k8s_api)
-    for doc in yaml.safe_load_all((deploy_dir() / "controller" / "rbac.yaml").read_text()):
+    files = ("rbac.yaml", "workloads-rbac.yaml", "workloads-admission.yaml")
+    docs = [d for f in files for d in yaml.safe_load_all((deploy_dir() / "controller" / f).read_text())]
+    for doc in docs:
         if doc:
             resource = dyn.resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
             namespace = doc["metadata"].get("namespace")
@@ -674,6 +836,7 @@ def test_reconciler_runs_as_the_controllers_service_account(
     for _ in range(2):
         gpu_node("DGX-H100", labels=tag)
     sa = controller_account
+    opt_in(k8s_api, namespace)
     with kgwe_stack(control_plane, k8s_api, "kgwe-system", tmp_path, reconciler_api=sa) as parts:
         _DUMP[:] = [lambda: _dump(k8s_api, namespace)]
         doc = yaml.safe_load((EXAMPLES / "distributed-16gpu.yaml").read_text())

@@ -1,0 +1,280 @@
+"""Every reason a GPUWorkload is refused, and the one check that finds them (pure).
+
+The controller runs `findings()` with what it read from the cluster and refuses the workload with the first
+error; `kgwe validate` runs the same function with what the policy repository says (and, with `--cluster`,
+what the cluster says), so whatever the repository alone can tell fails at validation, not minutes later on
+the cluster. `REFUSALS` lists each reason with what it depends on:
+
+- spec: the manifest alone (found by `kgwe validate FILE`)
+- repository: the policy repository (scoring profiles, runtimes, budgets: `kgwe validate --policy DIR FILE`,
+  or a repository holding both)
+- cluster: objects only the cluster has (PriorityClasses, nodes, gang engines): a warning offline where it
+  can be foreseen, an error with `kgwe validate --cluster`
+- state: the cluster's state at admission time (a budget used up): a warning with `--cluster`
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from kgwe.policy.gpu_workload import GPUWorkload, NodeOffer, has_containers, problems
+from kgwe.policy.pod_template import template_findings
+from kgwe.policy.workload_runtime import WorkloadRuntimeSpec
+from kgwe.vocab import DEFAULT_STRATEGY
+from kgwe.workloads import runtime as rt
+from kgwe.workloads.plan import (
+    Facts,
+    PlanError,
+    gpu_resources,
+    name_problem,
+    resolve_backend,
+    resolve_priority,
+    resolve_profile,
+)
+from kgwe.workloads.status import QUOTA_NAME_ANNOTATION, quota_admission
+
+Scope = Literal["spec", "repository", "cluster", "state"]
+Severity = Literal["error", "warning"]
+FieldPath = tuple[str | int, ...]
+
+
+@dataclass(frozen=True)
+class Refusal:
+    scope: Scope
+    meaning: str
+
+
+REFUSALS: dict[str, Refusal] = {
+    "InvalidSpec": Refusal("spec", "the object fails the GPUWorkload schema (types, ranges, consistency)"),
+    "NameTooLong": Refusal("spec", "pod hostnames <workload>-r<run>-<role>-<index> exceed 63 characters"),
+    "NoRuntime": Refusal("repository", "a role has no containers and no WorkloadRuntime supplies them"),
+    "InvalidPodTemplate": Refusal(
+        "repository", "the pod template (with its runtime's) is not one the API server accepts for a Job"
+    ),
+    "NoScoringProfile": Refusal("repository", "no ScoringProfile uses the schedulingStrategy asked for"),
+    "QuotaExceeded": Refusal("repository", "the namespace's GPUBudget quota is smaller than the workload"),
+    "Unschedulable": Refusal("cluster", "no node offers what one pod needs (GPUs, product, MIG profile)"),
+    "NoGangEngine": Refusal("cluster", "several pods, and neither native PodGroups nor Kueue is served"),
+    "NoPriorityClass": Refusal("cluster", "spec.priority names a PriorityClass the cluster does not have"),
+    "BudgetExhausted": Refusal("state", "an Enforce budget is used up: its quota is capped at current use"),
+}
+
+
+@dataclass(frozen=True)
+class Finding:
+    reason: str
+    path: FieldPath
+    message: str
+    severity: Severity = "error"
+
+
+@dataclass(frozen=True)
+class PolicyView:
+    """What the policy repository says; None where it is not known (a manifest validated on its own)."""
+
+    profiles: Mapping[str, str] | None = None  # ScoringProfile name -> strategy, as rendered (kgwe-scoring)
+    runtimes: Mapping[str, WorkloadRuntimeSpec] | None = None  # as rendered (kgwe-runtimes)
+    budget_quotas: Mapping[str, tuple[str, Mapping[str, str]]] | None = None  # namespace -> (budget, hard)
+
+
+@dataclass(frozen=True)
+class ClusterView:
+    """What the cluster has; None where it is not known. `offers` may come from a GPUInventory offline."""
+
+    offers: Sequence[NodeOffer] | None = None
+    offers_from: str = "the cluster's nodes"
+    priority_classes: Mapping[str, int] | None = None
+    native_gang: bool | None = None
+    kueue: bool | None = None
+    quotas: Mapping[str, Mapping[str, Any]] | None = None  # namespace -> its live kgwe-budget quota
+    namespaces: frozenset[str] | None = None
+
+
+def profiles_of(profiles: Mapping[str, str]) -> dict[str, str]:
+    """Profile name -> strategy as the extender will have them: with no ScoringProfile in the repository,
+    `kgwe render` writes one "default" profile with the default strategy."""
+    return dict(profiles) if profiles else {"default": DEFAULT_STRATEGY}
+
+
+def quota_needs(wl: GPUWorkload) -> dict[str, int]:
+    """ResourceQuota keys -> what all the workload's pods request together."""
+    needs: dict[str, int] = {}
+    for role in wl.spec.effective_roles():
+        assert role.gpu_requirements is not None
+        resources, _ = gpu_resources(role.gpu_requirements)
+        for key, n in resources.items():
+            needs[f"requests.{key}"] = needs.get(f"requests.{key}", 0) + n * role.replicas
+    return needs
+
+
+def _role_path(wl: GPUWorkload, index: int) -> FieldPath:
+    spec = wl.spec
+    if spec.roles and spec.roles[index].pod_template is not None:
+        return ("spec", "roles", index, "podTemplate")
+    return ("spec", "podTemplate")
+
+
+def template_problems(wl: GPUWorkload, runtimes: Mapping[str, WorkloadRuntimeSpec] | None) -> list[Finding]:
+    """NoRuntime / InvalidPodTemplate: the template each role's pods are made from. Runtimes unknown: a
+    warning for roles that need one."""
+    name, why = rt.select(wl, runtimes or {})
+    if runtimes is None and rt.needs_runtime(wl):
+        wants = f'runtime "{wl.spec.runtime}"' if wl.spec.runtime else f"framework {wl.spec.framework}"
+        return [
+            Finding(
+                "NoRuntime",
+                ("spec", "podTemplate"),
+                "the pod template has no containers: the controller takes them from the WorkloadRuntime "
+                f"for {wants} and workloadType {wl.spec.workload_type}; --policy DIR checks one exists",
+                "warning",
+            )
+        ]
+    if why:
+        path: FieldPath = (
+            ("spec", "runtime")
+            if wl.spec.runtime
+            else ("spec", "framework")
+            if wl.spec.framework
+            else ("spec", "podTemplate")
+        )
+        return [Finding("NoRuntime", path, why)]
+    runtime = (runtimes or {}).get(name) if name else None
+    out: list[Finding] = []
+    for i, role in enumerate(wl.spec.effective_roles()):
+        template = rt.role_template(role.pod_template, runtime)
+        base = _role_path(wl, i)
+        via = f" (with WorkloadRuntime {name})" if name and not has_containers(role.pod_template) else ""
+        for path, message in template_findings(template, require_containers=True):
+            out.append(Finding("InvalidPodTemplate", (*base, *path), message + via))
+    return out
+
+
+def findings(
+    wl: GPUWorkload, namespace: str | None, policy: PolicyView, cluster: ClusterView
+) -> list[Finding]:
+    """Everything that would make the controller refuse `wl` (errors), and what cannot be known from the
+    views given (warnings), in the order the controller meets them."""
+    spec = wl.spec
+    out: list[Finding] = []
+    if namespace and cluster.namespaces is not None and namespace not in cluster.namespaces:
+        message = f'namespace "{namespace}" does not exist: the API server refuses the GPUWorkload'
+        out.append(Finding("", ("metadata", "namespace"), message))
+    if wl.name:
+        too_long = name_problem(wl, 0)
+        if too_long:
+            out.append(Finding("NameTooLong", ("metadata", "name"), too_long))
+    out += template_problems(wl, policy.runtimes)
+    if cluster.offers is not None:
+        for path, message in problems(spec, cluster.offers):
+            out.append(Finding("Unschedulable", path, f"{message} (checked against {cluster.offers_from})"))
+    else:
+        for i, role in enumerate(spec.roles or []):
+            if role.gpu_requirements and role.gpu_requirements.product:
+                out.append(
+                    _unknown_product(("spec", "roles", i, "gpuRequirements"), role.gpu_requirements.product)
+                )
+        if spec.gpu_requirements.product:
+            out.append(_unknown_product(("spec", "gpuRequirements"), spec.gpu_requirements.product))
+    if cluster.native_gang is not None and cluster.kueue is not None:
+        _, problem = resolve_backend(
+            spec.gang.backend, spec.total_pods, cluster.native_gang, cluster.kueue, spec.is_batch
+        )
+        if problem:
+            hint = "; set spec.gang.backend: None to run without all-or-nothing"
+            out.append(Finding("NoGangEngine", ("spec", "gang", "backend"), problem + hint))
+    if spec.scheduling_strategy and policy.profiles is None:
+        message = (
+            f"needs a ScoringProfile with strategy {spec.scheduling_strategy} in the policy repository "
+            "(not known without one; --policy DIR checks)"
+        )
+        out.append(Finding("NoScoringProfile", ("spec", "schedulingStrategy"), message, "warning"))
+    elif spec.scheduling_strategy and policy.profiles is not None:
+        try:
+            resolve_profile(wl, profiles_of(policy.profiles))
+        except PlanError as exc:
+            out.append(Finding(exc.reason, ("spec", "schedulingStrategy"), str(exc)))
+    if isinstance(spec.priority, str):
+        if cluster.priority_classes is None:
+            out.append(
+                Finding(
+                    "NoPriorityClass",
+                    ("spec", "priority"),
+                    f'needs PriorityClass "{spec.priority}" on the cluster (not known offline; `kgwe '
+                    f"validate --cluster` checks): kubectl create priorityclass {spec.priority} --value=N",
+                    "warning",
+                )
+            )
+        else:
+            try:
+                resolve_priority(spec.priority, cluster.priority_classes)
+            except PlanError as exc:
+                known = ", ".join(sorted(cluster.priority_classes)) or "none"
+                out.append(Finding(exc.reason, ("spec", "priority"), f"{exc} on the cluster (have: {known})"))
+    out += _quota(wl, namespace, policy, cluster)
+    return out
+
+
+def _unknown_product(path: FieldPath, product: str) -> Finding:
+    return Finding(
+        "Unschedulable",
+        (*path, "product"),
+        f'needs a node with GPU product "{product}": not known offline (add a GPUInventory to the '
+        "repository, or `kgwe validate --cluster`)",
+        "warning",
+    )
+
+
+def _quota(wl: GPUWorkload, namespace: str | None, policy: PolicyView, cluster: ClusterView) -> list[Finding]:
+    needs = quota_needs(wl)
+    out: list[Finding] = []
+    if namespace and policy.budget_quotas is not None and namespace in policy.budget_quotas:
+        budget, hard = policy.budget_quotas[namespace]
+        rendered = {
+            "spec": {"hard": dict(hard)},
+            "metadata": {"annotations": {QUOTA_NAME_ANNOTATION: budget}},
+        }
+        refused = quota_admission(rendered, needs)
+        if refused:  # more than the whole quota: no amount of waiting admits it
+            out.append(
+                Finding("QuotaExceeded", ("spec", "gpuRequirements"), f"{refused[1]} (namespace {namespace})")
+            )
+    live = (cluster.quotas or {}).get(namespace or "")
+    if live:
+        refused = quota_admission(live, needs)
+        if refused:  # the state of the moment: the controller waits and admits when room appears
+            reason, message = refused
+            out.append(Finding(reason, ("spec", "gpuRequirements"), f"{message}; admission waits", "warning"))
+    return out
+
+
+def resolve_facts(
+    wl: GPUWorkload, run: int, policy: PolicyView, cluster: ClusterView, *, native: bool, kueue: bool
+) -> Facts:
+    """The facts the children are planned with, once `findings` has no error. `native`/`kueue` say which
+    gang engines to assume (the controller passes what the cluster serves)."""
+    spec = wl.spec
+    backend, problem = resolve_backend(spec.gang.backend, spec.total_pods, native, kueue, spec.is_batch)
+    if problem:
+        raise PlanError("NoGangEngine", problem)
+    name, why = rt.select(wl, policy.runtimes or {})
+    if why:
+        raise PlanError("NoRuntime", why)
+    if cluster.priority_classes is not None:
+        priority_class = resolve_priority(spec.priority, cluster.priority_classes)
+    else:  # offline: a name is taken as written; an integer is resolved against the cluster's classes
+        priority_class = spec.priority if isinstance(spec.priority, str) else None
+    return Facts(
+        run=run,
+        gang_backend=backend,
+        # profiles not known (offline, no repository): only a profile named outright
+        scoring_profile=(
+            resolve_profile(wl, profiles_of(policy.profiles))
+            if policy.profiles is not None
+            else spec.scoring_profile
+        ),
+        priority_class=priority_class,
+        runtime_name=name,
+        runtime=(policy.runtimes or {}).get(name) if name else None,
+    )

@@ -1,0 +1,154 @@
+"""What the cluster has that decides whether a GPUWorkload can be admitted: the GPU nodes' offers,
+PriorityClasses, the gang engines served, the namespaces' kgwe-budget quotas, and the rendered policy
+(kgwe-scoring profiles, kgwe-runtimes). Read by the reconciler at admission and by `kgwe validate --cluster`,
+so both judge a workload on the same facts (kgwe.workloads.admission)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from kgwe.cluster.client import list_items
+from kgwe.cluster.names import (
+    BUDGET_QUOTA_NAME,
+    GPU_RESOURCE,
+    MIG_RESOURCE_PREFIX,
+    RUNTIMES_CONFIG_KEY,
+    RUNTIMES_CONFIGMAP,
+)
+from kgwe.gpu import catalog
+from kgwe.policy.gpu_workload import NodeOffer
+from kgwe.policy.workload_runtime import WorkloadRuntimeSpec
+from kgwe.vocab import GPU_PRODUCT_LABEL
+from kgwe.workloads.admission import ClusterView, PolicyView
+
+KUEUE_GROUP = "kueue.x-k8s.io"
+SCORING_CONFIGMAP = "kgwe-scoring"
+
+
+def serves(api: client.ApiClient, group: str, version: str | None = None) -> bool:
+    try:
+        groups = client.ApisApi(api).get_api_versions().groups or []
+    except ApiException:
+        return False
+    for g in groups:
+        if g.name == group:
+            return version is None or any(v.version == version for v in g.versions)
+    return False
+
+
+def node_offers(api: client.ApiClient) -> list[NodeOffer]:
+    """What each GPU node can give one pod: allocatable GPUs, product, MIG profiles (those its GPU model
+    could offer while MIG is not enabled yet)."""
+    offers = []
+    for node in list_items(client.CoreV1Api(api).list_node):
+        labels = node["metadata"].get("labels") or {}
+        alloc = (node.get("status") or {}).get("allocatable") or {}
+        gpus = int(alloc.get(GPU_RESOURCE, "0") or 0)
+        profiles = frozenset(
+            k[len(MIG_RESOURCE_PREFIX) :]
+            for k, v in alloc.items()
+            if k.startswith(MIG_RESOURCE_PREFIX) and v != "0"
+        )
+        product = labels.get(GPU_PRODUCT_LABEL, "")
+        if not profiles and product:
+            model = catalog.model_for_product(product)
+            if model is not None and model.mig_capable:
+                profiles = frozenset(model.profiles)
+        if gpus or profiles:
+            offers.append(NodeOffer(gpus=gpus, product=product, mig_profiles=profiles))
+    return offers
+
+
+def priority_classes(api: client.ApiClient) -> dict[str, int]:
+    items = list_items(client.SchedulingV1Api(api).list_priority_class)
+    return {i["metadata"]["name"]: int(i.get("value", 0)) for i in items}
+
+
+def budget_quota(api: client.ApiClient, namespace: str) -> dict[str, Any] | None:
+    """The namespace's kgwe-budget ResourceQuota (spec and status), or None."""
+    try:
+        return (
+            client.CoreV1Api(api)
+            .read_namespaced_resource_quota(BUDGET_QUOTA_NAME, namespace, _preload_content=False)
+            .json()
+        )
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+def _config_map_json(api: client.ApiClient, namespace: str, name: str, key: str) -> Any:
+    try:
+        cm = client.CoreV1Api(api).read_namespaced_config_map(name, namespace)
+    except ApiException:
+        return None
+    try:
+        return json.loads((cm.data or {}).get(key) or "null")
+    except ValueError:
+        return None
+
+
+def scoring_profiles(api: client.ApiClient, policy_namespace: str) -> dict[str, str]:
+    """Scoring profile name -> strategy, from the rendered kgwe-scoring ConfigMap."""
+    from kgwe.extender.profile import ProfileError, profiles_from_document
+
+    doc = _config_map_json(api, policy_namespace, SCORING_CONFIGMAP, "profiles.json")
+    try:
+        profiles = profiles_from_document(doc or {})
+    except (ProfileError, ValueError, TypeError):
+        return {}
+    return {name: p.strategy for name, p in profiles.items()}
+
+
+def runtimes(api: client.ApiClient, policy_namespace: str) -> dict[str, WorkloadRuntimeSpec]:
+    """The WorkloadRuntimes of the policy repository, from the rendered kgwe-runtimes ConfigMap (validated
+    with the repository; one that no longer parses is left out)."""
+    doc = _config_map_json(api, policy_namespace, RUNTIMES_CONFIGMAP, RUNTIMES_CONFIG_KEY)
+    out: dict[str, WorkloadRuntimeSpec] = {}
+    for name, spec in ((doc or {}).get("runtimes") or {}).items() if isinstance(doc, dict) else ():
+        try:
+            out[name] = WorkloadRuntimeSpec.model_validate(spec)
+        except ValueError:
+            continue
+    return out
+
+
+def policy_view(api: client.ApiClient, policy_namespace: str) -> PolicyView:
+    return PolicyView(
+        profiles=scoring_profiles(api, policy_namespace), runtimes=runtimes(api, policy_namespace)
+    )
+
+
+def cluster_view(api: client.ApiClient, *, namespaces_and_quotas: bool = False) -> ClusterView:
+    """The cluster's side of admission. `namespaces_and_quotas`: also which namespaces exist and every
+    namespace's kgwe-budget quota (`kgwe validate --cluster`; the reconciler reads one when it admits)."""
+    existing = None
+    quotas: dict[str, dict[str, Any]] | None = {}
+    if namespaces_and_quotas:  # a user who may not list them all gets these two as not known
+        core = client.CoreV1Api(api)
+        try:
+            existing = frozenset(n["metadata"]["name"] for n in list_items(core.list_namespace))
+        except ApiException as exc:
+            if exc.status != 403:
+                raise
+        selector = f"metadata.name={BUDGET_QUOTA_NAME}"
+        try:
+            items = list_items(core.list_resource_quota_for_all_namespaces, field_selector=selector)
+            quotas = {q["metadata"]["namespace"]: q for q in items}
+        except ApiException as exc:
+            if exc.status != 403:
+                raise
+            quotas = None
+    return ClusterView(
+        offers=node_offers(api),
+        priority_classes=priority_classes(api),
+        native_gang=serves(api, "scheduling.k8s.io", "v1beta1"),
+        kueue=serves(api, KUEUE_GROUP),
+        quotas=quotas,
+        namespaces=existing,
+    )

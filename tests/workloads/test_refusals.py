@@ -1,0 +1,196 @@
+"""Every reason the controller refuses a GPUWorkload is found by `kgwe validate` first.
+
+The reasons are enumerated from the code (kgwe/workloads: PlanError, Finding, the reconciler's refusals and
+the quota check) and must all be in admission.REFUSALS; each has a case below. For each case the real
+reconciler, on a real API server, refuses the workload with that reason, and `kgwe validate` reported it
+before: offline as an error when it depends on the manifest or the policy repository (a warning where only
+the cluster can tell), and with `--cluster` as an error (a warning for the budget's state of the moment)."""
+
+from __future__ import annotations
+
+import ast
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+from kubernetes import client
+from prometheus_client import CollectorRegistry
+
+from kgwe.cli import main
+from kgwe.cluster.client import ensure_namespace
+from kgwe.cluster.events import EventRecorder
+from kgwe.policy import load_repository
+from kgwe.render.render import RenderOptions, render
+from kgwe.resources import sample_repo_dir
+from kgwe.workloads.admission import REFUSALS
+from kgwe.workloads.controller import GROUP, PLURAL, VERSION, WorkloadMetrics, WorkloadReconciler
+from tests.harness.crds import install_crds
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "docs" / "examples" / "gpuworkloads"
+OWN = yaml.safe_load((EXAMPLES / "kgwe-readme-llm-training.yaml").read_text())  # brings its template
+BARE = yaml.safe_load((EXAMPLES / "kgwe-prd-llm-training-job.yaml").read_text())  # takes a runtime
+
+POLICY = """
+apiVersion: kgwe.nvidia.io/v1
+kind: ScoringProfile
+metadata: {name: default}
+spec: {default: true, strategy: BestFit}
+---
+apiVersion: kgwe.nvidia.io/v1
+kind: GPUBudget
+metadata: {name: small}
+spec: {team: small, namespaces: [NS_QUOTA], limit: {amount: "100"}, quota: {nvidia.com/gpu: 4}}
+---
+apiVersion: kgwe.nvidia.io/v1
+kind: GPUBudget
+metadata: {name: spent}
+spec: {team: spent, namespaces: [NS_SPENT], limit: {amount: "100"}, quota: {nvidia.com/gpu: 16}}
+"""
+
+
+def _case(base: dict, **spec) -> dict:
+    doc = copy.deepcopy(base)
+    doc["spec"].update(spec)
+    return doc
+
+
+# reason -> (the workload, the namespace it goes to: "" = the test's, "quota" or "spent")
+CASES: dict[str, tuple[dict, str]] = {
+    # the CRD takes any podTemplate (it preserves unknown fields); the model does not
+    "InvalidSpec": (
+        _case(OWN, podTemplate={"spec": {"affinity": "x", "containers": [{"name": "t", "image": "b"}]}}),
+        "",
+    ),
+    "NameTooLong": ({**copy.deepcopy(OWN), "metadata": {"name": "w" * 58}}, ""),
+    "NoRuntime": (_case(BARE, framework="TensorFlow"), ""),
+    # the runtime's container is "trainer": an init container of that name is refused by the API server
+    "InvalidPodTemplate": (
+        _case(BARE, podTemplate={"spec": {"initContainers": [{"name": "trainer", "image": "b"}]}}),
+        "",
+    ),
+    "NoScoringProfile": (_case(OWN, schedulingStrategy="LeastLoaded"), ""),
+    "QuotaExceeded": (copy.deepcopy(OWN), "quota"),
+    "Unschedulable": (_case(OWN, gpuRequirements={"count": 8, "product": "T4"}), ""),
+    "NoGangEngine": (_case(OWN, distributedConfig={"nodes": 2}, gang={"backend": "Kueue"}), ""),
+    "NoPriorityClass": (_case(OWN, priority="high"), ""),
+    "BudgetExhausted": (copy.deepcopy(OWN), "spent"),
+}
+
+
+def _reasons_in_code() -> set[str]:
+    """The reason strings the workload code refuses with."""
+    found: set[str] = set()
+    for path in (ROOT / "kgwe" / "workloads").glob("*.py"):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call):
+                name = getattr(node.func, "id", None) or getattr(node.func, "attr", None)
+                args = node.args[1:] if name == "_refuse" else node.args
+                if name in ("PlanError", "Finding", "_refuse") and args and isinstance(args[0], ast.Constant):
+                    found.add(args[0].value)
+            if isinstance(node, ast.FunctionDef) and node.name == "quota_admission":
+                found |= {
+                    c.value for c in ast.walk(node) if isinstance(c, ast.Constant) and c.value in REFUSALS
+                }
+    return found - {""}  # "" : a finding that is the API server's refusal, not the controller's
+
+
+def test_every_refusal_in_the_code_is_listed_and_has_a_case():
+    in_code = _reasons_in_code()
+    assert in_code <= set(REFUSALS), in_code - set(REFUSALS)
+    assert set(REFUSALS) == set(CASES)
+    assert {"BudgetExhausted", "QuotaExceeded", "NoRuntime", "InvalidSpec", "NameTooLong"} <= in_code
+
+
+def _validate(capsys, args: list[str]) -> tuple[int, list[str]]:
+    code = main(["validate", *args])
+    return code, capsys.readouterr().out.splitlines()
+
+
+def _found(lines: list[str], reason: str, severity: str) -> bool:
+    if reason == "InvalidSpec":  # the schema's own messages; the controller reports the first of them
+        return any(
+            f": {severity}: " in line and "spec.podTemplate.spec.affinity: expected" in line for line in lines
+        )
+    return any(f": {severity}: " in line and line.endswith(f"[{reason}]") for line in lines)
+
+
+@pytest.mark.cluster
+def test_each_refusal_is_found_by_validate_before_the_controller_refuses_it(
+    k8s_api, control_plane, namespace, gpu_node, tmp_path, capsys
+):
+    install_crds(k8s_api)
+    core, custom = client.CoreV1Api(k8s_api), client.CustomObjectsApi(k8s_api)
+    namespaces = {"": namespace, "quota": f"{namespace}-q", "spent": f"{namespace}-s"}
+    for ns in namespaces.values():
+        ensure_namespace(k8s_api, ns)
+    gpu_node("DGX-A100")
+    repo = tmp_path / "repo"
+    (repo / "runtimes").mkdir(parents=True)
+    text = POLICY.replace("NS_QUOTA", namespaces["quota"]).replace("NS_SPENT", namespaces["spent"])
+    (repo / "policy.yaml").write_text(text)
+    for runtime in (sample_repo_dir() / "runtimes").glob("*.yaml"):
+        (repo / "runtimes" / runtime.name).write_text(runtime.read_text())
+    ps = load_repository(repo)
+    assert ps.ok, ps.errors
+    # what the policy reconciler would apply: the rendered ConfigMaps, and the budgets' quotas
+    rendered = render(ps, options=RenderOptions(namespace=namespace))
+    for obj in rendered.objects:
+        if obj["kind"] == "ConfigMap" and obj["metadata"]["namespace"] == namespace:
+            core.create_namespaced_config_map(namespace, obj)
+        if obj["kind"] == "ResourceQuota" and obj["metadata"]["namespace"] == namespaces["quota"]:
+            core.create_namespaced_resource_quota(namespaces["quota"], obj)
+    capped = {"metadata": {"name": "kgwe-budget"}, "spec": {"hard": {"requests.nvidia.com/gpu": "0"}}}
+    core.create_namespaced_resource_quota(namespaces["spent"], capped)  # an Enforce budget used up
+    reconciler = WorkloadReconciler(
+        k8s_api,
+        recorder=EventRecorder(k8s_api),
+        metrics=WorkloadMetrics(CollectorRegistry()),
+        is_leader=lambda: True,
+        policy_namespace=namespace,
+    )
+    cluster_args = [
+        "--cluster",
+        "--kubeconfig",
+        str(control_plane.kubeconfig_path),
+        "--policy-namespace",
+        namespace,
+    ]
+    try:
+        for reason, (doc, where) in CASES.items():
+            ns = namespaces[where]
+            doc = copy.deepcopy(doc)
+            doc["metadata"] = {**doc["metadata"], "namespace": ns}
+            manifest = tmp_path / f"{reason}.yaml"
+            manifest.write_text(yaml.safe_dump(doc, sort_keys=False))
+            scope = REFUSALS[reason].scope
+            code, offline = _validate(capsys, ["--policy", str(repo), str(manifest)])
+            if scope in ("spec", "repository"):
+                assert code == 1 and _found(offline, reason, "error"), (reason, offline)
+            elif reason in (
+                "Unschedulable",
+                "NoPriorityClass",
+            ):  # foreseen offline, known on the cluster only
+                assert code == 0 and _found(offline, reason, "warning"), (reason, offline)
+            code, online = _validate(capsys, ["--policy", str(repo), *cluster_args, str(manifest)])
+            severity = "warning" if scope == "state" else "error"
+            assert _found(online, reason, severity), (reason, online)
+            assert code == (0 if scope == "state" else 1), (reason, online)
+            # now the controller: the same workload on the cluster, one reconcile
+            custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, doc)
+            reconciler.reconcile(ns, doc["metadata"]["name"])
+            wl = custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, doc["metadata"]["name"])
+            admitted = next(c for c in wl["status"]["conditions"] if c["type"] == "Admitted")
+            assert (admitted["status"], admitted["reason"]) == ("False", reason), (reason, admitted)
+            assert not client.BatchV1Api(k8s_api).list_namespaced_job(ns).items
+            custom.delete_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, doc["metadata"]["name"])
+        # not a controller refusal but the API server's: --cluster says it too
+        ghost = {**copy.deepcopy(OWN), "metadata": {"name": "ghost", "namespace": f"{namespace}-none"}}
+        (tmp_path / "ghost.yaml").write_text(yaml.safe_dump(ghost))
+        code, online = _validate(capsys, ["--policy", str(repo), *cluster_args, str(tmp_path / "ghost.yaml")])
+        assert code == 1 and any(f'namespace "{namespace}-none" does not exist' in line for line in online)
+    finally:
+        for key in ("quota", "spent"):
+            core.delete_namespace(namespaces[key])
