@@ -199,6 +199,15 @@ def test_pull_secrets_annotations_extra_args_and_security_contexts_reach_every_p
     assert _args(agent["spec"]["template"]["spec"]["containers"][0])[-1] == "--recover-after-periods=5"
     assert by[("Role", "kgwe-controller-mig-config")]["metadata"]["namespace"] == "nvidia-gpu-operator"
     assert "--mig-namespace=nvidia-gpu-operator" in _controller_args(by)
+    controller = by[("Deployment", "kgwe-controller")]["spec"]["template"]["spec"]
+    assert "--git-ca-file=/etc/kgwe/git-ca/ca.crt" in _controller_args(by)  # a private Git server's CA
+    assert {"name": "git-ca", "mountPath": "/etc/kgwe/git-ca", "readOnly": True} in controller["containers"][
+        0
+    ]["volumeMounts"]
+    assert {
+        "name": "git-ca",
+        "secret": {"secretName": "corp-git-ca", "items": [{"key": "ca.crt", "path": "ca.crt"}]},
+    } in controller["volumes"]
 
 
 def test_default_security_contexts_fit_pod_security_restricted_and_the_agent_runs_as_root_without_caps():
