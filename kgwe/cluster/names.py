@@ -29,6 +29,9 @@ REPOSITORY_LABEL = ANNOTATION_PREFIX + "policy-repository"
 # A PolicyRepository may read only Secrets carrying this label with the value "true": a tenant who may create
 # PolicyRepositories must not be able to send any other Secret of the namespace to a Git server of theirs.
 GIT_CREDENTIALS_LABEL = ANNOTATION_PREFIX + "git-credentials"
+# ...and names the hosts its credentials are for ("github.com, git.example.com:8443"): they are sent to no
+# other host, whatever URL a PolicyRepository names.
+GIT_HOSTS_ANNOTATION = ANNOTATION_PREFIX + "git-hosts"
 
 PRUNE_ANNOTATION = ANNOTATION_PREFIX + "prune"
 PRUNE_DISABLED = "disabled"

@@ -11,6 +11,7 @@ caps the quotas of an exhausted `Enforce` budget, and commits cost reports on ea
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import logging
 import os
 import signal
@@ -67,13 +68,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--git-credentials-from-env",
         action="store_true",
-        help="repositories without spec.secretRef use $KGWE_GIT_TOKEN / $KGWE_GIT_SSH_KEY_FILE (off: a "
-        "tenant's PolicyRepository must never borrow the controller's own credentials)",
+        help="repositories without spec.secretRef use $KGWE_GIT_TOKEN / $KGWE_GIT_SSH_KEY_FILE, sent only to "
+        "the hosts in $KGWE_GIT_HOSTS (off: a tenant's PolicyRepository must never borrow the controller's "
+        "own credentials)",
     )
     parser.add_argument(
         "--allow-local-git-urls",
         action="store_true",
-        help="also allow local paths, file:// and http:// URLs (tests and local experiments only)",
+        help="also allow local paths, file:// and http:// URLs and loopback hosts (tests and local "
+        "experiments only)",
+    )
+    parser.add_argument(
+        "--allow-git-network",
+        action="append",
+        type=_network,
+        metavar="CIDR",
+        help="a network of special addresses git may reach all the same (refused by default: loopback, "
+        "link-local such as 169.254.169.254, unspecified, multicast, reserved); repeatable (default: "
+        "$KGWE_ALLOW_GIT_NETWORKS, comma-separated)",
     )
     parser.add_argument("--no-workloads", action="store_true", help="do not reconcile GPUWorkloads")
     parser.add_argument(
@@ -108,6 +120,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "mutual TLS); empty: none (cert-manager or you provide them)",
     )
     parser.add_argument("--log-level", default="INFO")
+
+
+def _network(text: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
+    try:
+        return ipaddress.ip_network(text, strict=False)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _listen(text: str) -> tuple[str, int]:
@@ -176,7 +195,7 @@ def _report_once(outcomes: dict) -> int:
 
 def run(args: argparse.Namespace) -> int:
     from kgwe.cluster.client import api_client
-    from kgwe.gitops.gitcmd import GitAccess
+    from kgwe.gitops.gitcmd import GitAccess, operator_networks
     from kgwe.observability import tracing
     from kgwe.reconcile.controller import Controller
 
@@ -210,6 +229,9 @@ def run(args: argparse.Namespace) -> int:
             allow_local_urls=args.allow_local_git_urls,
             credentials_from_env=args.git_credentials_from_env,
             ca_file=args.git_ca_file,
+            allowed_networks=(
+                tuple(args.allow_git_network) if args.allow_git_network else operator_networks()
+            ),
         ),
         workloads=not (args.no_workloads or args.once),
         prometheus_url=args.prometheus,

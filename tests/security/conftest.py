@@ -57,6 +57,14 @@ def policy_repo(tmp_path: Path) -> Repo:
     return Repo(tmp_path)
 
 
+def sample_files(prefix: str) -> dict[str, str]:
+    """sample-repo's files, named as they would be under `prefix` in a repository (for Repo.push)."""
+    from kgwe.resources import sample_repo_dir
+
+    root = sample_repo_dir()
+    return {f"{prefix}/{p.relative_to(root)}": p.read_text() for p in root.rglob("*") if p.is_file()}
+
+
 @pytest.fixture(scope="session")
 def policy_crds(k8s_api):
     """The CRDs from deploy/crds on the real API server, and the controller's namespace."""
