@@ -13,6 +13,7 @@ image nobody can pull shows in the pods' events; `helm uninstall` removes everyt
 from __future__ import annotations
 
 import base64
+import datetime as dt
 import json
 import secrets
 import socket
@@ -104,7 +105,7 @@ def release(_real_node_session, kgwe_image, tmp_path_factory) -> Iterator[Simple
         return _pods_state(api, NS)
 
     run.state = pods_state
-    started = time.monotonic()
+    started, run.started_at = time.monotonic(), dt.datetime.now(dt.UTC)
     out = helm(*SEED, "--wait", "--timeout", "10m", env=env, check=False)
     run.figures["helm_install_ready_seconds"] = round(time.monotonic() - started, 1)
     if out.returncode != 0:
@@ -222,6 +223,18 @@ def test_the_seed_install_comes_up_with_nothing_made_by_hand(release):
     config = client.AdmissionregistrationV1Api(api).read_mutating_webhook_configuration(WEBHOOK_CONFIGURATION)
     assert base64.b64decode(config.webhooks[0].client_config.ca_bundle) == ca_bundle
     assert _served_certificate(api) == webhook_cert  # what the API server gets from the webhook pods
+    # where the install's time goes: the certificate's issue, then the webhook pods' kubelet remounting it
+    issued = client.CoreV1Api(api).read_namespaced_secret(WEBHOOK_TLS_SECRET, NS).metadata.creation_timestamp
+    ready = max(
+        c.last_transition_time
+        for p in _ready(api, "webhook")
+        for c in p.status.conditions
+        if c.type == "Ready"
+    )
+    release.figures["webhook_certificate_issued_seconds"] = round(
+        (issued - release.started_at).total_seconds(), 1
+    )
+    release.figures["webhook_ready_seconds"] = round((ready - release.started_at).total_seconds(), 1)
     # kgwe-scheduler runs before any policy: KGWE's default configuration, chosen by its init container
     for pod in _ready(api, "scheduler"):
         assert "no kgwe-scheduler-config yet: KGWE's default configuration" in _logs(
