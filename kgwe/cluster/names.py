@@ -97,6 +97,14 @@ WEBHOOK_SERVICE = "kgwe-webhook"
 EXTENDER_SERVICE = "kgwe-extender"
 WEBHOOK_CONFIGURATION = "kgwe-scheduling"
 CONTROLLER_DEPLOYMENT = "kgwe-controller"  # owns the certificate Secrets: they go when KGWE is uninstalled
+WEBHOOK_DEPLOYMENT = "kgwe-webhook"
+EXTENDER_DEPLOYMENT = "kgwe-extender"  # the standalone extender
+# Pod-template annotation KGWE sets when it creates a certificate Secret the Deployment's pods wait for: the
+# kubelet fills an optional Secret volume that appeared after the pod started only at its next periodic
+# sync, a new pod mounts it at once.
+CERTIFICATE_ISSUED_ANNOTATION = ANNOTATION_PREFIX + "certificate-issued"
+# Its field manager: not FIELD_MANAGER, whose server-side apply of kgwe-scheduler's config hash would drop it.
+CERTIFICATES_FIELD_MANAGER = "kgwe-certificates"
 # GPUWorkloads run only in namespaces that opt in with this label; in each, the controller binds the chart's
 # ClusterRole WORKLOAD_WRITER_CLUSTERROLE (create Jobs, Deployments, Services, PodGroups) to itself with the
 # RoleBinding WORKLOAD_ROLEBINDING. The chart's admission policies spell these names too.

@@ -3,9 +3,12 @@ writes what it says, and puts the CA bundle into the admission webhook configura
 
 So `helm install` needs no openssl, no hand-made Secret and no `kubectl patch`: the webhook's pods mount the
 Secret (optional, so they start before it exists and wait, not Ready, without crash-looping) and reread it
-when the kubelet refreshes it. Writes are server-side applies with field manager kgwe-controller, each
-checked against the Lease first; a Secret KGWE writes is owned by the kgwe-controller Deployment when that
-exists, so `helm uninstall` removes the certificates and the CA key with it. Only the leader runs this.
+when the kubelet refreshes it. The kubelet fills an optional Secret volume that appeared after the pod
+started only at its next periodic sync (about a minute); so when a Secret is created (not renewed), the
+Deployment whose pods wait for it gets a new pod-template annotation, and its new pods mount the Secret at
+once. Writes are server-side applies with field manager kgwe-controller, each checked against the Lease
+first; a Secret KGWE writes is owned by the kgwe-controller Deployment when that exists, so `helm uninstall`
+removes the certificates and the CA key with it. Only the leader runs this.
 
 Order matters for a rotation: the CA's Secret (new CA, bundle with the old one), then the caBundle, then
 the certificates: at every moment each client trusts the CA of the certificate its server presents.
@@ -28,24 +31,36 @@ from kgwe.cluster.apply import NotLeader
 from kgwe.cluster.events import EventRecorder
 from kgwe.cluster.names import (
     CA_SECRET,
+    CERTIFICATE_ISSUED_ANNOTATION,
+    CERTIFICATES_FIELD_MANAGER,
     CONTROLLER_DEPLOYMENT,
     EXTENDER_CLIENT_SECRET,
+    EXTENDER_DEPLOYMENT,
     EXTENDER_SERVICE,
     EXTENDER_TLS_SECRET,
     FIELD_MANAGER,
     MANAGED_BY_LABEL,
     MANAGED_BY_VALUE,
+    SCHEDULER_DEPLOYMENT,
     SCHEDULER_NAME,
     WEBHOOK_CONFIGURATION,
+    WEBHOOK_DEPLOYMENT,
     WEBHOOK_SERVICE,
     WEBHOOK_TLS_SECRET,
 )
 from kgwe.errors import KgweError
+from kgwe.timestamps import format_rfc3339
 
 log = logging.getLogger(__name__)
 
 # What `--certificates` may name: the admission webhook, and the standalone extender's mutual TLS.
 COMPONENTS = ("webhook", "extender")
+# The Deployment whose pods mount each Secret (and wait for it when it does not exist yet).
+MOUNTED_BY = {
+    WEBHOOK_TLS_SECRET: WEBHOOK_DEPLOYMENT,
+    EXTENDER_TLS_SECRET: EXTENDER_DEPLOYMENT,
+    EXTENDER_CLIENT_SECRET: SCHEDULER_DEPLOYMENT,
+}
 SYNC_PERIOD_SECONDS = 30.0
 _APPLY = "application/apply-patch+yaml"
 
@@ -92,10 +107,12 @@ def wanted_certificates(components: Sequence[str], namespace: str) -> list[Wante
 
 @dataclass(frozen=True)
 class CertSync:
-    """One pass: the Secrets written (name: why) and whether the caBundle was patched."""
+    """One pass: the Secrets written (name: why), whether the caBundle was patched, and the Deployments
+    rolled so that their pods mount a Secret that did not exist before."""
 
     written: dict[str, str]
     ca_bundle_patched: bool
+    rolled: tuple[str, ...] = ()
 
 
 def _decode(data: dict[str, str] | None) -> dict[str, bytes]:
@@ -222,15 +239,46 @@ class CertificateKeeper:
         )
         return True
 
+    def _roll(self, deployment: str, secret: str, stamp: str) -> bool:
+        """A new pod-template annotation on `deployment` (its pods then mount `secret` now); False when the
+        Deployment does not exist (a component not installed, or deployed under another name)."""
+        try:
+            self.apps.read_namespaced_deployment(deployment, self.namespace)
+        except ApiException as exc:
+            if exc.status in (403, 404):
+                return False
+            raise
+        self._check_leader()
+        body = {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": deployment, "namespace": self.namespace},
+            "spec": {"template": {"metadata": {"annotations": {CERTIFICATE_ISSUED_ANNOTATION: stamp}}}},
+        }
+        self.apps.patch_namespaced_deployment(
+            deployment,
+            self.namespace,
+            body,
+            field_manager=CERTIFICATES_FIELD_MANAGER,
+            force=True,
+            _content_type=_APPLY,
+        )
+        log.info(
+            "Deployment %s/%s rolled: its pods mount the new Secret %s", self.namespace, deployment, secret
+        )
+        return True
+
     # -- one pass ------------------------------------------------------------------------------------------
+    def _read_all(self) -> dict[str, Stored | None]:
+        return {name: self._stored(name) for name in [CA_SECRET, *(w.secret for w in self.wanted)]}
+
     def plan(self) -> CertPlan:
-        names = [CA_SECRET, *(w.secret for w in self.wanted)]
-        stored = {name: self._stored(name) for name in names}
-        return plan(self.now(), CA_SECRET, stored, self.wanted, self.lifetimes)
+        return plan(self.now(), CA_SECRET, self._read_all(), self.wanted, self.lifetimes)
 
     def sync(self) -> CertSync:
         """Issue, renew or rotate what needs it, then keep the caBundle equal to the bundle."""
-        todo = self.plan()
+        stored = self._read_all()
+        todo = plan(self.now(), CA_SECRET, stored, self.wanted, self.lifetimes)
         owners = self._owner() if todo.writes else []
         written: dict[str, str] = {}
         ca_write = [w for w in todo.writes if w.name == CA_SECRET]
@@ -238,11 +286,17 @@ class CertificateKeeper:
             self._write(write.name, write.data, write.annotations, owners)
             written[write.name] = write.reason
         patched = self._patch_ca_bundle(todo.bundle)
+        rolled = []
         for write in todo.writes:
             if write.name == CA_SECRET:
                 continue
             self._write(write.name, write.data, write.annotations, owners)
             written[write.name] = write.reason
+            deployment = MOUNTED_BY.get(write.name)
+            if stored.get(write.name) is None and deployment is not None:  # created, not renewed
+                stamp = format_rfc3339(self.now())
+                if self._roll(deployment, write.name, stamp):
+                    rolled.append(deployment)
         for name, reason in written.items():
             log.info("Secret %s/%s written: %s", self.namespace, name, reason)
             if self.recorder is not None:
@@ -252,7 +306,7 @@ class CertificateKeeper:
                     "metadata": {"name": name, "namespace": self.namespace},
                 }
                 self.recorder.normal(involved, "CertificateIssued", reason)
-        return CertSync(written, patched)
+        return CertSync(written, patched, tuple(rolled))
 
     def run(
         self,

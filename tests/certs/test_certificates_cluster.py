@@ -18,6 +18,7 @@ from kgwe.cluster.apply import NotLeader
 from kgwe.cluster.events import EventRecorder
 from kgwe.cluster.names import (
     CA_SECRET,
+    CERTIFICATE_ISSUED_ANNOTATION,
     CONTROLLER_DEPLOYMENT,
     EXTENDER_CLIENT_SECRET,
     EXTENDER_TLS_SECRET,
@@ -91,6 +92,22 @@ def test_issue_patch_settle_rotate_and_stop_when_not_leader(k8s_api, namespace, 
             },
         },
     )
+    webhook = apps.create_namespaced_deployment(  # its pods wait for kgwe-webhook-tls
+        namespace,
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "kgwe-webhook"},
+            "spec": {
+                "replicas": 0,
+                "selector": {"matchLabels": {"app": "w"}},
+                "template": {
+                    "metadata": {"labels": {"app": "w"}},
+                    "spec": {"containers": [{"name": "w", "image": "x"}]},
+                },
+            },
+        },
+    )
     leading = {"yes": True}
     keeper = CertificateKeeper(
         k8s_api,
@@ -102,6 +119,13 @@ def test_issue_patch_settle_rotate_and_stop_when_not_leader(k8s_api, namespace, 
     )
     first = keeper.sync()
     assert list(first.written) == list(SECRETS) and first.ca_bundle_patched
+    # created, not renewed: the webhook's pods are rolled to mount it now (no kgwe-extender or kgwe-scheduler
+    # Deployment here: nothing to roll for their Secrets)
+    assert first.rolled == ("kgwe-webhook",)
+    rolled = apps.read_namespaced_deployment("kgwe-webhook", namespace)
+    assert CERTIFICATE_ISSUED_ANNOTATION in rolled.spec.template.metadata.annotations
+    assert rolled.metadata.generation == webhook.metadata.generation + 1
+    assert {m.manager for m in rolled.metadata.managed_fields} >= {"kgwe-certificates"}
     ca = _secret(k8s_api, namespace, CA_SECRET)
     bundle = _data(ca, "ca.crt")
     assert bundle == _data(ca, "tls.crt") and x509.read(bundle).is_ca
@@ -141,6 +165,7 @@ def test_issue_patch_settle_rotate_and_stop_when_not_leader(k8s_api, namespace, 
     leading["yes"] = True
     rotated = keeper.sync()
     assert list(rotated.written) == list(SECRETS) and rotated.ca_bundle_patched
+    assert rotated.rolled == ()  # renewed in place: the pods reread their files, nothing restarts
     ca = _secret(k8s_api, namespace, CA_SECRET)
     new_bundle = _data(ca, "ca.crt")
     assert x509.split_bundle(new_bundle) == [_data(ca, "tls.crt"), bundle]  # the old CA stays trusted

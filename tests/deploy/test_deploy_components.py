@@ -136,6 +136,7 @@ def test_the_controller_keeps_its_certificates_as_its_service_account_and_touche
     keeper = CertificateKeeper(sa_api, "kgwe-system", ["webhook"])
     done = keeper.sync()
     assert set(done.written) == {CA_SECRET, WEBHOOK_TLS_SECRET} and done.ca_bundle_patched
+    assert done.rolled == ("kgwe-webhook",)  # its pods mount the new Secret at once
     bundle = client.CoreV1Api(applied).read_namespaced_secret(CA_SECRET, "kgwe-system").data["ca.crt"]
     admin = client.AdmissionregistrationV1Api(applied)
     config = admin.read_mutating_webhook_configuration(WEBHOOK_CONFIGURATION)
@@ -143,5 +144,7 @@ def test_the_controller_keeps_its_certificates_as_its_service_account_and_touche
     core = client.CoreV1Api(sa_api)
     _forbidden(lambda: core.patch_namespaced_secret("someone-elses", "kgwe-system", {"data": {}}))
     _forbidden(lambda: core.patch_namespaced_secret(WEBHOOK_TLS_SECRET, "default", {"data": {}}))
+    apps = client.AppsV1Api(sa_api)
+    _forbidden(lambda: apps.patch_namespaced_deployment("kgwe-controller", "kgwe-system", {"metadata": {}}))
     admission = client.AdmissionregistrationV1Api(sa_api)
     _forbidden(lambda: admission.patch_mutating_webhook_configuration("another-webhook", {"metadata": {}}))
