@@ -54,7 +54,7 @@ from extender import pct, schedstat, wait_port
 from kgwe.cluster.names import SCHEDULER_NAME
 from kgwe.localcluster.controlplane import ControlPlane, find_binaries, free_port
 from kgwe.localcluster.pki import extender_tls_flags, write_mtls_dirs
-from kgwe.render.render import DEFAULT_EXTENDER_URL
+from kgwe.render.render import DEFAULT_EXTENDER_URL, standalone_extender_url
 from tests.harness.kgwe_scheduler import LocalScheduler, local_config, rendered_config_text
 
 REPO = Path(__file__).resolve().parents[1]
@@ -81,7 +81,9 @@ class Schedulers:
         self.cp = cp
         self.pids = pids
         config = local_config(
-            rendered_config_text(DEFAULT_EXTENDER_URL),
+            rendered_config_text(
+                standalone_extender_url("kgwe-system") if client_dir else DEFAULT_EXTENDER_URL
+            ),
             kubeconfig=cp.kubeconfig_path,
             extender_url=f"{'https' if client_dir else 'http'}://127.0.0.1:{extender_port}",
             client_dir=client_dir,

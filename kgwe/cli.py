@@ -29,6 +29,10 @@ COMMANDS: dict[str, Command] = {
     ),
     "schema": Command("kgwe.policy.schema_cmd", "write the JSON Schemas of the KGWE kinds (and the CRDs)"),
     "render": Command("kgwe.render.render_cmd", "render the Kubernetes objects a policy repository asks for"),
+    "scheduler-config": Command(
+        "kgwe.render.scheduler_config_cmd",
+        "write the KGWE scheduler's starting configuration (policy or default)",
+    ),
     "extender": Command(
         "kgwe.extender.extender_cmd", "kube-scheduler extender: GPU-aware filter and prioritize"
     ),

@@ -43,6 +43,8 @@ GPU_REPLICAS_LABEL = "nvidia.com/gpu.replicas"  # GFD: replicas per GPU (1 = not
 GPU_SHARING_STRATEGY_LABEL = "nvidia.com/gpu.sharing-strategy"  # GFD: none, time-slicing or mps
 
 ANNOTATION_PREFIX = "kgwe.nvidia.io/"
+# The NVIDIA GPU Operator's namespace by default: its MIG manager and device plugin read KGWE's configs there.
+GPU_OPERATOR_NAMESPACE = "gpu-operator"
 TOPOLOGY_ANNOTATION = ANNOTATION_PREFIX + "topology"  # on Nodes, written by `kgwe agent`
 GPU_MILLI_ANNOTATION = ANNOTATION_PREFIX + "gpu-milli"  # on pods: thousandths of one shared GPU
 # GPU health, written by `kgwe agent` (format: kgwe/topology/health.py): the unhealthy GPUs of a Node, the

@@ -4,6 +4,7 @@
 # reviewed versions, and pip's --require-hashes refuses anything else.
 #   requirements.lock        KGWE's runtime dependencies (never its dev extras)
 #   build-requirements.lock  the wheel's build backend (hatchling), used only while building the image
+#   installer.lock           the wheel installer of the image's last step (from installer.in)
 # Resolved for the image's interpreter: Debian trixie's Python 3.13 on Linux.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -21,4 +22,5 @@ compile=("$tools/bin/pip-compile" --quiet --generate-hashes --allow-unsafe --str
          --resolver=backtracking --newline=lf)
 "${compile[@]}" --output-file hack/image/requirements.lock pyproject.toml
 "${compile[@]}" --only-build-deps --build-deps-for=wheel --output-file hack/image/build-requirements.lock pyproject.toml
-echo "wrote hack/image/requirements.lock and hack/image/build-requirements.lock"
+"${compile[@]}" --output-file hack/image/installer.lock hack/image/installer.in
+echo "wrote hack/image/requirements.lock, build-requirements.lock and installer.lock"

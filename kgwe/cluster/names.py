@@ -74,6 +74,11 @@ RUNTIMES_CONFIG_KEY = "runtimes.json"
 # Pod-template annotation of the kgwe-scheduler Deployment: kube-scheduler never rereads its config, so a
 # new hash here rolls its pods onto the new configuration.
 SCHEDULER_CONFIG_HASH_ANNOTATION = ANNOTATION_PREFIX + "scheduler-config-hash"
+# The extender runs as a container of each kgwe-scheduler pod by default and listens on the pod's loopback
+# here (plain HTTP: only containers of that pod reach it); the standalone extender Service serves mutual TLS
+# on EXTENDER_TLS_PORT.
+EXTENDER_PORT = 8888
+EXTENDER_TLS_PORT = 8443
 # Namespaces opt their GPU pods into the KGWE scheduler with this label (the admission webhook's selector).
 SCHEDULING_NAMESPACE_LABEL = ANNOTATION_PREFIX + "scheduling"
 SCHEDULING_ENABLED = "enabled"
@@ -84,6 +89,26 @@ DEFAULT_SCHEDULER_NAME = "default-scheduler"
 SHARING_REQUESTED_AT_ANNOTATION = ANNOTATION_PREFIX + "device-plugin-config-requested-at"
 SHARING_CORDONED_ANNOTATION = ANNOTATION_PREFIX + "cordoned-for-device-plugin-config"
 
+# KGWE's own certificates (kgwe.certs.rotation decides, kgwe.reconcile.certificates writes): the CA's Secret,
+# the admission webhook's serving certificate, and, with the standalone extender over mutual TLS, the
+# extender's serving certificate and kube-scheduler's client certificate; each Secret is kubernetes.io/tls
+# with tls.crt, tls.key and ca.crt (the CA bundle). Services and the webhook configuration they are for.
+CA_SECRET = "kgwe-ca"
+WEBHOOK_TLS_SECRET = "kgwe-webhook-tls"
+EXTENDER_TLS_SECRET = "kgwe-extender-tls"
+EXTENDER_CLIENT_SECRET = "kgwe-scheduler-extender-client"
+WEBHOOK_SERVICE = "kgwe-webhook"
+EXTENDER_SERVICE = "kgwe-extender"
+WEBHOOK_CONFIGURATION = "kgwe-scheduling"
+CONTROLLER_DEPLOYMENT = "kgwe-controller"  # owns the certificate Secrets: they go when KGWE is uninstalled
+WEBHOOK_DEPLOYMENT = "kgwe-webhook"
+EXTENDER_DEPLOYMENT = "kgwe-extender"  # the standalone extender
+# Pod-template annotation KGWE sets when it creates a certificate Secret the Deployment's pods wait for: the
+# kubelet fills an optional Secret volume that appeared after the pod started only at its next periodic
+# sync, a new pod mounts it at once.
+CERTIFICATE_ISSUED_ANNOTATION = ANNOTATION_PREFIX + "certificate-issued"
+# Its field manager: not FIELD_MANAGER, whose server-side apply of kgwe-scheduler's config hash would drop it.
+CERTIFICATES_FIELD_MANAGER = "kgwe-certificates"
 # The PodTemplatePolicies of the policy repository, rendered into KGWE's namespace for the GPUWorkload
 # controller (JSON under the key below); absent, every field a policy could allow is refused.
 POD_TEMPLATE_POLICY_CONFIGMAP = "kgwe-pod-template-policy"

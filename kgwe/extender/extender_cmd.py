@@ -17,27 +17,29 @@ import argparse
 import asyncio
 import gc
 import logging
-import ssl
+import threading
 from pathlib import Path
 
 import orjson
 
-from kgwe.cluster.names import SCHEDULER_NAME
+from kgwe.cluster.names import EXTENDER_PORT, SCHEDULER_NAME
 from kgwe.errors import KgweError
 from kgwe.extender.app import MAX_REQUEST_BYTES, Metrics, make_handler, make_probe_handler
 from kgwe.extender.core import NodeTable
 from kgwe.extender.engine import Engine
 from kgwe.extender.profile import ProfileError, profiles_from_document
 from kgwe.httpd import (
+    JSON,
     MAX_CONNECTIONS,
     AccessGuard,
     Limits,
     check_client_auth,
+    error_body,
     metrics_need_token,
     serve,
-    server_tls_context,
 )
 from kgwe.httpd.exposure import INSECURE_ANY_CLIENT, INSECURE_PUBLIC_METRICS
+from kgwe.tlsfiles import ServingTLS
 
 # kubelet probes and a Prometheus scrape: GETs only, a few connections at a time
 PROBE_LIMITS = Limits(max_connections=64, max_body_bytes=4096, max_buffered_bytes=4 * 1024 * 1024)
@@ -49,7 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--in-cluster", action="store_true", help="cluster mode with the pod's service account"
     )
-    parser.add_argument("--listen", default="127.0.0.1:8888", help="HOST:PORT to listen on")
+    parser.add_argument("--listen", default=f"127.0.0.1:{EXTENDER_PORT}", help="HOST:PORT to listen on")
     parser.add_argument("--namespace", default="kgwe-system", help="namespace of the kgwe-scoring ConfigMap")
     parser.add_argument(
         "--scheduler-name",
@@ -110,23 +112,51 @@ def api_limits(args: argparse.Namespace) -> Limits:
     )
 
 
-async def _serve_all(args, engine: Engine, metrics: Metrics, main, probe, tls, guards) -> None:
+async def _main_port(
+    args, engine: Engine, metrics: Metrics, main, tls: ServingTLS | None, guard, stop
+) -> None:
+    """The extender's API port; with TLS, opened once the certificate files exist (a mounted Secret the
+    controller or cert-manager writes), then served with whatever those files hold now."""
+    if tls is not None and not tls.loaded:
+        waiting = threading.Event()
+        watcher = asyncio.ensure_future(stop.wait())
+        watcher.add_done_callback(lambda _: waiting.set())
+        loaded = await asyncio.to_thread(tls.wait, waiting, what="--tls-cert-file / --tls-key-file")
+        watcher.cancel()
+        if not loaded:
+            return
+    await serve(
+        make_handler(engine, metrics),
+        *main,
+        limits=api_limits(args),
+        tls=tls.current if tls is not None else None,
+        guard=guard,
+        stop=stop,
+    )
+
+
+def _probe_port_handler(engine: Engine, metrics: Metrics, tls: ServingTLS | None):
+    """The probe handler, not ready while the API port still waits for its certificate."""
+    probes = make_probe_handler(engine, metrics)
+
+    def handle(method: str, path: str, body: bytes) -> tuple[int, bytes, bytes]:
+        if path == "/readyz" and method == "GET" and tls is not None and not tls.loaded:
+            return 503, error_body("waiting for the TLS certificate files"), JSON
+        return probes(method, path, body)
+
+    return handle
+
+
+async def _serve_all(
+    args, engine: Engine, metrics: Metrics, main, probe, tls: ServingTLS | None, guards
+) -> None:
     """The extender port and, when asked, the plain probe port; both end on SIGTERM/SIGINT."""
     stop = asyncio.Event()
-    servers = [
-        serve(
-            make_handler(engine, metrics),
-            *main,
-            limits=api_limits(args),
-            tls=tls,
-            guard=guards[0],
-            stop=stop,
-        )
-    ]
+    servers = [_main_port(args, engine, metrics, main, tls, guards[0], stop)]
     if probe is not None:
         servers.append(
             serve(
-                make_probe_handler(engine, metrics),
+                _probe_port_handler(engine, metrics, tls),
                 *probe,
                 limits=PROBE_LIMITS,
                 guard=guards[1],
@@ -137,8 +167,9 @@ async def _serve_all(args, engine: Engine, metrics: Metrics, main, probe, tls, g
     await asyncio.gather(*servers)
 
 
-def tls_context(args: argparse.Namespace) -> ssl.SSLContext | None:
-    """The HTTPS context the flags ask for; None for plain HTTP."""
+def serving_tls(args: argparse.Namespace) -> ServingTLS | None:
+    """The HTTPS files the flags ask for, loaded now when present (None for plain HTTP). Missing files are
+    waited for; files that exist but do not load are an error at start."""
     cert, key, ca = args.tls_cert_file, args.tls_key_file, args.client_ca_file
     if not cert and not key:
         if ca:
@@ -146,10 +177,10 @@ def tls_context(args: argparse.Namespace) -> ssl.SSLContext | None:
         return None
     if not cert or not key:
         raise KgweError("give both --tls-cert-file and --tls-key-file")
-    try:
-        return server_tls_context(cert, key, ca)
-    except (OSError, ssl.SSLError) as exc:
-        raise KgweError(f"cannot load the TLS files: {exc}") from None
+    tls = ServingTLS(cert, key, ca)
+    if not tls.missing() and not tls.reload(force=True):
+        raise KgweError(f"cannot load the TLS files: {tls.last_error}")
+    return tls
 
 
 def metrics_guards(args: argparse.Namespace, main_host: str, probe, api) -> tuple:
@@ -198,7 +229,7 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
     host, port = parse_listen(args.listen)
     probe = parse_listen(args.probe_listen) if args.probe_listen else None
-    tls = tls_context(args)
+    tls = serving_tls(args)
     check_client_auth(
         "kgwe extender",
         host,

@@ -36,8 +36,6 @@ from kgwe.resources import deploy_dir, sample_repo_dir
 
 CLUSTER_RECORD = STATE_DIR / "cluster.json"
 REQUEST_FILE = "cluster-request.json"
-GPU_OPERATOR_NAMESPACE = "gpu-operator"
-NVIDIA_RUNTIME_CLASS = "nvidia"
 
 
 def chart_image_reference() -> str:
@@ -120,7 +118,6 @@ class LocalCluster:
     def start(self) -> None:
         from kubernetes import client
 
-        from kgwe.cluster.client import ensure_namespace
         from kgwe.localcluster import gpunodes
         from kgwe.localcluster.controlplane import ControlPlane, find_binaries
         from kgwe.localcluster.nodebins import NodeBinaries
@@ -148,16 +145,7 @@ class LocalCluster:
         images = ", ".join(sorted(node.image_references()))
         self.say(f"real node {node.name} Ready; CoreDNS serving; images: {images}")
         api = self.cp.api_client()
-        ensure_namespace(api, GPU_OPERATOR_NAMESPACE)
-        with contextlib.suppress(client.ApiException):  # already there: a restarted supervisor
-            client.NodeV1Api(api).create_runtime_class(
-                {
-                    "apiVersion": "node.k8s.io/v1",
-                    "kind": "RuntimeClass",
-                    "metadata": {"name": NVIDIA_RUNTIME_CLASS},
-                    "handler": NVIDIA_RUNTIME_CLASS,
-                }
-            )
+        gpunodes.ensure_gpu_operator_objects(api)  # its namespace and RuntimeClass, as the GPU Operator makes
         core = client.CoreV1Api(api)
         for inv_node in nodes:
             core.create_node(gpunodes.inventory_node_manifest(inv_node, taints=[gpunodes.GPU_NODE_TAINT]))

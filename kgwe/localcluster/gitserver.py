@@ -24,12 +24,21 @@ MAX_BODY_BYTES = 64 * 1024 * 1024
 
 
 class GitHttpsServer:
-    """Serves the bare repositories under `project_root` at https://127.0.0.1:PORT/<name>.git."""
+    """Serves the bare repositories under `project_root` at https://HOST:PORT/<name>.git; HOST is 127.0.0.1,
+    or the host's address where pods on the real node reach it (its certificate names that address)."""
 
-    def __init__(self, project_root: Path, *, username: str | None = None, password: str | None = None):
+    def __init__(
+        self,
+        project_root: Path,
+        *,
+        username: str | None = None,
+        password: str | None = None,
+        host: str = "127.0.0.1",
+    ):
         self.project_root = Path(project_root)
+        self.host = host
         self._pki_dir = Path(tempfile.mkdtemp(prefix="kgwe-gitserver-"))
-        pki = write_pki(self._pki_dir)
+        pki = write_pki(self._pki_dir, serving_ips=[] if host == "127.0.0.1" else [host])
         self.ca_file = str(pki.ca_cert)
         self.authorizations: list[str] = []  # every Authorization header seen (tests check what was sent)
         expected = None
@@ -94,7 +103,7 @@ class GitHttpsServer:
 
             do_GET = do_POST = _cgi
 
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd = ThreadingHTTPServer((host, 0), Handler)
         self._httpd.daemon_threads = True
         context = SSLContext(PROTOCOL_TLS_SERVER)
         context.load_cert_chain(pki.serving_cert, pki.serving_key)
@@ -104,7 +113,7 @@ class GitHttpsServer:
 
     def url(self, name: str) -> str:
         """The clone URL of `project_root/name` (e.g. "policy.git")."""
-        return f"https://127.0.0.1:{self.port}/{name}"
+        return f"https://{self.host}:{self.port}/{name}"
 
     def start(self) -> GitHttpsServer:
         self._thread.start()

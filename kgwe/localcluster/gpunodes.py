@@ -29,7 +29,7 @@ from kgwe.gpu import catalog
 from kgwe.policy.inventory import InventoryNode
 from kgwe.topology import annotation as topology_annotation
 from kgwe.topology import known as known_topologies
-from kgwe.vocab import GPU_RESOURCE, MIG_CONFIG_LABEL, MIG_STATE_LABEL, mig_resource
+from kgwe.vocab import GPU_OPERATOR_NAMESPACE, GPU_RESOURCE, MIG_CONFIG_LABEL, MIG_STATE_LABEL, mig_resource
 
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"
@@ -337,3 +337,30 @@ def delete_nodes(api_client: client.ApiClient, names: Iterable[str], workers: in
         list(pool.map(delete, list(names)))
     if errors:
         raise KgweError("could not delete nodes: " + "; ".join(errors[:5]))
+
+
+# What the NVIDIA GPU Operator puts on a cluster besides its node-side managers: its namespace, and the
+# RuntimeClass of its container toolkit (GPU pods such as KGWE's agent name it; without it the API server
+# refuses them).
+NVIDIA_RUNTIME_CLASS = "nvidia"
+
+
+def ensure_gpu_operator_objects(
+    api_client: client.ApiClient, namespace: str = GPU_OPERATOR_NAMESPACE
+) -> None:
+    """The GPU Operator's namespace and RuntimeClass `nvidia`, as on a cluster that runs it (idempotent)."""
+    from kgwe.cluster.client import ensure_namespace
+
+    ensure_namespace(api_client, namespace)
+    try:
+        client.NodeV1Api(api_client).create_runtime_class(
+            {
+                "apiVersion": "node.k8s.io/v1",
+                "kind": "RuntimeClass",
+                "metadata": {"name": NVIDIA_RUNTIME_CLASS},
+                "handler": NVIDIA_RUNTIME_CLASS,
+            }
+        )
+    except ApiException as exc:
+        if exc.status != 409:  # already there
+            raise

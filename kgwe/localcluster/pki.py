@@ -1,4 +1,4 @@
-"""Throw-away PKI for the local control plane, made with `cryptography`.
+"""Throw-away PKI for the local control plane, made with kgwe.certs.x509 (KGWE's one certificate code).
 
 kube-apiserver needs a serving certificate, a client CA (we authenticate as an admin client cert in
 `system:masters`, so RBAC is on but never in our way) and a service-account signing key pair. ECDSA P-256
@@ -10,18 +10,15 @@ keys keep generation instant, which matters because every test session makes a f
 from __future__ import annotations
 
 import datetime as dt
-import ipaddress
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from kgwe.certs import x509
 
 ADMIN_USER = "kgwe-admin"
 ADMIN_GROUP = "system:masters"
+CA_NAME = "kgwe-test-ca"
 _SERVER_DNS = (
     "localhost",
     "kubernetes",
@@ -45,61 +42,15 @@ class PkiFiles:
     ca_key: Path
 
 
-def _key() -> ec.EllipticCurvePrivateKey:
-    return ec.generate_private_key(ec.SECP256R1())
-
-
-def _name(common_name: str, organization: str | None = None) -> x509.Name:
-    attrs = [x509.NameAttribute(NameOID.COMMON_NAME, common_name)]
-    if organization:
-        attrs.append(x509.NameAttribute(NameOID.ORGANIZATION_NAME, organization))
-    return x509.Name(attrs)
-
-
-def _write_key(path: Path, key: ec.EllipticCurvePrivateKey) -> None:
-    path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
-    )
+def _write_key(path: Path, pem: bytes) -> None:
+    path.write_bytes(pem)
     path.chmod(0o600)
 
 
-def _write_cert(path: Path, cert: x509.Certificate) -> None:
-    path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-
-
-def _builder(
-    subject: x509.Name,
-    issuer: x509.Name,
-    key: ec.EllipticCurvePrivateKey,
-    ca_key: ec.EllipticCurvePrivateKey,
-    is_ca: bool,
-    valid_days: int,
-) -> x509.CertificateBuilder:
-    now = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5)  # tolerate small clock skew
-    return (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(issuer)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now)
-        .not_valid_after(now + dt.timedelta(days=valid_days))
-        .add_extension(x509.BasicConstraints(ca=is_ca, path_length=None), critical=True)
-        # Key identifiers as real cluster PKIs carry them: Python >= 3.13 verifies strictly (RFC 5280)
-        # and refuses certificates without an Authority Key Identifier.
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-        .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False
-        )
-    )
-
-
-def _san(dns_names: Sequence[str], ips: Sequence[str]) -> x509.SubjectAlternativeName:
-    return x509.SubjectAlternativeName(
-        [x509.DNSName(n) for n in dns_names] + [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ips]
-    )
+def _write_pair(cert_path: Path, key_path: Path, pair: x509.KeyPair) -> None:
+    cert_path.parent.mkdir(parents=True, exist_ok=True)
+    cert_path.write_bytes(pair.cert_pem)
+    _write_key(key_path, pair.key_pem)
 
 
 def write_pki(directory: Path, valid_days: int = 7, serving_ips: Sequence[str] = ()) -> PkiFiles:
@@ -108,49 +59,14 @@ def write_pki(directory: Path, valid_days: int = 7, serving_ips: Sequence[str] =
     The serving certificate is valid for loopback and `serving_ips` (the host address and the `kubernetes`
     Service's ClusterIP, when pods reach the apiserver)."""
     directory.mkdir(parents=True, exist_ok=True)
-    ca_key = _key()
-    ca_name = _name("kgwe-test-ca")
-
-    def builder(subject: x509.Name, key: ec.EllipticCurvePrivateKey, is_ca: bool) -> x509.CertificateBuilder:
-        return _builder(subject, ca_name, key, ca_key, is_ca, valid_days)
-
-    ca_cert = (
-        builder(ca_name, ca_key, is_ca=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=True,
-                crl_sign=True,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .sign(ca_key, hashes.SHA256())
-    )
-
-    def leaf(
-        subject: x509.Name,
-        key: ec.EllipticCurvePrivateKey,
-        usage: x509.ObjectIdentifier,
-        san: x509.SubjectAlternativeName | None,
-    ) -> x509.Certificate:
-        b = builder(subject, key, is_ca=False).add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
-        if san is not None:
-            b = b.add_extension(san, critical=False)
-        return b.sign(ca_key, hashes.SHA256())
-
-    serving_key = _key()
-    serving_san = _san(_SERVER_DNS, ["127.0.0.1", "::1", *serving_ips])
-    serving_cert = leaf(_name("kube-apiserver"), serving_key, ExtendedKeyUsageOID.SERVER_AUTH, serving_san)
-    admin_key = _key()
-    admin_cert = leaf(_name(ADMIN_USER, ADMIN_GROUP), admin_key, ExtendedKeyUsageOID.CLIENT_AUTH, None)
-    sa_key = _key()
-
+    now, valid = dt.datetime.now(dt.UTC), dt.timedelta(days=valid_days)
+    ca = x509.new_ca(CA_NAME, now, valid)
+    serving = x509.issue(
+        ca, "kube-apiserver", usage="server", now=now, valid=valid,
+        dns_names=_SERVER_DNS, ip_addresses=["127.0.0.1", "::1", *serving_ips],
+    )  # fmt: skip
+    admin = x509.issue(ca, ADMIN_USER, organization=ADMIN_GROUP, usage="client", now=now, valid=valid)
+    sa_key = x509.new_key()
     files = PkiFiles(
         ca_cert=directory / "ca.crt",
         serving_cert=directory / "apiserver.crt",
@@ -161,18 +77,11 @@ def write_pki(directory: Path, valid_days: int = 7, serving_ips: Sequence[str] =
         sa_private_key=directory / "sa.key",
         ca_key=directory / "ca.key",
     )
-    _write_key(files.ca_key, ca_key)
-    _write_cert(files.ca_cert, ca_cert)
-    _write_cert(files.serving_cert, serving_cert)
-    _write_key(files.serving_key, serving_key)
-    _write_cert(files.admin_cert, admin_cert)
-    _write_key(files.admin_key, admin_key)
-    _write_key(files.sa_private_key, sa_key)
-    files.sa_public_key.write_bytes(
-        sa_key.public_key().public_bytes(
-            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-        )
-    )
+    _write_pair(files.ca_cert, files.ca_key, ca)
+    _write_pair(files.serving_cert, files.serving_key, serving)
+    _write_pair(files.admin_cert, files.admin_key, admin)
+    _write_key(files.sa_private_key, x509.key_pem(sa_key))
+    files.sa_public_key.write_bytes(x509.public_key_pem(sa_key))
     return files
 
 
@@ -190,19 +99,13 @@ def issue(
 ) -> None:
     """A leaf certificate signed by the PKI's CA: a client identity (CN = user, O = group), or with
     `server` a serving certificate for `dns_names` and `ips`."""
-    ca_key = serialization.load_pem_private_key(pki.ca_key.read_bytes(), password=None)
-    ca_cert = x509.load_pem_x509_certificate(pki.ca_cert.read_bytes())
-    if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
-        raise ValueError(f"{pki.ca_key} is not an ECDSA key")
-    key = _key()
-    usage = ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH
-    b = _builder(_name(common_name, organization), ca_cert.subject, key, ca_key, False, valid_days)
-    b = b.add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
-    if dns_names or ips:
-        b = b.add_extension(_san(dns_names, ips), critical=False)
-    cert_path.parent.mkdir(parents=True, exist_ok=True)
-    _write_cert(cert_path, b.sign(ca_key, hashes.SHA256()))
-    _write_key(key_path, key)
+    ca = x509.KeyPair(pki.ca_cert.read_bytes(), pki.ca_key.read_bytes())
+    pair = x509.issue(
+        ca, common_name, organization=organization, usage="server" if server else "client",
+        now=dt.datetime.now(dt.UTC), valid=dt.timedelta(days=valid_days),
+        dns_names=dns_names, ip_addresses=ips,
+    )  # fmt: skip
+    _write_pair(cert_path, key_path, pair)
 
 
 def extender_tls_flags(server_dir: Path) -> list[str]:

@@ -46,6 +46,7 @@ from kgwe.reconcile.repository import (
 
 if TYPE_CHECKING:
     from kgwe.policy.loader import PolicySet
+    from kgwe.reconcile.certificates import CertificateKeeper
     from kgwe.reconcile.costs import Alert, CostDuties, QuotaCaps
     from kgwe.reconcile.status import Outcome
     from kgwe.render.render import RenderOptions
@@ -105,9 +106,11 @@ class Controller:
         git_access: GitAccess | None = None,
         workloads: bool = True,
         prometheus_url: str | None = None,
+        certificates: CertificateKeeper | None = None,
         public_metrics: bool = False,
     ) -> None:
         self.api_client = api_client
+        self.certificates = certificates  # KGWE's own TLS certificates, kept by the leader; None: off
         self.prometheus_url = prometheus_url  # dcgm-exporter activity for MIG rebalancing (None: off)
         self.render_options = render_options  # extender URL and TLS for the rendered scheduler config
         self.namespace = namespace
@@ -193,6 +196,8 @@ class Controller:
         with self._lock:
             self._due.clear()  # reconcile everything at once: state is read back from the cluster
         self._trigger.set()
+        if self.certificates is not None:
+            self.certificates.wake.set()
 
     def _on_stopped(self) -> None:
         """Lost the lease: stop metering at once (commit-back and Events check leadership themselves)."""
@@ -412,6 +417,8 @@ class Controller:
         if self.workloads is not None:
             self.workloads.start(stop)
         self.node_cache.start(stop)
+        if self.certificates is not None:
+            self.certificates.start(stop, self.is_leader)
         try:
             while not stop.is_set():
                 wait = self.tick()
@@ -422,3 +429,5 @@ class Controller:
                 self.server.stop()
             if self.costs is not None:
                 self.costs.stop()
+            if self.certificates is not None:
+                self.certificates.wake.set()  # its loop sees `stop` at once

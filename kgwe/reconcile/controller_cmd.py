@@ -20,6 +20,7 @@ from pathlib import Path
 
 from kgwe.errors import KgweError
 from kgwe.httpd.exposure import INSECURE_PUBLIC_METRICS
+from kgwe.vocab import GPU_OPERATOR_NAMESPACE
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -104,6 +105,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="where kube-scheduler finds its client certificate for the extender (DIR/tls.crt, tls.key, "
         "ca.crt; default for https: /etc/kgwe/extender-client); rendered as tlsConfig",
     )
+    parser.add_argument(
+        "--mig-namespace",
+        default=GPU_OPERATOR_NAMESPACE,
+        help="the NVIDIA GPU Operator's namespace, where the MIG manager and the device plugin read the "
+        "configs KGWE renders",
+    )
+    parser.add_argument(
+        "--certificates",
+        default="",
+        metavar="COMPONENTS",
+        help="comma-separated: keep the TLS certificates of these components as the leader (webhook: the "
+        "admission webhook's, with the caBundle of its configuration; extender: the standalone extender's "
+        "mutual TLS); empty: none (cert-manager or you provide them)",
+    )
     parser.add_argument("--log-level", default="INFO")
 
 
@@ -140,8 +155,23 @@ def _render_options(args: argparse.Namespace):
     if args.extender_client_cert_dir and not url.startswith("https://"):
         raise KgweError("--extender-client-cert-dir needs an https:// --extender-url")
     return RenderOptions(
+        namespace=args.namespace,
+        mig_namespace=args.mig_namespace,
         extender_url=url,
         extender_client_cert_dir=extender_client_cert_dir(url, args.extender_client_cert_dir),
+    )
+
+
+def _certificates(args: argparse.Namespace, api, is_leader):
+    """The certificate keeper `--certificates` asks for (None: none)."""
+    components = [c.strip() for c in args.certificates.split(",") if c.strip()]
+    if not components or args.once:
+        return None
+    from kgwe.cluster.events import EventRecorder
+    from kgwe.reconcile.certificates import CertificateKeeper
+
+    return CertificateKeeper(
+        api, args.namespace, components, guard=is_leader, recorder=EventRecorder(api, allowed=is_leader)
     )
 
 
@@ -207,6 +237,7 @@ def run(args: argparse.Namespace) -> int:
         prometheus_url=args.prometheus,
         public_metrics=args.insecure_public_metrics,
     )
+    controller.certificates = _certificates(args, controller.api_client, controller.is_leader)
     if args.once:
         return _report_once(controller.reconcile_once(leader_wait_seconds=2 * args.lease_duration))
     stop = threading.Event()

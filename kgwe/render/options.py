@@ -5,11 +5,19 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from kgwe.cluster.names import SCHEDULER_NAME
+from kgwe.cluster.names import EXTENDER_PORT, EXTENDER_SERVICE, EXTENDER_TLS_PORT, SCHEDULER_NAME
+from kgwe.vocab import GPU_OPERATOR_NAMESPACE
 
-# deploy/: kube-scheduler calls the extender Service over mutual TLS, its client certificate mounted here
-DEFAULT_EXTENDER_URL = "https://kgwe-extender.kgwe-system.svc:8443"
+# The default install: kube-scheduler calls the extender container of its own pod on the loopback.
+DEFAULT_EXTENDER_URL = f"http://127.0.0.1:{EXTENDER_PORT}"
+# The standalone extender (its own Deployment and Service): mutual TLS, kube-scheduler's client certificate
+# mounted in DEFAULT_EXTENDER_CLIENT_CERT_DIR.
 DEFAULT_EXTENDER_CLIENT_CERT_DIR = "/etc/kgwe/extender-client"
+
+
+def standalone_extender_url(namespace: str) -> str:
+    """The standalone extender Service's URL (mutual TLS) in KGWE's namespace."""
+    return f"https://{EXTENDER_SERVICE}.{namespace}.svc:{EXTENDER_TLS_PORT}"
 
 
 @dataclass(frozen=True)
@@ -17,7 +25,7 @@ class RenderOptions:
     repository: str = "local"  # PolicyRepository name, put in a label on every object
     # kgwe-scheduler-config, kgwe-scoring, kgwe-runtimes and kgwe-pod-template-policy
     namespace: str = "kgwe-system"
-    mig_namespace: str = "gpu-operator"  # where the GPU Operator's MIG manager reads its config
+    mig_namespace: str = GPU_OPERATOR_NAMESPACE  # where the GPU Operator's MIG manager reads its config
     mig_config_name: str = "kgwe-mig-parted-config"
     # the device plugin's config ConfigMap (ClusterPolicy devicePlugin.config.name), in mig_namespace
     device_plugin_config_name: str = "kgwe-device-plugin-config"

@@ -34,6 +34,7 @@ from kgwe.render.options import (  # noqa: F401  (re-exported: where callers hav
     QuotaCaps,
     RenderOptions,
     extender_client_cert_dir,
+    standalone_extender_url,
 )
 from kgwe.render.sharing import config_key, device_plugin_configs, node_sharing
 

@@ -12,6 +12,7 @@ from kgwe.policy.loader import load_repository
 from kgwe.policy.models import GPUInventory
 from kgwe.render.output import write_files
 from kgwe.render.render import DEFAULT_EXTENDER_URL, RenderOptions, extender_client_cert_dir, render
+from kgwe.vocab import GPU_OPERATOR_NAMESPACE
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -22,7 +23,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", metavar="DIR", required=True, help="directory for the rendered YAML files")
     parser.add_argument("--repository", default="local", help="PolicyRepository name for the objects' label")
     parser.add_argument("--namespace", default="kgwe-system", help="namespace of the KGWE ConfigMaps")
-    parser.add_argument("--mig-namespace", default="gpu-operator", help="namespace of the GPU Operator")
+    parser.add_argument(
+        "--mig-namespace", default=GPU_OPERATOR_NAMESPACE, help="namespace of the GPU Operator"
+    )
     parser.add_argument("--extender-url", default=DEFAULT_EXTENDER_URL, help="urlPrefix of the KGWE extender")
     parser.add_argument(
         "--extender-client-cert-dir",

@@ -9,15 +9,17 @@ from collections.abc import Iterator
 import orjson
 import pytest
 
-from kgwe.admission.server import LIMITS, MAX_BODY_BYTES, CertificateReloader, make_handler
+from kgwe.admission.server import LIMITS, MAX_BODY_BYTES, make_handler
 from kgwe.httpd import ServerThread
 from kgwe.localcluster.pki import write_pki
+from kgwe.tlsfiles import ServingTLS
 
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory) -> Iterator[tuple[int, ssl.SSLContext]]:
     pki = write_pki(tmp_path_factory.mktemp("pki"))  # serving cert valid for 127.0.0.1
-    tls = CertificateReloader(pki.serving_cert, pki.serving_key)
+    tls = ServingTLS(pki.serving_cert, pki.serving_key)
+    assert tls.reload(force=True)
     server = ServerThread(make_handler(), ("127.0.0.1", 0), limits=LIMITS, tls=tls.current).start()
     ctx = ssl.create_default_context(cafile=str(pki.ca_cert))
     yield server.port, ctx

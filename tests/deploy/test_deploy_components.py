@@ -1,9 +1,11 @@
-"""deploy/'s extender and agent: applied to the real API server, their real code run as their ServiceAccounts
-(impersonated), so their RBAC is proven enough by the code itself and narrow by refused extra verbs."""
+"""deploy/'s extender, agent and the controller's certificate keeper: applied to the real API server, their
+real code run as their ServiceAccounts (impersonated), so their RBAC is proven enough by the code itself and
+narrow by refused extra verbs."""
 
 from __future__ import annotations
 
 import pytest
+import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -23,10 +25,12 @@ def _docs() -> list[dict]:
     return docs
 
 
-def _as(api: client.ApiClient, sa: str, node: str | None = None) -> client.ApiClient:
+def _as(
+    api: client.ApiClient, sa: str, node: str | None = None, namespace: str = "kgwe-system"
+) -> client.ApiClient:
     """The API as ServiceAccount `sa`; with `node`, as a pod's bound token on that node carries it."""
     impersonated = client.ApiClient(api.configuration)
-    impersonated.set_default_header("Impersonate-User", f"system:serviceaccount:kgwe-system:{sa}")
+    impersonated.set_default_header("Impersonate-User", f"system:serviceaccount:{namespace}:{sa}")
     if node is not None:
         impersonated.set_default_header("Impersonate-Extra-authentication.kubernetes.io%2fnode-name", node)
     return impersonated
@@ -40,9 +44,10 @@ def _forbidden(action) -> None:
 
 @pytest.fixture(scope="module")
 def applied(k8s_api):
-    from kgwe.cluster.client import ensure_namespace
 
-    ensure_namespace(k8s_api, "gpu-operator")  # holds the controller's Role for the mig-parted ConfigMap
+    from kgwe.localcluster.gpunodes import ensure_gpu_operator_objects
+
+    ensure_gpu_operator_objects(k8s_api)  # the controller's Role for the mig-parted ConfigMap, the agent
     apply_docs(k8s_api, _docs(), "deploy-test")
     return k8s_api
 
@@ -50,32 +55,30 @@ def applied(k8s_api):
 def test_extender_and_agent_are_in_the_base():
     kinds = {(d["kind"], d["metadata"]["name"]) for d in _docs()}
     assert {
-        ("Deployment", "kgwe-extender"),
         ("Service", "kgwe-extender"),
-        ("PodDisruptionBudget", "kgwe-extender"),
         ("DaemonSet", "kgwe-agent"),
+        ("Deployment", "kgwe-scheduler"),
     } <= kinds
+    assert ("Deployment", "kgwe-extender") not in kinds  # a container of each kgwe-scheduler pod
 
 
-def test_the_scheduler_config_points_at_the_extender_service():
+def test_the_scheduler_config_calls_the_extender_in_the_schedulers_own_pod():
     from kgwe.policy import load_repository
     from kgwe.render import render_repository
+    from kgwe.render.render import DEFAULT_EXTENDER_URL
     from kgwe.resources import sample_repo_dir
 
     objs = render_repository(load_repository(sample_repo_dir()))
     config = next(o for o in objs if o["metadata"]["name"] == "kgwe-scheduler-config")
-    service = next(d for d in _docs() if d["kind"] == "Service" and d["metadata"]["name"] == "kgwe-extender")
-    port = next(p["port"] for p in service["spec"]["ports"] if p["name"] == "api")
-    url = f"https://{service['metadata']['name']}.{service['metadata']['namespace']}.svc:{port}"
-    text = next(iter(config["data"].values()))
-    assert url in text and "certFile: /etc/kgwe/extender-client/tls.crt" in text
+    (extender,) = yaml.safe_load(next(iter(config["data"].values())))["extenders"]
+    assert extender["urlPrefix"] == DEFAULT_EXTENDER_URL and "tlsConfig" not in extender
     controller = next(
         d for d in _docs() if d["kind"] == "Deployment" and d["metadata"]["name"] == "kgwe-controller"
     )
-    args = controller["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert f"--extender-url={url}" in args and "--extender-client-cert-dir=/etc/kgwe/extender-client" in args
-    # replicas keep their own assumed pods: the active scheduler must keep talking to one of them
-    assert service["spec"]["sessionAffinity"] == "ClientIP"
+    assert (
+        f"--extender-url={DEFAULT_EXTENDER_URL}"
+        in controller["spec"]["template"]["spec"]["containers"][0]["args"]
+    )
 
 
 def test_extender_index_syncs_as_its_service_account_and_can_do_nothing_else(applied, gpu_node):
@@ -83,7 +86,7 @@ def test_extender_index_syncs_as_its_service_account_and_can_do_nothing_else(app
     from kgwe.extender.index import ClusterIndex
 
     node = gpu_node("DGX-H100")
-    sa_api = _as(applied, "kgwe-extender")
+    sa_api = _as(applied, "kgwe-scheduler")  # the extender runs in kgwe-scheduler's pods
     engine = Engine()
     index = ClusterIndex(engine, namespace="kgwe-system", api_client=sa_api)
     index.start()
@@ -96,8 +99,10 @@ def test_extender_index_syncs_as_its_service_account_and_can_do_nothing_else(app
     core = client.CoreV1Api(sa_api)
     _forbidden(lambda: core.patch_node(node, {"metadata": {"labels": {"x": "y"}}}))
     _forbidden(lambda: core.list_secret_for_all_namespaces())
-    _forbidden(lambda: core.list_namespaced_config_map("default"))
-    _forbidden(lambda: core.delete_namespaced_pod("x", "kgwe-system"))
+    _forbidden(lambda: core.create_namespaced_config_map("kgwe-system", {"metadata": {"name": "x"}}))
+    _forbidden(
+        lambda: client.AppsV1Api(sa_api).patch_namespaced_deployment("kgwe-controller", "kgwe-system", {})
+    )
 
 
 def test_agent_publishes_as_its_service_account_and_can_do_nothing_else(applied, gpu_node):
@@ -108,7 +113,7 @@ def test_agent_publishes_as_its_service_account_and_can_do_nothing_else(applied,
 
     node = gpu_node("DGX-1-V100")
     other = gpu_node("DGX-1-V100")
-    core = client.CoreV1Api(_as(applied, "kgwe-agent", node=node))
+    core = client.CoreV1Api(_as(applied, "kgwe-agent", node=node, namespace="gpu-operator"))
     client.CoreV1Api(applied).patch_node(node, {"metadata": {"annotations": {ANNOTATION_KEY: None}}})
     args = argparse.Namespace(fake_nvml="DGX-1-V100", node_name=node, pod_resources_socket="")
     found = agent_cmd.observe(args)
@@ -118,3 +123,28 @@ def test_agent_publishes_as_its_service_account_and_can_do_nothing_else(applied,
     _forbidden(lambda: core.delete_node(node))
     _forbidden(lambda: core.patch_node(other, {"metadata": {"labels": {"x": "y"}}}))  # not its node
     _forbidden(lambda: core.read_namespaced_secret("x", "kgwe-system"))
+    _forbidden(lambda: core.read_namespaced_secret("x", "gpu-operator"))
+
+
+def test_the_controller_keeps_its_certificates_as_its_service_account_and_touches_no_other(applied):
+    """The certificate keeper with the chart's RBAC: issues into its own Secrets, patches the caBundle of
+    kgwe-scheduling; another Secret or webhook configuration is out of reach."""
+    from kgwe.cluster.names import CA_SECRET, WEBHOOK_CONFIGURATION, WEBHOOK_TLS_SECRET
+    from kgwe.reconcile.certificates import CertificateKeeper
+
+    sa_api = _as(applied, "kgwe-controller")
+    keeper = CertificateKeeper(sa_api, "kgwe-system", ["webhook"])
+    done = keeper.sync()
+    assert set(done.written) == {CA_SECRET, WEBHOOK_TLS_SECRET} and done.ca_bundle_patched
+    assert done.rolled == ("kgwe-webhook",)  # its pods mount the new Secret at once
+    bundle = client.CoreV1Api(applied).read_namespaced_secret(CA_SECRET, "kgwe-system").data["ca.crt"]
+    admin = client.AdmissionregistrationV1Api(applied)
+    config = admin.read_mutating_webhook_configuration(WEBHOOK_CONFIGURATION)
+    assert config.webhooks[0].client_config.ca_bundle == bundle  # both base64 of the PEM bundle
+    core = client.CoreV1Api(sa_api)
+    _forbidden(lambda: core.patch_namespaced_secret("someone-elses", "kgwe-system", {"data": {}}))
+    _forbidden(lambda: core.patch_namespaced_secret(WEBHOOK_TLS_SECRET, "default", {"data": {}}))
+    apps = client.AppsV1Api(sa_api)
+    _forbidden(lambda: apps.patch_namespaced_deployment("kgwe-controller", "kgwe-system", {"metadata": {}}))
+    admission = client.AdmissionregistrationV1Api(sa_api)
+    _forbidden(lambda: admission.patch_mutating_webhook_configuration("another-webhook", {"metadata": {}}))

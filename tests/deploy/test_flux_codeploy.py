@@ -56,7 +56,7 @@ WATCHED = [
     ("kgwe.nvidia.io/v1", "PolicyRepository"),
 ]  # fmt: skip
 REPO = "gpu-policy"  # deploy/examples/policyrepository.yaml
-AGENT = "DaemonSet/kgwe-system/kgwe-agent"
+AGENT = "DaemonSet/gpu-operator/kgwe-agent"  # beside the GPU Operator
 QUOTA = "ResourceQuota/ds-notebooks/kgwe-budget"
 TEAM_NAMESPACES = ("ds-notebooks", "inference-prod", "inference-staging", "ml-training", "ml-experiments")
 GIT_ENV = {
@@ -143,7 +143,8 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimpleNamespace]
     try:
         api = cp.api_client()
         install_crds(api, flux.flux_crds())
-        for ns in (FLUX_NS, "gpu-operator", *TEAM_NAMESPACES):
+        gpunodes.ensure_gpu_operator_objects(api)  # its namespace and runtime class (the agent's)
+        for ns in (FLUX_NS, *TEAM_NAMESPACES):
             ensure_namespace(api, ns)
         nodes = {
             "flux-h100": ("DGX-H100", {"gpu.nvidia.com/class": "H100", "kgwe.nvidia.io/pool": "inference"}),

@@ -54,119 +54,296 @@ def test_schema_rejects_a_misspelled_key_and_a_wrong_type_with_a_clear_message()
     assert "url" in err  # a PolicyRepository needs its Git URL
 
 
-def test_another_namespace_is_refused_with_the_reason():
-    err = _fails("--namespace", "gpu-stuff")
-    assert "install with --namespace kgwe-system" in err and '"gpu-stuff"' in err
+def test_global_values_are_accepted():
+    """A parent chart's `global` reaches every subchart; the schema must not refuse it."""
+    assert "kind: Deployment" in template("--set", "global.imageRegistry=registry.example.com")
 
 
-def test_seed_values_render_every_component_and_the_crds_kept_on_uninstall():
-    objs = _objects(template(*SEED))
-    by = {(d["kind"], d["metadata"]["name"]): d for d in objs}
-    for kind, name in [
-        ("Deployment", "kgwe-controller"),
-        ("Deployment", "kgwe-extender"),
-        ("Deployment", "kgwe-scheduler"),
-        ("DaemonSet", "kgwe-agent"),
-        ("CustomResourceDefinition", "policyrepositories.kgwe.nvidia.io"),
-        ("CustomResourceDefinition", "gpuworkloads.kgwe.nvidia.io"),
-    ]:
-        assert (kind, name) in by, f"{kind}/{name} missing from the seed install"
-    crd = by[("CustomResourceDefinition", "policyrepositories.kgwe.nvidia.io")]
-    assert crd["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
-    assert ("Namespace", "kgwe-system") not in by  # --create-namespace makes it; the release must not own it
-    agent = by[("DaemonSet", "kgwe-agent")]["spec"]["template"]["spec"]
-    assert agent["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
-    scheduler = by[("Deployment", "kgwe-scheduler")]["spec"]["template"]["spec"]["containers"][0]
-    assert scheduler["image"].startswith("registry.k8s.io/kube-scheduler:v1.")
-
-
-def test_values_switch_and_size_components():
-    out = template(
-        "--set", "crds.install=false",
-        "--set", "agent.enabled=false",
-        "--set", "extender.replicas=3",
-        "--set", "migController.priorityClassName=gpu-critical",
-        "--set", "migController.costs.databaseSecret.name=kgwe-cost-db",
-        "--set", "migController.costs.enabled=true",
-        "--set-json", 'extender.tolerations=[{"key":"infra","operator":"Exists","effect":"NoSchedule"}]',
-        "--set", "image.tag=9.9.9",
-    )  # fmt: skip
-    objs = _objects(out)
-    kinds = {d["kind"] for d in objs}
-    assert "CustomResourceDefinition" not in kinds and "DaemonSet" not in kinds
-    by = {(d["kind"], d["metadata"]["name"]): d for d in objs}
-    ext = by[("Deployment", "kgwe-extender")]["spec"]
-    assert ext["replicas"] == 3
-    assert ext["template"]["spec"]["tolerations"] == [
-        {"key": "infra", "operator": "Exists", "effect": "NoSchedule"}
-    ]
-    ctl = by[("Deployment", "kgwe-controller")]["spec"]["template"]["spec"]
-    assert ctl["priorityClassName"] == "gpu-critical"
-    env = {e["name"]: e for e in ctl["containers"][0]["env"]}
-    assert env["KGWE_COST_DB"]["valueFrom"]["secretKeyRef"] == {"name": "kgwe-cost-db", "key": "url"}
-    assert ctl["containers"][0]["image"] == "ghcr.io/kgwe/kgwe:9.9.9"
-    no_keep = _objects(
-        template("--set", "crds.keep=false", "--show-only", "templates/crds/gpuworkloads.kgwe.nvidia.io.yaml")
-    )
-    assert "annotations" not in no_keep[0]["metadata"]
-
-
-def test_webhook_certificates_from_cert_manager_or_an_existing_secret():
-    by_cm = {
-        (d["kind"], d["metadata"]["name"]): d
-        for d in _objects(template("--set", "webhook.tls.certManager.enabled=true"))
-    }
-    cert = by_cm[("Certificate", "kgwe-webhook")]["spec"]
-    assert cert["secretName"] == "kgwe-webhook-tls" and "kgwe-webhook.kgwe-system.svc" in cert["dnsNames"]
-    hook = by_cm[("MutatingWebhookConfiguration", "kgwe-scheduling")]
-    assert hook["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == "kgwe-system/kgwe-webhook"
-    own = {
-        (d["kind"], d["metadata"]["name"]): d
-        for d in _objects(
-            template("--set", "webhook.tls.secretName=mine", "--set", "webhook.tls.caBundle=Q0E=")
-        )
-    }
-    assert not any(kind == "Certificate" for kind, _ in own)
-    hook = own[("MutatingWebhookConfiguration", "kgwe-scheduling")]
-    assert hook["webhooks"][0]["clientConfig"]["caBundle"] == "Q0E=" and "annotations" not in hook["metadata"]
-    volumes = own[("Deployment", "kgwe-webhook")]["spec"]["template"]["spec"]["volumes"]
-    assert volumes == [{"name": "tls", "secret": {"secretName": "mine"}}]
+def _by(stream: str) -> dict[tuple[str, str], dict]:
+    return {(d["kind"], d["metadata"]["name"]): d for d in _objects(stream)}
 
 
 def _args(container: dict) -> list[str]:
     return container.get("args") or container.get("command") or []
 
 
-def test_extender_mutual_tls_by_default_and_plain_http_when_off():
-    by = {(d["kind"], d["metadata"]["name"]): d for d in _objects(template())}
+def _controller_args(by: dict) -> list[str]:
+    return _args(by[("Deployment", "kgwe-controller")]["spec"]["template"]["spec"]["containers"][0])
+
+
+def _pods(objs: list[dict]) -> dict[str, dict]:
+    """Every pod template (and bare pod) of the rendering, by kind/name."""
+    out = {}
+    for d in objs:
+        if d["kind"] in ("Deployment", "DaemonSet"):
+            out[f"{d['kind']}/{d['metadata']['name']}"] = d["spec"]["template"]
+        elif d["kind"] == "Pod":
+            out[f"Pod/{d['metadata']['name']}"] = d
+    return out
+
+
+def test_the_release_namespace_is_used_everywhere():
+    stream = template("--namespace", "gpu-stuff", "--set", "extender.mode=standalone")
+    assert "kgwe-system" not in stream
+    elsewhere = {
+        ("DaemonSet", "kgwe-agent"): "gpu-operator",  # beside the GPU Operator's privileged pods
+        ("ServiceAccount", "kgwe-agent"): "gpu-operator",
+        ("Role", "kgwe-controller-mig-config"): "gpu-operator",
+        ("RoleBinding", "kgwe-controller-mig-config"): "gpu-operator",
+        ("Role", "kgwe-agent-events"): "default",
+        ("RoleBinding", "kgwe-agent-events"): "default",
+        ("RoleBinding", "kgwe-scheduler-extension-apiserver-authentication-reader"): "kube-system",
+    }
+    for d in _objects(stream):
+        ns = d["metadata"].get("namespace")
+        if ns is not None:
+            assert ns == elsewhere.get((d["kind"], d["metadata"]["name"]), "gpu-stuff"), d["metadata"]
+        for subject in d.get("subjects") or []:
+            want = "gpu-operator" if subject["name"] == "kgwe-agent" else "gpu-stuff"
+            assert subject["namespace"] == want, (d["kind"], d["metadata"]["name"])
+    by = _by(stream)
+    hook = by[("MutatingWebhookConfiguration", "kgwe-scheduling")]["webhooks"][0]
+    assert hook["clientConfig"]["service"]["namespace"] == "gpu-stuff"
+    assert "--extender-url=https://kgwe-extender.gpu-stuff.svc:8443" in _controller_args(by)
+    policy = by[("ValidatingAdmissionPolicy", "kgwe-agent-own-node")]["spec"]["matchConditions"][0]
+    assert "system:serviceaccount:gpu-operator:kgwe-agent" in policy["expression"]
+
+
+def test_every_object_carries_the_standard_labels_and_selectors_only_the_stable_ones():
+    objs = _objects(template(*SEED, "--set", "monitoring.serviceMonitor.enabled=true"))
+    for d in objs:
+        if d["kind"] == "CustomResourceDefinition":
+            continue  # verbatim from `kgwe schema`
+        labels = d["metadata"]["labels"]
+        assert labels["app.kubernetes.io/name"] == "kgwe" and labels["app.kubernetes.io/instance"] == "kgwe"
+        assert labels["app.kubernetes.io/managed-by"] == "Helm"
+        assert labels["app.kubernetes.io/version"] == "0.1.0" and labels["helm.sh/chart"] == "kgwe-0.1.0"
+        assert labels["app.kubernetes.io/component"]
+        selector = (d.get("spec") or {}).get("selector")
+        if d["kind"] in ("Deployment", "DaemonSet", "PodDisruptionBudget", "ServiceMonitor"):
+            selector = selector["matchLabels"]
+        if selector:
+            assert set(selector) == {
+                "app.kubernetes.io/name",
+                "app.kubernetes.io/instance",
+                "app.kubernetes.io/component",
+            }, (d["kind"], d["metadata"]["name"])
+
+
+def test_the_scheduler_pod_carries_the_extender_and_starts_from_kgwes_own_configuration():
+    by = _by(template(*SEED))
+    assert ("Deployment", "kgwe-extender") not in by  # the default: a container of each scheduler pod
+    pod = by[("Deployment", "kgwe-scheduler")]["spec"]["template"]["spec"]
+    (init,) = pod["initContainers"]
+    assert init["image"] == "ghcr.io/kgwe/kgwe:0.1.0" and init["args"][0] == "scheduler-config"
+    assert "--extender-url=http://127.0.0.1:8888" in init["args"]
+    scheduler, extender = pod["containers"]
+    assert scheduler["image"] == "registry.k8s.io/kube-scheduler:v1.37.2"  # the cluster's version
+    assert "--listen=127.0.0.1:8888" in extender["args"] and "--in-cluster" in extender["args"]
+    assert extender["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "probes"}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["policy-config"]["configMap"] == {"name": "kgwe-scheduler-config", "optional": True}
+    assert "extender-client" not in volumes  # no TLS on the loopback
+    assert "--extender-url=http://127.0.0.1:8888" in _controller_args(by)  # what it renders into policy
+    binding = by[("ClusterRoleBinding", "kgwe-extender")]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "kgwe-scheduler", "namespace": "kgwe-system"}
+    ]
+    service = by[("Service", "kgwe-extender")]["spec"]  # metrics only: the API stays on the loopback
+    assert [p["name"] for p in service["ports"]] == ["probes"]
+    assert service["selector"]["app.kubernetes.io/component"] == "scheduler"
+
+
+def test_the_kube_scheduler_image_follows_the_cluster_unless_set():
+    def image(*args: str) -> str:
+        pod = _by(template(*SEED, *args))[("Deployment", "kgwe-scheduler")]
+        return pod["spec"]["template"]["spec"]["containers"][0]["image"]
+
+    assert image("--kube-version", "v1.31.4") == "registry.k8s.io/kube-scheduler:v1.31.4"
+    assert image("--kube-version", "1.30.4-eks-a737599") == "registry.k8s.io/kube-scheduler:v1.30.4"
+    assert image("--set", "scheduler.image.tag=v1.36.9") == "registry.k8s.io/kube-scheduler:v1.36.9"
+
+
+def test_pull_secrets_annotations_extra_args_and_security_contexts_reach_every_pod():
+    stream = template("-f", str(CHART_DIR / "ci" / "full-values.yaml"))
+    pods = _pods(_objects(stream))
+    assert set(pods) >= {
+        "Deployment/kgwe-controller", "Deployment/kgwe-scheduler", "Deployment/kgwe-webhook",
+        "DaemonSet/kgwe-agent", "Pod/kgwe-install-test",
+    }  # fmt: skip
+    for name, pod in pods.items():
+        spec = pod["spec"]
+        assert spec["imagePullSecrets"] == [{"name": "registry-example"}], name
+        if name != "Pod/kgwe-install-test":
+            assert pod["metadata"]["annotations"]["example.com/owner"] == "platform", name
+        if name != "DaemonSet/kgwe-agent":
+            assert "securityContext" not in spec, name  # podSecurityContext: {} (OpenShift)
+            for c in spec["containers"] + spec.get("initContainers", []):
+                assert c["securityContext"] == {
+                    "allowPrivilegeEscalation": False,
+                    "capabilities": {"drop": ["ALL"]},
+                    "privileged": False,
+                    "readOnlyRootFilesystem": True,
+                }, name
+    by = _by(stream)
+    sched = by[("Deployment", "kgwe-scheduler")]["spec"]["template"]
+    assert sched["metadata"]["annotations"] == {
+        "example.com/owner": "platform",
+        "example.com/scrape": "false",
+    }
+    scheduler, extender = sched["spec"]["containers"]
+    assert scheduler["command"][-1] == "--v=2" and extender["args"][-1] == "--log-level=DEBUG"
+    agent = by[("DaemonSet", "kgwe-agent")]
+    assert agent["metadata"]["namespace"] == "nvidia-gpu-operator"
+    assert agent["spec"]["template"]["spec"]["runtimeClassName"] == "nvidia-cdi"
+    assert _args(agent["spec"]["template"]["spec"]["containers"][0])[-1] == "--recover-after-periods=5"
+    assert by[("Role", "kgwe-controller-mig-config")]["metadata"]["namespace"] == "nvidia-gpu-operator"
+    assert "--mig-namespace=nvidia-gpu-operator" in _controller_args(by)
+    controller = by[("Deployment", "kgwe-controller")]["spec"]["template"]["spec"]
+    assert "--git-ca-file=/etc/kgwe/git-ca/ca.crt" in _controller_args(by)  # a private Git server's CA
+    assert {"name": "git-ca", "mountPath": "/etc/kgwe/git-ca", "readOnly": True} in controller["containers"][
+        0
+    ]["volumeMounts"]
+    assert {
+        "name": "git-ca",
+        "secret": {"secretName": "corp-git-ca", "items": [{"key": "ca.crt", "path": "ca.crt"}]},
+    } in controller["volumes"]
+
+
+def test_default_security_contexts_fit_pod_security_restricted_and_the_agent_runs_as_root_without_caps():
+    for name, pod in _pods(_objects(template(*SEED))).items():
+        spec = pod["spec"]
+        if name == "DaemonSet/kgwe-agent":
+            assert spec["securityContext"] == {
+                "runAsUser": 0,
+                "runAsNonRoot": False,
+                "seccompProfile": {"type": "RuntimeDefault"},
+            }
+            assert spec["runtimeClassName"] == "nvidia"
+            (c,) = spec["containers"]
+            assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+            assert c["securityContext"]["readOnlyRootFilesystem"] is True
+            assert spec["volumes"][0]["hostPath"]["path"] == "/var/lib/kubelet/pod-resources"
+            continue
+        assert spec["securityContext"]["runAsNonRoot"] is True and spec["securityContext"]["seccompProfile"]
+        for c in spec["containers"] + spec.get("initContainers", []):
+            sc = c["securityContext"]
+            assert sc["allowPrivilegeEscalation"] is False and sc["capabilities"] == {"drop": ["ALL"]}, name
+        assert not any("hostPath" in v for v in spec.get("volumes", [])), name
+
+
+def test_certificates_come_from_the_controller_by_default_and_from_cert_manager_when_asked():
+    by = _by(template(*SEED))
+    assert "--certificates=webhook" in _controller_args(by)
+    hook = by[("MutatingWebhookConfiguration", "kgwe-scheduling")]
+    assert "caBundle" not in hook["webhooks"][0]["clientConfig"] and "annotations" not in hook["metadata"]
+    webhook = by[("Deployment", "kgwe-webhook")]["spec"]["template"]["spec"]
+    assert webhook["volumes"] == [
+        {"name": "tls", "secret": {"secretName": "kgwe-webhook-tls", "optional": True}}
+    ]
+    assert webhook["containers"][0]["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "probes"}
+    role = by[("Role", "kgwe-controller")]["rules"]
+    assert {
+        "apiGroups": [""], "resources": ["secrets"], "resourceNames": ["kgwe-ca", "kgwe-webhook-tls"],
+        "verbs": ["patch"],
+    } in role  # fmt: skip
+    assert {
+        "apiGroups": ["admissionregistration.k8s.io"], "resources": ["mutatingwebhookconfigurations"],
+        "resourceNames": ["kgwe-scheduling"], "verbs": ["get", "patch"],
+    } in by[("ClusterRole", "kgwe-controller")]["rules"]  # fmt: skip
+    assert not any(kind == "Certificate" for kind, _ in by)
+
+    cm = _by(template(*SEED, "--set", "certManager.enabled=true"))
+    assert not any(a.startswith("--certificates") for a in _controller_args(cm))
+    cert = cm[("Certificate", "kgwe-webhook")]["spec"]
+    assert cert["secretName"] == "kgwe-webhook-tls" and "kgwe-webhook.kgwe-system.svc" in cert["dnsNames"]
+    hook = cm[("MutatingWebhookConfiguration", "kgwe-scheduling")]
+    assert hook["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == "kgwe-system/kgwe-webhook"
+    rules = cm[("ClusterRole", "kgwe-controller")]["rules"]
+    assert not any(r["resources"] == ["mutatingwebhookconfigurations"] for r in rules)
+
+
+def test_values_that_cannot_work_together_fail_with_what_to_set():
+    err = _fails("--namespace", "kgwe-system", "--set", "migController.enabled=false")
+    assert "the webhook's certificate comes from the KGWE controller or cert-manager" in err
+    err = _fails(
+        "--namespace", "kgwe-system", "--set", "migController.enabled=false",
+        "--set", "webhook.enabled=false", "--set", "extender.mode=standalone",
+    )  # fmt: skip
+    assert "extender.standalone.tls.enabled=false" in err
+    err = _fails("--namespace", "kgwe-system", "--set", "extender.mode=sidecars")
+    assert "mode" in err and "sidecar" in err
+
+
+def test_the_standalone_extender_serves_mutual_tls_with_certificates_from_the_controller():
+    by = _by(template("--set", "extender.mode=standalone"))
     ext = by[("Deployment", "kgwe-extender")]["spec"]["template"]["spec"]
     assert {"--listen=0.0.0.0:8443", "--client-ca-file=/etc/kgwe/tls/ca.crt"} <= set(
         _args(ext["containers"][0])
     )
     assert ext["volumes"] == [
-        {"name": "tls", "secret": {"secretName": "kgwe-extender-tls", "defaultMode": 0o440}}
+        {"name": "tls", "secret": {"secretName": "kgwe-extender-tls", "defaultMode": 0o440, "optional": True}}
     ]
-    ctl = _args(by[("Deployment", "kgwe-controller")]["spec"]["template"]["spec"]["containers"][0])
+    ctl = _controller_args(by)
     assert "--extender-url=https://kgwe-extender.kgwe-system.svc:8443" in ctl
     assert "--extender-client-cert-dir=/etc/kgwe/extender-client" in ctl
-    policy = by[("NetworkPolicy", "kgwe-extender")]["spec"]["ingress"][0]
-    scheduler = by[("Deployment", "kgwe-scheduler")]["spec"]["template"]["metadata"]["labels"]
-    assert policy["from"][0]["podSelector"]["matchLabels"] == scheduler  # the scheduler's pods, really
-    plain = {
-        (d["kind"], d["metadata"]["name"]): d
-        for d in _objects(template("--set", "extender.tls.enabled=false"))
+    assert "--certificates=webhook,extender" in ctl
+    sched = by[("Deployment", "kgwe-scheduler")]["spec"]["template"]["spec"]
+    assert [c["name"] for c in sched["containers"]] == ["kube-scheduler"]
+    assert "--extender-client-cert-dir=/etc/kgwe/extender-client" in sched["initContainers"][0]["args"]
+    volumes = {v["name"]: v for v in sched["volumes"]}
+    assert volumes["extender-client"]["secret"] == {
+        "secretName": "kgwe-scheduler-extender-client",
+        "optional": True,
     }
+    policy = by[("NetworkPolicy", "kgwe-extender")]["spec"]["ingress"][0]
+    scheduler_labels = by[("Deployment", "kgwe-scheduler")]["spec"]["selector"]["matchLabels"]
+    assert policy["from"][0]["podSelector"]["matchLabels"] == scheduler_labels  # the scheduler's pods, really
+    assert by[("ClusterRoleBinding", "kgwe-extender")]["subjects"][0]["name"] == "kgwe-extender"
+    role = by[("Role", "kgwe-controller")]["rules"]
+    names = next(
+        r["resourceNames"] for r in role if r.get("resources") == ["secrets"] and "resourceNames" in r
+    )
+    assert names == ["kgwe-ca", "kgwe-webhook-tls", "kgwe-extender-tls", "kgwe-scheduler-extender-client"]
+    plain = _by(
+        template("--set", "extender.mode=standalone", "--set", "extender.standalone.tls.enabled=false")
+    )
     ext = plain[("Deployment", "kgwe-extender")]["spec"]["template"]["spec"]
     assert "--listen=0.0.0.0:8080" in _args(ext["containers"][0]) and "volumes" not in ext
-    assert not any(a.startswith("--tls") for a in _args(ext["containers"][0]))
-    ctl = _args(plain[("Deployment", "kgwe-controller")]["spec"]["template"]["spec"]["containers"][0])
-    assert "--extender-url=http://kgwe-extender.kgwe-system.svc:8080" in ctl
-    assert not any(a.startswith("--extender-client-cert-dir") for a in ctl)
-    issued = _objects(template("--set", "extender.tls.certManager.enabled=true"))
+    ctl = _controller_args(plain)
+    assert (
+        "--extender-url=http://kgwe-extender.kgwe-system.svc:8080" in ctl and "--certificates=webhook" in ctl
+    )
+    issued = _objects(template("--set", "extender.mode=standalone", "--set", "certManager.enabled=true"))
     certs = {d["metadata"]["name"]: d["spec"] for d in issued if d["kind"] == "Certificate"}
     assert certs["kgwe-extender"]["secretName"] == "kgwe-extender-tls"
     assert certs["kgwe-scheduler-extender-client"]["usages"] == ["client auth"]
     assert certs["kgwe-extender"]["issuerRef"] == certs["kgwe-scheduler-extender-client"]["issuerRef"]
+
+
+def test_the_helm_test_hook_checks_each_part_through_its_service():
+    (pod,) = [d for d in _objects(template(*SEED)) if d["kind"] == "Pod"]
+    assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    script = pod["spec"]["containers"][0]["args"][0]
+    for url in (
+        "http://kgwe-controller.kgwe-system.svc:8080/readyz",
+        "https://kgwe-webhook.kgwe-system.svc:443/healthz",
+        "http://kgwe-extender.kgwe-system.svc:8081/readyz",
+    ):
+        assert url in script
+
+
+def test_the_values_readme_lists_every_value_with_its_meaning():
+    from tests.harness import chart_values
+
+    listed = chart_values.values(CHART_DIR / "values.yaml")
+    schema = json.loads((CHART_DIR / "values.schema.json").read_text())
+    assert chart_values.undocumented(listed) == [], "values.yaml: comment every value"
+    assert chart_values.not_in_schema(listed, schema) == [], "values.schema.json must know every value"
+    assert chart_values.uncovered(listed, schema) == [], "values.yaml must show every value of the schema"
+    assert (CHART_DIR / "README.md").read_text() == chart_values.readme(CHART_DIR), (
+        "deploy/helm/kgwe/README.md is stale: run `make deploy`"
+    )
 
 
 def test_optional_policy_repository_is_created_after_the_crds():

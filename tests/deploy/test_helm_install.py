@@ -1,10 +1,13 @@
 """The README's `helm install` command on a real control plane of its own (kube-controller-manager makes the
 Deployments' and the DaemonSet's pods, kwok runs them), then `helm upgrade` with changed values,
-`helm uninstall` (CRDs kept), and every manifest of the chart accepted by the real apiserver (dry-run)."""
+`helm uninstall` (CRDs kept); every pod admitted under Pod Security "restricted" (the agent in the GPU
+Operator's privileged namespace); what the notes say when the GPU Operator is missing; and every manifest
+of the chart accepted by the real apiserver (dry-run). Pods running for real: tests/e2e."""
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from types import SimpleNamespace
 
@@ -37,7 +40,7 @@ def helm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimpleNam
     cp.start()
     try:
         api = cp.api_client()
-        ensure_namespace(api, "gpu-operator")  # the GPU Operator's namespace holds the controller's MIG Role
+        gpunodes.ensure_gpu_operator_objects(api)  # the controller's MIG Role and the agent go there
         nodes = [f"helm-gpu-{i}" for i in range(2)]
         for name in nodes:
             gpunodes.create_gpu_node(api, name, "DGX-H100")
@@ -57,9 +60,9 @@ def _helm(helm_cluster: SimpleNamespace, *args: str) -> str:
     return helm(*args, env=helm_cluster.env).stdout
 
 
-def _ready_pods(api: client.ApiClient, component: str) -> int:
+def _ready_pods(api: client.ApiClient, component: str, namespace: str = NS) -> int:
     pods = client.CoreV1Api(api).list_namespaced_pod(
-        NS, label_selector=f"app.kubernetes.io/component={component}"
+        namespace, label_selector=f"app.kubernetes.io/component={component}"
     )
     return sum(
         1
@@ -96,28 +99,31 @@ def test_controller_status_says_when_the_crds_are_missing(helm_cluster, tmp_path
 def test_seed_install_upgrade_uninstall(helm_cluster):
     api, apps = helm_cluster.api, client.AppsV1Api(helm_cluster.api)
     out = _helm(helm_cluster, *SEED, "--wait", "--timeout", "8m")
-    assert "STATUS: deployed" in out and "kgwe-scheduler" in out  # NOTES name what was installed
-    assert "Next steps" in out
+    assert "STATUS: deployed" in out and "Next steps" in out
+    notes = out.split("NOTES:", 1)[1]  # what is really served
+    assert "extender    in each kgwe-scheduler pod, http://127.0.0.1:8888 (that pod's loopback only)" in notes
+    assert "scheduler   kgwe-scheduler (registry.k8s.io/kube-scheduler:v1.37.2)" in notes
+    assert "webhook     kgwe-webhook, https://kgwe-webhook.kgwe-system.svc:443/mutate-pods" in notes
+    assert "WARNING" not in notes and ":8080" not in notes.split("Next steps")[0]
     for component, want in (
         ("controller", 2),
-        ("extender", 2),
         ("scheduler", 2),
         ("webhook", 2),
-        ("agent", len(helm_cluster.nodes)),
     ):
         assert _ready_pods(api, component) == want, f"{component}: {want} Ready pod(s) expected"
+    assert _ready_pods(api, "agent", "gpu-operator") == len(helm_cluster.nodes)
     assert set(CRDS) <= _crd_names(api)
     releases = json.loads(_helm(helm_cluster, "list", "--namespace", NS, "--output", "json"))
     assert [(r["name"], r["status"]) for r in releases] == [("kgwe", "deployed")]
 
     _helm(
         helm_cluster, "upgrade", "kgwe", str(CHART_DIR), "--namespace", NS, "--reuse-values",
-        "--set", "extender.replicas=3", "--set", "agent.enabled=false", "--wait", "--timeout", "8m",
+        "--set", "scheduler.replicas=3", "--set", "agent.enabled=false", "--wait", "--timeout", "8m",
     )  # fmt: skip
-    assert apps.read_namespaced_deployment("kgwe-extender", NS).spec.replicas == 3
-    assert _ready_pods(api, "extender") == 3
+    assert apps.read_namespaced_deployment("kgwe-scheduler", NS).spec.replicas == 3
+    assert _ready_pods(api, "scheduler") == 3
     with pytest.raises(ApiException) as gone:
-        apps.read_namespaced_daemon_set("kgwe-agent", NS)
+        apps.read_namespaced_daemon_set("kgwe-agent", "gpu-operator")
     assert gone.value.status == 404
     history = json.loads(_helm(helm_cluster, "history", "kgwe", "--namespace", NS, "--output", "json"))
     assert [h["revision"] for h in history] == [1, 2]
@@ -125,6 +131,79 @@ def test_seed_install_upgrade_uninstall(helm_cluster):
     _helm(helm_cluster, "uninstall", "kgwe", "--namespace", NS, "--wait", "--timeout", "5m")
     assert not apps.list_namespaced_deployment(NS).items
     assert set(CRDS) <= _crd_names(api), "crds.keep (default) keeps the CRDs and every custom resource"
+
+
+def _label_namespace(api: client.ApiClient, name: str, level: str) -> None:
+    ensure_namespace(api, name)
+    labels = {f"pod-security.kubernetes.io/{mode}": level for mode in ("enforce", "warn", "audit")}
+    client.CoreV1Api(api).patch_namespace(name, {"metadata": {"labels": labels}})
+
+
+def _refusals(api: client.ApiClient, namespace: str, kind: str, name: str) -> list[str]:
+    """The FailedCreate events of a workload (what `kubectl describe` shows)."""
+    events = (
+        client.CoreV1Api(api)
+        .list_namespaced_event(namespace, field_selector=f"involvedObject.name={name},reason=FailedCreate")
+        .items
+    )
+    return [e.message for e in events if e.involved_object.kind == kind]
+
+
+def test_every_pod_is_admitted_under_pod_security_restricted_and_the_agent_beside_the_gpu_operator(
+    helm_cluster,
+):
+    """The release namespace enforces "restricted", the GPU Operator's "privileged" (as its own hostPath and
+    privileged pods need): the install comes up. The agent in the restricted namespace would be refused."""
+    api = helm_cluster.api
+    _label_namespace(api, "kgwe-restricted", "restricted")
+    _label_namespace(api, "gpu-operator", "privileged")
+    install = (
+        "install", "kgwe", str(CHART_DIR), "--namespace", "kgwe-restricted",
+        "--set", "scheduler.enabled=true", "--set", "migController.enabled=true",
+        "--set", "crds.install=false",  # kept by the release before, which owns them
+    )  # fmt: skip
+    _helm(helm_cluster, *install, "--wait", "--timeout", "5m")
+    try:
+        for component, want in (("controller", 2), ("scheduler", 2), ("webhook", 2)):
+            assert _ready_pods(api, component, "kgwe-restricted") == want, component
+        assert _ready_pods(api, "agent", "gpu-operator") == len(helm_cluster.nodes)
+        assert not [m for m in _all_refusals(api, "kgwe-restricted") if "PodSecurity" in m]
+        # the check can fail: the agent (hostPath) in the restricted namespace is refused, and says why
+        _helm(
+            helm_cluster, "upgrade", "kgwe", str(CHART_DIR), "--namespace", "kgwe-restricted",
+            "--reuse-values", "--set", "gpuOperator.namespace=kgwe-restricted",
+        )  # fmt: skip
+        deadline = time.monotonic() + 60
+        while not (refused := _refusals(api, "kgwe-restricted", "DaemonSet", "kgwe-agent")):
+            assert time.monotonic() < deadline, "the agent in a restricted namespace should be refused"
+            time.sleep(0.5)
+        assert any('violates PodSecurity "restricted' in m and "hostPath" in m for m in refused), refused
+    finally:
+        _helm(
+            helm_cluster, "uninstall", "kgwe", "--namespace", "kgwe-restricted", "--wait", "--timeout", "5m"
+        )
+
+
+def _all_refusals(api: client.ApiClient, namespace: str) -> list[str]:
+    events = client.CoreV1Api(api).list_namespaced_event(namespace, field_selector="reason=FailedCreate")
+    return [e.message for e in events.items]
+
+
+def test_without_the_gpu_operator_the_install_says_what_to_do(helm_cluster):
+    """No GPU Operator namespace (or runtime class) yet: the install still succeeds, leaves out what would
+    fail, and its notes say what is missing and what to run."""
+    out = _helm(
+        helm_cluster, *SEED, "--set", "gpuOperator.namespace=no-operator-here", "--dry-run=server",
+    )  # fmt: skip
+    notes = out.split("NOTES:", 1)[1]
+    assert "WARNING: the namespace no-operator-here (gpuOperator.namespace) does not exist" in notes
+    assert "helm upgrade kgwe <this chart> --namespace kgwe-system --reuse-values" in notes
+    manifest = out.split("MANIFEST:", 1)[1].split("NOTES:", 1)[0]
+    objs = [d for d in yaml.safe_load_all(manifest) if d]
+    assert not [d for d in objs if d["kind"] == "DaemonSet"]
+    assert not [d for d in objs if d["metadata"].get("namespace") == "no-operator-here"]
+    out = _helm(helm_cluster, *SEED, "--set", "agent.runtimeClassName=gpu-runtime", "--dry-run=server")
+    assert "WARNING: there is no RuntimeClass gpu-runtime" in out.split("NOTES:", 1)[1]
 
 
 def test_every_manifest_is_accepted_by_the_apiserver(helm_cluster):
@@ -146,6 +225,7 @@ def test_every_manifest_is_accepted_by_the_apiserver(helm_cluster):
     ]
     dyn = dynamic.DynamicClient(helm_cluster.api)
     ensure_namespace(helm_cluster.api, NS)
+    ensure_namespace(helm_cluster.api, "nvidia-gpu-operator")  # full-values.yaml's gpuOperator.namespace
     crds = [d for d in docs if d["kind"] == "CustomResourceDefinition"]
     assert {c["metadata"]["name"] for c in crds} == set(CRDS)
     for doc in crds:  # the CRDs for real (they may be kept from the install test), then wait until served

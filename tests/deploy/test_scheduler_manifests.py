@@ -6,16 +6,21 @@ import yaml
 
 from kgwe.admission.server import MUTATE_PATH
 from kgwe.cluster.names import (
+    EXTENDER_PORT,
     SCHEDULER_CONFIG_KEY,
     SCHEDULER_CONFIGMAP,
     SCHEDULER_DEPLOYMENT,
     SCHEDULER_NAME,
     SCHEDULING_ENABLED,
     SCHEDULING_NAMESPACE_LABEL,
+    WEBHOOK_CONFIGURATION,
+    WEBHOOK_SERVICE,
+    WEBHOOK_TLS_SECRET,
 )
 from kgwe.localcluster.controlplane import pinned_kubernetes_version
+from kgwe.render.render import DEFAULT_EXTENDER_URL
 from kgwe.resources import deploy_dir
-from tests.harness.kgwe_scheduler import IN_CLUSTER_CLIENT_DIR, rendered_config_text
+from tests.harness.kgwe_scheduler import rendered_config_text
 
 
 def docs() -> list[dict]:
@@ -32,23 +37,29 @@ def find(kind: str, name: str) -> dict:
     return next(d for d in docs() if d["kind"] == kind and d["metadata"]["name"] == name)
 
 
-def test_the_scheduler_deployment_runs_the_rendered_config_from_its_configmap():
+def test_the_scheduler_pod_runs_the_policy_config_or_kgwes_default_and_its_extender_on_loopback():
     pod = find("Deployment", SCHEDULER_DEPLOYMENT)["spec"]["template"]["spec"]
-    (container,) = pod["containers"]
-    assert container["image"] == f"registry.k8s.io/kube-scheduler:{pinned_kubernetes_version()}"
+    (init,) = pod["initContainers"]
+    scheduler, extender = pod["containers"]
+    assert scheduler["image"] == f"registry.k8s.io/kube-scheduler:{pinned_kubernetes_version()}"
     volumes = {v["name"]: v for v in pod["volumes"]}
-    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
-    assert volumes["config"]["configMap"]["name"] == SCHEDULER_CONFIGMAP
-    assert f"--config={mounts['config']}/{SCHEDULER_CONFIG_KEY}" in container["command"]
-    assert volumes["extender-client"]["secret"] == {
-        "secretName": "kgwe-scheduler-extender-client",
-        "optional": True,
-    }
-    assert mounts["extender-client"] == IN_CLUSTER_CLIENT_DIR
+    init_mounts = {m["name"]: m["mountPath"] for m in init["volumeMounts"]}
+    mounts = {m["name"]: m["mountPath"] for m in scheduler["volumeMounts"]}
+    assert volumes["policy-config"]["configMap"] == {"name": SCHEDULER_CONFIGMAP, "optional": True}
+    assert f"--policy-config={init_mounts['policy-config']}/{SCHEDULER_CONFIG_KEY}" in init["args"]
+    assert "emptyDir" in volumes["config"] and init_mounts["config"] == mounts["config"]
+    written = next(a.split("=", 1)[1] for a in init["args"] if a.startswith("--out="))
+    assert f"--config={written}" in scheduler["command"] and written.startswith(mounts["config"] + "/")
+    # the URL the init container and the controller render is where the extender container listens
+    controller = find("Deployment", "kgwe-controller")["spec"]["template"]["spec"]["containers"][0]
+    assert f"--extender-url={DEFAULT_EXTENDER_URL}" in init["args"]
+    assert f"--extender-url={DEFAULT_EXTENDER_URL}" in controller["args"]
+    assert f"--listen=127.0.0.1:{EXTENDER_PORT}" in extender["args"]
+    assert f"http://127.0.0.1:{EXTENDER_PORT}" == DEFAULT_EXTENDER_URL
     for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
-        assert container[probe]["httpGet"] == {"path": "/healthz", "port": "https", "scheme": "HTTPS"}
-    assert {"name": "https", "containerPort": 10259} in container["ports"]
-    assert "--secure-port=10259" in container["command"]
+        assert scheduler[probe]["httpGet"] == {"path": "/healthz", "port": "https", "scheme": "HTTPS"}
+    assert {"name": "https", "containerPort": 10259} in scheduler["ports"]
+    assert "--secure-port=10259" in scheduler["command"]
 
 
 def test_the_scheduler_rbac_covers_its_own_lease_as_rendered():
@@ -67,6 +78,8 @@ def test_the_scheduler_rbac_covers_its_own_lease_as_rendered():
         "system:volume-scheduler",
         "kgwe-scheduler-lease",
         "extension-apiserver-authentication-reader",
+        "kgwe-extender",  # what its extender container watches (Role and ClusterRole)
+        "system:auth-delegator",  # its extender's /metrics reviews the caller's token
     }
 
 
@@ -85,7 +98,11 @@ def test_the_webhook_configuration_never_blocks_and_selects_opted_in_namespaces(
         }
     ]
     service = hook["clientConfig"]["service"]
-    assert service["path"] == MUTATE_PATH
+    assert service["path"] == MUTATE_PATH and service["name"] == WEBHOOK_SERVICE
+    assert (
+        find("MutatingWebhookConfiguration", WEBHOOK_CONFIGURATION)["metadata"]["name"]
+        == WEBHOOK_CONFIGURATION
+    )
     svc = find("Service", service["name"])
     assert svc["metadata"]["namespace"] == service["namespace"]
     assert any(p["port"] == service["port"] for p in svc["spec"]["ports"])
@@ -93,4 +110,4 @@ def test_the_webhook_configuration_never_blocks_and_selects_opted_in_namespaces(
     (container,) = pod["containers"]
     mount = container["volumeMounts"][0]["mountPath"]
     assert f"--tls-cert-file={mount}/tls.crt" in container["args"]
-    assert pod["volumes"][0]["secret"]["secretName"] == "kgwe-webhook-tls"
+    assert pod["volumes"][0]["secret"] == {"secretName": WEBHOOK_TLS_SECRET, "optional": True}

@@ -3,7 +3,9 @@
 `render_deploy(out)` runs the real helm CLI (`helm template` with the chart's default values plus the
 Namespace object a kustomize base needs) and writes each template's output to the same relative path under
 `out` (templates/controller/deployment.yaml -> deploy/controller/deployment.yaml), plus a kustomization.yaml
-listing them. `make deploy` writes deploy/ this way; a test renders again and fails on any difference.
+listing them, and the chart's README of values (tests.harness.chart_values). `make deploy` writes deploy/
+this way; a test renders again and fails on any difference. The rendering is for the Kubernetes version the
+local cluster runs (`--kube-version`: kube-scheduler's image tag follows it).
 
     python -m tests.harness.chart [--out deploy]
 """
@@ -20,8 +22,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from kgwe.errors import KgweError
+from kgwe.localcluster.controlplane import pinned_kubernetes_version
 from kgwe.localcluster.gotools import tool_dir
 from kgwe.resources import deploy_dir
+from tests.harness.chart_values import readme
 
 CHART_DIR = deploy_dir() / "helm" / "kgwe"
 RELEASE = "kgwe"
@@ -30,8 +34,6 @@ NAMESPACE = "kgwe-system"
 DEPLOY_SET = ("namespace.create=true",)
 # Optional kustomize overlays beside the base: folder -> (extra --set values, templates it holds).
 OVERLAYS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "webhook/cert-manager": (("webhook.tls.certManager.enabled=true",), ("webhook/cert-manager.yaml",)),
-    "extender/cert-manager": (("extender.tls.certManager.enabled=true",), ("extender/cert-manager.yaml",)),
     "monitoring": (
         (
             "monitoring.serviceMonitor.enabled=true",
@@ -41,6 +43,8 @@ OVERLAYS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         ("monitoring/servicemonitor.yaml", "monitoring/prometheusrule.yaml", "monitoring/dashboards.yaml"),
     ),
 }
+# Templates that are not part of an install: `helm test`'s pod.
+TEST_TEMPLATES = "tests/"
 # Folders of deploy/ that are not the rendering: the chart itself and the GitOps examples.
 NOT_RENDERED = ("helm", "examples")
 _SOURCE = re.compile(r"^# Source: [^/\n]+/templates/(?P<path>\S+)\n", re.MULTILINE)
@@ -70,8 +74,10 @@ def helm(
 
 
 def template(*extra: str, chart: Path = CHART_DIR) -> str:
-    """`helm template` of the chart as release kgwe in kgwe-system; the manifests as one YAML stream."""
-    return helm("template", RELEASE, str(chart), "--namespace", NAMESPACE, *extra).stdout
+    """`helm template` of the chart as release kgwe in kgwe-system for the local cluster's Kubernetes version
+    (unless `extra` names another); the manifests as one YAML stream."""
+    version = [] if "--kube-version" in extra else ["--kube-version", pinned_kubernetes_version()]
+    return helm("template", RELEASE, str(chart), "--namespace", NAMESPACE, *version, *extra).stdout
 
 
 def split_by_template(stream: str) -> dict[str, str]:
@@ -94,6 +100,8 @@ def deploy_files(stream: str | None = None) -> dict[str, str]:
     by_template = split_by_template(stream if stream is not None else template(*_sets(DEPLOY_SET)))
     out = {}
     for path, text in by_template.items():
+        if path.startswith(TEST_TEMPLATES):
+            continue
         header = (
             f"# Rendered from deploy/helm/kgwe/templates/{path} with the chart's default values\n"
             "# by `make deploy`;"
@@ -138,8 +146,13 @@ def rendered_paths(root: Path) -> list[str]:
     )
 
 
+CHART_README = CHART_DIR / "README.md"
+
+
 def render_deploy(out: Path) -> list[str]:
-    """Write the rendering into `out`, removing rendered files the chart no longer produces."""
+    """Write the rendering into `out`, removing rendered files the chart no longer produces, and the
+    chart's README of values."""
+    CHART_README.write_text(readme(CHART_DIR), encoding="utf-8")
     files = deploy_files()
     for stale in set(rendered_paths(out)) - set(files) if out.is_dir() else ():
         (out / stale).unlink()

@@ -40,11 +40,14 @@ def image_cache_dir() -> Path:
     return cache_base() / "image"
 
 
-def build_image(out_dir: Path | None = None, *, timeout_seconds: float = 3600) -> BuiltImage:
-    """Run hack/image/build.sh (reusing an up-to-date archive in `out_dir`); its last line names it."""
+def build_image(
+    out_dir: Path | None = None, *, timeout_seconds: float = 3600, script: Path = BUILD_SCRIPT
+) -> BuiltImage:
+    """Run hack/image/build.sh (reusing an up-to-date archive in `out_dir`); its last line names it.
+    `script`: the build script of another checkout (it builds the checkout it lives in)."""
     env_dir = str(out_dir or image_cache_dir())
     proc = subprocess.run(
-        [str(BUILD_SCRIPT)],
+        [str(script)],
         env={**os.environ, "KGWE_IMAGE_DIR": env_dir},
         capture_output=True,
         text=True,

@@ -61,15 +61,24 @@ def build_script_inputs() -> list[str]:
     return match.group(1).split()
 
 
-def test_containerfile_runs_the_shared_install_script_on_the_same_debian():
+def test_containerfile_runs_the_shared_install_script_on_the_same_debian_in_the_same_layers():
     steps = containerfile()
     build = (REPO_ROOT / "hack" / "image" / "build.sh").read_text()
     suite = re.search(r"^suite=(\w+)$", build, re.M)
-    assert suite and steps[0] == ("FROM", f"debian:{suite.group(1)}-slim")  # the same Debian release
+    assert suite and steps[0] == ("FROM", f"debian:{suite.group(1)}-slim AS runtime")  # the same Debian
     runs = [rest for instruction, rest in steps if instruction == "RUN"]
-    install = "sh /usr/src/kgwe/hack/image/install.sh /usr/src/kgwe"
-    assert runs == [f"--mount=type=bind,target=/usr/src/kgwe {install}"]
-    assert install in build  # the same script, the source at the same place
+    runtime = "sh /usr/src/kgwe/hack/image/install.sh /usr/src/kgwe runtime"
+    kgwe = "sh /usr/src/kgwe-image/install.sh /usr/src/kgwe-wheels kgwe"
+    wheel = "sh /usr/src/kgwe/hack/image/wheel.sh /usr/src/kgwe /wheels"
+    assert runs[0] == f"--mount=type=bind,source=hack/image,target=/usr/src/kgwe/hack/image {runtime}"
+    assert runs[-1].endswith(kgwe) and "from=wheel,source=/wheels" in runs[-1]
+    assert any(r.endswith(wheel) for r in runs)
+    # the same script and steps in build.sh, the sources at the same places
+    assert "sh /usr/src/kgwe/hack/image/install.sh /usr/src/kgwe runtime" in build
+    assert "sh /usr/src/kgwe-image/install.sh /usr/src/kgwe-wheels kgwe" in build
+    assert "hack/image/wheel.sh" in build
+    final = [rest for instruction, rest in steps if instruction == "FROM"][-1]
+    assert final == "runtime"  # KGWE's layer on top of the cached runtime layers
 
 
 def test_both_routes_see_the_same_build_context():

@@ -117,18 +117,25 @@ def test_rendered_objects_pass_a_server_side_dry_run(k8s_api, namespace):
 
 
 def test_kube_scheduler_accepts_the_rendered_configuration(control_plane, tmp_path):
+    """Both shapes: the extender in the scheduler's pod (plain HTTP on loopback, the default) and the
+    standalone extender Service over mutual TLS."""
     from kgwe.localcluster.pki import write_mtls_dirs
-    from kgwe.render.render import RenderOptions
+    from kgwe.render.render import RenderOptions, standalone_extender_url
 
     _, client_dir = write_mtls_dirs(tmp_path)  # kube-scheduler loads the client certificate at startup
     ps = load_repository(sample_repo_dir())
-    options = RenderOptions(extender_client_cert_dir=str(client_dir))
-    (cm,) = [
-        o for o in render(ps, options=options).objects if o["metadata"]["name"] == "kgwe-scheduler-config"
-    ]
-    config = yaml.safe_load(cm["data"]["scheduler-config.yaml"])
-    with control_plane.using_scheduler_config(config):  # kube-scheduler validates it at startup
-        pass
+    for options in (
+        RenderOptions(),
+        RenderOptions(
+            extender_url=standalone_extender_url("kgwe-system"), extender_client_cert_dir=str(client_dir)
+        ),
+    ):
+        (cm,) = [
+            o for o in render(ps, options=options).objects if o["metadata"]["name"] == "kgwe-scheduler-config"
+        ]
+        config = yaml.safe_load(cm["data"]["scheduler-config.yaml"])
+        with control_plane.using_scheduler_config(config):  # kube-scheduler validates it at startup
+            pass
 
 
 def test_kube_scheduler_check_can_fail(control_plane):

@@ -21,7 +21,7 @@ from kgwe.policy import load_repository
 from kgwe.render import RenderOptions, render, render_repository, write_files
 from kgwe.render.environment import render_template, to_yaml, to_yaml_block
 from kgwe.render.layouts import desired_layouts
-from kgwe.render.render import cluster_objects, decide
+from kgwe.render.render import cluster_objects, decide, standalone_extender_url
 from kgwe.render.sharing import config_key
 from kgwe.resources import sample_repo_dir
 from kgwe.vocab import DEFAULT_PERCENTAGE_OF_NODES_TO_SCORE
@@ -132,13 +132,9 @@ def test_scheduler_configuration(rendered):
     assert config["kind"] == "KubeSchedulerConfiguration"
     assert config["percentageOfNodesToScore"] == DEFAULT_PERCENTAGE_OF_NODES_TO_SCORE
     (ext,) = config["extenders"]
-    assert ext["urlPrefix"] == "https://kgwe-extender.kgwe-system.svc:8443"
-    assert ext["enableHTTPS"] is True
-    assert ext["tlsConfig"] == {
-        "certFile": "/etc/kgwe/extender-client/tls.crt",
-        "keyFile": "/etc/kgwe/extender-client/tls.key",
-        "caFile": "/etc/kgwe/extender-client/ca.crt",
-    }
+    # the default install: the extender container of kube-scheduler's own pod, on its loopback
+    assert ext["urlPrefix"] == "http://127.0.0.1:8888"
+    assert ext["enableHTTPS"] is False and "tlsConfig" not in ext
     assert ext["nodeCacheCapable"] is True
     assert (ext["filterVerb"], ext["prioritizeVerb"]) == ("filter", "prioritize")
     assert ext["weight"] == 5 and ext["httpTimeout"] == "2s" and ext["ignorable"] is False
@@ -151,6 +147,20 @@ def test_scheduler_configuration(rendered):
         "nvidia.com/mig-3g.40gb",
     ]
     assert len(set(names)) == len(names)
+
+
+def test_the_standalone_extender_is_called_over_mutual_tls(sample):
+    url = standalone_extender_url("kgwe-system")
+    objs = render_repository(sample, options=RenderOptions(extender_url=url))
+    (cm,) = [o for o in objs if o["metadata"]["name"] == "kgwe-scheduler-config"]
+    ext = yaml.safe_load(cm["data"]["scheduler-config.yaml"])["extenders"][0]
+    assert ext["urlPrefix"] == "https://kgwe-extender.kgwe-system.svc:8443"
+    assert ext["enableHTTPS"] is True
+    assert ext["tlsConfig"] == {
+        "certFile": "/etc/kgwe/extender-client/tls.crt",
+        "keyFile": "/etc/kgwe/extender-client/tls.key",
+        "caFile": "/etc/kgwe/extender-client/ca.crt",
+    }
 
 
 def test_extender_url_is_configurable(sample):

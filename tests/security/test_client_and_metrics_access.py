@@ -17,6 +17,7 @@ import pytest
 import yaml
 from kubernetes import client
 
+from kgwe.localcluster import gpunodes
 from kgwe.localcluster.pki import write_mtls_dirs, write_pki
 from kgwe.resources import deploy_dir
 from tests.harness.chart import template
@@ -120,12 +121,22 @@ def test_static_extender_metrics_off_loopback_need_the_flag(files) -> None:
 def test_the_chart_fences_the_controller_and_the_webhook_and_delegates_token_reviews() -> None:
     objs = [d for d in yaml.safe_load_all(template()) if d]
     by = {(d["kind"], d["metadata"]["name"]): d for d in objs}
-    for name, port in (("kgwe-controller", 8080), ("kgwe-webhook", 8443), ("kgwe-extender", 8081)):
+    # the default: the extender is a container of each kgwe-scheduler pod, its API on their loopback
+    for name, port in (("kgwe-controller", 8080), ("kgwe-webhook", 8443), ("kgwe-scheduler", 8081)):
         policy = by[("NetworkPolicy", name)]["spec"]
         assert policy["policyTypes"] == ["Ingress"]
-        assert {"protocol": "TCP", "port": port} in [p for rule in policy["ingress"] for p in rule["ports"]]
+        assert [p for rule in policy["ingress"] for p in rule["ports"]] == [{"protocol": "TCP", "port": port}]
     delegator = by[("ClusterRoleBinding", "kgwe-auth-delegator")]
     assert delegator["roleRef"]["name"] == "system:auth-delegator"
+    assert {s["name"] for s in delegator["subjects"]} == {"kgwe-controller", "kgwe-scheduler"}
+    standalone = {
+        (d["kind"], d["metadata"]["name"]): d
+        for d in yaml.safe_load_all(template("--set", "extender.mode=standalone"))
+        if d
+    }
+    policy = standalone[("NetworkPolicy", "kgwe-extender")]["spec"]
+    assert {"protocol": "TCP", "port": 8081} in [p for rule in policy["ingress"] for p in rule["ports"]]
+    delegator = standalone[("ClusterRoleBinding", "kgwe-auth-delegator")]
     assert {s["name"] for s in delegator["subjects"]} == {"kgwe-controller", "kgwe-extender"}
     assert by[("ClusterRole", "kgwe-metrics-reader")]["rules"] == [
         {"nonResourceURLs": ["/metrics"], "verbs": ["get"]}
@@ -177,6 +188,7 @@ def as_service_account(api: client.ApiClient, name: str) -> client.ApiClient:
 @pytest.fixture(scope="module")
 def tokens(k8s_api) -> Iterator[dict[str, str]]:
     """Tokens of two ServiceAccounts: one bound to the chart's kgwe-metrics-reader, one bound to nothing."""
+    gpunodes.ensure_gpu_operator_objects(k8s_api)  # the agent's ServiceAccount lives there
     apply_docs(k8s_api, deploy_rbac_docs(), "metrics-access-test")
     core, rbac = client.CoreV1Api(k8s_api), client.RbacAuthorizationV1Api(k8s_api)
     ns = f"monitoring-{uuid.uuid4().hex[:6]}"

@@ -92,11 +92,15 @@ def test_plain_http_to_the_tls_port_gets_nothing(mtls_extender) -> None:
 
 
 def test_tls_flags_are_checked(tmp_path) -> None:
+    """(Files that do not exist yet are waited for: tests/certs/test_tls_reload.py.)"""
     base = [sys.executable, "-m", "kgwe.cli", "extender", "--inventory", inventory(tmp_path)]
+    (tmp_path / "x.crt").write_text("not a certificate")
+    (tmp_path / "x.key").write_text("not a key")
+    bad = ["--tls-cert-file", str(tmp_path / "x.crt"), "--tls-key-file", str(tmp_path / "x.key")]
     for extra, needle in (
         (["--client-ca-file", "ca.crt"], "needs --tls-cert-file"),
         (["--tls-cert-file", "x.crt"], "both --tls-cert-file and --tls-key-file"),
-        (["--tls-cert-file", "x.crt", "--tls-key-file", "x.key"], "cannot load the TLS files"),
+        (bad, "cannot load the TLS files"),
     ):
         out = subprocess.run([*base, *extra], capture_output=True, text=True, cwd=ROOT, timeout=60)
         assert out.returncode != 0 and needle in out.stderr and "Traceback" not in out.stderr

@@ -20,7 +20,8 @@ NODE_NAME_EXTRA = "Impersonate-Extra-authentication.kubernetes.io%2fnode-name"
 
 def as_agent(api: client.ApiClient, node: str | None) -> client.CoreV1Api:
     impersonated = client.ApiClient(api.configuration)
-    impersonated.set_default_header("Impersonate-User", "system:serviceaccount:kgwe-system:kgwe-agent")
+    # the agent runs beside the GPU Operator
+    impersonated.set_default_header("Impersonate-User", "system:serviceaccount:gpu-operator:kgwe-agent")
     if node is not None:
         impersonated.set_default_header(NODE_NAME_EXTRA, node)
     return client.CoreV1Api(impersonated)
@@ -34,7 +35,7 @@ def refused(action) -> str:
 
 
 def test_the_agent_patches_only_its_own_node(k8s_api, gpu_node) -> None:
-    ensure_namespace(k8s_api, "kgwe-system")
+    ensure_namespace(k8s_api, "gpu-operator")  # the agent's namespace
     dyn = dynamic.DynamicClient(k8s_api)
     for doc in yaml.safe_load_all((deploy_dir() / "agent" / "agent.yaml").read_text()):
         if doc and doc["kind"] != "DaemonSet":
@@ -81,6 +82,6 @@ def test_the_agent_patches_only_its_own_node(k8s_api, gpu_node) -> None:
         type="Warning",
     )
     as_agent(k8s_api, mine).create_namespaced_event("default", event)
-    refused(lambda: as_agent(k8s_api, mine).create_namespaced_event("kgwe-system", event))
+    refused(lambda: as_agent(k8s_api, mine).create_namespaced_event("gpu-operator", event))
     # other users are not affected by the policy
     client.CoreV1Api(k8s_api).patch_node(other, label)

@@ -1,24 +1,56 @@
 {{/*
-The namespace KGWE runs in. The controller renders kgwe-scheduler-config and kgwe-scoring into
-kgwe-system and the scheduler config calls kgwe-extender.kgwe-system.svc, so another namespace would
-install a KGWE whose parts cannot find each other: refuse it with a clear message instead.
+The namespace KGWE runs in: the release's. The controller, the webhook and the extender learn it from
+their pod (POD_NAMESPACE), so every name they derive from it (the rendered ConfigMaps, the Services their
+certificates are for) follows the release.
 */}}
 {{- define "kgwe.namespace" -}}
-{{- if ne .Release.Namespace "kgwe-system" -}}
-{{- fail (printf "KGWE runs in the namespace kgwe-system (its controller renders the scheduler config and scoring ConfigMaps there, and the scheduler calls kgwe-extender.kgwe-system.svc); install with --namespace kgwe-system (got %q)" .Release.Namespace) -}}
-{{- end -}}
-kgwe-system
+{{ .Release.Namespace }}
 {{- end -}}
 
-{{/* Labels of every object of component $component: (list $ "controller"). */}}
-{{- define "kgwe.labels" -}}
+{{/* Labels that select a component's pods (never change them on upgrade): (list $ "controller"). */}}
+{{- define "kgwe.selectorLabels" -}}
+{{- $root := index . 0 -}}
 app.kubernetes.io/name: kgwe
+app.kubernetes.io/instance: {{ $root.Release.Name }}
 app.kubernetes.io/component: {{ index . 1 }}
+{{- end -}}
+
+{{/* The recommended labels of every object of component $component: (list $ "controller"). */}}
+{{- define "kgwe.labels" -}}
+{{- $root := index . 0 -}}
+{{ include "kgwe.selectorLabels" . }}
+app.kubernetes.io/version: {{ $root.Chart.AppVersion | quote }}
+app.kubernetes.io/part-of: kgwe
+app.kubernetes.io/managed-by: {{ $root.Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" $root.Chart.Name $root.Chart.Version | replace "+" "_" }}
 {{- end -}}
 
 {{/* The KGWE image reference. */}}
 {{- define "kgwe.image" -}}
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
+
+{{/*
+The kube-scheduler image: scheduler.image.tag, else the cluster's own version (a scheduler newer than the
+API server breaks the version skew policy). .Capabilities.KubeVersion is the cluster's on install and
+upgrade (`helm template` uses --kube-version); a distribution suffix (v1.30.4-eks-..., +k3s1) is dropped,
+registry.k8s.io tags have none.
+*/}}
+{{- define "kgwe.schedulerImage" -}}
+{{- $version := regexFind "^v[0-9]+\\.[0-9]+\\.[0-9]+" .Capabilities.KubeVersion.Version -}}
+{{ .Values.scheduler.image.repository }}:{{ .Values.scheduler.image.tag | default $version }}
+{{- end -}}
+
+{{/*
+Pod metadata every KGWE pod shares: the selector labels and the global plus the component's annotations:
+(list $ "controller" .Values.migController).
+*/}}
+{{- define "kgwe.podMetadata" -}}
+{{- $root := index . 0 -}}
+labels: {{- include "kgwe.labels" (list $root (index . 1)) | nindent 2 }}
+{{- with merge (dict) ((index . 2).podAnnotations | default dict) $root.Values.podAnnotations }}
+annotations: {{- toYaml . | nindent 2 }}
+{{- end }}
 {{- end -}}
 
 {{/* imagePullSecrets of a pod spec (nothing when empty). */}}
@@ -31,7 +63,7 @@ imagePullSecrets:
 
 {{/*
 Scheduling fields of a pod spec from a component's values: nodeSelector, tolerations, affinity and
-priorityClassName; an empty affinity spreads the replicas over nodes: (list $ .Values.extender "extender").
+priorityClassName; an empty affinity spreads the replicas over nodes: (list $ .Values.webhook "webhook").
 */}}
 {{- define "kgwe.podScheduling" -}}
 {{- $v := index . 1 -}}
@@ -55,7 +87,7 @@ affinity:
           topologyKey: kubernetes.io/hostname
           labelSelector:
             matchLabels:
-              {{- include "kgwe.labels" (list (index . 0) (index . 2)) | nindent 14 }}
+              {{- include "kgwe.selectorLabels" (list (index . 0) (index . 2)) | nindent 14 }}
 {{- end }}
 {{- with $v.priorityClassName }}
 priorityClassName: {{ . }}
@@ -70,19 +102,31 @@ resources:
 {{- end }}
 {{- end -}}
 
-{{/* The pod and container security settings every KGWE component shares. */}}
+{{/* Pod and container security contexts (values podSecurityContext, securityContext); {} renders nothing. */}}
 {{- define "kgwe.podSecurityContext" -}}
+{{- with . }}
 securityContext:
-  runAsNonRoot: true
-  runAsUser: 65532
-  fsGroup: 65532                 # mounted Secrets (mode 0440) stay readable
-  seccompProfile: {type: RuntimeDefault}
+  {{- toYaml . | nindent 2 }}
+{{- end }}
 {{- end -}}
 {{- define "kgwe.containerSecurityContext" -}}
+{{- with . }}
 securityContext:
-  allowPrivilegeEscalation: false
-  readOnlyRootFilesystem: true
-  capabilities: {drop: [ALL]}
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/* A component's extraArgs after its own arguments: (list .Values.webhook.extraArgs). */}}
+{{- define "kgwe.extraArgs" -}}
+{{- range . }}
+- {{ . | quote }}
+{{- end }}
+{{- end -}}
+
+{{/* POD_NAMESPACE from the downward API: KGWE's processes find their namespace there. */}}
+{{- define "kgwe.podNamespaceEnv" -}}
+- name: POD_NAMESPACE
+  valueFrom: {fieldRef: {fieldPath: metadata.namespace}}
 {{- end -}}
 
 {{/*
@@ -103,12 +147,69 @@ helm.sh/resource-policy annotation that keeps it on `helm uninstall`: (list $ "n
 {{- end -}}
 {{- end -}}
 
-{{/* The extender's API port and the URL kube-scheduler calls (https with extender.tls.enabled). */}}
+{{/*
+Where the extender runs and how kube-scheduler reaches it. sidecar (the default): a container of each
+kgwe-scheduler pod on 127.0.0.1:8888 (kgwe.cluster.names.EXTENDER_PORT), plain HTTP over the pod's loopback;
+standalone: its own Deployment behind the Service kgwe-extender, mutual TLS on 8443 (plain HTTP on 8080
+with extender.standalone.tls.enabled=false).
+*/}}
+{{- define "kgwe.extenderStandalone" -}}
+{{- if eq .Values.extender.mode "standalone" }}true{{ end -}}
+{{- end -}}
+{{- define "kgwe.extenderTLS" -}}
+{{- if and (include "kgwe.extenderStandalone" .) .Values.extender.standalone.tls.enabled }}true{{ end -}}
+{{- end -}}
 {{- define "kgwe.extenderPort" -}}
-{{ ternary "8443" "8080" .Values.extender.tls.enabled }}
+{{- if include "kgwe.extenderStandalone" . -}}
+{{ ternary "8443" "8080" .Values.extender.standalone.tls.enabled }}
+{{- else -}}
+8888
+{{- end -}}
 {{- end -}}
 {{- define "kgwe.extenderURL" -}}
-{{ ternary "https" "http" .Values.extender.tls.enabled }}://kgwe-extender.{{ include "kgwe.namespace" . }}.svc:{{ include "kgwe.extenderPort" . }}
+{{- if include "kgwe.extenderStandalone" . -}}
+{{ ternary "https" "http" .Values.extender.standalone.tls.enabled }}://kgwe-extender.{{ include "kgwe.namespace" . }}.svc:{{ include "kgwe.extenderPort" . }}
+{{- else -}}
+http://127.0.0.1:{{ include "kgwe.extenderPort" . }}
+{{- end -}}
+{{- end -}}
+{{/* Where kgwe-scheduler mounts its client certificate for the standalone extender's mutual TLS. */}}
+{{- define "kgwe.extenderClientDir" -}}
+/etc/kgwe/extender-client
+{{- end -}}
+
+{{/*
+The certificates KGWE's controller keeps (its --certificates), unless cert-manager issues them: the
+webhook's, and the standalone extender's mutual TLS.
+*/}}
+{{- define "kgwe.controllerCertificates" -}}
+{{- $c := list -}}
+{{- if not .Values.certManager.enabled -}}
+{{- if .Values.webhook.enabled }}{{ $c = append $c "webhook" }}{{ end -}}
+{{- if include "kgwe.extenderTLS" . }}{{ $c = append $c "extender" }}{{ end -}}
+{{- end -}}
+{{ join "," $c }}
+{{- end -}}
+
+{{/*
+Whether the GPU Operator's namespace exists. On install and upgrade Helm can look: a cluster that answers
+for kube-system but has no gpuOperator.namespace gets no objects there (NOTES says what to do); `helm
+template` cannot look and renders everything.
+*/}}
+{{- define "kgwe.gpuOperatorNamespaceMissing" -}}
+{{- if and (lookup "v1" "Namespace" "" "kube-system") (not (lookup "v1" "Namespace" "" .Values.gpuOperator.namespace)) -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{/* Values that cannot work together: said at install time instead of pods that never become Ready. */}}
+{{- define "kgwe.checkValues" -}}
+{{- if and .Values.webhook.enabled (not .Values.certManager.enabled) (not .Values.migController.enabled) -}}
+{{- fail "the webhook's certificate comes from the KGWE controller or cert-manager: set migController.enabled=true or certManager.enabled=true (or webhook.enabled=false)" -}}
+{{- end -}}
+{{- if and (include "kgwe.extenderTLS" .) (not .Values.certManager.enabled) (not .Values.migController.enabled) -}}
+{{- fail "the standalone extender's mutual TLS certificates come from the KGWE controller or cert-manager: set migController.enabled=true or certManager.enabled=true (or extender.standalone.tls.enabled=false)" -}}
+{{- end -}}
 {{- end -}}
 
 {{/*
