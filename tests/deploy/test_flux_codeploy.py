@@ -29,7 +29,7 @@ from kgwe.cluster.client import ensure_namespace
 from kgwe.cluster.names import FIELD_MANAGER as KGWE
 from kgwe.cluster.names import SCHEDULER_CONFIG_HASH_ANNOTATION, SCHEDULER_DEPLOYMENT
 from kgwe.localcluster import gpunodes
-from kgwe.localcluster.controlplane import ControlPlane, find_binaries, free_port, tail
+from kgwe.localcluster.controlplane import free_port, tail
 from kgwe.localcluster.gitserver import GitHttpsServer
 from kgwe.localcluster.migmanager import MigManagerStandIn
 from kgwe.resources import deploy_dir, sample_repo_dir
@@ -37,7 +37,7 @@ from tests.harness import chart, flux
 from tests.harness.crds import install_crds
 from tests.harness.writes import WriteRecorder, object_key
 
-pytestmark = pytest.mark.cluster
+pytestmark = pytest.mark.usefixtures("chart", "flux")  # helm renders deploy/, Flux applies it
 
 FLUX = flux.FIELD_MANAGER
 NS, FLUX_NS = "kgwe-system", "flux-system"
@@ -134,13 +134,13 @@ def _metric(port: int, name: str) -> float:
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimpleNamespace]:
+def world(
+    tmp_path_factory: pytest.TempPathFactory, new_control_plane: Callable[..., Any]
+) -> Iterator[SimpleNamespace]:
     """A control plane of its own (Flux and KGWE own cluster-wide names), Flux's CRDs, two GPU nodes of the
     sample-repo pools, the team namespaces, the GPU Operator namespace and its MIG manager stand-in."""
     tmp = tmp_path_factory.mktemp("flux")
-    cp = ControlPlane(find_binaries())
-    cp.start()
-    try:
+    with new_control_plane() as cp:
         api = cp.api_client()
         install_crds(api, flux.flux_crds())
         for ns in (FLUX_NS, "gpu-operator", *TEAM_NAMESPACES):
@@ -173,8 +173,6 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimpleNamespace]
             yield SimpleNamespace(
                 cp=cp, api=api, tmp=tmp, policy=policy, git=git_server, url=git_server.url("gpu-policy.git")
             )
-    finally:
-        cp.stop()
 
 
 class _Run:

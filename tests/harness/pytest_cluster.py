@@ -16,10 +16,14 @@ Fixtures:
   real_node_namespace (function) a fresh namespace on that cluster, deleted afterwards
   host_free_of_real_node (function) stops the session's real node first (the next test that asks for it
                             starts it again): for tests that start their own (`kgwe cluster up`)
+  new_control_plane (session) factory of control planes of a module's or test's own, as context managers:
+                            `with new_control_plane(feature_gates=...) as cp:` (for feature gates, or tests
+                            that change cluster-wide objects)
 
-Every test that uses them is marked `cluster` (added automatically if missing), the real-node ones also
-`realnode`. A missing Go toolchain, a broken build, not being root or another real node holding the host
-(waited for up to REAL_NODE_LOCK_WAIT_SECONDS) fails those tests with the reason; they are never skipped.
+Every test that uses them is marked `cluster`, the real-node ones also `realnode`
+(tests.harness.pytest_lanes, which also keeps the tests of one control plane on one xdist worker). A missing
+Go toolchain, a broken build, not being root or another real node holding the host (waited for up to
+REAL_NODE_LOCK_WAIT_SECONDS) fails those tests with the reason; they are never skipped.
 When a cluster test fails, its report shows the tail of each component log and the directory the full logs
 are kept in.
 """
@@ -47,30 +51,10 @@ from kgwe.localcluster.controlplane import ControlPlane, ControlPlaneError, find
 from kgwe.localcluster.migmanager import MigManagerStandIn
 from tests.harness.realnode import PodImage, busybox_image
 
-_REAL_NODE_FIXTURES = {"local_cluster", "real_node_cluster", "real_node_namespace", "host_free_of_real_node"}
-_CLUSTER_FIXTURES = {"control_plane", "k8s_api", "namespace", "gpu_node", "mig_manager", *_REAL_NODE_FIXTURES}
 _state: dict[str, Any] = {"control_plane": None}
 # Another test session on this host may hold the one real node (several checkouts share a machine): wait
 # for it this long before failing with who holds it.
 REAL_NODE_LOCK_WAIT_SECONDS = 900.0
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers", "cluster: needs the real local control plane (etcd, kube-apiserver, kube-scheduler, kwok)"
-    )
-    config.addinivalue_line(
-        "markers", "realnode: needs root and the host's one real node (containerd, kubelet)"
-    )
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        fixtures = set(getattr(item, "fixturenames", ()))
-        if _CLUSTER_FIXTURES & fixtures and not item.get_closest_marker("cluster"):
-            item.add_marker(pytest.mark.cluster)
-        if _REAL_NODE_FIXTURES & fixtures and not item.get_closest_marker("realnode"):
-            item.add_marker(pytest.mark.realnode)
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -109,9 +93,9 @@ def control_plane() -> Iterator[ControlPlane]:
             print(f"\nkgwe: control plane logs of failed tests kept in {kept}")
 
 
-def own_control_plane(**options: Any) -> Iterator[ControlPlane]:
-    """For a package's own `control_plane` fixture (one with feature gates, or whose tests change
-    cluster-wide objects): started here, stopped after the package."""
+@contextlib.contextmanager
+def _started_control_plane(**options: Any) -> Iterator[ControlPlane]:
+    """A control plane of its own, started here (a failure fails the test with the reason), stopped after."""
     try:
         cp = ControlPlane(find_binaries(build=True), **options)
         cp.start()
@@ -121,6 +105,12 @@ def own_control_plane(**options: Any) -> Iterator[ControlPlane]:
         yield cp
     finally:
         cp.stop()
+
+
+@pytest.fixture(scope="session")
+def new_control_plane() -> Callable[..., contextlib.AbstractContextManager[ControlPlane]]:
+    """`with new_control_plane(**ControlPlane options) as cp:` a control plane of the caller's own."""
+    return _started_control_plane
 
 
 @pytest.fixture(scope="session")

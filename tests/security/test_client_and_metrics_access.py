@@ -19,7 +19,6 @@ from kubernetes import client
 
 from kgwe.localcluster.pki import write_mtls_dirs, write_pki
 from kgwe.resources import deploy_dir
-from tests.harness.chart import template
 from tests.harness.deployed import apply_docs
 from tests.harness.http_attack import client_tls, probe
 from tests.harness.processes import start_kgwe, stop
@@ -117,8 +116,8 @@ def test_static_extender_metrics_off_loopback_need_the_flag(files) -> None:
 # -- the chart ------------------------------------------------------------------------------------------
 
 
-def test_the_chart_fences_the_controller_and_the_webhook_and_delegates_token_reviews() -> None:
-    objs = [d for d in yaml.safe_load_all(template()) if d]
+def test_the_chart_fences_the_controller_and_the_webhook_and_delegates_token_reviews(chart) -> None:
+    objs = [d for d in yaml.safe_load_all(chart.template()) if d]
     by = {(d["kind"], d["metadata"]["name"]): d for d in objs}
     for name, port in (("kgwe-controller", 8080), ("kgwe-webhook", 8443), ("kgwe-extender", 8081)):
         policy = by[("NetworkPolicy", name)]["spec"]
@@ -135,7 +134,7 @@ def test_the_chart_fences_the_controller_and_the_webhook_and_delegates_token_rev
     narrowed = [
         d
         for d in yaml.safe_load_all(
-            template(
+            chart.template(
                 "--set-json",
                 'webhook.networkPolicy.from=[{"ipBlock":{"cidr":"10.0.0.0/24"}}]',
                 "--set-json",

@@ -18,8 +18,9 @@ from kgwe.cost.metering_watch import MeteringWatch
 from kgwe.cost.spool import Spool
 from kgwe.cost.store import CostStore
 from kgwe.cost.usage import Period, UsageInterval
-from tests.harness.pods import gpu_pod, wait_for
+from tests.harness.pods import gpu_pod
 from tests.harness.postgres import PostgresServer
+from tests.harness.waiting import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.postgres]
 

