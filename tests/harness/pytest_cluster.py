@@ -35,7 +35,6 @@ import re
 import secrets
 import shutil
 import tempfile
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, cast
@@ -50,6 +49,7 @@ from kgwe.localcluster.cluster import ClusterRequest, LocalCluster
 from kgwe.localcluster.controlplane import ControlPlane, ControlPlaneError, find_binaries
 from kgwe.localcluster.migmanager import MigManagerStandIn
 from tests.harness.realnode import PodImage, busybox_image
+from tests.harness.waiting import wait_for
 
 _state: dict[str, Any] = {"control_plane": None}
 # Another test session on this host may hold the one real node (several checkouts share a machine): wait
@@ -121,21 +121,12 @@ def k8s_api(control_plane: ControlPlane) -> client.ApiClient:
 def _wait_default_service_account(
     core: client.CoreV1Api, namespace: str, timeout_seconds: float = 30
 ) -> None:
-    deadline = time.monotonic() + timeout_seconds
-    while True:
-        try:
-            core.read_namespaced_service_account("default", namespace)
-            return
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
-        if time.monotonic() > deadline:
-            pytest.fail(
-                f"no `default` ServiceAccount in {namespace} after {timeout_seconds}s "
-                "(kube-controller-manager's serviceaccount controller should create it)",
-                pytrace=False,
-            )
-        time.sleep(0.05)
+    """kube-controller-manager's serviceaccount controller creates it a moment after the namespace."""
+    wait_for(
+        f"the `default` ServiceAccount in {namespace}",
+        lambda: core.list_namespaced_service_account(namespace, field_selector="metadata.name=default").items,
+        timeout_seconds,
+    )
 
 
 def delete_namespace(core: client.CoreV1Api, name: str) -> None:

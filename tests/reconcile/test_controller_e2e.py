@@ -18,7 +18,7 @@ from kgwe.gitops.webhook import PushEvent, sign
 from kgwe.reconcile.controller import Controller
 from kgwe.reconcile.repository import RepositoryReconciler
 from kgwe.reconcile.status import condition
-from tests.harness.waiting import wait_for
+from tests.harness.waiting import Watched, wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -41,7 +41,11 @@ def drive(rec: RepositoryReconciler, done, *, on_step=None, timeout_seconds: flo
         return outcome if done(outcome) else None
 
     return wait_for(
-        "reconcile to settle", settled, timeout_seconds, describe=lambda: f"last outcome: {last[0]}"
+        "reconcile to settle",
+        settled,
+        timeout_seconds,
+        watch=Watched(rec.core.list_node),
+        describe=lambda: f"last outcome: {last[0]}",
     )
 
 

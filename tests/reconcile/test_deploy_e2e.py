@@ -3,7 +3,6 @@ the RBAC is proven sufficient by a full reconcile and proven narrow by refused e
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +14,7 @@ from kgwe.reconcile.repository import RepositoryReconciler
 from kgwe.reconcile.status import condition
 from kgwe.resources import deploy_dir
 from tests.harness.deployed import apply_docs
+from tests.harness.waiting import wait_for
 
 pytestmark = pytest.mark.cluster
 SA_USER = "system:serviceaccount:kgwe-system:kgwe-controller"
@@ -47,14 +47,13 @@ def test_deploy_base_applies_and_its_rbac_is_enough_and_narrow(k8s_api, kgwe_crd
     e2e.remote.commit(e2e.base)
     e2e.make_repository()
     rec = RepositoryReconciler(sa_api, "kgwe-system", e2e.pool, cache_dir=e2e.tmp / "sa-cache")
-    deadline = time.monotonic() + 90
-    while True:
+
+    def ready() -> bool:
         outcome = rec.reconcile()
-        if outcome is not None and outcome.phase == "ready":
-            break
-        assert outcome is None or outcome.phase in ("progressing",), outcome
-        assert time.monotonic() < deadline, f"never ready as the ServiceAccount: {outcome}"
-        time.sleep(0.3)
+        assert outcome is None or outcome.phase in ("ready", "progressing"), outcome
+        return outcome is not None and outcome.phase == "ready"
+
+    wait_for("ready as the ServiceAccount", ready, 90)
     assert condition(e2e.status(), "Ready")["status"] == "True"
 
     # ...and nothing more than it needs.

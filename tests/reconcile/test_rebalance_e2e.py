@@ -10,7 +10,6 @@ minutes of waiting (nothing here asserts on time)."""
 from __future__ import annotations
 
 import re
-import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -22,6 +21,7 @@ from kgwe.reconcile.repository import RepositoryReconciler
 from tests.harness.deployed import eventually
 from tests.harness.kgwe_scheduler import LocalScheduler, local_config, rendered_config_text
 from tests.harness.processes import stop
+from tests.harness.waiting import Watched, wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -66,14 +66,15 @@ class Clock:
 
 def settle(rec: RepositoryReconciler, done, what: str, timeout: float = 120.0):
     """Reconcile until `done(outcome)` (the MIG manager stand-in works between passes)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        outcome = rec.reconcile()
-        if done(outcome):
-            return outcome
-        if time.monotonic() > deadline:
-            pytest.fail(f"{what}: never; last outcome {outcome}")
-        time.sleep(0.3)
+    last: list = [None]
+
+    def settled():
+        last[0] = outcome = rec.reconcile()
+        return outcome if done(outcome) else None
+
+    return wait_for(
+        what, settled, timeout, watch=Watched(rec.core.list_node), describe=lambda: f"last outcome {last[0]}"
+    )
 
 
 def rebalance_events(core: client.CoreV1Api, pool: str) -> list[str]:
