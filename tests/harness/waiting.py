@@ -118,3 +118,27 @@ def wait_for(
             return value
     state = f"\n{describe()}" if describe is not None else ""
     pytest.fail(f"timed out after {timeout_seconds:g} s waiting for {what} (last: {last!r}){state}", False)
+
+
+def repeat_until(
+    what: str,
+    step: Callable[[], T],
+    done: Callable[[T], object],
+    timeout_seconds: float = 120.0,
+    *,
+    watch: Watched | None = None,
+    describe: Callable[[], str] | None = None,
+) -> T:
+    """Run `step()` (a reconcile, as its interval would) until `done(result)`; that result. With `watch`,
+    the next step runs when the watched objects change (what a step waits for, e.g. a stand-in's node
+    labels), else after the poll interval."""
+    last: list[T | None] = [None]
+
+    def attempt() -> T | None:
+        last[0] = result = step()
+        return result if done(result) else None
+
+    def state() -> str:
+        return f"last result: {last[0]!r}" + (f"; {describe()}" if describe is not None else "")
+
+    return wait_for(what, attempt, timeout_seconds, watch=watch, describe=state)

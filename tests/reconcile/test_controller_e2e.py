@@ -18,7 +18,7 @@ from kgwe.gitops.webhook import PushEvent, sign
 from kgwe.reconcile.controller import Controller
 from kgwe.reconcile.repository import RepositoryReconciler
 from kgwe.reconcile.status import condition
-from tests.harness.waiting import Watched, wait_for
+from tests.harness.waiting import Watched, repeat_until, wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -32,21 +32,14 @@ def reconciler(k8s_api, e2e, **kw) -> RepositoryReconciler:
 
 def drive(rec: RepositoryReconciler, done, *, on_step=None, timeout_seconds: float = 90.0):
     """Reconcile repeatedly (as the interval would) until `done(outcome)`; fail if it never is."""
-    last: list = [None]
 
-    def settled():
-        last[0] = outcome = rec.reconcile()
+    def step():
+        outcome = rec.reconcile()
         if on_step:
             on_step(outcome)
-        return outcome if done(outcome) else None
+        return outcome
 
-    return wait_for(
-        "reconcile to settle",
-        settled,
-        timeout_seconds,
-        watch=Watched(rec.core.list_node),
-        describe=lambda: f"last outcome: {last[0]}",
-    )
+    return repeat_until("reconcile to settle", step, done, timeout_seconds, watch=Watched(rec.core.list_node))
 
 
 class LabelRecorder:

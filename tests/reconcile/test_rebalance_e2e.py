@@ -21,7 +21,7 @@ from kgwe.reconcile.repository import RepositoryReconciler
 from tests.harness.deployed import eventually
 from tests.harness.kgwe_scheduler import LocalScheduler, local_config, rendered_config_text
 from tests.harness.processes import stop
-from tests.harness.waiting import Watched, wait_for
+from tests.harness.waiting import Watched, repeat_until
 
 pytestmark = pytest.mark.cluster
 
@@ -66,15 +66,7 @@ class Clock:
 
 def settle(rec: RepositoryReconciler, done, what: str, timeout: float = 120.0):
     """Reconcile until `done(outcome)` (the MIG manager stand-in works between passes)."""
-    last: list = [None]
-
-    def settled():
-        last[0] = outcome = rec.reconcile()
-        return outcome if done(outcome) else None
-
-    return wait_for(
-        what, settled, timeout, watch=Watched(rec.core.list_node), describe=lambda: f"last outcome {last[0]}"
-    )
+    return repeat_until(what, rec.reconcile, done, timeout, watch=Watched(rec.core.list_node))
 
 
 def rebalance_events(core: client.CoreV1Api, pool: str) -> list[str]:

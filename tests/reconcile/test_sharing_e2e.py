@@ -20,7 +20,7 @@ from kgwe.render.sharing import config_key
 from tests.harness.deployed import eventually
 from tests.harness.kgwe_scheduler import LocalScheduler, local_config, rendered_config_text
 from tests.harness.processes import stop
-from tests.harness.waiting import Watched, wait_for
+from tests.harness.waiting import Watched, repeat_until
 
 pytestmark = pytest.mark.cluster
 
@@ -70,18 +70,13 @@ def device_plugin(k8s_api) -> Iterator[DevicePluginStandIn]:
 
 def drive(rec: RepositoryReconciler, done, timeout_seconds: float = 120.0, note=lambda: ""):
     """Reconcile (as the interval would) until `done(outcome)`."""
-    last: list = [None]
-
-    def settled():
-        last[0] = outcome = rec.reconcile()
-        return outcome if done(outcome) else None
-
-    return wait_for(
+    return repeat_until(
         "reconcile to settle",
-        settled,
+        rec.reconcile,
+        done,
         timeout_seconds,
         watch=Watched(rec.core.list_node),
-        describe=lambda: f"{last[0]}; {note()}",
+        describe=note,
     )
 
 
