@@ -5,6 +5,8 @@ PYTHON ?= python3
 # stay on one worker (tests/harness/pytest_lanes.py).
 TEST_WORKERS  ?= 4
 CHECK_WORKERS ?= 2
+# Groups in the order of their recorded times, longest first (tests/harness/pytest_lanes.py).
+PARALLEL := --dist loadgroup --no-loadscope-reorder
 # The marks of the tests `make check` leaves out (set by the fixtures they use: tests/harness/pytest_lanes.py).
 SLOW_LANES := cluster or realnode or image or gotool
 TOOLS := helm flux prometheus dpconfig  # the Go tools of hack/tool-bins.sh
@@ -68,7 +70,7 @@ deploy: venv
 
 # The inner loop: lint, then every test that needs no control plane, no Go-built tool and no image.
 check: lint
-	$(BIN)/python -m pytest -n $(CHECK_WORKERS) --dist loadgroup -m "not ($(SLOW_LANES))"
+	$(BIN)/python -m pytest -n $(CHECK_WORKERS) $(PARALLEL) -m "not ($(SLOW_LANES))"
 
 # Every build the suite needs, in parallel (module downloads overlap compiles; each script takes its own lock).
 bins:
@@ -76,7 +78,7 @@ bins:
 
 # The whole suite (CI runs it; nothing is skipped).
 test: venv lint bins
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) $(PARALLEL)
 
 demo: venv cluster-bins
 	$(BIN)/kgwe demo

@@ -135,29 +135,80 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for lane in sorted(lanes_of(item)):
             if not item.get_closest_marker(lane):
                 item.add_marker(getattr(pytest.mark, lane))
-    groups = {item.nodeid: _group_of(item) for item in items}
-    plane_groups = _split_session_plane([i for i in items if groups[i.nodeid] == "session-plane"])
-    for item in items:
-        group = groups[item.nodeid]
-        if group == "session-plane":
-            group = plane_groups[_module_of(item)]
-        if group is not None and not item.get_closest_marker("xdist_group"):
-            item.add_marker(pytest.mark.xdist_group(group))
-
-
-def _split_session_plane(items: list[pytest.Item]) -> dict[str, str]:
-    """module -> one of SESSION_PLANE_GROUPS groups, whole modules (their module fixtures start once),
-    the largest first onto the group with the fewest tests."""
+    seconds = _recorded_seconds()
     sizes: dict[str, int] = {}
     for item in items:
         sizes[_module_of(item)] = sizes.get(_module_of(item), 0) + 1
-    load = [0] * SESSION_PLANE_GROUPS
+    groups = {item.nodeid: _group_of(item) for item in items}
+    plane_groups = _split_session_plane([i for i in items if groups[i.nodeid] == "session-plane"], seconds)
+    for item in items:
+        group = groups[item.nodeid]
+        if group == "session-plane":
+            group = groups[item.nodeid] = plane_groups[_module_of(item)]
+        if group is not None and not item.get_closest_marker("xdist_group"):
+            item.add_marker(pytest.mark.xdist_group(group))
+    # The longest groups first (xdist hands out work units in this order with --no-loadscope-reorder), so
+    # that the last one to start is short; tests of no group keep their order at the end.
+    cost: dict[str, float] = {}
+    for item in items:
+        group = groups[item.nodeid]
+        if group is not None:
+            share = seconds.get(_module_of(item), _UNKNOWN_MODULE_SECONDS) / sizes[_module_of(item)]
+            cost[group] = cost.get(group, 0.0) + share
+    items.sort(key=lambda i: -cost[g] if (g := groups[i.nodeid]) is not None else 0.0)
+
+
+def _split_session_plane(items: list[pytest.Item], seconds: dict[str, float]) -> dict[str, str]:
+    """module -> one of SESSION_PLANE_GROUPS groups, whole modules (their module fixtures start once), the
+    longest first onto the group with the least time so far (times of the last run, when recorded)."""
+    sizes: dict[str, int] = {}
+    for item in items:
+        sizes[_module_of(item)] = sizes.get(_module_of(item), 0) + 1
+    load = [0.0] * SESSION_PLANE_GROUPS
     placed: dict[str, str] = {}
-    for module in sorted(sizes, key=lambda m: (-sizes[m], m)):
+    for module in sorted(sizes, key=lambda m: (-seconds.get(m, _UNKNOWN_MODULE_SECONDS), m)):
         index = load.index(min(load))
-        load[index] += sizes[module]
+        load[index] += seconds.get(module, _UNKNOWN_MODULE_SECONDS)
         placed[module] = f"session-plane-{index}"
     return placed
+
+
+_UNKNOWN_MODULE_SECONDS = 10.0  # a module never timed here (its tests share it)
+
+
+def _durations_file() -> Path:
+    return cache_base() / "suite-durations.json"
+
+
+def _recorded_seconds() -> dict[str, float]:
+    """Seconds per test module in the last run that recorded them (setup, call and teardown)."""
+    try:
+        data = json.loads(_durations_file().read_text())
+    except (OSError, ValueError):
+        return {}
+    return {str(k): float(v) for k, v in data.items()} if isinstance(data, dict) else {}
+
+
+_run_seconds: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    module = report.nodeid.split("::", 1)[0]
+    _run_seconds[module] = _run_seconds.get(module, 0.0) + report.duration
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """The controller (or a run without xdist) keeps this run's times per module for the next run's groups."""
+    if getattr(session.config, "workerinput", None) is not None or not _run_seconds:
+        return
+    merged = {**_recorded_seconds(), **{k: round(v, 2) for k, v in _run_seconds.items()}}
+    try:
+        _durations_file().parent.mkdir(parents=True, exist_ok=True)
+        tmp = _durations_file().with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(merged, indent=0, sort_keys=True))
+        tmp.replace(_durations_file())
+    except OSError:
+        pass  # a read-only cache: the next run balances by guesses
 
 
 def _module_of(item: pytest.Item) -> str:
