@@ -147,6 +147,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             group = groups[item.nodeid] = plane_groups[_module_of(item)]
         if group is not None and not item.get_closest_marker("xdist_group"):
             item.add_marker(pytest.mark.xdist_group(group))
+    if getattr(config, "workerinput", None) is None:
+        return  # one process runs them in the order written
     # The longest groups first (xdist hands out work units in this order with --no-loadscope-reorder), so
     # that the last one to start is short; tests of no group keep their order at the end.
     cost: dict[str, float] = {}
