@@ -8,7 +8,8 @@ tool `gotool`, the real node's binaries `realnode`, buildah `image`, the Postgre
 a test lacking that mark fails naming the fixture to take.
 
 Workers. Under xdist (`--dist loadgroup`) tests that share something that must not be started twice or
-used twice at once run on one worker, as one xdist group (`_group_of`): every real-node test (one real
+used twice at once run on one worker, as one group (`_group_of`; the workers hand the groups to the
+controller's scheduler in a file): every real-node test (one real
 node per host), the image's tests, the PostgreSQL tests, a package's or module's own control plane (its
 tests together), and the tests of the session control plane in `SESSION_PLANE_GROUPS` groups (each group
 starts one control plane, on the worker that runs it). Everything else is spread test by test.
@@ -23,7 +24,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -114,8 +117,11 @@ _real_sleep = time.sleep
 def pytest_configure(config: pytest.Config) -> None:
     for lane, (meaning, _) in LANES.items():
         config.addinivalue_line("markers", f"{lane}: {meaning}")
-    # set here too, so that a run without pytest-xdist (-p no:xdist) knows it
-    config.addinivalue_line("markers", "xdist_group(name): tests that run on one xdist worker")
+    if config.pluginmanager.hasplugin("xdist") and getattr(config, "workerinput", None) is None:
+        # the workers (started after this) write each test's group to this file for the controller
+        groups_file = Path(tempfile.mkdtemp(prefix="kgwe-xdist-")) / "groups.json"
+        os.environ[_GROUPS_ENV] = str(groups_file)
+        config.pluginmanager.register(_GroupScheduling(groups_file), "kgwe-xdist-groups")
     sys.addaudithook(_audit)
     time.sleep = _counting_sleep
 
@@ -142,13 +148,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     groups = {item.nodeid: _group_of(item) for item in items}
     plane_groups = _split_session_plane([i for i in items if groups[i.nodeid] == "session-plane"], seconds)
     for item in items:
-        group = groups[item.nodeid]
-        if group == "session-plane":
-            group = groups[item.nodeid] = plane_groups[_module_of(item)]
-        if group is not None and not item.get_closest_marker("xdist_group"):
-            item.add_marker(pytest.mark.xdist_group(group))
+        if groups[item.nodeid] == "session-plane":
+            groups[item.nodeid] = plane_groups[_module_of(item)]
     if getattr(config, "workerinput", None) is None:
         return  # one process runs them in the order written
+    _write_groups({nodeid: group for nodeid, group in groups.items() if group is not None})
     # The longest groups first (xdist hands out work units in this order with --no-loadscope-reorder), so
     # that the last one to start is short; tests of no group keep their order at the end.
     cost: dict[str, float] = {}
@@ -158,6 +162,51 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             share = seconds.get(_module_of(item), _UNKNOWN_MODULE_SECONDS) / sizes[_module_of(item)]
             cost[group] = cost.get(group, 0.0) + share
     items.sort(key=lambda i: -cost[g] if (g := groups[i.nodeid]) is not None else 0.0)
+
+
+_GROUPS_ENV = "KGWE_XDIST_GROUPS"
+
+
+def _write_groups(groups: dict[str, str]) -> None:
+    """Each worker collects the same tests; the first to write the map wins (an atomic rename)."""
+    target = os.environ.get(_GROUPS_ENV)
+    if not target:
+        return
+    stage = Path(f"{target}.{os.getpid()}")
+    stage.write_text(json.dumps(groups))
+    stage.replace(target)
+
+
+class _GroupScheduling:
+    """On the xdist controller: `--dist loadgroup` by this plugin's groups. (xdist's own `xdist_group` mark
+    renames the test ids, which pytest 9 no longer lets a plugin do; the workers' map does the same.)"""
+
+    def __init__(self, groups_file: Path) -> None:
+        self.groups_file = groups_file
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Any) -> Any:
+        if config.getvalue("dist") != "loadgroup":
+            return None
+        from xdist.scheduler import LoadScopeScheduling
+
+        groups_file = self.groups_file
+
+        class LaneScheduling(LoadScopeScheduling):
+            """Work units: a group's tests together, every other test alone (in collection order)."""
+
+            groups: dict[str, str] | None = None
+
+            def _split_scope(self, nodeid: str) -> str:
+                if self.groups is None:  # read once every worker has collected (scheduling starts then)
+                    self.groups = json.loads(groups_file.read_text()) if groups_file.is_file() else {}
+                group = self.groups.get(nodeid)
+                return f"group:{group}" if group is not None else nodeid
+
+        return LaneScheduling(config, log)
+
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        shutil.rmtree(self.groups_file.parent, ignore_errors=True)
 
 
 def _split_session_plane(items: list[pytest.Item], seconds: dict[str, float]) -> dict[str, str]:
