@@ -161,7 +161,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if group is not None:
             share = seconds.get(_module_of(item), _UNKNOWN_MODULE_SECONDS) / sizes[_module_of(item)]
             cost[group] = cost.get(group, 0.0) + share
-    items.sort(key=lambda i: -cost[g] if (g := groups[i.nodeid]) is not None else 0.0)
+    items.sort(key=lambda i: _rank(groups[i.nodeid], cost))
+
+
+# What builds or holds the host the longest starts first whatever it took last time: the image (a build when
+# KGWE changed) and the real node (started, stopped and started again by `kgwe cluster up` tests).
+_FIRST_GROUPS = ("image", "realnode")
+
+
+def _rank(group: str | None, cost: dict[str, float]) -> tuple[int, float]:
+    if group is None:
+        return (2, 0.0)
+    return (0 if group in _FIRST_GROUPS else 1, -cost[group])
 
 
 _GROUPS_ENV = "KGWE_XDIST_GROUPS"
