@@ -69,6 +69,7 @@ SESSION_PLANE_GROUPS = 2
 _REPO = Path(__file__).resolve().parents[2]
 _TESTS = str(_REPO / "tests") + os.sep
 _HARNESS = str(_REPO / "tests" / "harness") + os.sep
+_WAITING = str(_REPO / "tests" / "harness" / "waiting.py")
 
 # cache folder prefix (hack/*-bins.sh) -> lane of the binaries in it
 _CACHE_LANES = {
@@ -100,7 +101,7 @@ class _State:
         self.item: pytest.Item | None = None
         self.violations: list[str] = []
         self.lock = threading.Lock()
-        self.sleep_seconds: dict[str, float] = {"tests": 0.0, "harness": 0.0, "kgwe": 0.0, "other": 0.0}
+        self.sleep_seconds = {"polls": 0.0, "tests": 0.0, "harness": 0.0, "kgwe": 0.0, "other": 0.0}
         self.sleeps = 0
         self.control_planes = 0
         self.long_sleeps: list[str] = []
@@ -290,8 +291,8 @@ def _group_of(item: pytest.Item) -> str | None:
         return f"plane:{plane.baseid}"  # a package's own control plane (feature gates, cluster-wide changes)
     if "new_control_plane" in fixtures:
         return f"module:{_module_of(item)}"  # a module's own control plane, started by its fixture
-    if "cluster" in marks:
-        return "session-plane"
+    if plane is not None:
+        return "session-plane"  # the session's control plane (tests that start their own stand alone)
     if "postgres" in marks:
         return "postgres"
     return _own_scope(item)
@@ -405,7 +406,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 def _counting_sleep(seconds: float) -> None:
     caller = sys._getframe(1).f_code.co_filename
-    if caller.startswith(_HARNESS):
+    if caller == _WAITING:
+        origin = "polls"  # wait_for between checks of a condition
+    elif caller.startswith(_HARNESS):
         origin = "harness"
     elif caller.startswith(_TESTS):
         origin = "tests"

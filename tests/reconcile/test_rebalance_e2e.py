@@ -195,13 +195,12 @@ def utilization_condition(status: dict) -> dict:
 
 
 def test_idle_instances_measured_through_prometheus_are_not_demand_and_an_outage_degrades_to_allocation(
-    k8s_api, e2e, kgwe_mig_manager, tmp_path
+    k8s_api, e2e, kgwe_mig_manager, prometheus, tmp_path
 ):
     """A pod holding a 3g.40gb instance at 5% engine activity (a dcgm-exporter stand-in scraped by a real
     Prometheus) is not demand the pool must keep; with Prometheus gone every held instance counts again and
     UtilizationAvailable=False says why; without --prometheus the condition says it is not configured."""
     from kgwe.cost.prometheus import PrometheusClient
-    from kgwe.localcluster.prometheus import PrometheusServer
     from kgwe.reconcile.controller import activity_reader
     from tests.harness.dcgm import exposition, instance, serve_exporter
 
@@ -221,7 +220,7 @@ def test_idle_instances_measured_through_prometheus_are_not_demand_and_an_outage
         return e2e.status()["rebalance"][pool]["samples"][-1]["demand"]
 
     idle = exposition([(instance(1, "3g.40gb", (ns, "notebook")), 0.05)])
-    with serve_exporter(lambda _: idle) as target, PrometheusServer({"dcgm": target}, tmp_path / "p") as prom:
+    with serve_exporter(lambda _: idle) as target, prometheus({"dcgm": target}, tmp_path / "p") as prom:
         eventually(lambda: prom.query('DCGM_FI_PROF_GR_ENGINE_ACTIVE{pod="notebook"}'), "a scrape", 60)
         real = PrometheusClient(
             f"http://127.0.0.1:{prom.port}"
