@@ -109,6 +109,7 @@ class _State:
 
 _state = _State()
 _real_sleep = time.sleep
+_test_files: set[str] = set()  # the collected test modules (tests/ and any other place pytest was pointed at)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -142,6 +143,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for lane in sorted(lanes_of(item)):
             if not item.get_closest_marker(lane):
                 item.add_marker(getattr(pytest.mark, lane))
+    _test_files.update(str(item.path) for item in items)
     seconds = _recorded_seconds()
     sizes: dict[str, int] = {}
     for item in items:
@@ -410,7 +412,7 @@ def _counting_sleep(seconds: float) -> None:
         origin = "polls"  # wait_for between checks of a condition
     elif caller.startswith(_HARNESS):
         origin = "harness"
-    elif caller.startswith(_TESTS):
+    elif caller.startswith(_TESTS) or caller in _test_files:
         origin = "tests"
     elif caller.startswith(str(_REPO / "kgwe")):
         origin = "kgwe"
