@@ -1,6 +1,6 @@
-"""The suite's own rules (tests/harness/pytest_lanes.py), run on small test files in a pytest of their own: a
-test that runs what its marks leave out fails naming the fixture to take, a long fixed sleep fails, the
-marks come from fixtures, and the ledger counts."""
+"""The suite's own rules (tests/harness/pytest_lanes.py), run on a small test file in a pytest of its own: a
+test that runs what its marks leave out fails naming the fixture to take (also when it swallows the
+refusal), a long fixed sleep fails, the marks come from fixtures, and the ledger counts."""
 
 from __future__ import annotations
 
@@ -14,6 +14,35 @@ pytest_plugins = ["pytester"]
 
 REPO = Path(__file__).resolve().parents[1]
 
+SUBJECT = """
+import contextlib, subprocess, time
+import pytest
+
+@pytest.fixture
+def control_plane():
+    return None
+
+def test_unmarked_tool():
+    subprocess.run([TOOL], check=True)
+
+@pytest.mark.gotool
+def test_marked_tool():
+    subprocess.run([TOOL], check=True)
+
+def test_swallowed_refusal():
+    with contextlib.suppress(Exception):
+        subprocess.run([TOOL])
+
+def test_long_sleep():
+    time.sleep(0.5)
+
+def test_short_sleep():
+    time.sleep(0.2)
+
+def test_takes_the_plane(control_plane):
+    pass
+"""
+
 
 @pytest.fixture
 def run(pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
@@ -26,58 +55,37 @@ def run(pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv("KGWE_CACHE_DIR", str(cache))
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
     monkeypatch.setenv("KGWE_SUITE_STATS", str(tmp_path / "ledger.jsonl"))
+    pytester.makepyfile(test_subject=SUBJECT.replace("TOOL", repr(str(tool))))
 
-    def go(source: str, *args: str) -> pytest.RunResult:
-        pytester.makepyfile(test_subject=source.replace("TOOL", repr(str(tool))))
-        return pytester.runpytest_subprocess(
-            "-p", "tests.harness.pytest_lanes", "-p", "no:cacheprovider", *args
-        )
+    def go(*args: str) -> pytest.RunResult:
+        plugins = ("-p", "tests.harness.pytest_lanes", "-p", "no:cacheprovider")
+        return pytester.runpytest_subprocess(*plugins, *args)
 
     go.ledger = tmp_path / "ledger.jsonl"  # type: ignore[attr-defined]
     return go
 
 
-def test_running_a_go_tool_without_its_mark_fails_naming_the_fixtures(run) -> None:
-    result = run("import subprocess\ndef test_it():\n    subprocess.run([TOOL], check=True)\n")
-    result.assert_outcomes(failed=1)
+def test_the_rules_on_a_test_file(run) -> None:
+    result = run("-rA")
+    outcomes = {
+        line.split("::")[1].split()[0]: line.split()[0]
+        for line in result.stdout.lines
+        if line.startswith(("PASSED ", "FAILED ")) and "::" in line
+    }
+    assert outcomes == {
+        "test_unmarked_tool": "FAILED",
+        "test_marked_tool": "PASSED",
+        "test_swallowed_refusal": "FAILED",
+        "test_long_sleep": "FAILED",
+        "test_short_sleep": "PASSED",
+        "test_takes_the_plane": "PASSED",
+    }
     result.stdout.fnmatch_lines(["*runs helm but is not marked `gotool`*chart, dpconfig, flux*"])
-
-
-def test_the_mark_lets_it_run_and_keeps_it_out_of_the_fast_lane(run) -> None:
-    source = (
-        "import subprocess, pytest\n@pytest.mark.gotool\n"
-        "def test_it():\n    subprocess.run([TOOL], check=True)\n"
-    )
-    run(source).assert_outcomes(passed=1)
-    run(source, "-m", "not gotool").assert_outcomes(deselected=1)
-
-
-def test_a_swallowed_refusal_still_fails_the_test(run) -> None:
-    source = (
-        "import contextlib, subprocess\ndef test_it():\n"
-        "    with contextlib.suppress(Exception):\n        subprocess.run([TOOL])\n"
-    )
-    run(source).assert_outcomes(failed=1)
-
-
-def test_a_fixed_sleep_longer_than_the_limit_fails_and_a_short_one_passes(run) -> None:
-    result = run(
-        "import time\ndef test_long():\n    time.sleep(0.5)\ndef test_short():\n    time.sleep(0.05)\n"
-    )
-    result.assert_outcomes(passed=1, failed=1)
-    result.stdout.fnmatch_lines(["*test_subject.py:3 sleeps 0.5 s, longer than 0.3 s*wait_for*"])
-
-
-def test_marks_come_from_the_fixtures_a_test_takes(run) -> None:
-    source = (
-        "import pytest\n@pytest.fixture\ndef control_plane():\n    return None\n"
-        "def test_uses_it(control_plane):\n    pass\ndef test_plain():\n    pass\n"
-    )
-    run(source, "-m", "cluster").assert_outcomes(passed=1, deselected=1)
-
-
-def test_the_ledger_counts_sleeps_by_origin(run) -> None:
-    run("import time\ndef test_it():\n    time.sleep(0.2)\n").assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*test_subject.py:* sleeps 0.5 s, longer than 0.3 s*wait_for*"])
     (entry,) = [json.loads(line) for line in run.ledger.read_text().splitlines()]
-    assert entry["sleeps"] >= 1 and entry["sleep_seconds"]["tests"] >= 0.2
-    assert entry["control_planes_started"] == 0 and entry["worker"] == "main"
+    assert entry["sleep_seconds"]["tests"] >= 0.7 and entry["control_planes_started"] == 0
+
+
+def test_marks_from_fixtures_select_the_lanes(run) -> None:
+    # the marked tool test and the control plane's test are left out; the unmarked tool test runs and fails
+    run("-m", "not (cluster or gotool)", "-k", "tool or plane").assert_outcomes(failed=1, deselected=5)
