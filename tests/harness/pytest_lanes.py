@@ -335,6 +335,12 @@ def _needed_lane(argv: list[str], env: Any) -> str | None:
         return None
     program = argv[0]
     name = os.path.basename(program)
+    # KGWE's own commands that start a cluster in their process (the hook does not follow them there)
+    command = argv[argv.index("kgwe.cli") + 1 :] if "kgwe.cli" in argv else argv[1:] if name == "kgwe" else []
+    if command[:2] == ["cluster", "up"]:
+        return "realnode"
+    if command[:1] == ["demo"]:
+        return "cluster"
     script = Path(argv[1]) if name in ("bash", "sh") and len(argv) > 1 else Path(program)
     if script.name in _BUILD_SCRIPTS and script.parent.name in ("hack", "image"):
         # A build in the test's own environment; a test of the script itself gives it one of its own (a
