@@ -40,8 +40,9 @@ def run(target: str, ledger: Path, variables: dict[str, str]) -> dict[str, Any]:
     started = time.monotonic()
     proc = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
     seconds = time.monotonic() - started
-    tail = (proc.stdout + proc.stderr).strip().splitlines()[-1:] or [""]
-    print(f"  {tail[0]}", file=sys.stderr)
+    for line in proc.stdout.splitlines():
+        if line.startswith(("FAILED ", "ERROR ")) or (_SUMMARY.search(line) and line.startswith("=")):
+            print(f"  {line}", file=sys.stderr)
     counts: dict[str, int] = {}
     for line in reversed(proc.stdout.splitlines()):
         found = _SUMMARY.findall(line)
