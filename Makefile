@@ -1,10 +1,20 @@
-# KGWE — two commands matter: `make demo` and `make test`.
+# KGWE — two commands matter: `make demo` and `make test`; `make check` is the inner loop.
 PYTHON ?= python3
+# pytest-xdist workers: `make test` runs tests in parallel where they wait (control planes, Git, processes),
+# `make check` where they compute. Tests that share a control plane, the real node, the image or PostgreSQL
+# stay on one worker (tests/harness/pytest_lanes.py).
+TEST_WORKERS  ?= 4
+CHECK_WORKERS ?= 2
+# Groups in the order of their recorded times, longest first (tests/harness/pytest_lanes.py).
+PARALLEL := --dist loadgroup --no-loadscope-reorder
+# The marks of the tests `make check` leaves out (set by the fixtures they use: tests/harness/pytest_lanes.py).
+SLOW_LANES := cluster or realnode or image or gotool
+TOOLS := helm flux prometheus dpconfig  # the Go tools of hack/tool-bins.sh
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.kgwe-installed
 
-.PHONY: venv lint test demo cluster-bins node-bins tool-bins schemas deploy image image-lock clean
+.PHONY: venv lint check test bins $(addprefix tool-bin-,$(TOOLS)) demo cluster-bins node-bins tool-bins schemas deploy image image-lock clean
 
 # (Re)install whenever pyproject.toml changes.
 $(STAMP): pyproject.toml
@@ -33,13 +43,11 @@ cluster-bins:
 node-bins:
 	hack/node-bins.sh
 
-# Builds helm, Flux's kustomize-controller, Prometheus and promtool (wrapper modules hack/helm, hack/flux,
-# hack/prometheus) into ~/.cache/kgwe.
-tool-bins:
-	hack/tool-bins.sh helm
-	hack/tool-bins.sh flux
-	hack/tool-bins.sh prometheus
-	hack/tool-bins.sh dpconfig
+# Builds helm, Flux's kustomize-controller, Prometheus and promtool, and the device-plugin config reader
+# (wrapper modules hack/helm, hack/flux, hack/prometheus, hack/dpconfig) into ~/.cache/kgwe.
+tool-bins: $(addprefix tool-bin-,$(TOOLS))
+$(addprefix tool-bin-,$(TOOLS)): tool-bin-%:
+	hack/tool-bins.sh $*
 
 # The OCI image of every KGWE process, built without a daemon (mmdebstrap + buildah; needs root). Writes
 # build/image/kgwe-VERSION.oci.tar; the last line printed is "ARCHIVE REFERENCE".
@@ -60,8 +68,17 @@ schemas: venv
 deploy: venv
 	hack/render-deploy.sh
 
-test: venv cluster-bins node-bins tool-bins lint
-	$(BIN)/python -m pytest
+# The inner loop: lint, then every test that needs no control plane, no Go-built tool and no image.
+check: lint
+	$(BIN)/python -m pytest -n $(CHECK_WORKERS) $(PARALLEL) -m "not ($(SLOW_LANES))"
+
+# Every build the suite needs, in parallel (module downloads overlap compiles; each script takes its own lock).
+bins:
+	nice -n 10 $(MAKE) -j4 --no-print-directory cluster-bins node-bins tool-bins
+
+# The whole suite (CI runs it; nothing is skipped).
+test: venv lint bins
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) $(PARALLEL)
 
 demo: venv cluster-bins
 	$(BIN)/kgwe demo

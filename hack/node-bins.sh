@@ -86,14 +86,22 @@ main() {
     mkdir -p "$cache_base"
     start="$(date +%s)"
     ensure_debian_tools
-    for name in containerd cni coredns; do
-        if $cold; then
-            dir="$(nice -n 10 bash "$root/hack/tool-bins.sh" "$name" --cold | tail -1)"
-        else
-            dir="$(nice -n 10 bash "$root/hack/tool-bins.sh" "$name" | tail -1)"
-        fi
-        [[ -d "$dir" ]] || die "hack/tool-bins.sh $name printed no directory"
-        echo "$name=$dir"
+    # The three Go builds at once: one's module downloads overlap another's compiling (each takes its own
+    # lock and Go's build cache is shared safely).
+    local outputs pids=() names=(containerd cni coredns) i flag=()
+    $cold && flag=(--cold)
+    outputs="$(mktemp -d)"
+    # shellcheck disable=SC2064  # expand now: the trap must remove this very directory
+    trap "rm -rf '$outputs'" EXIT
+    for name in "${names[@]}"; do
+        nice -n 10 bash "$root/hack/tool-bins.sh" "$name" "${flag[@]}" > "$outputs/$name" &
+        pids+=("$!")
+    done
+    for i in "${!names[@]}"; do
+        wait "${pids[$i]}" || die "hack/tool-bins.sh ${names[$i]} failed (its message is above)"
+        dir="$(tail -1 "$outputs/${names[$i]}")"
+        [[ -d "$dir" ]] || die "hack/tool-bins.sh ${names[$i]} printed no directory"
+        echo "${names[$i]}=$dir"
     done
     build_pause "$root" "$cache_base" "$cold"
     echo "runc=$(dirname "$(PATH="$PATH:/usr/sbin:/sbin" command -v runc)")"

@@ -92,12 +92,11 @@ go=$goversion"
         export GOCACHE="$stage/.gocache"
         gocache_note="cold"
     fi
+    # One `go build` for every command of the module (shared packages compiled once, links side by side).
     (
         cd "$mod"
-        for t in "${tools[@]}"; do
-            echo "tool-bins: go build $t" >&2
-            go build -trimpath -p 2 -tags "$tags" -ldflags "$ldflags" -o "$stage/${t##*/}" "$t"
-        done
+        echo "tool-bins: go build ${tools[*]}" >&2
+        go build -trimpath -tags "$tags" -ldflags "$ldflags" -o "$stage/" "${tools[@]}"
     )
     $cold && rm -rf "$GOCACHE"
 

@@ -1,4 +1,5 @@
-"""Shared pytest plugins: the local cluster (kgwe.localcluster), the image and PostgreSQL harnesses."""
+"""Shared pytest plugins: the lanes (which tests need what, xdist groups, the sleep ledger), the local cluster
+(kgwe.localcluster), the Go-built tools, the image and PostgreSQL harnesses."""
 
 import os
 
@@ -8,6 +9,8 @@ import os
 os.environ.setdefault("KGWE_ALLOW_GIT_NETWORKS", "127.0.0.0/8,::1/128")
 
 pytest_plugins: list[str] = [
+    "tests.harness.pytest_lanes",
+    "tests.harness.pytest_tools",
     "tests.harness.pytest_postgres",
     "tests.harness.pytest_cluster",
     "tests.harness.pytest_image",

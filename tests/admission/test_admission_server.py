@@ -71,6 +71,7 @@ def test_bad_requests_get_a_4xx_json_message(served, method, path, body, headers
 
 
 def test_health_and_metrics(served):
+    test_a_gpu_pod_review_gets_a_patch(served)  # a routed review to count, whatever ran before
     assert call(served, "GET", "/healthz")[0] == 200
     status, _, text = call(served, "GET", "/metrics")
     assert status == 200 and b'kgwe_webhook_reviews_total{outcome="routed"}' in text

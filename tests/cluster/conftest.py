@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
@@ -13,18 +11,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from kgwe.cluster.client import ensure_namespace
-
-
-def wait_for(predicate: Callable[[], Any], timeout_seconds: float = 30.0, what: str = "condition") -> Any:
-    """Poll until `predicate()` is truthy; fail the test (not assert on time) when it never is."""
-    deadline = time.monotonic() + timeout_seconds
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        time.sleep(0.1)
+from tests.harness.waiting import wait_for
 
 
 def put_mig_parted_config(core: client.CoreV1Api, manager: Any, configs: dict) -> None:

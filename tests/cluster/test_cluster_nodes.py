@@ -11,6 +11,7 @@ from kgwe.cluster.inventory import inventory_document, read_gpu_nodes
 from kgwe.cluster.names import CORDONED_ANNOTATION, MIG_CONFIG_LABEL, MIG_STATE_LABEL, REQUESTED_AT_ANNOTATION
 from kgwe.cluster.nodes import NodeOps
 from kgwe.policy import GPUInventory
+from tests.harness.waiting import Watched
 
 pytestmark = pytest.mark.cluster
 
@@ -35,11 +36,12 @@ def test_relabel_drives_the_mig_manager_to_success(k8s_api, gpu_node, mig_manage
     ops = NodeOps(k8s_api)
     ops.relabel(node, "kgwe-half")
     wait_for(
+        "MIG success",
         lambda: (
             labels_of(core, node).get(MIG_STATE_LABEL) == "success"
             and labels_of(core, node).get(MIG_CONFIG_LABEL) == "kgwe-half"
         ),
-        what="MIG success",
+        watch=Watched(core.list_node),
     )
     annotations = core.read_node(node).metadata.annotations
     assert REQUESTED_AT_ANNOTATION in annotations
@@ -57,7 +59,9 @@ def test_cordon_evict_uncordon(k8s_api, gpu_node, namespace, kio):
     node = gpu_node("DGX-H100")
     core.create_namespaced_pod(namespace, gpu_pod("trainer", node, count=2))
     core.create_namespaced_pod(namespace, gpu_pod("cpu-only", node, resource="cpu", count=1))
-    wait_for(lambda: core.read_namespaced_pod("trainer", namespace).status.phase == "Running", what="pod")
+    wait_for(
+        "the pod running", lambda: core.read_namespaced_pod("trainer", namespace).status.phase == "Running"
+    )
     facts = {f.name: f for f in read_gpu_nodes(k8s_api)}[node]
     assert facts.gpu_pods == [f"{namespace}/trainer"] and facts.whole_gpus_in_use == 2
 
@@ -92,7 +96,7 @@ def test_cordon_evict_uncordon(k8s_api, gpu_node, namespace, kio):
         except ApiException as exc:
             return exc.status == 404
 
-    wait_for(trainer_gone, what="evicted pod deleted")
+    wait_for("the evicted pod deleted", trainer_gone)
     assert core.read_namespaced_pod("cpu-only", namespace).metadata.deletion_timestamp is None
 
     ops.uncordon(node)

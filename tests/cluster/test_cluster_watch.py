@@ -24,6 +24,7 @@ class Seen:
         self.listed: list[set[str]] = []
         self.events: list[tuple[str, str]] = []
         self.restarts: list[BaseException | None] = []
+        self.watch_ends = 0
         self.changed = threading.Condition(self.lock)
 
     def on_list(self, items: Any) -> None:
@@ -34,6 +35,11 @@ class Seen:
     def on_event(self, kind: str, obj: Any) -> None:
         with self.changed:
             self.events.append((kind, _name(obj)))
+            self.changed.notify_all()
+
+    def on_watch_end(self) -> None:
+        with self.changed:
+            self.watch_ends += 1
             self.changed.notify_all()
 
     def on_restart(self, error: BaseException | None) -> None:
@@ -69,6 +75,7 @@ def run_loop(k8s_api: client.ApiClient) -> Iterator[Callable[..., Seen]]:
                 "on_list": seen.on_list,
                 "on_event": seen.on_event,
                 "on_restart": seen.on_restart,
+                "on_watch_end": seen.on_watch_end,
                 "stop": stop,
                 "watch_timeout_seconds": 2,
                 **kwargs,
@@ -96,7 +103,10 @@ def test_lists_then_follows_every_change(k8s_api, namespace, run_loop, raw):
     core.delete_namespaced_config_map("before", namespace)
     seen.wait(lambda: ("DELETED", "before") in seen.events, "the delete")
     assert ("ADDED", "after") in seen.events
-    threading.Event().wait(3)  # past the 2 s watch timeout: the server ended a watch, the loop resumed it
+    ended = seen.watch_ends
+    seen.wait(lambda: seen.watch_ends > ended, "the server to end a watch (2 s timeout)")
+    _config_map(core, namespace, "later")  # the loop resumed it
+    seen.wait(lambda: ("ADDED", "later") in seen.events, "the change after the resumed watch")
     assert len(seen.listed) == 1 and seen.restarts == []  # resumed from the last version, not relisted
 
 

@@ -10,7 +10,8 @@ from kubernetes import client
 
 from kgwe.cost.metering_watch import MeteringWatch
 from kgwe.cost.usage import Period
-from tests.harness.pods import gpu_pod, wait_for
+from tests.harness.pods import gpu_pod
+from tests.harness.waiting import wait_for
 
 pytestmark = pytest.mark.cluster
 

@@ -7,7 +7,6 @@ Prometheus."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
@@ -16,8 +15,8 @@ import pytest
 from kgwe.cost.prometheus import ENGINE_ACTIVE, MAX_STEPS, PrometheusClient, by_pod, fitting_step
 from kgwe.cost.utilization import reclaimable_pods
 from kgwe.errors import KgweError
-from kgwe.localcluster.prometheus import PrometheusServer
 from tests.harness.dcgm import exposition, instance, serve_exporter
+from tests.harness.waiting import wait_for
 
 BUSY, IDLE, TWO, UNMEASURED = ("ml", "busy"), ("ml", "idle"), ("ml", "two"), ("ml", "queued")
 RENAMED = ("ml", "renamed")
@@ -48,17 +47,9 @@ def exporters():
         yield a, b
 
 
-def wait_for(what: str, ready: Callable[[], bool], timeout_s: float = 120) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not ready():
-        if time.monotonic() > deadline:
-            pytest.fail(f"gave up waiting for {what}")
-        time.sleep(0.5)
-
-
-def test_engine_activity_per_pod_and_only_the_idle_pod_is_reclaimable(tmp_path, exporters):
+def test_engine_activity_per_pod_and_only_the_idle_pod_is_reclaimable(prometheus, tmp_path, exporters):
     node_a_target, node_b_target = exporters
-    with PrometheusServer(
+    with prometheus(
         {"dcgm-a": node_a_target, "dcgm-b": node_b_target},
         tmp_path / "prometheus",
         target_labels={"dcgm-b": {"namespace": EXPORTER_POD[0], "pod": EXPORTER_POD[1]}},
@@ -109,8 +100,8 @@ def one_line_error_naming(url: str, call: Callable[[], object], match: str) -> K
     return err
 
 
-def test_a_stopped_prometheus_is_a_clear_error_naming_its_url(tmp_path):
-    with PrometheusServer({}, tmp_path / "prometheus") as prom:
+def test_a_stopped_prometheus_is_a_clear_error_naming_its_url(prometheus, tmp_path):
+    with prometheus({}, tmp_path / "prometheus") as prom:
         url = f"http://127.0.0.1:{prom.port}"
         client = PrometheusClient(url, timeout_s=5)
         end = datetime.now(UTC)

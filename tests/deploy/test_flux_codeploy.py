@@ -14,7 +14,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -29,20 +28,21 @@ from kgwe.cluster.client import ensure_namespace
 from kgwe.cluster.names import FIELD_MANAGER as KGWE
 from kgwe.cluster.names import SCHEDULER_CONFIG_HASH_ANNOTATION, SCHEDULER_DEPLOYMENT
 from kgwe.localcluster import gpunodes
-from kgwe.localcluster.controlplane import ControlPlane, find_binaries, free_port, tail
+from kgwe.localcluster.controlplane import free_port, tail
 from kgwe.localcluster.gitserver import GitHttpsServer
 from kgwe.localcluster.migmanager import MigManagerStandIn
 from kgwe.resources import deploy_dir, sample_repo_dir
 from tests.harness import chart, flux
 from tests.harness.crds import install_crds
+from tests.harness.waiting import wait_for
 from tests.harness.writes import WriteRecorder, object_key
 
-pytestmark = pytest.mark.cluster
+pytestmark = pytest.mark.usefixtures("chart", "flux")  # helm renders deploy/, Flux applies it
 
 FLUX = flux.FIELD_MANAGER
 NS, FLUX_NS = "kgwe-system", "flux-system"
 INTERVAL = "10s"  # both sides: Flux's Kustomizations and KGWE's PolicyRepository
-OBSERVE_SECONDS = 45  # after both prunes, a few more intervals of each
+OBSERVE_INTERVALS = 2  # after both prunes, this many more reconciles of each side are watched
 WATCHED = [
     ("v1", "Namespace"), ("v1", "ServiceAccount"), ("v1", "Service"), ("v1", "ConfigMap"), ("v1", "Secret"),
     ("v1", "ResourceQuota"), ("apps/v1", "Deployment"), ("apps/v1", "DaemonSet"),
@@ -70,17 +70,6 @@ GIT_ENV = {
 def _git(cwd: Path, *args: str) -> str:
     env = {"PATH": "/usr/bin:/bin", "HOME": str(cwd), **GIT_ENV}
     return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout
-
-
-def _wait(what: str, check: Callable[[], Any], timeout_seconds: float, logs: Callable[[], str]) -> Any:
-    deadline = time.monotonic() + timeout_seconds
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}\n{logs()}", pytrace=False)
-        time.sleep(1)
 
 
 def _ready(obj: dict | None) -> bool:
@@ -134,13 +123,13 @@ def _metric(port: int, name: str) -> float:
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimpleNamespace]:
+def world(
+    tmp_path_factory: pytest.TempPathFactory, new_control_plane: Callable[..., Any]
+) -> Iterator[SimpleNamespace]:
     """A control plane of its own (Flux and KGWE own cluster-wide names), Flux's CRDs, two GPU nodes of the
     sample-repo pools, the team namespaces, the GPU Operator namespace and its MIG manager stand-in."""
     tmp = tmp_path_factory.mktemp("flux")
-    cp = ControlPlane(find_binaries())
-    cp.start()
-    try:
+    with new_control_plane() as cp:
         api = cp.api_client()
         install_crds(api, flux.flux_crds())
         gpunodes.ensure_gpu_operator_objects(api)  # its namespace and runtime class (the agent's)
@@ -174,8 +163,6 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimpleNamespace]
             yield SimpleNamespace(
                 cp=cp, api=api, tmp=tmp, policy=policy, git=git_server, url=git_server.url("gpu-policy.git")
             )
-    finally:
-        cp.stop()
 
 
 class _Run:
@@ -194,7 +181,10 @@ class _Run:
         return f"kustomize-controller:\n{flux_log}\nkgwe controller:\n{kgwe_log}"
 
     def wait(self, what: str, check: Callable[[], Any], timeout_seconds: float = 240) -> Any:
-        return _wait(what, check, timeout_seconds, self.logs)
+        return wait_for(what, check, timeout_seconds, describe=self.logs)
+
+    def flux_reconciles(self) -> int:
+        return tail(self.fc.log_path, 100000).count("Reconciliation finished")
 
     def kustomization(self, name: str) -> dict:
         group, version = flux.KUSTOMIZE_GROUP, flux.KUSTOMIZE_VERSION
@@ -262,7 +252,15 @@ def _co_deploy(world: SimpleNamespace) -> dict[str, Any]:
                 "Flux to prune the agent", lambda: AGENT not in _flux_inventory(run.kustomization("kgwe"))
             )
             run.wait("KGWE to prune the budget quota", lambda: QUOTA not in _kgwe_inventory(run.repo()))
-            time.sleep(OBSERVE_SECONDS)
+            flux_then, kgwe_then = run.flux_reconciles(), _metric(run.kgwe_port, "kgwe_reconcile_total")
+            run.wait(
+                f"{OBSERVE_INTERVALS} more reconciles of each side after the prunes",
+                lambda: (
+                    run.flux_reconciles() >= max(6, flux_then + OBSERVE_INTERVALS)
+                    and _metric(run.kgwe_port, "kgwe_reconcile_total")
+                    >= max(3, kgwe_then + OBSERVE_INTERVALS)
+                ),
+            )
             out["kgwe_reconciles"] = _metric(run.kgwe_port, "kgwe_reconcile_total")
             out["kgwe_objects_pruned"] = _metric(run.kgwe_port, "kgwe_objects_pruned_total")
             out["repo"] = run.repo()
@@ -270,7 +268,7 @@ def _co_deploy(world: SimpleNamespace) -> dict[str, Any]:
         finally:
             kgwe.terminate()
             kgwe.wait(timeout=30)
-        out["flux_reconciles"] = tail(fc.log_path, 100000).count("Reconciliation finished")
+        out["flux_reconciles"] = run.flux_reconciles()
     out["kgwe_after"] = _kgwe_inventory(out["repo"])
     out["table"] = {k: v for r in recorders for k, v in r.table().items()}
     out["deleted"] = {key for r in recorders for key, _ in r.deleted}

@@ -15,6 +15,8 @@ from kgwe.resources import deploy_dir
 from tests.harness import chart
 from tests.harness.chart import CHART_DIR, helm, template
 
+pytestmark = pytest.mark.usefixtures("chart")  # every test runs helm
+
 SEED = ("--set", "scheduler.enabled=true", "--set", "migController.enabled=true")
 
 

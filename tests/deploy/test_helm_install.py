@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 import yaml
@@ -18,10 +19,9 @@ from kubernetes.client.exceptions import ApiException
 
 from kgwe.cluster.client import ensure_namespace
 from kgwe.localcluster import gpunodes
-from kgwe.localcluster.controlplane import ControlPlane, find_binaries
 from tests.harness.chart import CHART_DIR, helm
 
-pytestmark = pytest.mark.cluster
+pytestmark = pytest.mark.usefixtures("chart")  # every test runs helm
 
 NS = "kgwe-system"
 CRDS = ("policyrepositories.kgwe.nvidia.io", "gpuworkloads.kgwe.nvidia.io")
@@ -33,12 +33,12 @@ SEED = (
 
 
 @pytest.fixture(scope="module")
-def helm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimpleNamespace]:
+def helm_cluster(
+    tmp_path_factory: pytest.TempPathFactory, new_control_plane: Callable[..., Any]
+) -> Iterator[SimpleNamespace]:
     """A control plane for this module alone: a Helm release owns cluster-wide names (CRDs, ClusterRoles)."""
     home = tmp_path_factory.mktemp("helm-home")
-    cp = ControlPlane(find_binaries())
-    cp.start()
-    try:
+    with new_control_plane() as cp:
         api = cp.api_client()
         gpunodes.ensure_gpu_operator_objects(api)  # the controller's MIG Role and the agent go there
         nodes = [f"helm-gpu-{i}" for i in range(2)]
@@ -52,8 +52,6 @@ def helm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimpleNam
             "HELM_DATA_HOME": str(home / "data"),
         }
         yield SimpleNamespace(cp=cp, api=api, env=env, nodes=nodes)
-    finally:
-        cp.stop()
 
 
 def _helm(helm_cluster: SimpleNamespace, *args: str) -> str:

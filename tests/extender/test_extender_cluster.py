@@ -5,7 +5,6 @@ kgwe-scoring ConfigMap; and end to end, a second kube-scheduler running the conf
 from __future__ import annotations
 
 import secrets
-import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from urllib.request import urlopen
@@ -82,8 +81,17 @@ def test_index_follows_nodes_pods_and_scoring_configmap(index, k8s_api, namespac
     core.create_namespaced_pod(
         namespace, gpu_pod("foreign", {"nvidia.com/gpu": "1"}, node=node, scheduler="default-scheduler")
     )
-    time.sleep(1)
-    assert sorted(engine.node_view(node)["gpuUsedMilli"]) == [0] * 5 + [250, 1000, 1000]
+    # a pod of KGWE's scheduler after it: once the index counts that one, it has seen everything before
+    core.create_namespaced_pod(namespace, gpu_pod("marker", {"nvidia.com/gpu": "1"}, node=node))
+    eventually(
+        lambda: sorted(engine.node_view(node)["gpuUsedMilli"]) == [0] * 4 + [250, 1000, 1000, 1000],
+        "the later pod counted, the foreign one not",
+    )
+    core.delete_namespaced_pod("marker", namespace, grace_period_seconds=0)
+    eventually(
+        lambda: sorted(engine.node_view(node)["gpuUsedMilli"]) == [0] * 5 + [250, 1000, 1000],
+        "the later pod released",
+    )
     client.CoreV1Api(k8s_api).patch_node(
         node, {"metadata": {"annotations": {"kgwe.nvidia.io/gpu-pods": f'{{"7": "{namespace}/foreign"}}'}}}
     )
@@ -212,6 +220,17 @@ def test_e2e_real_kube_scheduler_with_extender(
         scheduler.stop()
 
 
+def filter_calls(port: int) -> float:
+    """The extender's count of filter calls (what kube-scheduler asks for each try of a pod)."""
+    with urlopen(f"http://127.0.0.1:{port}/metrics") as r:
+        text = r.read().decode()
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("kgwe_extender_requests_total{") and 'verb="filter"' in line
+    )
+
+
 def test_e2e_burst_of_shared_gpu_pods_never_overcommits_a_gpu(
     control_plane, k8s_api, namespace, gpu_node, extender_process
 ) -> None:
@@ -247,7 +266,10 @@ def test_e2e_burst_of_shared_gpu_pods_never_overcommits_a_gpu(
         eventually(
             lambda: node_view(port, node)["gpuUsedMilli"] == [600] * 8, "one 600-milli share on each GPU"
         )
-        time.sleep(2)  # nothing else lands later (the refused pod is retried on every cluster event)
+        # Nothing else lands later: the refused pod is tried again on a cluster event, and refused again.
+        before = filter_calls(port)
+        core.patch_node(node, {"metadata": {"labels": {"kgwe-burst-poke": "1"}}})
+        eventually(lambda: filter_calls(port) > before, "the refused pod tried again", timeout=60)
         assert sum(1 for p in core.list_namespaced_pod(namespace).items if p.spec.node_name) == 8
     finally:
         scheduler.stop()

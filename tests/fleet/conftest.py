@@ -3,18 +3,19 @@ CRDs, which must not disturb other packages' tests."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 from kubernetes import client
 
 from kgwe.localcluster.controlplane import ControlPlane
-from tests.harness.pytest_cluster import own_control_plane
 
 
 @pytest.fixture(scope="package")
-def control_plane() -> Iterator[ControlPlane]:
-    yield from own_control_plane()
+def control_plane(new_control_plane: Callable[..., Any]) -> Iterator[ControlPlane]:
+    with new_control_plane() as cp:
+        yield cp
 
 
 @pytest.fixture(scope="package")

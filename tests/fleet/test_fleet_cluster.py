@@ -12,7 +12,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from kubernetes.client.exceptions import ApiException
 from kgwe import cli
 from kgwe.topology import health
 from tests.harness.crds import install_crds
+from tests.harness.waiting import wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -329,13 +329,16 @@ def test_status_shows_repositories_components_gpus_and_budgets(
     node = gpu_node("DGX-A100")
     gpu_pod(k8s_api, namespace, node, {"nvidia.com/gpu": 4})
     mark_unhealthy(k8s_api, node, {5: health.GPUFault("XID48", "double-bit ECC error", SINCE)})
-    deadline = time.monotonic() + 60  # the quota controller counts the pod's GPUs
-    while True:
-        quota = core.read_namespaced_resource_quota("kgwe-budget", namespace)
-        if (quota.status.used or {}).get("requests.nvidia.com/gpu") == "4":
-            break
-        assert time.monotonic() < deadline, quota.status
-        time.sleep(0.2)
+    wait_for(  # the quota controller counts the pod's GPUs
+        "the quota to count the pod's 4 GPUs",
+        lambda: (
+            (core.read_namespaced_resource_quota("kgwe-budget", namespace).status.used or {}).get(
+                "requests.nvidia.com/gpu"
+            )
+            == "4"
+        ),
+        60,
+    )
 
     code, out, err = kgwe(capsys, "status", "-o", "json")
     assert code == 0, err
@@ -479,12 +482,14 @@ def test_missing_crds_unreachable_cluster_and_no_kubeconfig_are_one_line(
             ext.delete_custom_resource_definition(name)
         except ApiException as exc:
             assert exc.status == 404
-    deadline = time.monotonic() + 60
-    while {c.metadata.name for c in ext.list_custom_resource_definition().items} & {
-        "gpuworkloads.kgwe.nvidia.io"
-    }:
-        assert time.monotonic() < deadline
-        time.sleep(0.2)
+    wait_for(
+        "the GPUWorkload CRD gone",
+        lambda: (
+            "gpuworkloads.kgwe.nvidia.io"
+            not in {c.metadata.name for c in ext.list_custom_resource_definition().items}
+        ),
+        60,
+    )
     try:
         for argv in (("workloads",), ("status",), ("watch", "--once")):
             code, out, err = kgwe(capsys, *argv)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -18,6 +17,7 @@ import yaml
 from kubernetes import client, dynamic
 
 from kgwe.resources import deploy_dir
+from tests.harness.waiting import wait_for
 
 
 def deploy_docs(root: Path | None = None) -> list[dict]:
@@ -48,15 +48,5 @@ def apply_docs(api: client.ApiClient, docs: Iterable[dict], field_manager: str =
 
 
 def eventually(check: Callable[[], object], what: str, timeout: float = 30.0) -> object:
-    """The first truthy result of `check` (exceptions count as not yet), or AssertionError after `timeout`."""
-    deadline = time.monotonic() + timeout
-    last: object = None
-    while time.monotonic() < deadline:
-        try:
-            last = check()
-        except Exception as exc:  # the API may not have caught up yet
-            last = exc
-        if last and not isinstance(last, Exception):
-            return last
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}; last: {last!r}")
+    """The first truthy result of `check`; exceptions count as not yet (the API may not have caught up)."""
+    return wait_for(what, check, timeout, retry_on=(Exception,))

@@ -18,7 +18,6 @@ import re
 import subprocess
 import tarfile
 import threading
-import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -32,6 +31,7 @@ from kubernetes.client.exceptions import ApiException
 from kgwe.localcluster.controlplane import ControlPlaneError, _die_with_parent, free_port, tail
 from kgwe.localcluster.gotools import tool_dir
 from kgwe.resources import hack_dir
+from tests.harness.waiting import wait_for
 
 WRAPPER_GO_MOD = hack_dir() / "flux" / "go.mod"
 CONTROLLER_MODULE = "github.com/fluxcd/kustomize-controller"
@@ -235,23 +235,21 @@ class KustomizeController:
                 start_new_session=True,
                 preexec_fn=_die_with_parent,
             )
-        deadline = time.monotonic() + timeout_seconds
         import urllib.request
 
-        while True:
-            if self._proc.poll() is not None:
+        proc, url = self._proc, f"http://127.0.0.1:{self.health_port}/readyz"
+
+        def ready() -> bool:
+            if proc.poll() is not None:
                 raise ControlPlaneError(
-                    f"kustomize-controller exited {self._proc.returncode}:\n{tail(self.log_path)}"
+                    f"kustomize-controller exited {proc.returncode}:\n{tail(self.log_path)}"
                 )
-            url = f"http://127.0.0.1:{self.health_port}/readyz"
             with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=2) as resp:
-                if resp.status == 200:
-                    return self
-            if time.monotonic() > deadline:
-                raise ControlPlaneError(
-                    f"kustomize-controller not ready after {timeout_seconds}s:\n{tail(self.log_path)}"
-                )
-            time.sleep(0.5)
+                return resp.status == 200
+            return False
+
+        wait_for("kustomize-controller ready", ready, timeout_seconds, describe=lambda: tail(self.log_path))
+        return self
 
     def stop(self) -> None:
         if self._proc is not None and self._proc.poll() is None:

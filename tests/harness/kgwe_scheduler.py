@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import ssl
 import subprocess
-import time
 import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
@@ -24,6 +23,7 @@ import yaml
 from kgwe.localcluster.controlplane import Binaries, ControlPlaneError, free_port, stop_process_group, tail
 from kgwe.policy.loader import PolicySet
 from kgwe.render.render import RenderOptions, render, scheduler_config_text
+from tests.harness.waiting import wait_for
 
 IN_CLUSTER_CLIENT_DIR = "/etc/kgwe/extender-client"  # where the Deployment mounts the extender client Secret
 
@@ -112,22 +112,27 @@ class LocalScheduler:
                 argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
             )
         ctx = ssl._create_unverified_context()  # kube-scheduler serves a self-signed cert on loopback
-        deadline = time.monotonic() + timeout_seconds
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
+        proc = self.proc
+
+        def ready() -> bool:
+            if proc.poll() is not None:
                 raise ControlPlaneError(
-                    f"{self.name} exited with code {self.proc.returncode}; log {self.log_path}:\n"
+                    f"{self.name} exited with code {proc.returncode}; log {self.log_path}:\n"
                     f"{tail(self.log_path, 15)}"
                 )
             with (
                 contextlib.suppress(OSError),
                 urllib.request.urlopen(f"https://127.0.0.1:{self.port}/readyz", timeout=5, context=ctx) as r,
             ):
-                if r.status == 200:
-                    return self
-            time.sleep(0.2)
-        self.stop()
-        raise ControlPlaneError(f"{self.name} not ready in {timeout_seconds:.0f} s; log {self.log_path}")
+                return r.status == 200
+            return False
+
+        try:
+            wait_for(f"{self.name} ready", ready, timeout_seconds, describe=lambda: tail(self.log_path, 15))
+        except BaseException:
+            self.stop()
+            raise
+        return self
 
     def stop(self) -> None:
         if self.proc is not None:

@@ -1,11 +1,7 @@
-"""Pods and waiting for the cluster tests: a simulated GPU pod pinned to a node, and a bounded wait."""
+"""Pods for the cluster tests: a simulated GPU pod pinned to a node."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-
-import pytest
 from kubernetes import client
 
 
@@ -35,12 +31,3 @@ def gpu_pod(
             ],
         ),
     )
-
-
-def wait_for(what: str, check: Callable[[], object], timeout_s: float = 120) -> None:
-    """Poll `check` until it is truthy; fail the test naming `what` after `timeout_s`."""
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        time.sleep(0.2)

@@ -5,8 +5,9 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
+
+from tests.harness.waiting import wait_for
 
 LISTENING = r"listening on 127\.0\.0\.1:(\d+)"  # what the extender and the webhook log once serving
 
@@ -19,15 +20,17 @@ def start_kgwe(args: list[str], log: Path, pattern: str | None = None) -> tuple[
         )
     if pattern is None:
         return proc, 0
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        m = re.search(pattern, log.read_text(errors="replace"))
-        if m:
-            return proc, int(m.group(1))
+
+    def listening() -> re.Match[str] | None:
         assert proc.poll() is None, f"kgwe {args[0]} exited: {log.read_text()[-2000:]}"
-        time.sleep(0.2)
-    proc.terminate()
-    raise AssertionError(f"kgwe {args[0]} did not start: {log.read_text()[-2000:]}")
+        return re.search(pattern, log.read_text(errors="replace"))
+
+    try:
+        found = wait_for(f"kgwe {args[0]} to listen", listening, 90, describe=lambda: log.read_text()[-2000:])
+    except BaseException:
+        stop(proc)
+        raise
+    return proc, int(found.group(1))
 
 
 def stop(proc: subprocess.Popen | None) -> None:

@@ -16,10 +16,14 @@ Fixtures:
   real_node_namespace (function) a fresh namespace on that cluster, deleted afterwards
   host_free_of_real_node (function) stops the session's real node first (the next test that asks for it
                             starts it again): for tests that start their own (`kgwe cluster up`)
+  new_control_plane (session) factory of control planes of a module's or test's own, as context managers:
+                            `with new_control_plane(feature_gates=...) as cp:` (for feature gates, or tests
+                            that change cluster-wide objects)
 
-Every test that uses them is marked `cluster` (added automatically if missing), the real-node ones also
-`realnode`. A missing Go toolchain, a broken build, not being root or another real node holding the host
-(waited for up to REAL_NODE_LOCK_WAIT_SECONDS) fails those tests with the reason; they are never skipped.
+Every test that uses them is marked `cluster`, the real-node ones also `realnode`
+(tests.harness.pytest_lanes, which also keeps the tests of one control plane on one xdist worker). A missing
+Go toolchain, a broken build, not being root or another real node holding the host (waited for up to
+REAL_NODE_LOCK_WAIT_SECONDS) fails those tests with the reason; they are never skipped.
 When a cluster test fails, its report shows the tail of each component log and the directory the full logs
 are kept in.
 """
@@ -31,7 +35,6 @@ import re
 import secrets
 import shutil
 import tempfile
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, cast
@@ -46,31 +49,12 @@ from kgwe.localcluster.cluster import ClusterRequest, LocalCluster
 from kgwe.localcluster.controlplane import ControlPlane, ControlPlaneError, find_binaries
 from kgwe.localcluster.migmanager import MigManagerStandIn
 from tests.harness.realnode import PodImage, busybox_image
+from tests.harness.waiting import wait_for
 
-_REAL_NODE_FIXTURES = {"local_cluster", "real_node_cluster", "real_node_namespace", "host_free_of_real_node"}
-_CLUSTER_FIXTURES = {"control_plane", "k8s_api", "namespace", "gpu_node", "mig_manager", *_REAL_NODE_FIXTURES}
 _state: dict[str, Any] = {"control_plane": None}
 # Another test session on this host may hold the one real node (several checkouts share a machine): wait
 # for it this long before failing with who holds it.
 REAL_NODE_LOCK_WAIT_SECONDS = 900.0
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers", "cluster: needs the real local control plane (etcd, kube-apiserver, kube-scheduler, kwok)"
-    )
-    config.addinivalue_line(
-        "markers", "realnode: needs root and the host's one real node (containerd, kubelet)"
-    )
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        fixtures = set(getattr(item, "fixturenames", ()))
-        if _CLUSTER_FIXTURES & fixtures and not item.get_closest_marker("cluster"):
-            item.add_marker(pytest.mark.cluster)
-        if _REAL_NODE_FIXTURES & fixtures and not item.get_closest_marker("realnode"):
-            item.add_marker(pytest.mark.realnode)
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -109,9 +93,9 @@ def control_plane() -> Iterator[ControlPlane]:
             print(f"\nkgwe: control plane logs of failed tests kept in {kept}")
 
 
-def own_control_plane(**options: Any) -> Iterator[ControlPlane]:
-    """For a package's own `control_plane` fixture (one with feature gates, or whose tests change
-    cluster-wide objects): started here, stopped after the package."""
+@contextlib.contextmanager
+def _started_control_plane(**options: Any) -> Iterator[ControlPlane]:
+    """A control plane of its own, started here (a failure fails the test with the reason), stopped after."""
     try:
         cp = ControlPlane(find_binaries(build=True), **options)
         cp.start()
@@ -124,6 +108,12 @@ def own_control_plane(**options: Any) -> Iterator[ControlPlane]:
 
 
 @pytest.fixture(scope="session")
+def new_control_plane() -> Callable[..., contextlib.AbstractContextManager[ControlPlane]]:
+    """`with new_control_plane(**ControlPlane options) as cp:` a control plane of the caller's own."""
+    return _started_control_plane
+
+
+@pytest.fixture(scope="session")
 def k8s_api(control_plane: ControlPlane) -> client.ApiClient:
     return control_plane.api_client()
 
@@ -131,21 +121,12 @@ def k8s_api(control_plane: ControlPlane) -> client.ApiClient:
 def _wait_default_service_account(
     core: client.CoreV1Api, namespace: str, timeout_seconds: float = 30
 ) -> None:
-    deadline = time.monotonic() + timeout_seconds
-    while True:
-        try:
-            core.read_namespaced_service_account("default", namespace)
-            return
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
-        if time.monotonic() > deadline:
-            pytest.fail(
-                f"no `default` ServiceAccount in {namespace} after {timeout_seconds}s "
-                "(kube-controller-manager's serviceaccount controller should create it)",
-                pytrace=False,
-            )
-        time.sleep(0.05)
+    """kube-controller-manager's serviceaccount controller creates it a moment after the namespace."""
+    wait_for(
+        f"the `default` ServiceAccount in {namespace}",
+        lambda: core.list_namespaced_service_account(namespace, field_selector="metadata.name=default").items,
+        timeout_seconds,
+    )
 
 
 def delete_namespace(core: client.CoreV1Api, name: str) -> None:

@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -22,6 +21,7 @@ from kgwe.localcluster.nodeimages import KUBE_SCHEDULER_REPOSITORY
 from kgwe.localcluster.ociimage import ImageFile, ImageSpec, write_oci_archive
 from kgwe.localcluster.realnode import CONTAINERD_ADDRESS, NODE_NAME
 from tests.harness.realnode import BUSYBOX, differences, host_state
+from tests.harness.waiting import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.realnode]
 INVENTORY_NODES = 20  # sample-repo's inventory
@@ -125,12 +125,16 @@ def test_down_sweeps_after_the_supervisor_was_killed(host_free_of_real_node: Non
         record = ClusterRecord.read()
         assert record is not None
         os.kill(record.pid, signal.SIGKILL)  # no teardown of its own: the kernel stops its children
-        deadline = time.monotonic() + 30
-        while (
-            Path(f"/proc/{record.pid}/cmdline").exists() and Path(f"/proc/{record.pid}/cmdline").read_bytes()
-        ):
-            assert time.monotonic() < deadline
-            time.sleep(0.2)
+        wait_for(
+            "the supervisor gone",
+            lambda: (
+                not (
+                    Path(f"/proc/{record.pid}/cmdline").exists()
+                    and Path(f"/proc/{record.pid}/cmdline").read_bytes()
+                )
+            ),
+            30,
+        )
         assert host_state((directory,))["mounts"], "containers and their mounts outlive their supervisor"
     finally:
         down = kgwe("down")

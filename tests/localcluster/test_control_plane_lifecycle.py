@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ from kgwe.localcluster.controlplane import (
     free_port,
 )
 from tests.harness.pytest_cluster import delete_namespace
+from tests.harness.waiting import wait_for
 
 
 def _alive(pid: int) -> bool:
@@ -88,10 +88,11 @@ def test_scheduler_runs_with_a_given_configuration(
     config = default_scheduler_config(profiles=[{"schedulerName": "kgwe-custom"}])
     with control_plane.using_scheduler_config(config):
         assert "kgwe-custom" in (control_plane.workdir / "kube-scheduler.yaml").read_text()
-        deadline = time.monotonic() + 30
-        while core.read_namespaced_pod("custom", namespace).spec.node_name != node:
-            assert time.monotonic() < deadline, "pod for the custom scheduler profile was never bound"
-            time.sleep(0.1)
+        wait_for(
+            "the pod of the custom scheduler profile bound",
+            lambda: core.read_namespaced_pod("custom", namespace).spec.node_name == node,
+            30,
+        )
     assert "kgwe-custom" not in (control_plane.workdir / "kube-scheduler.yaml").read_text()
 
 
@@ -100,10 +101,9 @@ def test_namespace_cleanup_removes_pods_and_the_namespace(k8s_api: client.ApiCli
     core = client.CoreV1Api(k8s_api)
     node = gpu_node("DGX-1-V100")
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name="cleanup-check")))
-    deadline = time.monotonic() + 30
-    while not core.list_namespaced_service_account("cleanup-check").items:
-        assert time.monotonic() < deadline, "default ServiceAccount never created"
-        time.sleep(0.05)
+    wait_for(
+        "the default ServiceAccount", lambda: core.list_namespaced_service_account("cleanup-check").items, 30
+    )
     core.create_namespaced_pod(
         "cleanup-check",
         {
@@ -115,15 +115,16 @@ def test_namespace_cleanup_removes_pods_and_the_namespace(k8s_api: client.ApiCli
     )
     delete_namespace(core, "cleanup-check")
     # kube-controller-manager's namespace controller empties and finalizes it in the background.
-    deadline = time.monotonic() + 60
-    while True:
+
+    def finalized() -> bool:
         try:
             core.read_namespace("cleanup-check")
         except ApiException as err:
             assert err.status == 404
-            break
-        assert time.monotonic() < deadline, "namespace never finalized"
-        time.sleep(0.2)
+            return True
+        return False
+
+    wait_for("the namespace finalized", finalized, 60)
     assert not core.list_namespaced_pod("cleanup-check").items
 
 
@@ -181,8 +182,9 @@ def test_scheduler_accepts_an_extenders_entry(
                 },
             },
         )
-        deadline = time.monotonic() + 30
-        while core.read_namespaced_pod("via-extender", namespace).spec.node_name != node:
-            assert time.monotonic() < deadline, "pod not bound with an ignorable, unreachable extender"
-            time.sleep(0.1)
+        wait_for(
+            "the pod bound with an ignorable, unreachable extender",
+            lambda: core.read_namespaced_pod("via-extender", namespace).spec.node_name == node,
+            30,
+        )
     assert "urlPrefix" not in (control_plane.workdir / "kube-scheduler.yaml").read_text()

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -11,18 +9,9 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from kgwe.localcluster.controlplane import ControlPlane, find_binaries
+from tests.harness.waiting import wait_for
 
 pytestmark = pytest.mark.cluster
-
-
-def _eventually(what: str, check: Callable[[], Any], timeout_seconds: float = 60) -> Any:
-    deadline = time.monotonic() + timeout_seconds
-    while True:
-        value = check()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
 
 
 def _container(gpus: int = 0) -> dict[str, Any]:
@@ -54,15 +43,15 @@ def test_deployment_creates_running_pods_and_deletion_cascades(
         pods = core.list_namespaced_pod(namespace, label_selector="app=web").items
         return [p for p in pods if p.status.phase == "Running"]
 
-    pods = _eventually("2 Running pods", lambda: len(running_pods()) == 2 and running_pods())
+    pods = wait_for("2 Running pods", lambda: len(running_pods()) == 2 and running_pods())
     assert all(p.metadata.owner_references[0].kind == "ReplicaSet" for p in pods)
-    _eventually(
+    wait_for(
         "Deployment available",
         lambda: (apps.read_namespaced_deployment("web", namespace).status.available_replicas or 0) == 2,
     )
 
     apps.delete_namespaced_deployment("web", namespace, propagation_policy="Background")
-    _eventually(
+    wait_for(
         "garbage collection of the ReplicaSet and pods",
         lambda: (
             not apps.list_namespaced_replica_set(namespace).items
@@ -94,7 +83,7 @@ def test_indexed_job_runs_to_completion(k8s_api: client.ApiClient, namespace: st
         done = {c.type for c in job.status.conditions or [] if c.status == "True"}
         return job if "Complete" in done else None
 
-    job = _eventually("Job Complete", complete)
+    job = wait_for("Job Complete", complete)
     assert job.status.succeeded == 2
     assert job.status.completed_indexes == "0,1"
 

@@ -6,7 +6,6 @@ kubelet has a node identity of its own."""
 from __future__ import annotations
 
 import secrets
-import time
 import urllib.error
 import urllib.request
 from typing import Any
@@ -19,8 +18,8 @@ from kubernetes.stream import stream
 from kgwe.localcluster import gpunodes
 from kgwe.localcluster.controlplane import CLUSTER_DNS_IP, ControlPlane, free_port
 from kgwe.localcluster.realnode import NODE_NAME, POD_SUBNET
-from tests.harness.pods import wait_for
 from tests.harness.realnode import PodImage
+from tests.harness.waiting import wait_for
 
 NONROOT = 65532
 SECRET_TOKEN = "s3cret-" + secrets.token_hex(4)
@@ -101,7 +100,7 @@ def _web(core: client.CoreV1Api, namespace: str, image: PodImage, host_port: int
         pod = core.read_namespaced_pod("web", namespace)
         return any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
 
-    wait_for("the web pod to be Ready (readiness probe through the kubelet)", ready, timeout_s=120)
+    wait_for("the web pod to be Ready (readiness probe through the kubelet)", ready, timeout_seconds=120)
 
 
 def _run(core: client.CoreV1Api, namespace: str, image: PodImage, name: str, script: str) -> tuple[str, str]:
@@ -128,7 +127,7 @@ def _run(core: client.CoreV1Api, namespace: str, image: PodImage, name: str, scr
     wait_for(
         f"pod {name} to finish",
         lambda: core.read_namespaced_pod(name, namespace).status.phase in ("Succeeded", "Failed"),
-        timeout_s=120,
+        timeout_seconds=120,
     )
     return core.read_namespaced_pod(name, namespace).status.phase, core.read_namespaced_pod_log(
         name, namespace
@@ -138,15 +137,17 @@ def _run(core: client.CoreV1Api, namespace: str, image: PodImage, name: str, scr
 def _get(url: str, wait_seconds: float = 30) -> str:
     """GET `url`; a refused connection is retried for a while: kube-proxy programs a new Service's rules
     a moment after its endpoint turns ready (until then its rules reject the connection)."""
-    deadline = time.monotonic() + wait_seconds
-    while True:
+
+    def answer() -> str | None:
         try:
             with urllib.request.urlopen(url, timeout=10) as resp:
                 return str(resp.read().decode())
         except urllib.error.URLError as exc:
-            if not isinstance(exc.reason, ConnectionRefusedError) or time.monotonic() > deadline:
+            if not isinstance(exc.reason, ConnectionRefusedError):
                 raise
-            time.sleep(0.2)
+            return None
+
+    return wait_for(f"{url} to answer", answer, wait_seconds)
 
 
 def test_the_node_is_ready_and_the_kubelet_is_a_node(real_node_cluster: ControlPlane) -> None:
@@ -239,9 +240,8 @@ def test_logs_and_exec_go_through_the_apiserver_to_the_kubelet(
         tty=False,
     )
     assert answer.strip() == str(NONROOT)
-    deadline = time.monotonic() + 30
-    while "response:200" not in core.read_namespaced_pod_log(
-        "web", real_node_namespace
-    ):  # the probes' requests
-        assert time.monotonic() < deadline, "httpd's request log never showed the readiness probe"
-        time.sleep(0.5)
+    wait_for(
+        "httpd's request log to show the readiness probe's requests",
+        lambda: "response:200" in core.read_namespaced_pod_log("web", real_node_namespace),
+        30,
+    )

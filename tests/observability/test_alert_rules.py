@@ -9,39 +9,38 @@ from pathlib import Path
 
 import yaml
 
-from kgwe.localcluster.prometheus import promtool
 from kgwe.observability.rules import RULES_FILE, RUNBOOKS_DIR, alert_rules, runbook_path
 
 UNIT_TESTS = Path(__file__).parent / "rules" / "kgwe-alerts.test.yaml"
 
 
-def test_promtool_check_rules_accepts_the_rule_file():
+def test_promtool_check_rules_accepts_the_rule_file(promtool):
     proc = promtool("check", "rules", str(RULES_FILE))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"SUCCESS: {len(alert_rules())} rules found" in proc.stdout
 
 
-def test_promtool_check_rules_rejects_a_broken_expression(tmp_path):
+def test_promtool_check_rules_rejects_a_broken_expression(promtool, tmp_path):
     broken = RULES_FILE.read_text().replace("absent(up{", "absent(up{{", 1)
     (tmp_path / "r.yaml").write_text(broken)
     proc = promtool("check", "rules", str(tmp_path / "r.yaml"))
     assert proc.returncode != 0
 
 
-def _run_unit_tests(tmp_path: Path, rules_text: str):
+def _run_unit_tests(promtool, tmp_path: Path, rules_text: str):
     (tmp_path / "kgwe-alerts.yaml").write_text(rules_text)
     shutil.copy(UNIT_TESTS, tmp_path / UNIT_TESTS.name)
     return promtool("test", "rules", UNIT_TESTS.name, cwd=tmp_path)
 
 
-def test_promtool_unit_tests_pass(tmp_path):
-    proc = _run_unit_tests(tmp_path, RULES_FILE.read_text())
+def test_promtool_unit_tests_pass(promtool, tmp_path):
+    proc = _run_unit_tests(promtool, tmp_path, RULES_FILE.read_text())
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
-def test_promtool_unit_tests_catch_a_changed_threshold(tmp_path):
+def test_promtool_unit_tests_catch_a_changed_threshold(promtool, tmp_path):
     changed = RULES_FILE.read_text().replace("> 1800", "> 3600", 1)
-    proc = _run_unit_tests(tmp_path, changed)
+    proc = _run_unit_tests(promtool, tmp_path, changed)
     assert proc.returncode != 0 and "KGWEGangWaitingTooLong" in proc.stdout + proc.stderr
 
 

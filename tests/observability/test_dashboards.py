@@ -10,7 +10,6 @@ from pathlib import Path
 
 import yaml
 
-from kgwe.localcluster.prometheus import promtool
 from kgwe.observability import dashboards
 
 KGWE_SOURCES = Path(dashboards.__file__).resolve().parents[1]
@@ -62,7 +61,7 @@ def _rules_file(exprs: list[str], path: Path) -> Path:
     return path
 
 
-def test_promtool_parses_every_dashboard_query(tmp_path):
+def test_promtool_parses_every_dashboard_query(promtool, tmp_path):
     exprs = [expr for _, expr, _ in dashboards.all_queries()]
     assert len(exprs) >= 30
     proc = promtool("check", "rules", str(_rules_file(exprs, tmp_path / "q.yaml")))

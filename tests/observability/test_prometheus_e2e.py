@@ -14,7 +14,8 @@ import pytest
 
 from kgwe.observability.dashboards import DASHBOARDS, panels
 
-pytestmark = pytest.mark.cluster
+# `kgwe demo --prometheus` starts its own control plane and a Prometheus built here first
+pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("prometheus")]
 
 
 def test_every_panel_has_data_and_provoked_alerts_hold(tmp_path):

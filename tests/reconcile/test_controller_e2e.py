@@ -17,6 +17,7 @@ from kgwe.cluster.names import (
     MIG_CONFIG_LABEL,
     MIG_STATE_LABEL,
     POD_TEMPLATE_POLICY_CONFIGMAP,
+    RECONCILE_REQUESTED_AT_ANNOTATION,
     RUNTIMES_CONFIG_KEY,
     RUNTIMES_CONFIGMAP,
 )
@@ -24,6 +25,7 @@ from kgwe.gitops.webhook import PushEvent, sign
 from kgwe.reconcile.controller import Controller
 from kgwe.reconcile.repository import RepositoryReconciler
 from kgwe.reconcile.status import condition
+from tests.harness.waiting import Watched, repeat_until, wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -37,16 +39,14 @@ def reconciler(k8s_api, e2e, **kw) -> RepositoryReconciler:
 
 def drive(rec: RepositoryReconciler, done, *, on_step=None, timeout_seconds: float = 90.0):
     """Reconcile repeatedly (as the interval would) until `done(outcome)`; fail if it never is."""
-    deadline = time.monotonic() + timeout_seconds
-    while True:
+
+    def step():
         outcome = rec.reconcile()
         if on_step:
             on_step(outcome)
-        if done(outcome):
-            return outcome
-        if time.monotonic() > deadline:
-            pytest.fail(f"reconcile never settled; last outcome: {outcome}")
-        time.sleep(0.3)
+        return outcome
+
+    return repeat_until("reconcile to settle", step, done, timeout_seconds, watch=Watched(rec.core.list_node))
 
 
 class LabelRecorder:
@@ -274,10 +274,11 @@ def test_webhook_sync_and_only_one_replica_acts(k8s_api, e2e, kgwe_mig_manager):
     for t in threads:
         t.start()
     try:
-        deadline = time.monotonic() + 60
-        while e2e.status().get("lastAppliedRevision") != f"main@sha1:{first}":
-            assert time.monotonic() < deadline, "first revision never applied"
-            time.sleep(0.2)
+        wait_for(
+            "the first revision applied",
+            lambda: e2e.status().get("lastAppliedRevision") == f"main@sha1:{first}",
+            60,
+        )
         leaders = [r for r in replicas if r.is_leader()]
         assert len(leaders) == 1
         standby = next(r for r in replicas if r is not leaders[0])
@@ -304,19 +305,29 @@ def test_webhook_sync_and_only_one_replica_acts(k8s_api, e2e, kgwe_mig_manager):
             )
             with urllib.request.urlopen(req, timeout=10) as resp:
                 assert resp.status == 202
-        deadline = time.monotonic() + 60
-        while e2e.status().get("lastAppliedRevision") != f"main@sha1:{second}":
-            assert time.monotonic() < deadline, "webhook push never applied"
-            time.sleep(0.2)
+        wait_for(
+            "the webhook push applied",
+            lambda: e2e.status().get("lastAppliedRevision") == f"main@sha1:{second}",
+            60,
+        )
         assert standby.reconciles == 0
-        # A reports-only push is ignored (no self-triggered reconcile). First let the reconciles the push
-        # started end (the standby also asked the leader through the annotation).
-        before = -1
-        while leaders[0].busy or leaders[0].reconciles != before:
-            before = leaders[0].reconciles
-            time.sleep(1.5)
+        # A reports-only push is ignored (no self-triggered reconcile). First the reconciles the push started
+        # end: the standby asked the leader through the annotation, which the leader handles once.
+        requested = e2e.obj()["metadata"]["annotations"][RECONCILE_REQUESTED_AT_ANNOTATION]
+        wait_for(
+            "the standby's request handled",
+            lambda: (
+                not leaders[0].busy and getattr(leaders[0]._due.get(e2e.pool), "requested", None) == requested
+            ),
+            60,
+        )
+        before = leaders[0].reconciles
+        hooks = leaders[0].metrics.hooks
+        ignored, triggered = (hooks.labels(o)._value.get() for o in ("ignored_reports_only", "triggered"))
         leaders[0].on_push(PushEvent("refs/heads/main", None, "push", ("reports/x.md",)))
-        time.sleep(1)
+        # on_push answered on its ignoring path, the one that queues nothing
+        assert hooks.labels("ignored_reports_only")._value.get() == ignored + 1
+        assert hooks.labels("triggered")._value.get() == triggered
         assert leaders[0].reconciles == before
         with urllib.request.urlopen(f"http://127.0.0.1:{leaders[0].server.port}/metrics", timeout=10) as resp:
             text = resp.read().decode()
@@ -324,10 +335,7 @@ def test_webhook_sync_and_only_one_replica_acts(k8s_api, e2e, kgwe_mig_manager):
 
         # The leader stops: the standby takes over and reconciles.
         stops[replicas.index(leaders[0])].set()
-        deadline = time.monotonic() + 30
-        while standby.reconciles == 0:
-            assert time.monotonic() < deadline, "standby never took over"
-            time.sleep(0.2)
+        wait_for("the standby to take over", lambda: standby.reconciles > 0, 30)
     finally:
         for s in stops:
             s.set()
@@ -483,9 +491,10 @@ def test_node_stuck_pending_past_the_timeout_stalls_the_pool(k8s_api, e2e):
     assert rec.reconcile().phase == "progressing"
     first = [a.node for a in rec.last_plan.actions if a.kind == "relabel"]
     assert first == [nodes[0]]
-    time.sleep(1.5)
-    outcome = rec.reconcile()
-    assert outcome.phase == "stalled" and nodes[0] in outcome.message
+    outcome = wait_for(
+        "the 1 s pending timeout to pass", lambda: (o := rec.reconcile()).phase == "stalled" and o, 30
+    )
+    assert nodes[0] in outcome.message
     status = e2e.status()
     assert status["rollout"][e2e.pool]["timedOut"] == [nodes[0]]
     assert condition(status, "Stalled")["reason"] == "RolloutStalled"

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import subprocess
 import threading
-import time
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -18,6 +16,7 @@ from kgwe.cost.service import CostService
 from kgwe.cost.store import CostStore
 from kgwe.reconcile.costs import CostDuties
 from kgwe.reconcile.repository import RepositoryReconciler
+from tests.harness.waiting import wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -43,13 +42,6 @@ spec:
   quota: {{nvidia.com/gpu: 8}}
   alerts: [{{at: 50%}}, {{at: 100%, action: Enforce}}]
 """
-
-
-def wait_for(what: str, check: Callable[[], bool], timeout_s: float = 90) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.3)
 
 
 def test_metering_enforce_cap_and_scheduled_reports(k8s_api, e2e, kgwe_mig_manager, tmp_path):

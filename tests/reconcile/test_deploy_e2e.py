@@ -4,7 +4,6 @@ the RBAC is proven sufficient by a full reconcile and proven narrow by refused e
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,7 @@ from kgwe.reconcile.repository import RepositoryReconciler
 from kgwe.reconcile.status import condition
 from kgwe.resources import deploy_dir
 from tests.harness.deployed import apply_docs
+from tests.harness.waiting import wait_for
 
 pytestmark = pytest.mark.cluster
 SA_USER = "system:serviceaccount:kgwe-system:kgwe-controller"
@@ -53,14 +53,13 @@ def test_deploy_base_applies_and_its_rbac_is_enough_and_narrow(k8s_api, kgwe_crd
     rec = RepositoryReconciler(
         sa_api, "kgwe-system", e2e.pool, cache_dir=e2e.tmp / "sa-cache", node_cache=nodes
     )
-    deadline = time.monotonic() + 90
-    while True:
+
+    def ready() -> bool:
         outcome = rec.reconcile()
-        if outcome is not None and outcome.phase == "ready":
-            break
-        assert outcome is None or outcome.phase in ("progressing",), outcome
-        assert time.monotonic() < deadline, f"never ready as the ServiceAccount: {outcome}"
-        time.sleep(0.3)
+        assert outcome is None or outcome.phase in ("ready", "progressing"), outcome
+        return outcome is not None and outcome.phase == "ready"
+
+    wait_for("ready as the ServiceAccount", ready, 90)
     assert condition(e2e.status(), "Ready")["status"] == "True"
     watched = client.CoreV1Api(sa_api).list_node(watch=True, timeout_seconds=1, _preload_content=False)
     assert watched.status == 200  # the node cache's watch is allowed

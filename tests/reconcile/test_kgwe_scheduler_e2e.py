@@ -282,7 +282,17 @@ def test_gpu_pod_goes_through_webhook_kgwe_scheduler_and_extender(
             "spec": {"policyName": "freeze-kgwe-scheduler-config", "validationActions": ["Deny"]},
         }
         apply_docs(k8s_api, [policy, binding])
-        time.sleep(2)  # admission policies are picked up asynchronously
+        core = client.CoreV1Api(k8s_api)
+
+        def enforced() -> bool:  # the API server loads admission policies a moment after they are stored
+            probe = client.V1ConfigMap(metadata=client.V1ObjectMeta(name=SCHEDULER_CONFIGMAP))
+            try:
+                core.create_namespaced_config_map("default", probe, dry_run="All")
+            except ApiException as exc:
+                return "scheduler configuration frozen" in (exc.body or "")
+            return False
+
+        eventually(enforced, "the admission policy enforced")
         e2e.remote.commit(
             {"policy/scoring/default.yaml": scoring.replace("httpTimeout: 3s", "httpTimeout: 4s")}
         )

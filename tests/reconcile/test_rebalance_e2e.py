@@ -10,7 +10,6 @@ minutes of waiting (nothing here asserts on time)."""
 from __future__ import annotations
 
 import re
-import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -22,6 +21,7 @@ from kgwe.reconcile.repository import RepositoryReconciler
 from tests.harness.deployed import eventually
 from tests.harness.kgwe_scheduler import LocalScheduler, local_config, rendered_config_text
 from tests.harness.processes import stop
+from tests.harness.waiting import Watched, repeat_until
 
 pytestmark = pytest.mark.cluster
 
@@ -66,14 +66,7 @@ class Clock:
 
 def settle(rec: RepositoryReconciler, done, what: str, timeout: float = 120.0):
     """Reconcile until `done(outcome)` (the MIG manager stand-in works between passes)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        outcome = rec.reconcile()
-        if done(outcome):
-            return outcome
-        if time.monotonic() > deadline:
-            pytest.fail(f"{what}: never; last outcome {outcome}")
-        time.sleep(0.3)
+    return repeat_until(what, rec.reconcile, done, timeout, watch=Watched(rec.core.list_node))
 
 
 def rebalance_events(core: client.CoreV1Api, pool: str) -> list[str]:
@@ -202,13 +195,12 @@ def utilization_condition(status: dict) -> dict:
 
 
 def test_idle_instances_measured_through_prometheus_are_not_demand_and_an_outage_degrades_to_allocation(
-    k8s_api, e2e, kgwe_mig_manager, tmp_path
+    k8s_api, e2e, kgwe_mig_manager, prometheus, tmp_path
 ):
     """A pod holding a 3g.40gb instance at 5% engine activity (a dcgm-exporter stand-in scraped by a real
     Prometheus) is not demand the pool must keep; with Prometheus gone every held instance counts again and
     UtilizationAvailable=False says why; without --prometheus the condition says it is not configured."""
     from kgwe.cost.prometheus import PrometheusClient
-    from kgwe.localcluster.prometheus import PrometheusServer
     from kgwe.reconcile.controller import activity_reader
     from tests.harness.dcgm import exposition, instance, serve_exporter
 
@@ -228,7 +220,7 @@ def test_idle_instances_measured_through_prometheus_are_not_demand_and_an_outage
         return e2e.status()["rebalance"][pool]["samples"][-1]["demand"]
 
     idle = exposition([(instance(1, "3g.40gb", (ns, "notebook")), 0.05)])
-    with serve_exporter(lambda _: idle) as target, PrometheusServer({"dcgm": target}, tmp_path / "p") as prom:
+    with serve_exporter(lambda _: idle) as target, prometheus({"dcgm": target}, tmp_path / "p") as prom:
         eventually(lambda: prom.query('DCGM_FI_PROF_GR_ENGINE_ACTIVE{pod="notebook"}'), "a scrape", 60)
         real = PrometheusClient(
             f"http://127.0.0.1:{prom.port}"

@@ -26,6 +26,7 @@ from kubernetes import client, watch
 from kgwe.cluster.names import MIG_CONFIG_LABEL, MIG_STATE_LABEL, RETRY_ANNOTATION
 from kgwe.reconcile.repository import RepositoryReconciler
 from kgwe.reconcile.status import condition
+from tests.harness.waiting import Watched, repeat_until, wait_for
 
 from .test_controller_e2e import gpu_pod
 
@@ -87,15 +88,14 @@ class Recorder:
         """Wait until the watches have delivered the current version of every node and of the ConfigMap."""
         wanted = {n: int(self.core.read_node(n).metadata.resource_version) for n in nodes}
         cm = int(self.core.read_namespaced_config_map(MIG_CM, MIG_NS).metadata.resource_version)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
+
+        def caught_up() -> bool:
             with self._lock:
                 seen = {e.node: e.rv for e in self.nodes}
                 seen_cm = max([rv for rv, _ in self.configmaps] + [0])
-            if seen_cm >= cm and all(seen.get(n, 0) >= rv for n, rv in wanted.items()):
-                return
-            time.sleep(0.2)
-        raise AssertionError("the watches did not catch up")
+            return seen_cm >= cm and all(seen.get(n, 0) >= rv for n, rv in wanted.items())
+
+        wait_for("the watches to catch up", caught_up, 60)
 
     def _watch(self, list_fn, kwargs, handler, start) -> None:
         rv = start
@@ -212,14 +212,13 @@ def test_rollout_properties_hold_on_every_watched_event(k8s_api, e2e, kgwe_mig_m
         )
 
     def drive(rec, done, on_step=lambda o: None, limit_seconds=240.0):
-        deadline = time.monotonic() + limit_seconds
-        while True:
+        def step():
             outcome = rec.reconcile()
             on_step(outcome)
-            if done(outcome):
-                return outcome
-            assert time.monotonic() < deadline, f"rollout never settled: {outcome}"
-            time.sleep(0.3)
+            return outcome
+
+        nodes_change = Watched(e2e.core.list_node)
+        return repeat_until("the rollout to settle", step, done, limit_seconds, watch=nodes_change)
 
     def phase(outcome) -> str | None:
         return outcome.phase if outcome is not None else None

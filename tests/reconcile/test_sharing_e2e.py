@@ -5,7 +5,6 @@ asking `nvidia.com/gpu: 1` go through the real kube-scheduler + KGWE extender an
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from urllib.request import urlopen
 
@@ -21,6 +20,7 @@ from kgwe.render.sharing import config_key
 from tests.harness.deployed import eventually
 from tests.harness.kgwe_scheduler import LocalScheduler, local_config, rendered_config_text
 from tests.harness.processes import stop
+from tests.harness.waiting import Watched, repeat_until
 
 pytestmark = pytest.mark.cluster
 
@@ -69,14 +69,15 @@ def device_plugin(k8s_api) -> Iterator[DevicePluginStandIn]:
 
 
 def drive(rec: RepositoryReconciler, done, timeout_seconds: float = 120.0, note=lambda: ""):
-    deadline = time.monotonic() + timeout_seconds
-    while True:
-        outcome = rec.reconcile()
-        if done(outcome):
-            return outcome
-        if time.monotonic() > deadline:
-            pytest.fail(f"reconcile never settled; last outcome: {outcome}; {note()}")
-        time.sleep(0.3)
+    """Reconcile (as the interval would) until `done(outcome)`."""
+    return repeat_until(
+        "reconcile to settle",
+        rec.reconcile,
+        done,
+        timeout_seconds,
+        watch=Watched(rec.core.list_node),
+        describe=note,
+    )
 
 
 def node_view(port: int, name: str) -> dict:

@@ -20,7 +20,6 @@ from kubernetes import client
 from kgwe.localcluster import gpunodes
 from kgwe.localcluster.pki import write_mtls_dirs, write_pki
 from kgwe.resources import deploy_dir
-from tests.harness.chart import template
 from tests.harness.deployed import apply_docs
 from tests.harness.http_attack import client_tls, probe
 from tests.harness.processes import start_kgwe, stop
@@ -118,8 +117,8 @@ def test_static_extender_metrics_off_loopback_need_the_flag(files) -> None:
 # -- the chart ------------------------------------------------------------------------------------------
 
 
-def test_the_chart_fences_the_controller_and_the_webhook_and_delegates_token_reviews() -> None:
-    objs = [d for d in yaml.safe_load_all(template()) if d]
+def test_the_chart_fences_the_controller_and_the_webhook_and_delegates_token_reviews(chart) -> None:
+    objs = [d for d in yaml.safe_load_all(chart.template()) if d]
     by = {(d["kind"], d["metadata"]["name"]): d for d in objs}
     # the default: the extender is a container of each kgwe-scheduler pod, its API on their loopback
     for name, port in (("kgwe-controller", 8080), ("kgwe-webhook", 8443), ("kgwe-scheduler", 8081)):
@@ -131,7 +130,7 @@ def test_the_chart_fences_the_controller_and_the_webhook_and_delegates_token_rev
     assert {s["name"] for s in delegator["subjects"]} == {"kgwe-controller", "kgwe-scheduler"}
     standalone = {
         (d["kind"], d["metadata"]["name"]): d
-        for d in yaml.safe_load_all(template("--set", "extender.mode=standalone"))
+        for d in yaml.safe_load_all(chart.template("--set", "extender.mode=standalone"))
         if d
     }
     policy = standalone[("NetworkPolicy", "kgwe-extender")]["spec"]
@@ -146,7 +145,7 @@ def test_the_chart_fences_the_controller_and_the_webhook_and_delegates_token_rev
     narrowed = [
         d
         for d in yaml.safe_load_all(
-            template(
+            chart.template(
                 "--set-json",
                 'webhook.networkPolicy.from=[{"ipBlock":{"cidr":"10.0.0.0/24"}}]',
                 "--set-json",

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import secrets
 import ssl
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,22 +20,13 @@ from kgwe.localcluster.pki import extender_tls_flags, write_mtls_dirs
 from kgwe.policy import load_repository
 from kgwe.render.render import RenderOptions, render
 from kgwe.resources import sample_repo_dir
+from tests.harness.waiting import wait_for
 
 pytestmark = pytest.mark.cluster
 
 
 def eventually(check, what: str, timeout: float = 60.0):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        try:
-            last = check()
-        except Exception as exc:  # not there yet
-            last = exc
-        if last and not isinstance(last, Exception):
-            return last
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}; last: {last!r}")
+    return wait_for(what, check, timeout, retry_on=(Exception,))  # an exception: not there yet
 
 
 def https_status(port: int, ca: Path, client_dir: Path | None, path: str) -> int:

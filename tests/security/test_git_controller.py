@@ -12,7 +12,6 @@ import secrets
 import socket
 import subprocess
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from kgwe.gitops.gitcmd import GitAccess
 from kgwe.localcluster.gitserver import GitHttpsServer
 from kgwe.reconcile.controller import Controller
 from kgwe.reconcile.repository import RepositoryReconciler
+from tests.harness.waiting import wait_for
 
 NS = "kgwe-system"
 PR = ("kgwe.nvidia.io", "v1", NS, "policyrepositories")
@@ -204,12 +204,18 @@ def test_one_hanging_repository_does_not_stall_the_others(k8s_api, custom, serve
     thread = threading.Thread(target=controller.run, args=(stop,), daemon=True)
     thread.start()
     try:
-        deadline = time.monotonic() + 300
-        while "lastAttemptedRevision" not in (
-            custom.get_namespaced_custom_object(*PR, good).get("status") or {}
-        ):
-            assert time.monotonic() < deadline, "the good repository was never reconciled"
-            time.sleep(0.5)
+
+        def status_of(name: str) -> dict:
+            return custom.get_namespaced_custom_object(*PR, name).get("status") or {}
+
+        wait_for(
+            "the good repository reconciled",
+            lambda: (
+                "lastAttemptedRevision"
+                in (custom.get_namespaced_custom_object(*PR, good).get("status") or {})
+            ),
+            300,
+        )
         # The slow one is still inside its fetch (no outcome yet) while the good one went through.
         assert "status" not in custom.get_namespaced_custom_object(*PR, slow)
     finally:

@@ -121,10 +121,8 @@ def test_a_small_push_that_expands_beyond_the_byte_cap_is_refused(tmp_path: Path
     assert not any((tmp_path / "out").rglob("*.yaml"))
 
 
-def test_the_controllers_export_volume_is_bounded_and_holds_the_largest_export() -> None:
-    from tests.harness.chart import template
-
-    docs = [d for d in yaml.safe_load_all(template()) if d]
+def test_the_controllers_export_volume_is_bounded_and_holds_the_largest_export(chart) -> None:
+    docs = [d for d in yaml.safe_load_all(chart.template()) if d]
     controller = next(
         d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "kgwe-controller"
     )

@@ -6,7 +6,6 @@ reach the store after recovery, exactly once."""
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
@@ -18,8 +17,9 @@ from kgwe.cost.metering_watch import MeteringWatch
 from kgwe.cost.spool import Spool
 from kgwe.cost.store import CostStore
 from kgwe.cost.usage import Period, UsageInterval
-from tests.harness.pods import gpu_pod, wait_for
+from tests.harness.pods import gpu_pod
 from tests.harness.postgres import PostgresServer
+from tests.harness.waiting import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.postgres]
 
@@ -78,7 +78,9 @@ def test_pods_during_outages_are_metered_after_recovery_exactly_once(
         own_postgres.halt()  # a second outage, mid-metering
         core.create_namespaced_pod(namespace, gpu_pod("b", node))
         wait_for("b running", lambda: running("b"))
-        time.sleep(2)  # the store keeps whole seconds: let b hold its GPU for some
+        started = core.read_namespaced_pod("b", namespace).status.start_time or datetime.now(UTC)
+        # the store keeps whole seconds: b holds its GPU for some
+        wait_for("b to hold its GPU for 2 s", lambda: datetime.now(UTC) >= started + timedelta(seconds=2))
         core.delete_namespaced_pod("b", namespace, grace_period_seconds=0)
         wait_for(
             "b gone",
@@ -146,7 +148,7 @@ def test_losing_the_lease_stops_metering_and_event_writes(k8s_api, namespace, gp
         wait_for(
             "pod running", lambda: core.read_namespaced_pod("after-loss", namespace).status.phase == "Running"
         )
-        time.sleep(2)
+        # nothing meters it: the metering thread has stopped (above), and nothing else writes usage
         assert [iv for iv in store.open_usage() if iv.namespace == namespace] == []
         c.recorder.record({"metadata": {"name": "x", "namespace": namespace}}, "Normal", "Test", "not leader")
         assert c.recorder.writes == 0

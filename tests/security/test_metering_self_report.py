@@ -6,7 +6,6 @@ chart's ValidatingAdmissionPolicy (on the real API server) keeps the annotation 
 
 from __future__ import annotations
 
-import time
 from datetime import UTC, datetime
 
 import pytest
@@ -19,6 +18,7 @@ from kgwe.cost.usage import MIG, SHARED, WHOLE
 from kgwe.extender.k8s import account, node_state, pod_holds
 from kgwe.resources import deploy_dir
 from tests.harness.deployed import apply_docs
+from tests.harness.waiting import wait_for
 
 H100 = "NVIDIA-H100-80GB-HBM3"
 T0 = datetime(2026, 10, 1, tzinfo=UTC)
@@ -118,11 +118,13 @@ def test_the_share_annotation_is_fixed_once_the_pod_exists(k8s_api, namespace) -
         except ApiException as exc:
             return exc.status
 
-    deadline = time.monotonic() + 30  # the API server enforces a policy once it has loaded it
-    while patch("shared", {MILLI: "100"}) == 200:
-        assert time.monotonic() < deadline, "the share annotation could be lowered: policy not enforced"
+    def enforced() -> bool:  # the API server enforces a policy once it has loaded it
+        if patch("shared", {MILLI: "100"}) != 200:
+            return True
         core.patch_namespaced_pod("shared", namespace, {"metadata": {"annotations": {MILLI: "500"}}})
-        time.sleep(0.5)
+        return False
+
+    wait_for("the policy enforced (the share annotation cannot be lowered)", enforced, 30)
     assert patch("shared", {MILLI: None}) in (403, 422)  # removed: the default share, maybe smaller
     assert patch("plain", {MILLI: "1"}) in (403, 422)  # added after the pod took its place
     assert patch("shared", {"team.example.com/note": "fine"}) == 200  # other annotations stay editable

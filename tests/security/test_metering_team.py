@@ -13,8 +13,9 @@ from kgwe.cost.metering import UNASSIGNED_TEAM, namespace_teams
 from kgwe.cost.metering_watch import MeteringWatch
 from kgwe.cost.store import CostStore
 from kgwe.cost.usage import Period
-from tests.harness.pods import gpu_pod, wait_for
+from tests.harness.pods import gpu_pod
 from tests.harness.pytest_cluster import delete_namespace
+from tests.harness.waiting import wait_for
 
 pytestmark = pytest.mark.cluster
 

@@ -9,14 +9,17 @@ controller really runs."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from kgwe.localcluster.controlplane import cache_base
 from kgwe.policy.loader import load_repository
 from kgwe.policy.yaml_source import MAX_ALIAS_FIELDS, MAX_REPOSITORY_FIELDS, MAX_TEXT_BYTES
 from kgwe.resources import sample_repo_dir
@@ -72,19 +75,34 @@ def pinned_requirement(lock_text: str, name: str) -> tuple[str, str]:
 
 
 @pytest.fixture(scope="session")
-def image_pyyaml(tmp_path_factory) -> tuple[str, Path]:
-    """The image's PyYAML (version, folder to put first on PYTHONPATH), installed by hash like the image."""
+def image_pyyaml() -> tuple[str, Path]:
+    """The image's PyYAML (version, folder to put first on PYTHONPATH), installed by hash like the image;
+    kept in the cache under the pinned requirement's hash, so later runs and xdist workers reuse it."""
     version, requirement = pinned_requirement(LOCK.read_text(), "pyyaml")
-    where = tmp_path_factory.mktemp("image-pyyaml")
-    (where / "requirements.txt").write_text(requirement)
-    subprocess.run(
-        [
-            *(sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--require-hashes"),
-            *("--only-binary=:all:", "--target", str(where / "site"), "-r", str(where / "requirements.txt")),
-        ],
-        check=True,
-    )
-    return version, where / "site"
+    tag = hashlib.sha256(f"{sys.version_info[:2]} {requirement}".encode()).hexdigest()[:16]
+    kept = cache_base() / "test-pyyaml" / f"{version}-{tag}"
+    if not kept.is_dir():
+        stage = kept.parent / f".{kept.name}.{os.getpid()}"  # beside it: the rename below is atomic
+        stage.mkdir(parents=True, exist_ok=True)
+        (stage / "requirements.txt").write_text(requirement)
+        subprocess.run(
+            [
+                *(sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--require-hashes"),
+                *(
+                    "--only-binary=:all:",
+                    "--target",
+                    str(stage / "site"),
+                    "-r",
+                    str(stage / "requirements.txt"),
+                ),
+            ],
+            check=True,
+        )
+        try:
+            stage.rename(kept)
+        except OSError:  # another process kept its copy first
+            shutil.rmtree(stage, ignore_errors=True)
+    return version, kept / "site"
 
 
 @pytest.fixture(params=["dev", "image"])

@@ -12,7 +12,6 @@ import yaml
 from kgwe.localcluster.deviceplugin import (
     InvalidDevicePluginConfig,
     advertised,
-    nvidia_loader_reads,
     parse_config,
 )
 from kgwe.policy import load_repository
@@ -166,7 +165,7 @@ def test_render_gives_one_config_per_strategy_that_the_plugin_rules_accept(tmp_p
     assert gfd["nvidia.com/gpu.sharing-strategy"] == "mps"
 
 
-def test_nvidia_loader_reads_every_rendered_config_as_rendered(tmp_path):
+def test_nvidia_loader_reads_every_rendered_config_as_rendered(dpconfig, tmp_path):
     files = {
         "m.yaml": MIG_ON_INFERENCE,
         "a.yaml": sharing("notebooks", "{pool: notebooks}", extra="  renameByDefault: true\n"),
@@ -177,7 +176,7 @@ def test_nvidia_loader_reads_every_rendered_config_as_rendered(tmp_path):
     assert ps.ok, [str(d) for d in ps.diagnostics]
     cm = next(o for o in render(ps).objects if o["metadata"]["name"] == "kgwe-device-plugin-config")
     keys = {s.name: config_key(s) for s in ps.sharing_strategies}
-    read = {key: nvidia_loader_reads(text) for key, text in cm["data"].items()}
+    read = {key: dpconfig(text) for key, text in cm["data"].items()}
     default = read["default"]
     assert default["flags"]["migStrategy"] == "mixed"
     assert "mps" not in default["sharing"] and not default["sharing"]["timeSlicing"].get("resources")
@@ -192,10 +191,10 @@ def test_nvidia_loader_reads_every_rendered_config_as_rendered(tmp_path):
     assert read[keys["inference"]]["sharing"]["timeSlicing"]["resources"][0]["replicas"] == 2
 
 
-def test_nvidia_loader_refuses_what_parse_config_refuses():
+def test_nvidia_loader_refuses_what_parse_config_refuses(dpconfig):
     text = "sharing: {timeSlicing: {resources: [{name: nvidia.com/gpu, replicas: 1}]}}\n"
     with pytest.raises(InvalidDevicePluginConfig, match="must be >= 2"):
-        nvidia_loader_reads(text)
+        dpconfig(text)
     with pytest.raises(InvalidDevicePluginConfig, match="must be >= 2"):
         parse_config(text)
 

@@ -4,18 +4,19 @@ this package and stopped after it."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 from kubernetes import client
 
 from kgwe.localcluster.controlplane import ControlPlane
-from tests.harness.pytest_cluster import own_control_plane
 
 
 @pytest.fixture(scope="package")
-def control_plane() -> Iterator[ControlPlane]:
-    yield from own_control_plane(feature_gates={"GenericWorkload": True})
+def control_plane(new_control_plane: Callable[..., Any]) -> Iterator[ControlPlane]:
+    with new_control_plane(feature_gates={"GenericWorkload": True}) as cp:
+        yield cp
 
 
 @pytest.fixture(scope="package")

@@ -99,7 +99,15 @@ def _create(k8s_api: client.ApiClient, namespace: str, name: str) -> None:
     )
 
 
-def test_a_rewatch_hands_over_no_object_again_as_added(k8s_api, namespace, run_controller):
+def test_a_rewatch_hands_over_no_object_again_as_added(k8s_api, namespace, reconciler, run_controller):
+    real = reconciler.custom.list_cluster_custom_object
+    watches = {"n": 0}
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        watches["n"] += bool(kwargs.get("watch"))
+        return real(*args, **kwargs)
+
+    reconciler.custom.list_cluster_custom_object = counted  # type: ignore[method-assign]
     watching = run_controller()
     eventually(watching.listed, "the first listing")
     added_before = watching.events("ADDED")
@@ -109,7 +117,8 @@ def test_a_rewatch_hands_over_no_object_again_as_added(k8s_api, namespace, run_c
     eventually(lambda: watching.events("MODIFIED") >= 3, "the reconciler's status writes seen")
     # Several watches end and are resumed meanwhile (each after WATCH_SECONDS). Re-watching without the
     # last resourceVersion would hand the three workloads over again as ADDED after every one of them.
-    threading.Event().wait(WATCH_SECONDS * 5)
+    started = watches["n"]
+    eventually(lambda: watches["n"] >= started + 5, "five more watches of GPUWorkloads")
     assert watching.events("ADDED") - added_before == 3
     assert watching.restarts("expired") == 0 and watching.restarts("failed") == 0  # resumed, never relisted
 

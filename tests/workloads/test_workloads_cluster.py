@@ -45,6 +45,7 @@ from kgwe.workloads.controller import (
 )
 from kgwe.workloads.convert import convert
 from tests.harness.crds import install_crds
+from tests.harness.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "docs" / "examples" / "gpuworkloads"
@@ -70,15 +71,17 @@ _DUMP: list[Callable[[], str]] = []  # what the current test's cluster looks lik
 
 
 def eventually(check: Callable[[], object], what: str, timeout: float = 90.0) -> object:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            state = "\n".join(d() for d in _DUMP)
-            raise AssertionError(f"timed out after {timeout}s waiting for: {what}\n{state}")
-        time.sleep(0.25)
+    return wait_for(what, check, timeout, describe=lambda: "\n".join(d() for d in _DUMP))
+
+
+def looked_at_again(stack: dict, times: int = 2) -> None:
+    """What the periodic resync does, `times` over and at once: every workload queued and reconciled again
+    (instead of waiting out resync periods to see that nothing more happens)."""
+    controller = stack["controller"]
+    for _ in range(times):
+        before = controller.reconciles
+        controller.resync()
+        eventually(lambda before=before: controller.reconciles > before, "the resync's reconcile")
 
 
 def _dump(k8s_api, namespace: str) -> str:
@@ -377,8 +380,15 @@ def test_two_16_gpu_gangs_on_24_gpus_one_runs_whole_the_other_waits_whole(
         counts = {n: len(_bound(k8s_api, namespace, n)) for n in (first, second)}
         return counts if sum(counts.values()) >= 2 else None
 
-    counts = eventually(placed, "one gang placed")
-    time.sleep(5)  # give the scheduler every chance to place a partial second gang
+    eventually(placed, "one gang placed")
+    # The other gang's 3 s gang timeout passing proves the scheduler had every chance to place part of it.
+    eventually(
+        lambda: any(
+            _cond(_get(k8s_api, namespace, n), "PodsScheduled").get("reason") == "GangTimeout"
+            for n in (first, second)
+        ),
+        "a gang timing out",
+    )
     counts = {n: len(_bound(k8s_api, namespace, n)) for n in (first, second)}
     assert sorted(counts.values()) == [0, 2], counts  # whole or nothing, never 1
     running, waiting = (first, second) if counts[first] == 2 else (second, first)
@@ -705,7 +715,7 @@ def test_a_spec_edit_the_running_job_cannot_take_is_one_event(stack, k8s_api, na
     custom = client.CustomObjectsApi(k8s_api)
     custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name, {"spec": {"team": "nlp"}})
     eventually(lambda: _events(k8s_api, namespace, name, "SpecNotApplied"), "SpecNotApplied")
-    time.sleep(12)  # two resyncs and more
+    looked_at_again(stack)
     (event,) = _events(k8s_api, namespace, name, "SpecNotApplied")
     assert "the API server refuses the change" in event.message and "immutable" in event.message
     wl = _get(k8s_api, namespace, name)
@@ -741,7 +751,7 @@ def test_a_template_of_the_wrong_type_is_one_condition_not_a_loop(stack, k8s_api
     assert _cond(wl, "Admitted")["message"].startswith(
         "spec.podTemplate.spec.affinity: expected a map (Affinity), got a string"
     )
-    time.sleep(12)  # two resyncs and more
+    looked_at_again(stack)
     assert len(_events(k8s_api, namespace, name, "InvalidSpec")) == 1
     failed = stack["reconciler"].metrics.failed.labels("InvalidSpec")._value.get()
     assert failed >= 1
@@ -768,7 +778,7 @@ def test_a_template_the_api_server_refuses_creates_nothing(stack, k8s_api, names
     )
     message = _cond(wl, "Admitted")["message"]
     assert "the API server refuses Job/bad-port-r0-worker" in message and "containerPort" in message
-    time.sleep(6)
+    looked_at_again(stack)
     assert len(_events(k8s_api, namespace, name, "InvalidPodTemplate")) == 1
     assert not client.BatchV1Api(k8s_api).list_namespaced_job(namespace).items
     with pytest.raises(ApiException):
