@@ -19,10 +19,19 @@ extender_cpu_ms_per_pod and apiserver_cpu_ms_per_pod_with / _without are CPU per
 (apiserver_cpu_ratio_with_to_without: the apiserver's, with over without). ratio_with_to_without is
 pods_per_second_with / _without, and *_cpu_ms_per_pod_throughput_with / _without the extender's, the
 scheduler's and the apiserver's CPU per pod in the throughput phases (where the two CPUs are the limit).
-The extender serves HTTPS and requires kube-scheduler's client certificate, as deployed (a throw-away
-CA); --no-tls runs plain HTTP to show what mTLS costs. The extender watches only the KGWE
-scheduler's bound pods; --extender-all-pods runs it with the older every-bound-pod watch, for comparison,
+The extender runs as deployed by default: a sidecar of the kgwe-scheduler pod, plain HTTP on loopback
+(only that pod's containers can reach it); --mtls runs the standalone shape instead (HTTPS with a required
+client certificate, a throw-away CA), to show what mutual TLS costs. The extender watches only the KGWE
+scheduler's pods; --extender-all-pods runs it with the older every-bound-pod watch, for comparison,
 and --background-pods N adds N bound CPU-only pods (another scheduler's churn) beside each measured pod.
+
+extender_cpu_breakdown_ms: where the extender's CPU per pod goes, from one more latency phase (as many pods,
+unless --no-profile) run against the same extender started through bench/extender_parts.py, which counts
+each thread's CPU per part (HTTP, TLS, JSON decode and encode, pod parsing, the decision, the assumption
+after it, watch reading, decoding and applying, metrics, logging, garbage collection, the event loop);
+"other" is the process's CPU beyond the parts. Beside it: extender_cpu_ms_per_pod_profiled (that process's
+CPU per pod, wrappers included), extender_watch_events_per_pod by kind and type, and per pod the HTTP
+requests, connections and TLS handshakes the extender served.
 
 The measuring side stays light so that it does not take the 2 CPUs it measures: binds are observed by a
 separate watcher process that parses raw watch lines with orjson (no client model objects), and the
@@ -35,11 +44,13 @@ import argparse
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.request import urlopen
 
@@ -67,6 +78,24 @@ def kgwe_pod_body(name: str) -> dict:
     return body
 
 
+@dataclass(frozen=True)
+class Shape:
+    """How the extender and the KGWE scheduler run in this benchmark (from the command line)."""
+
+    cp: ControlPlane
+    profiles: Path | None  # a kgwe-scoring document (--no-decide-in-filter), else the built-in profile
+    all_pods: bool
+    server_dir: Path | None  # --mtls: the extender's serving identity, kube-scheduler's client one
+    client_dir: Path | None
+    percentage: int | None
+
+    def extender(self, probe_port: int, parts_dump: Path | None = None) -> tuple[subprocess.Popen, int]:
+        return start_extender(self.cp, probe_port, self.profiles, self.all_pods, self.server_dir, parts_dump)
+
+    def schedulers(self, extender_port: int, pids: dict) -> Schedulers:
+        return Schedulers(self.cp, extender_port, pids, self.client_dir, self.percentage)
+
+
 class Schedulers:
     """The default scheduler (the harness's) and the KGWE scheduler; at most one runs at a time."""
 
@@ -90,7 +119,7 @@ class Schedulers:
                 k: v for k, v in BASELINE_SCHEDULER["clientConnection"].items() if k != "kubeconfig"
             },
         )
-        if client_dir is None:  # --no-tls: plain HTTP, to see what mTLS costs
+        if client_dir is None:  # the sidecar: plain HTTP on loopback
             for ext in config.get("extenders") or []:
                 ext["enableHTTPS"] = False
                 ext.pop("tlsConfig", None)
@@ -357,20 +386,28 @@ def cpu_breakdown(pids: dict[str, int]) -> dict[str, tuple[int, float, float]]:
 
 
 def start_extender(
-    cp: ControlPlane, probe_port: int, profiles: Path | None, all_pods: bool, server_dir: Path | None
+    cp: ControlPlane,
+    probe_port: int,
+    profiles: Path | None,
+    all_pods: bool,
+    server_dir: Path | None,
+    parts_dump: Path | None = None,
 ) -> tuple[subprocess.Popen, int]:
-    """The extender as deployed (HTTPS with a required client certificate unless `server_dir` is None);
-    its plain probe port serves /readyz and /metrics to this script."""
+    """The extender as deployed (HTTPS with a required client certificate when `server_dir` is given); its
+    plain probe port serves /readyz and /metrics to this script. With `parts_dump`, through
+    bench/extender_parts.py (CPU counted per part, written to that file on SIGUSR1)."""
     extra = ["--profiles", str(profiles)] if profiles else []
     extra += ["--all-pods"] if all_pods else []
     extra += ["--probe-listen", f"127.0.0.1:{probe_port}"]
     if server_dir is not None:
         extra += extender_tls_flags(server_dir)
+    launcher = ["-m", "kgwe.cli"]
+    if parts_dump is not None:
+        launcher = [str(Path(__file__).with_name("extender_parts.py")), str(parts_dump), "--"]
     proc = subprocess.Popen(
         [
             sys.executable,
-            "-m",
-            "kgwe.cli",
+            *launcher,
             "extender",
             "--kubeconfig",
             str(cp.kubeconfig_path),
@@ -383,15 +420,92 @@ def start_extender(
         cwd=REPO,
     )
     port = wait_port(proc)
-    deadline = time.monotonic() + 60
-    threading.Thread(target=lambda: [None for _ in proc.stderr], daemon=True).start()  # drain its log
+    deadline = time.monotonic() + 180
+    log = (Path(cp.workdir) / "logs" / f"extender-{proc.pid}.log").open("w")
+    threading.Thread(target=lambda: log.writelines(proc.stderr), daemon=True).start()  # drain its log
     while time.monotonic() < deadline:
         try:
             if urlopen(f"http://127.0.0.1:{probe_port}/readyz").status == 200:
                 return proc, port
         except OSError:
             time.sleep(0.2)
-    raise SystemExit("extender never became ready")
+    raise SystemExit(f"extender never became ready; its log: {log.name}")
+
+
+def parts_snapshot(proc: subprocess.Popen, dump: Path) -> dict:
+    """The profiled extender's totals so far (bench/extender_parts.py writes them on SIGUSR1)."""
+    before = dump.stat().st_mtime_ns if dump.exists() else 0
+    proc.send_signal(signal.SIGUSR1)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if dump.exists() and dump.stat().st_mtime_ns != before:
+            return orjson.loads(dump.read_bytes())
+        time.sleep(0.05)
+    raise SystemExit("the profiled extender did not write its totals")
+
+
+def breakdown(before: dict, after: dict, cpu_ms_per_pod: float, pods: int) -> dict:
+    """Per pod: CPU ms by part (and "other": the process's CPU beyond the parts), calls and watch events."""
+
+    def diff(key: str) -> dict[str, float]:
+        return {k: v - before[key].get(k, 0) for k, v in after[key].items() if v - before[key].get(k, 0)}
+
+    parts = {k: ns / 1e6 / pods for k, ns in diff("ns").items()}
+    parts["other"] = max(0.0, cpu_ms_per_pod - sum(parts.values()))
+    calls = diff("calls")
+    requests = calls.get("Engine._filter", 0) + calls.get("Engine._prioritize", 0)
+    return {
+        "extender_cpu_breakdown_ms": {
+            k: round(v, 3) for k, v in sorted(parts.items(), key=lambda kv: -kv[1]) if round(v, 3)
+        },
+        "extender_watch_events_per_pod": {k: round(n / pods, 2) for k, n in sorted(diff("events").items())},
+        "extender_served_per_pod": {
+            "requests": round(requests / pods, 2),
+            "connections": round(calls.get("_Conn.connection_made", 0) / pods, 3),
+            "tls_handshakes": round(calls.get("SSLProtocol._on_handshake_complete", 0) / pods, 3),
+        },
+    }
+
+
+def fill_through_extender(core: client.CoreV1Api, pods: int, shape: Shape) -> None:
+    """Bind `pods` pods through a plain extender (not measured): the cluster the profiled phase starts on."""
+    ext, port = shape.extender(free_port())
+    schedulers = shape.schedulers(port, {})
+    try:
+        throughput(shape.cp, core, "bench-with", pods, schedulers, True)
+        settle(core, "bench-with")
+    finally:
+        schedulers.stop()
+        ext.terminate()
+        ext.wait(timeout=30)
+
+
+def profile_phase(
+    core: client.CoreV1Api, pods: int, args: argparse.Namespace, pids: dict, shape: Shape
+) -> dict:
+    """One more latency phase against the extender started through bench/extender_parts.py: where its CPU
+    per pod goes. The KGWE scheduler is (re)started to call that extender."""
+    dump = Path(shape.cp.workdir) / "extender-parts.json"
+    ext, port = shape.extender(free_port(), dump)
+    pids["extender (profiled)"] = ext.pid
+    pids.pop("extender", None)
+    schedulers = shape.schedulers(port, pids)
+    try:
+        schedulers.start(True)
+        time.sleep(5)
+        before = parts_snapshot(ext, dump)
+        _, _, cpu = latency_phase(
+            shape.cp, core, "bench-profiled", pods, args.rate, pids, "with", args.background_pods
+        )
+        after = parts_snapshot(ext, dump)
+    finally:
+        schedulers.stop()
+        ext.terminate()
+        ext.wait(timeout=30)
+    total = cpu.get("extender (profiled)", 0.0)
+    out = {"extender_cpu_ms_per_pod_profiled": round(total, 2), **breakdown(before, after, total, pods)}
+    print("  profiled extender, CPU ms per pod by part: " + json.dumps(out), flush=True)
+    return out
 
 
 def main() -> int:
@@ -424,9 +538,19 @@ def main() -> int:
         help="latency phases: bound CPU-only pods created beside each measured pod (other schedulers' churn)",
     )
     ap.add_argument(
-        "--no-tls",
+        "--mtls",
         action="store_true",
-        help="plain HTTP between kube-scheduler and the extender (deployed: HTTPS with client certificates)",
+        help="the standalone extender: HTTPS with client certificates (default: the sidecar, plain HTTP on "
+        "loopback)",
+    )
+    ap.add_argument(
+        "--no-profile", action="store_true", help="skip the profiled phase (extender_cpu_breakdown_ms)"
+    )
+    ap.add_argument(
+        "--profile-only",
+        action="store_true",
+        help="only the profiled phase (after --pods pods bound through the extender): a quick look at "
+        "extender_cpu_breakdown_ms",
     )
     ap.add_argument(
         "--percentage-of-nodes-to-score",
@@ -460,12 +584,22 @@ def main() -> int:
                 json.dumps({"profiles": [{"name": "default", "default": True, "decideInFilter": False}]})
             )
         server_dir = client_dir = None
-        if not args.no_tls:
+        if args.mtls:
             server_dir, client_dir = write_mtls_dirs(Path(cp.workdir) / "extender-mtls")
+        shape = Shape(
+            cp, profiles, args.extender_all_pods, server_dir, client_dir, args.percentage_of_nodes_to_score
+        )
+        if args.profile_only:
+            cpu_pids = {**cp.pids, "bench (creator)": os.getpid()}
+            if pods:  # the cluster as full as the full run leaves it before its latency phases
+                fill_through_extender(core, pods, shape)
+            profiled = profile_phase(core, latency_pods, args, cpu_pids, shape)
+            print(json.dumps({"nodes": nodes, "tls": args.mtls, **profiled}))
+            return 0
         probe = free_port()
-        ext, port = start_extender(cp, probe, profiles, args.extender_all_pods, server_dir)
+        ext, port = shape.extender(probe)
         pids = {**cp.pids, "extender": ext.pid, "bench (creator)": os.getpid()}
-        schedulers = Schedulers(cp, port, pids, client_dir, args.percentage_of_nodes_to_score)
+        schedulers = shape.schedulers(port, pids)
 
         def run_scheduler(with_extender: bool) -> None:
             schedulers.start(with_extender)
@@ -522,14 +656,23 @@ def main() -> int:
             flush=True,
         )
         p50, p99, p99_sent = pct(lat, 50), pct(lat, 99), pct(lat_sent, 99)
+        if not args.no_profile:
+            settle(core, "bench-latency")
+            ext.terminate()
+            ext.wait(timeout=30)
+            ext = None
+            schedulers.stop()
+            profiled = profile_phase(core, latency_pods, args, pids, shape)
     finally:
         if schedulers is not None:
             schedulers.stop()
         if ext is not None:
             ext.terminate()
             ext.wait(timeout=10)
-        cp.stop()
+        cp.stop(remove_workdir=not os.environ.get("KGWE_BENCH_KEEP"))
     api_with, api_without = cpu_with.get("kube-apiserver", 0.0), cpu_without.get("kube-apiserver", 0.0)
+    if args.no_profile:
+        profiled = {}
     print(
         json.dumps(
             {
@@ -549,7 +692,7 @@ def main() -> int:
                 if api_without
                 else None,
                 "ratio_with_to_without": round(with_ext / without, 2) if without else None,
-                "tls": not args.no_tls,
+                "tls": args.mtls,
                 "percentage_of_nodes_to_score": schedulers.percentage if schedulers else None,
                 "nodes_used_with": packed_on,
                 **{
@@ -566,6 +709,7 @@ def main() -> int:
                 },
                 "extender_watch": "all bound pods" if args.extender_all_pods else "kgwe-scheduler pods",
                 "background_pods_per_pod": args.background_pods,
+                **profiled,
             }
         )
     )
