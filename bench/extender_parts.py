@@ -37,6 +37,7 @@ import kgwe.cluster.watch
 import kgwe.extender.app
 import kgwe.extender.engine
 import kgwe.extender.index
+import kgwe.extender.nodenames
 import kgwe.httpd
 from kgwe.extender.engine import Engine
 from kgwe.extender.index import ClusterIndex
@@ -138,10 +139,12 @@ PARTS: list[tuple[Any, str, str]] = [
     (Engine, "_parse", "request"),
     (kgwe.extender.engine, "parse_pod", "pod_parse"),
     (kgwe.extender.engine, "_parse_args", "request"),
+    (kgwe.extender.nodenames, "compact_tail", "request"),
+    (kgwe.extender.nodenames, "holds", "request"),
     # the decision and its answer
     (Engine, "_filter", "decision"),
     (Engine, "_prioritize", "decision"),
-    (Engine, "_reasons", "failure_sentences"),
+    (Engine, "_failures", "failure_sentences"),
     (Engine, "_priority_json", "json_encode"),
     # after the answer: the decision's assumption and the node it changes
     (Engine, "flush_assumptions", "assume"),
