@@ -462,7 +462,7 @@ def breakdown(before: dict, after: dict, cpu_ms_per_pod: float, pods: int) -> di
         "extender_served_per_pod": {
             "requests": round(requests / pods, 2),
             "connections": round(calls.get("_Conn.connection_made", 0) / pods, 3),
-            "tls_handshakes": round(calls.get("SSLProtocol._on_handshake_complete", 0) / pods, 3),
+            "tls_handshakes": round(calls.get("TlsSession.__init__", 0) / pods, 3),
         },
     }
 

@@ -18,10 +18,10 @@ benchmark's headline figures come from the plain extender, this one only says ho
 from __future__ import annotations
 
 import asyncio.selector_events
-import asyncio.sslproto
 import gc
 import logging
 import signal
+import ssl
 import sys
 import threading
 import time
@@ -38,7 +38,8 @@ import kgwe.extender.app
 import kgwe.extender.engine
 import kgwe.extender.index
 import kgwe.extender.nodenames
-import kgwe.httpd
+import kgwe.httpd.server
+import kgwe.httpd.tls
 from kgwe.extender.engine import Engine
 from kgwe.extender.index import ClusterIndex
 
@@ -124,17 +125,18 @@ PARTS: list[tuple[Any, str, str]] = [
     (asyncio.base_events.BaseEventLoop, "_run_once", "event_loop"),
     (asyncio.selector_events._SelectorSocketTransport, "_read_ready", "socket"),
     (asyncio.selector_events._SelectorSocketTransport, "write", "socket"),
-    # TLS between kube-scheduler and the extender (the mutual-TLS shape)
-    (asyncio.sslproto.SSLProtocol, "_do_handshake", "tls_handshake"),
-    (asyncio.sslproto.SSLProtocol, "_on_handshake_complete", "tls_handshake"),
-    (asyncio.sslproto.SSLProtocol, "buffer_updated", "tls"),
-    (asyncio.sslproto.SSLProtocol, "get_buffer", "tls"),
-    (asyncio.sslproto.SSLProtocol, "_write_appdata", "tls"),
-    (asyncio.sslproto._SSLProtocolTransport, "write", "tls"),
-    # HTTP: request line, headers, framing, the response head
-    (kgwe.httpd._Conn, "data_received", "http"),
-    (kgwe.httpd._Conn, "connection_made", "http"),
-    (kgwe.httpd._Conn, "connection_lost", "http"),
+    # TLS between kube-scheduler and the extender (the mutual-TLS shape): memory BIOs in the server
+    (ssl.SSLObject, "do_handshake", "tls_handshake"),
+    (kgwe.httpd.tls.TlsSession, "__init__", "tls_handshake"),
+    (kgwe.httpd.tls.TlsSession, "feed", "tls"),
+    (kgwe.httpd.tls.TlsSession, "wrap", "tls"),
+    (kgwe.httpd.tls.TlsSession, "close_notify", "tls"),
+    # HTTP: request line, headers, framing, the response head, deadlines
+    (kgwe.httpd.server._Conn, "buffer_updated", "http"),
+    (kgwe.httpd.server._Conn, "_process", "http"),
+    (kgwe.httpd.server._Conn, "_answer", "http"),
+    (kgwe.httpd.server._Conn, "connection_made", "http"),
+    (kgwe.httpd.server._Conn, "connection_lost", "http"),
     # the request: ExtenderArgs (JSON decode below), the pod, node names -> rows
     (Engine, "_parse", "request"),
     (kgwe.extender.engine, "parse_pod", "pod_parse"),
