@@ -63,7 +63,7 @@ from control_plane import BASELINE_SCHEDULER, create_nodes, pod_body
 from extender import pct, schedstat, wait_port
 
 from kgwe.cluster.names import SCHEDULER_NAME
-from kgwe.localcluster.controlplane import ControlPlane, find_binaries, free_port
+from kgwe.localcluster.controlplane import ControlPlane, ControlPlaneError, find_binaries, free_port
 from kgwe.localcluster.pki import extender_tls_flags, write_mtls_dirs
 from kgwe.render.render import DEFAULT_EXTENDER_URL
 from tests.harness.kgwe_scheduler import LocalScheduler, local_config, rendered_config_text
@@ -137,7 +137,13 @@ class Schedulers:
     def start(self, with_extender: bool) -> None:
         self.stop()
         if with_extender:
-            self.kgwe.start()
+            for attempt in range(3):  # its serving port is picked free, then bound: another process may win
+                try:
+                    self.kgwe.start()
+                    break
+                except ControlPlaneError:
+                    if attempt == 2:
+                        raise
             self.pids["kgwe-scheduler"] = self.kgwe.pid
         else:
             self.cp.start_scheduler(BASELINE_SCHEDULER)
