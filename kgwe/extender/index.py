@@ -74,6 +74,7 @@ def pod_field_selector(scheduler_name: str | None, *, bound: bool | None = None)
     return ",".join(parts)
 
 
+MAX_TOPOLOGIES = 4096  # distinct topology annotations kept decoded (more: all are decoded afresh)
 MAX_ASSUMED_PER_NODE = 64  # more decisions than this for one node before a bind is seen: not plausible
 UNCONFIRMED_SECONDS = 5.0  # a decision waits this long for the pending-pod watch to show its pod
 MAX_UNCONFIRMED = 1024  # decisions waiting for the watch, oldest dropped first
@@ -100,7 +101,7 @@ class ClusterIndex:
         self._kubeconfig = kubeconfig
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
-        self._decode = decode
+        self._topologies: dict[str, object] = {}  # annotation text -> decoded (_decode)
         self._mu = threading.Lock()
         self.bases: dict[str, NodeState] = {}
         self.holders: dict[str, dict[int, str]] = {}  # node -> GPU index -> "ns/pod" (the agent's view)
@@ -193,6 +194,17 @@ class ClusterIndex:
         )
 
     # ---- nodes -------------------------------------------------------------------------------------------
+    def _decode(self, text: str) -> object:
+        """The topology annotation decoded, once per distinct text: a node's status updates (heartbeats, a
+        pod's resources) bring the same annotation again, and decoding it cost most of a node event. Nodes
+        of one machine type written alike share the object (the scoring core memoises per topology)."""
+        hit = self._topologies.get(text)
+        if hit is None:
+            if len(self._topologies) >= MAX_TOPOLOGIES:
+                self._topologies.clear()
+            hit = self._topologies[text] = decode(text)
+        return hit
+
     def _node_event(self, typ: str, raw: dict) -> None:
         name = (raw.get("metadata") or {}).get("name")
         if not name:

@@ -124,3 +124,21 @@ def test_with_kube_scheduler_the_only_caller_a_decision_counts_at_once_and_the_b
     assert sum(engine._mix.values()) == seen + 1
     idx._any_pod_event("DELETED", pod("new", "a", 1))
     assert sum(engine.node_view("a")["gpuUsedMilli"]) == 2000
+
+
+def test_a_topology_annotation_is_decoded_once_and_again_when_it_changes(monkeypatch):
+    import kgwe.extender.index as index_module
+
+    decoded = []
+    real = index_module.decode
+    monkeypatch.setattr(index_module, "decode", lambda text: decoded.append(text) or real(text))
+    idx = ClusterIndex(Engine())
+    node = node_manifest("a", machine("DGX-H100"))
+    idx._apply_nodes([node, node_manifest("b", machine("DGX-H100"))])  # the same machine, written alike
+    for _ in range(3):  # status updates bring the same annotation again
+        idx._node_event("MODIFIED", node)
+    assert len(decoded) == 1 and idx.bases["a"].topology is idx.bases["b"].topology
+    other = node_manifest("a", machine("L40S-8-PCIE"))
+    idx._node_event("MODIFIED", other)
+    assert len(decoded) == 2 and idx.engine.node_view("a")["topology"] == idx.bases["a"].topology.name
+    assert idx.bases["a"].topology is not idx.bases["b"].topology
