@@ -16,6 +16,8 @@ The extender runs as its own process in cluster mode (watches, kgwe-scoring abse
 profile, which decides in filter: one HTTP round trip per pod; --no-decide-in-filter: filter + prioritize).
 The latency phase also runs without the extender first: the same machine's floor, printed beside it.
 extender_cpu_ms_per_pod and apiserver_cpu_ms_per_pod_with / _without are CPU per pod in the latency phases
+(extender_preemptions_per_pod: how often the extender's threads were taken off a CPU meanwhile; on a busy
+machine each such switch sends them back to cold caches, which inflates their CPU time)
 (apiserver_cpu_ratio_with_to_without: the apiserver's, with over without). ratio_with_to_without is
 pods_per_second_with / _without, and *_cpu_ms_per_pod_throughput_with / _without the extender's, the
 scheduler's and the apiserver's CPU per pod in the throughput phases (where the two CPUs are the limit).
@@ -380,6 +382,19 @@ def report_cpu(before: dict, after: dict, pods: int) -> dict[str, float]:
     return {name: cpu for name, cpu, _ in rows}
 
 
+def preemptions(pid: int) -> int:
+    """Times the process's threads were taken off a CPU while runnable (nonvoluntary context switches): on
+    a busy machine each one sends the thread back to cold caches, which inflates its CPU time."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            text = (task / "status").read_text()
+        except OSError:  # the thread ended meanwhile
+            continue
+        total += int(text.split("nonvoluntary_ctxt_switches:")[1].split()[0])
+    return total
+
+
 def cpu_breakdown(pids: dict[str, int]) -> dict[str, tuple[int, float, float]]:
     """name -> (pid, CPU seconds, run-queue seconds) of each live process."""
     out = {}
@@ -469,6 +484,8 @@ def breakdown(before: dict, after: dict, cpu_ms_per_pod: float, pods: int) -> di
             "requests": round(requests / pods, 2),
             "connections": round(calls.get("_Conn.connection_made", 0) / pods, 3),
             "tls_handshakes": round(calls.get("TlsSession.__init__", 0) / pods, 3),
+            # requests whose node list was decoded name by name (not answered by the ranked path)
+            "full_decodes": round(calls.get("Engine._parse", 0) / pods, 3),
         },
     }
 
@@ -499,17 +516,21 @@ def profile_phase(
     try:
         schedulers.start(True)
         time.sleep(5)
-        before = parts_snapshot(ext, dump)
+        before, preempted = parts_snapshot(ext, dump), preemptions(ext.pid)
         _, _, cpu = latency_phase(
             shape.cp, core, "bench-profiled", pods, args.rate, pids, "with", args.background_pods
         )
-        after = parts_snapshot(ext, dump)
+        after, preempted = parts_snapshot(ext, dump), preemptions(ext.pid) - preempted
     finally:
         schedulers.stop()
         ext.terminate()
         ext.wait(timeout=30)
     total = cpu.get("extender (profiled)", 0.0)
-    out = {"extender_cpu_ms_per_pod_profiled": round(total, 2), **breakdown(before, after, total, pods)}
+    out = {
+        "extender_cpu_ms_per_pod_profiled": round(total, 2),
+        "extender_preemptions_per_pod_profiled": round(preempted / pods, 1),
+        **breakdown(before, after, total, pods),
+    }
     print("  profiled extender, CPU ms per pod by part: " + json.dumps(out), flush=True)
     return out
 
@@ -648,13 +669,13 @@ def main() -> int:
         if args.background_pods:
             settle(core, "bench-latency-without-bg")
         run_scheduler(True)
-        calls0 = extender_calls(probe)
+        calls0, preempted0 = extender_calls(probe), preemptions(ext.pid)
         lat, lat_sent, cpu_with = latency_phase(
             cp, core, "bench-latency", latency_pods, args.rate, pids, "with", args.background_pods
         )
-        calls1 = extender_calls(probe)
+        calls1, preempted = extender_calls(probe), (preemptions(ext.pid) - preempted0) / latency_pods
         print(
-            "  extender calls per pod: "
+            f"  extender preempted {preempted:.1f} times per pod; calls per pod: "
             + ", ".join(
                 f"{v} {(calls1.get(v, 0) - calls0.get(v, 0)) / latency_pods:.2f}"
                 for v in ("filter", "prioritize")
@@ -692,6 +713,7 @@ def main() -> int:
                 "node_lease_seconds": args.node_lease_seconds,
                 "nodes": nodes,
                 "extender_cpu_ms_per_pod": round(cpu_with.get("extender", 0.0), 2),
+                "extender_preemptions_per_pod": round(preempted, 1),
                 "apiserver_cpu_ms_per_pod_with": round(api_with, 2),
                 "apiserver_cpu_ms_per_pod_without": round(api_without, 2),
                 "apiserver_cpu_ratio_with_to_without": round(api_with / api_without, 2)
