@@ -33,7 +33,10 @@ each thread's CPU per part (HTTP, TLS, JSON decode and encode, pod parsing, the 
 after it, watch reading, decoding and applying, metrics, logging, garbage collection, the event loop);
 "other" is the process's CPU beyond the parts. Beside it: extender_cpu_ms_per_pod_profiled (that process's
 CPU per pod, wrappers included), extender_watch_events_per_pod by kind and type, and per pod the HTTP
-requests, connections and TLS handshakes the extender served.
+requests, connections and TLS handshakes the extender served. --floor adds one more latency phase against
+bench/extender_floor.py, the product's server and watches doing no work: floor_cpu_ms_per_pod is what the
+plumbing under the extender costs per pod on this machine at that moment, which no change to KGWE's own
+logic removes.
 
 The measuring side stays light so that it does not take the 2 CPUs it measures: binds are observed by a
 separate watcher process that parses raw watch lines with orjson (no client model objects), and the
@@ -91,11 +94,16 @@ class Shape:
     client_dir: Path | None
     percentage: int | None
 
-    def extender(self, probe_port: int, parts_dump: Path | None = None) -> tuple[subprocess.Popen, int]:
-        return start_extender(self.cp, probe_port, self.profiles, self.all_pods, self.server_dir, parts_dump)
+    def extender(
+        self, probe_port: int, parts_dump: Path | None = None, floor: bool = False
+    ) -> tuple[subprocess.Popen, int]:
+        server_dir = None if floor else self.server_dir
+        return start_extender(
+            self.cp, probe_port, self.profiles, self.all_pods, server_dir, parts_dump, floor
+        )
 
-    def schedulers(self, extender_port: int, pids: dict) -> Schedulers:
-        return Schedulers(self.cp, extender_port, pids, self.client_dir, self.percentage)
+    def schedulers(self, extender_port: int, pids: dict, floor: bool = False) -> Schedulers:
+        return Schedulers(self.cp, extender_port, pids, None if floor else self.client_dir, self.percentage)
 
 
 class Schedulers:
@@ -413,23 +421,26 @@ def start_extender(
     all_pods: bool,
     server_dir: Path | None,
     parts_dump: Path | None = None,
+    floor: bool = False,
 ) -> tuple[subprocess.Popen, int]:
     """The extender as deployed (HTTPS with a required client certificate when `server_dir` is given); its
     plain probe port serves /readyz and /metrics to this script. With `parts_dump`, through
-    bench/extender_parts.py (CPU counted per part, written to that file on SIGUSR1)."""
+    bench/extender_parts.py (CPU counted per part, written to that file on SIGUSR1); with `floor`,
+    bench/extender_floor.py instead (the plumbing alone, plain HTTP)."""
     extra = ["--profiles", str(profiles)] if profiles else []
     extra += ["--all-pods"] if all_pods else []
     extra += ["--probe-listen", f"127.0.0.1:{probe_port}"]
     if server_dir is not None:
         extra += extender_tls_flags(server_dir)
-    launcher = ["-m", "kgwe.cli"]
+    command = ["-m", "kgwe.cli", "extender"]
     if parts_dump is not None:
-        launcher = [str(Path(__file__).with_name("extender_parts.py")), str(parts_dump), "--"]
+        command = [str(Path(__file__).with_name("extender_parts.py")), str(parts_dump), "--", "extender"]
+    if floor:
+        command, extra = [str(Path(__file__).with_name("extender_floor.py"))], extra[-2:]  # probe port only
     proc = subprocess.Popen(
         [
             sys.executable,
-            *launcher,
-            "extender",
+            *command,
             "--kubeconfig",
             str(cp.kubeconfig_path),
             "--listen",
@@ -535,6 +546,34 @@ def profile_phase(
     return out
 
 
+def floor_phase(
+    core: client.CoreV1Api, pods: int, args: argparse.Namespace, pids: dict, shape: Shape
+) -> dict:
+    """One more latency phase against bench/extender_floor.py (the server and the watches, no work): what a
+    pod costs the plumbing under the extender at this moment."""
+    ext, port = shape.extender(free_port(), floor=True)
+    pids["extender (floor)"] = ext.pid
+    for name in ("extender", "extender (profiled)"):
+        pids.pop(name, None)
+    schedulers = shape.schedulers(port, pids, floor=True)
+    try:
+        schedulers.start(True)
+        time.sleep(5)
+        preempted = preemptions(ext.pid)
+        _, _, cpu = latency_phase(
+            shape.cp, core, "bench-floor", pods, args.rate, pids, "with", args.background_pods
+        )
+        preempted = preemptions(ext.pid) - preempted
+    finally:
+        schedulers.stop()
+        ext.terminate()
+        ext.wait(timeout=30)
+    return {
+        "floor_cpu_ms_per_pod": round(cpu.get("extender (floor)", 0.0), 2),
+        "floor_preemptions_per_pod": round(preempted / pods, 1),
+    }
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="200 nodes, 400 pods, 200 latency pods")
@@ -572,6 +611,12 @@ def main() -> int:
     )
     ap.add_argument(
         "--no-profile", action="store_true", help="skip the profiled phase (extender_cpu_breakdown_ms)"
+    )
+    ap.add_argument(
+        "--floor",
+        action="store_true",
+        help="one more latency phase against bench/extender_floor.py: floor_cpu_ms_per_pod, the plumbing's "
+        "CPU per pod (server and watches, no work)",
     )
     ap.add_argument(
         "--profile-only",
@@ -621,6 +666,9 @@ def main() -> int:
             if pods:  # the cluster as full as the full run leaves it before its latency phases
                 fill_through_extender(core, pods, shape)
             profiled = profile_phase(core, latency_pods, args, cpu_pids, shape)
+            if args.floor:
+                settle(core, "bench-profiled")
+                profiled |= floor_phase(core, latency_pods, args, cpu_pids, shape)
             print(json.dumps({"nodes": nodes, "tls": args.mtls, **profiled}))
             return 0
         probe = free_port()
@@ -683,13 +731,17 @@ def main() -> int:
             flush=True,
         )
         p50, p99, p99_sent = pct(lat, 50), pct(lat, 99), pct(lat_sent, 99)
+        settle(core, "bench-latency")
+        ext.terminate()
+        ext.wait(timeout=30)
+        ext = None
+        schedulers.stop()
+        profiled: dict = {}
         if not args.no_profile:
-            settle(core, "bench-latency")
-            ext.terminate()
-            ext.wait(timeout=30)
-            ext = None
-            schedulers.stop()
-            profiled = profile_phase(core, latency_pods, args, pids, shape)
+            profiled |= profile_phase(core, latency_pods, args, pids, shape)
+            settle(core, "bench-profiled")
+        if args.floor:
+            profiled |= floor_phase(core, latency_pods, args, pids, shape)
     finally:
         if schedulers is not None:
             schedulers.stop()
@@ -698,8 +750,6 @@ def main() -> int:
             ext.wait(timeout=10)
         cp.stop(remove_workdir=not os.environ.get("KGWE_BENCH_KEEP"))
     api_with, api_without = cpu_with.get("kube-apiserver", 0.0), cpu_without.get("kube-apiserver", 0.0)
-    if args.no_profile:
-        profiled = {}
     print(
         json.dumps(
             {
