@@ -495,7 +495,9 @@ def breakdown(before: dict, after: dict, cpu_ms_per_pod: float, pods: int) -> di
             "requests": round(requests / pods, 2),
             "connections": round(calls.get("_Conn.connection_made", 0) / pods, 3),
             "tls_handshakes": round(calls.get("TlsSession.__init__", 0) / pods, 3),
-            # requests whose node list was decoded name by name (not answered by the ranked path)
+            # ranked-path lookups of a node name in a request, and requests whose node list was decoded
+            # name by name instead (not answered by the ranked path)
+            "ranked_probes": round(calls.get("kgwe.extender.nodenames.holds", 0) / pods, 3),
             "full_decodes": round(calls.get("Engine._parse", 0) / pods, 3),
         },
     }
