@@ -16,13 +16,27 @@ The extender runs as its own process in cluster mode (watches, kgwe-scoring abse
 profile, which decides in filter: one HTTP round trip per pod; --no-decide-in-filter: filter + prioritize).
 The latency phase also runs without the extender first: the same machine's floor, printed beside it.
 extender_cpu_ms_per_pod and apiserver_cpu_ms_per_pod_with / _without are CPU per pod in the latency phases
+(extender_preemptions_per_pod: how often the extender's threads were taken off a CPU meanwhile; on a busy
+machine each such switch sends them back to cold caches, which inflates their CPU time)
 (apiserver_cpu_ratio_with_to_without: the apiserver's, with over without). ratio_with_to_without is
 pods_per_second_with / _without, and *_cpu_ms_per_pod_throughput_with / _without the extender's, the
 scheduler's and the apiserver's CPU per pod in the throughput phases (where the two CPUs are the limit).
-The extender serves HTTPS and requires kube-scheduler's client certificate, as deployed (a throw-away
-CA); --no-tls runs plain HTTP to show what mTLS costs. The extender watches only the KGWE
-scheduler's bound pods; --extender-all-pods runs it with the older every-bound-pod watch, for comparison,
+The extender runs as deployed by default: a sidecar of the kgwe-scheduler pod, plain HTTP on loopback
+(only that pod's containers can reach it); --mtls runs the standalone shape instead (HTTPS with a required
+client certificate, a throw-away CA), to show what mutual TLS costs. The extender watches only the KGWE
+scheduler's pods; --extender-all-pods runs it with the older every-bound-pod watch, for comparison,
 and --background-pods N adds N bound CPU-only pods (another scheduler's churn) beside each measured pod.
+
+extender_cpu_breakdown_ms: where the extender's CPU per pod goes, from one more latency phase (as many pods,
+unless --no-profile) run against the same extender started through bench/extender_parts.py, which counts
+each thread's CPU per part (HTTP, TLS, JSON decode and encode, pod parsing, the decision, the assumption
+after it, watch reading, decoding and applying, metrics, logging, garbage collection, the event loop);
+"other" is the process's CPU beyond the parts. Beside it: extender_cpu_ms_per_pod_profiled (that process's
+CPU per pod, wrappers included), extender_watch_events_per_pod by kind and type, and per pod the HTTP
+requests, connections and TLS handshakes the extender served. --floor adds one more latency phase against
+bench/extender_floor.py, the product's server and watches doing no work: floor_cpu_ms_per_pod is what the
+plumbing under the extender costs per pod on this machine at that moment, which no change to KGWE's own
+logic removes.
 
 The measuring side stays light so that it does not take the 2 CPUs it measures: binds are observed by a
 separate watcher process that parses raw watch lines with orjson (no client model objects), and the
@@ -35,11 +49,13 @@ import argparse
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.request import urlopen
 
@@ -52,7 +68,7 @@ from control_plane import BASELINE_SCHEDULER, create_nodes, pod_body
 from extender import pct, schedstat, wait_port
 
 from kgwe.cluster.names import SCHEDULER_NAME
-from kgwe.localcluster.controlplane import ControlPlane, find_binaries, free_port
+from kgwe.localcluster.controlplane import ControlPlane, ControlPlaneError, find_binaries, free_port
 from kgwe.localcluster.pki import extender_tls_flags, write_mtls_dirs
 from kgwe.render.render import DEFAULT_EXTENDER_URL, standalone_extender_url
 from tests.harness.kgwe_scheduler import LocalScheduler, local_config, rendered_config_text
@@ -65,6 +81,29 @@ def kgwe_pod_body(name: str) -> dict:
     body = pod_body(name)
     body["spec"]["schedulerName"] = SCHEDULER_NAME
     return body
+
+
+@dataclass(frozen=True)
+class Shape:
+    """How the extender and the KGWE scheduler run in this benchmark (from the command line)."""
+
+    cp: ControlPlane
+    profiles: Path | None  # a kgwe-scoring document (--no-decide-in-filter), else the built-in profile
+    all_pods: bool
+    server_dir: Path | None  # --mtls: the extender's serving identity, kube-scheduler's client one
+    client_dir: Path | None
+    percentage: int | None
+
+    def extender(
+        self, probe_port: int, parts_dump: Path | None = None, floor: bool = False
+    ) -> tuple[subprocess.Popen, int]:
+        server_dir = None if floor else self.server_dir
+        return start_extender(
+            self.cp, probe_port, self.profiles, self.all_pods, server_dir, parts_dump, floor
+        )
+
+    def schedulers(self, extender_port: int, pids: dict, floor: bool = False) -> Schedulers:
+        return Schedulers(self.cp, extender_port, pids, None if floor else self.client_dir, self.percentage)
 
 
 class Schedulers:
@@ -92,7 +131,7 @@ class Schedulers:
                 k: v for k, v in BASELINE_SCHEDULER["clientConnection"].items() if k != "kubeconfig"
             },
         )
-        if client_dir is None:  # --no-tls: plain HTTP, to see what mTLS costs
+        if client_dir is None:  # the sidecar: plain HTTP on loopback
             for ext in config.get("extenders") or []:
                 ext["enableHTTPS"] = False
                 ext.pop("tlsConfig", None)
@@ -110,7 +149,13 @@ class Schedulers:
     def start(self, with_extender: bool) -> None:
         self.stop()
         if with_extender:
-            self.kgwe.start()
+            for attempt in range(3):  # its serving port is picked free, then bound: another process may win
+                try:
+                    self.kgwe.start()
+                    break
+                except ControlPlaneError:
+                    if attempt == 2:
+                        raise
             self.pids["kgwe-scheduler"] = self.kgwe.pid
         else:
             self.cp.start_scheduler(BASELINE_SCHEDULER)
@@ -347,6 +392,19 @@ def report_cpu(before: dict, after: dict, pods: int) -> dict[str, float]:
     return {name: cpu for name, cpu, _ in rows}
 
 
+def preemptions(pid: int) -> int:
+    """Times the process's threads were taken off a CPU while runnable (nonvoluntary context switches): on
+    a busy machine each one sends the thread back to cold caches, which inflates its CPU time."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            text = (task / "status").read_text()
+        except OSError:  # the thread ended meanwhile
+            continue
+        total += int(text.split("nonvoluntary_ctxt_switches:")[1].split()[0])
+    return total
+
+
 def cpu_breakdown(pids: dict[str, int]) -> dict[str, tuple[int, float, float]]:
     """name -> (pid, CPU seconds, run-queue seconds) of each live process."""
     out = {}
@@ -359,21 +417,32 @@ def cpu_breakdown(pids: dict[str, int]) -> dict[str, tuple[int, float, float]]:
 
 
 def start_extender(
-    cp: ControlPlane, probe_port: int, profiles: Path | None, all_pods: bool, server_dir: Path | None
+    cp: ControlPlane,
+    probe_port: int,
+    profiles: Path | None,
+    all_pods: bool,
+    server_dir: Path | None,
+    parts_dump: Path | None = None,
+    floor: bool = False,
 ) -> tuple[subprocess.Popen, int]:
-    """The extender as deployed (HTTPS with a required client certificate unless `server_dir` is None);
-    its plain probe port serves /readyz and /metrics to this script."""
+    """The extender as deployed (HTTPS with a required client certificate when `server_dir` is given); its
+    plain probe port serves /readyz and /metrics to this script. With `parts_dump`, through
+    bench/extender_parts.py (CPU counted per part, written to that file on SIGUSR1); with `floor`,
+    bench/extender_floor.py instead (the plumbing alone, plain HTTP)."""
     extra = ["--profiles", str(profiles)] if profiles else []
     extra += ["--all-pods"] if all_pods else []
     extra += ["--probe-listen", f"127.0.0.1:{probe_port}"]
     if server_dir is not None:
         extra += extender_tls_flags(server_dir)
+    command = ["-m", "kgwe.cli", "extender"]
+    if parts_dump is not None:
+        command = [str(Path(__file__).with_name("extender_parts.py")), str(parts_dump), "--", "extender"]
+    if floor:
+        command, extra = [str(Path(__file__).with_name("extender_floor.py"))], extra[-2:]  # probe port only
     proc = subprocess.Popen(
         [
             sys.executable,
-            "-m",
-            "kgwe.cli",
-            "extender",
+            *command,
             "--kubeconfig",
             str(cp.kubeconfig_path),
             "--listen",
@@ -385,15 +454,128 @@ def start_extender(
         cwd=REPO,
     )
     port = wait_port(proc)
-    deadline = time.monotonic() + 60
-    threading.Thread(target=lambda: [None for _ in proc.stderr], daemon=True).start()  # drain its log
+    deadline = time.monotonic() + 180
+    log = (Path(cp.workdir) / "logs" / f"extender-{proc.pid}.log").open("w")
+    threading.Thread(target=lambda: log.writelines(proc.stderr), daemon=True).start()  # drain its log
     while time.monotonic() < deadline:
         try:
             if urlopen(f"http://127.0.0.1:{probe_port}/readyz").status == 200:
                 return proc, port
         except OSError:
             time.sleep(0.2)
-    raise SystemExit("extender never became ready")
+    raise SystemExit(f"extender never became ready; its log: {log.name}")
+
+
+def parts_snapshot(proc: subprocess.Popen, dump: Path) -> dict:
+    """The profiled extender's totals so far (bench/extender_parts.py writes them on SIGUSR1)."""
+    before = dump.stat().st_mtime_ns if dump.exists() else 0
+    proc.send_signal(signal.SIGUSR1)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if dump.exists() and dump.stat().st_mtime_ns != before:
+            return orjson.loads(dump.read_bytes())
+        time.sleep(0.05)
+    raise SystemExit("the profiled extender did not write its totals")
+
+
+def breakdown(before: dict, after: dict, cpu_ms_per_pod: float, pods: int) -> dict:
+    """Per pod: CPU ms by part (and "other": the process's CPU beyond the parts), calls and watch events."""
+
+    def diff(key: str) -> dict[str, float]:
+        return {k: v - before[key].get(k, 0) for k, v in after[key].items() if v - before[key].get(k, 0)}
+
+    parts = {k: ns / 1e6 / pods for k, ns in diff("ns").items()}
+    parts["other"] = max(0.0, cpu_ms_per_pod - sum(parts.values()))
+    calls = diff("calls")
+    requests = calls.get("Engine._filter", 0) + calls.get("Engine._prioritize", 0)
+    return {
+        "extender_cpu_breakdown_ms": {
+            k: round(v, 3) for k, v in sorted(parts.items(), key=lambda kv: -kv[1]) if round(v, 3)
+        },
+        "extender_watch_events_per_pod": {k: round(n / pods, 2) for k, n in sorted(diff("events").items())},
+        "extender_served_per_pod": {
+            "requests": round(requests / pods, 2),
+            "connections": round(calls.get("_Conn.connection_made", 0) / pods, 3),
+            "tls_handshakes": round(calls.get("TlsSession.__init__", 0) / pods, 3),
+            # ranked-path lookups of a node name in a request, and requests whose node list was decoded
+            # name by name instead (not answered by the ranked path)
+            "ranked_probes": round(calls.get("kgwe.extender.nodenames.holds", 0) / pods, 3),
+            "full_decodes": round(calls.get("Engine._parse", 0) / pods, 3),
+        },
+    }
+
+
+def fill_through_extender(core: client.CoreV1Api, pods: int, shape: Shape) -> None:
+    """Bind `pods` pods through a plain extender (not measured): the cluster the profiled phase starts on."""
+    ext, port = shape.extender(free_port())
+    schedulers = shape.schedulers(port, {})
+    try:
+        throughput(shape.cp, core, "bench-with", pods, schedulers, True)
+        settle(core, "bench-with")
+    finally:
+        schedulers.stop()
+        ext.terminate()
+        ext.wait(timeout=30)
+
+
+def profile_phase(
+    core: client.CoreV1Api, pods: int, args: argparse.Namespace, pids: dict, shape: Shape
+) -> dict:
+    """One more latency phase against the extender started through bench/extender_parts.py: where its CPU
+    per pod goes. The KGWE scheduler is (re)started to call that extender."""
+    dump = Path(shape.cp.workdir) / "extender-parts.json"
+    ext, port = shape.extender(free_port(), dump)
+    pids["extender (profiled)"] = ext.pid
+    pids.pop("extender", None)
+    schedulers = shape.schedulers(port, pids)
+    try:
+        schedulers.start(True)
+        time.sleep(5)
+        before, preempted = parts_snapshot(ext, dump), preemptions(ext.pid)
+        _, _, cpu = latency_phase(
+            shape.cp, core, "bench-profiled", pods, args.rate, pids, "with", args.background_pods
+        )
+        after, preempted = parts_snapshot(ext, dump), preemptions(ext.pid) - preempted
+    finally:
+        schedulers.stop()
+        ext.terminate()
+        ext.wait(timeout=30)
+    total = cpu.get("extender (profiled)", 0.0)
+    out = {
+        "extender_cpu_ms_per_pod_profiled": round(total, 2),
+        "extender_preemptions_per_pod_profiled": round(preempted / pods, 1),
+        **breakdown(before, after, total, pods),
+    }
+    print("  profiled extender, CPU ms per pod by part: " + json.dumps(out), flush=True)
+    return out
+
+
+def floor_phase(
+    core: client.CoreV1Api, pods: int, args: argparse.Namespace, pids: dict, shape: Shape
+) -> dict:
+    """One more latency phase against bench/extender_floor.py (the server and the watches, no work): what a
+    pod costs the plumbing under the extender at this moment."""
+    ext, port = shape.extender(free_port(), floor=True)
+    pids["extender (floor)"] = ext.pid
+    for name in ("extender", "extender (profiled)"):
+        pids.pop(name, None)
+    schedulers = shape.schedulers(port, pids, floor=True)
+    try:
+        schedulers.start(True)
+        time.sleep(5)
+        preempted = preemptions(ext.pid)
+        _, _, cpu = latency_phase(
+            shape.cp, core, "bench-floor", pods, args.rate, pids, "with", args.background_pods
+        )
+        preempted = preemptions(ext.pid) - preempted
+    finally:
+        schedulers.stop()
+        ext.terminate()
+        ext.wait(timeout=30)
+    return {
+        "floor_cpu_ms_per_pod": round(cpu.get("extender (floor)", 0.0), 2),
+        "floor_preemptions_per_pod": round(preempted / pods, 1),
+    }
 
 
 def main() -> int:
@@ -426,9 +608,25 @@ def main() -> int:
         help="latency phases: bound CPU-only pods created beside each measured pod (other schedulers' churn)",
     )
     ap.add_argument(
-        "--no-tls",
+        "--mtls",
         action="store_true",
-        help="plain HTTP between kube-scheduler and the extender (deployed: HTTPS with client certificates)",
+        help="the standalone extender: HTTPS with client certificates (default: the sidecar, plain HTTP on "
+        "loopback)",
+    )
+    ap.add_argument(
+        "--no-profile", action="store_true", help="skip the profiled phase (extender_cpu_breakdown_ms)"
+    )
+    ap.add_argument(
+        "--floor",
+        action="store_true",
+        help="one more latency phase against bench/extender_floor.py: floor_cpu_ms_per_pod, the plumbing's "
+        "CPU per pod (server and watches, no work)",
+    )
+    ap.add_argument(
+        "--profile-only",
+        action="store_true",
+        help="only the profiled phase (after --pods pods bound through the extender): a quick look at "
+        "extender_cpu_breakdown_ms",
     )
     ap.add_argument(
         "--percentage-of-nodes-to-score",
@@ -462,12 +660,25 @@ def main() -> int:
                 json.dumps({"profiles": [{"name": "default", "default": True, "decideInFilter": False}]})
             )
         server_dir = client_dir = None
-        if not args.no_tls:
+        if args.mtls:
             server_dir, client_dir = write_mtls_dirs(Path(cp.workdir) / "extender-mtls")
+        shape = Shape(
+            cp, profiles, args.extender_all_pods, server_dir, client_dir, args.percentage_of_nodes_to_score
+        )
+        if args.profile_only:
+            cpu_pids = {**cp.pids, "bench (creator)": os.getpid()}
+            if pods:  # the cluster as full as the full run leaves it before its latency phases
+                fill_through_extender(core, pods, shape)
+            profiled = profile_phase(core, latency_pods, args, cpu_pids, shape)
+            if args.floor:
+                settle(core, "bench-profiled")
+                profiled |= floor_phase(core, latency_pods, args, cpu_pids, shape)
+            print(json.dumps({"nodes": nodes, "tls": args.mtls, **profiled}))
+            return 0
         probe = free_port()
-        ext, port = start_extender(cp, probe, profiles, args.extender_all_pods, server_dir)
+        ext, port = shape.extender(probe)
         pids = {**cp.pids, "extender": ext.pid, "bench (creator)": os.getpid()}
-        schedulers = Schedulers(cp, port, pids, client_dir, args.percentage_of_nodes_to_score)
+        schedulers = shape.schedulers(port, pids)
 
         def run_scheduler(with_extender: bool) -> None:
             schedulers.start(with_extender)
@@ -510,13 +721,13 @@ def main() -> int:
         if args.background_pods:
             settle(core, "bench-latency-without-bg")
         run_scheduler(True)
-        calls0 = extender_calls(probe)
+        calls0, preempted0 = extender_calls(probe), preemptions(ext.pid)
         lat, lat_sent, cpu_with = latency_phase(
             cp, core, "bench-latency", latency_pods, args.rate, pids, "with", args.background_pods
         )
-        calls1 = extender_calls(probe)
+        calls1, preempted = extender_calls(probe), (preemptions(ext.pid) - preempted0) / latency_pods
         print(
-            "  extender calls per pod: "
+            f"  extender preempted {preempted:.1f} times per pod; calls per pod: "
             + ", ".join(
                 f"{v} {(calls1.get(v, 0) - calls0.get(v, 0)) / latency_pods:.2f}"
                 for v in ("filter", "prioritize")
@@ -524,13 +735,24 @@ def main() -> int:
             flush=True,
         )
         p50, p99, p99_sent = pct(lat, 50), pct(lat, 99), pct(lat_sent, 99)
+        settle(core, "bench-latency")
+        ext.terminate()
+        ext.wait(timeout=30)
+        ext = None
+        schedulers.stop()
+        profiled: dict = {}
+        if not args.no_profile:
+            profiled |= profile_phase(core, latency_pods, args, pids, shape)
+            settle(core, "bench-profiled")
+        if args.floor:
+            profiled |= floor_phase(core, latency_pods, args, pids, shape)
     finally:
         if schedulers is not None:
             schedulers.stop()
         if ext is not None:
             ext.terminate()
             ext.wait(timeout=10)
-        cp.stop()
+        cp.stop(remove_workdir=not os.environ.get("KGWE_BENCH_KEEP"))
     api_with, api_without = cpu_with.get("kube-apiserver", 0.0), cpu_without.get("kube-apiserver", 0.0)
     print(
         json.dumps(
@@ -545,13 +767,14 @@ def main() -> int:
                 "node_lease_seconds": args.node_lease_seconds,
                 "nodes": nodes,
                 "extender_cpu_ms_per_pod": round(cpu_with.get("extender", 0.0), 2),
+                "extender_preemptions_per_pod": round(preempted, 1),
                 "apiserver_cpu_ms_per_pod_with": round(api_with, 2),
                 "apiserver_cpu_ms_per_pod_without": round(api_without, 2),
                 "apiserver_cpu_ratio_with_to_without": round(api_with / api_without, 2)
                 if api_without
                 else None,
                 "ratio_with_to_without": round(with_ext / without, 2) if without else None,
-                "tls": not args.no_tls,
+                "tls": args.mtls,
                 "percentage_of_nodes_to_score": schedulers.percentage if schedulers else None,
                 "nodes_used_with": packed_on,
                 **{
@@ -568,6 +791,7 @@ def main() -> int:
                 },
                 "extender_watch": "all bound pods" if args.extender_all_pods else "kgwe-scheduler pods",
                 "background_pods_per_pod": args.background_pods,
+                **profiled,
             }
         )
     )

@@ -48,11 +48,13 @@ class Metrics:
             registry=self.registry,
         )
         self.failed_nodes = Counter(
-            "kgwe_extender_failed_nodes_total", "Nodes rejected by filter", registry=self.registry
+            "kgwe_extender_failed_nodes_total",
+            "Nodes listed as failed by filter answers that left a pod no node",
+            registry=self.registry,
         )
         self.filter_failures = Counter(
             "kgwe_extender_filter_failures_total",
-            "Nodes rejected by filter, by reason",
+            "Nodes listed as failed by filter answers that left a pod no node, by reason",
             ["reason"],
             registry=self.registry,
         )

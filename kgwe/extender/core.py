@@ -58,7 +58,9 @@ class Reason(IntEnum):
     NO_TOPOLOGY = 11
 
 
-OK, NO_GPU, PRODUCT, FAMILY, MEMORY, WHOLE, SHARE, MIG, CPU, RAM, TOPOLOGY, NO_TOPOLOGY = Reason
+# Plain ints for the array code: an IntEnum operand makes each numpy comparison or assignment look its hooks
+# up on the enum class (8 us instead of 3 per filter step on one row). Equal to the Reason members.
+OK, NO_GPU, PRODUCT, FAMILY, MEMORY, WHOLE, SHARE, MIG, CPU, RAM, TOPOLOGY, NO_TOPOLOGY = map(int, Reason)
 
 TopologyScorer = Callable[[object, frozenset[int], int, str, "float | None"], "float | None"]
 
@@ -481,17 +483,17 @@ class NodeTable:
     def _too_little_memory(self, view: _Rows, req: PodRequest) -> np.ndarray | None:
         return view.mem < req.memory_mib if req.memory_mib else None
 
-    _FILTERS: tuple[tuple[Reason, Callable[[NodeTable, _Rows, PodRequest], np.ndarray | None]], ...] = (
-        (Reason.NO_GPU, _not_live),
-        (Reason.NO_GPU, _no_gpus),
-        (Reason.PRODUCT, _wrong_product),
-        (Reason.FAMILY, _wrong_family),
-        (Reason.MEMORY, _too_little_gpu_memory),
-        (Reason.WHOLE, _too_few_whole_gpus),
-        (Reason.SHARE, _no_gpu_share),
-        (Reason.MIG, _too_few_mig_instances),
-        (Reason.CPU, _too_little_cpu),
-        (Reason.RAM, _too_little_memory),
+    _FILTERS: tuple[tuple[int, Callable[[NodeTable, _Rows, PodRequest], np.ndarray | None]], ...] = (
+        (NO_GPU, _not_live),
+        (NO_GPU, _no_gpus),
+        (PRODUCT, _wrong_product),
+        (FAMILY, _wrong_family),
+        (MEMORY, _too_little_gpu_memory),
+        (WHOLE, _too_few_whole_gpus),
+        (SHARE, _no_gpu_share),
+        (MIG, _too_few_mig_instances),
+        (CPU, _too_little_cpu),
+        (RAM, _too_little_memory),
     )
 
     # Score terms, each 0..100 for the rows that passed the filters.

@@ -7,6 +7,10 @@ Wire format (k8s.io/kube-scheduler/extender/v1, Go structs without json tags => 
   filter   {"Nodes": NodeList|null, "NodeNames": [..]|null, "FailedNodes": {n: why},
             "FailedAndUnresolvableNodes": {n: why}, "Error": ""}
   priority [{"Host": n, "Score": 0..10}]
+FailedNodes are filled only when no node is left: kube-scheduler reads them for a pod it cannot place (the
+FailedScheduling event, preemption) and never otherwise, and 1,000 sentences are most of a reply's bytes.
+A pod decided in filter is answered from the nodes ranked by their cached scores and a search of the
+request's bytes for their names (`_filter_ranked`), without decoding the list.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from kgwe.extender import core
+from kgwe.extender import core, nodenames
 from kgwe.extender.core import OK, NodeTable, ShapeCache, WorkloadType, describe, dynamic_term
 from kgwe.extender.profile import DEFAULT_PROFILE, Profile
 from kgwe.extender.request import PodRequest, RequestError, parse_pod
@@ -34,11 +38,14 @@ UNKNOWN_NODE = "kgwe: node is not in the extender's index yet (no GPU informatio
 # Failures no preemption can fix go to FailedAndUnresolvableNodes so kube-scheduler does not try.
 _UNRESOLVABLE_CODES = np.array([core.NO_GPU, core.PRODUCT, core.FAMILY, core.MEMORY, core.NO_TOPOLOGY])
 MIX_REFRESH_EVERY = 512  # GPU requests between refreshes of the fragmentation term's workload mix
-MEMO_ANSWERS = 64  # whole answers remembered while the table is unchanged (all forgotten on any change)
-MEMO_BYTES = 16 * 2**20  # and their reply bytes at most (5,000 failed nodes' sentences are ~0.4 MiB)
+# Best-ranked nodes looked up in a request's node list before every name is resolved instead. A miss costs a
+# search of the whole list (27 KB at 1,000 nodes); misses come in runs when the index counts fewer GPUs
+# taken than kube-scheduler does (pods of other schedulers on nodes without the agent's annotation).
+RANKED_PROBES = 4
 REFERENCE_GBPS = 450.0  # H100 SXM NVLink per direction: the bandwidth that earns the full absolute score
 
 
+_DECIDED_END = b'],"FailedNodes":{},"FailedAndUnresolvableNodes":{},"Error":""}'
 _STR = {str}  # the one element type NodeNames may hold (checked with set(map(type, names)): C speed)
 
 
@@ -99,11 +106,7 @@ class Engine:
         self._lists: OrderedDict[bytes, tuple[Any, ...]] = (
             OrderedDict()
         )  # NodeNames bytes -> (layout, names, rows, known)
-        self._memo: dict[
-            tuple[object, ...], tuple[Any, ...]
-        ] = {}  # _memo_key -> (names, answer...), valid at _memo_generation
-        self._memo_generation = -1
-        self._memo_bytes = 0
+        self._live: tuple[int, np.ndarray] = (-1, np.zeros(0, dtype=np.int64))  # (layout, live rows)
         self.on_decision: Callable[[str, int], None] | None = None  # metrics hook (verb, failed nodes)
         # (pod uid, node, request) whenever filter leaves a GPU pod exactly one node: kube-scheduler will
         # bind it there, so the watch index counts it at once (called without self.lock held)
@@ -313,56 +316,63 @@ class Engine:
                 if row is not None:
                     self.cache.answer(np.array([row]), req, self.profile_for(req))
 
-    # ---- whole-answer memo ---------------------------------------------------------------------------
-    def _memo_key(
-        self, verb: str, req: PodRequest, profile: Profile, names: list[str], items: list[Any] | None
-    ) -> tuple[object, ...] | None:
-        """Key of an answer that depends only on (request shape, profile, node list, table generation):
-        None when the profile adds a per-request term (RoundRobin / Random) or nodes came as objects."""
-        if items is not None or dynamic_term(profile, (), "", 0) is not None:
-            return None
-        return (verb, req.shape, req.soft_preferences, profile, id(names))
-
-    def _memo_get(self, key: tuple[object, ...] | None, names: list[str]) -> tuple[Any, ...] | None:
-        """The remembered answer for `key`, if the table has not changed since (any node change,
-        assumption, bind or workload-mix refresh moves its generation and forgets every answer)."""
-        if key is None:
-            return None
-        if self._memo_generation != self.table.generation:
-            self._memo.clear()
-            self._memo_bytes = 0
-            self._memo_generation = self.table.generation
-            return None
-        entry = self._memo.get(key)
-        return entry[1:] if entry is not None and entry[0] is names else None
-
-    def _memo_put(self, key: tuple[object, ...] | None, names: list[str], reply: bytes, *answer: Any) -> None:
-        if key is None or self._memo_generation != self.table.generation or len(reply) > MEMO_BYTES:
-            return
-        if len(self._memo) >= MEMO_ANSWERS or self._memo_bytes + len(reply) > MEMO_BYTES:
-            self._memo.clear()
-            self._memo_bytes = 0
-        self._memo_bytes += len(reply)
-        self._memo[key] = (names, reply, *answer)  # the list object itself: id(names) alone could be reused
-
     def _filter(self, body: bytes) -> tuple[bytes, tuple[str, str, PodRequest] | None]:
+        ranked = self._filter_ranked(body)
+        if ranked is not None:
+            return ranked
         req, names, items, rows, known = self._parse(body)
         profile = self.profile_for(req)
-        key = self._memo_key("filter", req, profile, names, items)
-        hit = self._memo_get(key, names)
-        if hit is None:
-            tick = self.tick
-            reply, failed, only, codes = self._filter_answer(req, names, items, rows, known, profile)
-            self._memo_put(key, names, reply, failed, only, codes, self.tick - tick)
-        else:
-            reply, failed, only, codes, ticks = hit
-            self.tick += ticks  # what RoundRobin profiles of other requests see stays the same
-        if codes is not None and self.on_failures is not None:  # a remembered answer counts again
+        reply, failed, only, codes = self._filter_answer(req, names, items, rows, known, profile)
+        if codes is not None and self.on_failures is not None:
             self.on_failures(codes)
-        if failed is not None and self.on_decision:
+        if failed and self.on_decision:
             self.on_decision("filter", failed)
         decided = (req.uid, only, req) if req.uid and only is not None else None
         return reply, decided
+
+    def _filter_ranked(self, body: bytes) -> tuple[bytes, tuple[str, str, PodRequest] | None] | None:
+        """A pod decided in filter, the usual case, answered without resolving the node list: the index's
+        nodes in the order of their cached scores, the first one the list holds (kgwe.extender.nodenames).
+        None when this does not apply (the list is not plain, the pod is not decided in filter, a per-request
+        score term, none of the best RANKED_PROBES nodes was sent): the full answer then."""
+        tail = nodenames.compact_tail(body)
+        if tail is None:
+            return None
+        try:
+            args = orjson.loads(nodenames.head(body, tail))
+        except orjson.JSONDecodeError:
+            return None
+        if not isinstance(args, dict) or "Pod" not in args or args.get("Nodes") is not None:
+            return None
+        req = parse_pod(args["Pod"])
+        profile = self.profile_for(req)
+        if not (req.wants_gpu and profile.decide_in_filter and (req.shared or not req.soft_preferences)):
+            return None
+        if profile.dynamic:
+            return None
+        rows = self._live_rows()
+        reason, score, _ = self.cache.answer(rows, req, profile)
+        ok = np.flatnonzero(reason == OK)
+        if not len(ok):
+            return None
+        score = score[ok]
+        for _ in range(min(RANKED_PROBES, len(ok))):
+            best = int(np.argmax(score))
+            name = self.table.names[int(rows[ok[best]])]
+            if name is not None and nodenames.holds(tail, name):
+                self.tick += 1  # a decision moves RoundRobin's turn, as a scored one does (_final_scores)
+                reply = b'{"Nodes":null,"NodeNames":[' + orjson.dumps(name) + _DECIDED_END
+                return reply, ((req.uid, name, req) if req.uid else None)
+            score[best] = -np.inf
+        return None
+
+    def _live_rows(self) -> np.ndarray:
+        """Rows of the nodes in the index (remembered while no name gets or loses a row)."""
+        layout, rows = self._live
+        if layout != self.table.layout:
+            rows = np.flatnonzero(self.table.live)
+            self._live = (self.table.layout, rows)
+        return rows
 
     def _filter_answer(
         self,
@@ -372,51 +382,35 @@ class Engine:
         rows: np.ndarray,
         known: np.ndarray,
         profile: Profile,
-    ) -> tuple[bytes, int | None, str | None, np.ndarray | None]:
-        """(reply, failed node count or None when not a GPU pod, the one node left or None, the reason
-        code of every rejected node or None)."""
+    ) -> tuple[bytes, int, str | None, np.ndarray | None]:
+        """(reply, failed node count, the one node left or None, the reason code of every failed node or
+        None). Failed nodes are listed only when none is left: kube-scheduler reads them for a pod it cannot
+        place (its FailedScheduling event, preemption) and never otherwise."""
         failed: dict[str, str] = {}
-        codes: list[np.ndarray] = []
         unresolvable: dict[str, str] = {}
+        codes = None
         only = None
-        failed_count = None
         if not req.wants_gpu:  # nothing for KGWE to decide
-            passed = np.ones(len(names), dtype=bool)
+            chosen = np.ones(len(names), dtype=bool)
         else:
-            with self.lock:
-                reason, score = self._evaluate(req, rows, known, profile)
-                passed = known & (reason == OK)
-                decide = profile.decide_in_filter and (req.shared or not req.soft_preferences)
-                if decide and passed.sum() > 1:
-                    # one node left => kube-scheduler skips prioritize: one round trip, exact placement
-                    final = self._final_scores(profile, req, names, score)
-                    best = int(np.argmax(np.where(passed, final, -np.inf)))
-                    chosen = np.zeros(len(names), dtype=bool)
-                    chosen[best] = True
-                else:
-                    chosen = passed
-                bad = np.nonzero(known & ~passed)[0]
-                if len(bad):
-                    texts = self._reasons(req, rows[bad], reason[bad])
-                    bad_names = [names[i] for i in bad]
-                    failed = dict(zip(bad_names, texts.tolist(), strict=True))
-                    hard = np.isin(reason[bad], _UNRESOLVABLE_CODES)
-                    codes.append(reason[bad])
-                    if hard.any():
-                        unresolvable = {bad_names[i]: failed[bad_names[i]] for i in np.nonzero(hard)[0]}
-            if not known.all():
-                unknown = np.nonzero(~known)[0]
-                for i in unknown:
-                    failed[names[i]] = unresolvable[names[i]] = UNKNOWN_NODE
-                codes.append(np.full(len(unknown), UNKNOWN_CODE, dtype=np.int8))
-            failed_count = len(failed)
-            passed = chosen
-            if passed.sum() == 1:
-                only = names[int(np.argmax(passed))]
-        if passed.all():
+            reason, score = self._evaluate(req, rows, known, profile)
+            passed = known & (reason == OK)
+            decide = profile.decide_in_filter and (req.shared or not req.soft_preferences)
+            if decide and passed.sum() > 1:
+                # one node left => kube-scheduler skips prioritize: one round trip, exact placement
+                final = self._final_scores(profile, req, names, score)
+                chosen = np.zeros(len(names), dtype=bool)
+                chosen[int(np.argmax(np.where(passed, final, -np.inf)))] = True
+            else:
+                chosen = passed
+            if not chosen.any():
+                failed, unresolvable, codes = self._failures(req, names, rows, known, reason)
+            elif chosen.sum() == 1:
+                only = names[int(np.argmax(chosen))]
+        if chosen.all():
             ok_names, ok_items = names, items
         else:
-            ok_idx = np.nonzero(passed)[0].tolist()
+            ok_idx = np.flatnonzero(chosen).tolist()
             ok_names = [names[i] for i in ok_idx]
             ok_items = [items[i] for i in ok_idx] if items is not None else None
         reply: dict[str, Any] = {
@@ -426,27 +420,31 @@ class Engine:
             "FailedAndUnresolvableNodes": unresolvable,
             "Error": "",
         }
-        return orjson.dumps(reply), failed_count, only, (np.concatenate(codes) if codes else None)
+        return orjson.dumps(reply), len(failed), only, codes
+
+    def _failures(
+        self, req: PodRequest, names: list[str], rows: np.ndarray, known: np.ndarray, reason: np.ndarray
+    ) -> tuple[dict[str, str], dict[str, str], np.ndarray]:
+        """(FailedNodes, FailedAndUnresolvableNodes, reason codes) of a pod no node was left for."""
+        bad = np.flatnonzero(known)
+        texts = self._reasons(req, rows[bad], reason[bad])
+        failed = dict(zip([names[i] for i in bad], texts.tolist(), strict=True))
+        unresolvable = {names[i]: failed[names[i]] for i in bad[np.isin(reason[bad], _UNRESOLVABLE_CODES)]}
+        unknown = np.flatnonzero(~known)
+        for i in unknown:
+            failed[names[i]] = unresolvable[names[i]] = UNKNOWN_NODE
+        codes = np.concatenate([reason[bad], np.full(len(unknown), UNKNOWN_CODE, dtype=np.int8)])
+        return failed, unresolvable, codes
 
     def _prioritize(self, body: bytes) -> bytes:
-        req, names, items, rows, known = self._parse(body)
+        req, names, _, rows, known = self._parse(body)
         if not req.wants_gpu:
             return orjson.dumps([{"Host": n, "Score": 0} for n in names])
         profile = self.profile_for(req)
-        key = self._memo_key("prioritize", req, profile, names, items)
-        hit = self._memo_get(key, names)
-        if hit is None:
-            reason, score = self._evaluate(req, rows, known, profile)
-            score = self._final_scores(profile, req, names, score)
-            ints = np.where(known & (reason == OK), np.clip(np.rint(score / 10.0), 0, MAX_PRIORITY), 0)
-            reply = self._priority_json(names, ints.astype(np.int64))
-            self._memo_put(key, names, reply)
-        else:
-            reply = hit[0]
-            self.tick += 1  # as _final_scores would have
-        if self.on_decision:
-            self.on_decision("prioritize", 0)
-        return reply
+        reason, score = self._evaluate(req, rows, known, profile)
+        score = self._final_scores(profile, req, names, score)
+        ints = np.where(known & (reason == OK), np.clip(np.rint(score / 10.0), 0, MAX_PRIORITY), 0)
+        return self._priority_json(names, ints.astype(np.int64))
 
     def _final_scores(
         self, profile: Profile, req: PodRequest, names: list[str], score: np.ndarray

@@ -19,6 +19,7 @@ import gc
 import logging
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import orjson
 
@@ -40,6 +41,9 @@ from kgwe.httpd import (
 )
 from kgwe.httpd.exposure import INSECURE_ANY_CLIENT, INSECURE_PUBLIC_METRICS
 from kgwe.tlsfiles import ServingTLS
+
+if TYPE_CHECKING:
+    from kgwe.extender.index import ClusterIndex
 
 # kubelet probes and a Prometheus scrape: GETs only, a few connections at a time
 PROBE_LIMITS = Limits(max_connections=64, max_body_bytes=4096, max_buffered_bytes=4 * 1024 * 1024)
@@ -202,6 +206,21 @@ def metrics_guards(args: argparse.Namespace, main_host: str, probe, api) -> tupl
     return tuple(guard if n else None for n in need)
 
 
+def cluster_index(args: argparse.Namespace, engine: Engine, api, metrics: Metrics | None) -> ClusterIndex:
+    """The watches feeding `engine`. Decisions are verified against the pending-pod watch only when the port
+    serves clients nobody verifies; otherwise kube-scheduler is the only caller (kgwe.httpd.exposure)."""
+    from kgwe.extender.index import ClusterIndex
+
+    return ClusterIndex(
+        engine,
+        api_client=api,
+        namespace=args.namespace,
+        metrics=metrics,
+        scheduler_name=None if args.all_pods else args.scheduler_name,
+        verify_decisions=args.insecure_any_client,
+    )
+
+
 def static_engine(inventory: Path, profiles: Path | None = None) -> Engine:
     from kgwe.extender.inventory import load_inventory
 
@@ -251,19 +270,12 @@ def run(args: argparse.Namespace) -> int:
         index = None
     elif args.kubeconfig or args.in_cluster:
         from kgwe.cluster.client import api_client
-        from kgwe.extender.index import ClusterIndex
 
         api = api_client(args.kubeconfig)
         guards = metrics_guards(args, host, probe, api)
         engine = Engine()
         load_profiles(engine, args.profiles)  # until the kgwe-scoring ConfigMap says otherwise
-        index = ClusterIndex(
-            engine,
-            api_client=api,
-            namespace=args.namespace,
-            metrics=metrics,
-            scheduler_name=None if args.all_pods else args.scheduler_name,
-        )
+        index = cluster_index(args, engine, api, metrics)
         index.start()
     else:
         raise KgweError("give --inventory FILE (static mode) or --kubeconfig / --in-cluster (cluster mode)")

@@ -26,12 +26,18 @@ KGWE accounts, that is how a burst over-commits one GPU. So the engine reports e
 the pod bound (anywhere), the pod is decided again, or ASSUME_SECONDS pass without a bind (the pod was
 deleted, or a later scheduling step failed) — kube-scheduler's own assume cache, for the extender's view.
 
-Request bodies are not trusted to change that view: anyone who reaches the port can POST /filter. The pod
-watch also follows unbound GPU pods, and a decision is assumed only for a pod
-UID that watch has seen pending, with the same GPU request it saw; at most MAX_ASSUMED_PER_NODE per node.
-A decision that arrives before the watch shows its pod (the watches race) waits, bounded in number and
-time, and counts once the watch confirms it. The fragmentation term's workload mix is learned from the
-pods this watch sees created, never from request bodies.
+Whose requests may change that view. As deployed, only kube-scheduler reaches the port: plain HTTP on
+loopback (the extender is a sidecar of the kgwe-scheduler pod) or mutual TLS with kube-scheduler's client
+certificate (kgwe.httpd.exposure refuses to serve anything else unless --insecure-any-client). Then a
+decision is assumed as it is made, at most MAX_ASSUMED_PER_NODE per node, and the pod watch follows bound
+pods only (`spec.nodeName!=`): a pod costs two watch events (bound, then its status) instead of three, each
+one decoded here and encoded for this watch by the API server. With `verify_decisions` (the extender
+served to clients nobody verifies) request bodies are not trusted: the pod watch also follows unbound GPU
+pods, and a decision is assumed only for a pod UID that watch has seen pending, with the same GPU request
+it saw. A decision that arrives before the watch shows its pod (the watches race) waits, bounded in number
+and time, and counts once the watch confirms it. Either way the fragmentation term's workload mix is
+learned from the pods the watch shows (pending ones when it follows them, else bound ones), never from
+request bodies.
 """
 
 from __future__ import annotations
@@ -68,6 +74,7 @@ def pod_field_selector(scheduler_name: str | None, *, bound: bool | None = None)
     return ",".join(parts)
 
 
+MAX_TOPOLOGIES = 4096  # distinct topology annotations kept decoded (more: all are decoded afresh)
 MAX_ASSUMED_PER_NODE = 64  # more decisions than this for one node before a bind is seen: not plausible
 UNCONFIRMED_SECONDS = 5.0  # a decision waits this long for the pending-pod watch to show its pod
 MAX_UNCONFIRMED = 1024  # decisions waiting for the watch, oldest dropped first
@@ -82,9 +89,11 @@ class ClusterIndex:
         metrics=None,
         api_client=None,
         scheduler_name: str | None = SCHEDULER_NAME,
+        verify_decisions: bool = True,
     ) -> None:
         self.engine = engine
-        self.pod_selector = pod_field_selector(scheduler_name)
+        self.verify_decisions = verify_decisions
+        self.pod_selector = pod_field_selector(scheduler_name, bound=None if verify_decisions else True)
         selector = {"field_selector": self.pod_selector} if self.pod_selector else {}
         self.namespace = namespace
         self.metrics = metrics
@@ -92,7 +101,7 @@ class ClusterIndex:
         self._kubeconfig = kubeconfig
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
-        self._decode = decode
+        self._topologies: dict[str, object] = {}  # annotation text -> decoded (_decode)
         self._mu = threading.Lock()
         self.bases: dict[str, NodeState] = {}
         self.holders: dict[str, dict[int, str]] = {}  # node -> GPU index -> "ns/pod" (the agent's view)
@@ -185,6 +194,17 @@ class ClusterIndex:
         )
 
     # ---- nodes -------------------------------------------------------------------------------------------
+    def _decode(self, text: str) -> object:
+        """The topology annotation decoded, once per distinct text: a node's status updates (heartbeats, a
+        pod's resources) bring the same annotation again, and decoding it cost most of a node event. Nodes
+        of one machine type written alike share the object (the scoring core memoises per topology)."""
+        hit = self._topologies.get(text)
+        if hit is None:
+            if len(self._topologies) >= MAX_TOPOLOGIES:
+                self._topologies.clear()
+            hit = self._topologies[text] = decode(text)
+        return hit
+
     def _node_event(self, typ: str, raw: dict) -> None:
         name = (raw.get("metadata") or {}).get("name")
         if not name:
@@ -216,14 +236,16 @@ class ClusterIndex:
         """One event of the pod watch: the pending side first (a bind ends a pod's pending state, as does a
         deletion), then, for a bound pod, the accounting side. An unbound pod's update or deletion never
         touches accounting (so it cannot end an assumption: only a bind, a new decision or the expiry do)."""
-        self._pending_event(typ, raw)
+        if self.verify_decisions:
+            self._pending_event(typ, raw)
         if (raw.get("spec") or {}).get("nodeName"):
             self._pod_event(typ, raw)
 
     def _apply_all_pods(self, items: list[dict]) -> None:
         """A listing of the pod watch: bound pods replace the accounting, pending ones the pending set."""
         bound = [p for p in items if (p.get("spec") or {}).get("nodeName")]
-        self._apply_pending([p for p in items if not (p.get("spec") or {}).get("nodeName")])
+        if self.verify_decisions:
+            self._apply_pending([p for p in items if not (p.get("spec") or {}).get("nodeName")])
         self._apply_pods(bound)
 
     def _pod_event(self, typ: str, raw: dict) -> None:
@@ -264,6 +286,8 @@ class ClusterIndex:
             self.by_node.get(old[0], set()).discard(uid)
             touched.add(old[0])
         if entry is not None:
+            if old is None and not self.verify_decisions and entry[2].wants_gpu:
+                self.engine.observe(entry[2])  # first seen (bound): the workload mix follows it
             self.pods[uid] = entry
             self.by_node.setdefault(node, set()).add(uid)
             touched.add(node)
@@ -296,6 +320,9 @@ class ClusterIndex:
         the pending watch has seen with this very request; otherwise wait briefly for the watch."""
         with self._mu:
             if uid in self.pods:  # already seen bound: the watch was faster
+                return
+            if not self.verify_decisions:  # the caller is kube-scheduler (module docstring)
+                self._assume(uid, node, req)
                 return
             seen = self.pending.get(uid)
             if seen is None:

@@ -76,13 +76,14 @@ def error_body(message: str) -> bytes:
     return orjson.dumps({"error": message})
 
 
+_STATUS_LINES = {s.value: b"HTTP/1.1 %d %s" % (s.value, s.phrase.encode()) for s in HTTPStatus}
+
+
 def _response(status: int, body: bytes, ctype: bytes, keep_alive: bool) -> bytes:
-    reason = HTTPStatus(status).phrase.encode()
     conn = b"keep-alive" if keep_alive else b"close"
     return b"".join(
         (
-            b"HTTP/1.1 %d " % status,
-            reason,
+            _STATUS_LINES[status],
             b"\r\nContent-Type: ",
             ctype,
             b"\r\nContent-Length: %d\r\nConnection: " % len(body),
@@ -336,7 +337,7 @@ class _Conn(asyncio.BufferedProtocol):
             if len(self.buf) < total:
                 return  # wait for the rest of the body; the request deadline is running
             self.pending = None
-            body = bytes(self.buf[end + 4 : total])
+            body = bytes(memoryview(self.buf)[end + 4 : total])  # one copy (a bytearray slice is a second)
             del self.buf[:total]
             self.scan = 0
             self.srv.table.grow(self, len(self.buf))

@@ -50,10 +50,11 @@ def gpu_pod(
     )
 
 
-@pytest.fixture
-def index(k8s_api, namespace) -> Iterator[ClusterIndex]:
+@pytest.fixture(params=[True, False], ids=["verified-decisions", "kube-scheduler-only"])
+def index(request, k8s_api, namespace) -> Iterator[ClusterIndex]:
+    """Both watch shapes: bound and pending pods (decisions verified), bound pods only."""
     engine = Engine()
-    idx = ClusterIndex(engine, namespace=namespace, api_client=k8s_api)
+    idx = ClusterIndex(engine, namespace=namespace, api_client=k8s_api, verify_decisions=request.param)
     idx.start()
     assert idx.wait_ready(30), "index never listed nodes and pods"
     yield idx

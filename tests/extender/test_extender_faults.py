@@ -142,7 +142,11 @@ def test_unknown_nodes_fail_with_reason_not_error(server) -> None:
     body = orjson.dumps({"Pod": orjson.loads(GOOD)["Pod"], "NodeNames": ["ghost-1", "h1"]})
     status, _, data = request(server, "POST", "/filter", body)
     reply = orjson.loads(data)
-    assert status == 200 and reply["NodeNames"] == ["h1"]
+    assert status == 200 and reply["NodeNames"] == ["h1"] and reply["FailedNodes"] == {}
+    only_ghosts = orjson.dumps({"Pod": orjson.loads(GOOD)["Pod"], "NodeNames": ["ghost-1", "ghost-2"]})
+    status, _, data = request(server, "POST", "/filter", only_ghosts)
+    reply = orjson.loads(data)
+    assert status == 200 and reply["NodeNames"] == []
     assert "not in the extender's index" in reply["FailedNodes"]["ghost-1"]
     status, _, data = request(server, "POST", "/prioritize", body)
     assert status == 200 and orjson.loads(data)[0] == {"Host": "ghost-1", "Score": 0}
@@ -214,6 +218,7 @@ def test_routes_methods_health_ready_metrics(server) -> None:
     assert request(server, "POST", "/bind", b"{}")[0] == 404
     assert request(server, "GET", "/healthz")[0] == 200
     assert request(server, "GET", "/readyz")[0] == 200
+    assert request(server, "POST", "/filter", b"not json")[0] == 400  # counted by code and verb
     status, ctype, data = request(server, "GET", "/metrics")
     assert status == 200 and ctype.startswith("text/plain")
     assert b'kgwe_extender_requests_total{code="400",verb="filter"}' in data

@@ -42,6 +42,11 @@ def test_the_pod_watch_selects_pods_of_the_kgwe_scheduler():
     assert pod_field_selector(None) == ""
     assert ClusterIndex(Engine()).pod_selector == "spec.schedulerName=kgwe-scheduler"
     assert ClusterIndex(Engine(), scheduler_name=None).pod_selector == ""
+    # kube-scheduler the only caller: bound pods only
+    trusted = ClusterIndex(Engine(), verify_decisions=False)
+    assert trusted.pod_selector == "spec.schedulerName=kgwe-scheduler,spec.nodeName!="
+    every_scheduler = ClusterIndex(Engine(), scheduler_name=None, verify_decisions=False)
+    assert every_scheduler.pod_selector == "spec.nodeName!="
 
 
 def pending(name: str, gpus: int) -> dict:
@@ -95,3 +100,45 @@ def test_a_bad_holders_annotation_is_ignored():
     for raw in ("{", "[]", '{"x": "p"}', '{"1": 5}', '{"99": "p"}'):
         node["metadata"].setdefault("annotations", {})["kgwe.nvidia.io/gpu-pods"] = raw
         assert gpu_holders(node) == {}
+
+
+def test_with_kube_scheduler_the_only_caller_a_decision_counts_at_once_and_the_bind_replaces_it():
+    """No pending pods are watched: the decision is assumed as made, the bind (the pod's first event) ends
+    the assumption and counts the pod once, and the workload mix learns from the bound pod."""
+    engine = Engine()
+    idx = ClusterIndex(engine, verify_decisions=False)
+    idx._apply_nodes([node_manifest("a", machine("DGX-H100"))])
+    idx._apply_all_pods([pod("old", "a", 2)])
+    assert engine.table.mix  # learned from the pods the watch shows bound
+    seen = sum(engine._mix.values())
+    body = orjson.dumps({"Pod": pending("new", 1), "Nodes": None, "NodeNames": ["a"]})
+    assert orjson.loads(engine.filter(body))["NodeNames"] == ["a"]
+    assert set(idx.assumed) == {"uid-new"} and idx.pending == {} and not idx.unconfirmed
+    assert sum(engine._mix.values()) == seen  # never from request bodies
+    assert sum(engine.node_view("a")["gpuUsedMilli"]) == 3000
+    idx._any_pod_event("ADDED", pod("new", "a", 1))
+    assert idx.assumed == {} and set(idx.pods) == {"uid-old", "uid-new"}
+    assert sum(engine.node_view("a")["gpuUsedMilli"]) == 3000
+    assert sum(engine._mix.values()) == seen + 1
+    idx._any_pod_event("MODIFIED", pod("new", "a", 1))  # its status: nothing more to learn
+    assert sum(engine._mix.values()) == seen + 1
+    idx._any_pod_event("DELETED", pod("new", "a", 1))
+    assert sum(engine.node_view("a")["gpuUsedMilli"]) == 2000
+
+
+def test_a_topology_annotation_is_decoded_once_and_again_when_it_changes(monkeypatch):
+    import kgwe.extender.index as index_module
+
+    decoded = []
+    real = index_module.decode
+    monkeypatch.setattr(index_module, "decode", lambda text: decoded.append(text) or real(text))
+    idx = ClusterIndex(Engine())
+    node = node_manifest("a", machine("DGX-H100"))
+    idx._apply_nodes([node, node_manifest("b", machine("DGX-H100"))])  # the same machine, written alike
+    for _ in range(3):  # status updates bring the same annotation again
+        idx._node_event("MODIFIED", node)
+    assert len(decoded) == 1 and idx.bases["a"].topology is idx.bases["b"].topology
+    other = node_manifest("a", machine("L40S-8-PCIE"))
+    idx._node_event("MODIFIED", other)
+    assert len(decoded) == 2 and idx.engine.node_view("a")["topology"] == idx.bases["a"].topology.name
+    assert idx.bases["a"].topology is not idx.bases["b"].topology

@@ -57,8 +57,24 @@ def test_filter_node_cache_capable_golden() -> None:
     assert set(reply) == {"Nodes", "NodeNames", "FailedNodes", "FailedAndUnresolvableNodes", "Error"}
     assert reply["Nodes"] is None and reply["Error"] == ""
     assert reply["NodeNames"] == ["dgx-h100-01"]
+    # a node is left, so kube-scheduler places the pod: it never reads why the others failed
+    assert reply["FailedNodes"] == {} and reply["FailedAndUnresolvableNodes"] == {}
+
+
+def fitting_nowhere() -> bytes:
+    """The golden request with 8 GPUs asked: the H100 node has 7 whole ones free, the A100 node one."""
+    args = orjson.loads((GOLDEN / "filter_node_cache_capable.json").read_bytes())
+    for part in ("limits", "requests"):
+        args["Pod"]["spec"]["containers"][0]["resources"][part]["nvidia.com/gpu"] = "8"
+    return orjson.dumps(args)
+
+
+def test_a_pod_left_no_node_gets_every_failed_node_with_its_reason() -> None:
+    reply = orjson.loads(engine().filter(fitting_nowhere()))
+    assert reply["NodeNames"] == []
     assert reply["FailedNodes"] == {
-        "a100-pcie-01": "kgwe: pod needs 2 whole GPUs, node has 1 of 8 free",
+        "dgx-h100-01": "kgwe: pod needs 8 whole GPUs, node has 7 of 8 free",
+        "a100-pcie-01": "kgwe: pod needs 8 whole GPUs, node has 1 of 8 free",
         "cpu-01": UNKNOWN_NODE,
     }
     assert reply["FailedAndUnresolvableNodes"] == {"cpu-01": UNKNOWN_NODE}
@@ -381,15 +397,16 @@ def test_a_single_feasible_node_is_assumed_without_deciding() -> None:
     assert assumed == [("u3", "dgx-h100-01")]
 
 
-def test_filter_failures_are_counted_for_every_answer_also_a_remembered_one() -> None:
+def test_filter_failures_are_counted_when_the_pod_is_left_no_node() -> None:
+    """The failure metrics count what FailedNodes lists: the nodes of answers that placed the pod nowhere."""
     from kgwe.extender.app import Metrics, make_handler
 
     e, metrics = engine(), Metrics()
     handle = make_handler(e, metrics)
-    body = (GOLDEN / "filter_node_cache_capable.json").read_bytes()
-    replies = [handle("POST", "/filter", body) for _ in range(2)]
+    placed = handle("POST", "/filter", (GOLDEN / "filter_node_cache_capable.json").read_bytes())
+    assert placed[0] == 200 and metrics.failed_nodes._value.get() == 0
+    replies = [handle("POST", "/filter", fitting_nowhere()) for _ in range(2)]
     assert [status for status, _, _ in replies] == [200, 200] and replies[0][1] == replies[1][1]
-    assert e._memo, "the second answer should come from the answer memo"
     counted = {r: metrics.filter_failures.labels(r)._value.get() for r in ("whole", "unknown_node")}
-    assert counted == {"whole": 2, "unknown_node": 2}
-    assert metrics.failed_nodes._value.get() == 4
+    assert counted == {"whole": 4, "unknown_node": 2}
+    assert metrics.failed_nodes._value.get() == 6

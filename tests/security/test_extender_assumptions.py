@@ -1,8 +1,9 @@
 """Unauthenticated filter calls must not change the extender's view of the cluster: before this, two POST
-/filter requests with made-up 8-GPU pods made every DGX node look full for 30 s. Decisions count only for
-pods the watch saw pending with the same request, at most a bounded number per node; the fragmentation
-mix is learned from watched pods, never from request bodies. Real Node/Pod manifests through the index's
-own event handlers (no API server needed)."""
+/filter requests with made-up 8-GPU pods made every DGX node look full for 30 s. An extender served to
+clients nobody verifies (--insecure-any-client) counts decisions only for pods the watch saw pending with
+the same request, at most a bounded number per node; the fragmentation mix is learned from watched pods,
+never from request bodies. Real Node/Pod manifests through the index's own event handlers (no API server
+needed)."""
 
 from __future__ import annotations
 
@@ -39,6 +40,18 @@ def cluster() -> tuple[Engine, ClusterIndex, list[float]]:
     idx._apply_pods([])
     idx._apply_pending([])
     return engine, idx, now
+
+
+def test_decisions_are_verified_exactly_when_the_port_serves_unverified_clients() -> None:
+    import argparse
+
+    from kgwe.extender.extender_cmd import add_arguments, cluster_index
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    for flags, verified in (([], False), (["--insecure-any-client"], True)):
+        args = parser.parse_args(["--kubeconfig", "unused", *flags])
+        assert cluster_index(args, Engine(), None, None).verify_decisions is verified
 
 
 def used(engine: Engine, node: str) -> list[int]:

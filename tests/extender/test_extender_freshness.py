@@ -1,6 +1,6 @@
-"""Whole answers are remembered per (request shape, profile, node list) only while the node table is
-unchanged: a node change, an assumption or a bind must give the next pod of the same shape a fresh answer,
-and a watch event that changes nothing must not throw the remembered answers away."""
+"""Answers follow the node table: per-node answers are cached per request shape while the node's row is
+unchanged, so a node change, an assumption or a bind must give the next pod of the same shape a fresh
+answer, and a watch event that changes nothing must not touch the row (and throw its cached answers away)."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def test_a_node_change_gives_the_same_request_a_fresh_answer() -> None:
     e = two_nodes()
     body = args(gpu_pod("u1", gpus=6), ["a", "b"])
     first = e.filter(body)
-    assert e.filter(body) == first  # remembered
+    assert e.filter(body) == first
     assert orjson.loads(first)["NodeNames"] == ["a"]
     prioritized = e.prioritize(body)
     assert e.prioritize(body) == prioritized
@@ -105,18 +105,6 @@ def test_a_bind_and_a_deletion_change_the_answer_a_status_update_does_not() -> N
 
     idx._pod_event("DELETED", bound)
     assert orjson.loads(e.filter(body))["NodeNames"] == ["a"]
-
-
-def test_remembered_answers_are_bounded_in_bytes(monkeypatch) -> None:
-    import kgwe.extender.engine as engine_module
-
-    e = two_nodes()
-    bodies = [args(gpu_pod("u", gpus=g), ["a", "b"]) for g in (1, 2, 6)]
-    small = len(e.filter(bodies[0])) + 1
-    monkeypatch.setattr(engine_module, "MEMO_BYTES", small)
-    answers = [e.filter(b) for b in bodies]
-    assert e._memo_bytes <= small and len(e._memo) <= 1
-    assert [e.filter(b) for b in bodies] == answers
 
 
 def test_a_deferred_assumption_is_made_before_the_next_decision() -> None:
