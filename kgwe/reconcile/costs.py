@@ -18,7 +18,7 @@ from kubernetes import client
 from kgwe.cluster.names import is_gpu_resource
 from kgwe.cost.budgets import budget_from_policy, quota_decisions
 from kgwe.cost.pricing import pricebook_from_catalog
-from kgwe.cost.service import CostService
+from kgwe.cost.service import ADVICE_SECONDS, CostService
 from kgwe.cost.usage import Period, month_period
 from kgwe.errors import KgweError
 from kgwe.reconcile import cron
@@ -58,6 +58,7 @@ def cost_duties(
     prometheus_url: str | None = None,
     spool_path: Path | None = None,
     refresh_seconds: float = 60.0,
+    advice_seconds: float = ADVICE_SECONDS,
 ) -> CostDuties:
     """The cost duties `kgwe controller` runs, on the store at `db` (SQLite path or postgresql:// URL).
 
@@ -71,7 +72,13 @@ def cost_duties(
     except KgweError as exc:
         log.warning("%s; metering will retry the migration", exc)
     return CostDuties(
-        CostService(store, cluster=cluster, spool_path=spool_path),
+        CostService(
+            store,
+            cluster=cluster,
+            spool_path=spool_path,
+            prometheus_url=prometheus_url,
+            advice_seconds=advice_seconds,
+        ),
         prometheus_url=prometheus_url,
         refresh_seconds=refresh_seconds,
     )
