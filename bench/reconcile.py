@@ -32,6 +32,7 @@ from kubernetes import client
 from kgwe.cluster.client import ensure_namespace, list_items
 from kgwe.cluster.crds import install_crds
 from kgwe.cluster.names import MIG_STATE_LABEL
+from kgwe.gitops.gitcmd import LOOPBACK_NETWORKS, GitAccess
 from kgwe.gitops.webhook import sign
 from kgwe.localcluster import gpunodes
 from kgwe.localcluster.controlplane import ControlPlane, find_binaries
@@ -151,7 +152,8 @@ def main() -> int:
             },
         )
 
-        rec = RepositoryReconciler(api, NS, POOL, cache_dir=tmp / "cache")
+        access = GitAccess(allowed_networks=LOOPBACK_NETWORKS)  # the Git server listens on loopback
+        rec = RepositoryReconciler(api, NS, POOL, cache_dir=tmp / "cache", git_access=access)
         t0 = time.monotonic()
         first = rec.reconcile()
         print(f"first reconcile: {first.phase}, {time.monotonic() - t0:.2f}s")
@@ -204,6 +206,7 @@ def main() -> int:
             webhook_secret=secret,
             listen=("127.0.0.1", 0),
             leader_election=False,
+            git_access=access,
         )
         stop = threading.Event()
         thread = threading.Thread(target=controller.run, args=(stop,), daemon=True)

@@ -1,10 +1,11 @@
-"""The webhook's HTTPS server: POST /mutate-pods (AdmissionReview v1), GET /healthz, GET /metrics.
+"""The webhook's routes on KGWE's one server (kgwe.httpd): POST /mutate-pods (AdmissionReview v1), GET
+/healthz, GET /metrics, over HTTPS.
 
-stdlib `http.server`, one thread per connection: admission traffic is one request per pod creation, far
-below what needs more. Bad input never reaches a traceback: bodies must carry a Content-Length no larger
-than MAX_BODY_BYTES (413 otherwise, answered without reading the body), a malformed review is a 400 with
-a JSON message, a slow client is cut off after `timeout_seconds`. The serving certificate is reread when
-its file changes (cert-manager renews it in place in the mounted Secret).
+Bad input never reaches a traceback: bodies over MAX_BODY_BYTES get a 413 answered from the headers, a
+malformed review a 400 with a JSON message; slow clients, unfinished handshakes and piled headers are the
+server's to bound (deadlines per request, an evicting connection table, a byte budget), so the pod stays far
+below its 256 MiB limit. The serving certificate is reread when its file changes (cert-manager renews it
+in place in the mounted Secret); with a client CA, the API server must present a certificate from it.
 """
 
 from __future__ import annotations
@@ -13,37 +14,40 @@ import logging
 import os
 import ssl
 import threading
+import time
 from collections import Counter
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-
-import orjson
 
 from kgwe.admission.decision import ReviewError, review
 from kgwe.cluster.names import SCHEDULER_NAME
+from kgwe.httpd import JSON, Handler, Limits, error_body
 
 log = logging.getLogger("kgwe.admission")
 
 MUTATE_PATH = "/mutate-pods"
 MAX_BODY_BYTES = 4 * 1024 * 1024  # a pod object is at most ~1.5 MiB in etcd; a review holds one
 CERT_CHECK_SECONDS = 30.0
+# Worst case: 32 MiB of unfinished reviews (eight of the largest at once) plus 256 TLS connections, well
+# inside the pod's 256 MiB limit.
+LIMITS = Limits(max_connections=256, max_body_bytes=MAX_BODY_BYTES, max_buffered_bytes=32 * 1024 * 1024)
 
 
 class CertificateReloader:
     """An SSLContext whose certificate follows the files (checked at most every CERT_CHECK_SECONDS)."""
 
-    def __init__(self, cert_file: Path, key_file: Path) -> None:
+    def __init__(self, cert_file: Path, key_file: Path, client_ca_file: Path | None = None) -> None:
         self.cert_file, self.key_file = Path(cert_file), Path(key_file)
         self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         self.context.minimum_version = ssl.TLSVersion.TLSv1_2
+        if client_ca_file is not None:
+            self.context.load_verify_locations(cafile=str(client_ca_file))
+            self.context.verify_mode = ssl.CERT_REQUIRED
         self._stamp: tuple[float, float] | None = None
         self._checked = 0.0
         self._mu = threading.Lock()
         self.reload(force=True)
 
     def reload(self, force: bool = False, now: float | None = None) -> None:
-        import time
-
         now = time.monotonic() if now is None else now
         with self._mu:
             if not force and now - self._checked < CERT_CHECK_SECONDS:
@@ -54,115 +58,44 @@ class CertificateReloader:
                 self.context.load_cert_chain(self.cert_file, self.key_file)
                 self._stamp = stamp
 
-
-class WebhookServer(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def __init__(
-        self,
-        address: tuple[str, int],
-        tls: CertificateReloader,
-        scheduler_name: str = SCHEDULER_NAME,
-        timeout_seconds: float = 10.0,
-    ) -> None:
-        super().__init__(address, _Handler)
-        self.tls = tls
-        self.scheduler_name = scheduler_name
-        self.timeout_seconds = timeout_seconds
-        self.counts: Counter[str] = Counter()
-        self._mu = threading.Lock()
-
-    def get_request(self):
-        sock, addr = self.socket.accept()
-        sock.settimeout(self.timeout_seconds)
+    def current(self) -> ssl.SSLContext:
+        """The context for a new connection, after a (rate-limited) look at the files."""
         try:
-            self.tls.reload()
+            self.reload()
         except (OSError, ssl.SSLError) as exc:  # keep serving with the certificate already loaded
             log.warning("serving certificate not reloaded: %s", exc)
-        return self.tls.context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False), addr
-
-    def handle_error(self, request, client_address) -> None:
-        """A failed handshake or a dropped client: one log line, never a traceback."""
-        import sys
-
-        log.info("connection from %s ended: %s", client_address[0], sys.exc_info()[1])
-
-    def count(self, outcome: str) -> None:
-        with self._mu:
-            self.counts[outcome] += 1
+        return self.context
 
 
-class _Handler(BaseHTTPRequestHandler):
-    server: WebhookServer
-    protocol_version = "HTTP/1.1"
-    server_version = "kgwe-webhook"
-    sys_version = ""
+def make_handler(scheduler_name: str = SCHEDULER_NAME, counts: Counter[str] | None = None) -> Handler:
+    """The routes; `counts` (review outcomes) is what /metrics shows."""
+    counts = Counter() if counts is None else counts
 
-    def log_message(self, fmt: str, *args: object) -> None:  # access log at debug level only
-        log.debug("%s " + fmt, self.client_address[0], *args)
+    def error(status: int, message: str) -> tuple[int, bytes, bytes]:
+        counts[f"error_{status}"] += 1
+        return status, error_body(message), JSON
 
-    def _send(self, status: int, body: bytes, ctype: str = "application/json") -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def _error(self, status: int, message: str) -> None:
-        self.server.count(f"error_{status}")
-        self.close_connection = True
-        self._send(status, orjson.dumps({"error": message}))
-
-    def do_GET(self) -> None:
-        if self.path == "/healthz":
-            self._send(200, b"ok", "text/plain")
-        elif self.path == "/metrics":
-            with self.server._mu:
-                counts = dict(self.server.counts)
-            lines = ["# TYPE kgwe_webhook_reviews_total counter"]
-            lines += [f'kgwe_webhook_reviews_total{{outcome="{k}"}} {v}' for k, v in sorted(counts.items())]
-            self._send(200, ("\n".join(lines) + "\n").encode(), "text/plain; version=0.0.4")
-        else:
-            self._error(404, f"no such path {self.path[:100]!r}")
-
-    def do_POST(self) -> None:
-        if self.path.split("?", 1)[0] != MUTATE_PATH:
-            self._error(404, f"POST {MUTATE_PATH} only")
-            return
-        if self.headers.get("Transfer-Encoding", "identity").lower() != "identity":
-            self._error(411, "send the body with a Content-Length (chunked bodies are not accepted)")
-            return
+    def handle(method: str, path: str, body: bytes) -> tuple[int, bytes, bytes]:
+        if method == "GET":
+            if path == "/healthz":
+                return 200, b"ok", b"text/plain"
+            if path == "/metrics":
+                lines = ["# TYPE kgwe_webhook_reviews_total counter"]
+                lines += [
+                    f'kgwe_webhook_reviews_total{{outcome="{k}"}} {v}' for k, v in sorted(counts.items())
+                ]
+                return 200, ("\n".join(lines) + "\n").encode(), b"text/plain; version=0.0.4"
+            return error(404, f"no such path {path[:100]!r}")
+        if method != "POST" or path != MUTATE_PATH:
+            return error(404, f"POST {MUTATE_PATH} only")
         try:
-            length = int(self.headers.get("Content-Length", ""))
-        except ValueError:
-            self._error(411, "Content-Length missing or not a number")
-            return
-        if length < 0 or length > MAX_BODY_BYTES:
-            self._error(413, f"body of {length} bytes exceeds the {MAX_BODY_BYTES} byte limit")
-            return
-        try:
-            body = self.rfile.read(length)
-        except (TimeoutError, OSError):
-            self.close_connection = True
-            return
-        try:
-            answer, decision = review(body, self.server.scheduler_name)
+            answer, decision = review(body, scheduler_name)
         except ReviewError as exc:
-            self._error(400, str(exc))
-            return
+            return error(400, str(exc))
         except RecursionError:  # deeply nested JSON
-            self._error(400, "body nests too deeply")
-            return
-        self.server.count("routed" if decision.patch else "unchanged")
+            return error(400, "body nests too deeply")
+        counts["routed" if decision.patch else "unchanged"] += 1
         log.debug("review: %s", decision.reason)
-        self._send(200, answer)
+        return 200, answer, JSON
 
-
-def make_server(
-    host: str,
-    port: int,
-    cert_file: Path,
-    key_file: Path,
-    scheduler_name: str = SCHEDULER_NAME,
-) -> WebhookServer:
-    return WebhookServer((host, port), CertificateReloader(cert_file, key_file), scheduler_name)
+    return handle

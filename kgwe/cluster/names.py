@@ -29,6 +29,9 @@ REPOSITORY_LABEL = ANNOTATION_PREFIX + "policy-repository"
 # A PolicyRepository may read only Secrets carrying this label with the value "true": a tenant who may create
 # PolicyRepositories must not be able to send any other Secret of the namespace to a Git server of theirs.
 GIT_CREDENTIALS_LABEL = ANNOTATION_PREFIX + "git-credentials"
+# ...and names the hosts its credentials are for ("github.com, git.example.com:8443"): they are sent to no
+# other host, whatever URL a PolicyRepository names.
+GIT_HOSTS_ANNOTATION = ANNOTATION_PREFIX + "git-hosts"
 
 PRUNE_ANNOTATION = ANNOTATION_PREFIX + "prune"
 PRUNE_DISABLED = "disabled"
@@ -76,3 +79,15 @@ DEFAULT_SCHEDULER_NAME = "default-scheduler"
 # KGWE set nvidia.com/device-plugin.config, and that KGWE cordoned the node to switch it.
 SHARING_REQUESTED_AT_ANNOTATION = ANNOTATION_PREFIX + "device-plugin-config-requested-at"
 SHARING_CORDONED_ANNOTATION = ANNOTATION_PREFIX + "cordoned-for-device-plugin-config"
+
+# GPUWorkloads run only in namespaces that opt in with this label; in each, the controller binds the chart's
+# ClusterRole WORKLOAD_WRITER_CLUSTERROLE (create Jobs, Deployments, Services, PodGroups) to itself with the
+# RoleBinding WORKLOAD_ROLEBINDING. The chart's admission policies spell these names too.
+WORKLOADS_NAMESPACE_LABEL = ANNOTATION_PREFIX + "workloads"
+WORKLOADS_ENABLED = "enabled"
+WORKLOAD_WRITER_CLUSTERROLE = "kgwe-workload-writer"
+WORKLOAD_ROLEBINDING = "kgwe-workloads"
+# The PodTemplatePolicies of the policy repository, rendered into KGWE's namespace for the GPUWorkload
+# controller (JSON under the key below); absent, every field a policy could allow is refused.
+POD_TEMPLATE_POLICY_CONFIGMAP = "kgwe-pod-template-policy"
+POD_TEMPLATE_POLICY_KEY = "policies.json"

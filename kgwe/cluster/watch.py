@@ -1,5 +1,5 @@
-"""The one list+watch loop of KGWE's long-running readers (the extender's index, metering, the test control
-plane's stand-ins).
+"""The one list+watch loop of KGWE's long-running readers (the extender's index, metering, the GPUWorkload
+controller, `kgwe fleet watch`, the local cluster's stand-ins).
 
 List, hand every object over, then watch from the list's resourceVersion. A watch the server ends (its
 timeout) is resumed from the last version seen, bookmarks included. A watch that can no longer resume — 410
@@ -77,13 +77,14 @@ def list_and_watch(
     watch_timeout_seconds: int = 300,
     max_backoff_seconds: float = 5.0,
     on_restart: Callable[[BaseException | None], None] | None = None,
-    on_watch_end: Callable[[], None] | None = None,
+    on_watch_end: Callable[[], bool | None] | None = None,
     **list_kwargs: Any,
 ) -> None:
     """Run until `stop` is set. `on_list(items)` gets the whole listing (first, and after every gap, so it
     must replace what it knew); `on_event(type, object)` every ADDED/MODIFIED/DELETED after it.
     `on_restart(error)` is told each time the loop lists again (error None: the watch expired);
-    `on_watch_end()` each time a watch ends normally (a place for periodic work)."""
+    `on_watch_end()` each time a watch ends normally (a place for periodic work); when it returns True the
+    loop lists again at once (the caller's own state must be rebuilt from a fresh listing)."""
     version: str | None = None
     backoff = MIN_BACKOFF_SECONDS
     while not stop.is_set():
@@ -118,8 +119,8 @@ def list_and_watch(
                     on_event(kind, obj)
             if version is not None:
                 backoff = MIN_BACKOFF_SECONDS
-                if on_watch_end is not None:
-                    on_watch_end()
+                if on_watch_end is not None and on_watch_end():
+                    version = None
                 continue
         except ApiException as exc:
             if exc.status != GONE:

@@ -2,11 +2,14 @@
 
 A pod holds GPUs while it is bound to a node and not finished. The resources it holds are
 `nvidia.com/gpu` (whole GPUs), `nvidia.com/mig-<profile>` (MIG instances) and `nvidia.com/gpu.shared`
-with the `kgwe.nvidia.io/gpu-milli` annotation (a share of a GPU). The watch loop turns each pod
+with the `kgwe.nvidia.io/gpu-milli` annotation (a share of a GPU). What a pod says about itself never
+lowers its charge below what it holds: whole GPUs and MIG instances are charged whatever its annotations
+say, and the annotation only sizes a share of `nvidia.com/gpu.shared` (absent or unreadable, the share is
+the one the extender places it with, 1000 / units thousandths per unit). The watch loop turns each pod
 event into Start/End actions; on (re)start it reconciles the store's open intervals with the live pod
 list, so nothing is counted twice (a holding already open stays open) and nothing is lost (an open
 interval whose pod vanished while we were down is closed; a live holding we never saw is opened).
-Pods we cannot price unambiguously are skipped with a logged reason, never guessed.
+Pods whose resources we cannot read (not whole numbers) are skipped with a logged reason, never guessed.
 
 Who pays is decided by the pod's namespace, never by the pod itself (whoever can create a pod could
 otherwise bill another team): the team of the GPUBudget that claims the namespace, else the namespace's
@@ -25,7 +28,7 @@ from typing import Any
 
 from kgwe.cost.tables import resource_key
 from kgwe.cost.usage import MIG, SHARED, WHOLE, NodeCapacity, UsageInterval, ensure_utc
-from kgwe.gpu.sharing import node_sharing, replica_milli
+from kgwe.gpu.sharing import annotated_milli, node_sharing, replica_milli
 from kgwe.vocab import GPU_MILLI_ANNOTATION, GPU_RESOURCE, MIG_RESOURCE_PREFIX, SHARED_GPU_RESOURCE
 
 log = logging.getLogger(__name__)
@@ -144,14 +147,7 @@ def holdings(pod: Mapping[str, Any], replicas: int = 1) -> tuple[list[Holding], 
         return [], err or err2
     want = {k: max(app.get(k, 0), init.get(k, 0)) for k in set(app) | set(init)}
     want = {k: v for k, v in want.items() if v > 0}
-    milli_raw = (_get(pod, "metadata", "annotations") or {}).get(MILLI_ANNOTATION)
-    milli = None
-    if milli_raw is not None:
-        milli = _quantity(milli_raw)
-        if milli is None or not 1 <= milli <= 1000:
-            return [], f"annotation {MILLI_ANNOTATION}={milli_raw!r} must be an integer in 1..1000"
-        if GPU_SHARED not in want:
-            return [], f"annotation {MILLI_ANNOTATION} is set but the pod requests no {GPU_SHARED}"
+    milli = _declared_share(pod, want.get(GPU_SHARED, 0))
     out: list[Holding] = []
     for name, qty in sorted(want.items()):
         if replicas > 1 and name in (GPU, GPU_SHARED):
@@ -162,12 +158,18 @@ def holdings(pod: Mapping[str, Any], replicas: int = 1) -> tuple[list[Holding], 
         elif name == GPU:
             out.append(Holding(WHOLE, qty))
         elif name == GPU_SHARED:
-            if milli is None:
-                return [], f"{GPU_SHARED} requested without annotation {MILLI_ANNOTATION}: share unknown"
-            out.append(Holding(SHARED, qty, gpu_milli=milli))
+            out.append(Holding(SHARED, qty, gpu_milli=milli or max(1, 1000 // qty)))
         else:
             out.append(Holding(MIG, qty, mig_profile=name[len(MIG_PREFIX) :]))
     return out, None
+
+
+def _declared_share(pod: Mapping[str, Any], shared_units: int) -> int | None:
+    """The share the gpu-milli annotation gives a pod holding `shared_units` of nvidia.com/gpu.shared; None
+    when it holds none (the annotation then sizes nothing) or the annotation is absent or not 1..1000 (the
+    extender's default share applies, as it placed the pod)."""
+    raw = (_get(pod, "metadata", "annotations") or {}).get(MILLI_ANNOTATION)
+    return annotated_milli(raw) if raw is not None and shared_units else None
 
 
 def namespace_teams(

@@ -1,7 +1,8 @@
 """The metering watch loop: the thin I/O edge around kgwe.cost.metering.
 
 On start (and after any watch gap: 410 Gone, a dropped connection) it lists nodes and pods and
-reconciles the store with what is live; between lists it follows the pod watch. All decisions are in
+reconciles the store with what is live; between lists it follows the pod watch (the one list+watch loop,
+kgwe.cluster.watch, resuming from the last resourceVersion). All decisions are in
 Meter; this module only moves data between the API server, the Meter and the store.
 
 The database may be down — when this replica becomes leader, or at any time later. Metering then keeps
@@ -22,9 +23,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from kubernetes import client, watch
-from kubernetes.client.exceptions import ApiException
+from kubernetes import client
 
+from kgwe.cluster.watch import list_and_watch
 from kgwe.cost.metering import Action, End, Meter, Start, capacity, namespace_teams, node_info
 from kgwe.cost.pricing import DEFAULT_SPOT_LABELS
 from kgwe.cost.spool import NodeDown, NodeUp, Spool, Write
@@ -163,13 +164,11 @@ class MeteringWatch:
         self._claims = dict(self.budget_teams())
         self.meter.teams = namespace_teams(items, self._claims)
 
-    def resync(self) -> str:
-        """List and reconcile; returns the resourceVersion to watch from. With the store down, live
-        holdings are spooled as starts (harmless if already recorded) and the reconcile waits for it."""
+    def resync(self, pods: Sequence[dict[str, Any]]) -> None:
+        """Reconcile the store with a full listing of pods. With the store down, live holdings are spooled
+        as starts (harmless if already recorded) and the reconcile waits for it."""
         self.sync_nodes()
         self.sync_teams()
-        pods = self.core.list_pod_for_all_namespaces()
-        live = [self._plain(p) for p in pods.items]
         now = self.clock()
         recorded = None
         if self.store_available():
@@ -178,61 +177,41 @@ class MeteringWatch:
             except KgweError as exc:
                 log.warning("metering: %s", exc)
         if recorded is None:
-            self.write([a for a in self.meter.reconcile([], live, now) if isinstance(a, Start)])
+            self.write([a for a in self.meter.reconcile([], pods, now) if isinstance(a, Start)])
             self._reconciled = False
         else:
-            self.write(self.meter.reconcile(recorded, live, now))
+            self.write(self.meter.reconcile(recorded, pods, now))
             self._reconciled = True
         self.synced.set()
-        return pods.metadata.resource_version
+
+    def observe(self, event_type: str, pod: dict[str, Any]) -> None:
+        """One pod event between listings."""
+        if (pod.get("spec") or {}).get("nodeName") not in self.meter.nodes:
+            self.sync_nodes()  # a node we have not seen yet
+        if (pod.get("metadata") or {}).get("namespace") not in self._namespaces or (
+            self.budget_teams() != self._claims
+        ):
+            self.sync_teams()  # a namespace created, or budget claims changed, since the last
+        self.write(self.meter.observe(event_type, pod, self.clock()))
+
+    def between_watches(self) -> bool:
+        """Periodic work each time a watch ends: nodes come and go between pod events, budget claims and
+        team labels change, and the spool is replayed when the store answers again. True (list again
+        and reconcile) once the store is back after a listing it could not reconcile."""
+        self.sync_nodes()
+        self.sync_teams()
+        back = self.store_available()
+        return back and not self._reconciled
 
     def run(self, stop: threading.Event) -> None:
-        version: str | None = None
-        while not stop.is_set():
-            try:
-                if version is None:
-                    version = self.resync()
-                stream = watch.Watch().stream(
-                    self.core.list_pod_for_all_namespaces,
-                    resource_version=version,
-                    timeout_seconds=self.watch_timeout_s,
-                    allow_watch_bookmarks=True,
-                )
-                for event in stream:
-                    obj = event["object"]
-                    if event["type"] == "BOOKMARK":
-                        version = (
-                            obj["metadata"]["resourceVersion"]
-                            if isinstance(obj, dict)
-                            else obj.metadata.resource_version
-                        )
-                        continue
-                    if event["type"] == "ERROR":
-                        version = None
-                        break
-                    pod = self._plain(obj)
-                    version = pod["metadata"]["resourceVersion"]
-                    if pod.get("spec", {}).get("nodeName") not in self.meter.nodes:
-                        self.sync_nodes()  # a node we have not seen yet
-                    if (
-                        pod["metadata"].get("namespace") not in self._namespaces
-                        or self.budget_teams() != self._claims
-                    ):
-                        self.sync_teams()  # a namespace created, or budget claims changed, since the last
-                    self.write(self.meter.observe(event["type"], pod, self.clock()))
-                    if stop.is_set():
-                        break
-                else:
-                    self.sync_nodes()  # periodic: nodes come and go between pod events
-                    self.sync_teams()  # and budget claims or team labels change
-                    back = self.store_available()  # replays the spool when the store answers again
-                    if back and not self._reconciled:
-                        version = None  # relist and reconcile with the store
-            except ApiException as exc:
-                log.warning("metering: watch ended (%s); relisting", exc.status)
-                version = None
-                stop.wait(1)
-            except Exception as exc:  # connection reset and friends: relist, never die silently
-                log.warning("metering: %s: %s; relisting", type(exc).__name__, exc)
-                version = None
-                stop.wait(1)
+        """Follow pods through the one list+watch loop (kgwe.cluster.watch): it resumes from the last
+        resourceVersion, and lists again (-> `resync`) after 410 Gone or a dropped connection."""
+        list_and_watch(
+            self.core.list_pod_for_all_namespaces,
+            on_list=self.resync,
+            on_event=self.observe,
+            on_watch_end=self.between_watches,
+            stop=stop,
+            watch_timeout_seconds=self.watch_timeout_s,
+            max_backoff_seconds=self.max_backoff_s,
+        )

@@ -55,7 +55,7 @@ class PrometheusClient:
             body = exc.read(MAX_BODY + 1)
             try:
                 message = json.loads(body).get("error", "")
-            except (ValueError, AttributeError):
+            except (ValueError, AttributeError, RecursionError):
                 message = body[:200].decode(errors="replace")
             message = " ".join(str(message).split())  # one line, whatever a proxy put in its error page
             raise KgweError(f"Prometheus {self.base_url} answered HTTP {exc.code}: {message}") from None
@@ -65,7 +65,7 @@ class PrometheusClient:
             raise KgweError(f"Prometheus {self.base_url} answer is larger than {MAX_BODY} bytes")
         try:
             return json.loads(body)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nesting deeper than the interpreter's stack
             raise KgweError(f"Prometheus {self.base_url} answered something that is not JSON") from None
 
     def query_range(self, query: str, start: datetime, end: datetime, step_s: int) -> Matrix:

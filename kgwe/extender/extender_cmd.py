@@ -5,6 +5,10 @@ GET /healthz, /readyz, /metrics.
   kgwe extender --kubeconfig ~/.kube/config --listen 0.0.0.0:8888       # watch Nodes, Pods, kgwe-scoring
   kgwe extender --in-cluster --listen 0.0.0.0:8443 --tls-cert-file tls.crt --tls-key-file tls.key \
                 --client-ca-file ca.crt                                   # HTTPS, client certificate required
+
+Who may call it (kgwe.httpd.exposure): plain HTTP only on loopback (kube-scheduler in the same pod), TLS only
+with a client CA, unless --insecure-any-client. /metrics on a non-loopback address needs a token the API
+server lets `get /metrics` (cluster mode), unless --insecure-public-metrics.
 """
 
 from __future__ import annotations
@@ -24,7 +28,19 @@ from kgwe.extender.app import MAX_REQUEST_BYTES, Metrics, make_handler, make_pro
 from kgwe.extender.core import NodeTable
 from kgwe.extender.engine import Engine
 from kgwe.extender.profile import ProfileError, profiles_from_document
-from kgwe.httpd import MAX_CONNECTIONS, serve, server_tls_context
+from kgwe.httpd import (
+    MAX_CONNECTIONS,
+    AccessGuard,
+    Limits,
+    check_client_auth,
+    metrics_need_token,
+    serve,
+    server_tls_context,
+)
+from kgwe.httpd.exposure import INSECURE_ANY_CLIENT, INSECURE_PUBLIC_METRICS
+
+# kubelet probes and a Prometheus scrape: GETs only, a few connections at a time
+PROBE_LIMITS = Limits(max_connections=64, max_body_bytes=4096, max_buffered_bytes=4 * 1024 * 1024)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -63,6 +79,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-connections", type=int, default=MAX_CONNECTIONS, help="open connections at most"
     )
+    parser.add_argument(
+        INSECURE_ANY_CLIENT,
+        action="store_true",
+        help="serve the API port to clients nobody verifies: TLS without --client-ca-file, or plain HTTP on "
+        "an address other than loopback",
+    )
+    parser.add_argument(
+        INSECURE_PUBLIC_METRICS,
+        action="store_true",
+        help="/metrics on an address other than loopback without a token (default: a token the API server "
+        "lets get /metrics)",
+    )
     parser.add_argument("--log-level", default="INFO")
 
 
@@ -73,17 +101,25 @@ def parse_listen(text: str) -> tuple[str, int]:
     return host.strip("[]") or "0.0.0.0", int(port)
 
 
-async def _serve_all(args, engine: Engine, metrics: Metrics, main, probe, tls) -> None:
+def api_limits(args: argparse.Namespace) -> Limits:
+    return Limits(
+        header_timeout_seconds=min(5.0, args.request_timeout),
+        request_timeout_seconds=args.request_timeout,
+        max_connections=args.max_connections,
+        max_body_bytes=MAX_REQUEST_BYTES,
+    )
+
+
+async def _serve_all(args, engine: Engine, metrics: Metrics, main, probe, tls, guards) -> None:
     """The extender port and, when asked, the plain probe port; both end on SIGTERM/SIGINT."""
     stop = asyncio.Event()
     servers = [
         serve(
             make_handler(engine, metrics),
             *main,
-            request_timeout=args.request_timeout,
-            max_connections=args.max_connections,
-            max_body=MAX_REQUEST_BYTES,
+            limits=api_limits(args),
             tls=tls,
+            guard=guards[0],
             stop=stop,
         )
     ]
@@ -92,7 +128,8 @@ async def _serve_all(args, engine: Engine, metrics: Metrics, main, probe, tls) -
             serve(
                 make_probe_handler(engine, metrics),
                 *probe,
-                request_timeout=args.request_timeout,
+                limits=PROBE_LIMITS,
+                guard=guards[1],
                 stop=stop,
                 label="kgwe extender probes (GET /healthz /readyz /metrics) on",
             )
@@ -113,6 +150,25 @@ def tls_context(args: argparse.Namespace) -> ssl.SSLContext | None:
         return server_tls_context(cert, key, ca)
     except (OSError, ssl.SSLError) as exc:
         raise KgweError(f"cannot load the TLS files: {exc}") from None
+
+
+def metrics_guards(args: argparse.Namespace, main_host: str, probe, api) -> tuple:
+    """The /metrics guard of the API port and of the probe port (None: open). The API port with a client CA
+    answers only kube-scheduler; elsewhere off loopback a token is needed, which static mode (no API server)
+    cannot check."""
+    hosts = [None if args.client_ca_file else main_host, probe[0] if probe is not None else None]
+    need = [h is not None and metrics_need_token(h, args.insecure_public_metrics) for h in hosts]
+    if not any(need):
+        return None, None
+    if api is None:
+        raise KgweError(
+            "/metrics off loopback needs a token the API server reviews, and static mode has none: "
+            f"listen on 127.0.0.1, or give {INSECURE_PUBLIC_METRICS}"
+        )
+    from kgwe.cluster.access_review import metrics_guard
+
+    guard: AccessGuard = metrics_guard(api)
+    return tuple(guard if n else None for n in need)
 
 
 def static_engine(inventory: Path, profiles: Path | None = None) -> Engine:
@@ -143,23 +199,36 @@ def run(args: argparse.Namespace) -> int:
     host, port = parse_listen(args.listen)
     probe = parse_listen(args.probe_listen) if args.probe_listen else None
     tls = tls_context(args)
+    check_client_auth(
+        "kgwe extender",
+        host,
+        tls=tls is not None,
+        client_ca=bool(args.client_ca_file),
+        insecure_any_client=args.insecure_any_client,
+    )
     if args.max_connections < 1:
         raise KgweError("--max-connections must be at least 1")
+    if args.request_timeout <= 0:
+        raise KgweError("--request-timeout must be positive")
     metrics = Metrics()
     from kgwe.observability import tracing
 
     tracing.configure("kgwe-extender")  # only when OTEL_EXPORTER_OTLP_ENDPOINT is set
     if args.inventory:
+        guards = metrics_guards(args, host, probe, None)
         engine = static_engine(args.inventory, args.profiles)
         index = None
     elif args.kubeconfig or args.in_cluster:
+        from kgwe.cluster.client import api_client
         from kgwe.extender.index import ClusterIndex
 
+        api = api_client(args.kubeconfig)
+        guards = metrics_guards(args, host, probe, api)
         engine = Engine()
         load_profiles(engine, args.profiles)  # until the kgwe-scoring ConfigMap says otherwise
         index = ClusterIndex(
             engine,
-            kubeconfig=args.kubeconfig,
+            api_client=api,
             namespace=args.namespace,
             metrics=metrics,
             scheduler_name=None if args.all_pods else args.scheduler_name,
@@ -170,7 +239,7 @@ def run(args: argparse.Namespace) -> int:
     gc.collect()
     gc.freeze()  # startup objects (catalog, topology tables, index) never need scanning again
     try:
-        asyncio.run(_serve_all(args, engine, metrics, (host, port), probe, tls))
+        asyncio.run(_serve_all(args, engine, metrics, (host, port), probe, tls, guards))
     except OSError as exc:
         raise KgweError(f"cannot listen on {args.listen}: {exc.strerror or exc}") from None
     finally:

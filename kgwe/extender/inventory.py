@@ -7,7 +7,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
 from kgwe.errors import KgweError
@@ -35,14 +34,16 @@ def _topology(name: str | None) -> object | None:
 def load_inventory(path: str | Path) -> list[NodeState]:
     """Every GPUInventory document in the file, validated by kgwe.policy; KgweError with the reason."""
     from kgwe.policy.inventory import GPUInventory
+    from kgwe.policy.yaml_source import MAX_TEXT_BYTES, YamlSyntaxError, load_all
 
     p = Path(path)
     try:
-        docs = [d for d in yaml.safe_load_all(p.read_text()) if d]
+        with p.open("rb") as fh:
+            docs = [d for d in load_all(fh.read(MAX_TEXT_BYTES + 1)) if d]
     except OSError as exc:
         raise KgweError(f"cannot read inventory {p}: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise KgweError(f"inventory {p} is not valid YAML: {exc}") from None
+    except YamlSyntaxError as exc:
+        raise KgweError(f"inventory {p}:{exc.line}:{exc.column}: {exc}") from None
     nodes: list[NodeState] = []
     for doc in docs:
         if not isinstance(doc, dict) or doc.get("kind") != "GPUInventory":

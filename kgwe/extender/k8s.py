@@ -39,6 +39,7 @@ ANN_TOPOLOGY = ANN + "topology"
 LABEL_MEMORY = "nvidia.com/gpu.memory"  # GFD: MiB per GPU
 LABEL_COUNT = "nvidia.com/gpu.count"
 LABEL_PRIORITY = ANN + "node-priority"
+UNREADABLE_HOLDING = PodRequest(gpus=16)  # a bound pod whose resources cannot be read: every GPU of its node
 
 Decoder = Callable[[str], object]
 
@@ -140,15 +141,58 @@ def pod_key(pod: Mapping) -> str:
     return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
 
+def held_request(pod: Mapping) -> PodRequest:
+    """What a bound pod holds. Its resources decide; its own annotations may size a share of
+    nvidia.com/gpu.shared but never make it hold nothing: an annotation it made unreadable after binding
+    (they can be edited, resources cannot) is ignored, so the pod still holds its GPUs, a share at its
+    default size (a whole GPU for one unit), and the node is not offered twice."""
+    try:
+        return parse_pod(pod)
+    except RequestError:
+        pass
+    try:  # its GPU resources alone (a CPU or memory quantity in a form the parser does not read is kube-
+        return parse_pod(_gpu_resources_only(pod))  # scheduler's to account; GPUs are ours)
+    except RequestError:  # GPU resources that cannot be read: the most a pod can hold on its node
+        return UNREADABLE_HOLDING
+
+
+def _gpu_resources_only(pod: Mapping) -> dict:
+    """The pod without annotations and with only GPU resources in its containers."""
+
+    def gpu_only(container: object) -> object:
+        if not isinstance(container, Mapping):
+            return container
+        res = container.get("resources") or {}
+        if not isinstance(res, Mapping):
+            return {}
+        kept = {
+            part: {k: v for k, v in values.items() if k in (GPU, GPU_SHARED) or k.startswith(MIG_PREFIX)}
+            for part, values in res.items()
+            if part in ("limits", "requests") and isinstance(values, Mapping)
+        }
+        return {"resources": kept}
+
+    spec = dict(pod.get("spec") or {})
+    for key in ("containers", "initContainers"):
+        if isinstance(spec.get(key), list):
+            spec[key] = [gpu_only(c) for c in spec[key]]
+    return {**pod, "metadata": {**(pod.get("metadata") or {}), "annotations": {}}, "spec": spec}
+
+
 def pod_holds(pod: Mapping) -> tuple[PodRequest, tuple[int, ...] | None] | None:
-    """(request, explicit GPU indices or None) of a pod that holds node resources; None if it holds none."""
+    """(request, explicit GPU indices or None) of a pod that holds node resources; None if it holds none.
+    A pending pod that cannot be understood holds nothing (the filter refuses it too); a bound one holds
+    what its resources say (held_request)."""
     status = pod.get("status") or {}
     if status.get("phase") in ("Succeeded", "Failed"):
         return None
-    try:
-        req = parse_pod(pod)
-    except RequestError:
-        return None
+    if (pod.get("spec") or {}).get("nodeName"):
+        req = held_request(pod)
+    else:
+        try:
+            req = parse_pod(pod)
+        except RequestError:
+            return None
     raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(ANN_GPU_INDEX)
     indices = None
     if raw:

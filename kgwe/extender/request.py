@@ -28,6 +28,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from kgwe.gpu.sharing import annotated_milli
 from kgwe.vocab import (
     ANNOTATION_PREFIX,
     GPU_FAMILY_LABEL,
@@ -252,10 +253,10 @@ def parse_pod(pod: object) -> PodRequest:
         if gpus:
             raise RequestError(f"a pod asks either {GPU} or {GPU_SHARED}, not both")
         raw = ann.get(ANN_MILLI)
-        milli = 1000 // shared if raw is None else int(_float(raw, ANN_MILLI))
-        if not 1 <= milli <= 1000:
-            raise RequestError(f"annotation {ANN_MILLI}: must be between 1 and 1000, got {raw}")
-        gpus = 1
+        share = 1000 // shared if raw is None else annotated_milli(raw)
+        if share is None or share < 1:
+            raise RequestError(f"annotation {ANN_MILLI}: must be a number between 1 and 1000, got {raw!r}")
+        milli, gpus = share, 1
     mig = tuple(
         sorted((k[len(MIG_PREFIX) :], v) for k, v in totals.items() if k.startswith(MIG_PREFIX) and v)
     )

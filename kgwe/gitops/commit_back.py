@@ -39,10 +39,20 @@ from prometheus_client import Counter
 
 from kgwe.errors import KgweError
 from kgwe.gitops.auth import GitCredentials, git_environment
-from kgwe.gitops.gitcmd import check_argument, check_url, run_git
+from kgwe.gitops.gitcmd import (
+    LOOPBACK_NETWORKS,
+    Network,
+    UnsafeGitArgument,
+    check_argument,
+    check_url,
+    git_failure,
+    operator_networks,
+    run_git,
+)
 from kgwe.gitops.retry import backoff_delays_seconds
-from kgwe.gitops.source import _git_error_text
+from kgwe.gitops.source import GitSourceError, list_tree
 
+MAX_COMMIT_BACK_FILES = 200_000  # files of the repository commit-back reads into its index (a large monorepo)
 COMMIT_BACK_RESULTS = Counter("kgwe_commit_back_total", "Commit-back attempts by final result", ["result"])
 
 DEFAULT_MESSAGE_TEMPLATE = "kgwe: {summary}\n\n{details}Files:\n{files}\n\nKgwe-Bot: commit-back"
@@ -77,7 +87,8 @@ class CommitResult:
 
 
 class _Refused(KgweError):
-    """The repository's content makes the write unsafe (a symlink on the way): permanent, not retried."""
+    """The repository's content makes the write unsafe (a symlink on the way, a tree too large to read):
+    permanent, not retried."""
 
 
 class CommitBack:
@@ -99,11 +110,15 @@ class CommitBack:
         sleep: Callable[[float], None] = time.sleep,
         allow_local: bool = False,
         ca_file: str | None = None,
+        allowed_networks: tuple[Network, ...] | None = None,
     ) -> None:
         if not branch or branch.startswith("-") or ".." in branch:
             raise KgweError(f"invalid commit-back branch {branch!r}")
         self.allow_local = allow_local  # see kgwe.gitops.gitcmd: never from a PolicyRepository
         self.ca_file = ca_file
+        # special networks git may reach all the same (the operator's; loopback with local URLs)
+        allowed = operator_networks() if allowed_networks is None else allowed_networks
+        self.allowed_networks = (*allowed, *(LOOPBACK_NETWORKS if allow_local else ()))
         self.url = check_url(url, allow_local=allow_local)
         self.branch = branch
         self.workdir = Path(workdir)
@@ -148,6 +163,7 @@ class CommitBack:
             self.credentials if network else None,
             connect_timeout_seconds=int(self.timeout_seconds),
             url=self.url if network else None,
+            allowed_networks=self.allowed_networks,
         ) as extra:
             env.update(extra)
             return run_git(
@@ -180,9 +196,18 @@ class CommitBack:
 
     def _tree_with(self, base: str, files: Mapping[str, str | bytes | None]) -> str:
         """The tree of `base` with `files` written or removed, built in a private index: no working tree,
-        so nothing on disk is ever written through a symlink the repository holds."""
+        so nothing on disk is ever written through a symlink the repository holds. A repository holding
+        more than MAX_COMMIT_BACK_FILES files is refused before its tree is read into the index."""
+        try:
+            list_tree(self.git_dir, base, limit=MAX_COMMIT_BACK_FILES, sizes=False)
+        except GitSourceError as exc:
+            raise _Refused(str(exc)) from None
+        folders = sorted(
+            {"/".join(p.parts[:d]) for p in map(PurePosixPath, files) for d in range(1, len(p.parts))}
+        )
         modes = {}
-        for entry in self._git("ls-tree", "-r", "-t", "-z", "--full-tree", base).split("\0"):
+        listed = self._git("ls-tree", "-z", "--full-tree", base, "--", *folders) if folders else ""
+        for entry in listed.split("\0"):
             if entry:
                 meta, _, name = entry.partition("\t")
                 modes[name] = meta.split(" ", 1)[0]
@@ -284,6 +309,8 @@ class CommitBack:
                 return CommitResult("pushed", sha, attempts)
             except _Refused as exc:
                 return CommitResult("rejected", None, max(attempts, 1), str(exc))
+            except UnsafeGitArgument as exc:  # a target or credentials binding refused: never retried
+                return CommitResult("rejected", None, max(attempts, 1), str(exc))
             except git.GitCommandError as exc:
                 text = _push_text(exc)
                 last_reason = _push_reason(exc)
@@ -314,7 +341,7 @@ def _push_reason(exc: git.GitCommandError) -> str:
             parts.append(line.split("\t")[-1])
         elif line.startswith("remote:") and line.removeprefix("remote:").strip():
             parts.append(line.removeprefix("remote:").strip())
-    return "; ".join(parts) or _git_error_text(exc)
+    return "; ".join(parts) or git_failure(exc)
 
 
 def _push_text(exc: git.GitCommandError) -> str:

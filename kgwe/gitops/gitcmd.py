@@ -7,19 +7,28 @@ transports git may use, and a hard deadline on every git process.
   PolicyRepository can turn on.
 - Transports: GIT_ALLOW_PROTOCOL limits git itself (also for submodules and redirects) to https and ssh
   (plus file and http with `allow_local`); `ext::` is never allowed. URL and ref arguments go after `--`.
+- Targets: the URL's host is resolved before git runs and refused when any address is loopback,
+  link-local (169.254/16: cloud metadata; fe80::/10), unspecified, multicast or reserved, unless the operator
+  allows that network (`allowed_networks`); https connects to exactly the addresses checked (curl's resolve
+  pin), and git never follows a redirect, so neither DNS nor the server can move it elsewhere afterwards.
+- Errors: what git says about a server never reaches status or Events as such (it would tell a repository
+  author which internal hosts and ports answer): `git_failure` classifies it into a few fixed messages.
 - Deadline: the git process and its helpers (git-remote-https, ssh) run in their own process group, killed
   as a whole when the deadline passes, so a server that trickles bytes cannot hold a worker forever.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 import signal
+import socket
 import subprocess
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import git
 
@@ -30,13 +39,34 @@ from kgwe.policy.types import parse_git_url
 _TRACE_VARIABLES = ("GIT_TRACE", "GIT_TRACE_CURL", "GIT_TRACE_PACKET", "GIT_CURL_VERBOSE", "GIT_TRACE2")
 
 
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+LOOPBACK_NETWORKS: tuple[Network, ...] = tuple(map(ipaddress.ip_network, ("127.0.0.0/8", "::1/128")))
+DEFAULT_PORTS = {"https": 443, "ssh": 22, "http": 80}
+ALLOW_NETWORKS_ENV = "KGWE_ALLOW_GIT_NETWORKS"
+
+
+def operator_networks(environ: Mapping[str, str] = os.environ) -> tuple[Network, ...]:
+    """The special networks the operator allows through the environment (comma-separated CIDRs), the
+    default of --allow-git-network; KgweError naming a bad entry."""
+    try:
+        return tuple(
+            ipaddress.ip_network(part.strip(), strict=False)
+            for part in environ.get(ALLOW_NETWORKS_ENV, "").split(",")
+            if part.strip()
+        )
+    except ValueError as exc:
+        raise KgweError(f"{ALLOW_NETWORKS_ENV}: {exc}") from None
+
+
 @dataclass(frozen=True)
 class GitAccess:
     """What whoever runs the controller allows its git processes. No PolicyRepository can change it."""
 
-    allow_local_urls: bool = False  # local paths, file://, http:// (tests and `kgwe demo` only)
+    allow_local_urls: bool = False  # local paths, file://, http://, loopback (tests and `kgwe demo` only)
     credentials_from_env: bool = False  # KGWE_GIT_TOKEN etc. for repositories without a secretRef
     ca_file: str | None = None  # extra CA bundle for https remotes (a private Git server's CA)
+    # special networks (loopback, link-local, ...) git may reach all the same (--allow-git-network)
+    allowed_networks: tuple[Network, ...] = field(default_factory=operator_networks)
 
 
 class UnsafeGitArgument(KgweError):
@@ -55,6 +85,118 @@ def check_url(url: str, *, allow_local: bool = False) -> str:
         if ":" not in url and not re.search(r"\s", url):  # a path (scp-like host:path is not one)
             return str(Path(url).expanduser().resolve())
     raise UnsafeGitArgument(refused)
+
+
+class UnsafeGitTarget(UnsafeGitArgument):
+    """The URL's host cannot be resolved, or resolves to an address git must not reach."""
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where a network URL connects: scheme, host (lowercase) and port."""
+
+    scheme: str
+    host: str
+    port: int
+
+    @property
+    def name(self) -> str:
+        """How a credentials Secret names it: `host`, or `host:port` for a port other than the default."""
+        return self.host if DEFAULT_PORTS.get(self.scheme) == self.port else f"{self.host}:{self.port}"
+
+    @property
+    def prefix(self) -> str:
+        """The URL prefix git's `http.<url>.*` settings match for this origin."""
+        default = DEFAULT_PORTS.get(self.scheme) == self.port
+        return f"{self.scheme}://{self.host}{'' if default else f':{self.port}'}/"
+
+
+_NETWORK_URL = re.compile(r"^(https|ssh|http)://(?:[^/@]*@)?([^/:@]+)(?::([0-9]{1,5}))?(?:/|$)")
+_SCP_URL = re.compile(r"^[^/:@]+@([^/:@]+):")
+
+
+def url_origin(url: str) -> Origin | None:
+    """The origin of a network URL (https, ssh, scp-like, or http where allowed); None for local ones."""
+    found = _NETWORK_URL.match(url)
+    if found:
+        scheme, host, port = found.group(1), found.group(2).lower(), found.group(3)
+        return Origin(scheme, host, int(port) if port else DEFAULT_PORTS[scheme])
+    found = _SCP_URL.match(url) if "://" not in url else None
+    return Origin("ssh", found.group(1).lower(), 22) if found else None
+
+
+def _special(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str | None:
+    """What makes an address one git must not reach by default (None: an ordinary address)."""
+    if isinstance(ip, ipaddress.IPv6Address):
+        embedded = ip.ipv4_mapped or ip.sixtofour or (ip.teredo[1] if ip.teredo else None)
+        if embedded is not None:
+            return _special(embedded)
+    for kind in ("loopback", "link_local", "unspecified", "multicast", "reserved"):
+        if getattr(ip, f"is_{kind}"):
+            return kind.replace("_", "-")
+    return None
+
+
+Resolver = Callable[..., list[tuple[Any, ...]]]
+
+
+def check_target(
+    origin: Origin, allowed_networks: tuple[Network, ...] = (), *, resolve: Resolver = socket.getaddrinfo
+) -> list[str]:
+    """The addresses `origin` resolves to, all of them ordinary or in `allowed_networks`; UnsafeGitTarget
+    otherwise (naming the kind of address, never the address)."""
+    try:
+        infos = resolve(origin.host, origin.port, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError):
+        raise UnsafeGitTarget(f"cannot resolve host {origin.host!r}") from None
+    addresses = sorted({str(info[4][0]).split("%", 1)[0] for info in infos})
+    for text in addresses:
+        ip = ipaddress.ip_address(text)
+        kind = _special(ip)
+        if kind is not None and not any(ip in network for network in allowed_networks):
+            raise UnsafeGitTarget(
+                f"host {origin.host!r} resolves to a {kind} address, which git may not reach unless the "
+                "controller's operator allows that network (--allow-git-network)"
+            )
+    if not addresses:
+        raise UnsafeGitTarget(f"cannot resolve host {origin.host!r}")
+    return addresses
+
+
+def resolve_pin(origin: Origin, addresses: list[str]) -> str:
+    """An `http.curloptResolve` entry: curl connects to exactly these addresses for the origin."""
+    shown = ",".join(f"[{a}]" if ":" in a else a for a in addresses)
+    return f"{origin.host}:{origin.port}:{shown}"
+
+
+# What git's error text says, by class: the status shows the class, never the text (see the module doc).
+_FAILURES = (
+    (("could not resolve host", "could not resolve hostname", "name or service not known"), "host not found"),
+    (
+        ("failed to connect", "connection refused", "connection timed out", "no route to host",
+         "connection reset", "ssl", "tls", "certificate", "gnutls", "empty reply", "recv failure",
+         "connection closed", "network is unreachable", "operation timed out"),
+        "cannot reach the Git server (no connection, or TLS failed)",
+    ),
+    (("host key verification failed",), "the SSH host key is not the one in known_hosts"),
+    (("redirect", "returned error: 30"), "the server answered with a redirect, which is never followed"),
+    (
+        ("authentication failed", "could not read username", "could not read password", "permission denied",
+         "http 401", "error: 401", "http 403", "error: 403"),
+        "authentication failed",
+    ),
+)  # fmt: skip
+
+
+def git_failure(exc: git.GitCommandError) -> str:
+    """A short fixed message for a failed network git command: its class, never git's own words."""
+    if exc.status is None:  # run_git's own words for its deadline ("git timed out after 60s ...")
+        return str(exc.stderr or "git timed out").strip()
+    text = str(exc.stderr or "").lower()
+    for needles, message in _FAILURES:
+        if any(needle in text for needle in needles):
+            return message
+    return f"no Git repository at this URL, or the server refused it (git exited with status {exc.status})"
 
 
 def check_argument(value: str, what: str) -> str:
@@ -133,11 +275,19 @@ def _kill_group(process: subprocess.Popen) -> None:
 
 
 __all__ = [
+    "LOOPBACK_NETWORKS",
     "GitAccess",
+    "Origin",
     "UnsafeGitArgument",
+    "UnsafeGitTarget",
     "check_argument",
+    "check_target",
     "check_url",
     "display_url",
+    "git_failure",
     "git_process_environment",
+    "operator_networks",
+    "resolve_pin",
     "run_git",
+    "url_origin",
 ]

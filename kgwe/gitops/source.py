@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import logging
 import random
 import re
+import subprocess
 import tarfile
 import tempfile
 import time
@@ -22,15 +24,85 @@ import git
 
 from kgwe.errors import KgweError
 from kgwe.gitops.auth import GitCredentials, git_environment
-from kgwe.gitops.gitcmd import check_argument, check_url, display_url, run_git
+from kgwe.gitops.gitcmd import (
+    LOOPBACK_NETWORKS,
+    Network,
+    check_argument,
+    check_url,
+    display_url,
+    git_failure,
+    git_process_environment,
+    operator_networks,
+    run_git,
+)
 from kgwe.gitops.retry import with_retries
 from kgwe.policy.cluster_kinds import DEFAULT_BRANCH
 from kgwe.policy.cluster_kinds import GitRef as ModelGitRef
 from kgwe.policy.types import GIT_COMMIT_PATTERN, parse_git_ref_name
 
+MAX_EXPORT_FILES = 20_000  # files (and symlinks) one export may write; the loader reads at most 5,000 YAML
+MAX_EXPORT_BYTES = 64 * 1024 * 1024  # their size once expanded (a push compresses well: zeros, repeats)
+
+
+log = logging.getLogger(__name__)
+
 
 class GitSourceError(KgweError):
     """Fetching or reading the policy repository failed (after the bounded retries)."""
+
+
+@dataclass(frozen=True)
+class TreeEntry:
+    path: str
+    size_bytes: int  # 0 for a submodule (it is not exported)
+
+
+def list_tree(
+    repo: git.Repo | Path, sha: str, paths: tuple[str, ...] = (), *, limit: int, sizes: bool = True
+) -> list[TreeEntry]:
+    """The files of commit `sha` (under `paths`; with their sizes unless `sizes` is False), read as a stream
+    from `git ls-tree` in `repo` (or that git directory) and stopped at `limit` entries: GitSourceError past
+    it, before a hostile tree costs memory or time."""
+    check_argument(sha, "commit")
+    long = ["-l"] if sizes else []
+    # the paths follow --end-of-options: a "--" there would be taken for a path
+    command = ["git", "ls-tree", "-r", *long, "-z", "--end-of-options", sha, *paths]
+    entries: list[TreeEntry] = []
+    with subprocess.Popen(
+        command,
+        cwd=repo if isinstance(repo, Path) else repo.git_dir,
+        env=git_process_environment({}, allow_local=False),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    ) as process:
+        assert process.stdout is not None
+        pending = b""
+        while len(entries) <= limit:
+            chunk = process.stdout.read(65536)
+            if not chunk:
+                break
+            *records, pending = (pending + chunk).split(b"\0")
+            for record in records:
+                meta, _, name = record.partition(b"\t")
+                size = meta.split()[-1] if sizes else b"-"
+                entries.append(TreeEntry(name.decode("utf-8", "replace"), int(size) if size.isdigit() else 0))
+        if len(entries) > limit:
+            process.kill()
+            raise GitSourceError(f"commit {sha[:12]} holds more than {limit} files; refused")
+        process.wait()
+    if process.returncode != 0:
+        raise GitSourceError(f"cannot list the files of commit {sha[:12]}")
+    return entries
+
+
+def check_tree_size(repo: git.Repo, sha: str, paths: tuple[str, ...] = ()) -> None:
+    """GitSourceError when the tree (under `paths`) expands beyond MAX_EXPORT_FILES or MAX_EXPORT_BYTES."""
+    total = sum(e.size_bytes for e in list_tree(repo, sha, paths, limit=MAX_EXPORT_FILES))
+    if total > MAX_EXPORT_BYTES:
+        raise GitSourceError(
+            f"commit {sha[:12]} expands to more than {MAX_EXPORT_BYTES} bytes; refused ({total} bytes)"
+        )
 
 
 @dataclass(frozen=True)
@@ -112,6 +184,7 @@ def export_commit(repo: git.Repo, sha: str, dest: Path, subpath: str | None = No
         except git.GitCommandError as exc:
             raise GitSourceError(f"path {sub!r} does not exist at commit {sha[:12]}") from exc
         args += ["--", sub]
+    check_tree_size(repo, sha, (sub,) if sub else ())
     with tempfile.TemporaryFile() as tar_file:
         repo.git.archive(*args, output_stream=tar_file)
         tar_file.seek(0)
@@ -174,9 +247,13 @@ class GitSource:
         sleep: Callable[[float], None] = time.sleep,
         allow_local: bool = False,
         ca_file: str | None = None,
+        allowed_networks: tuple[Network, ...] | None = None,
     ) -> None:
         self.allow_local = allow_local  # see kgwe.gitops.gitcmd: never from a PolicyRepository
         self.ca_file = ca_file
+        # special networks git may reach all the same (the operator's; loopback with local URLs)
+        allowed = operator_networks() if allowed_networks is None else allowed_networks
+        self.allowed_networks = (*allowed, *(LOOPBACK_NETWORKS if allow_local else ()))
         self.url = check_url(url, allow_local=allow_local)
         self.ref = ref
         self.credentials = credentials
@@ -204,7 +281,10 @@ class GitSource:
         args = ["fetch", "--prune", "--prune-tags", "--force", "--no-write-fetch-head", "--", url, *refspecs]
         self.repo  # noqa: B018 - creates the mirror on first use
         with git_environment(
-            self.credentials, connect_timeout_seconds=int(self.timeout_seconds), url=url
+            self.credentials,
+            connect_timeout_seconds=int(self.timeout_seconds),
+            url=url,
+            allowed_networks=self.allowed_networks,
         ) as env:
             run_git(
                 args,
@@ -227,9 +307,13 @@ class GitSource:
                 rng=random.Random(),
             )
         except git.GitCommandError as exc:
+            # git's own words go to the operator's log only (see kgwe.gitops.gitcmd.git_failure)
+            log.warning(
+                "fetching %s failed: %s", self.display_url, _last_line(exc)
+            )  # the operator's eyes only
             raise GitSourceError(
-                f"fetching {self.display_url} failed after {self.attempts} attempt(s): {_git_error_text(exc)}"
-            ) from exc
+                f"fetching {self.display_url} failed after {self.attempts} attempt(s): {git_failure(exc)}"
+            ) from None
         return Revision(self.ref.name, self._resolve())
 
     def _resolve(self) -> str:
@@ -265,7 +349,7 @@ class GitSource:
         return changed_paths(self.repo, old_sha, new_sha)
 
 
-def _git_error_text(exc: git.GitCommandError) -> str:
+def _last_line(exc: git.GitCommandError) -> str:
     """The last meaningful stderr line of a failed git command (no command line: it may hold secrets)."""
     stderr = exc.stderr if isinstance(exc.stderr, str) else str(exc.stderr or "")
     lines = [ln.strip().removeprefix("stderr: ").strip("'") for ln in stderr.splitlines() if ln.strip()]
@@ -280,8 +364,11 @@ __all__ = [
     "GitSource",
     "GitSourceError",
     "Revision",
+    "TreeEntry",
     "changed_paths",
+    "check_tree_size",
     "export_commit",
+    "list_tree",
     "resolve_local",
     "touches_policy",
 ]

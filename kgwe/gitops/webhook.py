@@ -8,28 +8,27 @@ of both is bounded (the oldest are forgotten first). Every bad request gets a 4x
 was wrong; nothing is triggered for it.
 
 The server (`ControllerHTTPServer`) also answers the GET routes the controller registers (metrics,
-health), on the event-loop server of kgwe.httpd: no thread per connection, a deadline per request, a
-bounded number of connections, so clients that send headers and no body cannot starve /healthz. Pushes
-are handed to one worker thread through a bounded queue (the hook answers at once; a full queue is 503).
+health), on KGWE's one server (kgwe.httpd): deadlines per request, a bounded connection table that evicts
+rather than refuses, so slow clients cannot starve /healthz; with a guard, /metrics needs a token the API
+server accepts. Pushes are handed to one worker thread through a bounded queue (the hook answers at once;
+a full queue is 503).
 """
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import hmac
 import json
 import logging
 import queue
 import re
-import socket
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-from kgwe.httpd import JSON, error_body, serve
+from kgwe.httpd import JSON, AccessGuard, Limits, ServerThread, error_body
 
 log = logging.getLogger(__name__)
 
@@ -38,8 +37,8 @@ SIGNATURE_HEADER = "X-Hub-Signature-256"
 GITLAB_TOKEN_HEADER = "X-Gitlab-Token"
 DELIVERY_HEADERS = ("x-github-delivery", "x-gitlab-event-uuid")
 REMEMBERED_DELIVERIES = 4096
-REQUEST_TIMEOUT_SECONDS = 10.0
-MAX_CONNECTIONS = 64
+# kubelet probes, Prometheus and Git hosts' pushes: a few connections at a time
+LIMITS = Limits(max_connections=64, max_body_bytes=MAX_BODY_BYTES, max_buffered_bytes=32 * MAX_BODY_BYTES)
 PUSH_QUEUE = 16
 _SCP_LIKE = re.compile(r"^(?:[\w.-]+@)?(?P<host>[\w.-]+):(?P<path>(?!//).+)$")
 
@@ -201,28 +200,28 @@ class ControllerHTTPServer:
         secret: bytes,
         on_push: Callable[[PushEvent], None],
         get_routes: Mapping[str, GetRoute] | None = None,
-        request_timeout_seconds: float = REQUEST_TIMEOUT_SECONDS,
-        max_connections: int = MAX_CONNECTIONS,
+        limits: Limits = LIMITS,
+        guard: AccessGuard | None = None,
     ) -> None:
         self.secret = secret
         self.on_push = on_push
         self.get_routes = dict(get_routes or {})
         self.replays = ReplayGuard()
-        self.request_timeout_seconds = request_timeout_seconds
-        self.max_connections = max_connections
-        family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
-        self._sock = socket.socket(family, socket.SOCK_STREAM)
-        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._sock.bind(address)
-        self._sock.listen(128)
+        self.guard = guard  # who may GET /metrics (None: anyone who reaches the port)
+        self._server = ServerThread(
+            self.handle,
+            address,
+            headers=True,
+            limits=limits,
+            guard=guard,
+            label="kgwe controller webhook/metrics server listening on",
+        )
         self._pushes: queue.Queue[PushEvent | None] = queue.Queue(PUSH_QUEUE)
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stop: asyncio.Event | None = None
-        self._threads: list[threading.Thread] = []
+        self._worker: threading.Thread | None = None
 
     @property
     def port(self) -> int:
-        return self._sock.getsockname()[1]
+        return self._server.port
 
     def handle(
         self, method: str, path: str, body: bytes, headers: dict[str, str]
@@ -252,39 +251,14 @@ class ControllerHTTPServer:
             except Exception:  # a failing push must not end the worker
                 log.exception("webhook push handling failed")
 
-    def _serve(self, ready: threading.Event) -> None:
-        async def main() -> None:
-            self._loop = asyncio.get_running_loop()
-            self._stop = asyncio.Event()
-            ready.set()
-            await serve(
-                self.handle,
-                "",
-                0,
-                sock=self._sock,
-                headers=True,
-                max_body=MAX_BODY_BYTES,
-                request_timeout=self.request_timeout_seconds,
-                max_connections=self.max_connections,
-                stop=self._stop,
-                label="kgwe controller webhook/metrics server listening on",
-            )
-
-        asyncio.run(main())
-
     def start(self) -> ControllerHTTPServer:
-        ready = threading.Event()
-        for target, args, name in ((self._serve, (ready,), "kgwe-http"), (self._deliver, (), "kgwe-push")):
-            t = threading.Thread(target=target, args=args, name=name, daemon=True)
-            t.start()
-            self._threads.append(t)
-        ready.wait(10)
+        self._worker = threading.Thread(target=self._deliver, name="kgwe-push", daemon=True)
+        self._worker.start()
+        self._server.start()
         return self
 
     def stop(self) -> None:
-        if self._loop is not None and self._stop is not None:
-            self._loop.call_soon_threadsafe(self._stop.set)
+        self._server.stop()
         self._pushes.put(None)
-        for t in self._threads:
-            t.join(timeout=5)
-        self._sock.close()
+        if self._worker is not None:
+            self._worker.join(timeout=5)

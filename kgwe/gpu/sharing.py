@@ -29,6 +29,17 @@ def node_sharing(labels: Mapping[str, str]) -> tuple[int, str]:
     return replicas, strategy
 
 
+def annotated_milli(raw: object) -> int | None:
+    """Thousandths of one GPU a `kgwe.nvidia.io/gpu-milli` annotation asks (a number; a fraction is dropped),
+    or None when it is not a number from 1 to 1000. The extender places a share and the meter charges it by
+    this one reading."""
+    try:
+        value = float(str(raw).strip())
+    except ValueError:
+        return None
+    return int(value) if 1 <= value < 1001 else None
+
+
 def replica_milli(replicas: int) -> int:
     """Thousandths of one GPU a pod holding one replica holds (whole GPU when not shared). The extender's
     packing and the chargeback both use it, so a replica is placed and priced as the same share."""

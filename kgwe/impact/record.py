@@ -28,6 +28,11 @@ DEFAULT_WINDOW_DAYS = 7
 MAX_SHAPES = 4096
 MAX_TEAMS = 4096
 MAX_NAME_CHARS = 253
+MAX_PODS_SEEN = 1_000_000_000  # pods one window may have seen before sampling
+MAX_WINDOW_DAYS = 366
+# Times a record may name: what the arithmetic on them (budget periods, windows) stays within.
+EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
+LATEST = datetime(3000, 1, 1, tzinfo=UTC)
 KINDS = ("whole", "mig", "shared")  # as the metering store's interval kinds
 PREFERENCES = ("None", "NVLinkOptimal", "SameNUMA", "SamePCIeSwitch")
 # The fraction of the ±tolerance by which the record's GPU count per product may differ from the inventory's
@@ -80,7 +85,7 @@ class DemandRecord:
 
     @property
     def sampled_fraction(self) -> float:
-        return len(self.pods) / self.pods_seen if self.pods_seen else 1.0
+        return len(self.pods) / self.pods_seen if self.pods and self.pods_seen else 1.0
 
 
 # ---- building -----------------------------------------------------------------------------------------
@@ -224,6 +229,8 @@ def decode(data: bytes, *, where: str = "demand record", max_bytes: int = MAX_RE
     since, until = _time(doc, "since", where), _time(doc, "until", where)
     if until <= since:
         raise DemandRecordError(f"{where}: until must be after since")
+    if until - since > timedelta(days=MAX_WINDOW_DAYS):
+        raise DemandRecordError(f"{where}: the window is longer than {MAX_WINDOW_DAYS} days")
     window = int((until - since).total_seconds())
     inv = _get(doc, "inventory", dict, where)
     gpus = _get(inv, "gpus", dict, where, "inventory.")
@@ -250,8 +257,10 @@ def decode(data: bytes, *, where: str = "demand record", max_bytes: int = MAX_RE
             raise DemandRecordError(f"{where}: pods[{i}]: shape or team index out of range")
         pods.append(DemandPod(arrival, None if end == -1 else end, shape, team))
     seen = doc.get("podsSeen")
-    if type(seen) is not int or seen < len(pods):
-        raise DemandRecordError(f"{where}: podsSeen must be an integer ≥ the number of pods")
+    if type(seen) is not int or not len(pods) <= seen <= MAX_PODS_SEEN:
+        raise DemandRecordError(
+            f"{where}: podsSeen must be an integer from the number of pods up to {MAX_PODS_SEEN}"
+        )
     notes = _get(doc, "notes", list, where)
     if not all(isinstance(n, str) and len(n) <= 1000 for n in notes) or len(notes) > 32:
         raise DemandRecordError(f"{where}: notes must be at most 32 short strings")
@@ -335,6 +344,8 @@ def _time(doc: Mapping, key: str, where: str) -> datetime:
         value = None
     if value is None or value.tzinfo is None:
         raise DemandRecordError(f"{where}: {key}: expected an ISO 8601 UTC time, got {raw!r}")
+    if not EARLIEST <= value <= LATEST:
+        raise DemandRecordError(f"{where}: {key}: {raw!r} is not between {EARLIEST:%Y} and {LATEST:%Y}")
     return value.astimezone(UTC)
 
 

@@ -229,7 +229,8 @@ def _costs(result: ReplayResult, record, pods, placed_at, table, policy: PolicyV
         team = record.teams[pod.team][1]
         hourly = Fraction(price.per_hour(book.is_spot(node.labels)))
         seconds[team] += Fraction(ran) * shape.count * share * hourly
-    scale = Fraction(1) / Fraction(result.scale).limit_denominator(10**6) if result.scale < 1 else Fraction(1)
+    # exact: a record sampled to a tiny fraction must not round its scale to zero
+    scale = Fraction(1) / Fraction(result.scale) if 0 < result.scale < 1 else Fraction(1)
     for team, amount in sorted(seconds.items()):
         value = amount * scale / 3600
         result.cost_by_team[team] = Decimal(value.numerator) / Decimal(value.denominator)

@@ -28,13 +28,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from kgwe.errors import KgweError
 from kgwe.gpu.products import base_product
 from kgwe.localcluster.watching import watch_loop
+from kgwe.policy.yaml_source import YamlSyntaxError, load_one
 from kgwe.vocab import (
     DEVICE_PLUGIN_CONFIG_LABEL,
     GPU_COUNT_LABEL,
@@ -183,8 +183,8 @@ def _replicated(where: str, raw: Any) -> tuple[bool, bool | None, tuple[Replicat
 def parse_config(text: str) -> DevicePluginConfig:
     """One device-plugin config as the plugin reads it; InvalidDevicePluginConfig where it would refuse."""
     try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
+        doc = load_one(text)
+    except YamlSyntaxError as exc:
         raise InvalidDevicePluginConfig(f"unmarshal error: {exc}") from None
     doc = _keys("config", doc if doc is not None else {}, _CONFIG_KEYS)
     version = doc.get("version") or "v1"

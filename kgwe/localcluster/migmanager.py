@@ -22,7 +22,6 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -37,6 +36,7 @@ from kgwe.localcluster.gpunodes import (
     gpu_resources,
 )
 from kgwe.localcluster.watching import watch_loop
+from kgwe.policy.yaml_source import YamlSyntaxError, load_one
 from kgwe.vocab import MIG_RESOURCE_PREFIX
 
 log = logging.getLogger(__name__)
@@ -289,14 +289,13 @@ class MigManagerStandIn:
                 ) from None
             raise
         try:
-            doc = yaml.safe_load((cm.data or {}).get(self.config_key, "")) or {}
-        except yaml.YAMLError as exc:
+            doc = load_one((cm.data or {}).get(self.config_key, "")) or {}
+        except YamlSyntaxError as exc:
             raise InvalidMigConfig(f"{self.config_map}/{self.config_key} is not YAML: {exc}") from None
         configs = doc.get("mig-configs") if isinstance(doc, dict) else None
-        valid = isinstance(configs, dict) and doc.get("version") == "v1"
-        if not valid:
+        if not isinstance(doc, dict) or not isinstance(configs, dict) or doc.get("version") != "v1":
             raise InvalidMigConfig(f"{self.config_map}/{self.config_key} is not a mig-parted v1 config")
-        return doc["mig-configs"]
+        return configs
 
     def _set_labels(self, name: str, labels: Mapping[str, str]) -> None:
         self._core.patch_node(name, {"metadata": {"labels": dict(labels)}})

@@ -52,15 +52,15 @@ def _load(args: argparse.Namespace) -> PolicyPlan:
 
 def _demand(path: str) -> dict[str, dict[str, int]]:
     """Read and check a demand file; errors name the file and the bad entry."""
-    import yaml
+    from kgwe.policy.yaml_source import MAX_TEXT_BYTES, YamlSyntaxError, load_one
 
     try:
-        with open(path, encoding="utf-8") as f:
-            data = yaml.safe_load(f) or {}
+        with open(path, "rb") as f:
+            data = load_one(f.read(MAX_TEXT_BYTES + 1)) or {}
     except OSError as exc:
         raise KgweError(f"{path}: {exc.strerror or exc}") from None
-    except yaml.YAMLError as exc:
-        raise KgweError(f"{path}: not valid YAML ({exc})") from None
+    except YamlSyntaxError as exc:
+        raise KgweError(f"{path}:{exc.line}:{exc.column}: not usable YAML ({exc})") from None
     if not isinstance(data, dict):
         raise KgweError(f"{path}: expected a map of MIGStrategy name -> {{profile: count}}")
     out: dict[str, dict[str, int]] = {}

@@ -13,7 +13,7 @@ from typing import Any
 
 from kgwe.gpu import catalog
 from kgwe.gpu.catalog import GPUModel
-from kgwe.policy.diagnostics import did_you_mean
+from kgwe.policy.diagnostics import Severity, did_you_mean
 from kgwe.policy.gpu_workload import GPURequirements, NodeOffer
 from kgwe.policy.loader import LoadedObject, PolicySet
 from kgwe.policy.models import (
@@ -24,11 +24,20 @@ from kgwe.policy.models import (
     GPUWorkload,
     InventoryNode,
     MIGStrategy,
+    PodTemplatePolicy,
     PricingCatalog,
     ScoringProfile,
     WorkloadRuntime,
 )
-from kgwe.policy.quota_namespaces import refused_quota_namespace
+from kgwe.policy.pod_template_policy import (
+    DEFAULT_SPEC,
+    Violation,
+    policy_for,
+    priority_refused,
+    priority_what,
+    template_violations,
+)
+from kgwe.policy.quota_namespaces import protected_namespace, refused_quota_namespace
 from kgwe.policy.sharing_strategy import MPS_FULL_LIMIT_CAPABILITY, MPS_MAX_CLIENTS, MPS_MAX_CLIENTS_BELOW_7_5
 from kgwe.topology import known
 from kgwe.vocab import MIG_RESOURCE_PREFIX, is_gpu_resource
@@ -506,13 +515,19 @@ def check_budgets(ps: PolicySet) -> None:
             )
 
 
+def _per_role(wl: GPUWorkload, attribute: str, key: str) -> list[tuple[tuple, Any]]:
+    """A field the workload sets for all roles and each role may override (`key` in YAML), with its field
+    path: the workload's, then every role's own."""
+    out: list[tuple[tuple, Any]] = [(("spec", key), getattr(wl.spec, attribute))]
+    for i, role in enumerate(wl.spec.roles or []):
+        if getattr(role, attribute) is not None:
+            out.append((("spec", "roles", i, key), getattr(role, attribute)))
+    return out
+
+
 def _requirements(wl: GPUWorkload) -> list[tuple[tuple, GPURequirements]]:
     """Every gpuRequirements block of a workload with its field path."""
-    out: list[tuple[tuple, GPURequirements]] = [(("spec", "gpuRequirements"), wl.spec.gpu_requirements)]
-    for i, role in enumerate(wl.spec.roles or []):
-        if role.gpu_requirements is not None:
-            out.append((("spec", "roles", i, "gpuRequirements"), role.gpu_requirements))
-    return out
+    return _per_role(wl, "gpu_requirements", "gpuRequirements")
 
 
 def inventory_offers(nodes: list[InventoryNode]) -> list[NodeOffer]:
@@ -636,6 +651,54 @@ def check_runtimes(ps: PolicySet) -> None:
                         )
 
 
+def check_pod_template_policies(ps: PolicySet) -> None:
+    """One policy per namespace, one for every other namespace; none for namespaces no workload runs in."""
+    everywhere: LoadedObject | None = None
+    claims: dict[str, LoadedObject] = {}
+    for entry in ps.entries_of(PodTemplatePolicy):
+        policy: PodTemplatePolicy = entry.obj  # type: ignore[assignment]
+        if not policy.spec.namespaces:
+            if everywhere is not None:
+                ps.report(
+                    entry,
+                    ("spec",),
+                    "a second PodTemplatePolicy for every other namespace (the first is at "
+                    f"{_at(everywhere)}); name the namespaces this one is for",
+                )
+            everywhere = everywhere or entry
+        for i, ns in enumerate(policy.spec.namespaces):
+            first = claims.setdefault(ns, entry)
+            if first is not entry:
+                ps.report(
+                    entry,
+                    ("spec", "namespaces", i),
+                    f'namespace "{ns}" already has PodTemplatePolicy "{first.obj.name}" ({_at(first)})',
+                )
+            protected = protected_namespace(ns)
+            if protected:
+                ps.report(
+                    entry, ("spec", "namespaces", i), f"{protected}: no GPUWorkload runs there", "warning"
+                )
+
+
+def check_workload_templates(ps: PolicySet) -> None:
+    """What the controller would refuse in a workload's pod templates, under the repository's policies:
+    errors where the repository holds PodTemplatePolicies (they are what the cluster gets), warnings where it
+    holds none (workloads checked apart from the policy repository: the cluster's policy may allow them)."""
+    policies: list[PodTemplatePolicy] = ps.objects(PodTemplatePolicy)
+    severity: Severity = "error" if policies or PodTemplatePolicy.KIND in ps.invalid_kinds else "warning"
+    for entry in ps.entries_of(GPUWorkload):
+        wl: GPUWorkload = entry.obj  # type: ignore[assignment]
+        policy = policy_for(wl.metadata.namespace if wl.metadata else None, policies)
+        allow = policy.spec if policy else DEFAULT_SPEC
+        for base, template in _per_role(wl, "pod_template", "podTemplate"):
+            for v in template_violations(template, allow):
+                ps.report(entry, (*base, *v.path), v.message(policy), severity)
+        if isinstance(wl.spec.priority, str) and priority_refused(wl.spec.priority, allow):
+            v = Violation(("spec", "priority"), priority_what(wl.spec.priority), "priorityClasses")
+            ps.report(entry, v.path, v.message(policy), severity)
+
+
 CHECKS = (
     check_duplicates,
     check_inventory,
@@ -646,6 +709,8 @@ CHECKS = (
     check_budgets,
     check_runtimes,
     check_workloads,
+    check_pod_template_policies,
+    check_workload_templates,
 )
 
 

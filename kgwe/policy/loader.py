@@ -33,10 +33,16 @@ from kgwe.policy.models import (
     ScoringProfile,
     WorkloadRuntime,
 )
-from kgwe.policy.yaml_source import YamlBudget, YamlDocument, YamlSyntaxError, parse_documents
+from kgwe.policy.yaml_source import (
+    MAX_TEXT_BYTES,
+    YamlBudget,
+    YamlDocument,
+    YamlSyntaxError,
+    parse_documents,
+)
 from kgwe.vocab import SEED_WORKLOAD_API_VERSIONS
 
-MAX_FILE_BYTES = 1024 * 1024
+MAX_FILE_BYTES = MAX_TEXT_BYTES  # one policy file
 MAX_FILES = 5_000  # YAML files read from one repository
 MAX_REPOSITORY_BYTES = 64 * 1024 * 1024  # YAML read from one repository
 YAML_SUFFIXES = (".yaml", ".yml")
@@ -228,7 +234,7 @@ def _yaml_files(root: Path, ps: PolicySet) -> Iterator[Path]:
             yield full
 
 
-def _read_text(path: Path, rel: str, ps: PolicySet) -> str | None:
+def _read_bytes(path: Path, rel: str, ps: PolicySet) -> bytes | None:
     try:
         size = path.stat().st_size
         if size > MAX_FILE_BYTES:
@@ -240,23 +246,10 @@ def _read_text(path: Path, rel: str, ps: PolicySet) -> str | None:
             )
             return None
         ps.bytes_read += size
-        raw = path.read_bytes()
+        with path.open("rb") as fh:
+            return fh.read(MAX_FILE_BYTES + 1)  # a file grown since stat is refused by the YAML bound
     except OSError as exc:
         ps.add("error", rel, 1, 1, "", f"cannot read file: {exc.strerror or exc}")
-        return None
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = raw.count(b"\n", 0, exc.start) + 1
-        column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
-        ps.add(
-            "error",
-            rel,
-            line,
-            column,
-            "",
-            f"file is not UTF-8 (byte 0x{raw[exc.start]:02x} at offset {exc.start})",
-        )
         return None
 
 
@@ -318,12 +311,12 @@ def _load_document(doc: YamlDocument, rel: str, ps: PolicySet) -> None:
 
 
 def _load_file(path: Path, rel: str, ps: PolicySet) -> None:
-    text = _read_text(path, rel, ps)
-    if text is None:
+    raw = _read_bytes(path, rel, ps)
+    if raw is None:
         return
     ps.files += 1
     try:
-        docs = parse_documents(text, ps.yaml_budget)
+        docs = parse_documents(raw, ps.yaml_budget, max_bytes=MAX_FILE_BYTES)
     except YamlSyntaxError as exc:
         ps.add("error", rel, exc.line, exc.column, "", str(exc))
         return

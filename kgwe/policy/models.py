@@ -20,6 +20,7 @@ from kgwe.policy.gpu_workload import (
 )
 from kgwe.policy.inventory import GPUDeviceState, GPUInventory, GPUInventorySpec, InventoryNode
 from kgwe.policy.mig_strategy import MIGStrategy, MIGStrategySpec, PartitionStrategy, ProfileShare, Rollout
+from kgwe.policy.pod_template_policy import PodTemplatePolicy, PodTemplatePolicySpec
 from kgwe.policy.pricing import GPUPrice, PricingCatalog, PricingCatalogSpec
 from kgwe.policy.scoring_profile import ExtenderSettings, ScoringProfile, ScoringProfileSpec, Weights
 from kgwe.policy.sharing_strategy import GPUSharingStrategy, GPUSharingStrategySpec
@@ -33,6 +34,7 @@ POLICY_KINDS: tuple[type[KgweObject], ...] = (
     PricingCatalog,
     GPUInventory,
     WorkloadRuntime,
+    PodTemplatePolicy,
 )
 CLUSTER_KINDS: tuple[type[KgweObject], ...] = (PolicyRepository, GPUWorkload)
 KINDS: dict[str, type[KgweObject]] = {k.KIND: k for k in (*POLICY_KINDS, *CLUSTER_KINDS)}
@@ -66,6 +68,8 @@ __all__ = [
     "MIGStrategySpec",
     "ObjectMeta",
     "PartitionStrategy",
+    "PodTemplatePolicy",
+    "PodTemplatePolicySpec",
     "PolicyRepository",
     "PolicyRepositorySpec",
     "PolicyRepositoryStatus",

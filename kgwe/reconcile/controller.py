@@ -29,6 +29,7 @@ from kgwe.gitops.gitcmd import GitAccess
 from kgwe.gitops.retry import jittered_interval_seconds
 from kgwe.gitops.source import touches_policy
 from kgwe.gitops.webhook import ControllerHTTPServer, PushEvent, repository_key
+from kgwe.httpd import metrics_need_token
 from kgwe.observability.collectors import ClusterStateCollector, read_cluster
 from kgwe.reconcile.metrics import ReconcileMetrics
 from kgwe.reconcile.rebalancing import ActivityReader
@@ -101,6 +102,7 @@ class Controller:
         git_access: GitAccess | None = None,
         workloads: bool = True,
         prometheus_url: str | None = None,
+        public_metrics: bool = False,
     ) -> None:
         self.api_client = api_client
         self.prometheus_url = prometheus_url  # dcgm-exporter activity for MIG rebalancing (None: off)
@@ -160,8 +162,13 @@ class Controller:
                 "/healthz": lambda: (200, "text/plain", b"ok"),
                 "/readyz": self._readyz,
             }
+            guard = None  # /metrics (budgets and costs) off loopback: for tokens allowed to get /metrics
+            if metrics_need_token(listen[0], public_metrics):
+                from kgwe.cluster.access_review import metrics_guard
+
+                guard = metrics_guard(api_client)
             self.server = ControllerHTTPServer(
-                listen, secret=webhook_secret, on_push=self.on_push, get_routes=routes
+                listen, secret=webhook_secret, on_push=self.on_push, get_routes=routes, guard=guard
             )
 
     def _readyz(self) -> tuple[int, str, bytes]:

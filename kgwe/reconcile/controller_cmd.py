@@ -1,7 +1,9 @@
 """Run the KGWE controller: sync every PolicyRepository of a namespace from Git to the cluster, safely.
 
 Serves POST /hooks/git (GitHub-style HMAC, secret from $KGWE_WEBHOOK_SECRET or --webhook-secret-file),
-GET /metrics, /healthz and /readyz. With several replicas, one leads (a coordination.k8s.io Lease) and
+GET /metrics, /healthz and /readyz. /metrics (budgets and costs) on an address other than loopback answers
+only a bearer token the API server lets `get /metrics` (kgwe.httpd.access), unless
+--insecure-public-metrics. With several replicas, one leads (a coordination.k8s.io Lease) and
 the others wait. The leader also meters GPU usage into the cost store, keeps budget status and alerts,
 caps the quotas of an exhausted `Enforce` budget, and commits cost reports on each repository's schedule.
 """
@@ -9,6 +11,7 @@ caps the quotas of an exhausted `Enforce` budget, and commits cost reports on ea
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import logging
 import os
 import signal
@@ -16,6 +19,7 @@ import threading
 from pathlib import Path
 
 from kgwe.errors import KgweError
+from kgwe.httpd.exposure import INSECURE_PUBLIC_METRICS
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -26,6 +30,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="namespace of the PolicyRepositories and the leader Lease",
     )
     parser.add_argument("--listen", default="0.0.0.0:8080", help="address of the webhook/metrics server")
+    parser.add_argument(
+        INSECURE_PUBLIC_METRICS,
+        action="store_true",
+        help="/metrics without a token on an address other than loopback (default: a token the API server "
+        "lets get /metrics)",
+    )
     parser.add_argument(
         "--cache-dir",
         default=os.environ.get("KGWE_CACHE_DIR", "/tmp/kgwe-controller"),
@@ -57,13 +67,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--git-credentials-from-env",
         action="store_true",
-        help="repositories without spec.secretRef use $KGWE_GIT_TOKEN / $KGWE_GIT_SSH_KEY_FILE (off: a "
-        "tenant's PolicyRepository must never borrow the controller's own credentials)",
+        help="repositories without spec.secretRef use $KGWE_GIT_TOKEN / $KGWE_GIT_SSH_KEY_FILE, sent only to "
+        "the hosts in $KGWE_GIT_HOSTS (off: a tenant's PolicyRepository must never borrow the controller's "
+        "own credentials)",
     )
     parser.add_argument(
         "--allow-local-git-urls",
         action="store_true",
-        help="also allow local paths, file:// and http:// URLs (tests and local experiments only)",
+        help="also allow local paths, file:// and http:// URLs and loopback hosts (tests and local "
+        "experiments only)",
+    )
+    parser.add_argument(
+        "--allow-git-network",
+        action="append",
+        type=_network,
+        metavar="CIDR",
+        help="a network of special addresses git may reach all the same (refused by default: loopback, "
+        "link-local such as 169.254.169.254, unspecified, multicast, reserved); repeatable (default: "
+        "$KGWE_ALLOW_GIT_NETWORKS, comma-separated)",
     )
     parser.add_argument("--no-workloads", action="store_true", help="do not reconcile GPUWorkloads")
     parser.add_argument(
@@ -84,6 +105,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "ca.crt; default for https: /etc/kgwe/extender-client); rendered as tlsConfig",
     )
     parser.add_argument("--log-level", default="INFO")
+
+
+def _network(text: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
+    try:
+        return ipaddress.ip_network(text, strict=False)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _listen(text: str) -> tuple[str, int]:
@@ -137,7 +165,7 @@ def _report_once(outcomes: dict) -> int:
 
 def run(args: argparse.Namespace) -> int:
     from kgwe.cluster.client import api_client
-    from kgwe.gitops.gitcmd import GitAccess
+    from kgwe.gitops.gitcmd import GitAccess, operator_networks
     from kgwe.observability import tracing
     from kgwe.reconcile.controller import Controller
 
@@ -171,9 +199,13 @@ def run(args: argparse.Namespace) -> int:
             allow_local_urls=args.allow_local_git_urls,
             credentials_from_env=args.git_credentials_from_env,
             ca_file=args.git_ca_file,
+            allowed_networks=(
+                tuple(args.allow_git_network) if args.allow_git_network else operator_networks()
+            ),
         ),
         workloads=not (args.no_workloads or args.once),
         prometheus_url=args.prometheus,
+        public_metrics=args.insecure_public_metrics,
     )
     if args.once:
         return _report_once(controller.reconcile_once(leader_wait_seconds=2 * args.lease_duration))

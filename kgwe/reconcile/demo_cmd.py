@@ -256,7 +256,7 @@ def _send_push_webhook(port: int, commit: str, url: str) -> None:
 def _start_controller(
     api: Any, cache_dir: Path, ca_file: str
 ) -> tuple[Any, threading.Event, threading.Thread]:
-    from kgwe.gitops.gitcmd import GitAccess
+    from kgwe.gitops.gitcmd import LOOPBACK_NETWORKS, GitAccess
     from kgwe.reconcile.controller import Controller
     from kgwe.reconcile.costs import cost_duties
 
@@ -269,7 +269,7 @@ def _start_controller(
         lease_duration_seconds=6,
         renew_deadline_seconds=4,
         retry_period_seconds=1,
-        git_access=GitAccess(ca_file=ca_file),
+        git_access=GitAccess(ca_file=ca_file, allowed_networks=LOOPBACK_NETWORKS),  # its own Git server
         # chargeback, budget and advice metrics every 5 s (60 s and 10 min in a cluster): the demo is short
         costs=cost_duties(
             str(cache_dir.parent / "kgwe-cost.db"), cluster="demo", refresh_seconds=5.0, advice_seconds=5.0
@@ -320,6 +320,7 @@ def place_workloads(api: Any, timeout: float) -> list[tuple[str, str]]:
     from kubernetes import client
 
     from kgwe.cluster.client import ensure_namespace
+    from kgwe.cluster.names import WORKLOADS_ENABLED, WORKLOADS_NAMESPACE_LABEL
     from kgwe.localcluster.controlplane import KWOK_HOLD_ANNOTATION
     from kgwe.resources import workload_examples_dir
 
@@ -335,6 +336,8 @@ def place_workloads(api: Any, timeout: float) -> list[tuple[str, str]]:
         template = doc["spec"].setdefault("podTemplate", {}).setdefault("metadata", {})
         template.setdefault("annotations", {})[KWOK_HOLD_ANNOTATION] = "true"
         ensure_namespace(api, doc["metadata"]["namespace"])
+        opt_in = {"metadata": {"labels": {WORKLOADS_NAMESPACE_LABEL: WORKLOADS_ENABLED}}}
+        client.CoreV1Api(api).patch_namespace(doc["metadata"]["namespace"], opt_in)  # GPUWorkloads run here
         custom.create_namespaced_custom_object(
             "kgwe.nvidia.io", "v1", doc["metadata"]["namespace"], "gpuworkloads", doc
         )

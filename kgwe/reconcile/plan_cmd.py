@@ -26,10 +26,16 @@ from pathlib import Path
 from typing import Any
 
 import git
-import yaml
 
 from kgwe.errors import KgweError
-from kgwe.gitops.source import export_commit, resolve_local
+from kgwe.gitops.source import (
+    MAX_EXPORT_FILES,
+    GitSourceError,
+    TreeEntry,
+    export_commit,
+    list_tree,
+    resolve_local,
+)
 from kgwe.reconcile.prplan import PlanReport, diff_layouts, diff_objects, diff_policies, markdown
 
 SNAPSHOT_NAME = "gpu-inventory.yaml"
@@ -187,20 +193,20 @@ def _demand(args: argparse.Namespace, repo: git.Repo, head_sha: str) -> tuple[by
             raise DemandRecordError(f"cannot read demand record {path}: {exc.strerror}") from None
     sub = args.path.strip("/")
     folders = ["reports"] + ([f"{sub}/reports"] if sub not in ("", ".") else [])
-    found = [
-        p
-        for p in repo.git.ls_tree("-r", "--name-only", head_sha, "--", *folders).splitlines()
-        if p.endswith("/" + DEMAND_NAME)
-    ]
+    try:
+        entries = list_tree(repo, head_sha, tuple(folders), limit=MAX_EXPORT_FILES)
+    except GitSourceError as exc:
+        raise DemandRecordError(str(exc)) from None
+    found = [e for e in entries if e.path.endswith("/" + DEMAND_NAME)]
     if not found:
         return None, ""
-    found.sort(key=lambda p: not p.startswith("reports/"))  # the controller's record before a shipped one
-    size = int(repo.git.cat_file("-s", f"{head_sha}:{found[0]}"))
-    where = f"`{found[0]}` at head"
-    if size > MAX_RECORD_BYTES:
+    # the controller's record before a shipped one
+    found.sort(key=lambda e: not e.path.startswith("reports/"))
+    where = f"`{found[0].path}` at head"
+    if found[0].size_bytes > MAX_RECORD_BYTES:
+        size = found[0].size_bytes
         raise DemandRecordError(f"{where}: {size} bytes is over the {MAX_RECORD_BYTES}-byte bound; refused")
-    blob = repo.commit(head_sha).tree / found[0]
-    return blob.data_stream.read(), where
+    return (repo.commit(head_sha).tree / found[0].path).data_stream.read(), where
 
 
 def _inventory(args: argparse.Namespace, repo: git.Repo, head_sha: str, head_ps: Any) -> tuple[Any, str]:
@@ -227,34 +233,49 @@ def _inventory(args: argparse.Namespace, repo: git.Repo, head_sha: str, head_ps:
         inventory.spec.mig_demand = live_demand(head_ps.mig_strategies, inventory, unscheduled)
         return inventory, "live cluster"
     snapshots = [
-        p
-        for p in repo.git.ls_tree("-r", "--name-only", head_sha, "--", "reports").splitlines()
-        if p.endswith("/" + SNAPSHOT_NAME) or p == SNAPSHOT_NAME
+        e
+        for e in list_tree(repo, head_sha, ("reports",), limit=MAX_EXPORT_FILES)
+        if e.path.endswith("/" + SNAPSHOT_NAME) or e.path == SNAPSHOT_NAME
     ]
     if snapshots:
-        text = repo.git.show(f"{head_sha}:{snapshots[0]}")
-        return _parse_inventory(text, snapshots[0]), f"snapshot `{snapshots[0]}` at head"
+        return _parse_inventory(_blob(repo, head_sha, snapshots[0]), snapshots[0].path), (
+            f"snapshot `{snapshots[0].path}` at head"
+        )
     inventory = head_ps.inventory()
     return inventory, "the repository's GPUInventory" if inventory is not None else "none"
 
 
+def _blob(repo: git.Repo, sha: str, entry: TreeEntry) -> bytes:
+    """A file of commit `sha`, read only once its size is known to be within the YAML bound."""
+    from kgwe.policy.yaml_source import MAX_TEXT_BYTES
+
+    if entry.size_bytes > MAX_TEXT_BYTES:
+        size = entry.size_bytes
+        raise KgweError(f"{entry.path}: {size} bytes is over the {MAX_TEXT_BYTES}-byte bound; refused")
+    return (repo.commit(sha).tree / entry.path).data_stream.read()
+
+
 def _read_inventory_file(path: Path) -> Any:
+    from kgwe.policy.yaml_source import MAX_TEXT_BYTES
+
     try:
-        text = path.read_text()
+        with path.open("rb") as fh:
+            data = fh.read(MAX_TEXT_BYTES + 1)
     except OSError as exc:
         raise KgweError(f"cannot read inventory {path}: {exc.strerror}") from exc
-    return _parse_inventory(text, str(path))
+    return _parse_inventory(data, str(path))
 
 
-def _parse_inventory(text: str, where: str) -> Any:
+def _parse_inventory(text: bytes, where: str) -> Any:
     from pydantic import ValidationError
 
     from kgwe.policy import GPUInventory
+    from kgwe.policy.yaml_source import YamlSyntaxError, load_all
 
     try:
-        docs = [d for d in yaml.safe_load_all(text) if d]
-    except yaml.YAMLError as exc:
-        raise KgweError(f"{where} is not valid YAML: {exc}") from exc
+        docs = [d for d in load_all(text) if d]
+    except YamlSyntaxError as exc:
+        raise KgweError(f"{where}:{exc.line}:{exc.column}: {exc}") from None
     found = [d for d in docs if isinstance(d, dict) and d.get("kind") == "GPUInventory"]
     if not found:
         raise KgweError(f"{where} holds no GPUInventory")

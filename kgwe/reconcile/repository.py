@@ -41,15 +41,16 @@ from kgwe.cluster.names import (
     CRD_VERSION,
     FIELD_MANAGER,
     GIT_CREDENTIALS_LABEL,
+    GIT_HOSTS_ANNOTATION,
     POLICY_REPOSITORY_PLURAL,
     RETRY_ANNOTATION,
     repository_label_value,
 )
 from kgwe.cluster.nodes import NodeOps
 from kgwe.errors import KgweError
-from kgwe.gitops.auth import GitCredentials, is_ssh_url
+from kgwe.gitops.auth import GitCredentials, is_ssh_url, parse_hosts
 from kgwe.gitops.commit_back import CommitBack
-from kgwe.gitops.gitcmd import GitAccess
+from kgwe.gitops.gitcmd import GitAccess, UnsafeGitArgument, url_origin
 from kgwe.gitops.source import GitRef, GitSource, GitSourceError, Revision
 from kgwe.observability import tracing
 from kgwe.policy.cluster_kinds import PolicyRepositorySpec
@@ -190,8 +191,8 @@ class RepositoryReconciler:
                 )
             if not self.git_access.credentials_from_env:
                 return None
-            local = GitCredentials.from_env()
-            return local if (local.password or local.ssh_identity) else None
+            local = GitCredentials.from_env()  # bound to the hosts in KGWE_GIT_HOSTS
+            return local if local.secret else None
         name = spec.secret_ref.name
         try:
             secret = self.core.read_namespaced_secret(name, self.namespace)
@@ -203,7 +204,21 @@ class RepositoryReconciler:
                 f'secret {self.namespace}/{name} is not labelled {GIT_CREDENTIALS_LABEL}="true"; a '
                 "PolicyRepository may only use Secrets that opt in to being Git credentials"
             )
-        creds = GitCredentials.from_secret_data(secret.data or {})
+        annotations = (secret.metadata.annotations if secret.metadata else None) or {}
+        try:
+            hosts = parse_hosts(annotations.get(GIT_HOSTS_ANNOTATION, ""))
+        except ValueError as exc:
+            raise GitSourceError(f"secret {self.namespace}/{name}: {GIT_HOSTS_ANNOTATION}: {exc}") from None
+        if not hosts:
+            raise GitSourceError(
+                f"secret {self.namespace}/{name} names no host in its {GIT_HOSTS_ANNOTATION} annotation; "
+                "Git credentials are sent only to the hosts they are bound to"
+            )
+        creds = replace(GitCredentials.from_secret_data(secret.data or {}), hosts=hosts)
+        try:
+            creds.check_bound(url_origin(spec.url))
+        except UnsafeGitArgument as exc:
+            raise GitSourceError(f"secret {self.namespace}/{name}: {exc}") from None
         if ssh and not creds.ssh_known_hosts:
             raise GitSourceError(
                 f"secret {self.namespace}/{name} has no known_hosts: SSH host keys are never trusted on "
@@ -224,6 +239,7 @@ class RepositoryReconciler:
                 attempts=self.git_attempts,
                 allow_local=self.git_access.allow_local_urls,
                 ca_file=self.git_access.ca_file,
+                allowed_networks=self.git_access.allowed_networks,
             )
             self._sources = {key: source}
         source.credentials = self.git_credentials(spec)
@@ -240,6 +256,7 @@ class RepositoryReconciler:
             timeout_seconds=spec.timeout_seconds,
             allow_local=self.git_access.allow_local_urls,
             ca_file=self.git_access.ca_file,
+            allowed_networks=self.git_access.allowed_networks,
         )
 
     # -- the reconcile -----------------------------------------------------------------------------
@@ -289,7 +306,7 @@ class RepositoryReconciler:
             with tracing.span("kgwe.reconcile.fetch"):
                 source = self._source(spec)
                 revision = source.fetch()
-        except GitSourceError as exc:
+        except (GitSourceError, UnsafeGitArgument) as exc:  # a refused target or credentials binding too
             self.recorder.warning(repo, "GitOperationFailed", str(exc))
             return Outcome("fetch_failed", str(exc))
         last_applied = status.get("lastAppliedRevision")
@@ -846,11 +863,13 @@ def _same_or(desired: Desired, facts: GpuNodeFacts) -> str:
 
 
 def _rendered_mig_configs(objects: list[dict], namespace: str, name: str) -> dict:
+    from kgwe.policy.yaml_source import load_one
+
     for obj in objects:
         meta = obj.get("metadata") or {}
         if obj.get("kind") == "ConfigMap" and meta.get("name") == name and meta.get("namespace") == namespace:
             for text in (obj.get("data") or {}).values():
-                doc = yaml.safe_load(text)
+                doc = load_one(text)
                 if isinstance(doc, dict) and isinstance(doc.get("mig-configs"), dict):
                     return doc["mig-configs"]
     return {}
@@ -864,10 +883,12 @@ def live_mig_configs(core: client.CoreV1Api, namespace: str, name: str) -> dict:
         if exc.status == 404:
             return {}
         raise
+    from kgwe.policy.yaml_source import YamlSyntaxError, load_one
+
     for text in (cm.data or {}).values():
         try:
-            doc = yaml.safe_load(text)
-        except yaml.YAMLError:
+            doc = load_one(text)
+        except YamlSyntaxError:
             continue
         if isinstance(doc, dict) and isinstance(doc.get("mig-configs"), dict):
             return doc["mig-configs"]

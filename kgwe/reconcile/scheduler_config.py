@@ -13,8 +13,6 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 
-import yaml
-
 from kgwe.cluster.names import SCHEDULER_NAME
 
 API_VERSION = "kubescheduler.config.k8s.io/v1"
@@ -34,12 +32,12 @@ def config_problem(text: str | None, scheduler_name: str = SCHEDULER_NAME) -> st
         return "has no KubeSchedulerConfiguration"
     if len(text.encode()) > MAX_CONFIG_BYTES:
         return f"is larger than {MAX_CONFIG_BYTES} bytes"
+    from kgwe.policy.yaml_source import YamlSyntaxError, load_one
+
     try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" (line {mark.line + 1})" if mark is not None else ""
-        return f"is not valid YAML{where}: {getattr(exc, 'problem', None) or exc}"
+        doc = load_one(text, max_bytes=MAX_CONFIG_BYTES)
+    except YamlSyntaxError as exc:
+        return f"is not valid YAML (line {exc.line}): {exc}"
     if not isinstance(doc, Mapping):
         return "is not a YAML mapping"
     if doc.get("apiVersion") != API_VERSION or doc.get("kind") != KIND:

@@ -14,6 +14,8 @@ import orjson
 import yaml
 
 from kgwe.cluster.names import (
+    POD_TEMPLATE_POLICY_CONFIGMAP,
+    POD_TEMPLATE_POLICY_KEY,
     REPOSITORY_LABEL,
     RUNTIMES_CONFIG_KEY,
     RUNTIMES_CONFIGMAP,
@@ -23,7 +25,8 @@ from kgwe.cluster.names import (
 )
 from kgwe.errors import KgweError
 from kgwe.policy.loader import PolicySet
-from kgwe.policy.models import GPUInventory, ScoringProfile, ScoringProfileSpec
+from kgwe.policy.models import GPUInventory, PodTemplatePolicy, ScoringProfile, ScoringProfileSpec
+from kgwe.policy.pod_template_policy import pod_template_policies_json
 from kgwe.policy.quota_namespaces import refused_quota_namespace
 from kgwe.render.environment import render_template
 from kgwe.render.layouts import NodeLayouts, desired_layouts
@@ -220,6 +223,14 @@ def render(
         key=RUNTIMES_CONFIG_KEY,
         namespace=opts.namespace,
         runtimes_json=runtimes_json.decode() + "\n",
+        **common,
+    )
+    files["pod-template-policy.yaml"] = render_template(
+        "pod-template-policy-configmap.yaml.j2",
+        name=POD_TEMPLATE_POLICY_CONFIGMAP,
+        key=POD_TEMPLATE_POLICY_KEY,
+        namespace=opts.namespace,
+        policies_json=pod_template_policies_json(ps.objects(PodTemplatePolicy)),
         **common,
     )
     quotas = _quotas(ps, opts.namespace)

@@ -5,9 +5,9 @@ so both judge a workload on the same facts (kgwe.workloads.admission)."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
+import orjson
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -87,9 +87,9 @@ def _config_map_json(api: client.ApiClient, namespace: str, name: str, key: str)
         cm = client.CoreV1Api(api).read_namespaced_config_map(name, namespace)
     except ApiException:
         return None
-    try:
-        return json.loads((cm.data or {}).get(key) or "null")
-    except ValueError:
+    try:  # orjson: nesting bounded (1,024 levels), where json.loads raises RecursionError
+        return orjson.loads((cm.data or {}).get(key) or "null")
+    except orjson.JSONDecodeError:
         return None
 
 

@@ -14,27 +14,30 @@ import heapq
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from kubernetes import client, dynamic, watch
+from kubernetes import client, dynamic
 from kubernetes.client.exceptions import ApiException
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from pydantic import ValidationError
 
 from kgwe.cluster.client import list_items
 from kgwe.cluster.events import EventRecorder
-from kgwe.cluster.names import FIELD_MANAGER
+from kgwe.cluster.names import FIELD_MANAGER, POD_TEMPLATE_POLICY_CONFIGMAP, POD_TEMPLATE_POLICY_KEY
+from kgwe.cluster.watch import list_and_watch
 from kgwe.extender.k8s import gpu_holders, unhealthy_gpus
 from kgwe.observability import tracing
 from kgwe.policy.diagnostics import format_path, messages_from_validation
 from kgwe.policy.gpu_workload import GPUWorkload
+from kgwe.policy.pod_template_policy import PodTemplatePolicy, policies_from_json
 from kgwe.timestamps import parse_rfc3339
 from kgwe.workloads import cluster_facts
 from kgwe.workloads import status as st
 from kgwe.workloads.admission import ClusterView, findings, quota_needs, resolve_facts
+from kgwe.workloads.namespaces import NamespaceGrants
 from kgwe.workloads.plan import (
     PODGROUP_API,
     RUN_LABEL,
@@ -44,10 +47,15 @@ from kgwe.workloads.plan import (
     plan_children,
     requested_gpus,
 )
+from kgwe.workloads.template_policy import template_refusal
 
 log = logging.getLogger(__name__)
 
 GROUP, VERSION, PLURAL = "kgwe.nvidia.io", "v1", "gpuworkloads"
+# Refusals that only an edit lifts (the namespace's label, the spec, a PodTemplatePolicy): no retry of
+# their own; label and spec edits are watched, and the periodic resync looks again after a policy change.
+WAIT_FOR_CHANGE = frozenset({"NamespaceNotEnabled", "TemplateNotAllowed"})
+WATCH_SECONDS = 300  # a watch the server ends after this long is resumed from its last resourceVersion
 
 
 class WorkloadMetrics:
@@ -64,6 +72,19 @@ class WorkloadMetrics:
             "kgwe_gpuworkload_failed_total", "Workload failures and refusals", ["reason"], registry=registry
         )
         self.retries = Counter("kgwe_gpuworkload_retries_total", "Whole-gang restarts", registry=registry)
+        self.watch_events = Counter(
+            "kgwe_gpuworkload_watch_events_total",
+            "Objects the workload controller's watches handed over: LISTED (a listing), ADDED, MODIFIED, "
+            "DELETED",
+            ["resource", "type"],
+            registry=registry,
+        )
+        self.watch_restarts = Counter(
+            "kgwe_gpuworkload_watch_restarts_total",
+            "Listings after the first: expired (410 Gone) or failed (connection dropped, API server away)",
+            ["resource", "reason"],
+            registry=registry,
+        )
         self.duration = Histogram(
             "kgwe_gpuworkload_reconcile_duration_seconds",
             "GPUWorkload reconcile duration",
@@ -135,6 +156,7 @@ class WorkloadReconciler:
         self.policy_namespace = policy_namespace
         self.now = now
         self.cost_of = cost_of  # (namespace, name, workload) -> status.cost; None: not metered
+        self.grants = NamespaceGrants(api_client, kgwe_namespace=policy_namespace)
         self._dyn: dynamic.DynamicClient | None = None
 
     # -- cluster facts -------------------------------------------------------------------------------
@@ -146,6 +168,23 @@ class WorkloadReconciler:
 
     def _serves(self, group: str, version: str | None = None) -> bool:
         return cluster_facts.serves(self.api_client, group, version)
+
+    def _template_policies(self) -> list[PodTemplatePolicy]:
+        """The PodTemplatePolicies rendered from Git; none (every field they could allow is refused) while
+        the ConfigMap is absent or unreadable."""
+        try:
+            cm = self.core.read_namespaced_config_map(POD_TEMPLATE_POLICY_CONFIGMAP, self.policy_namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                return []
+            raise
+        try:
+            return policies_from_json((cm.data or {}).get(POD_TEMPLATE_POLICY_KEY) or "[]")
+        except ValueError as exc:
+            log.warning(
+                "%s is not valid; refusing what a policy would allow: %s", POD_TEMPLATE_POLICY_CONFIGMAP, exc
+            )
+            return []
 
     # -- children --------------------------------------------------------------------------------------
     def _view(self, namespace: str, name: str, run: int, batch: bool) -> st.RunView:
@@ -164,15 +203,25 @@ class WorkloadReconciler:
         if not self.is_leader():
             raise _NotLeader
         resource = self.dyn.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
-        self.dyn.server_side_apply(
-            resource,
-            body=obj,
-            name=obj["metadata"]["name"],
-            namespace=obj["metadata"]["namespace"],
-            field_manager=FIELD_MANAGER,
-            force_conflicts=True,
-            **({"dry_run": "All"} if dry_run else {}),
-        )
+        meta = obj["metadata"]
+        try:
+            self.dyn.server_side_apply(
+                resource,
+                body=obj,
+                name=meta["name"],
+                namespace=meta["namespace"],
+                field_manager=FIELD_MANAGER,
+                force_conflicts=True,
+                **({"dry_run": "All"} if dry_run else {}),
+            )
+        except ApiException as exc:
+            if exc.status != 403:
+                raise
+            # e.g. the namespace's RoleBinding not granted yet, or removed with the opt-in label
+            raise PlanError(
+                "Forbidden",
+                f"the controller may not write {obj['kind']} {meta['name']} in {meta['namespace']}",
+            ) from None
 
     def _delete_run(self, namespace: str, name: str, run: int) -> None:
         """Delete the run's Jobs and PodGroup; their pods go with them (background cascade)."""
@@ -220,6 +269,8 @@ class WorkloadReconciler:
             self.metrics.duration.observe(time.monotonic() - start)
 
     def _reconcile(self, namespace: str, name: str) -> float | None:
+        if not self.grants.listed.is_set():
+            return 1.0  # which namespaces opted in is not known yet: decide nothing
         try:
             obj = self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
         except ApiException as exc:
@@ -240,7 +291,7 @@ class WorkloadReconciler:
             requeue = self._drive(p, wl)
         except PlanError as exc:
             self._refuse(p, exc.reason, str(exc))
-            requeue = 30.0
+            requeue = None if exc.reason in WAIT_FOR_CHANGE else 30.0
         return self._finish(p, old, requeue)
 
     def _refuse(self, p: _Pass, reason: str, message: str) -> None:
@@ -288,18 +339,28 @@ class WorkloadReconciler:
             if not admitted:
                 return 30.0
             view = self._view(p.namespace, wl.name, run, spec.is_batch)
-        elif int(new.get("observedGeneration") or 0) != p.generation:
-            self._reapply(p, wl, run)
+        elif int(new.get("observedGeneration") or 0) != p.generation or not st.is_true(
+            new["conditions"], "Admitted"
+        ):
+            # a spec edit (e.g. suspend) reaches the children; one refused before is tried again
+            applied = self._reapply(p, wl, run)
+            message = f"run {run}: {spec.total_pods} pod(s), gang {new.get('gangBackend')}"
+            if applied and p.condition("Admitted", "True", "Admitted", message):
+                p.event("Normal", "Admitted", message)
         return self._observe(p, wl, view, run)
 
-    def _reapply(self, p: _Pass, wl: GPUWorkload, run: int) -> None:
-        """A spec edit (e.g. suspend) reaches the running children. What they cannot take (a Job's pod
-        template is immutable; the WorkloadRuntime may have changed or gone since admission) is said once in
-        a Warning Event and the run goes on: the next run is planned from the new spec."""
+    def _reapply(self, p: _Pass, wl: GPUWorkload, run: int) -> bool:
+        """A spec edit (e.g. suspend) reaches the running children; True when it did. What the policy refuses
+        (the namespace's opt-in, a PodTemplatePolicy, the API server's permission) is a refusal like at
+        admission. What the children cannot take (a Job's pod template is immutable; the WorkloadRuntime may
+        have changed or gone since admission) is said once in a Warning Event and the run goes on: the next
+        run is planned from the new spec."""
         try:
             self._create(p, wl, run, self._facts(wl, run))
-            return
+            return True
         except PlanError as exc:
+            if exc.reason in WAIT_FOR_CHANGE or exc.reason == "Forbidden":
+                raise
             why = f"{exc} [{exc.reason}]"
         except ApiException as exc:
             if exc.status not in (400, 422):
@@ -308,6 +369,7 @@ class WorkloadReconciler:
         p.event(
             "Warning", "SpecNotApplied", f"run {run} keeps its objects: {why}; the next run gets the new spec"
         )
+        return False
 
     def _facts(self, wl: GPUWorkload, run: int) -> Facts:
         """The facts the run's children are planned with (kgwe.workloads.admission), read now."""
@@ -357,9 +419,16 @@ class WorkloadReconciler:
     def _create(
         self, p: _Pass, wl: GPUWorkload, run: int, facts: Facts, check_first: bool = False
     ) -> list[dict]:
-        """Apply the run's children. `check_first`: the API server checks them all (dry run) before any is
-        created, so a template it refuses creates nothing and becomes InvalidPodTemplate, once."""
+        """Apply the run's children, only in a namespace that opted in and only as the PodTemplatePolicies
+        allow. `check_first`: the API server checks them all (dry run) before any is created, so a template
+        it refuses creates nothing and becomes InvalidPodTemplate, once."""
+        refused = self.grants.refused(p.namespace)
+        if refused:
+            raise PlanError("NamespaceNotEnabled", refused)
         children = plan_children(wl, p.namespace, p.obj["metadata"]["uid"], facts)
+        refused = template_refusal(wl, children, self._template_policies(), p.namespace, facts.priority_class)
+        if refused:
+            raise PlanError("TemplateNotAllowed", refused)
         if check_first:
             for child in children:
                 try:
@@ -532,24 +601,39 @@ def _reason(exc: ApiException) -> str:
 class WorkloadController:
     """Watches GPUWorkloads and their Jobs/Pods/Deployments in every namespace; one worker reconciles."""
 
-    def __init__(self, reconciler: WorkloadReconciler, *, resync_seconds: float = 60.0) -> None:
+    def __init__(
+        self,
+        reconciler: WorkloadReconciler,
+        *,
+        resync_seconds: float = 60.0,
+        watch_timeout_seconds: int = WATCH_SECONDS,
+    ) -> None:
         self.reconciler = reconciler
         self.queue = WorkQueue()
         self.resync_seconds = resync_seconds
+        self.watch_timeout_seconds = watch_timeout_seconds
         self.reconciles = 0
         self._threads: list[threading.Thread] = []
+        self._known: set[str] = set()  # GPUWorkload keys, as the watch last saw them
+        self._known_lock = threading.Lock()
+        reconciler.grants.on_enabled = self._namespace_enabled
+
+    def _namespace_enabled(self, namespace: str) -> None:
+        """A namespace opted in: look again at the workloads waiting there."""
+        if not self.reconciler.is_leader():
+            return
+        with self._known_lock:
+            keys = sorted(k for k in self._known if k.startswith(namespace + "/"))
+        for key in keys:
+            self.queue.add(key)
 
     def resync(self) -> None:
-        """Queue every GPUWorkload (on becoming leader, and every resync period)."""
-        try:
-            items = list_items(
-                self.reconciler.custom.list_cluster_custom_object, group=GROUP, version=VERSION, plural=PLURAL
-            )
-        except ApiException as exc:
-            log.warning("listing GPUWorkloads failed: %s", exc.reason)
-            return
-        for item in items:
-            self.queue.add(f"{item['metadata']['namespace']}/{item['metadata']['name']}")
+        """Queue every GPUWorkload the watch knows (on becoming leader, and every resync period): periodic
+        work such as gang timeouts and cost comes from these looks, without listing again."""
+        with self._known_lock:
+            keys = sorted(self._known)
+        for key in keys:
+            self.queue.add(key)
 
     def start(self, stop: threading.Event) -> None:
         api = self.reconciler
@@ -569,6 +653,14 @@ class WorkloadController:
             )
             t.start()
             self._threads.append(t)
+        t = threading.Thread(
+            target=api.grants.run,
+            args=(stop, self.watch_timeout_seconds),
+            name="kgwe-watch-namespaces",
+            daemon=True,
+        )
+        t.start()
+        self._threads.append(t)
         t = threading.Thread(target=self._work, args=(stop,), name="kgwe-workloads", daemon=True)
         t.start()
         self._threads.append(t)
@@ -583,32 +675,60 @@ class WorkloadController:
     def _watch(
         self, stop: threading.Event, what: str, fn: Callable[..., Any], kwargs: dict[str, Any]
     ) -> None:
-        while not stop.is_set():
-            try:
-                w = watch.Watch()
-                for event in w.stream(fn, timeout_seconds=30, **kwargs):
-                    if stop.is_set():
-                        w.stop()
-                        break
-                    obj = event.get("object")
-                    if not isinstance(obj, dict):
-                        obj = api_to_dict(obj)
-                    key = self._key(what, obj)
-                    if key and self.reconciler.is_leader():
-                        self.queue.add(key)
-            except Exception as exc:  # a broken watch is retried; the periodic resync covers the gap
-                log.debug("watch of %s ended: %s", what, exc)
-                stop.wait(1.0)
+        """One list+watch loop (kgwe.cluster.watch) per kind: a listing queues every workload it names,
+        later events only what changed; re-watches resume from the last resourceVersion."""
+        metrics = self.reconciler.metrics
+
+        def listed(items: Sequence[dict]) -> None:
+            metrics.watch_events.labels(what, "LISTED").inc(len(items))
+            if what == "gpuworkloads":
+                with self._known_lock:
+                    self._known = {k for k in (self._key(what, obj) for obj in items) if k}
+            for obj in items:
+                self._enqueue(what, obj)
+
+        def changed(kind: str, obj: dict) -> None:
+            metrics.watch_events.labels(what, kind).inc()
+            key = self._key(what, obj)
+            if what == "gpuworkloads" and key:
+                with self._known_lock:
+                    if kind == "DELETED":
+                        self._known.discard(key)
+                    else:
+                        self._known.add(key)
+            self._enqueue(what, obj)
+
+        def restarted(error: BaseException | None) -> None:
+            metrics.watch_restarts.labels(what, "expired" if error is None else "failed").inc()
+
+        list_and_watch(
+            fn,
+            on_list=listed,
+            on_event=changed,
+            on_restart=restarted,
+            stop=stop,
+            watch_timeout_seconds=self.watch_timeout_seconds,
+            **kwargs,
+        )
+
+    def _enqueue(self, what: str, obj: dict) -> None:
+        key = self._key(what, obj)
+        if key and self.reconciler.is_leader():
+            self.queue.add(key)
 
     def _work(self, stop: threading.Event) -> None:
         last_resync = 0.0
         was_leader = False
         while not stop.is_set():
             leader = self.reconciler.is_leader()
+            if leader and not was_leader:
+                self.reconciler.grants.resync()
             if leader and (not was_leader or time.monotonic() - last_resync >= self.resync_seconds):
                 self.resync()
                 last_resync = time.monotonic()
             was_leader = leader
+            if leader:
+                self.reconciler.grants.sync()  # bindings before the workloads that need them
             key = self.queue.get(timeout=1.0)
             if key is None or not leader:
                 continue
@@ -621,7 +741,3 @@ class WorkloadController:
             self.reconciles += 1
             if again is not None:
                 self.queue.add(key, again)
-
-
-def api_to_dict(obj: Any) -> dict:
-    return client.ApiClient().sanitize_for_serialization(obj)

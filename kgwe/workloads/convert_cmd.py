@@ -19,9 +19,10 @@ from typing import Any
 import yaml
 
 from kgwe.errors import KgweError
+from kgwe.policy.yaml_source import MAX_TEXT_BYTES, YamlSyntaxError, load_all
 from kgwe.workloads.convert import convert
 
-MAX_INPUT_BYTES = 1 << 20
+MAX_INPUT_BYTES = MAX_TEXT_BYTES
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -40,19 +41,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _read(path: str) -> str:
+def _read(path: str) -> bytes:
+    """At most one byte more than the bound: the loader refuses what is over it without reading on."""
     if path == "-":
-        text = sys.stdin.read(MAX_INPUT_BYTES + 1)
-    else:
-        p = Path(path)
-        if not p.is_file():
-            raise KgweError(f"{path}: no such file")
-        if p.stat().st_size > MAX_INPUT_BYTES:
-            raise KgweError(f"{path}: larger than {MAX_INPUT_BYTES} bytes")
-        text = p.read_text(encoding="utf-8")
-    if len(text) > MAX_INPUT_BYTES:
-        raise KgweError(f"{path}: larger than {MAX_INPUT_BYTES} bytes")
-    return text
+        return sys.stdin.buffer.read(MAX_INPUT_BYTES + 1)
+    p = Path(path)
+    if not p.is_file():
+        raise KgweError(f"{path}: no such file")
+    with p.open("rb") as fh:
+        return fh.read(MAX_INPUT_BYTES + 1)
 
 
 def _needs(manifest: dict[str, Any], policy: Any) -> list[Any]:
@@ -103,10 +100,8 @@ def _write_suggestions(directory: Path, manifests: list[dict[str, Any]], policy:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kgwe.policy.yaml_source import YamlSyntaxError, parse_documents
-
     try:
-        docs: list[Any] = [d.data for d in parse_documents(_read(args.path)) if d.data is not None]
+        docs: list[Any] = [d for d in load_all(_read(args.path)) if d is not None]
     except YamlSyntaxError as exc:
         raise KgweError(f"{args.path}:{exc.line}:{exc.column}: not YAML: {exc}") from None
     if not docs:
@@ -124,6 +119,8 @@ def run(args: argparse.Namespace) -> int:
         policy = workload_policy_view(repo)
     out_docs = []
     for i, doc in enumerate(docs):
+        if not isinstance(doc, dict):
+            raise KgweError(f"{args.path}: document {i + 1} is a {type(doc).__name__}, not a manifest")
         conv = convert(doc, image=args.image, runtime=args.runtime)
         name = conv.manifest.get("metadata", {}).get("name", f"document {i}")
         print(

@@ -1,8 +1,9 @@
 """A workload's GPU-hours and cost so far, from the metered usage intervals of its pods (pure).
 
-Metering is per pod and charges the pod's team (label kgwe.nvidia.io/team, which KGWE sets from
-spec.team; else the namespace), so the chargeback already shows the workload under its team. This sums the
+Metering is per pod and charges the team of the pod's namespace (never a team the pod names itself), and
+what a pod holds by its resources (its own annotations cannot shrink it: kgwe.cost.metering). This sums the
 same intervals for the workload's own status: GPU-units x hours x the catalog price, one rounding to cents.
+A pod that merely takes a name like the workload's pods adds to this status, never takes from it.
 """
 
 from __future__ import annotations

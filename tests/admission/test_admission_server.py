@@ -4,26 +4,24 @@ from __future__ import annotations
 
 import http.client
 import ssl
-import threading
 from collections.abc import Iterator
 
 import orjson
 import pytest
 
-from kgwe.admission.server import MAX_BODY_BYTES, make_server
+from kgwe.admission.server import LIMITS, MAX_BODY_BYTES, CertificateReloader, make_handler
+from kgwe.httpd import ServerThread
 from kgwe.localcluster.pki import write_pki
 
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory) -> Iterator[tuple[int, ssl.SSLContext]]:
     pki = write_pki(tmp_path_factory.mktemp("pki"))  # serving cert valid for 127.0.0.1
-    server = make_server("127.0.0.1", 0, pki.serving_cert, pki.serving_key)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    tls = CertificateReloader(pki.serving_cert, pki.serving_key)
+    server = ServerThread(make_handler(), ("127.0.0.1", 0), limits=LIMITS, tls=tls.current).start()
     ctx = ssl.create_default_context(cafile=str(pki.ca_cert))
-    yield server.server_address[1], ctx
-    server.shutdown()
-    server.server_close()
+    yield server.port, ctx
+    server.stop()
 
 
 def call(served, method: str, path: str, body: bytes | None = None, headers: dict | None = None):

@@ -105,6 +105,8 @@ def _flux_kustomizations(repo_url: str) -> tuple[list[dict], dict[str, bytes]]:
     docs = _example_docs()
     repo = next(d for d in docs if d["kind"] == "PolicyRepository")
     repo["spec"].update(url=repo_url, path="", interval=INTERVAL)
+    secret = next(d for d in docs if d["kind"] == "Secret")  # its credentials go to the loopback server
+    secret["metadata"]["annotations"]["kgwe.nvidia.io/git-hosts"] = repo_url.split("/")[2]
     del repo["spec"]["reports"]  # no report commits in this test (costs are off)
     path = next(k for k in kustomizations if k["metadata"]["name"] == "kgwe-policy-repository")["spec"][
         "path"

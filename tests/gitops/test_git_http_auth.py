@@ -4,11 +4,13 @@ Basic-auth check, kgwe.localcluster.gitserver)."""
 from __future__ import annotations
 
 import base64
+from dataclasses import replace
 
 import pytest
 
 from kgwe.gitops.auth import GitCredentials
 from kgwe.gitops.commit_back import CommitBack
+from kgwe.gitops.gitcmd import LOOPBACK_NETWORKS
 from kgwe.gitops.source import GitRef, GitSource, GitSourceError
 from kgwe.localcluster.gitserver import GitHttpsServer
 
@@ -18,7 +20,8 @@ TOKEN = "ghp_exampletoken123"
 def test_token_over_https_fetch_and_push(remote, tmp_path):
     with GitHttpsServer(remote.bare.parent, username="x-access-token", password=TOKEN) as server:
         url, ca = server.url("remote.git"), server.ca_file
-        creds = GitCredentials(username="x-access-token", password=TOKEN)
+        host = f"127.0.0.1:{server.port}"
+        creds = GitCredentials(username="x-access-token", password=TOKEN, hosts=(host,))
         rev = GitSource(
             url, GitRef(branch="main"), cache_dir=tmp_path / "c", credentials=creds, ca_file=ca
         ).fetch()
@@ -44,7 +47,7 @@ def test_token_over_https_fetch_and_push(remote, tmp_path):
             "main",
             workdir=tmp_path / "cb2",
             attempts=3,
-            credentials=GitCredentials(password="wrong"),
+            credentials=GitCredentials(password="wrong", hosts=(host,)),
             sleep=lambda s: None,
             ca_file=ca,
         )
@@ -69,9 +72,11 @@ def test_secret_data_and_ssh_environment():
             "known_hosts": b"git.example.com ssh-ed25519 AAAA",
         }.items()
     }
-    creds = GitCredentials.from_secret_data(data)
+    creds = replace(GitCredentials.from_secret_data(data), hosts=("127.0.0.1:8443",))
     assert creds.username == "bot" and creds.password == "tok" and "tok" not in repr(creds)
-    with git_environment(creds) as env:
+    with git_environment(
+        creds, url="https://127.0.0.1:8443/p.git", allowed_networks=LOOPBACK_NETWORKS
+    ) as env:
         cmd = env["GIT_SSH_COMMAND"]
         key_path = cmd.split("-i ")[1].split()[0]
         import os
@@ -79,5 +84,11 @@ def test_secret_data_and_ssh_environment():
 
         assert stat.S_IMODE(os.stat(key_path).st_mode) == 0o600
         assert "StrictHostKeyChecking=yes" in cmd and "UserKnownHostsFile=" in cmd
-        assert env["GIT_CONFIG_VALUE_0"] == "Authorization: Basic " + base64.b64encode(b"bot:tok").decode()
+        config = {
+            env[f"GIT_CONFIG_KEY_{i}"]: env[f"GIT_CONFIG_VALUE_{i}"]
+            for i in range(int(env["GIT_CONFIG_COUNT"]))
+        }
+        header = "Authorization: Basic " + base64.b64encode(b"bot:tok").decode()
+        assert config["http.https://127.0.0.1:8443/.extraHeader"] == header  # scoped to that origin only
+        assert config["http.followRedirects"] == "false"
     assert not os.path.exists(key_path)  # removed after use

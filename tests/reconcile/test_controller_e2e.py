@@ -448,7 +448,11 @@ def test_git_credentials_come_from_the_referenced_secret(k8s_api, e2e):
         {
             "apiVersion": "v1",
             "kind": "Secret",
-            "metadata": {"name": f"{e2e.pool}-git", "labels": {"kgwe.nvidia.io/git-credentials": "true"}},
+            "metadata": {
+                "name": f"{e2e.pool}-git",
+                "labels": {"kgwe.nvidia.io/git-credentials": "true"},
+                "annotations": {"kgwe.nvidia.io/git-hosts": e2e.remote.url.split("/")[2]},
+            },
             "stringData": {"username": "kgwe-bot", "password": "token-123"},
         },
     )

@@ -53,7 +53,7 @@ def test_the_images_controller_applies_a_policy_repository_once(image_container,
     proc = image_container.run(
         [
             *("kgwe", "controller", "--once", "--kubeconfig", "/kube/config", "--namespace", SYSTEM_NS),
-            *("--git-ca-file", "/git/ca.pem"),
+            *("--git-ca-file", "/git/ca.pem", "--allow-git-network", "127.0.0.0/8"),  # the loopback server
         ],
         volumes=[f"{kubeconfig}:/kube/config:ro", f"{git_ca}:/git/ca.pem:ro"],
         host_network=True,

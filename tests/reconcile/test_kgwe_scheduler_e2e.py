@@ -197,6 +197,7 @@ def test_gpu_pod_goes_through_webhook_kgwe_scheduler_and_extender(
                 str(pki.serving_cert),
                 "--tls-key-file",
                 str(pki.serving_key),
+                "--insecure-any-client",  # this API server presents no client certificate to webhooks
             ],
             tmp_path / "webhook.log",
             LISTENING,

@@ -57,6 +57,14 @@ def policy_repo(tmp_path: Path) -> Repo:
     return Repo(tmp_path)
 
 
+def sample_files(prefix: str) -> dict[str, str]:
+    """sample-repo's files, named as they would be under `prefix` in a repository (for Repo.push)."""
+    from kgwe.resources import sample_repo_dir
+
+    root = sample_repo_dir()
+    return {f"{prefix}/{p.relative_to(root)}": p.read_text() for p in root.rglob("*") if p.is_file()}
+
+
 @pytest.fixture(scope="session")
 def policy_crds(k8s_api):
     """The CRDs from deploy/crds on the real API server, and the controller's namespace."""
@@ -65,3 +73,21 @@ def policy_crds(k8s_api):
 
     install_crds(k8s_api)
     ensure_namespace(k8s_api, "kgwe-system")
+
+
+ONE_NODE_INVENTORY = """\
+apiVersion: kgwe.nvidia.io/v1
+kind: GPUInventory
+metadata: {name: attacks}
+spec:
+  nodes:
+    - {name: h1, gpus: 8, product: NVIDIA-H100-80GB-HBM3, topology: DGX-H100}
+"""
+
+
+@pytest.fixture(scope="module")
+def inventory_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A static GPUInventory of one 8-GPU node, for `kgwe extender --inventory`."""
+    path = tmp_path_factory.mktemp("inventory") / "inventory.yaml"
+    path.write_text(ONE_NODE_INVENTORY)
+    return path

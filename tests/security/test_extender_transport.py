@@ -1,6 +1,6 @@
 """Attacks on the extender's port, against the real `kgwe extender` process: a client without a certificate
-is refused when a client CA is configured, an oversized body gets a readable 413, connections are bounded,
-and a realistic 5,000-node request still fits the body cap."""
+is refused when a client CA is configured, an oversized body gets a readable 413, connections are bounded
+(the oldest unfinished one makes room), and a realistic 5,000-node request still fits the body cap."""
 
 from __future__ import annotations
 
@@ -120,16 +120,18 @@ def test_oversized_body_gets_a_readable_413_not_a_reset(plain_extender) -> None:
 
 
 def test_connections_are_bounded(plain_extender) -> None:
-    """Four connections mid-request fill the server (limit 4): a fifth is refused, not queued; idle
-    keep-alive connections instead make room for newcomers."""
+    """Four connections mid-request fill the server (limit 4): a fifth is served, not refused, and the
+    oldest unfinished one makes room (answered 503); idle keep-alive connections make room first."""
     held = [socket.create_connection(("127.0.0.1", plain_extender), timeout=10) for _ in range(4)]
     try:
         for s in held:
             s.sendall(b"POST /filter HTTP/1.1\r\nContent-Length: 100\r\n\r\n{")  # and nothing more
+            time.sleep(0.05)  # so that their ages differ
         time.sleep(0.3)
         with socket.create_connection(("127.0.0.1", plain_extender), timeout=10) as extra:
             extra.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-            assert extra.recv(4096).startswith(b"HTTP/1.1 503 ")
+            assert extra.recv(4096).startswith(b"HTTP/1.1 200 ")
+        assert held[0].recv(4096).startswith(b"HTTP/1.1 503 ")  # the oldest went
     finally:
         for s in held:
             s.close()

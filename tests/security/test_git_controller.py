@@ -66,11 +66,16 @@ def create(custom, spec: dict, name: str | None = None) -> str:
     return name
 
 
-def secret(k8s_api, name: str, data: dict[str, str], labelled: bool = True) -> None:
+def secret(k8s_api, name: str, data: dict[str, str], labelled: bool = True, hosts: str = "") -> None:
+    """A Secret of Git credentials, opted in (`labelled`) and bound to `hosts`."""
     labels = {"kgwe.nvidia.io/git-credentials": "true"} if labelled else {}
-    client.CoreV1Api(k8s_api).create_namespaced_secret(
-        NS, {"metadata": {"name": name, "labels": labels}, "stringData": data}
-    )
+    annotations = {"kgwe.nvidia.io/git-hosts": hosts} if hosts else {}
+    meta = {"name": name, "labels": labels, "annotations": annotations}
+    client.CoreV1Api(k8s_api).create_namespaced_secret(NS, {"metadata": meta, "stringData": data})
+
+
+def host_of(server: GitHttpsServer) -> str:
+    return f"127.0.0.1:{server.port}"
 
 
 def events(k8s_api, name: str) -> list[str]:
@@ -128,7 +133,8 @@ def test_credentials_only_from_opted_in_secrets_and_never_shown(
     assert first.phase == "fetch_failed" and not any(served.authorizations)
 
     # A Secret without the opt-in label is never read.
-    secret(k8s_api, f"{name}-plain", {"username": "kgwe-bot", "password": TOKEN}, labelled=False)
+    bound = host_of(served)
+    secret(k8s_api, f"{name}-plain", {"username": "kgwe-bot", "password": TOKEN}, labelled=False, hosts=bound)
     custom.patch_namespaced_custom_object(*PR, name, {"spec": {"secretRef": {"name": f"{name}-plain"}}})
     unlabelled = rec.reconcile()
     assert unlabelled.phase == "fetch_failed"
@@ -136,10 +142,12 @@ def test_credentials_only_from_opted_in_secrets_and_never_shown(
     assert not any(served.authorizations)
 
     # A wrong token fails authentication; the right one works.
-    secret(k8s_api, f"{name}-wrong", {"username": "kgwe-bot", "password": TOKEN[::-1]})
+    secret(k8s_api, f"{name}-wrong", {"username": "kgwe-bot", "password": TOKEN[::-1]}, hosts=bound)
     custom.patch_namespaced_custom_object(*PR, name, {"spec": {"secretRef": {"name": f"{name}-wrong"}}})
     assert rec.reconcile().phase == "fetch_failed"
-    secret(k8s_api, f"{name}-git", {"username": "kgwe-bot", "password": TOKEN})
+    secret(
+        k8s_api, f"{name}-git", {"username": "kgwe-bot", "password": TOKEN}, hosts=f"{bound} git.example.com"
+    )
     custom.patch_namespaced_custom_object(*PR, name, {"spec": {"secretRef": {"name": f"{name}-git"}}})
     good = rec.reconcile()
     assert good.attempted_revision, good.message
@@ -178,7 +186,7 @@ def test_one_hanging_repository_does_not_stall_the_others(k8s_api, custom, serve
         {"url": f"https://127.0.0.1:{port}/slow.git", "timeout": "10m", "interval": "1h"},
         name=f"aaa-slow-{secrets.token_hex(3)}",
     )
-    secret(k8s_api, f"{slow}-git", {"username": "kgwe-bot", "password": TOKEN})
+    secret(k8s_api, f"{slow}-git", {"username": "kgwe-bot", "password": TOKEN}, hosts=host_of(served))
     good = create(
         custom,
         {
@@ -208,3 +216,49 @@ def test_one_hanging_repository_does_not_stall_the_others(k8s_api, custom, serve
         stop.set()
         stuck.close()  # the hanging fetch gets a closed connection and ends
         thread.join(timeout=60)
+
+
+def test_a_secret_goes_only_to_the_hosts_it_names(
+    k8s_api, custom, served, policy_repo, tmp_path, monkeypatch
+):
+    """A tenant points a PolicyRepository at a server of theirs (one git trusts) and names the platform's
+    Secret: the controller refuses before any request, and says why in status."""
+    name = create(custom, {"url": served.url("policy.git"), "path": "policy", "interval": "1h"})
+    secret(k8s_api, f"{name}-git", {"username": "kgwe-bot", "password": TOKEN}, hosts=host_of(served))
+    with GitHttpsServer(policy_repo.bare.parent, username="kgwe-bot", password="x") as attacker:
+        both = tmp_path / "both-cas.pem"
+        both.write_text(Path(served.ca_file).read_text() + Path(attacker.ca_file).read_text())
+        monkeypatch.setenv("GIT_SSL_CAINFO", str(both))
+        custom.patch_namespaced_custom_object(
+            *PR, name, {"spec": {"url": attacker.url("policy.git"), "secretRef": {"name": f"{name}-git"}}}
+        )
+        outcome = RepositoryReconciler(k8s_api, NS, name, cache_dir=tmp_path / "c").reconcile()
+        assert outcome.phase == "fetch_failed"
+        assert f"bound to {host_of(served)}, not to {host_of(attacker)}; they are not sent" in outcome.message
+        assert attacker.authorizations == []
+    assert f"not to {host_of(attacker)}" in ready(custom, name)["message"]
+
+    # Without the binding annotation a Secret is sent nowhere.
+    bare = f"{name}-unbound"
+    secret(k8s_api, bare, {"username": "kgwe-bot", "password": TOKEN})
+    custom.patch_namespaced_custom_object(
+        *PR, name, {"spec": {"url": served.url("policy.git"), "secretRef": {"name": bare}}}
+    )
+    unbound = RepositoryReconciler(k8s_api, NS, name, cache_dir=tmp_path / "c2").reconcile()
+    assert "names no host in its kgwe.nvidia.io/git-hosts annotation" in unbound.message
+    assert not any(served.authorizations)
+
+
+def test_metadata_and_loopback_targets_are_refused_with_a_clear_status(
+    k8s_api, custom, tmp_path, monkeypatch
+):
+    monkeypatch.delenv("KGWE_ALLOW_GIT_NETWORKS")  # the controller's default: no special network allowed
+    for url, kind in (
+        ("https://169.254.169.254/computeMetadata/v1.git", "link-local"),
+        ("https://localhost:6443/api.git", "loopback"),
+    ):
+        name = create(custom, {"url": url, "interval": "1h"})
+        outcome = RepositoryReconciler(k8s_api, NS, name, cache_dir=tmp_path / name).reconcile()
+        assert outcome.phase == "fetch_failed" and f"resolves to a {kind} address" in outcome.message
+        assert f"a {kind} address" in ready(custom, name)["message"]
+        assert any(e.startswith("GitOperationFailed:") and kind in e for e in events(k8s_api, name))

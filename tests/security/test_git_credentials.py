@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from kgwe.gitops.auth import GitCredentials, git_environment
-from kgwe.gitops.gitcmd import GitAccess
+from kgwe.gitops.gitcmd import LOOPBACK_NETWORKS, GitAccess
 from kgwe.gitops.source import GitSourceError
 from kgwe.policy.cluster_kinds import PolicyRepositorySpec
 from kgwe.reconcile.repository import RepositoryReconciler
@@ -21,10 +21,14 @@ def ssh_options(env: dict[str, str]) -> list[str]:
 
 @pytest.mark.parametrize(
     "creds",
-    [None, GitCredentials(ssh_identity=b"key"), GitCredentials(ssh_identity=b"key", ssh_known_hosts=b"h k")],
+    [
+        None,
+        GitCredentials(ssh_identity=b"key", hosts=("127.0.0.1",)),
+        GitCredentials(ssh_identity=b"key", ssh_known_hosts=b"h k", hosts=("127.0.0.1",)),
+    ],
 )
 def test_ssh_is_always_strict_about_host_keys(creds):
-    with git_environment(creds, url="git@git.example.com:p.git") as env:
+    with git_environment(creds, url="git@127.0.0.1:p.git", allowed_networks=LOOPBACK_NETWORKS) as env:
         opts = ssh_options(env)
     assert "StrictHostKeyChecking=yes" in opts and not any("accept-new" in o for o in opts)
     assert "BatchMode=yes" in opts

@@ -16,6 +16,7 @@ import pytest
 from kubernetes import client
 
 from kgwe.gitops.webhook import ControllerHTTPServer, PushEvent, repository_key, sign
+from kgwe.httpd import Limits
 from tests.harness.crds import install_crds
 
 SECRET = b"hook-secret"
@@ -30,8 +31,7 @@ def server() -> Iterator[tuple[ControllerHTTPServer, list[PushEvent]]]:
         secret=SECRET,
         on_push=got.append,
         get_routes={"/healthz": lambda: (200, "text/plain", b"ok")},
-        request_timeout_seconds=1.0,
-        max_connections=16,
+        limits=Limits(header_timeout_seconds=1.0, request_timeout_seconds=1.0, max_connections=16),
     ).start()
     yield srv, got
     srv.stop()

@@ -25,6 +25,7 @@ from kubernetes.client.exceptions import ApiException
 from prometheus_client import CollectorRegistry
 
 from kgwe.cluster.events import EventRecorder
+from kgwe.cluster.names import WORKLOADS_ENABLED, WORKLOADS_NAMESPACE_LABEL
 from kgwe.cost.service import CostService
 from kgwe.cost.store import CostStore
 from kgwe.localcluster.controlplane import KWOK_HOLD_ANNOTATION, default_scheduler_config
@@ -148,11 +149,27 @@ def kgwe_stack(
         proc.wait(timeout=10)
 
 
+def opt_in(k8s_api, namespace: str) -> None:
+    """Label the namespace so GPUWorkloads may run there."""
+    label = {"metadata": {"labels": {WORKLOADS_NAMESPACE_LABEL: WORKLOADS_ENABLED}}}
+    client.CoreV1Api(k8s_api).patch_namespace(namespace, label)
+
+
 @pytest.fixture
 def stack(control_plane, k8s_api, namespace, tmp_path) -> Iterator[dict]:
-    with kgwe_stack(control_plane, k8s_api, namespace, tmp_path) as parts:
-        _DUMP[:] = [lambda: _dump(k8s_api, namespace)]
-        yield {**parts, "namespace": namespace}
+    """The stack with its own policy namespace (KGWE's, where no workload runs) beside the test's."""
+    from kgwe.cluster.client import ensure_namespace
+    from tests.harness.pytest_cluster import delete_namespace
+
+    opt_in(k8s_api, namespace)
+    policy_namespace = f"{namespace}-kgwe"
+    ensure_namespace(k8s_api, policy_namespace)
+    try:
+        with kgwe_stack(control_plane, k8s_api, policy_namespace, tmp_path) as parts:
+            _DUMP[:] = [lambda: _dump(k8s_api, namespace)]
+            yield {**parts, "namespace": namespace}
+    finally:
+        delete_namespace(client.CoreV1Api(k8s_api), policy_namespace)
 
 
 def _create(k8s_api, namespace: str, doc: dict, tag: dict[str, str], hold: bool = False) -> str:
@@ -757,7 +774,8 @@ CONTROLLER_SA = "system:serviceaccount:kgwe-system:kgwe-controller"
 
 @pytest.fixture
 def controller_account(k8s_api) -> client.ApiClient:
-    """deploy/controller/rbac.yaml applied; an API client impersonating the controller's ServiceAccount."""
+    """deploy/controller's RBAC and admission policies applied; an API client impersonating the controller's
+    ServiceAccount."""
     from kubernetes import dynamic
 
     from kgwe.cluster.client import ensure_namespace
@@ -766,7 +784,9 @@ def controller_account(k8s_api) -> client.ApiClient:
     for ns in ("kgwe-system", "gpu-operator"):  # the Roles' namespaces
         ensure_namespace(k8s_api, ns)
     dyn = dynamic.DynamicClient(k8s_api)
-    for doc in yaml.safe_load_all((deploy_dir() / "controller" / "rbac.yaml").read_text()):
+    files = ("rbac.yaml", "workloads-rbac.yaml", "workloads-admission.yaml")
+    docs = [d for f in files for d in yaml.safe_load_all((deploy_dir() / "controller" / f).read_text())]
+    for doc in docs:
         if doc:
             resource = dyn.resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
             namespace = doc["metadata"].get("namespace")
@@ -793,6 +813,7 @@ def test_reconciler_runs_as_the_controllers_service_account(
     for _ in range(2):
         gpu_node("DGX-H100", labels=tag)
     sa = controller_account
+    opt_in(k8s_api, namespace)
     with kgwe_stack(control_plane, k8s_api, "kgwe-system", tmp_path, reconciler_api=sa) as parts:
         _DUMP[:] = [lambda: _dump(k8s_api, namespace)]
         doc = yaml.safe_load((EXAMPLES / "distributed-16gpu.yaml").read_text())

@@ -1,0 +1,239 @@
+"""Namespaces that opt in to GPUWorkloads, and the controller's rights in them.
+
+A GPUWorkload runs only in a namespace labelled kgwe.nvidia.io/workloads=enabled that is neither
+Kubernetes' own (kube-*) nor KGWE's. In each such namespace the controller binds the chart's ClusterRole
+kgwe-workload-writer (create Jobs, Deployments, Services, PodGroups) to itself with the RoleBinding
+kgwe-workloads, and deletes that binding when the label goes: its rights to create pods' owners follow the
+opt-in instead of covering the cluster. The API server holds it to that (the chart's admission policy
+kgwe-controller-rolebindings): from the controller it accepts only that binding, to itself, in a labelled
+namespace.
+
+The namespaces come from the one list+watch loop (label-selected: a namespace losing the label arrives as
+DELETED); only the leader writes bindings, from the worker thread, before it reconciles workloads.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from kgwe.cluster.names import (
+    FIELD_MANAGER,
+    MANAGED_BY_LABEL,
+    MANAGED_BY_VALUE,
+    WORKLOAD_ROLEBINDING,
+    WORKLOAD_WRITER_CLUSTERROLE,
+    WORKLOADS_ENABLED,
+    WORKLOADS_NAMESPACE_LABEL,
+)
+from kgwe.cluster.watch import list_and_watch
+from kgwe.policy.quota_namespaces import protected_namespace
+
+log = logging.getLogger(__name__)
+
+RBAC_GROUP = "rbac.authorization.k8s.io"
+SERVICE_ACCOUNT_PREFIX = "system:serviceaccount:"
+RETRY_SECONDS = 10.0  # after a failed sync (the API server away, a binding refused)
+
+
+def binding_subject(username: str) -> dict[str, str]:
+    """The RBAC subject for the user the API server says we are (a ServiceAccount in a pod)."""
+    if username.startswith(SERVICE_ACCOUNT_PREFIX):
+        namespace, _, name = username[len(SERVICE_ACCOUNT_PREFIX) :].partition(":")
+        return {"kind": "ServiceAccount", "name": name, "namespace": namespace}
+    return {"kind": "User", "apiGroup": RBAC_GROUP, "name": username}
+
+
+def role_binding(namespace: str, subject: dict[str, str]) -> dict[str, Any]:
+    """The RoleBinding granting the workload writer role to the controller in `namespace`."""
+    return {
+        "apiVersion": f"{RBAC_GROUP}/v1",
+        "kind": "RoleBinding",
+        "metadata": {
+            "name": WORKLOAD_ROLEBINDING,
+            "namespace": namespace,
+            "labels": {MANAGED_BY_LABEL: MANAGED_BY_VALUE},
+        },
+        "roleRef": {"apiGroup": RBAC_GROUP, "kind": "ClusterRole", "name": WORKLOAD_WRITER_CLUSTERROLE},
+        "subjects": [subject],
+    }
+
+
+class NamespaceGrants:
+    """Which namespaces opted in (every replica knows), and their RoleBindings (the leader writes them)."""
+
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        *,
+        kgwe_namespace: str,
+        on_enabled: Callable[[str], None] = lambda namespace: None,
+    ) -> None:
+        self.core = client.CoreV1Api(api_client)
+        self.rbac = client.RbacAuthorizationV1Api(api_client)
+        self.auth = client.AuthenticationV1Api(api_client)
+        self.kgwe_namespace = kgwe_namespace
+        self.on_enabled = on_enabled  # a namespace just opted in: its waiting workloads deserve a look
+        self._lock = threading.Lock()
+        self._enabled: set[str] = set()
+        self._pending: set[str] = set()  # namespaces whose binding must follow a change
+        self._everywhere = False  # a listing arrived (or leadership): all bindings must match it
+        self._retry_at = 0.0
+        self._subject: dict[str, str] | None = None
+        self.listed = threading.Event()
+
+    # -- what workloads may do -------------------------------------------------------------------------
+    def refused(self, namespace: str) -> str | None:
+        """Why no GPUWorkload may run in `namespace`; None when it may."""
+        protected = protected_namespace(namespace, self.kgwe_namespace)
+        if protected:
+            return f"{protected}: KGWE runs no GPUWorkloads there"
+        with self._lock:
+            if namespace in self._enabled:
+                return None
+        return (
+            f'namespace "{namespace}" has not opted in to GPUWorkloads '
+            f"(an administrator labels it {WORKLOADS_NAMESPACE_LABEL}={WORKLOADS_ENABLED})"
+        )
+
+    # -- following namespaces ------------------------------------------------------------------------
+    def run(self, stop: threading.Event, watch_timeout_seconds: int) -> None:
+        list_and_watch(
+            self.core.list_namespace,
+            on_list=self._listed,
+            on_event=self._changed,
+            stop=stop,
+            watch_timeout_seconds=watch_timeout_seconds,
+            label_selector=f"{WORKLOADS_NAMESPACE_LABEL}={WORKLOADS_ENABLED}",
+        )
+
+    def _listed(self, items: Sequence[dict[str, Any]]) -> None:
+        names = {i["metadata"]["name"] for i in items if _opted_in(i)}
+        with self._lock:
+            new = names - self._enabled
+            self._enabled = names
+            self._everywhere = True
+        for name in sorted(new):
+            self.on_enabled(name)
+        self.listed.set()
+
+    def _changed(self, kind: str, obj: dict[str, Any]) -> None:
+        name = obj["metadata"]["name"]
+        on = kind != "DELETED" and _opted_in(obj)
+        with self._lock:
+            was = name in self._enabled
+            if on:
+                self._enabled.add(name)
+            else:
+                self._enabled.discard(name)
+            if on != was:
+                self._pending.add(name)
+        if on and not was:
+            self.on_enabled(name)
+
+    # -- the leader's writes -------------------------------------------------------------------------
+    def resync(self) -> None:
+        """Check every binding on the next sync (on becoming leader)."""
+        with self._lock:
+            self._everywhere = True
+
+    def sync(self) -> None:
+        """Make the RoleBindings follow the opted-in namespaces: what changed since the last call, or all of
+        them after a listing. Failures are retried after RETRY_SECONDS; never raises."""
+        if time.monotonic() < self._retry_at:
+            return
+        with self._lock:
+            everywhere, pending, enabled = self._everywhere, self._pending, set(self._enabled)
+            self._everywhere, self._pending = False, set()
+        if not everywhere and not pending:
+            return
+        wanted = {ns for ns in enabled if protected_namespace(ns, self.kgwe_namespace) is None}
+        try:
+            if everywhere:
+                self._sync_all(wanted)
+            else:
+                for ns in sorted(pending):
+                    if ns in wanted:
+                        self._bind(ns)
+                    else:
+                        self._unbind(ns)
+        except ApiException as exc:
+            log.warning(
+                "workload namespaces: RoleBinding sync failed (%s %s); retrying", exc.status, exc.reason
+            )
+            with self._lock:
+                self._everywhere |= everywhere
+                self._pending |= pending
+            self._retry_at = time.monotonic() + RETRY_SECONDS
+
+    def _sync_all(self, wanted: set[str]) -> None:
+        subject = self.subject()
+        listing = self.rbac.list_role_binding_for_all_namespaces(
+            field_selector=f"metadata.name={WORKLOAD_ROLEBINDING}"
+        )
+        bound: dict[str, Any] = {rb.metadata.namespace: rb for rb in listing.items}
+        for ns, rb in sorted(bound.items()):
+            if ns not in wanted and _ours(rb):
+                self._unbind(ns)
+        for ns in sorted(wanted):
+            rb = bound.get(ns)
+            current = rb is not None and _ours(rb) and _grants(rb, subject)
+            if not current:
+                self._bind(ns)
+
+    def subject(self) -> dict[str, str]:
+        """Who the controller is, as the API server authenticates it (a SelfSubjectReview)."""
+        if self._subject is None:
+            review = self.auth.create_self_subject_review(
+                {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
+            )
+            self._subject = binding_subject(review.status.user_info.username)
+        return self._subject
+
+    def _bind(self, namespace: str) -> None:
+        self.rbac.patch_namespaced_role_binding(
+            WORKLOAD_ROLEBINDING,
+            namespace,
+            role_binding(namespace, self.subject()),
+            field_manager=FIELD_MANAGER,
+            force=True,
+            _content_type="application/apply-patch+yaml",
+        )
+        log.info("workload namespaces: %s opted in; bound %s", namespace, WORKLOAD_WRITER_CLUSTERROLE)
+
+    def _unbind(self, namespace: str) -> None:
+        try:
+            rb = self.rbac.read_namespaced_role_binding(WORKLOAD_ROLEBINDING, namespace)
+            if _ours(rb):
+                self.rbac.delete_namespaced_role_binding(WORKLOAD_ROLEBINDING, namespace)
+                log.info("workload namespaces: %s left; removed its RoleBinding", namespace)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+
+def _opted_in(namespace: dict[str, Any]) -> bool:
+    meta = namespace.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    return labels.get(WORKLOADS_NAMESPACE_LABEL) == WORKLOADS_ENABLED and not meta.get("deletionTimestamp")
+
+
+def _ours(rb: Any) -> bool:
+    return (rb.metadata.labels or {}).get(MANAGED_BY_LABEL) == MANAGED_BY_VALUE
+
+
+def _grants(rb: Any, subject: dict[str, str]) -> bool:
+    """The binding grants exactly the writer role to exactly us (anything else is re-applied)."""
+    ref = rb.role_ref
+    subjects = [
+        {k: v for k, v in (("kind", s.kind), ("name", s.name), ("namespace", s.namespace)) if v}
+        for s in rb.subjects or []
+    ]
+    want = {k: v for k, v in subject.items() if k != "apiGroup"}
+    return ref.kind == "ClusterRole" and ref.name == WORKLOAD_WRITER_CLUSTERROLE and subjects == [want]
