@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.kgwe-installed
 
-.PHONY: venv lint test demo cluster-bins tool-bins schemas deploy image image-lock clean
+.PHONY: venv lint test demo cluster-bins node-bins tool-bins schemas deploy image image-lock clean
 
 # (Re)install whenever pyproject.toml changes.
 $(STAMP): pyproject.toml
@@ -26,6 +26,12 @@ lint: venv
 # Builds kube-apiserver, kube-scheduler, kwok and etcd from Go modules into ~/.cache/kgwe (reused when present).
 cluster-bins:
 	hack/cluster-bins.sh
+
+# The local cluster's real node besides kubelet/kube-proxy: containerd, CNI plugins, CoreDNS (Go modules
+# hack/containerd, hack/cni, hack/coredns) and the pause binary into ~/.cache/kgwe; runc, nft, iptables, ip
+# from Debian when missing (as root).
+node-bins:
+	hack/node-bins.sh
 
 # Builds helm, Flux's kustomize-controller, Prometheus and promtool (wrapper modules hack/helm, hack/flux,
 # hack/prometheus) into ~/.cache/kgwe.
@@ -54,7 +60,7 @@ schemas: venv
 deploy: venv
 	hack/render-deploy.sh
 
-test: venv cluster-bins tool-bins lint
+test: venv cluster-bins node-bins tool-bins lint
 	$(BIN)/python -m pytest
 
 demo: venv cluster-bins

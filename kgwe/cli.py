@@ -45,6 +45,9 @@ COMMANDS: dict[str, Command] = {
     "controller": Command(
         "kgwe.reconcile.controller_cmd", "GitOps controller: Git -> policy -> safe rollout"
     ),
+    "cluster": Command(
+        "kgwe.localcluster.cluster_cmd", "a local cluster to install KGWE into (root): up, status, down"
+    ),
     "demo": Command("kgwe.reconcile.demo_cmd", "local control plane + simulated GPU nodes + the controller"),
     "report": Command("kgwe.cost.report_cmd", "cost reports: chargeback, budgets, forecast, rightsizing"),
     "convert": Command("kgwe.workloads.convert_cmd", "seed GPUWorkload manifests -> kgwe.nvidia.io/v1"),

@@ -54,6 +54,14 @@ GPU_UNHEALTHY_TAINT = ANNOTATION_PREFIX + "gpu-unhealthy"
 # The ResourceQuota rendered from a GPUBudget in each of its namespaces (capped while the budget enforces).
 BUDGET_QUOTA_NAME = "kgwe-budget"
 
+# GPUWorkloads run only in namespaces that opt in with this label; in each, the controller binds the chart's
+# ClusterRole WORKLOAD_WRITER_CLUSTERROLE (create Jobs, Deployments, Services, PodGroups) to itself with the
+# RoleBinding WORKLOAD_ROLEBINDING. The chart's admission policies spell these names too.
+WORKLOADS_NAMESPACE_LABEL = ANNOTATION_PREFIX + "workloads"
+WORKLOADS_ENABLED = "enabled"
+WORKLOAD_WRITER_CLUSTERROLE = "kgwe-workload-writer"
+WORKLOAD_ROLEBINDING = "kgwe-workloads"
+
 # ---- Scoring (ScoringProfile, the extender) --------------------------------------------------------------
 ScoringStrategy = Literal[
     "BinPack", "Spread", "LeastLoaded", "BestFit", "CostOptimized", "RoundRobin", "Random", "Priority"

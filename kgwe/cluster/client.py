@@ -12,6 +12,10 @@ from kubernetes.config.config_exception import ConfigException
 
 from kgwe.errors import KgweError
 
+# API calls one client makes at once at most (a rollout wave patches this many nodes side by side): its
+# connection pool keeps that many connections, so none is opened and thrown away per call
+API_CONNECTIONS = 32
+
 
 class DeadlineApiClient(client.ApiClient):
     """An ApiClient whose every call without its own `_request_timeout` gets `request_timeout_s`, except
@@ -50,6 +54,7 @@ def api_client(
                     "no Kubernetes credentials: pass --kubeconfig, set KUBECONFIG or run in a cluster"
                 )
             config.load_kube_config(config_file=default, context=context, client_configuration=configuration)
+        configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize, API_CONNECTIONS)
         api = DeadlineApiClient(configuration)
         api.request_timeout_s = request_timeout_s
         return api
@@ -100,35 +105,29 @@ def list_gpu_workloads(api: client.ApiClient) -> list[dict]:
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 
 
-def lean_patch(api: client.ApiClient, path: str, body: Mapping[str, Any], *, field_manager: str) -> None:
-    """PATCH `path` (e.g. /api/v1/nodes/NAME) with the strategic-merge `body`, straight through the
-    ApiClient's connection pool (its TLS, client certificates and proxy) with its bearer token (refreshed by
-    the client's own hook), skipping the generated client's argument validation, serialisation and response
-    decoding: a fleet-wide MIG rollout patches every node, and those layers were a third of the client CPU
-    per patch (bench/reconcile.py). A non-2xx answer raises ApiException as the client does."""
+def lean_patch(
+    api: client.ApiClient, path: str, body: Mapping[str, Any], *, field_manager: str
+) -> str | None:
+    """PATCH `path` (e.g. /api/v1/nodes/NAME) with the strategic-merge `body`; the patched object's
+    resourceVersion (None if the answer has none).
+
+    It goes through the ApiClient's own request path — `update_params_for_auth` (its bearer token, refreshed
+    by the client's hook) and `call_api` (its connection pool, TLS, client certificates, proxy, and the
+    DeadlineApiClient's deadline) — and skips only the generated API method's argument validation and the
+    answer's decoding into a model object: a fleet-wide MIG rollout patches every node, and those were about
+    a fifth of the client's CPU per patch (bench/reconcile.py). A non-2xx answer raises ApiException as the
+    generated methods do (tests/cluster/test_cluster_nodes.py holds it to that)."""
     import orjson
     from kubernetes.client.exceptions import ApiException
 
-    configuration = api.configuration
     headers = {"Content-Type": STRATEGIC_MERGE_PATCH, "Accept": "application/json"}
-    for setting in configuration.auth_settings().values():
-        if setting.get("in") == "header" and setting.get("value"):
-            headers[setting["key"]] = setting["value"]
+    api.update_params_for_auth(headers, [], ["BearerToken"], path, "PATCH", body)
     query = urllib.parse.urlencode({"fieldManager": field_manager})
-    response = api.rest_client.pool_manager.request(
-        "PATCH",
-        f"{configuration.host}{path}?{query}",
-        body=orjson.dumps(body),
-        headers=headers,
-        timeout=getattr(api, "request_timeout_s", None),
-        preload_content=False,
+    response = api.call_api(
+        "PATCH", f"{api.configuration.host}{path}?{query}", header_params=headers, body=body
     )
-    try:
-        if not 200 <= response.status < 300:
-            text = response.read().decode("utf-8", "replace")
-            error = ApiException(status=response.status, reason=response.reason, body=text)
-            error.headers = response.headers
-            raise error
-        response.drain_conn()
-    finally:
-        response.release_conn()
+    data = response.read()
+    if not 200 <= response.status < 300:
+        raise ApiException.from_response(http_resp=response, body=None, data=None)
+    version = (orjson.loads(data).get("metadata") or {}).get("resourceVersion")
+    return str(version) if version else None

@@ -7,8 +7,9 @@ from __future__ import annotations
 import logging
 import secrets
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
+from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -32,7 +33,7 @@ class EventRecorder:
         self._lock = threading.Lock()
         self.writes = 0
 
-    def record(self, involved: dict, event_type: str, reason: str, message: str) -> None:
+    def record(self, involved: Mapping[str, Any], event_type: str, reason: str, message: str) -> None:
         """Emit an event about `involved` (an object dict with apiVersion/kind/metadata); never raises."""
         if not self.allowed():
             return
@@ -82,8 +83,8 @@ class EventRecorder:
             with self._lock:
                 self._seen.pop(key, None)
 
-    def normal(self, involved: dict, reason: str, message: str) -> None:
+    def normal(self, involved: Mapping[str, Any], reason: str, message: str) -> None:
         self.record(involved, "Normal", reason, message)
 
-    def warning(self, involved: dict, reason: str, message: str) -> None:
+    def warning(self, involved: Mapping[str, Any], reason: str, message: str) -> None:
         self.record(involved, "Warning", reason, message)

@@ -14,6 +14,10 @@ from kgwe.vocab import MIG_RESOURCE_PREFIX as MIG_RESOURCE_PREFIX
 from kgwe.vocab import MIG_STATE_LABEL as MIG_STATE_LABEL
 from kgwe.vocab import SHARED_GPU_RESOURCE as SHARED_GPU_RESOURCE
 from kgwe.vocab import TOPOLOGY_ANNOTATION as TOPOLOGY_ANNOTATION
+from kgwe.vocab import WORKLOAD_ROLEBINDING as WORKLOAD_ROLEBINDING
+from kgwe.vocab import WORKLOAD_WRITER_CLUSTERROLE as WORKLOAD_WRITER_CLUSTERROLE
+from kgwe.vocab import WORKLOADS_ENABLED as WORKLOADS_ENABLED
+from kgwe.vocab import WORKLOADS_NAMESPACE_LABEL as WORKLOADS_NAMESPACE_LABEL
 from kgwe.vocab import is_gpu_resource as is_gpu_resource
 
 FIELD_MANAGER = "kgwe-controller"
@@ -80,13 +84,6 @@ DEFAULT_SCHEDULER_NAME = "default-scheduler"
 SHARING_REQUESTED_AT_ANNOTATION = ANNOTATION_PREFIX + "device-plugin-config-requested-at"
 SHARING_CORDONED_ANNOTATION = ANNOTATION_PREFIX + "cordoned-for-device-plugin-config"
 
-# GPUWorkloads run only in namespaces that opt in with this label; in each, the controller binds the chart's
-# ClusterRole WORKLOAD_WRITER_CLUSTERROLE (create Jobs, Deployments, Services, PodGroups) to itself with the
-# RoleBinding WORKLOAD_ROLEBINDING. The chart's admission policies spell these names too.
-WORKLOADS_NAMESPACE_LABEL = ANNOTATION_PREFIX + "workloads"
-WORKLOADS_ENABLED = "enabled"
-WORKLOAD_WRITER_CLUSTERROLE = "kgwe-workload-writer"
-WORKLOAD_ROLEBINDING = "kgwe-workloads"
 # The PodTemplatePolicies of the policy repository, rendered into KGWE's namespace for the GPUWorkload
 # controller (JSON under the key below); absent, every field a policy could allow is refused.
 POD_TEMPLATE_POLICY_CONFIGMAP = "kgwe-pod-template-policy"

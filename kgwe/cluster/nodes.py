@@ -87,9 +87,16 @@ def gpu_pods_by_node(core: client.CoreV1Api, pods: list[dict] | None = None) -> 
 class NodeOps:
     """`guard` (the leader gate) is asked before every write; NotLeader stops the rollout at once."""
 
-    def __init__(self, api_client: client.ApiClient, *, guard: Callable[[], bool] | None = None) -> None:
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        *,
+        guard: Callable[[], bool] | None = None,
+        on_write: Callable[[str, str], None] | None = None,
+    ) -> None:
         self.core = client.CoreV1Api(api_client)
         self.guard = guard
+        self.on_write = on_write  # told (node, resourceVersion) after each patch, e.g. NodeCache.expect
         self.writes = 0
         self._lock = threading.Lock()
 
@@ -103,12 +110,14 @@ class NodeOps:
 
     def _patch(self, name: str, body: dict) -> None:
         self._check_leader()
-        # the patched Node is not used: a lean PATCH (a fleet-wide rollout patches every node); errors still
-        # raise ApiException
-        lean_patch(
+        # a lean PATCH (a fleet-wide rollout patches every node): only the new resourceVersion is read back,
+        # so a node cache can tell when it shows this write; errors still raise ApiException
+        version = lean_patch(
             self.core.api_client, f"/api/v1/nodes/{quote(name, safe='')}", body, field_manager=FIELD_MANAGER
         )
         self._count()
+        if version and self.on_write is not None:
+            self.on_write(name, version)
 
     def relabel(
         self, name: str, config: str, now: datetime | None = None, revision: str | None = None

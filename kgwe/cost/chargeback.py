@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
 from fractions import Fraction
+from typing import Any
 
 from kgwe import vocab
 from kgwe.cost.allocate import cents_to_decimal, largest_remainder
@@ -176,7 +177,7 @@ class _Pricer:
         self.book = book
         self.warnings: set[str] = set()
         self._rates: dict[tuple[str, bool], Fraction] = {}
-        self._shares: dict[tuple, Fraction] = {}
+        self._shares: dict[tuple[Any, ...], Fraction] = {}
 
     def rate(self, product: str, spot: bool) -> Fraction:
         """Price of one GPU-second of `product`."""
@@ -256,7 +257,7 @@ def _price(
 
 def _share_idle(
     priced: _Priced, idle_cost: str
-) -> tuple[dict[tuple, Fraction], dict[Cell, Fraction], list[str]]:
+) -> tuple[dict[tuple[Any, ...], Fraction], dict[Cell, Fraction], list[str]]:
     """Idle sharing: (exact amounts to round — ("line", bucket, key) per group, ("idle", bucket) for idle
     kept on its own line —, each line's exact share of idle, warnings). `ShareByAllocation` spreads a
     bucket's idle over its lines in proportion to their cost; `Separate` keeps it on its own line."""
@@ -269,7 +270,7 @@ def _share_idle(
     per_bucket_alloc: dict[str, Fraction] = defaultdict(Fraction)
     for (b, _key), cost in priced.alloc.items():
         per_bucket_alloc[b] += cost
-    cells: dict[tuple, Fraction] = {}
+    cells: dict[tuple[Any, ...], Fraction] = {}
     idle_share_exact: dict[Cell, Fraction] = {}
     for (b, key), cost in priced.alloc.items():
         share = Fraction(0)
@@ -285,7 +286,7 @@ def _share_idle(
 
 
 def _round(
-    priced: _Priced, cells: dict[tuple, Fraction], idle_share_exact: dict[Cell, Fraction]
+    priced: _Priced, cells: dict[tuple[Any, ...], Fraction], idle_share_exact: dict[Cell, Fraction]
 ) -> tuple[tuple[ChargebackLine, ...], tuple[IdleLine, ...], Decimal]:
     """Rounding, once: cents by largest remainder so the lines and idle sum to the rounded total."""
     cents = largest_remainder(cells) if cells else {}

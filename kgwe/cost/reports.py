@@ -91,8 +91,8 @@ def _pct(part: Decimal, whole: Decimal) -> str:
 
 def _rollup(cb: Chargeback, dims: Sequence[str]) -> list[dict[str, Any]]:
     idx = [cb.group_by.index(d) for d in dims]
-    cost: dict[tuple, Decimal] = defaultdict(Decimal)
-    hours: dict[tuple, Decimal] = defaultdict(Decimal)
+    cost: dict[tuple[str, ...], Decimal] = defaultdict(Decimal)
+    hours: dict[tuple[str, ...], Decimal] = defaultdict(Decimal)
     for line in cb.lines:
         key = tuple(line.key[i] for i in idx)
         cost[key] += line.cost

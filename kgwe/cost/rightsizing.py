@@ -27,6 +27,7 @@ from fractions import Fraction
 import numpy as np
 
 from kgwe.cost.usage import MIG, SHARED, WHOLE
+from kgwe.gpu.catalog import GPUModel
 from kgwe.gpu.products import base_product
 from kgwe.gpu.sharing import replica_milli
 
@@ -113,7 +114,7 @@ class Recommendation:
         return self.confidence < LOW_CONFIDENCE
 
 
-def _model(product: str):
+def _model(product: str) -> GPUModel | None:
     from kgwe.gpu import catalog
 
     return catalog.model_for_product(base_product(product))
@@ -125,7 +126,7 @@ def size_of(
     """Capacity of an allocation on a product (unknown products: 1 GPU = 1 compute, memory unknown)."""
     model = _model(product)
     gpu_memory = float(model.memory_mib) if model else 0.0
-    if kind == MIG and model and mig_profile in model.profiles:
+    if kind == MIG and model and mig_profile is not None and mig_profile in model.profiles:
         prof = model.profiles[mig_profile]
         compute = Fraction(prof.compute_slices, model.compute_slots)
         share = max(compute, Fraction(prof.memory_slices, model.memory_slots))

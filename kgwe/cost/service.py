@@ -18,7 +18,6 @@ from kgwe.cost.advice import POD_GROUP, Advice, advise, runs_since
 from kgwe.cost.budgets import (
     BudgetSpec,
     BudgetStatus,
-    alert_events,
     budget_period,
     daily_spend_by_team,
     evaluate_budget,
@@ -282,14 +281,3 @@ class CostService:
         if path_prefix != "reports":  # PolicyRepository.spec.reports.path, e.g. reports/prod
             files = {path_prefix.rstrip("/") + rel[len("reports") :]: text for rel, text in files.items()}
         return commit_back.commit_files(files, summary=f"cost reports {self.cluster} {period.label}")
-
-    @staticmethod
-    def emit_alerts(recorder: Any, involved: dict, statuses: Sequence[BudgetStatus]) -> int:
-        """Budget alerts as Kubernetes Events on `involved` (the PolicyRepository) through the
-        reconciler's EventRecorder (kgwe.cluster.events), which de-duplicates repeats."""
-        count = 0
-        for status in statuses:
-            for event_type, reason, message in alert_events(status):
-                recorder.record(involved, event_type, reason, message)
-                count += 1
-        return count

@@ -60,7 +60,7 @@ class Reason(IntEnum):
 
 OK, NO_GPU, PRODUCT, FAMILY, MEMORY, WHOLE, SHARE, MIG, CPU, RAM, TOPOLOGY, NO_TOPOLOGY = Reason
 
-TopologyScorer = Callable[[object, frozenset, int, str, "float | None"], "int | None"]
+TopologyScorer = Callable[[object, frozenset[int], int, str, "float | None"], "float | None"]
 
 
 @dataclass(frozen=True)
@@ -75,7 +75,8 @@ class _Rows:
 
     @property
     def whole_free(self) -> np.ndarray:
-        return (self.free == 1000).sum(axis=1)
+        out: np.ndarray = (self.free == 1000).sum(axis=1)
+        return out
 
 
 def _combine(
@@ -123,15 +124,15 @@ class NodeTable:
         self._clock = 0
         self.layout = 0  # bumped whenever a name gets or loses a row
         self.mix: tuple[WorkloadType, ...] = ()
-        self._topo_memo: dict[tuple, tuple[object, float | None]] = {}
+        self._topo_memo: dict[tuple[object, ...], tuple[object, float | None]] = {}
         self._alloc(capacity)
 
     # ---- storage -------------------------------------------------------------------------------------
     def _alloc(self, cap: int) -> None:
         old = self.cap
 
-        def grow(arr: np.ndarray | None, shape: tuple, fill, dtype) -> np.ndarray:
-            new = np.full(shape, fill, dtype=dtype)
+        def grow(arr: np.ndarray | None, shape: tuple[int, ...], fill: float, dtype: type) -> np.ndarray:
+            new: np.ndarray = np.full(shape, fill, dtype=dtype)
             if arr is not None and old:
                 new[tuple(slice(0, s) for s in arr.shape)] = arr
             return new
@@ -270,7 +271,7 @@ class NodeTable:
         return tuple(whole[: req.gpus])
 
     topology_scorer: TopologyScorer | None = None
-    topology_chooser: Callable[[object, frozenset, int], Sequence[int] | None] | None = None
+    topology_chooser: Callable[[object, frozenset[int], int], Sequence[int] | None] | None = None
 
     # ---- fragmentation (FGD) -----------------------------------------------------------------------------
     def set_mix(self, mix: Iterable[WorkloadType]) -> None:
@@ -315,7 +316,8 @@ class NodeTable:
         pinned shapes every row is open to every shape, and a (1, 1) True broadcasts so on the hot path."""
         if not self._m_pinned:
             return _ALL_ACCESS
-        return self._access_by_product()[self.product_id[rows] + 1]
+        out: np.ndarray = self._access_by_product()[self.product_id[rows] + 1]
+        return out
 
     def _pressure_weights(self) -> np.ndarray:
         """Each shape's weight in the expected fragment: its share of the demand times how scarce the GPUs
@@ -335,7 +337,8 @@ class NodeTable:
         usable = gpus @ self._access_by_product()  # (M,) GPUs each shape may use
         scarcity = np.where(usable > 0, gpus.sum() / np.maximum(usable, 1.0), 1.0)
         weights = self._m_demand * scarcity
-        return weights / weights.sum()
+        out: np.ndarray = weights / weights.sum()
+        return out
 
     def _supply_changed(self) -> None:
         """Nodes came, went or changed product/GPU count: re-weigh pinned shapes once the weights have
@@ -361,7 +364,8 @@ class NodeTable:
         fits = usable.sum(axis=-2) >= self._m_k
         fits &= (cpu[..., None] >= self._m_cpu) & (mem[..., None] >= self._m_mem) & access
         total = idle.sum(axis=-1)[..., None]
-        return np.where(fits, small, total) @ self._m_p
+        out: np.ndarray = np.where(fits, small, total) @ self._m_p
+        return out
 
     def _refresh_frag(self, rows: np.ndarray) -> None:
         if self.mix:
@@ -433,7 +437,8 @@ class NodeTable:
         return reason
 
     def _not_live(self, view: _Rows, req: PodRequest) -> np.ndarray | None:
-        return ~self.live[view.rows]
+        out: np.ndarray = ~self.live[view.rows]
+        return out
 
     def _no_gpus(self, view: _Rows, req: PodRequest) -> np.ndarray | None:
         return view.count == 0 if req.wants_gpu and not req.mig else None
@@ -451,7 +456,8 @@ class NodeTable:
     def _too_little_gpu_memory(self, view: _Rows, req: PodRequest) -> np.ndarray | None:
         if not (req.wants_gpu and req.min_memory_mib):
             return None
-        return self.gpu_mem[view.rows] < req.min_memory_mib
+        out: np.ndarray = self.gpu_mem[view.rows] < req.min_memory_mib
+        return out
 
     def _too_few_whole_gpus(self, view: _Rows, req: PodRequest) -> np.ndarray | None:
         return view.whole_free < req.gpus if req.gpus and not req.shared else None
@@ -572,7 +578,8 @@ class NodeTable:
         fr = self._frag_of(
             f, view.cpu[idx] - req.cpu_milli, view.mem[idx] - req.memory_mib, self._mix_access(rows)
         )
-        return fr - self.frag[rows]
+        out: np.ndarray = fr - self.frag[rows]
+        return out
 
     def _balance_term(
         self, view: _Rows, idx: np.ndarray, req: PodRequest, used_after: np.ndarray
@@ -585,8 +592,12 @@ class NodeTable:
         cpu_used = np.where(cpu_cap < UNLIMITED, 1 - (view.cpu[idx] - req.cpu_milli) / cpu_cap, used_after)
         mem_used = np.where(mem_cap < UNLIMITED, 1 - (view.mem[idx] - req.memory_mib) / mem_cap, used_after)
         if req.gpus:
-            return 100.0 * (1.0 - (np.abs(used_after - cpu_used) + np.abs(used_after - mem_used)) / 2)
-        return 100.0 * (1.0 - np.clip(cpu_used - used_after, 0, 1))
+            out: np.ndarray = 100.0 * (
+                1.0 - (np.abs(used_after - cpu_used) + np.abs(used_after - mem_used)) / 2
+            )
+            return out
+        out = 100.0 * (1.0 - np.clip(cpu_used - used_after, 0, 1))
+        return out
 
     def _ids(self, names: list[str], wanted: tuple[str, ...]) -> np.ndarray:
         return np.array([i for i, nm in enumerate(names) if any(w in nm for w in wanted)], dtype=np.int32)
@@ -613,18 +624,22 @@ class NodeTable:
                 cols = [self.mig_names[p] for p, _ in req.mig if p in self.mig_names]
                 want = sum(k for _, k in req.mig)
                 spare = (self.mig_free[np.ix_(rows, np.array(cols))].sum(axis=1) - want) if cols else 0
-                return 100.0 / (1.0 + np.maximum(spare, 0))
-            return 100.0 * (1.0 - np.maximum(whole - req.gpus, 0) / safe)
+                out: np.ndarray = 100.0 / (1.0 + np.maximum(spare, 0))
+                return out
+            out = 100.0 * (1.0 - np.maximum(whole - req.gpus, 0) / safe)
+            return out
         if s in ("Spread", "LeastLoaded"):
             if s == "LeastLoaded":
-                return 100.0 * np.maximum(whole - (req.gpus if not req.shared else 0), 0) / safe
+                out = 100.0 * np.maximum(whole - (req.gpus if not req.shared else 0), 0) / safe
+                return out
             return 100.0 * (1.0 - used_after)
         if s == "CostOptimized" and profile.prices:
             top = max(v for _, v in profile.prices) or 1.0
             price = np.array([self._price(profile, int(p)) for p in self.product_id[rows]], dtype=np.float64)
             return 100.0 * (1.0 - np.where(np.isnan(price), top, price) / top)
         if s == "Priority":
-            return np.clip(self.priority[rows], 0.0, 100.0)
+            out = np.clip(self.priority[rows], 0.0, 100.0)
+            return out
         # BinPack; also the cached base of RoundRobin/Random and of CostOptimized without prices
         return 100.0 * used_after
 
@@ -654,7 +669,7 @@ class ShapeCache:
     def __init__(self, table: NodeTable, max_shapes: int = 512) -> None:
         self.table = table
         self.max_shapes = max_shapes
-        self._entries: OrderedDict[tuple, list[np.ndarray]] = OrderedDict()
+        self._entries: OrderedDict[tuple[object, ...], list[np.ndarray]] = OrderedDict()
 
     def answer(
         self, rows: np.ndarray, req: PodRequest, profile: Profile

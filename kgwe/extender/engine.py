@@ -46,7 +46,7 @@ class WireError(RequestError):
     """The request body is not an ExtenderArgs object."""
 
 
-def _parse_args(body: bytes) -> tuple[PodRequest, list[str], list | None]:
+def _parse_args(body: bytes) -> tuple[PodRequest, list[str], list[Any] | None]:
     """(pod request, node names, original Node objects when not nodeCacheCapable)."""
     try:
         args = orjson.loads(body)
@@ -87,17 +87,21 @@ class Engine:
         self.profiles: Mapping[str, Profile] = dict(profiles or {"": DEFAULT_PROFILE})
         self.ready = False
         self.tick = 0
-        self._mix: Counter = Counter()
+        self._mix: Counter[tuple[Any, ...]] = Counter()
         self._since_mix = 0
-        self._mix_set: dict[tuple, float] = {}  # the mix the table currently protects
+        self._mix_set: dict[tuple[Any, ...], float] = {}  # the mix the table currently protects
         self._parts: dict[int, tuple[list[str], np.ndarray]] = {}  # id(names) -> (names, JSON frame)
         self._host_piece: dict[str, bytes] = {}  # name -> b',{"Host":"name","Score":'
         self._list_lookups = self._list_hits = 0
-        self._why: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}  # shape -> (row versions, sentences)
-        self._lists: OrderedDict[bytes, tuple] = (
+        self._why: dict[
+            tuple[object, ...], tuple[np.ndarray, np.ndarray]
+        ] = {}  # shape -> (row versions, sentences)
+        self._lists: OrderedDict[bytes, tuple[Any, ...]] = (
             OrderedDict()
         )  # NodeNames bytes -> (layout, names, rows, known)
-        self._memo: dict[tuple, tuple] = {}  # _memo_key -> (names, answer...), valid at _memo_generation
+        self._memo: dict[
+            tuple[object, ...], tuple[Any, ...]
+        ] = {}  # _memo_key -> (names, answer...), valid at _memo_generation
         self._memo_generation = -1
         self._memo_bytes = 0
         self.on_decision: Callable[[str, int], None] | None = None  # metrics hook (verb, failed nodes)
@@ -115,11 +119,13 @@ class Engine:
     def _install_topology(self) -> None:
         """Score GPU sets with kgwe.topology.choice (the same search `kgwe agent` reports)."""
 
-        def chooser(topo, free, k):
+        def chooser(topo: Any, free: frozenset[int], k: int) -> tuple[int, ...] | None:
             c = choice.choose(topo, free, k)
             return c.gpus if c else None
 
-        def scorer(topo, free, k, preference, min_bandwidth_gbps):
+        def scorer(
+            topo: Any, free: frozenset[int], k: int, preference: str, min_bandwidth_gbps: float | None
+        ) -> float | None:
             """The topology area's node_score is relative to the node's own best set; a pod that asks for
             bandwidth also gets the absolute bottleneck, so a real NVLink pair beats a PCIe-bridged one."""
             s = choice.node_score(topo, free, k, preference, min_bandwidth_gbps)
@@ -170,7 +176,7 @@ class Engine:
                     WorkloadType(g, m, c, r, w, products) for (g, m, c, r, products), w in mix.items()
                 )
 
-    def node_view(self, name: str) -> dict | None:
+    def node_view(self, name: str) -> dict[str, Any] | None:
         """What the index holds for one node (GET /debug/nodes/NAME): for people and end-to-end tests."""
         with self.lock:
             t = self.table
@@ -190,7 +196,7 @@ class Engine:
             }
 
     # ---- request path ------------------------------------------------------------------------------------
-    def _parse(self, body: bytes) -> tuple[PodRequest, list[str], list | None, np.ndarray, np.ndarray]:
+    def _parse(self, body: bytes) -> tuple[PodRequest, list[str], list[Any] | None, np.ndarray, np.ndarray]:
         """Parse ExtenderArgs; the NodeNames list (the bulk of the body, usually the same list again and
         again) is resolved to table rows once and remembered by its bytes."""
         cut = body.rfind(b'"NodeNames":')
@@ -220,7 +226,9 @@ class Engine:
                 self._lists.popitem(last=False)
         return req, names, items, rows, known
 
-    def _evaluate(self, req: PodRequest, rows: np.ndarray, known: np.ndarray, profile: Profile):
+    def _evaluate(
+        self, req: PodRequest, rows: np.ndarray, known: np.ndarray, profile: Profile
+    ) -> tuple[np.ndarray, np.ndarray]:
         reason = np.zeros(len(rows), dtype=np.int8)
         score = np.zeros(len(rows))
         if known.any():
@@ -243,7 +251,8 @@ class Engine:
             row = int(rows[i])
             text[row] = describe(int(reason[i]), t, row, req)
             ver[row] = t.version[row]
-        return text[rows]
+        out: np.ndarray = text[rows]
+        return out
 
     def filter(self, body: bytes) -> bytes:
         """ExtenderArgs bytes -> ExtenderFilterResult bytes. The decision holds the lock: row numbers
@@ -306,15 +315,15 @@ class Engine:
 
     # ---- whole-answer memo ---------------------------------------------------------------------------
     def _memo_key(
-        self, verb: str, req: PodRequest, profile: Profile, names: list[str], items
-    ) -> tuple | None:
+        self, verb: str, req: PodRequest, profile: Profile, names: list[str], items: list[Any] | None
+    ) -> tuple[object, ...] | None:
         """Key of an answer that depends only on (request shape, profile, node list, table generation):
         None when the profile adds a per-request term (RoundRobin / Random) or nodes came as objects."""
         if items is not None or dynamic_term(profile, (), "", 0) is not None:
             return None
         return (verb, req.shape, req.soft_preferences, profile, id(names))
 
-    def _memo_get(self, key: tuple | None, names: list[str]) -> tuple | None:
+    def _memo_get(self, key: tuple[object, ...] | None, names: list[str]) -> tuple[Any, ...] | None:
         """The remembered answer for `key`, if the table has not changed since (any node change,
         assumption, bind or workload-mix refresh moves its generation and forgets every answer)."""
         if key is None:
@@ -327,7 +336,7 @@ class Engine:
         entry = self._memo.get(key)
         return entry[1:] if entry is not None and entry[0] is names else None
 
-    def _memo_put(self, key: tuple | None, names: list[str], reply: bytes, *answer) -> None:
+    def _memo_put(self, key: tuple[object, ...] | None, names: list[str], reply: bytes, *answer: Any) -> None:
         if key is None or self._memo_generation != self.table.generation or len(reply) > MEMO_BYTES:
             return
         if len(self._memo) >= MEMO_ANSWERS or self._memo_bytes + len(reply) > MEMO_BYTES:
@@ -356,7 +365,13 @@ class Engine:
         return reply, decided
 
     def _filter_answer(
-        self, req: PodRequest, names: list[str], items, rows: np.ndarray, known: np.ndarray, profile: Profile
+        self,
+        req: PodRequest,
+        names: list[str],
+        items: list[Any] | None,
+        rows: np.ndarray,
+        known: np.ndarray,
+        profile: Profile,
     ) -> tuple[bytes, int | None, str | None, np.ndarray | None]:
         """(reply, failed node count or None when not a GPU pod, the one node left or None, the reason
         code of every rejected node or None)."""

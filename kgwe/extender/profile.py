@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
 from kgwe.vocab import (
     DEFAULT_BALANCE_WEIGHT,
@@ -70,7 +71,7 @@ class Profile:
 DEFAULT_PROFILE = Profile(is_default=True)
 
 
-def _num(raw: Mapping, key: str, default: float, where: str) -> float:
+def _num(raw: Mapping[str, Any], key: str, default: float, where: str) -> float:
     value = raw.get(key, default)
     if isinstance(value, str):
         value = value.rstrip("%")
@@ -83,12 +84,12 @@ def _num(raw: Mapping, key: str, default: float, where: str) -> float:
     return f
 
 
-def profile_from_dict(raw: Mapping) -> Profile:
+def profile_from_dict(raw: Mapping[str, Any]) -> Profile:
     """One profile from either the flat rendering or a ScoringProfile object (`metadata` + `spec`)."""
     if not isinstance(raw, Mapping):
         raise ProfileError("a scoring profile must be an object")
     name = raw.get("name") or (raw.get("metadata") or {}).get("name")
-    spec: Mapping = raw["spec"] if isinstance(raw.get("spec"), Mapping) else raw
+    spec: Mapping[str, Any] = raw["spec"] if isinstance(raw.get("spec"), Mapping) else raw
     if not name or not isinstance(name, str):
         raise ProfileError("a scoring profile needs a name")
     where = f"profile {name}"

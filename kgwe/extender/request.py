@@ -27,6 +27,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from kgwe.gpu.sharing import annotated_milli
 from kgwe.vocab import (
@@ -98,7 +99,7 @@ class PodRequest:
         return self.gpus > 0 or bool(self.mig)
 
     @property
-    def shape(self) -> tuple:
+    def shape(self) -> tuple[object, ...]:
         return (
             self.gpus,
             self.gpu_milli,
@@ -160,7 +161,7 @@ def memory_mib(value: object) -> int:
     return int(float(m.group(1)) * _MEM_FACTOR[m.group(2)])
 
 
-def _container_resources(container: Mapping) -> dict[str, object]:
+def _container_resources(container: Mapping[str, Any]) -> dict[str, object]:
     res = container.get("resources") or {}
     if not isinstance(res, Mapping):
         raise RequestError("container resources must be an object")
@@ -173,11 +174,11 @@ def _container_resources(container: Mapping) -> dict[str, object]:
     return merged
 
 
-def _sum_resources(pod_spec: Mapping) -> dict[str, int]:
+def _sum_resources(pod_spec: Mapping[str, Any]) -> dict[str, int]:
     """Pod-level need: sum over containers, max with each init container (kube-scheduler's rule)."""
     totals: dict[str, int] = {}
 
-    def read(container: Mapping) -> dict[str, int]:
+    def read(container: Mapping[str, Any]) -> dict[str, int]:
         if not isinstance(container, Mapping):
             raise RequestError("containers must be objects")
         out: dict[str, int] = {}
@@ -219,7 +220,7 @@ def _float(value: str, what: str) -> float:
     return f
 
 
-def _has_soft_preferences(spec: Mapping) -> bool:
+def _has_soft_preferences(spec: Mapping[str, Any]) -> bool:
     """Does the pod state preferences only kube-scheduler's score plugins weigh? (Malformed parts count as
     none: the API server validated the pod, and this only chooses between two correct answers.)"""
     affinity = spec.get("affinity")

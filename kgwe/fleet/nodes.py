@@ -202,7 +202,7 @@ def node_rows(
 
 
 def _name(node: Mapping[str, Any]) -> str:
-    return (node.get("metadata") or {}).get("name", "")
+    return str((node.get("metadata") or {}).get("name", ""))
 
 
 def _stamp(when: datetime) -> str:

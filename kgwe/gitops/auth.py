@@ -163,7 +163,7 @@ def git_environment(
     With `url` (a network git call), its target is checked (UnsafeGitTarget) and `creds` must be bound to
     its host (CredentialsNotBound) before anything runs. SSH never trusts a host on first use:
     StrictHostKeyChecking=yes, with the Secret's known_hosts when it has one (the controller requires it
-    for SSH URLs; see kgwe.reconcile.repository)."""
+    for SSH URLs; see kgwe.reconcile.repository_git)."""
     env: dict[str, str] = {
         "GIT_TERMINAL_PROMPT": "0",  # never hang on a password prompt
         "GIT_ASKPASS": "true",

@@ -17,6 +17,7 @@ import tarfile
 import tempfile
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -275,17 +276,23 @@ class GitSource:
                 self._repo = git.Repo.init(self.mirror_path, bare=True)
         return self._repo
 
+    def _network_environment(self, url: str) -> AbstractContextManager[dict[str, str]]:
+        """The environment of every git call that reaches the remote (fetch and ls-remote alike): the
+        target checked and pinned, the credentials only for the host they are bound to, no redirect
+        followed (kgwe.gitops.auth.git_environment; UnsafeGitArgument when refused)."""
+        return git_environment(
+            self.credentials,
+            connect_timeout_seconds=int(self.timeout_seconds),
+            url=url,
+            allowed_networks=self.allowed_networks,
+        )
+
     def _fetch_once(self) -> None:
         url = check_url(self.url, allow_local=self.allow_local)  # again, right before git sees it
         refspecs = ["+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*"]
         args = ["fetch", "--prune", "--prune-tags", "--force", "--no-write-fetch-head", "--", url, *refspecs]
         self.repo  # noqa: B018 - creates the mirror on first use
-        with git_environment(
-            self.credentials,
-            connect_timeout_seconds=int(self.timeout_seconds),
-            url=url,
-            allowed_networks=self.allowed_networks,
-        ) as env:
+        with self._network_environment(url) as env:
             run_git(
                 args,
                 cwd=self.mirror_path,
@@ -295,8 +302,13 @@ class GitSource:
                 ca_file=self.ca_file,
             )
 
-    def fetch(self) -> Revision:
-        """Fetch (bounded retries with backoff) and resolve the tracked ref to a commit."""
+    def fetch(self, *, moved: bool = False) -> Revision:
+        """Fetch (bounded retries with backoff) and resolve the tracked ref to a commit. Nothing is fetched
+        when the mirror already has what the ref names: the pinned commit, or the branch or tag where the
+        remote has it now (one `git ls-remote`: a poll of an unchanged repository transfers nothing).
+        `moved`: the caller knows the ref moved (a push said so), so the remote is not asked first."""
+        if not moved and self._up_to_date():
+            return Revision(self.ref.name, self._resolve())
         try:
             with_retries(
                 self._fetch_once,
@@ -315,6 +327,33 @@ class GitSource:
                 f"fetching {self.display_url} failed after {self.attempts} attempt(s): {git_failure(exc)}"
             ) from None
         return Revision(self.ref.name, self._resolve())
+
+    def _up_to_date(self) -> bool:
+        """Whether the mirror has the tracked commit, or the tracked branch or tag where the remote has it
+        (asked once, without retries: any doubt is settled by the fetch). A refused target or unbound
+        credentials raise, as they would for the fetch."""
+        if not (self.mirror_path / "HEAD").exists():
+            return False
+        name = f"refs/tags/{self.ref.tag}" if self.ref.tag else f"refs/heads/{self.ref.branch}"
+        try:
+            if self.ref.commit:
+                self.repo.git.cat_file("-e", "--end-of-options", f"{self.ref.commit}^{{commit}}")
+                return True
+            local = self.repo.git.rev_parse("--verify", "--quiet", "--end-of-options", name)
+            url = check_url(self.url, allow_local=self.allow_local)  # again, right before git sees it
+            with self._network_environment(url) as env:
+                listed = run_git(
+                    ["ls-remote", "--", url, name],
+                    cwd=self.mirror_path,
+                    env=env,
+                    timeout_seconds=self.timeout_seconds,
+                    allow_local=self.allow_local,
+                    ca_file=self.ca_file,
+                )
+        except git.GitCommandError:
+            return False
+        remote = [line.partition("\t") for line in listed.splitlines()]
+        return any(ref == name and sha == local for sha, _, ref in remote)
 
     def _resolve(self) -> str:
         if self.ref.commit:

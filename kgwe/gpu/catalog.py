@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from types import MappingProxyType
+from typing import Any
 
 import yaml
 
@@ -82,7 +83,9 @@ class GPUModel:
         return tuple(sorted(base, key=lambda p: (-p.compute_slices, -p.memory_slices, p.name)))
 
 
-def _profile_from(cls: Mapping, name: str, model_memory_mib: int, measured: Mapping[str, int]) -> MigProfile:
+def _profile_from(
+    cls: Mapping[str, Any], name: str, model_memory_mib: int, measured: Mapping[str, int]
+) -> MigProfile:
     size = int(cls["memory"])
     match = _NAME_GB.match(name)
     nominal = int(match.group(1)) * 1024 if match else model_memory_mib * size // 8
@@ -96,8 +99,8 @@ def _profile_from(cls: Mapping, name: str, model_memory_mib: int, measured: Mapp
     )
 
 
-def _model_from(key: str, raw: Mapping, geometries: Mapping) -> GPUModel:
-    geometry = geometries.get(raw.get("geometry")) if raw.get("geometry") else None
+def _model_from(key: str, raw: Mapping[str, Any], geometries: Mapping[str, Any]) -> GPUModel:
+    geometry = geometries.get(str(raw["geometry"])) if raw.get("geometry") else None
     profiles: dict[str, MigProfile] = {}
     if geometry:
         for cls_name, profile_name in raw["profiles"].items():

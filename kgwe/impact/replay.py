@@ -26,7 +26,7 @@ from kgwe.extender.core import NodeTable, ShapeCache, WorkloadType, dynamic_term
 from kgwe.extender.nodes import NodeState
 from kgwe.extender.profile import Profile
 from kgwe.extender.request import PodRequest
-from kgwe.impact.record import DemandRecord, Shape
+from kgwe.impact.record import DemandPod, DemandRecord, Shape
 
 SAMPLES = 168  # allocation/fragmentation samples over the window (hourly for 7 days)
 MAX_REPLAY_PODS = 20_000  # per policy: keeps 7 days of a 10,000-GPU cluster within 30 s for both revisions
@@ -68,119 +68,142 @@ class ReplayResult:
 
 def replay_record(
     record: DemandRecord, policy: PolicyView, *, seed: int = 0, max_pods: int = MAX_REPLAY_PODS
-):
+) -> ReplayResult:
     """One policy over the whole record (sampled to `max_pods`, with the inventory scaled alike)."""
     pods, fraction = _sample_pods(record, max_pods, seed)
     fraction *= record.sampled_fraction
     nodes = _scale_nodes(policy.nodes, fraction, seed)
     result = ReplayResult(scale=fraction, nodes=len(nodes), gpus=sum(n.gpus for n in nodes))
+    replay = _Replay(record, policy, pods, _table(record, pods, nodes), max(1, result.gpus * 1000))
+    replay.run()
+    replay.summarize(result)
+    _costs(result, record, pods, replay.placed_at, replay.table, policy)
+    return result
+
+
+def _table(record: DemandRecord, pods: Sequence[DemandPod], nodes: Sequence[NodeState]) -> NodeTable:
+    """The extender's node table over idle copies of `nodes`, protecting the record's workload mix."""
     table = NodeTable(max_gpus=max((n.gpus for n in nodes), default=1) or 1, capacity=max(len(nodes), 1))
     _install_topology(table)
     for n in nodes:
         table.upsert(replace(n, gpu_used_milli=list(n.gpu_used_milli), mig_free=dict(n.mig_free)))
     table.set_mix(_mix(record, pods))
-    cache = ShapeCache(table, max_shapes=4096)
-    rows = np.nonzero(table.live)[0]
-    names = [table.names[int(r)] or "" for r in rows]
-    capacity_milli = max(1, result.gpus * 1000)
-    requests = [_request(s) for s in record.shapes]
-    shares = [_share_milli(s) for s in record.shapes]
-    window = record.window_seconds
-    step = window / SAMPLES
+    return table
 
-    held_memo: dict[tuple[int, str], int] = {}
 
-    def held(shape: int, product: str) -> int:
-        key = (shape, product)
-        if key not in held_memo:
-            held_memo[key] = _alloc_milli(record.shapes[shape], shares[shape], product)
-        return held_memo[key]
+class _Replay:
+    """The event loop of one replay: arrivals in order, departures as they fall due, and waiting pods
+    retried after each departure, first come first served; GPU allocation and fragmentation sampled
+    SAMPLES times over the window."""
 
-    departures: list[tuple[int, int, int, int]] = []  # (time, seq, row, pod index)
-    waiting: deque[int] = deque()
-    placed_at: dict[int, tuple[int, int, tuple[int, ...]]] = {}  # pod -> (time, row, gpus)
-    allocated = 0
-    samples: list[float] = []
-    frags: list[float] = []
-    next_sample = 0.0
-    tick = 0
+    def __init__(
+        self,
+        record: DemandRecord,
+        policy: PolicyView,
+        pods: Sequence[DemandPod],
+        table: NodeTable,
+        capacity_milli: int,
+    ) -> None:
+        self.record, self.policy, self.pods, self.table = record, policy, pods, table
+        self.capacity_milli = capacity_milli
+        self.cache = ShapeCache(table, max_shapes=4096)
+        self.rows = np.nonzero(table.live)[0]
+        self.names = [table.names[int(r)] or "" for r in self.rows]
+        self.requests = [_request(s) for s in record.shapes]
+        self.shares = [_share_milli(s) for s in record.shapes]
+        self.step = record.window_seconds / SAMPLES
+        self.departures: list[tuple[int, int, int, int]] = []  # (time, seq, row, pod index)
+        self.waiting: deque[int] = deque()
+        self.placed_at: dict[int, tuple[int, int, tuple[int, ...]]] = {}  # pod -> (time, row, gpus)
+        self.allocated = 0
+        self.samples: list[float] = []
+        self.frags: list[float] = []
+        self.next_sample = 0.0
+        self.tick = 0
+        # Shapes no node could take since the last departure: placements only take capacity away, so until
+        # the next departure they still fail, and filtering every node for them again is skipped.
+        self.known_failed: set[tuple[object, ...]] = set()
+        self._held: dict[tuple[int, str], int] = {}
 
-    # Shapes no node could take since the last departure: placements only take capacity away, so until the
-    # next departure they still fail, and filtering every node for them again is skipped.
-    known_failed: set[tuple] = set()
+    def run(self) -> None:
+        for i, pod in enumerate(self.pods):
+            self.depart_until(pod.arrival_s)
+            self.sample_until(pod.arrival_s - 1)
+            if self.waiting or not self.place(i, pod.arrival_s):
+                self.waiting.append(i)
+                _retry(self.waiting, self.place, pod.arrival_s, self.requests, self.pods)
+        self.depart_until(self.record.window_seconds)
+        self.sample_until(self.record.window_seconds)
 
-    def place(i: int, now: int) -> bool:
-        nonlocal allocated, tick
-        pod = pods[i]
-        req = requests[pod.shape]
-        if req.shape in known_failed:
+    def depart_until(self, t: int) -> None:
+        """Every pod due to leave by `t` leaves, each departure letting waiting pods try again."""
+        while self.departures and self.departures[0][0] <= t:
+            at, _, row, j = heapq.heappop(self.departures)
+            self.sample_until(at - 1)
+            self.allocated -= self.release(j, row)
+            _retry(self.waiting, self.place, at, self.requests, self.pods)
+
+    def place(self, i: int, now: int) -> bool:
+        """Place pod `i` on the best node as the extender scores them; False when no node can take it."""
+        pod = self.pods[i]
+        req = self.requests[pod.shape]
+        if req.shape in self.known_failed:
             return False
-        reason, score, best = cache.answer(rows, req, policy.profile)
+        reason, score, best = self.cache.answer(self.rows, req, self.policy.profile)
         ok = reason == 0
         if not ok.any():
-            known_failed.add(req.shape)
+            self.known_failed.add(req.shape)
             return False
         total = score
-        if policy.profile.dynamic:  # RoundRobin / Random: the per-request part, as the extender adds it
-            total = score + dynamic_term(policy.profile, names, f"pod-{i}", tick)
-        tick += 1
+        if self.policy.profile.dynamic:  # RoundRobin / Random: the per-request part, as the extender adds it
+            total = score + dynamic_term(self.policy.profile, self.names, f"pod-{i}", self.tick)
+        self.tick += 1
         k = int(np.argmax(np.where(ok, total, -1.0)))
-        row = int(rows[k])
-        gpus = table.choose_gpus(row, req, int(best[k]))
-        table.allocate(row, req, gpus)
-        node = table.nodes[row]
-        allocated += held(pod.shape, node.product if node else "")
-        placed_at[i] = (now, row, gpus)
-        duration = (window if pod.end_s is None else pod.end_s) - pod.arrival_s
-        heapq.heappush(departures, (now + duration, i, row, i))
+        row = int(self.rows[k])
+        gpus = self.table.choose_gpus(row, req, int(best[k]))
+        self.table.allocate(row, req, gpus)
+        self.allocated += self.held(pod.shape, row)
+        self.placed_at[i] = (now, row, gpus)
+        duration = (self.record.window_seconds if pod.end_s is None else pod.end_s) - pod.arrival_s
+        heapq.heappush(self.departures, (now + duration, i, row, i))
         return True
 
-    def release(j: int, row: int) -> int:
-        known_failed.clear()
-        table.allocate(row, requests[pods[j].shape], placed_at[j][2], sign=-1)
-        node = table.nodes[row]
-        return held(pods[j].shape, node.product if node else "")
+    def release(self, j: int, row: int) -> int:
+        """Free pod `j`'s GPUs; the share it held (milli-GPUs)."""
+        self.known_failed.clear()
+        self.table.allocate(row, self.requests[self.pods[j].shape], self.placed_at[j][2], sign=-1)
+        return self.held(self.pods[j].shape, row)
 
-    def sample_until(t: float) -> None:
-        nonlocal next_sample
-        while next_sample <= t and len(samples) < SAMPLES:
-            samples.append(100.0 * allocated / capacity_milli)
-            frags.append(100.0 * float(table.frag[rows].sum()) / capacity_milli)
-            next_sample += step
+    def held(self, shape: int, row: int) -> int:
+        node = self.table.nodes[row]
+        key = (shape, node.product if node else "")
+        if key not in self._held:
+            self._held[key] = _alloc_milli(self.record.shapes[shape], self.shares[shape], key[1])
+        return self._held[key]
 
-    for i, pod in enumerate(pods):
-        while departures and departures[0][0] <= pod.arrival_s:
-            t, _, row, j = heapq.heappop(departures)
-            sample_until(t - 1)
-            allocated -= release(j, row)
-            _retry(waiting, place, t, requests, pods)
-        sample_until(pod.arrival_s - 1)
-        if waiting or not place(i, pod.arrival_s):
-            waiting.append(i)
-            _retry(waiting, place, pod.arrival_s, requests, pods)
-    while departures and departures[0][0] <= window:
-        t, _, row, j = heapq.heappop(departures)
-        sample_until(t - 1)
-        allocated -= release(j, row)
-        _retry(waiting, place, t, requests, pods)
-    sample_until(window)
+    def sample_until(self, t: float) -> None:
+        while self.next_sample <= t and len(self.samples) < SAMPLES:
+            self.samples.append(100.0 * self.allocated / self.capacity_milli)
+            self.frags.append(100.0 * float(self.table.frag[self.rows].sum()) / self.capacity_milli)
+            self.next_sample += self.step
 
-    result.pods = len(pods)
-    result.alloc_mean_pct = float(np.mean(samples)) if samples else 0.0
-    result.alloc_p10_pct = float(np.percentile(samples, 10)) if samples else 0.0
-    result.fragmentation_pct = float(np.mean(frags)) if frags else 0.0
-    waits = [placed_at[i][0] - p.arrival_s for i, p in enumerate(pods) if i in placed_at]
-    waited = [w for w in waits if w > 0]
-    result.never_started = len(pods) - len(placed_at)
-    result.pods_waited = len(waited) + result.never_started
-    result.wait_mean_seconds = float(np.mean(waited)) if waited else 0.0
-    result.wait_p90_seconds = float(np.percentile(waited, 90)) if waited else 0.0
-    result.wait_max_seconds = float(max(waited)) if waited else 0.0
-    mig = [i for i, p in enumerate(pods) if record.shapes[p.shape].kind == "mig"]
-    result.mig_pods = len(mig)
-    result.mig_served = sum(1 for i in mig if i in placed_at)
-    _costs(result, record, pods, placed_at, table, policy)
-    return result
+    def summarize(self, result: ReplayResult) -> None:
+        """Allocation, fragmentation, waits and MIG service into `result`."""
+        samples, pods, placed_at = self.samples, self.pods, self.placed_at
+        result.pods = len(pods)
+        result.alloc_mean_pct = float(np.mean(samples)) if samples else 0.0
+        result.alloc_p10_pct = float(np.percentile(samples, 10)) if samples else 0.0
+        result.fragmentation_pct = float(np.mean(self.frags)) if self.frags else 0.0
+        waits = [placed_at[i][0] - p.arrival_s for i, p in enumerate(pods) if i in placed_at]
+        waited = [w for w in waits if w > 0]
+        result.never_started = len(pods) - len(placed_at)
+        result.pods_waited = len(waited) + result.never_started
+        result.wait_mean_seconds = float(np.mean(waited)) if waited else 0.0
+        result.wait_p90_seconds = float(np.percentile(waited, 90)) if waited else 0.0
+        result.wait_max_seconds = float(max(waited)) if waited else 0.0
+        mig = [i for i, p in enumerate(pods) if self.record.shapes[p.shape].kind == "mig"]
+        result.mig_pods = len(mig)
+        result.mig_served = sum(1 for i in mig if i in placed_at)
 
 
 def _retry(waiting: deque[int], place, now: int, requests, pods) -> None:

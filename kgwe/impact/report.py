@@ -4,12 +4,17 @@ it, and the side-by-side Markdown."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING
 
 import orjson
 
 from kgwe.impact.record import DemandRecord
 from kgwe.impact.replay import PolicyView, ReplayResult
+
+if TYPE_CHECKING:
+    from kgwe.policy.loader import PolicySet
+    from kgwe.policy.models import GPUInventory
+    from kgwe.render.render import Rendered
 
 # Policy kinds whose change can move placement, waiting or cost of the recorded demand.
 IMPACT_KINDS = ("ScoringProfile", "MIGStrategy", "GPUBudget", "PricingCatalog", "SharingStrategy")
@@ -26,7 +31,7 @@ def wants_impact(policy_change_keys: Iterable[str]) -> bool:
     return any(key.split("/", 1)[0] in IMPACT_KINDS for key in policy_change_keys)
 
 
-def policy_view(policy_set: Any, rendered: Any, inventory: Any) -> PolicyView:
+def policy_view(policy_set: PolicySet, rendered: Rendered, inventory: GPUInventory) -> PolicyView:
     """One revision: its default scoring profile as the extender reads it from the rendered kgwe-scoring
     ConfigMap, the inventory idle with the revision's MIG layouts, its prices and budgets."""
     from kgwe.cost.budgets import budget_from_policy

@@ -4,7 +4,9 @@
 Tests and `kgwe demo` talk to genuine Kubernetes components (built from Go modules by
 hack/cluster-bins.sh), not mocks: schema validation, server-side apply, RBAC, the real scheduler and the
 real controllers (Deployments, DaemonSets, Jobs, garbage collection, namespace deletion, node lifecycle,
-ServiceAccounts, quota status) all behave as in production. Nodes and their kubelets are simulated by kwok.
+ServiceAccounts, quota status) all behave as in production. Nodes and their kubelets are simulated by kwok;
+with `real_node=True` one real node joins as well (containerd, kubelet, kube-proxy, CNI bridge; see
+realnode.py) with CoreDNS on it, and the apiserver serves on the host's address so its pods reach it.
 
 Every process runs in its own process group and is stopped on `stop()`, at interpreter exit, on SIGTERM /
 SIGHUP, and (via PR_SET_PDEATHSIG) if this process is killed outright. Component logs live in the work dir;
@@ -39,7 +41,7 @@ import yaml
 from kubernetes import client
 
 from kgwe.errors import KgweError
-from kgwe.localcluster.pki import PkiFiles, write_pki
+from kgwe.localcluster.pki import ADMIN_GROUP, PkiFiles, issue, write_pki
 from kgwe.resources import hack_dir
 
 BUILD_SCRIPT = hack_dir() / "cluster-bins.sh"
@@ -51,6 +53,11 @@ FEATURE_GATE_APIS: Mapping[str, tuple[str, ...]] = {"GenericWorkload": ("schedul
 KWOK_STAGES = Path(__file__).resolve().parent / "kwok-stages.yaml"  # what a kubelet would do, as kwok Stages
 # A Job pod with this annotation stays Running (kwok-stages.yaml) until someone writes its end status.
 KWOK_HOLD_ANNOTATION = "kgwe.nvidia.io/test-hold"
+# The cluster's Service network: the `kubernetes` Service takes its first address, the DNS add-on a fixed one.
+SERVICE_CIDR = "10.96.0.0/16"
+KUBERNETES_SERVICE_IP = "10.96.0.1"
+CLUSTER_DNS_IP = "10.96.0.10"
+CLUSTER_DOMAIN = "cluster.local"
 
 
 class ControlPlaneError(KgweError):
@@ -164,6 +171,56 @@ class _Process:
     log_path: Path
 
 
+def spawn(
+    argv: list[str], log_path: Path, cwd: Path, env: Mapping[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """Start a component in its own process group (Ctrl-C reaches us, we stop them in order), its output
+    appended to `log_path`; it gets SIGTERM if this process dies (when started from the main thread: the
+    signal follows the thread that forked it)."""
+    main = threading.current_thread() is threading.main_thread()
+    with log_path.open("ab") as log:
+        log.write(f"$ {' '.join(argv)}\n".encode())
+        log.flush()
+        return subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=cwd,
+            env=None if env is None else dict(env),
+            start_new_session=True,
+            preexec_fn=_die_with_parent if main else None,
+        )
+
+
+def kubeconfig_document(server: str, ca_cert: Path, cert: Path, key: Path, user: str) -> dict[str, Any]:
+    """A kubeconfig for one client certificate identity against the local cluster."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {"name": "kgwe-local", "cluster": {"server": server, "certificate-authority": str(ca_cert)}}
+        ],
+        "users": [{"name": user, "user": {"client-certificate": str(cert), "client-key": str(key)}}],
+        "contexts": [{"name": "kgwe-local", "context": {"cluster": "kgwe-local", "user": user}}],
+        "current-context": "kgwe-local",
+    }
+
+
+def host_ip() -> str:
+    """The host's address on its default route: where pods on the real node reach the apiserver and
+    where the apiserver reaches the kubelet. A UDP connect sends nothing; it only asks the routing table."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("203.0.113.1", 9))  # TEST-NET-3: an address only the default route covers
+            return str(s.getsockname()[0])
+        except OSError as exc:
+            raise ControlPlaneError(
+                f"this host has no IPv4 default route ({exc.strerror}): the real node needs an address "
+                "other than loopback that pods can reach the apiserver on"
+            ) from None
+
+
 def stop_process_group(popen: subprocess.Popen) -> None:
     """SIGTERM the process group started with start_new_session, SIGKILL it if it lingers."""
     if popen.poll() is not None:
@@ -260,6 +317,11 @@ class ControlPlane:
     `leaderElect: false` are filled in. `feature_gates` go to every component (e.g. {"GenericWorkload":
     True} serves native PodGroups: the apiserver then also serves their API group, see
     `FEATURE_GATE_APIS`).
+
+    `real_node=True` also starts the host's one real node with the cluster DNS add-on (`self.node`, a
+    RealNode; needs root): the apiserver then listens on every address, advertises the host's, authorizes
+    kubelets with the Node authorizer and NodeRestriction, and reaches kubelets with a client certificate.
+    `node_options` go to RealNode (e.g. `images=[archive, ...]`, `lock_wait_seconds`).
     """
 
     def __init__(
@@ -273,6 +335,8 @@ class ControlPlane:
         workdir: Path | None = None,
         start_timeout_seconds: float = 90.0,
         node_lease_seconds: int = 40,
+        real_node: bool = False,
+        node_options: Mapping[str, Any] | None = None,
     ) -> None:
         """`node_lease_seconds`: the simulated kubelets' Lease duration; each renews at a quarter of it, as
         kubelet does (40 s, kubelet's default: 1,000 nodes write 100 Leases/s, about a quarter of this
@@ -297,6 +361,10 @@ class ControlPlane:
         self._keep_logs_to: Path | None = None
         self._lock = threading.RLock()
         self.started_seconds: float | None = None
+        self.real_node = real_node
+        self.node_options = dict(node_options or {})
+        self.node: Any = None  # the RealNode, while started
+        self.node_ip = "127.0.0.1"
 
     # ---- public surface -------------------------------------------------------------------------
     @property
@@ -318,7 +386,10 @@ class ControlPlane:
         return {name: p.popen.pid for name, p in self._procs.items()}
 
     def log_paths(self) -> dict[str, Path]:
-        return {name: p.log_path for name, p in self._procs.items()}
+        paths = {name: p.log_path for name, p in self._procs.items()}
+        if self.node is not None:
+            paths.update(self.node.log_paths())
+        return paths
 
     def log_tails(self, lines: int = 20) -> str:
         """Human-readable tail of every component log, for test failure reports."""
@@ -392,7 +463,12 @@ class ControlPlane:
             self.workdir.mkdir(parents=True, exist_ok=True)
             self.logs_dir.mkdir(exist_ok=True)
             _LIVE.add(self)
-            self.pki = write_pki(self.workdir / "pki")
+            if self.real_node:
+                self.node_ip = host_ip()
+            serving_ips = [self.node_ip, KUBERNETES_SERVICE_IP] if self.real_node else []
+            self.pki = write_pki(self.workdir / "pki", serving_ips=serving_ips)
+            if self.real_node:
+                issue(self.pki, *self.kubelet_client_files, "kube-apiserver-kubelet-client", ADMIN_GROUP)
             self.apiserver_port = free_port()
             self._write_kubeconfig()
             self._start_etcd()
@@ -402,10 +478,32 @@ class ControlPlane:
             self._start_kwok()
             if self._want_scheduler:
                 self.start_scheduler()
+            if self.real_node:
+                self._start_real_node()
+
+    def _start_real_node(self) -> None:
+        from kgwe.localcluster.realnode import RealNode
+
+        assert self.workdir is not None
+        self.node = RealNode(self, self.workdir / "node", **self.node_options)
+        self.node.start()
+
+    @property
+    def kubelet_client_files(self) -> tuple[Path, Path]:
+        """The apiserver's client certificate and key towards kubelets (`system:masters`)."""
+        assert self.pki is not None, "control plane not started"
+        return (
+            self.pki.ca_cert.parent / "apiserver-kubelet-client.crt",
+            self.pki.ca_cert.parent / "apiserver-kubelet-client.key",
+        )
 
     def stop(self, remove_workdir: bool = True) -> None:
-        """Stop every process (kwok, scheduler, controller manager, apiserver, etcd); remove the work dir."""
+        """Stop the real node (if any) and every process (kwok, scheduler, controller manager, apiserver,
+        etcd); remove the work dir."""
         with self._lock:
+            if self.node is not None:
+                self.node.stop()
+                self.node = None
             for name in ("kwok", "kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"):
                 self._stop_process(name)
             if self._api_client is not None:
@@ -511,10 +609,7 @@ class ControlPlane:
             [
                 str(self.binaries.path("kube-apiserver")),
                 f"--etcd-servers=http://127.0.0.1:{self.etcd_port}",
-                "--bind-address=127.0.0.1",
-                "--advertise-address=127.0.0.1",
-                # The `kubernetes` Service endpoint reconciler refuses loopback addresses; nothing needs it.
-                "--endpoint-reconciler-type=none",
+                *self._apiserver_node_args(),
                 f"--secure-port={self.apiserver_port}",
                 f"--cert-dir={self.workdir / 'apiserver-certs'}",
                 f"--tls-cert-file={self.pki.serving_cert}",
@@ -523,8 +618,7 @@ class ControlPlane:
                 f"--service-account-key-file={self.pki.sa_public_key}",
                 f"--service-account-signing-key-file={self.pki.sa_private_key}",
                 "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-                "--service-cluster-ip-range=10.96.0.0/16",
-                "--authorization-mode=RBAC",
+                f"--service-cluster-ip-range={SERVICE_CIDR}",
                 "--allow-privileged=true",
                 "--profiling=false",
                 *self._feature_gate_args(),
@@ -533,6 +627,33 @@ class ControlPlane:
             ],
         )
         self._wait_http("kube-apiserver", f"{self.server_url}/readyz", verify=True)
+
+    def _apiserver_node_args(self) -> list[str]:
+        """Where the apiserver listens and how it treats nodes: loopback only with kwok nodes; with the
+        real node, every address (its pods reach it through the `kubernetes` Service at the host's address),
+        kubelets authorized as nodes, and a client certificate (and CA) for the kubelet's own API."""
+        if not self.real_node:
+            return [
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                # The `kubernetes` Service endpoint reconciler refuses loopback addresses; nothing needs it.
+                "--endpoint-reconciler-type=none",
+                "--authorization-mode=RBAC",
+            ]
+        assert self.pki is not None
+        cert, key = self.kubelet_client_files
+        return [
+            "--bind-address=0.0.0.0",
+            f"--advertise-address={self.node_ip}",
+            "--authorization-mode=Node,RBAC",
+            # NodeRestriction: a kubelet changes only its own Node and its pods. ExtendedResourceToleration:
+            # a pod asking for nvidia.com/gpu tolerates the GPU nodes' nvidia.com/gpu taint, as on GKE.
+            "--enable-admission-plugins=NodeRestriction,ExtendedResourceToleration",
+            f"--kubelet-client-certificate={cert}",
+            f"--kubelet-client-key={key}",
+            f"--kubelet-certificate-authority={self.pki.ca_cert}",
+            "--kubelet-preferred-address-types=InternalIP,Hostname",
+        ]
 
     def _start_controller_manager(self) -> None:
         """The real kube-controller-manager with its default controllers, authenticated as the admin.
@@ -603,47 +724,16 @@ class ControlPlane:
 
     def _write_kubeconfig(self) -> None:
         assert self.pki is not None and self.workdir is not None
-        config = {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [
-                {
-                    "name": "kgwe-local",
-                    "cluster": {"server": self.server_url, "certificate-authority": str(self.pki.ca_cert)},
-                }
-            ],
-            "users": [
-                {
-                    "name": "kgwe-admin",
-                    "user": {
-                        "client-certificate": str(self.pki.admin_cert),
-                        "client-key": str(self.pki.admin_key),
-                    },
-                }
-            ],
-            "contexts": [{"name": "kgwe-local", "context": {"cluster": "kgwe-local", "user": "kgwe-admin"}}],
-            "current-context": "kgwe-local",
-        }
+        config = kubeconfig_document(
+            self.server_url, self.pki.ca_cert, self.pki.admin_cert, self.pki.admin_key, "kgwe-admin"
+        )
         self.kubeconfig_path.write_text(yaml.safe_dump(config, sort_keys=False))
 
     # ---- helpers --------------------------------------------------------------------------------
     def _spawn(self, name: str, argv: list[str]) -> None:
         assert self.workdir is not None
         log_path = self.logs_dir / f"{name}.log"
-        main = threading.current_thread() is threading.main_thread()
-        with log_path.open("ab") as log:
-            log.write(f"$ {' '.join(argv)}\n".encode())
-            log.flush()
-            popen = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=self.workdir,
-                start_new_session=True,  # own process group: Ctrl-C reaches us, we stop them in order
-                preexec_fn=_die_with_parent if main else None,
-            )
-        self._procs[name] = _Process(name, popen, log_path)
+        self._procs[name] = _Process(name, spawn(argv, log_path, self.workdir), log_path)
 
     def _stop_process(self, name: str) -> None:
         proc = self._procs.pop(name, None)

@@ -26,6 +26,7 @@ from kubernetes.client.exceptions import ApiException
 
 from kgwe.errors import KgweError
 from kgwe.gpu import catalog
+from kgwe.policy.inventory import InventoryNode
 from kgwe.topology import annotation as topology_annotation
 from kgwe.topology import known as known_topologies
 from kgwe.vocab import GPU_RESOURCE, MIG_CONFIG_LABEL, MIG_STATE_LABEL, mig_resource
@@ -42,6 +43,10 @@ OPERAND_DEPLOY_LABELS = tuple(
 
 # Per-GPU MIG layout, as in kgwe.planner.migparted: None = MIG disabled, else the profile names on that GPU.
 MigLayout = Sequence[Sequence[str] | None]
+# The taint GPU node pools commonly carry (GKE sets it on every GPU node): ordinary pods stay off the GPU
+# nodes, pods asking for nvidia.com/gpu tolerate it automatically (the ExtendedResourceToleration admission
+# plugin), GPU DaemonSets tolerate it (the GPU Operator's and KGWE's agent do).
+GPU_NODE_TAINT: Mapping[str, str] = {"key": GPU_RESOURCE, "value": "present", "effect": "NoSchedule"}
 
 
 @dataclass(frozen=True)
@@ -88,11 +93,56 @@ MACHINES: dict[str, GpuMachine] = {
 }
 
 
+# A GPUInventory node's `topology` -> the simulated machine that has it.
+MACHINE_FOR_TOPOLOGY = {
+    "DGX-H100": "DGX-H100",
+    "HGX-H100": "DGX-H100",
+    "DGX-A100": "DGX-A100",
+    "L40S-8-PCIE": "L40S-8-PCIE",
+    "DGX-1-V100": "DGX-1-V100",
+    "A100-PCIE-PAIRS-ADJACENT": "A100-PCIE-NVLINK-PAIRS",
+}
+
+
 def machine(key: str) -> GpuMachine:
     try:
         return MACHINES[key]
     except KeyError:
         raise KgweError(f"unknown GPU machine {key!r}; known: {', '.join(MACHINES)}") from None
+
+
+def inventory_machine(node: InventoryNode) -> GpuMachine:
+    """The simulated machine for a GPUInventory node: by its topology, else the one machine of its product."""
+    if node.topology in MACHINE_FOR_TOPOLOGY:
+        return MACHINES[MACHINE_FOR_TOPOLOGY[node.topology]]
+    same_product = [m for m in MACHINES.values() if m.product == node.product]
+    if len(same_product) == 1:
+        return same_product[0]
+    raise KgweError(
+        f"GPUInventory node {node.name}: no simulated GPU machine for topology {node.topology!r} / product "
+        f"{node.product!r} (topologies: {', '.join(MACHINE_FOR_TOPOLOGY)}; products: "
+        f"{', '.join(sorted({m.product for m in MACHINES.values()}))})"
+    )
+
+
+def inventory_node_manifest(
+    node: InventoryNode, *, with_mig_layout: bool = True, taints: Sequence[Mapping[str, str]] = ()
+) -> dict[str, Any]:
+    """A kwok Node for a GPUInventory node: its machine's GFD labels, its own non-GPU labels (pool, zone),
+    and, `with_mig_layout`, the MIG layout and `nvidia.com/mig.config` its devices record (else MIG off)."""
+    m = inventory_machine(node)
+    labels = {k: v for k, v in node.labels.items() if not k.startswith("nvidia.com/")}
+    devices = sorted(node.devices, key=lambda d: d.index)
+    options: dict[str, Any] = {}
+    if (
+        with_mig_layout
+        and m.gpu_model.mig_capable
+        and len(devices) == m.gpu_count
+        and any(d.mig for d in devices)
+    ):
+        options["mig_layout"] = [d.mig for d in devices]
+        options["mig_config"] = node.mig_config
+    return node_manifest(node.name, m, labels=labels, taints=taints, **options)
 
 
 def mig_resource_name(profile: str) -> str:
@@ -129,6 +179,7 @@ def node_manifest(
     mig_config: str | None = None,
     mig_strategy: str = "mixed",
     labels: Mapping[str, str] | None = None,
+    taints: Sequence[Mapping[str, str]] = (),
 ) -> dict[str, Any]:
     """A kwok Node manifest for `gpu_machine`; `mig_layout` sets MIG instances already applied.
 
@@ -183,7 +234,7 @@ def node_manifest(
                 topology_annotation.ANNOTATION_KEY: topology_annotation_value(gpu_machine.topology),
             },
         },
-        "spec": {},
+        "spec": {"taints": [dict(t) for t in taints]} if taints else {},
         "status": {"capacity": dict(resources), "allocatable": dict(resources)},
     }
 

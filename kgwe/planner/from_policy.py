@@ -8,6 +8,7 @@ import re
 from collections import Counter
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from kgwe.errors import KgweError
 from kgwe.gpu import catalog
@@ -15,6 +16,10 @@ from kgwe.gpu.catalog import GPUModel
 from kgwe.gpu.layouts import fit, primary_profiles
 from kgwe.planner.model import GPUState, PoolPlan, PoolRequest, RolloutLimits
 from kgwe.planner.plan import plan_pools
+
+if TYPE_CHECKING:
+    from kgwe.policy.inventory import GPUInventory, InventoryNode
+    from kgwe.policy.mig_strategy import MIGStrategy, MIGStrategySpec
 
 _COUNTED = re.compile(r"(\d+)x(.+)")
 
@@ -68,13 +73,13 @@ def layout_from_config(model: GPUModel, config: str | None) -> list[str] | objec
     return _UNKNOWN
 
 
-def _gpu_states(node, model: GPUModel, pinned: bool = False) -> list[GPUState]:
+def _gpu_states(node: InventoryNode, model: GPUModel, pinned: bool = False) -> list[GPUState]:
     states = []
     layouts = node.current_layouts()
     if not node.devices:  # no per-GPU detail: the node's mig.config label tells what it runs
         implied = layout_from_config(model, node.mig_config)
         if isinstance(implied, list) or implied is None:
-            layouts = [None if implied is None else list(implied)] * node.gpus
+            layouts = [None if implied is None else tuple(implied)] * node.gpus
     in_use = node.in_use()
     sick = node.unhealthy_gpus()
     for index in range(node.gpus):
@@ -101,14 +106,14 @@ def _gpu_states(node, model: GPUModel, pinned: bool = False) -> list[GPUState]:
     return states
 
 
-def wave_nodes(spec, pool_size: int) -> int:
+def wave_nodes(spec: MIGStrategySpec, pool_size: int) -> int:
     """How many nodes of a pool one rollout wave may change (the strategy's maxUnavailable)."""
     return spec.rollout.max_unavailable_nodes(pool_size)
 
 
 def pool_requests(
-    strategies: Sequence,
-    inventory,
+    strategies: Sequence[MIGStrategy],
+    inventory: GPUInventory,
     demand: Mapping[str, Mapping[str, int]] | None = None,
     *,
     waves: bool = False,
@@ -163,8 +168,8 @@ def pool_requests(
 
 
 def plan_policy(
-    strategies: Iterable,
-    inventory,
+    strategies: Iterable[MIGStrategy],
+    inventory: GPUInventory,
     demand: Mapping[str, Mapping[str, int]] | None = None,
     *,
     waves: bool = False,
@@ -183,8 +188,8 @@ def plan_policy(
 
 
 def plan_layouts(
-    strategies: Iterable,
-    inventory,
+    strategies: Iterable[MIGStrategy],
+    inventory: GPUInventory,
     *,
     pinned: Collection[str] = (),
     demand: Mapping[str, Mapping[str, int]] | None = None,

@@ -101,7 +101,8 @@ def _milp(
                 options={"mip_rel_gap": 0.0, "presolve": presolve},
             )
         if res.x is not None:
-            return res.x
+            solution: np.ndarray = res.x  # scipy ships no types
+            return solution
         message = res.message
     raise KgweError(f"the MIG plan has no solution ({message})")
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from kgwe.extender.request import RequestError, parse_pod
 from kgwe.planner.rebalance import Measurement
@@ -30,7 +31,7 @@ class PoolView:
     held: Mapping[str, int]  # profile -> instances pods hold on the pool's GPUs
 
 
-def unschedulable_mig_request(pod: Mapping) -> tuple[tuple[str, int], ...]:
+def unschedulable_mig_request(pod: Mapping[str, Any]) -> tuple[tuple[str, int], ...]:
     """The (profile, instances) an unschedulable pending pod asks for; () for any other pod."""
     spec = pod.get("spec") or {}
     status = pod.get("status") or {}
@@ -55,7 +56,7 @@ def _selects(selector: Mapping[str, str], labels: Mapping[str, str]) -> bool:
     return all(labels.get(k) == v for k, v in selector.items())
 
 
-def pool_for(pod: Mapping, wanted: Iterable[str], pools: Sequence[PoolView]) -> str | None:
+def pool_for(pod: Mapping[str, Any], wanted: Iterable[str], pools: Sequence[PoolView]) -> str | None:
     """The first pool (by name) with a node the pod's nodeSelector admits whose GPUs offer every profile."""
     selector = (pod.get("spec") or {}).get("nodeSelector") or {}
     if not isinstance(selector, Mapping):
@@ -69,7 +70,7 @@ def pool_for(pod: Mapping, wanted: Iterable[str], pools: Sequence[PoolView]) -> 
 
 def measure(
     pools: Sequence[PoolView],
-    pods: Iterable[Mapping],
+    pods: Iterable[Mapping[str, Any]],
     reclaimable: Mapping[str, Mapping[str, int]] | None = None,
 ) -> dict[str, Measurement]:
     """Per pool: pending instances (and pods) of unschedulable pods, instances held, and the held ones

@@ -11,13 +11,16 @@ import json
 import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from kgwe.errors import KgweError
 
 _LABEL_VALUE_MAX = 63
 _PROFILE = re.compile(r"^\d+g\.\d+gb([+-][a-z.]+)?$")
 
-DeviceEntry = dict  # {"devices": "all" | [idx...], "mig-enabled": bool, "mig-devices": {profile: count}}
+DeviceEntry = dict[
+    str, Any
+]  # {"devices": "all" | [idx...], "mig-enabled": bool, "mig-devices": {profile: count}}
 
 
 GpuKey = tuple[bool, tuple[tuple[str, int], ...]]

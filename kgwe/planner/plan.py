@@ -20,7 +20,7 @@ import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -88,12 +88,14 @@ def _validate(req: PoolRequest) -> tuple[dict[str, GPUModel], dict[str, int]]:
     """Models by key and compute slices per requested profile; KgweError on anything a user got wrong."""
     models: dict[str, GPUModel] = {}
     seen: set[tuple[str, int]] = set()
-    checked: set[tuple] = set()  # (model, layout, in_use) already found valid: pools repeat a few states
+    checked: set[tuple[object, ...] | None] = (
+        set()
+    )  # (model, layout, in_use) already found valid: pools repeat a few states
     for gpu in req.gpus:
         if (gpu.node, gpu.index) in seen:
             raise KgweError(f"pool {req.name}: GPU {gpu.node}/{gpu.index} is listed twice")
         seen.add((gpu.node, gpu.index))
-        state: tuple | None = (gpu.model, gpu.layout, gpu.in_use)
+        state: tuple[object, ...] | None = (gpu.model, gpu.layout, gpu.in_use)
         try:
             if state in checked:
                 continue
@@ -134,7 +136,7 @@ def _validate(req: PoolRequest) -> tuple[dict[str, GPUModel], dict[str, int]]:
 
 
 def _classes(req: PoolRequest, models: Mapping[str, GPUModel], wanted: set[str]) -> list[_Class]:
-    groups: dict[tuple, _Class] = {}
+    groups: dict[tuple[object, ...], _Class] = {}
     for gpu in sorted(req.gpus, key=_node_index):
         model = models[gpu.model]
         if not model.mig_capable:
@@ -396,7 +398,7 @@ def _report(
     why = {n: f"pool had {before.get(n, 0)} of {_num(want[n])} wanted" for n in want}
     locked_of = {(g.node, g.index): c.locked for c in classes if c.locked for g in c.gpus}
     plans: list[GPUPlan] = []
-    reasons: dict[tuple, str] = {}
+    reasons: dict[tuple[Any, ...], str] = {}
     fitted: dict[tuple[str, Multiset], Layout] = {}
     targets: Counter[tuple[str, Layout]] = Counter()  # (model, MIG target layout) -> GPUs: summed once below
     kept = destroyed = 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import Any
 
 from kgwe.errors import KgweError
 from kgwe.planner.from_policy import PolicyPlan, plan_policy
@@ -99,7 +100,7 @@ def _pool_text(plan: PoolPlan, quiet: bool) -> list[str]:
     return lines
 
 
-def _pool_json(plan: PoolPlan) -> dict:
+def _pool_json(plan: PoolPlan) -> dict[str, Any]:
     return {
         "pool": plan.name,
         "targetShares": dict(plan.target_shares),

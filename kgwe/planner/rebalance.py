@@ -102,8 +102,8 @@ class Record:
         """The revision nodes changed under this record are annotated with (one change per decision)."""
         return self.revision if self.epoch == 0 else f"{self.revision}.r{self.epoch}"
 
-    def to_status(self) -> dict:
-        out: dict = {
+    def to_status(self) -> dict[str, object]:
+        out: dict[str, object] = {
             "revision": self.revision,
             "epoch": self.epoch,
             "target": dict(sorted(self.target.items())),

@@ -13,7 +13,7 @@ from typing import Any
 
 from kgwe.gpu import catalog
 from kgwe.gpu.catalog import GPUModel
-from kgwe.policy.diagnostics import Severity, did_you_mean
+from kgwe.policy.diagnostics import did_you_mean
 from kgwe.policy.gpu_workload import GPURequirements, NodeOffer
 from kgwe.policy.loader import LoadedObject, PolicySet
 from kgwe.policy.models import (
@@ -28,14 +28,6 @@ from kgwe.policy.models import (
     PricingCatalog,
     ScoringProfile,
     WorkloadRuntime,
-)
-from kgwe.policy.pod_template_policy import (
-    DEFAULT_SPEC,
-    Violation,
-    policy_for,
-    priority_refused,
-    priority_what,
-    template_violations,
 )
 from kgwe.policy.quota_namespaces import protected_namespace, refused_quota_namespace
 from kgwe.policy.sharing_strategy import MPS_FULL_LIMIT_CAPABILITY, MPS_MAX_CLIENTS, MPS_MAX_CLIENTS_BELOW_7_5
@@ -564,10 +556,12 @@ def workload_policy_view(ps: PolicySet) -> Any:
         if b.spec.quota
         for ns in b.spec.namespaces
     }
+    template_policies = [p for s in sets for p in s.objects(PodTemplatePolicy)]
     return PolicyView(
         profiles=profiles if _known(ps, ScoringProfile, sets) else None,
         runtimes=runtimes if _known(ps, WorkloadRuntime, sets) else None,
         budget_quotas=quotas if _known(ps, GPUBudget, sets) else None,
+        template_policies=template_policies if _known(ps, PodTemplatePolicy, sets) else None,
     )
 
 
@@ -681,24 +675,6 @@ def check_pod_template_policies(ps: PolicySet) -> None:
                 )
 
 
-def check_workload_templates(ps: PolicySet) -> None:
-    """What the controller would refuse in a workload's pod templates, under the repository's policies:
-    errors where the repository holds PodTemplatePolicies (they are what the cluster gets), warnings where it
-    holds none (workloads checked apart from the policy repository: the cluster's policy may allow them)."""
-    policies: list[PodTemplatePolicy] = ps.objects(PodTemplatePolicy)
-    severity: Severity = "error" if policies or PodTemplatePolicy.KIND in ps.invalid_kinds else "warning"
-    for entry in ps.entries_of(GPUWorkload):
-        wl: GPUWorkload = entry.obj  # type: ignore[assignment]
-        policy = policy_for(wl.metadata.namespace if wl.metadata else None, policies)
-        allow = policy.spec if policy else DEFAULT_SPEC
-        for base, template in _per_role(wl, "pod_template", "podTemplate"):
-            for v in template_violations(template, allow):
-                ps.report(entry, (*base, *v.path), v.message(policy), severity)
-        if isinstance(wl.spec.priority, str) and priority_refused(wl.spec.priority, allow):
-            v = Violation(("spec", "priority"), priority_what(wl.spec.priority), "priorityClasses")
-            ps.report(entry, v.path, v.message(policy), severity)
-
-
 CHECKS = (
     check_duplicates,
     check_inventory,
@@ -710,7 +686,6 @@ CHECKS = (
     check_runtimes,
     check_workloads,
     check_pod_template_policies,
-    check_workload_templates,
 )
 
 

@@ -98,7 +98,8 @@ def _compact(node: Any, todo: list[str]) -> Any:
 def schema() -> dict[str, Any]:
     """The shipped schema document (generated, never edited by hand)."""
     text = resources.files("kgwe.policy").joinpath(SCHEMA_FILE).read_text(encoding="utf-8")
-    return json.loads(text)
+    document: dict[str, Any] = json.loads(text)
+    return document
 
 
 def kubernetes_version() -> str:

@@ -74,7 +74,10 @@ def load(args: argparse.Namespace) -> PolicySet:
         fleet = Fleet(args)
         namespace = fleet.namespace
         with fleet.reading("read the cluster's GPU nodes, PriorityClasses and quotas"):
-            cluster = cluster_facts.cluster_view(fleet.api, namespaces_and_quotas=True)
+            cluster = dataclasses.replace(
+                cluster_facts.cluster_view(fleet.api, namespaces_and_quotas=True),
+                kgwe_namespace=args.policy_namespace,  # no GPUWorkload runs there
+            )
             cluster_policy = cluster_facts.policy_view(fleet.api, args.policy_namespace)
     ps = load_repository(
         args.path, policy=policy, cluster=cluster, cluster_policy=cluster_policy, namespace=namespace

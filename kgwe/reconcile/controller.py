@@ -14,6 +14,7 @@ import random
 import socket
 import threading
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,6 +25,7 @@ from kubernetes.client.exceptions import ApiException
 from kgwe.cluster.events import EventRecorder
 from kgwe.cluster.lease import LeaderElector
 from kgwe.cluster.names import FIELD_MANAGER, RECONCILE_REQUESTED_AT_ANNOTATION
+from kgwe.cluster.nodecache import NodeCache
 from kgwe.errors import KgweError
 from kgwe.gitops.gitcmd import GitAccess
 from kgwe.gitops.retry import jittered_interval_seconds
@@ -43,7 +45,8 @@ from kgwe.reconcile.repository import (
 )
 
 if TYPE_CHECKING:
-    from kgwe.reconcile.costs import CostDuties
+    from kgwe.policy.loader import PolicySet
+    from kgwe.reconcile.costs import Alert, CostDuties, QuotaCaps
     from kgwe.reconcile.status import Outcome
     from kgwe.render.render import RenderOptions
     from kgwe.workloads.controller import WorkloadController
@@ -127,6 +130,7 @@ class Controller:
         self._costs_lock = threading.Lock()
         self.git_access = git_access or GitAccess()
         self._reconcilers: dict[str, RepositoryReconciler] = {}
+        self.node_cache = NodeCache(api_client)  # the GPU nodes every repository plans for (started by run)
         self.reconciles = 0
         self.crd_missing = False  # the last list of PolicyRepositories said the API does not exist
         self.elector: LeaderElector | None = None
@@ -248,9 +252,29 @@ class Controller:
                 render_options=self.render_options,
                 git_access=self.git_access,
                 read_activity=activity_reader(self.prometheus_url),
+                budget_caps=self._budget_caps if self.costs is not None else None,
+                on_policy_in_force=self._policy_in_force if self.costs is not None else None,
+                node_cache=self.node_cache,
             )
             self._reconcilers[name] = rec
         return rec
+
+    def _budget_caps(
+        self, repository: str, policy: PolicySet, pods: Sequence[Mapping[str, Any]], record: Alert
+    ) -> QuotaCaps:
+        """The Enforce caps a repository's build renders its budget quotas with (the cost duties')."""
+        assert self.costs is not None
+        with self._costs_lock:
+            return self.costs.budget_caps(repository, policy, pods, record)
+
+    def _policy_in_force(self, policy: PolicySet) -> None:
+        """GPUWorkloads are costed at the prices of the policy in force: once they change (first known
+        after a start, or a new catalog applied), every workload's cost is brought up to date at once."""
+        assert self.costs is not None
+        with self._costs_lock:
+            changed = self.costs.prices_in_force(policy)
+        if changed and self.workloads is not None and self.is_leader():
+            self.workloads.resync()
 
     def tick(self) -> float:
         """Reconcile every repository that is due; returns seconds until the next one is."""
@@ -295,7 +319,10 @@ class Controller:
                 # Each repository reconciles in its own thread: a slow or hanging Git server delays only
                 # its own repository (up to spec.timeout per git call), never the others.
                 worker = threading.Thread(
-                    target=self._reconcile_one, args=(name, item), name=f"reconcile-{name}", daemon=True
+                    target=self._reconcile_one,
+                    args=(name, item, pushed),
+                    name=f"reconcile-{name}",
+                    daemon=True,
                 )
                 with self._lock:
                     self._workers[name] = worker
@@ -312,13 +339,13 @@ class Controller:
         with self._lock:
             return any(w.is_alive() for w in self._workers.values())
 
-    def _reconcile_one(self, name: str, item: dict) -> None:
+    def _reconcile_one(self, name: str, item: dict, pushed: bool = False) -> None:
         rec = self._reconciler(name)
         try:
-            rec.reconcile()
+            rec.reconcile(pushed=pushed)
             if self.costs is not None and self.is_leader():
                 with self._costs_lock:  # the cost store and its reports are shared by all repositories
-                    self.costs.after_reconcile(rec, item)
+                    self.costs.after_reconcile(rec.view(item))
         except Exception:  # one broken repository must not stop the others
             log.exception("reconcile of %s failed", name)
         try:
@@ -373,7 +400,7 @@ class Controller:
         if repo is None:
             return None
         with self._costs_lock:
-            return self.costs.commit_reports_now(rec, repo)
+            return self.costs.commit_reports_now(rec.view(repo))
 
     def run(self, stop: threading.Event) -> None:
         if self.server is not None:
@@ -384,6 +411,7 @@ class Controller:
             self.costs.start(self.api_client)
         if self.workloads is not None:
             self.workloads.start(stop)
+        self.node_cache.start(stop)
         try:
             while not stop.is_set():
                 wait = self.tick()

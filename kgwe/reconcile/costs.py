@@ -1,53 +1,72 @@
-"""The controller's cost duties, run by the leader after each reconcile of a PolicyRepository: GPU metering,
-budget status and alerts, `Enforce` quota caps, and the cost reports committed on the repository's schedule.
+"""The controller's cost duties: GPU metering, budget status and alerts, `Enforce` quota caps, the prices
+GPUWorkloads are costed at, and the cost reports committed on the repository's schedule.
 
-The quota cap is not applied here: it is handed to the RepositoryReconciler as an override of the rendered
-`kgwe-budget` ResourceQuota, so the one apply path owns that object and the cap never fights the render.
+They see a PolicyRepository through plain data (RepositoryView: the policy in force, the spec, and what
+they may do with it: Events, commit back), never through the reconciler. The quota caps are an input of the
+reconcile's build step (`budget_caps`): the one apply path renders the capped `kgwe-budget` ResourceQuota in
+the same pass that found the budget exhausted, and the cap never fights the render.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from kubernetes import client
-
 from kgwe.cluster.names import is_gpu_resource
-from kgwe.cost.budgets import budget_from_policy, quota_decisions
-from kgwe.cost.pricing import pricebook_from_catalog
+from kgwe.cost.budgets import BudgetSpec, alert_events, budget_from_policy, quota_decisions
+from kgwe.cost.pricing import PriceBook, pricebook_from_catalog
 from kgwe.cost.service import ADVICE_SECONDS, CostService
 from kgwe.cost.usage import Period, month_period
 from kgwe.errors import KgweError
+from kgwe.gitops.commit_back import CommitBack, CommitResult
+from kgwe.policy.cluster_kinds import PolicyRepositorySpec
+from kgwe.policy.loader import PolicySet
 from kgwe.reconcile import cron
 
 log = logging.getLogger(__name__)
+
+QuotaCaps = dict[str, dict[str, str]]  # namespace -> ResourceQuota spec.hard of an enforced budget
+Alert = Callable[[str, str, str], None]  # (event type Normal|Warning, reason, message) about the repository
 
 
 def _utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-def gpu_use_by_namespace(api_client: client.ApiClient, namespaces: list[str]) -> dict[str, dict[str, int]]:
-    """GPU resources (whole, shared, MIG) requested by the live pods of each namespace."""
-    core = client.CoreV1Api(api_client)
-    use: dict[str, dict[str, int]] = {}
-    for ns in namespaces:
-        held = use.setdefault(ns, {})
-        for pod in core.list_namespaced_pod(ns).items:
-            if (pod.status.phase or "") in ("Succeeded", "Failed"):
-                continue
-            for container in pod.spec.containers:
-                resources = container.resources
-                requests = {
-                    **((resources.limits if resources else None) or {}),
-                    **((resources.requests if resources else None) or {}),
-                }
-                for name, value in requests.items():
-                    if is_gpu_resource(name):
-                        held[name] = held.get(name, 0) + int(value)
+@dataclass(frozen=True)
+class RepositoryView:
+    """What the cost duties see of a PolicyRepository after a pass, and what they may do with it."""
+
+    name: str
+    obj: Mapping[str, Any]  # the PolicyRepository as read (Events are about it)
+    policy: PolicySet | None  # of the last applied revision (None: nothing valid applied yet)
+    spec: PolicyRepositorySpec | None  # as validated by the pass (None: the spec is invalid)
+    record: Alert  # an Event about the repository
+    commit_back: Callable[[PolicyRepositorySpec, str], CommitBack]  # (spec, work directory name)
+    is_leader: Callable[[], bool]
+
+
+def gpu_use_by_namespace(
+    pods: Iterable[Mapping[str, Any]], namespaces: Iterable[str]
+) -> dict[str, dict[str, int]]:
+    """GPU resources (whole, shared, MIG) requested by the live pods of each namespace: a container's
+    requests, else its limits."""
+    use: dict[str, dict[str, int]] = {ns: {} for ns in namespaces}
+    for pod in pods:
+        meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+        held = use.get(meta.get("namespace") or "")
+        if held is None or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            continue
+        for container in spec.get("containers") or []:
+            resources = container.get("resources") or {}
+            wanted = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
+            for name, value in wanted.items():
+                if is_gpu_resource(name):
+                    held[name] = held.get(name, 0) + int(value)
     return use
 
 
@@ -99,8 +118,9 @@ class CostDuties:
         self.now = now
         self._started = False
         self._last_refresh: dict[str, datetime] = {}
+        self._caps: dict[str, QuotaCaps] = {}  # per repository, as decided at its last budget refresh
         self._last_report_check: dict[str, datetime] = {}
-        self.book: Any = None
+        self.book: PriceBook | None = None  # the prices GPUWorkloads are costed at
 
     def workload_cost(self, namespace: str, name: str, obj: dict) -> dict | None:
         """status.cost of a GPUWorkload: its pods' metered GPU-hours and cost since it was created."""
@@ -126,7 +146,7 @@ class CostDuties:
             "asOf": rfc3339(now),
         }
 
-    def start(self, api_client: client.ApiClient) -> None:
+    def start(self, api_client: Any) -> None:
         """Start metering once (on first becoming leader); the watch reconciles with live pods on start."""
         if not self._started:
             self.service.start_metering(api_client)
@@ -137,81 +157,102 @@ class CostDuties:
         self.service.stop()
         self._started = False
 
-    def after_reconcile(self, rec: Any, repo: dict) -> None:
-        ps = getattr(rec, "last_policy", None)
-        if ps is None or ps.pricing_catalog() is None:
-            return  # nothing valid applied yet, or no prices: nothing to meter against
-        name, now = rec.name, self.now()
-        book = pricebook_from_catalog(ps.pricing_catalog())
-        self.book = book  # the GPUWorkload reconciler prices its workloads' usage with it
-        budgets = [budget_from_policy(b) for b in ps.budgets]
-        self.service.budget_teams_by_repository[name] = {ns: b.team for b in budgets for ns in b.namespaces}
-        last = self._last_refresh.get(name)
+    def prices_in_force(self, policy: PolicySet) -> bool:
+        """Cost GPUWorkloads at `policy`'s prices from now on (a policy in force without prices keeps the
+        ones known); whether they changed."""
+        catalog = policy.pricing_catalog()
+        if catalog is None:
+            return False
+        book = pricebook_from_catalog(catalog)
+        changed = self.book is None or book != self.book
+        self.book = book
+        return changed
+
+    def budget_caps(
+        self, repository: str, policy: PolicySet, pods: Sequence[Mapping[str, Any]], record: Alert
+    ) -> QuotaCaps:
+        """The `Enforce` quota caps for `policy`'s budgets, an input of the reconcile that applies it.
+
+        Every `refresh_seconds` the budgets are evaluated again (metrics, alerts as Events through
+        `record`), and each budget whose Enforce alert fired caps its namespaces at the GPUs the live
+        `pods` hold; between refreshes the caps decided last hold. No prices: nothing is capped."""
+        catalog = policy.pricing_catalog()
+        if catalog is None:
+            self._caps.pop(repository, None)
+            return {}
+        now = self.now()
+        budgets = [budget_from_policy(b) for b in policy.budgets]
+        last = self._last_refresh.get(repository)
         if last is None or (now - last).total_seconds() >= self.refresh_seconds:
-            self._last_refresh[name] = now
-            statuses = self.service.refresh(book, budgets, now)
-            self.service.emit_alerts(rec.recorder, repo, statuses)
-            namespaces = sorted({ns for b in budgets for ns in b.namespaces})
-            use = gpu_use_by_namespace(rec.api_client, namespaces)
-            rec.quota_overrides = {
+            self._last_refresh[repository] = now
+            statuses = self.service.refresh(pricebook_from_catalog(catalog), budgets, now)
+            for status in statuses:
+                for event_type, reason, message in alert_events(status):
+                    record(event_type, reason, message)
+            use = gpu_use_by_namespace(pods, sorted({ns for b in budgets for ns in b.namespaces}))
+            self._caps[repository] = {
                 d.namespace: d.hard
                 for budget, status in zip(budgets, statuses, strict=True)
                 for d in quota_decisions(budget, status, use)
                 if d.capped
             }
-        self._reports(rec, repo, book, budgets, now)
+        return dict(self._caps.get(repository, {}))
 
-    def _reports(self, rec: Any, repo: dict, book: Any, budgets: list, now: datetime) -> None:
-        typed = rec.last_spec  # validated by this pass's reconcile (None: the spec is invalid)
-        if typed is None or typed.reports is None:
+    def after_reconcile(self, view: RepositoryView) -> None:
+        """After a pass: the budget teams metering labels pods with, and the reports due on schedule."""
+        if view.policy is None or view.policy.pricing_catalog() is None:
+            return  # nothing valid applied yet, or no prices: nothing to meter against
+        budgets = [budget_from_policy(b) for b in view.policy.budgets]
+        self.service.budget_teams_by_repository[view.name] = {
+            ns: b.team for b in budgets for ns in b.namespaces
+        }
+        self._reports(view, budgets, self.now())
+
+    def _reports(self, view: RepositoryView, budgets: list[BudgetSpec], now: datetime) -> None:
+        if view.spec is None or view.spec.reports is None:
             return
         try:
-            schedule = cron.parse(typed.reports.schedule)  # the model's default when the spec has none
+            schedule = cron.parse(view.spec.reports.schedule)  # the model's default when the spec has none
         except KgweError as exc:
-            rec.recorder.warning(repo, "InvalidReportSchedule", str(exc))
+            view.record("Warning", "InvalidReportSchedule", str(exc))
             return
-        last = self._last_report_check.setdefault(rec.name, now)  # first sight: wait for the next fire
+        last = self._last_report_check.setdefault(view.name, now)  # first sight: wait for the next fire
         if not schedule.fired_between(last, now):
             return
-        self._last_report_check[rec.name] = now
-        self._commit_reports(rec, repo, book, budgets, now)
+        self._last_report_check[view.name] = now
+        self._commit_reports(view, budgets, now)
 
-    def commit_reports_now(self, rec: Any, repo: dict) -> Any:
+    def commit_reports_now(self, view: RepositoryView) -> CommitResult | None:
         """Commit the month's cost reports now, whatever the schedule (the demo's closing step); the
         CommitResult, or None when the repository has no valid policy, prices or spec.reports."""
-        ps = getattr(rec, "last_policy", None)
-        if (
-            ps is None
-            or ps.pricing_catalog() is None
-            or rec.last_spec is None
-            or rec.last_spec.reports is None
-        ):
+        if view.policy is None or view.policy.pricing_catalog() is None:
             return None
-        book = pricebook_from_catalog(ps.pricing_catalog())
-        return self._commit_reports(rec, repo, book, [budget_from_policy(b) for b in ps.budgets], self.now())
+        return self._commit_reports(view, [budget_from_policy(b) for b in view.policy.budgets], self.now())
 
-    def _commit_reports(self, rec: Any, repo: dict, book: Any, budgets: list, now: datetime) -> Any:
-        typed = rec.last_spec
-        if not rec.is_leader():
+    def _commit_reports(
+        self, view: RepositoryView, budgets: list[BudgetSpec], now: datetime
+    ) -> CommitResult | None:
+        spec, catalog = view.spec, view.policy.pricing_catalog() if view.policy is not None else None
+        if spec is None or spec.reports is None or catalog is None or not view.is_leader():
             return None  # the lease was lost meanwhile: the new leader commits
         try:
-            commit_back = rec.commit_back(typed, "cost-reports")
+            commit_back = view.commit_back(spec, "cost-reports")
         except KgweError as exc:
-            rec.recorder.warning(repo, "CommitBackRejected", f"cost reports: {exc}")
+            view.record("Warning", "CommitBackRejected", f"cost reports: {exc}")
             return None
         result = self.service.commit(
-            book,
+            pricebook_from_catalog(catalog),
             budgets,
             month_period(now),
             now,
             commit_back=commit_back,
-            path_prefix=typed.reports_path,
+            path_prefix=spec.reports_path,
             prometheus_url=self.prometheus_url,
         )
         if result.status == "rejected":
-            rec.recorder.warning(repo, "CommitBackRejected", f"cost reports: {result.reason}")
+            view.record("Warning", "CommitBackRejected", f"cost reports: {result.reason}")
         elif result.status == "pushed":
-            rec.recorder.normal(repo, "ReportsCommitted", f"cost reports committed as {result.sha[:12]}")
+            view.record("Normal", "ReportsCommitted", f"cost reports committed as {result.sha[:12]}")
         else:
-            log.info("cost reports for %s: %s", rec.name, result.status)
+            log.info("cost reports for %s: %s", view.name, result.status)
         return result

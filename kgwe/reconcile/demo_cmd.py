@@ -38,13 +38,6 @@ NS = "kgwe-system"
 POOL_LABEL = "kgwe.nvidia.io/pool"  # sample-repo's pool label
 REPO = "gpu-policy"
 SECRET = b"demo-webhook-secret"
-MACHINE_FOR_TOPOLOGY = {
-    "DGX-H100": "DGX-H100",
-    "HGX-H100": "DGX-H100",
-    "DGX-A100": "DGX-A100",
-    "L40S-8-PCIE": "L40S-8-PCIE",
-    "DGX-1-V100": "DGX-1-V100",
-}
 # The demo's commits are made by a pretend platform engineer, whatever the user's own git config says.
 GIT_IDENTITY = {
     "GIT_AUTHOR_NAME": "Platform Team",
@@ -138,7 +131,7 @@ def _wait_ready(api: Any, pools: dict[str, list[str]], revision: str, timeout: f
 
 
 def _sample_documents(kind: str, folder: str) -> list[dict]:
-    """The `kind` documents of sample-repo/<folder>/ (the demo's inventory and budgets)."""
+    """The `kind` documents of sample-repo/<folder>/ (the demo's budgets)."""
     from kgwe.resources import sample_repo_dir
 
     return [
@@ -159,18 +152,24 @@ def _prepare_cluster(api: Any, budgets: list[dict]) -> None:
         ensure_namespace(api, ns)
 
 
-def _create_gpu_nodes(api: Any, inventory: dict) -> dict[str, list[str]]:
-    """A simulated GPU node per inventory node; returns pool -> node names of the pools MIG policy covers."""
-    from kgwe.localcluster import gpunodes
+def _create_gpu_nodes(api: Any) -> dict[str, list[str]]:
+    """A simulated GPU node per node of sample-repo's inventory, MIG still off (the demo rolls the layouts
+    out); returns pool -> node names of the pools MIG policy covers."""
+    from kubernetes import client
 
+    from kgwe.localcluster import gpunodes
+    from kgwe.policy import load_repository
+    from kgwe.resources import sample_repo_dir
+
+    inventory = load_repository(sample_repo_dir() / "inventory").inventory()
+    assert inventory is not None, "sample-repo has a GPUInventory"
     pools: dict[str, list[str]] = {}
-    for node in inventory["spec"]["nodes"]:
-        machine = MACHINE_FOR_TOPOLOGY.get(node.get("topology", ""), "DGX-H100")
-        labels = {k: v for k, v in node["labels"].items() if not k.startswith("nvidia.com/")}
-        gpunodes.create_gpu_node(api, node["name"], machine, labels=labels)
-        pools.setdefault(labels.get(POOL_LABEL, "other"), []).append(node["name"])
+    for node in inventory.spec.nodes:
+        manifest = gpunodes.inventory_node_manifest(node, with_mig_layout=False)
+        client.CoreV1Api(api).create_node(manifest)
+        pools.setdefault(manifest["metadata"]["labels"].get(POOL_LABEL, "other"), []).append(node.name)
     _say(
-        f"  {len(inventory['spec']['nodes'])} simulated GPU nodes from sample-repo's inventory: "
+        f"  {len(inventory.spec.nodes)} simulated GPU nodes from sample-repo's inventory: "
         + ", ".join(f"{p} ({len(n)})" for p, n in sorted(pools.items()))
     )
     return {p: n for p, n in pools.items() if p != "other"}
@@ -579,7 +578,6 @@ def run(args: argparse.Namespace) -> int:
     from kgwe.localcluster.migmanager import MigManagerStandIn
 
     keep = _keep_repo_target(args.keep_repo)
-    inventory = _sample_documents("GPUInventory", "inventory")[0]
     budgets = _sample_documents("GPUBudget", "budgets")
     _say("KGWE demo: starting a local control plane (etcd, kube-apiserver, kube-scheduler, kwok) ...")
     with tempfile.TemporaryDirectory(prefix="kgwe-demo-") as tmp_name, ControlPlane(find_binaries()) as cp:
@@ -587,7 +585,7 @@ def run(args: argparse.Namespace) -> int:
         api = cp.new_api_client()
         _say(f"  API server {cp.server_url}; kubeconfig {cp.kubeconfig_path}")
         _prepare_cluster(api, budgets)
-        pools = _create_gpu_nodes(api, inventory)
+        pools = _create_gpu_nodes(api)
         bare, work, first = _init_policy_repository(tmp)
         # Served over real HTTPS on loopback: PolicyRepository URLs must be https:// or ssh://.
         git_server = GitHttpsServer(tmp)

@@ -26,6 +26,7 @@ from kgwe.planner.mig_demand import PoolView, measure, unschedulable_mig_request
 from kgwe.planner.model import PoolRequest
 from kgwe.planner.plan import plan_pool
 from kgwe.planner.rebalance import Decision, Measurement, Record, Sample, Settings, carry_over, evaluate
+from kgwe.policy.mig_strategy import MIGStrategy
 from kgwe.timestamps import parse_rfc3339
 
 log = logging.getLogger(__name__)
@@ -191,6 +192,41 @@ def rebalance(
         if decision.taken:
             result.taken[name] = decision
     return result
+
+
+def records_in_force(
+    chosen: Sequence[MIGStrategy],
+    status: Mapping[str, Any],
+    unscheduled: Sequence[Mapping],
+    now: datetime,
+    revisions: Mapping[str, str],
+) -> RebalanceResult | None:
+    """The records in force while no pool's evaluation is due (with the utilization condition as status
+    last showed it); None when one is due: its interval passed, its strategy changed, it has no record yet,
+    or pods wait for a MIG profile no record counts as pending."""
+    old = status.get("rebalance") or {}
+    stored = {s.name: Record.from_status(old.get(s.name)) for s in chosen}
+    held = {s.name: carry_over(stored[s.name], revisions[s.name]) for s in chosen}
+    seen = {p for r in held.values() for p, n in r.pending.items() if n > 0}
+    due = bool(unschedulable_profiles(unscheduled) - seen) or any(
+        (r := stored[s.name]) is None
+        or r.revision != revisions[s.name]
+        or r.evaluated_at is None
+        or now - r.evaluated_at >= s.spec.partition_strategy.rebalance_interval
+        for s in chosen
+        if s.spec.partition_strategy is not None and s.spec.partition_strategy.rebalance_interval is not None
+    )
+    if due:
+        return None
+    previous = next(
+        (c for c in status.get("conditions") or [] if c.get("type") == UTILIZATION_CONDITION), None
+    )
+    condition = (
+        Condition(previous["type"], previous["status"], previous["reason"], previous["message"])
+        if previous
+        else None
+    )
+    return RebalanceResult(records=held, condition=condition)
 
 
 def _utilization(

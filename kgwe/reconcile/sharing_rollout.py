@@ -15,7 +15,7 @@ back to `default` under the same gates.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 
@@ -28,6 +28,8 @@ from kgwe.cluster.names import SHARING_CORDONED_ANNOTATION, SHARING_REQUESTED_AT
 from kgwe.cluster.nodes import NodeOps
 from kgwe.gpu.sharing import GFD_STRATEGY, NOT_SHARED, node_sharing
 from kgwe.policy.sharing_strategy import GPUSharingStrategy
+from kgwe.reconcile.desired import max_unavailable_value
+from kgwe.reconcile.node_actions import Record, Wording, carry_out
 from kgwe.reconcile.rollout import (
     STATE_SUCCESS,
     Action,
@@ -67,8 +69,6 @@ def _progress(p: PoolProgress) -> SharingProgress:
 
 
 def pool_policies(strategies: Sequence[GPUSharingStrategy]) -> dict[str, PoolPolicy]:
-    from kgwe.reconcile.repository import max_unavailable_value
-
     out = {UNSHARE_POOL: PoolPolicy(UNSHARE_POOL)}
     for s in strategies:
         rollout = s.spec.rollout
@@ -162,30 +162,28 @@ class SharingNodeOps(NodeOps):
         )
 
 
-Recorder = Callable[[str, str, str], None]  # (type Normal|Warning, reason, message)
+WORDING = Wording(cordoned="to switch its GPU sharing", uncordoned="after its GPU sharing switched")
 
 
 def run_sharing_rollout(
-    api_client: client.ApiClient,
+    ops: SharingNodeOps,
     strategies: Sequence[GPUSharingStrategy],
     facts: Sequence[GpuNodeFacts],
     now: datetime,
     *,
-    record: Recorder,
-    guard: Callable[[], bool] | None = None,
-) -> tuple[RolloutPlan, int]:
-    """Decide and carry out this pass's sharing actions; (plan as it stands after them, API writes)."""
+    record: Record,
+) -> RolloutPlan:
+    """Decide and carry out this pass's sharing actions; the plan as it stands after them."""
     states = sharing_node_states(strategies, facts)
     policies = pool_policies(strategies)
     plan = plan_rollout(states, policies, now)
-    ops = SharingNodeOps(api_client, guard=guard)
     done: list[Action] = []
     failed_nodes: set[str] = set()
     for action in plan.actions:  # a node's actions are in order (cordon before evict)
         if action.node in failed_nodes or action.kind == "acknowledge":
             continue
         try:
-            _do(ops, action, now, record)
+            carry_out(ops, action, now, None, record, WORDING)
         except NotLeader:
             raise
         except ApiException as exc:
@@ -206,27 +204,7 @@ def run_sharing_rollout(
         )
     after = plan_rollout(apply_actions(states, done, now), policies, now)
     pools = {name: _progress(p) for name, p in after.pools.items()}
-    return RolloutPlan(tuple(done), pools), ops.writes
-
-
-def _do(ops: SharingNodeOps, action: Action, now: datetime, record: Recorder) -> None:
-    if action.kind == "relabel":
-        ops.relabel(action.node, action.config or "", now)
-    elif action.kind == "cordon":
-        ops.cordon(action.node, action.config or "")
-        record("Normal", "NodeCordoned", f"node {action.node} cordoned to switch its GPU sharing")
-    elif action.kind == "evict":
-        outcome = ops.evict_gpu_pods(action.node)
-        if outcome.blocked:
-            record(
-                "Warning",
-                "EvictionBlocked",
-                f"node {action.node}: a PodDisruptionBudget blocks evicting {', '.join(outcome.blocked)}; "
-                "will retry",
-            )
-    elif action.kind == "uncordon":
-        ops.uncordon(action.node)
-        record("Normal", "NodeUncordoned", f"node {action.node} uncordoned after its GPU sharing switched")
+    return RolloutPlan(tuple(done), pools)
 
 
 def named_sharing_configs(

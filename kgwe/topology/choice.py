@@ -19,8 +19,10 @@ preference, required bitmask), so a repeated query is a dict lookup. Only plain 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import combinations
+from typing import Any
 
 from kgwe.topology.model import PCIE_LEVELS, NodeTopology
 from kgwe.vocab import TOPOLOGY_PREFERENCES
@@ -100,8 +102,8 @@ class _Tables:
         self._ring: dict[int, float] = {}
         self._nvring: dict[int, bool] = {}
         self._pairsum: dict[int, tuple[float, float]] = {0: (0.0, 0.0)}
-        self.answers: dict[tuple, Choice | None] = {}
-        self.scores: dict[tuple, int | None] = {}
+        self.answers: dict[tuple[object, ...], Choice | None] = {}
+        self.scores: dict[tuple[object, ...], int | None] = {}
 
     def ring(self, mask: int) -> float:
         """Exact best ring bottleneck over the GPUs in `mask`."""
@@ -186,7 +188,7 @@ class _Tables:
             return None
         must = _bits(required)
         rest = _bits(free & ~required)
-        best_key: tuple | None = None
+        best_key: tuple[Any, ...] | None = None  # ring (a pair), NUMA, pairs left, level: by preference
         best_set: list[int] = []
         ring_first = preference not in ("SameNUMA", "SamePCIeSwitch")
         for extra in combinations(rest, k - len(must)):
@@ -203,7 +205,7 @@ class _Tables:
             numa = -self.numa_count(vs)
             left = self.pairsum(free & ~mask)
             level = -self.worst_level(vs)
-            key: tuple
+            key: tuple[Any, ...]
             if preference == "SameNUMA":
                 key = (numa, ring, left, level)
             elif preference == "SamePCIeSwitch":
@@ -235,7 +237,7 @@ def _tables(topo: NodeTopology) -> _Tables:
     return t
 
 
-def _mask(t: _Tables, gpus) -> int:
+def _mask(t: _Tables, gpus: Iterable[int]) -> int:
     pos = t.pos
     m = 0
     for g in gpus:

@@ -235,7 +235,9 @@ def _pcie_gbps(nvml: Any, handles: list[tuple[int, Any]]) -> float:
     return PCIE_GBPS_BY_GEN.get(min(gens), 24.0) if gens else 24.0
 
 
-def _describe_gpu(nvml: Any, index: int, h: Any, warnings: list[str]):
+def _describe_gpu(
+    nvml: Any, index: int, h: Any, warnings: list[str]
+) -> tuple[GPU, dict[str, tuple[tuple[int, int], ...]], bool | None]:
     NVMLError = nvml.NVMLError
     name = _text(nvml.nvmlDeviceGetName(h))
     uuid = _text(nvml.nvmlDeviceGetUUID(h))
@@ -289,7 +291,9 @@ def _describe_gpu(nvml: Any, index: int, h: Any, warnings: list[str]):
     return gpu, profiles, pending
 
 
-def _mig_details(nvml: Any, h: Any, mig_enabled: bool):
+def _mig_details(
+    nvml: Any, h: Any, mig_enabled: bool
+) -> tuple[dict[str, tuple[tuple[int, int], ...]], list[MigDevice]]:
     """Profiles with the placements the driver reports, and the GPU instances that exist now."""
     import ctypes
 

@@ -36,15 +36,15 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pynvml
 
 from kgwe.topology import known
-from kgwe.topology.model import PCIE_LEVELS, NodeTopology
+from kgwe.topology.model import GPU, PCIE_LEVELS, NodeTopology
 
 if TYPE_CHECKING:
-    from kgwe.gpu.catalog import MigProfile
+    from kgwe.gpu.catalog import GPUModel, MigProfile
 
 _NVLINK_VERSION_BY_GPU = (
     ("P100", 1),
@@ -183,15 +183,15 @@ class FakeNvml:
         self._instances: dict[
             int, tuple[int, int, int, int]
         ] = {}  # addressof -> (gpu, id, profile id, start)
-        self._instance_objects: list = []
+        self._instance_objects: list[Any] = []
 
     @classmethod
-    def for_known(cls, name: str, **quirks) -> FakeNvml:
+    def for_known(cls, name: str, **quirks: Any) -> FakeNvml:
         """Replay the known topology `name` (see kgwe.topology.known)."""
         meta = known.facts(name)
         return cls(known.load(name), nvswitches=int(meta.get("nvswitches", "0").split()[0]), **quirks)
 
-    def __getattr__(self, name: str):
+    def __getattr__(self, name: str) -> Any:
         return getattr(pynvml, name)
 
     # --- internals -------------------------------------------------------------------------------------
@@ -234,10 +234,10 @@ class FakeNvml:
     def _active(self, gpu: int, kind: str) -> list[Fault]:
         return [f for f in self.active_faults() if f.gpu == gpu and f.kind == kind]
 
-    def _gpu(self, handle: _Handle):
+    def _gpu(self, handle: _Handle) -> GPU:
         return self._topo.gpus[self._pos(handle)]
 
-    def _model(self, handle: _Handle):
+    def _model(self, handle: _Handle) -> GPUModel | None:
         from kgwe.gpu import catalog
 
         matches = catalog.models_matching(self._gpu(handle).name)
@@ -300,11 +300,11 @@ class FakeNvml:
     def nvmlDeviceGetUUID(self, handle: _Handle) -> str:
         return self._gpu(handle).uuid
 
-    def nvmlDeviceGetPciInfo(self, handle: _Handle):
+    def nvmlDeviceGetPciInfo(self, handle: _Handle) -> Any:
         return self._pci_info(self._gpu(handle).pci_bus_id)
 
     @staticmethod
-    def _pci_info(bus_id: str):
+    def _pci_info(bus_id: str) -> Any:
         info = pynvml.nvmlPciInfo_t()
         dom, bus, dev = _bus_fields(bus_id)
         info.domain, info.bus, info.device = dom, bus, dev
@@ -313,23 +313,23 @@ class FakeNvml:
         info.pciDeviceId = 0x10DE
         return info
 
-    def nvmlDeviceGetMemoryInfo(self, handle: _Handle, version=None):
+    def nvmlDeviceGetMemoryInfo(self, handle: _Handle, version: int | None = None) -> Any:
         mem = pynvml.c_nvmlMemory_t()
         mem.total = self._gpu(handle).memory_mib * 1024 * 1024
         mem.free = mem.total
         return mem
 
-    def nvmlDeviceGetCpuAffinity(self, handle: _Handle, cpuSetSize: int):
+    def nvmlDeviceGetCpuAffinity(self, handle: _Handle, cpuSetSize: int) -> Any:
         words = (ctypes.c_ulonglong * cpuSetSize)()
         for cpu in _cpu_list(self._gpu(handle).cpu_affinity):
             if cpu // 64 < cpuSetSize:
                 words[cpu // 64] |= 1 << (cpu % 64)
         return words
 
-    def nvmlDeviceGetCpuAffinityWithinScope(self, handle: _Handle, cpuSetSize: int, scope: int):
+    def nvmlDeviceGetCpuAffinityWithinScope(self, handle: _Handle, cpuSetSize: int, scope: int) -> Any:
         return self.nvmlDeviceGetCpuAffinity(handle, cpuSetSize)
 
-    def nvmlDeviceGetMemoryAffinity(self, handle: _Handle, nodeSetSize: int, scope: int):
+    def nvmlDeviceGetMemoryAffinity(self, handle: _Handle, nodeSetSize: int, scope: int) -> Any:
         words = (ctypes.c_ulonglong * nodeSetSize)()
         numa = self._gpu(handle).numa_node
         if numa is not None and numa // 64 < nodeSetSize:
@@ -345,18 +345,18 @@ class FakeNvml:
     def nvmlDeviceGetTopologyCommonAncestor(self, device1: _Handle, device2: _Handle) -> int:
         a, b = self._pos(device1), self._pos(device2)
         if a == b:
-            return pynvml.NVML_TOPOLOGY_INTERNAL
+            return int(pynvml.NVML_TOPOLOGY_INTERNAL)
         return PCIE_LEVELS[self._topo.pcie[a][b]]
 
-    def nvmlDeviceGetP2PStatus(self, device1: _Handle, device2: _Handle, p2pIndex) -> int:
+    def nvmlDeviceGetP2PStatus(self, device1: _Handle, device2: _Handle, p2pIndex: object) -> int:
         if not isinstance(p2pIndex, int):  # what ctypes does with pynvml's `NVML_P2P_CAPS_INDEX_READ = 0,`
             raise ctypes.ArgumentError(
                 "argument 3: <class 'TypeError'>: Don't know how to convert parameter 3"
             )
         a, b = self._pos(device1), self._pos(device2)
         if (a, b) in self._topo.no_p2p or (b, a) in self._topo.no_p2p:
-            return pynvml.NVML_P2P_STATUS_GPU_NOT_SUPPORTED
-        return pynvml.NVML_P2P_STATUS_OK
+            return int(pynvml.NVML_P2P_STATUS_GPU_NOT_SUPPORTED)
+        return int(pynvml.NVML_P2P_STATUS_OK)
 
     def _link(self, handle: _Handle, link: int) -> tuple[str, int]:
         links = self._links[self._pos(handle)]
@@ -368,14 +368,14 @@ class FakeNvml:
 
     def nvmlDeviceGetNvLinkState(self, device: _Handle, link: int) -> int:
         self._link(device, link)
-        return pynvml.NVML_FEATURE_DISABLED if self._nvlink_down else pynvml.NVML_FEATURE_ENABLED
+        return int(pynvml.NVML_FEATURE_DISABLED if self._nvlink_down else pynvml.NVML_FEATURE_ENABLED)
 
     def nvmlDeviceGetNvLinkVersion(self, device: _Handle, link: int) -> int:
         self._link(device, link)
         name = self._gpu(device).name.upper()
         return next((v for key, v in _NVLINK_VERSION_BY_GPU if key in name), 4)
 
-    def nvmlDeviceGetNvLinkRemotePciInfo(self, device: _Handle, link: int):
+    def nvmlDeviceGetNvLinkRemotePciInfo(self, device: _Handle, link: int) -> Any:
         bus_id, kind = self._link(device, link)
         if kind == pynvml.NVML_NVLINK_DEVICE_TYPE_SWITCH and self._hidden_switches:
             return self._pci_info("FFFFFFFF:FF:1F.0")
@@ -384,7 +384,7 @@ class FakeNvml:
     def nvmlDeviceGetNvLinkRemoteDeviceType(self, handle: _Handle, link: int) -> int:
         _, kind = self._link(handle, link)
         if kind == pynvml.NVML_NVLINK_DEVICE_TYPE_SWITCH and self._hidden_switches:
-            return pynvml.NVML_NVLINK_DEVICE_TYPE_UNKNOWN
+            return int(pynvml.NVML_NVLINK_DEVICE_TYPE_UNKNOWN)
         return kind
 
     def nvmlDeviceGetMaxPcieLinkGeneration(self, handle: _Handle) -> int:
@@ -401,7 +401,7 @@ class FakeNvml:
         pending = 1 - current if index in self._mig_pending else current
         return [current, pending]
 
-    def nvmlDeviceGetGpuInstanceProfileInfo(self, device: _Handle, profile: int, version: int = 2):
+    def nvmlDeviceGetGpuInstanceProfileInfo(self, device: _Handle, profile: int, version: int = 2) -> Any:
         for index, pid, mig_profile in self._profiles(device):
             if index == profile:
                 info = pynvml.c_nvmlGpuInstanceProfileInfo_v2_t()
@@ -415,13 +415,15 @@ class FakeNvml:
             raise _err(pynvml.NVML_ERROR_NOT_SUPPORTED)
         raise _err(pynvml.NVML_ERROR_INVALID_ARGUMENT)
 
-    def _profile_by_id(self, device: _Handle, profile_id: int):
+    def _profile_by_id(self, device: _Handle, profile_id: int) -> MigProfile:
         for _, pid, mig_profile in self._profiles(device):
             if pid == profile_id:
                 return mig_profile
         raise _err(pynvml.NVML_ERROR_INVALID_ARGUMENT)
 
-    def nvmlDeviceGetGpuInstancePossiblePlacements(self, device, profileId, placementsRef, countRef) -> int:
+    def nvmlDeviceGetGpuInstancePossiblePlacements(
+        self, device: _Handle, profileId: int, placementsRef: Any, countRef: Any
+    ) -> int:
         placements = self._profile_by_id(device, profileId).placements
         count = getattr(countRef, "_obj", countRef)
         if placementsRef is None or len(placementsRef) < len(placements):
@@ -430,9 +432,11 @@ class FakeNvml:
         for k, (start, size) in enumerate(placements):
             placementsRef[k].start, placementsRef[k].size = start, size
         count.value = len(placements)
-        return pynvml.NVML_SUCCESS
+        return int(pynvml.NVML_SUCCESS)
 
-    def nvmlDeviceGetGpuInstances(self, device, profileId, gpuInstancesRef, countRef) -> int:
+    def nvmlDeviceGetGpuInstances(
+        self, device: _Handle, profileId: int, gpuInstancesRef: Any, countRef: Any
+    ) -> int:
         profile = self._profile_by_id(device, profileId)
         gpu_index = self._gpu(device).index
         count = getattr(countRef, "_obj", countRef)
@@ -446,9 +450,9 @@ class FakeNvml:
             gpuInstancesRef[found] = ctypes.pointer(obj)
             found += 1
         count.value = found
-        return pynvml.NVML_SUCCESS
+        return int(pynvml.NVML_SUCCESS)
 
-    def nvmlGpuInstanceGetInfo(self, gpuInstance):
+    def nvmlGpuInstanceGetInfo(self, gpuInstance: Any) -> Any:
         gpu_index, gi_id, profile_id, start = self._instances[ctypes.addressof(gpuInstance.contents)]
         info = pynvml.c_nvmlGpuInstanceInfo_t()
         info.id = gi_id
@@ -475,7 +479,7 @@ class FakeNvml:
 
     def nvmlDeviceGetSupportedEventTypes(self, handle: _Handle) -> int:
         self._pos(handle)
-        return pynvml.nvmlEventTypeXidCriticalError
+        return int(pynvml.nvmlEventTypeXidCriticalError)
 
     def nvmlEventSetWait_v2(self, eventSet: object, timeoutms: int) -> _EventData:
         """The next XID event of a registered GPU; NVML_ERROR_TIMEOUT (without waiting) when none."""
@@ -514,11 +518,11 @@ class FakeNvml:
     def nvmlDeviceGetRetiredPagesPendingStatus(self, device: _Handle) -> int:
         index = self._gpu(device).index
         pending = self._active(index, "retired-pending")
-        return pynvml.NVML_FEATURE_ENABLED if pending else pynvml.NVML_FEATURE_DISABLED
+        return int(pynvml.NVML_FEATURE_ENABLED if pending else pynvml.NVML_FEATURE_DISABLED)
 
     def nvmlDeviceGetCurrentClocksEventReasons(self, handle: _Handle) -> int:
         index = self._gpu(handle).index
-        reasons = pynvml.nvmlClocksEventReasonGpuIdle
+        reasons = int(pynvml.nvmlClocksEventReasonGpuIdle)
         if self._active(index, "thermal"):
             reasons |= pynvml.nvmlClocksEventReasonHwThermalSlowdown
         if self._active(index, "power-brake"):

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
+from typing import Any
 
 # PCIe levels as nvidia-smi prints them, nearest first; the value is NVML's NVML_TOPOLOGY_* level.
 PCIE_LEVELS: dict[str, int] = {"PIX": 10, "PXB": 20, "PHB": 30, "NODE": 40, "SYS": 50}
@@ -103,7 +104,7 @@ class NodeTopology:
         digest = hashlib.blake2b(repr(self._identity()).encode(), digest_size=12).hexdigest()
         object.__setattr__(self, "key", digest)
 
-    def _identity(self) -> tuple:
+    def _identity(self) -> tuple[object, ...]:
         return (self.name, self.gpus, self.nvlinks, self.pcie, self.rates, tuple(sorted(self.no_p2p)))
 
     def __hash__(self) -> int:
@@ -163,7 +164,7 @@ class NodeTopology:
         raise KeyError(f"no GPU{index} in topology {self.name!r}")
 
 
-def to_graph(topo: NodeTopology):
+def to_graph(topo: NodeTopology) -> Any:  # a networkx.Graph (networkx ships no types)
     """The networkx view: one node per GPU (its attributes), one edge per GPU pair with the link label,
     NVLink count, PCIe level, path kind and estimated GB/s; on NVSwitch systems also a node "nvswitch"
     with an edge to each attached GPU (its link count and aggregate GB/s)."""

@@ -6,24 +6,29 @@ what the cluster says), so whatever the repository alone can tell fails at valid
 the cluster. `REFUSALS` lists each reason with what it depends on:
 
 - spec: the manifest alone (found by `kgwe validate FILE`)
-- repository: the policy repository (scoring profiles, runtimes, budgets: `kgwe validate --policy DIR FILE`,
-  or a repository holding both)
-- cluster: objects only the cluster has (PriorityClasses, nodes, gang engines): a warning offline where it
-  can be foreseen, an error with `kgwe validate --cluster`
-- state: the cluster's state at admission time (a budget used up): a warning with `--cluster`
+- repository: the policy repository (scoring profiles, runtimes, budgets, PodTemplatePolicies: `kgwe validate
+  --policy DIR FILE`, or a repository holding both)
+- cluster: what only the cluster has (PriorityClasses, nodes, gang engines, the namespaces' opt-in label): a
+  warning offline where it can be foreseen, an error with `kgwe validate --cluster`
+- state: the cluster's state at admission time (a budget used up, the controller's RoleBinding in a
+  namespace not written yet): a warning with `--cluster`
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from kgwe.policy.diagnostics import format_path
 from kgwe.policy.gpu_workload import GPUWorkload, NodeOffer, has_containers, problems
 from kgwe.policy.pod_template import template_findings
+from kgwe.policy.pod_template_policy import PodTemplatePolicy
+from kgwe.policy.quota_namespaces import KGWE_NAMESPACE, protected_namespace
 from kgwe.policy.workload_runtime import WorkloadRuntimeSpec
-from kgwe.vocab import DEFAULT_STRATEGY
+from kgwe.vocab import DEFAULT_STRATEGY, WORKLOAD_ROLEBINDING, WORKLOADS_ENABLED, WORKLOADS_NAMESPACE_LABEL
 from kgwe.workloads import runtime as rt
+from kgwe.workloads import template_policy
 from kgwe.workloads.plan import (
     Facts,
     PlanError,
@@ -58,8 +63,20 @@ REFUSALS: dict[str, Refusal] = {
     "Unschedulable": Refusal("cluster", "no node offers what one pod needs (GPUs, product, MIG profile)"),
     "NoGangEngine": Refusal("cluster", "several pods, and neither native PodGroups nor Kueue is served"),
     "NoPriorityClass": Refusal("cluster", "spec.priority names a PriorityClass the cluster does not have"),
+    "TemplateNotAllowed": Refusal(
+        "repository",
+        "a pod template (with its runtime's) sets what the namespace's PodTemplatePolicy refuses",
+    ),
+    "NamespaceNotEnabled": Refusal(
+        "cluster", "the namespace has not opted in to GPUWorkloads, or is Kubernetes' or KGWE's own"
+    ),
     "BudgetExhausted": Refusal("state", "an Enforce budget is used up: its quota is capped at current use"),
+    "Forbidden": Refusal(
+        "state",
+        "the API server refuses the controller's objects: its RoleBinding there not written yet, or gone",
+    ),
 }
+MAX_SAID = 3  # findings of the refusal's reason in the controller's condition message; the rest are counted
 
 
 @dataclass(frozen=True)
@@ -77,6 +94,7 @@ class PolicyView:
     profiles: Mapping[str, str] | None = None  # ScoringProfile name -> strategy, as rendered (kgwe-scoring)
     runtimes: Mapping[str, WorkloadRuntimeSpec] | None = None  # as rendered (kgwe-runtimes)
     budget_quotas: Mapping[str, tuple[str, Mapping[str, str]]] | None = None  # namespace -> (budget, hard)
+    template_policies: Sequence[PodTemplatePolicy] | None = None  # as rendered (kgwe-pod-template-policy)
 
 
 @dataclass(frozen=True)
@@ -90,6 +108,11 @@ class ClusterView:
     kueue: bool | None = None
     quotas: Mapping[str, Mapping[str, Any]] | None = None  # namespace -> its live kgwe-budget quota
     namespaces: frozenset[str] | None = None
+    enabled_namespaces: Collection[str] | None = None  # labelled WORKLOADS_NAMESPACE_LABEL=enabled
+    bound_namespaces: Collection[str] | None = (
+        None  # holding the controller's RoleBinding WORKLOAD_ROLEBINDING
+    )
+    kgwe_namespace: str = KGWE_NAMESPACE  # where KGWE runs (no GPUWorkload does)
 
 
 def profiles_of(profiles: Mapping[str, str]) -> dict[str, str]:
@@ -107,13 +130,6 @@ def quota_needs(wl: GPUWorkload) -> dict[str, int]:
         for key, n in resources.items():
             needs[f"requests.{key}"] = needs.get(f"requests.{key}", 0) + n * role.replicas
     return needs
-
-
-def _role_path(wl: GPUWorkload, index: int) -> FieldPath:
-    spec = wl.spec
-    if spec.roles and spec.roles[index].pod_template is not None:
-        return ("spec", "roles", index, "podTemplate")
-    return ("spec", "podTemplate")
 
 
 def template_problems(wl: GPUWorkload, runtimes: Mapping[str, WorkloadRuntimeSpec] | None) -> list[Finding]:
@@ -144,7 +160,7 @@ def template_problems(wl: GPUWorkload, runtimes: Mapping[str, WorkloadRuntimeSpe
     out: list[Finding] = []
     for i, role in enumerate(wl.spec.effective_roles()):
         template = rt.role_template(role.pod_template, runtime)
-        base = _role_path(wl, i)
+        base = rt.template_path(wl, i)
         via = f" (with WorkloadRuntime {name})" if name and not has_containers(role.pod_template) else ""
         for path, message in template_findings(template, require_containers=True):
             out.append(Finding("InvalidPodTemplate", (*base, *path), message + via))
@@ -158,14 +174,22 @@ def findings(
     views given (warnings), in the order the controller meets them."""
     spec = wl.spec
     out: list[Finding] = []
-    if namespace and cluster.namespaces is not None and namespace not in cluster.namespaces:
-        message = f'namespace "{namespace}" does not exist: the API server refuses the GPUWorkload'
-        out.append(Finding("", ("metadata", "namespace"), message))
+    if namespace:
+        out += _namespace(namespace, cluster)
     if wl.name:
         too_long = name_problem(wl, 0)
         if too_long:
             out.append(Finding("NameTooLong", ("metadata", "name"), too_long))
     out += template_problems(wl, policy.runtimes)
+    name, _ = rt.select(wl, policy.runtimes or {})
+    runtime = (policy.runtimes or {}).get(name) if name else None
+    if isinstance(spec.priority, str):
+        priority_class: str | None = spec.priority
+    elif cluster.priority_classes is not None:  # an integer: the class it resolves to on the cluster
+        priority_class = resolve_priority(spec.priority, cluster.priority_classes)
+    else:
+        priority_class = None
+    out += not_allowed(wl, namespace, policy.template_policies, name, runtime, priority_class)
     if cluster.offers is not None:
         for path, message in problems(spec, cluster.offers):
             out.append(Finding("Unschedulable", path, f"{message} (checked against {cluster.offers_from})"))
@@ -214,6 +238,72 @@ def findings(
                 out.append(Finding(exc.reason, ("spec", "priority"), f"{exc} on the cluster (have: {known})"))
     out += _quota(wl, namespace, policy, cluster)
     return out
+
+
+def namespace_refusal(
+    namespace: str, enabled: Collection[str] | None, kgwe_namespace: str = KGWE_NAMESPACE
+) -> str | None:
+    """Why no GPUWorkload may run in `namespace`: never in Kubernetes' or KGWE's own, elsewhere not before
+    an administrator labels it. None when it may, or when which namespaces opted in is not known."""
+    protected = protected_namespace(namespace, kgwe_namespace)
+    if protected:
+        return f"{protected}: KGWE runs no GPUWorkloads there"
+    if enabled is None or namespace in enabled:
+        return None
+    return (
+        f'namespace "{namespace}" has not opted in to GPUWorkloads '
+        f"(an administrator labels it {WORKLOADS_NAMESPACE_LABEL}={WORKLOADS_ENABLED})"
+    )
+
+
+def _namespace(namespace: str, cluster: ClusterView) -> list[Finding]:
+    """The namespace exists, has opted in (errors), and the controller may write there now (a warning).
+    Offline only Kubernetes' and KGWE's own namespaces are known to be refused: whether another opted in is
+    a label on the cluster that nothing in a manifest or a repository foretells."""
+    path: FieldPath = ("metadata", "namespace")
+    if cluster.namespaces is not None and namespace not in cluster.namespaces:
+        message = f'namespace "{namespace}" does not exist: the API server refuses the GPUWorkload'
+        return [Finding("", path, message)]
+    refused = namespace_refusal(namespace, cluster.enabled_namespaces, cluster.kgwe_namespace)
+    if refused:
+        return [Finding("NamespaceNotEnabled", path, refused)]
+    if cluster.bound_namespaces is not None and namespace not in cluster.bound_namespaces:
+        message = (
+            f'the controller\'s RoleBinding {WORKLOAD_ROLEBINDING} is not in namespace "{namespace}" yet '
+            "(the controller writes it once it sees the opt-in label): the API server refuses its Jobs "
+            "until then; admission waits"
+        )
+        return [Finding("Forbidden", path, message, "warning")]
+    return []
+
+
+def not_allowed(
+    wl: GPUWorkload,
+    namespace: str | None,
+    policies: Sequence[PodTemplatePolicy] | None,
+    runtime_name: str | None,
+    runtime: WorkloadRuntimeSpec | None,
+    priority_class: str | None,
+) -> list[Finding]:
+    """TemplateNotAllowed: what the pods' templates set that the namespace's PodTemplatePolicy does not allow
+    (kgwe.workloads.template_policy). Errors where the policies are known, the repository's or the
+    cluster's (none at all: everything a policy could allow is refused); warnings where they are not (a
+    manifest checked on its own, whose namespace's policy may allow it)."""
+    severity: Severity = "warning" if policies is None else "error"
+    found = template_policy.violations(wl, namespace, policies or (), runtime_name, runtime, priority_class)
+    return [Finding("TemplateNotAllowed", path, message, severity) for path, message in found]
+
+
+def refusal(found: Sequence[Finding]) -> tuple[str, str] | None:
+    """What the controller refuses with: the first error's reason, said with up to MAX_SAID errors of that
+    reason at their fields (the rest counted). None when nothing is an error."""
+    errors = [f for f in found if f.severity == "error"]
+    if not errors:
+        return None
+    reason = errors[0].reason
+    said = [f"{format_path(f.path)}: {f.message}" for f in errors if f.reason == reason]
+    more = f" (and {len(said) - MAX_SAID} more)" if len(said) > MAX_SAID else ""
+    return reason, "; ".join(said[:MAX_SAID]) + more
 
 
 def _unknown_product(path: FieldPath, product: str) -> Finding:

@@ -1,10 +1,12 @@
 """What the cluster has that decides whether a GPUWorkload can be admitted: the GPU nodes' offers,
-PriorityClasses, the gang engines served, the namespaces' kgwe-budget quotas, and the rendered policy
-(kgwe-scoring profiles, kgwe-runtimes). Read by the reconciler at admission and by `kgwe validate --cluster`,
-so both judge a workload on the same facts (kgwe.workloads.admission)."""
+PriorityClasses, the gang engines served, the namespaces' kgwe-budget quotas, which namespaces opted in and
+hold the controller's RoleBinding, and the rendered policy (kgwe-scoring profiles, kgwe-runtimes,
+kgwe-pod-template-policy). Read by the reconciler at admission and by `kgwe validate --cluster`, so both
+judge a workload on the same facts (kgwe.workloads.admission)."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import orjson
@@ -16,14 +18,21 @@ from kgwe.cluster.names import (
     BUDGET_QUOTA_NAME,
     GPU_RESOURCE,
     MIG_RESOURCE_PREFIX,
+    POD_TEMPLATE_POLICY_CONFIGMAP,
+    POD_TEMPLATE_POLICY_KEY,
     RUNTIMES_CONFIG_KEY,
     RUNTIMES_CONFIGMAP,
+    WORKLOAD_ROLEBINDING,
 )
 from kgwe.gpu import catalog
 from kgwe.policy.gpu_workload import NodeOffer
+from kgwe.policy.pod_template_policy import PodTemplatePolicy, policies_from_json
 from kgwe.policy.workload_runtime import WorkloadRuntimeSpec
 from kgwe.vocab import GPU_PRODUCT_LABEL
 from kgwe.workloads.admission import ClusterView, PolicyView
+from kgwe.workloads.namespaces import opted_in, ours
+
+log = logging.getLogger(__name__)
 
 KUEUE_GROUP = "kueue.x-k8s.io"
 SCORING_CONFIGMAP = "kgwe-scoring"
@@ -118,24 +127,51 @@ def runtimes(api: client.ApiClient, policy_namespace: str) -> dict[str, Workload
     return out
 
 
+def template_policies(api: client.ApiClient, policy_namespace: str) -> list[PodTemplatePolicy] | None:
+    """The PodTemplatePolicies rendered from Git (kgwe-pod-template-policy): none while the ConfigMap is
+    absent or not valid, so every field a policy could allow is refused; None (not known) when it may not
+    be read."""
+    try:
+        cm = client.CoreV1Api(api).read_namespaced_config_map(POD_TEMPLATE_POLICY_CONFIGMAP, policy_namespace)
+    except ApiException as exc:
+        if exc.status == 404:
+            return []
+        if exc.status in (401, 403):
+            return None
+        raise
+    try:
+        return policies_from_json((cm.data or {}).get(POD_TEMPLATE_POLICY_KEY) or "[]")
+    except ValueError as exc:
+        log.warning(
+            "%s is not valid; refusing what a policy would allow: %s", POD_TEMPLATE_POLICY_CONFIGMAP, exc
+        )
+        return []
+
+
 def policy_view(api: client.ApiClient, policy_namespace: str) -> PolicyView:
     return PolicyView(
-        profiles=scoring_profiles(api, policy_namespace), runtimes=runtimes(api, policy_namespace)
+        profiles=scoring_profiles(api, policy_namespace),
+        runtimes=runtimes(api, policy_namespace),
+        template_policies=template_policies(api, policy_namespace),
     )
 
 
 def cluster_view(api: client.ApiClient, *, namespaces_and_quotas: bool = False) -> ClusterView:
-    """The cluster's side of admission. `namespaces_and_quotas`: also which namespaces exist and every
-    namespace's kgwe-budget quota (`kgwe validate --cluster`; the reconciler reads one when it admits)."""
-    existing = None
+    """The cluster's side of admission. `namespaces_and_quotas`: also which namespaces exist, have opted in
+    and hold the controller's RoleBinding, and every namespace's kgwe-budget quota (`kgwe validate
+    --cluster`; the reconciler knows the opted-in namespaces from its watch and reads one quota)."""
+    existing = enabled = bound = None
     quotas: dict[str, dict[str, Any]] | None = {}
-    if namespaces_and_quotas:  # a user who may not list them all gets these two as not known
+    if namespaces_and_quotas:  # a user who may not list them all gets them as not known
         core = client.CoreV1Api(api)
         try:
-            existing = frozenset(n["metadata"]["name"] for n in list_items(core.list_namespace))
+            listed = list_items(core.list_namespace)
+            existing = frozenset(n["metadata"]["name"] for n in listed)
+            enabled = frozenset(n["metadata"]["name"] for n in listed if opted_in(n))
         except ApiException as exc:
             if exc.status != 403:
                 raise
+        bound = workload_bindings(api)
         selector = f"metadata.name={BUDGET_QUOTA_NAME}"
         try:
             items = list_items(core.list_resource_quota_for_all_namespaces, field_selector=selector)
@@ -151,4 +187,21 @@ def cluster_view(api: client.ApiClient, *, namespaces_and_quotas: bool = False) 
         kueue=serves(api, KUEUE_GROUP),
         quotas=quotas,
         namespaces=existing,
+        enabled_namespaces=enabled,
+        bound_namespaces=bound,
     )
+
+
+def workload_bindings(api: client.ApiClient) -> frozenset[str] | None:
+    """Namespaces holding the controller's RoleBinding (kgwe.workloads.namespaces); None when they may not
+    be listed."""
+    try:
+        items = list_items(
+            client.RbacAuthorizationV1Api(api).list_role_binding_for_all_namespaces,
+            field_selector=f"metadata.name={WORKLOAD_ROLEBINDING}",
+        )
+    except ApiException as exc:
+        if exc.status != 403:
+            raise
+        return None
+    return frozenset(rb["metadata"]["namespace"] for rb in items if ours(rb["metadata"].get("labels")))

@@ -1,15 +1,18 @@
 """The GPUWorkload reconciler: its own work queue and watches, inside `kgwe controller`, acting only while
 this replica holds the controller's leader Lease.
 
-Per workload: validate -> (suspended? nothing new) -> admission (feasible on this cluster's nodes, a gang
-engine, scoring profile and PriorityClass resolved, the namespace's kgwe-budget quota has room) -> create
-the run's children in order (PodGroup before the pods) -> read them back into conditions, phase and
-placements -> restart the whole gang after a member failure, with backoff. Pure decisions live in
-kgwe.workloads.plan and kgwe.workloads.status; this module only reads and writes.
+Per workload: validate -> (suspended? nothing new) -> admission (the check `kgwe validate` runs,
+kgwe.workloads.admission: the namespace opted in, the pod templates as its PodTemplatePolicy allows,
+feasible on this cluster's nodes, a gang engine, scoring profile and PriorityClass resolved; then the
+namespace's kgwe-budget quota has room) -> create the run's children in order (PodGroup before the pods) ->
+read them back into conditions, phase and placements -> restart the whole gang after a member failure, with
+backoff. Pure decisions live in kgwe.workloads.admission, .plan and .status; this module only reads and
+writes.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import logging
 import threading
@@ -26,17 +29,24 @@ from pydantic import ValidationError
 
 from kgwe.cluster.client import list_items
 from kgwe.cluster.events import EventRecorder
-from kgwe.cluster.names import FIELD_MANAGER, POD_TEMPLATE_POLICY_CONFIGMAP, POD_TEMPLATE_POLICY_KEY
+from kgwe.cluster.names import FIELD_MANAGER, POD_TEMPLATE_POLICY_CONFIGMAP
 from kgwe.cluster.watch import list_and_watch
 from kgwe.extender.k8s import gpu_holders, unhealthy_gpus
 from kgwe.observability import tracing
 from kgwe.policy.diagnostics import format_path, messages_from_validation
 from kgwe.policy.gpu_workload import GPUWorkload
-from kgwe.policy.pod_template_policy import PodTemplatePolicy, policies_from_json
 from kgwe.timestamps import parse_rfc3339
 from kgwe.workloads import cluster_facts
 from kgwe.workloads import status as st
-from kgwe.workloads.admission import ClusterView, findings, quota_needs, resolve_facts
+from kgwe.workloads.admission import (
+    ClusterView,
+    PolicyView,
+    findings,
+    not_allowed,
+    quota_needs,
+    refusal,
+    resolve_facts,
+)
 from kgwe.workloads.namespaces import NamespaceGrants
 from kgwe.workloads.plan import (
     PODGROUP_API,
@@ -47,7 +57,6 @@ from kgwe.workloads.plan import (
     plan_children,
     requested_gpus,
 )
-from kgwe.workloads.template_policy import template_refusal
 
 log = logging.getLogger(__name__)
 
@@ -169,22 +178,13 @@ class WorkloadReconciler:
     def _serves(self, group: str, version: str | None = None) -> bool:
         return cluster_facts.serves(self.api_client, group, version)
 
-    def _template_policies(self) -> list[PodTemplatePolicy]:
-        """The PodTemplatePolicies rendered from Git; none (every field they could allow is refused) while
-        the ConfigMap is absent or unreadable."""
-        try:
-            cm = self.core.read_namespaced_config_map(POD_TEMPLATE_POLICY_CONFIGMAP, self.policy_namespace)
-        except ApiException as exc:
-            if exc.status == 404:
-                return []
-            raise
-        try:
-            return policies_from_json((cm.data or {}).get(POD_TEMPLATE_POLICY_KEY) or "[]")
-        except ValueError as exc:
-            log.warning(
-                "%s is not valid; refusing what a policy would allow: %s", POD_TEMPLATE_POLICY_CONFIGMAP, exc
-            )
-            return []
+    def _policy(self) -> PolicyView:
+        """The policy rendered from Git, read now. Without the PodTemplatePolicies the controller decides
+        nothing: the reconcile fails, and is tried again."""
+        policy = cluster_facts.policy_view(self.api_client, self.policy_namespace)
+        if policy.template_policies is None:
+            raise PermissionError(f"the controller may not read ConfigMap {POD_TEMPLATE_POLICY_CONFIGMAP}")
+        return policy
 
     # -- children --------------------------------------------------------------------------------------
     def _view(self, namespace: str, name: str, run: int, batch: bool) -> st.RunView:
@@ -335,9 +335,7 @@ class WorkloadReconciler:
             if spec.suspend:
                 return None
             with tracing.span("kgwe.gpuworkload.admission", **{"kgwe.workload": f"{p.namespace}/{wl.name}"}):
-                admitted = self._admit(p, wl, run)
-            if not admitted:
-                return 30.0
+                self._admit(p, wl, run)
             view = self._view(p.namespace, wl.name, run, spec.is_batch)
         elif int(new.get("observedGeneration") or 0) != p.generation or not st.is_true(
             new["conditions"], "Admitted"
@@ -356,7 +354,8 @@ class WorkloadReconciler:
         have changed or gone since admission) is said once in a Warning Event and the run goes on: the next
         run is planned from the new spec."""
         try:
-            self._create(p, wl, run, self._facts(wl, run))
+            policy = self._policy()
+            self._create(p, wl, run, self._facts(wl, run, policy), policy)
             return True
         except PlanError as exc:
             if exc.reason in WAIT_FOR_CHANGE or exc.reason == "Forbidden":
@@ -371,32 +370,33 @@ class WorkloadReconciler:
         )
         return False
 
-    def _facts(self, wl: GPUWorkload, run: int) -> Facts:
+    def _facts(self, wl: GPUWorkload, run: int, policy: PolicyView) -> Facts:
         """The facts the run's children are planned with (kgwe.workloads.admission), read now."""
         native = self._serves("scheduling.k8s.io", "v1beta1")
         kueue = self._serves(cluster_facts.KUEUE_GROUP)
-        policy = cluster_facts.policy_view(self.api_client, self.policy_namespace)
         classes = ClusterView(priority_classes=cluster_facts.priority_classes(self.api_client))
         return resolve_facts(wl, run, policy, classes, native=native, kueue=kueue)
 
-    def _admit(self, p: _Pass, wl: GPUWorkload, run: int) -> bool:
-        """Refuse with the first problem `kgwe validate` would also report (kgwe.workloads.admission), then
+    def _admit(self, p: _Pass, wl: GPUWorkload, run: int) -> None:
+        """Refuse (PlanError) with what `kgwe validate` would also report (kgwe.workloads.admission), then
         with the namespace's budget quota as it is now; else create the run's children."""
-        policy = cluster_facts.policy_view(self.api_client, self.policy_namespace)
-        cluster = cluster_facts.cluster_view(self.api_client)  # live quota: below, as a state of the moment
-        for finding in findings(wl, p.namespace, policy, cluster):
-            if finding.severity == "error":
-                self._refuse(p, finding.reason, f"{format_path(finding.path)}: {finding.message}")
-                return False
+        policy = self._policy()
+        cluster = dataclasses.replace(
+            cluster_facts.cluster_view(self.api_client),  # live quota: below, as a state of the moment
+            enabled_namespaces=self.grants.enabled(),
+            kgwe_namespace=self.policy_namespace,
+        )
+        refused = refusal(findings(wl, p.namespace, policy, cluster))
+        if refused:
+            raise PlanError(*refused)
         assert cluster.native_gang is not None and cluster.kueue is not None
         facts = resolve_facts(wl, run, policy, cluster, native=cluster.native_gang, kueue=cluster.kueue)
         refused = st.quota_admission(
             cluster_facts.budget_quota(self.api_client, p.namespace), quota_needs(wl)
         )
         if refused:
-            self._refuse(p, *refused)
-            return False
-        children = self._create(p, wl, run, facts, check_first=True)
+            raise PlanError(*refused)
+        children = self._create(p, wl, run, facts, policy, check_first=True)
         p.new.update(
             run=run,
             retryCount=int(p.new.get("retryCount") or 0),
@@ -414,21 +414,30 @@ class WorkloadReconciler:
         message = f"run {run}: {wl.spec.total_pods} pod(s), gang {facts.gang_backend}{via}"
         if p.condition("Admitted", "True", "Admitted", message):
             p.event("Normal", "Admitted", message)
-        return True
 
     def _create(
-        self, p: _Pass, wl: GPUWorkload, run: int, facts: Facts, check_first: bool = False
+        self, p: _Pass, wl: GPUWorkload, run: int, facts: Facts, policy: PolicyView, check_first: bool = False
     ) -> list[dict]:
         """Apply the run's children, only in a namespace that opted in and only as the PodTemplatePolicies
-        allow. `check_first`: the API server checks them all (dry run) before any is created, so a template
-        it refuses creates nothing and becomes InvalidPodTemplate, once."""
+        allow (again here: a spec edit reaches the children without admission). `check_first`: the API
+        server checks them all (dry run) before any is created, so a template it refuses creates nothing and
+        becomes InvalidPodTemplate, once."""
         refused = self.grants.refused(p.namespace)
         if refused:
             raise PlanError("NamespaceNotEnabled", refused)
+        said = refusal(
+            not_allowed(
+                wl,
+                p.namespace,
+                policy.template_policies,
+                facts.runtime_name,
+                facts.runtime,
+                facts.priority_class,
+            )
+        )
+        if said:
+            raise PlanError(*said)
         children = plan_children(wl, p.namespace, p.obj["metadata"]["uid"], facts)
-        refused = template_refusal(wl, children, self._template_policies(), p.namespace, facts.priority_class)
-        if refused:
-            raise PlanError("TemplateNotAllowed", refused)
         if check_first:
             for child in children:
                 try:

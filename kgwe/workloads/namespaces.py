@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from kubernetes import client
@@ -34,6 +34,7 @@ from kgwe.cluster.names import (
 )
 from kgwe.cluster.watch import list_and_watch
 from kgwe.policy.quota_namespaces import protected_namespace
+from kgwe.workloads.admission import namespace_refusal
 
 log = logging.getLogger(__name__)
 
@@ -89,18 +90,14 @@ class NamespaceGrants:
         self.listed = threading.Event()
 
     # -- what workloads may do -------------------------------------------------------------------------
-    def refused(self, namespace: str) -> str | None:
-        """Why no GPUWorkload may run in `namespace`; None when it may."""
-        protected = protected_namespace(namespace, self.kgwe_namespace)
-        if protected:
-            return f"{protected}: KGWE runs no GPUWorkloads there"
+    def enabled(self) -> frozenset[str]:
+        """The namespaces that opted in, as the watch last saw them."""
         with self._lock:
-            if namespace in self._enabled:
-                return None
-        return (
-            f'namespace "{namespace}" has not opted in to GPUWorkloads '
-            f"(an administrator labels it {WORKLOADS_NAMESPACE_LABEL}={WORKLOADS_ENABLED})"
-        )
+            return frozenset(self._enabled)
+
+    def refused(self, namespace: str) -> str | None:
+        """Why no GPUWorkload may run in `namespace`; None when it may (kgwe.workloads.admission)."""
+        return namespace_refusal(namespace, self.enabled(), self.kgwe_namespace)
 
     # -- following namespaces ------------------------------------------------------------------------
     def run(self, stop: threading.Event, watch_timeout_seconds: int) -> None:
@@ -114,7 +111,7 @@ class NamespaceGrants:
         )
 
     def _listed(self, items: Sequence[dict[str, Any]]) -> None:
-        names = {i["metadata"]["name"] for i in items if _opted_in(i)}
+        names = {i["metadata"]["name"] for i in items if opted_in(i)}
         with self._lock:
             new = names - self._enabled
             self._enabled = names
@@ -125,7 +122,7 @@ class NamespaceGrants:
 
     def _changed(self, kind: str, obj: dict[str, Any]) -> None:
         name = obj["metadata"]["name"]
-        on = kind != "DELETED" and _opted_in(obj)
+        on = kind != "DELETED" and opted_in(obj)
         with self._lock:
             was = name in self._enabled
             if on:
@@ -179,11 +176,11 @@ class NamespaceGrants:
         )
         bound: dict[str, Any] = {rb.metadata.namespace: rb for rb in listing.items}
         for ns, rb in sorted(bound.items()):
-            if ns not in wanted and _ours(rb):
+            if ns not in wanted and ours(rb.metadata.labels):
                 self._unbind(ns)
         for ns in sorted(wanted):
             rb = bound.get(ns)
-            current = rb is not None and _ours(rb) and _grants(rb, subject)
+            current = rb is not None and ours(rb.metadata.labels) and _grants(rb, subject)
             if not current:
                 self._bind(ns)
 
@@ -210,7 +207,7 @@ class NamespaceGrants:
     def _unbind(self, namespace: str) -> None:
         try:
             rb = self.rbac.read_namespaced_role_binding(WORKLOAD_ROLEBINDING, namespace)
-            if _ours(rb):
+            if ours(rb.metadata.labels):
                 self.rbac.delete_namespaced_role_binding(WORKLOAD_ROLEBINDING, namespace)
                 log.info("workload namespaces: %s left; removed its RoleBinding", namespace)
         except ApiException as exc:
@@ -218,14 +215,16 @@ class NamespaceGrants:
                 raise
 
 
-def _opted_in(namespace: dict[str, Any]) -> bool:
+def opted_in(namespace: Mapping[str, Any]) -> bool:
+    """A namespace (as the API server lists it) opted in and is not being deleted."""
     meta = namespace.get("metadata") or {}
     labels = meta.get("labels") or {}
     return labels.get(WORKLOADS_NAMESPACE_LABEL) == WORKLOADS_ENABLED and not meta.get("deletionTimestamp")
 
 
-def _ours(rb: Any) -> bool:
-    return (rb.metadata.labels or {}).get(MANAGED_BY_LABEL) == MANAGED_BY_VALUE
+def ours(labels: Mapping[str, str] | None) -> bool:
+    """The labels of a RoleBinding this controller wrote (it never touches another of that name)."""
+    return (labels or {}).get(MANAGED_BY_LABEL) == MANAGED_BY_VALUE
 
 
 def _grants(rb: Any, subject: dict[str, str]) -> bool:

@@ -84,6 +84,15 @@ def role_template(template: Mapping[str, Any] | None, runtime: WorkloadRuntimeSp
     return overlay(runtime.template, template or {})
 
 
+def template_path(wl: GPUWorkload, index: int) -> tuple[str | int, ...]:
+    """Where the template of role `index` (of effective_roles()) is written in the workload: the role's own,
+    else the workload's."""
+    spec = wl.spec
+    if spec.roles and spec.roles[index].pod_template is not None:
+        return ("spec", "roles", index, "podTemplate")
+    return ("spec", "podTemplate")
+
+
 def launcher(wl: GPUWorkload, runtime: WorkloadRuntimeSpec | None) -> str:
     """The distributed launcher's wiring the pods get: the runtime's, else the framework's."""
     return runtime.launcher if runtime is not None else launcher_for_framework(wl.spec.framework)

@@ -1,10 +1,12 @@
-"""The controller's pod-template check: the pods it is about to create for a workload, judged by the
-PodTemplatePolicy of the workload's namespace (kgwe.policy.pod_template_policy, the same rules `kgwe
-validate` applies to the workload's own templates).
+"""The pod templates a GPUWorkload's pods get, judged by the PodTemplatePolicy of its namespace (pure).
 
-It judges the planned children, not only what the workload wrote, so nothing the controller would create
-escapes it; a finding is reported at the field of the workload that caused it (the role's template or the
-workload's, `spec.priority` for a PriorityClass it resolved to).
+`kgwe validate` and the controller both run this check, through kgwe.workloads.admission, on each role's
+template as its pods get it: the workload's own, or its WorkloadRuntime's with the workload's laid over it
+(kgwe.workloads.runtime), with the PriorityClass the controller sets from `spec.priority`. What else the
+controller fills in (scheduler, labels, GPU resources, node affinity, rendezvous variables) is KGWE's own
+and nothing a policy governs. Each violation is reported at the workload's field it comes from: the role's
+template or the workload's (naming the runtime when the field is the runtime's), `spec.priority` for the
+PriorityClass.
 """
 
 from __future__ import annotations
@@ -12,46 +14,54 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from kgwe.policy.diagnostics import format_path
-from kgwe.policy.gpu_workload import GPUWorkload
+from kgwe.policy.gpu_workload import GPUWorkload, has_containers
 from kgwe.policy.pod_template_policy import DEFAULT_SPEC, PodTemplatePolicy, policy_for, template_violations
-from kgwe.workloads.plan import ROLE_LABEL
+from kgwe.policy.workload_runtime import WorkloadRuntimeSpec
+from kgwe.workloads import runtime as rt
 
-POD_OWNERS = ("Job", "Deployment")
-MAX_FINDINGS = 3  # in the condition message; the rest are counted
-
-
-def _source(wl: GPUWorkload, role: str | None) -> tuple[str | int, ...]:
-    """Where the template of `role` came from in the workload."""
-    for i, r in enumerate(wl.spec.roles or []):
-        if r.name == role and r.pod_template is not None:
-            return ("spec", "roles", i, "podTemplate")
-    return ("spec", "podTemplate")
+FieldPath = tuple[str | int, ...]
 
 
-def template_refusal(
+def violations(
     wl: GPUWorkload,
-    children: Sequence[Mapping[str, Any]],
+    namespace: str | None,
     policies: Sequence[PodTemplatePolicy],
-    namespace: str,
-    priority_class: str | None = None,
-) -> str | None:
-    """Why the children's pod templates may not be created in `namespace`; None when they may.
-    `priority_class` is the class the controller resolved from spec.priority, if any."""
+    runtime_name: str | None,
+    runtime: WorkloadRuntimeSpec | None,
+    priority_class: str | None,
+) -> list[tuple[FieldPath, str]]:
+    """(field path in the workload, message) for each field of its pods' templates that the policy of
+    `namespace` (the one naming no namespace when `namespace` is None) does not allow; each once, although
+    roles without a template of their own repeat the workload's."""
     policy = policy_for(namespace, policies)
     allow = policy.spec if policy else DEFAULT_SPEC
-    found: list[str] = []
-    for child in children:
-        template = (child.get("spec") or {}).get("template")
-        if child.get("kind") not in POD_OWNERS or not isinstance(template, Mapping):
-            continue
-        base = _source(wl, (child["metadata"].get("labels") or {}).get(ROLE_LABEL))
+    out: dict[tuple[FieldPath, str], None] = {}
+    for i, role in enumerate(wl.spec.effective_roles()):
+        template = rt.role_template(role.pod_template, runtime)
+        from_runtime = runtime is not None and not has_containers(role.pod_template)
+        if priority_class:  # as the planner sets it
+            spec = template.setdefault("spec", {})
+            if isinstance(spec, dict):
+                spec["priorityClassName"] = priority_class
         for v in template_violations(template, allow):
-            resolved = v.path == ("spec", "priorityClassName") and priority_class is not None
-            where = ("spec", "priority") if resolved else (*base, *v.path)
-            found.append(f"{format_path(where)}: {v.message(policy)}")
-    unique = list(dict.fromkeys(found))  # every role's Job repeats the workload-wide template
-    if not unique:
-        return None
-    more = f" (and {len(unique) - MAX_FINDINGS} more)" if len(unique) > MAX_FINDINGS else ""
-    return "; ".join(unique[:MAX_FINDINGS]) + more
+            message = v.message(policy)
+            if priority_class and v.path == ("spec", "priorityClassName"):
+                out[(("spec", "priority"), message)] = None
+                continue
+            if from_runtime and not _present(role.pod_template or {}, v.path):
+                message += f" (from WorkloadRuntime {runtime_name})"
+            out[((*rt.template_path(wl, i), *v.path), message)] = None
+    return list(out)
+
+
+def _present(template: Mapping[str, Any], path: FieldPath) -> bool:
+    """`path` is set in `template` (the workload's own; else the value came from the runtime)."""
+    node: Any = template
+    for key in path:
+        if isinstance(key, int):
+            if not isinstance(node, list) or key >= len(node):
+                return False
+        elif not isinstance(node, Mapping) or key not in node:
+            return False
+        node = node[key]
+    return True

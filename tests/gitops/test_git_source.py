@@ -32,6 +32,35 @@ def test_branch_tracks_new_commits_and_exports_clean_tree(remote, tmp_path):
     assert src.changed_paths(rev1.sha, rev2.sha) == ["policy/mig.yaml", "policy/new.yaml"]
 
 
+def test_an_unmoved_ref_is_only_asked_for_and_a_held_commit_not_even_that(remote, tmp_path, monkeypatch):
+    """What git runs (a spy over the real git): one ls-remote while the branch stays, a fetch once it moves
+    or a push says it did; nothing at all for a pinned commit the mirror holds."""
+    import kgwe.gitops.source as source_module
+
+    ran: list[str] = []
+    real = source_module.run_git
+
+    def spy(args: list[str], **kw):
+        ran.append(args[0])
+        return real(args, **kw)
+
+    monkeypatch.setattr(source_module, "run_git", spy)
+    src = make_source(remote, tmp_path, GitRef(branch="main"))
+    first = src.fetch()
+    assert ran == ["fetch"]  # an empty mirror: nothing to compare with
+    ran.clear()
+    assert src.fetch() == first and ran == ["ls-remote"]
+    ran.clear()
+    moved = remote.commit({"policy/mig.yaml": "kind: MIGStrategy # moved\n"})
+    assert src.fetch().sha == moved and ran == ["ls-remote", "fetch"]
+    ran.clear()
+    pushed = remote.commit({"policy/mig.yaml": "kind: MIGStrategy # pushed\n"})
+    assert src.fetch(moved=True).sha == pushed and ran == ["fetch"]
+    ran.clear()
+    pinned = make_source(remote, tmp_path, GitRef(commit=first.sha))
+    assert pinned.fetch().sha == first.sha and ran == []  # the shared mirror holds it
+
+
 def test_export_reads_the_commit_not_a_dirty_tree(remote, tmp_path):
     """Even exporting from the human's dirty working clone gives the committed content only."""
     src = GitSource(str(remote.work), GitRef(branch="main"), cache_dir=tmp_path / "cache", allow_local=True)

@@ -8,50 +8,79 @@ Fixtures:
   gpu_node       (function) factory: gpu_node("DGX-H100", **node_manifest options) -> node name, Ready;
                             deleted afterwards
   mig_manager    (function) a running MigManagerStandIn (delay 0.2 s), stopped afterwards
+  local_cluster  (function) what `kgwe cluster up` runs, shared by the session (LocalCluster): the
+                            host's real node (containerd, kubelet, kube-proxy, CNI bridge) with CoreDNS, kwok
+                            GPU nodes from sample-repo's inventory, the GPU Operator's stand-ins, the busybox
+                            test image imported (`busybox`); started on first use (needs root)
+  real_node_cluster (function) its ControlPlane (`.node` is the RealNode)
+  real_node_namespace (function) a fresh namespace on that cluster, deleted afterwards
+  host_free_of_real_node (function) stops the session's real node first (the next test that asks for it
+                            starts it again): for tests that start their own (`kgwe cluster up`)
 
-Every test that uses them is marked `cluster` (added automatically if missing). A missing Go toolchain or a
-broken build fails those tests with the build script's message; they are never skipped. When a cluster test
-fails, its report shows the tail of each component log and the directory the full logs are kept in.
+Every test that uses them is marked `cluster` (added automatically if missing), the real-node ones also
+`realnode`. A missing Go toolchain, a broken build, not being root or another real node holding the host
+(waited for up to REAL_NODE_LOCK_WAIT_SECONDS) fails those tests with the reason; they are never skipped.
+When a cluster test fails, its report shows the tail of each component log and the directory the full logs
+are kept in.
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
 import secrets
+import shutil
+import tempfile
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from pathlib import Path
+from typing import Any, cast
 
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from kgwe.errors import KgweError
 from kgwe.localcluster import gpunodes
+from kgwe.localcluster.cluster import ClusterRequest, LocalCluster
 from kgwe.localcluster.controlplane import ControlPlane, ControlPlaneError, find_binaries
 from kgwe.localcluster.migmanager import MigManagerStandIn
+from tests.harness.realnode import PodImage, busybox_image
 
-_CLUSTER_FIXTURES = {"control_plane", "k8s_api", "namespace", "gpu_node", "mig_manager"}
+_REAL_NODE_FIXTURES = {"local_cluster", "real_node_cluster", "real_node_namespace", "host_free_of_real_node"}
+_CLUSTER_FIXTURES = {"control_plane", "k8s_api", "namespace", "gpu_node", "mig_manager", *_REAL_NODE_FIXTURES}
 _state: dict[str, Any] = {"control_plane": None}
+# Another test session on this host may hold the one real node (several checkouts share a machine): wait
+# for it this long before failing with who holds it.
+REAL_NODE_LOCK_WAIT_SECONDS = 900.0
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "cluster: needs the real local control plane (etcd, kube-apiserver, kube-scheduler, kwok)"
     )
+    config.addinivalue_line(
+        "markers", "realnode: needs root and the host's one real node (containerd, kubelet)"
+    )
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        uses_cluster = _CLUSTER_FIXTURES & set(getattr(item, "fixturenames", ()))
-        if uses_cluster and not item.get_closest_marker("cluster"):
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if _CLUSTER_FIXTURES & fixtures and not item.get_closest_marker("cluster"):
             item.add_marker(pytest.mark.cluster)
+        if _REAL_NODE_FIXTURES & fixtures and not item.get_closest_marker("realnode"):
+            item.add_marker(pytest.mark.realnode)
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
     outcome: Any = yield
     report = outcome.get_result()
-    cp: ControlPlane | None = _state["control_plane"]
+    real: RealNodeSession | None = _state.get("real_node")
+    local = real.cluster if real is not None and item.get_closest_marker("realnode") else None
+    cp: ControlPlane | None = local.cp if local is not None else None
+    cp = cp or _state["control_plane"]
     if report.failed and cp is not None and cp.workdir is not None and item.get_closest_marker("cluster"):
         kept = cp.keep_logs()
         report.sections.append(
@@ -167,3 +196,95 @@ def gpu_node(k8s_api: client.ApiClient) -> Iterator[Callable[..., str]]:
 def mig_manager(k8s_api: client.ApiClient) -> Iterator[MigManagerStandIn]:
     with MigManagerStandIn(k8s_api, delay_seconds=0.2) as manager:
         yield manager
+
+
+class RealNodeSession:
+    """The session's local cluster (what `kgwe cluster up` runs: the control plane, the host's real node with
+    CoreDNS, kwok GPU nodes from sample-repo's inventory, the GPU Operator's stand-ins) with the busybox test
+    image imported: started when a test first asks, stopped when a test needs the host free (one real node
+    per host), started again by the next test that asks."""
+
+    def __init__(self) -> None:
+        self.cluster: LocalCluster | None = None
+        self._image: PodImage | None = None
+        self._directory: Path | None = None
+
+    @property
+    def image(self) -> PodImage:
+        if self._image is None:
+            self._image = busybox_image()
+        return self._image
+
+    def ensure(self) -> LocalCluster:
+        if self.cluster is None:
+            self._directory = Path(tempfile.mkdtemp(prefix="kgwe-local-cluster-"))
+            request = ClusterRequest(
+                directory=str(self._directory),
+                images=[str(self.image.archive)],
+                lock_wait_seconds=REAL_NODE_LOCK_WAIT_SECONDS,
+            )
+            cluster = LocalCluster(request, say=lambda _: None)
+            try:
+                cluster.start()
+            except (KgweError, RuntimeError) as exc:
+                cluster.stop()
+                pytest.fail(f"the local cluster with its real node is unavailable: {exc}", pytrace=False)
+            self.cluster = cluster
+        return self.cluster
+
+    def release(self) -> None:
+        if self.cluster is not None:
+            cluster, self.cluster = self.cluster, None
+            cluster.stop()
+        if self._directory is not None:
+            shutil.rmtree(self._directory, ignore_errors=True)
+            self._directory = None
+
+
+@pytest.fixture(scope="session")
+def _real_node_session() -> Iterator[RealNodeSession]:
+    session = RealNodeSession()
+    _state["real_node"] = session
+    try:
+        yield session
+    finally:
+        _state["real_node"] = None
+        session.release()
+
+
+@pytest.fixture
+def local_cluster(_real_node_session: RealNodeSession) -> LocalCluster:
+    """The session's local cluster; `local_cluster.import_image(archive)` imports more images (a KGWE
+    image also under the chart's default reference)."""
+    return _real_node_session.ensure()
+
+
+@pytest.fixture
+def real_node_cluster(local_cluster: LocalCluster) -> ControlPlane:
+    """The local cluster's control plane (`.node` is the real node)."""
+    assert local_cluster.cp is not None
+    return cast(ControlPlane, local_cluster.cp)
+
+
+@pytest.fixture
+def busybox(_real_node_session: RealNodeSession) -> PodImage:
+    """The test image the real node has imported (reference and archive)."""
+    return _real_node_session.image
+
+
+@pytest.fixture
+def real_node_namespace(real_node_cluster: ControlPlane, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh namespace on the real-node cluster, deleted afterwards (its pods really stop)."""
+    core = client.CoreV1Api(real_node_cluster.api_client())
+    base = re.sub(r"[^a-z0-9-]+", "-", request.node.name.lower()).strip("-")[:40].strip("-")
+    name = f"{base or 't'}-{secrets.token_hex(3)}"
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    _wait_default_service_account(core, name)
+    yield name
+    with contextlib.suppress(ApiException):
+        core.delete_namespace(name)
+
+
+@pytest.fixture
+def host_free_of_real_node(_real_node_session: RealNodeSession) -> None:
+    _real_node_session.release()

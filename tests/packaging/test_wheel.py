@@ -48,6 +48,11 @@ def test_wheel_holds_the_cluster_binaries_recipe(wheel: Path):
         "hack/cluster-bins.sh",
         "hack/k8s/go.mod",
         "hack/k8s/go.sum",
+        "hack/node-bins.sh",  # and the real node's: kgwe cluster up
+        "hack/containerd/go.mod",
+        "hack/cni/go.mod",
+        "hack/coredns/go.mod",
+        "hack/coredns/main.go",
         "sample-repo/pricing/catalog.yaml",
         "docs/examples/gpuworkloads/kgwe-readme-llm-training.yaml",  # kgwe demo applies it
         "docs/examples/gpuworkloads/kgwe-prd-llm-training-job.yaml",  # and this one, with

@@ -13,7 +13,13 @@ import urllib.request
 import pytest
 from kubernetes import client, watch
 
-from kgwe.cluster.names import MIG_CONFIG_LABEL, MIG_STATE_LABEL
+from kgwe.cluster.names import (
+    MIG_CONFIG_LABEL,
+    MIG_STATE_LABEL,
+    POD_TEMPLATE_POLICY_CONFIGMAP,
+    RUNTIMES_CONFIG_KEY,
+    RUNTIMES_CONFIGMAP,
+)
 from kgwe.gitops.webhook import PushEvent, sign
 from kgwe.reconcile.controller import Controller
 from kgwe.reconcile.repository import RepositoryReconciler
@@ -153,6 +159,9 @@ def test_commit_rolls_through_respecting_busy_nodes_and_invalid_commit_changes_n
     assert condition(status, "Ready")["status"] == "True"
     kinds = {(i["kind"], i["name"]) for i in status["inventory"]}
     assert ("ConfigMap", "kgwe-mig-parted-config") in kinds and ("ConfigMap", "kgwe-scoring") in kinds
+    # what the GPUWorkload controller reads: the policy's WorkloadRuntimes and PodTemplatePolicies
+    assert {("ConfigMap", RUNTIMES_CONFIGMAP), ("ConfigMap", POD_TEMPLATE_POLICY_CONFIGMAP)} <= kinds
+    assert e2e.core.read_namespaced_config_map(RUNTIMES_CONFIGMAP, SYSTEM_NS).data[RUNTIMES_CONFIG_KEY]
     cm = e2e.core.read_namespaced_config_map("kgwe-mig-parted-config", "gpu-operator")
 
     # An invalid commit: nothing is applied, status names file and line, the last good revision stays.
@@ -459,7 +468,7 @@ def test_git_credentials_come_from_the_referenced_secret(k8s_api, e2e):
     try:
         again = rec.reconcile()
         assert again.phase in ("ready", "progressing"), again.message
-        source = next(iter(rec._sources.values()))
+        source = next(iter(rec.git._sources.values()))
         assert source.credentials.username == "kgwe-bot" and source.credentials.password == "token-123"
     finally:
         e2e.core.delete_namespaced_secret(f"{e2e.pool}-git", SYSTEM_NS)

@@ -1,10 +1,12 @@
 """The controller's cost duties on the real control plane: a pod holding a GPU is metered, its budget
-(Enforce) caps the namespace's quota through the normal apply path, the cap lifts in the next period, and
-cost reports land as a commit in the policy repository on the reports schedule."""
+(Enforce) caps the namespace's quota through the normal apply path in the very pass that finds the budget
+exhausted, the cap lifts in the next period, and cost reports land as a commit in the policy repository on
+the reports schedule."""
 
 from __future__ import annotations
 
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -59,12 +61,14 @@ def test_metering_enforce_cap_and_scheduled_reports(k8s_api, e2e, kgwe_mig_manag
     store = CostStore(str(tmp_path / "cost.db"))
     store.migrate()
     duties = CostDuties(CostService(store, cluster="e2e"), refresh_seconds=0, now=lambda: clock["now"])
-    rec = RepositoryReconciler(k8s_api, "kgwe-system", e2e.pool, cache_dir=tmp_path / "cache")
+    rec = RepositoryReconciler(
+        k8s_api, "kgwe-system", e2e.pool, cache_dir=tmp_path / "cache", budget_caps=duties.budget_caps
+    )
     core = client.CoreV1Api(k8s_api)
 
-    def reconcile() -> None:
+    def reconcile() -> None:  # one controller pass over the repository: reconcile, then the cost duties
         rec.reconcile()
-        duties.after_reconcile(rec, e2e.obj())
+        duties.after_reconcile(rec.view(e2e.obj()))
 
     def quota_gpus() -> str | None:
         try:
@@ -102,8 +106,7 @@ def test_metering_enforce_cap_and_scheduled_reports(k8s_api, e2e, kgwe_mig_manag
 
         # An hour of an H100 at $4.10 exhausts the $1 budget: Enforce caps the quota at current use (1 GPU).
         clock["now"] += timedelta(hours=1)
-        reconcile()  # the cost duties decide the cap ...
-        reconcile()  # ... and the next reconcile applies it through the normal apply path
+        reconcile()  # the pass that finds the budget exhausted applies the cap (no interval of lag)
         assert quota_gpus() == "1"
         reconcile()
         assert quota_gpus() == "1", "the cap must hold across reconciles (no flapping with the render)"
@@ -123,7 +126,6 @@ def test_metering_enforce_cap_and_scheduled_reports(k8s_api, e2e, kgwe_mig_manag
         now = clock["now"]
         clock["now"] = (now.replace(day=1, hour=0, minute=0) + timedelta(days=32)).replace(day=1, hour=1)
         reconcile()
-        reconcile()
         assert quota_gpus() == "8"
     finally:
         duties.stop()
@@ -141,3 +143,82 @@ def _tree(e2e) -> list[str]:
 
 def _log(e2e) -> str:
     return _git(e2e, "log", "--format=%H %an %s", "main")
+
+
+def test_a_restarted_controller_prices_workloads_before_its_first_pass_converges(k8s_api, e2e, tmp_path):
+    """A GPUWorkload's cost does not wait for a whole policy reconcile: once the validate step has loaded
+    the applied revision (in force), the cost duties have its prices and every workload the controller's
+    watch knows is looked at again. The workload here has finished, its status as the controller leaves it:
+    nothing else brings it back before the resync period (an hour here), so it is costed only through that
+    requeue."""
+    from kgwe.reconcile.controller import Controller
+
+    e2e.make_nodes(1)
+    e2e.remote.commit({**e2e.base, "policy/pricing.yaml": PRICING})
+    e2e.make_repository()
+    first = RepositoryReconciler(k8s_api, "kgwe-system", e2e.pool, cache_dir=tmp_path / "before")
+    assert first.reconcile().applied_revision  # what a controller before the restart applied
+    workload = {
+        "apiVersion": "kgwe.nvidia.io/v1",
+        "kind": "GPUWorkload",
+        "metadata": {"name": "chat", "namespace": e2e.namespace},
+        "spec": {
+            "gpuRequirements": {"count": 1},
+            "workloadType": "Inference",
+            "roles": [{"name": "server", "replicas": 1}],
+            "podTemplate": {"spec": {"containers": [{"name": "c", "image": "serve:1"}]}},
+        },
+    }
+    custom = client.CustomObjectsApi(k8s_api)
+    custom.create_namespaced_custom_object("kgwe.nvidia.io", "v1", e2e.namespace, "gpuworkloads", workload)
+    done = {"type": "Complete", "status": "True", "reason": "Succeeded", "message": "finished"}
+    finished = {"conditions": [done], "phase": "Succeeded", "observedGeneration": 1}  # nothing to write
+    custom.patch_namespaced_custom_object_status(
+        "kgwe.nvidia.io", "v1", e2e.namespace, "gpuworkloads", "chat", {"status": finished}
+    )
+    store = CostStore(str(tmp_path / "cost.db"))
+    store.migrate()
+    applied_when_priced: list[object] = []
+    costed_with_prices: list[bool] = []  # each look at the workload's cost: were prices known?
+
+    class Watched(CostDuties):
+        def prices_in_force(self, policy):
+            applied_when_priced.append(controller._reconciler(e2e.pool).last_sync)
+            return super().prices_in_force(policy)
+
+        def workload_cost(self, namespace, name, obj):
+            costed_with_prices.append(self.book is not None)
+            return super().workload_cost(namespace, name, obj)
+
+    def cost() -> dict | None:
+        obj = custom.get_namespaced_custom_object(
+            "kgwe.nvidia.io", "v1", e2e.namespace, "gpuworkloads", "chat"
+        )
+        return (obj.get("status") or {}).get("cost")
+
+    duties = Watched(CostService(store, cluster="e2e"))
+    controller = Controller(
+        k8s_api,
+        "kgwe-system",
+        cache_dir=tmp_path / "after",
+        costs=duties,
+        listen=None,
+        leader_election=False,
+    )
+    assert duties.book is None  # a fresh controller knows no prices
+    workloads = controller.workloads
+    assert workloads is not None
+    workloads.resync_seconds = 3600.0
+    stop = threading.Event()
+    workloads.start(stop)
+    try:
+        wait_for("the workload looked at, without prices", lambda: costed_with_prices == [False])
+        assert cost() is None
+        controller._reconcile_one(e2e.pool, e2e.obj())
+        assert applied_when_priced[0] is None  # priced before this pass applied anything
+        assert duties.book is not None and duties.book.currency == "USD"
+        wait_for("the workload looked at again, with prices", lambda: any(costed_with_prices[1:]))
+        wait_for("its cost in its status", lambda: cost() is not None)
+        assert cost()["currency"] == "USD"
+    finally:
+        stop.set()

@@ -3,6 +3,7 @@ the RBAC is proven sufficient by a full reconcile and proven narrow by refused e
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from kgwe.cluster.nodecache import NodeCache
 from kgwe.reconcile.repository import RepositoryReconciler
 from kgwe.reconcile.status import condition
 from kgwe.resources import deploy_dir
@@ -46,7 +48,11 @@ def test_deploy_base_applies_and_its_rbac_is_enough_and_narrow(k8s_api, kgwe_crd
     e2e.make_nodes(1)
     e2e.remote.commit(e2e.base)
     e2e.make_repository()
-    rec = RepositoryReconciler(sa_api, "kgwe-system", e2e.pool, cache_dir=e2e.tmp / "sa-cache")
+    stop = threading.Event()
+    nodes = NodeCache(sa_api).start(stop)  # as the controller runs it: the GPU nodes kept by a watch
+    rec = RepositoryReconciler(
+        sa_api, "kgwe-system", e2e.pool, cache_dir=e2e.tmp / "sa-cache", node_cache=nodes
+    )
     deadline = time.monotonic() + 90
     while True:
         outcome = rec.reconcile()
@@ -56,6 +62,10 @@ def test_deploy_base_applies_and_its_rbac_is_enough_and_narrow(k8s_api, kgwe_crd
         assert time.monotonic() < deadline, f"never ready as the ServiceAccount: {outcome}"
         time.sleep(0.3)
     assert condition(e2e.status(), "Ready")["status"] == "True"
+    watched = client.CoreV1Api(sa_api).list_node(watch=True, timeout_seconds=1, _preload_content=False)
+    assert watched.status == 200  # the node cache's watch is allowed
+    watched.release_conn()
+    stop.set()
 
     # ...and nothing more than it needs.
     core = client.CoreV1Api(sa_api)

@@ -98,22 +98,6 @@ def test_any_changed_input_plans_again(rec, policy):
     assert rec.plans_computed == 7
 
 
-def test_quota_overrides_apply_on_a_kept_plan(rec, policy):
-    facts = facts_from_objects(nodes_of(policy), {})
-    before = rec.desired(policy, facts)
-    quota = next(o for o in before.objects if o["kind"] == "ResourceQuota")
-    namespace = quota["metadata"]["namespace"]
-    rec.quota_overrides = {namespace: {"requests.nvidia.com/gpu": "0"}}
-    after = rec.desired(policy, facts)
-    assert rec.plans_computed == 1
-    capped = next(
-        o for o in after.objects if o["kind"] == "ResourceQuota" and o["metadata"]["namespace"] == namespace
-    )
-    assert capped["spec"]["hard"] == {"requests.nvidia.com/gpu": "0"}
-    rec.quota_overrides = {}
-    assert rec.desired(policy, facts) == before
-
-
 def test_a_commit_is_loaded_and_validated_once(rec, tmp_path):
     work = tmp_path / "work"
     shutil.copytree(SAMPLE, work)

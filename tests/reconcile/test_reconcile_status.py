@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from kgwe.policy.types import parse_positive_duration
-from kgwe.reconcile.repository import max_unavailable_value
+from kgwe.reconcile.desired import max_unavailable_value
 from kgwe.reconcile.status import Outcome, condition, next_status
 
 T0 = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
@@ -115,7 +115,7 @@ def test_reports_only_pushes_do_not_trigger(tmp_path):
 
 def test_equivalent_config_names_are_not_a_change():
     from kgwe.cluster.inventory import GpuNodeFacts
-    from kgwe.reconcile.repository import Desired, _same_or
+    from kgwe.reconcile.desired import Desired, _same_or
 
     configs = {
         "all-disabled": [{"devices": "all", "mig-enabled": False, "mig-devices": {}}],

@@ -19,7 +19,7 @@ from kgwe.cluster.names import (
     REQUESTED_AT_ANNOTATION,
     ROLLOUT_REVISION_ANNOTATION,
 )
-from kgwe.reconcile.repository import node_states
+from kgwe.reconcile.desired import node_states
 from kgwe.reconcile.rollout import plan_rollout, resolve_max_unavailable
 from kgwe.timestamps import format_rfc3339 as format_time
 

@@ -21,6 +21,7 @@ from kgwe.policy import load_repository
 from kgwe.render import RenderOptions, render, render_repository, write_files
 from kgwe.render.environment import render_template, to_yaml, to_yaml_block
 from kgwe.render.layouts import desired_layouts
+from kgwe.render.render import cluster_objects, decide
 from kgwe.render.sharing import config_key
 from kgwe.resources import sample_repo_dir
 from kgwe.vocab import DEFAULT_PERCENTAGE_OF_NODES_TO_SCORE
@@ -176,6 +177,37 @@ def test_one_resource_quota_per_budgeted_namespace(sample, rendered):
     assert {q["metadata"]["name"] for q in quotas} == {"kgwe-budget"}
     ds = next(q for q in quotas if q["metadata"]["namespace"] == "ds-notebooks")
     assert ds["spec"]["hard"]["requests.nvidia.com/gpu"] == "4"
+
+
+def test_an_enforced_budget_caps_its_namespace_quota_and_no_other(sample, rendered):
+    capped_hard = {"requests.nvidia.com/gpu": "1"}
+    caps = render(
+        sample,
+        options=RenderOptions(repository="gpu-policy", revision="abc123"),
+        quota_caps={"ds-notebooks": capped_hard},
+    )
+    before = {q["metadata"]["namespace"]: q for q in by_kind(rendered.objects, "ResourceQuota")}
+    after = {q["metadata"]["namespace"]: q for q in by_kind(caps.objects, "ResourceQuota")}
+    assert after["ds-notebooks"]["spec"]["hard"] == capped_hard
+    assert after["ds-notebooks"]["metadata"] == before["ds-notebooks"]["metadata"]
+    assert {ns: q for ns, q in after.items() if ns != "ds-notebooks"} == {
+        ns: q for ns, q in before.items() if ns != "ds-notebooks"
+    }
+    # everything but the quota is the same text
+    assert {k: v for k, v in caps.files.items() if k != "resource-quotas.yaml"} == {
+        k: v for k, v in rendered.files.items() if k != "resource-quotas.yaml"
+    }
+
+
+def test_the_controller_applies_what_render_gives(sample, rendered):
+    """cluster_objects (what the reconciler server-side applies) holds every rendered object but the Node
+    label patches (the rollout's) and the budget quotas (rendered apart, with the caps of the pass)."""
+    opts = RenderOptions(repository="gpu-policy", revision="abc123")
+    decided = decide(sample, sample.inventory(), None, None, None)
+    applied = cluster_objects(sample, decided, opts)
+    assert applied == [o for o in rendered.objects if o["kind"] not in ("Node", "ResourceQuota")]
+    names = {o["metadata"]["name"] for o in applied}
+    assert {"kgwe-runtimes", "kgwe-pod-template-policy", "kgwe-scoring", "kgwe-scheduler-config"} <= names
 
 
 def test_render_is_byte_identical(sample, tmp_path):

@@ -38,15 +38,15 @@ def test_the_controllers_environment_token_is_not_lent_by_default(tmp_path: Path
     monkeypatch.setenv("KGWE_GIT_TOKEN", "controller-own-token")
     spec = PolicyRepositorySpec.model_validate({"url": "https://git.example.com/p.git"})
     default = RepositoryReconciler(None, "kgwe-system", "r", cache_dir=tmp_path)
-    assert default.git_credentials(spec) is None
+    assert default.git.credentials(spec) is None
     allowed = RepositoryReconciler(
         None, "kgwe-system", "r", cache_dir=tmp_path, git_access=GitAccess(credentials_from_env=True)
     )
-    assert allowed.git_credentials(spec).password == "controller-own-token"
+    assert allowed.git.credentials(spec).password == "controller-own-token"
 
 
 def test_an_ssh_url_without_a_secret_is_refused(tmp_path: Path):
     spec = PolicyRepositorySpec.model_validate({"url": "ssh://git@git.example.com/p.git"})
     rec = RepositoryReconciler(None, "kgwe-system", "r", cache_dir=tmp_path)
     with pytest.raises(GitSourceError, match=r"needs spec\.secretRef"):
-        rec.git_credentials(spec)
+        rec.git.credentials(spec)

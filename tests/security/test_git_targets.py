@@ -22,7 +22,7 @@ from kgwe.gitops.commit_back import CommitBack
 from kgwe.gitops.gitcmd import LOOPBACK_NETWORKS, Origin, UnsafeGitTarget, check_target
 from kgwe.gitops.source import GitRef, GitSource, GitSourceError
 from kgwe.localcluster.gitserver import GitHttpsServer
-from tests.security.conftest import Repo
+from tests.security.conftest import Repo, sh_git
 
 TOKEN = "ghp_" + "t0ken" * 8
 FIXED_MESSAGES = (
@@ -117,6 +117,88 @@ def test_a_redirect_is_never_followed(served, tmp_path: Path) -> None:
         redirector.close()
     assert redirector.requests, "git never asked the redirecting server"
     assert message.endswith("the server answered with a redirect, which is never followed"), message
+    assert served.authorizations == []  # the redirect target never heard from git
+
+
+def spy_on_git(monkeypatch) -> list[tuple[str, dict[str, str]]]:
+    """Each network git command GitSource runs, with the git config its environment carries."""
+    import kgwe.gitops.source as source_module
+
+    ran: list[tuple[str, dict[str, str]]] = []
+    real = source_module.run_git
+
+    def spy(args: list[str], **kw):
+        env = kw.get("env") or {}
+        count = int(env.get("GIT_CONFIG_COUNT", "0"))
+        ran.append(
+            (args[0], {env[f"GIT_CONFIG_KEY_{i}"]: env[f"GIT_CONFIG_VALUE_{i}"] for i in range(count)})
+        )
+        return real(args, **kw)
+
+    monkeypatch.setattr(source_module, "run_git", spy)
+    return ran
+
+
+def test_asking_whether_the_ref_moved_obeys_the_fetchs_rules(served, tmp_path: Path, monkeypatch) -> None:
+    """The `git ls-remote` of a poll (the mirror already holds the branch) goes where a fetch may go and
+    nowhere else: credentials only to their hosts, targets checked and pinned, no redirect followed."""
+    creds = GitCredentials(username="bot", password=TOKEN, hosts=(host_of(served),))
+    source = GitSource(
+        served.url("policy.git"),
+        GitRef(branch="main"),
+        cache_dir=tmp_path / "c",
+        attempts=1,
+        credentials=creds,
+        ca_file=served.ca_file,
+        allowed_networks=LOOPBACK_NETWORKS,
+    )
+    first = source.fetch()
+    ran = spy_on_git(monkeypatch)
+    assert source.fetch() == first  # the operator's network allowance holds for the poll too
+    assert [command for command, _ in ran] == ["ls-remote"]
+    config = ran[0][1]
+    assert config["http.followRedirects"] == "false"
+    assert config["http.curloptResolve"].startswith(f"127.0.0.1:{served.port}:")
+    assert config[f"http.https://{host_of(served)}/.extraHeader"].startswith("Authorization: Basic ")
+    heard = len(served.authorizations)
+
+    source.credentials = GitCredentials(username="bot", password=TOKEN, hosts=("git.example.com",))
+    with pytest.raises(CredentialsNotBound, match=rf"not to {host_of(served)}"):
+        source.fetch()
+    source.credentials = creds
+    source.allowed_networks = ()
+    with pytest.raises(UnsafeGitTarget, match="loopback address"):
+        source.fetch()
+    assert len(ran) == 1 and len(served.authorizations) == heard  # neither refusal ran git
+
+
+def test_asking_whether_the_ref_moved_never_follows_a_redirect(
+    served, policy_repo: Repo, tmp_path: Path, monkeypatch
+) -> None:
+    redirector = Redirector(served.url(""))
+    try:
+        creds = GitCredentials(username="bot", password=TOKEN, hosts=(redirector.url.split("/")[2],))
+        source = GitSource(
+            redirector.url,
+            GitRef(branch="main"),
+            cache_dir=tmp_path / "c",
+            attempts=1,
+            credentials=creds,
+            allow_local=True,
+            ca_file=served.ca_file,
+        )
+        # the mirror holds the branch already (as after an earlier fetch), so the remote is asked first
+        sh_git(tmp_path, "init", "-q", "--bare", str(source.mirror_path))
+        sh_git(source.mirror_path, "fetch", "-q", str(policy_repo.bare), "+refs/heads/*:refs/heads/*")
+        ran = spy_on_git(monkeypatch)
+        with pytest.raises(
+            GitSourceError, match="the server answered with a redirect, which is never followed"
+        ):
+            source.fetch()
+    finally:
+        redirector.close()
+    assert [command for command, _ in ran] == ["ls-remote", "fetch"]
+    assert len(redirector.requests) >= 2  # the ls-remote asked it too
     assert served.authorizations == []  # the redirect target never heard from git
 
 

@@ -106,7 +106,8 @@ def test_without_any_policy_in_the_repository_they_are_warnings(tmp_path):
         (
             8,
             "spec.podTemplate.spec.hostNetwork",
-            "the node's network namespace: refused unless a PodTemplatePolicy allows it (spec.hostNetwork)",
+            "the node's network namespace: refused unless a PodTemplatePolicy allows it (spec.hostNetwork) "
+            "[TemplateNotAllowed]",
         )
     ]
 
@@ -149,7 +150,7 @@ def test_a_policy_allows_what_it_lists_for_its_namespaces_only(tmp_path):
     errors = _validate(tmp_path, template + "      hostNetwork: true\n", POLICY)
     assert errors == [
         '15 spec.podTemplate.spec.hostNetwork: the node\'s network namespace: PodTemplatePolicy "rdma" does '
-        "not allow it (spec.hostNetwork)"
+        "not allow it (spec.hostNetwork) [TemplateNotAllowed]"
     ]
 
 
@@ -265,3 +266,74 @@ def test_what_the_controller_reads_is_what_was_rendered():
         with pytest.raises(ValueError):
             policies_from_json(bad)
     assert PodTemplatePolicySpec() == DEFAULT_SPEC  # nothing allowed without a policy
+
+
+RDMA_RUNTIME = Path(__file__).parents[1] / "workloads" / "fixtures" / "deepspeed-rdma-runtime.yaml"
+
+
+def test_a_runtimes_template_is_judged_as_the_pods_get_it(tmp_path):
+    """A workload without containers gets its runtime's template: what the runtime adds is judged too, named
+    as the runtime's; what the workload lays over it is the workload's own."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "runtime.yaml").write_text(RDMA_RUNTIME.read_text())
+    (repo / "policy.yaml").write_text(POLICY)  # IPC_LOCK in ml-team only
+
+    def errors(namespace: str, template: str) -> list[str]:
+        doc = yaml.safe_load(WORKLOAD.format(namespace=namespace, template=template))
+        doc["spec"] |= {"framework": "DeepSpeed", "workloadType": "DistributedTraining"}
+        (tmp_path / "job.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+        ps = load_repository(tmp_path / "job.yaml", policy=load_repository(repo))
+        return [f"{d.line} {d.path}: {d.message}" for d in ps.errors]
+
+    node_selector = "      nodeSelector: {pool: rdma}\n"  # laid over the runtime's: nothing to judge
+    assert errors("ml-team", node_selector) == []
+    assert errors("other-team", node_selector) == [
+        "10 spec.podTemplate.spec.containers[0].securityContext.capabilities.add[0]: the capability "
+        "IPC_LOCK: refused unless a PodTemplatePolicy allows it (spec.capabilities) (from WorkloadRuntime "
+        "deepspeed-rdma) [TemplateNotAllowed]"
+    ]
+    assert errors("ml-team", "      hostIPC: true\n") == [
+        '11 spec.podTemplate.spec.hostIPC: the node\'s IPC namespace: PodTemplatePolicy "rdma" does not '
+        "allow it (spec.hostIPC) [TemplateNotAllowed]"
+    ]
+
+
+def test_a_manifest_is_judged_by_the_policy_repository_it_is_checked_against(tmp_path):
+    """`kgwe validate --policy DIR FILE`: the repository's PodTemplatePolicies decide (errors), as they decide
+    on the cluster; the manifest alone only warns."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "policy.yaml").write_text(POLICY)
+    (tmp_path / "job.yaml").write_text(
+        WORKLOAD.format(namespace="ml-team", template="      hostPID: true\n" + CONTAINER)
+    )
+    alone = load_repository(tmp_path / "job.yaml")
+    against = load_repository(tmp_path / "job.yaml", policy=load_repository(repo))
+    assert alone.ok and [d.path for d in alone.warnings] == ["spec.podTemplate.spec.hostPID"]
+    assert [
+        (d.path, d.message.endswith('"rdma" does not allow it (spec.hostPID) [TemplateNotAllowed]'))
+        for d in against.errors
+    ] == [("spec.podTemplate.spec.hostPID", True)]
+
+
+def test_an_integer_priority_is_judged_by_the_class_it_resolves_to_on_the_cluster():
+    from kgwe.policy.gpu_workload import GPUWorkload
+    from kgwe.workloads.admission import ClusterView, PolicyView, findings
+
+    doc = yaml.safe_load(WORKLOAD.format(namespace="ml-team", template=CONTAINER))
+    wl = GPUWorkload.model_validate({**doc, "spec": {**doc["spec"], "priority": 2000000000}})
+    policy = PolicyView(template_policies=[])
+    classes = {"system-cluster-critical": 2000000000, "high": 1000}
+
+    def refused(cluster: ClusterView) -> list[tuple[str, str]]:
+        return [
+            (f.reason, ".".join(map(str, f.path)))
+            for f in findings(wl, "ml-team", policy, cluster)
+            if f.severity == "error"
+        ]
+
+    assert refused(ClusterView()) == []  # offline: which class it gets is not known
+    assert refused(ClusterView(priority_classes=classes)) == [("TemplateNotAllowed", "spec.priority")]
+    classes["system-cluster-critical"] = 2000001000  # now above it: "high" it is
+    assert refused(ClusterView(priority_classes=classes)) == []

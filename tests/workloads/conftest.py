@@ -21,3 +21,26 @@ def control_plane() -> Iterator[ControlPlane]:
 @pytest.fixture(scope="package")
 def k8s_api(control_plane: ControlPlane) -> client.ApiClient:
     return control_plane.api_client()
+
+
+CONTROLLER_SA = "system:serviceaccount:kgwe-system:kgwe-controller"
+
+
+@pytest.fixture
+def controller_account(k8s_api: client.ApiClient) -> client.ApiClient:
+    """deploy/controller's RBAC and admission policies applied; an API client impersonating the controller's
+    ServiceAccount."""
+    import yaml
+
+    from kgwe.cluster.client import ensure_namespace
+    from kgwe.resources import deploy_dir
+    from tests.harness.deployed import apply_docs
+
+    for ns in ("kgwe-system", "gpu-operator"):  # the Roles' namespaces
+        ensure_namespace(k8s_api, ns)
+    files = ("rbac.yaml", "workloads-rbac.yaml", "workloads-admission.yaml")
+    docs = [d for f in files for d in yaml.safe_load_all((deploy_dir() / "controller" / f).read_text())]
+    apply_docs(k8s_api, [d for d in docs if d], "rbac-test")
+    impersonated = client.ApiClient(k8s_api.configuration)
+    impersonated.set_default_header("Impersonate-User", CONTROLLER_SA)
+    return impersonated

@@ -4,12 +4,14 @@ The reasons are enumerated from the code (kgwe/workloads: PlanError, Finding, th
 the quota check) and must all be in admission.REFUSALS; each has a case below. For each case the real
 reconciler, on a real API server, refuses the workload with that reason, and `kgwe validate` reported it
 before: offline as an error when it depends on the manifest or the policy repository (a warning where only
-the cluster can tell), and with `--cluster` as an error (a warning for the budget's state of the moment)."""
+the cluster can tell, nothing where nothing offline foretells it), and with `--cluster` as an error (a
+warning for the state of the moment: a budget used up, the controller's RoleBinding not in place yet)."""
 
 from __future__ import annotations
 
 import ast
 import copy
+import threading
 from pathlib import Path
 
 import pytest
@@ -20,12 +22,15 @@ from prometheus_client import CollectorRegistry
 from kgwe.cli import main
 from kgwe.cluster.client import ensure_namespace
 from kgwe.cluster.events import EventRecorder
+from kgwe.cluster.names import WORKLOAD_ROLEBINDING, WORKLOADS_ENABLED, WORKLOADS_NAMESPACE_LABEL
 from kgwe.policy import load_repository
+from kgwe.policy.gpu_workload import GPUWorkload
 from kgwe.render.render import RenderOptions, render
 from kgwe.resources import sample_repo_dir
-from kgwe.workloads.admission import REFUSALS
+from kgwe.workloads.admission import REFUSALS, ClusterView, Finding, PolicyView, findings, refusal
 from kgwe.workloads.controller import GROUP, PLURAL, VERSION, WorkloadMetrics, WorkloadReconciler
 from tests.harness.crds import install_crds
+from tests.harness.pytest_cluster import delete_namespace
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "docs" / "examples" / "gpuworkloads"
@@ -47,7 +52,13 @@ apiVersion: kgwe.nvidia.io/v1
 kind: GPUBudget
 metadata: {name: spent}
 spec: {team: spent, namespaces: [NS_SPENT], limit: {amount: "100"}, quota: {nvidia.com/gpu: 16}}
+---
+apiVersion: kgwe.nvidia.io/v1
+kind: PodTemplatePolicy
+metadata: {name: ml-training}
+spec: {namespaces: [ml-training], capabilities: [IPC_LOCK]}
 """
+RDMA_RUNTIME = Path(__file__).parent / "fixtures" / "deepspeed-rdma-runtime.yaml"  # ml-training allows it
 
 
 def _case(base: dict, **spec) -> dict:
@@ -56,7 +67,7 @@ def _case(base: dict, **spec) -> dict:
     return doc
 
 
-# reason -> (the workload, the namespace it goes to: "" = the test's, "quota" or "spent")
+# reason -> (the workload, the namespace it goes to: "" = the test's, or one of NAMESPACES)
 CASES: dict[str, tuple[dict, str]] = {
     # the CRD takes any podTemplate (it preserves unknown fields); the model does not
     "InvalidSpec": (
@@ -76,7 +87,14 @@ CASES: dict[str, tuple[dict, str]] = {
     "NoGangEngine": (_case(OWN, distributedConfig={"nodes": 2}, gang={"backend": "Kueue"}), ""),
     "NoPriorityClass": (_case(OWN, priority="high"), ""),
     "BudgetExhausted": (copy.deepcopy(OWN), "spent"),
+    # judged as the pods get it: the runtime's template (IPC_LOCK) with the workload's laid over it
+    "TemplateNotAllowed": (_case(BARE, framework="DeepSpeed"), ""),
+    "NamespaceNotEnabled": (copy.deepcopy(OWN), "closed"),
+    # opted in, but the controller's RoleBinding there is gone (or not written yet)
+    "Forbidden": (copy.deepcopy(OWN), "unbound"),
 }
+# suffix -> opted in to GPUWorkloads (the test's own namespace is; "kgwe" is KGWE's, where the policy is)
+NAMESPACES = {"quota": True, "spent": True, "closed": False, "unbound": True, "kgwe": False}
 
 
 def _reasons_in_code() -> set[str]:
@@ -102,6 +120,40 @@ def test_every_refusal_in_the_code_is_listed_and_has_a_case():
     assert in_code <= set(REFUSALS), in_code - set(REFUSALS)
     assert set(REFUSALS) == set(CASES)
     assert {"BudgetExhausted", "QuotaExceeded", "NoRuntime", "InvalidSpec", "NameTooLong"} <= in_code
+    assert {"TemplateNotAllowed", "NamespaceNotEnabled", "Forbidden"} <= in_code
+
+
+def test_where_a_workload_may_run_is_known_offline_only_for_kubernetes_and_kgwe_namespaces():
+    wl = GPUWorkload.model_validate(OWN)
+
+    def said(namespace: str, cluster: ClusterView) -> list[tuple[str, str]]:
+        found = findings(wl, namespace, PolicyView(), cluster)
+        return [(f.reason, f.severity) for f in found if f.reason in ("NamespaceNotEnabled", "Forbidden")]
+
+    offline = ClusterView()
+    assert said("kube-system", offline) == [("NamespaceNotEnabled", "error")]
+    assert said("kgwe-system", offline) == [("NamespaceNotEnabled", "error")]
+    assert said("ml-team", offline) == []  # its label is on the cluster only
+    assert said("kgwe", ClusterView(kgwe_namespace="kgwe")) == [("NamespaceNotEnabled", "error")]
+    online = ClusterView(enabled_namespaces={"ml-team", "nlp"}, bound_namespaces={"ml-team"})
+    assert said("ml-team", online) == []
+    assert said("vision", online) == [("NamespaceNotEnabled", "error")]
+    assert said("nlp", online) == [("Forbidden", "warning")]  # admission waits for the RoleBinding
+
+
+def test_the_refusal_names_its_reasons_first_fields():
+    found = [
+        Finding("TemplateNotAllowed", ("spec", "podTemplate", "spec", f"f{i}"), f"m{i}") for i in range(5)
+    ]
+    later = Finding("Unschedulable", ("spec", "gpuRequirements"), "too big")
+    warned = Finding("NoPriorityClass", ("spec", "priority"), "unknown", "warning")
+    assert refusal([warned]) is None
+    assert refusal([warned, *found[:2], later]) == (
+        "TemplateNotAllowed",
+        "spec.podTemplate.spec.f0: m0; spec.podTemplate.spec.f1: m1",
+    )
+    reason, message = refusal([*found, later]) or ("", "")
+    assert reason == "TemplateNotAllowed" and message.endswith("spec.podTemplate.spec.f2: m2 (and 2 more)")
 
 
 def _validate(capsys, args: list[str]) -> tuple[int, list[str]]:
@@ -117,46 +169,64 @@ def _found(lines: list[str], reason: str, severity: str) -> bool:
     return any(f": {severity}: " in line and line.endswith(f"[{reason}]") for line in lines)
 
 
+def _reconciler(api: client.ApiClient, policy_namespace: str, stop: threading.Event) -> WorkloadReconciler:
+    """The reconciler with its namespace watch running (it decides nothing before the first listing)."""
+    reconciler = WorkloadReconciler(
+        api,
+        recorder=EventRecorder(api),
+        metrics=WorkloadMetrics(CollectorRegistry()),
+        is_leader=lambda: True,
+        policy_namespace=policy_namespace,
+    )
+    threading.Thread(target=reconciler.grants.run, args=(stop, 5), daemon=True).start()
+    assert reconciler.grants.listed.wait(30)
+    return reconciler
+
+
 @pytest.mark.cluster
 def test_each_refusal_is_found_by_validate_before_the_controller_refuses_it(
-    k8s_api, control_plane, namespace, gpu_node, tmp_path, capsys
+    k8s_api, control_plane, namespace, gpu_node, controller_account, tmp_path, capsys
 ):
     install_crds(k8s_api)
     core, custom = client.CoreV1Api(k8s_api), client.CustomObjectsApi(k8s_api)
-    namespaces = {"": namespace, "quota": f"{namespace}-q", "spent": f"{namespace}-s"}
-    for ns in namespaces.values():
+    namespaces = {"": namespace, **{key: f"{namespace}-{key}" for key in NAMESPACES}}
+    for key, ns in namespaces.items():
         ensure_namespace(k8s_api, ns)
+        if NAMESPACES.get(key, True):
+            core.patch_namespace(ns, {"metadata": {"labels": {WORKLOADS_NAMESPACE_LABEL: WORKLOADS_ENABLED}}})
     gpu_node("DGX-A100")
     repo = tmp_path / "repo"
     (repo / "runtimes").mkdir(parents=True)
     text = POLICY.replace("NS_QUOTA", namespaces["quota"]).replace("NS_SPENT", namespaces["spent"])
     (repo / "policy.yaml").write_text(text)
-    for runtime in (sample_repo_dir() / "runtimes").glob("*.yaml"):
+    for runtime in [*(sample_repo_dir() / "runtimes").glob("*.yaml"), RDMA_RUNTIME]:
         (repo / "runtimes" / runtime.name).write_text(runtime.read_text())
     ps = load_repository(repo)
     assert ps.ok, ps.errors
     # what the policy reconciler would apply: the rendered ConfigMaps, and the budgets' quotas
-    rendered = render(ps, options=RenderOptions(namespace=namespace))
+    kgwe_namespace = namespaces["kgwe"]
+    rendered = render(ps, options=RenderOptions(namespace=kgwe_namespace))
     for obj in rendered.objects:
-        if obj["kind"] == "ConfigMap" and obj["metadata"]["namespace"] == namespace:
-            core.create_namespaced_config_map(namespace, obj)
+        if obj["kind"] == "ConfigMap" and obj["metadata"]["namespace"] == kgwe_namespace:
+            core.create_namespaced_config_map(kgwe_namespace, obj)
         if obj["kind"] == "ResourceQuota" and obj["metadata"]["namespace"] == namespaces["quota"]:
             core.create_namespaced_resource_quota(namespaces["quota"], obj)
     capped = {"metadata": {"name": "kgwe-budget"}, "spec": {"hard": {"requests.nvidia.com/gpu": "0"}}}
     core.create_namespaced_resource_quota(namespaces["spent"], capped)  # an Enforce budget used up
-    reconciler = WorkloadReconciler(
-        k8s_api,
-        recorder=EventRecorder(k8s_api),
-        metrics=WorkloadMetrics(CollectorRegistry()),
-        is_leader=lambda: True,
-        policy_namespace=namespace,
+    stop = threading.Event()
+    reconciler = _reconciler(k8s_api, kgwe_namespace, stop)
+    reconciler.grants.sync()  # the controller's RoleBindings in the opted-in namespaces, as its worker does
+    client.RbacAuthorizationV1Api(k8s_api).delete_namespaced_role_binding(
+        WORKLOAD_ROLEBINDING, namespaces["unbound"]
     )
+    # with only the chart's rights, which a namespace's RoleBinding extends
+    confined = _reconciler(controller_account, "kgwe-system", stop)
     cluster_args = [
         "--cluster",
         "--kubeconfig",
         str(control_plane.kubeconfig_path),
         "--policy-namespace",
-        namespace,
+        kgwe_namespace,
     ]
     try:
         for reason, (doc, where) in CASES.items():
@@ -174,13 +244,18 @@ def test_each_refusal_is_found_by_validate_before_the_controller_refuses_it(
                 "NoPriorityClass",
             ):  # foreseen offline, known on the cluster only
                 assert code == 0 and _found(offline, reason, "warning"), (reason, offline)
+            else:  # nothing offline foretells it
+                assert code == 0 and not any(line.endswith(f"[{reason}]") for line in offline), (
+                    reason,
+                    offline,
+                )
             code, online = _validate(capsys, ["--policy", str(repo), *cluster_args, str(manifest)])
             severity = "warning" if scope == "state" else "error"
             assert _found(online, reason, severity), (reason, online)
             assert code == (0 if scope == "state" else 1), (reason, online)
             # now the controller: the same workload on the cluster, one reconcile
             custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, doc)
-            reconciler.reconcile(ns, doc["metadata"]["name"])
+            (confined if reason == "Forbidden" else reconciler).reconcile(ns, doc["metadata"]["name"])
             wl = custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, doc["metadata"]["name"])
             admitted = next(c for c in wl["status"]["conditions"] if c["type"] == "Admitted")
             assert (admitted["status"], admitted["reason"]) == ("False", reason), (reason, admitted)
@@ -192,5 +267,6 @@ def test_each_refusal_is_found_by_validate_before_the_controller_refuses_it(
         code, online = _validate(capsys, ["--policy", str(repo), *cluster_args, str(tmp_path / "ghost.yaml")])
         assert code == 1 and any(f'namespace "{namespace}-none" does not exist' in line for line in online)
     finally:
-        for key in ("quota", "spent"):
-            core.delete_namespace(namespaces[key])
+        stop.set()
+        for key in NAMESPACES:
+            delete_namespace(core, namespaces[key])

@@ -108,45 +108,47 @@ def kgwe_stack(
         (tmp_path / runtime.name).write_text(runtime.read_text())
     ps = load_repository(tmp_path)
     proc, port = start_extender(control_plane.kubeconfig_path, "--namespace", policy_namespace)
-    rendered = render(
-        ps,
-        options=RenderOptions(
-            extender_url=f"http://127.0.0.1:{port}",
-            scheduler_name="kgwe-scheduler",
-            namespace=policy_namespace,
-        ),
-    )
-    core = client.CoreV1Api(k8s_api)
-    for file in ("scoring.yaml", "runtimes.yaml"):  # what the policy reconciler applies
-        cm = yaml.safe_load(rendered.files[file])
-        try:
-            core.create_namespaced_config_map(policy_namespace, cm)
-        except ApiException as exc:
-            if exc.status != 409:
-                raise
-            core.replace_namespaced_config_map(cm["metadata"]["name"], policy_namespace, cm)
-    cm = yaml.safe_load(rendered.files["kube-scheduler-config.yaml"])
-    config = yaml.safe_load(cm["data"]["scheduler-config.yaml"])
-    assert config["profiles"] == [{"schedulerName": "kgwe-scheduler"}]
-    control_plane.start_scheduler(config)
     stop = threading.Event()
-    api = reconciler_api or k8s_api
-    reconciler = WorkloadReconciler(
-        api,
-        recorder=EventRecorder(api),
-        metrics=WorkloadMetrics(CollectorRegistry()),
-        is_leader=lambda: True,
-        policy_namespace=policy_namespace,
-    )
-    controller = WorkloadController(reconciler, resync_seconds=5)
-    controller.start(stop)
-    try:
+    try:  # the extender ends however the rest goes
+        rendered = render(
+            ps,
+            options=RenderOptions(
+                extender_url=f"http://127.0.0.1:{port}",
+                scheduler_name="kgwe-scheduler",
+                namespace=policy_namespace,
+            ),
+        )
+        core = client.CoreV1Api(k8s_api)
+        for file in ("scoring.yaml", "runtimes.yaml"):  # what the policy reconciler applies
+            cm = yaml.safe_load(rendered.files[file])
+            try:
+                core.create_namespaced_config_map(policy_namespace, cm)
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise
+                core.replace_namespaced_config_map(cm["metadata"]["name"], policy_namespace, cm)
+        cm = yaml.safe_load(rendered.files["kube-scheduler-config.yaml"])
+        config = yaml.safe_load(cm["data"]["scheduler-config.yaml"])
+        assert config["profiles"] == [{"schedulerName": "kgwe-scheduler"}]
+        control_plane.start_scheduler(config)
+        api = reconciler_api or k8s_api
+        reconciler = WorkloadReconciler(
+            api,
+            recorder=EventRecorder(api),
+            metrics=WorkloadMetrics(CollectorRegistry()),
+            is_leader=lambda: True,
+            policy_namespace=policy_namespace,
+        )
+        controller = WorkloadController(reconciler, resync_seconds=5)
+        controller.start(stop)
         yield {"port": port, "reconciler": reconciler, "controller": controller, "repo": tmp_path}
     finally:
         stop.set()
-        control_plane.start_scheduler(default_scheduler_config())
-        proc.terminate()
-        proc.wait(timeout=10)
+        try:
+            control_plane.start_scheduler(default_scheduler_config())
+        finally:
+            proc.terminate()
+            proc.wait(timeout=10)
 
 
 def opt_in(k8s_api, namespace: str) -> None:
@@ -167,7 +169,7 @@ def stack(control_plane, k8s_api, namespace, tmp_path) -> Iterator[dict]:
     try:
         with kgwe_stack(control_plane, k8s_api, policy_namespace, tmp_path) as parts:
             _DUMP[:] = [lambda: _dump(k8s_api, namespace)]
-            yield {**parts, "namespace": namespace}
+            yield {**parts, "namespace": namespace, "policy_namespace": policy_namespace}
     finally:
         delete_namespace(client.CoreV1Api(k8s_api), policy_namespace)
 
@@ -524,11 +526,12 @@ def test_exhausted_enforce_budget_blocks_admission_and_lifts_next_period(
     store.migrate()
     duties = CostDuties(CostService(store, cluster="t"), refresh_seconds=0, now=lambda: clock["now"])
     rec = budget_repository
+    rec.budget_caps = duties.budget_caps  # as the controller wires them
 
     def reconcile() -> None:  # what the controller runs for a repository: reconcile, then the cost duties
         outcome = rec.reconcile()
         assert outcome is not None and outcome.phase not in ("apply_failed", "invalid"), outcome
-        duties.after_reconcile(rec, rec.read())
+        duties.after_reconcile(rec.view(rec.read()))
 
     def quota_gpus() -> str | None:
         try:
@@ -561,8 +564,7 @@ def test_exhausted_enforce_budget_blocks_admission_and_lifts_next_period(
         )
         eventually(lambda: any(iv.pod == "earlier" for iv in store.open_usage()), "the pod metered")
         clock["now"] += timedelta(hours=1)  # an A100-hour at $2.50 exhausts the $1 budget
-        reconcile()  # the cost duties decide the cap ...
-        reconcile()  # ... the next reconcile applies it
+        reconcile()  # the cost duties' cap is applied in the same pass
         assert quota_gpus() == "1"  # capped at current use
 
         doc = yaml.safe_load((EXAMPLES / "kgwe-readme-llm-training.yaml").read_text())
@@ -583,7 +585,6 @@ def test_exhausted_enforce_budget_blocks_admission_and_lifts_next_period(
         # under the limit, so KGWE's own evaluation lifts the cap.
         now = clock["now"]
         clock["now"] = (now.replace(day=1, hour=0, minute=0) + timedelta(days=32)).replace(day=1, minute=10)
-        reconcile()
         reconcile()
         assert quota_gpus() == "16"
         stack["controller"].queue.add(f"{namespace}/{name}")
@@ -674,10 +675,10 @@ def test_a_spec_edit_the_running_job_cannot_take_is_one_event(stack, k8s_api, na
     doc["metadata"] = {"name": "runtime-moved"}
     name = _create(k8s_api, namespace, doc, tag, hold=True)
     eventually(lambda: _get(k8s_api, namespace, name).get("status", {}).get("phase") == "Running", "running")
-    core = client.CoreV1Api(k8s_api)
-    cm = core.read_namespaced_config_map("kgwe-runtimes", namespace)
+    core, policy_namespace = client.CoreV1Api(k8s_api), stack["policy_namespace"]
+    cm = core.read_namespaced_config_map("kgwe-runtimes", policy_namespace)
     cm.data["runtimes.json"] = cm.data["runtimes.json"].replace("pytorch:25.12-py3", "pytorch:26.01-py3")
-    core.replace_namespaced_config_map("kgwe-runtimes", namespace, cm)
+    core.replace_namespaced_config_map("kgwe-runtimes", policy_namespace, cm)
     custom = client.CustomObjectsApi(k8s_api)
     custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name, {"spec": {"team": "nlp"}})
     eventually(lambda: _events(k8s_api, namespace, name, "SpecNotApplied"), "SpecNotApplied")
@@ -767,35 +768,6 @@ def test_impossible_request_is_refused_with_the_field(stack, k8s_api, namespace,
     assert _cond(wl, "Admitted")["message"].startswith("spec.gpuRequirements.count: 9 GPUs in one pod")
     with pytest.raises(ApiException):
         client.BatchV1Api(k8s_api).read_namespaced_job(f"{name}-r0-worker", namespace)
-
-
-CONTROLLER_SA = "system:serviceaccount:kgwe-system:kgwe-controller"
-
-
-@pytest.fixture
-def controller_account(k8s_api) -> client.ApiClient:
-    """deploy/controller's RBAC and admission policies applied; an API client impersonating the controller's
-    ServiceAccount."""
-    from kubernetes import dynamic
-
-    from kgwe.cluster.client import ensure_namespace
-    from kgwe.resources import deploy_dir
-
-    for ns in ("kgwe-system", "gpu-operator"):  # the Roles' namespaces
-        ensure_namespace(k8s_api, ns)
-    dyn = dynamic.DynamicClient(k8s_api)
-    files = ("rbac.yaml", "workloads-rbac.yaml", "workloads-admission.yaml")
-    docs = [d for f in files for d in yaml.safe_load_all((deploy_dir() / "controller" / f).read_text())]
-    for doc in docs:
-        if doc:
-            resource = dyn.resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
-            namespace = doc["metadata"].get("namespace")
-            dyn.server_side_apply(
-                resource, body=doc, namespace=namespace, field_manager="rbac-test", force_conflicts=True
-            )
-    impersonated = client.ApiClient(k8s_api.configuration)
-    impersonated.set_default_header("Impersonate-User", CONTROLLER_SA)
-    return impersonated
 
 
 def _forbidden(action: Callable[[], object]) -> None:
