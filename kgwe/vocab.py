@@ -132,6 +132,9 @@ IdleCost = Literal["Separate", "ShareByAllocation"]
 IDLE_COST: tuple[str, ...] = get_args(IdleCost)
 DEFAULT_IDLE_COST: IdleCost = "Separate"
 IDLE_KEY = "__idle__"  # the chargeback line of idle capacity (OpenCost's name)
+# What the spot advice assumes when the PricingCatalog does not say (spotInterruptionRate): a fifth of spot
+# nodes reclaimed in a month, the lower edge of the highest band (">20%") AWS's Spot Instance Advisor reports.
+DEFAULT_SPOT_INTERRUPTION_PERCENT = 20
 
 # ---- Reports (PolicyRepository.spec.reports) -------------------------------------------------------------
 # `reports:` absent = no cost reports; present without a schedule = every day at 06:00 UTC.

@@ -82,6 +82,26 @@ def list_items(list_call: Any, **kwargs: Any) -> list[dict]:
     return orjson.loads(response.data).get("items") or []
 
 
+def list_gpu_workloads(api: client.ApiClient) -> list[dict]:
+    """Every GPUWorkload in the cluster as plain dicts; none when the GPUWorkload CRD is not installed (it
+    is optional)."""
+    from kubernetes.client.exceptions import ApiException
+
+    from kgwe import API_GROUP
+
+    try:
+        return list_items(
+            client.CustomObjectsApi(api).list_cluster_custom_object,
+            group=API_GROUP,
+            version="v1",
+            plural="gpuworkloads",
+        )
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+        return []
+
+
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 
 

@@ -56,3 +56,8 @@ def largest_remainder(exact: Mapping[K, Fraction], total_cents: int | None = Non
 
 def cents_to_decimal(cents: int) -> Decimal:
     return (Decimal(cents) * CENT).quantize(CENT)
+
+
+def quantized(value: Fraction, places: str) -> Decimal:
+    """An exact fraction as a Decimal rounded to `places` (e.g. "0.001"), for figures that are not money."""
+    return (Decimal(value.numerator) / Decimal(value.denominator)).quantize(Decimal(places))

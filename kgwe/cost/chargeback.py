@@ -369,3 +369,32 @@ def mig_savings(usage: Iterable[UsageAggregate], book: PriceBook) -> Decimal:
         if u.kind == "mig":
             saved += u.unit_seconds * (1 - pricer.share(u)) * pricer.rate(u.gpu_product, u.spot)
     return cents_to_decimal(round(saved * 100))
+
+
+@dataclass
+class KeyUsage:
+    """One group key's usage (e.g. a pod: team, namespace, pod), exact: priced GPU-seconds, their cost, and
+    the GPU-seconds held on on-demand (not spot) nodes per GPU product."""
+
+    gpu_seconds: Fraction = Fraction(0)
+    cost: Fraction = Fraction(0)
+    on_demand_gpu_seconds: dict[str, Fraction] = field(default_factory=dict)
+
+
+def usage_by_key(
+    usage: Iterable[UsageAggregate], book: PriceBook
+) -> tuple[dict[tuple[str, ...], KeyUsage], tuple[str, ...]]:
+    """Each group key's priced usage across buckets, by the chargeback's prices and shares (what cannot be
+    priced counts 0, with a warning), and those warnings."""
+    pricer = _Pricer(book)
+    out: dict[tuple[str, ...], KeyUsage] = {}
+    for u in usage:
+        gpu_seconds = u.unit_seconds * pricer.share(u)
+        use = out.setdefault(u.key, KeyUsage())
+        use.gpu_seconds += gpu_seconds
+        use.cost += gpu_seconds * pricer.rate(u.gpu_product, u.spot)
+        if not u.spot:
+            use.on_demand_gpu_seconds[u.gpu_product] = (
+                use.on_demand_gpu_seconds.get(u.gpu_product, Fraction(0)) + gpu_seconds
+            )
+    return out, tuple(sorted(pricer.warnings))

@@ -18,6 +18,7 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import REGISTRY, Collector, CollectorRegistry
 
+from kgwe.cost.advice import Advice
 from kgwe.cost.budgets import BudgetStatus
 from kgwe.cost.chargeback import Chargeback
 
@@ -30,6 +31,7 @@ class CostCollector(Collector):
         self.spool: Any = None  # the metering spool (kgwe.cost.spool.Spool) once metering runs
         self._refreshed_at: float | None = None  # Unix time of the last update (metering-behind alert)
         self._mig_savings: Decimal | None = None
+        self._advice: Advice | None = None
 
     def update(
         self,
@@ -45,10 +47,17 @@ class CostCollector(Collector):
             self._budgets = tuple(budgets)
             self._refreshed_at = time.time()
 
+    def update_advice(self, advice: Advice) -> None:
+        """The month's spot advice, cost efficiency and run costs (kgwe.cost.advice)."""
+        with self._lock:
+            self._advice = advice
+
     def collect(self) -> Iterable[GaugeMetricFamily | CounterMetricFamily]:
         with self._lock:
             cb, budgets, refreshed_at = self._chargeback, self._budgets, self._refreshed_at
-            savings = self._mig_savings
+            savings, advice = self._mig_savings, self._advice
+        if advice is not None:
+            yield from advice_metrics(advice)
         if refreshed_at is not None:
             yield GaugeMetricFamily(
                 "kgwe_cost_refresh_timestamp_seconds",
@@ -134,3 +143,60 @@ def install(registry: CollectorRegistry = REGISTRY) -> CostCollector:
         collector = _INSTALLED[registry] = CostCollector()
         registry.register(collector)
     return collector
+
+
+def advice_metrics(advice: Advice) -> Iterable[GaugeMetricFamily]:
+    """Spot savings per movable GPUWorkload, efficiency scores per team and GPUWorkload, and what completed
+    runs cost (series exist only for workloads with GPU usage in the period)."""
+    currency = advice.currency
+    saving = GaugeMetricFamily(
+        "kgwe_spot_saving_per_month",
+        "What running this GPUWorkload's movable part on spot would save a month, at this period's rate",
+        labels=["namespace", "workload", "team", "currency"],
+    )
+    interruptions = GaugeMetricFamily(
+        "kgwe_spot_interruptions_per_month",
+        "Expected spot interruptions a month of a GPUWorkload moved to spot, under the catalog's assumption",
+        labels=["namespace", "workload", "team"],
+    )
+    for a in advice.spot:
+        if a.movable:
+            saving.add_metric([a.namespace, a.workload, a.team, currency], float(a.saving_per_month))
+            interruptions.add_metric([a.namespace, a.workload, a.team], float(a.interruptions_per_month))
+    team_score = GaugeMetricFamily(
+        "kgwe_cost_efficiency_score",
+        "Busy GPU-hours (DCGM engine activity x GPU-hours) per 100 of the currency, per team; basis "
+        "'allocation only' counts every held GPU-hour busy",
+        labels=["team", "basis"],
+    )
+    for e in advice.team_efficiency:
+        if e.score is not None:
+            team_score.add_metric([e.subject, e.basis], float(e.score))
+    workload_score = GaugeMetricFamily(
+        "kgwe_gpuworkload_cost_efficiency_score",
+        "Busy GPU-hours per 100 of the currency, per GPUWorkload",
+        labels=["namespace", "workload", "basis"],
+    )
+    for e in advice.workload_efficiency:
+        if e.score is not None:
+            namespace, _, workload = e.subject.partition("/")
+            workload_score.add_metric([namespace, workload, e.basis], float(e.score))
+    run_cost = GaugeMetricFamily(
+        "kgwe_gpuworkload_run_cost",
+        "What a GPUWorkload that completed this period cost, every attempt included",
+        labels=["namespace", "workload", "team", "currency"],
+    )
+    for r in advice.runs:
+        run_cost.add_metric([r.namespace, r.workload, r.team, currency], float(r.cost))
+    mean = GaugeMetricFamily(
+        "kgwe_cost_per_completed_run",
+        "Mean cost of the team's GPUWorkloads that completed this period",
+        labels=["team", "currency"],
+    )
+    completed = GaugeMetricFamily(
+        "kgwe_completed_runs", "GPUWorkloads of the team that completed this period", labels=["team"]
+    )
+    for t in advice.team_runs:
+        mean.add_metric([t.team, currency], float(t.mean_cost))
+        completed.add_metric([t.team], t.runs)
+    yield from (saving, interruptions, team_score, workload_score, run_cost, mean, completed)

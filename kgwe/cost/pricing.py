@@ -28,6 +28,7 @@ from kgwe.vocab import (
     DEFAULT_CURRENCY,
     DEFAULT_IDLE_COST,
     DEFAULT_MIG_PRICING,
+    DEFAULT_SPOT_INTERRUPTION_PERCENT,
     IDLE_COST,
     MIG_PRICING,
 )
@@ -92,6 +93,7 @@ class PriceBook:
     spot_labels: tuple[tuple[str, str | None], ...] = DEFAULT_SPOT_LABELS
     spot_selector: tuple[tuple[str, str], ...] | None = None  # the catalog's spotNodeSelector: all must match
     slices: SliceLookup = field(default=catalog_slices, compare=False)
+    spot_interruption_percent: Decimal = Decimal(DEFAULT_SPOT_INTERRUPTION_PERCENT)  # assumed, per month
 
     def __post_init__(self) -> None:
         if self.mig_pricing not in MIG_PRICING:
@@ -128,6 +130,7 @@ def pricebook(
     spot_labels: tuple[tuple[str, str | None], ...] = DEFAULT_SPOT_LABELS,
     spot_selector: tuple[tuple[str, str], ...] | None = None,
     slices: SliceLookup = catalog_slices,
+    spot_interruption_percent: Decimal = Decimal(DEFAULT_SPOT_INTERRUPTION_PERCENT),
 ) -> PriceBook:
     """Build a PriceBook from catalog-style rows {product, onDemandPerHour, spotPerHour?}."""
     gpus: dict[str, GpuPrice] = {}
@@ -141,7 +144,9 @@ def pricebook(
         spot_raw = row.get("spotPerHour")
         spot = None if spot_raw is None else parse_money(spot_raw, f"gpus[{i}] ({product}).spotPerHour")
         gpus[product] = GpuPrice(product, on_demand, spot)
-    return PriceBook(currency, gpus, mig_pricing, idle_cost, spot_labels, spot_selector, slices)
+    return PriceBook(
+        currency, gpus, mig_pricing, idle_cost, spot_labels, spot_selector, slices, spot_interruption_percent
+    )
 
 
 def _get(obj: Any, *names: str, default: Any = None) -> Any:
@@ -177,7 +182,25 @@ def pricebook_from_catalog(catalog: Any) -> PriceBook:
         idle_cost=str(_enum_value(_get(spec, "idleCost", "idle_cost", default=DEFAULT_IDLE_COST))),
         spot_labels=spot_labels,
         spot_selector=spot_selector,
+        spot_interruption_percent=_interruption_percent(
+            _get(spec, "spotInterruptionRate", "spot_interruption_rate", default=None)
+        ),
     )
+
+
+def _interruption_percent(value: Any) -> Decimal:
+    """The catalog's spotInterruptionRate ("20%" in YAML, Decimal 20 from the model), or the default."""
+    if value is None:
+        return Decimal(DEFAULT_SPOT_INTERRUPTION_PERCENT)
+    from kgwe.policy.types import parse_percent
+
+    try:
+        percent = value if isinstance(value, Decimal) else parse_percent(value)
+    except ValueError as exc:
+        raise KgweError(f"spotInterruptionRate: {exc}") from None
+    if not 0 <= percent <= 100:
+        raise KgweError(f"spotInterruptionRate: a share of nodes is 0% to 100%, got {percent}%")
+    return percent
 
 
 def _enum_value(value: Any) -> Any:

@@ -1,8 +1,9 @@
-"""Cost reports: chargeback, budgets, forecast, rightsizing and the metered GPU inventory, as Markdown,
-CSV and YAML rendered from Jinja2 templates (templates/reports/), under reports/<cluster>/<period>/.
+"""Cost reports: chargeback, budgets, forecast, rightsizing, the metered GPU inventory, and the advice (spot
+candidates, cost efficiency, cost per completed run), as Markdown, CSV and YAML rendered from Jinja2 templates
+(templates/reports/), under reports/<cluster>/<period>/.
 
-`build_reports` is pure (data in, {relative path: text} out); `write_reports` writes a folder, and
-kgwe.gitops.report_commit commits the same files to the policy repository.
+`build_reports` is pure (data in, {relative path: text} out), one small function per report; `write_reports`
+writes a folder, and kgwe.gitops.report_commit commits the same files to the policy repository.
 """
 
 from __future__ import annotations
@@ -21,8 +22,10 @@ from typing import Any
 
 import jinja2
 
+from kgwe.cost.advice import Advice
 from kgwe.cost.budgets import BudgetSpec, BudgetStatus, complete_days, evaluate_budget
 from kgwe.cost.chargeback import IDLE_KEY, Chargeback
+from kgwe.cost.efficiency import PER
 from kgwe.cost.forecast import forecast_daily
 from kgwe.cost.rightsizing import Recommendation
 from kgwe.cost.usage import NodeCapacity, Period
@@ -79,6 +82,7 @@ class ReportInput:
     rightsizing_skipped: int = 0
     mig_pricing: str = "ComputeSlices"
     forecast_days: int = 7
+    advice: Advice | None = None  # spot, efficiency and run costs (None: no GPUWorkloads were read)
 
 
 def _pct(part: Decimal, whole: Decimal) -> str:
@@ -103,74 +107,114 @@ def segment(text: str, what: str) -> str:
     return text
 
 
-def build_reports(data: ReportInput) -> dict[str, str]:
+Files = dict[str, str]  # relative path -> text
+
+
+@dataclass(frozen=True)
+class _Part:
+    """What every report part gets: the input, the template environment, where its files go, and the
+    header fields every report shows."""
+
+    data: ReportInput
+    env: jinja2.Environment
+    base: str
+    common: dict[str, Any]
+
+    def render(self, name: str, ctx: Mapping[str, Any]) -> Files:
+        """`<name>.md` and `<name>.csv` from their templates."""
+        return {
+            f"{self.base}/{name}.{ext}": self.env.get_template(f"{name}.{ext}.j2").render(
+                {**self.common, **ctx}
+            )
+            for ext in ("md", "csv")
+        }
+
+
+def build_reports(data: ReportInput) -> Files:
+    """Every report file of the period (pure: the same input renders the same bytes)."""
     cb = data.by_team_namespace_product_daily
     if cb.group_by != ("team", "namespace", "gpu_product") or cb.granularity != "day":
         raise KgweError("reports need a daily chargeback grouped by team, namespace and gpu_product")
-    env = environment()
-    base = f"reports/{segment(data.cluster, 'cluster name')}/{segment(data.period.label, 'period label')}"
-    total = cb.cluster_cost
-    idle_hours = sum((i.gpu_hours for i in cb.idle), Decimal(0))
-    common = {"cluster": data.cluster, "period": data.period, "currency": cb.currency, "now": data.now}
-    teams = _rollup(cb, ["team"])
-    ctx = {
-        **common,
-        "mig_pricing": data.mig_pricing,
-        "idle_cost": cb.idle_cost,
-        "by_team": [
-            {
-                "name": r["key"][0],
-                "cost": r["cost"],
-                "gpu_hours": r["gpu_hours"],
-                "share": _pct(r["cost"], total),
-            }
-            for r in teams
-        ],
-        "by_namespace": [
-            {"namespace": r["key"][1], "team": r["key"][0], "cost": r["cost"], "gpu_hours": r["gpu_hours"]}
-            for r in _rollup(cb, ["team", "namespace"])
-        ],
-        "by_product": [
-            {"name": r["key"][0], "cost": r["cost"], "gpu_hours": r["gpu_hours"]}
-            for r in _rollup(cb, ["gpu_product"])
-        ],
-        "idle_total": str(cb.idle_cost_total),
-        "idle_gpu_hours": idle_hours,
-        "idle_share": _pct(cb.idle_cost_total, total),
-        "cluster_cost": total,
-        "cluster_gpu_hours": cb.cluster_gpu_hours,
-        "warnings": cb.warnings,
-        "daily": [
-            {
-                "day": ln.bucket,
-                "team": ln.key[0],
-                "namespace": ln.key[1],
-                "gpu_product": ln.key[2],
-                "gpu_hours": ln.gpu_hours,
-                "cost": ln.cost,
-            }
-            for ln in cb.lines
-        ],
-        "daily_idle": [{"day": i.bucket, "gpu_hours": i.gpu_hours, "cost": i.cost} for i in cb.idle],
-    }
-    files = {
-        f"{base}/chargeback.md": env.get_template("chargeback.md.j2").render(ctx),
-        f"{base}/chargeback.csv": env.get_template("chargeback.csv.j2").render(ctx),
-    }
+    part = _Part(
+        data,
+        environment(),
+        f"reports/{segment(data.cluster, 'cluster name')}/{segment(data.period.label, 'period label')}",
+        {"cluster": data.cluster, "period": data.period, "currency": cb.currency, "now": data.now},
+    )
+    files: Files = {}
+    for build in (_chargeback, _budgets, _forecast, _rightsizing, _inventory, _spot, _efficiency, _runs):
+        files.update(build(part))
+    return files
 
+
+def _chargeback(part: _Part) -> Files:
+    """Cost by team, namespace and GPU product, idle apart, and the daily lines as CSV."""
+    cb = part.data.by_team_namespace_product_daily
+    total = cb.cluster_cost
+    return part.render(
+        "chargeback",
+        {
+            "mig_pricing": part.data.mig_pricing,
+            "idle_cost": cb.idle_cost,
+            "by_team": [
+                {
+                    "name": r["key"][0],
+                    "cost": r["cost"],
+                    "gpu_hours": r["gpu_hours"],
+                    "share": _pct(r["cost"], total),
+                }
+                for r in _rollup(cb, ["team"])
+            ],
+            "by_namespace": [
+                {
+                    "namespace": r["key"][1],
+                    "team": r["key"][0],
+                    "cost": r["cost"],
+                    "gpu_hours": r["gpu_hours"],
+                }
+                for r in _rollup(cb, ["team", "namespace"])
+            ],
+            "by_product": [
+                {"name": r["key"][0], "cost": r["cost"], "gpu_hours": r["gpu_hours"]}
+                for r in _rollup(cb, ["gpu_product"])
+            ],
+            "idle_total": str(cb.idle_cost_total),
+            "idle_gpu_hours": sum((i.gpu_hours for i in cb.idle), Decimal(0)),
+            "idle_share": _pct(cb.idle_cost_total, total),
+            "cluster_cost": total,
+            "cluster_gpu_hours": cb.cluster_gpu_hours,
+            "warnings": cb.warnings,
+            "daily": [
+                {
+                    "day": ln.bucket,
+                    "team": ln.key[0],
+                    "namespace": ln.key[1],
+                    "gpu_product": ln.key[2],
+                    "gpu_hours": ln.gpu_hours,
+                    "cost": ln.cost,
+                }
+                for ln in cb.lines
+            ],
+            "daily_idle": [{"day": i.bucket, "gpu_hours": i.gpu_hours, "cost": i.cost} for i in cb.idle],
+        },
+    )
+
+
+def _budgets(part: _Part) -> Files:
+    """Each GPUBudget's spend, burn rate, forecast and the alerts fired."""
+    data = part.data
     statuses = [
         evaluate_budget(spec, data.daily_spend_history.get(spec.team, {}), data.now) for spec in data.budgets
     ]
-    budget_ctx = {
-        **common,
-        "forecast_note": FORECAST_NOTE,
-        "budgets": [_budget_row(spec, st) for spec, st in zip(data.budgets, statuses, strict=True)],
-    }
-    files[f"{base}/budgets.md"] = env.get_template("budgets.md.j2").render(budget_ctx)
-    files[f"{base}/budgets.csv"] = env.get_template("budgets.csv.j2").render(budget_ctx)
+    rows = [_budget_row(spec, st) for spec, st in zip(data.budgets, statuses, strict=True)]
+    return part.render("budgets", {"forecast_note": FORECAST_NOTE, "budgets": rows})
 
-    forecasts = []
+
+def _forecast(part: _Part) -> Files:
+    """Each team's spend per day over the forecast horizon."""
+    data = part.data
     today = data.now.date()
+    forecasts = []
     for team, history in sorted(data.daily_spend_history.items()):
         if not history:
             continue
@@ -187,34 +231,82 @@ def build_reports(data: ReportInput) -> dict[str, str]:
                 "by_day": [((today + timedelta(days=i)).isoformat(), v) for i, v in enumerate(per_day)],
             }
         )
-    forecast_ctx = {
-        **common,
-        "forecasts": forecasts,
-        "horizon_days": data.forecast_days,
-        "forecast_note": FORECAST_NOTE,
-    }
-    files[f"{base}/forecast.md"] = env.get_template("forecast.md.j2").render(forecast_ctx)
-    files[f"{base}/forecast.csv"] = env.get_template("forecast.csv.j2").render(forecast_ctx)
+    ctx = {"forecasts": forecasts, "horizon_days": data.forecast_days, "forecast_note": FORECAST_NOTE}
+    return part.render("forecast", ctx)
 
-    rs_ctx = {
-        **common,
-        "source": data.rightsizing_source,
-        "skipped": data.rightsizing_skipped,
-        "recommendations": [_rec_row(r) for r in data.recommendations],
-    }
-    files[f"{base}/rightsizing.md"] = env.get_template("rightsizing.md.j2").render(rs_ctx)
-    files[f"{base}/rightsizing.csv"] = env.get_template("rightsizing.csv.j2").render(rs_ctx)
 
+def _rightsizing(part: _Part) -> Files:
+    """Pods whose measured use fits a smaller (or needs a larger) GPU allocation."""
+    data = part.data
+    return part.render(
+        "rightsizing",
+        {
+            "source": data.rightsizing_source,
+            "skipped": data.rightsizing_skipped,
+            "recommendations": [_rec_row(r) for r in data.recommendations],
+        },
+    )
+
+
+def _inventory(part: _Part) -> Files:
+    """The GPU nodes metered in the period, as a GPUInventory `kgwe plan` can read."""
     latest: dict[str, NodeCapacity] = {}
-    for n in sorted(data.nodes, key=lambda n: n.start):
+    for n in sorted(part.data.nodes, key=lambda n: n.start):
         latest[n.node] = n
-    inv_nodes = [
+    nodes = [
         {"name": n.node, "product": n.gpu_product, "gpus": n.gpu_count, "spot": n.spot}
         for _, n in sorted(latest.items())
         if n.gpu_count > 0
     ]
-    files[f"{base}/inventory.yaml"] = env.get_template("inventory.yaml.j2").render(**common, nodes=inv_nodes)
-    return files
+    text = part.env.get_template("inventory.yaml.j2").render(**part.common, nodes=nodes)
+    return {f"{part.base}/inventory.yaml": text}
+
+
+def _spot(part: _Part) -> Files:
+    """GPUWorkloads that could run on spot capacity, the saving, and the interruption assumption."""
+    advice = part.data.advice
+    return part.render(
+        "spot",
+        {
+            "known": advice is not None and advice.workloads_read,
+            "assumption": advice.spot_assumption if advice else "",
+            "movable": [a for a in advice.spot if a.movable] if advice else [],
+            "kept": [a for a in advice.spot if not a.movable] if advice else [],
+            "total_per_month": sum((a.saving_per_month for a in advice.spot if a.movable), Decimal("0.00"))
+            if advice
+            else Decimal("0.00"),
+        },
+    )
+
+
+def _efficiency(part: _Part) -> Files:
+    """Busy GPU-hours per 100 of the currency, per team and per GPUWorkload."""
+    advice = part.data.advice
+    return part.render(
+        "efficiency",
+        {
+            "known": advice is not None,
+            "workloads_read": advice is not None and advice.workloads_read,
+            "source": advice.activity_source if advice else "",
+            "per": PER,
+            "teams": list(advice.team_efficiency) if advice else [],
+            "workloads": list(advice.workload_efficiency) if advice else [],
+            "warnings": list(advice.warnings) if advice else [],
+        },
+    )
+
+
+def _runs(part: _Part) -> Files:
+    """What each GPUWorkload that completed in the period cost, all attempts included; per team, the mean."""
+    advice = part.data.advice
+    return part.render(
+        "runs",
+        {
+            "known": advice is not None and advice.workloads_read,
+            "runs": list(advice.runs) if advice else [],
+            "teams": list(advice.team_runs) if advice else [],
+        },
+    )
 
 
 def _budget_row(spec: BudgetSpec, st: BudgetStatus) -> dict[str, Any]:

@@ -6,13 +6,15 @@ Everything here is wiring: the decisions live in the pure modules.
 
 from __future__ import annotations
 
+import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from kgwe.cost.advice import POD_GROUP, Advice, advise, runs_since
 from kgwe.cost.budgets import (
     BudgetSpec,
     BudgetStatus,
@@ -27,8 +29,13 @@ from kgwe.cost.reports import ReportInput, build_reports
 from kgwe.cost.rightsizing import Recommendation, recommend, size_of
 from kgwe.cost.store import CostStore
 from kgwe.cost.usage import Period, month_period
+from kgwe.cost.workload_facts import facts_from_objects
+from kgwe.errors import KgweError
+
+log = logging.getLogger(__name__)
 
 HISTORY_DAYS = 56  # forecast history: eight weeks, enough for weekly seasonality
+ADVICE_SECONDS = 600.0  # how often the controller recomputes the advice metrics (a month of usage per pod)
 
 
 @dataclass(frozen=True)
@@ -36,6 +43,7 @@ class Generated:
     files: dict[str, str]
     chargeback: Chargeback
     budgets: tuple[BudgetStatus, ...]
+    advice: Advice
 
 
 def daily_history(store: CostStore, book: PriceBook, now: datetime, since: datetime | None = None):
@@ -77,6 +85,48 @@ def rightsizing(
     return out, skipped
 
 
+def advice(
+    store: CostStore,
+    book: PriceBook,
+    period: Period,
+    now: datetime,
+    workloads: Sequence[Mapping[str, Any]] | None,
+    prometheus_url: str | None = None,
+) -> Advice:
+    """The period's advice from the store, the GPUWorkloads (None: not read) and, when a Prometheus is
+    known, DCGM activity per pod; a Prometheus that fails leaves efficiency on allocation only, with a
+    warning, rather than no report."""
+    facts, warnings = facts_from_objects(workloads or ())
+    end = min(now, period.until)
+    activity = None
+    if prometheus_url:
+        from kgwe.cost.prometheus import PrometheusClient
+
+        try:
+            activity = PrometheusClient(prometheus_url).pod_engine_activity(period.since, end)
+        except KgweError as exc:
+            warnings.append(f"no DCGM activity ({exc}): efficiency on allocation only")
+    usage = store.usage_aggregates(period, "total", POD_GROUP, now)
+    since = runs_since(facts, period)
+    run_usage = (
+        store.usage_aggregates(Period(since, period.until), "total", POD_GROUP, now)
+        if since < period.since
+        else None
+    )
+    return advise(
+        usage,
+        facts,
+        book,
+        period,
+        now,
+        activity=activity,
+        activity_source=prometheus_url or "",
+        run_usage=run_usage,
+        warnings=warnings,
+        workloads_read=workloads is not None,
+    )
+
+
 def generate_reports(
     store: CostStore,
     book: PriceBook,
@@ -85,12 +135,14 @@ def generate_reports(
     now: datetime,
     cluster: str,
     prometheus_url: str | None = None,
+    workloads: Sequence[Mapping[str, Any]] | None = None,
 ) -> Generated:
     cb = store.chargeback(
         book, period, now=now, granularity="day", group_by=("team", "namespace", "gpu_product")
     )
     history = daily_history(store, book, now, period.since)
     recs, skipped = rightsizing(store, period, now, prometheus_url, book) if prometheus_url else ([], 0)
+    found = advice(store, book, period, now, workloads, prometheus_url)
     files = build_reports(
         ReportInput(
             cluster=cluster,
@@ -104,10 +156,11 @@ def generate_reports(
             rightsizing_source=prometheus_url or "",
             rightsizing_skipped=skipped,
             mig_pricing=book.mig_pricing,
+            advice=found,
         )
     )
     statuses = tuple(evaluate_budget(b, history.get(b.team, {}), now) for b in budgets)
-    return Generated(files, cb, statuses)
+    return Generated(files, cb, statuses, found)
 
 
 def demand_record_file(store: CostStore, now: datetime, cluster: str) -> dict[str, str]:
@@ -133,11 +186,18 @@ class CostService:
         cluster: str,
         collector: CostCollector | None = None,
         spool_path: Path | None = None,
+        prometheus_url: str | None = None,
+        advice_seconds: float = ADVICE_SECONDS,
     ) -> None:
         self.store = store
         self.spool_path = spool_path  # where metering keeps writes while the store is down
         self.cluster = cluster
         self.collector = collector or install()
+        self.prometheus_url = prometheus_url  # DCGM activity for the efficiency metrics
+        self.advice_seconds = advice_seconds
+        self._advised_at: datetime | None = None
+        # the cluster's GPUWorkloads, once metering runs (spot advice and run costs need them)
+        self.workloads: Callable[[], list[dict]] | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         # namespace -> team of the GPUBudget claiming it, per PolicyRepository (set after each reconcile)
@@ -150,9 +210,11 @@ class CostService:
         return merged
 
     def start_metering(self, api_client: Any, **watch_options: Any) -> None:
+        from kgwe.cluster.client import list_gpu_workloads
         from kgwe.cost.metering_watch import MeteringWatch
         from kgwe.cost.spool import Spool
 
+        self.workloads = lambda: list_gpu_workloads(api_client)
         watch_options.setdefault("budget_teams", self.budget_teams)
         if self.spool_path is not None:
             watch_options.setdefault("spool", Spool(self.spool_path))
@@ -181,7 +243,23 @@ class CostService:
         history = daily_history(self.store, book, now, earliest)
         statuses = tuple(evaluate_budget(b, history.get(b.team, {}), now) for b in budgets)
         self.collector.update(cb, statuses, mig_savings=mig_savings(usage, book))
+        if self._advised_at is None or (now - self._advised_at).total_seconds() >= self.advice_seconds:
+            self._advised_at = now
+            self.collector.update_advice(
+                advice(self.store, book, month, now, self._read_workloads(), self.prometheus_url)
+            )
         return statuses
+
+    def _read_workloads(self) -> list[dict] | None:
+        """The cluster's GPUWorkloads; None (advice without them) before metering runs or when the read
+        fails, which must not stop metrics or reports."""
+        if self.workloads is None:
+            return None
+        try:
+            return self.workloads()
+        except Exception as exc:  # an API error of any kind: the advice goes without workloads this time
+            log.warning("reading GPUWorkloads for the cost advice failed: %s", exc)
+            return None
 
     def commit(
         self,
@@ -196,7 +274,9 @@ class CostService:
     ):
         """Generate the period's reports and commit them through `commit_back` (a kgwe.gitops CommitBack
         that may write only under `path_prefix`)."""
-        generated = generate_reports(self.store, book, budgets, period, now, self.cluster, prometheus_url)
+        generated = generate_reports(
+            self.store, book, budgets, period, now, self.cluster, prometheus_url, self._read_workloads()
+        )
         files = {**generated.files, **demand_record_file(self.store, now, self.cluster)}
         if path_prefix != "reports":  # PolicyRepository.spec.reports.path, e.g. reports/prod
             files = {path_prefix.rstrip("/") + rel[len("reports") :]: text for rel, text in files.items()}

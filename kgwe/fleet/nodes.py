@@ -15,6 +15,7 @@ from typing import Any
 from kgwe.errors import KgweError
 from kgwe.fleet.output import Column
 from kgwe.topology import health
+from kgwe.topology import view as topology_view
 from kgwe.topology.annotation import topology_name
 from kgwe.vocab import (
     GPU_HEALTH_ANNOTATION,
@@ -163,6 +164,32 @@ def node_row(
         "gpuPods": len(pods),
         "resources": {"whole": whole, "mig": mig, "shared": shared},
     }
+
+
+def gpu_topology(node: Mapping[str, Any]) -> dict[str, Any]:
+    """A node's GPUs and links from the agent's annotation, for `kgwe nodes NODE -o wide|json|yaml`:
+    {"gpuTopology": document} or {"gpuTopologyError": why} (absent annotation: no agent report)."""
+    raw = ((node.get("metadata") or {}).get("annotations") or {}).get(TOPOLOGY_ANNOTATION)
+    try:
+        found = topology_view.from_annotation(raw)
+    except KgweError as exc:
+        return {"gpuTopologyError": str(exc)}
+    if found is None:
+        return {"gpuTopologyError": f"no {TOPOLOGY_ANNOTATION} annotation (no agent report)"}
+    return {"gpuTopology": topology_view.to_document(found)}
+
+
+def gpu_topology_text(node: Mapping[str, Any]) -> str:
+    """The same as text: a GPU table beside the nvidia-smi `topo -m` matrix, and the links' GB/s."""
+    name = _name(node)
+    raw = ((node.get("metadata") or {}).get("annotations") or {}).get(TOPOLOGY_ANNOTATION)
+    try:
+        found = topology_view.from_annotation(raw)
+    except KgweError as exc:
+        return f"{name}: {exc}\n"
+    if found is None:
+        return f"{name}: no {TOPOLOGY_ANNOTATION} annotation (no agent report)\n"
+    return topology_view.text(name, found)
 
 
 def node_rows(

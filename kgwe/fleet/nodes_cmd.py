@@ -4,6 +4,7 @@ config and its state, the topology class, GPU health.
 examples:
   kgwe nodes
   kgwe nodes -o wide          # + MIG layout, schedulable, GPU pods
+  kgwe nodes NODE -o wide     # + the node's GPUs and the links between them (agent's topology annotation)
   kgwe nodes -o json          # every field, per MIG profile
   kubectl kgwe nodes --context prod
 """
@@ -40,7 +41,7 @@ def pick(nodes: list[dict], names: Sequence[str]) -> list[dict]:
 
 def run(args: argparse.Namespace) -> int:
     from kgwe.fleet.cluster import Fleet
-    from kgwe.fleet.nodes import node_rows
+    from kgwe.fleet.nodes import gpu_topology, gpu_topology_text, node_rows
 
     fleet = Fleet(args)
     nodes = pick(fleet.gpu_nodes(), args.names)
@@ -49,5 +50,12 @@ def run(args: argparse.Namespace) -> int:
     if not rows and args.output in ("table", "wide"):
         print("no GPU nodes (label nvidia.com/gpu.present=true)", file=sys.stderr)
         return 0
+    named = bool(args.names)  # the GPUs and links of the nodes asked for by name
+    if named and args.output in ("json", "yaml"):
+        by_name = {n["metadata"]["name"]: n for n in nodes}
+        rows = [{**row, **gpu_topology(by_name[row["name"]])} for row in rows]
     sys.stdout.write(render(rows, NODE_COLUMNS, args.output, kind="GPUNodeList"))
+    if named and args.output == "wide":
+        for node in sorted(nodes, key=lambda n: n["metadata"]["name"]):
+            sys.stdout.write("\n" + gpu_topology_text(node))
     return 0

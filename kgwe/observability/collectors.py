@@ -20,6 +20,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from kgwe.observability.fleet import FleetStats, fleet_stats
+from kgwe.observability.topology import TopologySamples, topology_samples
 from kgwe.observability.workloads import workload_stats
 
 log = logging.getLogger(__name__)
@@ -38,9 +39,8 @@ class ClusterSnapshot:
 def read_cluster(api_client: Any, namespace: str) -> ClusterSnapshot:
     """The objects the gauges need, as plain dicts (one list call per kind)."""
     from kubernetes import client
-    from kubernetes.client.exceptions import ApiException
 
-    from kgwe.cluster.client import list_items
+    from kgwe.cluster.client import list_gpu_workloads, list_items
     from kgwe.cluster.inventory import GPU_NODE_SELECTOR
     from kgwe.cluster.nodes import gpu_pods_by_node
 
@@ -49,14 +49,8 @@ def read_cluster(api_client: Any, namespace: str) -> ClusterSnapshot:
     snap = ClusterSnapshot(
         nodes=list_items(core.list_node, label_selector=GPU_NODE_SELECTOR),
         gpu_pods=gpu_pods_by_node(core),
+        workloads=list_gpu_workloads(api_client),
     )
-    try:
-        snap.workloads = list_items(
-            custom.list_cluster_custom_object, group="kgwe.nvidia.io", version="v1", plural="gpuworkloads"
-        )
-    except ApiException as exc:
-        if exc.status != 404:  # the GPUWorkload CRD is optional
-            raise
     snap.repositories = list_items(
         custom.list_namespaced_custom_object,
         group="kgwe.nvidia.io",
@@ -113,6 +107,7 @@ class ClusterStateCollector(Collector):
         if snap is None:
             return
         yield from _fleet_metrics(fleet_stats(snap.nodes, snap.gpu_pods, self._node_pool()))
+        yield from _topology_metrics(topology_samples(snap.nodes))
         phases, waits = workload_stats(snap.workloads, self._now())
         g = GaugeMetricFamily("kgwe_gpuworkloads", "GPUWorkloads by phase", labels=["phase"])
         for phase, n in sorted(phases.items()):
@@ -187,3 +182,33 @@ def _fleet_metrics(stats: FleetStats) -> Iterable[GaugeMetricFamily]:
         ["node", "pool"],
         {key: 1 for key in stats.mig_failed_nodes},
     )
+
+
+def _topology_metrics(samples: TopologySamples) -> Iterable[GaugeMetricFamily]:
+    info = GaugeMetricFamily(
+        "kgwe_node_topology_info",
+        "1 per GPU node with the agent's kgwe.nvidia.io/topology annotation, labelled with its class",
+        labels=["node", "topology"],
+    )
+    for node, name in samples.nodes:
+        info.add_metric([node, name], 1)
+    gpus = GaugeMetricFamily(
+        "kgwe_node_gpu_info",
+        "1 per GPU of a node, as the agent discovered it",
+        labels=["node", "gpu", "model", "numa_node", "mig"],
+    )
+    for gpu in samples.gpus:
+        gpus.add_metric(list(gpu), 1)
+    links = GaugeMetricFamily(
+        "kgwe_node_gpu_link_gbps",
+        "Estimated GB/s per direction between two GPUs of a node; link is the nvidia-smi topo -m label",
+        labels=["node", "gpu_a", "gpu_b", "link"],
+    )
+    for pair, gbps in samples.links:
+        links.add_metric(list(pair), gbps)
+    invalid = GaugeMetricFamily(
+        "kgwe_fleet_topology_annotations_invalid",
+        "GPU nodes whose kgwe.nvidia.io/topology annotation does not decode",
+        value=samples.invalid,
+    )
+    yield from (info, gpus, links, invalid)

@@ -31,7 +31,7 @@ class PanelSpec:
     title: str
     queries: tuple[Query, ...]
     unit: str = "short"
-    kind: str = "timeseries"  # or "stat"
+    kind: str = "timeseries"  # or "stat", or "table" (instant queries, one row per series)
     description: str = ""
     dcgm: bool = False  # needs dcgm-exporter (not KGWE) to have data
 
@@ -94,6 +94,37 @@ FLEET = (
                     _q("avg by (Hostname) (DCGM_FI_DEV_GPU_UTIL)", "{{Hostname}}"),
                     unit="percent",
                     dcgm=True,
+                ),
+            ),
+        ),
+        (
+            "Topology",
+            (
+                _p(
+                    "GPU links per node",
+                    _q("count by (node, link) (kgwe_node_gpu_link_gbps)"),
+                    kind="table",
+                    description="GPU pairs of each node by link (nvidia-smi topo -m: NV<n> NVLinks, PIX/PXB "
+                    "one PCIe switch, PHB/NODE through a CPU, SYS across CPUs), from the agent's "
+                    "kgwe.nvidia.io/topology annotation",
+                ),
+                _p(
+                    "GPU pair bandwidth (GB/s per direction)",
+                    _q("max by (node, gpu_a, gpu_b, link) (kgwe_node_gpu_link_gbps)"),
+                    kind="table",
+                    description="Every GPU pair of every node with its link and estimated bandwidth; "
+                    "`kgwe nodes NODE -o wide` shows one node as a matrix",
+                ),
+                _p(
+                    "GPUs per node",
+                    _q("max by (node, gpu, model, numa_node, mig) (kgwe_node_gpu_info)"),
+                    kind="table",
+                ),
+                _p(
+                    "Slowest GPU pair per node (GB/s)",
+                    _q("min by (node) (kgwe_node_gpu_link_gbps)", "{{node}}"),
+                    description="What the worst-placed pair of a node's GPUs gets; a multi-GPU pod "
+                    "spanning it runs at this rate",
                 ),
             ),
         ),
@@ -250,6 +281,47 @@ COST = (
                 _p("Budgets enforced", _q("sum(kgwe_budget_enforced)"), kind="stat"),
             ),
         ),
+        (
+            "Advice",
+            (
+                _p(
+                    "Spot savings available per month",
+                    _q("sum by (team, currency) (kgwe_spot_saving_per_month)", "{{team}} {{currency}}"),
+                    description="What the GPUWorkloads that could run on spot would save a month at this "
+                    "month's rate (assumption: the PricingCatalog's spotInterruptionRate; reports/…/spot.md)",
+                ),
+                _p(
+                    "GPUWorkloads that could move to spot",
+                    _q("max by (namespace, workload, team, currency) (kgwe_spot_saving_per_month)"),
+                    kind="table",
+                ),
+                _p(
+                    "Cost efficiency by team (busy GPU-hours per 100)",
+                    _q("max by (team, basis) (kgwe_cost_efficiency_score)", "{{team}} ({{basis}})"),
+                    description="GPU-hours weighted by DCGM engine activity per 100 of the currency; "
+                    "basis 'allocation only' (no DCGM) counts every held GPU-hour busy",
+                ),
+                _p(
+                    "Least cost-efficient GPUWorkloads",
+                    _q(
+                        "bottomk(10, max by (namespace, workload, basis) "
+                        "(kgwe_gpuworkload_cost_efficiency_score))"
+                    ),
+                    kind="table",
+                ),
+                _p(
+                    "Cost per completed run by team",
+                    _q("max by (team, currency) (kgwe_cost_per_completed_run)", "{{team}} {{currency}}"),
+                    description="Mean cost of the team's GPUWorkloads that completed this month, every "
+                    "attempt included",
+                ),
+                _p(
+                    "Completed GPUWorkload runs",
+                    _q("max by (namespace, workload, team, currency) (kgwe_gpuworkload_run_cost)"),
+                    kind="table",
+                ),
+            ),
+        ),
     ),
 )
 
@@ -267,12 +339,13 @@ def all_queries() -> list[tuple[str, str, PanelSpec]]:
 
 def build(dashboard: tuple) -> dict:
     """The Grafana dashboard JSON model of one dashboard."""
-    from grafana_foundation_sdk.builders import stat, timeseries
+    from grafana_foundation_sdk.builders import stat, table, timeseries
     from grafana_foundation_sdk.builders.dashboard import Dashboard as DashboardBuilder
     from grafana_foundation_sdk.builders.dashboard import DatasourceVariable, Row
     from grafana_foundation_sdk.builders.prometheus import Dataquery
     from grafana_foundation_sdk.cog.encoder import JSONEncoder
     from grafana_foundation_sdk.models.dashboard import DataSourceRef
+    from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 
     uid, title, rows = dashboard
     source = DataSourceRef(type_val="prometheus", uid="${datasource}")
@@ -290,7 +363,12 @@ def build(dashboard: tuple) -> dict:
         board = board.with_row(Row(row_title).id(next_id))
         next_id += 1
         for spec in row_panels:
-            builder = stat.Panel() if spec.kind == "stat" else timeseries.Panel()
+            if spec.kind == "stat":
+                builder: stat.Panel | table.Panel | timeseries.Panel = stat.Panel()
+            elif spec.kind == "table":
+                builder = table.Panel()
+            else:
+                builder = timeseries.Panel()
             builder = builder.id(next_id).title(spec.title)
             next_id += 1
             builder = builder.datasource(source).unit(spec.unit).height(8).span(12)
@@ -300,9 +378,12 @@ def build(dashboard: tuple) -> dict:
                     note = (note + " " if note else "") + "Needs dcgm-exporter."
                 builder = builder.description(note)
             for ref, query in enumerate(spec.queries):
-                builder = builder.with_target(
+                target = (
                     Dataquery().expr(query.expr).legend_format(query.legend or "__auto").ref_id(chr(65 + ref))
                 )
+                if spec.kind == "table":  # the series now, one row each, labels as columns
+                    target = target.format(PromQueryFormat.TABLE).instant()
+                builder = builder.with_target(target)
             board = board.with_panel(builder)
     return json.loads(json.dumps(board.build(), cls=JSONEncoder))
 

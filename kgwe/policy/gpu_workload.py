@@ -19,7 +19,7 @@ from kgwe.policy.base import ClusterObjectMeta, DnsLabel, KgweModel, KgweObject
 from kgwe.policy.cluster_kinds import Condition
 from kgwe.policy.pod_template import TemplateErrors, template_findings
 from kgwe.policy.scoring_profile import ScoringStrategy
-from kgwe.policy.types import DNS_SUBDOMAIN_PATTERN
+from kgwe.policy.types import DNS_SUBDOMAIN_PATTERN, PositiveDuration
 from kgwe.vocab import TopologyPreference
 
 WorkloadType = Literal["Training", "DistributedTraining", "Batch", "HPC", "Inference", "Interactive"]
@@ -112,6 +112,9 @@ class GPUWorkloadSpec(KgweModel):
     team: str | None = None
     exclusive_access: bool = False  # never on time-sliced GPUs (nodes with nvidia.com/gpu.replicas > 1)
     retry_policy: RetryPolicy = Field(default_factory=RetryPolicy)
+    # How often the job saves a checkpoint a restart resumes from: what the spot advice counts as lost to an
+    # interruption (half an interval on average). None: the job keeps no checkpoints KGWE knows of.
+    checkpoint_interval: PositiveDuration | None = None
     roles: list[Role] | None = Field(default=None, min_length=1, max_length=8)
     gang: GangPolicy = Field(default_factory=GangPolicy)
     suspend: bool = False

@@ -5,13 +5,20 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from kgwe.gpu.products import find_price
 from kgwe.policy.base import KgweModel, KgweObject, ObjectMeta
 from kgwe.policy.budget import CURRENCY_PATTERN
-from kgwe.policy.types import LabelMap, Money
-from kgwe.vocab import DEFAULT_CURRENCY, DEFAULT_IDLE_COST, DEFAULT_MIG_PRICING, IdleCost, MigPricing
+from kgwe.policy.types import LabelMap, Money, Percent
+from kgwe.vocab import (
+    DEFAULT_CURRENCY,
+    DEFAULT_IDLE_COST,
+    DEFAULT_MIG_PRICING,
+    DEFAULT_SPOT_INTERRUPTION_PERCENT,
+    IdleCost,
+    MigPricing,
+)
 
 
 class GPUPrice(KgweModel):
@@ -26,6 +33,19 @@ class PricingCatalogSpec(KgweModel):
     mig_pricing: MigPricing = DEFAULT_MIG_PRICING
     idle_cost: IdleCost = DEFAULT_IDLE_COST
     spot_node_selector: LabelMap = Field(default_factory=dict)  # nodes priced at spotPerHour
+    # Share of spot nodes the provider reclaims in a month: the assumption behind the spot advice's
+    # interruption risk (providers publish it per instance type, e.g. AWS's "frequency of interruption").
+    spot_interruption_rate: Percent = Field(
+        default=Decimal(DEFAULT_SPOT_INTERRUPTION_PERCENT),
+        json_schema_extra={"default": f"{DEFAULT_SPOT_INTERRUPTION_PERCENT}%"},
+    )
+
+    @field_validator("spot_interruption_rate")
+    @classmethod
+    def _at_most_all(cls, v: Decimal) -> Decimal:
+        if v > 100:
+            raise ValueError(f"a share of nodes is at most 100%, got {v}%")
+        return v
 
     def price_for(self, product: str) -> GPUPrice | None:
         """The price of a node's GFD product, by the rule the chargeback uses (kgwe.gpu.products)."""

@@ -19,7 +19,7 @@ from typing import Any
 from kgwe.cluster.names import is_gpu_resource
 from kgwe.cost.budgets import BudgetSpec, alert_events, budget_from_policy, quota_decisions
 from kgwe.cost.pricing import PriceBook, pricebook_from_catalog
-from kgwe.cost.service import CostService
+from kgwe.cost.service import ADVICE_SECONDS, CostService
 from kgwe.cost.usage import Period, month_period
 from kgwe.errors import KgweError
 from kgwe.gitops.commit_back import CommitBack, CommitResult
@@ -77,6 +77,7 @@ def cost_duties(
     prometheus_url: str | None = None,
     spool_path: Path | None = None,
     refresh_seconds: float = 60.0,
+    advice_seconds: float = ADVICE_SECONDS,
 ) -> CostDuties:
     """The cost duties `kgwe controller` runs, on the store at `db` (SQLite path or postgresql:// URL).
 
@@ -90,7 +91,13 @@ def cost_duties(
     except KgweError as exc:
         log.warning("%s; metering will retry the migration", exc)
     return CostDuties(
-        CostService(store, cluster=cluster, spool_path=spool_path),
+        CostService(
+            store,
+            cluster=cluster,
+            spool_path=spool_path,
+            prometheus_url=prometheus_url,
+            advice_seconds=advice_seconds,
+        ),
         prometheus_url=prometheus_url,
         refresh_seconds=refresh_seconds,
     )

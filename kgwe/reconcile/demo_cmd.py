@@ -54,6 +54,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--timeout", type=float, default=300.0, help="give up waiting for a rollout after this"
     )
     parser.add_argument(
+        "--keep-repo",
+        metavar="DIR",
+        type=Path,
+        help="leave the demo's policy repository, with everything the controller committed (cost reports, "
+        "inventory snapshot), as a Git checkout in DIR (which must not exist or be empty)",
+    )
+    parser.add_argument(
         "--prometheus",
         action="store_true",
         help="also run a real Prometheus scraping the controller and the extender; at the end check that "
@@ -262,8 +269,10 @@ def _start_controller(
         renew_deadline_seconds=4,
         retry_period_seconds=1,
         git_access=GitAccess(ca_file=ca_file, allowed_networks=LOOPBACK_NETWORKS),  # its own Git server
-        # chargeback and budget metrics every 5 s (60 s in a cluster): the demo lasts about a minute
-        costs=cost_duties(str(cache_dir.parent / "kgwe-cost.db"), cluster="demo", refresh_seconds=5.0),
+        # chargeback, budget and advice metrics every 5 s (60 s and 10 min in a cluster): the demo is short
+        costs=cost_duties(
+            str(cache_dir.parent / "kgwe-cost.db"), cluster="demo", refresh_seconds=5.0, advice_seconds=5.0
+        ),
     )
     stop = threading.Event()
     thread = threading.Thread(target=controller.run, args=(stop,), daemon=True)
@@ -297,7 +306,10 @@ WORKLOADS = [
     # no pod template: its pods come from sample-repo's torch-distributed WorkloadRuntime
     ("kgwe-prd-llm-training-job.yaml", "ml-training", "ml-research"),
     ("inference-mig.yaml", "inference-prod", "inference-platform"),
+    # a short batch that completes: what a completed run cost (reports runs.md)
+    ("batch-eval.yaml", "ml-training", "ml-research"),
 ]
+SHORT_JOB = ("ml-training", "eval-nightly")  # the batch above: the demo ends it once it has been metered
 
 
 def place_workloads(api: Any, timeout: float) -> list[tuple[str, str]]:
@@ -441,9 +453,30 @@ def follow_demand(api: Any, timeout: float) -> None:
     )
 
 
+def finish_short_job(api: Any, timeout: float) -> None:
+    """The short batch job's pods end (as their kubelet would report), so its GPUWorkload completes."""
+    from kubernetes import client
+
+    from kgwe.localcluster.heldpods import finish_held_pod
+
+    namespace, name = SHORT_JOB
+    core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+    for pod in core.list_namespaced_pod(namespace, label_selector=f"kgwe.nvidia.io/workload={name}").items:
+        finish_held_pod(api, pod)
+
+    def phase() -> str:
+        obj = custom.get_namespaced_custom_object(API_GROUP, CRD_VERSION, namespace, "gpuworkloads", name)
+        return str((obj.get("status") or {}).get("phase"))
+
+    if not _eventually(lambda: phase() == "Succeeded", timeout):
+        raise KgweError(f"GPUWorkload {namespace}/{name} did not complete within {timeout:.0f}s: {phase()}")
+    _say(f"  {namespace}/{name} finished: its GPUWorkload is Succeeded")
+
+
 def meter_and_report(controller: Any, bare: Path, pods: list[tuple[str, str]], timeout: float) -> None:
-    """The controller's cost duties meter the placed pods; then its cost reports (chargeback, budgets,
-    forecast, rightsizing) are committed to the policy repository now rather than on their schedule."""
+    """The controller's cost duties meter the placed pods; the short batch job completes; then its cost
+    reports (chargeback, budgets, forecast, rightsizing, and the advice: spot, efficiency, cost per run) are
+    committed to the policy repository now rather than on their schedule."""
     store = controller.costs.service.store
     deadline = time.monotonic() + timeout
     while not set(pods) <= {(iv.namespace, iv.pod) for iv in store.open_usage()}:
@@ -452,6 +485,7 @@ def meter_and_report(controller: Any, bare: Path, pods: list[tuple[str, str]], t
         time.sleep(0.5)
     _say(f"  metering: {len(pods)} pods hold GPUs; letting them run a few seconds ...")
     time.sleep(5)
+    finish_short_job(controller.api_client, timeout)
     result = controller.commit_reports_now(REPO)
     if result is None or result.status not in ("pushed", "unchanged"):
         raise KgweError(f"cost reports not committed: {getattr(result, 'reason', None) or result}")
@@ -465,6 +499,15 @@ def meter_and_report(controller: Any, bare: Path, pods: list[tuple[str, str]], t
         text = _git(bare, "show", f"{result.sha}:{chargeback}").split("\n## By GPU product")[0]
         _say(f"  {chargeback} (GPU-hours by team and namespace):")
         _say("\n".join(f"    {line}" for line in text.splitlines() if line.startswith("|")))
+    for name, what in (
+        ("spot.md", "GPUWorkloads that could run on spot"),
+        ("runs.md", "cost per completed run"),
+    ):
+        report = next((f for f in files if f.endswith("/" + name)), None)
+        if report:
+            text = _git(bare, "show", f"{result.sha}:{report}").split("\n## ")[0]
+            _say(f"  {report} ({what}):")
+            _say("\n".join(f"    {line}" for line in text.splitlines() if line.startswith(("|", "**"))))
 
 
 def _start_prometheus(tmp: Path, controller_port: int, extender_port: int) -> Any:
@@ -534,6 +577,7 @@ def run(args: argparse.Namespace) -> int:
     from kgwe.localcluster.gitserver import GitHttpsServer
     from kgwe.localcluster.migmanager import MigManagerStandIn
 
+    keep = _keep_repo_target(args.keep_repo)
     budgets = _sample_documents("GPUBudget", "budgets")
     _say("KGWE demo: starting a local control plane (etcd, kube-apiserver, kube-scheduler, kwok) ...")
     with tempfile.TemporaryDirectory(prefix="kgwe-demo-") as tmp_name, ControlPlane(find_binaries()) as cp:
@@ -601,4 +645,30 @@ def run(args: argparse.Namespace) -> int:
             finally:
                 stop.set()
                 thread.join(timeout=20)
+                if keep is not None:
+                    keep_repository(bare, keep)
     return 0
+
+
+def _keep_repo_target(path: Path | None) -> Path | None:
+    """Where --keep-repo puts the repository, refused before anything starts if it would overwrite."""
+    if path is None:
+        return None
+    if path.exists() and (not path.is_dir() or any(path.iterdir())):
+        raise KgweError(f"--keep-repo {path}: exists and is not an empty directory")
+    return path.resolve()
+
+
+def keep_repository(bare: Path, target: Path) -> None:
+    """A checkout of the demo's policy repository at `target`, standing alone (no remote: the demo's Git
+    server is gone once it ends)."""
+    _git(bare.parent, "clone", "-q", "-b", "main", str(bare), str(target))
+    _git(target, "remote", "remove", "origin")
+    count = _git(target, "rev-list", "--count", "HEAD")
+    reports = sorted(
+        {p.split("/", 3)[2] for p in _git(target, "ls-files", "reports").split() if p.count("/") >= 3}
+    )
+    _say(
+        f"\npolicy repository kept in {target}: {count} commits (`git -C {target} log --stat`); "
+        f"what the controller committed is under reports/ ({', '.join(reports) or 'nothing yet'})"
+    )

@@ -17,20 +17,7 @@ from fractions import Fraction
 from kgwe.cost.allocate import cents_to_decimal, round_cents
 from kgwe.cost.pricing import PriceBook
 from kgwe.cost.usage import UsageInterval
-from kgwe.workloads.plan import child_name
-
-
-def pod_pattern(workload: str, roles: Iterable[str], batch: bool) -> re.Pattern[str]:
-    """Names of the pods KGWE's children create: Job pods `<wl>-r<run>-<role>-<index>-<suffix>`,
-    Deployment pods `<wl>-<role>-<hash>-<suffix>`."""
-    alts = []
-    for role in roles:
-        if batch:
-            prefix = re.escape(child_name(workload, 0, role)).replace("r0", r"r\d+")
-            alts.append(prefix + r"-\d+-[a-z0-9]+")
-        else:
-            alts.append(re.escape(f"{workload}-{role}") + r"-[a-z0-9]+-[a-z0-9]+")
-    return re.compile("^(?:" + "|".join(alts) + ")$")
+from kgwe.cost.workload_facts import pod_pattern as pod_pattern  # the names of a workload's pods
 
 
 def workload_cost(

@@ -114,11 +114,17 @@ def test_report_files_conserve_cost(db, tmp_path, capsys):
         "budgets.md",
         "chargeback.csv",
         "chargeback.md",
+        "efficiency.csv",
+        "efficiency.md",
         "forecast.csv",
         "forecast.md",
         "inventory.yaml",
         "rightsizing.csv",
         "rightsizing.md",
+        "runs.csv",
+        "runs.md",
+        "spot.csv",
+        "spot.md",
     ]
     rows = list(csv.DictReader(io.StringIO((folder / "chargeback.csv").read_text())))
     total = sum(Decimal(r["cost"]) for r in rows)
@@ -135,6 +141,89 @@ def test_report_files_conserve_cost(db, tmp_path, capsys):
 
     inventory = yaml.safe_load((folder / "inventory.yaml").read_text())
     assert sorted(n["name"] for n in inventory["spec"]["nodes"]) == ["a0", "h0"]
+    # without --workloads: efficiency per team from metering alone, spot and runs say what they miss
+    assert "No GPUWorkloads were read" in (folder / "spot.md").read_text()
+    assert "no GPUWorkloads read (--workloads FILE)" in printed
+    teams = {r["subject"] for r in csv.DictReader(io.StringIO((folder / "efficiency.csv").read_text()))}
+    assert teams == {"data-science", "inference-platform", "ml-research"}
+    assert "**Allocation only:**" in (folder / "efficiency.md").read_text()
+
+
+def test_report_advises_spot_efficiency_and_cost_per_run_from_gpuworkloads(tmp_path, capsys):
+    import yaml
+
+    url = f"sqlite:///{tmp_path / 'cost.db'}"
+    store = CostStore(url)
+    store.migrate()
+    store.set_node(NodeCapacity("a0", A100, 8, T0 - timedelta(days=1)))
+    store.set_node(NodeCapacity("a1", A100, 8, T0 - timedelta(days=1)))
+    start = T0 + timedelta(days=1)
+
+    def pod(name, node, hours, offset=0):
+        begin = start + timedelta(hours=offset)
+        return UsageInterval(
+            name,
+            "ml-training",
+            "ml-research",
+            node,
+            A100,
+            "whole",
+            8,
+            begin,
+            begin + timedelta(hours=hours),
+            pod_uid=name,
+        )
+
+    store.add_usage(
+        [
+            pod("llm-r0-worker-0-aaaaa", "a0", 1),  # failed attempt
+            pod("llm-r1-worker-0-bbbbb", "a0", 10, offset=2),
+            pod("llm-r1-worker-1-ccccc", "a1", 10, offset=2),
+        ]
+    )
+    store.close()
+    workload = {
+        "apiVersion": "kgwe.nvidia.io/v1",
+        "kind": "GPUWorkload",
+        "metadata": {"name": "llm", "namespace": "ml-training", "creationTimestamp": "2026-10-02T00:00:00Z"},
+        "spec": {
+            "gpuRequirements": {"count": 8},
+            "distributedConfig": {"nodes": 2},
+            "checkpointInterval": "1h",
+        },
+        "status": {
+            "phase": "Succeeded",
+            "run": 1,
+            "conditions": [
+                {"type": "Complete", "status": "True", "lastTransitionTime": "2026-10-02T12:00:00Z"}
+            ],
+        },
+    }
+    listing = tmp_path / "workloads.yaml"
+    listing.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": [workload]}))
+    assert run_report(url, tmp_path / "out", "--workloads", str(listing)) == 0
+    printed = capsys.readouterr().out
+    folder = tmp_path / "out" / "reports" / "prod" / "2026-10-01_2026-11-01"
+    (spot,) = list(csv.DictReader(io.StringIO((folder / "spot.csv").read_text())))
+    # 168 on-demand GPU-h (8 + 80 + 80) x (2.45 - 0.98) = 246.96 in the 19.5 days to --now
+    assert (spot["workload"], spot["movable"], spot["saving"]) == ("llm", "True", "246.96")
+    assert "20% a month" in (folder / "spot.md").read_text()
+    (run,) = list(csv.DictReader(io.StringIO((folder / "runs.csv").read_text())))
+    # every attempt at 2.45: 168 GPU-h = 411.60, of which the failed first attempt 8 GPU-h = 19.60
+    assert (run["attempts"], run["cost"], run["failed_attempts_cost"]) == ("2", "411.60", "19.60")
+    levels = {
+        (r["level"], r["subject"])
+        for r in csv.DictReader(io.StringIO((folder / "efficiency.csv").read_text()))
+    }
+    assert levels == {("team", "ml-research"), ("workload", "ml-training/llm")}
+    assert "spot: 1 GPUWorkload(s) could move" in printed and "ml-research 1 at 411.60 USD mean" in printed
+
+    listing.write_text("kind: ConfigMap\nmetadata: {name: x}\n")
+    assert run_report(url, tmp_path / "out", "--workloads", str(listing)) == 1
+    assert "holds a ConfigMap, not a GPUWorkload" in capsys.readouterr().err
+    listing.write_text("items: [\n")
+    assert run_report(url, tmp_path / "out", "--workloads", str(listing)) == 1
+    assert "not YAML" in capsys.readouterr().err
 
 
 def test_bad_input_is_one_clear_error(db, tmp_path, capsys):
@@ -242,6 +331,44 @@ def test_service_refreshes_metrics_and_budget_status(db):
     }
     text = generate_latest(registry).decode()
     assert 'kgwe_budget_used_ratio{budget="ml-research"' in text and "kgwe_idle_gpu_cost{" in text
+    assert 'kgwe_cost_efficiency_score{basis="allocation only",team="ml-research"}' in text
+
+
+def test_service_recomputes_the_advice_metrics_at_its_own_pace(db):
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from kgwe.cost.metrics import install
+    from kgwe.cost.pricing import pricebook_from_catalog
+    from kgwe.cost.service import CostService
+    from kgwe.policy.loader import load_repository
+    from kgwe.policy.pricing import PricingCatalog
+
+    book = pricebook_from_catalog(load_repository(sample_repo_dir()).objects(PricingCatalog)[0])
+    registry = CollectorRegistry()
+    service = CostService(CostStore(db), cluster="prod", collector=install(registry), advice_seconds=600)
+    reads = []
+    workload = {
+        "apiVersion": "kgwe.nvidia.io/v1",
+        "kind": "GPUWorkload",
+        "metadata": {"name": "train", "namespace": "ml-training"},
+        "spec": {"gpuRequirements": {"count": 4}},
+    }
+    service.workloads = lambda: reads.append(1) or [workload]
+    now = datetime(2026, 10, 20, 12, tzinfo=UTC)
+    service.refresh(book, [], now)
+    service.refresh(book, [], now + timedelta(seconds=300))  # metrics refresh, the advice stays
+    assert len(reads) == 1
+    service.refresh(book, [], now + timedelta(seconds=600))
+    assert len(reads) == 2
+    # pods train-<day> are not the controller's children: the workload has no pods, so no spot series
+    assert "kgwe_spot_saving_per_month{" not in generate_latest(registry).decode()
+
+    def unreachable():
+        raise OSError("connection refused")
+
+    service.workloads = unreachable  # a failed read leaves the advice without workloads, never the refresh
+    service.refresh(book, [], now + timedelta(seconds=1200))
+    assert "kgwe_cost_efficiency_score{" in generate_latest(registry).decode()
 
 
 def test_report_rightsizes_metered_pods_from_prometheus(db, tmp_path):

@@ -130,7 +130,26 @@ def test_nodes_show_allocation_topology_and_health(k8s_api, gpu_node, namespace,
     assert row["topology"] == "HGX-H100" and row["unhealthyGPUs"] == []
 
     code, out, _ = kgwe(capsys, "nodes", a100, "-o", "yaml")
-    assert yaml.safe_load(out)["items"][0]["unhealthyGPUs"] == [3]
+    (row,) = yaml.safe_load(out)["items"]
+    assert row["unhealthyGPUs"] == [3]
+    # named nodes: their GPUs and links, from the agent's annotation on the Node
+    assert row["topology"] == "DGX-A100" and len(row["gpuTopology"]["links"]) == 28
+    assert row["gpuTopology"]["links"][0] == {
+        "gpus": [0, 1],
+        "link": "NV12",
+        "via": "nvswitch",
+        "bandwidthGBps": 300,
+    }
+
+    code, out, _ = kgwe(capsys, "nodes", a100, "-o", "wide")
+    table, matrix = out.split("\n\n")
+    assert a100 in table and matrix.startswith(f"{a100}: DGX-A100, 8 GPUs\n")
+    header, *gpus, legend = matrix.splitlines()[1:]
+    assert header.split()[5:] == [f"GPU{i}" for i in range(8)] and len(gpus) == 8
+    assert gpus[3].split()[:1] == ["3"] and gpus[3].split()[-8:] == ["NV12"] * 3 + ["X"] + ["NV12"] * 4
+    assert legend == "GB/s per direction (estimated): NV12 300"
+    code, out, _ = kgwe(capsys, "nodes", "-o", "wide")  # the whole fleet: the table only
+    assert "GB/s per direction" not in out
 
 
 def test_health_lists_the_unhealthy_gpu_with_reason_and_since(k8s_api, gpu_node, kubeconfig, capsys):

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from kgwe.fleet import output
-from kgwe.fleet.nodes import HEALTH_COLUMNS, NODE_COLUMNS, health_rows, node_rows
+from kgwe.fleet.nodes import HEALTH_COLUMNS, NODE_COLUMNS, gpu_topology_text, health_rows, node_rows
 from kgwe.fleet.status import status_document, status_text
 from kgwe.fleet.watch_view import frame
 from kgwe.fleet.workloads import WORKLOAD_COLUMNS, workload_rows
@@ -193,6 +193,8 @@ def test_nodes_table_wide_json():
     golden("nodes.txt", output.render(rows, NODE_COLUMNS, "table"))
     golden("nodes-wide.txt", output.render(rows, NODE_COLUMNS, "wide"))
     golden("nodes.json", output.render(rows, NODE_COLUMNS, "json", kind="GPUNodeList"))
+    # `kgwe nodes NODE -o wide`: below the table, each named node's GPUs and links
+    golden("nodes-topology.txt", "".join(gpu_topology_text(n) for n in nodes()))
 
 
 def test_health_table_json():

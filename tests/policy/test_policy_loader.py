@@ -575,3 +575,22 @@ def test_a_seed_gpuworkload_is_pointed_at_kgwe_convert(tmp_path):
     (error,) = load_repository(tmp_path).errors
     assert (error.line, error.path) == (1, "apiVersion")
     assert "GPU_Orchestrator's GPUWorkload" in error.message and "`kgwe convert wl.yaml`" in error.message
+
+
+@pytest.mark.parametrize(("rate", "words"), [('"150%"', "at most 100%"), ("0.2", "percentage like '70%'")])
+def test_spot_interruption_rate_is_a_share_of_nodes(tmp_path, rate, words):
+    text = PRICING + f"  spotInterruptionRate: {rate}\n"
+    d = one_error(load_repository(repo(tmp_path, {"p.yaml": text})), words)
+    assert (d.file, d.line, d.path) == ("p.yaml", 9, "spec.spotInterruptionRate")
+
+
+def test_spot_interruption_rate_reaches_the_price_book(tmp_path):
+    from decimal import Decimal
+
+    from kgwe.cost.pricing import pricebook_from_catalog
+    from kgwe.policy.pricing import PricingCatalog
+
+    ps = load_repository(repo(tmp_path, {"p.yaml": PRICING + '  spotInterruptionRate: "7.5%"\n'}))
+    assert pricebook_from_catalog(ps.objects(PricingCatalog)[0]).spot_interruption_percent == Decimal("7.5")
+    ps = load_repository(repo(tmp_path / "default", {"p.yaml": PRICING}))
+    assert pricebook_from_catalog(ps.objects(PricingCatalog)[0]).spot_interruption_percent == Decimal("20")

@@ -13,7 +13,6 @@ import json
 import secrets
 import subprocess
 import threading
-import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -30,6 +29,7 @@ from kgwe.cost.service import CostService
 from kgwe.cost.store import CostStore
 from kgwe.localcluster.controlplane import KWOK_HOLD_ANNOTATION, default_scheduler_config
 from kgwe.localcluster.extender_process import start_extender
+from kgwe.localcluster.heldpods import finish_held_pod
 from kgwe.policy import load_repository
 from kgwe.reconcile.costs import CostDuties
 from kgwe.reconcile.repository import RepositoryReconciler
@@ -212,32 +212,8 @@ def _bound(k8s_api, namespace: str, name: str) -> list:
 
 def _finish(k8s_api, namespace: str, pod, ok: bool = True) -> None:
     """Play the kubelet: the pod's container exits 0 (or 1)."""
-    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    code = 0 if ok else 1
-    body = {
-        "status": {
-            "phase": "Succeeded" if ok else "Failed",
-            "containerStatuses": [
-                {
-                    "name": c.name,
-                    "image": c.image,
-                    "imageID": "",
-                    "ready": False,
-                    "restartCount": 0,
-                    "state": {
-                        "terminated": {
-                            "exitCode": code,
-                            "reason": "Completed" if ok else "Error",
-                            "startedAt": now,
-                            "finishedAt": now,
-                        }
-                    },
-                }
-                for c in pod.spec.containers
-            ],
-        }
-    }
-    client.CoreV1Api(k8s_api).patch_namespaced_pod_status(pod.metadata.name, namespace, body)
+    assert pod.metadata.namespace == namespace
+    finish_held_pod(k8s_api, pod, ok=ok)
 
 
 def _tag() -> dict[str, str]:
