@@ -37,7 +37,7 @@ def sample_repo_dir() -> Path:
 
 def workload_examples_dir() -> Path:
     """docs/examples/gpuworkloads: the seed GPUWorkload examples (the demo applies two of them)."""
-    return _data_dir("docs") / "examples" / "gpuworkloads"
+    return _data_dir("docs") / "examples/gpuworkloads"
 
 
 def hack_dir() -> Path:

@@ -26,7 +26,8 @@ from kubernetes import client, dynamic
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic.exceptions import NotFoundError, ResourceNotFoundError
 
-from kgwe.cluster.names import (
+from kgwe.errors import KgweError
+from kgwe.vocab import (
     DESIRED_HASH_ANNOTATION,
     FIELD_MANAGER,
     MANAGED_BY_LABEL,
@@ -35,7 +36,6 @@ from kgwe.cluster.names import (
     PRUNE_DISABLED,
     REPOSITORY_LABEL,
 )
-from kgwe.errors import KgweError
 
 _VOLATILE_METADATA = (
     "managedFields",

@@ -31,6 +31,7 @@ from kgwe.cost.store import CostStore
 from kgwe.cost.usage import Period, month_period
 from kgwe.cost.workload_facts import facts_from_objects
 from kgwe.errors import KgweError
+from kgwe.vocab import DEFAULT_REPORTS_PATH
 
 log = logging.getLogger(__name__)
 
@@ -172,7 +173,7 @@ def demand_record_file(store: CostStore, now: datetime, cluster: str) -> dict[st
     record = record_from_intervals(
         store.usage(window), store.nodes(window), since=since, until=until, cluster=cluster, now=now
     )
-    return {f"reports/{RECORD_NAME}": encode(record).decode()}
+    return {f"{DEFAULT_REPORTS_PATH}/{RECORD_NAME}": encode(record).decode()}
 
 
 class CostService:
@@ -269,7 +270,7 @@ class CostService:
         now: datetime,
         *,
         commit_back: Any,
-        path_prefix: str = "reports",
+        path_prefix: str = DEFAULT_REPORTS_PATH,
         prometheus_url: str | None = None,
     ):
         """Generate the period's reports and commit them through `commit_back` (a kgwe.gitops CommitBack
@@ -278,6 +279,9 @@ class CostService:
             self.store, book, budgets, period, now, self.cluster, prometheus_url, self._read_workloads()
         )
         files = {**generated.files, **demand_record_file(self.store, now, self.cluster)}
-        if path_prefix != "reports":  # PolicyRepository.spec.reports.path, e.g. reports/prod
-            files = {path_prefix.rstrip("/") + rel[len("reports") :]: text for rel, text in files.items()}
+        if path_prefix != DEFAULT_REPORTS_PATH:  # PolicyRepository.spec.reports.path, e.g. reports/prod
+            files = {
+                path_prefix.rstrip("/") + rel[len(DEFAULT_REPORTS_PATH) :]: text
+                for rel, text in files.items()
+            }
         return commit_back.commit_files(files, summary=f"cost reports {self.cluster} {period.label}")

@@ -51,6 +51,7 @@ from kgwe.gitops.gitcmd import (
 )
 from kgwe.gitops.retry import backoff_delays_seconds
 from kgwe.gitops.source import GitSourceError, list_tree
+from kgwe.vocab import DEFAULT_REPORTS_PATH
 
 MAX_COMMIT_BACK_FILES = 200_000  # files of the repository commit-back reads into its index (a large monorepo)
 COMMIT_BACK_RESULTS = Counter("kgwe_commit_back_total", "Commit-back attempts by final result", ["result"])
@@ -103,7 +104,7 @@ class CommitBack:
         credentials: GitCredentials | None = None,
         author: BotIdentity = BotIdentity(),
         message_template: str = DEFAULT_MESSAGE_TEMPLATE,
-        allowed_prefixes: tuple[str, ...] = ("reports/",),
+        allowed_prefixes: tuple[str, ...] = (DEFAULT_REPORTS_PATH + "/",),
         attempts: int = 4,
         timeout_seconds: float = 60.0,
         backoff_base_seconds: float = 0.5,

@@ -18,8 +18,8 @@ from typing import Any
 import orjson
 
 from kgwe.errors import KgweError
+from kgwe.vocab import API_VERSION
 
-API_VERSION = "kgwe.nvidia.io/v1"
 KIND = "DemandRecord"
 FORMAT_VERSION = 1
 RECORD_NAME = "demand-record.json"  # beside gpu-inventory.yaml under the reports path

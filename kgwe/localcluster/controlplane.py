@@ -51,8 +51,6 @@ SCHEDULER_API_VERSION = "kubescheduler.config.k8s.io/v1"
 # API group versions a feature gate needs the apiserver to serve (off by default while in beta).
 FEATURE_GATE_APIS: Mapping[str, tuple[str, ...]] = {"GenericWorkload": ("scheduling.k8s.io/v1beta1",)}
 KWOK_STAGES = Path(__file__).resolve().parent / "kwok-stages.yaml"  # what a kubelet would do, as kwok Stages
-# A Job pod with this annotation stays Running (kwok-stages.yaml) until someone writes its end status.
-KWOK_HOLD_ANNOTATION = "kgwe.nvidia.io/test-hold"
 # The cluster's Service network: the `kubernetes` Service takes its first address, the DNS add-on a fixed one.
 SERVICE_CIDR = "10.96.0.0/16"
 KUBERNETES_SERVICE_IP = "10.96.0.1"

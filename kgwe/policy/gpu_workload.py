@@ -20,7 +20,7 @@ from kgwe.policy.cluster_kinds import Condition
 from kgwe.policy.pod_template import TemplateErrors, template_findings
 from kgwe.policy.scoring_profile import ScoringStrategy
 from kgwe.policy.types import DNS_SUBDOMAIN_PATTERN, PositiveDuration
-from kgwe.vocab import TopologyPreference
+from kgwe.vocab import DEFAULT_CURRENCY, TopologyPreference
 
 WorkloadType = Literal["Training", "DistributedTraining", "Batch", "HPC", "Inference", "Interactive"]
 BATCH_TYPES: tuple[str, ...] = ("Training", "DistributedTraining", "Batch", "HPC")
@@ -225,7 +225,7 @@ class WorkloadPlacement(KgweModel):
 class WorkloadCost(KgweModel):
     gpu_hours: str = Field(alias="gpuHours")  # Decimal as a string
     amount: str  # money, Decimal as a string
-    currency: str = "USD"
+    currency: str = DEFAULT_CURRENCY
     as_of: str | None = None
 
 

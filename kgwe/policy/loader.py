@@ -15,7 +15,6 @@ from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
-from kgwe import API_GROUP, API_VERSION
 from kgwe.errors import KgweError
 from kgwe.policy.diagnostics import Diagnostic, Severity, did_you_mean, format_path, messages_from_validation
 from kgwe.policy.diagnostics import Path as FieldPath
@@ -40,13 +39,13 @@ from kgwe.policy.yaml_source import (
     YamlSyntaxError,
     parse_documents,
 )
-from kgwe.vocab import SEED_WORKLOAD_API_VERSIONS
+from kgwe.vocab import API_GROUP, API_VERSION, DEFAULT_REPORTS_PATH, SEED_WORKLOAD_API_VERSIONS
 
 MAX_FILE_BYTES = MAX_TEXT_BYTES  # one policy file
 MAX_FILES = 5_000  # YAML files read from one repository
 MAX_REPOSITORY_BYTES = 64 * 1024 * 1024  # YAML read from one repository
 YAML_SUFFIXES = (".yaml", ".yml")
-SKIPPED_DIRS = frozenset({"reports"})
+SKIPPED_DIRS = frozenset({DEFAULT_REPORTS_PATH})
 
 T = TypeVar("T", bound=KgweObject)
 

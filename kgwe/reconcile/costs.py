@@ -16,7 +16,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from kgwe.cluster.names import is_gpu_resource
 from kgwe.cost.budgets import BudgetSpec, alert_events, budget_from_policy, quota_decisions
 from kgwe.cost.pricing import PriceBook, pricebook_from_catalog
 from kgwe.cost.service import ADVICE_SECONDS, CostService
@@ -26,6 +25,7 @@ from kgwe.gitops.commit_back import CommitBack, CommitResult
 from kgwe.policy.cluster_kinds import PolicyRepositorySpec
 from kgwe.policy.loader import PolicySet
 from kgwe.reconcile import cron
+from kgwe.vocab import is_gpu_resource
 
 log = logging.getLogger(__name__)
 

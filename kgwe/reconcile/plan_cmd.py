@@ -37,6 +37,7 @@ from kgwe.gitops.source import (
     resolve_local,
 )
 from kgwe.reconcile.prplan import PlanReport, diff_layouts, diff_objects, diff_policies, markdown
+from kgwe.vocab import DEFAULT_REPORTS_PATH
 
 SNAPSHOT_NAME = "gpu-inventory.yaml"
 DEMAND_NAME = "demand-record.json"  # kgwe.impact.record.RECORD_NAME, kept here so `import` stays light
@@ -192,7 +193,7 @@ def _demand(args: argparse.Namespace, repo: git.Repo, head_sha: str) -> tuple[by
         except OSError as exc:
             raise DemandRecordError(f"cannot read demand record {path}: {exc.strerror}") from None
     sub = args.path.strip("/")
-    folders = ["reports"] + ([f"{sub}/reports"] if sub not in ("", ".") else [])
+    folders = [DEFAULT_REPORTS_PATH] + ([f"{sub}/{DEFAULT_REPORTS_PATH}"] if sub not in ("", ".") else [])
     try:
         entries = list_tree(repo, head_sha, tuple(folders), limit=MAX_EXPORT_FILES)
     except GitSourceError as exc:
@@ -201,7 +202,7 @@ def _demand(args: argparse.Namespace, repo: git.Repo, head_sha: str) -> tuple[by
     if not found:
         return None, ""
     # the controller's record before a shipped one
-    found.sort(key=lambda e: not e.path.startswith("reports/"))
+    found.sort(key=lambda e: not e.path.startswith(DEFAULT_REPORTS_PATH + "/"))
     where = f"`{found[0].path}` at head"
     if found[0].size_bytes > MAX_RECORD_BYTES:
         size = found[0].size_bytes
@@ -234,7 +235,7 @@ def _inventory(args: argparse.Namespace, repo: git.Repo, head_sha: str, head_ps:
         return inventory, "live cluster"
     snapshots = [
         e
-        for e in list_tree(repo, head_sha, ("reports",), limit=MAX_EXPORT_FILES)
+        for e in list_tree(repo, head_sha, (DEFAULT_REPORTS_PATH,), limit=MAX_EXPORT_FILES)
         if e.path.endswith("/" + SNAPSHOT_NAME) or e.path == SNAPSHOT_NAME
     ]
     if snapshots:

@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
-from kgwe.cluster.names import (  # noqa: F401  (re-exported: the names the rollout state lives in)
+from kgwe.vocab import (  # noqa: F401  (re-exported: the names the rollout state lives in)
     CORDONED_ANNOTATION,
     MIG_CONFIG_LABEL,
     MIG_STATE_LABEL,

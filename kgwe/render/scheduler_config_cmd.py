@@ -19,8 +19,8 @@ import sys
 import time
 from pathlib import Path
 
-from kgwe.cluster.names import SCHEDULER_CONFIG_KEY, SCHEDULER_CONFIGMAP
 from kgwe.errors import KgweError
+from kgwe.vocab import KGWE_NAMESPACE, SCHEDULER_CONFIG_KEY, SCHEDULER_CONFIGMAP
 
 WAIT_LOG_SECONDS = 30.0
 
@@ -36,7 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--namespace",
-        default=os.environ.get("POD_NAMESPACE", "kgwe-system"),
+        default=os.environ.get("POD_NAMESPACE", KGWE_NAMESPACE),
         help="KGWE's namespace (the scheduler's leader-election Lease)",
     )
     parser.add_argument("--extender-url", default=DEFAULT_EXTENDER_URL, help="urlPrefix of the KGWE extender")

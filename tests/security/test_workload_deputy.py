@@ -20,7 +20,9 @@ from prometheus_client import CollectorRegistry
 
 from kgwe.cluster.client import ensure_namespace
 from kgwe.cluster.events import EventRecorder
-from kgwe.cluster.names import (
+from kgwe.policy.gpu_workload import BATCH_TYPES
+from kgwe.resources import deploy_dir
+from kgwe.vocab import (
     POD_TEMPLATE_POLICY_CONFIGMAP,
     POD_TEMPLATE_POLICY_KEY,
     WORKLOAD_ROLEBINDING,
@@ -28,8 +30,6 @@ from kgwe.cluster.names import (
     WORKLOADS_ENABLED,
     WORKLOADS_NAMESPACE_LABEL,
 )
-from kgwe.policy.gpu_workload import BATCH_TYPES
-from kgwe.resources import deploy_dir
 from kgwe.workloads.controller import (
     GROUP,
     PLURAL,

@@ -13,7 +13,7 @@ from kubernetes import client
 from prometheus_client import CollectorRegistry
 
 from kgwe.cluster.events import EventRecorder
-from kgwe.cluster.names import WORKLOADS_ENABLED, WORKLOADS_NAMESPACE_LABEL
+from kgwe.vocab import WORKLOADS_ENABLED, WORKLOADS_NAMESPACE_LABEL
 from kgwe.workloads.controller import (
     GROUP,
     PLURAL,
