@@ -53,7 +53,7 @@ def shared_data_dir() -> Path:
         if not Path(env).is_dir():
             raise KgweError(f"KGWE_DATA={env} is not a directory")
         return Path(env)
-    candidates = [p / "shared" / "data" for p in _PACKAGE_DIR.parents] + [Path("/work/shared/data")]
+    candidates = [p / "shared" / "data" for p in _PACKAGE_DIR.parents]
     for c in candidates:
         if c.is_dir():
             return c

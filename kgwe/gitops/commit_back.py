@@ -15,7 +15,7 @@ Updater had to fix update loops and concurrent writers):
   make the controller write to that file, and a report folder that is a symlink in the repository is
   refused.
 
-Usage (engineer E, cost reports):
+Usage (the cost reports):
 
     cb = CommitBack(url, "main", workdir=Path("/var/cache/kgwe/commit-back"))
     result = cb.commit_files({"reports/prod/chargeback-2026-11.md": text}, summary="chargeback 2026-11")

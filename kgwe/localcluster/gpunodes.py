@@ -182,7 +182,7 @@ def gpu_resources(gpu_count: int, layout: MigLayout | None, strategy: str = "mix
 
 @functools.lru_cache(maxsize=32)
 def topology_annotation_value(topology: str) -> str:
-    """KGWE's topology annotation as the agent writes it (engineer D's encoder)."""
+    """KGWE's topology annotation as `kgwe agent` writes it (kgwe.topology.annotation's encoder)."""
     return topology_annotation.encode(known_topologies.load(topology))
 
 

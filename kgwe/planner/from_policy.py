@@ -1,4 +1,4 @@
-"""Thin adapter: policy objects (MIGStrategy + GPUInventory, engineer A's pydantic models) -> planner input,
+"""Thin adapter: policy objects (MIGStrategy + GPUInventory, kgwe.policy's pydantic models) -> planner input,
 and plans -> the per-node layouts `migparted.build_mig_configs` takes. The planner core never sees pydantic.
 """
 

@@ -249,7 +249,7 @@ class GPUWorkloadStatus(KgweModel):
 class GPUWorkload(KgweObject):
     KIND: ClassVar[str] = "GPUWorkload"
     kind: Literal["GPUWorkload"] = "GPUWorkload"
-    metadata: ClusterObjectMeta | None = None  # type: ignore[assignment]  # the seed README's example has none; kubectl/CI adds it
+    metadata: ClusterObjectMeta | None = None  # type: ignore[assignment]  # a manifest may leave it out; kubectl or CI adds it
 
     @property
     def name(self) -> str:

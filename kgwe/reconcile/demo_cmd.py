@@ -1,15 +1,15 @@
 """The KGWE demo: the real main job on a laptop.
 
-Starts a local control plane (etcd, kube-apiserver, kube-scheduler, kwok) with simulated GPU nodes built
-from sample-repo's inventory, MIG manager and device-plugin stand-ins, puts sample-repo in a local Git
-repository, runs the controller against it and shows the MIG layouts (and the L40S pool's time-slicing)
-rolling out pool by pool; then runs GPU jobs (GPUWorkloads: the seed README's 8-GPU llm-training, the PRD's
-llm-training-job as written, without a pod template, and an inference service on MIG slices) through
-kube-scheduler with KGWE's rendered configuration and extender, printing where each pod landed; the
-controller's cost duties meter them into a SQLite cost store and commit a chargeback report (GPU-hours by
-team) to the policy repository; then pods ask for a MIG profile no layout offers and the controller
-rebalances the pool for them; then commits a policy change, sends the signed webhook, and shows that
-change rolling through.
+Starts a local control plane (etcd, kube-apiserver, kube-scheduler, kwok) with simulated GPU nodes built from
+sample-repo's inventory, MIG manager and device-plugin stand-ins, puts sample-repo in a local Git repository,
+runs the controller against it and shows the MIG layouts (and the L40S pool's time-slicing) rolling out pool
+by pool; then runs GPU jobs (GPUWorkloads: the 8-GPU llm-training and the llm-training-job of
+docs/examples/gpuworkloads as written, the latter without a pod template, and an inference service on MIG
+slices) through kube-scheduler with KGWE's rendered configuration and extender, printing where each pod
+landed; the controller's cost duties meter them into a SQLite cost store and commit a chargeback report
+(GPU-hours by team) to the policy repository; then pods ask for a MIG profile no layout offers and the
+controller rebalances the pool for them; then commits a policy change, sends the signed webhook, and shows
+that change rolling through.
 """
 
 from __future__ import annotations
@@ -334,9 +334,9 @@ SHORT_JOB = ("ml-training", "eval-nightly")  # the batch above: the demo ends it
 
 
 def place_workloads(api: Any, timeout: float) -> list[tuple[str, str]]:
-    """The seed README's 8-GPU llm-training, the PRD's llm-training-job (its pods from a WorkloadRuntime)
-    and a small inference service on MIG slices, as GPUWorkloads of their teams; prints where each pod
-    landed and why. Returns the placed pods (namespace, name)."""
+    """The 8-GPU llm-training and the llm-training-job (its pods from a WorkloadRuntime) of
+    docs/examples/gpuworkloads and a small inference service on MIG slices, as GPUWorkloads of their teams;
+    prints where each pod landed and why. Returns the placed pods (namespace, name)."""
     from kubernetes import client
 
     from kgwe.cluster.client import ensure_namespace
