@@ -34,11 +34,11 @@ from kgwe.reconcile.costs import CostDuties
 from kgwe.reconcile.repository import RepositoryReconciler
 from kgwe.render.render import RenderOptions, render
 from kgwe.resources import sample_repo_dir
+from kgwe.vocab import API_GROUP as GROUP
+from kgwe.vocab import CRD_VERSION as VERSION
+from kgwe.vocab import GPU_WORKLOAD_PLURAL as PLURAL
 from kgwe.vocab import KWOK_HOLD_ANNOTATION, WORKLOADS_ENABLED, WORKLOADS_NAMESPACE_LABEL
 from kgwe.workloads.controller import (
-    GROUP,
-    PLURAL,
-    VERSION,
     WorkloadController,
     WorkloadMetrics,
     WorkloadReconciler,
