@@ -18,7 +18,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from kgwe.cluster.apply import NotLeader
-from kgwe.reconcile.scheduler_config import config_hash, config_problem
+from kgwe.render.scheduler_config import config_hash, config_problem
 from kgwe.vocab import (
     FIELD_MANAGER,
     SCHEDULER_CONFIG_HASH_ANNOTATION,

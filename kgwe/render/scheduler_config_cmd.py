@@ -68,7 +68,7 @@ def default_config_text(namespace: str, extender_url: str, client_cert_dir: str 
 
 def chosen_config(policy_path: Path | None, default: str) -> tuple[str, str]:
     """(text, where it came from): the policy's configuration if it is fit to run, else the default."""
-    from kgwe.reconcile.scheduler_config import config_hash, config_problem
+    from kgwe.render.scheduler_config import config_hash, config_problem
 
     if policy_path is None or not policy_path.is_file():
         return default, f"no {SCHEDULER_CONFIGMAP} yet: KGWE's default configuration ({config_hash(default)})"

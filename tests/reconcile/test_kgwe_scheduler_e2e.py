@@ -32,8 +32,8 @@ from kubernetes.client.exceptions import ApiException
 from kgwe.cluster.client import ensure_namespace
 from kgwe.localcluster.extender_process import start_extender
 from kgwe.policy import load_repository
-from kgwe.reconcile.scheduler_config import config_hash
 from kgwe.reconcile.status import condition
+from kgwe.render.scheduler_config import config_hash
 from kgwe.resources import sample_repo_dir
 from kgwe.topology import known
 from kgwe.vocab import (
