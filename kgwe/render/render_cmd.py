@@ -1,6 +1,8 @@
 """Render the Kubernetes objects a policy repository asks for: the mig-parted ConfigMap and node
-`nvidia.com/mig.config` labels, the KubeSchedulerConfiguration with the KGWE extender, the kgwe-scoring
-ConfigMap and one ResourceQuota per budgeted namespace. Deterministic: same input, byte-identical files."""
+`nvidia.com/mig.config` labels, the device plugin's sharing ConfigMap and node
+`nvidia.com/device-plugin.config` labels, the KubeSchedulerConfiguration with the KGWE extender, the
+kgwe-scoring, kgwe-runtimes and kgwe-pod-template-policy ConfigMaps and one ResourceQuota per budgeted
+namespace. Deterministic: same input, byte-identical files."""
 
 from __future__ import annotations
 
