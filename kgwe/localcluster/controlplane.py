@@ -151,6 +151,9 @@ def find_binaries(build: bool = True) -> Binaries:
 # process handling
 
 
+PORT_ATTEMPTS = 3  # starts of a component whose picked port another process took meanwhile
+
+
 def free_port() -> int:
     """A currently free loopback port (a race with other processes is handled by retrying start)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -433,7 +436,7 @@ class ControlPlane:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def start(self, attempts: int = 3) -> ControlPlane:
+    def start(self, attempts: int = PORT_ATTEMPTS) -> ControlPlane:
         """Start everything and wait until ready; retries when a picked port was taken meanwhile."""
         _install_exit_handlers()
         t0 = time.monotonic()
@@ -531,24 +534,34 @@ class ControlPlane:
             cfg["clientConnection"] = connection
             path = self.workdir / "kube-scheduler.yaml"
             path.write_text(yaml.safe_dump(cfg, sort_keys=False))
-            self.scheduler_port = free_port()
-            kubeconfig = str(self.kubeconfig_path)
-            self._spawn(
-                "kube-scheduler",
-                [
-                    str(self.binaries.path("kube-scheduler")),
-                    f"--config={path}",
-                    "--bind-address=127.0.0.1",
-                    f"--secure-port={self.scheduler_port}",
-                    f"--authentication-kubeconfig={kubeconfig}",
-                    f"--authorization-kubeconfig={kubeconfig}",
-                    # no front-proxy (requestheader) CA is configured; without this the log fills with retries
-                    "--authentication-skip-lookup=true",
-                    *self._feature_gate_args(),
-                    "--v=2",
-                ],
-            )
-            self._wait_http("kube-scheduler", f"https://127.0.0.1:{self.scheduler_port}/readyz", verify=False)
+            for attempt in range(1, PORT_ATTEMPTS + 1):  # a restart is not under start()'s retry
+                try:
+                    self._spawn_scheduler(path)
+                    return
+                except ControlPlaneError as exc:
+                    if "address already in use" not in str(exc).lower() or attempt == PORT_ATTEMPTS:
+                        raise
+                    self._stop_process("kube-scheduler")  # another process took the port we picked
+
+    def _spawn_scheduler(self, config_path: Path) -> None:
+        self.scheduler_port = free_port()
+        kubeconfig = str(self.kubeconfig_path)
+        self._spawn(
+            "kube-scheduler",
+            [
+                str(self.binaries.path("kube-scheduler")),
+                f"--config={config_path}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={self.scheduler_port}",
+                f"--authentication-kubeconfig={kubeconfig}",
+                f"--authorization-kubeconfig={kubeconfig}",
+                # no front-proxy (requestheader) CA is configured; without this the log fills with retries
+                "--authentication-skip-lookup=true",
+                *self._feature_gate_args(),
+                "--v=2",
+            ],
+        )
+        self._wait_http("kube-scheduler", f"https://127.0.0.1:{self.scheduler_port}/readyz", verify=False)
 
     @contextlib.contextmanager
     def using_scheduler_config(self, config: Mapping[str, Any]) -> Iterator[None]:

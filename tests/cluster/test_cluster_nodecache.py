@@ -50,7 +50,7 @@ def test_a_reader_sees_the_writes_made_through_the_cache_and_only_gpu_nodes(k8s_
 
         core.delete_node(node)  # a node deleted since it was written counts as shown
         cache.expect(node, version)
-        kio.wait_for(lambda: node not in by_name(cache.nodes(timeout_seconds=30)), what="deletion seen")
+        kio.wait_for("deletion seen", lambda: node not in by_name(cache.nodes(timeout_seconds=30)))
     finally:
         stop.set()
         core.delete_node(plain)

@@ -85,7 +85,7 @@ def wait(
 
 
 @pytest.fixture(scope="module")
-def release(_real_node_session, kgwe_image, tmp_path_factory) -> Iterator[SimpleNamespace]:
+def release(_real_node_session, kgwe_image, chart, tmp_path_factory) -> Iterator[SimpleNamespace]:
     """The session's local cluster (the `local_cluster` fixture's, for this module's several tests) with the
     KGWE image imported into its real node, then the seed install (timed)."""
     local_cluster = _real_node_session.ensure()

@@ -4,6 +4,8 @@ PostgreSQL server, which runs as an unprivileged user, must still reach its bina
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import psycopg
@@ -14,9 +16,9 @@ from tests.harness.postgres import PostgresServer, _bin_dir
 pytestmark = pytest.mark.postgres
 
 
-def test_server_starts_from_binaries_under_a_root_only_folder(tmp_path: Path) -> None:
-    home = tmp_path / "root-home"
-    home.mkdir(mode=0o700)
+def test_server_starts_from_binaries_under_a_root_only_folder() -> None:
+    # Not under pytest's base temporary folder: each xdist worker starting resets that to 0700 itself.
+    home = Path(tempfile.mkdtemp(prefix="kgwe-root-home-"))
     os.chmod(home, 0o700)  # like /root: only its owner may enter
     checkout_bins = home / "checkout" / "pginstall"
     checkout_bins.parent.mkdir()
@@ -28,4 +30,4 @@ def test_server_starts_from_binaries_under_a_root_only_folder(tmp_path: Path) ->
             assert conn.execute("select 1").fetchone() == (1,)
     finally:
         server.stop()
-        os.chmod(home, 0o700)
+        shutil.rmtree(home, ignore_errors=True)
