@@ -44,6 +44,7 @@ from kgwe.vocab import (
     WEBHOOK_TLS_SECRET,
 )
 from tests.harness.chart import CHART_DIR, helm
+from tests.harness.waiting import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.realnode, pytest.mark.image, pytest.mark.timeout(3600)]
 
@@ -65,23 +66,9 @@ GIT_ENV = {
 def wait(
     what: str, check: Callable[[], Any], timeout: float = 240, state: Callable[[], str] = lambda: ""
 ) -> Any:
-    """Poll `check` until it returns something truthy; fail naming `what` (and the state) otherwise."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            got = check()
-        except ApiException as exc:
-            got = None
-            last = f"{exc.status} {exc.reason}"
-        else:
-            last = ""
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            pytest.fail(
-                f"timed out after {timeout:.0f} s waiting for {what} {last}\n{state()}", pytrace=False
-            )
-        time.sleep(1.0)
+    """Poll `check` until it returns something truthy (an API error counts as not yet); fail naming `what`
+    and the cluster's state otherwise."""
+    return wait_for(what, check, timeout, retry_on=(ApiException,), describe=state)
 
 
 @pytest.fixture(scope="module")
@@ -439,15 +426,21 @@ def test_a_forced_certificate_rotation_keeps_pods_being_mutated_and_placed(relea
     assert x509.split_bundle(base64.b64decode(ca.data["ca.crt"]))[1:] == x509.split_bundle(old_bundle)[:1]
     created = 0
     started = time.monotonic()
-    while _served_certificate(api) != new_cert:  # until the webhook pods reread the renewed Secret
-        assert time.monotonic() - started < 240, "the webhook did not serve its renewed certificate in time"
+
+    def served_after_one_more_pod() -> bool:
+        """Place one more GPU pod while the webhook pods have not reread the renewed Secret yet."""
+        nonlocal created
+        if _served_certificate(api) == new_cert:
+            return True
         name = f"during-rotation-{created}"
+        created += 1
         core.create_namespaced_pod(opted_in, _gpu_pod(name))
         assert core.read_namespaced_pod(name, opted_in).spec.scheduler_name == "kgwe-scheduler", name
-        wait(f"{name} placed", lambda n=name: _placed(api, opted_in, n), 120, release.state)
+        wait(f"{name} placed", lambda: _placed(api, opted_in, name), 120, release.state)
         core.delete_namespaced_pod(name, opted_in, grace_period_seconds=0)
-        created += 1
-        time.sleep(3)
+        return _served_certificate(api) == new_cert
+
+    wait("the webhook serving its renewed certificate", served_after_one_more_pod, 240, release.state)
     release.figures["rotation_to_served_seconds"] = round(time.monotonic() - started, 1)
     core.create_namespaced_pod(opted_in, _gpu_pod("after-rotation"))
     assert core.read_namespaced_pod("after-rotation", opted_in).spec.scheduler_name == "kgwe-scheduler"
