@@ -22,6 +22,8 @@ from kgwe.audit.stamp import Stamp
 from kgwe.timestamps import format_rfc3339
 from kgwe.vocab import AUDIT_FOLDER
 
+COMMIT_INTERVAL_SECONDS = 300.0  # the leader commits the log at most this often (also with each snapshot)
+MAX_PENDING = 1000  # entries kept for the next commit; those past it are counted and the count is logged
 MAX_LOG_BYTES = 4 * 1024 * 1024  # one month's file: ~10,000 entries of a busy fleet
 MAX_NAMES = 25  # names listed per kind in one entry (the count says how many there were)
 LOG_SUFFIX = ".jsonl"

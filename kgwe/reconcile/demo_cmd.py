@@ -273,6 +273,7 @@ def _start_controller(
         costs=cost_duties(
             str(cache_dir.parent / "kgwe-cost.db"), cluster="demo", refresh_seconds=5.0, advice_seconds=5.0
         ),
+        audit_interval_seconds=5.0,  # the audit log every 5 s at most (5 min in a cluster)
     )
     stop = threading.Event()
     thread = threading.Thread(target=controller.run, args=(stop,), daemon=True)
