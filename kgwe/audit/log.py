@@ -30,6 +30,33 @@ LOG_SUFFIX = ".jsonl"
 _FULL_KEY = "logFull"
 
 
+def is_log_path(path: str) -> bool:
+    """Whether `path` names a month's audit log (`.../audit/<YYYY-MM>.jsonl`)."""
+    folder, _, name = path.rpartition("/")
+    month = name.removesuffix(LOG_SUFFIX)
+    return (
+        (folder == AUDIT_FOLDER or folder.endswith("/" + AUDIT_FOLDER))
+        and name.endswith(LOG_SUFFIX)
+        and len(month) == 7
+        and month[4] == "-"
+        and (month[:4] + month[5:]).isdigit()
+    )
+
+
+def plan_note(newest: str | None) -> str:
+    """The line `kgwe plan` ends with: where the audit log of what KGWE wrote is (`newest`: the newest
+    month's file found at head, if any)."""
+    if newest:
+        return (
+            f"Audit log: [`{newest}`]({newest}) at head: one line per reconcile that changed the cluster "
+            "(policy commit, author, objects, nodes, budget quotas).\n"
+        )
+    return (
+        f"Audit log: none at head yet; once applied, the controller appends what it writes to "
+        f"`<spec.reports.path>/{AUDIT_FOLDER}/<YYYY-MM>{LOG_SUFFIX}` in this repository.\n"
+    )
+
+
 def log_path(reports_path: str, when: datetime) -> str:
     """Where the month of `when` (UTC) is logged: `<reports path>/audit/<YYYY-MM>.jsonl`."""
     return f"{reports_path.strip('/')}/{AUDIT_FOLDER}/{format_rfc3339(when)[:7]}{LOG_SUFFIX}"

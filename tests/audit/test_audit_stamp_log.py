@@ -16,6 +16,7 @@ from kgwe.audit.log import (
     QuotaChange,
     append,
     is_closed,
+    is_log_path,
     last_entry,
     log_path,
 )
@@ -165,3 +166,18 @@ def test_pending_entries_go_to_their_month_and_a_dropped_count_is_logged():
         "dropped": 1,
     }
     assert log_path("/team/reports/", T0) == "team/reports/audit/2026-11.jsonl"
+
+
+@pytest.mark.parametrize(
+    ("path", "is_log"),
+    [
+        ("reports/audit/2026-11.jsonl", True),
+        ("audit/2026-01.jsonl", True),
+        ("reports/audit/2026-1.jsonl", False),
+        ("reports/audit/notes.jsonl", False),
+        ("reports/not-audit/2026-11.jsonl", False),
+        ("reports/audit/2026-11.json", False),
+    ],
+)
+def test_a_month_s_log_is_known_by_its_path(path, is_log):
+    assert is_log_path(path) is is_log
