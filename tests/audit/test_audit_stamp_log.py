@@ -181,3 +181,17 @@ def test_pending_entries_go_to_their_month_and_a_dropped_count_is_logged():
 )
 def test_a_month_s_log_is_known_by_its_path(path, is_log):
     assert is_log_path(path) is is_log
+
+
+def test_kgwe_nodes_shows_the_policy_commit_of_kgwe_s_last_change_to_a_node():
+    from kgwe.fleet.nodes import policy_change, policy_change_text
+
+    stamp = Stamp.of("main", SHA, "Ada", "ada@x")
+    node = {"metadata": {"name": "gpu-1", "annotations": {**stamp.annotations(), "other": "x"}}}
+    assert policy_change(node) == {"lastPolicyChange": {"revision": stamp.revision, "author": "Ada <ada@x>"}}
+    assert (
+        policy_change_text(node) == f"gpu-1: last changed by KGWE for policy main@sha1:{SHA} by Ada <ada@x>\n"
+    )
+    edited = {"metadata": {"name": "gpu-2", "annotations": {REVISION_ANNOTATION: "HEAD~1"}}}  # not KGWE's
+    assert policy_change(edited) == {} and policy_change_text(edited) == ""
+    assert policy_change({"metadata": {"name": "gpu-3"}}) == {}
