@@ -196,15 +196,6 @@ def is_closed(data: bytes) -> bool:
     return last is not None and last.get(_FULL_KEY) is True
 
 
-def last_entry(data: bytes) -> dict[str, Any] | None:
-    """The newest entry of a month's file (a line with a revision); None when it holds none."""
-    for raw in reversed(data.splitlines()[-MAX_NAMES:]):  # entries are near the end, or not at all
-        parsed = _parse(raw)
-        if parsed is not None and isinstance(parsed.get("revision"), str):
-            return parsed
-    return None
-
-
 def _last_line(data: bytes) -> dict[str, Any] | None:
     lines = data.rstrip(b"\n").rsplit(b"\n", 1)
     return _parse(lines[-1]) if lines and lines[-1] else None

@@ -69,11 +69,6 @@ class Stamp:
             raise ValueError(f"not a revision: {revision[:80]!r}")
         return cls(revision, author_of(name, email))
 
-    @property
-    def commit(self) -> str:
-        """The commit id alone."""
-        return self.revision.rsplit("sha1:", 1)[-1]
-
     def annotations(self) -> dict[str, str]:
         return {REVISION_ANNOTATION: self.revision, REVISION_AUTHOR_ANNOTATION: self.author}
 
