@@ -1,5 +1,5 @@
-"""The audit trail's pure parts: the stamp a write carries (an author string a committer controls, cleaned
-and bounded) and the monthly JSON Lines log (append-only, bounded, closed by one line when full)."""
+"""The audit trail's pure parts: the stamp a write carries and the monthly JSON Lines log (append-only,
+bounded, closed by one line when full). A hostile author: tests/security/test_audit_author.py."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from kgwe.audit.log import (
     is_log_path,
     log_path,
 )
-from kgwe.audit.stamp import MAX_EMAIL_CHARS, MAX_NAME_CHARS, UNKNOWN_AUTHOR, Stamp, author_of, display_text
+from kgwe.audit.stamp import UNKNOWN_AUTHOR, Stamp
 from kgwe.vocab import REVISION_ANNOTATION, REVISION_AUTHOR_ANNOTATION
 
 SHA = "0123456789abcdef0123456789abcdef01234567"
@@ -41,40 +41,6 @@ def test_a_stamp_names_the_commit_flux_style_and_its_author():
         Stamp.of("main", "not-a-sha", "a", "b")
     with pytest.raises(ValueError, match="not a revision"):
         Stamp.of("has space", SHA, "a", "b")
-
-
-@pytest.mark.parametrize(
-    ("name", "email", "shown"),
-    [
-        ("Eve\nkgwe.nvidia.io/revision: forged", "e@x", "Eve kgwe.nvidia.io/revision: forged <e@x>"),
-        ("Mallory\u202etxt.exe", "m@x", "Mallorytxt.exe <m@x>"),  # a bidirectional override is dropped
-        ("Zero\u200bWidth\u2066", "z@x", "ZeroWidth <z@x>"),
-        ("Tab\tand\r\nreturns", "t@x", "Tab and returns <t@x>"),
-        ("<admin@corp> Real", "x@y>", "admin@corp Real <x@y>"),  # no angle brackets of their own
-        ("", "only@mail", "<only@mail>"),
-        ("Name only", "", "Name only"),
-        ("\u0000\u0007", "\u202e", UNKNOWN_AUTHOR),
-    ],
-)
-def test_an_author_is_one_clean_line_whatever_the_committer_typed(name, email, shown):
-    assert author_of(name, email) == shown
-
-
-def test_a_huge_author_is_cut_and_the_work_is_bounded():
-    author = author_of("N" * 10_000_000, "e" * 10_000_000 + "@x")
-    name, _, email = author.partition(" <")
-    assert len(name) == MAX_NAME_CHARS and name.endswith("…")
-    assert len(email.rstrip(">")) == MAX_EMAIL_CHARS
-    assert display_text("a" * 100, 10) == "a" * 9 + "…"
-
-
-def test_a_stamp_read_back_from_an_object_is_cleaned_again():
-    edited = {REVISION_ANNOTATION: f"main@sha1:{SHA}", REVISION_AUTHOR_ANNOTATION: "x\u202e\n" + "y" * 500}
-    back = Stamp.from_annotations(edited)
-    assert back is not None and "\n" not in back.author and "\u202e" not in back.author
-    assert len(back.author) <= MAX_NAME_CHARS + MAX_EMAIL_CHARS + 3
-    assert Stamp.from_annotations({REVISION_ANNOTATION: "main@sha1:nothex"}) is None
-    assert Stamp.from_annotations(None) is None
 
 
 def entry(**kw) -> AuditEntry:
