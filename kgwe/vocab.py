@@ -53,6 +53,15 @@ GPU_HEALTH_ANNOTATION = ANNOTATION_PREFIX + "gpu-health"
 GPU_HEALTH_CONDITION = "GPUHealthy"
 GPU_UNHEALTHY_TAINT = ANNOTATION_PREFIX + "gpu-unhealthy"
 
+# The audit trail (docs/audit.md): every object and Node the policy reconciler writes, and the Event that
+# tells of the write, carries the policy commit that caused it and that commit's author (kgwe.audit.stamp).
+# The leader appends what it wrote to a monthly log, <spec.reports.path>/AUDIT_FOLDER/<YYYY-MM>.jsonl
+# (kgwe.audit.log).
+REVISION_ANNOTATION = ANNOTATION_PREFIX + "revision"
+REVISION_AUTHOR_ANNOTATION = ANNOTATION_PREFIX + "revision-author"
+STAMP_ANNOTATIONS = (REVISION_ANNOTATION, REVISION_AUTHOR_ANNOTATION)
+AUDIT_FOLDER = "audit"
+
 # The ResourceQuota rendered from a GPUBudget in each of its namespaces (capped while the budget enforces).
 BUDGET_QUOTA_NAME = "kgwe-budget"
 
