@@ -111,6 +111,15 @@ POOL_LABEL = ANNOTATION_PREFIX + "pool"
 # On Nodes: `spot` marks spot or preemptible capacity (KGWE's own label among the clouds' ones it reads).
 CAPACITY_TYPE_LABEL = ANNOTATION_PREFIX + "capacity-type"
 
+# The audit trail (docs/audit.md): every object and Node the policy reconciler writes, and the Event that
+# tells of the write, carries the policy commit that caused it and that commit's author (kgwe.audit.stamp).
+# The leader appends what it wrote to a monthly log, <spec.reports.path>/AUDIT_FOLDER/<YYYY-MM>.jsonl
+# (kgwe.audit.log).
+REVISION_ANNOTATION = ANNOTATION_PREFIX + "revision"
+REVISION_AUTHOR_ANNOTATION = ANNOTATION_PREFIX + "revision-author"
+STAMP_ANNOTATIONS = (REVISION_ANNOTATION, REVISION_AUTHOR_ANNOTATION)
+AUDIT_FOLDER = "audit"
+
 # The ResourceQuota rendered from a GPUBudget in each of its namespaces (capped while the budget enforces),
 # and its annotation naming that GPUBudget.
 BUDGET_QUOTA_NAME = "kgwe-budget"
@@ -140,8 +149,6 @@ PRUNE_ANNOTATION = ANNOTATION_PREFIX + "prune"
 PRUNE_DISABLED = "disabled"
 # Hash of the desired object as last applied; lets a later reconcile tell drift from a policy change.
 DESIRED_HASH_ANNOTATION = ANNOTATION_PREFIX + "desired-hash"
-# The policy repository's Git revision an object was rendered from.
-REVISION_ANNOTATION = ANNOTATION_PREFIX + "revision"
 
 
 def repository_label_value(namespace: str, name: str) -> str:

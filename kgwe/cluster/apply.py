@@ -9,6 +9,10 @@ other managers own are never touched (SSA only sets the fields KGWE sends).
 An update of an object whose desired content has not changed since KGWE last applied it (same hash in
 `kgwe.nvidia.io/desired-hash`) is a hand edit being undone: it is counted as drift.
 
+Every object applied carries the annotations `stamp` holds (kgwe.audit.stamp: the policy commit and its
+author) as of its last real change: they are left out of the comparison, so a new commit that leaves an
+object as it was does not rewrite it.
+
 Prune deletes what a previous revision applied and the current one no longer renders, but only objects
 that carry this repository's label, and never one annotated `kgwe.nvidia.io/prune: disabled`.
 """
@@ -17,7 +21,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +39,7 @@ from kgwe.vocab import (
     PRUNE_ANNOTATION,
     PRUNE_DISABLED,
     REPOSITORY_LABEL,
+    STAMP_ANNOTATIONS,
 )
 
 _VOLATILE_METADATA = (
@@ -113,12 +118,19 @@ def with_ownership(obj: dict, repository: str) -> dict:
     return out
 
 
-def comparable(obj: dict) -> dict:
-    """An object without the fields the server changes on every write (for live vs dry-run equality)."""
+def comparable(obj: dict, ignored_annotations: Iterable[str] = ()) -> dict:
+    """An object without the fields the server changes on every write (for live vs dry-run equality), nor
+    the `ignored_annotations` (the stamp of the commit that last changed it)."""
     out = copy.deepcopy(obj)
     meta = out.get("metadata") or {}
     for key in _VOLATILE_METADATA:
         meta.pop(key, None)
+    annotations = meta.get("annotations")
+    if annotations:
+        for key in ignored_annotations:
+            annotations.pop(key, None)
+        if not annotations:
+            meta.pop("annotations")
     return out
 
 
@@ -144,6 +156,7 @@ class Applier:
         self.repository = repository
         self.field_manager = field_manager
         self.guard = guard
+        self.stamp: Mapping[str, str] = {}  # annotations each written object carries (the pass's commit)
         self._dyn: dynamic.DynamicClient | None = None
 
     def _check_leader(self) -> None:
@@ -186,22 +199,29 @@ class Applier:
         )
         return result.to_dict()
 
+    def _desired(self, obj: dict) -> dict:
+        """The object as applied: ownership, then the stamp (outside the desired-content hash)."""
+        desired = with_ownership(obj, self.repository)
+        desired["metadata"]["annotations"].update(self.stamp)
+        return desired
+
     def diff(self, obj: dict) -> tuple[str, dict | None, dict]:
         """("create" | "update" | "unchanged", live, would-be) for one desired object, writing nothing."""
-        desired = with_ownership(obj, self.repository)
+        desired = self._desired(obj)
         ref = ObjectRef.of(desired)
         resource = self._resource(ref)
         live = self._live(resource, ref)
         would_be = self._ssa(resource, desired, ref, dry_run=True)
         if live is None:
             return "create", None, would_be
-        return ("unchanged" if comparable(would_be) == comparable(live) else "update"), live, would_be
+        same = comparable(would_be, STAMP_ANNOTATIONS) == comparable(live, STAMP_ANNOTATIONS)
+        return ("unchanged" if same else "update"), live, would_be
 
     def apply(self, objects: Sequence[dict], result: SyncResult | None = None) -> SyncResult:
         """Apply only the objects whose dry run differs from live."""
         result = result or SyncResult()
         for obj in objects:
-            desired = with_ownership(obj, self.repository)
+            desired = self._desired(obj)
             ref = ObjectRef.of(desired)
             try:
                 action, live, _ = self.diff(obj)

@@ -17,6 +17,7 @@ from kubernetes.client.exceptions import ApiException
 from kgwe.vocab import CONTROLLER_NAME
 
 log = logging.getLogger(__name__)
+MAX_MESSAGE_CHARS = 1024  # of an Event's message
 
 
 class EventRecorder:
@@ -34,8 +35,16 @@ class EventRecorder:
         self._lock = threading.Lock()
         self.writes = 0
 
-    def record(self, involved: Mapping[str, Any], event_type: str, reason: str, message: str) -> None:
-        """Emit an event about `involved` (an object dict with apiVersion/kind/metadata); never raises."""
+    def record(
+        self,
+        involved: Mapping[str, Any],
+        event_type: str,
+        reason: str,
+        message: str,
+        annotations: Mapping[str, str] | None = None,
+    ) -> None:
+        """Emit an event about `involved` (an object dict with apiVersion/kind/metadata); never raises.
+        `annotations`: the Event's own (the stamp of the policy commit that caused what it tells)."""
         if not self.allowed():
             return
         meta = involved.get("metadata") or {}
@@ -54,7 +63,9 @@ class EventRecorder:
                 return
             name = f"{meta.get('name', 'kgwe')}.{secrets.token_hex(8)}"
             body = client.CoreV1Event(
-                metadata=client.V1ObjectMeta(name=name, namespace=namespace),
+                metadata=client.V1ObjectMeta(
+                    name=name, namespace=namespace, annotations=dict(annotations) if annotations else None
+                ),
                 involved_object=client.V1ObjectReference(
                     api_version=involved.get("apiVersion"),
                     kind=involved.get("kind"),
@@ -64,7 +75,7 @@ class EventRecorder:
                     resource_version=meta.get("resourceVersion"),
                 ),
                 reason=reason,
-                message=message[:1024],
+                message=message[:MAX_MESSAGE_CHARS],
                 type=event_type,
                 count=1,
                 first_timestamp=now,

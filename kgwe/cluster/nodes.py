@@ -3,6 +3,8 @@ PodDisruptionBudgets are respected), plus reading GPU pods per node.
 
 Each operation is one small strategic-merge patch with field manager `kgwe-controller`; KGWE never
 rewrites whole Node objects, so labels and taints owned by the GPU Operator, kubelet or admins stay intact.
+Each patch also sets `stamp` (the policy commit that caused it and its author, kgwe.audit.stamp), and each
+write is listed in `changes` for the audit log.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from urllib.parse import quote
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from kgwe.audit.log import NodeChange
 from kgwe.cluster.apply import NotLeader
 from kgwe.cluster.client import lean_patch, list_items
 from kgwe.timestamps import format_rfc3339 as format_time
@@ -87,6 +90,8 @@ def gpu_pods_by_node(core: client.CoreV1Api, pods: list[dict] | None = None) -> 
 class NodeOps:
     """`guard` (the leader gate) is asked before every write; NotLeader stops the rollout at once."""
 
+    label = MIG_CONFIG_LABEL  # the label `relabel` sets
+
     def __init__(
         self,
         api_client: client.ApiClient,
@@ -98,24 +103,37 @@ class NodeOps:
         self.guard = guard
         self.on_write = on_write  # told (node, resourceVersion) after each patch, e.g. NodeCache.expect
         self.writes = 0
+        self.stamp: Mapping[str, str] = {}  # annotations every patched Node gets (the pass's commit)
+        self._changes: list[NodeChange] = []
         self._lock = threading.Lock()
 
-    def _count(self) -> None:
+    def _count(self, change: NodeChange | None = None) -> None:
         with self._lock:
             self.writes += 1
+            if change is not None:
+                self._changes.append(change)
+
+    def changes(self) -> list[NodeChange]:
+        """The Node writes made since the last call, in order."""
+        with self._lock:
+            taken, self._changes = self._changes, []
+        return taken
 
     def _check_leader(self) -> None:
         if self.guard is not None and not self.guard():
             raise NotLeader("lost leadership; stopping the rollout before the next write")
 
-    def _patch(self, name: str, body: dict) -> None:
+    def _patch(self, name: str, body: dict, change: NodeChange | None = None) -> None:
         self._check_leader()
+        if self.stamp:
+            meta = body.setdefault("metadata", {})
+            meta["annotations"] = {**(meta.get("annotations") or {}), **self.stamp}
         # a lean PATCH (a fleet-wide rollout patches every node): only the new resourceVersion is read back,
         # so a node cache can tell when it shows this write; errors still raise ApiException
         version = lean_patch(
             self.core.api_client, f"/api/v1/nodes/{quote(name, safe='')}", body, field_manager=FIELD_MANAGER
         )
-        self._count()
+        self._count(change)
         if version and self.on_write is not None:
             self.on_write(name, version)
 
@@ -138,6 +156,7 @@ class NodeOps:
                     },
                 }
             },
+            NodeChange(name, "relabel", self.label, config),
         )
 
     def acknowledge(self, name: str) -> None:
@@ -152,12 +171,17 @@ class NodeOps:
         if labels.get(MIG_STATE_LABEL) != "success":
             body[ACKNOWLEDGED_ANNOTATION] = attempt_stamp(annotations)
         # resourceVersion: a relabel in between starts a new attempt the acknowledgement must not cover
-        self._patch(name, {"metadata": {"annotations": body, "resourceVersion": meta.resource_version}})
+        self._patch(
+            name,
+            {"metadata": {"annotations": body, "resourceVersion": meta.resource_version}},
+            NodeChange(name, "acknowledge"),
+        )
 
     def cordon(self, name: str, config: str) -> None:
         self._patch(
             name,
             {"spec": {"unschedulable": True}, "metadata": {"annotations": {CORDONED_ANNOTATION: config}}},
+            NodeChange(name, "cordon"),
         )
 
     def uncordon(self, name: str) -> None:
@@ -166,7 +190,9 @@ class NodeOps:
         if CORDONED_ANNOTATION not in (node.metadata.annotations or {}):
             return
         self._patch(
-            name, {"spec": {"unschedulable": None}, "metadata": {"annotations": {CORDONED_ANNOTATION: None}}}
+            name,
+            {"spec": {"unschedulable": None}, "metadata": {"annotations": {CORDONED_ANNOTATION: None}}},
+            NodeChange(name, "uncordon"),
         )
 
     def evict_gpu_pods(self, name: str) -> EvictionOutcome:
@@ -182,7 +208,7 @@ class NodeOps:
             self._check_leader()
             try:
                 self.core.create_namespaced_pod_eviction(pod_name, pod_ns, body)
-                self._count()
+                self._count(NodeChange(name, "evict", value=key))
                 evicted.append(key)
             except ApiException as exc:
                 if exc.status == 429:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from kgwe.audit.stamp import Stamp
 from kgwe.errors import KgweError
 from kgwe.fleet.output import Column
 from kgwe.topology import health
@@ -190,6 +191,21 @@ def gpu_topology_text(node: Mapping[str, Any]) -> str:
     if found is None:
         return f"{name}: no {TOPOLOGY_ANNOTATION} annotation (no agent report)\n"
     return topology_view.text(name, found)
+
+
+def policy_change(node: Mapping[str, Any]) -> dict[str, Any]:
+    """The policy commit (and its author) of KGWE's last change to a node, from the audit trail's
+    annotations (docs/audit.md): {"lastPolicyChange": {...}}, or {} when KGWE never changed it."""
+    stamp = Stamp.from_annotations((node.get("metadata") or {}).get("annotations"))
+    return {"lastPolicyChange": {"revision": stamp.revision, "author": stamp.author}} if stamp else {}
+
+
+def policy_change_text(node: Mapping[str, Any]) -> str:
+    """The same as one line ("" when KGWE never changed the node)."""
+    stamp = Stamp.from_annotations((node.get("metadata") or {}).get("annotations"))
+    if stamp is None:
+        return ""
+    return f"{_name(node)}: last changed by KGWE for policy {stamp.revision} by {stamp.author}\n"
 
 
 def node_rows(

@@ -41,7 +41,7 @@ def pick(nodes: list[dict], names: Sequence[str]) -> list[dict]:
 
 def run(args: argparse.Namespace) -> int:
     from kgwe.fleet.cluster import Fleet
-    from kgwe.fleet.nodes import gpu_topology, gpu_topology_text, node_rows
+    from kgwe.fleet.nodes import gpu_topology, gpu_topology_text, node_rows, policy_change, policy_change_text
 
     fleet = Fleet(args)
     nodes = pick(fleet.gpu_nodes(), args.names)
@@ -53,9 +53,12 @@ def run(args: argparse.Namespace) -> int:
     named = bool(args.names)  # the GPUs and links of the nodes asked for by name
     if named and args.output in ("json", "yaml"):
         by_name = {n["metadata"]["name"]: n for n in nodes}
-        rows = [{**row, **gpu_topology(by_name[row["name"]])} for row in rows]
+        rows = [
+            {**row, **gpu_topology(by_name[row["name"]]), **policy_change(by_name[row["name"]])}
+            for row in rows
+        ]
     sys.stdout.write(render(rows, NODE_COLUMNS, args.output, kind="GPUNodeList"))
     if named and args.output == "wide":
         for node in sorted(nodes, key=lambda n: n["metadata"]["name"]):
-            sys.stdout.write("\n" + gpu_topology_text(node))
+            sys.stdout.write("\n" + gpu_topology_text(node) + policy_change_text(node))
     return 0

@@ -10,6 +10,9 @@ Updater had to fix update loops and concurrent writers):
 - only paths under the allowed prefixes may be written (the controller passes the PolicyRepository's
   `reports.path`, which the model keeps outside the policy path), and the reconciler ignores commits that
   touch only `reports/`, so commit-back can never trigger a reconcile of its own output;
+- a file may also be given as an edit of what the branch holds (an append-only log): the edit gets the
+  file's bytes at the commit it builds on, again after every rebase, so a concurrent writer's lines are
+  kept; only a regular file of at most MAX_EDITED_BYTES is read for it;
 - files are written with git plumbing (hash-object, update-index on a private index, commit-tree), never
   through a working tree: a repository holding `reports/x.yaml -> /var/cache/kgwe/kgwe-cost.db` cannot
   make the controller write to that file, and a report folder that is a symlink in the repository is
@@ -32,7 +35,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Literal
+from typing import IO, Literal
 
 import git
 from prometheus_client import Counter
@@ -54,6 +57,11 @@ from kgwe.gitops.source import GitSourceError, list_tree
 from kgwe.vocab import DEFAULT_REPORTS_PATH
 
 MAX_COMMIT_BACK_FILES = 200_000  # files of the repository commit-back reads into its index (a large monorepo)
+MAX_EDITED_BYTES = 8 * 1024 * 1024  # a file commit-back reads to edit (the audit log: 4 MiB a month)
+# A file's new content from its content at the commit written on (None: the file is absent there); None
+# removes it.
+Edit = Callable[[bytes | None], bytes | None]
+Content = str | bytes | None | Edit
 COMMIT_BACK_RESULTS = Counter("kgwe_commit_back_total", "Commit-back attempts by final result", ["result"])
 
 DEFAULT_MESSAGE_TEMPLATE = "kgwe: {summary}\n\n{details}Files:\n{files}\n\nKgwe-Bot: commit-back"
@@ -144,7 +152,12 @@ class CommitBack:
         return self.workdir / "repo.git"
 
     def _git(
-        self, *args: str, network: bool = False, input: bytes | None = None, index: Path | None = None
+        self,
+        *args: str,
+        network: bool = False,
+        input: bytes | None = None,
+        index: Path | None = None,
+        stdout: IO[bytes] | None = None,
     ) -> str:
         if not self._ready:
             self.git_dir.mkdir(parents=True, exist_ok=True)
@@ -175,6 +188,7 @@ class CommitBack:
                 allow_local=self.allow_local,
                 input=input,
                 ca_file=self.ca_file,
+                stdout=stdout,
             )
 
     def _fetch(self) -> str:
@@ -195,7 +209,25 @@ class CommitBack:
             raise KgweError(f"commit-back may only write under {allowed}; refusing {str(norm)!r}")
         return str(norm)
 
-    def _tree_with(self, base: str, files: Mapping[str, str | bytes | None]) -> str:
+    def _read(self, base: str, rel: str) -> bytes | None:
+        """The bytes of file `rel` at commit `base` (None when absent), for an Edit: only a regular file of
+        at most MAX_EDITED_BYTES is read (a symlink or a larger file is refused)."""
+        listed = self._git("--literal-pathspecs", "ls-tree", "-z", "--full-tree", base, "--", rel)
+        entry = next((e for e in listed.split("\0") if e.partition("\t")[2] == rel), None)
+        if entry is None:
+            return None
+        mode, _, sha = entry.partition("\t")[0].split(" ")
+        if mode not in ("100644", "100755"):
+            raise _Refused(f"{rel} is not a regular file in the repository; refusing to edit it")
+        size = int(self._git("cat-file", "-s", sha))
+        if size > MAX_EDITED_BYTES:
+            raise _Refused(f"{rel} is {size} bytes, over the {MAX_EDITED_BYTES}-byte bound of a file to edit")
+        with tempfile.TemporaryFile() as out:
+            self._git("cat-file", "blob", sha, stdout=out)
+            out.seek(0)
+            return out.read(MAX_EDITED_BYTES + 1)
+
+    def _tree_with(self, base: str, files: Mapping[str, Content]) -> str:
         """The tree of `base` with `files` written or removed, built in a private index: no working tree,
         so nothing on disk is ever written through a symlink the repository holds. A repository holding
         more than MAX_COMMIT_BACK_FILES files is refused before its tree is read into the index."""
@@ -226,7 +258,8 @@ class CommitBack:
             index.unlink()  # git wants to create the index itself
             self._git("read-tree", base, index=index)
             lines = []
-            for rel, content in files.items():
+            for rel, given in files.items():
+                content = given(self._read(base, rel)) if callable(given) else given
                 if content is None:
                     lines.append(f"0 {'0' * 40}\t{rel}")  # mode 0: remove the entry
                     continue
@@ -244,7 +277,7 @@ class CommitBack:
         finally:
             index.unlink(missing_ok=True)
 
-    def _commit_on(self, base: str, files: Mapping[str, str | bytes | None], message: str) -> str | None:
+    def _commit_on(self, base: str, files: Mapping[str, Content], message: str) -> str | None:
         """A new commit on top of `base` holding `files`; None when `base` already holds them."""
         tree = self._tree_with(base, files)
         if tree == self._git("rev-parse", "--verify", "--end-of-options", f"{base}^{{tree}}"):
@@ -254,13 +287,14 @@ class CommitBack:
     # -- the one public operation -----------------------------------------------------------------
     def commit_files(
         self,
-        files: Mapping[str, str | bytes | None],
+        files: Mapping[str, Content],
         *,
         summary: str,
         details: str = "",
         values: Mapping[str, str] | None = None,
     ) -> CommitResult:
-        """Make `branch` hold `files` (content, or None to delete) in one bot commit, pushed without force."""
+        """Make `branch` hold `files` (content, None to delete, or an Edit of what the branch holds) in one
+        bot commit, pushed without force."""
         if not files:
             raise KgweError("commit-back needs at least one file")
         checked = {self._check_path(p): c for p, c in files.items()}
@@ -270,7 +304,7 @@ class CommitBack:
 
     def _commit_files(
         self,
-        files: Mapping[str, str | bytes | None],
+        files: Mapping[str, Content],
         *,
         summary: str,
         details: str,
@@ -299,7 +333,8 @@ class CommitBack:
                 remote_head = self._fetch()
                 fetched = True
                 # Our content is a function of its inputs: after a concurrent push it is simply written
-                # again on top of the new head (their commit stays in history; never a force push).
+                # again on top of the new head, an Edit applied to what the new head holds (their commit
+                # stays in history; never a force push).
                 sha = self._commit_on(remote_head, files, message)
                 if sha is None:
                     return CommitResult("unchanged", remote_head, attempts)
@@ -351,4 +386,4 @@ def _push_text(exc: git.GitCommandError) -> str:
     return f"{out}\n{err}"
 
 
-__all__ = ["DEFAULT_MESSAGE_TEMPLATE", "BotIdentity", "CommitBack", "CommitResult"]
+__all__ = ["DEFAULT_MESSAGE_TEMPLATE", "BotIdentity", "CommitBack", "CommitResult", "Content", "Edit"]

@@ -49,6 +49,9 @@ MAX_EXPORT_BYTES = 64 * 1024 * 1024  # their size once expanded (a push compress
 log = logging.getLogger(__name__)
 
 
+MAX_AUTHOR_FIELD_CHARS = 200  # of a commit's author name or e-mail, read for the audit trail
+
+
 class GitSourceError(KgweError):
     """Fetching or reading the policy repository failed (after the bounded retries)."""
 
@@ -379,6 +382,22 @@ class GitSource:
     def export(self, sha: str, dest: Path, subpath: str | None = None) -> Path:
         """A clean copy of commit `sha` (or its `subpath`) in `dest`."""
         return export_commit(self.repo, sha, dest, subpath)
+
+    def last_change(self, sha: str, path: str = "", excluded: str = "") -> tuple[str, str, str]:
+        """(commit id, author name, author e-mail) of the newest commit up to `sha` that changed `path`
+        (the whole tree when empty) outside `excluded`; `sha` itself when none did. The author's name and
+        e-mail are what its committer typed: git cuts each to MAX_AUTHOR_FIELD_CHARS before Python reads
+        them, and they are only ever shown (kgwe.audit.stamp cleans them)."""
+        field = f"%<({MAX_AUTHOR_FIELD_CHARS},trunc)"
+        pathspecs = [f":(top,literal){path.strip('/')}" if path.strip("/") else ":(top)"]
+        if excluded.strip("/"):
+            pathspecs.append(f":(top,literal,exclude){excluded.strip('/')}")
+        form = f"--format=%H%x00{field}%an%x00{field}%ae"
+        out = self.repo.git.log("-1", form, "--end-of-options", sha, "--", *pathspecs)
+        if not out:
+            out = self.repo.git.log("-1", form, "--end-of-options", sha)
+        commit, name, email = [*out.split("\0"), "", ""][:3]
+        return commit.strip(), name.strip(), email.strip()
 
     def changed_paths(self, old_sha: str | None, new_sha: str) -> list[str]:
         if old_sha is not None:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from kgwe.audit.log import COMMIT_INTERVAL_SECONDS
 from kgwe.cluster.events import EventRecorder
 from kgwe.cluster.lease import LeaderElector
 from kgwe.cluster.nodecache import NodeCache
@@ -108,8 +109,10 @@ class Controller:
         prometheus_url: str | None = None,
         certificates: CertificateKeeper | None = None,
         public_metrics: bool = False,
+        audit_interval_seconds: float = COMMIT_INTERVAL_SECONDS,
     ) -> None:
         self.api_client = api_client
+        self.audit_interval_seconds = audit_interval_seconds  # how often the audit log is committed at most
         self.certificates = certificates  # KGWE's own TLS certificates, kept by the leader; None: off
         self.prometheus_url = prometheus_url  # dcgm-exporter activity for MIG rebalancing (None: off)
         self.render_options = render_options  # extender URL and TLS for the rendered scheduler config
@@ -260,6 +263,7 @@ class Controller:
                 budget_caps=self._budget_caps if self.costs is not None else None,
                 on_policy_in_force=self._policy_in_force if self.costs is not None else None,
                 node_cache=self.node_cache,
+                audit_flush_seconds=self.audit_interval_seconds,
             )
             self._reconcilers[name] = rec
         return rec

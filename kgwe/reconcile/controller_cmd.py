@@ -18,6 +18,7 @@ import signal
 import threading
 from pathlib import Path
 
+from kgwe.audit.log import COMMIT_INTERVAL_SECONDS
 from kgwe.errors import KgweError
 from kgwe.httpd.exposure import INSECURE_PUBLIC_METRICS
 from kgwe.vocab import CONTROLLER_NAME, GPU_OPERATOR_NAMESPACE, KGWE_NAMESPACE
@@ -86,6 +87,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="a network of special addresses git may reach all the same (refused by default: loopback, "
         "link-local such as 169.254.169.254, unspecified, multicast, reserved); repeatable (default: "
         "$KGWE_ALLOW_GIT_NETWORKS, comma-separated)",
+    )
+    parser.add_argument(
+        "--audit-interval",
+        type=float,
+        default=COMMIT_INTERVAL_SECONDS,
+        metavar="SECONDS",
+        help="commit the audit log (<reports path>/audit/<YYYY-MM>.jsonl) at most this often; it also goes "
+        "out with each GPU inventory snapshot commit (default: %(default)s)",
     )
     parser.add_argument("--no-workloads", action="store_true", help="do not reconcile GPUWorkloads")
     parser.add_argument(
@@ -236,6 +245,7 @@ def run(args: argparse.Namespace) -> int:
         workloads=not (args.no_workloads or args.once),
         prometheus_url=args.prometheus,
         public_metrics=args.insecure_public_metrics,
+        audit_interval_seconds=args.audit_interval,
     )
     controller.certificates = _certificates(args, controller.api_client, controller.is_leader)
     if args.once:

@@ -128,7 +128,9 @@ def _show(api: Any, pools: dict[str, list[str]], status: dict) -> str:
     return "\n".join(lines)
 
 
-def _wait_ready(api: Any, pools: dict[str, list[str]], revision: str, timeout: float) -> None:
+def _wait_ready(api: Any, pools: dict[str, list[str]], revision: str, timeout: float, bare: Path) -> None:
+    """Until `revision` is in force and ready: applied as it is, or under commits the controller's bot
+    added on top (reports, the inventory snapshot, the audit log)."""
     from kubernetes import client
 
     custom = client.CustomObjectsApi(api)
@@ -142,12 +144,20 @@ def _wait_ready(api: Any, pools: dict[str, list[str]], revision: str, timeout: f
             _say(f"[{time.strftime('%H:%M:%S')}]\n{view}")
             last = view
         ready: dict = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {})
-        if status.get("lastAppliedRevision", "").endswith(revision) and ready.get("status") == "True":
+        applied = str(status.get("lastAppliedRevision", "")).rsplit("sha1:", 1)[-1]
+        if ready.get("status") == "True" and applied and _contains(bare, applied, revision):
             return
         if ready.get("reason") in ("ValidationFailed", "RolloutStalled"):
             raise KgweError(f"rollout stopped: {ready.get('message')}")
         time.sleep(1.0)
     raise KgweError(f"revision {revision[:12]} not rolled out within {timeout:.0f}s")
+
+
+def _contains(bare: Path, commit: str, ancestor: str) -> bool:
+    """Whether `commit` is `ancestor` or comes after it in the demo's repository."""
+    env = {**os.environ, **GIT_IDENTITY}
+    args = ["git", "merge-base", "--is-ancestor", "--end-of-options", ancestor, commit]
+    return subprocess.run(args, cwd=bare, env=env, capture_output=True).returncode == 0
 
 
 def _sample_documents(kind: str, folder: str) -> list[dict]:
@@ -293,6 +303,7 @@ def _start_controller(
         costs=cost_duties(
             str(cache_dir.parent / "kgwe-cost.db"), cluster="demo", refresh_seconds=5.0, advice_seconds=5.0
         ),
+        audit_interval_seconds=5.0,  # the audit log every 5 s at most (5 min in a cluster)
     )
     stop = threading.Event()
     thread = threading.Thread(target=controller.run, args=(stop,), daemon=True)
@@ -639,7 +650,7 @@ def run(args: argparse.Namespace) -> int:
             _say("   node=<nvidia.com/mig.config>  ✓ MIG manager reports success  ⟳ pending  ✗ failed")
             _say("   node=<nvidia.com/device-plugin.config> ×<replicas GFD reports>")
             try:
-                _wait_ready(api, pools, first, args.timeout)
+                _wait_ready(api, pools, first, args.timeout, bare)
                 _say("\n== GPU jobs: GPUWorkloads placed by KGWE's scheduler after the MIG rollout ==")
                 extender, extender_port = start_kgwe_scheduling(cp, work / "clusters" / "prod")
                 prom = _start_prometheus(tmp, port, extender_port) if args.prometheus else None
@@ -654,7 +665,7 @@ def run(args: argparse.Namespace) -> int:
                     )
                     second = _commit_policy_change(work)
                     _send_push_webhook(port, second, url)
-                    _wait_ready(api, pools, second, args.timeout)
+                    _wait_ready(api, pools, second, args.timeout, bare)
                     if prom is not None:
                         _check_monitoring(prom, api, pools, extender)
                 finally:
@@ -666,12 +677,28 @@ def run(args: argparse.Namespace) -> int:
                     "\n== done: the cluster matches the repository ==\nrecent commits (the bot's inventory "
                     f"snapshot under reports/ feeds `kgwe plan` in CI):\n{log}"
                 )
+                _say_audit(bare)
             finally:
                 stop.set()
                 thread.join(timeout=20)
                 if keep is not None:
                     keep_repository(bare, keep)
     return 0
+
+
+def _say_audit(bare: Path) -> None:
+    """Where the audit log is, and its newest line: which commit, by whom, changed what (docs/audit.md)."""
+    from kgwe.audit.log import is_log_path
+
+    logs = sorted(
+        p for p in _git(bare, "ls-tree", "-r", "--name-only", "main", "reports").split() if is_log_path(p)
+    )
+    if not logs:
+        _say("audit log: nothing committed yet (it goes out with the next snapshot, or within 5 s)")
+        return
+    lines = _git(bare, "show", f"main:{logs[-1]}").splitlines()
+    _say(f"audit log {logs[-1]} ({len(lines)} lines; what each reconcile wrote, and which commit caused it):")
+    _say("  " + (lines[-1] if lines else "(empty)"))
 
 
 def _keep_repo_target(path: Path | None) -> Path | None:

@@ -10,6 +10,9 @@ A "Next MIG rebalance" section shows what the next demand-driven rebalance of ea
 `rebalanceInterval` would do, from the MIG demand the inventory snapshot measured (docs/mig-rebalancing.md);
 it never changes the exit status.
 
+The report ends with where the audit log is (the newest `<reports>/audit/<YYYY-MM>.jsonl` at head): what the
+controller wrote to the cluster for each applied commit, and who authored it (docs/audit.md).
+
 When scoring profiles, MIG strategies, budgets or prices change, an impact section replays the recorded
 demand (demand-record.json under reports/, or --demand FILE) through the base and the head policy
 (kgwe.impact); a missing or unusable record only adds a note saying why. --no-impact skips it.
@@ -97,6 +100,7 @@ def run(args: argparse.Namespace) -> int:
         text += "\n" + impact
     if inventory is not None:  # informational: the next rebalance happens whether or not the PR merges
         text += _next_rebalance(head_ps, inventory, inventory_source)
+    text += "\n" + _audit_note(args, repo, head_sha)
     sys.stdout.write(text)
     if args.output:
         Path(args.output).write_text(text)
@@ -182,6 +186,24 @@ def _next_rebalance(head_ps: Any, inventory: Any, inventory_source: str) -> str:
     return "\n" + section if section else ""
 
 
+def _report_folders(args: argparse.Namespace) -> tuple[str, ...]:
+    """Where the controller's reports may be: `reports/` at the top, or beside the policy folder."""
+    sub = args.path.strip("/")
+    return (DEFAULT_REPORTS_PATH, *([f"{sub}/{DEFAULT_REPORTS_PATH}"] if sub not in ("", ".") else []))
+
+
+def _audit_note(args: argparse.Namespace, repo: git.Repo, head_sha: str) -> str:
+    """Where the audit log is: the newest month's file under the report folders at head (kgwe.audit.log)."""
+    from kgwe.audit.log import is_log_path, plan_note
+
+    try:
+        entries = list_tree(repo, head_sha, _report_folders(args), limit=MAX_EXPORT_FILES)
+    except GitSourceError:
+        entries = []
+    logs = sorted((e.path for e in entries if is_log_path(e.path)), key=lambda p: p.rpartition("/")[2])
+    return plan_note(logs[-1] if logs else None)
+
+
 def _demand(args: argparse.Namespace, repo: git.Repo, head_sha: str) -> tuple[bytes | None, str]:
     from kgwe.impact.record import MAX_RECORD_BYTES, DemandRecordError
 
@@ -192,10 +214,8 @@ def _demand(args: argparse.Namespace, repo: git.Repo, head_sha: str) -> tuple[by
                 return fh.read(MAX_RECORD_BYTES + 1), f"`{args.demand}`"
         except OSError as exc:
             raise DemandRecordError(f"cannot read demand record {path}: {exc.strerror}") from None
-    sub = args.path.strip("/")
-    folders = [DEFAULT_REPORTS_PATH] + ([f"{sub}/{DEFAULT_REPORTS_PATH}"] if sub not in ("", ".") else [])
     try:
-        entries = list_tree(repo, head_sha, tuple(folders), limit=MAX_EXPORT_FILES)
+        entries = list_tree(repo, head_sha, _report_folders(args), limit=MAX_EXPORT_FILES)
     except GitSourceError as exc:
         raise DemandRecordError(str(exc)) from None
     found = [e for e in entries if e.path.endswith("/" + DEMAND_NAME)]

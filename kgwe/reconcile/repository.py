@@ -9,6 +9,11 @@ applies what differs and prunes what is gone (every write of the pass leaves thr
 rollout relabels nodes under each pool's gates; health and status sum the pass up (kgwe.reconcile.summary)
 and write status only when it changed, with Events and metrics on the way.
 
+The audit trail (docs/audit.md): every write of a pass, and every Event that tells of one, carries the
+policy commit converged and its author (kgwe.audit.stamp); a pass that wrote anything adds one entry to the
+audit log, which the leader appends to `<reports path>/audit/<YYYY-MM>.jsonl` with the next inventory
+snapshot, or on its own at most every `audit_flush_seconds` (kgwe.audit.log).
+
 What is kept between reconciles is only a cache (the Git mirror, the last snapshot hash, the loaded
 revisions and the last desired state under keys covering all their inputs — kgwe.reconcile.memo):
 everything that matters — the applied inventory, the revisions, where each node's MIG rollout stands — is
@@ -23,7 +28,7 @@ import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -31,13 +36,16 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from kgwe.audit.log import COMMIT_INTERVAL_SECONDS, MAX_PENDING, AuditEntry, Pending, QuotaChange, append
+from kgwe.audit.stamp import Stamp
 from kgwe.cluster.apply import NotLeader, ObjectRef, SyncResult
 from kgwe.cluster.client import list_items
-from kgwe.cluster.events import EventRecorder
+from kgwe.cluster.events import MAX_MESSAGE_CHARS, EventRecorder
 from kgwe.cluster.inventory import GpuNodeFacts, facts_from_objects, inventory_document
 from kgwe.cluster.nodecache import NodeCache
 from kgwe.cluster.nodes import gpu_pods_by_node, live_pods
 from kgwe.errors import KgweError
+from kgwe.gitops.commit_back import Content, Edit
 from kgwe.gitops.gitcmd import GitAccess, UnsafeGitArgument
 from kgwe.gitops.source import GitSource, GitSourceError, Revision
 from kgwe.observability import tracing
@@ -70,6 +78,7 @@ from kgwe.render.objects import budget_quotas
 from kgwe.render.render import RenderOptions
 from kgwe.vocab import (
     API_GROUP,
+    BUDGET_QUOTA_NAME,
     CRD_VERSION,
     FIELD_MANAGER,
     GPU_NODE_SELECTOR,
@@ -146,6 +155,7 @@ class RepositoryReconciler:
         budget_caps: BudgetCaps | None = None,
         on_policy_in_force: Callable[[PolicySet], None] | None = None,
         node_cache: NodeCache | None = None,
+        audit_flush_seconds: float = COMMIT_INTERVAL_SECONDS,
     ) -> None:
         self.api_client = api_client
         self.namespace = namespace
@@ -188,6 +198,12 @@ class RepositoryReconciler:
         # (commit, policy path) — the one to apply and the last good one —, and the last desired state
         self._loads: Memo[Loaded] = Memo(2)
         self._desired: Memo[tuple[PolicySet, Desired]] = Memo(1)
+        # the audit trail: each converged commit's stamp (by commit, policy path, reports path), the entries
+        # not committed yet, and when the log was last committed
+        self._stamps: Memo[Stamp] = Memo(2)
+        self.audit = Pending(MAX_PENDING)
+        self.audit_flush_seconds = audit_flush_seconds
+        self._audit_committed: datetime | None = None
 
     @property
     def plans_computed(self) -> int:
@@ -251,19 +267,22 @@ class RepositoryReconciler:
         self._validate(p, source)
         if p.errors:
             self._keep_last_good(p, source)
+            self._audit(p)
+            self._commit_audit(p)
             return summarize(p)
-        assert p.policy is not None
-        self._converge(p, p.policy)
+        assert p.policy is not None and p.revision is not None
+        self._converge(p, p.policy, source, p.revision)
         assert p.sync is not None and p.plan is not None
         self._events(p, p.sync, p.plan)
         if not p.sync.failed:
             self._in_force(p.policy)
             p.scheduler = self._restart_scheduler(p)
-            if p.scheduler.outcome != "invalid":
-                assert p.revision is not None
-                self.metrics.set_last_applied(self.name, p.revision)
-                if health(p.plan, p.revision)[0] == "ready":
-                    p.snapshot = self._commit_snapshot(p)
+        self._audit(p)
+        if not p.sync.failed and p.scheduler is not None and p.scheduler.outcome != "invalid":
+            self.metrics.set_last_applied(self.name, p.revision)
+            if health(p.plan, p.revision)[0] == "ready":
+                p.snapshot = self._commit_snapshot(p)
+        self._commit_audit(p)
         return summarize(p)
 
     # -- fetch, validate ---------------------------------------------------------------------------------
@@ -298,7 +317,7 @@ class RepositoryReconciler:
         good, errors = self._load(source, Revision.sha_of(last), p.spec)
         if good is not None and not errors:
             self._in_force(good)
-            self._converge(p, good)
+            self._converge(p, good, source, last)
 
     def _load(self, source: GitSource, sha: str, spec: PolicyRepositorySpec) -> Loaded:
         """The revision's PolicySet and its errors; a commit's content never changes, so each (commit,
@@ -326,8 +345,11 @@ class RepositoryReconciler:
             self.on_policy_in_force(policy)
 
     # -- observe, build, apply, rollout ----------------------------------------------------------------
-    def _converge(self, p: Pass, policy: PolicySet) -> None:
-        """Observe, build, apply and roll out `policy` (the pass's revision, or the last good one)."""
+    def _converge(self, p: Pass, policy: PolicySet, source: GitSource, revision: str) -> None:
+        """Observe, build, apply and roll out `policy` (of `revision`: the pass's, or the last good one),
+        every write stamped with the commit that last changed the policy up to `revision`."""
+        p.converged, p.stamp = revision, self._stamp(source, revision, p.spec)
+        self.writes.begin(p.stamp)
         with tracing.span("kgwe.reconcile.observe"):
             observed = self._observe()
         p.rebalance = self._rebalance(p, policy, observed)
@@ -348,6 +370,18 @@ class RepositoryReconciler:
                 p.plan = self._rollout(p, policy, desired, observed.facts)
         self.metrics.writes.labels(self.name).inc(self.writes.taken())
         self.last_sync, self.last_plan = sync, p.plan
+
+    def _stamp(self, source: GitSource, revision: str, spec: PolicyRepositorySpec) -> Stamp:
+        """The commit that last changed the policy (outside the reports path) up to `revision`, and its
+        author; read once per (commit, policy path, reports path)."""
+        sha = Revision.sha_of(revision)
+        ref = revision.rsplit("@sha1:", 1)[0] if "@sha1:" in revision else ""
+
+        def read() -> Stamp:
+            commit, name, email = source.last_change(sha, spec.policy_path, spec.reports_path)
+            return Stamp.of(ref, commit or sha, name, email)
+
+        return self._stamps.get((sha, spec.policy_path, spec.reports_path), read)
 
     def _observe(self) -> Observed:
         """The GPU nodes (from the node cache once it shows every node patch this process made, else
@@ -390,7 +424,9 @@ class RepositoryReconciler:
         if self.budget_caps is not None:
             caps = self.budget_caps(self.name, policy, observed.pods, self._recorder(p))
         rendered = budget_quotas(policy, self.options, caps)
-        return rendered.objects if rendered is not None else []
+        quotas = rendered.objects if rendered is not None else []
+        p.quota_caps, p.quotas = caps, quotas
+        return quotas
 
     def _live_mig_configs(self, namespace: str, name: str) -> MigConfigs:
         return live_mig_configs(self.core, namespace, name)
@@ -418,7 +454,18 @@ class RepositoryReconciler:
         return merge_plans(mig, sharing)
 
     def _recorder(self, p: Pass) -> Callable[[str, str, str], None]:
-        return lambda kind, reason, message: self.recorder.record(p.repo, kind, reason, message)
+        """Events about the repository in this pass: once a commit is converged, each names it and its
+        author in its text and carries its stamp as annotations."""
+
+        def record(kind: str, reason: str, message: str) -> None:
+            if p.stamp is None:
+                self.recorder.record(p.repo, kind, reason, message)
+                return
+            suffix = f" (policy {p.stamp.revision} by {p.stamp.author})"
+            text = message[: MAX_MESSAGE_CHARS - len(suffix)] + suffix
+            self.recorder.record(p.repo, kind, reason, text, p.stamp.annotations())
+
+        return record
 
     # -- MIG rebalancing ---------------------------------------------------------------------------------
     def _rebalance(self, p: Pass, policy: PolicySet, observed: Observed) -> RebalanceResult:
@@ -444,7 +491,7 @@ class RepositoryReconciler:
             read_activity=self.read_activity,
         )
         for pool, decision in sorted(result.taken.items()):
-            self.recorder.normal(p.repo, "MIGRebalance", f"pool {pool}: {decision.event}")
+            self._recorder(p)("Normal", "MIGRebalance", f"pool {pool}: {decision.event}")
             self.metrics.rebalances.labels(self.name, pool).inc()
         conditions = p.status.get("conditions") or []
         was = next((c.get("status") for c in conditions if c.get("type") == UTILIZATION_CONDITION), None)
@@ -459,23 +506,24 @@ class RepositoryReconciler:
         result = self.writes.restart_scheduler()
         self.metrics.writes.labels(self.name).inc(self.writes.taken())
         if result.outcome == "restarted":
-            self.recorder.normal(p.repo, "SchedulerRestarted", result.message)
+            self._recorder(p)("Normal", "SchedulerRestarted", result.message)
         elif result.outcome == "invalid":
             self.recorder.warning(p.repo, "SchedulerConfigInvalid", result.message)
         return result
 
     def _events(self, p: Pass, sync: SyncResult, plan: RolloutPlan) -> None:
+        record = self._recorder(p)
         if sync.created or sync.updated:
-            self.recorder.normal(
-                p.repo,
+            record(
+                "Normal",
                 "Applied",
                 f"revision {p.revision}: {len(sync.created)} created, "
                 f"{len(sync.updated)} updated ({len(sync.drift_corrected)} drift corrected)",
             )
         if sync.pruned:
-            self.recorder.normal(p.repo, "Pruned", "pruned " + ", ".join(str(r) for r in sync.pruned))
+            record("Normal", "Pruned", "pruned " + ", ".join(str(r) for r in sync.pruned))
         for progress in plan.stalled:
-            self.recorder.warning(p.repo, "RolloutStalled", progress.message())
+            record("Warning", "RolloutStalled", progress.message())
 
     def _status(self, repo: dict, outcome: Outcome) -> Outcome:
         """Count the outcome and write the status it leads to, unless that is the live one."""
@@ -498,6 +546,77 @@ class RepositoryReconciler:
         )
         return outcome
 
+    # -- the audit log -----------------------------------------------------------------------------------
+    def _audit(self, p: Pass) -> None:
+        """One audit entry for a pass that wrote anything (kept until the log is committed)."""
+        nodes = self.writes.node_changes()
+        if p.stamp is None or p.converged is None or p.spec.reports is None:
+            return
+        sync = p.sync or SyncResult()
+        written = {(r.namespace, r.name) for r in sync.applied if r.kind == "ResourceQuota"}
+        quotas = [
+            QuotaChange(
+                ns,
+                ns in p.quota_caps,
+                {str(k): str(v) for k, v in ((q.get("spec") or {}).get("hard") or {}).items()},
+            )
+            for q in p.quotas
+            if (ns := (q.get("metadata") or {}).get("namespace", ""), BUDGET_QUOTA_NAME) in written
+        ]
+        entry = AuditEntry(
+            time=self.now(),
+            repository=f"{self.namespace}/{self.name}",
+            stamp=p.stamp,
+            applied=p.converged,
+            created=[str(r) for r in sync.created],
+            updated=[str(r) for r in sync.updated],
+            pruned=[str(r) for r in sync.pruned],
+            drift_corrected=[str(r) for r in sync.drift_corrected],
+            nodes=nodes,
+            scheduler_restarted=p.scheduler is not None and p.scheduler.outcome == "restarted",
+            quotas=quotas,
+        )
+        if not entry.empty:
+            self.audit.add(entry)
+
+    def _audit_files(self, p: Pass, *, due: bool) -> dict[str, Edit]:
+        """The audit log's appends for a commit: when entries wait and the log is `due` (a snapshot is
+        committed anyway), or was last committed `audit_flush_seconds` ago or never; else none."""
+        if p.spec.reports is None or not (self.audit.entries or self.audit.dropped):
+            return {}
+        now = self.now()
+        last = self._audit_committed
+        if not due and last is not None and now - last < timedelta(seconds=self.audit_flush_seconds):
+            return {}
+        return {
+            path: _appender(lines, now)
+            for path, lines in self.audit.by_file(p.spec.reports_path, now).items()
+        }
+
+    def _audit_done(self, status: str) -> None:
+        """After a commit that held the audit log: what was appended (or refused for good) is forgotten;
+        a failed push keeps it for the next try."""
+        self._audit_committed = self.now()
+        if status != "failed":
+            self.audit = Pending(MAX_PENDING)
+
+    def _commit_audit(self, p: Pass) -> None:
+        """Commit the waiting audit entries on their own when due (the leader only)."""
+        files = self._audit_files(p, due=False) if self.is_leader() else {}
+        if not files:
+            return
+        try:
+            cb = self.git.commit_back(p.spec, "commit-back")
+        except GitSourceError as exc:
+            self.recorder.warning(p.repo, "CommitBackRejected", f"audit log: {exc}")
+            self._audit_done("rejected")
+            return
+        result = cb.commit_files(files, summary="audit log")
+        self._audit_done(result.status)
+        if result.status == "rejected":
+            self.metrics.commit_back_rejected.labels(self.name).inc()
+            self.recorder.warning(p.repo, "CommitBackRejected", f"audit log: {result.reason}")
+
     def _commit_snapshot(self, p: Pass) -> dict:
         """Commit the GPUInventory snapshot under the reports path (for offline `kgwe plan` in CI)."""
         doc = self._inventory_doc
@@ -514,9 +633,15 @@ class RepositoryReconciler:
             self.recorder.warning(p.repo, "CommitBackRejected", str(exc))
             return {"reportsStatus": {"lastPushError": str(exc)}}
         text = yaml.safe_dump(doc, sort_keys=False)
-        result = cb.commit_files(
-            {f"{p.spec.reports_path}/gpu-inventory.yaml": text}, summary="GPU inventory snapshot"
-        )
+        snapshot: dict[str, Content] = {f"{p.spec.reports_path}/gpu-inventory.yaml": text}
+        audit = self._audit_files(p, due=True) if self.is_leader() else {}
+        if audit:  # the audit log goes out with the snapshot; refused, the snapshot goes out alone
+            result = cb.commit_files({**snapshot, **audit}, summary="GPU inventory snapshot and audit log")
+            self._audit_done(result.status)
+            if result.status == "rejected":
+                self.recorder.warning(p.repo, "CommitBackRejected", f"audit log: {result.reason}")
+        if not audit or result.status == "rejected":
+            result = cb.commit_files(snapshot, summary="GPU inventory snapshot")
         self._snapshot_hash = digest  # also after a permanent rejection: never retry the same content
         if result.status == "rejected":
             self.metrics.commit_back_rejected.labels(self.name).inc()
@@ -528,6 +653,11 @@ class RepositoryReconciler:
         if result.status == "pushed":  # None removes an earlier error (merge patch)
             return {"reportsStatus": {"lastPushedCommit": result.sha, "lastPushError": None}}
         return {}
+
+
+def _appender(lines: Sequence[str], when: datetime) -> Edit:
+    """The Edit that appends `lines` to a month's audit log as the branch holds it (kgwe.audit.log)."""
+    return lambda existing: append(existing, lines, when)[0]
 
 
 def _ready_message(repo: Mapping) -> str | None:

@@ -4,14 +4,15 @@ kube-scheduler never rereads its configuration file. After a reconcile applied `
 the controller reads that ConfigMap back (what new scheduler pods will mount), checks it, and sets its hash
 as the pod-template annotation `kgwe.nvidia.io/scheduler-config-hash` of the kgwe-scheduler Deployment:
 a changed hash makes the Deployment roll its pods. The write is a server-side apply of that one
-annotation with field manager kgwe-controller, so KGWE owns nothing else of a Deployment the platform
+annotation (and, on the Deployment, the stamp of the policy commit that caused it) with field manager
+kgwe-controller, so KGWE owns nothing else of a Deployment the platform
 team deploys (kubectl, Argo CD and Flux keep owning the rest). A cluster without the Deployment (the
 extender configured into the default scheduler instead) needs nothing here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from kubernetes import client
@@ -53,6 +54,7 @@ class SchedulerRestarter:
         self.guard = guard
         self.scheduler_name = scheduler_name
         self.writes = 0
+        self.stamp: Mapping[str, str] = {}  # annotations the restarted Deployment gets (the pass's commit)
 
     def _config_text(self) -> str | None:
         try:
@@ -94,7 +96,11 @@ class SchedulerRestarter:
         body = {
             "apiVersion": "apps/v1",
             "kind": "Deployment",
-            "metadata": {"name": SCHEDULER_DEPLOYMENT, "namespace": self.namespace},
+            "metadata": {
+                "name": SCHEDULER_DEPLOYMENT,
+                "namespace": self.namespace,
+                **({"annotations": dict(self.stamp)} if self.stamp else {}),
+            },
             "spec": {"template": {"metadata": {"annotations": {SCHEDULER_CONFIG_HASH_ANNOTATION: digest}}}},
         }
         self.apps.patch_namespaced_deployment(

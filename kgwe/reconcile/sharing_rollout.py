@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from kgwe.audit.log import NodeChange
 from kgwe.cluster.apply import NotLeader
 from kgwe.cluster.inventory import GpuNodeFacts
 from kgwe.cluster.nodes import NodeOps
@@ -130,6 +131,8 @@ def sharing_node_states(
 class SharingNodeOps(NodeOps):
     """The node writes of the sharing rollout: its own label and annotations, NodeOps' eviction."""
 
+    label = DEVICE_PLUGIN_CONFIG_LABEL
+
     def relabel(
         self, name: str, config: str, now: datetime | None = None, revision: str | None = None
     ) -> None:
@@ -141,6 +144,7 @@ class SharingNodeOps(NodeOps):
                     "annotations": {SHARING_REQUESTED_AT_ANNOTATION: format_time(now or datetime.now(UTC))},
                 }
             },
+            NodeChange(name, "relabel", self.label, config),
         )
 
     def cordon(self, name: str, config: str) -> None:
@@ -150,6 +154,7 @@ class SharingNodeOps(NodeOps):
                 "spec": {"unschedulable": True},
                 "metadata": {"annotations": {SHARING_CORDONED_ANNOTATION: config}},
             },
+            NodeChange(name, "cordon"),
         )
 
     def uncordon(self, name: str) -> None:
@@ -162,6 +167,7 @@ class SharingNodeOps(NodeOps):
                 "spec": {"unschedulable": None},
                 "metadata": {"annotations": {SHARING_CORDONED_ANNOTATION: None}},
             },
+            NodeChange(name, "uncordon"),
         )
 
 

@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from kgwe.audit.stamp import Stamp
 from kgwe.cluster.apply import SyncResult
 from kgwe.policy.cluster_kinds import PolicyRepositorySpec
 from kgwe.policy.diagnostics import Diagnostic
@@ -31,6 +32,10 @@ class Pass:
     fetch_error: str | None = None
     policy: PolicySet | None = None  # validate: the revision's policy, when valid
     errors: list[str] = field(default_factory=list)  # validate: why it is not
+    stamp: Stamp | None = None  # the policy commit converged (this revision's, or the last good one's)
+    converged: str | None = None  # the revision converged
+    quota_caps: Mapping[str, Any] = field(default_factory=dict)  # namespace -> the cap of an Enforce budget
+    quotas: Sequence[Mapping[str, Any]] = ()  # the budget quotas rendered
     sync: SyncResult | None = None  # apply (of this revision, or of the last good one when invalid)
     plan: RolloutPlan | None = None  # rollout: the waves as they stand after this pass's actions
     scheduler: SchedulerSync | None = None  # the KGWE scheduler rolled onto the applied configuration

@@ -154,3 +154,49 @@ def test_two_writers_in_parallel_both_land(remote, tmp_path):
     for name in results:
         assert remote.show("main", f"reports/{name}.md") == name
     assert os.path.isdir(remote.bare)
+
+
+def _append(line: bytes):
+    return lambda old: (old or b"") + line
+
+
+def test_an_edit_is_applied_again_to_what_a_concurrent_push_left(remote, tmp_path):
+    cb = make(remote, tmp_path)
+    assert cb.commit_files({"reports/log.jsonl": _append(b"ours 1\n")}, summary="log").status == "pushed"
+    seen: list[bytes | None] = []
+    fetches: list[int] = []
+
+    def once() -> None:  # someone else appends between our first fetch and our push
+        fetches.append(1)
+        if len(fetches) == 1:
+            remote.pull()
+            remote.commit({"reports/log.jsonl": "ours 1\ntheirs\n"}, "their line")
+
+    def edit(old: bytes | None) -> bytes:
+        seen.append(old)
+        return (old or b"") + b"ours 2\n"
+
+    result = racing(remote, tmp_path, once, attempts=3).commit_files(
+        {"reports/log.jsonl": edit}, summary="log"
+    )
+    assert result.status == "pushed" and result.attempts == 2
+    assert seen == [b"ours 1\n", b"ours 1\ntheirs\n"]  # the edit saw each head's file, bytes exact
+    assert remote.show("main", "reports/log.jsonl") == "ours 1\ntheirs\nours 2"
+    same = cb.commit_files({"reports/log.jsonl": lambda old: old}, summary="log")
+    assert same.status == "unchanged"
+
+
+def test_an_edit_never_reads_through_a_symlink_or_past_its_bound(remote, tmp_path, monkeypatch):
+    import kgwe.gitops.commit_back as commit_back
+
+    (remote.work / "reports").mkdir()
+    (remote.work / "reports" / "log.jsonl").symlink_to("../policy/mig.yaml")
+    remote.commit({"reports/big.jsonl": "x" * 100}, "a link and a big file")
+    called: list[bytes | None] = []
+    cb = make(remote, tmp_path)
+    linked = cb.commit_files({"reports/log.jsonl": lambda old: called.append(old) or b"x"}, summary="s")
+    assert linked.status == "rejected" and "not a regular file" in linked.reason and called == []
+    monkeypatch.setattr(commit_back, "MAX_EDITED_BYTES", 99)
+    big = cb.commit_files({"reports/big.jsonl": _append(b"more")}, summary="s")
+    assert big.status == "rejected" and "100 bytes, over the 99-byte bound" in big.reason
+    assert remote.show("main", "policy/mig.yaml") == "kind: MIGStrategy"

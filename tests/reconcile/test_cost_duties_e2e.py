@@ -5,6 +5,7 @@ the reports schedule."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import threading
 from datetime import UTC, datetime, timedelta
@@ -16,6 +17,7 @@ from kgwe.cost.service import CostService
 from kgwe.cost.store import CostStore
 from kgwe.reconcile.costs import CostDuties
 from kgwe.reconcile.repository import RepositoryReconciler
+from kgwe.vocab import REVISION_ANNOTATION, REVISION_AUTHOR_ANNOTATION
 from tests.harness.waiting import wait_for
 
 pytestmark = pytest.mark.cluster
@@ -46,8 +48,14 @@ spec:
 
 def test_metering_enforce_cap_and_scheduled_reports(k8s_api, e2e, kgwe_mig_manager, tmp_path):
     (node,) = e2e.make_nodes(1)
-    policy = {**e2e.base, "policy/pricing.yaml": PRICING, "policy/budget.yaml": budget(e2e.namespace)}
-    e2e.remote.commit(policy)
+    policy = {
+        **e2e.base,
+        # the node's whole GPUs stay (no MIG layout for it), whenever the pod comes
+        "policy/mig.yaml": e2e.strategy_yaml(f"{e2e.pool}-other"),
+        "policy/pricing.yaml": PRICING,
+        "policy/budget.yaml": budget(e2e.namespace),
+    }
+    first = e2e.remote.commit(policy)
     e2e.make_repository(reports={"path": "reports/e2e", "schedule": "*/5 * * * *"})
     clock = {"now": datetime.now(UTC)}
     store = CostStore(str(tmp_path / "cost.db"))
@@ -100,6 +108,14 @@ def test_metering_enforce_cap_and_scheduled_reports(k8s_api, e2e, kgwe_mig_manag
         clock["now"] += timedelta(hours=1)
         reconcile()  # the pass that finds the budget exhausted applies the cap (no interval of lag)
         assert quota_gpus() == "1"
+        # the capped quota names the policy commit in force; the audit log says it was capped
+        quota = core.read_namespaced_resource_quota("kgwe-budget", e2e.namespace)
+        assert quota.metadata.annotations[REVISION_ANNOTATION] == f"main@sha1:{first}"
+        assert quota.metadata.annotations[REVISION_AUTHOR_ANNOTATION] == "Human <h@x>"
+        audited = [json.loads(e.line()) for e in rec.audit.entries] + _audit_lines(e2e)
+        capped = [q for e in audited for q in e.get("budgetQuotas", {}).get("names", []) if q["capped"]]
+        assert [q["namespace"] for q in capped] == [e2e.namespace]
+        assert capped[0]["hard"]["requests.nvidia.com/gpu"] == "1"
         reconcile()
         assert quota_gpus() == "1", "the cap must hold across reconciles (no flapping with the render)"
 
@@ -131,6 +147,12 @@ def _git(e2e, *args: str) -> str:
 
 def _tree(e2e) -> list[str]:
     return _git(e2e, "ls-tree", "-r", "--name-only", "main").split()
+
+
+def _audit_lines(e2e) -> list[dict]:
+    """Every entry of the audit logs committed so far."""
+    files = [f for f in _tree(e2e) if f.startswith("reports/e2e/audit/")]
+    return [json.loads(line) for f in files for line in _git(e2e, "show", f"main:{f}").splitlines()]
 
 
 def _log(e2e) -> str:

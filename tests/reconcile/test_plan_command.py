@@ -228,3 +228,26 @@ def test_a_misspelt_mig_demand_field_is_an_error(repo, capsys):
     edit(repo, "inventory/prod.yaml", "  migDemand:", "  migDemandX:")
     code, _, err = plan(repo, capsys)
     assert code == 1 and "migDemandX" in err  # an unknown field is an error with its place
+
+
+def test_the_plan_ends_with_where_the_audit_log_is(repo, capsys):
+    code, out, _ = plan_no_change(repo, capsys)
+    assert code == 0 and out.rstrip().splitlines()[-1].startswith("Audit log: none at head yet")
+    assert "<spec.reports.path>/audit/<YYYY-MM>.jsonl" in out
+    (repo / "reports" / "prod" / "audit").mkdir(parents=True)
+    for month in ("2026-10", "2026-11"):
+        (repo / "reports/prod/audit" / f"{month}.jsonl").write_text('{"revision": "sha1:..."}\n')
+    (repo / "reports/prod/audit/notes.jsonl").write_text("not a month\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "the controller's audit log")
+    code, out, _ = plan(repo, capsys)
+    newest = "reports/prod/audit/2026-11.jsonl"
+    assert code == 0 and out.rstrip().splitlines()[-1].startswith(
+        f"Audit log: [`{newest}`]({newest}) at head"
+    )
+
+
+def plan_no_change(repo: Path, capsys) -> tuple[int, str, str]:
+    code = main(["plan", "--repo", str(repo), "--base", "main", "--head", "HEAD", "clusters/prod"])
+    out, err = capsys.readouterr()
+    return code, out, err

@@ -1,11 +1,13 @@
 """The controller's scheduler restart against the real API server: a checked configuration is stamped on the
-kgwe-scheduler Deployment by SSA of that one annotation; a missing or malformed one changes nothing."""
+kgwe-scheduler Deployment by SSA of that one annotation (and the Deployment gets the stamp of the policy
+commit that caused it); a missing or malformed one changes nothing."""
 
 from __future__ import annotations
 
 import pytest
 from kubernetes import client
 
+from kgwe.audit.stamp import Stamp
 from kgwe.reconcile.scheduler_restart import SchedulerRestarter
 from kgwe.render.scheduler_config import config_hash
 from kgwe.vocab import SCHEDULER_CONFIG_HASH_ANNOTATION, SCHEDULER_CONFIG_KEY, SCHEDULER_CONFIGMAP
@@ -55,6 +57,8 @@ def test_restart_stamps_only_the_hash_and_refuses_bad_configs(k8s_api, namespace
     assert restarter.sync().outcome == "no-deployment"  # the extender may live in the default scheduler
     apps.create_namespaced_deployment(namespace, deployment(namespace))
 
+    stamp = Stamp.of("main", "c" * 40, "Ada", "ada@example.com")  # the policy commit that caused it
+    restarter.stamp = stamp.annotations()
     result = restarter.sync()
     assert result.outcome == "restarted" and result.config_hash == config_hash(text)
     assert annotations(apps, namespace) == {
@@ -62,12 +66,14 @@ def test_restart_stamps_only_the_hash_and_refuses_bad_configs(k8s_api, namespace
         SCHEDULER_CONFIG_HASH_ANNOTATION: config_hash(text),
     }
     live = apps.read_namespaced_deployment("kgwe-scheduler", namespace)
+    assert stamp.annotations().items() <= live.metadata.annotations.items()
     (ours,) = [m for m in live.metadata.managed_fields if m.manager == "kgwe-controller"]
     assert ours.operation == "Apply"
     assert ours.fields_v1 == {
+        "f:metadata": {"f:annotations": {f"f:{key}": {} for key in stamp.annotations()}},
         "f:spec": {
             "f:template": {"f:metadata": {"f:annotations": {f"f:{SCHEDULER_CONFIG_HASH_ANNOTATION}": {}}}}
-        }
+        },
     }
     generation = live.metadata.generation
     assert restarter.sync().outcome == "unchanged" and restarter.writes == 1
