@@ -104,7 +104,11 @@ def sharing_node_states(
         chosen = next((s for s in ordered if s.selects(f.labels)), None)
         current = f.labels.get(DEVICE_PLUGIN_CONFIG_LABEL)
         if chosen is None and not (current or "").startswith(CONFIG_NAME_PREFIX):
-            continue
+            # A node KGWE sent back to `default` stays in view until GFD reports it unshared: until then the
+            # device plugin is still switching it, and the pool is not done.
+            returning = current == DEFAULT_CONFIG_KEY and SHARING_REQUESTED_AT_ANNOTATION in f.annotations
+            if not returning or _reports(f, None):
+                continue
         desired = config_key(chosen) if chosen is not None else DEFAULT_CONFIG_KEY
         # `success` once GFD reports what the node's current label asks for (a config KGWE no longer
         # renders is taken as applied long ago); otherwise the plugin is still switching the node.

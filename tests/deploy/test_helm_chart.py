@@ -204,6 +204,7 @@ def test_pull_secrets_annotations_extra_args_and_security_contexts_reach_every_p
     controller = by[("Deployment", "kgwe-controller")]["spec"]["template"]["spec"]
     assert "--git-ca-file=/etc/kgwe/git-ca/ca.crt" in _controller_args(by)  # a private Git server's CA
     assert "--allow-git-network=169.254.10.0/24" in _controller_args(by)  # a Git server on a special address
+    assert "--audit-interval=60" in _controller_args(by)
     assert {"name": "git-ca", "mountPath": "/etc/kgwe/git-ca", "readOnly": True} in controller["containers"][
         0
     ]["volumeMounts"]

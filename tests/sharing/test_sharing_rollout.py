@@ -123,6 +123,16 @@ def test_a_node_no_strategy_selects_any_more_goes_back_to_default_under_the_gate
     assert decide([busy])[0].actions == ()
 
 
+def test_a_node_sent_back_to_default_is_in_flight_until_gfd_reports_it_unshared():
+    returning = node("a", "default", replicas=4, pool="training", requested=NOW - timedelta(seconds=30))
+    plan, pools = decide([returning])
+    assert plan.actions == () and pools["sharing/default"].in_progress == ["a"]
+    settled = node("a", "default", pool="training", requested=NOW - timedelta(seconds=30))
+    assert decide([settled])[1] == {}  # unshared: out of every pool
+    someone_elses = node("b", "default", replicas=4, pool="training")  # not KGWE's relabel: left alone
+    assert decide([someone_elses])[1] == {}
+
+
 def test_a_switched_node_switches_again_when_its_strategy_changes():
     switched = node("a", CONFIG, replicas=4, requested=NOW - timedelta(hours=3))
     two = strategy(replicas=2)
