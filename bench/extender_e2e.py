@@ -67,10 +67,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.harness
 from control_plane import BASELINE_SCHEDULER, create_nodes, pod_body
 from extender import pct, schedstat, wait_port
 
-from kgwe.cluster.names import SCHEDULER_NAME
 from kgwe.localcluster.controlplane import ControlPlane, ControlPlaneError, find_binaries, free_port
 from kgwe.localcluster.pki import extender_tls_flags, write_mtls_dirs
 from kgwe.render.render import DEFAULT_EXTENDER_URL, standalone_extender_url
+from kgwe.vocab import SCHEDULER_NAME
 from tests.harness.kgwe_scheduler import LocalScheduler, local_config, rendered_config_text
 
 REPO = Path(__file__).resolve().parents[1]

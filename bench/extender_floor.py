@@ -21,11 +21,11 @@ import threading
 from kubernetes import client
 
 from kgwe.cluster.client import api_client
-from kgwe.cluster.names import SCHEDULER_NAME
 from kgwe.cluster.watch import list_and_watch
 from kgwe.extender.index import pod_field_selector
 from kgwe.extender.nodenames import KEY
 from kgwe.httpd import JSON, serve
+from kgwe.vocab import SCHEDULER_NAME
 
 _FIRST = b'{"Nodes":null,"NodeNames":[%s],"FailedNodes":{},"FailedAndUnresolvableNodes":{},"Error":""}'
 

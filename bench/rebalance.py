@@ -1,4 +1,4 @@
-"""MIG rebalancing benchmark (issue #20): a day of demand from the Alibaba openb trace through the planner
+"""MIG rebalancing benchmark: a day of demand from the Alibaba openb trace through the planner
 with the demand-driven rebalancing rule vs the static layout.
 
 Demand: the openb default pod list, pods with num_gpu == 1 and 0 < gpu_milli < 1000 (3,078), each one

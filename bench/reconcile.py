@@ -44,14 +44,6 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from kgwe.cluster.client import STRATEGIC_MERGE_PATCH, ensure_namespace, list_items
 from kgwe.cluster.crds import install_crds
-from kgwe.cluster.names import (
-    ACKNOWLEDGED_ANNOTATION,
-    MIG_CONFIG_LABEL,
-    MIG_STATE_LABEL,
-    REQUESTED_AT_ANNOTATION,
-    RETRY_ANNOTATION,
-    ROLLOUT_REVISION_ANNOTATION,
-)
 from kgwe.cluster.nodecache import NodeCache
 from kgwe.gitops.gitcmd import LOOPBACK_NETWORKS, GitAccess
 from kgwe.gitops.webhook import sign
@@ -63,6 +55,14 @@ from kgwe.reconcile.controller import Controller
 from kgwe.reconcile.repository import GROUP, PLURAL, VERSION, RepositoryReconciler
 from kgwe.render.render import RenderOptions
 from kgwe.timestamps import format_rfc3339
+from kgwe.vocab import (
+    ACKNOWLEDGED_ANNOTATION,
+    MIG_CONFIG_LABEL,
+    MIG_STATE_LABEL,
+    REQUESTED_AT_ANNOTATION,
+    RETRY_ANNOTATION,
+    ROLLOUT_REVISION_ANNOTATION,
+)
 
 NS = "kgwe-system"
 POOL = "bench"

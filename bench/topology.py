@@ -1,4 +1,4 @@
-"""Topology-aware GPU-set choice on the real replayed topologies (README figures).
+"""Topology-aware GPU-set choice on the real replayed topologies (docs/benchmarks.md).
 
 For each known topology, random sequences of allocations (k in {1, 2, 4, 8}) and releases are run under
 three policies, each with the same seeded request stream:

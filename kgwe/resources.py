@@ -37,7 +37,7 @@ def sample_repo_dir() -> Path:
 
 def workload_examples_dir() -> Path:
     """docs/examples/gpuworkloads: the seed GPUWorkload examples (the demo applies two of them)."""
-    return _data_dir("docs") / "examples" / "gpuworkloads"
+    return _data_dir("docs") / "examples/gpuworkloads"
 
 
 def hack_dir() -> Path:
@@ -53,7 +53,7 @@ def shared_data_dir() -> Path:
         if not Path(env).is_dir():
             raise KgweError(f"KGWE_DATA={env} is not a directory")
         return Path(env)
-    candidates = [p / "shared" / "data" for p in _PACKAGE_DIR.parents] + [Path("/work/shared/data")]
+    candidates = [p / "shared" / "data" for p in _PACKAGE_DIR.parents]
     for c in candidates:
         if c.is_dir():
             return c

@@ -3,10 +3,14 @@ uses it agrees: the policy models, the extender, the cost arithmetic and the con
 
 from __future__ import annotations
 
+import ast
+import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from datetime import timedelta
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
@@ -146,22 +150,6 @@ def test_an_unpriced_product_is_unpriced_for_both():
     assert pricebook_from_catalog(spec).price("NVIDIA-A100-SXM4-80GB") is None
 
 
-def test_cluster_names_come_from_vocab():
-    from kgwe.cluster import names
-
-    shared = [
-        "BUDGET_QUOTA_NAME",
-        "GPU_RESOURCE",
-        "MIG_CONFIG_LABEL",
-        "MIG_RESOURCE_PREFIX",
-        "MIG_STATE_LABEL",
-        "SHARED_GPU_RESOURCE",
-        "TOPOLOGY_ANNOTATION",
-    ]
-    for key in shared:
-        assert getattr(names, key) is getattr(vocab, key)
-
-
 def test_shared_modules_import_only_the_standard_library():
     code = (
         "import sys; before = set(sys.modules)\n"
@@ -174,7 +162,96 @@ def test_shared_modules_import_only_the_standard_library():
 
 
 def test_api_version_is_one_value():
-    from kgwe import API_VERSION
     from kgwe.policy.base import KgweObject
 
-    assert KgweObject.model_fields["api_version"].default == API_VERSION
+    assert KgweObject.model_fields["api_version"].default == vocab.API_VERSION
+
+
+# Values of kgwe.vocab that are also ordinary words elsewhere (an apiVersion `v1`, a label value `enabled`,
+# an Event reason): code may spell these for another meaning. The words of a Literal list (strategies,
+# preferences, pricing modes) are what the code compares against; their defaults are held to one value by
+# the tests above.
+_WORDS = {"v1", "kgwe", "enabled", "disabled", "reports", "GPUHealthy"} | {
+    *vocab.STRATEGIES,
+    *vocab.TOPOLOGY_PREFERENCES,
+    *vocab.MIG_PRICING,
+    *vocab.IDLE_COST,
+}
+# The same text meaning something else in one module: a Grafana dashboard's uid, the CA certificate's subject.
+_OTHER_MEANINGS = {
+    ("kgwe/observability/dashboards.py", "kgwe-scheduling"),
+    ("kgwe/certs/rotation.py", "kgwe-ca"),
+}
+_NAMES: dict[str, str] = {}  # value -> the first vocab name holding it
+for _name, _value in vars(vocab).items():
+    if _name.isupper() and isinstance(_value, str) and _value not in _WORDS:
+        _NAMES.setdefault(_value, _name)
+_ROOT = Path(__file__).resolve().parent.parent
+
+
+def _string_constants(tree: ast.AST) -> Iterator[tuple[int, str]]:
+    """The string constants of a module with their lines, docstrings left out (they describe, not name)."""
+    docstrings = set()
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef) and body:
+            first = body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                docstrings.add(id(first.value))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+            yield node.lineno, node.value
+
+
+def _spelled_again(text: str) -> str | None:
+    """The vocab name `text` spells: one of its values, or a name of KGWE's own (`kgwe.nvidia.io/...`)."""
+    if text in _NAMES:
+        return _NAMES[text]
+    if text.startswith(vocab.ANNOTATION_PREFIX):
+        return "ANNOTATION_PREFIX"
+    return None
+
+
+def _template_names(text: str) -> list[str]:
+    """The vocab names a template spells as text (outside its comments) instead of taking `vocab.NAME`."""
+    text = re.sub(r"\{#.*?#\}", "", text, flags=re.S)
+    return [
+        name
+        for value, name in _NAMES.items()
+        if len(value) > 3 and re.search(rf"(?<![\w./-]){re.escape(value)}(?![\w-])", text)
+    ]
+
+
+def test_names_on_the_cluster_are_spelled_only_in_vocab():
+    """Every module names the cluster's labels, annotations, objects and KGWE's API through kgwe.vocab, so a
+    name changes in one place; the templates get them as `vocab.NAME`."""
+    found = []
+    for path in sorted((_ROOT / "kgwe").rglob("*.py")):
+        if path == _ROOT / "kgwe" / "vocab.py":
+            continue
+        relative = str(path.relative_to(_ROOT))
+        for line, text in _string_constants(ast.parse(path.read_text(), str(path))):
+            name = _spelled_again(text)
+            if name and (relative, text) not in _OTHER_MEANINGS:
+                found.append(f"{relative}:{line}: {text!r} is vocab.{name}")
+    for path in sorted((_ROOT / "templates").rglob("*.j2")):
+        found += [f"{path.relative_to(_ROOT)}: vocab.{n}" for n in _template_names(path.read_text())]
+    assert not found, "\n".join(found)
+
+
+def test_the_check_finds_a_name_spelled_again():
+    """The check above can fail: a label, KGWE's own annotation and a default each count as spelled again."""
+    assert _spelled_again("nvidia.com/gpu.product") == "GPU_PRODUCT_LABEL"
+    assert _spelled_again("kgwe.nvidia.io/anything") == "ANNOTATION_PREFIX"
+    assert _spelled_again("USD") == "DEFAULT_CURRENCY"
+    assert _spelled_again("kgwe-scheduler") == "SCHEDULER_NAME"
+    assert _spelled_again("enabled") is None
+    source = 'CURRENCY = "USD"\nX = 1\n"""kgwe-scheduler, in a string."""\n'
+    assert [t for _, t in _string_constants(ast.parse(source))] == [
+        "USD",
+        "kgwe-scheduler, in a string.",
+    ]
+    assert _template_names("{# kgwe-scoring #}name: kgwe-scoring\n{{ vocab.SCORING_CONFIGMAP }}") == [
+        "SCORING_CONFIGMAP"
+    ]
+    assert _template_names("name: {{ vocab.SCORING_CONFIGMAP | yaml }}") == []

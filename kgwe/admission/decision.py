@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import orjson
 
-from kgwe.cluster.names import DEFAULT_SCHEDULER_NAME, SCHEDULER_NAME, is_gpu_resource
+from kgwe.vocab import DEFAULT_SCHEDULER_NAME, SCHEDULER_NAME, is_gpu_resource
 
 REVIEW_API_VERSION = "admission.k8s.io/v1"
 REVIEW_KIND = "AdmissionReview"

@@ -15,8 +15,8 @@ import logging
 from collections import Counter
 
 from kgwe.admission.decision import ReviewError, review
-from kgwe.cluster.names import SCHEDULER_NAME
 from kgwe.httpd import JSON, Handler, Limits, error_body
+from kgwe.vocab import SCHEDULER_NAME
 
 log = logging.getLogger("kgwe.admission")
 

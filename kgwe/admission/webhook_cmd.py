@@ -25,10 +25,10 @@ import logging
 import threading
 from pathlib import Path
 
-from kgwe.cluster.names import SCHEDULER_NAME
 from kgwe.errors import KgweError
 from kgwe.httpd.exposure import INSECURE_ANY_CLIENT, check_client_auth
 from kgwe.tlsfiles import ServingTLS
+from kgwe.vocab import SCHEDULER_NAME
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -11,10 +11,9 @@ import orjson
 from kgwe.topology import annotation, choice, known
 from kgwe.topology.health import GPUFault
 from kgwe.topology.model import NodeTopology
-from kgwe.vocab import GPU_HEALTH_CONDITION, GPU_UNHEALTHY_TAINT
+from kgwe.vocab import ANNOTATION_PREFIX, GPU_HEALTH_CONDITION, GPU_PODS_ANNOTATION, GPU_UNHEALTHY_TAINT
 
-PREFIX = "kgwe.nvidia.io/"
-GPU_PODS_ANNOTATION = PREFIX + "gpu-pods"
+PREFIX = ANNOTATION_PREFIX
 
 
 def desired_labels(topo: NodeTopology) -> dict[str, str | None]:

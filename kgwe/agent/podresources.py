@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from kgwe.errors import KgweError
+from kgwe.vocab import NVIDIA_RESOURCE_PREFIX
 
 DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 LIST_METHOD = "/v1.PodResourcesLister/List"
@@ -168,7 +169,7 @@ def gpu_holders(holdings: list[DeviceHolding], uuid_to_index: dict[str, int]) ->
     """GPU index -> "namespace/pod" for every whole GPU a pod holds (nvidia.com/* resources by UUID)."""
     out: dict[int, str] = {}
     for h in holdings:
-        if not h.resource.startswith("nvidia.com/"):
+        if not h.resource.startswith(NVIDIA_RESOURCE_PREFIX):
             continue
         for device in h.device_ids:
             index = uuid_to_index.get(device.split("::")[0])  # time-sliced replicas are "<uuid>::<n>"

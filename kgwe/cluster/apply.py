@@ -30,7 +30,8 @@ from kubernetes import client, dynamic
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic.exceptions import NotFoundError, ResourceNotFoundError
 
-from kgwe.cluster.names import (
+from kgwe.errors import KgweError
+from kgwe.vocab import (
     DESIRED_HASH_ANNOTATION,
     FIELD_MANAGER,
     MANAGED_BY_LABEL,
@@ -38,9 +39,8 @@ from kgwe.cluster.names import (
     PRUNE_ANNOTATION,
     PRUNE_DISABLED,
     REPOSITORY_LABEL,
+    STAMP_ANNOTATIONS,
 )
-from kgwe.errors import KgweError
-from kgwe.vocab import STAMP_ANNOTATIONS
 
 _VOLATILE_METADATA = (
     "managedFields",

@@ -11,6 +11,7 @@ from kubernetes import client, config
 from kubernetes.config.config_exception import ConfigException
 
 from kgwe.errors import KgweError
+from kgwe.vocab import API_GROUP, CRD_VERSION, GPU_WORKLOAD_PLURAL
 
 # API calls one client makes at once at most (a rollout wave patches this many nodes side by side): its
 # connection pool keeps that many connections, so none is opened and thrown away per call
@@ -87,14 +88,12 @@ def list_gpu_workloads(api: client.ApiClient) -> list[dict]:
     is optional)."""
     from kubernetes.client.exceptions import ApiException
 
-    from kgwe import API_GROUP
-
     try:
         return list_items(
             client.CustomObjectsApi(api).list_cluster_custom_object,
             group=API_GROUP,
-            version="v1",
-            plural="gpuworkloads",
+            version=CRD_VERSION,
+            plural=GPU_WORKLOAD_PLURAL,
         )
     except ApiException as exc:
         if exc.status != 404:

@@ -14,8 +14,9 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from kgwe.vocab import CONTROLLER_NAME
+
 log = logging.getLogger(__name__)
-COMPONENT = "kgwe-controller"
 MAX_MESSAGE_CHARS = 1024  # of an Event's message
 
 
@@ -24,7 +25,7 @@ class EventRecorder:
         self,
         api_client: client.ApiClient,
         *,
-        component: str = COMPONENT,
+        component: str = CONTROLLER_NAME,
         allowed: Callable[[], bool] = lambda: True,
     ) -> None:
         self.core = client.CoreV1Api(api_client)

@@ -20,11 +20,22 @@ from typing import Any
 from kubernetes import client
 
 from kgwe.cluster.client import list_items
-from kgwe.cluster.names import (
+from kgwe.cluster.nodes import attempt_stamp, gpu_pods_by_node, live_pods, pod_gpu_requests
+from kgwe.errors import KgweError
+from kgwe.timestamps import parse_rfc3339 as parse_time
+from kgwe.topology import health
+from kgwe.topology.annotation import topology_name
+from kgwe.vocab import (
     ACKNOWLEDGED_ANNOTATION,
+    API_VERSION,
     CORDONED_ANNOTATION,
+    GPU_COUNT_LABEL,
+    GPU_NODE_SELECTOR,
+    GPU_PRODUCT_LABEL,
     GPU_RESOURCE,
     MIG_CONFIG_LABEL,
+    MIG_DEVICES_KEY,
+    MIG_ENABLED_KEY,
     MIG_RESOURCE_PREFIX,
     MIG_STATE_LABEL,
     REQUESTED_AT_ANNOTATION,
@@ -32,13 +43,7 @@ from kgwe.cluster.names import (
     ROLLOUT_REVISION_ANNOTATION,
     TOPOLOGY_ANNOTATION,
 )
-from kgwe.cluster.nodes import attempt_stamp, gpu_pods_by_node, live_pods, pod_gpu_requests
-from kgwe.errors import KgweError
-from kgwe.timestamps import parse_rfc3339 as parse_time
-from kgwe.topology import health
-from kgwe.topology.annotation import topology_name
 
-GPU_NODE_SELECTOR = "nvidia.com/gpu.present=true"
 _STATES = ("pending", "rebooting", "success", "failed")
 
 
@@ -108,7 +113,7 @@ def facts_from_objects(
         labels = dict(meta.get("labels") or {})
         annotations = dict(meta.get("annotations") or {})
         try:
-            gpus = int(labels.get("nvidia.com/gpu.count", "0"))
+            gpus = int(labels.get(GPU_COUNT_LABEL, "0"))
         except ValueError:
             gpus = 0
         facts = GpuNodeFacts(
@@ -116,7 +121,7 @@ def facts_from_objects(
             labels=labels,
             annotations=annotations,
             gpus=gpus,
-            product=labels.get("nvidia.com/gpu.product", ""),
+            product=labels.get(GPU_PRODUCT_LABEL, ""),
             topology=_topology_name(annotations),
             unschedulable=bool((node.get("spec") or {}).get("unschedulable")),
         )
@@ -163,10 +168,10 @@ def config_layout(
     for entry in entries:
         devices = entry.get("devices")
         indices = range(gpus) if devices == "all" else [i for i in devices or [] if 0 <= i < gpus]
-        devices_wanted = (entry.get("mig-devices") or {}).items()
+        devices_wanted = (entry.get(MIG_DEVICES_KEY) or {}).items()
         profiles = (
             tuple(sorted(p for p, n in devices_wanted for _ in range(int(n))))
-            if entry.get("mig-enabled")
+            if entry.get(MIG_ENABLED_KEY)
             else None
         )
         for i in indices:
@@ -240,7 +245,7 @@ def inventory_document(
     if cluster:
         spec["cluster"] = cluster
     return {
-        "apiVersion": "kgwe.nvidia.io/v1",
+        "apiVersion": API_VERSION,
         "kind": "GPUInventory",
         "metadata": {"name": name},
         "spec": spec,

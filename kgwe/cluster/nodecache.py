@@ -20,8 +20,8 @@ from typing import Any
 
 from kubernetes import client
 
-from kgwe.cluster.inventory import GPU_NODE_SELECTOR
 from kgwe.cluster.watch import list_and_watch
+from kgwe.vocab import GPU_NODE_SELECTOR
 
 WATCH_TIMEOUT_SECONDS = 300
 _KEPT_METADATA = ("name", "labels", "annotations", "resourceVersion")

@@ -23,7 +23,8 @@ from kubernetes.client.exceptions import ApiException
 from kgwe.audit.log import NodeChange
 from kgwe.cluster.apply import NotLeader
 from kgwe.cluster.client import lean_patch, list_items
-from kgwe.cluster.names import (
+from kgwe.timestamps import format_rfc3339 as format_time
+from kgwe.vocab import (
     ACKNOWLEDGED_ANNOTATION,
     CORDONED_ANNOTATION,
     FIELD_MANAGER,
@@ -34,7 +35,6 @@ from kgwe.cluster.names import (
     ROLLOUT_REVISION_ANNOTATION,
     is_gpu_resource,
 )
-from kgwe.timestamps import format_rfc3339 as format_time
 
 
 @dataclass(frozen=True)

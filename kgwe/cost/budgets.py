@@ -18,7 +18,7 @@ from kgwe.cost.allocate import CENT
 from kgwe.cost.forecast import Forecast, forecast_daily
 from kgwe.cost.usage import Period, ensure_utc, month_start, next_month
 from kgwe.errors import KgweError
-from kgwe.vocab import BUDGET_QUOTA_NAME
+from kgwe.vocab import BUDGET_QUOTA_NAME, DEFAULT_CURRENCY, quota_key
 
 PERIODS = ("Daily", "Weekly", "Monthly", "Quarterly", "Yearly")
 QUOTA_NAME = BUDGET_QUOTA_NAME
@@ -37,7 +37,7 @@ class BudgetSpec:
     namespaces: tuple[str, ...]
     period: str
     limit: Decimal
-    currency: str = "USD"
+    currency: str = DEFAULT_CURRENCY
     quota: Mapping[str, int] = field(default_factory=dict)
     alerts: tuple[Alert, ...] = ()
 
@@ -166,11 +166,6 @@ class QuotaDecision:
     reason: str
 
 
-def _quota_key(resource: str) -> str:
-    """Extended resources exist in ResourceQuota only as requests.<name>."""
-    return resource if resource.startswith("requests.") or "/" not in resource else f"requests.{resource}"
-
-
 def quota_decisions(
     spec: BudgetSpec, status: BudgetStatus, in_use: Mapping[str, Mapping[str, int]]
 ) -> list[QuotaDecision]:
@@ -178,10 +173,10 @@ def quota_decisions(
     Enforced: each resource capped at min(quota, current use in that namespace), so no new GPU pods."""
     out = []
     for ns in spec.namespaces:
-        use = {_quota_key(k): v for k, v in (in_use.get(ns) or {}).items()}
+        use = {quota_key(k): v for k, v in (in_use.get(ns) or {}).items()}
         hard: dict[str, str] = {}
         for resource, limit in sorted(spec.quota.items()):
-            key = _quota_key(resource)
+            key = quota_key(resource)
             hard[key] = str(min(limit, use.get(key, 0)) if status.enforce else limit)
         used = f"{status.used_ratio * 100:.1f}% of {status.limit} {status.currency}"
         action = "capped at current use" if status.enforce else "not capped"

@@ -29,7 +29,15 @@ from typing import Any
 from kgwe.cost.tables import resource_key
 from kgwe.cost.usage import MIG, SHARED, WHOLE, NodeCapacity, UsageInterval, ensure_utc
 from kgwe.gpu.sharing import annotated_milli, node_sharing, replica_milli
-from kgwe.vocab import GPU_MILLI_ANNOTATION, GPU_RESOURCE, MIG_RESOURCE_PREFIX, SHARED_GPU_RESOURCE
+from kgwe.vocab import (
+    GPU_COUNT_LABEL,
+    GPU_MILLI_ANNOTATION,
+    GPU_PRODUCT_LABEL,
+    GPU_RESOURCE,
+    MIG_RESOURCE_PREFIX,
+    SHARED_GPU_RESOURCE,
+    TEAM_LABEL,
+)
 
 log = logging.getLogger(__name__)
 
@@ -37,11 +45,8 @@ GPU = GPU_RESOURCE
 GPU_SHARED = SHARED_GPU_RESOURCE
 MIG_PREFIX = MIG_RESOURCE_PREFIX
 MILLI_ANNOTATION = GPU_MILLI_ANNOTATION
-TEAM_LABEL = "kgwe.nvidia.io/team"  # on a Namespace
 UNASSIGNED_TEAM = "__unassigned__"
 _TEAM_VALUE = re.compile(r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$")
-PRODUCT_LABEL = "nvidia.com/gpu.product"
-COUNT_LABEL = "nvidia.com/gpu.count"
 FINISHED = ("Succeeded", "Failed")
 
 
@@ -227,7 +232,7 @@ class Meter:
         node = _get(pod, "spec", "nodeName")
         info = self.nodes.get(node)
         if info is None:
-            reason = f"node {node!r} is not a known GPU node (no {PRODUCT_LABEL} label)"
+            reason = f"node {node!r} is not a known GPU node (no {GPU_PRODUCT_LABEL} label)"
             return [], Skip(pod_name(pod), reason)
         start = _parse_time(_get(pod, "status", "startTime")) or at
         meta = pod.get("metadata") or {}
@@ -302,10 +307,10 @@ def _resource(iv: UsageInterval) -> str:
 def node_info(node: Mapping[str, Any], is_spot: Callable[[Mapping[str, str]], bool]) -> NodeInfo | None:
     """A GPU node's product and physical GPU count (the count label survives MIG; nvidia.com/gpu is 0)."""
     labels = _get(node, "metadata", "labels") or {}
-    product = labels.get(PRODUCT_LABEL)
+    product = labels.get(GPU_PRODUCT_LABEL)
     if not product:
         return None
-    count = _quantity(labels.get(COUNT_LABEL))
+    count = _quantity(labels.get(GPU_COUNT_LABEL))
     if count is None:
         count = _quantity(_get(node, "status", "capacity", GPU)) or 0
     replicas, _ = node_sharing(labels)

@@ -25,6 +25,7 @@ from kgwe.cost.usage import MIG, SHARED
 from kgwe.errors import KgweError
 from kgwe.gpu.products import base_product, find_price
 from kgwe.vocab import (
+    CAPACITY_TYPE_LABEL,
     DEFAULT_CURRENCY,
     DEFAULT_IDLE_COST,
     DEFAULT_MIG_PRICING,
@@ -35,7 +36,7 @@ from kgwe.vocab import (
 
 # Common node labels that mark spot/preemptible capacity (key, value); value None = any value.
 DEFAULT_SPOT_LABELS: tuple[tuple[str, str | None], ...] = (
-    ("kgwe.nvidia.io/capacity-type", "spot"),
+    (CAPACITY_TYPE_LABEL, "spot"),
     ("karpenter.sh/capacity-type", "spot"),
     ("eks.amazonaws.com/capacityType", "SPOT"),
     ("cloud.google.com/gke-spot", "true"),

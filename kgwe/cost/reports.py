@@ -22,6 +22,7 @@ from typing import Any
 
 import jinja2
 
+from kgwe import vocab
 from kgwe.cost.advice import Advice
 from kgwe.cost.budgets import BudgetSpec, BudgetStatus, complete_days, evaluate_budget
 from kgwe.cost.chargeback import IDLE_KEY, Chargeback
@@ -31,6 +32,7 @@ from kgwe.cost.rightsizing import Recommendation
 from kgwe.cost.usage import NodeCapacity, Period
 from kgwe.errors import KgweError
 from kgwe.resources import templates_dir
+from kgwe.vocab import DEFAULT_MIG_PRICING, DEFAULT_REPORTS_PATH
 
 FORECAST_NOTE = (
     "outage days cleaned; mean of SES, last-7-day mean and weekly Holt-Winters (≥ 14 days of "
@@ -65,6 +67,7 @@ def environment() -> jinja2.Environment:
     )
     env.filters.update(csv=_csv_row, md=_md, yaml=_yaml)
     env.globals["idle_key"] = IDLE_KEY
+    env.globals["vocab"] = vocab  # names on the cluster (the inventory snapshot's apiVersion and labels)
     return env
 
 
@@ -80,7 +83,7 @@ class ReportInput:
     recommendations: Sequence[Recommendation] = ()
     rightsizing_source: str = ""
     rightsizing_skipped: int = 0
-    mig_pricing: str = "ComputeSlices"
+    mig_pricing: str = DEFAULT_MIG_PRICING
     forecast_days: int = 7
     advice: Advice | None = None  # spot, efficiency and run costs (None: no GPUWorkloads were read)
 
@@ -135,10 +138,11 @@ def build_reports(data: ReportInput) -> Files:
     cb = data.by_team_namespace_product_daily
     if cb.group_by != ("team", "namespace", "gpu_product") or cb.granularity != "day":
         raise KgweError("reports need a daily chargeback grouped by team, namespace and gpu_product")
+    cluster, period = segment(data.cluster, "cluster name"), segment(data.period.label, "period label")
     part = _Part(
         data,
         environment(),
-        f"reports/{segment(data.cluster, 'cluster name')}/{segment(data.period.label, 'period label')}",
+        f"{DEFAULT_REPORTS_PATH}/{cluster}/{period}",
         {"cluster": data.cluster, "period": data.period, "currency": cb.currency, "now": data.now},
     )
     files: Files = {}

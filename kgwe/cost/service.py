@@ -31,6 +31,7 @@ from kgwe.cost.store import CostStore
 from kgwe.cost.usage import Period, month_period
 from kgwe.cost.workload_facts import facts_from_objects
 from kgwe.errors import KgweError
+from kgwe.vocab import DEFAULT_REPORTS_PATH
 
 log = logging.getLogger(__name__)
 
@@ -163,18 +164,6 @@ def generate_reports(
     return Generated(files, cb, statuses, found)
 
 
-def demand_record_file(store: CostStore, now: datetime, cluster: str) -> dict[str, str]:
-    """The demand record of the last week (for `kgwe plan`'s impact replay), beside the other reports."""
-    from kgwe.impact.record import RECORD_NAME, encode, record_from_intervals, window_ending
-
-    since, until = window_ending(now)
-    window = Period(since, until)
-    record = record_from_intervals(
-        store.usage(window), store.nodes(window), since=since, until=until, cluster=cluster, now=now
-    )
-    return {f"reports/{RECORD_NAME}": encode(record).decode()}
-
-
 class CostService:
     """What the controller starts: `start_metering`, then periodically `refresh` (metrics, budget status
     for Enforce) and, on the PolicyRepository's reports schedule, `commit` (reports to Git)."""
@@ -269,15 +258,20 @@ class CostService:
         now: datetime,
         *,
         commit_back: Any,
-        path_prefix: str = "reports",
+        path_prefix: str = DEFAULT_REPORTS_PATH,
         prometheus_url: str | None = None,
+        extra_files: Mapping[str, str] | None = None,
     ):
-        """Generate the period's reports and commit them through `commit_back` (a kgwe.gitops CommitBack
-        that may write only under `path_prefix`)."""
+        """Generate the period's reports and commit them, with `extra_files` (paths under the reports path,
+        e.g. the demand record), through `commit_back` (a kgwe.gitops CommitBack that may write only under
+        `path_prefix`)."""
         generated = generate_reports(
             self.store, book, budgets, period, now, self.cluster, prometheus_url, self._read_workloads()
         )
-        files = {**generated.files, **demand_record_file(self.store, now, self.cluster)}
-        if path_prefix != "reports":  # PolicyRepository.spec.reports.path, e.g. reports/prod
-            files = {path_prefix.rstrip("/") + rel[len("reports") :]: text for rel, text in files.items()}
+        files = {**generated.files, **(extra_files or {})}
+        if path_prefix != DEFAULT_REPORTS_PATH:  # PolicyRepository.spec.reports.path, e.g. reports/prod
+            files = {
+                path_prefix.rstrip("/") + rel[len(DEFAULT_REPORTS_PATH) :]: text
+                for rel, text in files.items()
+            }
         return commit_back.commit_files(files, summary=f"cost reports {self.cluster} {period.label}")

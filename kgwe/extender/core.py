@@ -8,7 +8,7 @@ row's version is the one it was computed at. Placing or releasing a pod bumps on
 
 Scores are floats 0..100 (the extender maps them to kube-scheduler's 0..10):
   total = (wT*topology + wR*resource + wB*balance + wF*fragmentation) / (wT + wR + wB + wF)
-- topology: the topology area's GPU-set score for multi-GPU pods (NVLink pairs etc.), 100 otherwise.
+- topology: kgwe.topology.choice's GPU-set score for multi-GPU pods (NVLink pairs etc.), 100 otherwise.
 - resource: the profile's strategy (BinPack, BestFit, Spread, LeastLoaded, CostOptimized, Priority,
   RoundRobin, Random).
 - balance: GPU vs CPU/memory utilisation after placement kept level (a GPU node whose CPUs are gone

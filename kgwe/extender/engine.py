@@ -129,7 +129,7 @@ class Engine:
         def scorer(
             topo: Any, free: frozenset[int], k: int, preference: str, min_bandwidth_gbps: float | None
         ) -> float | None:
-            """The topology area's node_score is relative to the node's own best set; a pod that asks for
+            """kgwe.topology.choice's node_score is relative to the node's own best set; a pod that asks for
             bandwidth also gets the absolute bottleneck, so a real NVLink pair beats a PCIe-bridged one."""
             s = choice.node_score(topo, free, k, preference, min_bandwidth_gbps)
             if s is None or (preference != "NVLinkOptimal" and min_bandwidth_gbps is None):

@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING
 
 import orjson
 
-from kgwe.cluster.names import EXTENDER_PORT, SCHEDULER_NAME
 from kgwe.errors import KgweError
 from kgwe.extender.app import MAX_REQUEST_BYTES, Metrics, make_handler, make_probe_handler
 from kgwe.extender.core import NodeTable
@@ -41,6 +40,7 @@ from kgwe.httpd import (
 )
 from kgwe.httpd.exposure import INSECURE_ANY_CLIENT, INSECURE_PUBLIC_METRICS
 from kgwe.tlsfiles import ServingTLS
+from kgwe.vocab import EXTENDER_NAME, EXTENDER_PORT, KGWE_NAMESPACE, SCHEDULER_NAME
 
 if TYPE_CHECKING:
     from kgwe.extender.index import ClusterIndex
@@ -56,7 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--in-cluster", action="store_true", help="cluster mode with the pod's service account"
     )
     parser.add_argument("--listen", default=f"127.0.0.1:{EXTENDER_PORT}", help="HOST:PORT to listen on")
-    parser.add_argument("--namespace", default="kgwe-system", help="namespace of the kgwe-scoring ConfigMap")
+    parser.add_argument("--namespace", default=KGWE_NAMESPACE, help="namespace of the kgwe-scoring ConfigMap")
     parser.add_argument(
         "--scheduler-name",
         default=SCHEDULER_NAME,
@@ -263,7 +263,7 @@ def run(args: argparse.Namespace) -> int:
     metrics = Metrics()
     from kgwe.observability import tracing
 
-    tracing.configure("kgwe-extender")  # only when OTEL_EXPORTER_OTLP_ENDPOINT is set
+    tracing.configure(EXTENDER_NAME)  # only when OTEL_EXPORTER_OTLP_ENDPOINT is set
     if args.inventory:
         guards = metrics_guards(args, host, probe, None)
         engine = static_engine(args.inventory, args.profiles)

@@ -50,16 +50,15 @@ from collections.abc import Callable
 
 import orjson
 
-from kgwe.cluster.names import SCHEDULER_NAME
 from kgwe.extender.engine import Engine
 from kgwe.extender.k8s import account, gpu_holders, node_state, pod_holds, pod_key
 from kgwe.extender.nodes import NodeState
 from kgwe.extender.profile import ProfileError, profiles_from_document
 from kgwe.extender.request import PodRequest
 from kgwe.topology.annotation import decode
+from kgwe.vocab import KGWE_NAMESPACE, SCHEDULER_NAME, SCORING_CONFIG_KEY, SCORING_CONFIGMAP
 
 log = logging.getLogger("kgwe.extender.index")
-SCORING_CONFIGMAP = "kgwe-scoring"
 WATCH_SECONDS = 300
 ASSUME_SECONDS = 30.0  # an assumed pod not seen bound by then is forgotten
 FOREIGN_GPU = PodRequest(gpus=1)  # one whole GPU held by a pod the index does not watch
@@ -85,7 +84,7 @@ class ClusterIndex:
         self,
         engine: Engine,
         kubeconfig: str | None = None,
-        namespace: str = "kgwe-system",
+        namespace: str = KGWE_NAMESPACE,
         metrics=None,
         api_client=None,
         scheduler_name: str | None = SCHEDULER_NAME,
@@ -416,7 +415,7 @@ class ClusterIndex:
         if not items:
             return  # no ConfigMap: keep what we have (built-in default at start)
         data = items[0].get("data") or {}
-        text = data.get("profiles.json") or next((v for k, v in data.items() if k.endswith(".json")), None)
+        text = data.get(SCORING_CONFIG_KEY) or next((v for k, v in data.items() if k.endswith(".json")), None)
         if text is None:
             self._profile_failed("kgwe-scoring has no profiles.json key")
             return

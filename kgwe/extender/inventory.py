@@ -1,4 +1,4 @@
-"""Static mode: a GPUInventory YAML file (the policy area's model) -> NodeStates for the scoring core."""
+"""Static mode: a GPUInventory YAML file (kgwe.policy's model) -> NodeStates for the scoring core."""
 
 from __future__ import annotations
 

@@ -14,12 +14,10 @@ from typing import Any
 
 import orjson
 
-from kgwe.agent.node_state import GPU_PODS_ANNOTATION
 from kgwe.errors import KgweError
 from kgwe.extender.nodes import NodeState
 from kgwe.extender.replicas import on_replicated
 from kgwe.extender.request import (
-    ANN,
     GPU,
     GPU_SHARED,
     LABEL_FAMILY,
@@ -33,12 +31,15 @@ from kgwe.extender.request import (
 )
 from kgwe.gpu.sharing import node_sharing
 from kgwe.topology import health
+from kgwe.vocab import (
+    GPU_COUNT_LABEL,
+    GPU_INDEX_ANNOTATION,
+    GPU_MEMORY_LABEL,
+    GPU_PODS_ANNOTATION,
+    NODE_PRIORITY_LABEL,
+    TOPOLOGY_ANNOTATION,
+)
 
-ANN_GPU_INDEX = ANN + "gpu-index"
-ANN_TOPOLOGY = ANN + "topology"
-LABEL_MEMORY = "nvidia.com/gpu.memory"  # GFD: MiB per GPU
-LABEL_COUNT = "nvidia.com/gpu.count"
-LABEL_PRIORITY = ANN + "node-priority"
 UNREADABLE_HOLDING = PodRequest(gpus=16)  # a bound pod whose resources cannot be read: every GPU of its node
 
 Decoder = Callable[[str], object]
@@ -60,15 +61,15 @@ def node_state(node: Mapping, decode_topology: Decoder | None = None) -> NodeSta
     alloc = status.get("allocatable") or status.get("capacity") or {}
     gpus = _int(alloc.get(GPU), 0)
     if not gpus and alloc.get(GPU_SHARED):
-        gpus = _int(labels.get(LABEL_COUNT), 0)
-    gpus = max(gpus, _int(labels.get(LABEL_COUNT), 0)) if alloc.get(GPU_SHARED) else gpus
+        gpus = _int(labels.get(GPU_COUNT_LABEL), 0)
+    gpus = max(gpus, _int(labels.get(GPU_COUNT_LABEL), 0)) if alloc.get(GPU_SHARED) else gpus
     replicas, _ = node_sharing(labels)
     if replicas > 1:  # the plugin advertises replicas; GFD's count stays the physical GPUs
         advertised = max(_int(alloc.get(GPU), 0), _int(alloc.get(GPU_SHARED), 0))
-        gpus = _int(labels.get(LABEL_COUNT), 0) or advertised // replicas
+        gpus = _int(labels.get(GPU_COUNT_LABEL), 0) or advertised // replicas
     mig = {k[len(MIG_PREFIX) :]: _int(v) for k, v in alloc.items() if k.startswith(MIG_PREFIX)}
     topology = None
-    raw = ann.get(ANN_TOPOLOGY)
+    raw = ann.get(TOPOLOGY_ANNOTATION)
     if raw and decode_topology is not None:
         try:
             topology = decode_topology(raw)
@@ -85,7 +86,7 @@ def node_state(node: Mapping, decode_topology: Decoder | None = None) -> NodeSta
     if mem is not None:
         kwargs["memory_mib"] = mem
     try:
-        priority = float(labels.get(LABEL_PRIORITY, 0))
+        priority = float(labels.get(NODE_PRIORITY_LABEL, 0))
     except ValueError:
         priority = 0.0
     return NodeState(
@@ -95,7 +96,7 @@ def node_state(node: Mapping, decode_topology: Decoder | None = None) -> NodeSta
         product=labels.get(LABEL_PRODUCT, ""),
         family=labels.get(LABEL_FAMILY, ""),
         model=labels.get(LABEL_PRODUCT, ""),
-        gpu_memory_mib=_int(labels.get(LABEL_MEMORY), 0),
+        gpu_memory_mib=_int(labels.get(GPU_MEMORY_LABEL), 0),
         mig_free=mig,
         priority=priority,
         topology=topology,
@@ -193,7 +194,7 @@ def pod_holds(pod: Mapping) -> tuple[PodRequest, tuple[int, ...] | None] | None:
             req = parse_pod(pod)
         except RequestError:
             return None
-    raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(ANN_GPU_INDEX)
+    raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(GPU_INDEX_ANNOTATION)
     indices = None
     if raw:
         try:

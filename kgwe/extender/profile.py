@@ -6,7 +6,7 @@ Also accepted:
 `{"profiles": [{"name": "default", "default": true, "weights": {"topology": 40, "resource": 35,
 "balance": 25}, "strategy": "BinPack", "fragmentation": 60, "extender": {"weight": 5, "ignorable": false,
 "httpTimeout": "2s"}}]}`. A bare list of profiles, or ScoringProfile objects (`metadata.name` + `spec`), are
-accepted too, so the extender follows the policy area's rendering without a second format.
+accepted too, so the extender reads what `kgwe render` writes without a second format.
 
 Fields beyond the weights and strategy (optional, read when present): `fragmentation` (weight of the
 FGD term, default 50; 0 = off) and `decideInFilter` (default true, see Profile.decide_in_filter). A profile
@@ -125,7 +125,7 @@ def profiles_from_document(doc: object) -> dict[str, Profile]:
     """All profiles of a `kgwe-scoring` document; the default one is also reachable under ''."""
     items = doc.get("profiles") if isinstance(doc, Mapping) else doc
     named_default = doc.get("default") if isinstance(doc, Mapping) else None
-    if isinstance(items, Mapping):  # the policy area's rendering: {"default": name, "profiles": {name: spec}}
+    if isinstance(items, Mapping):  # as rendered: {"default": name, "profiles": {name: spec}}
         items = [
             {**spec, "name": name} if isinstance(spec, Mapping) else spec for name, spec in items.items()
         ]

@@ -13,15 +13,18 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from kgwe import API_GROUP
 from kgwe.errors import KgweError
 from kgwe.fleet.output import FORMATS
+from kgwe.vocab import (
+    API_GROUP,
+    BUDGET_QUOTA_NAME,
+    COMPONENT_SELECTOR,
+    CRD_VERSION,
+    GPU_NODE_SELECTOR,
+    GPU_WORKLOAD_PLURAL,
+    POLICY_REPOSITORY_PLURAL,
+)
 
-CRD_VERSION = "v1"
-WORKLOAD_PLURAL = "gpuworkloads"
-REPOSITORY_PLURAL = "policyrepositories"
-COMPONENT_SELECTOR = "app.kubernetes.io/name=kgwe"
-GPU_NODE_SELECTOR = "nvidia.com/gpu.present=true"
 REQUEST_TIMEOUT_SECONDS = 30.0
 SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
@@ -120,20 +123,20 @@ class Fleet:
         from kgwe.cluster.client import list_items
 
         custom = client.CustomObjectsApi(self.api)
-        with self.reading("list GPUWorkloads", crd=f"{WORKLOAD_PLURAL}.{API_GROUP}"):
+        with self.reading("list GPUWorkloads", crd=f"{GPU_WORKLOAD_PLURAL}.{API_GROUP}"):
             if namespace is None:
                 return list_items(
                     custom.list_cluster_custom_object,
                     group=API_GROUP,
                     version=CRD_VERSION,
-                    plural=WORKLOAD_PLURAL,
+                    plural=GPU_WORKLOAD_PLURAL,
                 )
             return list_items(
                 custom.list_namespaced_custom_object,
                 group=API_GROUP,
                 version=CRD_VERSION,
                 namespace=namespace,
-                plural=WORKLOAD_PLURAL,
+                plural=GPU_WORKLOAD_PLURAL,
             )
 
     def repositories(self) -> list[dict[str, Any]]:
@@ -142,12 +145,12 @@ class Fleet:
         from kgwe.cluster.client import list_items
 
         custom = client.CustomObjectsApi(self.api)
-        with self.reading("list PolicyRepositories", crd=f"{REPOSITORY_PLURAL}.{API_GROUP}"):
+        with self.reading("list PolicyRepositories", crd=f"{POLICY_REPOSITORY_PLURAL}.{API_GROUP}"):
             return list_items(
                 custom.list_cluster_custom_object,
                 group=API_GROUP,
                 version=CRD_VERSION,
-                plural=REPOSITORY_PLURAL,
+                plural=POLICY_REPOSITORY_PLURAL,
             )
 
     def components(self) -> list[dict[str, Any]]:
@@ -182,7 +185,6 @@ class Fleet:
         from kubernetes import client
 
         from kgwe.cluster.client import list_items
-        from kgwe.vocab import BUDGET_QUOTA_NAME
 
         with self.reading("list ResourceQuotas"):
             return list_items(

@@ -19,6 +19,7 @@ from kgwe.topology import health
 from kgwe.topology import view as topology_view
 from kgwe.topology.annotation import topology_name
 from kgwe.vocab import (
+    GPU_COUNT_LABEL,
     GPU_HEALTH_ANNOTATION,
     GPU_HEALTH_CONDITION,
     GPU_PRODUCT_LABEL,
@@ -31,7 +32,6 @@ from kgwe.vocab import (
     TOPOLOGY_ANNOTATION,
 )
 
-GPU_COUNT_LABEL = "nvidia.com/gpu.count"
 PRODUCT_PREFIXES = ("NVIDIA-", "Tesla-")
 
 NODE_COLUMNS = (

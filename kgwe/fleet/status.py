@@ -14,11 +14,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kgwe.fleet.output import Column, table
-from kgwe.vocab import BUDGET_QUOTA_NAME
+from kgwe.vocab import BUDGET_ANNOTATION, BUDGET_QUOTA_NAME
 
 NEAR_LIMIT_PERCENT = 80
 BUDGET_EVENT_REASONS = ("BudgetThreshold", "BudgetEnforced", "BudgetForecastOverLimit")
-BUDGET_ANNOTATION = "kgwe.nvidia.io/budget"  # on the kgwe-budget ResourceQuota: which GPUBudget rendered it
 REVISION_CHARS = 12
 
 REPOSITORY_COLUMNS = (

@@ -22,9 +22,9 @@ from typing import Any
 
 from kgwe.errors import KgweError
 from kgwe.fleet.cluster import add_cluster_arguments
+from kgwe.vocab import GPU_WORKLOAD_RESOURCE
 
 DRY_RUN = ("none", "server", "client")
-RESOURCE = "gpuworkload.kgwe.nvidia.io"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -98,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
             sys.stdout.write(planned_yaml(bodies, args.policy, getattr(args, "namespace", None)))
             return 0
         for body in bodies:
-            print(f"{RESOURCE}/{body['metadata']['name']} valid (client dry run)")
+            print(f"{GPU_WORKLOAD_RESOURCE}/{body['metadata']['name']} valid (client dry run)")
         return 0
     from kgwe.fleet.cluster import Fleet
 
@@ -114,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
         meta["namespace"] = own or fleet.namespace
     for body in bodies:
         outcome = submit(fleet, body, server_dry_run=args.dry_run == "server")
-        print(f"{RESOURCE}/{body['metadata']['name']} {outcome}")
+        print(f"{GPU_WORKLOAD_RESOURCE}/{body['metadata']['name']} {outcome}")
     return 0
 
 
@@ -123,15 +123,14 @@ def submit(fleet: Any, body: dict[str, Any], *, server_dry_run: bool) -> str:
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
 
-    from kgwe import API_GROUP
-    from kgwe.fleet.cluster import CRD_VERSION, WORKLOAD_PLURAL
+    from kgwe.vocab import API_GROUP, CRD_VERSION, GPU_WORKLOAD_PLURAL
 
     custom = client.CustomObjectsApi(fleet.api)
     ns, name = body["metadata"]["namespace"], body["metadata"]["name"]
-    coords = {"group": API_GROUP, "version": CRD_VERSION, "namespace": ns, "plural": WORKLOAD_PLURAL}
+    coords = {"group": API_GROUP, "version": CRD_VERSION, "namespace": ns, "plural": GPU_WORKLOAD_PLURAL}
     dry = {"dry_run": "All"} if server_dry_run else {}
     suffix = " (server dry run)" if server_dry_run else ""
-    crd = f"{WORKLOAD_PLURAL}.{API_GROUP}"
+    crd = f"{GPU_WORKLOAD_PLURAL}.{API_GROUP}"
     with fleet.reading(f"create GPUWorkload {ns}/{name}", crd=crd):
         try:
             custom.create_namespaced_custom_object(body=body, **coords, **dry)
@@ -188,8 +187,8 @@ def planned_yaml(bodies: list[dict[str, Any]], policy_dir: str | None, namespace
         wl = GPUWorkload.model_validate(body)
         if not policy_dir and needs_runtime(wl):
             raise KgweError(
-                f"{RESOURCE}/{wl.name}: its pod template comes from a WorkloadRuntime of the policy "
-                "repository; pass --policy DIR"
+                f"{GPU_WORKLOAD_RESOURCE}/{wl.name}: its pod template comes from a WorkloadRuntime of the "
+                "policy repository; pass --policy DIR"
             )
         ns = (wl.metadata.namespace if wl.metadata else None) or namespace or "default"
         kueue = wl.spec.gang.backend == "Kueue"
@@ -199,11 +198,11 @@ def planned_yaml(bodies: list[dict[str, Any]], policy_dir: str | None, namespace
             hint = (
                 "" if policy_dir else "; pass --policy DIR: the repository's runtimes and profiles decide it"
             )
-            raise KgweError(f"{RESOURCE}/{wl.name}: {exc} [{exc.reason}]{hint}") from None
+            raise KgweError(f"{GPU_WORKLOAD_RESOURCE}/{wl.name}: {exc} [{exc.reason}]{hint}") from None
         if policy.profiles is None and wl.spec.scheduling_strategy:
             print(
-                f"{RESOURCE}/{wl.name}: scoring profile for {wl.spec.scheduling_strategy} not known "
-                "without --policy; left out",
+                f"{GPU_WORKLOAD_RESOURCE}/{wl.name}: scoring profile for {wl.spec.scheduling_strategy} not "
+                "known without --policy; left out",
                 file=sys.stderr,
             )
         notes = [
@@ -220,6 +219,6 @@ def planned_yaml(bodies: list[dict[str, Any]], policy_dir: str | None, namespace
             )
         if facts.runtime_name:
             notes.append(f"runtime {facts.runtime_name}")
-        print(f"{RESOURCE}/{wl.name} in {ns}: " + "; ".join(notes), file=sys.stderr)
+        print(f"{GPU_WORKLOAD_RESOURCE}/{wl.name} in {ns}: " + "; ".join(notes), file=sys.stderr)
         docs.extend(plan_children(wl, ns, OFFLINE_UID, facts))
     return yaml.safe_dump_all(docs, sort_keys=False, width=100)

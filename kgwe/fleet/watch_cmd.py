@@ -68,11 +68,11 @@ class _Store:
 def run(args: argparse.Namespace) -> int:
     from kubernetes import client
 
-    from kgwe import API_GROUP
     from kgwe.cluster.nodes import holds_gpu, pod_gpu_requests
     from kgwe.cluster.watch import list_and_watch
-    from kgwe.fleet.cluster import CRD_VERSION, GPU_NODE_SELECTOR, WORKLOAD_PLURAL, Fleet, requests_by_node
+    from kgwe.fleet.cluster import Fleet, requests_by_node
     from kgwe.fleet.watch_view import CLEAR, frame
+    from kgwe.vocab import API_GROUP, CRD_VERSION, GPU_NODE_SELECTOR, GPU_WORKLOAD_PLURAL
 
     fleet = Fleet(args)
     namespace = None if args.all_namespaces else fleet.namespace
@@ -84,13 +84,13 @@ def run(args: argparse.Namespace) -> int:
     nodes, pods, workloads = _Store(changed), _Store(changed, holds_gpu), _Store(changed)
     if namespace is None:
         wl_list: Any = custom.list_cluster_custom_object
-        wl_args = {"group": API_GROUP, "version": CRD_VERSION, "plural": WORKLOAD_PLURAL}
+        wl_args = {"group": API_GROUP, "version": CRD_VERSION, "plural": GPU_WORKLOAD_PLURAL}
     else:
         wl_list = custom.list_namespaced_custom_object
         wl_args = {
             "group": API_GROUP,
             "version": CRD_VERSION,
-            "plural": WORKLOAD_PLURAL,
+            "plural": GPU_WORKLOAD_PLURAL,
             "namespace": namespace,
         }
     watches = (

@@ -18,7 +18,7 @@ Updater had to fix update loops and concurrent writers):
   make the controller write to that file, and a report folder that is a symlink in the repository is
   refused.
 
-Usage (engineer E, cost reports):
+Usage (the cost reports):
 
     cb = CommitBack(url, "main", workdir=Path("/var/cache/kgwe/commit-back"))
     result = cb.commit_files({"reports/prod/chargeback-2026-11.md": text}, summary="chargeback 2026-11")
@@ -54,6 +54,7 @@ from kgwe.gitops.gitcmd import (
 )
 from kgwe.gitops.retry import backoff_delays_seconds
 from kgwe.gitops.source import GitSourceError, list_tree
+from kgwe.vocab import DEFAULT_REPORTS_PATH
 
 MAX_COMMIT_BACK_FILES = 200_000  # files of the repository commit-back reads into its index (a large monorepo)
 MAX_EDITED_BYTES = 8 * 1024 * 1024  # a file commit-back reads to edit (the audit log: 4 MiB a month)
@@ -111,7 +112,7 @@ class CommitBack:
         credentials: GitCredentials | None = None,
         author: BotIdentity = BotIdentity(),
         message_template: str = DEFAULT_MESSAGE_TEMPLATE,
-        allowed_prefixes: tuple[str, ...] = ("reports/",),
+        allowed_prefixes: tuple[str, ...] = (DEFAULT_REPORTS_PATH + "/",),
         attempts: int = 4,
         timeout_seconds: float = 60.0,
         backoff_base_seconds: float = 0.5,

@@ -40,6 +40,7 @@ from kgwe.gitops.retry import with_retries
 from kgwe.policy.cluster_kinds import DEFAULT_BRANCH
 from kgwe.policy.cluster_kinds import GitRef as ModelGitRef
 from kgwe.policy.types import GIT_COMMIT_PATTERN, parse_git_ref_name
+from kgwe.vocab import DEFAULT_REPORTS_PATH
 
 MAX_EXPORT_FILES = 20_000  # files (and symlinks) one export may write; the loader reads at most 5,000 YAML
 MAX_EXPORT_BYTES = 64 * 1024 * 1024  # their size once expanded (a push compresses well: zeros, repeats)
@@ -218,7 +219,7 @@ def changed_paths(repo: git.Repo, old_sha: str | None, new_sha: str) -> list[str
 
 
 def touches_policy(
-    paths: list[str], policy_path: str = "", ignored_prefixes: tuple[str, ...] = ("reports/",)
+    paths: list[str], policy_path: str = "", ignored_prefixes: tuple[str, ...] = (DEFAULT_REPORTS_PATH + "/",)
 ) -> bool:
     """Whether a change matters to the reconciler: it touches the policy folder outside ignored folders.
 

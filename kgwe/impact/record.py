@@ -13,13 +13,14 @@ import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
+from kgwe.cost.usage import Period
 from kgwe.errors import KgweError
+from kgwe.vocab import API_VERSION, DEFAULT_REPORTS_PATH
 
-API_VERSION = "kgwe.nvidia.io/v1"
 KIND = "DemandRecord"
 FORMAT_VERSION = 1
 RECORD_NAME = "demand-record.json"  # beside gpu-inventory.yaml under the reports path
@@ -370,3 +371,22 @@ def gpus_of(names: Sequence[tuple[str, int]]) -> dict[str, int]:
         if n > 0:
             out[product] = out.get(product, 0) + n
     return out
+
+
+class UsageHistory(Protocol):
+    """Where the metered usage of a window is read from (kgwe.cost.store.CostStore)."""
+
+    def usage(self, window: Period) -> Iterable[Any]: ...
+
+    def nodes(self, window: Period) -> Iterable[Any]: ...
+
+
+def demand_record_file(store: UsageHistory, now: datetime, cluster: str) -> dict[str, str]:
+    """The demand record of the last week as the file committed beside the cost reports, where `kgwe plan`'s
+    impact replay finds it."""
+    since, until = window_ending(now)
+    window = Period(since, until)
+    record = record_from_intervals(
+        store.usage(window), store.nodes(window), since=since, until=until, cluster=cluster, now=now
+    )
+    return {f"{DEFAULT_REPORTS_PATH}/{RECORD_NAME}": encode(record).decode()}

@@ -27,6 +27,7 @@ from kgwe.extender.nodes import NodeState
 from kgwe.extender.profile import Profile
 from kgwe.extender.request import PodRequest
 from kgwe.impact.record import DemandPod, DemandRecord, Shape
+from kgwe.vocab import DEFAULT_CURRENCY
 
 SAMPLES = 168  # allocation/fragmentation samples over the window (hourly for 7 days)
 MAX_REPLAY_PODS = 20_000  # per policy: keeps 7 days of a 10,000-GPU cluster within 30 s for both revisions
@@ -57,7 +58,7 @@ class ReplayResult:
     mig_pods: int = 0
     mig_served: int = 0
     cost_by_team: dict[str, Decimal] = field(default_factory=dict)
-    currency: str = "USD"
+    currency: str = DEFAULT_CURRENCY
     budgets_exceeded: list[tuple[str, Decimal, Decimal]] = field(
         default_factory=list
     )  # name, projected, limit

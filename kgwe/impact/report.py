@@ -10,6 +10,7 @@ import orjson
 
 from kgwe.impact.record import DemandRecord
 from kgwe.impact.replay import PolicyView, ReplayResult
+from kgwe.vocab import SCORING_CONFIG_KEY
 
 if TYPE_CHECKING:
     from kgwe.policy.loader import PolicySet
@@ -41,8 +42,8 @@ def policy_view(policy_set: PolicySet, rendered: Rendered, inventory: GPUInvento
 
     profile = DEFAULT_PROFILE
     for obj in rendered.objects:
-        if obj.get("kind") == "ConfigMap" and "profiles.json" in (obj.get("data") or {}):
-            profile = profiles_from_document(orjson.loads(obj["data"]["profiles.json"]))[""]
+        if obj.get("kind") == "ConfigMap" and SCORING_CONFIG_KEY in (obj.get("data") or {}):
+            profile = profiles_from_document(orjson.loads(obj["data"][SCORING_CONFIG_KEY]))[""]
     catalog = policy_set.pricing_catalog()
     return PolicyView(
         profile=profile,

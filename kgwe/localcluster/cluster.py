@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import os
 import signal
@@ -31,7 +32,7 @@ from typing import Any
 import yaml
 
 from kgwe.errors import KgweError
-from kgwe.localcluster.realnode import STATE_DIR
+from kgwe.localcluster.realnode import STATE_DIR, RealNode
 from kgwe.resources import deploy_dir, sample_repo_dir
 
 CLUSTER_RECORD = STATE_DIR / "cluster.json"
@@ -131,12 +132,12 @@ class LocalCluster:
         self.cp = ControlPlane(
             binaries.kubernetes if binaries else find_binaries(),
             workdir=directory,
-            real_node=True,
-            node_options={
-                "binaries": binaries,
-                "images": [Path(p) for p in self.request.images],
-                "lock_wait_seconds": self.request.lock_wait_seconds,
-            },
+            real_node=functools.partial(
+                RealNode,
+                binaries=binaries,
+                images=[Path(p) for p in self.request.images],
+                lock_wait_seconds=self.request.lock_wait_seconds,
+            ),
         )
         self.cp.start()
         node = self.node = self.cp.node

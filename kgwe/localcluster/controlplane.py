@@ -5,8 +5,9 @@ Tests and `kgwe demo` talk to genuine Kubernetes components (built from Go modul
 hack/cluster-bins.sh), not mocks: schema validation, server-side apply, RBAC, the real scheduler and the
 real controllers (Deployments, DaemonSets, Jobs, garbage collection, namespace deletion, node lifecycle,
 ServiceAccounts, quota status) all behave as in production. Nodes and their kubelets are simulated by kwok;
-with `real_node=True` one real node joins as well (containerd, kubelet, kube-proxy, CNI bridge; see
-realnode.py) with CoreDNS on it, and the apiserver serves on the host's address so its pods reach it.
+with `real_node` one real node joins as well (containerd, kubelet, kube-proxy, CNI bridge; see realnode.py,
+which builds on this module) with CoreDNS on it, and the apiserver serves on the host's address so its pods
+reach it.
 
 Every process runs in its own process group and is stopped on `stop()`, at interpreter exit, on SIGTERM /
 SIGHUP, and (via PR_SET_PDEATHSIG) if this process is killed outright. Component logs live in the work dir;
@@ -32,7 +33,7 @@ import time
 import urllib.error
 import urllib.request
 import weakref
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -51,8 +52,6 @@ SCHEDULER_API_VERSION = "kubescheduler.config.k8s.io/v1"
 # API group versions a feature gate needs the apiserver to serve (off by default while in beta).
 FEATURE_GATE_APIS: Mapping[str, tuple[str, ...]] = {"GenericWorkload": ("scheduling.k8s.io/v1beta1",)}
 KWOK_STAGES = Path(__file__).resolve().parent / "kwok-stages.yaml"  # what a kubelet would do, as kwok Stages
-# A Job pod with this annotation stays Running (kwok-stages.yaml) until someone writes its end status.
-KWOK_HOLD_ANNOTATION = "kgwe.nvidia.io/test-hold"
 # The cluster's Service network: the `kubernetes` Service takes its first address, the DNS add-on a fixed one.
 SERVICE_CIDR = "10.96.0.0/16"
 KUBERNETES_SERVICE_IP = "10.96.0.1"
@@ -321,10 +320,10 @@ class ControlPlane:
     True} serves native PodGroups: the apiserver then also serves their API group, see
     `FEATURE_GATE_APIS`).
 
-    `real_node=True` also starts the host's one real node with the cluster DNS add-on (`self.node`, a
-    RealNode; needs root): the apiserver then listens on every address, advertises the host's, authorizes
-    kubelets with the Node authorizer and NodeRestriction, and reaches kubelets with a client certificate.
-    `node_options` go to RealNode (e.g. `images=[archive, ...]`, `lock_wait_seconds`).
+    `real_node` (e.g. `functools.partial(RealNode, images=[...])`, called with this control plane and the
+    node's work dir) also starts the host's one real node with the cluster DNS add-on (`self.node`; needs
+    root): the apiserver then listens on every address, advertises the host's, authorizes kubelets with the
+    Node authorizer and NodeRestriction, and reaches kubelets with a client certificate.
     """
 
     def __init__(
@@ -338,8 +337,7 @@ class ControlPlane:
         workdir: Path | None = None,
         start_timeout_seconds: float = 90.0,
         node_lease_seconds: int = 40,
-        real_node: bool = False,
-        node_options: Mapping[str, Any] | None = None,
+        real_node: Callable[[ControlPlane, Path], Any] | None = None,
     ) -> None:
         """`node_lease_seconds`: the simulated kubelets' Lease duration; each renews at a quarter of it, as
         kubelet does (40 s, kubelet's default: 1,000 nodes write 100 Leases/s, about a quarter of this
@@ -364,8 +362,8 @@ class ControlPlane:
         self._keep_logs_to: Path | None = None
         self._lock = threading.RLock()
         self.started_seconds: float | None = None
-        self.real_node = real_node
-        self.node_options = dict(node_options or {})
+        self._make_node = real_node
+        self.real_node = real_node is not None
         self.node: Any = None  # the RealNode, while started
         self.node_ip = "127.0.0.1"
 
@@ -485,10 +483,8 @@ class ControlPlane:
                 self._start_real_node()
 
     def _start_real_node(self) -> None:
-        from kgwe.localcluster.realnode import RealNode
-
-        assert self.workdir is not None
-        self.node = RealNode(self, self.workdir / "node", **self.node_options)
+        assert self.workdir is not None and self._make_node is not None
+        self.node = self._make_node(self, self.workdir / "node")
         self.node.start()
 
     @property

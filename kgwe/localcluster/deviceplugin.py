@@ -37,11 +37,15 @@ from kgwe.localcluster.watching import watch_loop
 from kgwe.policy.yaml_source import YamlSyntaxError, load_one
 from kgwe.vocab import (
     DEVICE_PLUGIN_CONFIG_LABEL,
+    DEVICE_PLUGIN_CONFIGMAP,
     GPU_COUNT_LABEL,
+    GPU_NODE_SELECTOR,
+    GPU_OPERATOR_NAMESPACE,
     GPU_PRODUCT_LABEL,
     GPU_REPLICAS_LABEL,
     GPU_RESOURCE,
     GPU_SHARING_STRATEGY_LABEL,
+    NVIDIA_RESOURCE_PREFIX,
     SHARED_GPU_RESOURCE,
 )
 
@@ -67,7 +71,6 @@ _SHARING_KEYS = {"timeSlicing", "mps"}
 _REPLICATED_KEYS = {"renameByDefault", "failRequestsGreaterThanOne", "resources"}
 _RESOURCE_KEYS = {"name", "rename", "devices", "replicas"}
 _MIG_STRATEGIES = ("none", "single", "mixed")
-_RESOURCE_PREFIX = "nvidia.com/"
 _RESOURCE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _MAX_RESOURCE_NAME = 63
 
@@ -131,8 +134,8 @@ def _bool(where: str, value: Any) -> bool:
 def _resource_name(where: str, value: Any) -> str:
     if not isinstance(value, str) or not value:
         raise InvalidDevicePluginConfig(f"{where}: no resource name specified")
-    full = value if value.startswith(_RESOURCE_PREFIX) else _RESOURCE_PREFIX + value
-    if len(full) > _MAX_RESOURCE_NAME or not _RESOURCE_NAME.match(full.removeprefix(_RESOURCE_PREFIX)):
+    full = value if value.startswith(NVIDIA_RESOURCE_PREFIX) else NVIDIA_RESOURCE_PREFIX + value
+    if len(full) > _MAX_RESOURCE_NAME or not _RESOURCE_NAME.match(full.removeprefix(NVIDIA_RESOURCE_PREFIX)):
         raise InvalidDevicePluginConfig(f"{where}: incorrect format for resource name '{value}'")
     return full
 
@@ -239,10 +242,10 @@ class DevicePluginStandIn:
         api_client: client.ApiClient,
         *,
         delay_seconds: float = 0.5,
-        config_namespace: str = "gpu-operator",
-        config_map: str = "kgwe-device-plugin-config",
+        config_namespace: str = GPU_OPERATOR_NAMESPACE,
+        config_map: str = DEVICE_PLUGIN_CONFIGMAP,
         default_key: str = "default",
-        node_selector: str = "nvidia.com/gpu.present=true",
+        node_selector: str = GPU_NODE_SELECTOR,
     ) -> None:
         self._core = client.CoreV1Api(api_client)
         self.delay_seconds = delay_seconds

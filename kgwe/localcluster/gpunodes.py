@@ -29,15 +29,30 @@ from kgwe.gpu import catalog
 from kgwe.policy.inventory import InventoryNode
 from kgwe.topology import annotation as topology_annotation
 from kgwe.topology import known as known_topologies
-from kgwe.vocab import GPU_OPERATOR_NAMESPACE, GPU_RESOURCE, MIG_CONFIG_LABEL, MIG_STATE_LABEL, mig_resource
+from kgwe.vocab import (
+    GPU_COUNT_LABEL,
+    GPU_DEPLOY_LABEL_PREFIX,
+    GPU_FAMILY_LABEL,
+    GPU_MEMORY_LABEL,
+    GPU_OPERATOR_NAMESPACE,
+    GPU_PRESENT_LABEL,
+    GPU_PRODUCT_LABEL,
+    GPU_RESOURCE,
+    MIG_ALL_DISABLED,
+    MIG_CONFIG_LABEL,
+    MIG_MANAGER_DEPLOY_LABEL,
+    MIG_STATE_LABEL,
+    MIG_STRATEGY_LABEL,
+    NVIDIA_RESOURCE_PREFIX,
+    mig_resource,
+)
 
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"
-MIG_MANAGER_DEPLOY_LABEL = "nvidia.com/gpu.deploy.mig-manager"
 MACHINE_LABEL = "node.kubernetes.io/instance-type"
 # GPU Operator operand labels on every GPU node; the MIG manager pauses these during a change.
 OPERAND_DEPLOY_LABELS = tuple(
-    f"nvidia.com/gpu.deploy.{o}"
+    GPU_DEPLOY_LABEL_PREFIX + o
     for o in ("device-plugin", "gpu-feature-discovery", "dcgm-exporter", "dcgm", "nvsm")
 )
 
@@ -131,7 +146,7 @@ def inventory_node_manifest(
     """A kwok Node for a GPUInventory node: its machine's GFD labels, its own non-GPU labels (pool, zone),
     and, `with_mig_layout`, the MIG layout and `nvidia.com/mig.config` its devices record (else MIG off)."""
     m = inventory_machine(node)
-    labels = {k: v for k, v in node.labels.items() if not k.startswith("nvidia.com/")}
+    labels = {k: v for k, v in node.labels.items() if not k.startswith(NVIDIA_RESOURCE_PREFIX)}
     devices = sorted(node.devices, key=lambda d: d.index)
     options: dict[str, Any] = {}
     if (
@@ -167,7 +182,7 @@ def gpu_resources(gpu_count: int, layout: MigLayout | None, strategy: str = "mix
 
 @functools.lru_cache(maxsize=32)
 def topology_annotation_value(topology: str) -> str:
-    """KGWE's topology annotation as the agent writes it (engineer D's encoder)."""
+    """KGWE's topology annotation as `kgwe agent` writes it (kgwe.topology.annotation's encoder)."""
     return topology_annotation.encode(known_topologies.load(topology))
 
 
@@ -195,11 +210,11 @@ def node_manifest(
         "kubernetes.io/arch": "amd64",
         "type": "kwok",
         MACHINE_LABEL: gpu_machine.key,
-        "nvidia.com/gpu.present": "true",
-        "nvidia.com/gpu.product": gpu_machine.product,
-        "nvidia.com/gpu.count": str(gpu_machine.gpu_count),
-        "nvidia.com/gpu.memory": str(model.memory_mib),
-        "nvidia.com/gpu.family": gpu_machine.family,
+        GPU_PRESENT_LABEL: "true",
+        GPU_PRODUCT_LABEL: gpu_machine.product,
+        GPU_COUNT_LABEL: str(gpu_machine.gpu_count),
+        GPU_MEMORY_LABEL: str(model.memory_mib),
+        GPU_FAMILY_LABEL: gpu_machine.family,
         "nvidia.com/gpu.compute.major": str(gpu_machine.compute_capability[0]),
         "nvidia.com/gpu.compute.minor": str(gpu_machine.compute_capability[1]),
         "nvidia.com/mig.capable": "true" if model.mig_capable else "false",
@@ -208,8 +223,8 @@ def node_manifest(
     if model.mig_capable:
         node_labels.update(
             {
-                "nvidia.com/mig.strategy": mig_strategy,
-                MIG_CONFIG_LABEL: mig_config or ("all-disabled" if mig_layout is None else "custom"),
+                MIG_STRATEGY_LABEL: mig_strategy,
+                MIG_CONFIG_LABEL: mig_config or (MIG_ALL_DISABLED if mig_layout is None else "custom"),
                 MIG_STATE_LABEL: "success",
                 MIG_MANAGER_DEPLOY_LABEL: "true",
             }

@@ -37,7 +37,15 @@ from kgwe.localcluster.gpunodes import (
 )
 from kgwe.localcluster.watching import watch_loop
 from kgwe.policy.yaml_source import YamlSyntaxError, load_one
-from kgwe.vocab import MIG_RESOURCE_PREFIX
+from kgwe.vocab import (
+    GPU_COUNT_LABEL,
+    GPU_OPERATOR_NAMESPACE,
+    GPU_PRODUCT_LABEL,
+    MIG_DEVICES_KEY,
+    MIG_ENABLED_KEY,
+    MIG_RESOURCE_PREFIX,
+    MIG_STRATEGY_LABEL,
+)
 
 log = logging.getLogger(__name__)
 
@@ -83,10 +91,10 @@ def plan_layout(
             raise InvalidMigConfig(f"{config_name}: 'devices' must be 'all' or a list of GPU indices")
         if any(i < 0 or i >= gpu_count for i in indices):
             raise InvalidMigConfig(f"{config_name}: device index out of range for {gpu_count} GPUs")
-        enabled = entry.get("mig-enabled")
+        enabled = entry.get(MIG_ENABLED_KEY)
         if not isinstance(enabled, bool):
             raise InvalidMigConfig(f"{config_name}: 'mig-enabled' must be true or false")
-        mig_devices = entry.get("mig-devices") or {}
+        mig_devices = entry.get(MIG_DEVICES_KEY) or {}
         if not enabled:
             if mig_devices:
                 raise InvalidMigConfig(f"{config_name}: 'mig-devices' must be empty when MIG is disabled")
@@ -117,7 +125,7 @@ class MigManagerStandIn:
         api_client: client.ApiClient,
         *,
         delay_seconds: float | Callable[[str, str], float] = 1.0,
-        config_namespace: str = "gpu-operator",
+        config_namespace: str = GPU_OPERATOR_NAMESPACE,
         config_map: str = "default-mig-parted-config",
         config_key: str = "config.yaml",
         node_selector: str = f"{MIG_MANAGER_DEPLOY_LABEL}=true",
@@ -254,7 +262,7 @@ class MigManagerStandIn:
             log.info("MIG manager stand-in: %s: simulated failure applying %s", name, wanted)
             self._set_labels(name, {**{k: "true" for k in paused}, MIG_STATE_LABEL: "failed"})
             return
-        strategy = labels.get("nvidia.com/mig.strategy", "mixed")
+        strategy = labels.get(MIG_STRATEGY_LABEL, "mixed")
         resources = gpu_resources(len(layout), layout, strategy)
         allocatable = (node.status.allocatable or {}) if node.status else {}
         patch: dict[str, Any] = {k: None for k in allocatable if k.startswith(MIG_RESOURCE_PREFIX)}
@@ -267,13 +275,13 @@ class MigManagerStandIn:
 
     def _plan(self, node: Any, config_name: str) -> list[Sequence[str] | None]:
         labels = node.metadata.labels or {}
-        model = catalog.model_for_product(labels.get("nvidia.com/gpu.product", ""))
+        model = catalog.model_for_product(labels.get(GPU_PRODUCT_LABEL, ""))
         if model is None:
-            raise InvalidMigConfig(f"unknown GPU product {labels.get('nvidia.com/gpu.product')!r}")
+            raise InvalidMigConfig(f"unknown GPU product {labels.get(GPU_PRODUCT_LABEL)!r}")
         try:
-            gpu_count = int(labels.get("nvidia.com/gpu.count", "0"))
+            gpu_count = int(labels.get(GPU_COUNT_LABEL, "0"))
         except ValueError:
-            raise InvalidMigConfig("nvidia.com/gpu.count is not a number") from None
+            raise InvalidMigConfig(f"{GPU_COUNT_LABEL} is not a number") from None
         configs = self._mig_configs()
         with self._lock:
             current = self._layouts.get(node.metadata.name) or [None] * gpu_count

@@ -248,7 +248,7 @@ def toml_document(table: dict[str, Any], prefix: str = "") -> str:
 
 
 class RealNode:
-    """The host's real node, joined to `control_plane` (started with `real_node=True`).
+    """The host's real node, joined to `control_plane` (the ControlPlane's `real_node`).
 
     `images`: OCI archives to import besides the node's own (pause, CoreDNS, kube-scheduler), each under the
     reference it carries. `lock_wait_seconds`: how long to wait for another real node on this host to go

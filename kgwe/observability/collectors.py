@@ -22,6 +22,7 @@ from prometheus_client.registry import Collector
 from kgwe.observability.fleet import FleetStats, fleet_stats
 from kgwe.observability.topology import TopologySamples, topology_samples
 from kgwe.observability.workloads import workload_stats
+from kgwe.vocab import API_GROUP, CRD_VERSION, POLICY_REPOSITORY_PLURAL
 
 log = logging.getLogger(__name__)
 
@@ -41,8 +42,8 @@ def read_cluster(api_client: Any, namespace: str) -> ClusterSnapshot:
     from kubernetes import client
 
     from kgwe.cluster.client import list_gpu_workloads, list_items
-    from kgwe.cluster.inventory import GPU_NODE_SELECTOR
     from kgwe.cluster.nodes import gpu_pods_by_node
+    from kgwe.vocab import GPU_NODE_SELECTOR
 
     core = client.CoreV1Api(api_client)
     custom = client.CustomObjectsApi(api_client)
@@ -53,10 +54,10 @@ def read_cluster(api_client: Any, namespace: str) -> ClusterSnapshot:
     )
     snap.repositories = list_items(
         custom.list_namespaced_custom_object,
-        group="kgwe.nvidia.io",
-        version="v1",
+        group=API_GROUP,
+        version=CRD_VERSION,
         namespace=namespace,
-        plural="policyrepositories",
+        plural=POLICY_REPOSITORY_PLURAL,
     )
     return snap
 

@@ -16,16 +16,16 @@ from kgwe.cluster.nodes import pod_gpu_requests
 from kgwe.errors import KgweError
 from kgwe.topology.health import decode
 from kgwe.vocab import (
+    GPU_COUNT_LABEL,
     GPU_HEALTH_ANNOTATION,
     GPU_PRODUCT_LABEL,
+    GPU_REPLICAS_LABEL,
     GPU_RESOURCE,
     MIG_RESOURCE_PREFIX,
     MIG_STATE_LABEL,
     SHARED_GPU_RESOURCE,
 )
 
-GPU_COUNT_LABEL = "nvidia.com/gpu.count"  # GPU Feature Discovery
-GPU_REPLICAS_LABEL = "nvidia.com/gpu.replicas"  # GPU Feature Discovery: >1 when the GPUs are shared
 NO_POOL = ""  # a GPU node no MIGStrategy selects
 MIG_STATES = ("pending", "rebooting", "success", "failed")
 

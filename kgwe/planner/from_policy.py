@@ -1,4 +1,4 @@
-"""Thin adapter: policy objects (MIGStrategy + GPUInventory, engineer A's pydantic models) -> planner input,
+"""Thin adapter: policy objects (MIGStrategy + GPUInventory, kgwe.policy's pydantic models) -> planner input,
 and plans -> the per-node layouts `migparted.build_mig_configs` takes. The planner core never sees pydantic.
 """
 
@@ -16,6 +16,7 @@ from kgwe.gpu.catalog import GPUModel
 from kgwe.gpu.layouts import fit, primary_profiles
 from kgwe.planner.model import GPUState, PoolPlan, PoolRequest, RolloutLimits
 from kgwe.planner.plan import plan_pools
+from kgwe.vocab import CONFIG_NAME_PREFIX, MIG_ALL_DISABLED
 
 if TYPE_CHECKING:
     from kgwe.policy.inventory import GPUInventory, InventoryNode
@@ -54,8 +55,8 @@ def layout_from_config(model: GPUModel, config: str | None) -> list[str] | objec
     own `kgwe-all-...` names); `_UNKNOWN` when the name says nothing we can decode."""
     if not config or not model.mig_capable:
         return _UNKNOWN
-    name = config.removeprefix("kgwe-")
-    if name == "all-disabled":
+    name = config.removeprefix(CONFIG_NAME_PREFIX)
+    if name == MIG_ALL_DISABLED:
         return None
     if name == "all-enabled":
         return []
@@ -68,7 +69,7 @@ def layout_from_config(model: GPUModel, config: str | None) -> list[str] | objec
         profile = by_label[rest]
         return [profile.name] * profile.max_count
     parts = [m for part in rest.split("-") if (m := _COUNTED.fullmatch(part)) and m.group(2) in by_label]
-    if config.startswith("kgwe-all-") and len(parts) == len(rest.split("-")):
+    if config.startswith(f"{CONFIG_NAME_PREFIX}all-") and len(parts) == len(rest.split("-")):
         return [by_label[m.group(2)].name for m in parts for _ in range(int(m.group(1)))]
     return _UNKNOWN
 

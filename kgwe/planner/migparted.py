@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kgwe.errors import KgweError
+from kgwe.vocab import CONFIG_NAME_PREFIX, MIG_ALL_DISABLED, MIG_DEVICES_KEY, MIG_ENABLED_KEY
 
 _LABEL_VALUE_MAX = 63
 _PROFILE = re.compile(r"^\d+g\.\d+gb([+-][a-z.]+)?$")
@@ -46,8 +47,8 @@ def _node_entries(node: str, gpus: Sequence[Sequence[str] | None]) -> list[Devic
         entries.append(
             {
                 "devices": "all" if len(groups) == 1 else indices,
-                "mig-enabled": enabled,
-                "mig-devices": dict(devices),
+                MIG_ENABLED_KEY: enabled,
+                MIG_DEVICES_KEY: dict(devices),
             }
         )
     return entries
@@ -57,16 +58,16 @@ def config_name(entries: Sequence[DeviceEntry]) -> str:
     """Readable name when every GPU is alike and it fits a label value; else a content hash."""
     if len(entries) == 1 and entries[0]["devices"] == "all":
         entry = entries[0]
-        if not entry["mig-enabled"]:
-            return "kgwe-all-disabled"
-        if not entry["mig-devices"]:
-            return "kgwe-all-enabled"
-        parts = "-".join(f"{count}x{p.replace('+', '.')}" for p, count in entry["mig-devices"].items())
-        name = f"kgwe-all-{parts}"
+        if not entry[MIG_ENABLED_KEY]:
+            return CONFIG_NAME_PREFIX + MIG_ALL_DISABLED
+        if not entry[MIG_DEVICES_KEY]:
+            return f"{CONFIG_NAME_PREFIX}all-enabled"
+        parts = "-".join(f"{count}x{p.replace('+', '.')}" for p, count in entry[MIG_DEVICES_KEY].items())
+        name = f"{CONFIG_NAME_PREFIX}all-{parts}"
         if len(name) <= _LABEL_VALUE_MAX:
             return name
     digest = hashlib.sha256(json.dumps(entries, sort_keys=True).encode()).hexdigest()[:12]
-    return f"kgwe-{digest}"
+    return CONFIG_NAME_PREFIX + digest
 
 
 def build_mig_configs(

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Annotated, ClassVar, Literal
+from typing import Annotated, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from kgwe.policy.types import DNS_LABEL_PATTERN, DNS_SUBDOMAIN_PATTERN, LabelMap
+from kgwe.vocab import API_VERSION, KgweApiVersion
 
 DnsSubdomain = Annotated[str, Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN_PATTERN)]
 DnsLabel = Annotated[str, Field(min_length=1, max_length=63, pattern=DNS_LABEL_PATTERN)]
@@ -49,7 +50,7 @@ class ClusterObjectMeta(ObjectMeta):
 class KgweObject(KgweModel):
     """apiVersion/kind/metadata/spec envelope. Subclasses pin `kind` and `spec`."""
 
-    api_version: Literal["kgwe.nvidia.io/v1"] = Field(default="kgwe.nvidia.io/v1", alias="apiVersion")
+    api_version: KgweApiVersion = Field(default=API_VERSION, alias="apiVersion")
     kind: str
     metadata: ObjectMeta
 

@@ -9,6 +9,7 @@ from pydantic import Field, field_validator
 
 from kgwe.policy.base import DnsLabel, KgweModel, KgweObject, ObjectMeta
 from kgwe.policy.types import Money, Percent
+from kgwe.vocab import DEFAULT_CURRENCY, quota_key
 
 _RESOURCE = re.compile(
     r"^(requests\.)?([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
@@ -18,7 +19,7 @@ CURRENCY_PATTERN = r"^[A-Z]{3}$"
 
 class BudgetLimit(KgweModel):
     amount: Money
-    currency: str = Field(default="USD", pattern=CURRENCY_PATTERN)
+    currency: str = Field(default=DEFAULT_CURRENCY, pattern=CURRENCY_PATTERN)
 
 
 class BudgetAlert(KgweModel):
@@ -48,10 +49,7 @@ class GPUBudgetSpec(KgweModel):
 
     def quota_hard(self) -> dict[str, str]:
         """ResourceQuota `spec.hard`: extended resources only exist in quota as `requests.<name>`."""
-        hard = {}
-        for name, count in self.quota.items():
-            key = name if name.startswith("requests.") or "/" not in name else f"requests.{name}"
-            hard[key] = str(count)
+        hard = {quota_key(name): str(count) for name, count in self.quota.items()}
         return dict(sorted(hard.items()))
 
 

@@ -13,9 +13,9 @@ from typing import Any
 
 from kgwe.gpu import catalog
 from kgwe.gpu.catalog import GPUModel
+from kgwe.gpu.layouts import fit
 from kgwe.policy.diagnostics import did_you_mean
-from kgwe.policy.gpu_workload import GPURequirements, NodeOffer
-from kgwe.policy.loader import LoadedObject, PolicySet
+from kgwe.policy.gpu_workload import BATCH_TYPES, GPURequirements, NodeOffer
 from kgwe.policy.models import (
     POLICY_KINDS,
     GPUBudget,
@@ -29,10 +29,13 @@ from kgwe.policy.models import (
     ScoringProfile,
     WorkloadRuntime,
 )
+from kgwe.policy.policy_set import LoadedObject, PolicySet
 from kgwe.policy.quota_namespaces import protected_namespace, refused_quota_namespace
 from kgwe.policy.sharing_strategy import MPS_FULL_LIMIT_CAPABILITY, MPS_MAX_CLIENTS, MPS_MAX_CLIENTS_BELOW_7_5
+from kgwe.policy.workload_runtime import framework_key
 from kgwe.topology import known
 from kgwe.vocab import MIG_RESOURCE_PREFIX, is_gpu_resource
+from kgwe.workloads.admission import ClusterView, PolicyView, findings
 
 
 def _at(entry: LoadedObject) -> str:
@@ -121,8 +124,6 @@ def check_inventory(ps: PolicySet) -> None:
             if bad:
                 ps.report(entry, where, _invalid_profiles_message(bad, model))
                 continue
-            from kgwe.gpu.layouts import fit
-
             if fit(model, dev.mig) is None:
                 ps.report(
                     entry, where, f"GPU {dev.index}: {', '.join(dev.mig)} do not fit on one {model.key}"
@@ -541,8 +542,6 @@ def workload_policy_view(ps: PolicySet) -> Any:
     """What the GPUWorkloads of `ps` are checked against: its own policy objects plus `ps.policy`'s; nothing
     when `ps` holds no policy at all (a manifest validated on its own). A kind with a document that failed
     to load is not known (its errors are reported; a refusal built on a partial list would mislead)."""
-    from kgwe.workloads.admission import PolicyView
-
     sets = [ps, *([ps.policy] if ps.policy is not None else [])]
     policy_kinds = tuple(k for k in POLICY_KINDS if k is not GPUInventory)
     if not any(isinstance(e.obj, policy_kinds) for s in sets for e in s.entries) and ps.policy is None:
@@ -568,8 +567,6 @@ def workload_policy_view(ps: PolicySet) -> Any:
 def check_workloads(ps: PolicySet) -> None:
     """Each GPUWorkload against what the controller would refuse (kgwe.workloads.admission): errors for what
     the manifest and the policy tell, warnings for what only the cluster can (errors with a ClusterView)."""
-    from kgwe.workloads.admission import ClusterView, findings
-
     entries = ps.entries_of(GPUWorkload)
     if not entries:
         return
@@ -610,9 +607,6 @@ def check_workloads(ps: PolicySet) -> None:
 
 def check_runtimes(ps: PolicySet) -> None:
     """One runtime per framework and workload type; a launcher only where pods get a rendezvous."""
-    from kgwe.policy.gpu_workload import BATCH_TYPES
-    from kgwe.policy.workload_runtime import framework_key
-
     owner: dict[tuple[str, str], LoadedObject] = {}
     for entry in ps.entries_of(WorkloadRuntime):
         spec = entry.obj.spec  # type: ignore[attr-defined]

@@ -20,7 +20,7 @@ from kgwe.policy.cluster_kinds import Condition
 from kgwe.policy.pod_template import TemplateErrors, template_findings
 from kgwe.policy.scoring_profile import ScoringStrategy
 from kgwe.policy.types import DNS_SUBDOMAIN_PATTERN, PositiveDuration
-from kgwe.vocab import TopologyPreference
+from kgwe.vocab import DEFAULT_CURRENCY, TopologyPreference
 
 WorkloadType = Literal["Training", "DistributedTraining", "Batch", "HPC", "Inference", "Interactive"]
 BATCH_TYPES: tuple[str, ...] = ("Training", "DistributedTraining", "Batch", "HPC")
@@ -225,7 +225,7 @@ class WorkloadPlacement(KgweModel):
 class WorkloadCost(KgweModel):
     gpu_hours: str = Field(alias="gpuHours")  # Decimal as a string
     amount: str  # money, Decimal as a string
-    currency: str = "USD"
+    currency: str = DEFAULT_CURRENCY
     as_of: str | None = None
 
 
@@ -249,7 +249,7 @@ class GPUWorkloadStatus(KgweModel):
 class GPUWorkload(KgweObject):
     KIND: ClassVar[str] = "GPUWorkload"
     kind: Literal["GPUWorkload"] = "GPUWorkload"
-    metadata: ClusterObjectMeta | None = None  # type: ignore[assignment]  # the seed README's example has none; kubectl/CI adds it
+    metadata: ClusterObjectMeta | None = None  # type: ignore[assignment]  # a manifest may leave it out; kubectl or CI adds it
 
     @property
     def name(self) -> str:

@@ -4,7 +4,8 @@ with file:line, and again when quotas are rendered), and no GPUWorkload runs the
 
 from __future__ import annotations
 
-KGWE_NAMESPACE = "kgwe-system"
+from kgwe.vocab import KGWE_NAMESPACE
+
 _SYSTEM_PREFIXES = ("kube-",)
 
 

@@ -12,8 +12,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from kgwe import API_GROUP
 from kgwe.policy.models import KINDS, GPUWorkload, KgweObject, PolicyRepository
+from kgwe.vocab import API_GROUP, CRD_VERSION
 
 SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 
@@ -170,7 +170,7 @@ def crd(model: type[KgweObject]) -> dict[str, Any]:
             "scope": "Namespaced",
             "versions": [
                 {
-                    "name": "v1",
+                    "name": CRD_VERSION,
                     "served": True,
                     "storage": True,
                     "subresources": {"status": {}},

@@ -22,8 +22,7 @@ from collections import Counter
 import orjson
 
 from kgwe.policy.loader import PolicySet, load_repository
-
-POLICY_NAMESPACE = "kgwe-system"
+from kgwe.vocab import KGWE_NAMESPACE
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -43,8 +42,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--policy-namespace",
-        default=POLICY_NAMESPACE,
-        help="with --cluster: where KGWE's rendered policy lives (default: kgwe-system)",
+        default=KGWE_NAMESPACE,
+        help="with --cluster: where KGWE's rendered policy lives (default: %(default)s)",
     )
     add_cluster_arguments(parser)
 

@@ -29,7 +29,9 @@ from kubernetes.client.exceptions import ApiException
 from kgwe.certs.rotation import CertPlan, Lifetimes, Stored, Wanted, plan
 from kgwe.cluster.apply import NotLeader
 from kgwe.cluster.events import EventRecorder
-from kgwe.cluster.names import (
+from kgwe.errors import KgweError
+from kgwe.timestamps import format_rfc3339
+from kgwe.vocab import (
     CA_SECRET,
     CERTIFICATE_ISSUED_ANNOTATION,
     CERTIFICATES_FIELD_MANAGER,
@@ -48,8 +50,6 @@ from kgwe.cluster.names import (
     WEBHOOK_SERVICE,
     WEBHOOK_TLS_SECRET,
 )
-from kgwe.errors import KgweError
-from kgwe.timestamps import format_rfc3339
 
 log = logging.getLogger(__name__)
 

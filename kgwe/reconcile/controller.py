@@ -25,7 +25,6 @@ from kubernetes.client.exceptions import ApiException
 from kgwe.audit.log import COMMIT_INTERVAL_SECONDS
 from kgwe.cluster.events import EventRecorder
 from kgwe.cluster.lease import LeaderElector
-from kgwe.cluster.names import FIELD_MANAGER, RECONCILE_REQUESTED_AT_ANNOTATION
 from kgwe.cluster.nodecache import NodeCache
 from kgwe.errors import KgweError
 from kgwe.gitops.gitcmd import GitAccess
@@ -44,6 +43,7 @@ from kgwe.reconcile.repository import (
     RepositoryReconciler,
     read_spec,
 )
+from kgwe.vocab import CONTROLLER_NAME, FIELD_MANAGER, RECONCILE_REQUESTED_AT_ANNOTATION
 
 if TYPE_CHECKING:
     from kgwe.policy.loader import PolicySet
@@ -96,7 +96,7 @@ class Controller:
         identity: str | None = None,
         webhook_secret: bytes = b"",
         listen: tuple[str, int] | None = ("0.0.0.0", 8080),
-        lease_name: str = "kgwe-controller",
+        lease_name: str = CONTROLLER_NAME,
         lease_duration_seconds: float = 15.0,
         renew_deadline_seconds: float = 10.0,
         retry_period_seconds: float = 2.0,

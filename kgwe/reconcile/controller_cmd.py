@@ -21,14 +21,14 @@ from pathlib import Path
 from kgwe.audit.log import COMMIT_INTERVAL_SECONDS
 from kgwe.errors import KgweError
 from kgwe.httpd.exposure import INSECURE_PUBLIC_METRICS
-from kgwe.vocab import GPU_OPERATOR_NAMESPACE
+from kgwe.vocab import CONTROLLER_NAME, GPU_OPERATOR_NAMESPACE, KGWE_NAMESPACE
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, else in-cluster)")
     parser.add_argument(
         "--namespace",
-        default=os.environ.get("POD_NAMESPACE", "kgwe-system"),
+        default=os.environ.get("POD_NAMESPACE", KGWE_NAMESPACE),
         help="namespace of the PolicyRepositories and the leader Lease",
     )
     parser.add_argument("--listen", default="0.0.0.0:8080", help="address of the webhook/metrics server")
@@ -210,7 +210,7 @@ def run(args: argparse.Namespace) -> int:
 
     fmt = "%(asctime)s %(levelname)s %(name)s: %(message)s"
     logging.basicConfig(level=args.log_level.upper(), format=fmt)
-    tracing.configure("kgwe-controller")  # only when OTEL_EXPORTER_OTLP_ENDPOINT is set
+    tracing.configure(CONTROLLER_NAME)  # only when OTEL_EXPORTER_OTLP_ENDPOINT is set
     secret = os.environ.get("KGWE_WEBHOOK_SECRET", "").encode()
     if args.webhook_secret_file:
         try:

@@ -16,16 +16,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from kgwe.cluster.names import is_gpu_resource
 from kgwe.cost.budgets import BudgetSpec, alert_events, budget_from_policy, quota_decisions
 from kgwe.cost.pricing import PriceBook, pricebook_from_catalog
 from kgwe.cost.service import ADVICE_SECONDS, CostService
 from kgwe.cost.usage import Period, month_period
 from kgwe.errors import KgweError
 from kgwe.gitops.commit_back import CommitBack, CommitResult
+from kgwe.impact.record import demand_record_file
 from kgwe.policy.cluster_kinds import PolicyRepositorySpec
 from kgwe.policy.loader import PolicySet
 from kgwe.reconcile import cron
+from kgwe.vocab import is_gpu_resource
 
 log = logging.getLogger(__name__)
 
@@ -248,6 +249,7 @@ class CostDuties:
             commit_back=commit_back,
             path_prefix=spec.reports_path,
             prometheus_url=self.prometheus_url,
+            extra_files=demand_record_file(self.service.store, now, self.service.cluster),
         )
         if result.status == "rejected":
             view.record("Warning", "CommitBackRejected", f"cost reports: {result.reason}")

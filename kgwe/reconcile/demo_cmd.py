@@ -1,15 +1,15 @@
 """The KGWE demo: the real main job on a laptop.
 
-Starts a local control plane (etcd, kube-apiserver, kube-scheduler, kwok) with simulated GPU nodes built
-from sample-repo's inventory, MIG manager and device-plugin stand-ins, puts sample-repo in a local Git
-repository, runs the controller against it and shows the MIG layouts (and the L40S pool's time-slicing)
-rolling out pool by pool; then runs GPU jobs (GPUWorkloads: the seed README's 8-GPU llm-training, the PRD's
-llm-training-job as written, without a pod template, and an inference service on MIG slices) through
-kube-scheduler with KGWE's rendered configuration and extender, printing where each pod landed; the
-controller's cost duties meter them into a SQLite cost store and commit a chargeback report (GPU-hours by
-team) to the policy repository; then pods ask for a MIG profile no layout offers and the controller
-rebalances the pool for them; then commits a policy change, sends the signed webhook, and shows that
-change rolling through.
+Starts a local control plane (etcd, kube-apiserver, kube-scheduler, kwok) with simulated GPU nodes built from
+sample-repo's inventory, MIG manager and device-plugin stand-ins, puts sample-repo in a local Git repository,
+runs the controller against it and shows the MIG layouts (and the L40S pool's time-slicing) rolling out pool
+by pool; then runs GPU jobs (GPUWorkloads: the 8-GPU llm-training and the llm-training-job of
+docs/examples/gpuworkloads as written, the latter without a pod template, and an inference service on MIG
+slices) through kube-scheduler with KGWE's rendered configuration and extender, printing where each pod
+landed; the controller's cost duties meter them into a SQLite cost store and commit a chargeback report
+(GPU-hours by team) to the policy repository; then pods ask for a MIG profile no layout offers and the
+controller rebalances the pool for them; then commits a policy change, sends the signed webhook, and shows
+that change rolling through.
 """
 
 from __future__ import annotations
@@ -29,13 +29,32 @@ from typing import Any
 
 import yaml
 
-from kgwe import API_GROUP, API_VERSION
-from kgwe.cluster.names import CRD_VERSION, POLICY_REPOSITORY_PLURAL
 from kgwe.errors import KgweError
-from kgwe.vocab import DEVICE_PLUGIN_CONFIG_LABEL, GPU_REPLICAS_LABEL, MIG_CONFIG_LABEL, MIG_STATE_LABEL
+from kgwe.vocab import (
+    API_GROUP,
+    API_VERSION,
+    CONFIG_NAME_PREFIX,
+    CONTROLLER_NAME,
+    CRD_VERSION,
+    DEVICE_PLUGIN_CONFIG_LABEL,
+    EXTENDER_NAME,
+    GPU_OPERATOR_NAMESPACE,
+    GPU_PRODUCT_LABEL,
+    GPU_REPLICAS_LABEL,
+    GPU_WORKLOAD_PLURAL,
+    KGWE_NAMESPACE,
+    MIG_CONFIG_LABEL,
+    MIG_PARTED_CONFIGMAP,
+    MIG_STATE_LABEL,
+    POLICY_REPOSITORY_PLURAL,
+    POOL_LABEL,
+    SCHEDULER_CONFIG_KEY,
+    SCHEDULER_NAME,
+    WORKLOAD_LABEL,
+    mig_resource,
+)
 
-NS = "kgwe-system"
-POOL_LABEL = "kgwe.nvidia.io/pool"  # sample-repo's pool label
+NS = KGWE_NAMESPACE
 REPO = "gpu-policy"
 SECRET = b"demo-webhook-secret"
 # The demo's commits are made by a pretend platform engineer, whatever the user's own git config says.
@@ -91,12 +110,13 @@ def _show(api: Any, pools: dict[str, list[str]], status: dict) -> str:
             labels = core.read_node(name).metadata.labels or {}
             if DEVICE_PLUGIN_CONFIG_LABEL in labels:  # a GPUSharingStrategy shares its GPUs
                 replicas = labels.get(GPU_REPLICAS_LABEL, "1")
-                cells.append(f"{name}={labels[DEVICE_PLUGIN_CONFIG_LABEL].removeprefix('kgwe-')} ×{replicas}")
+                config = labels[DEVICE_PLUGIN_CONFIG_LABEL].removeprefix(CONFIG_NAME_PREFIX)
+                cells.append(f"{name}={config} ×{replicas}")
                 continue
             if MIG_CONFIG_LABEL not in labels:  # no MIGStrategy selects it: KGWE leaves it alone
                 cells.append(f"{name} (no MIG policy)")
                 continue
-            config = labels[MIG_CONFIG_LABEL].removeprefix("kgwe-")
+            config = labels[MIG_CONFIG_LABEL].removeprefix(CONFIG_NAME_PREFIX)
             state = labels.get(MIG_STATE_LABEL, "")
             mark = {"success": "✓", "pending": "⟳", "failed": "✗"}.get(state, "…")
             cells.append(f"{name}={config}{mark}")
@@ -158,7 +178,7 @@ def _prepare_cluster(api: Any, budgets: list[dict]) -> None:
     from kgwe.cluster.crds import install_crds
 
     install_crds(api)
-    for ns in {NS, "gpu-operator", *(n for b in budgets for n in b["spec"].get("namespaces", []))}:
+    for ns in {NS, GPU_OPERATOR_NAMESPACE, *(n for b in budgets for n in b["spec"].get("namespaces", []))}:
         ensure_namespace(api, ns)
 
 
@@ -296,16 +316,17 @@ def start_kgwe_scheduling(cp: Any, policy_dir: Path) -> tuple[Any, int]:
     (profile `kgwe-scheduler`, calling that extender). Returns the extender process and its port."""
     from kgwe.localcluster.extender_process import start_extender
     from kgwe.policy import load_repository
+    from kgwe.render.objects import SCHEDULER_CONFIG_FILE
     from kgwe.render.render import RenderOptions, render
 
     proc, port = start_extender(cp.kubeconfig_path, "--namespace", NS)
     options = RenderOptions(
-        extender_url=f"http://127.0.0.1:{port}", scheduler_name="kgwe-scheduler", namespace=NS
+        extender_url=f"http://127.0.0.1:{port}", scheduler_name=SCHEDULER_NAME, namespace=NS
     )
     configmap = yaml.safe_load(
-        render(load_repository(policy_dir), options=options).files["kube-scheduler-config.yaml"]
+        render(load_repository(policy_dir), options=options).files[SCHEDULER_CONFIG_FILE]
     )
-    cp.start_scheduler(yaml.safe_load(configmap["data"]["scheduler-config.yaml"]))
+    cp.start_scheduler(yaml.safe_load(configmap["data"][SCHEDULER_CONFIG_KEY]))
     _say(f"  kube-scheduler runs KGWE's rendered config (profile kgwe-scheduler) -> extender on port {port}")
     _say(f"  extender metrics: http://127.0.0.1:{port}/metrics")
     return proc, port
@@ -324,15 +345,14 @@ SHORT_JOB = ("ml-training", "eval-nightly")  # the batch above: the demo ends it
 
 
 def place_workloads(api: Any, timeout: float) -> list[tuple[str, str]]:
-    """The seed README's 8-GPU llm-training, the PRD's llm-training-job (its pods from a WorkloadRuntime)
-    and a small inference service on MIG slices, as GPUWorkloads of their teams; prints where each pod
-    landed and why. Returns the placed pods (namespace, name)."""
+    """The 8-GPU llm-training and the llm-training-job (its pods from a WorkloadRuntime) of
+    docs/examples/gpuworkloads and a small inference service on MIG slices, as GPUWorkloads of their teams;
+    prints where each pod landed and why. Returns the placed pods (namespace, name)."""
     from kubernetes import client
 
     from kgwe.cluster.client import ensure_namespace
-    from kgwe.cluster.names import WORKLOADS_ENABLED, WORKLOADS_NAMESPACE_LABEL
-    from kgwe.localcluster.controlplane import KWOK_HOLD_ANNOTATION
     from kgwe.resources import workload_examples_dir
+    from kgwe.vocab import KWOK_HOLD_ANNOTATION, WORKLOADS_ENABLED, WORKLOADS_NAMESPACE_LABEL
 
     examples = workload_examples_dir()
     custom = client.CustomObjectsApi(api)
@@ -349,7 +369,7 @@ def place_workloads(api: Any, timeout: float) -> list[tuple[str, str]]:
         opt_in = {"metadata": {"labels": {WORKLOADS_NAMESPACE_LABEL: WORKLOADS_ENABLED}}}
         client.CoreV1Api(api).patch_namespace(doc["metadata"]["namespace"], opt_in)  # GPUWorkloads run here
         custom.create_namespaced_custom_object(
-            "kgwe.nvidia.io", "v1", doc["metadata"]["namespace"], "gpuworkloads", doc
+            API_GROUP, CRD_VERSION, doc["metadata"]["namespace"], GPU_WORKLOAD_PLURAL, doc
         )
         names.append((doc["metadata"]["namespace"], doc["metadata"]["name"], doc["spec"]["gpuRequirements"]))
         _say(f"  applied GPUWorkload {doc['metadata']['namespace']}/{doc['metadata']['name']} ({file})")
@@ -357,14 +377,14 @@ def place_workloads(api: Any, timeout: float) -> list[tuple[str, str]]:
     deadline = time.monotonic() + timeout
     for namespace, name, req in names:
         while True:
-            pods = core.list_namespaced_pod(namespace, label_selector=f"kgwe.nvidia.io/workload={name}").items
+            pods = core.list_namespaced_pod(namespace, label_selector=f"{WORKLOAD_LABEL}={name}").items
             bound = [p for p in pods if p.spec.node_name]
             wanted = 2 if req.get("migProfile") else 1
             if len(bound) >= wanted:
                 break
             if time.monotonic() > deadline:
                 status = custom.get_namespaced_custom_object(
-                    "kgwe.nvidia.io", "v1", namespace, "gpuworkloads", name
+                    API_GROUP, CRD_VERSION, namespace, GPU_WORKLOAD_PLURAL, name
                 ).get("status", {})
                 said = "; ".join(
                     f"{c['type']}={c['status']} {c.get('message', '')}" for c in status.get("conditions", [])
@@ -374,7 +394,9 @@ def place_workloads(api: Any, timeout: float) -> list[tuple[str, str]]:
 
         def admitted(namespace: str = namespace, name: str = name) -> dict | None:
             """The workload's status once its admission is written (the pods may be bound before it)."""
-            obj = custom.get_namespaced_custom_object("kgwe.nvidia.io", "v1", namespace, "gpuworkloads", name)
+            obj = custom.get_namespaced_custom_object(
+                API_GROUP, CRD_VERSION, namespace, GPU_WORKLOAD_PLURAL, name
+            )
             status = obj.get("status") or {}
             conditions = status.get("conditions") or []
             return (
@@ -388,7 +410,7 @@ def place_workloads(api: Any, timeout: float) -> list[tuple[str, str]]:
             _say(f"  {namespace}/{name} has no pod template: WorkloadRuntime {runtime} gave it ({image})")
         for pod in sorted(bound, key=lambda p: p.metadata.name):
             node = core.read_node(pod.spec.node_name)
-            product = (node.metadata.labels or {}).get("nvidia.com/gpu.product", "?")
+            product = (node.metadata.labels or {}).get(GPU_PRODUCT_LABEL, "?")
             if req.get("migProfile"):
                 why = f"one MIG instance {req['migProfile']} of a MIG-partitioned {product}"
             else:
@@ -410,11 +432,11 @@ def follow_demand(api: Any, timeout: float) -> None:
     docs/mig-rebalancing.md), and the pods schedule."""
     from kubernetes import client
 
-    from kgwe.localcluster.controlplane import KWOK_HOLD_ANNOTATION
+    from kgwe.vocab import KWOK_HOLD_ANNOTATION
 
     namespace, profile, count = BURST
     core = client.CoreV1Api(api)
-    resources = {f"nvidia.com/mig-{profile}": "1"}
+    resources = {mig_resource(profile): "1"}
     for i in range(count):
         core.create_namespaced_pod(
             namespace,
@@ -423,7 +445,7 @@ def follow_demand(api: Any, timeout: float) -> None:
                 "kind": "Pod",
                 "metadata": {"name": f"burst-{i}", "annotations": {KWOK_HOLD_ANNOTATION: "true"}},
                 "spec": {
-                    "schedulerName": "kgwe-scheduler",
+                    "schedulerName": SCHEDULER_NAME,
                     "nodeSelector": {POOL_LABEL: "inference"},
                     "tolerations": [{"operator": "Exists"}],
                     "containers": [
@@ -472,11 +494,13 @@ def finish_short_job(api: Any, timeout: float) -> None:
 
     namespace, name = SHORT_JOB
     core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
-    for pod in core.list_namespaced_pod(namespace, label_selector=f"kgwe.nvidia.io/workload={name}").items:
+    for pod in core.list_namespaced_pod(namespace, label_selector=f"{WORKLOAD_LABEL}={name}").items:
         finish_held_pod(api, pod)
 
     def phase() -> str:
-        obj = custom.get_namespaced_custom_object(API_GROUP, CRD_VERSION, namespace, "gpuworkloads", name)
+        obj = custom.get_namespaced_custom_object(
+            API_GROUP, CRD_VERSION, namespace, GPU_WORKLOAD_PLURAL, name
+        )
         return str((obj.get("status") or {}).get("phase"))
 
     if not _eventually(lambda: phase() == "Succeeded", timeout):
@@ -526,8 +550,8 @@ def _start_prometheus(tmp: Path, controller_port: int, extender_port: int) -> An
     from kgwe.observability.rules import RULES_FILE
 
     targets = {
-        "kgwe-controller": f"127.0.0.1:{controller_port}",
-        "kgwe-extender": f"127.0.0.1:{extender_port}",
+        CONTROLLER_NAME: f"127.0.0.1:{controller_port}",
+        EXTENDER_NAME: f"127.0.0.1:{extender_port}",
     }
     # The shipped rules without their `for:` windows: a demo cannot wait 5-15 minutes to see an alert fire.
     rules = yaml.safe_load(RULES_FILE.read_text())
@@ -607,8 +631,8 @@ def run(args: argparse.Namespace) -> int:
             MigManagerStandIn(
                 api,
                 delay_seconds=args.mig_delay,
-                config_namespace="gpu-operator",
-                config_map="kgwe-mig-parted-config",
+                config_namespace=GPU_OPERATOR_NAMESPACE,
+                config_map=MIG_PARTED_CONFIGMAP,
             ),
             DevicePluginStandIn(api, delay_seconds=args.mig_delay),  # time-slices sample-repo's L40S pool
         ):

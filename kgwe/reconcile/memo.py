@@ -20,12 +20,12 @@ from typing import Any, Generic, TypeVar
 import orjson
 
 from kgwe.cluster.inventory import GpuNodeFacts
-from kgwe.vocab import ANNOTATION_PREFIX
+from kgwe.vocab import ANNOTATION_PREFIX, NVIDIA_RESOURCE_PREFIX
 
 V = TypeVar("V")
 
 # annotations of KGWE and the NVIDIA GPU Operator: the only ones planning may read
-_PLANNED_ANNOTATION_PREFIXES = (ANNOTATION_PREFIX, "nvidia.com/")
+_PLANNED_ANNOTATION_PREFIXES = (ANNOTATION_PREFIX, NVIDIA_RESOURCE_PREFIX)
 
 
 def fingerprint(*parts: Any) -> str:

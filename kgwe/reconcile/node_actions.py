@@ -7,9 +7,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
-from kgwe.cluster.names import RETRY_ANNOTATION
 from kgwe.cluster.nodes import NodeOps
 from kgwe.reconcile.rollout import Action
+from kgwe.vocab import RETRY_ANNOTATION
 
 Record = Callable[[str, str, str], None]  # (type Normal|Warning, reason, message) about the repository
 

@@ -40,6 +40,7 @@ from kgwe.gitops.source import (
     resolve_local,
 )
 from kgwe.reconcile.prplan import PlanReport, diff_layouts, diff_objects, diff_policies, markdown
+from kgwe.vocab import DEFAULT_REPORTS_PATH
 
 SNAPSHOT_NAME = "gpu-inventory.yaml"
 DEMAND_NAME = "demand-record.json"  # kgwe.impact.record.RECORD_NAME, kept here so `import` stays light
@@ -188,7 +189,7 @@ def _next_rebalance(head_ps: Any, inventory: Any, inventory_source: str) -> str:
 def _report_folders(args: argparse.Namespace) -> tuple[str, ...]:
     """Where the controller's reports may be: `reports/` at the top, or beside the policy folder."""
     sub = args.path.strip("/")
-    return ("reports", *([f"{sub}/reports"] if sub not in ("", ".") else []))
+    return (DEFAULT_REPORTS_PATH, *([f"{sub}/{DEFAULT_REPORTS_PATH}"] if sub not in ("", ".") else []))
 
 
 def _audit_note(args: argparse.Namespace, repo: git.Repo, head_sha: str) -> str:
@@ -221,7 +222,7 @@ def _demand(args: argparse.Namespace, repo: git.Repo, head_sha: str) -> tuple[by
     if not found:
         return None, ""
     # the controller's record before a shipped one
-    found.sort(key=lambda e: not e.path.startswith("reports/"))
+    found.sort(key=lambda e: not e.path.startswith(DEFAULT_REPORTS_PATH + "/"))
     where = f"`{found[0].path}` at head"
     if found[0].size_bytes > MAX_RECORD_BYTES:
         size = found[0].size_bytes
@@ -254,7 +255,7 @@ def _inventory(args: argparse.Namespace, repo: git.Repo, head_sha: str, head_ps:
         return inventory, "live cluster"
     snapshots = [
         e
-        for e in list_tree(repo, head_sha, ("reports",), limit=MAX_EXPORT_FILES)
+        for e in list_tree(repo, head_sha, (DEFAULT_REPORTS_PATH,), limit=MAX_EXPORT_FILES)
         if e.path.endswith("/" + SNAPSHOT_NAME) or e.path == SNAPSHOT_NAME
     ]
     if snapshots:

@@ -36,14 +36,12 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from kgwe import API_GROUP
 from kgwe.audit.log import COMMIT_INTERVAL_SECONDS, MAX_PENDING, AuditEntry, Pending, QuotaChange, append
 from kgwe.audit.stamp import Stamp
 from kgwe.cluster.apply import NotLeader, ObjectRef, SyncResult
 from kgwe.cluster.client import list_items
 from kgwe.cluster.events import MAX_MESSAGE_CHARS, EventRecorder
-from kgwe.cluster.inventory import GPU_NODE_SELECTOR, GpuNodeFacts, facts_from_objects, inventory_document
-from kgwe.cluster.names import CRD_VERSION, FIELD_MANAGER, POLICY_REPOSITORY_PLURAL, repository_label_value
+from kgwe.cluster.inventory import GpuNodeFacts, facts_from_objects, inventory_document
 from kgwe.cluster.nodecache import NodeCache
 from kgwe.cluster.nodes import gpu_pods_by_node, live_pods
 from kgwe.errors import KgweError
@@ -78,7 +76,15 @@ from kgwe.reconcile.summary import MAX_ERRORS_IN_MESSAGE, Pass, error_lines, hea
 from kgwe.reconcile.writes import ClusterWrites
 from kgwe.render.objects import budget_quotas
 from kgwe.render.render import RenderOptions
-from kgwe.vocab import BUDGET_QUOTA_NAME
+from kgwe.vocab import (
+    API_GROUP,
+    BUDGET_QUOTA_NAME,
+    CRD_VERSION,
+    FIELD_MANAGER,
+    GPU_NODE_SELECTOR,
+    POLICY_REPOSITORY_PLURAL,
+    repository_label_value,
+)
 
 log = logging.getLogger(__name__)
 

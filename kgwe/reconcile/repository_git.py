@@ -9,12 +9,12 @@ from pathlib import Path
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from kgwe.cluster.names import GIT_CREDENTIALS_LABEL, GIT_HOSTS_ANNOTATION
 from kgwe.gitops.auth import GitCredentials, is_ssh_url, parse_hosts
 from kgwe.gitops.commit_back import CommitBack
 from kgwe.gitops.gitcmd import GitAccess, UnsafeGitArgument, url_origin
 from kgwe.gitops.source import GitRef, GitSource, GitSourceError
 from kgwe.policy.cluster_kinds import PolicyRepositorySpec
+from kgwe.vocab import GIT_CREDENTIALS_LABEL, GIT_HOSTS_ANNOTATION
 
 
 class RepositoryGit:

@@ -10,7 +10,7 @@ plan: a node the MIG manager is applying (state `pending`/`rebooting`, or relabe
 reported) is in flight whatever its target, so plans that change cannot relabel it mid-apply nor let more
 than `maxUnavailable` nodes be in flight; a node reporting `failed` stops its pool whatever its target.
 
-Rules (README "Safety rules"; docs/facts/mig.md §4, §6: a changed GPU is wiped, the MIG manager never drains):
+Rules (docs/safety.md; docs/facts/mig.md §4, §6: a changed GPU is wiped, the MIG manager never drains):
 - relabel only a node where no running pod holds a GPU; with `drain: true` cordon and evict first;
 - at most `maxUnavailable` nodes of a pool in flight (relabelled and not yet `success`, or being drained);
 - never relabel a node while its MIG manager is applying: its target is fixed until `success` or `failed`;
@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
-from kgwe.cluster.names import (  # noqa: F401  (re-exported: the names the rollout state lives in)
+from kgwe.vocab import (  # noqa: F401  (re-exported: the names the rollout state lives in)
     CORDONED_ANNOTATION,
     MIG_CONFIG_LABEL,
     MIG_STATE_LABEL,

@@ -19,7 +19,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from kgwe.cluster.apply import NotLeader
-from kgwe.cluster.names import (
+from kgwe.render.scheduler_config import config_hash, config_problem
+from kgwe.vocab import (
     FIELD_MANAGER,
     SCHEDULER_CONFIG_HASH_ANNOTATION,
     SCHEDULER_CONFIG_KEY,
@@ -27,7 +28,6 @@ from kgwe.cluster.names import (
     SCHEDULER_DEPLOYMENT,
     SCHEDULER_NAME,
 )
-from kgwe.reconcile.scheduler_config import config_hash, config_problem
 
 
 @dataclass(frozen=True)

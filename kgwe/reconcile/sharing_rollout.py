@@ -25,7 +25,6 @@ from kubernetes.client.exceptions import ApiException
 from kgwe.audit.log import NodeChange
 from kgwe.cluster.apply import NotLeader
 from kgwe.cluster.inventory import GpuNodeFacts
-from kgwe.cluster.names import SHARING_CORDONED_ANNOTATION, SHARING_REQUESTED_AT_ANNOTATION
 from kgwe.cluster.nodes import NodeOps
 from kgwe.gpu.sharing import GFD_STRATEGY, NOT_SHARED, node_sharing
 from kgwe.policy.sharing_strategy import GPUSharingStrategy
@@ -44,11 +43,15 @@ from kgwe.reconcile.rollout import (
 from kgwe.render.sharing import DEFAULT_CONFIG_KEY, config_key, device_plugin_configs
 from kgwe.timestamps import format_rfc3339 as format_time
 from kgwe.timestamps import parse_rfc3339 as parse_time
-from kgwe.vocab import DEVICE_PLUGIN_CONFIG_LABEL
+from kgwe.vocab import (
+    CONFIG_NAME_PREFIX,
+    DEVICE_PLUGIN_CONFIG_LABEL,
+    SHARING_CORDONED_ANNOTATION,
+    SHARING_REQUESTED_AT_ANNOTATION,
+)
 
 POOL_PREFIX = "sharing/"
 UNSHARE_POOL = POOL_PREFIX + DEFAULT_CONFIG_KEY
-KGWE_CONFIG_PREFIX = "kgwe-"
 DEFAULT_TIMEOUT_SECONDS = 900.0
 
 
@@ -100,7 +103,7 @@ def sharing_node_states(
     for f in facts:
         chosen = next((s for s in ordered if s.selects(f.labels)), None)
         current = f.labels.get(DEVICE_PLUGIN_CONFIG_LABEL)
-        if chosen is None and not (current or "").startswith(KGWE_CONFIG_PREFIX):
+        if chosen is None and not (current or "").startswith(CONFIG_NAME_PREFIX):
             # A node KGWE sent back to `default` stays in view until GFD reports it unshared: until then the
             # device plugin is still switching it, and the pool is not done.
             returning = current == DEFAULT_CONFIG_KEY and SHARING_REQUESTED_AT_ANNOTATION in f.annotations
@@ -226,7 +229,7 @@ def named_sharing_configs(
         value
         for f in facts
         if (value := f.labels.get(DEVICE_PLUGIN_CONFIG_LABEL))
-        and (value == DEFAULT_CONFIG_KEY or value.startswith(KGWE_CONFIG_PREFIX))
+        and (value == DEFAULT_CONFIG_KEY or value.startswith(CONFIG_NAME_PREFIX))
     }
     if not named:
         return {}

@@ -15,6 +15,7 @@ from typing import Any
 import jinja2
 import yaml
 
+from kgwe import vocab
 from kgwe.resources import templates_dir
 
 _NON_PRINTABLE = yaml.reader.Reader.NON_PRINTABLE
@@ -96,6 +97,7 @@ def environment() -> jinja2.Environment:
     )
     env.filters["yaml"] = to_yaml
     env.filters["yaml_block"] = to_yaml_block
+    env.globals["vocab"] = vocab  # names on the cluster: `{{ vocab.BUDGET_QUOTA_NAME | yaml }}`
     return env
 
 

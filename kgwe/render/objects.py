@@ -10,15 +10,6 @@ from typing import Any
 import orjson
 import yaml
 
-from kgwe.cluster.names import (
-    POD_TEMPLATE_POLICY_CONFIGMAP,
-    POD_TEMPLATE_POLICY_KEY,
-    REPOSITORY_LABEL,
-    RUNTIMES_CONFIG_KEY,
-    RUNTIMES_CONFIGMAP,
-    SCHEDULER_CONFIG_KEY,
-    SCHEDULER_CONFIGMAP,
-)
 from kgwe.errors import KgweError
 from kgwe.policy.loader import PolicySet
 from kgwe.policy.models import PodTemplatePolicy, ScoringProfile, ScoringProfileSpec
@@ -27,12 +18,25 @@ from kgwe.policy.quota_namespaces import refused_quota_namespace
 from kgwe.render.environment import render_template
 from kgwe.render.layouts import NodeLayouts
 from kgwe.render.options import MigConfigs, QuotaCaps, RenderOptions, extender_client_cert_dir
-from kgwe.vocab import GPU_RESOURCE, SHARED_GPU_RESOURCE, mig_resource
+from kgwe.vocab import (
+    GPU_RESOURCE,
+    POD_TEMPLATE_POLICY_CONFIGMAP,
+    POD_TEMPLATE_POLICY_KEY,
+    REPOSITORY_LABEL,
+    RUNTIMES_CONFIG_KEY,
+    RUNTIMES_CONFIGMAP,
+    SCHEDULER_CONFIG_KEY,
+    SCHEDULER_CONFIGMAP,
+    SHARED_GPU_RESOURCE,
+    mig_resource,
+)
 
 try:
     _Loader: Any = yaml.CSafeLoader
 except AttributeError:  # pragma: no cover
     _Loader = yaml.SafeLoader
+
+SCHEDULER_CONFIG_FILE = "kube-scheduler-config.yaml"  # the rendered file of the KGWE scheduler's ConfigMap
 
 
 def _managed_resources(ps: PolicySet, layouts: NodeLayouts) -> list[dict]:
@@ -150,7 +154,7 @@ def scheduler_configmap(ps: PolicySet, layouts: NodeLayouts, opts: RenderOptions
         managed_resources=_managed_resources(ps, layouts),
     )
     return RenderedFile.of(
-        "kube-scheduler-config.yaml",
+        SCHEDULER_CONFIG_FILE,
         "scheduler-configmap.yaml.j2",
         name=SCHEDULER_CONFIGMAP,
         key=SCHEDULER_CONFIG_KEY,

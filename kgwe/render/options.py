@@ -5,8 +5,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from kgwe.cluster.names import EXTENDER_PORT, EXTENDER_SERVICE, EXTENDER_TLS_PORT, SCHEDULER_NAME
-from kgwe.vocab import GPU_OPERATOR_NAMESPACE
+from kgwe.vocab import (
+    DEVICE_PLUGIN_CONFIGMAP,
+    EXTENDER_PORT,
+    EXTENDER_SERVICE,
+    EXTENDER_TLS_PORT,
+    GPU_OPERATOR_NAMESPACE,
+    KGWE_NAMESPACE,
+    MIG_PARTED_CONFIGMAP,
+    SCHEDULER_NAME,
+)
 
 # The default install: kube-scheduler calls the extender container of its own pod on the loopback.
 DEFAULT_EXTENDER_URL = f"http://127.0.0.1:{EXTENDER_PORT}"
@@ -24,11 +32,11 @@ def standalone_extender_url(namespace: str) -> str:
 class RenderOptions:
     repository: str = "local"  # PolicyRepository name, put in a label on every object
     # kgwe-scheduler-config, kgwe-scoring, kgwe-runtimes and kgwe-pod-template-policy
-    namespace: str = "kgwe-system"
+    namespace: str = KGWE_NAMESPACE
     mig_namespace: str = GPU_OPERATOR_NAMESPACE  # where the GPU Operator's MIG manager reads its config
-    mig_config_name: str = "kgwe-mig-parted-config"
+    mig_config_name: str = MIG_PARTED_CONFIGMAP
     # the device plugin's config ConfigMap (ClusterPolicy devicePlugin.config.name), in mig_namespace
-    device_plugin_config_name: str = "kgwe-device-plugin-config"
+    device_plugin_config_name: str = DEVICE_PLUGIN_CONFIGMAP
     extender_url: str = DEFAULT_EXTENDER_URL
     # kube-scheduler's client certificate for mutual TLS with the extender: a directory holding tls.crt,
     # tls.key and ca.crt (a mounted kubernetes.io/tls Secret); needs an https:// extender_url. None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from kgwe.cluster.names import SCHEDULER_CONFIG_KEY, SCHEDULER_CONFIGMAP
 from kgwe.errors import KgweError
 from kgwe.planner.migparted import build_mig_configs
 from kgwe.policy.loader import PolicySet
@@ -37,11 +36,18 @@ from kgwe.render.options import (  # noqa: F401  (re-exported: where callers hav
     standalone_extender_url,
 )
 from kgwe.render.sharing import config_key, device_plugin_configs, node_sharing
+from kgwe.vocab import (
+    MIG_ALL_DISABLED,
+    MIG_DEVICES_KEY,
+    MIG_ENABLED_KEY,
+    SCHEDULER_CONFIG_KEY,
+    SCHEDULER_CONFIGMAP,
+)
 
 # Configs the GPU Operator itself puts on MIG-capable nodes (docs/facts/mig.md §5); a replacement
 # mig-parted config must still define them, or nodes KGWE does not manage would fail.
 OPERATOR_DEFAULT_CONFIGS = {
-    "all-disabled": [{"devices": "all", "mig-enabled": False, "mig-devices": {}}],
+    MIG_ALL_DISABLED: [{"devices": "all", MIG_ENABLED_KEY: False, MIG_DEVICES_KEY: {}}],
 }
 
 

@@ -1,18 +1,19 @@
 """Render the Kubernetes objects a policy repository asks for: the mig-parted ConfigMap and node
-`nvidia.com/mig.config` labels, the KubeSchedulerConfiguration with the KGWE extender, the kgwe-scoring
-ConfigMap and one ResourceQuota per budgeted namespace. Deterministic: same input, byte-identical files."""
+`nvidia.com/mig.config` labels, the device plugin's sharing ConfigMap and node
+`nvidia.com/device-plugin.config` labels, the KubeSchedulerConfiguration with the KGWE extender, the
+kgwe-scoring, kgwe-runtimes and kgwe-pod-template-policy ConfigMaps and one ResourceQuota per budgeted
+namespace. Deterministic: same input, byte-identical files."""
 
 from __future__ import annotations
 
 import argparse
 
-from kgwe.cluster.names import SCHEDULER_NAME
 from kgwe.errors import KgweError
 from kgwe.policy.loader import load_repository
 from kgwe.policy.models import GPUInventory
 from kgwe.render.output import write_files
 from kgwe.render.render import DEFAULT_EXTENDER_URL, RenderOptions, extender_client_cert_dir, render
-from kgwe.vocab import GPU_OPERATOR_NAMESPACE
+from kgwe.vocab import GPU_OPERATOR_NAMESPACE, KGWE_NAMESPACE, SCHEDULER_NAME
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -22,7 +23,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--out", metavar="DIR", required=True, help="directory for the rendered YAML files")
     parser.add_argument("--repository", default="local", help="PolicyRepository name for the objects' label")
-    parser.add_argument("--namespace", default="kgwe-system", help="namespace of the KGWE ConfigMaps")
+    parser.add_argument("--namespace", default=KGWE_NAMESPACE, help="namespace of the KGWE ConfigMaps")
     parser.add_argument(
         "--mig-namespace", default=GPU_OPERATOR_NAMESPACE, help="namespace of the GPU Operator"
     )

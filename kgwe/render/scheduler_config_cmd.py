@@ -19,8 +19,8 @@ import sys
 import time
 from pathlib import Path
 
-from kgwe.cluster.names import SCHEDULER_CONFIG_KEY, SCHEDULER_CONFIGMAP
 from kgwe.errors import KgweError
+from kgwe.vocab import KGWE_NAMESPACE, SCHEDULER_CONFIG_KEY, SCHEDULER_CONFIGMAP
 
 WAIT_LOG_SECONDS = 30.0
 
@@ -36,7 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--namespace",
-        default=os.environ.get("POD_NAMESPACE", "kgwe-system"),
+        default=os.environ.get("POD_NAMESPACE", KGWE_NAMESPACE),
         help="KGWE's namespace (the scheduler's leader-election Lease)",
     )
     parser.add_argument("--extender-url", default=DEFAULT_EXTENDER_URL, help="urlPrefix of the KGWE extender")
@@ -68,7 +68,7 @@ def default_config_text(namespace: str, extender_url: str, client_cert_dir: str 
 
 def chosen_config(policy_path: Path | None, default: str) -> tuple[str, str]:
     """(text, where it came from): the policy's configuration if it is fit to run, else the default."""
-    from kgwe.reconcile.scheduler_config import config_hash, config_problem
+    from kgwe.render.scheduler_config import config_hash, config_problem
 
     if policy_path is None or not policy_path.is_file():
         return default, f"no {SCHEDULER_CONFIGMAP} yet: KGWE's default configuration ({config_hash(default)})"

@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 from kgwe.policy.sharing_strategy import GPUSharingStrategy
-from kgwe.vocab import GPU_RESOURCE
+from kgwe.vocab import CONFIG_NAME_PREFIX, GPU_RESOURCE
 
 DEFAULT_CONFIG_KEY = "default"  # the ClusterPolicy's devicePlugin.config.default names it
 CONFIG_VERSION = "v1"
@@ -38,8 +38,8 @@ def config_key(strategy: GPUSharingStrategy) -> str:
     keep the key a valid label value (63 characters)."""
     text = yaml.dump(device_plugin_config(strategy), Dumper=_Dumper, sort_keys=True)
     digest = hashlib.sha256(text.encode()).hexdigest()[:8]
-    name = strategy.name[: _MAX_KEY - len("kgwe--") - len(digest)].rstrip(".-")
-    return f"kgwe-{name}-{digest}"
+    name = strategy.name[: _MAX_KEY - len(CONFIG_NAME_PREFIX) - 1 - len(digest)].rstrip(".-")
+    return f"{CONFIG_NAME_PREFIX}{name}-{digest}"
 
 
 def device_plugin_config(strategy: GPUSharingStrategy) -> dict[str, Any]:

@@ -24,9 +24,17 @@ from kgwe.policy.diagnostics import format_path
 from kgwe.policy.gpu_workload import GPUWorkload, NodeOffer, has_containers, problems
 from kgwe.policy.pod_template import template_findings
 from kgwe.policy.pod_template_policy import PodTemplatePolicy
-from kgwe.policy.quota_namespaces import KGWE_NAMESPACE, protected_namespace
+from kgwe.policy.quota_namespaces import protected_namespace
 from kgwe.policy.workload_runtime import WorkloadRuntimeSpec
-from kgwe.vocab import DEFAULT_STRATEGY, WORKLOAD_ROLEBINDING, WORKLOADS_ENABLED, WORKLOADS_NAMESPACE_LABEL
+from kgwe.vocab import (
+    BUDGET_ANNOTATION,
+    DEFAULT_STRATEGY,
+    KGWE_NAMESPACE,
+    WORKLOAD_ROLEBINDING,
+    WORKLOADS_ENABLED,
+    WORKLOADS_NAMESPACE_LABEL,
+    quota_key,
+)
 from kgwe.workloads import runtime as rt
 from kgwe.workloads import template_policy
 from kgwe.workloads.plan import (
@@ -38,7 +46,7 @@ from kgwe.workloads.plan import (
     resolve_priority,
     resolve_profile,
 )
-from kgwe.workloads.status import QUOTA_NAME_ANNOTATION, quota_admission
+from kgwe.workloads.status import quota_admission
 
 Scope = Literal["spec", "repository", "cluster", "state"]
 Severity = Literal["error", "warning"]
@@ -128,7 +136,7 @@ def quota_needs(wl: GPUWorkload) -> dict[str, int]:
         assert role.gpu_requirements is not None
         resources, _ = gpu_resources(role.gpu_requirements)
         for key, n in resources.items():
-            needs[f"requests.{key}"] = needs.get(f"requests.{key}", 0) + n * role.replicas
+            needs[quota_key(key)] = needs.get(quota_key(key), 0) + n * role.replicas
     return needs
 
 
@@ -323,7 +331,7 @@ def _quota(wl: GPUWorkload, namespace: str | None, policy: PolicyView, cluster: 
         budget, hard = policy.budget_quotas[namespace]
         rendered = {
             "spec": {"hard": dict(hard)},
-            "metadata": {"annotations": {QUOTA_NAME_ANNOTATION: budget}},
+            "metadata": {"annotations": {BUDGET_ANNOTATION: budget}},
         }
         refused = quota_admission(rendered, needs)
         if refused:  # more than the whole quota: no amount of waiting admits it

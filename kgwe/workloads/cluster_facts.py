@@ -14,28 +14,29 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from kgwe.cluster.client import list_items
-from kgwe.cluster.names import (
+from kgwe.gpu import catalog
+from kgwe.policy.gpu_workload import NodeOffer
+from kgwe.policy.pod_template_policy import PodTemplatePolicy, policies_from_json
+from kgwe.policy.workload_runtime import WorkloadRuntimeSpec
+from kgwe.vocab import (
     BUDGET_QUOTA_NAME,
+    GPU_PRODUCT_LABEL,
     GPU_RESOURCE,
     MIG_RESOURCE_PREFIX,
     POD_TEMPLATE_POLICY_CONFIGMAP,
     POD_TEMPLATE_POLICY_KEY,
     RUNTIMES_CONFIG_KEY,
     RUNTIMES_CONFIGMAP,
+    SCORING_CONFIG_KEY,
+    SCORING_CONFIGMAP,
     WORKLOAD_ROLEBINDING,
 )
-from kgwe.gpu import catalog
-from kgwe.policy.gpu_workload import NodeOffer
-from kgwe.policy.pod_template_policy import PodTemplatePolicy, policies_from_json
-from kgwe.policy.workload_runtime import WorkloadRuntimeSpec
-from kgwe.vocab import GPU_PRODUCT_LABEL
 from kgwe.workloads.admission import ClusterView, PolicyView
 from kgwe.workloads.namespaces import opted_in, ours
 
 log = logging.getLogger(__name__)
 
 KUEUE_GROUP = "kueue.x-k8s.io"
-SCORING_CONFIGMAP = "kgwe-scoring"
 
 
 def serves(api: client.ApiClient, group: str, version: str | None = None) -> bool:
@@ -106,7 +107,7 @@ def scoring_profiles(api: client.ApiClient, policy_namespace: str) -> dict[str, 
     """Scoring profile name -> strategy, from the rendered kgwe-scoring ConfigMap."""
     from kgwe.extender.profile import ProfileError, profiles_from_document
 
-    doc = _config_map_json(api, policy_namespace, SCORING_CONFIGMAP, "profiles.json")
+    doc = _config_map_json(api, policy_namespace, SCORING_CONFIGMAP, SCORING_CONFIG_KEY)
     try:
         profiles = profiles_from_document(doc or {})
     except (ProfileError, ValueError, TypeError):

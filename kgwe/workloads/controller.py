@@ -29,13 +29,22 @@ from pydantic import ValidationError
 
 from kgwe.cluster.client import list_items
 from kgwe.cluster.events import EventRecorder
-from kgwe.cluster.names import FIELD_MANAGER, POD_TEMPLATE_POLICY_CONFIGMAP
 from kgwe.cluster.watch import list_and_watch
 from kgwe.extender.k8s import gpu_holders, unhealthy_gpus
 from kgwe.observability import tracing
 from kgwe.policy.diagnostics import format_path, messages_from_validation
 from kgwe.policy.gpu_workload import GPUWorkload
 from kgwe.timestamps import parse_rfc3339
+from kgwe.vocab import (
+    API_GROUP,
+    CRD_VERSION,
+    FIELD_MANAGER,
+    GPU_WORKLOAD_PLURAL,
+    KGWE_NAMESPACE,
+    POD_TEMPLATE_POLICY_CONFIGMAP,
+    RUN_LABEL,
+    WORKLOAD_LABEL,
+)
 from kgwe.workloads import cluster_facts
 from kgwe.workloads import status as st
 from kgwe.workloads.admission import (
@@ -50,8 +59,6 @@ from kgwe.workloads.admission import (
 from kgwe.workloads.namespaces import NamespaceGrants
 from kgwe.workloads.plan import (
     PODGROUP_API,
-    RUN_LABEL,
-    WORKLOAD_LABEL,
     Facts,
     PlanError,
     plan_children,
@@ -60,7 +67,6 @@ from kgwe.workloads.plan import (
 
 log = logging.getLogger(__name__)
 
-GROUP, VERSION, PLURAL = "kgwe.nvidia.io", "v1", "gpuworkloads"
 # Refusals that only an edit lifts (the namespace's label, the spec, a PodTemplatePolicy): no retry of
 # their own; label and spec edits are watched, and the periodic resync looks again after a policy change.
 WAIT_FOR_CHANGE = frozenset({"NamespaceNotEnabled", "TemplateNotAllowed"})
@@ -150,7 +156,7 @@ class WorkloadReconciler:
         recorder: EventRecorder,
         metrics: WorkloadMetrics,
         is_leader: Callable[[], bool],
-        policy_namespace: str = "kgwe-system",
+        policy_namespace: str = KGWE_NAMESPACE,
         now: Callable[[], datetime] = _utcnow,
         cost_of: Callable[[str, str, dict], dict | None] | None = None,
     ) -> None:
@@ -248,10 +254,10 @@ class WorkloadReconciler:
             raise _NotLeader
         meta = obj["metadata"]
         self.custom.patch_namespaced_custom_object_status(
-            GROUP,
-            VERSION,
+            API_GROUP,
+            CRD_VERSION,
             meta["namespace"],
-            PLURAL,
+            GPU_WORKLOAD_PLURAL,
             meta["name"],
             {"status": new_status},
             _content_type="application/merge-patch+json",
@@ -272,7 +278,9 @@ class WorkloadReconciler:
         if not self.grants.listed.is_set():
             return 1.0  # which namespaces opted in is not known yet: decide nothing
         try:
-            obj = self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+            obj = self.custom.get_namespaced_custom_object(
+                API_GROUP, CRD_VERSION, namespace, GPU_WORKLOAD_PLURAL, name
+            )
         except ApiException as exc:
             if exc.status == 404:
                 return None
@@ -648,9 +656,9 @@ class WorkloadController:
         api = self.reconciler
         sources: list[tuple[str, Callable[..., Any], dict[str, Any]]] = [
             (
-                "gpuworkloads",
+                GPU_WORKLOAD_PLURAL,
                 api.custom.list_cluster_custom_object,
-                {"group": GROUP, "version": VERSION, "plural": PLURAL},
+                {"group": API_GROUP, "version": CRD_VERSION, "plural": GPU_WORKLOAD_PLURAL},
             ),
             ("jobs", api.batch.list_job_for_all_namespaces, {"label_selector": WORKLOAD_LABEL}),
             ("pods", api.core.list_pod_for_all_namespaces, {"label_selector": WORKLOAD_LABEL}),
@@ -670,13 +678,13 @@ class WorkloadController:
         )
         t.start()
         self._threads.append(t)
-        t = threading.Thread(target=self._work, args=(stop,), name="kgwe-workloads", daemon=True)
+        t = threading.Thread(target=self._work, args=(stop,), name="kgwe-workload-controller", daemon=True)
         t.start()
         self._threads.append(t)
 
     def _key(self, what: str, obj: dict) -> str | None:
         meta = obj.get("metadata") or {}
-        if what == "gpuworkloads":
+        if what == GPU_WORKLOAD_PLURAL:
             return f"{meta.get('namespace')}/{meta.get('name')}"
         name = (meta.get("labels") or {}).get(WORKLOAD_LABEL)
         return f"{meta.get('namespace')}/{name}" if name else None
@@ -690,7 +698,7 @@ class WorkloadController:
 
         def listed(items: Sequence[dict]) -> None:
             metrics.watch_events.labels(what, "LISTED").inc(len(items))
-            if what == "gpuworkloads":
+            if what == GPU_WORKLOAD_PLURAL:
                 with self._known_lock:
                     self._known = {k for k in (self._key(what, obj) for obj in items) if k}
             for obj in items:
@@ -699,7 +707,7 @@ class WorkloadController:
         def changed(kind: str, obj: dict) -> None:
             metrics.watch_events.labels(what, kind).inc()
             key = self._key(what, obj)
-            if what == "gpuworkloads" and key:
+            if what == GPU_WORKLOAD_PLURAL and key:
                 with self._known_lock:
                     if kind == "DELETED":
                         self._known.discard(key)

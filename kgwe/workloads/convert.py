@@ -16,14 +16,17 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from kgwe import API_VERSION
-from kgwe.cluster.names import is_gpu_resource
 from kgwe.errors import KgweError
-from kgwe.vocab import SEED_WORKLOAD_API_VERSIONS, strategy_for_word
+from kgwe.vocab import (
+    API_VERSION,
+    MODEL_LABEL,
+    SEED_WORKLOAD_API_VERSIONS,
+    is_gpu_resource,
+    strategy_for_word,
+)
 
 GPU_ORCHESTRATOR, AGENTAFLOW = SEED_WORKLOAD_API_VERSIONS
 SOURCES = (GPU_ORCHESTRATOR, AGENTAFLOW)
-MODEL_LABEL = "kgwe.nvidia.io/model"
 
 _MIB_PER_GB = 1e9 / 2**20
 

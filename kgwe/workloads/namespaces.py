@@ -23,7 +23,9 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from kgwe.cluster.names import (
+from kgwe.cluster.watch import list_and_watch
+from kgwe.policy.quota_namespaces import protected_namespace
+from kgwe.vocab import (
     FIELD_MANAGER,
     MANAGED_BY_LABEL,
     MANAGED_BY_VALUE,
@@ -32,8 +34,6 @@ from kgwe.cluster.names import (
     WORKLOADS_ENABLED,
     WORKLOADS_NAMESPACE_LABEL,
 )
-from kgwe.cluster.watch import list_and_watch
-from kgwe.policy.quota_namespaces import protected_namespace
 from kgwe.workloads.admission import namespace_refusal
 
 log = logging.getLogger(__name__)

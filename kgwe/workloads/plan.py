@@ -13,38 +13,36 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kgwe.extender.request import (
-    ANN_MILLI,
-    ANN_MIN_BW,
-    ANN_MIN_MEMORY,
-    ANN_PREFERENCE,
-    ANN_PRODUCT,
-    ANN_PROFILE,
-)
 from kgwe.policy.gpu_workload import GPURequirements, GPUWorkload, Role
 from kgwe.policy.workload_runtime import WorkloadRuntimeSpec
 from kgwe.vocab import (
+    API_VERSION,
+    GPU_MILLI_ANNOTATION,
+    GPU_PRODUCT_ANNOTATION,
+    GPU_REPLICAS_LABEL,
     GPU_RESOURCE,
     MANAGED_BY_LABEL,
     MANAGED_BY_VALUE,
     MIG_RESOURCE_PREFIX,
+    MIN_BANDWIDTH_ANNOTATION,
+    MIN_MEMORY_ANNOTATION,
+    ROLE_LABEL,
+    RUN_LABEL,
+    SCHEDULER_NAME,
+    SCORING_PROFILE_ANNOTATION,
     SHARED_GPU_RESOURCE,
+    TEAM_LABEL,
+    TOPOLOGY_PREFERENCE_ANNOTATION,
+    WORKLOAD_LABEL,
     is_gpu_resource,
 )
 from kgwe.workloads import runtime as runtimes
 
-API = "kgwe.nvidia.io/v1"
-SCHEDULER_NAME = "kgwe-scheduler"
-WORKLOAD_LABEL = "kgwe.nvidia.io/workload"
-ROLE_LABEL = "kgwe.nvidia.io/role"
-RUN_LABEL = "kgwe.nvidia.io/run"
-TEAM_LABEL = "kgwe.nvidia.io/team"
 PODGROUP_API = "scheduling.k8s.io/v1beta1"
 KUEUE_GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
 KUEUE_TOTAL_ANNOTATION = "kueue.x-k8s.io/pod-group-total-count"
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
-REPLICAS_LABEL = "nvidia.com/gpu.replicas"  # GFD: >1 on time-sliced / MPS-shared GPUs
 TORCH_MASTER_PORT = 29500  # Kubeflow Trainer's default
 HOSTNAME_MAX = 63  # a pod hostname (<job>-<index>) is a DNS label
 GANG_BACKENDS = ("Native", "Kueue", "None")
@@ -88,7 +86,7 @@ def gpu_resources(req: GPURequirements) -> tuple[dict[str, int], dict[str, str]]
     if req.mig_profile:
         return {MIG_RESOURCE_PREFIX + req.mig_profile.replace("+", "."): req.count}, {}
     if req.gpu_milli is not None and req.gpu_milli < 1000:
-        return {SHARED_GPU_RESOURCE: 1}, {ANN_MILLI: str(req.gpu_milli)}
+        return {SHARED_GPU_RESOURCE: 1}, {GPU_MILLI_ANNOTATION: str(req.gpu_milli)}
     return {GPU_RESOURCE: req.count if req.gpu_milli is None else 1}, {}
 
 
@@ -96,17 +94,17 @@ def placement_annotations(req: GPURequirements, scoring_profile: str | None) -> 
     """KGWE's pod annotations the extender reads (see kgwe.extender.request)."""
     ann: dict[str, str] = {}
     if req.topology.preference != "None":
-        ann[ANN_PREFERENCE] = req.topology.preference
+        ann[TOPOLOGY_PREFERENCE_ANNOTATION] = req.topology.preference
     if req.topology.min_bandwidth_gbps is not None:
         # The spec quotes NVLink as vendors do (both directions: A100 600 GB/s, H100 900 GB/s); the
         # extender measures per direction (DGX-A100 pairs: 300 GB/s), so the pod asks for half.
-        ann[ANN_MIN_BW] = _num(req.topology.min_bandwidth_gbps / 2)
+        ann[MIN_BANDWIDTH_ANNOTATION] = _num(req.topology.min_bandwidth_gbps / 2)
     if req.min_memory_gb is not None:
-        ann[ANN_MIN_MEMORY] = _num(req.min_memory_gb)
+        ann[MIN_MEMORY_ANNOTATION] = _num(req.min_memory_gb)
     if req.product:
-        ann[ANN_PRODUCT] = req.product
+        ann[GPU_PRODUCT_ANNOTATION] = req.product
     if scoring_profile:
-        ann[ANN_PROFILE] = scoring_profile
+        ann[SCORING_PROFILE_ANNOTATION] = scoring_profile
     return ann
 
 
@@ -125,7 +123,7 @@ def resolve_backend(
         return (
             ("Native", None)
             if native
-            else ("None", "the API server does not serve scheduling.k8s.io/v1beta1 PodGroups")
+            else ("None", "the API_VERSION server does not serve scheduling.k8s.io/v1beta1 PodGroups")
         )
     if wanted == "Kueue":
         return (
@@ -172,7 +170,7 @@ def resolve_priority(priority: int | str | None, classes: Mapping[str, int]) -> 
 
 def owner_reference(wl: GPUWorkload, uid: str) -> dict[str, Any]:
     return {
-        "apiVersion": API,
+        "apiVersion": API_VERSION,
         "kind": "GPUWorkload",
         "name": wl.name,
         "uid": uid,
@@ -360,8 +358,8 @@ def _require_unshared_gpus(spec: dict[str, Any]) -> None:
     required = node_aff.setdefault("requiredDuringSchedulingIgnoredDuringExecution", {})
     terms = required.get("nodeSelectorTerms") or [{}]
     ours = [
-        {"key": REPLICAS_LABEL, "operator": "DoesNotExist"},
-        {"key": REPLICAS_LABEL, "operator": "In", "values": ["1"]},
+        {"key": GPU_REPLICAS_LABEL, "operator": "DoesNotExist"},
+        {"key": GPU_REPLICAS_LABEL, "operator": "In", "values": ["1"]},
     ]
     required["nodeSelectorTerms"] = [
         {**t, "matchExpressions": [*(t.get("matchExpressions") or []), expr]} for t in terms for expr in ours

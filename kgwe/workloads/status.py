@@ -15,12 +15,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from kgwe.extender.k8s import ANN_GPU_INDEX
 from kgwe.policy.gpu_workload import GPUWorkload, RetryPolicy
 from kgwe.timestamps import format_rfc3339 as rfc3339
+from kgwe.vocab import BUDGET_ANNOTATION, GPU_INDEX_ANNOTATION
 
 CONDITION_TYPES = ("Admitted", "PodsScheduled", "PodsReady", "Complete", "Failed", "Suspended")
-QUOTA_NAME_ANNOTATION = "kgwe.nvidia.io/budget"
 
 
 def backoff_seconds(policy: RetryPolicy, retry: int, rng: random.Random | None = None) -> float:
@@ -92,7 +91,7 @@ def quota_admission(quota: Mapping[str, Any] | None, needs: Mapping[str, int]) -
         return None
     hard = (quota.get("spec") or {}).get("hard") or {}
     used = (quota.get("status") or {}).get("used") or {}
-    budget = ((quota.get("metadata") or {}).get("annotations") or {}).get(QUOTA_NAME_ANNOTATION) or "?"
+    budget = ((quota.get("metadata") or {}).get("annotations") or {}).get(BUDGET_ANNOTATION) or "?"
     for key, need in sorted(needs.items()):
         if key not in hard:
             continue
@@ -161,7 +160,7 @@ def placements(view: RunView) -> list[dict[str, Any]]:
         node = (p.get("spec") or {}).get("nodeName")
         if not node:
             continue
-        raw = ((p.get("metadata") or {}).get("annotations") or {}).get(ANN_GPU_INDEX) or ""
+        raw = ((p.get("metadata") or {}).get("annotations") or {}).get(GPU_INDEX_ANNOTATION) or ""
         gpus = [int(x) for x in raw.split(",") if x.strip().isdigit()]
         out.append({"pod": p["metadata"]["name"], "node": node, "gpus": gpus})
     return out

@@ -8,6 +8,7 @@ import sys
 import orjson
 import pytest
 
+from kgwe import vocab
 from kgwe.agent import node_state
 from kgwe.cli import main
 from kgwe.topology import annotation, known
@@ -62,7 +63,7 @@ def test_labels_and_patch_only_on_change():
     assert labels["kgwe.nvidia.io/nvswitch"] == "true" and labels["kgwe.nvidia.io/ring-gbps"] == "450"
     anns = node_state.desired_annotations(topo, {3: "ml/a", 0: "ml/b"})
     assert annotation.decode(anns[annotation.ANNOTATION_KEY]) == topo
-    assert orjson.loads(anns[node_state.GPU_PODS_ANNOTATION]) == {"0": "ml/b", "3": "ml/a"}
+    assert orjson.loads(anns[vocab.GPU_PODS_ANNOTATION]) == {"0": "ml/b", "3": "ml/a"}
     first = node_state.node_patch({"other": "x"}, None, labels, anns)
     assert first["metadata"]["annotations"] == anns
     assert "other" not in first["metadata"]["labels"]

@@ -16,7 +16,8 @@ from kgwe.certs import x509
 from kgwe.certs.rotation import PREVIOUS_CA_UNTIL_ANNOTATION, ROTATE_ANNOTATION, ROTATED_ANNOTATION
 from kgwe.cluster.apply import NotLeader
 from kgwe.cluster.events import EventRecorder
-from kgwe.cluster.names import (
+from kgwe.reconcile.certificates import CertificateKeeper
+from kgwe.vocab import (
     CA_SECRET,
     CERTIFICATE_ISSUED_ANNOTATION,
     CONTROLLER_DEPLOYMENT,
@@ -25,7 +26,6 @@ from kgwe.cluster.names import (
     WEBHOOK_SERVICE,
     WEBHOOK_TLS_SECRET,
 )
-from kgwe.reconcile.certificates import CertificateKeeper
 
 SECRETS = (CA_SECRET, WEBHOOK_TLS_SECRET, EXTENDER_TLS_SECRET, EXTENDER_CLIENT_SECRET)
 

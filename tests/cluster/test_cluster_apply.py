@@ -6,7 +6,7 @@ import pytest
 from kubernetes import client
 
 from kgwe.cluster.apply import Applier, ObjectRef
-from kgwe.cluster.names import FIELD_MANAGER, PRUNE_ANNOTATION, REPOSITORY_LABEL
+from kgwe.vocab import FIELD_MANAGER, PRUNE_ANNOTATION, REPOSITORY_LABEL
 
 pytestmark = pytest.mark.cluster
 

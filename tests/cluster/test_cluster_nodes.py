@@ -8,9 +8,9 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from kgwe.cluster.inventory import inventory_document, read_gpu_nodes
-from kgwe.cluster.names import CORDONED_ANNOTATION, MIG_CONFIG_LABEL, MIG_STATE_LABEL, REQUESTED_AT_ANNOTATION
 from kgwe.cluster.nodes import NodeOps
 from kgwe.policy import GPUInventory
+from kgwe.vocab import CORDONED_ANNOTATION, MIG_CONFIG_LABEL, MIG_STATE_LABEL, REQUESTED_AT_ANNOTATION
 from tests.harness.waiting import Watched
 
 pytestmark = pytest.mark.cluster

@@ -426,8 +426,7 @@ def test_one_cost_collector_per_registry():
 
 
 def test_demand_record_of_the_last_week_from_the_store(db):
-    from kgwe.cost.service import demand_record_file
-    from kgwe.impact.record import Shape, decode
+    from kgwe.impact.record import Shape, decode, demand_record_file
 
     now = T0 + timedelta(days=10)
     files = demand_record_file(CostStore(db), now, "prod")

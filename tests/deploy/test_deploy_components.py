@@ -129,8 +129,8 @@ def test_agent_publishes_as_its_service_account_and_can_do_nothing_else(applied,
 def test_the_controller_keeps_its_certificates_as_its_service_account_and_touches_no_other(applied):
     """The certificate keeper with the chart's RBAC: issues into its own Secrets, patches the caBundle of
     kgwe-scheduling; another Secret or webhook configuration is out of reach."""
-    from kgwe.cluster.names import CA_SECRET, WEBHOOK_CONFIGURATION, WEBHOOK_TLS_SECRET
     from kgwe.reconcile.certificates import CertificateKeeper
+    from kgwe.vocab import CA_SECRET, WEBHOOK_CONFIGURATION, WEBHOOK_TLS_SECRET
 
     sa_api = _as(applied, "kgwe-controller")
     keeper = CertificateKeeper(sa_api, "kgwe-system", ["webhook"])

@@ -25,13 +25,13 @@ import yaml
 from kubernetes import client
 
 from kgwe.cluster.client import ensure_namespace
-from kgwe.cluster.names import FIELD_MANAGER as KGWE
-from kgwe.cluster.names import SCHEDULER_CONFIG_HASH_ANNOTATION, SCHEDULER_DEPLOYMENT
 from kgwe.localcluster import gpunodes
 from kgwe.localcluster.controlplane import free_port, tail
 from kgwe.localcluster.gitserver import GitHttpsServer
 from kgwe.localcluster.migmanager import MigManagerStandIn
 from kgwe.resources import deploy_dir, sample_repo_dir
+from kgwe.vocab import FIELD_MANAGER as KGWE
+from kgwe.vocab import SCHEDULER_CONFIG_HASH_ANNOTATION, SCHEDULER_DEPLOYMENT
 from tests.harness import chart, flux
 from tests.harness.crds import install_crds
 from tests.harness.waiting import wait_for

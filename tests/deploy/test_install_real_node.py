@@ -32,7 +32,9 @@ from kubernetes.client.exceptions import ApiException
 
 from kgwe.certs import x509
 from kgwe.certs.rotation import PREVIOUS_CA_UNTIL_ANNOTATION, ROTATE_ANNOTATION, ROTATED_ANNOTATION
-from kgwe.cluster.names import (
+from kgwe.localcluster.controlplane import host_ip
+from kgwe.localcluster.gitserver import GitHttpsServer
+from kgwe.vocab import (
     CA_SECRET,
     SCHEDULER_CONFIG_HASH_ANNOTATION,
     SCHEDULER_CONFIGMAP,
@@ -41,8 +43,6 @@ from kgwe.cluster.names import (
     WEBHOOK_CONFIGURATION,
     WEBHOOK_TLS_SECRET,
 )
-from kgwe.localcluster.controlplane import host_ip
-from kgwe.localcluster.gitserver import GitHttpsServer
 from tests.harness.chart import CHART_DIR, helm
 from tests.harness.waiting import wait_for
 

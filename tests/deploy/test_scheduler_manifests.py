@@ -5,7 +5,10 @@ from __future__ import annotations
 import yaml
 
 from kgwe.admission.server import MUTATE_PATH
-from kgwe.cluster.names import (
+from kgwe.localcluster.controlplane import pinned_kubernetes_version
+from kgwe.render.render import DEFAULT_EXTENDER_URL
+from kgwe.resources import deploy_dir
+from kgwe.vocab import (
     EXTENDER_PORT,
     SCHEDULER_CONFIG_KEY,
     SCHEDULER_CONFIGMAP,
@@ -17,9 +20,6 @@ from kgwe.cluster.names import (
     WEBHOOK_SERVICE,
     WEBHOOK_TLS_SECRET,
 )
-from kgwe.localcluster.controlplane import pinned_kubernetes_version
-from kgwe.render.render import DEFAULT_EXTENDER_URL
-from kgwe.resources import deploy_dir
 from tests.harness.kgwe_scheduler import rendered_config_text
 
 

@@ -12,9 +12,8 @@ from datetime import UTC, datetime
 import pytest
 
 from kgwe.audit.stamp import MAX_EMAIL_CHARS, MAX_NAME_CHARS
-from kgwe.cluster.names import MIG_CONFIG_LABEL
 from kgwe.reconcile.repository import RepositoryReconciler
-from kgwe.vocab import REVISION_ANNOTATION, REVISION_AUTHOR_ANNOTATION
+from kgwe.vocab import MIG_CONFIG_LABEL, REVISION_ANNOTATION, REVISION_AUTHOR_ANNOTATION
 from tests.harness.waiting import Watched, repeat_until
 from tests.reconcile.conftest import git
 

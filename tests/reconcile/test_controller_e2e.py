@@ -13,7 +13,11 @@ import urllib.request
 import pytest
 from kubernetes import client, watch
 
-from kgwe.cluster.names import (
+from kgwe.gitops.webhook import PushEvent, sign
+from kgwe.reconcile.controller import Controller
+from kgwe.reconcile.repository import RepositoryReconciler
+from kgwe.reconcile.status import condition
+from kgwe.vocab import (
     MIG_CONFIG_LABEL,
     MIG_STATE_LABEL,
     POD_TEMPLATE_POLICY_CONFIGMAP,
@@ -21,10 +25,6 @@ from kgwe.cluster.names import (
     RUNTIMES_CONFIG_KEY,
     RUNTIMES_CONFIGMAP,
 )
-from kgwe.gitops.webhook import PushEvent, sign
-from kgwe.reconcile.controller import Controller
-from kgwe.reconcile.repository import RepositoryReconciler
-from kgwe.reconcile.status import condition
 from tests.harness.waiting import Watched, repeat_until, wait_for
 
 pytestmark = pytest.mark.cluster

@@ -11,7 +11,7 @@ import pytest
 import yaml
 from kubernetes import client
 
-from kgwe.cluster.names import MIG_CONFIG_LABEL
+from kgwe.vocab import MIG_CONFIG_LABEL
 
 pytestmark = [pytest.mark.image, pytest.mark.cluster, pytest.mark.timeout(3600)]
 

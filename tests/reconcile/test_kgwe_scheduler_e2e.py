@@ -30,7 +30,13 @@ from kubernetes import client, dynamic
 from kubernetes.client.exceptions import ApiException
 
 from kgwe.cluster.client import ensure_namespace
-from kgwe.cluster.names import (
+from kgwe.localcluster.extender_process import start_extender
+from kgwe.policy import load_repository
+from kgwe.reconcile.status import condition
+from kgwe.render.scheduler_config import config_hash
+from kgwe.resources import sample_repo_dir
+from kgwe.topology import known
+from kgwe.vocab import (
     SCHEDULER_CONFIG_HASH_ANNOTATION,
     SCHEDULER_CONFIG_KEY,
     SCHEDULER_CONFIGMAP,
@@ -38,12 +44,6 @@ from kgwe.cluster.names import (
     SCHEDULING_ENABLED,
     SCHEDULING_NAMESPACE_LABEL,
 )
-from kgwe.localcluster.extender_process import start_extender
-from kgwe.policy import load_repository
-from kgwe.reconcile.scheduler_config import config_hash
-from kgwe.reconcile.status import condition
-from kgwe.resources import sample_repo_dir
-from kgwe.topology import known
 from tests.harness.deployed import apply_docs, deploy_docs, eventually
 from tests.harness.kgwe_scheduler import LocalScheduler, local_config
 from tests.harness.processes import LISTENING, start_kgwe, stop

@@ -10,11 +10,11 @@ import git
 import pytest
 
 from kgwe.cluster.inventory import facts_from_objects
-from kgwe.cluster.names import MIG_CONFIG_LABEL, ROLLOUT_REVISION_ANNOTATION
 from kgwe.gitops.source import GitRef, GitSource
 from kgwe.policy.cluster_kinds import PolicyRepositorySpec
 from kgwe.policy.loader import load_repository
 from kgwe.reconcile.memo import Memo, fingerprint
+from kgwe.vocab import MIG_CONFIG_LABEL, ROLLOUT_REVISION_ANNOTATION
 
 SAMPLE = Path(__file__).resolve().parents[2] / "sample-repo"
 

@@ -13,15 +13,15 @@ import pytest
 import yaml
 
 from kgwe.cluster.inventory import facts_from_objects, inventory_document
-from kgwe.cluster.names import (
+from kgwe.reconcile.desired import node_states
+from kgwe.reconcile.rollout import plan_rollout, resolve_max_unavailable
+from kgwe.timestamps import format_rfc3339 as format_time
+from kgwe.vocab import (
     MIG_CONFIG_LABEL,
     MIG_STATE_LABEL,
     REQUESTED_AT_ANNOTATION,
     ROLLOUT_REVISION_ANNOTATION,
 )
-from kgwe.reconcile.desired import node_states
-from kgwe.reconcile.rollout import plan_rollout, resolve_max_unavailable
-from kgwe.timestamps import format_rfc3339 as format_time
 
 START = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 

@@ -23,9 +23,9 @@ import pytest
 import yaml
 from kubernetes import client, watch
 
-from kgwe.cluster.names import MIG_CONFIG_LABEL, MIG_STATE_LABEL, RETRY_ANNOTATION
 from kgwe.reconcile.repository import RepositoryReconciler
 from kgwe.reconcile.status import condition
+from kgwe.vocab import MIG_CONFIG_LABEL, MIG_STATE_LABEL, RETRY_ANNOTATION
 from tests.harness.waiting import Watched, repeat_until, wait_for
 
 from .test_controller_e2e import gpu_pod

@@ -6,8 +6,8 @@ import pytest
 import yaml
 
 from kgwe.policy import load_repository
-from kgwe.reconcile.scheduler_config import config_hash, config_problem
 from kgwe.render.render import render, scheduler_config_text
+from kgwe.render.scheduler_config import config_hash, config_problem
 from kgwe.resources import sample_repo_dir
 
 

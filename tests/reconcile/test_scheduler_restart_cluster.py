@@ -8,9 +8,9 @@ import pytest
 from kubernetes import client
 
 from kgwe.audit.stamp import Stamp
-from kgwe.cluster.names import SCHEDULER_CONFIG_HASH_ANNOTATION, SCHEDULER_CONFIG_KEY, SCHEDULER_CONFIGMAP
-from kgwe.reconcile.scheduler_config import config_hash
 from kgwe.reconcile.scheduler_restart import SchedulerRestarter
+from kgwe.render.scheduler_config import config_hash
+from kgwe.vocab import SCHEDULER_CONFIG_HASH_ANNOTATION, SCHEDULER_CONFIG_KEY, SCHEDULER_CONFIGMAP
 from tests.harness.kgwe_scheduler import rendered_config_text
 
 pytestmark = pytest.mark.cluster

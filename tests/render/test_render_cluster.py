@@ -11,12 +11,12 @@ import yaml
 from kubernetes import client, utils
 from kubernetes.client.rest import ApiException
 
-from kgwe import API_GROUP
 from kgwe.cluster.crds import install_crds
 from kgwe.policy import GPUWorkload, PolicyRepository, load_repository
 from kgwe.policy.schema_export import CRD_KINDS, crd
 from kgwe.render import RenderOptions, render
 from kgwe.resources import sample_repo_dir
+from kgwe.vocab import API_GROUP
 
 pytestmark = pytest.mark.cluster
 

@@ -13,7 +13,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kgwe.cli import main
-from kgwe.cluster.names import MANAGED_BY_LABEL, REPOSITORY_LABEL
 from kgwe.errors import KgweError
 from kgwe.gpu import catalog
 from kgwe.gpu.layouts import fit
@@ -24,7 +23,7 @@ from kgwe.render.layouts import desired_layouts
 from kgwe.render.render import cluster_objects, decide, standalone_extender_url
 from kgwe.render.sharing import config_key
 from kgwe.resources import sample_repo_dir
-from kgwe.vocab import DEFAULT_PERCENTAGE_OF_NODES_TO_SCORE
+from kgwe.vocab import DEFAULT_PERCENTAGE_OF_NODES_TO_SCORE, MANAGED_BY_LABEL, REPOSITORY_LABEL
 
 K8S_VERSION = "1.33"
 

@@ -11,8 +11,8 @@ import yaml
 
 from kgwe.policy import load_repository
 from kgwe.policy.loader import PolicySet
-from kgwe.reconcile.scheduler_config import config_problem
 from kgwe.render.render import RenderOptions, render, scheduler_config_text, standalone_extender_url
+from kgwe.render.scheduler_config import config_problem
 from kgwe.resources import sample_repo_dir
 from kgwe.vocab import DEFAULT_PERCENTAGE_OF_NODES_TO_SCORE
 from tests.harness.kgwe_scheduler import LocalScheduler, local_config

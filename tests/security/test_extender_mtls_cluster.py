@@ -13,13 +13,13 @@ import pytest
 import yaml
 from kubernetes import client
 
-from kgwe.cluster.names import SCHEDULER_NAME
 from kgwe.localcluster.controlplane import default_scheduler_config
 from kgwe.localcluster.extender_process import https_request, spawn_extender
 from kgwe.localcluster.pki import extender_tls_flags, write_mtls_dirs
 from kgwe.policy import load_repository
 from kgwe.render.render import RenderOptions, render
 from kgwe.resources import sample_repo_dir
+from kgwe.vocab import SCHEDULER_NAME
 from tests.harness.waiting import wait_for
 
 pytestmark = pytest.mark.cluster

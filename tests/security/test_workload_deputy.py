@@ -20,7 +20,12 @@ from prometheus_client import CollectorRegistry
 
 from kgwe.cluster.client import ensure_namespace
 from kgwe.cluster.events import EventRecorder
-from kgwe.cluster.names import (
+from kgwe.policy.gpu_workload import BATCH_TYPES
+from kgwe.resources import deploy_dir
+from kgwe.vocab import API_GROUP as GROUP
+from kgwe.vocab import CRD_VERSION as VERSION
+from kgwe.vocab import GPU_WORKLOAD_PLURAL as PLURAL
+from kgwe.vocab import (
     POD_TEMPLATE_POLICY_CONFIGMAP,
     POD_TEMPLATE_POLICY_KEY,
     WORKLOAD_ROLEBINDING,
@@ -28,12 +33,7 @@ from kgwe.cluster.names import (
     WORKLOADS_ENABLED,
     WORKLOADS_NAMESPACE_LABEL,
 )
-from kgwe.policy.gpu_workload import BATCH_TYPES
-from kgwe.resources import deploy_dir
 from kgwe.workloads.controller import (
-    GROUP,
-    PLURAL,
-    VERSION,
     WorkloadController,
     WorkloadMetrics,
     WorkloadReconciler,

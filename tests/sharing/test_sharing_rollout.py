@@ -7,12 +7,12 @@ from datetime import UTC, datetime, timedelta
 import yaml
 
 from kgwe.cluster.inventory import GpuNodeFacts
-from kgwe.cluster.names import SHARING_CORDONED_ANNOTATION, SHARING_REQUESTED_AT_ANNOTATION
 from kgwe.policy.sharing_strategy import GPUSharingStrategy
 from kgwe.reconcile.rollout import plan_rollout
 from kgwe.reconcile.sharing_rollout import _progress, pool_policies, sharing_node_states
 from kgwe.render.sharing import config_key
 from kgwe.timestamps import format_rfc3339 as format_time
+from kgwe.vocab import SHARING_CORDONED_ANNOTATION, SHARING_REQUESTED_AT_ANNOTATION
 
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 

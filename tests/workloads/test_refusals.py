@@ -22,13 +22,16 @@ from prometheus_client import CollectorRegistry
 from kgwe.cli import main
 from kgwe.cluster.client import ensure_namespace
 from kgwe.cluster.events import EventRecorder
-from kgwe.cluster.names import WORKLOAD_ROLEBINDING, WORKLOADS_ENABLED, WORKLOADS_NAMESPACE_LABEL
 from kgwe.policy import load_repository
 from kgwe.policy.gpu_workload import GPUWorkload
 from kgwe.render.render import RenderOptions, render
 from kgwe.resources import sample_repo_dir
+from kgwe.vocab import API_GROUP as GROUP
+from kgwe.vocab import CRD_VERSION as VERSION
+from kgwe.vocab import GPU_WORKLOAD_PLURAL as PLURAL
+from kgwe.vocab import WORKLOAD_ROLEBINDING, WORKLOADS_ENABLED, WORKLOADS_NAMESPACE_LABEL
 from kgwe.workloads.admission import REFUSALS, ClusterView, Finding, PolicyView, findings, refusal
-from kgwe.workloads.controller import GROUP, PLURAL, VERSION, WorkloadMetrics, WorkloadReconciler
+from kgwe.workloads.controller import WorkloadMetrics, WorkloadReconciler
 from tests.harness.crds import install_crds
 from tests.harness.pytest_cluster import delete_namespace
 

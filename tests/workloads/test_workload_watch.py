@@ -13,11 +13,11 @@ from kubernetes import client
 from prometheus_client import CollectorRegistry
 
 from kgwe.cluster.events import EventRecorder
-from kgwe.cluster.names import WORKLOADS_ENABLED, WORKLOADS_NAMESPACE_LABEL
+from kgwe.vocab import API_GROUP as GROUP
+from kgwe.vocab import CRD_VERSION as VERSION
+from kgwe.vocab import GPU_WORKLOAD_PLURAL as PLURAL
+from kgwe.vocab import WORKLOADS_ENABLED, WORKLOADS_NAMESPACE_LABEL
 from kgwe.workloads.controller import (
-    GROUP,
-    PLURAL,
-    VERSION,
     WorkloadController,
     WorkloadMetrics,
     WorkloadReconciler,

@@ -24,10 +24,9 @@ from kubernetes.client.exceptions import ApiException
 from prometheus_client import CollectorRegistry
 
 from kgwe.cluster.events import EventRecorder
-from kgwe.cluster.names import WORKLOADS_ENABLED, WORKLOADS_NAMESPACE_LABEL
 from kgwe.cost.service import CostService
 from kgwe.cost.store import CostStore
-from kgwe.localcluster.controlplane import KWOK_HOLD_ANNOTATION, default_scheduler_config
+from kgwe.localcluster.controlplane import default_scheduler_config
 from kgwe.localcluster.extender_process import start_extender
 from kgwe.localcluster.heldpods import finish_held_pod
 from kgwe.policy import load_repository
@@ -35,10 +34,11 @@ from kgwe.reconcile.costs import CostDuties
 from kgwe.reconcile.repository import RepositoryReconciler
 from kgwe.render.render import RenderOptions, render
 from kgwe.resources import sample_repo_dir
+from kgwe.vocab import API_GROUP as GROUP
+from kgwe.vocab import CRD_VERSION as VERSION
+from kgwe.vocab import GPU_WORKLOAD_PLURAL as PLURAL
+from kgwe.vocab import KWOK_HOLD_ANNOTATION, WORKLOADS_ENABLED, WORKLOADS_NAMESPACE_LABEL
 from kgwe.workloads.controller import (
-    GROUP,
-    PLURAL,
-    VERSION,
     WorkloadController,
     WorkloadMetrics,
     WorkloadReconciler,

@@ -149,7 +149,7 @@ helm.sh/resource-policy annotation that keeps it on `helm uninstall`: (list $ "n
 
 {{/*
 Where the extender runs and how kube-scheduler reaches it. sidecar (the default): a container of each
-kgwe-scheduler pod on 127.0.0.1:8888 (kgwe.cluster.names.EXTENDER_PORT), plain HTTP over the pod's loopback;
+kgwe-scheduler pod on 127.0.0.1:8888 (kgwe.vocab.EXTENDER_PORT), plain HTTP over the pod's loopback;
 standalone: its own Deployment behind the Service kgwe-extender, mutual TLS on 8443 (plain HTTP on 8080
 with extender.standalone.tls.enabled=false).
 */}}

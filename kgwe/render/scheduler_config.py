@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 
-from kgwe.cluster.names import SCHEDULER_NAME
+from kgwe.vocab import SCHEDULER_NAME
 
 API_VERSION = "kubescheduler.config.k8s.io/v1"
 KIND = "KubeSchedulerConfiguration"
