@@ -26,6 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.harness
 from kubernetes import client, config
 
+from kgwe.vocab import SCHEDULER_NAME
 from tests.harness.chart import CHART_DIR, helm
 from tests.harness.image import build_image, uncompressed_size_bytes
 
@@ -83,7 +84,11 @@ def first_gpu_pod(api: client.ApiClient) -> float:
         if time.monotonic() - started > 300:
             raise SystemExit("the first GPU pod was not placed in 300 s")
         time.sleep(0.1)
-    return time.monotonic() - started
+    seconds = time.monotonic() - started
+    scheduler = core.read_namespaced_pod("first", namespace).spec.scheduler_name
+    if scheduler != SCHEDULER_NAME:  # the webhook routes GPU pods of opted-in namespaces to KGWE's
+        raise SystemExit(f"the first GPU pod was placed by {scheduler}, not {SCHEDULER_NAME}")
+    return seconds
 
 
 def main() -> None:

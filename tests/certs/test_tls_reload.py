@@ -176,10 +176,11 @@ def _waiting_then_serving(argv: list[str], tmp_path: Path, files: dict[str, byte
         status = _until(lambda: _get(f"http://127.0.0.1:{probe}/readyz") if _alive(probe) else None)
         assert status[0] == 503 and "waiting for" in status[1]["error"]
         assert _get(f"http://127.0.0.1:{probe}/healthz")[0] == 200
+        log = tmp_path / "server.log"
+        _until(lambda: True if "waiting for the TLS certificate" in log.read_text() else None)
         for _ in range(5):  # for a while: a server waiting for its certificate keeps running
             time.sleep(0.3)
             assert proc.poll() is None, "a server waiting for its certificate must not exit"
-        assert "waiting for the TLS certificate" in (tmp_path / "server.log").read_text()
         secret_volume(tmp_path / "tls", files, 1)
         _until(lambda: True if _get(f"http://127.0.0.1:{probe}/readyz")[0] == 200 else None)
         return proc
