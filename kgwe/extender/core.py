@@ -12,8 +12,8 @@ Scores are floats 0..100 (the extender maps them to kube-scheduler's 0..10):
 - resource: the profile's strategy (BinPack, BestFit, Spread, LeastLoaded, CostOptimized, Priority,
   RoundRobin, Random).
 - balance: GPU vs CPU/memory utilisation after placement kept level (a GPU node whose CPUs are gone
-  strands its GPUs; CPU-only pods fill nodes without GPUs first), times the share of the node's GPUs the
-  CPU left can still feed at the mix's CPU per GPU.
+  strands its GPUs; CPU-only pods fill nodes without GPUs first), times (1 - the share of the node's GPUs
+  left idle without the CPU the mix asks per GPU) squared.
 - fragmentation: FGD (Weng et al., ATC'23): expected GPU share made unusable for the recent mix of request
   shapes, before vs after the placement; smaller increase = higher score.
 """
@@ -596,8 +596,9 @@ class NodeTable:
     ) -> np.ndarray:
         """GPU vs CPU/memory utilisation after placement kept level (a GPU node whose CPUs are gone strands
         its GPUs); for CPU-only pods, CPU kept on GPU nodes for the GPU pods that will need it (a node
-        without GPUs strands nothing: 100). Times the share of the node's GPUs left idle without the CPU
-        the workload mix asks per GPU (`_stranded`)."""
+        without GPUs strands nothing: 100). Times (1 - the share of the node's GPUs left idle without the
+        CPU the workload mix asks per GPU, `_stranded`) squared: stranding a quarter of a node's GPUs costs
+        44% of its balance, half of them 75%."""
         rows = view.rows[idx]
         cpu_cap = self.cpu_cap[rows]
         mem_cap = self.mem_cap[rows]
@@ -610,7 +611,7 @@ class NodeTable:
         else:
             out = np.where(view.count[idx] > 0, 100.0 * (1.0 - np.clip(cpu_used - used_after, 0, 1)), 100.0)
         if self._m_cpu_per_gpu > 0:
-            out = out * (1.0 - self._stranded(view, idx, req, used_after))
+            out = out * (1.0 - self._stranded(view, idx, req, used_after)) ** 2
         return out
 
     def _stranded(self, view: _Rows, idx: np.ndarray, req: PodRequest, used_after: np.ndarray) -> np.ndarray:

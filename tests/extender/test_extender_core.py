@@ -216,11 +216,11 @@ def stranding_nodes() -> NodeTable:
 
 def test_cpu_heavy_gpu_pod_goes_where_it_leaves_each_idle_gpu_its_cpu() -> None:
     # The mix asks 8 cores per GPU. A 1-GPU pod with 24 cores on "lean" leaves 8 cores for 3 idle GPUs:
-    # 2 of its 8 GPUs stranded, so its balance counts 3/4; on "rich" every idle GPU keeps its CPU.
+    # 2 of its 8 GPUs stranded, so its balance counts (3/4)^2; on "rich" every idle GPU keeps its CPU.
     t = stranding_nodes()
     t.set_mix([WorkloadType(1, 1000, 8000, 0, 1.0)])
     _, score, _ = evaluate(t, PodRequest(gpus=1, cpu_milli=24000), Profile(fragmentation=50))
-    lean_balance = 100.0 * (1 - (0.875 - 0.625) / 2) * (1 - 2 / 8)
+    lean_balance = 100.0 * (1 - (0.875 - 0.625) / 2) * (1 - 2 / 8) ** 2
     assert score["lean"] == pytest.approx((40 * 100 + 35 * 62.5 + 25 * lean_balance + 50 * 50) / 150)
     assert score["rich"] > score["lean"]
 
