@@ -12,7 +12,8 @@ Scores are floats 0..100 (the extender maps them to kube-scheduler's 0..10):
 - resource: the profile's strategy (BinPack, BestFit, Spread, LeastLoaded, CostOptimized, Priority,
   RoundRobin, Random).
 - balance: GPU vs CPU/memory utilisation after placement kept level (a GPU node whose CPUs are gone
-  strands its GPUs).
+  strands its GPUs; CPU-only pods fill nodes without GPUs first), times (1 - the share of the node's GPUs
+  left idle without the CPU the mix asks per GPU) squared.
 - fragmentation: FGD (Weng et al., ATC'23): expected GPU share made unusable for the recent mix of request
   shapes, before vs after the placement; smaller increase = higher score.
 """
@@ -126,6 +127,7 @@ class NodeTable:
         self._clock = 0
         self.layout = 0  # bumped whenever a name gets or loses a row
         self.mix: tuple[WorkloadType, ...] = ()
+        self._m_cpu_per_gpu = 0.0
         self._topo_memo: dict[tuple[object, ...], tuple[object, float | None]] = {}
         self._alloc(capacity)
 
@@ -291,7 +293,7 @@ class NodeTable:
         self._m_mem = np.array([t.memory_mib for t in self.mix], dtype=np.int64)
         self._m_demand = np.array([t.weight for t in self.mix], dtype=np.float64)
         self._m_pinned = any(t.products for t in self.mix)
-        self._m_p = self._pressure_weights()
+        self._set_pressure(self._pressure_weights())
         self._refresh_all_frag()
 
     def _refresh_all_frag(self) -> None:
@@ -342,6 +344,12 @@ class NodeTable:
         out: np.ndarray = weights / weights.sum()
         return out
 
+    def _set_pressure(self, weights: np.ndarray) -> None:
+        """The shapes' weights in the expected fragment, and the CPU per GPU (milli) the mix so weighted
+        asks (what `_stranded` leaves each idle GPU; 0 without a mix: no stranding counted)."""
+        self._m_p = weights
+        self._m_cpu_per_gpu = float((self._m_cpu / self._m_k) @ weights) if len(weights) else 0.0
+
     def _supply_changed(self) -> None:
         """Nodes came, went or changed product/GPU count: re-weigh pinned shapes once the weights have
         drifted (L1 > PRESSURE_DRIFT) from those the rows' fragmentation was computed with."""
@@ -349,7 +357,7 @@ class NodeTable:
             return
         weights = self._pressure_weights()
         if np.abs(weights - self._m_p).sum() > PRESSURE_DRIFT:
-            self._m_p = weights
+            self._set_pressure(weights)
             self._refresh_all_frag()
 
     def _frag_of(self, free: np.ndarray, cpu: np.ndarray, mem: np.ndarray, access: np.ndarray) -> np.ndarray:
@@ -587,7 +595,10 @@ class NodeTable:
         self, view: _Rows, idx: np.ndarray, req: PodRequest, used_after: np.ndarray
     ) -> np.ndarray:
         """GPU vs CPU/memory utilisation after placement kept level (a GPU node whose CPUs are gone strands
-        its GPUs); for CPU-only pods, CPU kept on GPU nodes for the GPU pods that will need it."""
+        its GPUs); for CPU-only pods, CPU kept on GPU nodes for the GPU pods that will need it (a node
+        without GPUs strands nothing: 100). Times (1 - the share of the node's GPUs left idle without the
+        CPU the workload mix asks per GPU, `_stranded`) squared: stranding a quarter of a node's GPUs costs
+        44% of its balance, half of them 75%."""
         rows = view.rows[idx]
         cpu_cap = self.cpu_cap[rows]
         mem_cap = self.mem_cap[rows]
@@ -597,8 +608,22 @@ class NodeTable:
             out: np.ndarray = 100.0 * (
                 1.0 - (np.abs(used_after - cpu_used) + np.abs(used_after - mem_used)) / 2
             )
-            return out
-        out = 100.0 * (1.0 - np.clip(cpu_used - used_after, 0, 1))
+        else:
+            out = np.where(view.count[idx] > 0, 100.0 * (1.0 - np.clip(cpu_used - used_after, 0, 1)), 100.0)
+        if self._m_cpu_per_gpu > 0:
+            out = out * (1.0 - self._stranded(view, idx, req, used_after)) ** 2
+        return out
+
+    def _stranded(self, view: _Rows, idx: np.ndarray, req: PodRequest, used_after: np.ndarray) -> np.ndarray:
+        """Share (0..1) of each node's GPUs that would be idle after the placement with no CPU left to run
+        them: idle GPUs beyond CPU left / the mix's CPU per GPU. FGD counts a GPU whose node lacks the CPU
+        a typical pod asks as fragment; this counts how many GPUs the CPU left can still feed, so the
+        placement that eats the CPU of many idle GPUs (a CPU-heavy pod on a node with little CPU per GPU)
+        ranks below one that leaves each idle GPU its CPU."""
+        gpus = view.count[idx].astype(np.float64)
+        idle = gpus * (1.0 - used_after)
+        fed = np.maximum(view.cpu[idx] - req.cpu_milli, 0) / self._m_cpu_per_gpu
+        out: np.ndarray = np.maximum(idle - fed, 0.0) / np.maximum(gpus, 1.0)
         return out
 
     def _ids(self, names: list[str], wanted: tuple[str, ...]) -> np.ndarray:

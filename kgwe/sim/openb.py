@@ -137,26 +137,21 @@ def mig_profile(gpu_milli: int, model: GPUModel) -> str:
 
 
 def workload_mix(pods: list[TracePod], coverage: float = 0.995) -> list[WorkloadType]:
-    """FGD's target workload: the GPU request shapes of the trace (with their GPU-type pins, as FGD's typical
-    pods carry them) and their frequencies, each with its most common CPU and memory."""
+    """FGD's target workload: the request shapes of the trace's GPU pods and their frequencies, the most
+    frequent first until `coverage` of the pods. A shape is what the extender learns from the pods it sees
+    (GPUs, share, CPU, memory, GPU-type pins); FGD's typical pods too are told apart by their CPU, so a
+    shape needing more CPU than most nodes have per GPU is not averaged away."""
     counts: Counter = Counter()
-    cpus: dict[tuple, Counter] = defaultdict(Counter)
-    mems: dict[tuple, Counter] = defaultdict(Counter)
     for p in pods:
-        if p.req.gpus:
-            k = (p.req.gpus, p.req.gpu_milli, p.req.products)
-            counts[k] += 1
-            cpus[k][p.req.cpu_milli] += 1
-            mems[k][p.req.memory_mib] += 1
+        r = p.req
+        if r.gpus:
+            counts[(r.gpus, r.gpu_milli, r.cpu_milli, r.memory_mib, r.products)] += 1
     total = sum(counts.values()) or 1
     out, seen = [], 0
-    for (gpus, milli, products), n in counts.most_common():
+    for (gpus, milli, cpu, mem, products), n in counts.most_common():
         if seen / total >= coverage:
             break
         seen += n
-        k = (gpus, milli, products)
-        cpu = cpus[k].most_common(1)[0][0]
-        mem = mems[k].most_common(1)[0][0]
         out.append(WorkloadType(gpus, milli, cpu, mem, n / total, products))
     return out
 

@@ -192,6 +192,46 @@ def test_without_pinned_shapes_the_weights_are_the_demand_shares() -> None:
     assert t._m_p.tolist() == pytest.approx([0.75, 0.25])
 
 
+def test_cpu_only_pod_takes_a_node_without_gpus_before_the_cpu_of_a_gpu_node() -> None:
+    # The GPU node has one idle GPU and plenty of CPU; the CPU node is half full. Level utilisation used
+    # to rank the GPU node first (its GPUs busier than its CPUs); a node without GPUs strands nothing.
+    t = table_of(
+        NodeState("gpu", gpus=8, gpu_used_milli=[1000] * 7, cpu_milli=64000, cpu_used_milli=8000),
+        NodeState("cpu", gpus=0, cpu_milli=32000, cpu_used_milli=16000),
+    )
+    t.set_mix([WorkloadType(1, 1000, 8000, 0, 1.0)])
+    reason, score, _ = evaluate(t, PodRequest(cpu_milli=4000), Profile(fragmentation=50))
+    assert reason == {"gpu": 0, "cpu": 0}
+    assert score["cpu"] == pytest.approx(100.0 * (40 + 35 + 25 + 50 * 0.5) / 150)
+    assert score["cpu"] > score["gpu"]
+
+
+def stranding_nodes() -> NodeTable:
+    # "lean": 8 GPUs, 64 cores, half used, 8 cores left per idle GPU; "rich": 2 GPUs, 104 cores, idle.
+    return table_of(
+        NodeState("lean", gpus=8, gpu_used_milli=[1000] * 4, cpu_milli=64000, cpu_used_milli=32000),
+        NodeState("rich", gpus=2, cpu_milli=104000),
+    )
+
+
+def test_cpu_heavy_gpu_pod_goes_where_it_leaves_each_idle_gpu_its_cpu() -> None:
+    # The mix asks 8 cores per GPU. A 1-GPU pod with 24 cores on "lean" leaves 8 cores for 3 idle GPUs:
+    # 2 of its 8 GPUs stranded, so its balance counts (3/4)^2; on "rich" every idle GPU keeps its CPU.
+    t = stranding_nodes()
+    t.set_mix([WorkloadType(1, 1000, 8000, 0, 1.0)])
+    _, score, _ = evaluate(t, PodRequest(gpus=1, cpu_milli=24000), Profile(fragmentation=50))
+    lean_balance = 100.0 * (1 - (0.875 - 0.625) / 2) * (1 - 2 / 8) ** 2
+    assert score["lean"] == pytest.approx((40 * 100 + 35 * 62.5 + 25 * lean_balance + 50 * 50) / 150)
+    assert score["rich"] > score["lean"]
+
+
+def test_without_a_mix_no_gpu_counts_as_stranded() -> None:
+    # No workload mix (nothing to say what CPU a GPU needs): level utilisation and best fit pick "lean".
+    t = stranding_nodes()
+    _, score, _ = evaluate(t, PodRequest(gpus=1, cpu_milli=24000), Profile(fragmentation=50))
+    assert score["lean"] > score["rich"]
+
+
 def test_cache_reuses_until_the_node_changes() -> None:
     t = table_of(NodeState("a", gpus=2), NodeState("b", gpus=2))
     cache = ShapeCache(t)

@@ -76,6 +76,17 @@ def test_openb_files_match_the_published_facts() -> None:
     assert pub[("default", "BestFit")][1] == pytest.approx(93.08, abs=0.01)
 
 
+def test_mix_tells_shapes_apart_by_cpu_and_memory() -> None:
+    # Three 1-GPU pods with 8 cores, one with 120: two shapes, as the extender observes them, so the rare
+    # CPU-heavy shape keeps its own weight instead of taking the common shape's CPU.
+    small = PodRequest(gpus=1, cpu_milli=8000, memory_mib=16384)
+    big = PodRequest(gpus=1, cpu_milli=120000, memory_mib=16384)
+    pods = [TracePod(small)] * 3 + [TracePod(big), TracePod(PodRequest(cpu_milli=4000))]
+    mix = workload_mix(pods, coverage=1.0)
+    shapes = [(t.cpu_milli, t.memory_mib, t.weight) for t in mix]
+    assert shapes == [(8000, 16384, 0.75), (120000, 16384, 0.25)]
+
+
 def test_gpu_spec_constrains_models() -> None:
     pods = load_pods("gpuspec33")
     constrained = [p for p in pods if p.req.products]
