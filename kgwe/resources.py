@@ -46,14 +46,19 @@ def hack_dir() -> Path:
     return _data_dir("hack")
 
 
+SHARED_DATA_FALLBACK = Path("/work/shared/data")
+
+
 def shared_data_dir() -> Path:
-    """The public traces (`shared/data`): $KGWE_DATA, else a `shared/data` beside the checkout or above it."""
+    """The public traces (`shared/data`): $KGWE_DATA, else a `shared/data` beside the checkout or above it,
+    else the development machines' SHARED_DATA_FALLBACK (a clone made elsewhere, e.g. in /tmp, still finds
+    them)."""
     env = os.environ.get("KGWE_DATA")
     if env:
         if not Path(env).is_dir():
             raise KgweError(f"KGWE_DATA={env} is not a directory")
         return Path(env)
-    candidates = [p / "shared" / "data" for p in _PACKAGE_DIR.parents]
+    candidates = [p / "shared" / "data" for p in _PACKAGE_DIR.parents] + [SHARED_DATA_FALLBACK]
     for c in candidates:
         if c.is_dir():
             return c

@@ -31,7 +31,12 @@ from kgwe.localcluster.gitserver import GitHttpsServer
 from kgwe.localcluster.migmanager import MigManagerStandIn
 from kgwe.resources import deploy_dir, sample_repo_dir
 from kgwe.vocab import FIELD_MANAGER as KGWE
-from kgwe.vocab import SCHEDULER_CONFIG_HASH_ANNOTATION, SCHEDULER_DEPLOYMENT
+from kgwe.vocab import (
+    REVISION_ANNOTATION,
+    REVISION_AUTHOR_ANNOTATION,
+    SCHEDULER_CONFIG_HASH_ANNOTATION,
+    SCHEDULER_DEPLOYMENT,
+)
 from tests.harness import chart, flux
 from tests.harness.crds import install_crds
 from tests.harness.waiting import wait_for
@@ -275,11 +280,16 @@ def _co_deploy(world: SimpleNamespace) -> dict[str, Any]:
     return out
 
 
-# The one field KGWE owns on an object Flux applies: the KGWE scheduler's pod-template hash annotation,
-# which restarts it when the rendered configuration changes (checked field by field in the test).
+# The fields KGWE owns on an object Flux applies: the KGWE scheduler's pod-template hash annotation, which
+# restarts it when the rendered configuration changes, and the audit stamp of that restart (checked field by
+# field in the test).
 SCHEDULER_KEY = object_key("Deployment", NS, SCHEDULER_DEPLOYMENT)
 SCHEDULER_HASH_FIELDS = {
-    "f:spec": {"f:template": {"f:metadata": {"f:annotations": {f"f:{SCHEDULER_CONFIG_HASH_ANNOTATION}": {}}}}}
+    # the audit stamp: the policy commit, and its author, that restarted it
+    "f:metadata": {"f:annotations": {f"f:{REVISION_ANNOTATION}": {}, f"f:{REVISION_AUTHOR_ANNOTATION}": {}}},
+    "f:spec": {
+        "f:template": {"f:metadata": {"f:annotations": {f"f:{SCHEDULER_CONFIG_HASH_ANNOTATION}": {}}}}
+    },
 }
 
 
@@ -326,7 +336,7 @@ def test_flux_and_kgwe_each_write_only_their_own_objects(world):
     assert not flux_owned & kgwe_owned
     deployment = client.AppsV1Api(world.api).read_namespaced_deployment(SCHEDULER_DEPLOYMENT, NS)
     kgwe_fields = [m.fields_v1 for m in deployment.metadata.managed_fields if m.manager == KGWE]
-    assert kgwe_fields == [SCHEDULER_HASH_FIELDS], kgwe_fields  # KGWE owns that one annotation, nothing else
+    assert kgwe_fields == [SCHEDULER_HASH_FIELDS], kgwe_fields  # KGWE owns those annotations, nothing else
     assert not cross, f"writes to the other side's objects: {cross}"
     assert r["flux_reconciles"] >= 6 and r["kgwe_reconciles"] >= 3, "both sides ran several intervals"
     # each prune deleted exactly the objects its owner dropped, and nothing else was deleted

@@ -22,6 +22,7 @@ from kubernetes.client.exceptions import ApiException
 
 from kgwe import cli
 from kgwe.topology import health
+from kgwe.vocab import API_GROUP, CRD_VERSION
 from tests.harness.crds import install_crds
 from tests.harness.waiting import wait_for
 
@@ -501,14 +502,21 @@ def test_missing_crds_unreachable_cluster_and_no_kubeconfig_are_one_line(
             ext.delete_custom_resource_definition(name)
         except ApiException as exc:
             assert exc.status == 404
-    wait_for(
-        "the GPUWorkload CRD gone",
-        lambda: (
-            "gpuworkloads.kgwe.nvidia.io"
-            not in {c.metadata.name for c in ext.list_custom_resource_definition().items}
-        ),
-        60,
-    )
+    custom = client.CustomObjectsApi(k8s_api)
+
+    def not_served() -> bool:
+        """Both kinds answer 404: the CRD gone from the list is not yet its endpoint gone."""
+        for plural in ("gpuworkloads", "policyrepositories"):
+            try:
+                custom.list_cluster_custom_object(API_GROUP, CRD_VERSION, plural, limit=1)
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+            else:
+                return False
+        return True
+
+    wait_for("the CRDs no longer served", not_served, 60)
     try:
         for argv in (("workloads",), ("status",), ("watch", "--once")):
             code, out, err = kgwe(capsys, *argv)

@@ -133,7 +133,9 @@ def test_pending_mig_pods_repartition_idle_gpus_and_vanished_demand_does_not_fli
         assert record["nodes"] == [idle]
         message = rebalance_events(core, pool)[0]
         assert re.fullmatch(
-            rf"pool {pool}: 20 pending 1g\.10gb pods; repartitioning \d idle GPUs on {idle}", message
+            rf"pool {pool}: 20 pending 1g\.10gb pods; repartitioning \d idle GPUs on {idle}"
+            r" \(policy main@sha1:[0-9a-f]{40} by .+\)",  # the commit, and its author, it follows
+            message,
         )
         settle(
             rec,
