@@ -37,9 +37,13 @@ def test_a_reader_sees_the_writes_made_through_the_cache_and_only_gpu_nodes(k8s_
             cache.expect(name, version)
 
         ops = NodeOps(k8s_api, on_write=wrote)
+        before = core.read_node(node).metadata.resource_version
         ops.relabel(node, "kgwe-written")
         ((name, version),) = written
-        assert name == node and version == core.read_node(node).metadata.resource_version  # what it returned
+        # the version the write returned: newer than before it, and no newer than now (the MIG manager's
+        # stand-in answering the label may have written since)
+        now = core.read_node(node).metadata.resource_version
+        assert name == node and int(version) > int(before) and resource_version_at_least(now, version)
         seen = by_name(cache.nodes(timeout_seconds=30))[node]  # at once: no stale read of the own write
         assert seen["metadata"]["labels"]["nvidia.com/mig.config"] == "kgwe-written"
         assert (
