@@ -15,6 +15,7 @@ from kgwe.policy.loader import PolicySet
 from kgwe.policy.models import GPUInventory
 from kgwe.render.layouts import NodeLayouts, desired_layouts
 from kgwe.render.objects import (
+    RenderedFile,
     budget_quotas,
     check_options,
     device_plugin_configmap,
@@ -104,18 +105,23 @@ def decide(
     return Decided(node_layouts, mig_configs, node_configs, configs, node_sharing_keys)
 
 
-def cluster_objects(ps: PolicySet, decided: Decided, opts: RenderOptions) -> list[dict]:
-    """The objects the controller server-side applies, in apply order: the ConfigMaps (mig-parted first,
-    before any node label names a new config). Node labels go through the rollout and budget quotas are
-    rendered apart (`budget_quotas`), with the caps of the moment."""
-    check_options(opts)
-    files = [
+def _policy_configmaps(ps: PolicySet, decided: Decided, opts: RenderOptions) -> list[RenderedFile]:
+    """The ConfigMaps every rendering holds, mig-parted's first (before any node label names a new config)."""
+    return [
         mig_parted_configmap(decided.mig_configs, opts),
         scheduler_configmap(ps, decided.layouts, opts),
         scoring_configmap(ps, opts),
         runtimes_configmap(ps, opts),
         pod_template_policy_configmap(ps, opts),
     ]
+
+
+def cluster_objects(ps: PolicySet, decided: Decided, opts: RenderOptions) -> list[dict]:
+    """The objects the controller server-side applies, in apply order: the ConfigMaps (mig-parted first,
+    before any node label names a new config). Node labels go through the rollout and budget quotas are
+    rendered apart (`budget_quotas`), with the caps of the moment."""
+    check_options(opts)
+    files = _policy_configmaps(ps, decided, opts)
     if decided.sharing is not None:
         files.append(device_plugin_configmap(decided.sharing, opts))
     return [o for f in files for o in f.objects]
@@ -139,11 +145,7 @@ def render(
     inventory = inventory if inventory is not None else ps.inventory()
     decided = decide(ps, inventory, layouts, keep_mig_configs, keep_sharing_configs)
     files = [
-        mig_parted_configmap(decided.mig_configs, opts),
-        scheduler_configmap(ps, decided.layouts, opts),
-        scoring_configmap(ps, opts),
-        runtimes_configmap(ps, opts),
-        pod_template_policy_configmap(ps, opts),
+        *_policy_configmaps(ps, decided, opts),
         budget_quotas(ps, opts, quota_caps),
         node_mig_labels(decided.node_configs, opts),
         device_plugin_configmap(decided.sharing, opts) if decided.sharing is not None else None,
