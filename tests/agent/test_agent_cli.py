@@ -31,8 +31,11 @@ def test_no_driver_says_so_in_one_line_and_exits_non_zero():
 
 
 @pytest.mark.parametrize("name", known.names())
-def test_fake_nvml_print_matches_the_source_matrix(name, capsys):
-    assert main(["agent", "--once", "--print", "--json", "--fake-nvml", name]) == 0
+def test_fake_nvml_print_matches_the_source_matrix(name, capsys, tmp_path):
+    # not the host's socket: a real kubelet of the local cluster may be starting or stopping beside this test
+    absent = str(tmp_path / "kubelet.sock")
+    argv = ["agent", "--once", "--print", "--json", "--fake-nvml", name, "--pod-resources-socket", absent]
+    assert main(argv) == 0
     out = orjson.loads(capsys.readouterr().out)
     source = parse_known_file(known.source_text(name)).topo
     assert [tuple(r) for r in out["matrix"]] == list(source.cells)
@@ -42,8 +45,9 @@ def test_fake_nvml_print_matches_the_source_matrix(name, capsys):
     assert out["warnings"] == []
 
 
-def test_text_output_prints_the_matrix(capsys):
-    assert main(["agent", "--once", "--print", "--fake-nvml", "dgx-1-v100"]) == 0
+def test_text_output_prints_the_matrix(capsys, tmp_path):
+    absent = str(tmp_path / "kubelet.sock")  # not the host's (see above)
+    assert main(["agent", "--once", "--print", "--fake-nvml", "dgx-1-v100", "--pod-resources-socket", absent]) == 0
     out = capsys.readouterr().out
     assert "GPU0\t X \tNV1\tNV1\tNV2\tNV2\tSYS\tSYS\tSYS\t0-19,40-59\t0" in out
     assert "known topology: DGX-1-V100" in out
