@@ -47,7 +47,8 @@ def test_fake_nvml_print_matches_the_source_matrix(name, capsys, tmp_path):
 
 def test_text_output_prints_the_matrix(capsys, tmp_path):
     absent = str(tmp_path / "kubelet.sock")  # not the host's (see above)
-    assert main(["agent", "--once", "--print", "--fake-nvml", "dgx-1-v100", "--pod-resources-socket", absent]) == 0
+    argv = ["agent", "--once", "--print", "--fake-nvml", "dgx-1-v100", "--pod-resources-socket", absent]
+    assert main(argv) == 0
     out = capsys.readouterr().out
     assert "GPU0\t X \tNV1\tNV1\tNV2\tNV2\tSYS\tSYS\tSYS\t0-19,40-59\t0" in out
     assert "known topology: DGX-1-V100" in out
