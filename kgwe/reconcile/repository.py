@@ -12,7 +12,7 @@ and write status only when it changed, with Events and metrics on the way.
 The audit trail (docs/audit.md): every write of a pass, and every Event that tells of one, carries the
 policy commit converged and its author (kgwe.audit.stamp); a pass that wrote anything adds one entry to the
 audit log, which the leader appends to `<reports path>/audit/<YYYY-MM>.jsonl` with the next inventory
-snapshot, or on its own at most every `audit_flush_seconds` (kgwe.audit.log).
+snapshot, or on its own at most every `audit_flush_seconds` (kgwe.reconcile.audit_trail, kgwe.audit.log).
 
 What is kept between reconciles is only a cache (the Git mirror, the last snapshot hash, the loaded
 revisions and the last desired state under keys covering all their inputs — kgwe.reconcile.memo):
@@ -28,7 +28,7 @@ import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -36,7 +36,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from kgwe.audit.log import COMMIT_INTERVAL_SECONDS, MAX_PENDING, AuditEntry, Pending, QuotaChange, append
+from kgwe.audit.log import COMMIT_INTERVAL_SECONDS
 from kgwe.audit.stamp import Stamp
 from kgwe.cluster.apply import NotLeader, ObjectRef, SyncResult
 from kgwe.cluster.client import list_items
@@ -45,13 +45,14 @@ from kgwe.cluster.inventory import GpuNodeFacts, facts_from_objects, inventory_d
 from kgwe.cluster.nodecache import NodeCache
 from kgwe.cluster.nodes import gpu_pods_by_node, live_pods
 from kgwe.errors import KgweError
-from kgwe.gitops.commit_back import Content, Edit
+from kgwe.gitops.commit_back import Content
 from kgwe.gitops.gitcmd import GitAccess, UnsafeGitArgument
 from kgwe.gitops.source import GitSource, GitSourceError, Revision
 from kgwe.observability import tracing
 from kgwe.policy.cluster_kinds import PolicyRepositorySpec
 from kgwe.policy.loader import PolicySet
 from kgwe.policy.models import GPUInventory
+from kgwe.reconcile.audit_trail import AuditTrail
 from kgwe.reconcile.costs import QuotaCaps, RepositoryView
 from kgwe.reconcile.desired import Desired, MigConfigs, build_desired, mig_configs_of, rollout_revision
 from kgwe.reconcile.memo import Memo, fingerprint, planned_facts
@@ -78,7 +79,6 @@ from kgwe.render.objects import budget_quotas
 from kgwe.render.render import RenderOptions
 from kgwe.vocab import (
     API_GROUP,
-    BUDGET_QUOTA_NAME,
     CRD_VERSION,
     FIELD_MANAGER,
     GPU_NODE_SELECTOR,
@@ -201,9 +201,15 @@ class RepositoryReconciler:
         # the audit trail: each converged commit's stamp (by commit, policy path, reports path), the entries
         # not committed yet, and when the log was last committed
         self._stamps: Memo[Stamp] = Memo(2)
-        self.audit = Pending(MAX_PENDING)
-        self.audit_flush_seconds = audit_flush_seconds
-        self._audit_committed: datetime | None = None
+        self.audit = AuditTrail(
+            f"{namespace}/{name}",
+            now=now,
+            is_leader=is_leader,
+            flush_seconds=audit_flush_seconds,
+            open_commit=self.git.commit_back,
+            warn=self.recorder.warning,
+            rejected=self.metrics.commit_back_rejected.labels(name).inc,
+        )
 
     @property
     def plans_computed(self) -> int:
@@ -267,8 +273,8 @@ class RepositoryReconciler:
         self._validate(p, source)
         if p.errors:
             self._keep_last_good(p, source)
-            self._audit(p)
-            self._commit_audit(p)
+            self.audit.add(p, self.writes.node_changes())
+            self.audit.commit(p)
             return summarize(p)
         assert p.policy is not None and p.revision is not None
         self._converge(p, p.policy, source, p.revision)
@@ -277,12 +283,12 @@ class RepositoryReconciler:
         if not p.sync.failed:
             self._in_force(p.policy)
             p.scheduler = self._restart_scheduler(p)
-        self._audit(p)
+        self.audit.add(p, self.writes.node_changes())
         if not p.sync.failed and p.scheduler is not None and p.scheduler.outcome != "invalid":
             self.metrics.set_last_applied(self.name, p.revision)
             if health(p.plan, p.revision)[0] == "ready":
                 p.snapshot = self._commit_snapshot(p)
-        self._commit_audit(p)
+        self.audit.commit(p)
         return summarize(p)
 
     # -- fetch, validate ---------------------------------------------------------------------------------
@@ -546,77 +552,6 @@ class RepositoryReconciler:
         )
         return outcome
 
-    # -- the audit log -----------------------------------------------------------------------------------
-    def _audit(self, p: Pass) -> None:
-        """One audit entry for a pass that wrote anything (kept until the log is committed)."""
-        nodes = self.writes.node_changes()
-        if p.stamp is None or p.converged is None or p.spec.reports is None:
-            return
-        sync = p.sync or SyncResult()
-        written = {(r.namespace, r.name) for r in sync.applied if r.kind == "ResourceQuota"}
-        quotas = [
-            QuotaChange(
-                ns,
-                ns in p.quota_caps,
-                {str(k): str(v) for k, v in ((q.get("spec") or {}).get("hard") or {}).items()},
-            )
-            for q in p.quotas
-            if (ns := (q.get("metadata") or {}).get("namespace", ""), BUDGET_QUOTA_NAME) in written
-        ]
-        entry = AuditEntry(
-            time=self.now(),
-            repository=f"{self.namespace}/{self.name}",
-            stamp=p.stamp,
-            applied=p.converged,
-            created=[str(r) for r in sync.created],
-            updated=[str(r) for r in sync.updated],
-            pruned=[str(r) for r in sync.pruned],
-            drift_corrected=[str(r) for r in sync.drift_corrected],
-            nodes=nodes,
-            scheduler_restarted=p.scheduler is not None and p.scheduler.outcome == "restarted",
-            quotas=quotas,
-        )
-        if not entry.empty:
-            self.audit.add(entry)
-
-    def _audit_files(self, p: Pass, *, due: bool) -> dict[str, Edit]:
-        """The audit log's appends for a commit: when entries wait and the log is `due` (a snapshot is
-        committed anyway), or was last committed `audit_flush_seconds` ago or never; else none."""
-        if p.spec.reports is None or not (self.audit.entries or self.audit.dropped):
-            return {}
-        now = self.now()
-        last = self._audit_committed
-        if not due and last is not None and now - last < timedelta(seconds=self.audit_flush_seconds):
-            return {}
-        return {
-            path: _appender(lines, now)
-            for path, lines in self.audit.by_file(p.spec.reports_path, now).items()
-        }
-
-    def _audit_done(self, status: str) -> None:
-        """After a commit that held the audit log: what was appended (or refused for good) is forgotten;
-        a failed push keeps it for the next try."""
-        self._audit_committed = self.now()
-        if status != "failed":
-            self.audit = Pending(MAX_PENDING)
-
-    def _commit_audit(self, p: Pass) -> None:
-        """Commit the waiting audit entries on their own when due (the leader only)."""
-        files = self._audit_files(p, due=False) if self.is_leader() else {}
-        if not files:
-            return
-        try:
-            cb = self.git.commit_back(p.spec, "commit-back")
-        except GitSourceError as exc:
-            self.recorder.warning(p.repo, "CommitBackRejected", f"audit log: {exc}")
-            self._audit_done("rejected")
-            return
-        result = cb.commit_files(files, summary="audit log")
-        self._audit_done(result.status)
-        if result.status == "rejected":
-            self.metrics.commit_back_rejected.labels(self.name).inc()
-            self.recorder.warning(p.repo, "CommitBackRejected", f"audit log: {result.reason}")
-
     def _commit_snapshot(self, p: Pass) -> dict:
         """Commit the GPUInventory snapshot under the reports path (for offline `kgwe plan` in CI)."""
         doc = self._inventory_doc
@@ -634,10 +569,10 @@ class RepositoryReconciler:
             return {"reportsStatus": {"lastPushError": str(exc)}}
         text = yaml.safe_dump(doc, sort_keys=False)
         snapshot: dict[str, Content] = {f"{p.spec.reports_path}/gpu-inventory.yaml": text}
-        audit = self._audit_files(p, due=True) if self.is_leader() else {}
+        audit = self.audit.files(p.spec, due=True)
         if audit:  # the audit log goes out with the snapshot; refused, the snapshot goes out alone
             result = cb.commit_files({**snapshot, **audit}, summary="GPU inventory snapshot and audit log")
-            self._audit_done(result.status)
+            self.audit.done(result.status)
             if result.status == "rejected":
                 self.recorder.warning(p.repo, "CommitBackRejected", f"audit log: {result.reason}")
         if not audit or result.status == "rejected":
@@ -653,11 +588,6 @@ class RepositoryReconciler:
         if result.status == "pushed":  # None removes an earlier error (merge patch)
             return {"reportsStatus": {"lastPushedCommit": result.sha, "lastPushError": None}}
         return {}
-
-
-def _appender(lines: Sequence[str], when: datetime) -> Edit:
-    """The Edit that appends `lines` to a month's audit log as the branch holds it (kgwe.audit.log)."""
-    return lambda existing: append(existing, lines, when)[0]
 
 
 def _ready_message(repo: Mapping) -> str | None:
