@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-from kgwe.httpd import JSON, AccessGuard, Limits, ServerThread, error_body
+from kgwe.httpd import JSON, AccessGuard, Limits, ServerThread, WithHeaders, error_body
 
 log = logging.getLogger(__name__)
 
@@ -209,9 +209,8 @@ class ControllerHTTPServer:
         self.replays = ReplayGuard()
         self.guard = guard  # who may GET /metrics (None: anyone who reaches the port)
         self._server = ServerThread(
-            self.handle,
+            WithHeaders(self.handle),
             address,
-            headers=True,
             limits=limits,
             guard=guard,
             label="kgwe controller webhook/metrics server listening on",

@@ -49,6 +49,7 @@ import ssl
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from http import HTTPStatus
 
 import orjson
@@ -65,8 +66,17 @@ READ_BYTES = 64 * 1024  # one socket read; the buffer is the server's, shared by
 JSON = b"application/json"
 
 Handler = Callable[[str, str, bytes], tuple[int, bytes, bytes]]  # (method, path, body) -> status, body, ctype
-# the same with the request headers (lower-case names; the last of repeated ones), for `serve(headers=True)`
+# the same with the request headers (lower-case names; the last of repeated ones)
 HeaderHandler = Callable[[str, str, bytes, dict[str, str]], tuple[int, bytes, bytes]]
+
+
+@dataclass(frozen=True)
+class WithHeaders:
+    """A handler that is also given the request headers: `serve(WithHeaders(handler), ...)`."""
+
+    handler: HeaderHandler
+
+
 # a fixed serving context, or a callable asked once per connection (certificates renewed in place)
 TlsSource = ssl.SSLContext | Callable[[], ssl.SSLContext]
 _Request = tuple[str, str, bytes, dict[str, str], bool]  # method, path, body, headers, keep-alive
@@ -99,14 +109,12 @@ class _Server:
 
     def __init__(
         self,
-        handler: Handler | HeaderHandler,
-        headers: bool,
+        handler: Handler | WithHeaders,
         limits: Limits,
         tls: TlsSource | None,
         guard: AccessGuard | None,
     ) -> None:
         self.handler = handler
-        self.headers = headers
         self.limits = limits
         self.tls = tls
         self.guard = guard
@@ -383,10 +391,11 @@ class _Conn(asyncio.BufferedProtocol):
     def _call(self, request: _Request) -> None:
         method, path, body, headers, keep_alive = request
         try:
-            if self.srv.headers:
-                status, payload, ctype = self.srv.handler(method, path, body, headers)  # type: ignore[call-arg]
+            handler = self.srv.handler
+            if isinstance(handler, WithHeaders):
+                status, payload, ctype = handler.handler(method, path, body, headers)
             else:
-                status, payload, ctype = self.srv.handler(method, path, body)  # type: ignore[call-arg]
+                status, payload, ctype = handler(method, path, body)
         except Exception as exc:  # a bug must not become a 500 or a dead server
             log.exception("handler failed for %s %s", method, path)
             status, payload, ctype = 422, error_body(f"cannot process: {type(exc).__name__}"), JSON
@@ -455,12 +464,11 @@ class _Conn(asyncio.BufferedProtocol):
 
 
 async def serve(
-    handler: Handler | HeaderHandler,
+    handler: Handler | WithHeaders,
     host: str,
     port: int,
     *,
     limits: Limits | None = None,
-    headers: bool = False,
     tls: TlsSource | None = None,
     guard: AccessGuard | None = None,
     started: Callable[[int], None] | None = None,
@@ -468,11 +476,11 @@ async def serve(
     label: str = "kgwe extender listening on",
     sock: socket.socket | None = None,
 ) -> None:
-    """Serve until SIGTERM/SIGINT (or `stop` is set). `started(port)` is called once listening. With
-    `headers`, the handler also gets the request headers; with `sock`, serve that listening socket; with
+    """Serve until SIGTERM/SIGINT (or `stop` is set). `started(port)` is called once listening. A handler
+    wrapped in WithHeaders also gets the request headers; with `sock`, serve that listening socket; with
     `guard`, its paths need a token the API server accepts."""
     loop = asyncio.get_running_loop()
-    shared = _Server(handler, headers, limits or Limits(), tls, guard)
+    shared = _Server(handler, limits or Limits(), tls, guard)
 
     def factory() -> _Conn:
         return _Conn(shared)
@@ -500,7 +508,7 @@ class ServerThread:
     """`serve` on a bound socket in a thread of its own (for processes whose main thread does other work,
     and for tests): `start()` returns once listening, `stop()` ends it."""
 
-    def __init__(self, handler: Handler | HeaderHandler, address: tuple[str, int], **options) -> None:
+    def __init__(self, handler: Handler | WithHeaders, address: tuple[str, int], **options) -> None:
         family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
         self.sock = socket.socket(family, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
