@@ -30,7 +30,7 @@ GONE = 410
 MIN_BACKOFF_SECONDS = 0.2
 
 
-def _listing(list_fn: Callable[..., Any], raw: bool, kwargs: dict[str, Any]) -> tuple[Sequence[Any], str]:
+def _listing(list_fn: Callable[..., Any], raw: bool, kwargs: dict[str, object]) -> tuple[Sequence[Any], str]:
     """(items, resourceVersion) of one list call."""
     if raw:
         doc = orjson.loads(list_fn(_preload_content=False, **kwargs).data)
@@ -39,7 +39,7 @@ def _listing(list_fn: Callable[..., Any], raw: bool, kwargs: dict[str, Any]) -> 
     return listing.items, listing.metadata.resource_version
 
 
-def _raw_events(list_fn: Callable[..., Any], kwargs: dict[str, Any]) -> Iterator[dict[str, Any]]:
+def _raw_events(list_fn: Callable[..., Any], kwargs: dict[str, object]) -> Iterator[dict[str, Any]]:
     """The events of one watch call as dicts ({"type", "object"}), one per line of the stream."""
     resp = list_fn(watch=True, _preload_content=False, **kwargs)
     try:
@@ -78,7 +78,7 @@ def list_and_watch(
     max_backoff_seconds: float = 5.0,
     on_restart: Callable[[BaseException | None], None] | None = None,
     on_watch_end: Callable[[], bool | None] | None = None,
-    **list_kwargs: Any,
+    **list_kwargs: object,
 ) -> None:
     """Run until `stop` is set. `on_list(items)` gets the whole listing (first, and after every gap, so it
     must replace what it knew); `on_event(type, object)` every ADDED/MODIFIED/DELETED after it.

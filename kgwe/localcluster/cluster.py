@@ -24,16 +24,23 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from kgwe.errors import KgweError
 from kgwe.localcluster.realnode import STATE_DIR, RealNode
 from kgwe.resources import deploy_dir, sample_repo_dir
+
+if TYPE_CHECKING:  # imported where used: `kgwe cluster status/down` need none of them
+    from kubernetes import client
+
+    from kgwe.localcluster.controlplane import ControlPlane
+    from kgwe.localcluster.deviceplugin import DevicePluginStandIn
+    from kgwe.localcluster.migmanager import MigManagerStandIn
 
 CLUSTER_RECORD = STATE_DIR / "cluster.json"
 REQUEST_FILE = "cluster-request.json"
@@ -109,12 +116,13 @@ def load_inventory_nodes(path: Path) -> list[Any]:
 class LocalCluster:
     """Everything `kgwe cluster up` runs, in this process (the supervisor's, or a test session's)."""
 
-    def __init__(self, request: ClusterRequest, say: Any = print) -> None:
+    def __init__(self, request: ClusterRequest, say: Callable[[str], None] = print) -> None:
         self.request = request
         self.say = say
-        self.cp: Any = None
-        self.node: Any = None  # kept: a signal handler may stop the control plane (and drop cp.node) first
-        self._standins: list[Any] = []
+        self.cp: ControlPlane | None = None
+        # kept: a signal handler may stop the control plane (and drop cp.node) first
+        self.node: RealNode | None = None
+        self._standins: list[MigManagerStandIn | DevicePluginStandIn] = []
 
     def start(self) -> None:
         from kubernetes import client
@@ -140,9 +148,11 @@ class LocalCluster:
             ),
         )
         self.cp.start()
-        node = self.node = self.cp.node
+        node = self.cp.node
+        assert isinstance(node, RealNode)  # the one real_node above makes
+        self.node = node
         for reference in list(node.imported):
-            self._tag_for_chart(reference)
+            _tag_for_chart(node, reference)
         images = ", ".join(sorted(node.image_references()))
         self.say(f"real node {node.name} Ready; CoreDNS serving; images: {images}")
         api = self.cp.api_client()
@@ -156,17 +166,12 @@ class LocalCluster:
 
     def import_image(self, archive: Path) -> str:
         """Import one more OCI archive into the running node (as `--image` does); returns its reference."""
+        assert self.node is not None, "the cluster is not started"
         reference = self.node.import_image(archive)
-        self._tag_for_chart(reference)
+        _tag_for_chart(self.node, reference)
         return str(reference)
 
-    def _tag_for_chart(self, reference: str) -> None:
-        """A KGWE image (`…/kgwe:…`) is also named what KGWE's chart runs by default."""
-        chart_reference = chart_image_reference()
-        if _repository_name(reference) == _repository_name(chart_reference):
-            self.node.tag_image(reference, chart_reference)
-
-    def _start_standins(self, api: Any) -> None:
+    def _start_standins(self, api: client.ApiClient) -> None:
         from kgwe.localcluster.deviceplugin import DevicePluginStandIn
         from kgwe.localcluster.migmanager import MigManagerStandIn
         from kgwe.render.render import RenderOptions
@@ -197,9 +202,16 @@ class LocalCluster:
         return list(self.node.teardown_problems) if self.node is not None else []
 
 
-def _quietly_exit(context: Any) -> None:
+def _quietly_exit(context: contextlib.AbstractContextManager[object]) -> None:
     with contextlib.suppress(Exception):
         context.__exit__(None, None, None)
+
+
+def _tag_for_chart(node: RealNode, reference: str) -> None:
+    """A KGWE image (`…/kgwe:…`) is also named what KGWE's chart runs by default."""
+    chart_reference = chart_image_reference()
+    if _repository_name(reference) == _repository_name(chart_reference):
+        node.tag_image(reference, chart_reference)
 
 
 def _repository_name(reference: str) -> str:
@@ -239,6 +251,7 @@ def serve(directory: Path, status_fd: int) -> int:
         if stop.is_set():
             raise KgweError("stopped while starting")
         ready = time.monotonic() - t0
+        assert cluster.cp is not None  # start() returned: it is running
         record.state, record.server, record.started = "ready", cluster.cp.server_url, time.time()
         record.ready_seconds = round(ready, 1)
         record.write()

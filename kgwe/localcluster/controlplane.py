@@ -36,7 +36,8 @@ import weakref
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from types import FrameType
+from typing import Any, Protocol
 
 import yaml
 from kubernetes import client
@@ -251,6 +252,8 @@ def tail(path: Path, lines: int = 20) -> str:
 
 _LIVE: weakref.WeakSet[ControlPlane] = weakref.WeakSet()
 _HANDLERS_INSTALLED = False
+# what signal.getsignal returns: a handler function, SIG_DFL/SIG_IGN, or None (not installed from Python)
+_SignalHandler = Callable[[int, FrameType | None], object] | int | signal.Handlers | None
 
 
 def _stop_all_live() -> None:
@@ -271,7 +274,7 @@ def _install_exit_handlers() -> None:
     for signum in (signal.SIGTERM, signal.SIGHUP):
         previous = signal.getsignal(signum)
 
-        def handler(sig: int, frame: Any, previous: Any = previous) -> None:
+        def handler(sig: int, frame: FrameType | None, previous: _SignalHandler = previous) -> None:
             _stop_all_live()
             if callable(previous):
                 previous(sig, frame)
@@ -282,7 +285,7 @@ def _install_exit_handlers() -> None:
         signal.signal(signum, handler)
 
 
-def default_scheduler_config(qps: int = 50, burst: int = 100, **extra: Any) -> dict[str, Any]:
+def default_scheduler_config(qps: int = 50, burst: int = 100, **extra: object) -> dict[str, Any]:
     """A KubeSchedulerConfiguration for tests; `extra` keys (e.g. `extenders`, `profiles`) are merged in.
 
     qps/burst are kube-scheduler's own defaults; the baseline benchmark raises them so the client rate
@@ -298,7 +301,7 @@ def default_scheduler_config(qps: int = 50, burst: int = 100, **extra: Any) -> d
     return config
 
 
-def baseline_scheduler_config(**extra: Any) -> dict[str, Any]:
+def baseline_scheduler_config(**extra: object) -> dict[str, Any]:
     """The configuration bench/control_plane.py measures the bare scheduler with.
 
     Client rate limits are raised so the scheduler's own work, not its API client throttle, is measured.
@@ -309,6 +312,17 @@ def baseline_scheduler_config(**extra: Any) -> dict[str, Any]:
 
 # --------------------------------------------------------------------------------------------------
 # the control plane
+
+
+class JoinedNode(Protocol):
+    """What the control plane does with the real node it starts (kgwe.localcluster.realnode.RealNode, which
+    imports this module)."""
+
+    def start(self) -> object: ...
+
+    def stop(self) -> object: ...
+
+    def log_paths(self) -> dict[str, Path]: ...
 
 
 class ControlPlane:
@@ -337,7 +351,7 @@ class ControlPlane:
         workdir: Path | None = None,
         start_timeout_seconds: float = 90.0,
         node_lease_seconds: int = 40,
-        real_node: Callable[[ControlPlane, Path], Any] | None = None,
+        real_node: Callable[[ControlPlane, Path], JoinedNode] | None = None,
     ) -> None:
         """`node_lease_seconds`: the simulated kubelets' Lease duration; each renews at a quarter of it, as
         kubelet does (40 s, kubelet's default: 1,000 nodes write 100 Leases/s, about a quarter of this
@@ -364,7 +378,7 @@ class ControlPlane:
         self.started_seconds: float | None = None
         self._make_node = real_node
         self.real_node = real_node is not None
-        self.node: Any = None  # the RealNode, while started
+        self.node: JoinedNode | None = None  # the RealNode, while started
         self.node_ip = "127.0.0.1"
 
     # ---- public surface -------------------------------------------------------------------------

@@ -116,7 +116,7 @@ class DevicePluginConfig:
         return next((r for r in self.resources if r.name == resource), None)
 
 
-def _keys(where: str, value: Any, allowed: set[str]) -> dict:
+def _keys(where: str, value: object, allowed: set[str]) -> dict[str, object]:
     if not isinstance(value, dict):
         raise InvalidDevicePluginConfig(f"{where}: expected a map, got {type(value).__name__}")
     unknown = sorted(set(value) - allowed)
@@ -125,13 +125,13 @@ def _keys(where: str, value: Any, allowed: set[str]) -> dict:
     return value
 
 
-def _bool(where: str, value: Any) -> bool:
+def _bool(where: str, value: object) -> bool:
     if not isinstance(value, bool):
         raise InvalidDevicePluginConfig(f"{where}: expected true or false, got {value!r}")
     return value
 
 
-def _resource_name(where: str, value: Any) -> str:
+def _resource_name(where: str, value: object) -> str:
     if not isinstance(value, str) or not value:
         raise InvalidDevicePluginConfig(f"{where}: no resource name specified")
     full = value if value.startswith(NVIDIA_RESOURCE_PREFIX) else NVIDIA_RESOURCE_PREFIX + value
@@ -140,7 +140,7 @@ def _resource_name(where: str, value: Any) -> str:
     return full
 
 
-def _devices(where: str, value: Any) -> None:
+def _devices(where: str, value: object) -> None:
     if isinstance(value, str):
         if value != "all":
             raise InvalidDevicePluginConfig(
@@ -153,7 +153,7 @@ def _devices(where: str, value: Any) -> None:
         raise InvalidDevicePluginConfig(f"{where}: unrecognized type for devices spec")
 
 
-def _replicated(where: str, raw: Any) -> tuple[bool, bool | None, tuple[ReplicatedResource, ...]]:
+def _replicated(where: str, raw: object) -> tuple[bool, bool | None, tuple[ReplicatedResource, ...]]:
     block = _keys(where, raw, _REPLICATED_KEYS)
     rename_default = _bool(f"{where}.renameByDefault", block.get("renameByDefault", False))
     fail = block.get("failRequestsGreaterThanOne")
@@ -174,11 +174,13 @@ def _replicated(where: str, raw: Any) -> tuple[bool, bool | None, tuple[Replicat
             raise InvalidDevicePluginConfig(f"{at}: replicas must be an integer")
         if replicas < 2:
             raise InvalidDevicePluginConfig(f"{at}: number of replicas must be >= 2")
-        rename = entry.get("rename") or ""
-        if rename:
-            rename = _resource_name(f"{at}.rename", rename)
+        raw_rename = entry.get("rename")
+        if raw_rename:
+            rename = _resource_name(f"{at}.rename", raw_rename)
         elif rename_default:
             rename = name + ".shared"
+        else:
+            rename = ""
         out.append(ReplicatedResource(name, replicas, rename))
     return rename_default, fail, tuple(out)
 
@@ -278,7 +280,7 @@ class DevicePluginStandIn:
             self._thread.join(timeout=10)
         self._pool.shutdown(wait=True, cancel_futures=True)
 
-    def _on_node(self, event_type: str, node: Any) -> None:
+    def _on_node(self, event_type: str, node: client.V1Node) -> None:
         name = node.metadata.name
         wanted = (node.metadata.labels or {}).get(DEVICE_PLUGIN_CONFIG_LABEL)
         with self._lock:

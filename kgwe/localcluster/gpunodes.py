@@ -19,7 +19,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -186,6 +186,16 @@ def topology_annotation_value(topology: str) -> str:
     return topology_annotation.encode(known_topologies.load(topology))
 
 
+class ManifestOptions(TypedDict, total=False):
+    """node_manifest's options, as the create_* helpers pass them on (mypy checks the two agree)."""
+
+    mig_layout: MigLayout | None
+    mig_config: str | None
+    mig_strategy: str
+    labels: Mapping[str, str] | None
+    taints: Sequence[Mapping[str, str]]
+
+
 def node_manifest(
     name: str,
     gpu_machine: GpuMachine,
@@ -259,8 +269,11 @@ def node_manifest(
 
 
 def create_gpu_node(
-    api_client: client.ApiClient, name: str, gpu_machine: GpuMachine | str, **manifest_options: Any
-) -> Any:
+    api_client: client.ApiClient,
+    name: str,
+    gpu_machine: GpuMachine | str,
+    **manifest_options: Unpack[ManifestOptions],
+) -> client.V1Node:
     """Create one simulated GPU node; returns the created V1Node."""
     m = machine(gpu_machine) if isinstance(gpu_machine, str) else gpu_machine
     return client.CoreV1Api(api_client).create_node(node_manifest(name, m, **manifest_options))
@@ -271,7 +284,7 @@ def create_gpu_nodes(
     gpu_machine: GpuMachine | str,
     names: Iterable[str],
     workers: int = 8,
-    **manifest_options: Any,
+    **manifest_options: Unpack[ManifestOptions],
 ) -> list[str]:
     """Create many nodes concurrently (the apiserver, not this loop, should be the bottleneck).
 
@@ -299,7 +312,7 @@ def _raw_ready(node: Mapping[str, Any]) -> bool:
     return ready and not tainted
 
 
-def is_schedulable_ready(node: Any) -> bool:
+def is_schedulable_ready(node: client.V1Node) -> bool:
     """Ready condition True and no not-ready taint left (the scheduler can place pods on it)."""
     conditions = (node.status and node.status.conditions) or []
     ready = any(c.type == "Ready" and c.status == "True" for c in conditions)

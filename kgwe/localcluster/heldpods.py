@@ -8,10 +8,13 @@ this way, after it has held its GPUs long enough to be metered).
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from kubernetes import client
 
 
-def finish_held_pod(api: Any, pod: Any, *, ok: bool = True) -> None:
+def finish_held_pod(api: client.ApiClient, pod: client.V1Pod, *, ok: bool = True) -> None:
     """Write `pod`'s end status (a kubernetes V1Pod): every container exited 0 (or 1 when not `ok`)."""
     from kubernetes import client
 

@@ -177,7 +177,7 @@ class MigManagerStandIn:
         the node and deleted its nvidia-mig-manager pod)."""
         self._trigger(name)
 
-    def _on_node(self, event_type: str, node: Any) -> None:
+    def _on_node(self, event_type: str, node: client.V1Node) -> None:
         name = node.metadata.name
         labels = node.metadata.labels or {}
         if event_type == "DELETED":
@@ -273,7 +273,7 @@ class MigManagerStandIn:
             self._layouts[name] = layout
         self._set_labels(name, {**{k: "true" for k in paused}, MIG_STATE_LABEL: "success"})
 
-    def _plan(self, node: Any, config_name: str) -> list[Sequence[str] | None]:
+    def _plan(self, node: client.V1Node, config_name: str) -> list[Sequence[str] | None]:
         labels = node.metadata.labels or {}
         model = catalog.model_for_product(labels.get(GPU_PRODUCT_LABEL, ""))
         if model is None:

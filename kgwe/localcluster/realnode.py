@@ -33,7 +33,7 @@ import subprocess
 import threading
 import time
 import urllib.request
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -219,7 +219,7 @@ def sweep_recorded() -> list[str] | None:
     return problems
 
 
-def _toml_value(value: Any) -> str:
+def _toml_value(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int):
@@ -646,7 +646,7 @@ class RealNode:
         except OSError:
             return False
 
-    def _wait(self, name: str, ready: Any) -> None:
+    def _wait(self, name: str, ready: Callable[[], bool]) -> None:
         deadline = time.monotonic() + self.start_timeout_seconds
         proc = self._procs[name]
         log = self.cp.logs_dir / f"{name}.log"

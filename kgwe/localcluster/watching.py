@@ -22,7 +22,7 @@ def watch_loop(
     stop: threading.Event,
     *,
     watch_timeout_seconds: int = 5,
-    **list_kwargs: Any,
+    **list_kwargs: Any,  # Any: forwarded to list_and_watch, whose own keywords would reject `object`
 ) -> None:
     """Call `handle(event_type, obj)` for every listed object ("SYNC") and every later watch event, until
     `stop` is set; gaps (410 Gone, the API server going away during teardown) list again."""
