@@ -46,6 +46,7 @@ from kgwe.reconcile.repository import (
 from kgwe.vocab import CONTROLLER_NAME, FIELD_MANAGER, RECONCILE_REQUESTED_AT_ANNOTATION
 
 if TYPE_CHECKING:
+    from kgwe.gitops.commit_back import CommitResult
     from kgwe.policy.loader import PolicySet
     from kgwe.reconcile.certificates import CertificateKeeper
     from kgwe.reconcile.costs import Alert, CostDuties, QuotaCaps
@@ -399,7 +400,7 @@ class Controller:
             if elector is not None and thread is not None:
                 thread.join(timeout=elector.retry_period_seconds + 5.0)
 
-    def commit_reports_now(self, name: str) -> Any:
+    def commit_reports_now(self, name: str) -> CommitResult | None:
         """Commit repository `name`'s cost reports now, off schedule (the cost duties' own commit path);
         the CommitResult, or None without cost duties, a valid policy with prices, or spec.reports."""
         if self.costs is None:

@@ -23,9 +23,10 @@ import tempfile
 import threading
 import time
 import urllib.request
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -53,6 +54,13 @@ from kgwe.vocab import (
     WORKLOAD_LABEL,
     mig_resource,
 )
+
+if TYPE_CHECKING:  # imported where used: `kgwe demo --help` loads none of them
+    from kubernetes import client
+
+    from kgwe.localcluster.controlplane import ControlPlane
+    from kgwe.localcluster.prometheus import PrometheusServer
+    from kgwe.reconcile.controller import Controller
 
 NS = KGWE_NAMESPACE
 REPO = "gpu-policy"
@@ -99,7 +107,7 @@ def _say(text: str) -> None:
     print(text, flush=True)
 
 
-def _show(api: Any, pools: dict[str, list[str]], status: dict) -> str:
+def _show(api: client.ApiClient, pools: dict[str, list[str]], status: dict) -> str:
     from kubernetes import client
 
     core = client.CoreV1Api(api)
@@ -128,7 +136,9 @@ def _show(api: Any, pools: dict[str, list[str]], status: dict) -> str:
     return "\n".join(lines)
 
 
-def _wait_ready(api: Any, pools: dict[str, list[str]], revision: str, timeout: float, bare: Path) -> None:
+def _wait_ready(
+    api: client.ApiClient, pools: dict[str, list[str]], revision: str, timeout: float, bare: Path
+) -> None:
     """Until `revision` is in force and ready: applied as it is, or under commits the controller's bot
     added on top (reports, the inventory snapshot, the audit log)."""
     from kubernetes import client
@@ -172,7 +182,7 @@ def _sample_documents(kind: str, folder: str) -> list[dict]:
     ]
 
 
-def _prepare_cluster(api: Any, budgets: list[dict]) -> None:
+def _prepare_cluster(api: client.ApiClient, budgets: list[dict]) -> None:
     """KGWE's CRDs (served before anything uses them) and the namespaces the demo and the budgets use."""
     from kgwe.cluster.client import ensure_namespace
     from kgwe.cluster.crds import install_crds
@@ -182,7 +192,7 @@ def _prepare_cluster(api: Any, budgets: list[dict]) -> None:
         ensure_namespace(api, ns)
 
 
-def _create_gpu_nodes(api: Any) -> dict[str, list[str]]:
+def _create_gpu_nodes(api: client.ApiClient) -> dict[str, list[str]]:
     """A simulated GPU node per node of sample-repo's inventory, MIG still off (the demo rolls the layouts
     out); returns pool -> node names of the pools MIG policy covers."""
     from kubernetes import client
@@ -222,7 +232,7 @@ def _init_policy_repository(tmp: Path) -> tuple[Path, Path, str]:
     return bare, work, first
 
 
-def _create_policy_repository_object(api: Any, url: str) -> None:
+def _create_policy_repository_object(api: client.ApiClient, url: str) -> None:
     from kubernetes import client
 
     client.CustomObjectsApi(api).create_namespaced_custom_object(
@@ -283,8 +293,8 @@ def _send_push_webhook(port: int, commit: str, url: str) -> None:
 
 
 def _start_controller(
-    api: Any, cache_dir: Path, ca_file: str
-) -> tuple[Any, threading.Event, threading.Thread]:
+    api: client.ApiClient, cache_dir: Path, ca_file: str
+) -> tuple[Controller, threading.Event, threading.Thread]:
     from kgwe.gitops.gitcmd import LOOPBACK_NETWORKS, GitAccess
     from kgwe.reconcile.controller import Controller
     from kgwe.reconcile.costs import cost_duties
@@ -311,7 +321,7 @@ def _start_controller(
     return controller, stop, thread
 
 
-def start_kgwe_scheduling(cp: Any, policy_dir: Path) -> tuple[Any, int]:
+def start_kgwe_scheduling(cp: ControlPlane, policy_dir: Path) -> tuple[subprocess.Popen[bytes], int]:
     """The extender as its own process, and kube-scheduler restarted with KGWE's rendered configuration
     (profile `kgwe-scheduler`, calling that extender). Returns the extender process and its port."""
     from kgwe.localcluster.extender_process import start_extender
@@ -344,7 +354,7 @@ WORKLOADS = [
 SHORT_JOB = ("ml-training", "eval-nightly")  # the batch above: the demo ends it once it has been metered
 
 
-def place_workloads(api: Any, timeout: float) -> list[tuple[str, str]]:
+def place_workloads(api: client.ApiClient, timeout: float) -> list[tuple[str, str]]:
     """The 8-GPU llm-training and the llm-training-job (its pods from a WorkloadRuntime) of
     docs/examples/gpuworkloads and a small inference service on MIG slices, as GPUWorkloads of their teams;
     prints where each pod landed and why. Returns the placed pods (namespace, name)."""
@@ -426,7 +436,7 @@ def place_workloads(api: Any, timeout: float) -> list[tuple[str, str]]:
 BURST = ("inference-prod", "4g.40gb", 4)  # namespace, a MIG profile sample-repo's shares never lay out, pods
 
 
-def follow_demand(api: Any, timeout: float) -> None:
+def follow_demand(api: client.ApiClient, timeout: float) -> None:
     """Pods ask for a MIG profile no layout of the inference pool offers: the scheduler finds no node, the
     controller's next reconcile measures that demand and repartitions idle GPUs for it (MIG rebalancing,
     docs/mig-rebalancing.md), and the pods schedule."""
@@ -486,7 +496,7 @@ def follow_demand(api: Any, timeout: float) -> None:
     )
 
 
-def finish_short_job(api: Any, timeout: float) -> None:
+def finish_short_job(api: client.ApiClient, timeout: float) -> None:
     """The short batch job's pods end (as their kubelet would report), so its GPUWorkload completes."""
     from kubernetes import client
 
@@ -508,10 +518,11 @@ def finish_short_job(api: Any, timeout: float) -> None:
     _say(f"  {namespace}/{name} finished: its GPUWorkload is Succeeded")
 
 
-def meter_and_report(controller: Any, bare: Path, pods: list[tuple[str, str]], timeout: float) -> None:
+def meter_and_report(controller: Controller, bare: Path, pods: list[tuple[str, str]], timeout: float) -> None:
     """The controller's cost duties meter the placed pods; the short batch job completes; then its cost
     reports (chargeback, budgets, forecast, rightsizing, and the advice: spot, efficiency, cost per run) are
     committed to the policy repository now rather than on their schedule."""
+    assert controller.costs is not None  # the demo's controller runs the cost duties
     store = controller.costs.service.store
     deadline = time.monotonic() + timeout
     while not set(pods) <= {(iv.namespace, iv.pod) for iv in store.open_usage()}:
@@ -524,14 +535,16 @@ def meter_and_report(controller: Any, bare: Path, pods: list[tuple[str, str]], t
     result = controller.commit_reports_now(REPO)
     if result is None or result.status not in ("pushed", "unchanged"):
         raise KgweError(f"cost reports not committed: {getattr(result, 'reason', None) or result}")
-    files = _git(bare, "show", "--name-only", "--format=", result.sha).split()
-    who = _git(bare, "log", "-1", "--format=%an: %s", result.sha)
-    _say(f"  cost reports committed as {result.sha[:12]} ({who}):")
+    sha = result.sha
+    assert sha is not None  # pushed or unchanged: it names the commit
+    files = _git(bare, "show", "--name-only", "--format=", sha).split()
+    who = _git(bare, "log", "-1", "--format=%an: %s", sha)
+    _say(f"  cost reports committed as {sha[:12]} ({who}):")
     for file in files:
         _say(f"    {file}")
     chargeback = next((f for f in files if f.endswith("/chargeback.md")), None)
     if chargeback:
-        text = _git(bare, "show", f"{result.sha}:{chargeback}").split("\n## By GPU product")[0]
+        text = _git(bare, "show", f"{sha}:{chargeback}").split("\n## By GPU product")[0]
         _say(f"  {chargeback} (GPU-hours by team and namespace):")
         _say("\n".join(f"    {line}" for line in text.splitlines() if line.startswith("|")))
     for name, what in (
@@ -540,12 +553,12 @@ def meter_and_report(controller: Any, bare: Path, pods: list[tuple[str, str]], t
     ):
         report = next((f for f in files if f.endswith("/" + name)), None)
         if report:
-            text = _git(bare, "show", f"{result.sha}:{report}").split("\n## ")[0]
+            text = _git(bare, "show", f"{sha}:{report}").split("\n## ")[0]
             _say(f"  {report} ({what}):")
             _say("\n".join(f"    {line}" for line in text.splitlines() if line.startswith(("|", "**"))))
 
 
-def _start_prometheus(tmp: Path, controller_port: int, extender_port: int) -> Any:
+def _start_prometheus(tmp: Path, controller_port: int, extender_port: int) -> PrometheusServer:
     from kgwe.localcluster.prometheus import PrometheusServer
     from kgwe.observability.rules import RULES_FILE
 
@@ -566,7 +579,7 @@ def _start_prometheus(tmp: Path, controller_port: int, extender_port: int) -> An
     return prom
 
 
-def _eventually(check: Any, timeout: float = 60.0) -> bool:
+def _eventually(check: Callable[[], object], timeout: float = 60.0) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if check():
@@ -575,7 +588,12 @@ def _eventually(check: Any, timeout: float = 60.0) -> bool:
     return False
 
 
-def _check_monitoring(prom: Any, api: Any, pools: dict[str, list[str]], extender: Any) -> None:
+def _check_monitoring(
+    prom: PrometheusServer,
+    api: client.ApiClient,
+    pools: dict[str, list[str]],
+    extender: subprocess.Popen[bytes],
+) -> None:
     """Every dashboard panel has data on the real Prometheus; then provoke alerts and see them fire (rules
     evaluated every second, `for:` windows dropped): a node's MIG manager reports failed, a GPU turns
     unhealthy, the extender stops."""
@@ -638,6 +656,7 @@ def run(args: argparse.Namespace) -> int:
         ):
             controller, stop, thread = _start_controller(api, tmp / "cache", git_server.ca_file)
             _create_policy_repository_object(api, url)
+            assert controller.server is not None  # it listens: `listen` was given
             port = controller.server.port
             _say(
                 f"\n== controller running (webhook and metrics on 127.0.0.1:{port}); "
