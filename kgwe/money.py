@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import re
 from decimal import Decimal
-from typing import Any
 
 MONEY_PATTERN = r"^[0-9]+(\.[0-9]+)?$"  # what the JSON Schemas tell editors
 _MONEY = re.compile(r"^\d+(?:\.\d+)?$")
 
 
-def parse_money(value: Any) -> Decimal:
+def parse_money(value: object) -> Decimal:
     """A non-negative amount: a quoted decimal string ("4.10"), an int or a Decimal; else ValueError."""
     if isinstance(value, Decimal):
         if not value.is_finite() or value < 0:

@@ -8,7 +8,6 @@ pure core may use it.
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
 
 
 def format_rfc3339(when: datetime) -> str:
@@ -16,7 +15,7 @@ def format_rfc3339(when: datetime) -> str:
     return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def parse_rfc3339(text: Any) -> datetime | None:
+def parse_rfc3339(text: object) -> datetime | None:
     """A timezone-aware UTC datetime; None when absent, not a string or malformed."""
     if not isinstance(text, str) or not text:
         return None

@@ -14,7 +14,10 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # imported where used
+    from kubernetes import client
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
@@ -37,7 +40,7 @@ class ClusterSnapshot:
     repositories: list[dict] = field(default_factory=list)  # PolicyRepositories of the controller
 
 
-def read_cluster(api_client: Any, namespace: str) -> ClusterSnapshot:
+def read_cluster(api_client: client.ApiClient, namespace: str) -> ClusterSnapshot:
     """The objects the gauges need, as plain dicts (one list call per kind)."""
     from kubernetes import client
 

@@ -48,7 +48,7 @@ class FleetStats:
     bad_health_annotations: int = 0  # nodes whose gpu-health annotation does not decode
 
 
-def _int(value: Any) -> int:
+def _int(value: object) -> int:
     try:
         return max(0, int(str(value)))
     except ValueError:

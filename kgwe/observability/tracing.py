@@ -13,15 +13,20 @@ import contextlib
 import logging
 import os
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the optional extra kgwe[tracing]; imported where used
+    from opentelemetry.sdk.trace.export import SpanExporter
+    from opentelemetry.trace import Span, Tracer
+    from opentelemetry.util.types import AttributeValue
 
 log = logging.getLogger(__name__)
 ENDPOINT_ENV = "OTEL_EXPORTER_OTLP_ENDPOINT"
-TRACER: Any = None  # an opentelemetry Tracer while tracing is on
+TRACER: Tracer | None = None  # while tracing is on
 _OFF = contextlib.nullcontext()
 
 
-def configure(service_name: str, exporter: Any = None) -> bool:
+def configure(service_name: str, exporter: SpanExporter | None = None) -> bool:
     """Turn tracing on for this process if OTEL_EXPORTER_OTLP_ENDPOINT is set, or `exporter` is given (tests
     pass the SDK's in-memory exporter; spans are then exported synchronously). True when on."""
     global TRACER
@@ -55,7 +60,7 @@ def disable() -> None:
     TRACER = None
 
 
-def span(name: str, **attributes: Any) -> contextlib.AbstractContextManager[Any]:
+def span(name: str, **attributes: AttributeValue | None) -> contextlib.AbstractContextManager[Span | None]:
     """A span named `name` (a child of the current one), or a shared no-op context while tracing is off."""
     if TRACER is None:
         return _OFF
@@ -65,7 +70,7 @@ def span(name: str, **attributes: Any) -> contextlib.AbstractContextManager[Any]
 
 
 @contextlib.contextmanager
-def root_span(name: str, **attributes: Any) -> Iterator[Any]:
+def root_span(name: str, **attributes: AttributeValue) -> Iterator[Any]:  # Any: a Span, None when off
     """A span that starts a new trace (no parent), e.g. one extender decision."""
     if TRACER is None:
         yield None

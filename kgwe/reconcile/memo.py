@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import replace
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 import orjson
 
@@ -28,7 +28,7 @@ V = TypeVar("V")
 _PLANNED_ANNOTATION_PREFIXES = (ANNOTATION_PREFIX, NVIDIA_RESOURCE_PREFIX)
 
 
-def fingerprint(*parts: Any) -> str:
+def fingerprint(*parts: object) -> str:
     """A digest of plain data (dicts, lists, dataclasses, strings, numbers); key order does not matter."""
     data = orjson.dumps(parts, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS, default=repr)
     return hashlib.sha256(data).hexdigest()
@@ -53,9 +53,11 @@ class Memo(Generic[V]):
     def __init__(self, size: int) -> None:
         self.size = size
         self.misses = 0
-        self._values: OrderedDict[Any, V] = OrderedDict()
+        self._values: OrderedDict[Hashable, V] = OrderedDict()
 
-    def get(self, key: Any, compute: Callable[[], V], *, keep: Callable[[V], bool] = lambda _: True) -> V:
+    def get(
+        self, key: Hashable, compute: Callable[[], V], *, keep: Callable[[V], bool] = lambda _: True
+    ) -> V:
         """The value for `key`, computed once; a computed value `keep` refuses is returned but not kept."""
         if key in self._values:
             self._values.move_to_end(key)

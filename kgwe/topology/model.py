@@ -17,7 +17,10 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # only analysis/display needs it (to_graph imports it there)
+    import networkx as nx
 
 # PCIe levels as nvidia-smi prints them, nearest first; the value is NVML's NVML_TOPOLOGY_* level.
 PCIE_LEVELS: dict[str, int] = {"PIX": 10, "PXB": 20, "PHB": 30, "NODE": 40, "SYS": 50}
@@ -164,7 +167,7 @@ class NodeTopology:
         raise KeyError(f"no GPU{index} in topology {self.name!r}")
 
 
-def to_graph(topo: NodeTopology) -> Any:  # a networkx.Graph (networkx ships no types)
+def to_graph(topo: NodeTopology) -> nx.Graph:  # networkx ships no types: unchecked
     """The networkx view: one node per GPU (its attributes), one edge per GPU pair with the link label,
     NVLink count, PCIe level, path kind and estimated GB/s; on NVSwitch systems also a node "nvswitch"
     with an edge to each attached GPU (its link count and aggregate GB/s)."""
