@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import orjson
 
@@ -26,7 +26,11 @@ from kgwe.errors import KgweError
 from kgwe.topology import annotation, choice, discovery, known
 from kgwe.topology import health as health_annotation
 from kgwe.topology.health import GPUFault
+from kgwe.topology.nvml import Nvml
 from kgwe.vocab import GPU_HEALTH_CONDITION, GPU_UNHEALTHY_TAINT
+
+if TYPE_CHECKING:  # imported where used: `kgwe agent --dry-run` needs no Kubernetes client
+    from kubernetes import client
 
 # NCCL's inter-CPU bandwidth model (GB/s): Intel SKL, AMD Zen2, ARM (docs/facts/topology.md §2.1).
 _SYS_GBPS_BY_VENDOR = {"GenuineIntel": 10.0, "AuthenticAMD": 16.0}
@@ -92,7 +96,7 @@ def _sys_gbps(cpuinfo: Path = Path("/proc/cpuinfo")) -> float:
     return _ARM_SYS_GBPS if "CPU implementer" in text else 16.0
 
 
-def nvml_module(args: argparse.Namespace) -> Any:
+def nvml_module(args: argparse.Namespace) -> Nvml:
     """The NVML the agent talks to for its whole life: pynvml, or one FakeNvml replaying a topology."""
     if args.fake_nvml:
         from kgwe.topology.fake_nvml import FakeNvml
@@ -108,7 +112,7 @@ def nvml_module(args: argparse.Namespace) -> Any:
 class HealthCheck:
     """The probe and the tracker, alive across periods (XID events arrive on one event set)."""
 
-    def __init__(self, nvml: Any, args: argparse.Namespace) -> None:
+    def __init__(self, nvml: Nvml, args: argparse.Namespace) -> None:
         self.nvml = nvml
         self.probe = gpu_health.Probe(nvml)
         self.tracker = gpu_health.HealthTracker(
@@ -131,7 +135,7 @@ class HealthCheck:
 
 
 def observe(
-    args: argparse.Namespace, nvml: Any | None = None, health: HealthCheck | None = None
+    args: argparse.Namespace, nvml: Nvml | None = None, health: HealthCheck | None = None
 ) -> Observation:
     """One pass: discovery and health through NVML (real or replayed), and the kubelet's GPU holders."""
     nvml = nvml if nvml is not None else nvml_module(args)
@@ -156,7 +160,7 @@ def observe(
     return obs
 
 
-def _core_api(kubeconfig: str | None):
+def _core_api(kubeconfig: str | None) -> client.CoreV1Api:
     from kubernetes import client
 
     from kgwe.cluster.client import api_client
@@ -164,7 +168,7 @@ def _core_api(kubeconfig: str | None):
     return client.CoreV1Api(api_client(kubeconfig))
 
 
-def publish(core: Any, node_name: str, obs: Observation, *, taint: bool = False) -> dict | None:
+def publish(core: client.CoreV1Api, node_name: str, obs: Observation, *, taint: bool = False) -> dict | None:
     """Patch the Node's KGWE labels/annotations (and, with health, its condition and taint) where they
     differ; returns the metadata patch sent (None: no change)."""
     from kubernetes.client.exceptions import ApiException
@@ -206,7 +210,9 @@ def publish(core: Any, node_name: str, obs: Observation, *, taint: bool = False)
     return patch
 
 
-def _record_transitions(core: Any, node: Any, transitions: tuple[gpu_health.Transition, ...]) -> None:
+def _record_transitions(
+    core: client.CoreV1Api, node: client.V1Node, transitions: tuple[gpu_health.Transition, ...]
+) -> None:
     """One Event per GPU that changed verdict (Warning when it turned unhealthy), on the Node."""
     if not transitions:
         return

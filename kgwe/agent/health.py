@@ -18,9 +18,9 @@ import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
 
 from kgwe.topology.health import GPUFault
+from kgwe.topology.nvml import DeviceHandle, Nvml
 
 log = logging.getLogger(__name__)
 
@@ -181,15 +181,15 @@ class HealthTracker:
 class Probe:
     """Reads GPUSamples through an NVML module (real pynvml or the fake), keeping one XID event set."""
 
-    def __init__(self, nvml: Any) -> None:
+    def __init__(self, nvml: Nvml) -> None:
         self.nvml = nvml
         self._events: object | None = None
         self._registered: set[int] = set()
         self._index_of: dict[object, int] = {}  # handle key -> index, for events of a GPU now lost
 
-    def _handles(self) -> tuple[dict[int, Any], set[int]]:
+    def _handles(self) -> tuple[dict[int, DeviceHandle], set[int]]:
         nvml = self.nvml
-        handles: dict[int, Any] = {}
+        handles: dict[int, DeviceHandle] = {}
         lost: set[int] = set()
         for index in range(nvml.nvmlDeviceGetCount()):
             try:
@@ -201,7 +201,7 @@ class Probe:
                     log.warning("GPU%d: no NVML handle: %s", index, exc)
         return handles, lost
 
-    def _register(self, handles: Mapping[int, Any]) -> None:
+    def _register(self, handles: Mapping[int, DeviceHandle]) -> None:
         nvml = self.nvml
         if self._events is None:
             try:
@@ -220,7 +220,7 @@ class Probe:
                 log.warning("GPU%d: XID events not available: %s", index, exc)
                 self._registered.add(index)  # do not retry every period
 
-    def _drain_xids(self, handles: Mapping[int, Any], limit: int = 256) -> dict[int, list[int]]:
+    def _drain_xids(self, handles: Mapping[int, DeviceHandle], limit: int = 256) -> dict[int, list[int]]:
         nvml = self.nvml
         out: dict[int, list[int]] = {}
         if self._events is None:
@@ -251,7 +251,7 @@ class Probe:
             samples.append(self._one(index, handle, tuple(xids.get(index, ()))))
         return sorted(samples, key=lambda s: s.index)
 
-    def _one(self, index: int, handle: Any, xids: tuple[int, ...]) -> GPUSample:
+    def _one(self, index: int, handle: DeviceHandle, xids: tuple[int, ...]) -> GPUSample:
         nvml = self.nvml
 
         def read(what: str, call, default):
@@ -296,27 +296,26 @@ class Probe:
         )
 
 
-def _handle_key(handle: Any) -> object:
+def _handle_key(handle: DeviceHandle) -> object:
     """A hashable identity for an NVML device handle: the pointer value of pynvml's c_nvmlDevice_t, or the
     handle itself (the fake's)."""
-    try:
+    if isinstance(handle, ctypes._Pointer):
         return ctypes.cast(handle, ctypes.c_void_p).value
-    except (TypeError, ctypes.ArgumentError):
-        return handle
+    return handle
 
 
 def _code(exc: Exception) -> int | None:
     return getattr(exc, "value", None)
 
 
-def _clock_reasons(nvml: Any, handle: Any) -> int:
+def _clock_reasons(nvml: Nvml, handle: DeviceHandle) -> int:
     getter = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or (
         nvml.nvmlDeviceGetCurrentClocksThrottleReasons
     )
     return int(getter(handle))
 
 
-def _nvlink_errors(nvml: Any, handle: Any) -> int | None:
+def _nvlink_errors(nvml: Nvml, handle: DeviceHandle) -> int | None:
     """CRC + replay counters summed over the GPU's active NVLinks; None without NVLink."""
     total, any_link = 0, False
     for link in range(nvml.NVML_NVLINK_MAX_LINKS):

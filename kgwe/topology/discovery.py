@@ -24,11 +24,12 @@ The `nvml` argument is the `pynvml` module or a `FakeNvml`; nothing else differs
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
 from kgwe.errors import KgweError
 from kgwe.topology.model import GPU, LEVEL_BY_NVML, MigDevice, NodeTopology, Rates
+from kgwe.topology.nvml import DeviceHandle, Nvml
 
 NVLINK_GBPS_BY_VERSION = {1: 20.0, 2: 25.0, 3: 25.0, 4: 25.0, 5: 25.0, 6: 25.0, 7: 50.0, 8: 50.0}
 PCIE_GBPS_BY_GEN = {1: 3.0, 2: 6.0, 3: 12.0, 4: 24.0, 5: 48.0, 6: 96.0}
@@ -54,11 +55,11 @@ class Discovery:
     warnings: list[str] = field(default_factory=list)
 
 
-def _text(value: Any) -> str:
+def _text(value: object) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes | bytearray) else str(value)
 
 
-def bus_key(bus_id: Any) -> tuple[int, int, int] | None:
+def bus_key(bus_id: object) -> tuple[int, int, int] | None:
     """(domain, bus, device) of a PCI bus id in any width/case, e.g. "00000000:07:00.0" or "0000:07:00.0"."""
     text = _text(bus_id).strip()
     try:
@@ -68,7 +69,7 @@ def bus_key(bus_id: Any) -> tuple[int, int, int] | None:
         return None
 
 
-def cpu_ranges(words: Any) -> str:
+def cpu_ranges(words: Iterable[int]) -> str:
     """Compress an affinity bitmask (64-bit words) into "0-19,40-59"."""
     cpus = [64 * w + b for w, word in enumerate(words) for b in range(64) if int(word) >> b & 1]
     parts: list[str] = []
@@ -84,7 +85,7 @@ def cpu_ranges(words: Any) -> str:
     return ",".join(parts)
 
 
-def _first_bit(words: Any) -> int | None:
+def _first_bit(words: Iterable[int]) -> int | None:
     for w, word in enumerate(words):
         word = int(word)
         if word:
@@ -92,13 +93,13 @@ def _first_bit(words: Any) -> int | None:
     return None
 
 
-def p2p_read_index(nvml: Any) -> int:
+def p2p_read_index(nvml: Nvml) -> int:
     """NVML_P2P_CAPS_INDEX_READ as an int (nvidia-ml-py 13.615.71 defines it as the tuple `(0,)`)."""
     value = getattr(nvml, "NVML_P2P_CAPS_INDEX_READ", 0)
     return int(value[0] if isinstance(value, tuple) else value)
 
 
-def discover(nvml: Any, name: str | None = None, sys_gbps: float = 16.0) -> Discovery:
+def discover(nvml: Nvml, name: str | None = None, sys_gbps: float = 16.0) -> Discovery:
     """Run discovery. Raises NoDriverError (one line, no traceback) when NVML cannot start."""
     try:
         nvml.nvmlInit()
@@ -113,11 +114,11 @@ def discover(nvml: Any, name: str | None = None, sys_gbps: float = 16.0) -> Disc
             nvml.nvmlShutdown()
 
 
-def _discover(nvml: Any, name: str | None, sys_gbps: float) -> Discovery:
+def _discover(nvml: Nvml, name: str | None, sys_gbps: float) -> Discovery:
     NVMLError = nvml.NVMLError
     warnings: list[str] = []
     driver = _text(nvml.nvmlSystemGetDriverVersion())
-    handles: list[tuple[int, Any]] = []
+    handles: list[tuple[int, DeviceHandle]] = []
     for index in range(nvml.nvmlDeviceGetCount()):
         try:
             handles.append((index, nvml.nvmlDeviceGetHandleByIndex(index)))
@@ -227,7 +228,7 @@ def _with_switch_links(gpu: GPU, links: int) -> GPU:
     return replace(gpu, nvswitch_links=links) if links != gpu.nvswitch_links else gpu
 
 
-def _pcie_gbps(nvml: Any, handles: list[tuple[int, Any]]) -> float:
+def _pcie_gbps(nvml: Nvml, handles: list[tuple[int, DeviceHandle]]) -> float:
     gens = []
     for _, h in handles:
         with contextlib.suppress(nvml.NVMLError):
@@ -236,7 +237,7 @@ def _pcie_gbps(nvml: Any, handles: list[tuple[int, Any]]) -> float:
 
 
 def _describe_gpu(
-    nvml: Any, index: int, h: Any, warnings: list[str]
+    nvml: Nvml, index: int, h: DeviceHandle, warnings: list[str]
 ) -> tuple[GPU, dict[str, tuple[tuple[int, int], ...]], bool | None]:
     NVMLError = nvml.NVMLError
     name = _text(nvml.nvmlDeviceGetName(h))
@@ -292,7 +293,7 @@ def _describe_gpu(
 
 
 def _mig_details(
-    nvml: Any, h: Any, mig_enabled: bool
+    nvml: Nvml, h: DeviceHandle, mig_enabled: bool
 ) -> tuple[dict[str, tuple[tuple[int, int], ...]], list[MigDevice]]:
     """Profiles with the placements the driver reports, and the GPU instances that exist now."""
     import ctypes

@@ -36,12 +36,13 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict, Unpack, cast
 
 import pynvml
 
 from kgwe.topology import known
 from kgwe.topology.model import GPU, PCIE_LEVELS, NodeTopology
+from kgwe.topology.nvml import DeviceHandle, GpuInstanceInfo, MemoryInfo, PciInfo, ProfileInfo
 
 if TYPE_CHECKING:
     from kgwe.gpu.catalog import GPUModel, MigProfile
@@ -130,7 +131,7 @@ def parse_faults(text: str) -> list[Fault]:
 class _EventData:
     """What nvmlEventSetWait returns: the fields of pynvml's c_nvmlEventData_t."""
 
-    device: object
+    device: DeviceHandle
     eventType: int
     eventData: int
     gpuInstanceId: int = 0xFFFFFFFF
@@ -142,6 +143,27 @@ class _Handle:
     """Opaque device handle, like pynvml's c_nvmlDevice_t."""
 
     index: int
+
+
+class Quirks(TypedDict, total=False):
+    """FakeNvml's faults and quirks, as for_known passes them on (mypy checks the two agree)."""
+
+    lost: Iterable[int]
+    nvlink_down: bool
+    hidden_switches: bool
+    mig: Mapping[int, Iterable[tuple[str, int]]] | None
+    mig_pending: Iterable[int]
+    no_driver: bool
+    faults: Iterable[Fault] | None
+    clock: Callable[[], float]
+
+
+def _out_count(ref: object) -> ctypes.c_uint:
+    """The c_uint an NVML call writes a count into (passed by ctypes.byref, or as is)."""
+    target = getattr(ref, "_obj", ref)
+    if not isinstance(target, ctypes.c_uint):
+        raise ctypes.ArgumentError("count: wrong type")
+    return target
 
 
 class FakeNvml:
@@ -186,12 +208,12 @@ class FakeNvml:
         self._instance_objects: list[Any] = []
 
     @classmethod
-    def for_known(cls, name: str, **quirks: Any) -> FakeNvml:
+    def for_known(cls, name: str, **quirks: Unpack[Quirks]) -> FakeNvml:
         """Replay the known topology `name` (see kgwe.topology.known)."""
         meta = known.facts(name)
         return cls(known.load(name), nvswitches=int(meta.get("nvswitches", "0").split()[0]), **quirks)
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> Any:  # Any: pynvml's constants and structures, untyped
         return getattr(pynvml, name)
 
     # --- internals -------------------------------------------------------------------------------------
@@ -208,7 +230,7 @@ class FakeNvml:
             links.append((f"{_SWITCH_DOMAIN:08X}:{switch:02X}:00.0", pynvml.NVML_NVLINK_DEVICE_TYPE_SWITCH))
         return links
 
-    def _pos(self, handle: _Handle) -> int:
+    def _pos(self, handle: DeviceHandle) -> int:
         if not self._initialized:
             raise _err(pynvml.NVML_ERROR_UNINITIALIZED)
         if not isinstance(handle, _Handle):
@@ -234,16 +256,16 @@ class FakeNvml:
     def _active(self, gpu: int, kind: str) -> list[Fault]:
         return [f for f in self.active_faults() if f.gpu == gpu and f.kind == kind]
 
-    def _gpu(self, handle: _Handle) -> GPU:
+    def _gpu(self, handle: DeviceHandle) -> GPU:
         return self._topo.gpus[self._pos(handle)]
 
-    def _model(self, handle: _Handle) -> GPUModel | None:
+    def _model(self, handle: DeviceHandle) -> GPUModel | None:
         from kgwe.gpu import catalog
 
         matches = catalog.models_matching(self._gpu(handle).name)
         return matches[0] if matches and matches[0].mig_capable else None
 
-    def _profiles(self, handle: _Handle) -> list[tuple[int, int, MigProfile]]:
+    def _profiles(self, handle: DeviceHandle) -> list[tuple[int, int, MigProfile]]:
         """(NVML profile index, profile id, MigProfile) for the GPU's MIG profiles."""
         model = self._model(handle)
         if model is None:
@@ -286,69 +308,75 @@ class FakeNvml:
             raise _err(pynvml.NVML_ERROR_UNINITIALIZED)
         return max(g.index for g in self._topo.gpus) + 1
 
-    def nvmlDeviceGetHandleByIndex(self, index: int) -> _Handle:
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> DeviceHandle:
         if not self._initialized:
             raise _err(pynvml.NVML_ERROR_UNINITIALIZED)
         if index in self._lost or self._active(index, "lost"):
             raise _err(pynvml.NVML_ERROR_GPU_IS_LOST)
         self._topo.position(index)
-        return _Handle(index)
+        return DeviceHandle(_Handle(index))
 
-    def nvmlDeviceGetName(self, handle: _Handle) -> str:
+    def nvmlDeviceGetName(self, handle: DeviceHandle) -> str:
         return self._gpu(handle).name
 
-    def nvmlDeviceGetUUID(self, handle: _Handle) -> str:
+    def nvmlDeviceGetUUID(self, handle: DeviceHandle) -> str:
         return self._gpu(handle).uuid
 
-    def nvmlDeviceGetPciInfo(self, handle: _Handle) -> Any:
+    def nvmlDeviceGetPciInfo(self, handle: DeviceHandle) -> PciInfo:
         return self._pci_info(self._gpu(handle).pci_bus_id)
 
     @staticmethod
-    def _pci_info(bus_id: str) -> Any:
+    def _pci_info(bus_id: str) -> PciInfo:
         info = pynvml.nvmlPciInfo_t()
         dom, bus, dev = _bus_fields(bus_id)
         info.domain, info.bus, info.device = dom, bus, dev
         info.busId = bus_id.encode()
         info.busIdLegacy = f"{dom:04X}:{bus:02X}:{dev:02X}.0".encode()  # the 4-digit-domain form
         info.pciDeviceId = 0x10DE
-        return info
+        return cast(PciInfo, info)  # a pynvml structure (untyped)
 
-    def nvmlDeviceGetMemoryInfo(self, handle: _Handle, version: int | None = None) -> Any:
+    def nvmlDeviceGetMemoryInfo(self, handle: DeviceHandle, version: int | None = None) -> MemoryInfo:
         mem = pynvml.c_nvmlMemory_t()
         mem.total = self._gpu(handle).memory_mib * 1024 * 1024
         mem.free = mem.total
-        return mem
+        return cast(MemoryInfo, mem)  # a pynvml structure (untyped)
 
-    def nvmlDeviceGetCpuAffinity(self, handle: _Handle, cpuSetSize: int) -> Any:
+    def nvmlDeviceGetCpuAffinity(
+        self, handle: DeviceHandle, cpuSetSize: int
+    ) -> ctypes.Array[ctypes.c_ulonglong]:
         words = (ctypes.c_ulonglong * cpuSetSize)()
         for cpu in _cpu_list(self._gpu(handle).cpu_affinity):
             if cpu // 64 < cpuSetSize:
                 words[cpu // 64] |= 1 << (cpu % 64)
         return words
 
-    def nvmlDeviceGetCpuAffinityWithinScope(self, handle: _Handle, cpuSetSize: int, scope: int) -> Any:
+    def nvmlDeviceGetCpuAffinityWithinScope(
+        self, handle: DeviceHandle, cpuSetSize: int, scope: int
+    ) -> ctypes.Array[ctypes.c_ulonglong]:
         return self.nvmlDeviceGetCpuAffinity(handle, cpuSetSize)
 
-    def nvmlDeviceGetMemoryAffinity(self, handle: _Handle, nodeSetSize: int, scope: int) -> Any:
+    def nvmlDeviceGetMemoryAffinity(
+        self, handle: DeviceHandle, nodeSetSize: int, scope: int
+    ) -> ctypes.Array[ctypes.c_ulonglong]:
         words = (ctypes.c_ulonglong * nodeSetSize)()
         numa = self._gpu(handle).numa_node
         if numa is not None and numa // 64 < nodeSetSize:
             words[numa // 64] |= 1 << (numa % 64)
         return words
 
-    def nvmlDeviceGetNumaNodeId(self, handle: _Handle) -> int:
+    def nvmlDeviceGetNumaNodeId(self, handle: DeviceHandle) -> int:
         gpu = self._gpu(handle)
         if gpu.gpu_numa_id is not None:
             return gpu.gpu_numa_id
         return gpu.numa_node if gpu.numa_node is not None else -1
 
-    def nvmlDeviceGetTopologyCommonAncestor(self, device1: _Handle, device2: _Handle) -> int:
+    def nvmlDeviceGetTopologyCommonAncestor(self, device1: DeviceHandle, device2: DeviceHandle) -> int:
         a, b = self._pos(device1), self._pos(device2)
         if a == b:
             return int(pynvml.NVML_TOPOLOGY_INTERNAL)
         return PCIE_LEVELS[self._topo.pcie[a][b]]
 
-    def nvmlDeviceGetP2PStatus(self, device1: _Handle, device2: _Handle, p2pIndex: object) -> int:
+    def nvmlDeviceGetP2PStatus(self, device1: DeviceHandle, device2: DeviceHandle, p2pIndex: object) -> int:
         if not isinstance(p2pIndex, int):  # what ctypes does with pynvml's `NVML_P2P_CAPS_INDEX_READ = 0,`
             raise ctypes.ArgumentError(
                 "argument 3: <class 'TypeError'>: Don't know how to convert parameter 3"
@@ -358,7 +386,7 @@ class FakeNvml:
             return int(pynvml.NVML_P2P_STATUS_GPU_NOT_SUPPORTED)
         return int(pynvml.NVML_P2P_STATUS_OK)
 
-    def _link(self, handle: _Handle, link: int) -> tuple[str, int]:
+    def _link(self, handle: DeviceHandle, link: int) -> tuple[str, int]:
         links = self._links[self._pos(handle)]
         if not 0 <= link < pynvml.NVML_NVLINK_MAX_LINKS:
             raise _err(pynvml.NVML_ERROR_INVALID_ARGUMENT)
@@ -366,34 +394,34 @@ class FakeNvml:
             raise _err(pynvml.NVML_ERROR_NOT_SUPPORTED)
         return links[link]
 
-    def nvmlDeviceGetNvLinkState(self, device: _Handle, link: int) -> int:
+    def nvmlDeviceGetNvLinkState(self, device: DeviceHandle, link: int) -> int:
         self._link(device, link)
         return int(pynvml.NVML_FEATURE_DISABLED if self._nvlink_down else pynvml.NVML_FEATURE_ENABLED)
 
-    def nvmlDeviceGetNvLinkVersion(self, device: _Handle, link: int) -> int:
+    def nvmlDeviceGetNvLinkVersion(self, device: DeviceHandle, link: int) -> int:
         self._link(device, link)
         name = self._gpu(device).name.upper()
         return next((v for key, v in _NVLINK_VERSION_BY_GPU if key in name), 4)
 
-    def nvmlDeviceGetNvLinkRemotePciInfo(self, device: _Handle, link: int) -> Any:
+    def nvmlDeviceGetNvLinkRemotePciInfo(self, device: DeviceHandle, link: int) -> PciInfo:
         bus_id, kind = self._link(device, link)
         if kind == pynvml.NVML_NVLINK_DEVICE_TYPE_SWITCH and self._hidden_switches:
             return self._pci_info("FFFFFFFF:FF:1F.0")
         return self._pci_info(bus_id)
 
-    def nvmlDeviceGetNvLinkRemoteDeviceType(self, handle: _Handle, link: int) -> int:
+    def nvmlDeviceGetNvLinkRemoteDeviceType(self, handle: DeviceHandle, link: int) -> int:
         _, kind = self._link(handle, link)
         if kind == pynvml.NVML_NVLINK_DEVICE_TYPE_SWITCH and self._hidden_switches:
             return int(pynvml.NVML_NVLINK_DEVICE_TYPE_UNKNOWN)
         return kind
 
-    def nvmlDeviceGetMaxPcieLinkGeneration(self, handle: _Handle) -> int:
+    def nvmlDeviceGetMaxPcieLinkGeneration(self, handle: DeviceHandle) -> int:
         self._pos(handle)
         return _PCIE_GEN_BY_GBPS.get(self._topo.rates.pcie_gbps, 4)
 
     nvmlDeviceGetCurrPcieLinkGeneration = nvmlDeviceGetMaxPcieLinkGeneration
 
-    def nvmlDeviceGetMigMode(self, device: _Handle) -> list[int]:
+    def nvmlDeviceGetMigMode(self, device: DeviceHandle) -> list[int]:
         if self._model(device) is None:
             raise _err(pynvml.NVML_ERROR_NOT_SUPPORTED)
         index = self._gpu(device).index
@@ -401,7 +429,9 @@ class FakeNvml:
         pending = 1 - current if index in self._mig_pending else current
         return [current, pending]
 
-    def nvmlDeviceGetGpuInstanceProfileInfo(self, device: _Handle, profile: int, version: int = 2) -> Any:
+    def nvmlDeviceGetGpuInstanceProfileInfo(
+        self, device: DeviceHandle, profile: int, version: int = 2
+    ) -> ProfileInfo:
         for index, pid, mig_profile in self._profiles(device):
             if index == profile:
                 info = pynvml.c_nvmlGpuInstanceProfileInfo_v2_t()
@@ -410,22 +440,26 @@ class FakeNvml:
                 info.instanceCount = mig_profile.max_count
                 info.memorySizeMB = mig_profile.memory_mib
                 info.name = f"MIG {mig_profile.name}".encode()
-                return info
+                return cast(ProfileInfo, info)  # a pynvml structure (untyped)
         if self._model(device) is None:
             raise _err(pynvml.NVML_ERROR_NOT_SUPPORTED)
         raise _err(pynvml.NVML_ERROR_INVALID_ARGUMENT)
 
-    def _profile_by_id(self, device: _Handle, profile_id: int) -> MigProfile:
+    def _profile_by_id(self, device: DeviceHandle, profile_id: int) -> MigProfile:
         for _, pid, mig_profile in self._profiles(device):
             if pid == profile_id:
                 return mig_profile
         raise _err(pynvml.NVML_ERROR_INVALID_ARGUMENT)
 
     def nvmlDeviceGetGpuInstancePossiblePlacements(
-        self, device: _Handle, profileId: int, placementsRef: Any, countRef: Any
+        self,
+        device: DeviceHandle,
+        profileId: int,
+        placementsRef: ctypes.Array[ctypes.Structure] | None,
+        countRef: object,
     ) -> int:
         placements = self._profile_by_id(device, profileId).placements
-        count = getattr(countRef, "_obj", countRef)
+        count = _out_count(countRef)
         if placementsRef is None or len(placementsRef) < len(placements):
             count.value = len(placements)
             raise _err(pynvml.NVML_ERROR_INSUFFICIENT_SIZE)
@@ -435,11 +469,15 @@ class FakeNvml:
         return int(pynvml.NVML_SUCCESS)
 
     def nvmlDeviceGetGpuInstances(
-        self, device: _Handle, profileId: int, gpuInstancesRef: Any, countRef: Any
+        self,
+        device: DeviceHandle,
+        profileId: int,
+        gpuInstancesRef: ctypes.Array[ctypes._Pointer[ctypes.Structure]],
+        countRef: object,
     ) -> int:
         profile = self._profile_by_id(device, profileId)
         gpu_index = self._gpu(device).index
-        count = getattr(countRef, "_obj", countRef)
+        count = _out_count(countRef)
         found = 0
         for gi_id, (name, start) in enumerate(self._mig.get(gpu_index, ()), start=1):
             if name != profile.name:
@@ -452,17 +490,19 @@ class FakeNvml:
         count.value = found
         return int(pynvml.NVML_SUCCESS)
 
-    def nvmlGpuInstanceGetInfo(self, gpuInstance: Any) -> Any:
+    def nvmlGpuInstanceGetInfo(self, gpuInstance: object) -> GpuInstanceInfo:
+        if not isinstance(gpuInstance, ctypes._Pointer):
+            raise ctypes.ArgumentError("argument 1: wrong type")
         gpu_index, gi_id, profile_id, start = self._instances[ctypes.addressof(gpuInstance.contents)]
         info = pynvml.c_nvmlGpuInstanceInfo_t()
         info.id = gi_id
         info.profileId = profile_id
         info.placement.start = start
-        info.placement.size = self._profile_by_id(_Handle(gpu_index), profile_id).memory_slices
-        return info
+        info.placement.size = self._profile_by_id(DeviceHandle(_Handle(gpu_index)), profile_id).memory_slices
+        return cast(GpuInstanceInfo, info)  # a pynvml structure (untyped)
 
     # --- health (what `kgwe agent` reads each period) --------------------------------------------------
-    def nvmlDeviceGetIndex(self, handle: _Handle) -> int:
+    def nvmlDeviceGetIndex(self, handle: DeviceHandle) -> int:
         return self._gpu(handle).index
 
     def nvmlEventSetCreate(self) -> object:
@@ -470,14 +510,14 @@ class FakeNvml:
         self._event_sets[id(event_set)] = set()
         return event_set
 
-    def nvmlDeviceRegisterEvents(self, handle: _Handle, eventTypes: int, eventSet: object) -> None:
+    def nvmlDeviceRegisterEvents(self, handle: DeviceHandle, eventTypes: int, eventSet: object) -> None:
         index = self._gpu(handle).index
         if id(eventSet) not in self._event_sets:
             raise _err(pynvml.NVML_ERROR_INVALID_ARGUMENT)
         if eventTypes & pynvml.nvmlEventTypeXidCriticalError:
             self._event_sets[id(eventSet)].add(index)
 
-    def nvmlDeviceGetSupportedEventTypes(self, handle: _Handle) -> int:
+    def nvmlDeviceGetSupportedEventTypes(self, handle: DeviceHandle) -> int:
         self._pos(handle)
         return int(pynvml.nvmlEventTypeXidCriticalError)
 
@@ -489,7 +529,9 @@ class FakeNvml:
         for fault in self.active_faults():
             if fault.kind == "xid" and fault.gpu in registered and fault not in self._delivered:
                 self._delivered.add(fault)
-                return _EventData(_Handle(fault.gpu), pynvml.nvmlEventTypeXidCriticalError, fault.value)
+                return _EventData(
+                    DeviceHandle(_Handle(fault.gpu)), pynvml.nvmlEventTypeXidCriticalError, fault.value
+                )
         raise _err(pynvml.NVML_ERROR_TIMEOUT)
 
     nvmlEventSetWait = nvmlEventSetWait_v2
@@ -497,13 +539,13 @@ class FakeNvml:
     def nvmlEventSetFree(self, eventSet: object) -> None:
         self._event_sets.pop(id(eventSet), None)
 
-    def nvmlDeviceGetTotalEccErrors(self, handle: _Handle, errorType: int, counterType: int) -> int:
+    def nvmlDeviceGetTotalEccErrors(self, handle: DeviceHandle, errorType: int, counterType: int) -> int:
         index = self._gpu(handle).index
         if errorType != pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED:
             return 0
         return sum(f.value for f in self._active(index, "ecc"))
 
-    def nvmlDeviceGetRemappedRows(self, handle: _Handle) -> tuple[int, int, int, int]:
+    def nvmlDeviceGetRemappedRows(self, handle: DeviceHandle) -> tuple[int, int, int, int]:
         """(correctable rows, uncorrectable rows, isPending, failureOccurred), as pynvml returns them."""
         index = self._gpu(handle).index
         model = self._gpu(handle).name.upper()
@@ -515,12 +557,12 @@ class FakeNvml:
         )
         return 0, int(pending or failed), int(pending), int(failed)
 
-    def nvmlDeviceGetRetiredPagesPendingStatus(self, device: _Handle) -> int:
+    def nvmlDeviceGetRetiredPagesPendingStatus(self, device: DeviceHandle) -> int:
         index = self._gpu(device).index
         pending = self._active(index, "retired-pending")
         return int(pynvml.NVML_FEATURE_ENABLED if pending else pynvml.NVML_FEATURE_DISABLED)
 
-    def nvmlDeviceGetCurrentClocksEventReasons(self, handle: _Handle) -> int:
+    def nvmlDeviceGetCurrentClocksEventReasons(self, handle: DeviceHandle) -> int:
         index = self._gpu(handle).index
         reasons = int(pynvml.nvmlClocksEventReasonGpuIdle)
         if self._active(index, "thermal"):
@@ -531,7 +573,7 @@ class FakeNvml:
 
     nvmlDeviceGetCurrentClocksThrottleReasons = nvmlDeviceGetCurrentClocksEventReasons
 
-    def nvmlDeviceGetNvLinkErrorCounter(self, device: _Handle, link: int, counter: int) -> int:
+    def nvmlDeviceGetNvLinkErrorCounter(self, device: DeviceHandle, link: int, counter: int) -> int:
         """Cumulative per-link error counters; an `nvlink=N` fault makes them rise by N per read."""
         self._link(device, link)
         index = self._gpu(device).index
