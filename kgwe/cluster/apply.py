@@ -23,12 +23,12 @@ import copy
 import hashlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import orjson
 from kubernetes import client, dynamic
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic.exceptions import NotFoundError, ResourceNotFoundError
+from kubernetes.dynamic.resource import Resource
 
 from kgwe.errors import KgweError
 from kgwe.vocab import (
@@ -169,7 +169,7 @@ class Applier:
             self._dyn = dynamic.DynamicClient(self.api_client)
         return self._dyn
 
-    def _resource(self, ref: ObjectRef) -> Any:
+    def _resource(self, ref: ObjectRef) -> Resource:
         try:
             return self.dyn.resources.get(api_version=ref.api_version, kind=ref.kind)
         except ResourceNotFoundError:
@@ -181,13 +181,13 @@ class Applier:
                     f"the cluster does not serve {ref.api_version} {ref.kind} (CRD missing?)"
                 ) from exc
 
-    def _live(self, resource: Any, ref: ObjectRef) -> dict | None:
+    def _live(self, resource: Resource, ref: ObjectRef) -> dict | None:
         try:
             return resource.get(name=ref.name, namespace=ref.namespace).to_dict()
         except NotFoundError:
             return None
 
-    def _ssa(self, resource: Any, obj: dict, ref: ObjectRef, *, dry_run: bool) -> dict:
+    def _ssa(self, resource: Resource, obj: dict, ref: ObjectRef, *, dry_run: bool) -> dict:
         result = self.dyn.server_side_apply(
             resource,
             body=obj,
