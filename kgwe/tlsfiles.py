@@ -46,7 +46,7 @@ class ServingTLS:
         self.context: ssl.SSLContext | None = None  # the newest loaded
         self.reloads = 0
         self.last_error: str | None = None
-        self._stamps: tuple | None = None
+        self._stamps: tuple[tuple[int, int, int], ...] | None = None
         self._checked = float("-inf")
         self._mu = threading.Lock()
 

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -106,7 +106,8 @@ def nvml_module(args: argparse.Namespace) -> Nvml:
         import pynvml
     except ImportError:  # pragma: no cover - nvidia-ml-py is a dependency
         raise discovery.NoDriverError("no NVIDIA driver: nvidia-ml-py is not installed") from None
-    return pynvml
+    module: Nvml = pynvml  # nvidia-ml-py ships no types
+    return module
 
 
 class HealthCheck:
@@ -168,7 +169,9 @@ def _core_api(kubeconfig: str | None) -> client.CoreV1Api:
     return client.CoreV1Api(api_client(kubeconfig))
 
 
-def publish(core: client.CoreV1Api, node_name: str, obs: Observation, *, taint: bool = False) -> dict | None:
+def publish(
+    core: client.CoreV1Api, node_name: str, obs: Observation, *, taint: bool = False
+) -> dict[str, Any] | None:
     """Patch the Node's KGWE labels/annotations (and, with health, its condition and taint) where they
     differ; returns the metadata patch sent (None: no change)."""
     from kubernetes.client.exceptions import ApiException
@@ -229,7 +232,7 @@ def _record_transitions(
         recorder.record(involved, kind, reason, f"GPU {t.index}: {t.reason}: {t.message}")
 
 
-def summary(obs: Observation) -> dict:
+def summary(obs: Observation) -> dict[str, Any]:
     topo = obs.found.topology
     return {
         "name": topo.name,

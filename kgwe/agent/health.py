@@ -15,14 +15,16 @@ from __future__ import annotations
 
 import ctypes
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import TypeVar
 
 from kgwe.topology.health import GPUFault
 from kgwe.topology.nvml import DeviceHandle, Nvml
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 # XIDs the NVIDIA device plugin treats as application errors (the GPU stays healthy): every other XID it
 # receives marks the device unhealthy. KGWE follows the same rule (docs/gpu-health.md).
@@ -254,7 +256,7 @@ class Probe:
     def _one(self, index: int, handle: DeviceHandle, xids: tuple[int, ...]) -> GPUSample:
         nvml = self.nvml
 
-        def read(what: str, call, default):
+        def read(what: str, call: Callable[[], _T], default: _T) -> _T:
             try:
                 return call()
             except nvml.NVMLError as exc:
@@ -274,7 +276,8 @@ class Probe:
                 ),
                 None,
             )
-            remap = read("remapped rows", lambda: nvml.nvmlDeviceGetRemappedRows(handle), (0, 0, 0, 0))
+            no_rows: Sequence[int] = (0, 0, 0, 0)
+            remap = read("remapped rows", lambda: nvml.nvmlDeviceGetRemappedRows(handle), no_rows)
             retired = read(
                 "retired pages",
                 lambda: nvml.nvmlDeviceGetRetiredPagesPendingStatus(handle) == nvml.NVML_FEATURE_ENABLED,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
+from typing import Any
 
 import orjson
 
@@ -46,7 +47,7 @@ def node_patch(
     current_annotations: Mapping[str, str] | None,
     labels: Mapping[str, str | None],
     annotations: Mapping[str, str | None],
-) -> dict | None:
+) -> dict[str, Any] | None:
     """A strategic-merge patch body with only what differs, or None when the Node is already right."""
     cur_l, cur_a = dict(current_labels or {}), dict(current_annotations or {})
     label_diff = {k: v for k, v in labels.items() if cur_l.get(k) != v and not (v is None and k not in cur_l)}
@@ -55,7 +56,7 @@ def node_patch(
     }
     if not label_diff and not ann_diff:
         return None
-    meta: dict = {}
+    meta: dict[str, Any] = {}
     if label_diff:
         meta["labels"] = label_diff
     if ann_diff:
@@ -75,7 +76,7 @@ def condition_patch(
     current: tuple[str | None, str | None, str | None, datetime | None] | None,
     faults: Mapping[int, GPUFault],
     now: datetime,
-) -> dict | None:
+) -> dict[str, Any] | None:
     """A Node status patch setting GPUHealthy (conditions merge by type), or None when it already says so.
 
     `current` is (status, reason, message, lastTransitionTime) of the existing condition, if any; the
@@ -96,7 +97,7 @@ def condition_patch(
     return {"status": {"conditions": [condition]}}
 
 
-def desired_taints(current: Sequence[Mapping], tainted: bool) -> list[dict] | None:
+def desired_taints(current: Sequence[Mapping[str, Any]], tainted: bool) -> list[dict[str, Any]] | None:
     """The Node's full taint list with KGWE's gpu-unhealthy taint added or removed; None when unchanged.
 
     Taints have no merge key, so the patch must carry the whole list (other owners' taints kept)."""

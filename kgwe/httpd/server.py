@@ -51,6 +51,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from http import HTTPStatus
+from typing import TypedDict, Unpack, cast
 
 import orjson
 
@@ -68,6 +69,15 @@ JSON = b"application/json"
 Handler = Callable[[str, str, bytes], tuple[int, bytes, bytes]]  # (method, path, body) -> status, body, ctype
 # the same with the request headers (lower-case names; the last of repeated ones)
 HeaderHandler = Callable[[str, str, bytes, dict[str, str]], tuple[int, bytes, bytes]]
+
+
+class ServeOptions(TypedDict, total=False):
+    """serve()'s options a ServerThread passes on (mypy checks the two agree)."""
+
+    limits: Limits | None
+    tls: TlsSource | None
+    guard: AccessGuard | None
+    label: str
 
 
 @dataclass(frozen=True)
@@ -173,8 +183,9 @@ class _Conn(asyncio.BufferedProtocol):
         return self.tls is not None and not self.tls.established
 
     # -- connection life ----------------------------------------------------------------------------------
-    def connection_made(self, transport) -> None:
-        self.transport = transport
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # a stream server's connections are Transports
+        self.transport = transport = cast(asyncio.Transport, transport)
         peer = transport.get_extra_info("peername")
         self.peer = str(peer[0]) if isinstance(peer, tuple) and peer else "?"
         self.started = time.monotonic()
@@ -188,7 +199,7 @@ class _Conn(asyncio.BufferedProtocol):
                 transport.abort()
                 self._gone()
 
-    def connection_lost(self, exc) -> None:
+    def connection_lost(self, exc: Exception | None) -> None:
         self._gone()
 
     def _gone(self) -> None:
@@ -508,7 +519,9 @@ class ServerThread:
     """`serve` on a bound socket in a thread of its own (for processes whose main thread does other work,
     and for tests): `start()` returns once listening, `stop()` ends it."""
 
-    def __init__(self, handler: Handler | WithHeaders, address: tuple[str, int], **options) -> None:
+    def __init__(
+        self, handler: Handler | WithHeaders, address: tuple[str, int], **options: Unpack[ServeOptions]
+    ) -> None:
         family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
         self.sock = socket.socket(family, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

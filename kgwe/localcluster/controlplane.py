@@ -159,7 +159,7 @@ def free_port() -> int:
     """A currently free loopback port (a race with other processes is handled by retrying start)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        return int(s.getsockname()[1])
 
 
 def _die_with_parent() -> None:  # runs in the child between fork and exec
@@ -224,7 +224,7 @@ def host_ip() -> str:
             ) from None
 
 
-def stop_process_group(popen: subprocess.Popen) -> None:
+def stop_process_group(popen: subprocess.Popen[bytes]) -> None:
     """SIGTERM the process group started with start_new_session, SIGKILL it if it lingers."""
     if popen.poll() is not None:
         return
@@ -440,7 +440,8 @@ class ControlPlane:
 
     def version(self) -> dict[str, Any]:
         """GET /version from the apiserver."""
-        return json.loads(self._get(f"{self.server_url}/version"))
+        version: dict[str, Any] = json.loads(self._get(f"{self.server_url}/version"))
+        return version
 
     # ---- lifecycle ------------------------------------------------------------------------------
     def __enter__(self) -> ControlPlane:
@@ -775,7 +776,8 @@ class ControlPlane:
     def _get(self, url: str, verify: bool = True, timeout: float = 5.0) -> str:
         ctx = self._ssl_context(verify) if url.startswith("https") else None
         with urllib.request.urlopen(url, timeout=timeout, context=ctx) as resp:
-            return resp.read().decode()
+            body: bytes = resp.read()
+        return body.decode()
 
     def _wait_http(self, name: str, url: str, verify: bool) -> None:
         deadline = time.monotonic() + self.start_timeout_seconds

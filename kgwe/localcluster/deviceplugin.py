@@ -92,7 +92,8 @@ def nvidia_loader_reads(text: str) -> dict[str, Any]:
         done = subprocess.run([str(binary), fh.name], capture_output=True, text=True, check=False, timeout=60)
     if done.returncode != 0:
         raise InvalidDevicePluginConfig(done.stderr.strip().removeprefix(f"{fh.name}: "))
-    return json.loads(done.stdout)
+    parsed: dict[str, Any] = json.loads(done.stdout)
+    return parsed
 
 
 @dataclass(frozen=True)
@@ -306,7 +307,7 @@ class DevicePluginStandIn:
         data = cm.data or {}
         if key not in data:  # config-manager: "specified config X does not exist"
             raise InvalidDevicePluginConfig(f"specified config {key} does not exist")
-        return data[key]
+        return str(data[key])
 
     def _apply(self, name: str) -> None:
         try:

@@ -20,12 +20,12 @@ _LISTENING = re.compile(r"kgwe extender listening on 127\.0\.0\.1:(\d+)")
 def _ready(url: str) -> bool:
     try:
         with urlopen(url) as r:
-            return r.status == 200
+            return bool(r.status == 200)
     except OSError:
         return False
 
 
-def spawn_extender(*args: str, timeout_seconds: float = 60.0) -> tuple[subprocess.Popen, int]:
+def spawn_extender(*args: str, timeout_seconds: float = 60.0) -> tuple[subprocess.Popen[str], int]:
     """`kgwe extender --listen 127.0.0.1:0 ARGS...` -> (process, port) once it listens; its log is
     drained so it never blocks on a full pipe."""
     argv = [sys.executable, "-m", "kgwe.cli", "extender", "--listen", "127.0.0.1:0", *args]
@@ -46,7 +46,7 @@ def spawn_extender(*args: str, timeout_seconds: float = 60.0) -> tuple[subproces
 
 def start_extender(
     kubeconfig: Path | str, *extra_args: str, timeout_seconds: float = 60.0
-) -> tuple[subprocess.Popen, int]:
+) -> tuple[subprocess.Popen[str], int]:
     """Cluster mode over plain HTTP: (process, port) once /readyz answers 200."""
     deadline = time.monotonic() + timeout_seconds
     proc, port = spawn_extender("--kubeconfig", str(kubeconfig), *extra_args, timeout_seconds=timeout_seconds)

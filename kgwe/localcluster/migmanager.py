@@ -28,9 +28,6 @@ from kubernetes.client.exceptions import ApiException
 from kgwe.errors import KgweError
 from kgwe.gpu import catalog, layouts
 from kgwe.localcluster.gpunodes import (
-    MIG_CONFIG_LABEL,
-    MIG_MANAGER_DEPLOY_LABEL,
-    MIG_STATE_LABEL,
     OPERAND_DEPLOY_LABELS,
     MigLayout,
     gpu_resources,
@@ -41,9 +38,12 @@ from kgwe.vocab import (
     GPU_COUNT_LABEL,
     GPU_OPERATOR_NAMESPACE,
     GPU_PRODUCT_LABEL,
+    MIG_CONFIG_LABEL,
     MIG_DEVICES_KEY,
     MIG_ENABLED_KEY,
+    MIG_MANAGER_DEPLOY_LABEL,
     MIG_RESOURCE_PREFIX,
+    MIG_STATE_LABEL,
     MIG_STRATEGY_LABEL,
 )
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import subprocess
 from pathlib import Path
+from typing import Any
 
 from kgwe.localcluster.gotools import tool_dir
 
@@ -95,7 +96,7 @@ class PrometheusServer:
         self.__exit__(None, None, None)
         raise RuntimeError(f"prometheus did not start; see {self.workdir / 'prometheus.log'}")
 
-    def _static_config(self, job: str, target: str) -> dict:
+    def _static_config(self, job: str, target: str) -> dict[str, Any]:
         labels = self.target_labels.get(job)
         return {"targets": [target], "labels": labels} if labels else {"targets": [target]}
 
@@ -108,7 +109,7 @@ class PrometheusServer:
                 self._proc.kill()
                 self._proc.wait(timeout=5)
 
-    def query(self, expr: str) -> list[dict]:
+    def query(self, expr: str) -> list[dict[str, Any]]:
         """The instant-query result vector (empty: no data); raises on a query error."""
         import json
         import urllib.parse
@@ -132,7 +133,7 @@ class PrometheusServer:
         return {a["labels"]["alertname"] for a in alerts if a.get("state") == "firing"}
 
 
-def panel_coverage(prom: PrometheusServer) -> dict:
+def panel_coverage(prom: PrometheusServer) -> dict[str, Any]:
     """Run every dashboard panel's queries on `prom`: a panel has data when any of its queries returns a
     sample. Panels that read dcgm-exporter metrics are counted apart (no DCGM without GPUs)."""
     from kgwe.observability.dashboards import DASHBOARDS, panels

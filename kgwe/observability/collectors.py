@@ -34,10 +34,10 @@ Reader = Callable[[], "ClusterSnapshot"]
 
 @dataclass
 class ClusterSnapshot:
-    nodes: list[dict] = field(default_factory=list)  # GPU nodes
-    gpu_pods: dict[str, list[dict]] = field(default_factory=dict)  # node -> non-terminal GPU pods
-    workloads: list[dict] = field(default_factory=list)  # GPUWorkloads, all namespaces
-    repositories: list[dict] = field(default_factory=list)  # PolicyRepositories of the controller
+    nodes: list[dict[str, Any]] = field(default_factory=list)  # GPU nodes
+    gpu_pods: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # node -> non-terminal GPU pods
+    workloads: list[dict[str, Any]] = field(default_factory=list)  # GPUWorkloads, all namespaces
+    repositories: list[dict[str, Any]] = field(default_factory=list)  # PolicyRepositories of the controller
 
 
 def read_cluster(api_client: client.ApiClient, namespace: str) -> ClusterSnapshot:
@@ -143,7 +143,7 @@ class ClusterStateCollector(Collector):
 
 
 def _fleet_metrics(stats: FleetStats) -> Iterable[GaugeMetricFamily]:
-    def family(name: str, doc: str, labels: list[str], values: Mapping[Any, int]):
+    def family(name: str, doc: str, labels: list[str], values: Mapping[Any, int]) -> GaugeMetricFamily:
         g = GaugeMetricFamily(name, doc, labels=labels)
         for key, value in sorted(values.items()):
             g.add_metric(list(key), value)

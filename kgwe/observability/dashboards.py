@@ -14,6 +14,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypedDict, Unpack
 
 from kgwe.resources import deploy_dir
 
@@ -36,7 +37,18 @@ class PanelSpec:
     dcgm: bool = False  # needs dcgm-exporter (not KGWE) to have data
 
 
-def _p(title: str, *queries: Query, **kw) -> PanelSpec:
+class _PanelOptions(TypedDict, total=False):
+    unit: str
+    kind: str
+    description: str
+    dcgm: bool
+
+
+# (uid, title, rows), each row (title, panels)
+Dashboard = tuple[str, str, tuple[tuple[str, tuple[PanelSpec, ...]], ...]]
+
+
+def _p(title: str, *queries: Query, **kw: Unpack[_PanelOptions]) -> PanelSpec:
     return PanelSpec(title, tuple(queries), **kw)
 
 
@@ -328,7 +340,7 @@ COST = (
 DASHBOARDS = (FLEET, SCHEDULING, ROLLOUT, COST)
 
 
-def panels(dashboard: tuple) -> list[PanelSpec]:
+def panels(dashboard: Dashboard) -> list[PanelSpec]:
     return [p for _, row in dashboard[2] for p in row]
 
 
@@ -337,7 +349,7 @@ def all_queries() -> list[tuple[str, str, PanelSpec]]:
     return [(d[0], q.expr, p) for d in DASHBOARDS for p in panels(d) for q in p.queries]
 
 
-def build(dashboard: tuple) -> dict:
+def build(dashboard: Dashboard) -> dict[str, Any]:
     """The Grafana dashboard JSON model of one dashboard."""
     from grafana_foundation_sdk.builders import stat, table, timeseries
     from grafana_foundation_sdk.builders.dashboard import Dashboard as DashboardBuilder
@@ -385,7 +397,8 @@ def build(dashboard: tuple) -> dict:
                     target = target.format(PromQueryFormat.TABLE).instant()
                 builder = builder.with_target(target)
             board = board.with_panel(builder)
-    return json.loads(json.dumps(board.build(), cls=JSONEncoder))
+    model: dict[str, Any] = json.loads(json.dumps(board.build(), cls=JSONEncoder))
+    return model
 
 
 def render_all() -> dict[str, str]:

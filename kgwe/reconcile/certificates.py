@@ -22,6 +22,7 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -162,7 +163,7 @@ class CertificateKeeper:
             raise
         return Stored(_decode(secret.data), dict(secret.metadata.annotations or {}))
 
-    def _owner(self) -> list[dict]:
+    def _owner(self) -> list[dict[str, Any]]:
         """The kgwe-controller Deployment as owner of the Secrets (none when it does not exist)."""
         try:
             deployment = self.apps.read_namespaced_deployment(CONTROLLER_DEPLOYMENT, self.namespace)
@@ -185,10 +186,10 @@ class CertificateKeeper:
             raise NotLeader("lost leadership; stopping before the next certificate write")
 
     def _write(
-        self, name: str, data: dict[str, bytes], annotations: dict[str, str], owners: list[dict]
+        self, name: str, data: dict[str, bytes], annotations: dict[str, str], owners: list[dict[str, Any]]
     ) -> None:
         self._check_leader()
-        metadata: dict = {
+        metadata: dict[str, Any] = {
             "name": name,
             "namespace": self.namespace,
             "labels": {MANAGED_BY_LABEL: MANAGED_BY_VALUE, "app.kubernetes.io/component": "certificates"},

@@ -74,7 +74,7 @@ def activity_reader(prometheus_url: str | None) -> ActivityReader | None:
     return lambda start, end: prometheus.pod_engine_activity(start, end)
 
 
-def _key_of(item: dict) -> str | None:
+def _key_of(item: dict[str, Any]) -> str | None:
     """The repository key of a PolicyRepository's spec.url (what webhook pushes are matched on)."""
     url = (item.get("spec") or {}).get("url")
     return repository_key(url) if isinstance(url, str) else None
@@ -349,7 +349,7 @@ class Controller:
         with self._lock:
             return any(w.is_alive() for w in self._workers.values())
 
-    def _reconcile_one(self, name: str, item: dict, pushed: bool = False) -> None:
+    def _reconcile_one(self, name: str, item: dict[str, Any], pushed: bool = False) -> None:
         rec = self._reconciler(name)
         try:
             rec.reconcile(pushed=pushed)

@@ -16,12 +16,22 @@ import logging
 import os
 import signal
 import threading
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kgwe.audit.log import COMMIT_INTERVAL_SECONDS
 from kgwe.errors import KgweError
 from kgwe.httpd.exposure import INSECURE_PUBLIC_METRICS
 from kgwe.vocab import CONTROLLER_NAME, GPU_OPERATOR_NAMESPACE, KGWE_NAMESPACE
+
+if TYPE_CHECKING:  # imported where used: `kgwe controller --help` loads none of them
+    from kubernetes import client
+
+    from kgwe.reconcile.certificates import CertificateKeeper
+    from kgwe.reconcile.costs import CostDuties
+    from kgwe.reconcile.status import Outcome
+    from kgwe.render.render import RenderOptions
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -146,7 +156,7 @@ def _listen(text: str) -> tuple[str, int]:
         raise KgweError(f"--listen {text!r} is not HOST:PORT") from exc
 
 
-def _cost_duties(args: argparse.Namespace):
+def _cost_duties(args: argparse.Namespace) -> CostDuties:
     from kgwe.reconcile.costs import cost_duties
 
     cache = Path(args.cache_dir)
@@ -157,7 +167,7 @@ def _cost_duties(args: argparse.Namespace):
     )
 
 
-def _render_options(args: argparse.Namespace):
+def _render_options(args: argparse.Namespace) -> RenderOptions:
     from kgwe.render.render import DEFAULT_EXTENDER_URL, RenderOptions, extender_client_cert_dir
 
     url = args.extender_url or DEFAULT_EXTENDER_URL
@@ -171,7 +181,9 @@ def _render_options(args: argparse.Namespace):
     )
 
 
-def _certificates(args: argparse.Namespace, api, is_leader):
+def _certificates(
+    args: argparse.Namespace, api: client.ApiClient, is_leader: Callable[[], bool]
+) -> CertificateKeeper | None:
     """The certificate keeper `--certificates` asks for (None: none)."""
     components = [c.strip() for c in args.certificates.split(",") if c.strip()]
     if not components or args.once:
@@ -188,7 +200,7 @@ def _certificates(args: argparse.Namespace, api, is_leader):
 _APPLIED_PHASES = frozenset({"ready", "progressing"})
 
 
-def _report_once(outcomes: dict) -> int:
+def _report_once(outcomes: Mapping[str, Outcome | None]) -> int:
     if not outcomes:
         print("no PolicyRepository to reconcile")
         return 1

@@ -107,7 +107,7 @@ def _say(text: str) -> None:
     print(text, flush=True)
 
 
-def _show(api: client.ApiClient, pools: dict[str, list[str]], status: dict) -> str:
+def _show(api: client.ApiClient, pools: dict[str, list[str]], status: dict[str, Any]) -> str:
     from kubernetes import client
 
     core = client.CoreV1Api(api)
@@ -129,7 +129,7 @@ def _show(api: client.ApiClient, pools: dict[str, list[str]], status: dict) -> s
             mark = {"success": "✓", "pending": "⟳", "failed": "✗"}.get(state, "…")
             cells.append(f"{name}={config}{mark}")
         lines.append(f"  {pool}:\n    " + "  ".join(cells))
-    ready: dict = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {})
+    ready: dict[str, Any] = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {})
     lines.append(
         f"  Ready={ready.get('status', '?')} ({ready.get('reason', '')}): {ready.get('message', '')[:140]}"
     )
@@ -153,7 +153,9 @@ def _wait_ready(
         if view != last:
             _say(f"[{time.strftime('%H:%M:%S')}]\n{view}")
             last = view
-        ready: dict = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {})
+        ready: dict[str, Any] = next(
+            (c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {}
+        )
         applied = str(status.get("lastAppliedRevision", "")).rsplit("sha1:", 1)[-1]
         if ready.get("status") == "True" and applied and _contains(bare, applied, revision):
             return
@@ -170,7 +172,7 @@ def _contains(bare: Path, commit: str, ancestor: str) -> bool:
     return subprocess.run(args, cwd=bare, env=env, capture_output=True).returncode == 0
 
 
-def _sample_documents(kind: str, folder: str) -> list[dict]:
+def _sample_documents(kind: str, folder: str) -> list[dict[str, Any]]:
     """The `kind` documents of sample-repo/<folder>/ (the demo's budgets)."""
     from kgwe.resources import sample_repo_dir
 
@@ -182,7 +184,7 @@ def _sample_documents(kind: str, folder: str) -> list[dict]:
     ]
 
 
-def _prepare_cluster(api: client.ApiClient, budgets: list[dict]) -> None:
+def _prepare_cluster(api: client.ApiClient, budgets: list[dict[str, Any]]) -> None:
     """KGWE's CRDs (served before anything uses them) and the namespaces the demo and the budgets use."""
     from kgwe.cluster.client import ensure_namespace
     from kgwe.cluster.crds import install_crds
@@ -321,7 +323,7 @@ def _start_controller(
     return controller, stop, thread
 
 
-def start_kgwe_scheduling(cp: ControlPlane, policy_dir: Path) -> tuple[subprocess.Popen[bytes], int]:
+def start_kgwe_scheduling(cp: ControlPlane, policy_dir: Path) -> tuple[subprocess.Popen[str], int]:
     """The extender as its own process, and kube-scheduler restarted with KGWE's rendered configuration
     (profile `kgwe-scheduler`, calling that extender). Returns the extender process and its port."""
     from kgwe.localcluster.extender_process import start_extender
@@ -402,7 +404,7 @@ def place_workloads(api: client.ApiClient, timeout: float) -> list[tuple[str, st
                 raise KgweError(f"GPUWorkload {namespace}/{name} not placed within {timeout:.0f}s: {said}")
             time.sleep(0.5)
 
-        def admitted(namespace: str = namespace, name: str = name) -> dict | None:
+        def admitted(namespace: str = namespace, name: str = name) -> dict[str, Any] | None:
             """The workload's status once its admission is written (the pods may be bound before it)."""
             obj = custom.get_namespaced_custom_object(
                 API_GROUP, CRD_VERSION, namespace, GPU_WORKLOAD_PLURAL, name
@@ -475,7 +477,7 @@ def follow_demand(api: client.ApiClient, timeout: float) -> None:
 
     custom = client.CustomObjectsApi(api)
 
-    def record() -> dict:
+    def record() -> dict[str, Any]:
         repo = custom.get_namespaced_custom_object(API_GROUP, CRD_VERSION, NS, POLICY_REPOSITORY_PLURAL, REPO)
         return ((repo.get("status") or {}).get("rebalance") or {}).get("inference-h100") or {}
 
@@ -592,7 +594,7 @@ def _check_monitoring(
     prom: PrometheusServer,
     api: client.ApiClient,
     pools: dict[str, list[str]],
-    extender: subprocess.Popen[bytes],
+    extender: subprocess.Popen[str],
 ) -> None:
     """Every dashboard panel has data on the real Prometheus; then provoke alerts and see them fire (rules
     evaluated every second, `for:` windows dropped): a node's MIG manager reports failed, a GPU turns
