@@ -9,14 +9,14 @@ import logging
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from kgwe.httpd.access import ALLOWED, AccessGuard, Verdict
+from kgwe.httpd.access import ALLOWED, AccessGuard, Reviewer, Verdict
 
 log = logging.getLogger(__name__)
 
 REVIEW_TIMEOUT_SECONDS = 5.0
 
 
-def token_reviewer(api: client.ApiClient):
+def token_reviewer(api: client.ApiClient) -> Reviewer:
     """A kgwe.httpd.access.Reviewer backed by the API server `api` talks to."""
     authn = client.AuthenticationV1Api(api)
     authz = client.AuthorizationV1Api(api)

@@ -23,6 +23,7 @@ import copy
 import hashlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import orjson
 from kubernetes import client, dynamic
@@ -60,17 +61,17 @@ class ObjectRef:
     name: str
 
     @classmethod
-    def of(cls, obj: dict) -> ObjectRef:
+    def of(cls, obj: dict[str, Any]) -> ObjectRef:
         meta = obj.get("metadata") or {}
         if not obj.get("apiVersion") or not obj.get("kind") or not meta.get("name"):
             raise KgweError(f"rendered object lacks apiVersion/kind/metadata.name: {str(obj)[:120]}")
         return cls(obj["apiVersion"], obj["kind"], meta.get("namespace") or None, meta["name"])
 
     @classmethod
-    def from_status(cls, entry: dict) -> ObjectRef:
+    def from_status(cls, entry: dict[str, Any]) -> ObjectRef:
         return cls(entry["apiVersion"], entry["kind"], entry.get("namespace") or None, entry["name"])
 
-    def as_status(self) -> dict:
+    def as_status(self) -> dict[str, Any]:
         out = {"apiVersion": self.api_version, "kind": self.kind, "name": self.name}
         if self.namespace:
             out["namespace"] = self.namespace
@@ -101,14 +102,14 @@ class SyncResult:
         return bool(self.created or self.updated or self.pruned)
 
 
-def desired_hash(obj: dict) -> str:
+def desired_hash(obj: dict[str, Any]) -> str:
     """Content hash of a desired object (without the hash annotation itself), stable across runs."""
     clean = copy.deepcopy(obj)
     (clean.get("metadata") or {}).get("annotations", {}).pop(DESIRED_HASH_ANNOTATION, None)
     return hashlib.sha256(orjson.dumps(clean, option=orjson.OPT_SORT_KEYS)).hexdigest()[:20]
 
 
-def with_ownership(obj: dict, repository: str) -> dict:
+def with_ownership(obj: dict[str, Any], repository: str) -> dict[str, Any]:
     """The object as KGWE applies it: managed-by and repository labels, and the desired-content hash."""
     out = copy.deepcopy(obj)
     meta = out.setdefault("metadata", {})
@@ -118,7 +119,7 @@ def with_ownership(obj: dict, repository: str) -> dict:
     return out
 
 
-def comparable(obj: dict, ignored_annotations: Iterable[str] = ()) -> dict:
+def comparable(obj: dict[str, Any], ignored_annotations: Iterable[str] = ()) -> dict[str, Any]:
     """An object without the fields the server changes on every write (for live vs dry-run equality), nor
     the `ignored_annotations` (the stamp of the commit that last changed it)."""
     out = copy.deepcopy(obj)
@@ -181,13 +182,16 @@ class Applier:
                     f"the cluster does not serve {ref.api_version} {ref.kind} (CRD missing?)"
                 ) from exc
 
-    def _live(self, resource: Resource, ref: ObjectRef) -> dict | None:
+    def _live(self, resource: Resource, ref: ObjectRef) -> dict[str, Any] | None:
         try:
-            return resource.get(name=ref.name, namespace=ref.namespace).to_dict()
+            live: dict[str, Any] = resource.get(name=ref.name, namespace=ref.namespace).to_dict()
+            return live
         except NotFoundError:
             return None
 
-    def _ssa(self, resource: Resource, obj: dict, ref: ObjectRef, *, dry_run: bool) -> dict:
+    def _ssa(
+        self, resource: Resource, obj: dict[str, Any], ref: ObjectRef, *, dry_run: bool
+    ) -> dict[str, Any]:
         result = self.dyn.server_side_apply(
             resource,
             body=obj,
@@ -197,15 +201,16 @@ class Applier:
             force_conflicts=True,
             dry_run="All" if dry_run else None,
         )
-        return result.to_dict()
+        applied: dict[str, Any] = result.to_dict()
+        return applied
 
-    def _desired(self, obj: dict) -> dict:
+    def _desired(self, obj: dict[str, Any]) -> dict[str, Any]:
         """The object as applied: ownership, then the stamp (outside the desired-content hash)."""
         desired = with_ownership(obj, self.repository)
         desired["metadata"]["annotations"].update(self.stamp)
         return desired
 
-    def diff(self, obj: dict) -> tuple[str, dict | None, dict]:
+    def diff(self, obj: dict[str, Any]) -> tuple[str, dict[str, Any] | None, dict[str, Any]]:
         """("create" | "update" | "unchanged", live, would-be) for one desired object, writing nothing."""
         desired = self._desired(obj)
         ref = ObjectRef.of(desired)
@@ -217,7 +222,7 @@ class Applier:
         same = comparable(would_be, STAMP_ANNOTATIONS) == comparable(live, STAMP_ANNOTATIONS)
         return ("unchanged" if same else "update"), live, would_be
 
-    def apply(self, objects: Sequence[dict], result: SyncResult | None = None) -> SyncResult:
+    def apply(self, objects: Sequence[dict[str, Any]], result: SyncResult | None = None) -> SyncResult:
         """Apply only the objects whose dry run differs from live."""
         result = result or SyncResult()
         for obj in objects:
@@ -277,7 +282,7 @@ class Applier:
             result.pruned.append(ref)
         return result
 
-    def sync(self, objects: Sequence[dict], previous: Iterable[ObjectRef]) -> SyncResult:
+    def sync(self, objects: Sequence[dict[str, Any]], previous: Iterable[ObjectRef]) -> SyncResult:
         """Apply then prune; the new inventory is `[ObjectRef.of(o) for o in objects]` + skipped prunes."""
         refs = [ObjectRef.of(o) for o in objects]
         if len(set(refs)) != len(refs):

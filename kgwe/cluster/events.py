@@ -31,7 +31,7 @@ class EventRecorder:
         self.core = client.CoreV1Api(api_client)
         self.allowed = allowed  # e.g. "still the leader": nothing is written otherwise
         self.component = component
-        self._seen: dict[tuple, tuple[str, int]] = {}
+        self._seen: dict[tuple[str, str | None, str, str, str], tuple[str, int]] = {}
         self._lock = threading.Lock()
         self.writes = 0
 

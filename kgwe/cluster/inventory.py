@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from kubernetes import client
@@ -58,7 +59,7 @@ class GpuNodeFacts:
     unschedulable: bool
     gpu_pods: list[str] = field(default_factory=list)  # namespace/name
     whole_gpus_in_use: int = 0
-    mig_in_use: Counter = field(default_factory=Counter)  # profile -> instances held
+    mig_in_use: Counter[str] = field(default_factory=Counter)  # profile -> instances held
     mig_by_pod: dict[str, dict[str, int]] = field(default_factory=dict)  # namespace/name -> profile -> held
     pod_started: dict[str, str] = field(default_factory=dict)  # namespace/name -> status.startTime (MIG pods)
 
@@ -83,7 +84,7 @@ class GpuNodeFacts:
         return CORDONED_ANNOTATION in self.annotations
 
     @property
-    def requested_at(self):
+    def requested_at(self) -> datetime | None:
         return parse_time(self.annotations.get(REQUESTED_AT_ANNOTATION))
 
     @property
@@ -147,7 +148,9 @@ def read_gpu_nodes(api_client: client.ApiClient) -> list[GpuNodeFacts]:
     return read_gpu_nodes_and_unscheduled(api_client)[0]
 
 
-def read_gpu_nodes_and_unscheduled(api_client: client.ApiClient) -> tuple[list[GpuNodeFacts], list[dict]]:
+def read_gpu_nodes_and_unscheduled(
+    api_client: client.ApiClient,
+) -> tuple[list[GpuNodeFacts], list[dict[str, Any]]]:
     """The GPU nodes' facts, and the live pods no node holds yet (from the same pod list: MIG rebalancing
     reads pending demand from them at no extra API call)."""
     core = client.CoreV1Api(api_client)
@@ -195,7 +198,7 @@ def inventory_document(
     name: str = "cluster",
     cluster: str | None = None,
     mig_configs: Mapping[str, Any] | None = None,
-) -> dict:
+) -> dict[str, Any]:
     """A GPUInventory object (as YAML/JSON data) describing `facts`; validated by kgwe.policy."""
     nodes = []
     for f in facts:

@@ -70,17 +70,19 @@ def holds_gpu(pod: Mapping[str, Any]) -> bool:
     return any(v > 0 for v in pod_gpu_requests(pod).values())
 
 
-def live_pods(core: client.CoreV1Api) -> list[dict]:
+def live_pods(core: client.CoreV1Api) -> list[dict[str, Any]]:
     """Every pod not yet finished, cluster-wide, as plain dicts."""
     return list_items(
         core.list_pod_for_all_namespaces, field_selector="status.phase!=Succeeded,status.phase!=Failed"
     )
 
 
-def gpu_pods_by_node(core: client.CoreV1Api, pods: list[dict] | None = None) -> dict[str, list[dict]]:
+def gpu_pods_by_node(
+    core: client.CoreV1Api, pods: list[dict[str, Any]] | None = None
+) -> dict[str, list[dict[str, Any]]]:
     """node -> the pods holding GPUs on it (`pods`: a list already read, else read now)."""
     pods = live_pods(core) if pods is None else pods
-    out: dict[str, list[dict]] = defaultdict(list)
+    out: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for pod in pods:
         if holds_gpu(pod):
             out[pod["spec"]["nodeName"]].append(pod)
@@ -123,7 +125,7 @@ class NodeOps:
         if self.guard is not None and not self.guard():
             raise NotLeader("lost leadership; stopping the rollout before the next write")
 
-    def _patch(self, name: str, body: dict, change: NodeChange | None = None) -> None:
+    def _patch(self, name: str, body: dict[str, Any], change: NodeChange | None = None) -> None:
         self._check_leader()
         if self.stamp:
             meta = body.setdefault("metadata", {})
