@@ -1,0 +1,141 @@
+"""The reconciler's audit duty on plain data (kgwe.reconcile.audit_trail): which passes leave an entry, when
+the waiting entries are due for a commit, and what a commit's outcome keeps. Committing to a real Git
+server: tests/reconcile/test_audit_e2e.py."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+
+from kgwe.audit.log import NodeChange
+from kgwe.audit.stamp import Stamp
+from kgwe.cluster.apply import ObjectRef, SyncResult
+from kgwe.gitops.commit_back import CommitBack
+from kgwe.policy.cluster_kinds import PolicyRepositorySpec
+from kgwe.reconcile.audit_trail import AuditTrail
+from kgwe.reconcile.rebalancing import RebalanceResult
+from kgwe.reconcile.summary import Pass
+from kgwe.vocab import BUDGET_QUOTA_NAME
+
+SHA = "0123456789abcdef0123456789abcdef01234567"
+T0 = datetime(2026, 11, 15, 12, 0, tzinfo=UTC)
+FLUSH_SECONDS = 300.0
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+def _no_commit(spec: PolicyRepositorySpec, workdir: str) -> CommitBack:
+    raise AssertionError("deciding what is due opens no commit")
+
+
+def trail(clock: Clock, leader: list[bool]) -> AuditTrail:
+    return AuditTrail(
+        "kgwe-system/fleet",
+        now=clock,
+        is_leader=lambda: leader[0],
+        flush_seconds=FLUSH_SECONDS,
+        open_commit=_no_commit,
+        warn=lambda obj, reason, message: None,
+        rejected=lambda: None,
+    )
+
+
+def quota(namespace: str, gpus: str) -> dict[str, object]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": BUDGET_QUOTA_NAME, "namespace": namespace},
+        "spec": {"hard": {"requests.nvidia.com/gpu": gpus}},
+    }
+
+
+def a_pass(*, reports: bool = True, sync: SyncResult | None = None, stamped: bool = True) -> Pass:
+    spec = PolicyRepositorySpec.model_validate(
+        {
+            "url": "https://git.example/fleet.git",
+            "path": "policy",
+            **({"reports": {"path": "reports"}} if reports else {}),
+        }
+    )
+    stamp = Stamp.of("main", SHA, "Ada", "ada@example.com")
+    return Pass(
+        {"metadata": {"name": "fleet", "namespace": "kgwe-system"}},
+        spec,
+        RebalanceResult(),
+        stamp=stamp if stamped else None,
+        converged=stamp.revision if stamped else None,
+        sync=sync,
+        quotas=[quota("team-a", "4"), quota("team-b", "8")],
+        quota_caps={"team-a": 4},
+    )
+
+
+def wrote() -> SyncResult:
+    return SyncResult(
+        created=[ObjectRef("v1", "ConfigMap", "gpu-operator", "mig-parted")],
+        updated=[ObjectRef("v1", "ResourceQuota", "team-a", BUDGET_QUOTA_NAME)],
+    )
+
+
+def test_a_pass_that_wrote_leaves_one_entry_naming_writes_nodes_and_capped_quotas():
+    clock, leader = Clock(), [True]
+    t = trail(clock, leader)
+    t.add(a_pass(sync=wrote()), [NodeChange("gpu-1", "relabel", "nvidia.com/mig.config", "all-1g.10gb")])
+    (entry,) = t.entries
+    record = json.loads(entry.line())
+    assert record["repository"] == "kgwe-system/fleet"
+    assert record["applied"] == f"main@sha1:{SHA}"
+    assert entry.created == ["ConfigMap/gpu-operator/mig-parted"]
+    assert [(q.namespace, q.capped) for q in entry.quotas] == [("team-a", True)]  # team-b was not written
+    assert [n.node for n in entry.nodes] == ["gpu-1"]
+
+
+def test_passes_that_wrote_nothing_or_have_no_reports_or_stamp_leave_none():
+    clock, leader = Clock(), [True]
+    t = trail(clock, leader)
+    t.add(a_pass(sync=SyncResult()), [])
+    t.add(a_pass(sync=wrote(), reports=False), [NodeChange("gpu-1", "cordon")])
+    t.add(a_pass(sync=wrote(), stamped=False), [])
+    assert t.entries == []
+
+
+def test_the_log_is_due_at_once_with_a_snapshot_else_every_flush_interval_and_for_the_leader_only():
+    clock, leader = Clock(), [True]
+    t = trail(clock, leader)
+    spec = a_pass().spec
+    assert t.files(spec, due=True) == {}  # nothing waits
+    t.add(a_pass(sync=wrote()), [])
+    assert list(t.files(spec, due=False)) == ["reports/audit/2026-11.jsonl"]  # never committed yet
+    t.done("pushed")
+    assert t.entries == []
+    t.add(a_pass(sync=wrote()), [])
+    clock.now += timedelta(seconds=FLUSH_SECONDS - 1)
+    assert t.files(spec, due=False) == {}  # committed less than an interval ago
+    assert list(t.files(spec, due=True)) == ["reports/audit/2026-11.jsonl"]  # with a snapshot: now
+    clock.now += timedelta(seconds=1)
+    assert list(t.files(spec, due=False)) == ["reports/audit/2026-11.jsonl"]
+    leader[0] = False
+    assert t.files(spec, due=True) == {}
+
+
+def test_a_failed_push_keeps_the_entries_and_the_edit_appends_to_what_the_branch_holds():
+    clock, leader = Clock(), [True]
+    t = trail(clock, leader)
+    t.add(a_pass(sync=wrote()), [])
+    t.done("failed")
+    assert len(t.entries) == 1  # tried again with the next commit
+    clock.now += timedelta(seconds=FLUSH_SECONDS)
+    t.add(a_pass(sync=wrote()), [])
+    (edit,) = t.files(a_pass().spec, due=False).values()
+    existing = b'{"earlier": true}\n'
+    appended = edit(existing)
+    assert appended is not None and appended.startswith(existing)
+    assert len(appended[len(existing) :].splitlines()) == 2
+    t.done("rejected")  # refused for good: not retried
+    assert t.entries == []
