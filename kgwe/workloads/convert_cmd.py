@@ -53,9 +53,9 @@ def _read(path: str) -> bytes:
 
 
 def _needs(manifest: dict[str, Any], policy: Any) -> list[Any]:
-    """What would still keep the converted workload from being admitted (kgwe.workloads.admission)."""
+    """What would still keep the converted workload from being admitted (kgwe.policy.admission)."""
+    from kgwe.policy.admission import ClusterView, PolicyView, findings
     from kgwe.policy.gpu_workload import GPUWorkload
-    from kgwe.workloads.admission import ClusterView, PolicyView, findings
 
     wl = GPUWorkload.model_validate(manifest)
     namespace = wl.metadata.namespace if wl.metadata else None
@@ -63,7 +63,7 @@ def _needs(manifest: dict[str, Any], policy: Any) -> list[Any]:
 
 
 def _write_suggestions(directory: Path, manifests: list[dict[str, Any]], policy: Any) -> list[Path]:
-    from kgwe.workloads.admission import profiles_of
+    from kgwe.policy.admission import profiles_of
     from kgwe.workloads.convert import suggested_priority_class, suggested_scoring_profile
 
     directory.mkdir(parents=True, exist_ok=True)
