@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from kgwe.errors import KgweError
-from kgwe.fleet.cluster import add_cluster_arguments
+from kgwe.fleet.cluster import Fleet, add_cluster_arguments
 from kgwe.vocab import GPU_WORKLOAD_RESOURCE
 
 DRY_RUN = ("none", "server", "client")
@@ -124,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def submit(fleet: Any, body: dict[str, Any], *, server_dry_run: bool) -> str:
+def submit(fleet: Fleet, body: dict[str, Any], *, server_dry_run: bool) -> str:
     """Create `body`, or replace the live object's spec, labels and annotations; what happened."""
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException

@@ -13,7 +13,7 @@ import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import orjson
 
@@ -322,7 +322,10 @@ def _shape(raw: object, i: int, where: str) -> Shape:
     return Shape(kind, count, profile, milli, preference)
 
 
-def _get(doc: Mapping, key: str, typ: type, where: str, prefix: str = "") -> Any:
+_T = TypeVar("_T")
+
+
+def _get(doc: Mapping[str, object], key: str, typ: type[_T], where: str, prefix: str = "") -> _T:
     value = doc.get(key)
     if not isinstance(value, typ):
         raise DemandRecordError(f"{where}: {prefix}{key}: missing or not a {typ.__name__}")

@@ -338,7 +338,7 @@ def quota_admission(quota: Mapping[str, Any] | None, needs: Mapping[str, int]) -
     return None
 
 
-def _qty(value: Any) -> int:
+def _qty(value: object) -> int:
     text = str(value).strip()
     try:
         return int(text)

@@ -56,12 +56,12 @@ def violations(
 
 def _present(template: Mapping[str, Any], path: FieldPath) -> bool:
     """`path` is set in `template` (the workload's own; else the value came from the runtime)."""
-    node: Any = template
+    node: object = template
     for key in path:
-        if isinstance(key, int):
-            if not isinstance(node, list) or key >= len(node):
-                return False
-        elif not isinstance(node, Mapping) or key not in node:
+        if isinstance(node, list) and isinstance(key, int) and key < len(node):
+            node = node[key]
+        elif isinstance(node, Mapping) and isinstance(key, str) and key in node:
+            node = node.get(key)
+        else:
             return False
-        node = node[key]
     return True

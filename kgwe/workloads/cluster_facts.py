@@ -92,7 +92,7 @@ def budget_quota(api: client.ApiClient, namespace: str) -> dict[str, Any] | None
         raise
 
 
-def _config_map_json(api: client.ApiClient, namespace: str, name: str, key: str) -> Any:
+def _config_map_json(api: client.ApiClient, namespace: str, name: str, key: str) -> object:
     try:
         cm = client.CoreV1Api(api).read_namespaced_config_map(name, namespace)
     except ApiException:

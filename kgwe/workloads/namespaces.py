@@ -227,7 +227,7 @@ def ours(labels: Mapping[str, str] | None) -> bool:
     return (labels or {}).get(MANAGED_BY_LABEL) == MANAGED_BY_VALUE
 
 
-def _grants(rb: Any, subject: dict[str, str]) -> bool:
+def _grants(rb: client.V1RoleBinding, subject: dict[str, str]) -> bool:
     """The binding grants exactly the writer role to exactly us (anything else is re-applied)."""
     ref = rb.role_ref
     subjects = [
