@@ -47,7 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_cluster_arguments(parser)
 
 
-def summary(ps: PolicySet) -> dict:
+def summary(ps: PolicySet) -> dict[str, object]:
     kinds = Counter(e.obj.kind for e in ps.entries)
     return {
         "path": str(ps.root),

@@ -107,7 +107,7 @@ def record_from_intervals(
     last end and keeps its largest request. The metering store keeps no topology preference, so every shape
     says "None" (docs/demand-record.md)."""
     since_s, until_s = _epoch(since), _epoch(until)
-    by_pod: dict[str, list] = {}
+    by_pod: dict[str, list[Any]] = {}  # [arrival, end, largest shape, (namespace, team)]
     for iv in intervals:
         key = getattr(iv, "pod_uid", "") or f"{iv.namespace}/{iv.pod}"
         start = _epoch(iv.start)
@@ -340,7 +340,7 @@ def _name(s: object, limit: int = MAX_NAME_CHARS) -> bool:
     return isinstance(s, str) and 0 < len(s) <= limit
 
 
-def _time(doc: Mapping, key: str, where: str) -> datetime:
+def _time(doc: Mapping[str, object], key: str, where: str) -> datetime:
     raw = doc.get(key)
     try:
         value = datetime.fromisoformat(raw) if isinstance(raw, str) and len(raw) <= 40 else None

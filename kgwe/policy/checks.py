@@ -16,6 +16,7 @@ from kgwe.gpu import catalog
 from kgwe.gpu.catalog import GPUModel
 from kgwe.gpu.layouts import fit
 from kgwe.policy.admission import ClusterView, PolicyView, findings
+from kgwe.policy.diagnostics import Path as FieldPath
 from kgwe.policy.diagnostics import did_you_mean
 from kgwe.policy.gpu_workload import BATCH_TYPES, GPURequirements, NodeOffer
 from kgwe.policy.models import (
@@ -516,17 +517,17 @@ def check_budgets(ps: PolicySet) -> None:
             )
 
 
-def _per_role(wl: GPUWorkload, attribute: str, key: str) -> list[tuple[tuple, Any]]:
+def _per_role(wl: GPUWorkload, attribute: str, key: str) -> list[tuple[FieldPath, Any]]:
     """A field the workload sets for all roles and each role may override (`key` in YAML), with its field
     path: the workload's, then every role's own."""
-    out: list[tuple[tuple, Any]] = [(("spec", key), getattr(wl.spec, attribute))]
+    out: list[tuple[FieldPath, Any]] = [(("spec", key), getattr(wl.spec, attribute))]
     for i, role in enumerate(wl.spec.roles or []):
         if getattr(role, attribute) is not None:
             out.append((("spec", "roles", i, key), getattr(role, attribute)))
     return out
 
 
-def _requirements(wl: GPUWorkload) -> list[tuple[tuple, GPURequirements]]:
+def _requirements(wl: GPUWorkload) -> list[tuple[FieldPath, GPURequirements]]:
     """Every gpuRequirements block of a workload with its field path."""
     return _per_role(wl, "gpu_requirements", "gpuRequirements")
 
