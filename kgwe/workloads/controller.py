@@ -6,8 +6,8 @@ kgwe.policy.admission: the namespace opted in, the pod templates as its PodTempl
 feasible on this cluster's nodes, a gang engine, scoring profile and PriorityClass resolved; then the
 namespace's kgwe-budget quota has room) -> create the run's children in order (PodGroup before the pods) ->
 read them back into conditions, phase and placements -> restart the whole gang after a member failure, with
-backoff. Pure decisions live in kgwe.policy.admission, .plan and .status; this module only reads and
-writes.
+backoff. Pure decisions live in kgwe.policy.admission and .workload_resolution and in
+kgwe.workloads.plan and .status; this module only reads and writes.
 """
 
 from __future__ import annotations
