@@ -25,7 +25,7 @@ class Command(NamedTuple):
 
 COMMANDS: dict[str, Command] = {
     "validate": Command(
-        "kgwe.policy.validate_cmd", "check a policy repository or manifest (exit 1 on errors)"
+        "kgwe.fleet.validate_cmd", "check a policy repository or manifest (exit 1 on errors)"
     ),
     "schema": Command("kgwe.policy.schema_cmd", "write the JSON Schemas of the KGWE kinds (and the CRDs)"),
     "render": Command("kgwe.render.render_cmd", "render the Kubernetes objects a policy repository asks for"),

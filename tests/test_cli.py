@@ -47,7 +47,7 @@ def test_validate_imports_no_heavy_module():
     assert result["CODE"] == "0", result["stdout"]
     assert "sample-repo: valid" in result["stdout"]
     assert result["HEAVY"] == ""
-    assert result["COMMANDS"] == "kgwe.policy.validate_cmd"
+    assert result["COMMANDS"] == "kgwe.fleet.validate_cmd"
 
 
 def test_help_lists_every_command_without_importing_any():

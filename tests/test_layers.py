@@ -1,6 +1,7 @@
 """The import structure holds: every module stands in one layer of the import-linter layers contract
 (pyproject.toml, checked by `make lint`), and no import, at a module's top or inside a function, closes a
-cycle of modules."""
+cycle of modules, nor a cycle of folders (kgwe.policy importing kgwe.workloads while kgwe.workloads imports
+kgwe.policy: each module may sit in its layer and still tie two folders together)."""
 
 from __future__ import annotations
 
@@ -66,6 +67,23 @@ def _cycles(graph: grimp.ImportGraph) -> list[list[str]]:
     return found
 
 
+def _folders(graph: grimp.ImportGraph) -> grimp.ImportGraph:
+    """The import graph with each folder of the package (kgwe.policy, kgwe.workloads, ...) as one module; a
+    module of the package's root stands as itself."""
+    folders = grimp.ImportGraph()
+
+    def folder(module: str) -> str:
+        return ".".join(module.split(".")[:2])
+
+    for module in graph.modules:
+        folders.add_module(folder(module))
+    for module in graph.modules:
+        for imported in graph.find_modules_directly_imported_by(module):
+            if folder(module) != folder(imported):
+                folders.add_import(importer=folder(module), imported=folder(imported))
+    return folders
+
+
 def _is_face(module: str) -> bool:
     return (_ROOT / Path(*module.split(".")) / "__init__.py").exists()
 
@@ -91,6 +109,13 @@ def test_no_import_closes_a_cycle() -> None:
     assert not cycles, "\n".join(" <-> ".join(c) for c in cycles)
 
 
+def test_no_import_between_folders_closes_a_cycle() -> None:
+    """A folder's modules build on the folders below it only: pure code two folders need lives in the lower
+    one, and a command that needs several folders lives in one above them all."""
+    cycles = _cycles(_folders(grimp.build_graph("kgwe")))
+    assert not cycles, "\n".join(" <-> ".join(c) for c in cycles)
+
+
 def test_the_cycle_finder_finds_a_cycle() -> None:
     graph = grimp.ImportGraph()
     for module in ("a", "a.x", "a.y", "a.z"):
@@ -99,4 +124,12 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
     graph.add_import(importer="a.y", imported="a.x")
     graph.add_import(importer="a.z", imported="a.x")
     assert _cycles(graph) == [["a.x", "a.y"]]
+    folders = grimp.ImportGraph()
+    for module in ("a", "a.p", "a.p.x", "a.p.w", "a.q", "a.q.y", "a.q.z", "a.r"):
+        folders.add_module(module)
+    folders.add_import(importer="a.p.x", imported="a.q.y")
+    folders.add_import(importer="a.q.z", imported="a.p.w")
+    folders.add_import(importer="a.r", imported="a.p.x")
+    assert _cycles(folders) == []  # no module cycle ...
+    assert _cycles(_folders(folders)) == [["a.p", "a.q"]]  # ... but a folder cycle
     assert _layer_of("kgwe.policy.loader", [{"kgwe.cli"}, {"kgwe.policy"}]) == [1]

@@ -18,6 +18,7 @@ from kgwe.cost.allocate import CENT
 from kgwe.cost.forecast import Forecast, forecast_daily
 from kgwe.cost.usage import Period, ensure_utc, month_start, next_month
 from kgwe.errors import KgweError
+from kgwe.policy.budget import GPUBudget
 from kgwe.vocab import BUDGET_QUOTA_NAME, DEFAULT_CURRENCY, quota_key
 
 PERIODS = ("Daily", "Weekly", "Monthly", "Quarterly", "Yearly")
@@ -48,8 +49,8 @@ class BudgetSpec:
             raise KgweError(f"budget {self.name}: limit must be positive")
 
 
-def budget_from_policy(obj: Any) -> BudgetSpec:
-    """Adapt a kgwe.policy GPUBudget (or its dict form) to the plain spec."""
+def budget_from_policy(obj: GPUBudget) -> BudgetSpec:
+    """Adapt a kgwe.policy GPUBudget to the plain spec."""
     spec = obj.spec
     return BudgetSpec(
         name=obj.metadata.name,

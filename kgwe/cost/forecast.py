@@ -16,7 +16,6 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -43,7 +42,7 @@ def _clean(history: np.ndarray) -> np.ndarray:
     return y
 
 
-def _smoothing(y: np.ndarray, horizon: int, **kw: Any) -> np.ndarray:
+def _smoothing(y: np.ndarray, horizon: int, **kw: object) -> np.ndarray:
     from statsmodels.tsa.holtwinters import ExponentialSmoothing
 
     with warnings.catch_warnings():

@@ -24,7 +24,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kgwe.cost.tables import resource_key
 from kgwe.cost.usage import MIG, SHARED, WHOLE, NodeCapacity, UsageInterval, ensure_utc
@@ -38,6 +38,9 @@ from kgwe.vocab import (
     SHARED_GPU_RESOURCE,
     TEAM_LABEL,
 )
+
+if TYPE_CHECKING:  # the database layer is loaded only where metering writes
+    from kgwe.cost.store import CostStore
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +95,7 @@ class Holding:
         return resource_key(self.kind, self.mig_profile, self.gpu_milli)
 
 
+# Any: a field of a pod or node as the API gives it (JSON of any shape); the callers read it as they need
 def _get(obj: Mapping[str, Any] | None, *path: str) -> Any:
     for key in path:
         if not isinstance(obj, Mapping):
@@ -100,7 +104,7 @@ def _get(obj: Mapping[str, Any] | None, *path: str) -> Any:
     return obj
 
 
-def _quantity(value: Any) -> int | None:
+def _quantity(value: object) -> int | None:
     """Extended resources are whole numbers; anything else is not a GPU count we can trust."""
     try:
         number = int(str(value).strip())
@@ -109,7 +113,7 @@ def _quantity(value: Any) -> int | None:
     return number if number >= 0 else None
 
 
-def _parse_time(value: Any) -> datetime | None:
+def _parse_time(value: object) -> datetime | None:
     if isinstance(value, datetime):
         return ensure_utc(value)
     if isinstance(value, str) and value:
@@ -321,7 +325,7 @@ def capacity(info: NodeInfo, at: datetime) -> NodeCapacity:
     return NodeCapacity(info.node, info.gpu_product, info.gpu_count, at, None, info.spot)
 
 
-def apply(store: Any, actions: Iterable[Action]) -> dict[str, int]:
+def apply(store: CostStore, actions: Iterable[Action]) -> dict[str, int]:
     """Write actions to the store; returns counts. Idempotent: replaying actions changes nothing."""
     counts = {"started": 0, "ended": 0, "skipped": 0, "duplicates": 0}
     for action in actions:

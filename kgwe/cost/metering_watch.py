@@ -78,7 +78,7 @@ class MeteringWatch:
         self.totals = {"started": 0, "ended": 0, "skipped": 0, "duplicates": 0, "dropped": 0}
         self.synced = threading.Event()
 
-    def _plain(self, obj: Any) -> dict[str, Any]:
+    def _plain(self, obj: object) -> dict[str, Any]:
         return self.api.sanitize_for_serialization(obj)
 
     def _add(self, counts: Mapping[str, int]) -> None:

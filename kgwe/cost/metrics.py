@@ -13,7 +13,6 @@ import weakref
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from decimal import Decimal
-from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import REGISTRY, Collector, CollectorRegistry
@@ -21,6 +20,7 @@ from prometheus_client.registry import REGISTRY, Collector, CollectorRegistry
 from kgwe.cost.advice import Advice
 from kgwe.cost.budgets import BudgetStatus
 from kgwe.cost.chargeback import Chargeback
+from kgwe.cost.spool import Spool
 
 
 class CostCollector(Collector):
@@ -28,7 +28,7 @@ class CostCollector(Collector):
         self._lock = threading.Lock()
         self._chargeback: Chargeback | None = None
         self._budgets: tuple[BudgetStatus, ...] = ()
-        self.spool: Any = None  # the metering spool (kgwe.cost.spool.Spool) once metering runs
+        self.spool: Spool | None = None  # the metering spool once metering runs
         self._refreshed_at: float | None = None  # Unix time of the last update (metering-behind alert)
         self._mig_savings: Decimal | None = None
         self._advice: Advice | None = None

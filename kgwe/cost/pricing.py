@@ -46,7 +46,7 @@ DEFAULT_SPOT_LABELS: tuple[tuple[str, str | None], ...] = (
 )
 
 
-def parse_money(text: Any, what: str) -> Decimal:
+def parse_money(text: object, what: str) -> Decimal:
     """A price (rules in kgwe.money), or a KgweError naming the field."""
     try:
         return money.parse_money(text)
@@ -150,7 +150,7 @@ def pricebook(
     )
 
 
-def _get(obj: Any, *names: str, default: Any = None) -> Any:
+def _get(obj: object, *names: str, default: object = None) -> object:
     for name in names:
         if isinstance(obj, Mapping) and name in obj:
             return obj[name]
@@ -159,11 +159,12 @@ def _get(obj: Any, *names: str, default: Any = None) -> Any:
     return default
 
 
-def pricebook_from_catalog(catalog: Any) -> PriceBook:
+def pricebook_from_catalog(catalog: object) -> PriceBook:
     """Adapt a PricingCatalog (kgwe.policy model, or its YAML as a dict) into a PriceBook."""
     spec = _get(catalog, "spec", default=catalog)
     rows = []
-    for gpu in _get(spec, "gpus", default=()) or ():
+    gpus = _get(spec, "gpus", default=()) or ()
+    for gpu in gpus if isinstance(gpus, Iterable) else ():
         rows.append(
             {
                 "product": _get(gpu, "product"),
@@ -174,8 +175,8 @@ def pricebook_from_catalog(catalog: Any) -> PriceBook:
     selector = _get(spec, "spotNodeSelector", "spot_node_selector")
     spot_labels = DEFAULT_SPOT_LABELS
     spot_selector = None
-    if selector:
-        spot_selector = tuple((str(k), str(v)) for k, v in dict(selector).items())
+    if isinstance(selector, Mapping) and selector:
+        spot_selector = tuple((str(k), str(v)) for k, v in selector.items())
     return pricebook(
         rows,
         currency=str(_get(spec, "currency", default=DEFAULT_CURRENCY)),
@@ -189,7 +190,7 @@ def pricebook_from_catalog(catalog: Any) -> PriceBook:
     )
 
 
-def _interruption_percent(value: Any) -> Decimal:
+def _interruption_percent(value: object) -> Decimal:
     """The catalog's spotInterruptionRate ("20%" in YAML, Decimal 20 from the model), or the default."""
     if value is None:
         return Decimal(DEFAULT_SPOT_INTERRUPTION_PERCENT)
@@ -204,5 +205,5 @@ def _interruption_percent(value: Any) -> Decimal:
     return percent
 
 
-def _enum_value(value: Any) -> Any:
+def _enum_value(value: object) -> object:
     return getattr(value, "value", value)

@@ -47,12 +47,12 @@ def _csv_row(values: Sequence[Any]) -> str:
     return buf.getvalue()
 
 
-def _md(value: Any) -> str:
+def _md(value: object) -> str:
     """Table-safe Markdown: pipes and newlines would break the row."""
     return str(value).replace("|", "\\|").replace("\n", " ")
 
 
-def _yaml(value: Any) -> str:
+def _yaml(value: object) -> str:
     return json.dumps(str(value))  # JSON strings are valid YAML scalars
 
 

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kgwe.cost.advice import POD_GROUP, Advice, advise, runs_since
 from kgwe.cost.budgets import (
@@ -32,6 +32,11 @@ from kgwe.cost.usage import Period, month_period
 from kgwe.cost.workload_facts import facts_from_objects
 from kgwe.errors import KgweError
 from kgwe.vocab import DEFAULT_REPORTS_PATH
+
+if TYPE_CHECKING:  # the Kubernetes client and Git are loaded only when metering or committing runs
+    from kubernetes.client import ApiClient
+
+    from kgwe.gitops.commit_back import CommitBack
 
 log = logging.getLogger(__name__)
 
@@ -198,17 +203,15 @@ class CostService:
             merged.update(teams)
         return merged
 
-    def start_metering(self, api_client: Any, **watch_options: Any) -> None:
+    def start_metering(self, api_client: ApiClient) -> None:
         from kgwe.cluster.client import list_gpu_workloads
         from kgwe.cost.metering_watch import MeteringWatch
         from kgwe.cost.spool import Spool
 
         self.workloads = lambda: list_gpu_workloads(api_client)
-        watch_options.setdefault("budget_teams", self.budget_teams)
-        if self.spool_path is not None:
-            watch_options.setdefault("spool", Spool(self.spool_path))
+        spool = Spool(self.spool_path) if self.spool_path is not None else None
         self._stop = threading.Event()
-        self.watch = MeteringWatch(api_client, self.store, **watch_options)
+        self.watch = MeteringWatch(api_client, self.store, budget_teams=self.budget_teams, spool=spool)
         self.collector.spool = self.watch.spool
         self._thread = threading.Thread(
             target=self.watch.run, args=(self._stop,), name="kgwe-metering", daemon=True
@@ -257,7 +260,7 @@ class CostService:
         period: Period,
         now: datetime,
         *,
-        commit_back: Any,
+        commit_back: CommitBack,
         path_prefix: str = DEFAULT_REPORTS_PATH,
         prometheus_url: str | None = None,
         extra_files: Mapping[str, str] | None = None,

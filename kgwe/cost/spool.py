@@ -15,13 +15,18 @@ import dataclasses
 import json
 import os
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from kgwe.cost.metering import End, Start
 from kgwe.cost.usage import NodeCapacity, UsageInterval
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+_D = TypeVar("_D", bound="DataclassInstance")  # a record the spool writes as JSON
 
 DEFAULT_MAX_RECORDS = 100_000  # ~30 MB of JSON; a day of churn on a large cluster
 
@@ -40,7 +45,7 @@ class NodeDown:
 Write = Start | End | NodeUp | NodeDown
 
 
-def _encode(obj: Any) -> Any:
+def _encode(obj: object) -> object:
     if isinstance(obj, datetime):
         return {"$t": obj.isoformat()}
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
@@ -48,7 +53,7 @@ def _encode(obj: Any) -> Any:
     return obj
 
 
-def _decode_fields(cls: type, raw: dict) -> Any:
+def _decode_fields(cls: type[_D], raw: Mapping[str, Any]) -> _D:
     values = {}
     for f in dataclasses.fields(cls):
         if f.name not in raw:

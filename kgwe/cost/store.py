@@ -456,7 +456,7 @@ _USAGE_COLUMNS = (
 )
 
 
-def _interval(row: Any) -> UsageInterval:
+def _interval(row: Sequence[Any]) -> UsageInterval:
     pod, ns, team, node, product, kind, count, start, stop, profile, milli, spot, uid = row
     end = None if stop is None else from_epoch(stop)
     return UsageInterval(

@@ -1,9 +1,10 @@
 """What the cost advice needs to know of a GPUWorkload, as plain data, and which metered pods are its own.
 
 Metering records pods by name, and the controller names them after their workload: a batch run's pods
-`<workload>-r<run>-<role>-<index>-<suffix>` (Indexed Jobs named by `kgwe.workloads.plan.child_name`), a
-serving workload's `<workload>-<role>-<hash>-<suffix>` (a Deployment per role). So a pod's name tells its
-workload and, for batch kinds, the run (attempt) it belongs to. Pure: GPUWorkload objects in, plain data out.
+`<workload>-r<run>-<role>-<index>-<suffix>` (Indexed Jobs named by
+`kgwe.policy.workload_resolution.child_name`), a serving workload's `<workload>-<role>-<hash>-<suffix>` (a
+Deployment per role). So a pod's name tells its workload and, for batch kinds, the run (attempt) it belongs
+to. Pure: GPUWorkload objects in, plain data out.
 """
 
 from __future__ import annotations
@@ -75,7 +76,7 @@ def pod_pattern(workload: str, roles: Iterable[str], batch: bool) -> re.Pattern[
     """Names of the pods KGWE's children create: Job pods `<wl>-r<run>-<role>-<index>-<suffix>` (the run as
     group `run`), Deployment pods `<wl>-<role>-<hash>-<suffix>`."""
     names = "|".join(re.escape(role) for role in roles)
-    if batch:  # Jobs kgwe.workloads.plan.child_name(workload, run, role); pods add index, suffix
+    if batch:  # Jobs kgwe.policy.workload_resolution.child_name(workload, run, role); pods add index, suffix
         return re.compile(f"^{re.escape(workload)}-r(?P<run>\\d+)-(?:{names})-\\d+-[a-z0-9]+$")
     return re.compile(f"^{re.escape(workload)}-(?:{names})-[a-z0-9]+-[a-z0-9]+$")
 

@@ -9,9 +9,9 @@ import argparse
 import contextlib
 import os
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kgwe.errors import KgweError
 from kgwe.fleet.output import FORMATS
@@ -24,6 +24,9 @@ from kgwe.vocab import (
     GPU_WORKLOAD_PLURAL,
     POLICY_REPOSITORY_PLURAL,
 )
+
+if TYPE_CHECKING:  # the kubernetes client is imported when a command connects
+    from kubernetes.client.exceptions import ApiException
 
 REQUEST_TIMEOUT_SECONDS = 30.0
 SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
@@ -194,7 +197,8 @@ class Fleet:
 
 
 def requests_by_node(
-    pods_by_node: dict[str, list[dict[str, Any]]], gpu_requests: Any
+    pods_by_node: dict[str, list[dict[str, Any]]],
+    gpu_requests: Callable[[Mapping[str, Any]], Mapping[str, int]],
 ) -> tuple[dict[str, dict[str, int]], dict[str, list[str]]]:
     requests: dict[str, dict[str, int]] = {}
     names: dict[str, list[str]] = {}
@@ -208,7 +212,7 @@ def requests_by_node(
     return requests, names
 
 
-def _api_message(exc: Any) -> str:
+def _api_message(exc: ApiException) -> str:
     import orjson
 
     try:

@@ -59,7 +59,7 @@ HEALTH_COLUMNS = (
 )
 
 
-def _int(value: Any) -> int:
+def _int(value: object) -> int:
     try:
         return int(str(value))
     except (TypeError, ValueError):

@@ -23,7 +23,7 @@ class Column:
     wide: bool = False
 
 
-def cell(value: Any) -> str:
+def cell(value: object) -> str:
     if value is None or value == "" or value == []:
         return NONE
     if isinstance(value, bool):
@@ -45,17 +45,17 @@ def table(rows: Sequence[Mapping[str, Any]], columns: Sequence[Column], *, wide:
     return "\n".join(out) + "\n"
 
 
-def to_json(data: Any) -> str:
+def to_json(data: object) -> str:
     return orjson.dumps(data, option=orjson.OPT_INDENT_2, default=_plain).decode() + "\n"
 
 
-def to_yaml(data: Any) -> str:
+def to_yaml(data: object) -> str:
     import yaml
 
     return yaml.safe_dump(orjson.loads(to_json(data)), sort_keys=False, allow_unicode=True)
 
 
-def _plain(value: Any) -> Any:
+def _plain(value: object) -> str:
     if isinstance(value, datetime):
         return value.strftime("%Y-%m-%dT%H:%M:%SZ")
     return str(value)

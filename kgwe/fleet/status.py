@@ -125,7 +125,7 @@ def gpu_totals(node_rows: Sequence[Mapping[str, Any]]) -> dict[str, int]:
     return out
 
 
-def _quantity(value: Any) -> float | None:
+def _quantity(value: object) -> float | None:
     try:
         return float(str(value))
     except (TypeError, ValueError):

@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
             raise KgweError(f'no ScoringProfile "{args.profile}" in {root}{hint}; known: {known}')
         entry = by_name[args.profile]
     else:
-        defaults = [e for e in entries if e.obj.spec.default]  # type: ignore[attr-defined]
+        defaults = [e for e in entries if e.obj.spec.default]
         # With errors in the checkout the default profile may be among the unreadable files: never guess
         chosen = defaults or ([] if ps.errors else entries)
         if len(chosen) != 1:
@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
     name = profile.metadata.name
     path = root / entry.file
     where = f"{entry.file}:{entry.doc.line}"
-    if profile.spec.strategy == args.strategy and ("spec", "strategy") in entry.doc.positions:  # type: ignore[attr-defined]
+    if profile.spec.strategy == args.strategy and ("spec", "strategy") in entry.doc.positions:
         print(f"ScoringProfile/{name} already uses {args.strategy} ({where}); nothing to change")
         return 0
     if path.is_symlink():
@@ -117,7 +117,7 @@ def _check(text: str, path: Path, line: int, name: str, strategy: str) -> None:
         copy.write_text(text, encoding="utf-8")
         ps = load_repository(copy, checks=False)
     ok = [e for e in ps.entries_of(ScoringProfile) if e.obj.metadata.name == name]
-    if not ok or ok[0].obj.spec.strategy != strategy or ps.errors:  # type: ignore[attr-defined]
+    if not ok or ok[0].obj.spec.strategy != strategy or ps.errors:
         raise KgweError(f"{path}:{line}: could not change the strategy safely; change it by hand")
 
 

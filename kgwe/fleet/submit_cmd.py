@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 from kgwe.errors import KgweError
-from kgwe.fleet.cluster import add_cluster_arguments
+from kgwe.fleet.cluster import Fleet, add_cluster_arguments
 from kgwe.vocab import GPU_WORKLOAD_RESOURCE
 
 DRY_RUN = ("none", "server", "client")
@@ -83,7 +84,12 @@ def manifests(
         for problem in problems:
             print(problem, file=sys.stderr)
         raise KgweError(f"{path}: {len(problems)} error(s); nothing submitted")
-    bodies = [{k: v for k, v in dict(e.doc.data).items() if k != "status"} for e in ps.entries]  # type: ignore[call-overload]
+    # every loaded entry came from a mapping document; the test only tells the type checker so
+    bodies = [
+        {k: v for k, v in e.doc.data.items() if k != "status"}
+        for e in ps.entries
+        if isinstance(e.doc.data, Mapping)
+    ]
     return bodies, [str(d) for d in sorted(ps.warnings)]
 
 
@@ -118,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def submit(fleet: Any, body: dict[str, Any], *, server_dry_run: bool) -> str:
+def submit(fleet: Fleet, body: dict[str, Any], *, server_dry_run: bool) -> str:
     """Create `body`, or replace the live object's spec, labels and annotations; what happened."""
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
@@ -170,12 +176,13 @@ def planned_yaml(bodies: list[dict[str, Any]], policy_dir: str | None, namespace
     gang engine (Auto: the native PodGroup), an integer priority's PriorityClass (left out), the uid."""
     import yaml
 
+    from kgwe.policy.admission import ClusterView, resolve_facts
     from kgwe.policy.checks import workload_policy_view
     from kgwe.policy.gpu_workload import GPUWorkload
     from kgwe.policy.loader import PolicySet, load_repository
-    from kgwe.workloads.admission import ClusterView, resolve_facts
-    from kgwe.workloads.plan import PlanError, plan_children
-    from kgwe.workloads.runtime import needs_runtime
+    from kgwe.policy.runtime_templates import needs_runtime
+    from kgwe.policy.workload_resolution import PlanError
+    from kgwe.workloads.plan import plan_children
 
     policy = workload_policy_view(load_repository(policy_dir)) if policy_dir else None
     if policy is None:

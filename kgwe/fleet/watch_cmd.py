@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -46,13 +46,13 @@ class _Store:
         meta = obj.get("metadata") or {}
         return f"{meta.get('namespace') or ''}/{meta.get('name')}"
 
-    def on_list(self, items: Any) -> None:
+    def on_list(self, items: Sequence[dict[str, Any]]) -> None:
         with self.lock:
             self.items = {self._key(o): o for o in items if self.keep(o)}
         self.listed.set()
         self.changed.set()
 
-    def on_event(self, kind: str, obj: Any) -> None:
+    def on_event(self, kind: str, obj: dict[str, Any]) -> None:
         with self.lock:
             if kind == "DELETED" or not self.keep(obj):
                 self.items.pop(self._key(obj), None)
@@ -83,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
     stop, changed = threading.Event(), threading.Event()
     nodes, pods, workloads = _Store(changed), _Store(changed, holds_gpu), _Store(changed)
     if namespace is None:
-        wl_list: Any = custom.list_cluster_custom_object
+        wl_list: Callable[..., object] = custom.list_cluster_custom_object
         wl_args = {"group": API_GROUP, "version": CRD_VERSION, "plural": GPU_WORKLOAD_PLURAL}
     else:
         wl_list = custom.list_namespaced_custom_object

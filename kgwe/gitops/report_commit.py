@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
+from kgwe.gitops.auth import GitCredentials
 from kgwe.gitops.commit_back import CommitBack
 
 
@@ -16,7 +16,7 @@ def commit_reports(
     branch: str,
     workdir: Path,
     summary: str,
-    credentials: Any = None,
+    credentials: GitCredentials | None = None,
     allow_local: bool = False,
 ):
     """Commit the report files to `branch` of `repo_url`; `credentials` are the repository's

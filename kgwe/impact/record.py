@@ -13,7 +13,7 @@ import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import orjson
 
@@ -107,7 +107,7 @@ def record_from_intervals(
     last end and keeps its largest request. The metering store keeps no topology preference, so every shape
     says "None" (docs/demand-record.md)."""
     since_s, until_s = _epoch(since), _epoch(until)
-    by_pod: dict[str, list] = {}
+    by_pod: dict[str, list[Any]] = {}  # [arrival, end, largest shape, (namespace, team)]
     for iv in intervals:
         key = getattr(iv, "pod_uid", "") or f"{iv.namespace}/{iv.pod}"
         start = _epoch(iv.start)
@@ -322,7 +322,10 @@ def _shape(raw: object, i: int, where: str) -> Shape:
     return Shape(kind, count, profile, milli, preference)
 
 
-def _get(doc: Mapping, key: str, typ: type, where: str, prefix: str = "") -> Any:
+_T = TypeVar("_T")
+
+
+def _get(doc: Mapping[str, object], key: str, typ: type[_T], where: str, prefix: str = "") -> _T:
     value = doc.get(key)
     if not isinstance(value, typ):
         raise DemandRecordError(f"{where}: {prefix}{key}: missing or not a {typ.__name__}")
@@ -337,7 +340,7 @@ def _name(s: object, limit: int = MAX_NAME_CHARS) -> bool:
     return isinstance(s, str) and 0 < len(s) <= limit
 
 
-def _time(doc: Mapping, key: str, where: str) -> datetime:
+def _time(doc: Mapping[str, object], key: str, where: str) -> datetime:
     raw = doc.get(key)
     try:
         value = datetime.fromisoformat(raw) if isinstance(raw, str) and len(raw) <= 40 else None

@@ -127,7 +127,7 @@ class Record:
             return None
         try:
             samples = tuple(
-                Sample(_time(s["at"]), _counts(s.get("demand")))  # type: ignore[arg-type]
+                Sample(_timestamp(s["at"]), _counts(s.get("demand")))
                 for s in data.get("samples") or []
                 if isinstance(s, Mapping) and s.get("at")
             )
@@ -149,8 +149,10 @@ class Record:
 
 
 def _time(value: object) -> datetime | None:
-    if not value:
-        return None
+    return _timestamp(value) if value else None
+
+
+def _timestamp(value: object) -> datetime:
     parsed = parse_rfc3339(str(value))
     if parsed is None:
         raise ValueError(f"not a timestamp: {value!r}")

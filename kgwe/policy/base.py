@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, ClassVar
+from typing import Annotated, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
@@ -25,7 +25,7 @@ class KgweModel(BaseModel):
         use_enum_values=True,
     )
 
-    def to_yaml_dict(self) -> dict:
+    def to_yaml_dict(self) -> dict[str, Any]:
         """The object as it is written in YAML/JSON (aliases, unset optional fields left out)."""
         return self.model_dump(mode="json", by_alias=True, exclude_none=True)
 

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import functools
 from collections import defaultdict
+from collections.abc import Sequence
 from decimal import Decimal
 from typing import Any
 
 from kgwe.gpu import catalog
 from kgwe.gpu.catalog import GPUModel
 from kgwe.gpu.layouts import fit
+from kgwe.policy.admission import ClusterView, PolicyView, findings
+from kgwe.policy.diagnostics import Path as FieldPath
 from kgwe.policy.diagnostics import did_you_mean
 from kgwe.policy.gpu_workload import BATCH_TYPES, GPURequirements, NodeOffer
 from kgwe.policy.models import (
@@ -23,6 +26,7 @@ from kgwe.policy.models import (
     GPUSharingStrategy,
     GPUWorkload,
     InventoryNode,
+    KgweObject,
     MIGStrategy,
     PodTemplatePolicy,
     PricingCatalog,
@@ -35,10 +39,11 @@ from kgwe.policy.sharing_strategy import MPS_FULL_LIMIT_CAPABILITY, MPS_MAX_CLIE
 from kgwe.policy.workload_runtime import framework_key
 from kgwe.topology import known
 from kgwe.vocab import MIG_RESOURCE_PREFIX, is_gpu_resource
-from kgwe.workloads.admission import ClusterView, PolicyView, findings
+
+Strategy = MIGStrategy | GPUSharingStrategy  # the kinds that select nodes and may not overlap
 
 
-def _at(entry: LoadedObject) -> str:
+def _at(entry: LoadedObject[KgweObject]) -> str:
     return f"{entry.file}:{entry.doc.line}"
 
 
@@ -48,7 +53,7 @@ def _known_topologies() -> list[str]:
 
 
 def check_duplicates(ps: PolicySet) -> None:
-    seen: dict[tuple[str, str, str], LoadedObject] = {}
+    seen: dict[tuple[str, str, str], LoadedObject[KgweObject]] = {}
     for entry in ps.entries:
         obj = entry.obj
         if not obj.name:
@@ -66,9 +71,9 @@ def check_duplicates(ps: PolicySet) -> None:
             )
 
 
-def _inventory_nodes(ps: PolicySet) -> list[tuple[LoadedObject, int, InventoryNode]]:
+def _inventory_nodes(ps: PolicySet) -> list[tuple[LoadedObject[GPUInventory], int, InventoryNode]]:
     inventories = ps.entries_of(GPUInventory)
-    return [(e, i, n) for e in inventories for i, n in enumerate(e.obj.spec.nodes)]  # type: ignore[attr-defined]
+    return [(e, i, n) for e in inventories for i, n in enumerate(e.obj.spec.nodes)]
 
 
 @functools.cache
@@ -79,7 +84,7 @@ def _topology_gpu_count(name: str) -> int:
 def check_inventory(ps: PolicySet) -> None:
     topologies = _known_topologies()
     known_upper = {t.upper() for t in topologies}
-    seen: dict[str, LoadedObject] = {}
+    seen: dict[str, LoadedObject[GPUInventory]] = {}
     for entry, i, node in _inventory_nodes(ps):
         base = ("spec", "nodes", i)
         if node.name in seen:
@@ -145,8 +150,8 @@ def _models_named_by(selector: dict[str, str]) -> set[GPUModel] | None:
     return named
 
 
-def _check_profiles(ps: PolicySet, entry: LoadedObject, nodes: list[InventoryNode]) -> None:
-    strategy: MIGStrategy = entry.obj  # type: ignore[assignment]
+def _check_profiles(ps: PolicySet, entry: LoadedObject[MIGStrategy], nodes: list[InventoryNode]) -> None:
+    strategy: MIGStrategy = entry.obj
     part = strategy.spec.partition_strategy
     if part is None:
         return
@@ -201,8 +206,8 @@ def _check_profiles(ps: PolicySet, entry: LoadedObject, nodes: list[InventoryNod
         )
 
 
-def _check_shares(ps: PolicySet, entry: LoadedObject, nodes: list[InventoryNode]) -> None:
-    part = entry.obj.spec.partition_strategy  # type: ignore[attr-defined]
+def _check_shares(ps: PolicySet, entry: LoadedObject[MIGStrategy], nodes: list[InventoryNode]) -> None:
+    part = entry.obj.spec.partition_strategy
     if part is None:
         return
     path = ("spec", "partitionStrategy", "preferredProfiles")
@@ -287,9 +292,9 @@ def _compatible_pairs(selectors: list[dict[str, str]]) -> list[tuple[int, int]]:
     return sorted(pairs, key=lambda p: (p[1], p[0]))
 
 
-def _selected_nodes(ps: PolicySet, entry: LoadedObject, index: _NodeIndex) -> list[InventoryNode]:
+def _selected_nodes(ps: PolicySet, entry: LoadedObject[Strategy], index: _NodeIndex) -> list[InventoryNode]:
     """The inventory nodes a strategy's nodeSelector selects; a warning when it selects none."""
-    nodes = index.select(entry.obj.spec.node_selector)  # type: ignore[attr-defined]
+    nodes = index.select(entry.obj.spec.node_selector)
     if index.nodes and not nodes:
         ps.report(
             entry,
@@ -305,7 +310,7 @@ def check_mig_strategies(ps: PolicySet) -> None:
     index = _NodeIndex([n for _, _, n in _inventory_nodes(ps)])
     selected: list[list[InventoryNode]] = []
     for entry in entries:
-        strategy: MIGStrategy = entry.obj  # type: ignore[assignment]
+        strategy: MIGStrategy = entry.obj
         nodes = _selected_nodes(ps, entry, index)
         selected.append(nodes)
         if strategy.spec.mig_enabled:
@@ -317,11 +322,15 @@ def check_mig_strategies(ps: PolicySet) -> None:
 
 
 def _report_overlaps(
-    ps: PolicySet, entries: list[LoadedObject], selected: list[list[InventoryNode]], kind: str, advice: str
+    ps: PolicySet,
+    entries: Sequence[LoadedObject[Strategy]],
+    selected: list[list[InventoryNode]],
+    kind: str,
+    advice: str,
 ) -> None:
     """Each later strategy of `kind` whose nodeSelector can match a node an earlier one matches is an error
     on its nodeSelector, naming a node both select when the inventory has one."""
-    selectors = [e.obj.spec.node_selector for e in entries]  # type: ignore[attr-defined]
+    selectors = [e.obj.spec.node_selector for e in entries]
     for i, j in _compatible_pairs(selectors):
         earlier, later = entries[i], entries[j]
         names_i = {n.name for n in selected[i]}
@@ -354,7 +363,7 @@ def check_sharing_strategies(ps: PolicySet) -> None:
     index = _NodeIndex([n for _, _, n in _inventory_nodes(ps)])
     selected: list[list[InventoryNode]] = []
     for entry in entries:
-        strategy: GPUSharingStrategy = entry.obj  # type: ignore[assignment]
+        strategy: GPUSharingStrategy = entry.obj
         nodes = _selected_nodes(ps, entry, index)
         selected.append(nodes)
         if strategy.spec.mode == "MPS":
@@ -374,16 +383,16 @@ def check_sharing_strategies(ps: PolicySet) -> None:
         "GPUSharingStrategy",
         "a node has one device-plugin config: give the selectors a label key with different values",
     )
-    sharing_selectors = [e.obj.spec.node_selector for e in entries]  # type: ignore[attr-defined]
-    migs = [e for e in ps.entries_of(MIGStrategy) if e.obj.spec.mig_enabled]  # type: ignore[attr-defined]
-    selectors = [e.obj.spec.node_selector for e in migs] + sharing_selectors  # type: ignore[attr-defined]
+    sharing_selectors = [e.obj.spec.node_selector for e in entries]
+    migs = [e for e in ps.entries_of(MIGStrategy) if e.obj.spec.mig_enabled]
+    selectors = [e.obj.spec.node_selector for e in migs] + sharing_selectors
     for i, j in _compatible_pairs(selectors):
         if i >= len(migs) or j < len(migs):
             continue  # only a MIG strategy paired with a sharing strategy
         mig, sharing = migs[i], entries[j - len(migs)]
         what = (
             "MPS is not supported on MIG devices"
-            if sharing.obj.spec.mode == "MPS"  # type: ignore[attr-defined]
+            if sharing.obj.spec.mode == "MPS"
             else "KGWE time-slices whole GPUs only"
         )
         ps.report(
@@ -396,7 +405,7 @@ def check_sharing_strategies(ps: PolicySet) -> None:
 
 def check_scoring_profiles(ps: PolicySet) -> None:
     entries = ps.entries_of(ScoringProfile)
-    defaults = [e for e in entries if e.obj.spec.default]  # type: ignore[attr-defined]
+    defaults = [e for e in entries if e.obj.spec.default]
     for extra in defaults[1:]:
         ps.report(
             extra,
@@ -417,7 +426,7 @@ def check_pricing(ps: PolicySet) -> None:
         )
     for entry in catalogs:
         seen: dict[str, int] = {}
-        for i, price in enumerate(entry.obj.spec.gpus):  # type: ignore[attr-defined]
+        for i, price in enumerate(entry.obj.spec.gpus):
             key = price.product.lower()
             if key in seen:
                 ps.report(entry, ("spec", "gpus", i, "product"), f'product "{price.product}" priced twice')
@@ -436,14 +445,14 @@ def check_pricing(ps: PolicySet) -> None:
             "warning",
         )
         return
-    pricing: PricingCatalog = catalogs[0].obj  # type: ignore[assignment]
+    pricing = catalogs[0].obj
     reported: set[str] = set()
-    for entry, i, node in nodes:
+    for inventory, i, node in nodes:
         if node.product in reported or pricing.spec.price_for(node.product) is not None:
             continue
         reported.add(node.product)
         ps.report(
-            entry,
+            inventory,
             ("spec", "nodes", i, "product"),
             f'no price for GPU product "{node.product}" in PricingCatalog "{pricing.name}" '
             f"({_at(catalogs[0])})",
@@ -460,11 +469,11 @@ def _mig_resource_ok(resource: str) -> tuple[bool, list[str]]:
 
 
 def check_budgets(ps: PolicySet) -> None:
-    owner: dict[str, LoadedObject] = {}
+    owner: dict[str, LoadedObject[GPUBudget]] = {}
     catalogs = ps.pricing_catalogs
     currency = catalogs[0].spec.currency if catalogs else None
     for entry in ps.entries_of(GPUBudget):
-        budget: GPUBudget = entry.obj  # type: ignore[assignment]
+        budget: GPUBudget = entry.obj
         for i, ns in enumerate(budget.spec.namespaces):
             refused = refused_quota_namespace(ns)
             if refused:
@@ -508,17 +517,17 @@ def check_budgets(ps: PolicySet) -> None:
             )
 
 
-def _per_role(wl: GPUWorkload, attribute: str, key: str) -> list[tuple[tuple, Any]]:
+def _per_role(wl: GPUWorkload, attribute: str, key: str) -> list[tuple[FieldPath, Any]]:
     """A field the workload sets for all roles and each role may override (`key` in YAML), with its field
     path: the workload's, then every role's own."""
-    out: list[tuple[tuple, Any]] = [(("spec", key), getattr(wl.spec, attribute))]
+    out: list[tuple[FieldPath, Any]] = [(("spec", key), getattr(wl.spec, attribute))]
     for i, role in enumerate(wl.spec.roles or []):
         if getattr(role, attribute) is not None:
             out.append((("spec", "roles", i, key), getattr(role, attribute)))
     return out
 
 
-def _requirements(wl: GPUWorkload) -> list[tuple[tuple, GPURequirements]]:
+def _requirements(wl: GPUWorkload) -> list[tuple[FieldPath, GPURequirements]]:
     """Every gpuRequirements block of a workload with its field path."""
     return _per_role(wl, "gpu_requirements", "gpuRequirements")
 
@@ -533,12 +542,12 @@ def inventory_offers(nodes: list[InventoryNode]) -> list[NodeOffer]:
     return offers
 
 
-def _known(ps: PolicySet, kind: type, sets: list[PolicySet]) -> bool:
+def _known(ps: PolicySet, kind: type[KgweObject], sets: list[PolicySet]) -> bool:
     """Whether the objects of `kind` in `sets` are all there is: none of its documents failed to load."""
-    return not any(kind.KIND in s.invalid_kinds for s in sets)  # type: ignore[attr-defined]
+    return not any(kind.KIND in s.invalid_kinds for s in sets)
 
 
-def workload_policy_view(ps: PolicySet) -> Any:
+def workload_policy_view(ps: PolicySet) -> PolicyView:
     """What the GPUWorkloads of `ps` are checked against: its own policy objects plus `ps.policy`'s; nothing
     when `ps` holds no policy at all (a manifest validated on its own). A kind with a document that failed
     to load is not known (its errors are reported; a refusal built on a partial list would mislead)."""
@@ -565,7 +574,7 @@ def workload_policy_view(ps: PolicySet) -> Any:
 
 
 def check_workloads(ps: PolicySet) -> None:
-    """Each GPUWorkload against what the controller would refuse (kgwe.workloads.admission): errors for what
+    """Each GPUWorkload against what the controller would refuse (kgwe.policy.admission): errors for what
     the manifest and the policy tell, warnings for what only the cluster can (errors with a ClusterView)."""
     entries = ps.entries_of(GPUWorkload)
     if not entries:
@@ -579,7 +588,7 @@ def check_workloads(ps: PolicySet) -> None:
         offers = inventory_offers(inventory.spec.nodes) if inventory else None
         cluster = ClusterView(offers=offers, offers_from="the GPUInventory")
     for entry in entries:
-        wl: GPUWorkload = entry.obj  # type: ignore[assignment]
+        wl: GPUWorkload = entry.obj
         if wl.metadata is None:
             ps.report(entry, (), "no metadata.name: the API server will reject it without a name", "warning")
         for base, req in _requirements(wl):
@@ -607,9 +616,9 @@ def check_workloads(ps: PolicySet) -> None:
 
 def check_runtimes(ps: PolicySet) -> None:
     """One runtime per framework and workload type; a launcher only where pods get a rendezvous."""
-    owner: dict[tuple[str, str], LoadedObject] = {}
+    owner: dict[tuple[str, str], LoadedObject[WorkloadRuntime]] = {}
     for entry in ps.entries_of(WorkloadRuntime):
-        spec = entry.obj.spec  # type: ignore[attr-defined]
+        spec = entry.obj.spec
         for i, wtype in enumerate(spec.workload_types):
             key = (framework_key(spec.framework), wtype)
             first = owner.setdefault(key, entry)
@@ -641,10 +650,10 @@ def check_runtimes(ps: PolicySet) -> None:
 
 def check_pod_template_policies(ps: PolicySet) -> None:
     """One policy per namespace, one for every other namespace; none for namespaces no workload runs in."""
-    everywhere: LoadedObject | None = None
-    claims: dict[str, LoadedObject] = {}
+    everywhere: LoadedObject[PodTemplatePolicy] | None = None
+    claims: dict[str, LoadedObject[PodTemplatePolicy]] = {}
     for entry in ps.entries_of(PodTemplatePolicy):
-        policy: PodTemplatePolicy = entry.obj  # type: ignore[assignment]
+        policy: PodTemplatePolicy = entry.obj
         if not policy.spec.namespaces:
             if everywhere is not None:
                 ps.report(

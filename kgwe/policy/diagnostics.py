@@ -59,7 +59,7 @@ def did_you_mean(word: str, candidates: Iterable[str]) -> str:
     return f' (did you mean "{match[0]}"?)' if match else ""
 
 
-def _models_in(annotation: Any) -> list[type[BaseModel]]:
+def _models_in(annotation: object) -> list[type[BaseModel]]:
     """The pydantic models an annotation may hold directly (through Optional/Annotated)."""
     origin = typing.get_origin(annotation)
     if origin is typing.Annotated:
@@ -71,7 +71,7 @@ def _models_in(annotation: Any) -> list[type[BaseModel]]:
     return []
 
 
-def _children(annotation: Any, part: str | int) -> list[Any]:
+def _children(annotation: object, part: str | int) -> list[object]:
     """Annotations reached from `annotation` by one loc step."""
     origin = typing.get_origin(annotation)
     if origin is typing.Annotated:
@@ -82,7 +82,7 @@ def _children(annotation: Any, part: str | int) -> list[Any]:
         return [typing.get_args(annotation)[0]]
     if origin is dict:
         return [typing.get_args(annotation)[1]]
-    out = []
+    out: list[object] = []
     for model in _models_in(annotation):
         for fname, field in model.model_fields.items():
             if part in (field.alias, fname):

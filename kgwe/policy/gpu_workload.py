@@ -17,10 +17,10 @@ from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from kgwe.policy.base import ClusterObjectMeta, DnsLabel, KgweModel, KgweObject
 from kgwe.policy.cluster_kinds import Condition
+from kgwe.policy.diagnostics import Path as FieldPath
 from kgwe.policy.pod_template import TemplateErrors, template_findings
-from kgwe.policy.scoring_profile import ScoringStrategy
 from kgwe.policy.types import DNS_SUBDOMAIN_PATTERN, PositiveDuration
-from kgwe.vocab import DEFAULT_CURRENCY, TopologyPreference
+from kgwe.vocab import DEFAULT_CURRENCY, ScoringStrategy, TopologyPreference
 
 WorkloadType = Literal["Training", "DistributedTraining", "Batch", "HPC", "Inference", "Interactive"]
 BATCH_TYPES: tuple[str, ...] = ("Training", "DistributedTraining", "Batch", "HPC")
@@ -310,16 +310,18 @@ class NodeOffer:
     mig_profiles: frozenset[str] = frozenset()
 
 
-def problems(spec: GPUWorkloadSpec, offers: Iterable[NodeOffer] | None) -> list[tuple[tuple, str]]:
+def problems(spec: GPUWorkloadSpec, offers: Iterable[NodeOffer] | None) -> list[tuple[FieldPath, str]]:
     """Requests no node could ever serve, as (field path, message). No offers known: nothing to say."""
     offers = list(offers or [])
     if not offers:
         return []
-    out: list[tuple[tuple, str]] = []
+    out: list[tuple[FieldPath, str]] = []
     for i, role in enumerate(spec.effective_roles()):
         req = role.gpu_requirements
         assert req is not None
-        base: tuple = ("spec", "roles", i, "gpuRequirements") if spec.roles else ("spec", "gpuRequirements")
+        base: FieldPath = (
+            ("spec", "roles", i, "gpuRequirements") if spec.roles else ("spec", "gpuRequirements")
+        )
         if spec.roles and spec.roles[i].gpu_requirements is None:
             base = ("spec", "gpuRequirements")
         fitting = [o for o in offers if not req.product or _product_matches(req.product, o.product)]

@@ -10,11 +10,11 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 from pydantic import ValidationError
 
 from kgwe.errors import KgweError
+from kgwe.policy.admission import ClusterView, PolicyView
 from kgwe.policy.checks import run_checks
 from kgwe.policy.diagnostics import did_you_mean, messages_from_validation
 from kgwe.policy.models import KINDS
@@ -172,13 +172,13 @@ def load_repository(
     *,
     checks: bool = True,
     policy: PolicySet | None = None,
-    cluster: Any = None,
-    cluster_policy: Any = None,
+    cluster: ClusterView | None = None,
+    cluster_policy: PolicyView | None = None,
     namespace: str | None = None,
 ) -> PolicySet:
     """Load every KGWE object under `path` (a directory, or one YAML file) and check them together.
 
-    `policy` (a loaded repository), `cluster` (a kgwe.workloads.admission.ClusterView) and `cluster_policy`
+    `policy` (a loaded repository), `cluster` (what the cluster has) and `cluster_policy`
     (the PolicyView the cluster runs, used when neither this set nor `policy` has policy objects) are what
     the GPUWorkloads found here are checked against; `namespace` is theirs when they name none.
     Never raises for bad content: see `PolicySet.diagnostics` / `.ok` / `.raise_for_errors()`.

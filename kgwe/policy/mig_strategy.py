@@ -57,7 +57,7 @@ class ProfileShare:
         return {self.profile: format_percent(self.percent) if self.percent is not None else self.count}
 
 
-def _parse_share(value: Any) -> ProfileShare:
+def _parse_share(value: object) -> ProfileShare:
     if isinstance(value, ProfileShare):
         return value
     if not isinstance(value, dict) or len(value) != 1:
@@ -130,7 +130,9 @@ class PartitionStrategy(KgweModel):
 
     @field_validator("min_utilization_threshold", "rebalance_max_gpus", "rebalance_stabilization_window")
     @classmethod
-    def _needs_interval(cls, value: Any, info: ValidationInfo) -> Any:
+    def _needs_interval(
+        cls, value: float | int | Decimal | timedelta | None, info: ValidationInfo
+    ) -> float | int | Decimal | timedelta | None:
         if value is not None and info.data.get("rebalance_interval") is None:
             name = {
                 "min_utilization_threshold": "minUtilizationThreshold",
@@ -140,11 +142,11 @@ class PartitionStrategy(KgweModel):
             if "rebalance_interval" not in info.data:  # the interval itself was invalid: said already
                 return value
             raise ValueError(f"{name} has no effect without rebalanceInterval (rebalancing is off)")
-        if info.field_name == "rebalance_max_gpus" and value is not None and not value > 0:
+        if info.field_name == "rebalance_max_gpus" and isinstance(value, int | Decimal) and not value > 0:
             raise ValueError("must allow at least one GPU (an integer >= 1 or a percentage above 0%)")
         interval = info.data.get("rebalance_interval")
         window = info.field_name == "rebalance_stabilization_window"
-        if window and value is not None and interval is not None and value < interval:
+        if window and isinstance(value, timedelta) and interval is not None and value < interval:
             raise ValueError(
                 f"must be at least rebalanceInterval ({format_duration(interval)}): a shorter window "
                 "holds no demand across a decision"

@@ -69,7 +69,7 @@ def compact_schema(openapi: Mapping[str, Any], version: str, source: str) -> dic
     }
 
 
-def _compact(node: Any, todo: list[str]) -> Any:
+def _compact(node: object, todo: list[str]) -> object:
     if not isinstance(node, Mapping):
         return node
     if "$ref" in node:
@@ -120,7 +120,7 @@ _TYPE_NAMES: tuple[tuple[type, str], ...] = (
 )
 
 
-def _type_name(value: Any) -> str:
+def _type_name(value: object) -> str:
     return next((name for kind, name in _TYPE_NAMES if isinstance(value, kind)), type(value).__name__)
 
 
@@ -128,7 +128,7 @@ def _short(name: str) -> str:
     return name.rsplit(".", 1)[-1]
 
 
-def _type_ok(value: Any, node: Mapping[str, Any]) -> str | None:
+def _type_ok(value: object, node: Mapping[str, Any]) -> str | None:
     """None when `value` has the node's type, else what was expected."""
     fmt = node.get("format")
     if fmt == "int-or-string":
@@ -168,7 +168,7 @@ def _type_ok(value: Any, node: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _walk(value: Any, require_containers: bool) -> Iterator[tuple[Path, str]]:
+def _walk(value: object, require_containers: bool) -> Iterator[tuple[Path, str]]:
     doc = schema()
     schemas = doc["schemas"]
     stack: list[tuple[Any, Mapping[str, Any], Path, str]] = [(value, {"$ref": doc["root"]}, (), doc["root"])]
@@ -254,14 +254,14 @@ def _container_rules(pod_spec: Mapping[str, Any], path: Path) -> Iterator[tuple[
                 )
 
 
-def _shown(value: Any) -> str:
+def _shown(value: object) -> str:
     if isinstance(value, Mapping | list):
         return ""
     text = repr(value)
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def template_findings(template: Any, *, require_containers: bool = True) -> list[tuple[Path, str]]:
+def template_findings(template: object, *, require_containers: bool = True) -> list[tuple[Path, str]]:
     """(path below the template, message) for every way `template` is not a valid pod template, at most
     MAX_FINDINGS. `require_containers=False` for a GPUWorkload's own template, which may leave the
     containers to a WorkloadRuntime."""
@@ -273,7 +273,7 @@ def template_findings(template: Any, *, require_containers: bool = True) -> list
     return out
 
 
-def check_template(template: Any, *, require_containers: bool = True) -> None:
+def check_template(template: object, *, require_containers: bool = True) -> None:
     """TemplateErrors with every finding, or nothing."""
     findings = template_findings(template, require_containers=require_containers)
     if findings:

@@ -161,7 +161,7 @@ def priority_what(name: str) -> str:
     return f'PriorityClass "{name}", meant for the cluster\'s own components'
 
 
-def _list(value: Any) -> list[Any]:
+def _list(value: object) -> list[Any]:
     return value if isinstance(value, list) else []
 
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Generic, TypeVar, cast, overload
 
 from kgwe.errors import KgweError
+from kgwe.policy.admission import ClusterView, PolicyView
 from kgwe.policy.diagnostics import Diagnostic, Severity, format_path
 from kgwe.policy.diagnostics import Path as FieldPath
 from kgwe.policy.models import (
@@ -26,13 +27,15 @@ from kgwe.policy.models import (
 from kgwe.policy.yaml_source import YamlBudget, YamlDocument
 
 T = TypeVar("T", bound=KgweObject)
+T_co = TypeVar("T_co", bound=KgweObject, covariant=True)
 
 
-@dataclass
-class LoadedObject:
-    """A valid object plus where it came from (for diagnostics that cross objects)."""
+@dataclass(frozen=True)
+class LoadedObject(Generic[T_co]):
+    """A valid object plus where it came from (for diagnostics that cross objects); generic in the object's
+    model so that `PolicySet.entries_of(MIGStrategy)` gives entries whose `.obj` is a MIGStrategy."""
 
-    obj: KgweObject
+    obj: T_co
     file: str
     doc: YamlDocument
 
@@ -45,7 +48,7 @@ class PolicySet:
     """The valid objects of a repository by kind, and every diagnostic found while loading it."""
 
     root: Path
-    entries: list[LoadedObject] = field(default_factory=list)
+    entries: list[LoadedObject[KgweObject]] = field(default_factory=list)
     diagnostics: list[Diagnostic] = field(default_factory=list)
     files: int = 0
     invalid_kinds: set[str] = field(default_factory=set)  # kinds with a document that failed validation
@@ -55,8 +58,8 @@ class PolicySet:
     # (`kgwe validate --policy DIR FILE`), what the cluster has (`--cluster`: a workloads ClusterView, and
     # the policy it runs as a PolicyView) and the namespace of workloads that name none
     policy: PolicySet | None = None
-    cluster: Any = None
-    cluster_policy: Any = None
+    cluster: ClusterView | None = None
+    cluster_policy: PolicyView | None = None
     namespace: str | None = None
 
     # -- diagnostics ---------------------------------------------------------------------------------
@@ -75,7 +78,7 @@ class PolicySet:
         self.diagnostics.append(Diagnostic(file, line, column, severity, p, message, kind, name))
 
     def report(
-        self, entry: LoadedObject, path: FieldPath, message: str, severity: Severity = "error"
+        self, entry: LoadedObject[KgweObject], path: FieldPath, message: str, severity: Severity = "error"
     ) -> None:
         line, column = entry.where(path)
         self.add(severity, entry.file, line, column, path, message, entry.obj.kind, entry.obj.name)
@@ -100,11 +103,18 @@ class PolicySet:
             raise KgweError(f"{len(errors)} error(s) in policy repository {self.root}:\n{lines}")
 
     # -- objects -------------------------------------------------------------------------------------
-    def objects(self, kind: type[T] | None = None) -> list[T]:
-        return [e.obj for e in self.entries if kind is None or isinstance(e.obj, kind)]  # type: ignore[misc]
+    @overload
+    def objects(self) -> list[KgweObject]: ...
+    @overload
+    def objects(self, kind: type[T]) -> list[T]: ...
+    def objects(self, kind: type[T] | None = None) -> list[T] | list[KgweObject]:
+        if kind is None:
+            return [e.obj for e in self.entries]
+        return [e.obj for e in self.entries_of(kind)]
 
-    def entries_of(self, kind: type[KgweObject]) -> list[LoadedObject]:
-        return [e for e in self.entries if isinstance(e.obj, kind)]
+    def entries_of(self, kind: type[T]) -> list[LoadedObject[T]]:
+        # the isinstance test on each entry's object is what makes the cast true
+        return [cast("LoadedObject[T]", e) for e in self.entries if isinstance(e.obj, kind)]
 
     def source(self, obj: KgweObject) -> tuple[str, int]:
         """(file, line) an object was loaded from."""

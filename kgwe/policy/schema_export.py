@@ -27,7 +27,7 @@ def json_schema(model: type[KgweObject]) -> dict[str, Any]:
     return {"$schema": SCHEMA_DIALECT, "$id": schema_file_name(model.KIND), **schema}
 
 
-def dumps(data: Any) -> str:
+def dumps(data: object) -> str:
     """Stable text: same models, byte-identical files."""
     return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
 
@@ -48,7 +48,7 @@ def write_schemas(out_dir: str | Path) -> list[Path]:
 _DROP = ("title", "default", "$schema", "$id", "propertyNames", "examples")
 
 
-def _inline(node: Any, defs: dict[str, Any]) -> Any:
+def _inline(node: object, defs: dict[str, Any]) -> object:
     if isinstance(node, dict):
         if "$ref" in node:
             target = defs[node["$ref"].rsplit("/", 1)[-1]]
@@ -104,6 +104,7 @@ def _structural(node: dict[str, Any]) -> dict[str, Any]:
 def openapi_schema(model: type[KgweObject]) -> dict[str, Any]:
     raw = model.model_json_schema(by_alias=True, mode="validation")
     inlined = _inline(raw, raw.get("$defs", {}))
+    assert isinstance(inlined, dict)  # a dict inlined is a dict
     schema = _structural(inlined)
     # The API server owns metadata's schema; a CRD may not describe it beyond `type: object`.
     schema["properties"]["metadata"] = {"type": "object"}

@@ -8,7 +8,7 @@ time-slicing; docs/facts/sharing.md §1).
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -38,7 +38,7 @@ class GPUSharingStrategySpec(KgweModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _one_mode(cls, data: Any) -> Any:
+    def _one_mode(cls, data: object) -> object:
         if isinstance(data, dict) and {"timeSlicing", "mps"} <= set(data):
             raise ValueError(
                 "one strategy shares its GPUs one way: write `mode: TimeSlicing` or `mode: MPS` "

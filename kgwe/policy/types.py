@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from datetime import timedelta
 from decimal import Decimal
-from typing import Annotated, Any
+from typing import Annotated
 
 from pydantic import PlainSerializer, PlainValidator, WithJsonSchema
 
@@ -52,7 +52,7 @@ def _plain(d: Decimal) -> str:
     return text
 
 
-def parse_percent(value: Any) -> Decimal:
+def parse_percent(value: object) -> Decimal:
     """'70%' -> Decimal('70'). Only the string form: a bare number is ambiguous (0.7? 70?)."""
     if isinstance(value, str):
         m = _PERCENT.match(value)
@@ -65,7 +65,7 @@ def format_percent(value: Decimal) -> str:
     return _plain(value) + "%"
 
 
-def parse_duration(value: Any) -> timedelta:
+def parse_duration(value: object) -> timedelta:
     """Go/Kubernetes duration strings: '5m', '2s', '1h30m', '500ms'."""
     if isinstance(value, timedelta):
         return value
@@ -75,7 +75,7 @@ def parse_duration(value: Any) -> timedelta:
     raise ValueError(f"expected a duration like '30s', '5m' or '1h30m', got {value!r}")
 
 
-def parse_positive_duration(value: Any) -> timedelta:
+def parse_positive_duration(value: object) -> timedelta:
     """A duration that must be longer than zero (intervals, timeouts): '0s' would mean "busy loop"."""
     parsed = parse_duration(value)
     if parsed <= timedelta(0):
@@ -83,7 +83,7 @@ def parse_positive_duration(value: Any) -> timedelta:
     return parsed
 
 
-def parse_git_url(value: Any) -> str:
+def parse_git_url(value: object) -> str:
     """A remote URL as GIT_URL_PATTERN allows it, or ValueError saying what is allowed."""
     if (
         isinstance(value, str)
@@ -99,7 +99,7 @@ def parse_git_url(value: Any) -> str:
     )
 
 
-def parse_git_ref_name(value: Any) -> str:
+def parse_git_ref_name(value: object) -> str:
     """A branch or tag name git cannot mistake for an option or a revision expression."""
     if (
         isinstance(value, str)
@@ -165,7 +165,7 @@ Money = Annotated[
 ]
 
 
-def parse_int_or_percent(value: Any) -> int | Decimal:
+def parse_int_or_percent(value: object) -> int | Decimal:
     """Kubernetes IntOrString as used by maxUnavailable: 2 -> 2, '10%' -> Decimal('10')."""
     if isinstance(value, bool):
         raise ValueError(f"expected an integer or a percentage like '10%', got {value!r}")
@@ -189,7 +189,7 @@ IntOrPercent = Annotated[
 ]
 
 
-def _label_value(value: Any) -> str:
+def _label_value(value: object) -> str:
     if value is None:
         return ""  # `key:` with nothing after it is an empty label value
     if isinstance(value, bool):
@@ -199,7 +199,7 @@ def _label_value(value: Any) -> str:
     raise ValueError(f"a label value must be a string, got {type(value).__name__} {value!r}")
 
 
-def _parse_label_map(value: Any) -> dict[str, str]:
+def _parse_label_map(value: object) -> dict[str, str]:
     if value is None:
         return {}
     if not isinstance(value, dict):

@@ -26,12 +26,15 @@ from typing import Any
 import yaml
 from yaml.composer import ComposerError
 from yaml.constructor import SafeConstructor
+from yaml.error import Mark
 from yaml.resolver import Resolver
 
 from kgwe.policy.diagnostics import Path
 
 try:
-    _Parser: Any = yaml.CSafeLoader  # libyaml's parser: several times faster on large repositories
+    _Parser: type[yaml.CSafeLoader] | type[yaml.SafeLoader] = (
+        yaml.CSafeLoader
+    )  # libyaml's parser: several times faster on large repositories
 except AttributeError:  # pragma: no cover - PyYAML built without libyaml
     _Parser = yaml.SafeLoader
 
@@ -90,7 +93,7 @@ class YamlBudget:
 
 
 class _TooLarge(Exception):
-    def __init__(self, message: str, mark: Any) -> None:
+    def __init__(self, message: str, mark: Mark) -> None:
         super().__init__(message)
         self.line = mark.line + 1
         self.column = mark.column + 1
@@ -99,7 +102,7 @@ class _TooLarge(Exception):
 class _BadValue(Exception):
     """A scalar its tag cannot make a value of (a 13th month, `!!int x`, an integer of 5,000 digits)."""
 
-    def __init__(self, exc: Exception, mark: Any) -> None:
+    def __init__(self, exc: Exception, mark: Mark) -> None:
         super().__init__(f"cannot read this value: {exc}")
         self.line = mark.line + 1
         self.column = mark.column + 1
@@ -148,7 +151,7 @@ class _SlowPath(Exception):
     """A node the fast builder does not handle (merge keys, timestamps, custom tags...)."""
 
 
-def _build(node: yaml.Node, path: Path, doc: YamlDocument, loader: Any, walk: _Walk) -> object:
+def _build(node: yaml.Node, path: Path, doc: YamlDocument, loader: _Composer, walk: _Walk) -> object:
     """Plain data for `node`, recording the line:column of every field on the way (one pass).
 
     Handles the tags policy files use; anything else raises _SlowPath and the document is constructed
@@ -230,7 +233,7 @@ class _Composer(SafeConstructor, Resolver):
         SafeConstructor.__init__(self)
         Resolver.__init__(self)
 
-    def construct_object(self, node: Any, deep: bool = False) -> Any:
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> object:
         """PyYAML's, with a value error turned into one naming the node's line and column."""
         try:
             return super().construct_object(node, deep)
@@ -249,7 +252,7 @@ class _Composer(SafeConstructor, Resolver):
         nodes = 0
         for event in events:
             kind = type(event)
-            node: Any
+            node: yaml.Node | None
             if kind is yaml.ScalarEvent:
                 tag = event.tag
                 if tag is None or tag == "!":

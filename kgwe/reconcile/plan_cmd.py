@@ -26,7 +26,7 @@ import argparse
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import git
 
@@ -41,6 +41,10 @@ from kgwe.gitops.source import (
 )
 from kgwe.reconcile.prplan import PlanReport, diff_layouts, diff_objects, diff_policies, markdown
 from kgwe.vocab import DEFAULT_REPORTS_PATH
+
+if TYPE_CHECKING:  # loaded when the command runs (`kgwe --help` stays light)
+    from kgwe.policy.inventory import GPUInventory
+    from kgwe.policy.policy_set import PolicySet
 
 SNAPSHOT_NAME = "gpu-inventory.yaml"
 DEMAND_NAME = "demand-record.json"  # kgwe.impact.record.RECORD_NAME, kept here so `import` stays light
@@ -107,7 +111,13 @@ def run(args: argparse.Namespace) -> int:
     return 2 if report.has_changes else 0
 
 
-def plan_report(base_ps: Any, head_ps: Any, inventory: Any, *, repository: str = "local") -> PlanReport:
+def plan_report(
+    base_ps: PolicySet | None,
+    head_ps: PolicySet,
+    inventory: GPUInventory | None,
+    *,
+    repository: str = "local",
+) -> PlanReport:
     """The report for two loaded policy sets against one inventory (pure apart from rendering)."""
     from kgwe.render.render import Rendered, RenderOptions, render
 
@@ -138,10 +148,10 @@ def _impact(
     args: argparse.Namespace,
     repo: git.Repo,
     head_sha: str,
-    base_ps: Any,
-    head_ps: Any,
-    inventory: Any,
-    report: Any,
+    base_ps: PolicySet | None,
+    head_ps: PolicySet,
+    inventory: GPUInventory | None,
+    report: PlanReport,
 ) -> str | None:
     """The impact section, or None with a note saying why it was skipped (the exit code never changes)."""
     from kgwe.impact.record import DemandRecordError, check_inventory, decode, gpus_of
@@ -167,6 +177,8 @@ def _impact(
     except DemandRecordError as exc:
         report.notes.append(f"impact skipped: {exc}")
         return None
+    if report.rendered is None:  # plan_report renders both revisions; a report without them has no impact
+        return None
     base_render, head_render = report.rendered
     base = policy_view(base_ps, base_render, inventory)
     head = policy_view(head_ps, head_render, inventory)
@@ -174,7 +186,7 @@ def _impact(
     return impact_markdown(record, source, before, after, IMPACT_SEED)
 
 
-def _next_rebalance(head_ps: Any, inventory: Any, inventory_source: str) -> str:
+def _next_rebalance(head_ps: PolicySet, inventory: GPUInventory, inventory_source: str) -> str:
     from datetime import UTC, datetime
 
     from kgwe.reconcile.prplan import rebalance_markdown
@@ -230,7 +242,9 @@ def _demand(args: argparse.Namespace, repo: git.Repo, head_sha: str) -> tuple[by
     return (repo.commit(head_sha).tree / found[0].path).data_stream.read(), where
 
 
-def _inventory(args: argparse.Namespace, repo: git.Repo, head_sha: str, head_ps: Any) -> tuple[Any, str]:
+def _inventory(
+    args: argparse.Namespace, repo: git.Repo, head_sha: str, head_ps: PolicySet
+) -> tuple[GPUInventory | None, str]:
     from kgwe.policy import GPUInventory
 
     if args.inventory:
@@ -262,8 +276,8 @@ def _inventory(args: argparse.Namespace, repo: git.Repo, head_sha: str, head_ps:
         return _parse_inventory(_blob(repo, head_sha, snapshots[0]), snapshots[0].path), (
             f"snapshot `{snapshots[0].path}` at head"
         )
-    inventory = head_ps.inventory()
-    return inventory, "the repository's GPUInventory" if inventory is not None else "none"
+    own = head_ps.inventory()
+    return own, "the repository's GPUInventory" if own is not None else "none"
 
 
 def _blob(repo: git.Repo, sha: str, entry: TreeEntry) -> bytes:
@@ -276,7 +290,7 @@ def _blob(repo: git.Repo, sha: str, entry: TreeEntry) -> bytes:
     return (repo.commit(sha).tree / entry.path).data_stream.read()
 
 
-def _read_inventory_file(path: Path) -> Any:
+def _read_inventory_file(path: Path) -> GPUInventory:
     from kgwe.policy.yaml_source import MAX_TEXT_BYTES
 
     try:
@@ -287,7 +301,7 @@ def _read_inventory_file(path: Path) -> Any:
     return _parse_inventory(data, str(path))
 
 
-def _parse_inventory(text: bytes, where: str) -> Any:
+def _parse_inventory(text: bytes, where: str) -> GPUInventory:
     from pydantic import ValidationError
 
     from kgwe.policy import GPUInventory

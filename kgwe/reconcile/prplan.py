@@ -14,6 +14,9 @@ from typing import Any
 import yaml
 
 from kgwe.cluster.apply import ObjectRef
+from kgwe.policy.base import KgweObject
+from kgwe.reconcile.rebalancing import PoolPreview
+from kgwe.render.render import Rendered
 
 
 @dataclass
@@ -24,7 +27,7 @@ class PlanReport:
     pools: dict[str, dict] = field(default_factory=dict)
     policy_changes: dict[str, list[str]] = field(default_factory=dict)  # "Kind/name" -> field changes
     notes: list[str] = field(default_factory=list)
-    rendered: tuple[Any, Any] | None = None  # (base, head) renders, for the impact replay
+    rendered: tuple[Rendered, Rendered] | None = None  # (base, head) renders, for the impact replay
 
     @property
     def has_changes(self) -> bool:
@@ -71,7 +74,7 @@ def diff_objects(base: Sequence[dict], head: Sequence[dict], report: PlanReport)
             report.changed[ref] = "\n".join(lines)
 
 
-def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+def _flatten(value: object, prefix: str = "") -> dict[str, Any]:
     if isinstance(value, Mapping):
         out: dict[str, Any] = {}
         for k, v in value.items():
@@ -80,10 +83,10 @@ def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix: value}
 
 
-def diff_policies(base: Sequence[Any], head: Sequence[Any], report: PlanReport) -> None:
+def diff_policies(base: Sequence[KgweObject], head: Sequence[KgweObject], report: PlanReport) -> None:
     """Field-level changes of every policy object (KgweObject) between the two revisions."""
 
-    def index(objs: Sequence[Any]) -> dict[str, dict]:
+    def index(objs: Sequence[KgweObject]) -> dict[str, dict]:
         return {
             f"{o.kind}/{o.name}": o.to_yaml_dict().get("spec", {})
             for o in objs
@@ -108,7 +111,7 @@ def diff_policies(base: Sequence[Any], head: Sequence[Any], report: PlanReport) 
             report.policy_changes[key] = changes
 
 
-def _short(value: Any) -> str:
+def _short(value: object) -> str:
     text = yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip()
     return text if len(text) <= 80 else text[:77] + "..."
 
@@ -230,7 +233,7 @@ def _names(names: Sequence[str]) -> str:
 MAX_REBALANCE_GPU_LINES = 8
 
 
-def rebalance_markdown(previews: Sequence[Any], inventory_source: str) -> str:
+def rebalance_markdown(previews: Sequence[PoolPreview], inventory_source: str) -> str:
     """The "Next MIG rebalance" section: per rebalancing pool of the head policy, what its next decision
     would do with the demand the inventory measured (kgwe.reconcile.rebalancing.preview)."""
     if not previews:

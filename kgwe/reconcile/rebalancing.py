@@ -26,6 +26,7 @@ from kgwe.planner.mig_demand import PoolView, measure, unschedulable_mig_request
 from kgwe.planner.model import PoolRequest
 from kgwe.planner.plan import plan_pool
 from kgwe.planner.rebalance import Decision, Measurement, Record, Sample, Settings, carry_over, evaluate
+from kgwe.policy.inventory import GPUInventory, PoolDemand
 from kgwe.policy.mig_strategy import MIGStrategy
 from kgwe.timestamps import parse_rfc3339
 
@@ -58,7 +59,7 @@ class RebalanceResult:
         return {pool: record.to_status() for pool, record in sorted(self.records.items())}
 
 
-def rebalancing_strategies(strategies: Sequence[Any]) -> list[Any]:
+def rebalancing_strategies(strategies: Sequence[MIGStrategy]) -> list[MIGStrategy]:
     """The MIGStrategies with rebalancing on (a partition strategy with rebalanceInterval)."""
     return [
         s
@@ -72,16 +73,21 @@ def unschedulable_profiles(pods: Sequence[Mapping]) -> set[str]:
     return {profile for pod in pods for profile, _ in unschedulable_mig_request(pod)}
 
 
-def settings_of(strategy: Any, pool_gpus: int) -> Settings:
+def settings_of(strategy: MIGStrategy, pool_gpus: int) -> Settings:
+    """The rebalance settings of one of `rebalancing_strategies`."""
     partition = strategy.spec.partition_strategy
+    interval = partition.rebalance_interval if partition is not None else None
+    window = partition.stabilization_window if partition is not None else None
+    if partition is None or interval is None or window is None:
+        raise KgweError(f"MIGStrategy {strategy.name} does not rebalance (no rebalanceInterval)")
     return Settings(
-        interval=partition.rebalance_interval,
-        window=partition.stabilization_window,
+        interval=interval,
+        window=window,
         max_gpus=partition.max_gpus_per_rebalance(pool_gpus),
     )
 
 
-def pool_views(strategies: Sequence[Any], inventory: Any) -> list[PoolView]:
+def pool_views(strategies: Sequence[MIGStrategy], inventory: GPUInventory) -> list[PoolView]:
     """Each strategy's nodes (labels), the MIG profiles their GPUs offer, and the instances pods hold."""
     views = []
     for strategy in strategies:
@@ -146,8 +152,8 @@ def in_flight(rollout: Mapping[str, Any] | None) -> bool:
 
 
 def rebalance(
-    strategies: Sequence[Any],
-    inventory: Any,
+    strategies: Sequence[MIGStrategy],
+    inventory: GPUInventory,
     facts: Sequence[GpuNodeFacts],
     pods: Sequence[Mapping],
     status: Mapping[str, Any],
@@ -163,9 +169,10 @@ def rebalance(
         return RebalanceResult()
     views = pool_views(chosen, inventory)
     thresholds = {
-        s.name: s.spec.partition_strategy.min_utilization_threshold
+        s.name: threshold
         for s in chosen
-        if s.spec.partition_strategy.min_utilization_threshold is not None
+        if s.spec.partition_strategy is not None
+        and (threshold := s.spec.partition_strategy.min_utilization_threshold) is not None
     }
     reclaimable: dict[str, dict[str, int]] = {}
     condition = None
@@ -294,11 +301,11 @@ def snapshot_demand(records: Mapping[str, Record]) -> dict[str, dict]:
     }
 
 
-def live_demand(strategies: Sequence[Any], inventory: Any, pods: Sequence[Mapping]) -> dict[str, Any]:
+def live_demand(
+    strategies: Sequence[MIGStrategy], inventory: GPUInventory, pods: Sequence[Mapping]
+) -> dict[str, PoolDemand]:
     """`migDemand` for an inventory read from a live cluster: the pending demand its pods show now (no
     decision record: the target in force is the controller's, in its PolicyRepository's status)."""
-    from kgwe.policy.inventory import PoolDemand
-
     chosen = rebalancing_strategies(strategies)
     measured = measure(pool_views(chosen, inventory), pods)
     return {
@@ -323,7 +330,7 @@ def rolled_out(request: PoolRequest, target: Mapping[str, int]) -> PoolRequest:
     return replace(request, gpus=tuple(gpus))
 
 
-def preview(strategies: Sequence[Any], inventory: Any, now: datetime) -> list[PoolPreview]:
+def preview(strategies: Sequence[MIGStrategy], inventory: GPUInventory, now: datetime) -> list[PoolPreview]:
     """The next rebalance of every rebalancing pool of `strategies`, offline: the pool as the strategy
     plans it, the inventory's `migDemand` (measured when it was taken) assumed to hold until the next
     decision, the demand target in force its latest sample, and the decision due. Pure."""

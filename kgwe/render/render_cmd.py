@@ -45,10 +45,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _inventory(path: str) -> GPUInventory:
     ps = load_repository(path)
     ps.raise_for_errors()
-    inventories = ps.inventories
-    if not inventories:
+    inventory = ps.inventory()
+    if inventory is None:
         raise KgweError(f"{path}: no GPUInventory in it")
-    return ps.inventory()  # type: ignore[return-value]
+    return inventory
 
 
 def run(args: argparse.Namespace) -> int:

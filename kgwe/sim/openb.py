@@ -84,9 +84,12 @@ def load_nodes(data_dir: Path | None = None) -> list[NodeState]:
     return nodes
 
 
+_Shape = tuple[int, int, int, int, tuple[str, ...]]  # GPUs, GPU milli, CPU milli, memory MiB, GPU types
+
+
 def load_pods(workload: str, data_dir: Path | None = None) -> list[TracePod]:
     rows = _rows((data_dir or openb_dir()) / f"openb_pod_list_{workload}.csv")
-    shapes: dict[tuple, PodRequest] = {}
+    shapes: dict[_Shape, PodRequest] = {}
     pods = []
     for r in rows:
         gpus = int(r["num_gpu"] or 0)
@@ -141,7 +144,7 @@ def workload_mix(pods: list[TracePod], coverage: float = 0.995) -> list[Workload
     frequent first until `coverage` of the pods. A shape is what the extender learns from the pods it sees
     (GPUs, share, CPU, memory, GPU-type pins); FGD's typical pods too are told apart by their CPU, so a
     shape needing more CPU than most nodes have per GPU is not averaged away."""
-    counts: Counter = Counter()
+    counts: Counter[_Shape] = Counter()
     for p in pods:
         r = p.req
         if r.gpus:

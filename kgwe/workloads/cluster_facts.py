@@ -2,7 +2,7 @@
 PriorityClasses, the gang engines served, the namespaces' kgwe-budget quotas, which namespaces opted in and
 hold the controller's RoleBinding, and the rendered policy (kgwe-scoring profiles, kgwe-runtimes,
 kgwe-pod-template-policy). Read by the reconciler at admission and by `kgwe validate --cluster`, so both
-judge a workload on the same facts (kgwe.workloads.admission)."""
+judge a workload on the same facts (kgwe.policy.admission)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from kubernetes.client.exceptions import ApiException
 
 from kgwe.cluster.client import list_items
 from kgwe.gpu import catalog
+from kgwe.policy.admission import ClusterView, PolicyView
 from kgwe.policy.gpu_workload import NodeOffer
 from kgwe.policy.pod_template_policy import PodTemplatePolicy, policies_from_json
 from kgwe.policy.workload_runtime import WorkloadRuntimeSpec
@@ -31,7 +32,6 @@ from kgwe.vocab import (
     SCORING_CONFIGMAP,
     WORKLOAD_ROLEBINDING,
 )
-from kgwe.workloads.admission import ClusterView, PolicyView
 from kgwe.workloads.namespaces import opted_in, ours
 
 log = logging.getLogger(__name__)
@@ -92,7 +92,7 @@ def budget_quota(api: client.ApiClient, namespace: str) -> dict[str, Any] | None
         raise
 
 
-def _config_map_json(api: client.ApiClient, namespace: str, name: str, key: str) -> Any:
+def _config_map_json(api: client.ApiClient, namespace: str, name: str, key: str) -> object:
     try:
         cm = client.CoreV1Api(api).read_namespaced_config_map(name, namespace)
     except ApiException:

@@ -2,12 +2,12 @@
 this replica holds the controller's leader Lease.
 
 Per workload: validate -> (suspended? nothing new) -> admission (the check `kgwe validate` runs,
-kgwe.workloads.admission: the namespace opted in, the pod templates as its PodTemplatePolicy allows,
+kgwe.policy.admission: the namespace opted in, the pod templates as its PodTemplatePolicy allows,
 feasible on this cluster's nodes, a gang engine, scoring profile and PriorityClass resolved; then the
 namespace's kgwe-budget quota has room) -> create the run's children in order (PodGroup before the pods) ->
 read them back into conditions, phase and placements -> restart the whole gang after a member failure, with
-backoff. Pure decisions live in kgwe.workloads.admission, .plan and .status; this module only reads and
-writes.
+backoff. Pure decisions live in kgwe.policy.admission and .workload_resolution and in
+kgwe.workloads.plan and .status; this module only reads and writes.
 """
 
 from __future__ import annotations
@@ -32,8 +32,19 @@ from kgwe.cluster.events import EventRecorder
 from kgwe.cluster.watch import list_and_watch
 from kgwe.extender.k8s import gpu_holders, unhealthy_gpus
 from kgwe.observability import tracing
+from kgwe.policy.admission import (
+    ClusterView,
+    PolicyView,
+    findings,
+    not_allowed,
+    quota_admission,
+    quota_needs,
+    refusal,
+    resolve_facts,
+)
 from kgwe.policy.diagnostics import format_path, messages_from_validation
 from kgwe.policy.gpu_workload import GPUWorkload
+from kgwe.policy.workload_resolution import Facts, PlanError
 from kgwe.timestamps import parse_rfc3339
 from kgwe.vocab import (
     API_GROUP,
@@ -47,23 +58,8 @@ from kgwe.vocab import (
 )
 from kgwe.workloads import cluster_facts
 from kgwe.workloads import status as st
-from kgwe.workloads.admission import (
-    ClusterView,
-    PolicyView,
-    findings,
-    not_allowed,
-    quota_needs,
-    refusal,
-    resolve_facts,
-)
 from kgwe.workloads.namespaces import NamespaceGrants
-from kgwe.workloads.plan import (
-    PODGROUP_API,
-    Facts,
-    PlanError,
-    plan_children,
-    requested_gpus,
-)
+from kgwe.workloads.plan import PODGROUP_API, plan_children, requested_gpus
 
 log = logging.getLogger(__name__)
 
@@ -379,14 +375,14 @@ class WorkloadReconciler:
         return False
 
     def _facts(self, wl: GPUWorkload, run: int, policy: PolicyView) -> Facts:
-        """The facts the run's children are planned with (kgwe.workloads.admission), read now."""
+        """The facts the run's children are planned with (kgwe.policy.admission), read now."""
         native = self._serves("scheduling.k8s.io", "v1beta1")
         kueue = self._serves(cluster_facts.KUEUE_GROUP)
         classes = ClusterView(priority_classes=cluster_facts.priority_classes(self.api_client))
         return resolve_facts(wl, run, policy, classes, native=native, kueue=kueue)
 
     def _admit(self, p: _Pass, wl: GPUWorkload, run: int) -> None:
-        """Refuse (PlanError) with what `kgwe validate` would also report (kgwe.workloads.admission), then
+        """Refuse (PlanError) with what `kgwe validate` would also report (kgwe.policy.admission), then
         with the namespace's budget quota as it is now; else create the run's children."""
         policy = self._policy()
         cluster = dataclasses.replace(
@@ -399,9 +395,7 @@ class WorkloadReconciler:
             raise PlanError(*refused)
         assert cluster.native_gang is not None and cluster.kueue is not None
         facts = resolve_facts(wl, run, policy, cluster, native=cluster.native_gang, kueue=cluster.kueue)
-        refused = st.quota_admission(
-            cluster_facts.budget_quota(self.api_client, p.namespace), quota_needs(wl)
-        )
+        refused = quota_admission(cluster_facts.budget_quota(self.api_client, p.namespace), quota_needs(wl))
         if refused:
             raise PlanError(*refused)
         children = self._create(p, wl, run, facts, policy, check_first=True)

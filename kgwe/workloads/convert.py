@@ -97,7 +97,7 @@ def _metadata(doc: dict[str, Any], out: Conversion) -> None:
     out.manifest["metadata"] = kept
 
 
-def _set_strategy(src: str, value: Any, spec: dict[str, Any], out: Conversion) -> None:
+def _set_strategy(src: str, value: object, spec: dict[str, Any], out: Conversion) -> None:
     mapped = strategy(str(value))
     if mapped is None:
         out.unmapped.append((src, f"no KGWE strategy matches {value!r}; the default ScoringProfile applies"))

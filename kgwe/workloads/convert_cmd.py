@@ -14,13 +14,16 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from kgwe.errors import KgweError
 from kgwe.policy.yaml_source import MAX_TEXT_BYTES, YamlSyntaxError, load_all
 from kgwe.workloads.convert import convert
+
+if TYPE_CHECKING:  # the policy models load only when a conversion is checked against a policy
+    from kgwe.policy.admission import Finding, PolicyView
 
 MAX_INPUT_BYTES = MAX_TEXT_BYTES
 
@@ -52,18 +55,20 @@ def _read(path: str) -> bytes:
         return fh.read(MAX_INPUT_BYTES + 1)
 
 
-def _needs(manifest: dict[str, Any], policy: Any) -> list[Any]:
-    """What would still keep the converted workload from being admitted (kgwe.workloads.admission)."""
+def _needs(manifest: dict[str, Any], policy: PolicyView | None) -> list[Finding]:
+    """What would still keep the converted workload from being admitted (kgwe.policy.admission)."""
+    from kgwe.policy.admission import ClusterView, PolicyView, findings
     from kgwe.policy.gpu_workload import GPUWorkload
-    from kgwe.workloads.admission import ClusterView, PolicyView, findings
 
     wl = GPUWorkload.model_validate(manifest)
     namespace = wl.metadata.namespace if wl.metadata else None
     return findings(wl, namespace, policy or PolicyView(), ClusterView())
 
 
-def _write_suggestions(directory: Path, manifests: list[dict[str, Any]], policy: Any) -> list[Path]:
-    from kgwe.workloads.admission import profiles_of
+def _write_suggestions(
+    directory: Path, manifests: list[dict[str, Any]], policy: PolicyView | None
+) -> list[Path]:
+    from kgwe.policy.admission import profiles_of
     from kgwe.workloads.convert import suggested_priority_class, suggested_scoring_profile
 
     directory.mkdir(parents=True, exist_ok=True)

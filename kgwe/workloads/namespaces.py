@@ -24,6 +24,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from kgwe.cluster.watch import list_and_watch
+from kgwe.policy.admission import namespace_refusal
 from kgwe.policy.quota_namespaces import protected_namespace
 from kgwe.vocab import (
     FIELD_MANAGER,
@@ -34,7 +35,6 @@ from kgwe.vocab import (
     WORKLOADS_ENABLED,
     WORKLOADS_NAMESPACE_LABEL,
 )
-from kgwe.workloads.admission import namespace_refusal
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +96,7 @@ class NamespaceGrants:
             return frozenset(self._enabled)
 
     def refused(self, namespace: str) -> str | None:
-        """Why no GPUWorkload may run in `namespace`; None when it may (kgwe.workloads.admission)."""
+        """Why no GPUWorkload may run in `namespace`; None when it may (kgwe.policy.admission)."""
         return namespace_refusal(namespace, self.enabled(), self.kgwe_namespace)
 
     # -- following namespaces ------------------------------------------------------------------------
@@ -227,7 +227,7 @@ def ours(labels: Mapping[str, str] | None) -> bool:
     return (labels or {}).get(MANAGED_BY_LABEL) == MANAGED_BY_VALUE
 
 
-def _grants(rb: Any, subject: dict[str, str]) -> bool:
+def _grants(rb: client.V1RoleBinding, subject: dict[str, str]) -> bool:
     """The binding grants exactly the writer role to exactly us (anything else is re-applied)."""
     ref = rb.role_ref
     subjects = [

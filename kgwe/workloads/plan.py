@@ -9,34 +9,27 @@ created before the pods, pods linked by spec.schedulingGroup) or Kueue's plain p
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
+from kgwe.policy import runtime_templates as runtimes
 from kgwe.policy.gpu_workload import GPURequirements, GPUWorkload, Role
-from kgwe.policy.workload_runtime import WorkloadRuntimeSpec
+from kgwe.policy.workload_resolution import Facts, PlanError, child_name, gpu_resources, name_problem
 from kgwe.vocab import (
     API_VERSION,
-    GPU_MILLI_ANNOTATION,
     GPU_PRODUCT_ANNOTATION,
     GPU_REPLICAS_LABEL,
-    GPU_RESOURCE,
     MANAGED_BY_LABEL,
     MANAGED_BY_VALUE,
-    MIG_RESOURCE_PREFIX,
     MIN_BANDWIDTH_ANNOTATION,
     MIN_MEMORY_ANNOTATION,
     ROLE_LABEL,
     RUN_LABEL,
-    SCHEDULER_NAME,
     SCORING_PROFILE_ANNOTATION,
-    SHARED_GPU_RESOURCE,
     TEAM_LABEL,
     TOPOLOGY_PREFERENCE_ANNOTATION,
     WORKLOAD_LABEL,
     is_gpu_resource,
 )
-from kgwe.workloads import runtime as runtimes
 
 PODGROUP_API = "scheduling.k8s.io/v1beta1"
 KUEUE_GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
@@ -44,50 +37,10 @@ KUEUE_TOTAL_ANNOTATION = "kueue.x-k8s.io/pod-group-total-count"
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 TORCH_MASTER_PORT = 29500  # Kubeflow Trainer's default
-HOSTNAME_MAX = 63  # a pod hostname (<job>-<index>) is a DNS label
-GANG_BACKENDS = ("Native", "Kueue", "None")
-
-
-class PlanError(ValueError):
-    """The workload cannot be turned into objects (reason, message) -> Admitted=False."""
-
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
-
-
-@dataclass(frozen=True)
-class Facts:
-    """What the controller resolved from the cluster for this workload."""
-
-    run: int = 0
-    gang_backend: str = "None"  # Native | Kueue | None (already resolved from Auto)
-    scoring_profile: str | None = (
-        None  # from spec.scoringProfile or the profile serving spec.schedulingStrategy
-    )
-    priority_class: str | None = None
-    scheduler_name: str = SCHEDULER_NAME
-    runtime_name: str | None = (
-        None  # the WorkloadRuntime roles without containers get (kgwe.workloads.runtime)
-    )
-    runtime: WorkloadRuntimeSpec | None = None
-
-
-def child_name(workload: str, run: int, role: str) -> str:
-    return f"{workload}-r{run}-{role}"
 
 
 def podgroup_name(workload: str, run: int) -> str:
     return f"{workload}-r{run}"
-
-
-def gpu_resources(req: GPURequirements) -> tuple[dict[str, int], dict[str, str]]:
-    """(extended resources, extra annotations) one pod requests for these requirements."""
-    if req.mig_profile:
-        return {MIG_RESOURCE_PREFIX + req.mig_profile.replace("+", "."): req.count}, {}
-    if req.gpu_milli is not None and req.gpu_milli < 1000:
-        return {SHARED_GPU_RESOURCE: 1}, {GPU_MILLI_ANNOTATION: str(req.gpu_milli)}
-    return {GPU_RESOURCE: req.count if req.gpu_milli is None else 1}, {}
 
 
 def placement_annotations(req: GPURequirements, scoring_profile: str | None) -> dict[str, str]:
@@ -110,62 +63,6 @@ def placement_annotations(req: GPURequirements, scoring_profile: str | None) -> 
 
 def _num(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else repr(float(x))
-
-
-def resolve_backend(
-    wanted: str, total_pods: int, native: bool, kueue: bool, batch: bool = True
-) -> tuple[str, str | None]:
-    """(backend, problem). One pod, or a serving kind (replicas serve on their own), needs no gang.
-    Auto prefers the native PodGroup, then Kueue."""
-    if not batch or total_pods <= 1 or wanted == "None":
-        return "None", None
-    if wanted == "Native":
-        return (
-            ("Native", None)
-            if native
-            else ("None", "the API_VERSION server does not serve scheduling.k8s.io/v1beta1 PodGroups")
-        )
-    if wanted == "Kueue":
-        return (
-            ("Kueue", None) if kueue else ("None", "Kueue is not installed (no kueue.x-k8s.io Workload CRD)")
-        )
-    if native:
-        return "Native", None
-    if kueue:
-        return "Kueue", None
-    return "None", "no gang engine: neither native PodGroups (GenericWorkload) nor Kueue is available"
-
-
-def resolve_profile(wl: GPUWorkload, profiles: Mapping[str, str]) -> str | None:
-    """The scoring profile for the pods: named, or the first (by name) whose strategy is the asked one.
-
-    `profiles` maps profile name -> strategy (from the kgwe-scoring ConfigMap)."""
-    if wl.spec.scoring_profile:
-        return wl.spec.scoring_profile
-    wanted = wl.spec.scheduling_strategy
-    if not wanted:
-        return None
-    for name in sorted(profiles):
-        if profiles[name] == wanted:
-            return name
-    raise PlanError(
-        "NoScoringProfile",
-        f"no ScoringProfile uses strategy {wanted} (have: "
-        + (", ".join(f"{n}={s}" for n, s in sorted(profiles.items())) or "none")
-        + ")",
-    )
-
-
-def resolve_priority(priority: int | str | None, classes: Mapping[str, int]) -> str | None:
-    """A PriorityClass name: as given, or the highest class whose value is at most the integer."""
-    if priority is None:
-        return None
-    if isinstance(priority, str):
-        if priority not in classes:
-            raise PlanError("NoPriorityClass", f'no PriorityClass "{priority}"')
-        return priority
-    fitting = [(v, n) for n, v in classes.items() if v <= priority]
-    return max(fitting)[1] if fitting else None
 
 
 def owner_reference(wl: GPUWorkload, uid: str) -> dict[str, Any]:
@@ -230,19 +127,6 @@ def plan_children(wl: GPUWorkload, namespace: str, uid: str, facts: Facts) -> li
         offset += role.replicas
         objs.append(_job(wl, namespace, owner, role, facts, base_labels, env, group, total))
     return objs
-
-
-def name_problem(wl: GPUWorkload, run: int) -> str | None:
-    """Why the pods' hostnames <workload>-r<run>-<role>-<index> cannot be made, or None."""
-    roles = wl.spec.effective_roles()
-    longest = max(len(child_name(wl.name, run, r.name)) for r in roles)
-    digits = len(str(max(r.replicas for r in roles) - 1))
-    if longest + 1 + digits <= HOSTNAME_MAX:
-        return None
-    return (
-        f"pod hostnames <workload>-r<run>-<role>-<index> exceed {HOSTNAME_MAX} characters "
-        f"({longest + 1 + digits} for run {run}); shorten metadata.name or the role names"
-    )
 
 
 def _meta(name: str, namespace: str, labels: dict[str, str], owner: dict[str, Any]) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from typing import Any
 
 from kgwe.policy.gpu_workload import GPUWorkload, RetryPolicy
 from kgwe.timestamps import format_rfc3339 as rfc3339
-from kgwe.vocab import BUDGET_ANNOTATION, GPU_INDEX_ANNOTATION
+from kgwe.vocab import GPU_INDEX_ANNOTATION
 
 CONDITION_TYPES = ("Admitted", "PodsScheduled", "PodsReady", "Complete", "Failed", "Suspended")
 
@@ -80,37 +80,6 @@ def derive_phase(conditions: Sequence[Mapping[str, Any]]) -> str:
     if is_true(conditions, "PodsScheduled"):
         return "Scheduled"
     return "Pending"
-
-
-def quota_admission(quota: Mapping[str, Any] | None, needs: Mapping[str, int]) -> tuple[str, str] | None:
-    """(reason, message) when the namespace's kgwe-budget ResourceQuota cannot take the workload, else None.
-
-    `needs`: quota keys (requests.nvidia.com/gpu, ...) -> total the workload's pods request. An `Enforce`
-    budget that is exhausted caps the quota at current use: no headroom at all -> BudgetExhausted."""
-    if not quota:
-        return None
-    hard = (quota.get("spec") or {}).get("hard") or {}
-    used = (quota.get("status") or {}).get("used") or {}
-    budget = ((quota.get("metadata") or {}).get("annotations") or {}).get(BUDGET_ANNOTATION) or "?"
-    for key, need in sorted(needs.items()):
-        if key not in hard:
-            continue
-        limit, in_use = _qty(hard[key]), _qty(used.get(key, "0"))
-        if in_use + need > limit:
-            reason = "BudgetExhausted" if in_use >= limit else "QuotaExceeded"
-            what = "exhausted: capped at current use" if reason == "BudgetExhausted" else "quota too small"
-            return reason, (
-                f"GPUBudget {budget} ({what}): {key} hard {limit}, used {in_use}, this workload needs {need}"
-            )
-    return None
-
-
-def _qty(value: Any) -> int:
-    text = str(value).strip()
-    try:
-        return int(text)
-    except ValueError:
-        return int(float(text.rstrip("m")) / 1000) if text.endswith("m") else int(float(text))
 
 
 @dataclass

@@ -17,7 +17,7 @@ from kgwe.cost.spot import eligibility
 from kgwe.cost.usage import NodeCapacity, Period, UsageInterval
 from kgwe.cost.workload_facts import facts_from_object, facts_from_objects, pod_pattern, pods_by_workload
 from kgwe.errors import KgweError
-from kgwe.workloads.plan import child_name
+from kgwe.policy.workload_resolution import child_name
 
 H100 = "NVIDIA-H100-80GB-HBM3"
 L40S = "NVIDIA-L40S"

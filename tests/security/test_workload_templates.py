@@ -318,8 +318,8 @@ def test_a_manifest_is_judged_by_the_policy_repository_it_is_checked_against(tmp
 
 
 def test_an_integer_priority_is_judged_by_the_class_it_resolves_to_on_the_cluster():
+    from kgwe.policy.admission import ClusterView, PolicyView, findings
     from kgwe.policy.gpu_workload import GPUWorkload
-    from kgwe.workloads.admission import ClusterView, PolicyView, findings
 
     doc = yaml.safe_load(WORKLOAD.format(namespace="ml-team", template=CONTAINER))
     wl = GPUWorkload.model_validate({**doc, "spec": {**doc["spec"], "priority": 2000000000}})

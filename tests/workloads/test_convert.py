@@ -9,8 +9,9 @@ import yaml
 
 from kgwe.cli import main
 from kgwe.policy import GPUWorkload, load_repository
+from kgwe.policy.workload_resolution import Facts
 from kgwe.workloads.convert import ConvertError, convert, mib_to_gb, strategy
-from kgwe.workloads.plan import Facts, plan_children
+from kgwe.workloads.plan import plan_children
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

@@ -10,16 +10,17 @@ import pytest
 import yaml
 
 from kgwe.policy import GPUWorkload
+from kgwe.policy.admission import quota_admission
 from kgwe.policy.gpu_workload import RetryPolicy
-from kgwe.workloads.plan import (
+from kgwe.policy.workload_resolution import (
     Facts,
     PlanError,
-    plan_children,
     resolve_backend,
     resolve_priority,
     resolve_profile,
 )
-from kgwe.workloads.status import backoff_seconds, derive_phase, quota_admission, set_condition
+from kgwe.workloads.plan import plan_children
+from kgwe.workloads.status import backoff_seconds, derive_phase, set_condition
 
 EXAMPLES = Path(__file__).parents[2] / "docs" / "examples" / "gpuworkloads"
 

@@ -23,6 +23,7 @@ from kgwe.cli import main
 from kgwe.cluster.client import ensure_namespace
 from kgwe.cluster.events import EventRecorder
 from kgwe.policy import load_repository
+from kgwe.policy.admission import REFUSALS, ClusterView, Finding, PolicyView, findings, refusal
 from kgwe.policy.gpu_workload import GPUWorkload
 from kgwe.render.render import RenderOptions, render
 from kgwe.resources import sample_repo_dir
@@ -30,7 +31,6 @@ from kgwe.vocab import API_GROUP as GROUP
 from kgwe.vocab import CRD_VERSION as VERSION
 from kgwe.vocab import GPU_WORKLOAD_PLURAL as PLURAL
 from kgwe.vocab import WORKLOAD_ROLEBINDING, WORKLOADS_ENABLED, WORKLOADS_NAMESPACE_LABEL
-from kgwe.workloads.admission import REFUSALS, ClusterView, Finding, PolicyView, findings, refusal
 from kgwe.workloads.controller import WorkloadMetrics, WorkloadReconciler
 from tests.harness.crds import install_crds
 from tests.harness.pytest_cluster import delete_namespace
@@ -103,7 +103,9 @@ NAMESPACES = {"quota": True, "spent": True, "closed": False, "unbound": True, "k
 def _reasons_in_code() -> set[str]:
     """The reason strings the workload code refuses with."""
     found: set[str] = set()
-    for path in (ROOT / "kgwe" / "workloads").glob("*.py"):
+    policy = ROOT / "kgwe" / "policy"
+    admission = [policy / "admission.py", policy / "workload_resolution.py", policy / "template_admission.py"]
+    for path in [*(ROOT / "kgwe" / "workloads").glob("*.py"), *admission]:
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):
             if isinstance(node, ast.Call):

@@ -9,9 +9,9 @@ import pytest
 import yaml
 
 from kgwe.policy import GPUWorkload, load_repository
+from kgwe.policy.admission import ClusterView, PolicyView, findings, resolve_facts
 from kgwe.render.render import render
 from kgwe.resources import sample_repo_dir
-from kgwe.workloads.admission import ClusterView, PolicyView, findings, resolve_facts
 from kgwe.workloads.plan import plan_children
 
 EXAMPLES = Path(__file__).parents[2] / "docs" / "examples" / "gpuworkloads"

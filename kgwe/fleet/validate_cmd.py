@@ -21,13 +21,12 @@ from collections import Counter
 
 import orjson
 
+from kgwe.fleet.cluster import Fleet, add_cluster_arguments
 from kgwe.policy.loader import PolicySet, load_repository
 from kgwe.vocab import KGWE_NAMESPACE
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from kgwe.fleet.cluster import add_cluster_arguments
-
     parser.add_argument("path", nargs="?", default=".", help="repository directory or YAML file (default: .)")
     parser.add_argument("--output", "-o", choices=("text", "json"), default="text", help="report format")
     parser.add_argument(
@@ -48,7 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_cluster_arguments(parser)
 
 
-def summary(ps: PolicySet) -> dict:
+def summary(ps: PolicySet) -> dict[str, object]:
     kinds = Counter(e.obj.kind for e in ps.entries)
     return {
         "path": str(ps.root),
@@ -67,8 +66,7 @@ def load(args: argparse.Namespace) -> PolicySet:
     cluster = cluster_policy = None
     namespace = getattr(args, "namespace", None)
     if getattr(args, "cluster", False):
-        from kgwe.fleet.cluster import Fleet
-        from kgwe.workloads import cluster_facts
+        from kgwe.workloads import cluster_facts  # the Kubernetes client: loaded only for --cluster
 
         fleet = Fleet(args)
         namespace = fleet.namespace

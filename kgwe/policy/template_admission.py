@@ -1,12 +1,12 @@
 """The pod templates a GPUWorkload's pods get, judged by the PodTemplatePolicy of its namespace (pure).
 
-`kgwe validate` and the controller both run this check, through kgwe.workloads.admission, on each role's
+`kgwe validate` and the controller both run this check, through kgwe.policy.admission, on each role's
 template as its pods get it: the workload's own, or its WorkloadRuntime's with the workload's laid over it
-(kgwe.workloads.runtime), with the PriorityClass the controller sets from `spec.priority`. What else the
-controller fills in (scheduler, labels, GPU resources, node affinity, rendezvous variables) is KGWE's own
-and nothing a policy governs. Each violation is reported at the workload's field it comes from: the role's
-template or the workload's (naming the runtime when the field is the runtime's), `spec.priority` for the
-PriorityClass.
+(kgwe.policy.runtime_templates), with the PriorityClass the controller sets from `spec.priority`. What
+else the controller fills in (scheduler, labels, GPU resources, node affinity, rendezvous variables) is
+KGWE's own and nothing a policy governs. Each violation is reported at the workload's field it comes
+from: the role's template or the workload's (naming the runtime when the field is the runtime's),
+`spec.priority` for the PriorityClass.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from kgwe.policy import runtime_templates as rt
 from kgwe.policy.gpu_workload import GPUWorkload, has_containers
 from kgwe.policy.pod_template_policy import DEFAULT_SPEC, PodTemplatePolicy, policy_for, template_violations
 from kgwe.policy.workload_runtime import WorkloadRuntimeSpec
-from kgwe.workloads import runtime as rt
 
 FieldPath = tuple[str | int, ...]
 
@@ -56,12 +56,12 @@ def violations(
 
 def _present(template: Mapping[str, Any], path: FieldPath) -> bool:
     """`path` is set in `template` (the workload's own; else the value came from the runtime)."""
-    node: Any = template
+    node: object = template
     for key in path:
-        if isinstance(key, int):
-            if not isinstance(node, list) or key >= len(node):
-                return False
-        elif not isinstance(node, Mapping) or key not in node:
+        if isinstance(node, list) and isinstance(key, int) and key < len(node):
+            node = node[key]
+        elif isinstance(node, Mapping) and isinstance(key, str) and key in node:
+            node = node.get(key)
+        else:
             return False
-        node = node[key]
     return True

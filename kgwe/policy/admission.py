@@ -20,11 +20,22 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from kgwe.policy import runtime_templates as rt
+from kgwe.policy import template_admission
 from kgwe.policy.diagnostics import format_path
 from kgwe.policy.gpu_workload import GPUWorkload, NodeOffer, has_containers, problems
 from kgwe.policy.pod_template import template_findings
 from kgwe.policy.pod_template_policy import PodTemplatePolicy
 from kgwe.policy.quota_namespaces import protected_namespace
+from kgwe.policy.workload_resolution import (
+    Facts,
+    PlanError,
+    gpu_resources,
+    name_problem,
+    resolve_backend,
+    resolve_priority,
+    resolve_profile,
+)
 from kgwe.policy.workload_runtime import WorkloadRuntimeSpec
 from kgwe.vocab import (
     BUDGET_ANNOTATION,
@@ -35,18 +46,6 @@ from kgwe.vocab import (
     WORKLOADS_NAMESPACE_LABEL,
     quota_key,
 )
-from kgwe.workloads import runtime as rt
-from kgwe.workloads import template_policy
-from kgwe.workloads.plan import (
-    Facts,
-    PlanError,
-    gpu_resources,
-    name_problem,
-    resolve_backend,
-    resolve_priority,
-    resolve_profile,
-)
-from kgwe.workloads.status import quota_admission
 
 Scope = Literal["spec", "repository", "cluster", "state"]
 Severity = Literal["error", "warning"]
@@ -294,11 +293,13 @@ def not_allowed(
     priority_class: str | None,
 ) -> list[Finding]:
     """TemplateNotAllowed: what the pods' templates set that the namespace's PodTemplatePolicy does not allow
-    (kgwe.workloads.template_policy). Errors where the policies are known, the repository's or the
+    (kgwe.policy.template_admission). Errors where the policies are known, the repository's or the
     cluster's (none at all: everything a policy could allow is refused); warnings where they are not (a
     manifest checked on its own, whose namespace's policy may allow it)."""
     severity: Severity = "warning" if policies is None else "error"
-    found = template_policy.violations(wl, namespace, policies or (), runtime_name, runtime, priority_class)
+    found = template_admission.violations(
+        wl, namespace, policies or (), runtime_name, runtime, priority_class
+    )
     return [Finding("TemplateNotAllowed", path, message, severity) for path, message in found]
 
 
@@ -312,6 +313,37 @@ def refusal(found: Sequence[Finding]) -> tuple[str, str] | None:
     said = [f"{format_path(f.path)}: {f.message}" for f in errors if f.reason == reason]
     more = f" (and {len(said) - MAX_SAID} more)" if len(said) > MAX_SAID else ""
     return reason, "; ".join(said[:MAX_SAID]) + more
+
+
+def quota_admission(quota: Mapping[str, Any] | None, needs: Mapping[str, int]) -> tuple[str, str] | None:
+    """(reason, message) when the namespace's kgwe-budget ResourceQuota cannot take the workload, else None.
+
+    `needs`: quota keys (requests.nvidia.com/gpu, ...) -> total the workload's pods request. An `Enforce`
+    budget that is exhausted caps the quota at current use: no headroom at all -> BudgetExhausted."""
+    if not quota:
+        return None
+    hard = (quota.get("spec") or {}).get("hard") or {}
+    used = (quota.get("status") or {}).get("used") or {}
+    budget = ((quota.get("metadata") or {}).get("annotations") or {}).get(BUDGET_ANNOTATION) or "?"
+    for key, need in sorted(needs.items()):
+        if key not in hard:
+            continue
+        limit, in_use = _qty(hard[key]), _qty(used.get(key, "0"))
+        if in_use + need > limit:
+            reason = "BudgetExhausted" if in_use >= limit else "QuotaExceeded"
+            what = "exhausted: capped at current use" if reason == "BudgetExhausted" else "quota too small"
+            return reason, (
+                f"GPUBudget {budget} ({what}): {key} hard {limit}, used {in_use}, this workload needs {need}"
+            )
+    return None
+
+
+def _qty(value: object) -> int:
+    text = str(value).strip()
+    try:
+        return int(text)
+    except ValueError:
+        return int(float(text.rstrip("m")) / 1000) if text.endswith("m") else int(float(text))
 
 
 def _unknown_product(path: FieldPath, product: str) -> Finding:

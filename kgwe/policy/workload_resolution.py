@@ -1,0 +1,129 @@
+"""What a GPUWorkload resolves to on a cluster before anything is created (pure): its gang engine, scoring
+profile and PriorityClass, the GPU resources each pod requests, and whether its pods' names fit. Admission
+(kgwe.policy.admission) refuses with these; the controller's planner (kgwe.workloads.plan) builds with them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from kgwe.policy.gpu_workload import GPURequirements, GPUWorkload
+from kgwe.policy.workload_runtime import WorkloadRuntimeSpec
+from kgwe.vocab import (
+    GPU_MILLI_ANNOTATION,
+    GPU_RESOURCE,
+    MIG_RESOURCE_PREFIX,
+    SCHEDULER_NAME,
+    SHARED_GPU_RESOURCE,
+)
+
+HOSTNAME_MAX = 63  # a pod hostname (<job>-<index>) is a DNS label
+GANG_BACKENDS = ("Native", "Kueue", "None")
+
+
+class PlanError(ValueError):
+    """The workload cannot be turned into objects (reason, message) -> Admitted=False."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What the controller resolved from the cluster for this workload."""
+
+    run: int = 0
+    gang_backend: str = "None"  # Native | Kueue | None (already resolved from Auto)
+    scoring_profile: str | None = (
+        None  # from spec.scoringProfile or the profile serving spec.schedulingStrategy
+    )
+    priority_class: str | None = None
+    scheduler_name: str = SCHEDULER_NAME
+    runtime_name: str | None = (
+        None  # the WorkloadRuntime roles without containers get (kgwe.policy.runtime_templates)
+    )
+    runtime: WorkloadRuntimeSpec | None = None
+
+
+def child_name(workload: str, run: int, role: str) -> str:
+    return f"{workload}-r{run}-{role}"
+
+
+def gpu_resources(req: GPURequirements) -> tuple[dict[str, int], dict[str, str]]:
+    """(extended resources, extra annotations) one pod requests for these requirements."""
+    if req.mig_profile:
+        return {MIG_RESOURCE_PREFIX + req.mig_profile.replace("+", "."): req.count}, {}
+    if req.gpu_milli is not None and req.gpu_milli < 1000:
+        return {SHARED_GPU_RESOURCE: 1}, {GPU_MILLI_ANNOTATION: str(req.gpu_milli)}
+    return {GPU_RESOURCE: req.count if req.gpu_milli is None else 1}, {}
+
+
+def resolve_backend(
+    wanted: str, total_pods: int, native: bool, kueue: bool, batch: bool = True
+) -> tuple[str, str | None]:
+    """(backend, problem). One pod, or a serving kind (replicas serve on their own), needs no gang.
+    Auto prefers the native PodGroup, then Kueue."""
+    if not batch or total_pods <= 1 or wanted == "None":
+        return "None", None
+    if wanted == "Native":
+        return (
+            ("Native", None)
+            if native
+            else ("None", "the API_VERSION server does not serve scheduling.k8s.io/v1beta1 PodGroups")
+        )
+    if wanted == "Kueue":
+        return (
+            ("Kueue", None) if kueue else ("None", "Kueue is not installed (no kueue.x-k8s.io Workload CRD)")
+        )
+    if native:
+        return "Native", None
+    if kueue:
+        return "Kueue", None
+    return "None", "no gang engine: neither native PodGroups (GenericWorkload) nor Kueue is available"
+
+
+def resolve_profile(wl: GPUWorkload, profiles: Mapping[str, str]) -> str | None:
+    """The scoring profile for the pods: named, or the first (by name) whose strategy is the asked one.
+
+    `profiles` maps profile name -> strategy (from the kgwe-scoring ConfigMap)."""
+    if wl.spec.scoring_profile:
+        return wl.spec.scoring_profile
+    wanted = wl.spec.scheduling_strategy
+    if not wanted:
+        return None
+    for name in sorted(profiles):
+        if profiles[name] == wanted:
+            return name
+    raise PlanError(
+        "NoScoringProfile",
+        f"no ScoringProfile uses strategy {wanted} (have: "
+        + (", ".join(f"{n}={s}" for n, s in sorted(profiles.items())) or "none")
+        + ")",
+    )
+
+
+def resolve_priority(priority: int | str | None, classes: Mapping[str, int]) -> str | None:
+    """A PriorityClass name: as given, or the highest class whose value is at most the integer."""
+    if priority is None:
+        return None
+    if isinstance(priority, str):
+        if priority not in classes:
+            raise PlanError("NoPriorityClass", f'no PriorityClass "{priority}"')
+        return priority
+    fitting = [(v, n) for n, v in classes.items() if v <= priority]
+    return max(fitting)[1] if fitting else None
+
+
+def name_problem(wl: GPUWorkload, run: int) -> str | None:
+    """Why the pods' hostnames <workload>-r<run>-<role>-<index> cannot be made, or None."""
+    roles = wl.spec.effective_roles()
+    longest = max(len(child_name(wl.name, run, r.name)) for r in roles)
+    digits = len(str(max(r.replicas for r in roles) - 1))
+    if longest + 1 + digits <= HOSTNAME_MAX:
+        return None
+    return (
+        f"pod hostnames <workload>-r<run>-<role>-<index> exceed {HOSTNAME_MAX} characters "
+        f"({longest + 1 + digits} for run {run}); shorten metadata.name or the role names"
+    )
