@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kgwe.cost.budgets import BudgetSpec, alert_events, budget_from_policy, quota_decisions
 from kgwe.cost.pricing import PriceBook, pricebook_from_catalog
@@ -27,6 +27,9 @@ from kgwe.policy.cluster_kinds import PolicyRepositorySpec
 from kgwe.policy.loader import PolicySet
 from kgwe.reconcile import cron
 from kgwe.vocab import is_gpu_resource
+
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient
 
 log = logging.getLogger(__name__)
 
@@ -147,7 +150,7 @@ class CostDuties:
             "asOf": rfc3339(now),
         }
 
-    def start(self, api_client: Any) -> None:
+    def start(self, api_client: ApiClient) -> None:
         """Start metering once (on first becoming leader); the watch reconciles with live pods on start."""
         if not self._started:
             self.service.start_metering(api_client)
