@@ -1,0 +1,145 @@
+"""The watch index applies an assumption (and the bind that confirms it) as a delta on the node's published
+tally instead of replaying every pod of the node. After any sequence of decisions, binds, status updates,
+deletions, expiries and agent reports, every node must hold exactly what replaying its pods from scratch
+gives: bound pods in creation order, then assumed ones in the order they were first assumed."""
+
+from __future__ import annotations
+
+import orjson
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kgwe.extender.engine import Engine
+from kgwe.extender.index import ASSUME_SECONDS, FOREIGN_GPU, ClusterIndex
+from kgwe.extender.k8s import account, node_state
+from kgwe.extender.request import PodRequest, parse_pod
+from kgwe.localcluster.gpunodes import machine, node_manifest
+from kgwe.vocab import GPU_INDEX_ANNOTATION, GPU_PODS_ANNOTATION
+
+NODES = {"a": "DGX-H100", "b": "A100-PCIE-NVLINK-PAIRS"}
+UIDS = [f"u{i}" for i in range(6)]
+# (limits, annotations) of the pod shapes: shares of two sizes (best fit: their order decides which GPU each
+# takes), one whole GPU, two (topology choice on NVLink pairs)
+SHAPES = [
+    ({"nvidia.com/gpu.shared": "1", "cpu": "1"}, {"kgwe.nvidia.io/gpu-milli": "300"}),
+    ({"nvidia.com/gpu.shared": "1"}, {"kgwe.nvidia.io/gpu-milli": "600"}),
+    ({"nvidia.com/gpu": "1", "cpu": "2"}, {}),
+    ({"nvidia.com/gpu": "2"}, {}),
+]
+
+
+def pod(uid: str, shape: int, created: int, node: str | None = None, index: str | None = None) -> dict:
+    limits, annotations = SHAPES[shape]
+    annotations = dict(annotations)
+    if index is not None:
+        annotations[GPU_INDEX_ANNOTATION] = index
+    spec: dict = {
+        "schedulerName": "kgwe-scheduler",
+        "containers": [{"name": "c", "resources": {"limits": limits}}],
+    }
+    if node:
+        spec["nodeName"] = node
+    return {
+        "metadata": {
+            "name": uid,
+            "namespace": "t",
+            "uid": uid,
+            "annotations": annotations,
+            "creationTimestamp": f"2026-11-22T00:{created // 60:02d}:{created % 60:02d}Z",
+        },
+        "spec": spec,
+        "status": {"phase": "Running" if node else "Pending"},
+    }
+
+
+def node(name: str, holders: dict[int, str]) -> dict:
+    raw = node_manifest(name, machine(NODES[name]))
+    if holders:
+        raw["metadata"]["annotations"][GPU_PODS_ANNOTATION] = orjson.dumps(
+            {str(k): v for k, v in holders.items()}
+        ).decode()
+    return raw
+
+
+def replayed(idx: ClusterIndex, name: str, raw_node: dict) -> object:
+    """The node as a full replay gives it, written out here from the index's inputs."""
+    base = node_state(raw_node, idx._decode)
+    pods = sorted((p for p in idx.pods.values() if p[0] == name), key=lambda p: p[1])
+    known = {p[4] for p in pods}
+    holders = idx.holders.get(name, {})
+    held: list[tuple[PodRequest, tuple[int, ...] | None]] = [
+        (FOREIGN_GPU, (i,)) for i in sorted(i for i, who in holders.items() if who not in known)
+    ]
+    held += [(p[2], p[3]) for p in pods]
+    held += [(req, None) for n, req, _ in idx.assumed.values() if n == name]  # in the order first assumed
+    return account(base, held, idx.engine.table.topology_chooser)
+
+
+step = st.one_of(
+    st.tuples(st.just("assume"), st.sampled_from(UIDS), st.sampled_from(sorted(NODES)), st.integers(0, 3)),
+    st.tuples(st.just("bind"), st.sampled_from(UIDS), st.sampled_from(sorted(NODES)), st.integers(0, 7)),
+    st.tuples(st.just("status"), st.sampled_from(UIDS), st.just(""), st.just(0)),
+    st.tuples(st.just("delete"), st.sampled_from(UIDS), st.just(""), st.just(0)),
+    st.tuples(st.just("expire"), st.just(""), st.just(""), st.integers(0, 2)),
+    st.tuples(st.just("agent"), st.sampled_from(UIDS), st.sampled_from(sorted(NODES)), st.integers(0, 7)),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(step, max_size=40))
+def test_incremental_assumptions_equal_a_full_replay(steps: list[tuple[str, str, str, int]]) -> None:
+    engine = Engine()
+    idx = ClusterIndex(engine, verify_decisions=False)
+    now = [0.0]
+    idx.clock = lambda: now[0]
+    holders: dict[str, dict[int, str]] = {n: {} for n in NODES}
+    idx._apply_nodes([node(n, {}) for n in NODES])
+    shape_of = {uid: i % len(SHAPES) for i, uid in enumerate(UIDS)}
+    created = {uid: 0 for uid in UIDS}
+    last: dict[str, dict] = {}  # uid -> the pod as the watch last showed it bound
+    for clock, (op, uid, where, k) in enumerate(steps):
+        now[0] += 1.0
+        if op == "assume":
+            shape_of[uid] = k
+            if uid not in last:
+                created[uid] = clock
+            idx.assume(uid, where, parse_pod(pod(uid, k, created[uid])))
+        elif op == "bind":
+            index = str(k) if k >= 6 else None  # now and then the agent has written the GPU index
+            if uid not in last:
+                created[uid] = clock
+            last[uid] = pod(uid, shape_of[uid], created[uid], where, index)
+            idx._any_pod_event("MODIFIED", last[uid])
+        elif op == "status" and uid in last:
+            last[uid]["status"]["podIP"] = f"10.0.0.{clock % 250}"
+            idx._any_pod_event("MODIFIED", last[uid])
+        elif op == "delete" and uid in last:
+            idx._any_pod_event("DELETED", last.pop(uid))
+        elif op == "expire":
+            now[0] += ASSUME_SECONDS * k / 2
+            idx.expire_assumed()
+        elif op == "agent":
+            holders[where][k] = f"t/{uid}"
+            idx._node_event("MODIFIED", node(where, holders[where]))
+        for name in NODES:
+            row = engine.table.rows[name]
+            assert engine.table.nodes[row] == replayed(idx, name, node(name, holders[name])), (name, steps)
+
+
+def test_the_usual_bind_leaves_the_node_as_its_assumption_made_it() -> None:
+    """A decision, then the watch's bind and status update of that pod: the node is written once."""
+    engine = Engine()
+    idx = ClusterIndex(engine, verify_decisions=False)
+    idx._apply_nodes([node("a", {})])
+    idx._any_pod_event("ADDED", pod("old", 2, 1, "a"))
+    row = engine.table.rows["a"]
+    before = engine.table.version[row]
+    idx.assume("new", "a", parse_pod(pod("new", 2, 2)))
+    assumed = engine.table.version[row]
+    assert assumed != before and sum(engine.node_view("a")["gpuUsedMilli"]) == 2000
+    bound = pod("new", 2, 2, "a")
+    idx._any_pod_event("MODIFIED", bound)
+    bound["status"]["podIP"] = "10.0.0.9"
+    idx._any_pod_event("MODIFIED", bound)
+    assert idx.assumed == {} and set(idx.pods) == {"old", "new"}
+    assert engine.table.version[row] == assumed and sum(engine.node_view("a")["gpuUsedMilli"]) == 2000
