@@ -92,6 +92,32 @@ UNCONFIRMED_SECONDS = 5.0  # a decision waits this long for the pending-pod watc
 MAX_UNCONFIRMED = 1024  # decisions waiting for the watch, oldest dropped first
 
 
+def _node_inputs(raw: dict) -> tuple:
+    """Every part of a Node that node_state and gpu_holders read (not its conditions or heartbeats)."""
+    meta = raw.get("metadata") or {}
+    status = raw.get("status") or {}
+    if not isinstance(meta, dict) or not isinstance(status, dict):
+        return (raw,)
+    return (meta.get("labels"), meta.get("annotations"), status.get("allocatable"), status.get("capacity"))
+
+
+def _pod_inputs(raw: dict) -> tuple:
+    """Every part of a Pod that pod_holds, pod_key and the index read (not its status beyond the phase,
+    nor its resourceVersion or managed fields)."""
+    meta = raw.get("metadata") or {}
+    status = raw.get("status") or {}
+    if not isinstance(meta, dict) or not isinstance(status, dict):
+        return (raw,)
+    return (
+        raw.get("spec"),
+        status.get("phase"),
+        meta.get("annotations"),
+        meta.get("creationTimestamp"),
+        meta.get("name"),
+        meta.get("namespace"),
+    )
+
+
 class ClusterIndex:
     def __init__(
         self,
@@ -126,6 +152,10 @@ class ClusterIndex:
         self._assumed_on: dict[str, dict[str, int]] = {}
         self._assume_order = 0
         self._tallies: dict[str, Tally] = {}  # node -> the tally its published state was made from
+        # what the index read from each object last time (`_node_inputs`, `_pod_inputs`): an update that
+        # changes none of it (a heartbeat, a pod's IP or conditions) costs a compare, nothing more
+        self._node_seen: dict[str, tuple] = {}
+        self._pod_seen: dict[str, tuple] = {}
         self.pending: dict[str, PodRequest] = {}  # uid -> GPU request of an unbound pod the watch saw
         # decisions for pods the pending watch has not shown yet: uid -> (node, request, expiry)
         self.unconfirmed: OrderedDict[str, tuple[str, PodRequest, float]] = OrderedDict()
@@ -231,9 +261,14 @@ class ClusterIndex:
                 self.bases.pop(name, None)
                 self.holders.pop(name, None)
                 self._tallies.pop(name, None)
+                self._node_seen.pop(name, None)
                 with self.engine.lock:
                     self.engine.table.remove(name)
                 return
+            seen = _node_inputs(raw)
+            if name in self.bases and self._node_seen.get(name) == seen:
+                return
+            self._node_seen[name] = seen
             self.bases[name] = node_state(raw, self._decode)
             self.holders[name] = gpu_holders(raw)
             self._publish(name)
@@ -247,6 +282,7 @@ class ClusterIndex:
                     self.engine.table.remove(gone)
             self.bases = fresh
             self.holders = {n["metadata"]["name"]: gpu_holders(n) for n in items}
+            self._node_seen = {n["metadata"]["name"]: _node_inputs(n) for n in items}
             for name in fresh:
                 self._publish(name)
 
@@ -278,6 +314,7 @@ class ClusterIndex:
             touched = set(self.by_node)
             self.pods.clear()
             self.by_node.clear()
+            self._pod_seen.clear()
             for p in items:
                 touched |= self._set_pod(p, deleted=False)  # includes nodes of assumptions the list ends
             for n in touched:
@@ -288,6 +325,14 @@ class ClusterIndex:
         uid = meta.get("uid")
         if not uid:
             return set()
+        seen = None if deleted else _pod_inputs(raw)
+        if (
+            seen is not None
+            and uid in self.pods
+            and uid not in self.assumed
+            and self._pod_seen.get(uid) == seen
+        ):
+            return set()  # a status update that changes nothing the accounting reads
         node: str = (raw.get("spec") or {}).get("nodeName") or ""
         held = None if deleted or not node else pod_holds(raw)
         entry = None
@@ -302,6 +347,7 @@ class ClusterIndex:
             touched.add(assumed[0])
             self._count_assumed()
         old = self.pods.pop(uid, None)
+        self._pod_seen.pop(uid, None)
         if old is not None:
             self.by_node.get(old[0], set()).discard(uid)
             touched.add(old[0])
@@ -309,6 +355,7 @@ class ClusterIndex:
             if old is None and not self.verify_decisions and entry[2].wants_gpu:
                 self.engine.observe(entry[2])  # first seen (bound): the workload mix follows it
             self.pods[uid] = entry
+            self._pod_seen[uid] = seen  # type: ignore[assignment]
             self.by_node.setdefault(node, set()).add(uid)
             touched.add(node)
         if unchanged:  # the node's pods, in the order they are applied, are the ones it was published with

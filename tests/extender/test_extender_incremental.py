@@ -143,3 +143,37 @@ def test_the_usual_bind_leaves_the_node_as_its_assumption_made_it() -> None:
     idx._any_pod_event("MODIFIED", bound)
     assert idx.assumed == {} and set(idx.pods) == {"old", "new"}
     assert engine.table.version[row] == assumed and sum(engine.node_view("a")["gpuUsedMilli"]) == 2000
+
+
+def test_an_update_that_changes_nothing_the_index_reads_is_not_parsed_again(monkeypatch) -> None:
+    """A pod's status update (its IP, conditions) and a node's heartbeat cost a compare: the pod is not
+    parsed again, the node not rebuilt. A change to what the index reads still counts."""
+    import kgwe.extender.index as index
+
+    parsed: list[str] = []
+    built: list[str] = []
+    real_holds, real_state = index.pod_holds, index.node_state
+    monkeypatch.setattr(
+        index, "pod_holds", lambda raw: parsed.append(raw["metadata"]["uid"]) or real_holds(raw)
+    )
+    monkeypatch.setattr(
+        index, "node_state", lambda raw, d: built.append(raw["metadata"]["name"]) or real_state(raw, d)
+    )
+    engine = Engine()
+    idx = ClusterIndex(engine, verify_decisions=False)
+    idx._apply_nodes([node("a", {})])
+    idx._any_pod_event("ADDED", pod("p", 2, 1, "a"))
+    parsed.clear(), built.clear()
+    update = pod("p", 2, 1, "a")
+    update["status"]["podIP"] = "10.0.0.3"
+    update["metadata"]["resourceVersion"] = "99"
+    idx._any_pod_event("MODIFIED", update)
+    heartbeat = node("a", {})
+    heartbeat["status"]["conditions"] = [{"type": "Ready", "status": "True", "lastHeartbeatTime": "now"}]
+    idx._node_event("MODIFIED", heartbeat)
+    assert parsed == [] and built == []
+
+    idx._any_pod_event("MODIFIED", pod("p", 2, 1, "a", index="5"))
+    idx._node_event("MODIFIED", node("a", {3: "t/other"}))
+    assert parsed == ["p"] and built == ["a"]
+    assert engine.node_view("a")["gpuUsedMilli"] == [0, 0, 0, 1000, 0, 1000, 0, 0]
