@@ -56,6 +56,7 @@ import orjson
 
 from kgwe.extender.engine import Engine
 from kgwe.extender.k8s import (
+    ENDED_PHASES,
     Tally,
     gpu_holders,
     node_state,
@@ -102,15 +103,15 @@ def _node_inputs(raw: dict) -> tuple:
 
 
 def _pod_inputs(raw: dict) -> tuple:
-    """Every part of a Pod that pod_holds, pod_key and the index read (not its status beyond the phase,
-    nor its resourceVersion or managed fields)."""
+    """Every part of a Pod that pod_holds, pod_key and the index read: not its status beyond whether it
+    ended (Pending -> Running changes nothing held), nor its resourceVersion or managed fields."""
     meta = raw.get("metadata") or {}
     status = raw.get("status") or {}
     if not isinstance(meta, dict) or not isinstance(status, dict):
         return (raw,)
     return (
         raw.get("spec"),
-        status.get("phase"),
+        status.get("phase") in ENDED_PHASES,  # the one thing pod_holds reads of the phase
         meta.get("annotations"),
         meta.get("creationTimestamp"),
         meta.get("name"),

@@ -41,6 +41,7 @@ from kgwe.vocab import (
     TOPOLOGY_ANNOTATION,
 )
 
+ENDED_PHASES = ("Succeeded", "Failed")  # a pod in these holds nothing on its node
 UNREADABLE_HOLDING = PodRequest(gpus=16)  # a bound pod whose resources cannot be read: every GPU of its node
 
 Decoder = Callable[[str], object]
@@ -186,7 +187,7 @@ def pod_holds(pod: Mapping) -> tuple[PodRequest, tuple[int, ...] | None] | None:
     A pending pod that cannot be understood holds nothing (the filter refuses it too); a bound one holds
     what its resources say (held_request)."""
     status = pod.get("status") or {}
-    if status.get("phase") in ("Succeeded", "Failed"):
+    if status.get("phase") in ENDED_PHASES:
         return None
     if (pod.get("spec") or {}).get("nodeName"):
         req = held_request(pod)

@@ -80,6 +80,7 @@ step = st.one_of(
     st.tuples(st.just("bind"), st.sampled_from(UIDS), st.sampled_from(sorted(NODES)), st.integers(0, 7)),
     st.tuples(st.just("status"), st.sampled_from(UIDS), st.just(""), st.just(0)),
     st.tuples(st.just("delete"), st.sampled_from(UIDS), st.just(""), st.just(0)),
+    st.tuples(st.just("end"), st.sampled_from(UIDS), st.just(""), st.just(0)),
     st.tuples(st.just("expire"), st.just(""), st.just(""), st.integers(0, 2)),
     st.tuples(st.just("agent"), st.sampled_from(UIDS), st.sampled_from(sorted(NODES)), st.integers(0, 7)),
 )
@@ -112,6 +113,9 @@ def test_incremental_assumptions_equal_a_full_replay(steps: list[tuple[str, str,
             idx._any_pod_event("MODIFIED", last[uid])
         elif op == "status" and uid in last:
             last[uid]["status"]["podIP"] = f"10.0.0.{clock % 250}"
+            idx._any_pod_event("MODIFIED", last[uid])
+        elif op == "end" and uid in last:  # the pod ran to completion: it holds nothing any more
+            last[uid] = {**last[uid], "status": {"phase": "Succeeded"}}
             idx._any_pod_event("MODIFIED", last[uid])
         elif op == "delete" and uid in last:
             idx._any_pod_event("DELETED", last.pop(uid))
@@ -165,7 +169,7 @@ def test_an_update_that_changes_nothing_the_index_reads_is_not_parsed_again(monk
     idx._any_pod_event("ADDED", pod("p", 2, 1, "a"))
     parsed.clear(), built.clear()
     update = pod("p", 2, 1, "a")
-    update["status"]["podIP"] = "10.0.0.3"
+    update["status"] = {"phase": "Running", "podIP": "10.0.0.3"}  # after "Pending": what kwok writes next
     update["metadata"]["resourceVersion"] = "99"
     idx._any_pod_event("MODIFIED", update)
     heartbeat = node("a", {})
@@ -177,3 +181,7 @@ def test_an_update_that_changes_nothing_the_index_reads_is_not_parsed_again(monk
     idx._node_event("MODIFIED", node("a", {3: "t/other"}))
     assert parsed == ["p"] and built == ["a"]
     assert engine.node_view("a")["gpuUsedMilli"] == [0, 0, 0, 1000, 0, 1000, 0, 0]
+    done = pod("p", 2, 1, "a", index="5")
+    done["status"]["phase"] = "Succeeded"
+    idx._any_pod_event("MODIFIED", done)
+    assert parsed == ["p", "p"] and engine.node_view("a")["gpuUsedMilli"] == [0, 0, 0, 1000, 0, 0, 0, 0]
