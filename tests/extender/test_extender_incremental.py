@@ -6,7 +6,7 @@ gives: bound pods in creation order, then assumed ones in the order they were fi
 from __future__ import annotations
 
 import orjson
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from kgwe.extender.engine import Engine
@@ -185,3 +185,45 @@ def test_an_update_that_changes_nothing_the_index_reads_is_not_parsed_again(monk
     done["status"]["phase"] = "Succeeded"
     idx._any_pod_event("MODIFIED", done)
     assert parsed == ["p", "p"] and engine.node_view("a")["gpuUsedMilli"] == [0, 0, 0, 1000, 0, 0, 0, 0]
+
+
+def reference_mix(keys: list[tuple]) -> tuple[dict, dict, int]:
+    """The fragmentation mix's bookkeeping as the rule states it, every observation counted: refresh at
+    the first shape and every MIX_REFRESH_EVERY after, halve the counts, adopt a mix that moved > 0.1."""
+    from collections import Counter
+
+    from kgwe.extender.engine import MIX_REFRESH_EVERY
+
+    counts: Counter = Counter()
+    adopted: dict = {}
+    since = 0
+    for key in keys:
+        counts[key] += 1
+        since += 1
+        if since >= MIX_REFRESH_EVERY or (len(counts) == 1 and since == 1):
+            since = 0
+            total = sum(counts.values())
+            mix = {k: n / total for k, n in counts.most_common(32)}
+            for k in list(counts):
+                counts[k] = counts[k] // 2 or 1
+            if sum(abs(mix.get(k, 0.0) - adopted.get(k, 0.0)) for k in set(mix) | set(adopted)) > 0.1:
+                adopted = mix
+    return dict(counts), adopted, since
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2), st.integers(1, 700)), max_size=5))
+@example([(0, 1), (1, 3), (0, 600)])  # a refresh of two shapes that leaves the adopted mix as it was
+def test_the_workload_mix_skips_no_observation_that_matters(runs: list[tuple[int, int]]) -> None:
+    """A stream of one shape skips the refresh that would end where it starts; the mix is as if every
+    observation had been counted."""
+    requests = [PodRequest(gpus=1), PodRequest(gpus=2, cpu_milli=4000), PodRequest(gpus=1, gpu_milli=500)]
+    engine = Engine()
+    keys = []
+    for shape, n in runs:
+        req = requests[shape]
+        keys += [(req.gpus, req.gpu_milli, req.cpu_milli, req.memory_mib, req.products)] * n
+        for _ in range(n):
+            engine.observe(req)
+    counts, adopted, since = reference_mix(keys)
+    assert (dict(engine._mix), engine._mix_set, engine._since_mix) == (counts, adopted, since)
