@@ -110,7 +110,7 @@ def _pod_inputs(raw: dict) -> tuple:
     if not isinstance(meta, dict) or not isinstance(status, dict):
         return (raw,)
     return (
-        raw.get("spec"),
+        orjson.dumps(raw.get("spec")),  # bytes, not the decoded spec: nothing more for the collector to walk
         status.get("phase") in ENDED_PHASES,  # the one thing pod_holds reads of the phase
         meta.get("annotations"),
         meta.get("creationTimestamp"),
@@ -154,7 +154,9 @@ class ClusterIndex:
         self._assume_order = 0
         self._tallies: dict[str, Tally] = {}  # node -> the tally its published state was made from
         # what the index read from each object last time (`_node_inputs`, `_pod_inputs`): an update that
-        # changes none of it (a heartbeat, a pod's IP or conditions) costs a compare, nothing more
+        # changes none of it (a heartbeat, a pod's IP or conditions) costs a compare, nothing more. A pod's
+        # spec is kept as its JSON bytes: the decoded lists and dicts of every bound pod would be objects the
+        # garbage collector walks on each full collection
         self._node_seen: dict[str, tuple] = {}
         self._pod_seen: dict[str, tuple] = {}
         self.pending: dict[str, PodRequest] = {}  # uid -> GPU request of an unbound pod the watch saw
