@@ -36,7 +36,10 @@ CPU per pod, wrappers included), extender_watch_events_per_pod by kind and type,
 requests, connections and TLS handshakes the extender served. --floor adds one more latency phase against
 bench/extender_floor.py, the product's server and watches doing no work: floor_cpu_ms_per_pod is what the
 plumbing under the extender costs per pod on this machine at that moment, which no change to KGWE's own
-logic removes.
+logic removes. --floor also runs a throughput phase between the two others (its pods deleted after) with
+the KGWE scheduler calling that do-nothing extender: floor_pods_per_second, and
+floor_ratio_with_to_without (that ÷ pods_per_second_without) is the bound ratio_with_to_without can reach
+with an extender on these parts; with_to_floor is pods_per_second_with ÷ floor_pods_per_second.
 
 The measuring side stays light so that it does not take the 2 CPUs it measures: binds are observed by a
 separate watcher process that parses raw watch lines with orjson (no client model objects), and the
@@ -578,6 +581,42 @@ def floor_phase(
     }
 
 
+def floor_throughput(core: client.CoreV1Api, pods: int, pids: dict, shape: Shape) -> tuple[float, dict]:
+    """The throughput phase with the KGWE scheduler calling bench/extender_floor.py (an extender doing no
+    work over the same server and watches): what kube-scheduler with any extender on these parts reaches,
+    the bound for ratio_with_to_without. Its pods are deleted afterwards, so the next phases run on the
+    cluster they always ran on. The KGWE extender keeps running (idle but for its watches, which see these
+    pods), as it does in the phase without. Returns (pods/s, CPU ms per pod by process)."""
+    ext, port = shape.extender(free_port(), floor=True)
+    pids["extender (floor)"] = ext.pid
+    schedulers = shape.schedulers(port, pids, floor=True)
+    try:
+        before = cpu_breakdown(pids)
+        rate = throughput(shape.cp, core, "bench-floor-throughput", pods, schedulers, True)
+        cpu = report_cpu(before, cpu_breakdown(pids), pods)
+    finally:
+        schedulers.stop()
+        ext.terminate()
+        ext.wait(timeout=30)
+        pids.pop("extender (floor)", None)
+    print(f"with a do-nothing extender: {rate:.1f} pods/s ({pods} pods)", flush=True)
+    clear(core, "bench-floor-throughput")
+    return rate, cpu
+
+
+def clear(core: client.CoreV1Api, ns: str, timeout_seconds: float = 300) -> None:
+    """Delete every pod of `ns` at once (no grace period) and wait until they are gone."""
+    core.delete_collection_namespaced_pod(ns, grace_period_seconds=0, _preload_content=False)
+    deadline = time.monotonic() + timeout_seconds
+    while time.monotonic() < deadline:
+        resp = core.list_namespaced_pod(ns, limit=1, _preload_content=False)
+        if not orjson.loads(resp.data)["items"]:
+            time.sleep(3)
+            return
+        time.sleep(0.5)
+    raise SystemExit(f"pods of {ns} not deleted after {timeout_seconds:.0f} s")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="200 nodes, 400 pods, 200 latency pods")
@@ -619,8 +658,9 @@ def main() -> int:
     ap.add_argument(
         "--floor",
         action="store_true",
-        help="one more latency phase against bench/extender_floor.py: floor_cpu_ms_per_pod, the plumbing's "
-        "CPU per pod (server and watches, no work)",
+        help="against bench/extender_floor.py (server and watches, no work): one more latency phase "
+        "(floor_cpu_ms_per_pod, the plumbing's CPU per pod) and one more throughput phase "
+        "(floor_ratio_with_to_without, the ratio any extender on these parts reaches)",
     )
     ap.add_argument(
         "--profile-only",
@@ -690,6 +730,10 @@ def main() -> int:
         print(f"without extender: {without:.1f} pods/s ({pods} pods)", flush=True)
         tp_without = report_cpu(before, after, pods)
         settle(core, "bench-without")
+        floor_rate: float | None = None
+        floor_cpu: dict[str, float] = {}
+        if args.floor:  # between the two, on the cluster "with" finds: the bound for its ratio
+            floor_rate, floor_cpu = floor_throughput(core, pods, dict(pids), shape)
         before, calls0 = cpu_breakdown(pids), extender_calls(probe)
         with_ext = throughput(cp, core, "bench-with", pods, schedulers, True)
         after, calls1 = cpu_breakdown(pids), extender_calls(probe)
@@ -791,6 +835,19 @@ def main() -> int:
                 },
                 "extender_watch": "all bound pods" if args.extender_all_pods else "kgwe-scheduler pods",
                 "background_pods_per_pod": args.background_pods,
+                **(
+                    {
+                        "floor_pods_per_second": round(floor_rate, 1),
+                        "floor_ratio_with_to_without": round(floor_rate / without, 2) if without else None,
+                        "with_to_floor": round(with_ext / floor_rate, 2),
+                        "floor_cpu_ms_per_pod_throughput": round(floor_cpu.get("extender (floor)", 0.0), 2),
+                        "floor_scheduler_cpu_ms_per_pod_throughput": round(
+                            floor_cpu.get("kgwe-scheduler", 0.0), 2
+                        ),
+                    }
+                    if floor_rate
+                    else {}
+                ),
                 **profiled,
             }
         )

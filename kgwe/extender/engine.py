@@ -161,7 +161,10 @@ class Engine:
     def _observe(self, req: PodRequest, profile: Profile) -> None:
         if not req.gpus or profile.fragmentation <= 0:
             return
-        self._mix[(req.gpus, req.gpu_milli, req.cpu_milli, req.memory_mib, req.products)] += 1
+        key = (req.gpus, req.gpu_milli, req.cpu_milli, req.memory_mib, req.products)
+        if self._since_mix == 0 and self._mix_set == {key: 1.0} and self._mix == {key: 1}:
+            return  # one shape so far, and this is it: the refresh below would end where it starts
+        self._mix[key] += 1
         self._since_mix += 1
         if self._since_mix >= MIX_REFRESH_EVERY or (len(self._mix) == 1 and self._since_mix == 1):
             self._since_mix = 0

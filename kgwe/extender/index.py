@@ -22,9 +22,13 @@ Assumed pods: when filter leaves a GPU pod exactly one node, kube-scheduler bind
 reaches this index only after the bind and the watch, tens of milliseconds later under load. Meanwhile the
 next pods would be judged against a node that still looks free — for `nvidia.com/gpu.shared`, which only
 KGWE accounts, that is how a burst over-commits one GPU. So the engine reports each such decision
-(`assume`), the node is recomputed with the pod on it at once, and the assumption ends when the watch shows
-the pod bound (anywhere), the pod is decided again, or ASSUME_SECONDS pass without a bind (the pod was
-deleted, or a later scheduling step failed) — kube-scheduler's own assume cache, for the extender's view.
+(`assume`), the node counts the pod at once, and the assumption ends when the watch shows the pod bound
+(anywhere), the pod is decided again, or ASSUME_SECONDS pass without a bind (the pod was deleted, or a later
+scheduling step failed) — kube-scheduler's own assume cache, for the extender's view. A node's state is its
+pods replayed in order (bound ones by creation, then assumed ones); the index keeps each node's running
+tally, so a new assumption (last in that order) adds one pod to it, and the usual bind — of the node's first
+assumed pod, newer than its bound ones — leaves the order, and so the node, as it was: neither replays the
+node's pods. Anything else replays them.
 
 Whose requests may change that view. As deployed, only kube-scheduler reaches the port: plain HTTP on
 loopback (the extender is a sidecar of the kgwe-scheduler pod) or mutual TLS with kube-scheduler's client
@@ -51,7 +55,17 @@ from collections.abc import Callable
 import orjson
 
 from kgwe.extender.engine import Engine
-from kgwe.extender.k8s import account, gpu_holders, node_state, pod_holds, pod_key
+from kgwe.extender.k8s import (
+    ENDED_PHASES,
+    Tally,
+    gpu_holders,
+    node_state,
+    pod_holds,
+    pod_key,
+    tally_add,
+    tally_of,
+    tally_state,
+)
 from kgwe.extender.nodes import NodeState
 from kgwe.extender.profile import ProfileError, profiles_from_document
 from kgwe.extender.request import PodRequest
@@ -77,6 +91,32 @@ MAX_TOPOLOGIES = 4096  # distinct topology annotations kept decoded (more: all a
 MAX_ASSUMED_PER_NODE = 64  # more decisions than this for one node before a bind is seen: not plausible
 UNCONFIRMED_SECONDS = 5.0  # a decision waits this long for the pending-pod watch to show its pod
 MAX_UNCONFIRMED = 1024  # decisions waiting for the watch, oldest dropped first
+
+
+def _node_inputs(raw: dict) -> tuple:
+    """Every part of a Node that node_state and gpu_holders read (not its conditions or heartbeats)."""
+    meta = raw.get("metadata") or {}
+    status = raw.get("status") or {}
+    if not isinstance(meta, dict) or not isinstance(status, dict):
+        return (raw,)
+    return (meta.get("labels"), meta.get("annotations"), status.get("allocatable"), status.get("capacity"))
+
+
+def _pod_inputs(raw: dict) -> tuple:
+    """Every part of a Pod that pod_holds, pod_key and the index read: not its status beyond whether it
+    ended (Pending -> Running changes nothing held), nor its resourceVersion or managed fields."""
+    meta = raw.get("metadata") or {}
+    status = raw.get("status") or {}
+    if not isinstance(meta, dict) or not isinstance(status, dict):
+        return (raw,)
+    return (
+        orjson.dumps(raw.get("spec")),  # bytes, not the decoded spec: nothing more for the collector to walk
+        status.get("phase") in ENDED_PHASES,  # the one thing pod_holds reads of the phase
+        meta.get("annotations"),
+        meta.get("creationTimestamp"),
+        meta.get("name"),
+        meta.get("namespace"),
+    )
 
 
 class ClusterIndex:
@@ -108,6 +148,17 @@ class ClusterIndex:
         self.pods: dict[str, tuple[str, tuple, PodRequest, tuple[int, ...] | None, str]] = {}
         self.by_node: dict[str, set[str]] = {}
         self.assumed: dict[str, tuple[str, PodRequest, float]] = {}  # uid -> (node, request, expiry)
+        # node -> {uid: order} of its assumed pods; order = when the uid was first assumed (a pod decided
+        # again keeps its place), the order in which they are applied after the node's bound pods
+        self._assumed_on: dict[str, dict[str, int]] = {}
+        self._assume_order = 0
+        self._tallies: dict[str, Tally] = {}  # node -> the tally its published state was made from
+        # what the index read from each object last time (`_node_inputs`, `_pod_inputs`): an update that
+        # changes none of it (a heartbeat, a pod's IP or conditions) costs a compare, nothing more. A pod's
+        # spec is kept as its JSON bytes: the decoded lists and dicts of every bound pod would be objects the
+        # garbage collector walks on each full collection
+        self._node_seen: dict[str, tuple] = {}
+        self._pod_seen: dict[str, tuple] = {}
         self.pending: dict[str, PodRequest] = {}  # uid -> GPU request of an unbound pod the watch saw
         # decisions for pods the pending watch has not shown yet: uid -> (node, request, expiry)
         self.unconfirmed: OrderedDict[str, tuple[str, PodRequest, float]] = OrderedDict()
@@ -212,9 +263,15 @@ class ClusterIndex:
             if typ == "DELETED":
                 self.bases.pop(name, None)
                 self.holders.pop(name, None)
+                self._tallies.pop(name, None)
+                self._node_seen.pop(name, None)
                 with self.engine.lock:
                     self.engine.table.remove(name)
                 return
+            seen = _node_inputs(raw)
+            if name in self.bases and self._node_seen.get(name) == seen:
+                return
+            self._node_seen[name] = seen
             self.bases[name] = node_state(raw, self._decode)
             self.holders[name] = gpu_holders(raw)
             self._publish(name)
@@ -223,10 +280,12 @@ class ClusterIndex:
         with self._mu:
             fresh = {n["metadata"]["name"]: node_state(n, self._decode) for n in items}
             for gone in set(self.bases) - set(fresh):
+                self._tallies.pop(gone, None)
                 with self.engine.lock:
                     self.engine.table.remove(gone)
             self.bases = fresh
             self.holders = {n["metadata"]["name"]: gpu_holders(n) for n in items}
+            self._node_seen = {n["metadata"]["name"]: _node_inputs(n) for n in items}
             for name in fresh:
                 self._publish(name)
 
@@ -258,6 +317,7 @@ class ClusterIndex:
             touched = set(self.by_node)
             self.pods.clear()
             self.by_node.clear()
+            self._pod_seen.clear()
             for p in items:
                 touched |= self._set_pod(p, deleted=False)  # includes nodes of assumptions the list ends
             for n in touched:
@@ -268,6 +328,14 @@ class ClusterIndex:
         uid = meta.get("uid")
         if not uid:
             return set()
+        seen = None if deleted else _pod_inputs(raw)
+        if (
+            seen is not None
+            and uid in self.pods
+            and uid not in self.assumed
+            and self._pod_seen.get(uid) == seen
+        ):
+            return set()  # a status update that changes nothing the accounting reads
         node: str = (raw.get("spec") or {}).get("nodeName") or ""
         held = None if deleted or not node else pod_holds(raw)
         entry = None
@@ -276,11 +344,13 @@ class ClusterIndex:
             if uid not in self.assumed and self.pods.get(uid) == entry:
                 return set()  # a status update: what the pod holds, and where, is as it was
         touched = set()
-        assumed = self.assumed.pop(uid, None)  # the watch has the pod bound (or gone): it counts from here
+        unchanged = entry is not None and self._bind_keeps_sequence(uid, entry)
+        assumed = self._drop_assumed(uid)  # the watch has the pod bound (or gone): it counts from here
         if assumed is not None:
             touched.add(assumed[0])
             self._count_assumed()
         old = self.pods.pop(uid, None)
+        self._pod_seen.pop(uid, None)
         if old is not None:
             self.by_node.get(old[0], set()).discard(uid)
             touched.add(old[0])
@@ -288,14 +358,42 @@ class ClusterIndex:
             if old is None and not self.verify_decisions and entry[2].wants_gpu:
                 self.engine.observe(entry[2])  # first seen (bound): the workload mix follows it
             self.pods[uid] = entry
+            self._pod_seen[uid] = seen  # type: ignore[assignment]
             self.by_node.setdefault(node, set()).add(uid)
             touched.add(node)
+        if unchanged:  # the node's pods, in the order they are applied, are the ones it was published with
+            touched.discard(node)
         return touched
+
+    def _bind_keeps_sequence(
+        self, uid: str, entry: tuple[str, tuple, PodRequest, tuple[int, ...] | None, str]
+    ) -> bool:
+        """Whether binding this assumed pod leaves its node's sequence of pods (`_publish`) as it is: it was
+        the first assumed pod on the node it is bound to, with the request it was assumed with, on GPUs the
+        agent has not named, and is newer than every pod bound there (bound pods come first, in creation
+        order, then assumed ones). The usual bind; the node then need not be recomputed."""
+        node, key, req, indices, who = entry
+        assumed = self.assumed.get(uid)
+        if (
+            assumed is None
+            or assumed[0] != node
+            or assumed[1] != req
+            or indices is not None
+            or uid in self.pods
+        ):
+            return False
+        on_node = self._assumed_on.get(node) or {}
+        if min(on_node, key=on_node.__getitem__, default=None) != uid or node not in self._tallies:
+            return False
+        if who in self.holders.get(node, {}).values():
+            return False
+        return all(self.pods[u][1] < key for u in self.by_node.get(node, ()))
 
     def _publish(self, name: str) -> None:
         """Recompute one node from its base, bound pods and assumed pods, and swap it into the table."""
         base = self.bases.get(name)
         if base is None:
+            self._tallies.pop(name, None)
             return
         pods = sorted((self.pods[u] for u in self.by_node.get(name, ())), key=lambda p: p[1])
         known = {p[4] for p in pods}
@@ -304,8 +402,13 @@ class ClusterIndex:
             (FOREIGN_GPU, (i,)) for i in foreign
         ]  # first: KGWE's pods avoid GPUs others hold
         held += [(p[2], p[3]) for p in pods]
-        held += [(req, None) for node, req, _ in self.assumed.values() if node == name]
-        state = account(base, held, self.engine.table.topology_chooser)
+        on_node = self._assumed_on.get(name) or {}
+        held += [(self.assumed[u][1], None) for u in sorted(on_node, key=on_node.__getitem__)]
+        tally = self._tallies[name] = tally_of(base, held, self.engine.table.topology_chooser)
+        self._swap_in(tally_state(base, tally))
+
+    def _swap_in(self, state: NodeState) -> None:
+        name = state.name
         with self.engine.lock:
             table = self.engine.table
             row = table.rows.get(name)
@@ -340,15 +443,45 @@ class ClusterIndex:
     def _assume(self, uid: str, node: str, req: PodRequest) -> None:
         previous = self.assumed.get(uid)
         if previous is None or previous[0] != node:
-            on_node = sum(1 for n, _, _ in self.assumed.values() if n == node)
+            on_node = len(self._assumed_on.get(node) or ())
             if on_node >= MAX_ASSUMED_PER_NODE:
                 log.warning("node %s already has %d assumed pods; not assuming %s", node, on_node, uid)
                 return
-        self.assumed[uid] = (node, req, self.clock() + ASSUME_SECONDS)
-        touched = {node, previous[0]} if previous else {node}
+        self._add_assumed(uid, node, req)
         self._count_assumed()
-        for n in touched:
+        tally, base = self._tallies.get(node), self.bases.get(node)
+        if previous is None and tally is not None and base is not None:
+            # a new assumption comes last on its node: the published tally plus this one pod
+            tally = tally.copy()
+            tally_add(tally, base, req, None, self.engine.table.topology_chooser)
+            self._tallies[node] = tally
+            self._swap_in(tally_state(base, tally))
+            return
+        for n in {node, previous[0]} if previous else {node}:
             self._publish(n)
+
+    def _add_assumed(self, uid: str, node: str, req: PodRequest) -> None:
+        """Record an assumption; a pod decided again keeps its place in the order (`_assumed_on`)."""
+        previous = self.assumed.get(uid)
+        if previous is None:
+            self._assume_order += 1
+            order = self._assume_order
+        else:
+            order = self._assumed_on[previous[0]].pop(uid)
+            if not self._assumed_on[previous[0]]:
+                del self._assumed_on[previous[0]]
+        self.assumed[uid] = (node, req, self.clock() + ASSUME_SECONDS)
+        self._assumed_on.setdefault(node, {})[uid] = order
+
+    def _drop_assumed(self, uid: str) -> tuple[str, PodRequest, float] | None:
+        """End an assumption (the caller recomputes its node); None if the pod had none."""
+        gone = self.assumed.pop(uid, None)
+        if gone is not None:
+            on_node = self._assumed_on[gone[0]]
+            del on_node[uid]
+            if not on_node:
+                del self._assumed_on[gone[0]]
+        return gone
 
     # ---- pending pods ----------------------------------------------------------------------------------
     def _pending_event(self, typ: str, raw: dict) -> None:
@@ -392,7 +525,9 @@ class ClusterIndex:
         for uid in [u for u, (_, _, expiry) in self.unconfirmed.items() if expiry <= now]:
             del self.unconfirmed[uid]
         gone = [uid for uid, (_, _, expiry) in self.assumed.items() if expiry <= now]
-        nodes = {self.assumed.pop(uid)[0] for uid in gone}
+        nodes = {self.assumed[uid][0] for uid in gone}
+        for uid in gone:
+            self._drop_assumed(uid)
         if gone and self.metrics is not None:
             self.metrics.assumptions_expired.inc(len(gone))
             self._count_assumed()

@@ -10,6 +10,7 @@ creation order so the assumption is stable across restarts.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -40,6 +41,7 @@ from kgwe.vocab import (
     TOPOLOGY_ANNOTATION,
 )
 
+ENDED_PHASES = ("Succeeded", "Failed")  # a pod in these holds nothing on its node
 UNREADABLE_HOLDING = PodRequest(gpus=16)  # a bound pod whose resources cannot be read: every GPU of its node
 
 Decoder = Callable[[str], object]
@@ -185,7 +187,7 @@ def pod_holds(pod: Mapping) -> tuple[PodRequest, tuple[int, ...] | None] | None:
     A pending pod that cannot be understood holds nothing (the filter refuses it too); a bound one holds
     what its resources say (held_request)."""
     status = pod.get("status") or {}
-    if status.get("phase") in ("Succeeded", "Failed"):
+    if status.get("phase") in ENDED_PHASES:
         return None
     if (pod.get("spec") or {}).get("nodeName"):
         req = held_request(pod)
@@ -204,57 +206,107 @@ def pod_holds(pod: Mapping) -> tuple[PodRequest, tuple[int, ...] | None] | None:
     return req, indices
 
 
-def account(
-    base: NodeState,
-    pods: Iterable[tuple[PodRequest, tuple[int, ...] | None]],
-    choose_whole: Callable[[object, frozenset, int], Sequence[int] | None] | None = None,
-) -> NodeState:
-    """The node's state with these bound pods (in creation order) applied. An unhealthy GPU counts as taken
-    whole, and its MIG instances (known from the topology annotation) as not there."""
+@dataclass
+class Tally:
+    """What `account` has added up so far on one node: per-GPU share used, MIG instances left (not yet
+    clamped at 0), CPU and memory used. Kept by the watch index so that one more pod at the end of a node's
+    sequence (an assumption) is one `tally_add`, not a replay of every pod."""
+
+    used: list[int]
+    mig: dict[str, int]
+    cpu_milli: int = 0
+    memory_mib: int = 0
+
+    def copy(self) -> Tally:
+        return Tally(list(self.used), dict(self.mig), self.cpu_milli, self.memory_mib)
+
+
+Chooser = Callable[[object, frozenset, int], Sequence[int] | None]
+
+
+def tally_start(base: NodeState) -> Tally:
+    """The tally of a node without pods. An unhealthy GPU counts as taken whole, and its MIG instances
+    (known from the topology annotation) as not there."""
     used = [1000 if i in base.unhealthy else 0 for i in range(base.gpus)]
     mig = dict(base.mig_free)
     for gpu in getattr(base.topology, "gpus", ()):
         if gpu.index in base.unhealthy:
             for device in gpu.mig_devices:
                 mig[device.profile] = mig.get(device.profile, 0) - 1
-    cpu = mem = 0
-    for req, indices in pods:
-        req = on_replicated(req, base.replicas)
-        cpu += req.cpu_milli
-        mem += req.memory_mib
-        for prof, n in req.mig:
-            mig[prof] = mig.get(prof, 0) - n
-        if not req.gpus:
-            continue
-        if indices and all(0 <= i < base.gpus for i in indices):
-            picked = list(indices)
-        elif req.shared:
-            fits = [i for i in range(base.gpus) if 1000 - used[i] >= req.gpu_milli]
-            picked = [min(fits, key=lambda i: 1000 - used[i])] if fits else []
-        else:
-            free = [i for i in range(base.gpus) if used[i] == 0]
-            picked = []
-            if base.topology is not None and choose_whole is not None and req.gpus >= 2:
-                picked = list(choose_whole(base.topology, frozenset(free), req.gpus) or [])
-            picked = picked or free[: req.gpus]
-        for i in picked:
-            used[i] = min(1000, used[i] + req.gpu_milli)
+    return Tally(used, mig)
+
+
+def tally_add(
+    tally: Tally,
+    base: NodeState,
+    req: PodRequest,
+    indices: tuple[int, ...] | None,
+    choose_whole: Chooser | None = None,
+) -> None:
+    """Add one pod to `tally` (in place), on `indices` when given and valid, else where the device plugin
+    would put it given what the tally already holds."""
+    used = tally.used
+    req = on_replicated(req, base.replicas)
+    tally.cpu_milli += req.cpu_milli
+    tally.memory_mib += req.memory_mib
+    for prof, n in req.mig:
+        tally.mig[prof] = tally.mig.get(prof, 0) - n
+    if not req.gpus:
+        return
+    if indices and all(0 <= i < base.gpus for i in indices):
+        picked = list(indices)
+    elif req.shared:
+        fits = [i for i in range(base.gpus) if 1000 - used[i] >= req.gpu_milli]
+        picked = [min(fits, key=lambda i: 1000 - used[i])] if fits else []
+    else:
+        free = [i for i in range(base.gpus) if used[i] == 0]
+        picked = []
+        if base.topology is not None and choose_whole is not None and req.gpus >= 2:
+            picked = list(choose_whole(base.topology, frozenset(free), req.gpus) or [])
+        picked = picked or free[: req.gpus]
+    for i in picked:
+        used[i] = min(1000, used[i] + req.gpu_milli)
+
+
+def tally_state(base: NodeState, tally: Tally) -> NodeState:
+    """The node's state with what `tally` holds allocated."""
     return NodeState(
         name=base.name,
         gpus=base.gpus,
-        gpu_used_milli=used,
+        gpu_used_milli=list(tally.used),
         product=base.product,
         family=base.family,
         model=base.model,
         gpu_memory_mib=base.gpu_memory_mib,
-        mig_free={k: max(0, v) for k, v in mig.items()},
+        mig_free={k: max(0, v) for k, v in tally.mig.items()},
         cpu_milli=base.cpu_milli,
-        cpu_used_milli=cpu,
+        cpu_used_milli=tally.cpu_milli,
         memory_mib=base.memory_mib,
-        memory_used_mib=mem,
+        memory_used_mib=tally.memory_mib,
         priority=base.priority,
         topology=base.topology,
         labels=base.labels,
         unhealthy=base.unhealthy,
         replicas=base.replicas,
     )
+
+
+def tally_of(
+    base: NodeState,
+    pods: Iterable[tuple[PodRequest, tuple[int, ...] | None]],
+    choose_whole: Chooser | None = None,
+) -> Tally:
+    """The tally of these pods (in creation order) on `base`."""
+    out = tally_start(base)
+    for req, indices in pods:
+        tally_add(out, base, req, indices, choose_whole)
+    return out
+
+
+def account(
+    base: NodeState,
+    pods: Iterable[tuple[PodRequest, tuple[int, ...] | None]],
+    choose_whole: Chooser | None = None,
+) -> NodeState:
+    """The node's state with these bound pods (in creation order) applied."""
+    return tally_state(base, tally_of(base, pods, choose_whole))

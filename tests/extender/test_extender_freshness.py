@@ -83,8 +83,11 @@ def test_a_bind_and_a_deletion_change_the_answer_a_status_update_does_not() -> N
     body = args(gpu_pod("u2"), ["a"])
     idx._pending_event("DELETED", gpu_pod("u1"))
     assert orjson.loads(e.filter(body))["NodeNames"] == ["a"]
-    idx.assumed.clear()  # only the bind below is to take the GPU
-    idx._publish("a")
+    clock = idx.clock
+    idx.clock = lambda: clock() + 3600.0
+    idx.expire_assumed()  # only the bind below is to take the GPU
+    idx.clock = clock
+    assert idx.assumed == {}
     (free_gpu,) = [i for i, used in enumerate(e.node_view("a")["gpuUsedMilli"]) if used == 0]
     generation = e.table.generation
 
