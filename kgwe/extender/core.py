@@ -32,6 +32,7 @@ from kgwe.extender.nodes import UNLIMITED, NodeState
 from kgwe.extender.profile import Profile
 from kgwe.extender.replicas import on_replicated
 from kgwe.extender.request import PodRequest
+from kgwe.topology.model import NodeTopology
 
 # Fragmentation change (milli) that moves the FGD term from 50 to 0 (or 100): one GPU's worth.
 FRAG_SCALE_MILLI = 1000.0
@@ -63,7 +64,7 @@ class Reason(IntEnum):
 # up on the enum class (8 us instead of 3 per filter step on one row). Equal to the Reason members.
 OK, NO_GPU, PRODUCT, FAMILY, MEMORY, WHOLE, SHARE, MIG, CPU, RAM, TOPOLOGY, NO_TOPOLOGY = map(int, Reason)
 
-TopologyScorer = Callable[[object, frozenset[int], int, str, "float | None"], "float | None"]
+TopologyScorer = Callable[[NodeTopology, frozenset[int], int, str, "float | None"], "float | None"]
 
 
 @dataclass(frozen=True)
@@ -275,7 +276,7 @@ class NodeTable:
         return tuple(whole[: req.gpus])
 
     topology_scorer: TopologyScorer | None = None
-    topology_chooser: Callable[[object, frozenset[int], int], Sequence[int] | None] | None = None
+    topology_chooser: Callable[[NodeTopology, frozenset[int], int], Sequence[int] | None] | None = None
 
     # ---- fragmentation (FGD) -----------------------------------------------------------------------------
     def set_mix(self, mix: Iterable[WorkloadType]) -> None:

@@ -30,6 +30,7 @@ from kgwe.extender.profile import DEFAULT_PROFILE, Profile
 from kgwe.extender.request import PodRequest, RequestError, parse_pod
 from kgwe.observability import tracing
 from kgwe.topology import choice
+from kgwe.topology.model import NodeTopology
 
 MAX_PRIORITY = 10
 _SCORE_JSON = np.array([b"%d}" % i for i in range(MAX_PRIORITY + 1)], dtype=object)  # score + closing brace
@@ -122,12 +123,16 @@ class Engine:
     def _install_topology(self) -> None:
         """Score GPU sets with kgwe.topology.choice (the same search `kgwe agent` reports)."""
 
-        def chooser(topo: Any, free: frozenset[int], k: int) -> tuple[int, ...] | None:
+        def chooser(topo: NodeTopology, free: frozenset[int], k: int) -> tuple[int, ...] | None:
             c = choice.choose(topo, free, k)
             return c.gpus if c else None
 
         def scorer(
-            topo: Any, free: frozenset[int], k: int, preference: str, min_bandwidth_gbps: float | None
+            topo: NodeTopology,
+            free: frozenset[int],
+            k: int,
+            preference: str,
+            min_bandwidth_gbps: float | None,
         ) -> float | None:
             """kgwe.topology.choice's node_score is relative to the node's own best set; a pod that asks for
             bandwidth also gets the absolute bottleneck, so a real NVLink pair beats a PCIe-bridged one."""

@@ -70,6 +70,7 @@ from kgwe.extender.nodes import NodeState
 from kgwe.extender.profile import ProfileError, profiles_from_document
 from kgwe.extender.request import PodRequest
 from kgwe.topology.annotation import decode
+from kgwe.topology.model import NodeTopology
 from kgwe.vocab import KGWE_NAMESPACE, SCHEDULER_NAME, SCORING_CONFIG_KEY, SCORING_CONFIGMAP
 
 log = logging.getLogger("kgwe.extender.index")
@@ -140,7 +141,7 @@ class ClusterIndex:
         self._kubeconfig = kubeconfig
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
-        self._topologies: dict[str, object] = {}  # annotation text -> decoded (_decode)
+        self._topologies: dict[str, NodeTopology] = {}  # annotation text -> decoded (_decode)
         self._mu = threading.Lock()
         self.bases: dict[str, NodeState] = {}
         self.holders: dict[str, dict[int, str]] = {}  # node -> GPU index -> "ns/pod" (the agent's view)
@@ -244,7 +245,7 @@ class ClusterIndex:
         )
 
     # ---- nodes -------------------------------------------------------------------------------------------
-    def _decode(self, text: str) -> object:
+    def _decode(self, text: str) -> NodeTopology:
         """The topology annotation decoded, once per distinct text: a node's status updates (heartbeats, a
         pod's resources) bring the same annotation again, and decoding it cost most of a node event. Nodes
         of one machine type written alike share the object (the scoring core memoises per topology)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
@@ -13,6 +13,10 @@ from kgwe.errors import KgweError
 from kgwe.extender.nodes import NodeState
 from kgwe.gpu.catalog import model_for_product
 from kgwe.vocab import GPU_FAMILY_LABEL, GPU_MEMORY_LABEL
+
+if TYPE_CHECKING:
+    from kgwe.policy.inventory import GPUInventory
+    from kgwe.topology.model import NodeTopology
 
 LABEL_MEMORY = GPU_MEMORY_LABEL
 LABEL_FAMILY = GPU_FAMILY_LABEL
@@ -23,7 +27,7 @@ def _catalog_memory(product: str) -> int:
     return model.memory_mib if model else 0
 
 
-def _topology(name: str | None) -> object | None:
+def _topology(name: str | None) -> NodeTopology | None:
     if not name:
         return None
     from kgwe.topology import known
@@ -61,7 +65,10 @@ def load_inventory(path: str | Path) -> list[NodeState]:
 
 
 def node_states(
-    inv: Any, *, layouts: Mapping[str, Sequence[Sequence[str] | None]] | None = None, idle: bool = False
+    inv: GPUInventory,
+    *,
+    layouts: Mapping[str, Sequence[Sequence[str] | None]] | None = None,
+    idle: bool = False,
 ) -> list[NodeState]:
     """One GPUInventory model's nodes as the scoring core sees them. `layouts` (node -> per-GPU MIG
     instances, None = MIG off, as rendered from a policy) replaces a node's MIG state; `idle` forgets what

@@ -32,6 +32,7 @@ from kgwe.extender.request import (
 )
 from kgwe.gpu.sharing import node_sharing
 from kgwe.topology import health
+from kgwe.topology.model import NodeTopology
 from kgwe.vocab import (
     GPU_COUNT_LABEL,
     GPU_INDEX_ANNOTATION,
@@ -44,7 +45,7 @@ from kgwe.vocab import (
 ENDED_PHASES = ("Succeeded", "Failed")  # a pod in these holds nothing on its node
 UNREADABLE_HOLDING = PodRequest(gpus=16)  # a bound pod whose resources cannot be read: every GPU of its node
 
-Decoder = Callable[[str], object]
+Decoder = Callable[[str], NodeTopology]
 
 
 def _int(value: object, default: int = 0) -> int:
@@ -70,7 +71,7 @@ def node_state(node: Mapping, decode_topology: Decoder | None = None) -> NodeSta
         advertised = max(_int(alloc.get(GPU), 0), _int(alloc.get(GPU_SHARED), 0))
         gpus = _int(labels.get(GPU_COUNT_LABEL), 0) or advertised // replicas
     mig = {k[len(MIG_PREFIX) :]: _int(v) for k, v in alloc.items() if k.startswith(MIG_PREFIX)}
-    topology = None
+    topology: NodeTopology | None = None
     raw = ann.get(TOPOLOGY_ANNOTATION)
     if raw and decode_topology is not None:
         try:
@@ -221,7 +222,7 @@ class Tally:
         return Tally(list(self.used), dict(self.mig), self.cpu_milli, self.memory_mib)
 
 
-Chooser = Callable[[object, frozenset, int], Sequence[int] | None]
+Chooser = Callable[[NodeTopology, frozenset[int], int], Sequence[int] | None]
 
 
 def tally_start(base: NodeState) -> Tally:

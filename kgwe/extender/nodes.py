@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from kgwe.topology.model import NodeTopology
 
 UNLIMITED = 1 << 60  # CPU / memory not tracked (static inventories): never the reason a node fails
 
@@ -25,7 +29,7 @@ class NodeState:
     memory_mib: int = UNLIMITED
     memory_used_mib: int = 0
     priority: float = 0.0  # 0..100, label kgwe.nvidia.io/node-priority (Priority strategy)
-    topology: object | None = None  # kgwe.topology NodeTopology, opaque to the scoring core
+    topology: NodeTopology | None = None  # scored by the chooser/scorer the engine installs
     labels: Mapping[str, str] = field(default_factory=dict)
     unhealthy: Mapping[int, str] = field(default_factory=dict)  # GPU index -> reason (agent's gpu-health)
     replicas: int = 1  # schedulable replicas per physical GPU (device-plugin time-slicing / MPS)
