@@ -51,6 +51,7 @@ from kgwe.gitops.source import GitSource, GitSourceError, Revision
 from kgwe.observability import tracing
 from kgwe.policy.cluster_kinds import PolicyRepositorySpec
 from kgwe.policy.loader import PolicySet
+from kgwe.reconcile.collector import collector_held
 from kgwe.reconcile.costs import QuotaCaps, RepositoryView
 from kgwe.reconcile.desired import (
     Desired,
@@ -358,6 +359,11 @@ class RepositoryReconciler:
         every write stamped with the commit that last changed the policy up to `revision`."""
         p.converged, p.stamp = revision, self._stamp(source, revision, p.spec)
         self.writes.begin(p.stamp)
+        with collector_held():
+            self._observe_to_rollout(p, policy)
+
+    def _observe_to_rollout(self, p: Pass, policy: PolicySet) -> None:
+        """The steps of `_converge` that read the fleet and write to it."""
         with tracing.span("kgwe.reconcile.observe"):
             observed = self._observe()
         p.rebalance = self._rebalance(p, policy, observed)
