@@ -36,6 +36,7 @@ from kgwe.gitops.gitcmd import (
     operator_networks,
     run_git,
 )
+from kgwe.gitops.refs import advertised_ref
 from kgwe.gitops.retry import with_retries
 from kgwe.policy.cluster_kinds import DEFAULT_BRANCH
 from kgwe.policy.cluster_kinds import GitRef as ModelGitRef
@@ -309,7 +310,8 @@ class GitSource:
     def fetch(self, *, moved: bool = False) -> Revision:
         """Fetch (bounded retries with backoff) and resolve the tracked ref to a commit. Nothing is fetched
         when the mirror already has what the ref names: the pinned commit, or the branch or tag where the
-        remote has it now (one `git ls-remote`: a poll of an unchanged repository transfers nothing).
+        remote has it now (one request for the remote's refs, kgwe.gitops.refs, else one `git ls-remote`: a
+        poll of an unchanged repository transfers nothing).
         `moved`: the caller knows the ref moved (a push said so), so the remote is not asked first."""
         if not moved and self._up_to_date():
             return Revision(self.ref.name, self._resolve())
@@ -344,7 +346,17 @@ class GitSource:
                 self.repo.git.cat_file("-e", "--end-of-options", f"{self.ref.commit}^{{commit}}")
                 return True
             local = self.repo.git.rev_parse("--verify", "--quiet", "--end-of-options", name)
-            url = check_url(self.url, allow_local=self.allow_local)  # again, right before git sees it
+            url = check_url(self.url, allow_local=self.allow_local)  # again, right before any request
+            advertised = advertised_ref(
+                url,
+                name,
+                credentials=self.credentials,
+                ca_file=self.ca_file,
+                allowed_networks=self.allowed_networks,
+                timeout_seconds=self.timeout_seconds,
+            )
+            if advertised is not None:  # asked in-process (kgwe.gitops.refs); None: only git may say
+                return advertised == local
             with self._network_environment(url) as env:
                 listed = run_git(
                     ["ls-remote", "--", url, name],
