@@ -270,6 +270,7 @@ class GitSource:
         digest = hashlib.sha256(self.url.encode()).hexdigest()[:16]
         self.mirror_path = Path(cache_dir) / f"{digest}.git"
         self._repo: git.Repo | None = None
+        self._resolved: tuple[str, str] | None = None  # (the ref's object, the commit it resolved to)
 
     @property
     def repo(self) -> git.Repo:
@@ -345,7 +346,9 @@ class GitSource:
             if self.ref.commit:
                 self.repo.git.cat_file("-e", "--end-of-options", f"{self.ref.commit}^{{commit}}")
                 return True
-            local = self.repo.git.rev_parse("--verify", "--quiet", "--end-of-options", name)
+            local = self._held(name)
+            if local is None:
+                return False
             url = check_url(self.url, allow_local=self.allow_local)  # again, right before any request
             advertised = advertised_ref(
                 url,
@@ -379,12 +382,25 @@ class GitSource:
             candidate, where = f"refs/tags/{self.ref.tag}", f"tag {self.ref.tag!r}"
         else:
             candidate, where = f"refs/heads/{self.ref.branch}", f"branch {self.ref.branch!r}"
+        held = None if self.ref.commit else self._held(candidate)
+        if held is not None and self._resolved is not None and self._resolved[0] == held:
+            return self._resolved[1]  # the same ref value names the same commit (objects never change)
         try:
-            return self.repo.git.rev_parse(
+            commit = self.repo.git.rev_parse(
                 "--verify", "--quiet", "--end-of-options", f"{candidate}^{{commit}}"
             )
         except git.GitCommandError as exc:
             raise GitSourceError(f"{where} not found in {self.display_url}") from exc
+        self._resolved = (held, commit) if held is not None else None
+        return commit
+
+    def _held(self, name: str) -> str | None:
+        """The object the mirror's ref `name` holds, read from its ref files without a git process (None:
+        no such ref)."""
+        try:
+            return git.SymbolicReference.dereference_recursive(self.repo, name)
+        except ValueError:
+            return None
 
     @property
     def display_url(self) -> str:

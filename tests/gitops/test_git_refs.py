@@ -60,6 +60,26 @@ def test_a_poll_of_an_unchanged_repository_is_up_to_date_and_a_push_is_seen(remo
         assert source.fetch().sha == pushed != first.sha
 
 
+def test_a_moved_tag_resolves_to_its_new_commit(remote, tmp_path):
+    git(remote.work, "tag", "-a", "v1", "-m", "release")
+    git(remote.work, "push", "origin", "v1")
+    with GitHttpsServer(remote.bare.parent) as server:
+        source = GitSource(
+            server.url("remote.git"),
+            GitRef(tag="v1"),
+            cache_dir=tmp_path / "c",
+            ca_file=server.ca_file,
+            allowed_networks=LOOPBACK_NETWORKS,
+        )
+        first = source.fetch()
+        assert source.fetch() == first  # unchanged: up to date, the commit the tag named before
+        moved = remote.commit({"README.md": "moved\n"})
+        git(remote.work, "tag", "-f", "-a", "v1", "-m", "release again")
+        git(remote.work, "push", "-f", "origin", "v1")
+        assert not source._up_to_date()
+        assert source.fetch().sha == moved != first.sha
+
+
 def test_credentials_go_only_to_the_host_they_are_bound_to(remote):
     with GitHttpsServer(remote.bare.parent, username="x-access-token", password=TOKEN) as server:
         url = server.url("remote.git")
