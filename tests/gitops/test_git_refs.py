@@ -30,6 +30,16 @@ def ask(url: str, name: str, ca_file: str | None, credentials: GitCredentials | 
     )
 
 
+def mirror(server: GitHttpsServer, ref: GitRef, tmp_path) -> GitSource:
+    return GitSource(
+        server.url("remote.git"),
+        ref,
+        cache_dir=tmp_path / "c",
+        ca_file=server.ca_file,
+        allowed_networks=LOOPBACK_NETWORKS,
+    )
+
+
 def test_the_answer_is_what_git_ls_remote_says(remote):
     git(remote.work, "tag", "-a", "v1", "-m", "release")
     git(remote.work, "push", "origin", "v1")
@@ -46,13 +56,7 @@ def test_the_answer_is_what_git_ls_remote_says(remote):
 
 def test_a_poll_of_an_unchanged_repository_is_up_to_date_and_a_push_is_seen(remote, tmp_path):
     with GitHttpsServer(remote.bare.parent) as server:
-        source = GitSource(
-            server.url("remote.git"),
-            GitRef(branch="main"),
-            cache_dir=tmp_path / "c",
-            ca_file=server.ca_file,
-            allowed_networks=LOOPBACK_NETWORKS,
-        )
+        source = mirror(server, GitRef(branch="main"), tmp_path)
         first = source.fetch()
         assert source._up_to_date()
         pushed = remote.commit({"policy/mig.yaml": "kind: MIGStrategy\n# changed\n"})
@@ -64,13 +68,7 @@ def test_a_moved_tag_resolves_to_its_new_commit(remote, tmp_path):
     git(remote.work, "tag", "-a", "v1", "-m", "release")
     git(remote.work, "push", "origin", "v1")
     with GitHttpsServer(remote.bare.parent) as server:
-        source = GitSource(
-            server.url("remote.git"),
-            GitRef(tag="v1"),
-            cache_dir=tmp_path / "c",
-            ca_file=server.ca_file,
-            allowed_networks=LOOPBACK_NETWORKS,
-        )
+        source = mirror(server, GitRef(tag="v1"), tmp_path)
         first = source.fetch()
         assert source.fetch() == first  # unchanged: up to date, the commit the tag named before
         moved = remote.commit({"README.md": "moved\n"})
