@@ -15,7 +15,7 @@ audit log, which the leader appends to `<reports path>/audit/<YYYY-MM>.jsonl` wi
 snapshot, or on its own at most every `audit_flush_seconds` (kgwe.audit.log).
 
 What is kept between reconciles is only a cache (the Git mirror, the last snapshot hash, the loaded
-revisions and the last desired state under keys covering all their inputs — kgwe.reconcile.memo):
+revisions, the last inventory and desired state under keys covering all their inputs — kgwe.reconcile.memo):
 everything that matters — the applied inventory, the revisions, where each node's MIG rollout stands — is
 read back from the cluster, so any replica that becomes leader continues exactly where the previous one
 stopped.
