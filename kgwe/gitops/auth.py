@@ -133,7 +133,8 @@ class GitCredentials:
         )
 
 
-def _http_header(creds: GitCredentials) -> str | None:
+def http_header(creds: GitCredentials) -> str | None:
+    """The Authorization header `creds` send over HTTPS (None: nothing to send)."""
     if creds.bearer_token:
         return f"Authorization: Bearer {creds.bearer_token}"
     if creds.password:
@@ -181,7 +182,7 @@ def git_environment(
             config.append(("http.curloptResolve", resolve_pin(origin, addresses)))
     if url is not None and creds is not None:
         creds.check_bound(origin)
-    header = _http_header(creds) if creds is not None and origin is not None else None
+    header = http_header(creds) if creds is not None and origin is not None else None
     if header and origin is not None:
         config.append((f"http.{origin.prefix}.extraHeader", header))
     env["GIT_CONFIG_COUNT"] = str(len(config))

@@ -36,6 +36,7 @@ from kgwe.gitops.gitcmd import (
     operator_networks,
     run_git,
 )
+from kgwe.gitops.refs import advertised_ref
 from kgwe.gitops.retry import with_retries
 from kgwe.policy.cluster_kinds import DEFAULT_BRANCH
 from kgwe.policy.cluster_kinds import GitRef as ModelGitRef
@@ -269,6 +270,7 @@ class GitSource:
         digest = hashlib.sha256(self.url.encode()).hexdigest()[:16]
         self.mirror_path = Path(cache_dir) / f"{digest}.git"
         self._repo: git.Repo | None = None
+        self._resolved: tuple[str, str] | None = None  # (the ref's object, the commit it resolved to)
 
     @property
     def repo(self) -> git.Repo:
@@ -309,7 +311,8 @@ class GitSource:
     def fetch(self, *, moved: bool = False) -> Revision:
         """Fetch (bounded retries with backoff) and resolve the tracked ref to a commit. Nothing is fetched
         when the mirror already has what the ref names: the pinned commit, or the branch or tag where the
-        remote has it now (one `git ls-remote`: a poll of an unchanged repository transfers nothing).
+        remote has it now (one request for the remote's refs, kgwe.gitops.refs, else one `git ls-remote`: a
+        poll of an unchanged repository transfers nothing).
         `moved`: the caller knows the ref moved (a push said so), so the remote is not asked first."""
         if not moved and self._up_to_date():
             return Revision(self.ref.name, self._resolve())
@@ -343,8 +346,20 @@ class GitSource:
             if self.ref.commit:
                 self.repo.git.cat_file("-e", "--end-of-options", f"{self.ref.commit}^{{commit}}")
                 return True
-            local = self.repo.git.rev_parse("--verify", "--quiet", "--end-of-options", name)
-            url = check_url(self.url, allow_local=self.allow_local)  # again, right before git sees it
+            local = self._held(name)
+            if local is None:
+                return False
+            url = check_url(self.url, allow_local=self.allow_local)  # again, right before any request
+            advertised = advertised_ref(
+                url,
+                name,
+                credentials=self.credentials,
+                ca_file=self.ca_file,
+                allowed_networks=self.allowed_networks,
+                timeout_seconds=self.timeout_seconds,
+            )
+            if advertised is not None:  # asked in-process (kgwe.gitops.refs); None: only git may say
+                return advertised == local
             with self._network_environment(url) as env:
                 listed = run_git(
                     ["ls-remote", "--", url, name],
@@ -367,12 +382,25 @@ class GitSource:
             candidate, where = f"refs/tags/{self.ref.tag}", f"tag {self.ref.tag!r}"
         else:
             candidate, where = f"refs/heads/{self.ref.branch}", f"branch {self.ref.branch!r}"
+        held = None if self.ref.commit else self._held(candidate)
+        if held is not None and self._resolved is not None and self._resolved[0] == held:
+            return self._resolved[1]  # the same ref value names the same commit (objects never change)
         try:
-            return self.repo.git.rev_parse(
+            commit = self.repo.git.rev_parse(
                 "--verify", "--quiet", "--end-of-options", f"{candidate}^{{commit}}"
             )
         except git.GitCommandError as exc:
             raise GitSourceError(f"{where} not found in {self.display_url}") from exc
+        self._resolved = (held, commit) if held is not None else None
+        return commit
+
+    def _held(self, name: str) -> str | None:
+        """The object the mirror's ref `name` holds, read from its ref files without a git process (None:
+        no such ref)."""
+        try:
+            return git.SymbolicReference.dereference_recursive(self.repo, name)
+        except ValueError:
+            return None
 
     @property
     def display_url(self) -> str:

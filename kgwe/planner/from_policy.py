@@ -4,6 +4,7 @@ and plans -> the per-node layouts `migparted.build_mig_configs` takes. The plann
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import Counter
 from collections.abc import Collection, Iterable, Mapping, Sequence
@@ -13,7 +14,7 @@ from typing import TYPE_CHECKING
 from kgwe.errors import KgweError
 from kgwe.gpu import catalog
 from kgwe.gpu.catalog import GPUModel
-from kgwe.gpu.layouts import fit, primary_profiles
+from kgwe.gpu.layouts import Layout, fit, primary_profiles
 from kgwe.planner.model import GPUState, PoolPlan, PoolRequest, RolloutLimits
 from kgwe.planner.plan import plan_pools
 from kgwe.vocab import CONFIG_NAME_PREFIX, MIG_ALL_DISABLED
@@ -74,6 +75,15 @@ def layout_from_config(model: GPUModel, config: str | None) -> list[str] | objec
     return _UNKNOWN
 
 
+@functools.lru_cache(maxsize=4096)
+def _placed(model: GPUModel, names: tuple[str, ...]) -> Layout | None:
+    """Where a GPU's current instances sit (None: they do not fit); a fleet repeats a few layouts, so each
+    is placed once. KgweError for a profile the model does not have."""
+    for name in names:
+        model.profile(name)
+    return fit(model, names)
+
+
 def _gpu_states(node: InventoryNode, model: GPUModel, pinned: bool = False) -> list[GPUState]:
     states = []
     layouts = node.current_layouts()
@@ -91,9 +101,7 @@ def _gpu_states(node: InventoryNode, model: GPUModel, pinned: bool = False) -> l
             whole = busy == ("gpu",) or bool(busy)
             states.append(GPUState(node.name, index, model.key, None, (), whole, keep))
             continue
-        for name in names:
-            model.profile(name)  # clear error for a profile this model does not have
-        placed = fit(model, names)
+        placed = _placed(model, tuple(names))
         if placed is None:
             raise KgweError(f"node {node.name} GPU {index}: {list(names)} do not fit on one {model.key}")
         held: list[tuple[str, int]] = []

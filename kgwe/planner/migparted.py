@@ -54,6 +54,17 @@ def _node_entries(node: str, gpus: Sequence[Sequence[str] | None]) -> list[Devic
     return entries
 
 
+def _shape(gpus: Sequence[Sequence[str] | None]) -> tuple[tuple[str, ...] | None, ...] | None:
+    """A node's per-GPU layouts as a hashable key; None for a malformed one (a layout given as one string, or
+    not iterable), which is checked on its own so that the error names its node."""
+    if any(isinstance(g, str) for g in gpus):
+        return None
+    try:
+        return tuple(None if g is None else tuple(g) for g in gpus)
+    except TypeError:
+        return None
+
+
 def config_name(entries: Sequence[DeviceEntry]) -> str:
     """Readable name when every GPU is alike and it fits a label value; else a content hash."""
     if len(entries) == 1 and entries[0]["devices"] == "all":
@@ -80,12 +91,18 @@ def build_mig_configs(
     """
     configs: dict[str, list[DeviceEntry]] = {}
     node_config: dict[str, str] = {}
+    named: dict[tuple[tuple[str, ...] | None, ...], str] = {}  # node shape -> config (fleets repeat a few)
     for node in sorted(layouts):
         gpus = layouts[node]
         if not gpus:
             continue
-        entries = _node_entries(node, gpus)
-        name = config_name(entries)
-        configs.setdefault(name, entries)
+        shape = _shape(gpus)
+        name = named.get(shape) if shape is not None else None
+        if name is None:
+            entries = _node_entries(node, gpus)
+            name = config_name(entries)
+            configs.setdefault(name, entries)
+            if shape is not None:
+                named[shape] = name
         node_config[node] = name
     return dict(sorted(configs.items())), node_config

@@ -33,6 +33,22 @@ MigConfigs = dict[str, list[dict]]  # mig-parted config name -> its entries
 
 
 @dataclass(frozen=True)
+class Inventory:
+    """The GPU nodes as planning reads them: the GPUInventory document (also the snapshot committed back)
+    and its validated model. Neither is changed by anyone reading them, so one is kept while the node facts
+    and live mig-parted configs it was read from stay the same."""
+
+    doc: dict
+    model: GPUInventory
+
+
+def read_inventory(facts: Sequence[GpuNodeFacts], live_configs: MigConfigs, name: str) -> Inventory:
+    """The inventory of `facts`, their current layouts read from the live mig-parted configs."""
+    doc = inventory_document(facts, name=name, mig_configs=live_configs)
+    return Inventory(doc, GPUInventory.model_validate(doc))
+
+
+@dataclass(frozen=True)
 class Desired:
     objects: list[dict]  # everything to server-side apply (no Node objects: nodes go through the rollout)
     node_configs: dict[str, str]  # node -> mig-parted config name
@@ -73,17 +89,17 @@ def pool_policy(strategy: MIGStrategy) -> PoolPolicy:
 def build_desired(
     policy: PolicySet,
     facts: Sequence[GpuNodeFacts],
+    read: Inventory,
     options: RenderOptions,
     live_configs: MigConfigs,
     sharing_named: Mapping[str, str],
     records: Mapping[str, Record],
-    name: str,
 ) -> Desired:
-    """Plan and render. `records`: the rebalancing record in force per pool (kgwe.planner.rebalance): its
-    demand target is planned for, nodes changed under it are annotated with its revision, and once a
-    decision was taken (epoch >= 1) only the nodes it named may change until the next one."""
-    doc = inventory_document(facts, name=name, mig_configs=live_configs)
-    inventory = GPUInventory.model_validate(doc)
+    """Plan and render for the nodes `facts` (`read`: their inventory, `read_inventory`). `records`: the
+    rebalancing record in force per pool (kgwe.planner.rebalance): its demand target is planned for, nodes
+    changed under it are annotated with its revision, and once a decision was taken (epoch >= 1) only the
+    nodes it named may change until the next one."""
+    inventory = read.model
     strategies = sorted(policy.mig_strategies, key=lambda s: s.name)
     pools = {s.name: pool_policy(s) for s in strategies}
     revisions = {
@@ -117,7 +133,7 @@ def build_desired(
         **live_configs,
         **rendered_mig_configs(objects, options.mig_namespace, options.mig_config_name),
     }
-    return Desired(objects, dict(decided.node_configs), pools, node_pool, doc, configs, revisions)
+    return Desired(objects, dict(decided.node_configs), pools, node_pool, read.doc, configs, revisions)
 
 
 def _pinned(

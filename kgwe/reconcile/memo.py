@@ -2,9 +2,11 @@
 
 Loading and validating a revision depends only on its commit and the policy path; planning and rendering
 only on that policy, the GPU nodes as read (labels, annotations, GPUs, the pods holding them: the busy set)
-and the live mig-parted configs. A no-op reconcile at fleet size spent most of its time redoing that work,
-so it is kept under a key covering every input. A key that misses an input would apply a stale plan, so
-the keys hash whole inputs, not chosen fields of them; a key that changes too often only costs the work.
+and the live mig-parted configs; the inventory planning reads (validated) only on those nodes and configs,
+so a new policy on an unchanged fleet plans on the inventory kept. A no-op reconcile at fleet size spent
+most of its time redoing that work, so it is kept under a key covering every input. A key that misses an
+input would apply a stale plan, so the keys hash whole inputs, not chosen fields of them; a key that changes
+too often only costs the work.
 The one exception: Node annotations other components own (the TTL controller's, which follows the cluster's
 size, say), which no planning reads.
 """

@@ -15,7 +15,7 @@ audit log, which the leader appends to `<reports path>/audit/<YYYY-MM>.jsonl` wi
 snapshot, or on its own at most every `audit_flush_seconds` (kgwe.reconcile.audit_trail, kgwe.audit.log).
 
 What is kept between reconciles is only a cache (the Git mirror, the last snapshot hash, the loaded
-revisions and the last desired state under keys covering all their inputs — kgwe.reconcile.memo):
+revisions, the last inventory and desired state under keys covering all their inputs — kgwe.reconcile.memo):
 everything that matters — the applied inventory, the revisions, where each node's MIG rollout stands — is
 read back from the cluster, so any replica that becomes leader continues exactly where the previous one
 stopped.
@@ -41,7 +41,7 @@ from kgwe.audit.stamp import Stamp
 from kgwe.cluster.apply import NotLeader, ObjectRef, SyncResult
 from kgwe.cluster.client import list_items
 from kgwe.cluster.events import MAX_MESSAGE_CHARS, EventRecorder
-from kgwe.cluster.inventory import GpuNodeFacts, facts_from_objects, inventory_document
+from kgwe.cluster.inventory import GpuNodeFacts, facts_from_objects
 from kgwe.cluster.nodecache import NodeCache
 from kgwe.cluster.nodes import gpu_pods_by_node, live_pods
 from kgwe.errors import KgweError
@@ -51,10 +51,18 @@ from kgwe.gitops.source import GitSource, GitSourceError, Revision
 from kgwe.observability import tracing
 from kgwe.policy.cluster_kinds import PolicyRepositorySpec
 from kgwe.policy.loader import PolicySet
-from kgwe.policy.models import GPUInventory
 from kgwe.reconcile.audit_trail import AuditTrail
+from kgwe.reconcile.collector import collector_held
 from kgwe.reconcile.costs import QuotaCaps, RepositoryView
-from kgwe.reconcile.desired import Desired, MigConfigs, build_desired, mig_configs_of, rollout_revision
+from kgwe.reconcile.desired import (
+    Desired,
+    Inventory,
+    MigConfigs,
+    build_desired,
+    mig_configs_of,
+    read_inventory,
+    rollout_revision,
+)
 from kgwe.reconcile.memo import Memo, fingerprint, planned_facts
 from kgwe.reconcile.metrics import ReconcileMetrics
 from kgwe.reconcile.mig_rollout import run_mig_rollout
@@ -198,6 +206,7 @@ class RepositoryReconciler:
         # (commit, policy path) — the one to apply and the last good one —, and the last desired state
         self._loads: Memo[Loaded] = Memo(2)
         self._desired: Memo[tuple[PolicySet, Desired]] = Memo(1)
+        self._inventories: Memo[Inventory] = Memo(1)  # by the node facts and live configs it was read from
         # the audit trail: each converged commit's stamp (by commit, policy path, reports path), the entries
         # not committed yet, and when the log was last committed
         self._stamps: Memo[Stamp] = Memo(2)
@@ -356,6 +365,11 @@ class RepositoryReconciler:
         every write stamped with the commit that last changed the policy up to `revision`."""
         p.converged, p.stamp = revision, self._stamp(source, revision, p.spec)
         self.writes.begin(p.stamp)
+        with collector_held():
+            self._observe_to_rollout(p, policy)
+
+    def _observe_to_rollout(self, p: Pass, policy: PolicySet) -> None:
+        """The steps of `_converge` that read the fleet and write to it."""
         with tracing.span("kgwe.reconcile.observe"):
             observed = self._observe()
         p.rebalance = self._rebalance(p, policy, observed)
@@ -411,18 +425,26 @@ class RepositoryReconciler:
         )
         records = (rebalance or RebalanceResult()).records
         targets = {p: (r.rollout_revision(), r.target, r.nodes, r.grow) for p, r in records.items()}
-        inputs = (self.name, self.options, planned_facts(facts), live_configs, sharing_named, targets)
-        key = (id(policy), fingerprint(*inputs))
+        nodes_key, inventory = self._inventory(facts, live_configs)
+        key = (id(policy), fingerprint(nodes_key, self.options, sharing_named, targets))
         # the value holds `policy`, so its id cannot be reused by another PolicySet while the key is kept
         held, computed = self._desired.get(
             key,
             lambda: (
                 policy,
-                build_desired(policy, facts, self.options, live_configs, sharing_named, records, self.name),
+                build_desired(policy, facts, inventory, self.options, live_configs, sharing_named, records),
             ),
         )
         assert held is policy
         return computed
+
+    def _inventory(self, facts: list[GpuNodeFacts], live_configs: MigConfigs) -> tuple[str, Inventory]:
+        """The key of the GPU nodes as planning reads them (kgwe.reconcile.memo) and their inventory, read
+        again only when that key changed: a new policy on the same nodes plans on the inventory kept."""
+        nodes_key = fingerprint(self.name, planned_facts(facts), live_configs)
+        return nodes_key, self._inventories.get(
+            nodes_key, lambda: read_inventory(facts, live_configs, self.name)
+        )
 
     def _quotas(self, p: Pass, policy: PolicySet, observed: Observed) -> list[dict]:
         """The budget quotas, capped where an Enforce budget is exhausted (the caps are this pass's)."""
@@ -485,10 +507,9 @@ class RepositoryReconciler:
             self.last_rebalance = held or RebalanceResult()
             return self.last_rebalance
         configs = self._live_mig_configs(self.options.mig_namespace, self.options.mig_config_name)
-        doc = inventory_document(observed.facts, name=self.name, mig_configs=configs)
         result = rebalance(
             chosen,
-            GPUInventory.model_validate(doc),
+            self._inventory(observed.facts, configs)[1].model,
             observed.facts,
             observed.unscheduled,
             p.status,

@@ -98,6 +98,20 @@ def test_any_changed_input_plans_again(rec, policy):
     assert rec.plans_computed == 7
 
 
+def test_a_new_policy_on_the_same_nodes_plans_on_the_inventory_kept(rec, policy):
+    nodes = nodes_of(policy)
+    first = rec.desired(policy, facts_from_objects(nodes, {}))
+    other = load_repository(SAMPLE)  # another revision, the nodes as before: planned again, not read again
+    second = rec.desired(other, facts_from_objects(nodes_of(policy), {}))
+    assert rec.plans_computed == 2
+    assert second.inventory_doc is first.inventory_doc
+
+    h100 = next(n["metadata"]["name"] for n in nodes if "h100" in n["metadata"]["name"])
+    busy = rec.desired(other, facts_from_objects(nodes, {h100: [gpu_pod(h100)]}))  # a node fact changed
+    assert busy.inventory_doc is not first.inventory_doc
+    assert busy.inventory_doc != first.inventory_doc
+
+
 def test_a_commit_is_loaded_and_validated_once(rec, tmp_path):
     work = tmp_path / "work"
     shutil.copytree(SAMPLE, work)

@@ -139,9 +139,16 @@ def spy_on_git(monkeypatch) -> list[tuple[str, dict[str, str]]]:
     return ran
 
 
-def test_asking_whether_the_ref_moved_obeys_the_fetchs_rules(served, tmp_path: Path, monkeypatch) -> None:
-    """The `git ls-remote` of a poll (the mirror already holds the branch) goes where a fetch may go and
-    nowhere else: credentials only to their hosts, targets checked and pinned, no redirect followed."""
+@pytest.mark.parametrize("by_git", [False, True], ids=["in-process", "git ls-remote"])
+def test_asking_whether_the_ref_moved_obeys_the_fetchs_rules(
+    served, tmp_path: Path, monkeypatch, by_git: bool
+) -> None:
+    """The question of a poll (the mirror already holds the branch) goes where a fetch may go and nowhere
+    else: credentials only to their hosts, targets checked and pinned, no redirect followed. It is asked
+    in-process (kgwe.gitops.refs), or by `git ls-remote` when git's global config has [http] settings."""
+    if by_git:
+        (tmp_path / ".gitconfig").write_text("[http]\n\tlowSpeedTime = 60\n")
+        monkeypatch.setenv("HOME", str(tmp_path))
     creds = GitCredentials(username="bot", password=TOKEN, hosts=(host_of(served),))
     source = GitSource(
         served.url("policy.git"),
@@ -154,14 +161,25 @@ def test_asking_whether_the_ref_moved_obeys_the_fetchs_rules(served, tmp_path: P
     )
     first = source.fetch()
     ran = spy_on_git(monkeypatch)
+    heard = len(served.authorizations)
     assert source.fetch() == first  # the operator's network allowance holds for the poll too
+    asked = served.authorizations[heard:]  # the credentials went to the host they are bound to
+    assert asked and all(a.startswith("Basic ") for a in asked)
+    if not by_git:
+        assert ran == []
+        _refusals(source, creds, served, ran)
+        return
     assert [command for command, _ in ran] == ["ls-remote"]
     config = ran[0][1]
     assert config["http.followRedirects"] == "false"
     assert config["http.curloptResolve"].startswith(f"127.0.0.1:{served.port}:")
     assert config[f"http.https://{host_of(served)}/.extraHeader"].startswith("Authorization: Basic ")
-    heard = len(served.authorizations)
+    _refusals(source, creds, served, ran)
 
+
+def _refusals(source: GitSource, creds: GitCredentials, served, ran: list) -> None:
+    """Unbound credentials and a refused target stop the poll before anything is sent or run."""
+    heard, commands = len(served.authorizations), len(ran)
     source.credentials = GitCredentials(username="bot", password=TOKEN, hosts=("git.example.com",))
     with pytest.raises(CredentialsNotBound, match=rf"not to {host_of(served)}"):
         source.fetch()
@@ -169,7 +187,7 @@ def test_asking_whether_the_ref_moved_obeys_the_fetchs_rules(served, tmp_path: P
     source.allowed_networks = ()
     with pytest.raises(UnsafeGitTarget, match="loopback address"):
         source.fetch()
-    assert len(ran) == 1 and len(served.authorizations) == heard  # neither refusal ran git
+    assert len(ran) == commands and len(served.authorizations) == heard  # neither refusal ran or sent
 
 
 def test_asking_whether_the_ref_moved_never_follows_a_redirect(

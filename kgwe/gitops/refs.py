@@ -1,0 +1,181 @@
+"""Where a remote branch or tag points, asked in-process over Git's smart HTTP (`GET <url>/info/refs?
+service=git-upload-pack`, the request `git ls-remote` starts with) instead of by a git process: a poll of an
+unchanged repository costs one HTTPS request, not two processes and their TLS set-up.
+
+It keeps every rule a git call keeps (kgwe.gitops.gitcmd, kgwe.gitops.auth): the URL checked; the host
+resolved and refused when special unless its network is allowed, and the connection made to exactly the
+addresses checked; credentials only to the host they are bound to, as the same Authorization header; the
+server certificate verified for the host against the CA git would use (`ca_file`, else $GIT_SSL_CAINFO, else
+the system's); no redirect followed; a deadline on the whole request; the answer bounded. Where it could
+answer differently from git — SSH, user-info in the URL, a proxy or TLS settings in git's environment or
+global config, a dumb or unexpected server, an answer over the bound, no connection — it returns None and
+the caller asks git, whose errors say what went wrong.
+"""
+
+from __future__ import annotations
+
+import http.client
+import os
+import socket
+import ssl
+import time
+from pathlib import Path
+
+from kgwe.gitops.auth import GitCredentials, http_header
+from kgwe.gitops.gitcmd import Network, Origin, check_target, url_origin
+
+MAX_ADVERTISEMENT_BYTES = 1 << 20  # larger ref lists are left to git
+ADVERTISEMENT_TYPE = "application/x-git-upload-pack-advertisement"
+_SERVICE_LINE = b"# service=git-upload-pack\n"
+# what makes git connect or verify differently from this module (then git is asked)
+_GIT_NETWORK_VARIABLES = (
+    "http_proxy",
+    "https_proxy",
+    "all_proxy",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "ALL_PROXY",
+    "GIT_PROXY_COMMAND",
+    "GIT_SSL_NO_VERIFY",
+    "GIT_SSL_CAPATH",
+    "GIT_SSL_CERT",
+    "GIT_SSL_KEY",
+    "GIT_SSL_VERSION",
+    "GIT_SSL_CIPHER_LIST",
+    "GIT_CONFIG_GLOBAL",
+    "GIT_CONFIG_PARAMETERS",
+)
+
+
+def git_settings_apply() -> bool:
+    """Whether git's environment or its global config could change how git reaches a server (a proxy, TLS
+    settings, any [http] section): then only git may answer."""
+    if any(os.environ.get(name) for name in _GIT_NETWORK_VARIABLES):
+        return True
+    home = os.environ.get("HOME", "")
+    xdg = os.environ.get("XDG_CONFIG_HOME") or (f"{home}/.config" if home else "")
+    for path in (f"{home}/.gitconfig" if home else "", f"{xdg}/git/config" if xdg else ""):
+        try:
+            text = Path(path).read_text(errors="replace").lower() if path else ""
+        except OSError:
+            continue
+        if "[http" in text or "proxy" in text or "ssl" in text or "[include" in text:
+            return True
+    return False
+
+
+def advertised_ref(
+    url: str,
+    name: str,
+    *,
+    credentials: GitCredentials | None,
+    ca_file: str | None,
+    allowed_networks: tuple[Network, ...],
+    timeout_seconds: float,
+) -> str | None:
+    """The commit (or tag object) `name` (refs/heads/X, refs/tags/X) points at on the remote at `url` (a
+    URL kgwe.gitops.gitcmd.check_url returned); "" when the remote has no such ref; None when only git may
+    say. UnsafeGitTarget / CredentialsNotBound as for a git call."""
+    origin = url_origin(url)
+    if origin is None or origin.scheme == "ssh" or "@" in url.split("://", 1)[-1].split("/", 1)[0]:
+        return None
+    path = url.split("://", 1)[1].partition("/")[2]
+    if not path or "?" in path or "#" in path or git_settings_apply():
+        return None
+    addresses = check_target(origin, allowed_networks)
+    if credentials is not None:
+        credentials.check_bound(origin)
+    header = http_header(credentials) if credentials is not None else None
+    body = _request(origin, addresses, f"/{path.rstrip('/')}/info/refs", header, ca_file, timeout_seconds)
+    return None if body is None else _find(body, name)
+
+
+class _PinnedConnection(http.client.HTTPConnection):
+    """HTTP(S) to one address checked beforehand, the certificate verified for the URL's host."""
+
+    def __init__(self, origin: Origin, address: str, context: ssl.SSLContext | None, timeout: float):
+        super().__init__(origin.host, origin.port, timeout=timeout)
+        self._address, self._context = address, context
+
+    def connect(self) -> None:
+        sock = socket.create_connection((self._address, self.port), self.timeout)
+        self.sock = self._context.wrap_socket(sock, server_hostname=self.host) if self._context else sock
+
+
+def _request(
+    origin: Origin,
+    addresses: list[str],
+    path: str,
+    authorization: str | None,
+    ca_file: str | None,
+    timeout_seconds: float,
+) -> bytes | None:
+    """The advertisement's bytes, or None (no connection, not 200, not a smart server, over the bound)."""
+    context = None
+    if origin.scheme == "https":
+        context = ssl.create_default_context(cafile=ca_file or os.environ.get("GIT_SSL_CAINFO") or None)
+    headers = {"User-Agent": "git/kgwe", "Accept": "*/*", "Pragma": "no-cache"}
+    if authorization:
+        key, _, value = authorization.partition(": ")
+        headers[key] = value
+    deadline = time.monotonic() + timeout_seconds
+    for address in addresses:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return None
+        connection = _PinnedConnection(origin, address, context, left)
+        try:
+            connection.request("GET", f"{path}?service=git-upload-pack", headers=headers)
+            response = connection.getresponse()
+            if response.status != 200 or response.getheader("Content-Type") != ADVERTISEMENT_TYPE:
+                return None
+            body = b""
+            while len(body) <= MAX_ADVERTISEMENT_BYTES:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return None
+                if connection.sock is not None:
+                    connection.sock.settimeout(left)
+                chunk = response.read1(65536)
+                if not chunk:
+                    return body
+                body += chunk
+            return None
+        except (OSError, http.client.HTTPException):
+            continue  # the next address, as curl tries them
+        finally:
+            connection.close()
+    return None
+
+
+def _find(body: bytes, name: str) -> str | None:
+    """The object id advertised for `name` ("" when absent); None when the answer is not a v0 ref
+    advertisement of git-upload-pack."""
+    wanted = name.encode()
+    lines: list[bytes | None] = []  # None: a flush-pkt
+    at = 0
+    while at < len(body):
+        try:
+            size = int(body[at : at + 4], 16)
+        except ValueError:
+            return None
+        if size == 0:
+            lines.append(None)  # flush
+            at += 4
+            continue
+        if size < 4 or at + size > len(body):
+            return None
+        lines.append(body[at + 4 : at + size])
+        at += size
+    if len(lines) < 2 or lines[0] != _SERVICE_LINE or lines[1] is not None or lines[-1] is not None:
+        return None
+    for line in lines[2:-1]:
+        if line is None:
+            return None
+        sha, _, rest = line.rstrip(b"\n").partition(b" ")
+        ref = rest.split(b"\0", 1)[0]
+        if len(sha) not in (40, 64) or any(c not in b"0123456789abcdef" for c in sha):
+            return None
+        if ref == wanted:
+            return sha.decode()
+    return ""
