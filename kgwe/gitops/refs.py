@@ -14,10 +14,12 @@ the caller asks git, whose errors say what went wrong.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import os
 import socket
 import ssl
+import threading
 import time
 from pathlib import Path
 
@@ -99,7 +101,17 @@ class _PinnedConnection(http.client.HTTPConnection):
 
     def connect(self) -> None:
         sock = socket.create_connection((self._address, self.port), self.timeout)
+        self.raw: socket.socket | None = sock
         self.sock = self._context.wrap_socket(sock, server_hostname=self.host) if self._context else sock
+
+    def cut(self) -> None:
+        """End the exchange wherever it stands (called from a timer at the deadline): a server that trickles
+        its handshake, status line or headers a byte at a time stays within every per-read timeout, so only
+        a clock over the whole request bounds it."""
+        raw = getattr(self, "raw", None)
+        if raw is not None:
+            with contextlib.suppress(OSError):  # already closed
+                raw.shutdown(socket.SHUT_RDWR)  # the reading thread sees the end of the stream at once
 
 
 def _request(
@@ -124,6 +136,9 @@ def _request(
         if left <= 0:
             return None
         connection = _PinnedConnection(origin, address, context, left)
+        watchdog = threading.Timer(left, connection.cut)
+        watchdog.daemon = True
+        watchdog.start()
         try:
             connection.request("GET", f"{path}?service=git-upload-pack", headers=headers)
             response = connection.getresponse()
@@ -144,6 +159,7 @@ def _request(
         except (OSError, http.client.HTTPException):
             continue  # the next address, as curl tries them
         finally:
+            watchdog.cancel()
             connection.close()
     return None
 

@@ -3,6 +3,7 @@ from a real Git server, every rule of a git call kept, and git asked whenever th
 
 from __future__ import annotations
 
+import socket
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -19,14 +20,20 @@ from tests.gitops.conftest import git
 TOKEN = "ghp_refs_token"
 
 
-def ask(url: str, name: str, ca_file: str | None, credentials: GitCredentials | None = None) -> str | None:
+def ask(
+    url: str,
+    name: str,
+    ca_file: str | None,
+    credentials: GitCredentials | None = None,
+    timeout_seconds: float = 10,
+) -> str | None:
     return advertised_ref(
         url,
         name,
         credentials=credentials,
         ca_file=ca_file,
         allowed_networks=LOOPBACK_NETWORKS,
-        timeout_seconds=10,
+        timeout_seconds=timeout_seconds,
     )
 
 
@@ -185,3 +192,34 @@ def test_anything_else_is_left_to_git(answers, status, headers, body):
     url, answer = answers
     answer.update(status=status, headers=headers, body=body)
     assert ask(url, "refs/heads/main", None) is None
+
+
+def test_a_server_trickling_its_headers_is_cut_off_at_the_deadline():
+    """Each byte of the status line and headers comes within any per-read timeout; the whole request's
+    deadline still ends it (then git, with its own deadline, is asked)."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    stop, cut_off = threading.Event(), threading.Event()
+
+    def trickle() -> None:  # 200 bytes, one per 0.05 s: 10 s in all, twenty times the deadline
+        conn, _ = listener.accept()
+        with conn:
+            conn.recv(65536)
+            for byte in b"HTTP/1.1 200 OK\r\nX-Slow: " + b"a" * 183:
+                if stop.wait(0.05):
+                    return
+                try:
+                    conn.sendall(bytes([byte]))
+                except OSError:
+                    cut_off.set()  # the client went away mid-headers
+                    return
+
+    thread = threading.Thread(target=trickle, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}/repo.git"
+    try:
+        assert ask(url, "refs/heads/main", None, timeout_seconds=0.5) is None
+        thread.join(timeout=15)
+    finally:
+        stop.set()
+        listener.close()
+    assert cut_off.is_set()  # ended by the client before the server had sent its headers
