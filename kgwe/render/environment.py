@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 import json
 import re
-from typing import Any
 
 import jinja2
 import yaml
@@ -20,23 +19,20 @@ from kgwe.resources import templates_dir
 
 _NON_PRINTABLE = yaml.reader.Reader.NON_PRINTABLE
 _PLAIN = re.compile(r"^[A-Za-z0-9_./][A-Za-z0-9_./+-]*$")
-try:
-    _Loader: Any = yaml.CSafeLoader
-    _Dumper: Any = yaml.CSafeDumper
-except AttributeError:  # pragma: no cover
-    _Loader = yaml.SafeLoader
-    _Dumper = yaml.SafeDumper
+# libyaml's safe loader and dumper where PyYAML was built with it (several times faster), else PyYAML's own
+FAST_SAFE_LOADER = yaml.CSafeLoader if hasattr(yaml, "CSafeLoader") else yaml.SafeLoader
+FAST_SAFE_DUMPER = yaml.CSafeDumper if hasattr(yaml, "CSafeDumper") else yaml.SafeDumper
 
 
 def _quoted(text: str) -> str:
     """A double-quoted YAML scalar; PyYAML's emitter escapes whatever YAML cannot hold literally."""
-    out = yaml.dump(text, Dumper=_Dumper, default_style='"', width=1 << 30, allow_unicode=True)
+    out = yaml.dump(text, Dumper=FAST_SAFE_DUMPER, default_style='"', width=1 << 30, allow_unicode=True)
     return out.removesuffix("\n").removesuffix("...").rstrip("\n")
 
 
 @functools.lru_cache(maxsize=65536)
 def _string_scalar(text: str) -> str:
-    if _PLAIN.match(text) and yaml.load(text, Loader=_Loader) == text:
+    if _PLAIN.match(text) and yaml.load(text, Loader=FAST_SAFE_LOADER) == text:
         return text
     return _quoted(text)
 
@@ -47,7 +43,7 @@ def _float_special(value: float) -> str:
     return ".inf" if value > 0 else "-.inf"
 
 
-def to_yaml(value: Any) -> str:
+def to_yaml(value: object) -> str:
     """A YAML flow rendering of `value` that parses back to the same value."""
     if isinstance(value, jinja2.Undefined):
         str(value)  # StrictUndefined raises UndefinedError naming the missing variable
@@ -101,6 +97,6 @@ def environment() -> jinja2.Environment:
     return env
 
 
-def render_template(template: str, /, **context: Any) -> str:
+def render_template(template: str, /, **context: object) -> str:
     text = environment().get_template(template).render(**context)
     return text.lstrip("\n").rstrip("\n") + "\n"

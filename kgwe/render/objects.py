@@ -15,7 +15,7 @@ from kgwe.policy.loader import PolicySet
 from kgwe.policy.models import PodTemplatePolicy, ScoringProfile, ScoringProfileSpec
 from kgwe.policy.pod_template_policy import pod_template_policies_json
 from kgwe.policy.quota_namespaces import refused_quota_namespace
-from kgwe.render.environment import render_template
+from kgwe.render.environment import FAST_SAFE_LOADER, render_template
 from kgwe.render.layouts import NodeLayouts
 from kgwe.render.options import MigConfigs, QuotaCaps, RenderOptions, extender_client_cert_dir
 from kgwe.vocab import (
@@ -30,11 +30,6 @@ from kgwe.vocab import (
     SHARED_GPU_RESOURCE,
     mig_resource,
 )
-
-try:
-    _Loader: Any = yaml.CSafeLoader
-except AttributeError:  # pragma: no cover
-    _Loader = yaml.SafeLoader
 
 SCHEDULER_CONFIG_FILE = "kube-scheduler-config.yaml"  # the rendered file of the KGWE scheduler's ConfigMap
 
@@ -95,10 +90,10 @@ class RenderedFile:
     objects: list[dict]
 
     @classmethod
-    def of(cls, file: str, template: str, /, **context: Any) -> RenderedFile:
+    def of(cls, file: str, template: str, /, **context: object) -> RenderedFile:
         text = render_template(template, **context)
         try:
-            objects = [d for d in yaml.load_all(text, Loader=_Loader) if d]
+            objects = [d for d in yaml.load_all(text, Loader=FAST_SAFE_LOADER) if d]
         except yaml.YAMLError as exc:  # a template bug, never user input: say where
             raise KgweError(f"rendered {file} is not valid YAML: {exc}") from None
         return cls(file, text, objects)
