@@ -11,6 +11,10 @@ PARALLEL := --dist loadgroup --no-loadscope-reorder
 SLOW_LANES := cluster or realnode or image or gotool
 TOOLS := helm flux prometheus dpconfig  # the Go tools of hack/tool-bins.sh
 VENV   := .venv
+# The suite's Python processes keep bytecode, and pytest its assertion-rewritten test modules, under .venv even
+# where the environment sets PYTHONDONTWRITEBYTECODE: otherwise every worker compiles and rewrites every test
+# module again on each run (half the cost of collecting them).
+SUITE_ENV := PYTHONDONTWRITEBYTECODE= PYTHONPYCACHEPREFIX=$(CURDIR)/$(VENV)/pycache
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.kgwe-installed
 
@@ -70,7 +74,7 @@ deploy: venv
 
 # The inner loop: lint, then every test that needs no control plane, no Go-built tool and no image.
 check: lint
-	$(BIN)/python -m pytest -n $(CHECK_WORKERS) $(PARALLEL) -m "not ($(SLOW_LANES))"
+	$(SUITE_ENV) $(BIN)/python -m pytest -n $(CHECK_WORKERS) $(PARALLEL) -m "not ($(SLOW_LANES))"
 
 # Every build the suite needs, in parallel (module downloads overlap compiles; each script takes its own lock).
 bins:
@@ -78,7 +82,7 @@ bins:
 
 # The whole suite (CI runs it; nothing is skipped).
 test: venv lint bins
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) $(PARALLEL)
+	$(SUITE_ENV) $(BIN)/python -m pytest -n $(TEST_WORKERS) $(PARALLEL)
 
 demo: venv cluster-bins
 	$(BIN)/kgwe demo

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from kgwe.errors import KgweError
 from kgwe.httpd.exposure import INSECURE_ANY_CLIENT, check_client_auth
-from kgwe.tlsfiles import ServingTLS
+from kgwe.tlsfiles import CHECK_SECONDS, ServingTLS
 from kgwe.vocab import SCHEDULER_NAME
 
 
@@ -42,6 +42,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         INSECURE_ANY_CLIENT,
         action="store_true",
         help="serve without verifying clients (the API server presents no client certificate by default)",
+    )
+    parser.add_argument(
+        "--tls-check-seconds",
+        type=float,
+        default=CHECK_SECONDS,
+        help="look at the certificate files for a renewal at most this often, and this often (at most every "
+        "second) while waiting for them",
     )
     parser.add_argument("--scheduler-name", default=SCHEDULER_NAME, help="schedulerName set on GPU pods")
     parser.add_argument(
@@ -97,7 +104,8 @@ async def _serve(args: argparse.Namespace, tls: ServingTLS, address: tuple[str, 
             watcher = asyncio.ensure_future(stop.wait())
             watcher.add_done_callback(lambda _: waiting.set())
             what = "the Secret mounted there is written by the KGWE controller or cert-manager"
-            loaded = await asyncio.to_thread(tls.wait, waiting, what=what)
+            poll = min(1.0, args.tls_check_seconds)
+            loaded = await asyncio.to_thread(tls.wait, waiting, poll, what)
             watcher.cancel()
             if not loaded:
                 return
@@ -127,7 +135,9 @@ def run(args: argparse.Namespace) -> int:
         insecure_any_client=args.insecure_any_client,
     )
     ca = Path(args.client_ca_file) if args.client_ca_file else None
-    tls = ServingTLS(args.tls_cert_file, args.tls_key_file, ca)
+    if not 0 < args.tls_check_seconds < float("inf"):
+        raise KgweError(f"--tls-check-seconds must be a positive number, not {args.tls_check_seconds:g}")
+    tls = ServingTLS(args.tls_cert_file, args.tls_key_file, ca, check_seconds=args.tls_check_seconds)
     if not tls.missing() and not tls.reload(force=True):
         raise KgweError(f"cannot serve with {args.tls_cert_file}: {tls.last_error}")
     try:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from kgwe import cli
 from kgwe.certs import x509
 from kgwe.localcluster.controlplane import free_port
 from kgwe.resources import sample_repo_dir
@@ -204,7 +205,7 @@ def test_the_webhook_waits_for_its_certificate_then_serves_and_follows_renewals(
         sys.executable, "-m", "kgwe.cli", "webhook", f"--listen=127.0.0.1:{port}",
         f"--probe-listen=127.0.0.1:{probe}",
         f"--tls-cert-file={tmp_path}/tls/tls.crt", f"--tls-key-file={tmp_path}/tls/tls.key",
-        "--insecure-any-client",
+        "--insecure-any-client", "--tls-check-seconds=0.2",
     ]  # fmt: skip
     proc = _waiting_then_serving(argv, tmp_path, server_files(ca1), probe)
     try:
@@ -223,11 +224,19 @@ def test_the_webhook_waits_for_its_certificate_then_serves_and_follows_renewals(
             except urllib.error.URLError:
                 return None
 
-        assert _until(renewed, timeout=30) == 200  # within the reload check period, no restart
+        assert _until(renewed, timeout=30) == 200  # within the reload check period (0.2 s), no restart
         assert proc.poll() is None
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+@pytest.mark.parametrize("seconds", ["0", "-1", "nan", "inf"])
+def test_the_webhook_refuses_a_check_period_that_is_not_a_positive_number(tmp_path, capsys, seconds):
+    argv = ["webhook", "--listen=127.0.0.1:0", f"--tls-cert-file={tmp_path}/tls.crt"]
+    argv += [f"--tls-key-file={tmp_path}/tls.key", "--insecure-any-client", f"--tls-check-seconds={seconds}"]
+    assert cli.main(argv) != 0
+    assert "--tls-check-seconds must be a positive number" in capsys.readouterr().err
 
 
 def test_the_standalone_extender_waits_for_its_mutual_tls_files_then_requires_client_certificates(tmp_path):

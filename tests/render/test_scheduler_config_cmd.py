@@ -7,8 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
+from kgwe.cli import main
 from kgwe.policy import load_repository
 from kgwe.policy.loader import PolicySet
 from kgwe.render.render import RenderOptions, render, scheduler_config_text, standalone_extender_url
@@ -21,10 +23,17 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
+    """The init container's own process (the first test); the others call the same command in-process."""
     return subprocess.run(
         [sys.executable, "-m", "kgwe.cli", "scheduler-config", *args],
         capture_output=True, text=True, cwd=ROOT, timeout=60,
     )  # fmt: skip
+
+
+def run_here(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
+    """`kgwe scheduler-config ARGS` in this process: its exit code and what it wrote to stderr."""
+    code = main(["scheduler-config", *args])
+    return code, capsys.readouterr().err
 
 
 def test_without_a_policy_it_writes_what_kgwe_renders_for_the_default_scoring_profile(tmp_path):
@@ -43,36 +52,36 @@ def test_without_a_policy_it_writes_what_kgwe_renders_for_the_default_scoring_pr
     assert config["extenders"][0]["urlPrefix"] == "http://127.0.0.1:8888"
 
 
-def test_the_policy_configuration_is_used_as_is_and_a_broken_one_is_not(tmp_path):
+def test_the_policy_configuration_is_used_as_is_and_a_broken_one_is_not(tmp_path, capsys):
     policy = tmp_path / "policy.yaml"
     rendered = render(load_repository(sample_repo_dir()), options=RenderOptions(namespace="kgwe-ns"))
     policy.write_text(scheduler_config_text(rendered.objects))
     out = tmp_path / "config.yaml"
-    proc = run("--out", str(out), "--policy-config", str(policy))
-    assert proc.returncode == 0 and "the policy's configuration from kgwe-scheduler-config" in proc.stderr
+    code, err = run_here(capsys, "--out", str(out), "--policy-config", str(policy))
+    assert code == 0 and "the policy's configuration from kgwe-scheduler-config" in err
     assert out.read_bytes() == policy.read_bytes()
     policy.write_text("apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n")
-    proc = run("--out", str(out), "--policy-config", str(policy), "--namespace", "kgwe-ns")
-    assert proc.returncode == 0
-    assert "has no profile with schedulerName 'kgwe-scheduler'" in proc.stderr and "default" in proc.stderr
+    code, err = run_here(capsys, "--out", str(out), "--policy-config", str(policy), "--namespace", "kgwe-ns")
+    assert code == 0
+    assert "has no profile with schedulerName 'kgwe-scheduler'" in err and "default" in err
     assert config_problem(out.read_text()) is None
 
 
-def test_with_the_standalone_extender_it_waits_for_the_client_certificate(tmp_path):
+def test_with_the_standalone_extender_it_waits_for_the_client_certificate(tmp_path, capsys):
     client = tmp_path / "client"
     args = (
         "--out", str(tmp_path / "c.yaml"), "--extender-url", standalone_extender_url("ns"),
-        "--extender-client-cert-dir", str(client), "--wait-seconds", "1.5",
+        "--extender-client-cert-dir", str(client), "--wait-seconds", "0.5",
     )  # fmt: skip
-    proc = run(*args)
-    assert proc.returncode == 1 and "Traceback" not in proc.stderr
-    assert "waiting for" in proc.stderr and "still missing" in proc.stderr
+    code, err = run_here(capsys, *args)
+    assert code == 1 and "Traceback" not in err
+    assert "waiting for" in err and "still missing" in err
     assert not (tmp_path / "c.yaml").exists()
     client.mkdir()
     for name in ("tls.crt", "tls.key", "ca.crt"):
         (client / name).write_text("x")
-    proc = run(*args)
-    assert proc.returncode == 0, proc.stderr
+    code, err = run_here(capsys, *args)
+    assert code == 0, err
     tls = yaml.safe_load((tmp_path / "c.yaml").read_text())["extenders"][0]["tlsConfig"]
     assert tls["certFile"] == f"{client}/tls.crt"
 

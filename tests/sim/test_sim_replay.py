@@ -9,6 +9,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from kgwe.cli import main
 from kgwe.errors import KgweError
 from kgwe.extender.nodes import NodeState
 from kgwe.extender.profile import Profile
@@ -94,26 +95,11 @@ def test_gpu_spec_constrains_models() -> None:
     assert any(p.req.products == ("v100m16", "v100m32") for p in constrained)
 
 
-def test_simulate_cli_json() -> None:
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "kgwe.cli",
-            "simulate",
-            "--workload",
-            "multigpu20",
-            "--seeds",
-            "1",
-            "--json",
-            "--jobs",
-            "1",
-        ],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        check=True,
-    ).stdout
+def test_simulate_cli_json(capsys: pytest.CaptureFixture[str]) -> None:
+    """The command in-process (its own process is started by the missing-trace test below)."""
+    argv = ["simulate", "--workload", "multigpu20", "--seeds", "1", "--json", "--jobs", "1"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
     row = orjson.loads(out.strip().splitlines()[-1])
     assert row["workload"] == "multigpu20" and row["seeds"] == 1
     assert 50.0 < row["alloc_ratio_100"] <= row["alloc_ratio_130"] <= 100.0  # no departures: never decreases
