@@ -27,13 +27,18 @@ FAST_SAFE_DUMPER = yaml.CSafeDumper if hasattr(yaml, "CSafeDumper") else yaml.Sa
 def _quoted(text: str) -> str:
     """A double-quoted YAML scalar; PyYAML's emitter escapes whatever YAML cannot hold literally."""
     out = yaml.dump(text, Dumper=FAST_SAFE_DUMPER, default_style='"', width=1 << 30, allow_unicode=True)
-    return out.removesuffix("\n").removesuffix("...").rstrip("\n")
+    # a document end marker may follow the scalar on its own line; the scalar itself may end in "..."
+    return out.removesuffix("\n...\n").removesuffix("\n")
 
 
 @functools.lru_cache(maxsize=65536)
 def _string_scalar(text: str) -> str:
-    if _PLAIN.match(text) and yaml.load(text, Loader=FAST_SAFE_LOADER) == text:
-        return text
+    if _PLAIN.match(text):
+        try:
+            if yaml.load(text, Loader=FAST_SAFE_LOADER) == text:
+                return text
+        except yaml.YAMLError:  # "...", say: a document end marker, not a scalar
+            pass
     return _quoted(text)
 
 

@@ -306,7 +306,8 @@ def test_templates_use_strict_undefined():
 
 @pytest.mark.parametrize(
     "value",
-    ["yes", "no", "on", "1e3", "0x10", "a: b", "- x", "#x", "null", "~", "", " x", "é", "1.0", "true"],
+    ["yes", "no", "on", "1e3", "0x10", "a: b", "- x", "#x", "null", "~", "", " x", "é", "1.0", "true"]
+    + ["...", "---", "a...", "x\n..."],  # document markers, and "..." at a string's end
 )
 def test_yaml_filter_keeps_tricky_strings_strings(value):
     assert yaml.safe_load(f"k: {to_yaml(value)}") == {"k": value}
