@@ -304,7 +304,8 @@ def test_templates_use_strict_undefined():
         render_template("resource-quotas.yaml.j2", quotas=[{"namespace": "a"}], repository="r")
 
 
-TRICKY = "yes no on 1e3 0x10 null ~ 1.0 true ... --- a...".split() + [
+TRICKY = [
+    *"yes no on 1e3 0x10 null ~ 1.0 true ... --- a...".split(),
     "a: b",
     "- x",
     "#x",
