@@ -22,6 +22,7 @@ from __future__ import annotations
 import copy
 import hashlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -139,6 +140,11 @@ class NotLeader(KgweError):
     """Raised before a write when this replica no longer holds the leader Lease."""
 
 
+DIFF_READERS = 8  # objects read and dry-run at once by a pass
+# ("create" | "update" | "unchanged", the live object, the object as the dry run says it would be)
+Diff = tuple[str, dict[str, Any] | None, dict[str, Any]]
+
+
 class Applier:
     """Applies and prunes objects for one PolicyRepository (`repository` = its label value).
 
@@ -210,7 +216,7 @@ class Applier:
         desired["metadata"]["annotations"].update(self.stamp)
         return desired
 
-    def diff(self, obj: dict[str, Any]) -> tuple[str, dict[str, Any] | None, dict[str, Any]]:
+    def diff(self, obj: dict[str, Any]) -> Diff:
         """("create" | "update" | "unchanged", live, would-be) for one desired object, writing nothing."""
         desired = self._desired(obj)
         ref = ObjectRef.of(desired)
@@ -222,14 +228,34 @@ class Applier:
         same = comparable(would_be, STAMP_ANNOTATIONS) == comparable(live, STAMP_ANNOTATIONS)
         return ("unchanged" if same else "update"), live, would_be
 
-    def apply(self, objects: Sequence[dict[str, Any]], result: SyncResult | None = None) -> SyncResult:
-        """Apply only the objects whose dry run differs from live."""
-        result = result or SyncResult()
+    def _diffs(self, objects: Sequence[dict[str, Any]]) -> list[Diff | ApiException]:
+        """Each object's diff (or the API's refusal of its read or dry run), the reads made side by side: a
+        pass that changes nothing is these reads alone, and one after another they were most of its wall
+        time. The kinds are resolved first, one by one (discovery's cache is not shared safely)."""
         for obj in objects:
+            self._resource(ObjectRef.of(obj))
+
+        def one(obj: dict[str, Any]) -> Diff | ApiException:
+            try:
+                return self.diff(obj)
+            except ApiException as exc:
+                return exc
+
+        if len(objects) < 2:
+            return [one(obj) for obj in objects]
+        with ThreadPoolExecutor(max_workers=min(DIFF_READERS, len(objects))) as pool:
+            return list(pool.map(one, objects))
+
+    def apply(self, objects: Sequence[dict[str, Any]], result: SyncResult | None = None) -> SyncResult:
+        """Apply only the objects whose dry run differs from live, in their order."""
+        result = result or SyncResult()
+        for obj, diffed in zip(objects, self._diffs(objects), strict=True):
             desired = self._desired(obj)
             ref = ObjectRef.of(desired)
             try:
-                action, live, _ = self.diff(obj)
+                if isinstance(diffed, ApiException):
+                    raise diffed
+                action, live, _ = diffed
                 if action == "unchanged":
                     result.unchanged.append(ref)
                     continue

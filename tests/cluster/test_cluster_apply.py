@@ -6,6 +6,7 @@ import pytest
 from kubernetes import client
 
 from kgwe.cluster.apply import Applier, ObjectRef
+from kgwe.errors import KgweError
 from kgwe.vocab import FIELD_MANAGER, PRUNE_ANNOTATION, REPOSITORY_LABEL
 
 pytestmark = pytest.mark.cluster
@@ -93,3 +94,36 @@ def test_duplicate_objects_and_unknown_kinds_are_clear_errors(k8s_api: client.Ap
     with pytest.raises(KgweError, match="does not serve"):
         unknown = {"apiVersion": "example.com/v1", "kind": "Nope", "metadata": {"name": "x"}}
         applier.sync([unknown], previous=[])
+
+
+def test_many_objects_are_diffed_together_and_applied_in_order(k8s_api: client.ApiClient, namespace: str):
+    """The reads and dry runs go side by side; the outcome is per object, in the objects' order, and an
+    object the server refuses fails alone."""
+    core = client.CoreV1Api(k8s_api)
+    applier = Applier(k8s_api, "kgwe-system.gpu-policy")
+    objs = [cm(namespace, f"cm-{i}", {"i": str(i)}) for i in range(12)]
+    objs[5]["data"] = {"bad key/": "x"}  # the API server refuses this key
+    first = applier.sync(objs, previous=[])
+    assert [r.name for r in first.created] == [f"cm-{i}" for i in range(12) if i != 5]
+    assert [r.name for r, _ in first.failed] == ["cm-5"]
+    objs[5]["data"] = {"i": "5"}
+    objs[7]["data"] = {"i": "seven"}
+    second = applier.sync(objs, previous=[])
+    assert [r.name for r in second.created] == ["cm-5"] and [r.name for r in second.updated] == ["cm-7"]
+    assert len(second.unchanged) == 10
+    assert core.read_namespaced_config_map("cm-7", namespace).data == {"i": "seven"}
+
+
+def test_a_kind_the_cluster_does_not_serve_stops_the_apply_before_any_write(
+    k8s_api: client.ApiClient, namespace: str
+):
+    applier = Applier(k8s_api, "kgwe-system.gpu-policy")
+    unknown = {
+        "apiVersion": "example.com/v1",
+        "kind": "Nothing",
+        "metadata": {"name": "x", "namespace": namespace},
+    }
+    with pytest.raises(KgweError, match="does not serve"):
+        applier.sync([cm(namespace, "first", {"a": "b"}), unknown], previous=[])
+    names = [c.metadata.name for c in client.CoreV1Api(k8s_api).list_namespaced_config_map(namespace).items]
+    assert "first" not in names  # never a partial apply
