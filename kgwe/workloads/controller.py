@@ -746,6 +746,12 @@ class WorkloadController:
             namespace, _, name = key.partition("/")
             try:
                 again = self.reconciler.reconcile(namespace, name)
+            except ApiException as exc:
+                if exc.status == 404:  # deleted while it was reconciled: its watch event comes next
+                    again = None
+                else:
+                    log.warning("reconcile of GPUWorkload %s failed: %s %s", key, exc.status, exc.reason)
+                    again = 10.0
             except Exception:
                 log.exception("reconcile of GPUWorkload %s failed", key)
                 again = 10.0
