@@ -1,10 +1,10 @@
 # KGWE — two commands matter: `make demo` and `make test`; `make check` is the inner loop.
 PYTHON ?= python3
 # pytest-xdist workers: `make test` runs tests in parallel where they wait (control planes, Git, processes),
-# `make check` where they compute. Tests that share a control plane, the real node, the image or PostgreSQL
+# `make check` where they compute (3 on 2 cores: a third worker fills the time the others wait). Tests that share a control plane, the real node, the image or PostgreSQL
 # stay on one worker (tests/harness/pytest_lanes.py).
 TEST_WORKERS  ?= 4
-CHECK_WORKERS ?= 2
+CHECK_WORKERS ?= 3
 # Groups in the order of their recorded times, longest first (tests/harness/pytest_lanes.py).
 PARALLEL := --dist loadgroup --no-loadscope-reorder
 # The marks of the tests `make check` leaves out (set by the fixtures they use: tests/harness/pytest_lanes.py).

@@ -21,6 +21,7 @@ import contextlib
 import ctypes
 import json
 import os
+import random
 import re
 import shutil
 import signal
@@ -155,8 +156,28 @@ def find_binaries(build: bool = True) -> Binaries:
 PORT_ATTEMPTS = 3  # starts of a component whose picked port another process took meanwhile
 
 
+_EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+_LOWEST_PICKED_PORT = 10000
+
+
 def free_port() -> int:
-    """A currently free loopback port (a race with other processes is handled by retrying start)."""
+    """A currently free loopback port for a server about to start (a race with other processes is handled
+    by retrying start). Picked at random below the kernel's ephemeral range where there is room: a port in
+    that range can be handed to any socket bound to port 0 (a test's or a library's server, say) between
+    this check and the server's own bind."""
+    try:
+        ephemeral_low = int(_EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        ephemeral_low = 0
+    if ephemeral_low - _LOWEST_PICKED_PORT >= 1000:
+        for _ in range(50):
+            port = random.randrange(_LOWEST_PICKED_PORT, ephemeral_low)
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+                return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])

@@ -14,13 +14,13 @@ import importlib.util
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
 from pathlib import Path
 
 from kgwe.errors import KgweError
+from kgwe.localcluster.controlplane import free_port
 
 SYSTEM_USER = "kgwe_postgres"
 
@@ -36,12 +36,6 @@ def _bin_dir() -> Path:
 def _die_with_parent() -> None:  # in the child after fork (and after the uid change), before exec
     with contextlib.suppress(Exception):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class PostgresServer:
