@@ -96,7 +96,7 @@ class Holding:
 
 
 # Any: a field of a pod or node as the API gives it (JSON of any shape); the callers read it as they need
-def _get(obj: Mapping[str, Any] | None, *path: str) -> Any:
+def _get(obj: Mapping[str, Any] | None, *path: str) -> Any:  # Any: a pod or node field as the API gives it
     for key in path:
         if not isinstance(obj, Mapping):
             return None
