@@ -18,7 +18,7 @@ SUITE_ENV := PYTHONDONTWRITEBYTECODE= PYTHONPYCACHEPREFIX=$(CURDIR)/$(VENV)/pyca
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.kgwe-installed
 
-.PHONY: venv lint check test bins $(addprefix tool-bin-,$(TOOLS)) demo cluster-bins node-bins tool-bins schemas deploy image image-lock clean
+.PHONY: venv host-packages test-image lint check test bins $(addprefix tool-bin-,$(TOOLS)) demo cluster-bins node-bins tool-bins schemas deploy image image-lock clean
 
 # (Re)install whenever pyproject.toml changes.
 $(STAMP): pyproject.toml
@@ -36,6 +36,11 @@ lint: venv
 	$(BIN)/ruff format --check kgwe tests bench
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+
+# The Debian packages of the real node, the image build and the real-node tests (one list:
+# hack/host-packages.sh), installed once with apt-get, as root, before anything runs in parallel.
+host-packages:
+	hack/host-packages.sh
 
 # Builds kube-apiserver, kube-scheduler, kwok and etcd from Go modules into ~/.cache/kgwe (reused when present).
 cluster-bins:
@@ -76,12 +81,18 @@ deploy: venv
 check: lint
 	$(SUITE_ENV) $(BIN)/python -m pytest -n $(CHECK_WORKERS) $(PARALLEL) -m "not ($(SLOW_LANES))"
 
-# Every build the suite needs, in parallel (module downloads overlap compiles; each script takes its own lock).
-bins:
-	nice -n 10 $(MAKE) -j4 --no-print-directory cluster-bins node-bins tool-bins
+# The image the image and install tests use, in the cache they reuse it from (rebuilt only when its inputs change).
+KGWE_CACHE ?= $(or $(KGWE_CACHE_DIR),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/kgwe)
+test-image: host-packages
+	KGWE_IMAGE_DIR=$(KGWE_CACHE)/image hack/image/build.sh >/dev/null
+
+# Every build the suite needs, in parallel (module downloads overlap compiles; each script takes its own lock),
+# after the one install step.
+bins: host-packages
+	nice -n 10 $(MAKE) -j4 --no-print-directory cluster-bins node-bins tool-bins test-image
 
 # The whole suite (CI runs it; nothing is skipped).
-test: venv lint bins
+test: venv lint host-packages bins
 	$(SUITE_ENV) $(BIN)/python -m pytest -n $(TEST_WORKERS) $(PARALLEL)
 
 demo: venv cluster-bins

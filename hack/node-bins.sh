@@ -3,7 +3,8 @@
 # hack/cluster-bins.sh): containerd v2 with ctr and the runc shim, the CNI plugins, CoreDNS (wrapper modules
 # hack/containerd, hack/cni, hack/coredns, built by hack/tool-bins.sh) and the pause binary (the sandbox
 # image's only file, compiled from build/pause/linux/pause.c of the k8s.io/kubernetes module that
-# hack/k8s pins). runc, nft, iptables and ip come from Debian: installed with apt-get when missing (as root).
+# hack/k8s pins). runc, nft, iptables and ip come from Debian: hack/host-packages.sh installs them when missing (as root;
+# `make test` runs it once before anything runs in parallel).
 #
 # Output: one `name=directory` line per component on stdout (containerd, cni, coredns, pause, runc), the
 # pause directory holding `pause`, MANIFEST and build-seconds like the Go tools'. Every build appends a
@@ -18,25 +19,8 @@ set -euo pipefail
 
 die() { echo "node-bins: ERROR: $*" >&2; exit 1; }
 
-ensure_debian_tools() {
-    # command -> Debian package
-    local -A packages=([runc]=runc [nft]=nftables [iptables]=iptables [ip]=iproute2)
-    local missing=() cmd
-    for cmd in "${!packages[@]}"; do
-        PATH="$PATH:/usr/sbin:/sbin" command -v "$cmd" >/dev/null 2>&1 || missing+=("${packages[$cmd]}")
-    done
-    (( ${#missing[@]} == 0 )) && return 0
-    [[ "$(id -u)" -eq 0 ]] || die "the real node needs ${missing[*]}: run \`sudo apt-get install ${missing[*]}\`"
-    command -v apt-get >/dev/null 2>&1 || die "the real node needs ${missing[*]} (no apt-get here: install them)"
-    echo "node-bins: installing ${missing[*]} with apt-get" >&2
-    apt-get update -q >&2 || die "apt-get update failed"
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}" >&2 ||
-        die "apt-get install ${missing[*]} failed"
-}
-
 build_pause() {
     local root="$1" cache_base="$2" cold="$3"
-    command -v gcc >/dev/null 2>&1 || die "gcc is needed to build the pause binary (apt-get install gcc libc6-dev)"
     local k8s_version src tag source_sum gcc_version out manifest
     k8s_version="$(cd "$root/hack/k8s" && GOTOOLCHAIN=local GOFLAGS=-mod=readonly go list -m -f '{{.Version}}' k8s.io/kubernetes)"
     src="$(cd "$root/hack/k8s" && GOTOOLCHAIN=local GOFLAGS=-mod=readonly go list -m -f '{{.Dir}}' k8s.io/kubernetes)"
@@ -85,7 +69,7 @@ main() {
     cache_base="${KGWE_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/kgwe}"
     mkdir -p "$cache_base"
     start="$(date +%s)"
-    ensure_debian_tools
+    "$root/hack/host-packages.sh" || die "the real node needs Debian packages (hack/host-packages.sh)"
     # The three Go builds at once: one's module downloads overlap another's compiling (each takes its own
     # lock and Go's build cache is shared safely).
     local outputs pids=() names=(containerd cni coredns) i flag=()

@@ -15,7 +15,7 @@
 # The archive is reused when nothing it is made from changed (the repository's files, the commit it is
 # labelled with): the key is stored beside it. Output: build/image/ (KGWE_IMAGE_DIR overrides). The last line
 # printed is "ARCHIVE REFERENCE". Push it with: skopeo copy oci-archive:ARCHIVE docker://REGISTRY/kgwe:VERSION
-# Needs root (mmdebstrap's root mode); installs mmdebstrap, buildah and skopeo with apt-get when missing.
+# Needs root (mmdebstrap's root mode); hack/host-packages.sh installs mmdebstrap, buildah and skopeo when missing.
 set -euo pipefail
 
 root="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -35,21 +35,8 @@ ca_file="${KGWE_IMAGE_CA_FILE:-${PIP_CERT:-}}"
 log() { echo "image: $*" >&2; }
 die() { echo "image: error: $*" >&2; exit 1; }
 
-ensure_tools() {
-    local missing=()
-    command -v mmdebstrap >/dev/null || missing+=(mmdebstrap)
-    command -v buildah >/dev/null || missing+=(buildah)
-    command -v skopeo >/dev/null || missing+=(skopeo)
-    [ -f /usr/share/keyrings/debian-archive-keyring.gpg ] || missing+=(debian-archive-keyring)
-    [ ${#missing[@]} -eq 0 ] && return
-    [ "$(id -u)" -eq 0 ] || die "needs root to install ${missing[*]} (or run: sudo apt-get install ${missing[*]})"
-    log "installing ${missing[*]} with apt-get"
-    apt-get update -q >&2
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >&2
-}
-
 [ "$(id -u)" -eq 0 ] || die "mmdebstrap's root mode needs root"
-ensure_tools
+"$root/hack/host-packages.sh" || die "the image build needs Debian packages (hack/host-packages.sh)"
 
 # What goes into the image (the wheel's sources and data, and this folder); nothing else is staged or hashed.
 inputs=(pyproject.toml README.md kgwe templates schemas deploy sample-repo docs/examples hack/image)
