@@ -83,8 +83,9 @@ check: lint
 
 # The image the image and install tests use, in the cache they reuse it from (rebuilt only when its inputs change).
 KGWE_CACHE ?= $(or $(KGWE_CACHE_DIR),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/kgwe)
+KGWE_IMAGE_DIR ?= $(KGWE_CACHE)/image
 test-image: host-packages
-	KGWE_IMAGE_DIR=$(KGWE_CACHE)/image hack/image/build.sh >/dev/null
+	KGWE_IMAGE_DIR=$(KGWE_IMAGE_DIR) hack/image/build.sh >/dev/null
 
 # Every build the suite needs, in parallel (module downloads overlap compiles; each script takes its own lock),
 # after the one install step.

@@ -37,7 +37,9 @@ class BuiltImage:
 
 
 def image_cache_dir() -> Path:
-    return cache_base() / "image"
+    """Where the tests' image is built and reused: $KGWE_IMAGE_DIR (one per checkout when several checkouts
+    share a host, so one's build never replaces the archive another is about to import), else the cache."""
+    return Path(os.environ.get("KGWE_IMAGE_DIR") or cache_base() / "image")
 
 
 def build_image(
