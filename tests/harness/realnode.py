@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +33,9 @@ class PodImage:
 def busybox_image() -> PodImage:
     """The busybox test image (built once per busybox version into the cache)."""
     if not BUSYBOX.is_file():
-        raise RuntimeError(f"the real-node tests need {BUSYBOX} (Debian's busybox-static): run `make host-packages`")
+        raise RuntimeError(
+            f"the real-node tests need {BUSYBOX} (Debian's busybox-static): run `make host-packages`"
+        )
     banner = subprocess.run([str(BUSYBOX)], capture_output=True, text=True, check=False).stdout
     match = re.search(r"BusyBox v(\d+\.\d+\.\d+)", banner)
     if match is None:
