@@ -37,6 +37,7 @@ from kgwe.policy.workload_resolution import (
     resolve_profile,
 )
 from kgwe.policy.workload_runtime import WorkloadRuntimeSpec
+from kgwe.quantity import parse_quantity
 from kgwe.vocab import (
     BUDGET_ANNOTATION,
     DEFAULT_STRATEGY,
@@ -339,11 +340,8 @@ def quota_admission(quota: Mapping[str, Any] | None, needs: Mapping[str, int]) -
 
 
 def _qty(value: object) -> int:
-    text = str(value).strip()
-    try:
-        return int(text)
-    except ValueError:
-        return int(float(text.rstrip("m")) / 1000) if text.endswith("m") else int(float(text))
+    """A quota amount (the API server wrote it: always a quantity); whole GPUs, rounded down."""
+    return int(parse_quantity(value).to_integral_value(rounding="ROUND_FLOOR"))
 
 
 def _unknown_product(path: FieldPath, product: str) -> Finding:

@@ -19,6 +19,7 @@ from kgwe.policy.admission import ClusterView, PolicyView
 from kgwe.policy.gpu_workload import NodeOffer
 from kgwe.policy.pod_template_policy import PodTemplatePolicy, policies_from_json
 from kgwe.policy.workload_runtime import WorkloadRuntimeSpec
+from kgwe.quantity import count
 from kgwe.vocab import (
     BUDGET_QUOTA_NAME,
     GPU_PRODUCT_LABEL,
@@ -57,11 +58,11 @@ def node_offers(api: client.ApiClient) -> list[NodeOffer]:
     for node in list_items(client.CoreV1Api(api).list_node):
         labels = node["metadata"].get("labels") or {}
         alloc = (node.get("status") or {}).get("allocatable") or {}
-        gpus = int(alloc.get(GPU_RESOURCE, "0") or 0)
+        gpus = count(alloc.get(GPU_RESOURCE))
         profiles = frozenset(
             k[len(MIG_RESOURCE_PREFIX) :]
             for k, v in alloc.items()
-            if k.startswith(MIG_RESOURCE_PREFIX) and v != "0"
+            if k.startswith(MIG_RESOURCE_PREFIX) and count(v)
         )
         product = labels.get(GPU_PRODUCT_LABEL, "")
         if not profiles and product:
