@@ -84,6 +84,15 @@ def resolve_backend(
     return "None", "no gang engine: neither native PodGroups (GenericWorkload) nor Kueue is available"
 
 
+def gang_phrase(backend: str, total_pods: int, batch: bool = True) -> str:
+    """How a run's pods are admitted, in words for messages (never a bare "None")."""
+    if backend != "None":
+        return f"gang {backend}"
+    if total_pods <= 1:
+        return "no gang (one pod)"
+    return "no gang (replicas serve on their own)" if not batch else "no gang (spec.gang.backend None)"
+
+
 def resolve_profile(wl: GPUWorkload, profiles: Mapping[str, str]) -> str | None:
     """The scoring profile for the pods: named, or the first (by name) whose strategy is the asked one.
 

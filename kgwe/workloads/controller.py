@@ -44,7 +44,7 @@ from kgwe.policy.admission import (
 )
 from kgwe.policy.diagnostics import format_path, messages_from_validation
 from kgwe.policy.gpu_workload import GPUWorkload
-from kgwe.policy.workload_resolution import Facts, PlanError
+from kgwe.policy.workload_resolution import Facts, PlanError, gang_phrase
 from kgwe.timestamps import parse_rfc3339
 from kgwe.vocab import (
     API_GROUP,
@@ -346,7 +346,7 @@ class WorkloadReconciler:
         ):
             # a spec edit (e.g. suspend) reaches the children; one refused before is tried again
             applied = self._reapply(p, wl, run)
-            message = f"run {run}: {spec.total_pods} pod(s), gang {new.get('gangBackend')}"
+            message = f"run {run}: {spec.total_pods} pod(s), {st.gang_words(new, spec)}"
             if applied and p.condition("Admitted", "True", "Admitted", message):
                 p.event("Normal", "Admitted", message)
         return self._observe(p, wl, view, run)
@@ -413,7 +413,8 @@ class WorkloadReconciler:
             f"run {run}: " + ", ".join(f"{c['kind']}/{c['metadata']['name']}" for c in children),
         )
         via = f", runtime {facts.runtime_name}" if facts.runtime_name else ""
-        message = f"run {run}: {wl.spec.total_pods} pod(s), gang {facts.gang_backend}{via}"
+        gang = gang_phrase(facts.gang_backend, wl.spec.total_pods, wl.spec.is_batch)
+        message = f"run {run}: {wl.spec.total_pods} pod(s), {gang}{via}"
         if p.condition("Admitted", "True", "Admitted", message):
             p.event("Normal", "Admitted", message)
 
@@ -481,7 +482,7 @@ class WorkloadReconciler:
             reason = "GangTimeout" if timed_out else ("Suspended" if spec.suspend else "Pending")
             message = f"{prog.scheduled}/{want} pods scheduled"
             if timed_out:
-                message += f"; not all within {spec.gang.timeout_seconds}s (gang {new.get('gangBackend')})"
+                message += f"; not all within {spec.gang.timeout_seconds}s ({st.gang_words(new, spec)})"
             if p.condition("PodsScheduled", "False", reason, message) and timed_out:
                 p.event("Warning", "GangTimeout", message)
                 self.metrics.failed.labels("GangTimeout").inc()

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from kgwe.policy.gpu_workload import GPUWorkload, RetryPolicy
+from kgwe.policy.gpu_workload import GPUWorkload, GPUWorkloadSpec, RetryPolicy
+from kgwe.policy.workload_resolution import gang_phrase
 from kgwe.timestamps import format_rfc3339 as rfc3339
 from kgwe.vocab import GPU_INDEX_ANNOTATION
 
@@ -178,3 +179,8 @@ def progress(wl: GPUWorkload, view: RunView) -> Progress:
 
 def gang_timed_out(run_start: datetime | None, timeout_seconds: int, now: datetime) -> bool:
     return run_start is not None and now - run_start > timedelta(seconds=timeout_seconds)
+
+
+def gang_words(status: Mapping[str, Any], spec: GPUWorkloadSpec) -> str:
+    """The run's gang engine as the status records it, in words for messages (never a bare "None")."""
+    return gang_phrase(str(status.get("gangBackend") or "None"), spec.total_pods, spec.is_batch)
