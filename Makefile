@@ -69,7 +69,7 @@ image-lock:
 
 # The CRDs go into the Helm chart (its single source); `make deploy` renders them into deploy/crds/.
 schemas: venv
-	$(BIN)/kgwe schema --out schemas --crds deploy/helm/kgwe/files/crds
+	$(BIN)/kgwe schema --out schemas --crds deploy/helm/kgwe/files/crds --admission deploy/helm/kgwe/files/admission/routing.yaml
 	hack/pod-template-schema.sh
 	hack/render-deploy.sh
 
