@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from kgwe.policy.gpu_workload import GPURequirements, GPUWorkload
+from kgwe.policy.kueue_setup import KueueNamespace
 from kgwe.policy.workload_runtime import WorkloadRuntimeSpec
 from kgwe.vocab import (
     GPU_MILLI_ANNOTATION,
@@ -61,27 +62,54 @@ def gpu_resources(req: GPURequirements) -> tuple[dict[str, int], dict[str, str]]
 
 
 def resolve_backend(
-    wanted: str, total_pods: int, native: bool, kueue: bool, batch: bool = True
+    wanted: str,
+    total_pods: int,
+    native: bool,
+    kueue: bool,
+    batch: bool = True,
+    here: KueueNamespace | None = None,
+    queue_name: str | None = None,
 ) -> tuple[str, str | None]:
-    """(backend, problem). One pod, or a serving kind (replicas serve on their own), needs no gang.
-    Auto prefers the native PodGroup, then Kueue."""
-    if not batch or total_pods <= 1 or wanted == "None":
+    """(backend, problem). `kueue`: Kueue is installed; `here`: how it would treat the workload's namespace
+    (None: not known, e.g. offline — Kueue is then assumed to admit the pods as asked).
+
+    Where Kueue takes every Job (kgwe.policy.kueue_setup), a batch run always goes through Kueue, as one pod
+    group: anything else would be split into a Kueue Workload per Job. Elsewhere one pod, or a serving kind
+    (replicas serve on their own), needs no gang; Auto prefers the native PodGroup, then Kueue."""
+    if not batch:
+        return "None", None
+    takes_jobs = here.takes_every_job() if here is not None else None
+    if takes_jobs:
+        problem = here.pod_group_problem(queue_name) if here is not None else None
+        if wanted == "Native":
+            return (
+                "None",
+                f"{takes_jobs}: each Job would be admitted on its own; use gang.backend Kueue or Auto",
+            )
+        if problem:
+            return "None", f"{takes_jobs}, so its pods must go through Kueue as one group, but {problem}"
+        return "Kueue", None
+    if total_pods <= 1 or wanted == "None":
         return "None", None
     if wanted == "Native":
         return (
             ("Native", None)
             if native
-            else ("None", "the API_VERSION server does not serve scheduling.k8s.io/v1beta1 PodGroups")
+            else ("None", "the API server does not serve scheduling.k8s.io/v1beta1 PodGroups")
         )
+    kueue_problem = (
+        "Kueue is not installed (no kueue.x-k8s.io API)"
+        if not kueue
+        else (here.pod_group_problem(queue_name) if here is not None else None)
+    )
     if wanted == "Kueue":
-        return (
-            ("Kueue", None) if kueue else ("None", "Kueue is not installed (no kueue.x-k8s.io Workload CRD)")
-        )
+        return ("Kueue", None) if kueue_problem is None else ("None", kueue_problem)
     if native:
         return "Native", None
-    if kueue:
+    if kueue_problem is None:
         return "Kueue", None
-    return "None", "no gang engine: neither native PodGroups (GenericWorkload) nor Kueue is available"
+    why = "" if not kueue else f"; Kueue: {kueue_problem}"
+    return "None", f"no gang engine: neither native PodGroups (GenericWorkload) nor Kueue is available{why}"
 
 
 def gang_phrase(backend: str, total_pods: int, batch: bool = True) -> str:

@@ -17,7 +17,7 @@ import heapq
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -44,6 +44,7 @@ from kgwe.policy.admission import (
 )
 from kgwe.policy.diagnostics import format_path, messages_from_validation
 from kgwe.policy.gpu_workload import GPUWorkload
+from kgwe.policy.kueue_setup import KueueNamespace
 from kgwe.policy.workload_resolution import Facts, PlanError, gang_phrase
 from kgwe.timestamps import parse_rfc3339
 from kgwe.vocab import (
@@ -52,6 +53,9 @@ from kgwe.vocab import (
     FIELD_MANAGER,
     GPU_WORKLOAD_PLURAL,
     KGWE_NAMESPACE,
+    KUEUE_CONFIGMAP,
+    KUEUE_GROUP,
+    KUEUE_NAMESPACE,
     POD_TEMPLATE_POLICY_CONFIGMAP,
     RUN_LABEL,
     WORKLOAD_LABEL,
@@ -59,7 +63,7 @@ from kgwe.vocab import (
 from kgwe.workloads import cluster_facts
 from kgwe.workloads import status as st
 from kgwe.workloads.namespaces import NamespaceGrants
-from kgwe.workloads.plan import PODGROUP_API, plan_children, requested_gpus
+from kgwe.workloads.plan import PODGROUP_API, kueue_pod_names, plan_children, podgroup_name, requested_gpus
 
 log = logging.getLogger(__name__)
 
@@ -155,6 +159,7 @@ class WorkloadReconciler:
         policy_namespace: str = KGWE_NAMESPACE,
         now: Callable[[], datetime] = _utcnow,
         cost_of: Callable[[str, str, dict], dict | None] | None = None,
+        kueue_config: tuple[str, str] = (KUEUE_NAMESPACE, KUEUE_CONFIGMAP),
     ) -> None:
         self.api_client = api_client
         self.custom = client.CustomObjectsApi(api_client)
@@ -167,6 +172,7 @@ class WorkloadReconciler:
         self.policy_namespace = policy_namespace
         self.now = now
         self.cost_of = cost_of  # (namespace, name, workload) -> status.cost; None: not metered
+        self.kueue_config = kueue_config  # where Kueue's Configuration is (namespace, ConfigMap)
         self.grants = NamespaceGrants(api_client, kgwe_namespace=policy_namespace)
         self._dyn: dynamic.DynamicClient | None = None
 
@@ -207,6 +213,9 @@ class WorkloadReconciler:
         resource = self.dyn.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
         meta = obj["metadata"]
         try:
+            if obj["kind"] == "Pod":  # a Kueue pod group's: created once, never applied over (below)
+                self._create_pod(resource, obj, dry_run)
+                return
             self.dyn.server_side_apply(
                 resource,
                 body=obj,
@@ -225,12 +234,30 @@ class WorkloadReconciler:
                 f"the controller may not write {obj['kind']} {meta['name']} in {meta['namespace']}",
             ) from None
 
-    def _delete_run(self, namespace: str, name: str, run: int) -> None:
-        """Delete the run's Jobs and PodGroup; their pods go with them (background cascade)."""
+    def _create_pod(self, resource: Any, pod: dict, dry_run: bool) -> None:
+        """Create the pod unless it exists. Never a server-side apply: what Kueue's webhook adds at creation
+        (its scheduling gate) would be owned by this field manager, and a later apply without it would lift
+        the gate before Kueue admits the group."""
+        try:
+            resource.create(
+                body=pod,
+                namespace=pod["metadata"]["namespace"],
+                field_manager=FIELD_MANAGER,
+                **({"dry_run": "All"} if dry_run else {}),
+            )
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+
+    def _delete_run(self, namespace: str, name: str, run: int, kueue: bool = False) -> None:
+        """Delete the run's Jobs and PodGroup; their pods go with them (background cascade). Through Kueue:
+        its Workload (Kueue then stops the group) and the pods KGWE made."""
         if not self.is_leader():
             raise _NotLeader
         selector = f"{WORKLOAD_LABEL}={name},{RUN_LABEL}={run}"
         body = client.V1DeleteOptions(propagation_policy="Background")
+        if kueue:
+            self._delete_kueue_run(namespace, podgroup_name(name, run), selector)
         for job in list_items(self.batch.list_namespaced_job, namespace=namespace, label_selector=selector):
             try:
                 self.batch.delete_namespaced_job(job["metadata"]["name"], namespace, body=body)
@@ -244,6 +271,17 @@ class WorkloadReconciler:
             except ApiException as exc:
                 if exc.status != 404:
                     raise
+
+    def _delete_kueue_run(self, namespace: str, group: str, selector: str) -> None:
+        if self._serves(KUEUE_GROUP):
+            try:
+                self.custom.delete_namespaced_custom_object(
+                    KUEUE_GROUP, cluster_facts.KUEUE_RESOURCE_VERSION, namespace, "workloads", group
+                )
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+        self.core.delete_collection_namespaced_pod(namespace, label_selector=selector)
 
     def _write_status(self, obj: dict, new_status: dict) -> None:
         if not self.is_leader():
@@ -325,7 +363,8 @@ class WorkloadReconciler:
             run += 1
             new.update(run=run, nextRetryTime=None, runStartTime=None)
         view = self._view(p.namespace, wl.name, run, spec.is_batch)
-        exists = bool(view.jobs or view.deployments)
+        kueue = new.get("gangBackend") == "Kueue"
+        exists = bool(view.jobs or view.deployments or (kueue and st.live_pods(view)))
         if spec.suspend:
             changed = p.condition("Suspended", "True", "Suspended", "spec.suspend is true")
         else:
@@ -359,7 +398,10 @@ class WorkloadReconciler:
         run is planned from the new spec."""
         try:
             policy = self._policy()
-            self._create(p, wl, run, self._facts(wl, run, policy), policy)
+            facts = self._facts(wl, run, policy, p.namespace)
+            self._create(p, wl, run, facts, policy)
+            if facts.gang_backend == "Kueue" and wl.spec.suspend:  # pods cannot be suspended: they go
+                self._delete_run(p.namespace, wl.name, run, kueue=True)
             return True
         except PlanError as exc:
             if exc.reason in WAIT_FOR_CHANGE or exc.reason == "Forbidden":
@@ -374,27 +416,37 @@ class WorkloadReconciler:
         )
         return False
 
-    def _facts(self, wl: GPUWorkload, run: int, policy: PolicyView) -> Facts:
+    def _facts(self, wl: GPUWorkload, run: int, policy: PolicyView, namespace: str) -> Facts:
         """The facts the run's children are planned with (kgwe.policy.admission), read now."""
         native = self._serves("scheduling.k8s.io", "v1beta1")
-        kueue = self._serves(cluster_facts.KUEUE_GROUP)
+        kueue = self._serves(KUEUE_GROUP)
         classes = ClusterView(priority_classes=cluster_facts.priority_classes(self.api_client))
-        return resolve_facts(wl, run, policy, classes, native=native, kueue=kueue)
+        here = self._kueue_here(namespace) if kueue else None
+        return resolve_facts(wl, run, policy, classes, native=native, kueue=kueue, here=here)
+
+    def _kueue_here(self, namespace: str) -> KueueNamespace:
+        setup = cluster_facts.kueue_setup(self.api_client, self.kueue_config)
+        return cluster_facts.kueue_namespace(self.api_client, namespace, setup)
 
     def _admit(self, p: _Pass, wl: GPUWorkload, run: int) -> None:
         """Refuse (PlanError) with what `kgwe validate` would also report (kgwe.policy.admission), then
         with the namespace's budget quota as it is now; else create the run's children."""
         policy = self._policy()
+        cluster = cluster_facts.cluster_view(self.api_client)  # live quota: below, as a state of the moment
+        here = self._kueue_here(p.namespace) if cluster.kueue else None
         cluster = dataclasses.replace(
-            cluster_facts.cluster_view(self.api_client),  # live quota: below, as a state of the moment
+            cluster,
             enabled_namespaces=self.grants.enabled(),
             kgwe_namespace=self.policy_namespace,
+            kueue_namespaces={p.namespace: here} if here is not None else None,
         )
         refused = refusal(findings(wl, p.namespace, policy, cluster))
         if refused:
             raise PlanError(*refused)
         assert cluster.native_gang is not None and cluster.kueue is not None
-        facts = resolve_facts(wl, run, policy, cluster, native=cluster.native_gang, kueue=cluster.kueue)
+        facts = resolve_facts(
+            wl, run, policy, cluster, native=cluster.native_gang, kueue=cluster.kueue, here=here
+        )
         refused = quota_admission(cluster_facts.budget_quota(self.api_client, p.namespace), quota_needs(wl))
         if refused:
             raise PlanError(*refused)
@@ -458,15 +510,17 @@ class WorkloadReconciler:
 
     def _observe(self, p: _Pass, wl: GPUWorkload, view: st.RunView, run: int) -> float | None:
         spec, new = wl.spec, p.new
-        failed = st.failed_job(view) if spec.is_batch else None
+        kueue = new.get("gangBackend") == "Kueue"
+        failed = st.member_failure(view, kueue) if spec.is_batch else None
         if failed is not None:
-            return self._member_failed(p, wl, failed, run)
-        if spec.is_batch and st.all_complete(view, len(spec.effective_roles())):
+            return self._member_failed(p, wl, failed, run, kueue)
+        if spec.is_batch and st.run_complete(view, wl, kueue):
             if p.condition("Complete", "True", "Completed", f"run {run}: every pod succeeded"):
                 p.event("Normal", "Completed", f"run {run}: every pod succeeded")
             p.condition("PodsReady", "False", "Completed", "the pods have finished")
             self._cost(p, wl)
             return None
+        queued = self._kueue_observe(p, wl, view, run) if kueue and not spec.suspend else None
         prog = st.progress(wl, view)
         new["placements"] = st.placements(view)
         new["nodes"] = ",".join(prog.nodes) or None
@@ -476,6 +530,10 @@ class WorkloadReconciler:
             if p.condition("PodsScheduled", "True", "AllScheduled", f"{want}/{want} pods on {new['nodes']}"):
                 p.event("Normal", "Scheduled", f"{want} pod(s) on {new['nodes']}")
                 self.metrics.scheduled.labels(new.get("strategy") or "default").inc()
+        elif queued is not None:  # Kueue holds the pods: queueing time is not the gang's to time out
+            p.condition(
+                "PodsScheduled", "False", "Queued", f"{prog.scheduled}/{want} pods scheduled; {queued}"
+            )
         else:
             run_start = parse_rfc3339(new.get("runStartTime"))
             timed_out = st.gang_timed_out(run_start, spec.gang.timeout_seconds, p.now)
@@ -495,6 +553,27 @@ class WorkloadReconciler:
         self._gpu_health(p, new["placements"], prog.nodes)
         self._cost(p, wl)
         return requeue
+
+    def _kueue_observe(self, p: _Pass, wl: GPUWorkload, view: st.RunView, run: int) -> str | None:
+        """Through Kueue: replace the pods it preempted (it deletes them and leaves that to their maker), and
+        say what Kueue says of the run's Workload (condition KueueAdmitted). Returns Kueue's message while
+        it holds the pods, None once it admitted them."""
+        disrupted, missing = st.kueue_replacements(view, kueue_pod_names(wl, run))
+        for name in disrupted:
+            try:
+                self.core.delete_namespaced_pod(name, p.namespace)
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+        if missing and not disrupted:
+            policy = self._policy()
+            self._create(p, wl, run, self._facts(wl, run, policy, p.namespace), policy)
+        group = podgroup_name(wl.name, run)
+        workload = cluster_facts.kueue_workload(self.api_client, p.namespace, group)
+        status, reason, message = st.kueue_admission(workload, group, wl.spec.total_pods)
+        if p.condition("KueueAdmitted", status, reason, message):
+            p.event("Normal" if status == "True" else "Warning", f"Kueue{reason}", message)
+        return None if status == "True" else message
 
     def _gpu_health(self, p: _Pass, placed: list[dict[str, Any]], nodes: list[str]) -> None:
         """Condition GPUsHealthy: False (and a Warning Event) while a pod of the run holds a GPU the agent
@@ -521,13 +600,10 @@ class WorkloadReconciler:
                 "GPUsHealthy", "True", "AllGPUsHealthy", "no pod holds a GPU the agent reports unhealthy"
             )
 
-    def _member_failed(self, p: _Pass, wl: GPUWorkload, failed: Mapping[str, Any], run: int) -> float | None:
+    def _member_failed(self, p: _Pass, wl: GPUWorkload, what: str, run: int, kueue: bool) -> float | None:
         policy = wl.spec.retry_policy
         retries = int(p.new.get("retryCount") or 0)
-        conditions = failed["status"].get("conditions") or []
-        why = next((c.get("reason") or "" for c in conditions if c.get("type") == "Failed"), "")
-        what = f"Job {failed['metadata']['name']} failed ({why})"
-        self._delete_run(p.namespace, wl.name, run)
+        self._delete_run(p.namespace, wl.name, run, kueue)
         if retries >= policy.max_retries:
             message = f"{what}; {retries} of {policy.max_retries} retries used"
             if p.condition("Failed", "True", "BackoffLimitExceeded", message):

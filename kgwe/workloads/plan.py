@@ -4,11 +4,15 @@ Batch kinds become one Indexed Job per role plus a headless Service (stable host
 `<job>-<index>.<service>`); serving kinds a Deployment per role. Children of attempt `run` carry the run in
 their names, so a gang restart creates fresh Jobs while the old ones are still being deleted. A workload of
 more than one pod is all-or-nothing through an existing engine: a native PodGroup (scheduling.k8s.io/v1beta1,
-created before the pods, pods linked by spec.schedulingGroup) or Kueue's plain pod-group labels.
+created before the pods, pods linked by spec.schedulingGroup), or Kueue. Through Kueue a run is ONE Kueue
+pod group (kgwe.policy.kueue_setup says why): KGWE creates the pods itself, with the hostnames the Jobs'
+pods would have had and literal ranks, labelled kueue.x-k8s.io/pod-group-name, so every role is a PodSet of
+one Kueue Workload that Kueue admits whole, and no Job exists for Kueue to admit on its own.
 """
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from kgwe.policy import runtime_templates as runtimes
@@ -18,6 +22,9 @@ from kgwe.vocab import (
     API_VERSION,
     GPU_PRODUCT_ANNOTATION,
     GPU_REPLICAS_LABEL,
+    KUEUE_GROUP_LABEL,
+    KUEUE_GROUP_TOTAL_ANNOTATION,
+    KUEUE_QUEUE_LABEL,
     MANAGED_BY_LABEL,
     MANAGED_BY_VALUE,
     MIN_BANDWIDTH_ANNOTATION,
@@ -32,9 +39,6 @@ from kgwe.vocab import (
 )
 
 PODGROUP_API = "scheduling.k8s.io/v1beta1"
-KUEUE_GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
-KUEUE_TOTAL_ANNOTATION = "kueue.x-k8s.io/pod-group-total-count"
-KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 TORCH_MASTER_PORT = 29500  # Kubeflow Trainer's default
 
@@ -125,8 +129,21 @@ def plan_children(wl: GPUWorkload, namespace: str, uid: str, facts: Facts) -> li
     for role in roles:
         env = _rendezvous_env(wl, facts, roles, role, offset, total, f"{first_job}-0.{name}")
         offset += role.replicas
-        objs.append(_job(wl, namespace, owner, role, facts, base_labels, env, group, total))
+        if facts.gang_backend == "Kueue":
+            if not wl.spec.suspend:  # a pod cannot be suspended: a suspended run has none
+                objs += _kueue_pods(wl, namespace, owner, role, facts, base_labels, env, group, total)
+        else:
+            objs.append(_job(wl, namespace, owner, role, facts, base_labels, env, group))
     return objs
+
+
+def kueue_pod_names(wl: GPUWorkload, run: int) -> list[str]:
+    """The pods of a run that goes through Kueue (each the hostname its Job's pod would have had)."""
+    return [
+        f"{child_name(wl.name, run, role.name)}-{i}"
+        for role in wl.spec.effective_roles()
+        for i in range(role.replicas)
+    ]
 
 
 def _meta(name: str, namespace: str, labels: dict[str, str], owner: dict[str, Any]) -> dict[str, Any]:
@@ -250,7 +267,7 @@ def _require_unshared_gpus(spec: dict[str, Any]) -> None:
     ]
 
 
-def _job(
+def _kueue_pods(
     wl: GPUWorkload,
     namespace: str,
     owner: dict[str, Any],
@@ -260,16 +277,42 @@ def _job(
     env: list[dict[str, Any]],
     group: str,
     total: int,
+) -> list[dict[str, Any]]:
+    """The role's pods of a Kueue pod group: what its Indexed Job's pods would be, made here.
+
+    Kueue's webhook gates them until their group is admitted; KGWE writes no field Kueue writes."""
+    labels = {**base_labels, ROLE_LABEL: role.name, RUN_LABEL: str(facts.run), KUEUE_GROUP_LABEL: group}
+    if wl.spec.gang.queue_name:
+        labels[KUEUE_QUEUE_LABEL] = wl.spec.gang.queue_name
+    template = _pod_template(wl, role, facts, labels, batch=True)
+    template["metadata"]["annotations"][KUEUE_GROUP_TOTAL_ANNOTATION] = str(total)
+    child = child_name(wl.name, facts.run, role.name)
+    pods = []
+    for index in range(role.replicas):
+        pod = copy.deepcopy(template)
+        spec = pod["spec"]
+        spec["hostname"], spec["subdomain"] = f"{child}-{index}", wl.name
+        pod["metadata"]["annotations"][COMPLETION_INDEX_ANNOTATION] = str(index)  # what the env reads
+        for c in spec["containers"]:
+            names = {e.get("name") for e in env}
+            c["env"] = [*env, *[e for e in (c.get("env") or []) if e.get("name") not in names]]
+        meta = {**pod["metadata"], **_meta(f"{child}-{index}", namespace, pod["metadata"]["labels"], owner)}
+        pods.append({"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec})
+    return pods
+
+
+def _job(
+    wl: GPUWorkload,
+    namespace: str,
+    owner: dict[str, Any],
+    role: Role,
+    facts: Facts,
+    base_labels: dict[str, str],
+    env: list[dict[str, Any]],
+    group: str,
 ) -> dict[str, Any]:
     labels = {**base_labels, ROLE_LABEL: role.name, RUN_LABEL: str(facts.run)}
-    pod_labels = dict(labels)
-    if facts.gang_backend == "Kueue":
-        pod_labels[KUEUE_GROUP_LABEL] = group
-        if wl.spec.gang.queue_name:
-            pod_labels[KUEUE_QUEUE_LABEL] = wl.spec.gang.queue_name
-    tmpl = _pod_template(wl, role, facts, pod_labels, batch=True)
-    if facts.gang_backend == "Kueue":
-        tmpl["metadata"]["annotations"][KUEUE_TOTAL_ANNOTATION] = str(total)
+    tmpl = _pod_template(wl, role, facts, dict(labels), batch=True)
     spec = tmpl["spec"]
     spec["subdomain"] = wl.name
     if facts.gang_backend == "Native":

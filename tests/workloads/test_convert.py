@@ -40,7 +40,8 @@ def test_gpu_orchestrator_without_image_keeps_the_container_its_controller_ran(c
     doc = yaml.safe_load(captured.out)
     (container,) = doc["spec"]["podTemplate"]["spec"]["containers"]
     assert (container["name"], container["image"]) == ("gpu-workload", "python:3.11-slim")
-    assert container["env"] == [{"name": "MODEL_NAME", "value": "llama2"}, {"name": "GPU_COUNT", "value": "2"}]
+    env = [{"name": "MODEL_NAME", "value": "llama2"}, {"name": "GPU_COUNT", "value": "2"}]
+    assert container["env"] == env
     assert "WARNING spec.podTemplate: the source has none" in captured.err and "--image" in captured.err
 
 
