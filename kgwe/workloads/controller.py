@@ -432,13 +432,15 @@ class WorkloadReconciler:
         """Refuse (PlanError) with what `kgwe validate` would also report (kgwe.policy.admission), then
         with the namespace's budget quota as it is now; else create the run's children."""
         policy = self._policy()
-        cluster = cluster_facts.cluster_view(self.api_client)  # live quota: below, as a state of the moment
+        cluster = cluster_facts.cluster_view(self.api_client)
         here = self._kueue_here(p.namespace) if cluster.kueue else None
+        quota = cluster_facts.budget_quota(self.api_client, p.namespace)  # below, as a state of the moment
         cluster = dataclasses.replace(
             cluster,
             enabled_namespaces=self.grants.enabled(),
             kgwe_namespace=self.policy_namespace,
             kueue_namespaces={p.namespace: here} if here is not None else None,
+            quotas={p.namespace: quota} if quota else {},
         )
         refused = refusal(findings(wl, p.namespace, policy, cluster))
         if refused:
@@ -447,7 +449,7 @@ class WorkloadReconciler:
         facts = resolve_facts(
             wl, run, policy, cluster, native=cluster.native_gang, kueue=cluster.kueue, here=here
         )
-        refused = quota_admission(cluster_facts.budget_quota(self.api_client, p.namespace), quota_needs(wl))
+        refused = quota_admission(quota, quota_needs(wl))
         if refused:
             raise PlanError(*refused)
         children = self._create(p, wl, run, facts, policy, check_first=True)
@@ -571,7 +573,9 @@ class WorkloadReconciler:
         group = podgroup_name(wl.name, run)
         workload = cluster_facts.kueue_workload(self.api_client, p.namespace, group)
         status, reason, message = st.kueue_admission(workload, group, wl.spec.total_pods)
-        if p.condition("KueueAdmitted", status, reason, message):
+        before = st.condition(p.new["conditions"], "KueueAdmitted") or {}
+        p.condition("KueueAdmitted", status, reason, message)
+        if (before.get("status"), before.get("reason")) != (status, reason):  # an Event per change of state
             p.event("Normal" if status == "True" else "Warning", f"Kueue{reason}", message)
         return None if status == "True" else message
 

@@ -182,7 +182,7 @@ def kueue_admission(workload: Mapping[str, Any] | None, group: str, pods: int) -
         reason, message = said("Evicted", "Evicted")
         return "False", reason if reason.startswith("Evicted") else f"Evicted{reason}", message
     reason, message = said("QuotaReserved", "Pending")
-    return "False", reason, f"Kueue holds Workload {group} ({queue}): {message or 'waiting for quota'}"
+    return "False", reason, f"Kueue holds Workload {group} ({queue}): {message or 'queued, not admitted yet'}"
 
 
 def live_pods(view: RunView) -> list[dict[str, Any]]:

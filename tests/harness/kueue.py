@@ -13,8 +13,10 @@ reads it. Left out: leader election, metrics, the visibility API server.
 
 from __future__ import annotations
 
+import base64
 import copy
 import secrets
+import threading
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -172,24 +174,43 @@ class Kueue:
         admission = client.AdmissionregistrationV1Api(self.api)
         for doc in webhook_configurations(self.release, self.selector):
             name = doc["metadata"]["name"]
-            create, replace = (
-                (
-                    admission.create_mutating_webhook_configuration,
-                    admission.replace_mutating_webhook_configuration,
-                )
-                if doc["kind"] == "MutatingWebhookConfiguration"
-                else (
-                    admission.create_validating_webhook_configuration,
-                    admission.replace_validating_webhook_configuration,
-                )
-            )
-            _create_or_replace(create, replace, name, doc)
+            kind = "mutating" if doc["kind"] == "MutatingWebhookConfiguration" else "validating"
+            calls = [
+                getattr(admission, f"{verb}_{kind}_webhook_configuration")
+                for verb in ("create", "read", "replace")
+            ]
+            _create_or_replace(*calls, name, doc)
         health = config["health"]["healthProbeBindAddress"]
         argv = [str(self.binary), f"--config={path}", "--feature-gates=VisibilityOnDemand=false"]
         env = {"KUBECONFIG": str(self.cp.kubeconfig_path)}
-        self.process.start(argv, env, f"http://{health}/readyz", timeout_seconds=180)
+        mounted = threading.Event()
+        mounting = threading.Thread(target=self._mount_secret, args=(mounted,), daemon=True)
+        mounting.start()
+        try:
+            self.process.start(argv, env, f"http://{health}/readyz", timeout_seconds=180)
+        finally:
+            mounted.set()
+            mounting.join(timeout=10)
         self._wait_webhooks_served()
         return self
+
+    def _mount_secret(self, stop: threading.Event) -> None:
+        """Play the kubelet's Secret volume: Kueue writes its certificates into its Secret and waits until
+        they appear in its certDir, as they would in its pod."""
+        certs = self.workdir / "certs"
+        certs.mkdir(parents=True, exist_ok=True)
+        core = client.CoreV1Api(self.api)
+        while not stop.wait(0.5):
+            try:
+                data = core.read_namespaced_secret(SECRET, KUEUE_NAMESPACE).data or {}
+            except ApiException:
+                continue
+            for key in ("tls.crt", "tls.key", "ca.crt"):
+                if key in data:
+                    target = certs / key
+                    value = base64.b64decode(data[key])
+                    if not target.exists() or target.read_bytes() != value:
+                        target.write_bytes(value)
 
     def _wait_webhooks_served(self) -> None:
         """Kueue is ready once its CA is in every webhook configuration and its webhook answers: a dry-run
@@ -224,12 +245,16 @@ def _create(call: Any) -> None:
             raise
 
 
-def _create_or_replace(create: Any, replace: Any, name: str, doc: dict[str, Any]) -> None:
+def _create_or_replace(create: Any, read: Any, replace: Any, name: str, doc: dict[str, Any]) -> None:
     try:
         create(doc)
     except ApiException as exc:
         if exc.status != 409:
             raise
+        doc = {
+            **doc,
+            "metadata": {**doc["metadata"], "resourceVersion": read(name).metadata.resource_version},
+        }
         replace(name, doc)  # Kueue injects its CA again when it starts
 
 
@@ -280,11 +305,24 @@ def queues(
             *API, "clusterqueues", _kind("ClusterQueue", cluster_queue, spec)
         )
     )
-    for name in local_queues:
+    names = list(local_queues)
+    for name in names:
         body = _kind("LocalQueue", name, {"clusterQueue": cluster_queue})
         _create(
             lambda body=body: custom.create_namespaced_custom_object(*API, namespace, "localqueues", body)
         )
+
+    def active() -> bool:  # Kueue queues (and gives pods a `default` queue) only through an active queue
+        items = custom.list_namespaced_custom_object(*API, namespace, "localqueues")["items"]
+        ready = {q["metadata"]["name"] for q in items if _condition_true(q, "Active")}
+        return set(names) <= ready
+
+    wait_for(f"LocalQueues {', '.join(names)} active", active, 60)
+
+
+def _condition_true(obj: dict[str, Any], ctype: str) -> bool:
+    conditions = (obj.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == ctype and c.get("status") == "True" for c in conditions)
 
 
 def _kind(kind: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
