@@ -30,6 +30,7 @@ from kgwe.localcluster import gpunodes
 from kgwe.localcluster.heldpods import finish_held_pod
 from tests.harness import kueue as kueue_harness
 from tests.harness.pytest_cluster import delete_namespace
+from tests.workloads.conftest import as_controller
 from tests.workloads.test_workloads_cluster import (
     _DUMP,
     EXAMPLES,
@@ -71,16 +72,16 @@ def kueue_cluster(
 
 @pytest.fixture
 def stack(kueue_cluster: tuple[Any, Any], tmp_path: Path) -> Iterator[dict[str, Any]]:
-    """KGWE's scheduler, extender and GPUWorkload reconciler; a fresh opted-in namespace."""
+    """KGWE's scheduler, extender and GPUWorkload reconciler — as the controller's ServiceAccount with only
+    deploy/'s RBAC, so the Kueue route needs no more than the chart grants; a fresh opted-in namespace."""
     cp, kueue = kueue_cluster
     api = cp.api_client()
-    namespace = f"kueue-{secrets.token_hex(3)}"
-    policy_namespace = f"{namespace}-kgwe"
-    for ns in (namespace, policy_namespace):
-        ensure_namespace(api, ns)
+    controller = as_controller(api)  # its Roles are in kgwe-system: the policy's ConfigMaps go there
+    namespace, policy_namespace = f"kueue-{secrets.token_hex(3)}", "kgwe-system"
+    ensure_namespace(api, namespace)
     opt_in(api, namespace)
     try:
-        with kgwe_stack(cp, api, policy_namespace, tmp_path) as parts:
+        with kgwe_stack(cp, api, policy_namespace, tmp_path, reconciler_api=controller) as parts:
             _DUMP[:] = [lambda: _dump(api, namespace) + "\n" + _kueue_dump(api, namespace)]
             yield {
                 **parts,
@@ -95,8 +96,7 @@ def stack(kueue_cluster: tuple[Any, Any], tmp_path: Path) -> Iterator[dict[str, 
         for pod in client.CoreV1Api(api).list_namespaced_pod(namespace).items:
             if pod.spec.node_name and pod.status.phase in ("Pending", "Running"):
                 finish_held_pod(api, pod, ok=False)
-        for ns in (namespace, policy_namespace):
-            delete_namespace(client.CoreV1Api(api), ns)
+        delete_namespace(client.CoreV1Api(api), namespace)
 
 
 def _kueue_workloads(api: client.ApiClient, namespace: str) -> list[dict[str, Any]]:
