@@ -2,7 +2,7 @@
 (pure: Kueue's Configuration text, a namespace's labels and LocalQueues in; decisions and their reasons out).
 
 KGWE's Kueue route (docs/spec/gpuworkload.md, "Kueue"): a batch run goes through Kueue as ONE pod group —
-KGWE creates the run's pods itself, labelled kueue.x-k8s.io/pod-group-name (every role a PodSet of one
+KGWE creates the run's pods itself, labelled kueue.x-k8s.io/pod-group-name (all roles in one
 Kueue Workload), so Kueue admits the gang whole and owns the pods' scheduling gate; KGWE writes no field
 Kueue also writes. That needs Kueue's `pod` integration, and Kueue managing plain pods in the namespace:
 the namespace matches managedJobsNamespaceSelector, and the pods name a LocalQueue (spec.gang.queueName),

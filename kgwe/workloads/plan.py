@@ -6,8 +6,9 @@ their names, so a gang restart creates fresh Jobs while the old ones are still b
 more than one pod is all-or-nothing through an existing engine: a native PodGroup (scheduling.k8s.io/v1beta1,
 created before the pods, pods linked by spec.schedulingGroup), or Kueue. Through Kueue a run is ONE Kueue
 pod group (kgwe.policy.kueue_setup says why): KGWE creates the pods itself, with the hostnames the Jobs'
-pods would have had and literal ranks, labelled kueue.x-k8s.io/pod-group-name, so every role is a PodSet of
-one Kueue Workload that Kueue admits whole, and no Job exists for Kueue to admit on its own.
+pods would have had and the completion index their rank variables read, labelled
+kueue.x-k8s.io/pod-group-name, so all roles are one Kueue Workload that Kueue admits whole, and no Job exists
+for Kueue to admit on its own.
 """
 
 from __future__ import annotations
