@@ -184,7 +184,7 @@ def cluster_view(api: client.ApiClient, *, namespaces_and_quotas: bool = False) 
             listed = list_items(core.list_namespace)
             existing = frozenset(n["metadata"]["name"] for n in listed)
             enabled = frozenset(n["metadata"]["name"] for n in listed if opted_in(n))
-            if kueue:
+            if kueue:  # (LocalQueues a user may not list: Kueue's view not known, as the namespaces')
                 setup, queues = kueue_setup(api), local_queues(api)
                 kueue_here = {
                     n["metadata"]["name"]: KueueNamespace(

@@ -577,6 +577,8 @@ class WorkloadReconciler:
         p.condition("KueueAdmitted", status, reason, message)
         if (before.get("status"), before.get("reason")) != (status, reason):  # an Event per change of state
             p.event("Normal" if status == "True" else "Warning", f"Kueue{reason}", message)
+            if status == "True" and reason == "Admitted":  # the gang's time to be placed starts now
+                p.new["runStartTime"] = st.rfc3339(p.now)
         return None if status == "True" else message
 
     def _gpu_health(self, p: _Pass, placed: list[dict[str, Any]], nodes: list[str]) -> None:
