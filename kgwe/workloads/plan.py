@@ -130,11 +130,11 @@ def plan_children(wl: GPUWorkload, namespace: str, uid: str, facts: Facts) -> li
     for role in roles:
         env = _rendezvous_env(wl, facts, roles, role, offset, total, f"{first_job}-0.{name}")
         offset += role.replicas
-        if facts.gang_backend == "Kueue":
-            if not wl.spec.suspend:  # a pod cannot be suspended: a suspended run has none
-                objs += _kueue_pods(wl, namespace, owner, role, facts, base_labels, env, group, total)
-        else:
-            objs.append(_job(wl, namespace, owner, role, facts, base_labels, env, group))
+        job = _job(wl, namespace, owner, role, facts, base_labels, env, group)
+        if facts.gang_backend != "Kueue":
+            objs.append(job)
+        elif not wl.spec.suspend:  # a pod cannot be suspended: a suspended run has none
+            objs += _kueue_pods(job, wl, group, total)
     return objs
 
 
@@ -268,37 +268,23 @@ def _require_unshared_gpus(spec: dict[str, Any]) -> None:
     ]
 
 
-def _kueue_pods(
-    wl: GPUWorkload,
-    namespace: str,
-    owner: dict[str, Any],
-    role: Role,
-    facts: Facts,
-    base_labels: dict[str, str],
-    env: list[dict[str, Any]],
-    group: str,
-    total: int,
-) -> list[dict[str, Any]]:
-    """The role's pods of a Kueue pod group: what its Indexed Job's pods would be, made here.
+def _kueue_pods(job: dict[str, Any], wl: GPUWorkload, group: str, total: int) -> list[dict[str, Any]]:
+    """The pods the role's Indexed Job would make, made here instead, as members of a Kueue pod group.
 
     Kueue's webhook gates them until their group is admitted; KGWE writes no field Kueue writes."""
-    labels = {**base_labels, ROLE_LABEL: role.name, RUN_LABEL: str(facts.run), KUEUE_GROUP_LABEL: group}
+    template = copy.deepcopy(job["spec"]["template"])
+    labels = {**job["metadata"]["labels"], **template["metadata"]["labels"], KUEUE_GROUP_LABEL: group}
     if wl.spec.gang.queue_name:
         labels[KUEUE_QUEUE_LABEL] = wl.spec.gang.queue_name
-    template = _pod_template(wl, role, facts, labels, batch=True)
-    template["metadata"]["annotations"][KUEUE_GROUP_TOTAL_ANNOTATION] = str(total)
-    child = child_name(wl.name, facts.run, role.name)
+    annotations = {**template["metadata"]["annotations"], KUEUE_GROUP_TOTAL_ANNOTATION: str(total)}
+    meta = job["metadata"]
     pods = []
-    for index in range(role.replicas):
-        pod = copy.deepcopy(template)
-        spec = pod["spec"]
-        spec["hostname"], spec["subdomain"] = f"{child}-{index}", wl.name
-        pod["metadata"]["annotations"][COMPLETION_INDEX_ANNOTATION] = str(index)  # what the env reads
-        for c in spec["containers"]:
-            names = {e.get("name") for e in env}
-            c["env"] = [*env, *[e for e in (c.get("env") or []) if e.get("name") not in names]]
-        meta = {**pod["metadata"], **_meta(f"{child}-{index}", namespace, pod["metadata"]["labels"], owner)}
-        pods.append({"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec})
+    for index in range(job["spec"]["completions"]):
+        name = f"{meta['name']}-{index}"  # the hostname the Job's pod of this index would have
+        spec = {**copy.deepcopy(template["spec"]), "hostname": name}
+        pod_meta = _meta(name, meta["namespace"], dict(labels), meta["ownerReferences"][0])
+        pod_meta["annotations"] = {**annotations, COMPLETION_INDEX_ANNOTATION: str(index)}  # what env reads
+        pods.append({"apiVersion": "v1", "kind": "Pod", "metadata": pod_meta, "spec": spec})
     return pods
 
 

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from kgwe.localcluster.controlplane import ControlPlaneError, _die_with_parent, tail
+from tests.harness.processes import stop
 from tests.harness.waiting import wait_for
 
 
@@ -75,11 +76,5 @@ class ControllerProcess:
         wait_for(f"{self.name} ready", ready, timeout_seconds, describe=lambda: tail(self.log_path, 40))
 
     def stop(self) -> None:
-        if self._proc is not None and self._proc.poll() is None:
-            self._proc.terminate()
-            try:
-                self._proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
+        stop(self._proc)
         self._proc = None
