@@ -103,7 +103,7 @@ def test_seed_install_upgrade_uninstall(helm_cluster):
     assert "scheduler   kgwe-scheduler (registry.k8s.io/kube-scheduler:v1.37.2)" in notes
     # this 1.37 API server serves MutatingAdmissionPolicy: the chart routes GPU pods with it, no webhook
     assert "routing     MutatingAdmissionPolicy kgwe-scheduling (run by the API server" in notes
-    assert "kgwe-webhook" not in notes
+    assert "webhook     kgwe-webhook" not in notes and "mutate-pods" not in notes
     assert "WARNING" not in notes and ":8080" not in notes.split("Next steps")[0]
     for component, want in (
         ("controller", 2),
