@@ -12,6 +12,7 @@ import git as gitpython
 import pytest
 
 from kgwe.cli import main
+from kgwe.errors import KgweError
 from kgwe.gitops.source import MAX_EXPORT_BYTES, GitRef, GitSource, export_commit
 from tests.security.conftest import Repo, sample_files, sh_git
 
@@ -95,3 +96,23 @@ def test_kgwe_plan_sees_what_export_ignore_would_hide(policy_repo: Repo, tmp_pat
     out, err = capsys.readouterr()
     assert code == 2, err
     assert "GPUBudget/shadow-team" in out, out
+
+
+def test_the_byte_budget_is_counted_while_writing(policy_repo: Repo, tmp_path: Path, monkeypatch):
+    """The listing's sizes are checked first; the bytes written are counted again as they are written, so
+    no listing (and no conversion) can make an export pass the bound. Here the listing says 0 bytes."""
+    from dataclasses import replace
+
+    import kgwe.gitops.source as source_module
+
+    sha = policy_repo.push({f"policy/f{i}.yaml": "x" * 400 for i in range(5)})
+    listed = source_module.list_tree
+
+    def understated(*args, **kwargs):
+        return [replace(e, size_bytes=0) for e in listed(*args, **kwargs)]
+
+    monkeypatch.setattr(source_module, "list_tree", understated)
+    monkeypatch.setattr(source_module, "MAX_EXPORT_BYTES", 1000)
+    with pytest.raises(KgweError, match="expands to more than 1000 bytes; refused"):
+        export_commit(gitpython.Repo(policy_repo.bare), sha, tmp_path / "out", "policy")
+    assert sum(p.stat().st_size for p in (tmp_path / "out").rglob("*") if p.is_file()) <= 1000
