@@ -45,14 +45,14 @@ def is_log_path(path: str) -> bool:
 
 def plan_note(newest: str | None) -> str:
     """The line `kgwe plan` ends with: where the audit log of what KGWE wrote is (`newest`: the newest
-    month's file found at head, if any)."""
+    month's file found at base — what the pull request itself adds there is not KGWE's — if any)."""
     if newest:
         return (
-            f"Audit log: [`{newest}`]({newest}) at head: one line per reconcile that changed the cluster "
+            f"Audit log: [`{newest}`]({newest}) at base: one line per reconcile that changed the cluster "
             "(policy commit, author, objects, nodes, budget quotas).\n"
         )
     return (
-        f"Audit log: none at head yet; once applied, the controller appends what it writes to "
+        f"Audit log: none at base yet; once applied, the controller appends what it writes to "
         f"`<spec.reports.path>/{AUDIT_FOLDER}/<YYYY-MM>{LOG_SUFFIX}` in this repository.\n"
     )
 
