@@ -126,27 +126,27 @@ def test_the_log_is_due_at_once_with_a_snapshot_else_every_flush_interval_and_fo
     assert t.files(p, due=True) == {}
 
 
+def commit_one(t: AuditTrail, p: Pass, existing: bytes | None, status: str) -> bytes | None:
+    """One more entry, committed with the outcome `status`: the bytes the edit made of `existing`."""
+    t.add(a_pass(sync=wrote()), [])
+    (edit,) = t.files(p, due=False).values()
+    data = edit(existing)
+    t.done(p, CommitResult(status, SHA if status == "pushed" else None, 1, ""))  # type: ignore[arg-type]
+    return data
+
+
 def test_a_failed_push_keeps_the_entries_and_the_edit_appends_to_what_the_branch_holds():
     clock, leader = Clock(), [True]
     t = trail(clock, leader)
     p = a_pass()
-    t.add(a_pass(sync=wrote()), [])
-    (edit,) = t.files(p, due=False).values()
-    first = edit(None)
-    t.done(p, CommitResult("failed", None, 4, "gave up"))
+    assert commit_one(t, p, None, "failed") is not None
     assert len(t.entries) == 1 and t.state is None  # tried again with the next commit, from the same state
     clock.now += timedelta(seconds=FLUSH_SECONDS)
-    t.add(a_pass(sync=wrote()), [])
-    (edit,) = t.files(p, due=False).values()
-    appended = edit(None)
-    assert appended is not None and first is not None and len(appended.splitlines()) == 2
-    t.done(p, CommitResult("pushed", SHA, 1))
+    appended = commit_one(t, p, None, "pushed")
+    assert appended is not None and len(appended.splitlines()) == 2
     assert t.entries == [] and t.state is not None and t.state.lines == 2
-    t.add(a_pass(sync=wrote()), [])
     clock.now += timedelta(seconds=FLUSH_SECONDS)
-    (edit,) = t.files(p, due=False).values()
-    assert edit(appended) is not None
-    t.done(p, CommitResult("rejected", None, 1, "protected branch"))  # refused for good: not retried
+    assert commit_one(t, p, appended, "rejected") is not None  # refused for good: not retried
     assert t.entries == []
 
 
@@ -154,23 +154,13 @@ def test_kgwe_s_state_of_the_log_goes_to_status_and_is_taken_back_from_it():
     """A restarted controller (or a new leader) knows what KGWE wrote from the status the last one left."""
     clock, leader = Clock(), [True]
     t = trail(clock, leader)
-    p = a_pass()
-    t.add(a_pass(sync=wrote()), [])
-    (edit,) = t.files(p, due=False).values()
-    data = edit(None)
-    t.done(p, CommitResult("pushed", SHA, 1))
+    data = commit_one(t, a_pass(), None, "pushed")
     status = t.status()["auditLog"]
-    assert (
-        status["path"] == "reports/audit/2026-11.jsonl"
-        and status["lines"] == 1
-        and status["tampering"] is None
-    )
+    assert status["path"] == "reports/audit/2026-11.jsonl" and status["lines"] == 1
+    assert status["tampering"] is None
 
     later = trail(clock, leader)
     q = a_pass()
     q.repo = {**q.repo, "status": {"auditLog": status}}
-    later.add(a_pass(sync=wrote()), [])
-    (edit,) = later.files(q, due=False).values()
-    assert edit(data) is not None  # appended under the state the status held: no tampering found
-    later.done(q, CommitResult("pushed", SHA, 1))
+    assert commit_one(later, q, data, "pushed") is not None  # under the status's state: nothing found
     assert later.state is not None and later.state.lines == 2 and later.tampering is None
