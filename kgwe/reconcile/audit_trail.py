@@ -199,7 +199,8 @@ class AuditTrail:
         """The status this trail adds (merge patch): KGWE's state of the log, and the last tampering found."""
         if self.state is None:
             return {}
-        return {STATUS_KEY: {**self.state.record(), "tampering": self.tampering}}
+        found = {"tampering": self.tampering} if self.tampering else {}  # never cleared: no null to compare
+        return {STATUS_KEY: {**self.state.record(), **found}}
 
     def _known(self, p: Pass) -> LogState | None:
         """KGWE's state of the log: this process's, or the status's when that is newer (another replica led
