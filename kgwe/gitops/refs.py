@@ -146,14 +146,26 @@ class _PinnedConnection(http.client.HTTPConnection):
         its handshake, status line, headers or interim replies a byte at a time stays within every per-read
         timeout, so only a clock over the whole request bounds it. The descriptor is shut down under
         whatever holds it (plain or TLS), so the reading thread sees the end of the stream at once."""
-        with self._lock:
+        with self._lock:  # held through the shutdown: close() cannot free the descriptor meanwhile
             self._cut = True
-            live = self._live
-        if live is not None:
-            with contextlib.suppress(OSError):  # already closed
-                # the plain socket's shutdown: SSLSocket.shutdown would also drop the TLS state under the
-                # reading thread's feet
-                socket.socket.shutdown(live, socket.SHUT_RDWR)
+            if self._live is not None:
+                with contextlib.suppress(OSError):  # already shut down
+                    # the plain socket's shutdown: SSLSocket.shutdown would also drop the TLS state under
+                    # the reading thread's feet
+                    socket.socket.shutdown(self._live, socket.SHUT_RDWR)
+
+    def limit(self, seconds: float) -> None:
+        """The next read's timeout, on whichever socket holds the descriptor (after a `Connection: close`
+        answer http.client has let go of it, the response has not)."""
+        with self._lock:
+            if self._live is not None:
+                self._live.settimeout(seconds)
+
+    def disarm(self) -> None:
+        """Before the descriptor is closed: a late cut() then finds nothing to shut down (never a
+        descriptor already reused elsewhere)."""
+        with self._lock:
+            self._live, self._cut = None, True
 
 
 def _request(
@@ -181,6 +193,7 @@ def _request(
         watchdog = threading.Timer(left, connection.cut)
         watchdog.daemon = True
         watchdog.start()
+        response: http.client.HTTPResponse | None = None
         try:
             connection.request("GET", f"{path}?service=git-upload-pack", headers=headers)
             response = connection.getresponse()
@@ -191,12 +204,9 @@ def _request(
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return None
-                if connection.sock is not None:
-                    connection.sock.settimeout(left)
+                connection.limit(left)
                 chunk = response.read1(65536)
-                if (
-                    not chunk
-                ):  # the end, unless the deadline cut it short or the body came short of its length
+                if not chunk:  # the end, unless the deadline cut it short or the body came short
                     whole = not response.length and time.monotonic() < deadline
                     return body if whole else None
                 body += chunk
@@ -205,6 +215,9 @@ def _request(
             continue  # the next address, as curl tries them
         finally:
             watchdog.cancel()
+            connection.disarm()
+            if response is not None:
+                response.close()  # it may hold the descriptor (a `Connection: close` answer)
             connection.close()
     return None
 

@@ -47,6 +47,18 @@ def trickled_body() -> list[bytes]:
     return [start, *lines]
 
 
+def trickled_body_then_close() -> list[bytes]:
+    """The same with `Connection: close` and a Content-Length never reached (http.client hands the socket
+    to the response: the deadline must still reach it)."""
+    start, *lines = trickled_body()
+    head = start.split(b"\r\n\r\n", 1)[1].split(b"\r\n")[1]
+    start = (
+        b"HTTP/1.1 200 OK\r\nContent-Type: " + ADVERTISEMENT_TYPE.encode() + b"\r\n"
+        b"Connection: close\r\nContent-Length: 1000000\r\n\r\n" + head
+    )
+    return [start, *(line.split(b"\r\n")[1] for line in lines)]
+
+
 @dataclass
 class SlowServer:
     """Sends its script a piece per step after reading the request; `cut_off` is set when the client went
@@ -148,7 +160,9 @@ def poll(
 
 
 @pytest.mark.parametrize("scheme", ["https", "http"])
-@pytest.mark.parametrize("script", [trickled_headers, endless_continues, trickled_body])
+@pytest.mark.parametrize(
+    "script", [trickled_headers, endless_continues, trickled_body, trickled_body_then_close]
+)
 def test_a_slow_server_is_cut_off_at_the_deadline(scheme, script, tls, servers) -> None:
     context, ca_file = tls
     server = SlowServer(context if scheme == "https" else None, script())
