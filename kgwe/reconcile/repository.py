@@ -12,7 +12,8 @@ and write status only when it changed, with Events and metrics on the way.
 The audit trail (docs/audit.md): every write of a pass, and every Event that tells of one, carries the
 policy commit converged and its author (kgwe.audit.stamp); a pass that wrote anything adds one entry to the
 audit log, which the leader appends to `<reports path>/audit/<YYYY-MM>.jsonl` with the next inventory
-snapshot, or on its own at most every `audit_flush_seconds` (kgwe.reconcile.audit_trail, kgwe.audit.log).
+snapshot, or on its own at most every `audit_flush_seconds`, checked against the state KGWE keeps of it in
+status (kgwe.reconcile.audit_trail, kgwe.audit.log).
 
 What is kept between reconciles is only a cache (the Git mirror, the last snapshot hash, the loaded
 revisions, the last inventory and desired state under keys covering all their inputs — kgwe.reconcile.memo):
@@ -590,12 +591,10 @@ class RepositoryReconciler:
             return {"reportsStatus": {"lastPushError": str(exc)}}
         text = yaml.safe_dump(doc, sort_keys=False)
         snapshot: dict[str, Content] = {f"{p.spec.reports_path}/gpu-inventory.yaml": text}
-        audit = self.audit.files(p.spec, due=True)
+        audit = self.audit.files(p, due=True)
         if audit:  # the audit log goes out with the snapshot; refused, the snapshot goes out alone
             result = cb.commit_files({**snapshot, **audit}, summary="GPU inventory snapshot and audit log")
-            self.audit.done(result.status)
-            if result.status == "rejected":
-                self.recorder.warning(p.repo, "CommitBackRejected", f"audit log: {result.reason}")
+            self.audit.done(p, result)  # a Warning when refused
         if not audit or result.status == "rejected":
             result = cb.commit_files(snapshot, summary="GPU inventory snapshot")
         self._snapshot_hash = digest  # also after a permanent rejection: never retry the same content
