@@ -164,6 +164,8 @@ class Controller:
                 is_leader=self.is_leader,
                 policy_namespace=namespace,
                 cost_of=costs.workload_cost if costs is not None else None,
+                advise=costs.workload_admission if costs is not None else None,
+                finished=costs.workload_finished if costs is not None else None,
             )
             self.workloads = WorkloadController(reconciler)
         self.server: ControllerHTTPServer | None = None
