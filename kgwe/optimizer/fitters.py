@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from kgwe.optimizer import runtime
+from kgwe.optimizer import demand, runtime
 from kgwe.optimizer.admission import WORKLOAD_LEVELS, run_keys
 from kgwe.optimizer.record import ModelRecord
 from kgwe.optimizer.registry import FitInput
@@ -51,5 +51,49 @@ def fit_runtime(inp: FitInput) -> ModelRecord:
         samples=model.runs,
         metrics=metrics,
         params=model.to_params(),
+        notes=tuple(notes),
+    )
+
+
+MIG_DEMAND_HELD_OUT_MINUTES = 24 * 60  # the last day of the window scores a fit on the days before it
+
+
+def fit_mig_demand(inp: FitInput) -> ModelRecord:
+    """The MIG demand model from the week of metered MIG instances (the demand record's window), with held-
+    out scores: a fit on all but the last day, scored on that day."""
+    from kgwe.cost.usage import MIG, Period
+
+    since = inp.now - timedelta(minutes=demand.WINDOW_MINUTES)
+    usage = inp.store.usage(Period(since, inp.now))
+    rows = [
+        (iv.mig_profile, iv.count, iv.start.timestamp(), None if iv.end is None else iv.end.timestamp())
+        for iv in usage
+        if iv.kind == MIG and iv.mig_profile
+    ]
+    series = demand.series_from_intervals(rows, since.timestamp(), inp.now.timestamp())
+    first = next((i for i, s in enumerate(series) if s), len(series))
+    series = series[first:]  # the week starts with the first demand metered, not with empty minutes
+    notes: list[str] = []
+    metrics: dict[str, float] = {}
+    model = demand.fit(series)
+    past = demand.fit(series[:-MIG_DEMAND_HELD_OUT_MINUTES])
+    if past is not None and len(series) > MIG_DEMAND_HELD_OUT_MINUTES:
+        metrics = demand.held_out(past, series[-MIG_DEMAND_HELD_OUT_MINUTES:]).metrics()
+    else:
+        notes.append("less than a day and a half of MIG demand metered: no held-out day to score on yet")
+    if model is None:
+        notes.append(
+            f"fewer than {demand.MIN_MINUTES} minutes of MIG demand metered: no outlook, rebalancing "
+            "follows pending pods alone (today's rule)"
+        )
+    return ModelRecord(
+        name=demand.NAME,
+        version=demand.VERSION,
+        fitted_at=inp.now,
+        since=inp.now - timedelta(minutes=len(series)),
+        until=inp.now,
+        samples=len(series),
+        metrics=metrics,
+        params=model.to_params() if model is not None else {},
         notes=tuple(notes),
     )

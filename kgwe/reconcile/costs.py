@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,9 +34,12 @@ if TYPE_CHECKING:
     from kgwe.optimizer.admission import BudgetRoom
     from kgwe.optimizer.runtime import RuntimeModel
     from kgwe.optimizer.service import OptimizerDuties
+    from kgwe.planner.mig_demand import PoolView
+    from kgwe.planner.rebalance import Outlook
 
 log = logging.getLogger(__name__)
 
+MAX_OUTLOOK_AGE = timedelta(days=1)  # an older MIG demand fit is no outlook (the refit has been failing)
 QuotaCaps = dict[str, dict[str, str]]  # namespace -> ResourceQuota spec.hard of an enforced budget
 Alert = Callable[[str, str, str], None]  # (event type Normal|Warning, reason, message) about the repository
 
@@ -270,6 +273,24 @@ class CostDuties:
             return
         if run is not None:
             self.optimizer.run_finished(run)
+
+    def mig_outlooks(self, views: Sequence[PoolView]) -> dict[str, Outlook]:
+        """The MIG demand each rebalancing pool should be ready for (kgwe.optimizer.demand), from the newest
+        fit of the last week's metered demand; none without a fit, from a fit older than a day, or one this
+        code cannot read — the pools then follow pending pods alone (today's rule)."""
+        from kgwe.optimizer import demand
+
+        record = self.optimizer.record(demand.NAME) if self.optimizer is not None else None
+        if (
+            record is None
+            or record.version != demand.VERSION
+            or self.now() - record.fitted_at > MAX_OUTLOOK_AGE
+        ):
+            return {}
+        model = demand.DemandModel.from_params(record.params)
+        if model is None:
+            return {}
+        return demand.pool_outlooks(model, [(v.name, v.profiles, v.held) for v in views])
 
     def _runtime_model(self) -> RuntimeModel | None:
         """The newest runtime model (None: none fitted, or a record this code cannot read)."""
