@@ -292,6 +292,12 @@ class CostDuties:
             return {}
         return demand.pool_outlooks(model, [(v.name, v.profiles, v.held) for v in views])
 
+    def _published_models(self, now: datetime) -> dict[str, str]:
+        """The optimizer's newest models and the predictions section, committed with the cost reports."""
+        from kgwe.optimizer.published import published_files
+
+        return published_files(self.optimizer.records(), now) if self.optimizer is not None else {}
+
     def _runtime_model(self) -> RuntimeModel | None:
         """The newest runtime model (None: none fitted, or a record this code cannot read)."""
         from kgwe.optimizer.runtime import NAME, VERSION, RuntimeModel
@@ -345,7 +351,10 @@ class CostDuties:
             commit_back=commit_back,
             path_prefix=spec.reports_path,
             prometheus_url=self.prometheus_url,
-            extra_files=demand_record_file(self.service.store, now, self.service.cluster),
+            extra_files={
+                **demand_record_file(self.service.store, now, self.service.cluster),
+                **self._published_models(now),
+            },
         )
         if result.status == "rejected":
             view.record("Warning", "CommitBackRejected", f"cost reports: {result.reason}")
