@@ -19,9 +19,10 @@ The rule (docs/mig-rebalancing.md):
 - between decisions, only the nodes the last decision named may change: the pool stays as decided;
 - with an `Outlook` (the demand the optimizer expects, kgwe.optimizer.demand), idle GPUs are prepared for
   it before pods queue — only when a change covers at least PREPARE_SLICES_PER_GPU compute slices of the
-  expected demand per GPU it repartitions — the GPUs that change are shaped by the expected mix instead of
-  the strategy's shares, and nothing is released back towards the shares while the outlook expects the
-  demand. Without an outlook (no history, a model that is unsure) the rule is exactly the one above.
+  expected demand per GPU it repartitions, the GPUs that change shaped by the expected mix; the layout so
+  decided becomes the target in force (the rollout plans the named nodes for it, as for measured demand),
+  and nothing is released back towards the shares while the outlook expects the demand. Without an outlook
+  (no history, a model that is unsure) the rule is exactly the one above.
 """
 
 from __future__ import annotations
@@ -276,13 +277,14 @@ def evaluate(
         )
     limits = replace(request.limits, max_gpus_changed=settings.max_gpus, max_nodes_changed=None)
     free = replace(request, gpus=idle_nodes_only(request), demand=candidate, limits=limits)
-    if outlook is not None and outlook.mix:  # the GPUs that change take the expected mix, not the shares
+    if outlook is not None:  # the GPUs that change take the expected mix, not the shares
         free = replace(free, shares=_mix_shares(outlook, request))
     if pending:
         plan = plan_pool(replace(free, fewest_changes=True))
         gain = served(plan, measurement) - served_now(request, measurement)
         if gain >= max(1, plan.gpus_changed):
-            return _take(evaluated, plan, candidate, now, _pending_text(measurement), grow=True)
+            target = candidate if outlook is None else _decided(plan)
+            return _take(evaluated, plan, target, now, _pending_text(measurement), grow=True)
         said = _not_taken(request, measurement, gain, plan)
         if outlook is None:
             return Decision(replace(evaluated, message=said))
@@ -322,7 +324,8 @@ def _prepare(
     short = sum(n * sizes.get(p, 0) for p, n in target.items()) - before
     if short <= 0:
         return Decision(replace(evaluated, message=f"{said}; the layout is ready for the demand expected"))
-    plan = plan_pool(replace(free, demand=target, fewest_changes=True))
+    shaped = replace(free, demand=target, shares=_mix_shares(outlook, request), fewest_changes=True)
+    plan = plan_pool(shaped)
     gain = _covered(plan.achieved_counts, target, sizes) - before
     if not plan.gpus_changed or gain < PREPARE_SLICES_PER_GPU * plan.gpus_changed:
         kept = f"{said}; preparing for the demand expected would cover {gain} slice(s) with "
@@ -335,7 +338,22 @@ def _prepare(
         if outlook.reason
         else (f"preparing for the demand expected ({expected})")
     )
-    return _take(evaluated, plan, candidate, now, why, grow=True)
+    return _take(evaluated, plan, _decided(plan), now, why, grow=True)
+
+
+def _decided(plan: PoolPlan) -> dict[str, int]:
+    """The layout a decision shaped by the expected mix made, as the target in force: the rollout plans the
+    named nodes for the target with the strategy's shares, so the mix's shaping travels as instances."""
+    return {p: n for p, n in sorted(plan.achieved_counts.items()) if n > 0}
+
+
+def _mix_shares(outlook: Outlook, request: PoolRequest) -> dict[str, float]:
+    """The expected mix as shares, shaping the GPUs a preparation changes (the strategy's shares without
+    a mix over the pool's profiles)."""
+    sizes = _profile_slices(request)
+    mix = {p: v for p, v in outlook.mix.items() if v > 0 and p in sizes}
+    total = sum(mix.values())
+    return {p: v / total for p, v in sorted(mix.items())} if total > 0 else dict(request.shares)
 
 
 def _offered(request: PoolRequest) -> dict[str, int]:
@@ -349,13 +367,6 @@ def _offered(request: PoolRequest) -> dict[str, int]:
 def _covered(have: Mapping[str, int], target: Mapping[str, int], sizes: Mapping[str, int]) -> int:
     """Compute slices of `target` that instances in `have` cover."""
     return sum(min(n, have.get(p, 0)) * sizes.get(p, 0) for p, n in target.items())
-
-
-def _mix_shares(outlook: Outlook, request: PoolRequest) -> dict[str, float]:
-    sizes = _profile_slices(request)
-    mix = {p: v for p, v in outlook.mix.items() if v > 0 and p in sizes}
-    total = sum(mix.values())
-    return {p: v / total for p, v in sorted(mix.items())} if total > 0 else dict(request.shares)
 
 
 def _gpu_models(request: PoolRequest) -> list[GPUModel]:

@@ -5,6 +5,7 @@ release while the demand is expected — and without an outlook, exactly the rea
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from hypothesis import given, settings
@@ -13,6 +14,7 @@ from hypothesis import strategies as st
 from kgwe.gpu import catalog
 from kgwe.gpu.layouts import fit
 from kgwe.planner.model import GPUState, PoolRequest
+from kgwe.planner.plan import plan_pool
 from kgwe.planner.rebalance import (
     PREPARE_FILL,
     Measurement,
@@ -131,3 +133,19 @@ def test_whatever_the_outlook_no_gpu_of_a_busy_node_changes(busy, level, mix):
     if d.plan is not None:
         assert not {g.node for g in d.plan.changes()} & busy_nodes
         assert d.plan.in_use_destroyed == 0
+
+
+def test_the_rollout_replanning_the_named_nodes_for_the_target_makes_the_layout_decided():
+    # the controller rolls a decision out by planning the pool for the record's target with the strategy's
+    # shares, every node but the named ones pinned (kgwe.reconcile.desired): that must be the layout decided
+    request = pool(
+        node("busy", ["1g.10gb"] * 7, busy={0}), node("a", ["1g.10gb"] * 7), node("b", ["1g.10gb"] * 7)
+    )
+    mixed = Outlook({"7g.80gb": 3}, {"7g.80gb": 0.5, "4g.40gb": 0.3, "3g.40gb": 0.2})
+    d = evaluate(request, Measurement(in_use={"1g.10gb": 1}), Record("r"), SETTINGS, T0, outlook=mixed)
+    assert d.taken and d.plan is not None
+    gpus = tuple(replace(g, pinned=g.node not in d.record.nodes) for g in request.gpus)
+    rollout = plan_pool(replace(request, gpus=gpus, demand=dict(d.record.target), fewest_changes=True))
+    decided = sorted(sorted(g.target_profiles or []) for g in d.plan.gpus)
+    rolled = sorted(sorted(g.target_profiles or []) for g in rollout.gpus)
+    assert rolled == decided
