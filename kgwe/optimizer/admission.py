@@ -29,9 +29,9 @@ from kgwe.timestamps import parse_rfc3339
 from kgwe.vocab import PREDICTED_COST_ADMISSION
 
 WORKLOAD_LEVELS = (
-    Level("runtime", "runs of {0}"),
-    Level("namespace", "runs of {0} in {1}"),
-    Level("shape", "runs of {0} in {1} shaped {2}"),
+    Level("runtime", "of {0}"),
+    Level("namespace", "of {0} in {1}"),
+    Level("shape", "of {0} in {1} shaped {2}"),
 )
 OFF, HOLD, REFUSE = PREDICTED_COST_ADMISSION  # GPUBudget spec.predictedCostAdmission
 HELD_REASON = "PredictedCostHeld"

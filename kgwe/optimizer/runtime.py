@@ -39,8 +39,8 @@ PRIOR_RUNS = 1.0  # the prior weighs as much as one run: a cluster's own history
 
 @dataclass(frozen=True)
 class Level:
-    """One level of the hierarchy: `describe` is the text of a group's reason, formatted with the key's
-    parts by position ("runs of runtime {0} in {1}")."""
+    """One level of the hierarchy: `describe` says which runs a group holds, after "finished run(s)" in a
+    reason, formatted with the key's parts by position ("of runtime {0} in {1}")."""
 
     name: str
     describe: str
@@ -90,7 +90,7 @@ class RuntimeModel:
                 samples=0,
             )
         est = _toward(est, root, PRIOR_RUNS)
-        said = f"all {root.runs} finished runs"
+        said = f"all {root.runs} finished {_runs(root.runs)}"
         specific = 0
         for depth, (level, key) in enumerate(zip(self.levels, keys, strict=False), start=1):
             if depth >= len(self.groups):
@@ -99,14 +99,14 @@ class RuntimeModel:
             if group is None or group.runs == 0:
                 continue
             est = _toward(est, group, self.shrink)
-            said = f"{group.runs} finished {level.text(key)}"
+            said = f"{group.runs} finished {_runs(group.runs)} {level.text(key)}"
             specific = group.runs
         if specific == 0:
-            what = self.levels[0].text(keys[0]) if self.levels and keys else "runs like it"
+            what = self.levels[0].text(keys[0]) if self.levels and keys else "like it"
             return _prediction(
                 est,
                 reason=f"from {said}",
-                fallback=f"no finished {what} yet: the median of all {root.runs} finished runs",
+                fallback=f"no finished run {what} yet: the median of all {said.removeprefix('all ')}",
                 samples=root.runs,
             )
         return _prediction(est, reason=f"from {said} (of {root.runs} in all)", samples=specific)
@@ -145,6 +145,10 @@ class RuntimeModel:
             return cls(levels, groups, int(params["runs"]), int(params.get("dropped", 0)), shrink)
         except (KeyError, TypeError, ValueError):
             return None
+
+
+def _runs(n: int) -> str:
+    return "run" if n == 1 else "runs"
 
 
 def _toward(est: list[float], group: Group, weight_above: float) -> list[float]:

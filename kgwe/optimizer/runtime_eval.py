@@ -28,9 +28,9 @@ from kgwe.optimizer.runtime import Example, Level, Timed, expected_seconds, fit,
 from kgwe.optimizer.scores import coverage, mae, median, ratio
 
 OPENB_LEVELS = (
-    Level("qos", "pods of QoS class {0}"),
-    Level("gpu-request", "pods of QoS class {0} asking {1} GPU(s) of {2} milli"),
-    Level("shape", "pods of QoS class {0} shaped {1} GPU x {2} milli, {3} mCPU, {4} MiB"),
+    Level("qos", "of QoS class {0}"),
+    Level("gpu-request", "of QoS class {0} asking {1} GPU(s) of {2} milli"),
+    Level("shape", "of QoS class {0} shaped {1} GPU x {2} milli, {3} mCPU, {4} MiB"),
 )
 # The PAI v2020 simulator's published mean waits (20,000 jobs; docs/optimizer.md): FIFO, shortest job first
 # with the duration from the user's history (SJU), from group, user and GPU features (SJGG), and the oracle.

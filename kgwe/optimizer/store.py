@@ -92,9 +92,10 @@ class ModelStore:
         return True
 
     def runs(self, since: datetime, until: datetime) -> list[FinishedRun]:
-        """Runs that ended in [since, until), oldest first (at most MAX_RUNS_READ, the newest)."""
+        """Runs that ended in [since, until] (a run that ended this very second counts), oldest first (at
+        most MAX_RUNS_READ, the newest)."""
         lo, hi = to_epoch(since), to_epoch(until)
-        query = select(RunRow).where(col(RunRow.ended_s) >= lo, col(RunRow.ended_s) < hi)
+        query = select(RunRow).where(col(RunRow.ended_s) >= lo, col(RunRow.ended_s) <= hi)
         query = query.order_by(col(RunRow.ended_s).desc()).limit(MAX_RUNS_READ)
         with self.store.session() as s:
             rows = list(s.exec(query).all())

@@ -22,8 +22,8 @@ from kgwe.optimizer.runtime import (
 )
 
 LEVELS_KGWE = (
-    Level("runtime", "runs of runtime {0}"),
-    Level("namespace", "runs of runtime {0} in {1}"),
+    Level("runtime", "of runtime {0}"),
+    Level("namespace", "of runtime {0} in {1}"),
 )
 
 
@@ -45,7 +45,9 @@ def test_a_kind_never_seen_falls_back_to_all_runs_and_names_what_is_missing():
     model = fit([ex("torch", "ml", 100)] * 20, LEVELS_KGWE)
     p = model.predict(keys("jax", "ml"))
     assert not p.from_model
-    assert p.fallback == "no finished runs of runtime jax yet: the median of all 20 finished runs"
+    assert p.fallback == "no finished run of runtime jax yet: the median of all 20 finished runs"
+    one = fit([ex("torch", "ml", 100)], LEVELS_KGWE).predict(keys("torch", "ml"))
+    assert one.reason == "from 1 finished run of runtime torch in ml (of 1 in all)"
     assert p.value == pytest.approx(100 ** (20 / 21) * 1186 ** (1 / 21))  # 20 runs against the prior's 1
 
 
