@@ -10,9 +10,11 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import orjson
+
 from kgwe.optimizer import demand, runtime
 from kgwe.optimizer.admission import WORKLOAD_LEVELS, run_keys
-from kgwe.optimizer.record import ModelRecord
+from kgwe.optimizer.record import MAX_RECORD_BYTES, ModelRecord
 from kgwe.optimizer.registry import FitInput
 
 RUNTIME_HISTORY = timedelta(days=90)  # finished runs a runtime fit reads: a quarter of the cluster's work
@@ -25,8 +27,10 @@ def fit_runtime(inp: FitInput) -> ModelRecord:
     since = inp.now - RUNTIME_HISTORY
     runs = inp.models.runs(since, inp.now)
     examples = [runtime.Example(run_keys(r), r.seconds) for r in runs]
-    model = runtime.fit(examples, WORKLOAD_LEVELS)
+    model, kept = _within_bound(examples)
     notes = list(model.notes)
+    if kept < runtime.MAX_GROUPS:
+        notes.append(f"kept the {kept:,} most populous groups per level: more would pass the record's bound")
     metrics: dict[str, float] = {}
     timed = [
         runtime.Timed(ex, r.started.timestamp(), r.ended.timestamp())
@@ -53,6 +57,16 @@ def fit_runtime(inp: FitInput) -> ModelRecord:
         params=model.to_params(),
         notes=tuple(notes),
     )
+
+
+def _within_bound(examples: list[runtime.Example]) -> tuple[runtime.RuntimeModel, int]:
+    """The runtime model with as many groups per level as keep its record within MAX_RECORD_BYTES."""
+    kept = runtime.MAX_GROUPS
+    while True:
+        model = runtime.fit(examples, WORKLOAD_LEVELS, max_groups=kept)
+        if kept <= 1 or len(orjson.dumps(model.to_params())) < MAX_RECORD_BYTES * 0.9:
+            return model, kept
+        kept //= 2
 
 
 MIG_DEMAND_HELD_OUT_MINUTES = 24 * 60  # the last day of the window scores a fit on the days before it

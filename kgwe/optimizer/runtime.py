@@ -31,7 +31,7 @@ LEVELS = (0.1, 0.5, 0.9)  # the quantiles kept per group and predicted
 SHRINK = 3.0  # pseudo-runs of the level above that a group's own runs must outweigh
 MIN_SECONDS = 1.0  # shorter runs are counted as one second (log of 0)
 MAX_SECONDS = 366 * 86400.0  # longer is an absurd record, dropped (kgwe.optimizer.history)
-MAX_GROUPS = 20_000  # groups kept in a model (the most populous): a record stays small
+MAX_GROUPS = 5_000  # groups kept per level (the most populous); fewer when the record would pass its bound
 # The prior where a cluster has no finished run yet: quantiles of 83,154 Philly job runtimes (seconds,
 # docs/optimizer.md), the only public per-job runtime sample without a cluster of its own to condition on.
 PRIOR = {0.1: 61.0, 0.5: 1186.0, 0.9: 12859.0}
@@ -194,9 +194,12 @@ def usable(seconds: float) -> bool:
     return math.isfinite(seconds) and 0 <= seconds <= MAX_SECONDS
 
 
-def fit(examples: Iterable[Example], levels: Sequence[Level], shrink: float = SHRINK) -> RuntimeModel:
-    """Group the usable examples by level and keep each group's log-duration quantiles; examples that are
-    not usable (negative, absurd, not finite) are counted in `dropped` and said in a note."""
+def fit(
+    examples: Iterable[Example], levels: Sequence[Level], shrink: float = SHRINK, max_groups: int = MAX_GROUPS
+) -> RuntimeModel:
+    """Group the usable examples by level and keep each group's log-duration quantiles (the `max_groups`
+    most populous groups per level); examples that are not usable (negative, absurd, not finite) are
+    counted in `dropped` and said in a note."""
     depth = len(levels) + 1
     logs: list[dict[tuple[str, ...], list[float]]] = [{} for _ in range(depth)]
     runs = dropped = 0
@@ -211,7 +214,7 @@ def fit(examples: Iterable[Example], levels: Sequence[Level], shrink: float = SH
             logs[d].setdefault(tuple(key), []).append(x)
     groups: list[dict[tuple[str, ...], Group]] = []
     for level in logs:
-        biggest = sorted(level.items(), key=lambda kv: (-len(kv[1]), kv[0]))[:MAX_GROUPS]
+        biggest = sorted(level.items(), key=lambda kv: (-len(kv[1]), kv[0]))[:max_groups]
         groups.append({k: Group(len(v), tuple(quantile(v, q) for q in LEVELS)) for k, v in biggest})
     notes = (f"{dropped} run(s) dropped: negative, absurd or not finite durations",) if dropped else ()
     return RuntimeModel(tuple(levels), tuple(groups), runs, dropped, shrink, notes)

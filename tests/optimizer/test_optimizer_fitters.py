@@ -72,3 +72,22 @@ def test_cost_duties_hand_the_pools_their_outlook_and_none_from_a_stale_fit(stor
     clock[0] += timedelta(days=2)  # the refits have been failing for two days: no outlook
     optimizer.refit_due = lambda: []  # type: ignore[method-assign]
     assert duties.mig_outlooks(views) == {}
+
+
+def test_a_runtime_model_of_many_long_named_groups_stays_within_the_records_bound():
+    from kgwe.optimizer import runtime
+    from kgwe.optimizer.fitters import _within_bound
+    from kgwe.optimizer.record import MAX_RECORD_BYTES, ModelRecord
+
+    name = "r" * 200
+    examples = [
+        runtime.Example(
+            ((f"{name}{i}",), (f"{name}{i}", "ns" * 30), (f"{name}{i}", "ns" * 30, "1 x whole:8")), 60.0
+        )
+        for i in range(6000)
+    ]
+    model, kept = _within_bound(examples)
+    assert kept < runtime.MAX_GROUPS
+    record = ModelRecord("runtime", 1, NOW, None, NOW, model.runs, params=model.to_params())
+    assert len(record.to_json()) <= MAX_RECORD_BYTES
+    assert model.runs == 6000  # every run still counts at the root
