@@ -78,8 +78,8 @@ def philly_runtimes(data_dir: Path) -> list[float]:
 
 def evaluate(data_dir: Path, quick: bool = False) -> Evaluation:
     runs = openb_runs(data_dir)
-    if quick:
-        runs = runs[: len(runs) // 3]
+    if quick:  # the first third of the trace's time
+        runs = sorted(runs, key=lambda r: r[1])[: len(runs) // 3]
     scores, rows = rolling_origin([t for t, _, _ in runs], OPENB_LEVELS)
     lines = [
         f"openb: {scores.examples:,} finished GPU pods, each predicted at its creation from the pods "
@@ -122,31 +122,44 @@ def _queue(
     runs: list[tuple[Timed, float, float]], rows: list[tuple[Timed, Prediction, float]]
 ) -> tuple[dict[str, float | int], list[str]]:
     """The scored pods as a budget's queue: ordered by the model's expected duration (the mean, which is
-    what shortest-expected-first needs), by the group median, by the truth, and first come, first served."""
+    what shortest-expected-first needs), by the group median, by the truth, and first come, first served;
+    then each third of the trace's time apart (the first third has the least history to learn from)."""
     share = {t: gpus for t, _, gpus in runs}
+    whole = _waits(rows, share)
+    thirds = [_waits(rows[i * len(rows) // 3 : (i + 1) * len(rows) // 3], share) for i in range(3)]
+    pai = {k: v / PAI_WAIT_SECONDS["fifo"] for k, v in PAI_WAIT_SECONDS.items()}
+    figures: dict[str, float | int] = {
+        "queue_wait_ratio_to_fcfs": round(whole["model"], 4),
+        "queue_wait_ratio_to_fcfs_group_median": round(whole["group"], 4),
+        "queue_wait_ratio_to_fcfs_oracle": round(whole["oracle"], 4),
+        "queue_gpus": int(whole["gpus"]),
+        **{f"queue_wait_ratio_to_fcfs_third_{i + 1}": round(w["model"], 4) for i, w in enumerate(thirds)},
+    }
+    lines = [
+        f"queue: the same {len(rows):,} pods on a budget of {whole['gpus']:g} GPUs ({QUEUE_BUSY:.0%} busy on "
+        f"average); mean wait first come, first served {whole['fifo']:,.0f} s",
+        f"  over it, ordered by the model's expected duration {whole['model']:.3f}, by the group median "
+        f"{whole['group']:.3f}, by the true duration {whole['oracle']:.3f}",
+        "  each third of the trace's time on its own budget (model / group median / oracle): "
+        + "; ".join(f"{w['model']:.3f} / {w['group']:.3f} / {w['oracle']:.3f}" for w in thirds),
+        f"  PAI v2020 simulator (published, its own cluster and jobs): history of the user {pai['sju']:.3f}, "
+        f"group + user + GPU {pai['sjgg']:.3f}, oracle {pai['oracle']:.3f} of FIFO's mean wait",
+    ]
+    return figures, lines
+
+
+def _waits(rows: list[tuple[Timed, Prediction, float]], share: dict[Timed, float]) -> dict[str, float]:
+    """Mean waits over FIFO's on a budget the rows' offered load keeps QUEUE_BUSY busy (and FIFO's, GPUs)."""
     jobs = [queue.Job(t.start, share[t], t.example.seconds, expected_seconds(pred)) for t, pred, _ in rows]
     group_jobs = [queue.Job(t.start, share[t], t.example.seconds, gm) for t, _, gm in rows]
     span = max(j.arrival for j in jobs) - min(j.arrival for j in jobs) or 1.0
     offered = sum(j.gpus * j.seconds for j in jobs) / span
     capacity = max(max(j.gpus for j in jobs), math.ceil(offered / QUEUE_BUSY))
     fifo = queue.mean_wait(jobs, capacity, queue.fcfs)
-    model = queue.mean_wait(jobs, capacity, queue.by_prediction)
-    group = queue.mean_wait(group_jobs, capacity, queue.by_prediction)
-    oracle = queue.mean_wait(jobs, capacity, queue.by_actual)
-    pai = {k: v / PAI_WAIT_SECONDS["fifo"] for k, v in PAI_WAIT_SECONDS.items()}
-    figures: dict[str, float | int] = {
-        "queue_wait_ratio_to_fcfs": round(ratio(model, fifo), 4),
-        "queue_wait_ratio_to_fcfs_group_median": round(ratio(group, fifo), 4),
-        "queue_wait_ratio_to_fcfs_oracle": round(ratio(oracle, fifo), 4),
-        "queue_gpus": capacity,
+    return {
+        "fifo": fifo,
+        "gpus": capacity,
+        "model": ratio(queue.mean_wait(jobs, capacity, queue.by_prediction), fifo),
+        "group": ratio(queue.mean_wait(group_jobs, capacity, queue.by_prediction), fifo),
+        "oracle": ratio(queue.mean_wait(jobs, capacity, queue.by_actual), fifo),
     }
-    lines = [
-        f"queue: the same {len(jobs):,} pods on a budget of {capacity:g} GPUs ({QUEUE_BUSY:.0%} busy on "
-        f"average); mean wait first come, first served {fifo:,.0f} s",
-        f"  ordered by the model's expected duration {model:,.0f} s (ratio {ratio(model, fifo):.3f}), by the "
-        f"group median {group:,.0f} s ({ratio(group, fifo):.3f}), by the true duration {oracle:,.0f} s "
-        f"({ratio(oracle, fifo):.3f})",
-        f"  PAI v2020 simulator (published, its own cluster and jobs): history of the user {pai['sju']:.3f}, "
-        f"group + user + GPU {pai['sjgg']:.3f}, oracle {pai['oracle']:.3f} of FIFO's mean wait",
-    ]
-    return figures, lines

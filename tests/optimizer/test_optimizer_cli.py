@@ -46,3 +46,16 @@ def test_usage_errors_exit_2(args):
     with pytest.raises(SystemExit) as exc:
         main(args)
     assert exc.value.code == 2
+
+
+def test_report_on_the_public_traces_prints_held_out_scores(capsys):
+    assert main(["optimize", "report", "--traces", "--quick", "--model", "runtime", "--output", "json"]) == 0
+    import json
+
+    figures = json.loads(capsys.readouterr().out)["traces"]["runtime"]
+    assert 0 < figures["runtime_mae_ratio_to_group_median"] < 1.5
+    assert 0.5 < figures["runtime_p90_coverage"] <= 1
+    assert figures["queue_wait_ratio_to_fcfs"] > 0 and figures["queue_gpus"] >= 1
+    assert main(["optimize", "report", "--traces", "--quick", "--model", "runtime"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("runtime on the public traces (held out):") and "PAI v2020 simulator" in out
