@@ -17,32 +17,13 @@ from kgwe.reconcile.costs import CostDuties
 from kgwe.reconcile.repository import RepositoryReconciler
 from tests.harness.deployed import eventually
 from tests.harness.waiting import Watched, repeat_until
+from tests.reconcile.test_rebalance_e2e import MIG_CONFIG, MIG_STATE, SYSTEM_NS, mig_pod
 
 pytestmark = pytest.mark.cluster
 
-SYSTEM_NS = "kgwe-system"
-MIG_CONFIG = "nvidia.com/mig.config"
-MIG_STATE = "nvidia.com/mig.config.state"
 REBALANCING = """    rebalanceInterval: 5m
     rebalanceMaxGPUs: 8
 """
-
-
-def holder(name: str, node: str) -> dict:
-    resources = {"nvidia.com/mig-3g.40gb": "1"}
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name},
-        "spec": {
-            "nodeName": node,
-            "terminationGracePeriodSeconds": 0,
-            "tolerations": [{"operator": "Exists"}],
-            "containers": [
-                {"name": "c", "image": "busybox", "resources": {"limits": resources, "requests": resources}}
-            ],
-        },
-    }
 
 
 def metered_demand(store: CostStore, now: datetime) -> None:
@@ -88,7 +69,7 @@ def test_an_idle_node_is_prepared_for_the_demand_expected_before_any_pod_asks(
     # 1. the strategy's own layout, then a workload on `busy`; without the optimizer nothing more happens
     settle(lambda o: o is not None and o.phase == "ready", "pool laid out for 3g.40gb")
     laid_out = {n: e2e.labels(n)[MIG_CONFIG] for n in (busy, idle)}
-    core.create_namespaced_pod(ns, holder("holder", busy))
+    core.create_namespaced_pod(ns, mig_pod("holder", "3g.40gb", node=busy))
     eventually(lambda: core.read_namespaced_pod("holder", ns).status.phase == "Running", "holder running")
     outcome = rec.reconcile()
     assert outcome is not None and outcome.phase == "ready"

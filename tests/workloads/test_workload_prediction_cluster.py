@@ -17,6 +17,7 @@ from kgwe.optimizer.service import OptimizerDuties
 from kgwe.policy import load_repository
 from kgwe.reconcile.costs import CostDuties
 from tests.workloads.test_workloads_cluster import (  # the workload tests' stack and helpers
+    BUDGET_POLICY,
     EXAMPLES,
     _bound,
     _cond,
@@ -32,14 +33,7 @@ from tests.workloads.test_workloads_cluster import (  # the workload tests' stac
 pytestmark = pytest.mark.cluster
 
 POLICY = {
-    "pricing.yaml": """apiVersion: kgwe.nvidia.io/v1
-kind: PricingCatalog
-metadata: {name: default}
-spec:
-  currency: USD
-  gpus:
-    - {product: NVIDIA-A100-SXM4-80GB, onDemandPerHour: "2.50"}
-""",
+    "pricing.yaml": BUDGET_POLICY["policy/pricing.yaml"],  # A100s at 2.50 an hour
     "budget.yaml": """apiVersion: kgwe.nvidia.io/v1
 kind: GPUBudget
 metadata: {name: ml-research}
