@@ -41,15 +41,16 @@ spec:
   team: ml-research
   namespaces: [NAMESPACE]
   limit: {amount: "LIMIT", currency: USD}
-  predictedCostAdmission: Hold
+  predictedCostAdmission: ACTION
 """,
 }
 
 
-def policy(root: Path, namespace: str, limit: str):
+def policy(root: Path, namespace: str, limit: str, action: str = "Hold"):
     root.mkdir(parents=True, exist_ok=True)
     for name, text in POLICY.items():
-        (root / name).write_text(text.replace("NAMESPACE", namespace).replace("LIMIT", limit))
+        filled = text.replace("NAMESPACE", namespace).replace("LIMIT", limit).replace("ACTION", action)
+        (root / name).write_text(filled)
     ps = load_repository(root)
     assert ps.ok, ps.errors
     return ps
@@ -121,3 +122,16 @@ def test_a_finished_workload_teaches_the_next_ones_prediction_and_a_hold_budget_
         in _cond(wl, "Admitted")["message"]
     )
     assert wl["status"]["phase"] == "Pending" and _pods(k8s_api, namespace, name) == []
+
+    # Refuse instead of Hold: the next one fails for good (Failed, PredictedCostOverBudget), nothing created
+    duties.budget_caps(
+        "repo", policy(tmp_path / "refuse", namespace, "0.01", "Refuse"), [], lambda *event: None
+    )
+    name = _create(k8s_api, namespace, dict(doc, metadata={"name": "fourth"}), tag, hold=True)
+    wl = eventually(
+        lambda: (w := _get(k8s_api, namespace, name)) and w.get("status", {}).get("phase") == "Failed" and w,
+        "refused",
+    )
+    assert _cond(wl, "Failed")["reason"] == "PredictedCostOverBudget"
+    assert "refused (spec.predictedCostAdmission: Refuse)" in _cond(wl, "Failed")["message"]
+    assert _pods(k8s_api, namespace, name) == []
