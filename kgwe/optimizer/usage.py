@@ -246,17 +246,24 @@ class UsageModel:
             if not bounds_at(n, self.level):
                 raise ValueError(f"usage model: {n} {what} cannot bound at level {self.level}")
 
-    def _group(self, groups: Sequence[str]) -> tuple[str, list[Peer]] | None:
+    def _group(self, groups: Sequence[str], exclude: Peer | None) -> tuple[str, list[Peer]] | None:
         for key in (*groups, CLUSTER):
-            members = [p for p in self.peers if key == CLUSTER or key in p.groups]
+            members = [p for p in self.peers if (key == CLUSTER or key in p.groups) and p is not exclude]
             if len(members) >= self.min_peers:
                 return key, members
         return None
 
-    def predict(self, groups: Sequence[str], early: Use, fallback: tuple[float, float]) -> UsePrediction:
+    def predict(
+        self,
+        groups: Sequence[str],
+        early: Use,
+        fallback: tuple[float, float],
+        exclude: Peer | None = None,
+    ) -> UsePrediction:
         """Bounds of a pod's later peak memory and p95 compute from its first hour (`early`).
-        `fallback` is today's rule's (compute, memory) need: the value a fallback prediction carries."""
-        found = self._group(groups)
+        `fallback` is today's rule's (compute, memory) need: the value a fallback prediction carries;
+        `exclude` the pod's own record when it is also a peer (it must not predict itself)."""
+        found = self._group(groups, exclude)
         if found is None:
             return fallback_prediction(
                 f"only {len(self.peers)} pod(s) with history, fewer than {self.min_peers} in any group of "
@@ -335,7 +342,11 @@ def rule_needs(series: UtilizationSeries, margin: float = MARGIN) -> tuple[float
 
 
 def predict_use(
-    model: UsageModel | None, series: UtilizationSeries, groups: Sequence[str], cap: Capacity
+    model: UsageModel | None,
+    series: UtilizationSeries,
+    groups: Sequence[str],
+    cap: Capacity,
+    exclude: Peer | None = None,
 ) -> UsePrediction:
     """The pod's bounds, or a fallback that says why not (never raises on odd series)."""
     rule = rule_needs(series)
@@ -344,7 +355,7 @@ def predict_use(
     cut = split(series, cap, model.early_seconds)
     if cut.early is None:
         return fallback_prediction(f"{cut.problem}: today's p95/p90 rule", rule)
-    prediction = model.predict(groups, cut.early, rule)
+    prediction = model.predict(groups, cut.early, rule, exclude)
     if not prediction.from_model or cut.whole is None:
         return prediction
     # never below what the pod has already used
@@ -372,12 +383,13 @@ def advise(
     gpus: int = 1,
     price_per_hour: Decimal | None = None,
     currency: str = "",
+    exclude: Peer | None = None,
 ) -> tuple[Recommendation | None, UsePrediction]:
     """A rightsizing recommendation for one pod and the prediction behind it. A pod with a week of its own
     history, or whose prediction fell back, is sized by today's rule (and says why); otherwise on the
     model's P90 bounds. None (with the prediction's reason) when the pod has no usable sample at all."""
     cap = capacity_of(gpu_product, gpus)
-    prediction = predict_use(model, series, groups, cap)
+    prediction = predict_use(model, series, groups, cap, exclude)
     if series.history_seconds >= WEEK_SECONDS or not prediction.from_model:
         why = (
             "a week of its own history: today's p95/p90 rule"
@@ -411,6 +423,23 @@ def fit(
     """A model from every pod watched long enough (the newest MAX_PEERS when there are more)."""
     peers = [p for s, groups, cap in series if (p := peer_of(s, groups, cap, early_seconds)) is not None]
     return UsageModel(tuple(peers[-MAX_PEERS:]), level=level, early_seconds=early_seconds)
+
+
+HOLDOUT_LIMIT = 200  # peers held out to score a fitted model (the newest): a bound on the scoring's cost
+
+
+def holdout_coverage(model: UsageModel, limit: int = HOLDOUT_LIMIT) -> tuple[float, float, int]:
+    """Each of the newest `limit` peers held out in turn and predicted from the others: the share whose later
+    peak memory, and p95 compute, stayed within the P90 bounds; and how many were scored (answered)."""
+    mem = comp = n = 0
+    for peer in model.peers[-limit:]:
+        pred = model.predict(peer.groups, peer.early, (0.0, 0.0), exclude=peer)
+        if not pred.from_model:
+            continue
+        n += 1
+        mem += peer.later.memory_peak_mib <= pred.memory.at(model.level)
+        comp += peer.later.compute_high_gpus <= pred.compute.at(model.level)
+    return (mem / n if n else math.nan), (comp / n if n else math.nan), n
 
 
 def to_params(model: UsageModel) -> dict[str, object]:

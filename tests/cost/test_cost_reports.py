@@ -119,6 +119,8 @@ def test_report_files_conserve_cost(db, tmp_path, capsys):
         "forecast.csv",
         "forecast.md",
         "inventory.yaml",
+        "predictions.csv",
+        "predictions.md",
         "rightsizing.csv",
         "rightsizing.md",
         "runs.csv",
