@@ -272,7 +272,7 @@ def _predictions(part: _Part) -> Files:
     data = part.data
     classes = sorted(data.insights.classes.values(), key=lambda c: (c.name, c.namespace, c.pod))
     return part.render(
-        "predictions",
+        "pod-predictions",
         {
             "source": data.rightsizing_source,
             "predictions": [_prediction_row(p) for p in data.insights.predictions],

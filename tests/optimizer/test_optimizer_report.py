@@ -86,13 +86,13 @@ def test_report_rightsizes_young_pods_on_predicted_bounds_and_lists_idle_holders
     assert rows["train-3"]["workload_class"] == vocab.WORKLOAD_CLASS_TRAINING
     nb = rows["nb-2"]
     assert nb["workload_class"] == vocab.WORKLOAD_CLASS_IDLE and nb["idle"] == "True"
-    predictions = (folder / "predictions.md").read_text()
+    predictions = (folder / "pod-predictions.md").read_text()
     assert "## Resources pods will really use" in predictions and "## Workload classes" in predictions
     assert "usage model: 60 pod(s) of this period watched beyond their first hour" in predictions
     efficiency = (folder / "efficiency.md").read_text()
     idle = efficiency.split("## Idle GPU holders", 1)[1]
     assert "| ds-notebooks | nb-2 |" in idle and "serve-" not in idle and "train-" not in idle
-    lines = list(csv.DictReader(io.StringIO((folder / "predictions.csv").read_text())))
+    lines = list(csv.DictReader(io.StringIO((folder / "pod-predictions.csv").read_text())))
     assert {r["kind"] for r in lines} == {"usage", "class"} and len(lines) == 2 * 60
 
 
