@@ -1,5 +1,5 @@
 """Decision 4: what a running pod is doing with its GPUs — training, inference, interactive or holding them
-idle — read from its DCGM telemetry alone (docs/optimizer.md, "Workload classes").
+idle — read from its DCGM telemetry alone (docs/optimizer-usage.md, "Workload classes").
 
 The signatures, per GPU held (engine activity divided by the GPUs the pod holds, 0..1; a sample is "busy"
 above BUSY_UTILIZATION):

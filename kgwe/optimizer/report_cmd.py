@@ -11,7 +11,7 @@ from kgwe.optimizer.report_insights import advise_pods
 __doc__ = (cost_report.__doc__ or "") + (
     "\nWith --prometheus, rightsizing sizes a pod with less than a week of history on the predicted P90 of "
     "its\nlater use, predictions.md says what each pod will use and from what, and the efficiency report "
-    "lists\nthe pods holding GPUs idle (docs/optimizer.md).\n"
+    "lists\nthe pods holding GPUs idle (docs/optimizer-usage.md).\n"
 )
 
 

@@ -70,8 +70,8 @@ def _notes(model: usage.UsageModel) -> tuple[str, ...]:
     return (
         f"{history}; each of the newest {scored} held out and predicted from the others: its P90 bound "
         f"held for {_pct(memory)} (peak memory) and {_pct(compute)} (p95 compute)",
-        "workload classes: rules on telemetry (docs/optimizer.md); checked on a public serving trace, not "
-        "fitted to this cluster",
+        "workload classes: rules on telemetry (KGWE's docs/optimizer-usage.md), checked on a public serving "
+        "trace, not fitted to this cluster",
     )
 
 

@@ -1,5 +1,5 @@
 """Decision 2: the GPU memory and compute a pod will really use, predicted from its first minutes and from
-how similar pods went on, with a calibrated upper bound (docs/optimizer.md, "Resources a workload will
+how similar pods went on, with a calibrated upper bound (docs/optimizer-usage.md, "Resources a workload will
 really use").
 
 Why a model at all: today's rule (kgwe.cost.rightsizing.recommend) sizes a pod on its own p95 memory and p90

@@ -24,7 +24,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from kgwe.cost.rightsizing import MARGIN, Recommendation, Size, UtilizationSeries, recommend, size_of
+from kgwe.cost.rightsizing import (
+    MARGIN,
+    Recommendation,
+    Size,
+    UtilizationSeries,
+    recommend,
+    size_of,
+    smallest_cover,
+)
 from kgwe.cost.usage import WHOLE
 from kgwe.optimizer.registry import Evaluation
 from kgwe.optimizer.usage import (
@@ -87,9 +95,11 @@ def held_out_pods(
 
 
 def _capped(rec: Recommendation | None, request: Size) -> Size:
-    if rec is None or rec.recommended.gpu_share >= request.gpu_share:
-        return request
-    return rec.recommended
+    return request if rec is None else _capped_size(rec.recommended, request)
+
+
+def _capped_size(size: Size, request: Size) -> Size:
+    return request if size.gpu_share >= request.gpu_share else size
 
 
 def _exceeds(size: Size, later: Use) -> bool:
@@ -132,6 +142,7 @@ class UsageEvaluation:
     rule_default_exceed: float
     model_exceed_at_rule_savings: float
     rule_memory_coverage: float
+    oracle_savings: float  # sized on each pod's actual later use: what no advice can beat without exceeding
     model_curve: tuple[tuple[float, float, float], ...]  # (level, savings, exceed)
     rule_curve: tuple[tuple[float, float, float], ...]  # (margin, savings, exceed)
 
@@ -149,6 +160,7 @@ class UsageEvaluation:
             "rightsize_rule_savings_fraction": round(self.rule_default_savings, 4),
             "rightsize_rule_exceed_fraction": round(self.rule_default_exceed, 4),
             "rightsize_exceed_fraction_at_rule_savings": _rounded(self.model_exceed_at_rule_savings),
+            "rightsize_oracle_savings_fraction": round(self.oracle_savings, 4),
             "rightsize_pods_held_out": self.pods,
             "rightsize_fallbacks": self.fallbacks,
         }
@@ -206,6 +218,10 @@ def evaluate_usage(
         for p in held
     ) / len(held)
 
+    oracle = [
+        _capped_size(smallest_cover(gpu_product, p.later.compute_high_gpus, p.later.memory_peak_mib), request)
+        for p in held
+    ]
     model_curve = [(level, savings, exceed)]
     for q in levels:
         if q != level and bounds_at(len(held) - 1, q) and bounds_at(min(len(held) - 1, 20), q):
@@ -224,6 +240,7 @@ def evaluate_usage(
         rule_default_exceed=default[2],
         model_exceed_at_rule_savings=hull_at([(s, e) for _, s, e in model_curve], default[1]),
         rule_memory_coverage=rule_mem_cov,
+        oracle_savings=_score(held, oracle, request)[0],
         model_curve=tuple(model_curve),
         rule_curve=tuple(rule_curve),
     )

@@ -103,7 +103,7 @@ def cost_duties(
             spool_path=spool_path,
             prometheus_url=prometheus_url,
             advice_seconds=advice_seconds,
-            advisor=advise_pods,  # the reports' predictions and workload classes (docs/optimizer.md)
+            advisor=advise_pods,  # the reports' predictions and workload classes (docs/optimizer-usage.md)
         ),
         prometheus_url=prometheus_url,
         refresh_seconds=refresh_seconds,
