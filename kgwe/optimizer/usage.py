@@ -292,23 +292,12 @@ class UsageModel:
             f"P{round(self.level * 100)} from the {n} pods of {_group_name(key)} (of {len(members)} with "
             f"history) whose first hour looked most like this one's"
         )
-        memory = Prediction.make(
-            MEMORY,
-            mem_q[0.5],
-            mem_q,
-            reason=reason,
-            samples=n,
-            model=MODEL_NAME,
-            floor=early.memory_peak_mib,
-        )
-        compute = Prediction.make(
-            COMPUTE,
-            comp_q[0.5],
-            comp_q,
-            reason=reason,
-            samples=n,
-            model=MODEL_NAME,
-            floor=early.compute_high_gpus,
+        memory, compute = (
+            Prediction.make(quantity, q[0.5], q, reason=reason, samples=n, model=MODEL_NAME, floor=floor)
+            for quantity, q, floor in (
+                (MEMORY, mem_q, early.memory_peak_mib),
+                (COMPUTE, comp_q, early.compute_high_gpus),
+            )
         )
         return UsePrediction(memory, compute, key, n)
 

@@ -1,16 +1,15 @@
 """The optimizer in the cost reports: `kgwe report` with a real SQLite store and DCGM series from a small real
-HTTP server speaking Prometheus' range-query API — rightsizing on predicted bounds, the predictions report,
-the classes, and the idle holders in the efficiency report; and the advisor's ordering on plain data."""
+HTTP server speaking Prometheus' range-query API (October's series: dated where no scrape can put them) —
+rightsizing on predicted bounds, the predictions report, the classes, and the idle holders in the efficiency
+report; the controller's refit with its provenance; and the advisor on plain data."""
 
 from __future__ import annotations
 
 import csv
 import io
 import json
-import threading
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from kgwe import vocab
 from kgwe.cost.insights import HeldPod
@@ -18,6 +17,7 @@ from kgwe.cost.rightsizing import MODEL, RULE, UtilizationSeries, size_of
 from kgwe.optimizer.report_insights import advise_pods
 from tests.cost.test_cost_reports import db as db  # the metered October: train-*, serve-*, nb-* pods
 from tests.cost.test_cost_reports import run_report
+from tests.harness.dcgm import serve_query_range
 
 START = int(datetime(2026, 10, 10, tzinfo=UTC).timestamp())
 MINUTES = 240
@@ -55,26 +55,13 @@ def _matrix(metric: str) -> bytes:
     return json.dumps({"status": "success", "data": {"resultType": "matrix", "result": result}}).encode()
 
 
-class _Prometheus(BaseHTTPRequestHandler):
-    def do_GET(self):
-        body = _matrix("compute" if "ENGINE_ACTIVE" in self.path else "memory")
-        self.send_response(200)
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
+def _answer(path: str) -> bytes:
+    return _matrix("compute" if "ENGINE_ACTIVE" in path else "memory")
 
 
 def test_report_rightsizes_young_pods_on_predicted_bounds_and_lists_idle_holders(db, tmp_path):
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Prometheus)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        url = f"http://127.0.0.1:{server.server_address[1]}"
+    with serve_query_range(_answer) as url:
         assert run_report(db, tmp_path / "out", "--prometheus", url) == 0
-    finally:
-        server.shutdown()
-        server.server_close()
     folder = tmp_path / "out" / "reports" / "prod" / "2026-10-01_2026-11-01"
     rows = {r["pod"]: r for r in csv.DictReader(io.StringIO((folder / "rightsizing.csv").read_text()))}
     serve = rows["serve-7"]
@@ -128,20 +115,16 @@ def test_the_controller_refits_the_usage_model_with_its_provenance(db):
     from kgwe.optimizer.usage import from_params
     from kgwe.optimizer.usage_fit import FIT_DAYS
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Prometheus)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
     store = CostStore(db)
     now = datetime(2026, 10, 20, 12, tzinfo=UTC)
     try:
-        url = f"http://127.0.0.1:{server.server_address[1]}"
-        fit = load(entry("usage").fit or "")
-        record = fit(FitInput(now, store, None, url, None))
+        with serve_query_range(_answer) as url:
+            fit = load(entry("usage").fit or "")
+            record = fit(FitInput(now, store, None, url, None))
         assert fit(FitInput(now, store, None, None, None)) is None  # no Prometheus: nothing to learn from
         window = Period(now - timedelta(days=FIT_DAYS), now)
         metered = {(iv.namespace, iv.pod) for iv in store.usage(window)}
     finally:
-        server.shutdown()
-        server.server_close()
         store.close()
     # the series cover all 60 pods; the fit learns from those metered in its 14 days (Oct 6 12:00 on)
     assert 0 < len(metered) < 60 and record.samples == len(metered) and record.until == now
