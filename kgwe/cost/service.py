@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -110,7 +110,18 @@ def rightsizing(
     from kgwe.cost.prometheus import PrometheusClient
 
     series, skipped = PrometheusClient(prometheus_url).pod_utilization(period.since, now)
-    return (advisor or rule_only)(series, held_pods(store, period, book, facts)), skipped
+    held = held_pods(store, period, book, facts)
+    if advisor is not None:
+        try:
+            return advisor(series, held), skipped
+        except Exception as exc:  # the optimizer is advice: its failure leaves today's rule, never no report
+            log.exception("workload optimizer failed on the reports' pods; today's rightsizing rule instead")
+            found = rule_only(series, held)
+            note = (
+                f"the workload optimizer failed ({type(exc).__name__}: {exc}): today's rule sized every pod"
+            )
+            return replace(found, notes=(note,)), skipped
+    return rule_only(series, held), skipped
 
 
 def advice(

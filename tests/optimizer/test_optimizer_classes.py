@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import math
 import random
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kgwe import vocab
 from kgwe.cost.rightsizing import UtilizationSeries
@@ -97,3 +100,14 @@ def test_the_serving_check_counts_what_a_serving_trace_should_show():
     assert check.idle == check.idle_holding_memory == 1
     assert check.halves_compared == 3 and check.halves_agree == 3
     assert check.figures()["classes_consistent_with_serving_fraction"] == pytest.approx(2 / 3, abs=1e-4)
+
+
+samples = st.floats(-10, 10) | st.sampled_from([math.nan, math.inf, -math.inf])
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(samples, max_size=120), st.floats(0, 1e5), st.floats(0, 16))
+def test_any_telemetry_gets_a_class_never_an_exception(compute, step, gpus):
+    times = [i * step for i in range(len(compute))]
+    got = classify(UtilizationSeries("ns", "p", compute, compute, 0.0, compute_times=times), gpus=gpus)
+    assert got.name in vocab.WORKLOAD_CLASSES and got.reason

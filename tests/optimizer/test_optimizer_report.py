@@ -134,3 +134,49 @@ def test_the_controller_refits_the_usage_model_with_its_provenance(db):
     model = from_params(again.params)
     assert model is not None and len(model.peers) == len(metered)
     assert {g for p in model.peers for g in p.groups} >= {"inference-prod/serve", "ds-notebooks"}
+
+
+def test_an_optimizer_that_fails_leaves_todays_rule_and_says_so(db, tmp_path):
+    from kgwe.cost.service import rightsizing
+    from kgwe.cost.store import CostStore
+    from kgwe.cost.usage import Period
+
+    def broken(series, held):
+        raise RuntimeError("boom")
+
+    store = CostStore(db)
+    period = Period(datetime(2026, 10, 1, tzinfo=UTC), datetime(2026, 11, 1, tzinfo=UTC))
+    try:
+        with serve_query_range(_answer) as url:
+            found, _ = rightsizing(
+                store, period, datetime(2026, 10, 20, 12, tzinfo=UTC), url, None, (), broken
+            )
+    finally:
+        store.close()
+    assert found.recommendations and all(r.basis == RULE for r in found.recommendations)
+    assert "the workload optimizer failed (RuntimeError: boom)" in found.notes[0]
+
+
+def test_the_registry_evaluates_usage_and_classes_on_the_traces(capsys):
+    from kgwe.cli import main
+
+    assert (
+        main(
+            [
+                "optimize",
+                "report",
+                "--traces",
+                "--quick",
+                "--model",
+                "usage",
+                "--model",
+                "classes",
+                "--output",
+                "json",
+            ]
+        )
+        == 0
+    )
+    out = json.loads(capsys.readouterr().out)["traces"]
+    assert 0 <= out["usage"]["rightsize_p90_coverage"] <= 1 and out["usage"]["rightsize_pods_held_out"] > 20
+    assert out["classes"]["classes_pods_classified"] > 0
