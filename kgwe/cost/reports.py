@@ -29,7 +29,7 @@ from kgwe.cost.chargeback import IDLE_KEY, Chargeback
 from kgwe.cost.efficiency import PER
 from kgwe.cost.forecast import forecast_daily
 from kgwe.cost.insights import Insights, PodClass, PodPrediction
-from kgwe.cost.rightsizing import MODEL, Recommendation
+from kgwe.cost.rightsizing import Recommendation
 from kgwe.cost.usage import NodeCapacity, Period
 from kgwe.errors import KgweError
 from kgwe.resources import templates_dir
@@ -262,7 +262,6 @@ def _rightsizing(part: _Part) -> Files:
             "source": data.rightsizing_source,
             "skipped": data.rightsizing_skipped,
             "recommendations": [_rec_row(r, classes.get((r.namespace, r.pod))) for r in data.recommendations],
-            "predicted": any(r.basis == MODEL for r in data.recommendations),
         },
     )
 
