@@ -32,6 +32,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
+from functools import cached_property
 
 import numpy as np
 
@@ -246,12 +247,41 @@ class UsageModel:
             if not bounds_at(n, self.level):
                 raise ValueError(f"usage model: {n} {what} cannot bound at level {self.level}")
 
-    def _group(self, groups: Sequence[str], exclude: Peer | None) -> tuple[str, list[Peer]] | None:
+    @cached_property
+    def _index(self) -> dict[str, np.ndarray]:
+        """Group key -> the positions of its peers (CLUSTER: all), so a prediction reads only its group."""
+        members: dict[str, list[int]] = {CLUSTER: list(range(len(self.peers)))}
+        for i, p in enumerate(self.peers):
+            for g in dict.fromkeys(p.groups):
+                members.setdefault(g, []).append(i)
+        return {k: np.asarray(v, dtype=int) for k, v in members.items()}
+
+    @cached_property
+    def _early(self) -> tuple[np.ndarray, np.ndarray]:
+        """Each peer's log early peak memory and early p95 compute: the distance's coordinates."""
+        memory = np.log(np.maximum([p.early.memory_peak_mib for p in self.peers], 1.0))
+        return memory, np.asarray([p.early.compute_high_gpus for p in self.peers], dtype=float)
+
+    @cached_property
+    def _position(self) -> dict[int, int]:
+        return {id(p): i for i, p in enumerate(self.peers)}
+
+    def _group(self, groups: Sequence[str], exclude: Peer | None) -> tuple[str, np.ndarray] | None:
+        own = self._position.get(id(exclude), -1) if exclude is not None else -1
         for key in (*groups, CLUSTER):
-            members = [p for p in self.peers if (key == CLUSTER or key in p.groups) and p is not exclude]
+            members = self._index.get(key, np.zeros(0, dtype=int))
+            members = members[members != own]
             if len(members) >= self.min_peers:
                 return key, members
         return None
+
+    def _nearest(self, early: Use, members: np.ndarray) -> list[Peer]:
+        """The `neighbours` members whose first hour was closest to `early` (ties: the older peer first)."""
+        log_memory, compute = self._early
+        distance = np.abs(log_memory[members] - math.log(max(early.memory_peak_mib, 1.0))) / MEMORY_SCALE
+        distance += np.abs(compute[members] - early.compute_high_gpus) / COMPUTE_SCALE
+        order = np.lexsort((members, distance))[: self.neighbours]
+        return [self.peers[int(i)] for i in members[order]]
 
     def predict(
         self,
@@ -271,7 +301,7 @@ class UsageModel:
                 fallback,
             )
         key, members = found
-        near = sorted(members, key=lambda p: _distance(early, p.early))[: self.neighbours]
+        near = self._nearest(early, members)
         n = len(near)
         if early.memory_peak_mib >= MIN_MEMORY_MIB:
             ratios = [
@@ -300,11 +330,6 @@ class UsageModel:
             )
         )
         return UsePrediction(memory, compute, key, n)
-
-
-def _distance(a: Use, b: Use) -> float:
-    memory = abs(math.log(max(a.memory_peak_mib, 1.0) / max(b.memory_peak_mib, 1.0))) / MEMORY_SCALE
-    return memory + abs(a.compute_high_gpus - b.compute_high_gpus) / COMPUTE_SCALE
 
 
 def fallback_prediction(why: str, rule: tuple[float, float]) -> UsePrediction:

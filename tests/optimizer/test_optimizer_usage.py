@@ -98,7 +98,14 @@ def test_bound_is_the_conformal_quantile_of_the_nearest_peers_ratios():
     early = Use(24_000.0, 0.06, 60)
     pred = model.predict(("serve/sd", "serve"), early, (0.1, 1.0))
     assert pred.from_model and pred.group == "serve/sd" and pred.peers == 20
-    near = sorted(model.peers, key=lambda p: usage._distance(early, p.early))[:20]
+
+    def distance(p):
+        return (
+            abs(math.log(24_000 / p.early.memory_peak_mib)) / math.log(1.25)
+            + abs(0.06 - p.early.compute_high_gpus) / 0.1
+        )
+
+    near = sorted(model.peers, key=distance)[:20]
     ratios = sorted(p.later.memory_peak_mib / p.early.memory_peak_mib for p in near)
     assert pred.memory.at(0.9) == pytest.approx(24_000 * ratios[math.ceil(21 * 0.9) - 1])
     assert pred.memory.at(0.9) >= pred.memory.at(0.5) >= early.memory_peak_mib
