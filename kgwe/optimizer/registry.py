@@ -75,7 +75,24 @@ MODELS: tuple[ModelEntry, ...] = (
         fit="kgwe.optimizer.fitters:fit_runtime",
         refit_seconds=1 * HOUR,
     ),
-    # opt-b's models (decisions 2 and 4, the spend forecast) are added here: "usage", "classes", "spend".
+    ModelEntry(
+        "usage",
+        "a pod's later peak GPU memory and p95 compute (P50, P90) from its first hour and its group's "
+        "history (decision 2: rightsizing before a week of history)",
+        evaluate="kgwe.optimizer.usage_eval:evaluate",
+        fit="kgwe.optimizer.usage_fit:fit_usage",
+        refit_seconds=6 * HOUR,
+    ),
+    ModelEntry(
+        "classes",
+        "training, inference, interactive or idle holder, from a pod's telemetry (decision 4)",
+        evaluate="kgwe.optimizer.classes_eval:evaluate",
+    ),
+    ModelEntry(
+        "spend",
+        "each team's daily spend over the next week (the budget forecast), against seasonal-naive",
+        evaluate="kgwe.optimizer.spend_eval:evaluate",
+    ),
 )
 
 

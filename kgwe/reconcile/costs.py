@@ -113,6 +113,7 @@ def cost_duties(
         store.migrate()
     except KgweError as exc:
         log.warning("%s; metering will retry the migration", exc)
+    from kgwe.optimizer.report_insights import advise_pods
     from kgwe.optimizer.service import OptimizerDuties
 
     return CostDuties(
@@ -122,6 +123,7 @@ def cost_duties(
             spool_path=spool_path,
             prometheus_url=prometheus_url,
             advice_seconds=advice_seconds,
+            advisor=advise_pods,  # the reports' predictions and workload classes (docs/optimizer-usage.md)
         ),
         prometheus_url=prometheus_url,
         refresh_seconds=refresh_seconds,
