@@ -250,3 +250,10 @@ metadata:
 spec:
   ca: {secretName: kgwe-{{ $c }}-ca}
 {{- end -}}
+
+{{/* CEL: whether container `.` (a variable name) requests or limits an NVIDIA GPU, GPU share or MIG
+instance (kgwe.vocab.is_gpu_resource). */}}
+{{- define "kgwe.asksForGPU" -}}
+{{- $gpu := "k == 'nvidia.com/gpu' || k == 'nvidia.com/gpu.shared' || k.startsWith('nvidia.com/mig-')" -}}
+has({{ . }}.resources) && ((has({{ . }}.resources.requests) && {{ . }}.resources.requests.exists(k, {{ $gpu }})) || (has({{ . }}.resources.limits) && {{ . }}.resources.limits.exists(k, {{ $gpu }})))
+{{- end }}
