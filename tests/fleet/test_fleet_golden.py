@@ -124,7 +124,7 @@ def workloads() -> list[dict]:
 def status_inputs() -> tuple:
     repositories = [
         {
-            "metadata": {"name": "gpu-policy", "namespace": "kgwe-system"},
+            "metadata": {"name": "gpu-policy", "namespace": "kgwe-system", "uid": "repo-uid"},
             "status": {
                 "conditions": [
                     {
@@ -162,13 +162,27 @@ def status_inputs() -> tuple:
     events = [
         {
             "reason": "BudgetThreshold",
-            "involvedObject": {"kind": "PolicyRepository", "namespace": "kgwe-system", "name": "gpu-policy"},
+            "metadata": {"namespace": "kgwe-system"},
+            "involvedObject": {
+                "kind": "PolicyRepository",
+                "namespace": "kgwe-system",
+                "name": "gpu-policy",
+                "uid": "repo-uid",
+            },
+            "source": {"component": "kgwe-controller"},
             "message": "budget ml-research (ml-research) reached 80% of 20000 USD in 2026-11: spent 16120.00",
             "lastTimestamp": "2026-11-20T06:00:00Z",
         },
         {
             "reason": "BudgetThreshold",
-            "involvedObject": {"kind": "PolicyRepository", "namespace": "kgwe-system", "name": "gpu-policy"},
+            "metadata": {"namespace": "kgwe-system"},
+            "involvedObject": {
+                "kind": "PolicyRepository",
+                "namespace": "kgwe-system",
+                "name": "gpu-policy",
+                "uid": "repo-uid",
+            },
+            "source": {"component": "kgwe-controller"},
             "message": "budget ml-research (ml-research) reached 90% of 20000 USD in 2026-11: spent 18050.00",
             "lastTimestamp": "2026-11-23T06:00:00Z",
         },
