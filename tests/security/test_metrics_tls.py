@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import re
 import ssl
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -23,6 +22,7 @@ from kgwe.resources import deploy_dir
 from kgwe.tlsfiles import ServingTLS
 from kgwe.vocab import METRICS_TLS_PORT, METRICS_TLS_SECRET
 from tests.harness.processes import start_kgwe, stop
+from tests.harness.waiting import wait_for
 from tests.security.test_client_and_metrics_access import as_service_account, tokens  # noqa: F401
 
 
@@ -143,13 +143,17 @@ def test_prometheus_scrapes_the_extender_over_tls_with_its_authorization(
         targets = {job: f"127.0.0.1:{port}" for job in scrapes}
         targets["plain-with-token"] = f"127.0.0.1:{probes}"  # the plain port: /metrics is not served there
         with prometheus(targets, tmp_path / "prometheus", scrape_options=scrapes) as prom:
-            deadline = time.monotonic() + 120
-            while time.monotonic() < deadline:
-                up = {r["metric"]["job"]: r["value"][1] for r in prom.query("up")}
-                if len(up) == 3 and up["tls-with-token"] == "1":
-                    break
-                time.sleep(1)
-            assert up == {"tls-with-token": "1", "tls-without-token": "0", "plain-with-token": "0"}, up
+
+            def up() -> dict[str, str]:
+                return {r["metric"]["job"]: r["value"][1] for r in prom.query("up")}
+
+            wait_for(
+                "a scrape of each job",
+                lambda: len(up()) == 3 and up()["tls-with-token"] == "1",
+                120,
+                describe=up,
+            )
+            assert up() == {"tls-with-token": "1", "tls-without-token": "0", "plain-with-token": "0"}
             assert prom.query('kgwe_extender_ready{job="tls-with-token"}')
     finally:
         stop(proc)

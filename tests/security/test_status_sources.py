@@ -82,7 +82,8 @@ def test_status_ignores_events_a_tenant_writes(
     )
     # the controller's own alert, as its EventRecorder writes it
     EventRecorder(k8s_api).record(repo, "Warning", "BudgetThreshold", f"budget real-{namespace} reached 90%")
-    # a tenant's look-alike in its own namespace, naming the repository (uid and all)
+    # a tenant's look-alikes in its own namespace (the API server keeps an Event beside its object): one
+    # naming KGWE's repository by uid, one a repository of that name there
     tenant = f"{namespace}-tenant"
     core.create_namespace({"metadata": {"name": tenant}})
     forged = {
@@ -90,7 +91,7 @@ def test_status_ignores_events_a_tenant_writes(
         "involvedObject": {
             "kind": "PolicyRepository",
             "apiVersion": f"{GROUP}/{VERSION}",
-            "namespace": namespace,
+            "namespace": tenant,
             "name": "gpu-policy",
             "uid": repo["metadata"]["uid"],
         },
@@ -102,6 +103,9 @@ def test_status_ignores_events_a_tenant_writes(
         "firstTimestamp": "2026-11-23T22:00:00Z",
         "count": 1,
     }
+    core.create_namespaced_event(tenant, forged)
+    forged["metadata"]["name"] += "-2"
+    del forged["involvedObject"]["uid"]
     core.create_namespaced_event(tenant, forged)
     try:
         assert cli.main(["status", "-o", "json"]) == 0

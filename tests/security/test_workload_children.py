@@ -137,24 +137,17 @@ def reconciler(k8s_api, policy_crds, namespace) -> Iterator[WorkloadReconciler]:
     except ApiException as exc:
         if exc.status != 409:
             raise
-    admin = WorkloadReconciler(
-        k8s_api,
-        recorder=EventRecorder(k8s_api),
-        metrics=WorkloadMetrics(CollectorRegistry()),
-        is_leader=lambda: True,
-    )
-    stop = threading.Event()
-    threading.Thread(target=admin.grants.run, args=(stop, 5), daemon=True).start()
-    assert admin.grants.listed.wait(30)
-    eventually(lambda: admin.grants.refused(namespace) is None, "the opt-in seen")
-    admin.grants.sync()  # its RoleBinding in the opted-in namespace, as its worker writes it
     confined = WorkloadReconciler(
         _as(k8s_api, CONTROLLER_SA),
         recorder=EventRecorder(k8s_api),
         metrics=WorkloadMetrics(CollectorRegistry()),
         is_leader=lambda: True,
     )
-    confined.grants = admin.grants
+    stop = threading.Event()
+    threading.Thread(target=confined.grants.run, args=(stop, 5), daemon=True).start()
+    assert confined.grants.listed.wait(30)
+    eventually(lambda: confined.grants.refused(namespace) is None, "the opt-in seen")
+    confined.grants.sync()  # its RoleBinding in the opted-in namespace, as its worker writes it
     yield confined
     stop.set()
     if made:
@@ -212,6 +205,7 @@ def test_a_job_wearing_the_workloads_labels_is_neither_counted_nor_deleted(k8s_a
     planted = {
         "metadata": {"name": "someone-elses", "labels": {WORKLOAD_LABEL: "train", RUN_LABEL: "0"}},
         "spec": {
+            "suspend": True,  # no pods: its status is what the test writes
             "backoffLimit": 0,
             "template": {
                 "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]}
@@ -239,17 +233,16 @@ def test_a_job_wearing_the_workloads_labels_is_neither_counted_nor_deleted(k8s_a
     )
     jobs = {j.metadata.name for j in batch.list_namespaced_job(namespace).items}
     assert jobs == {"someone-elses", "train-r0-worker"}
-    # the planted Job fails (as the API server lets anyone with rights on it say)
+    # the planted Job fails (as its owner may say through its status)
+    when = "2026-11-24T00:00:00Z"
+    failed = {"status": "True", "reason": "BackoffLimitExceeded", "message": "m", "lastTransitionTime": when}
     batch.patch_namespaced_job_status(
         "someone-elses",
         namespace,
         {
             "status": {
-                "startTime": "2026-11-24T00:00:00Z",
-                "conditions": [
-                    {"type": "FailureTarget", "status": "True", "reason": "BackoffLimitExceeded"},
-                    {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"},
-                ],
+                "startTime": when,
+                "conditions": [{"type": "FailureTarget", **failed}, {"type": "Failed", **failed}],
             }
         },
     )
