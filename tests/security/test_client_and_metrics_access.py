@@ -14,6 +14,7 @@ import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -248,20 +249,26 @@ def get(port: int, path: str, token: str | None = None, ca: Path | None = None) 
         return err.code
 
 
-@pytest.mark.cluster
-def test_controller_metrics_off_loopback_are_not_served_in_clear(k8s_api, tokens, tmp_path) -> None:
-    """The controller as deploy/ runs it (its ServiceAccount, listening on every address): its plain port
-    answers /metrics for no token (over TLS instead: tests/security/test_metrics_tls.py)."""
+def deployed_controller(k8s_api: client.ApiClient, tmp_path: Path, **options: Any) -> Any:
+    """The controller as deploy/ runs it: its ServiceAccount, listening on every address."""
     from kgwe.reconcile.controller import Controller
 
-    controller = Controller(
+    return Controller(
         as_service_account(k8s_api, "kgwe-controller"),
         "kgwe-system",
         cache_dir=tmp_path,
         listen=("0.0.0.0", 0),
         leader_election=False,
         workloads=False,
+        **options,
     )
+
+
+@pytest.mark.cluster
+def test_controller_metrics_off_loopback_are_not_served_in_clear(k8s_api, tokens, tmp_path) -> None:
+    """The controller as deploy/ runs it (its ServiceAccount, listening on every address): its plain port
+    answers /metrics for no token (over TLS instead: tests/security/test_metrics_tls.py)."""
+    controller = deployed_controller(k8s_api, tmp_path)
     assert controller.server is not None
     controller.server.start()
     try:

@@ -23,7 +23,7 @@ from kgwe.tlsfiles import ServingTLS
 from kgwe.vocab import METRICS_TLS_PORT, METRICS_TLS_SECRET
 from tests.harness.processes import start_kgwe, stop
 from tests.harness.waiting import wait_for
-from tests.security.test_client_and_metrics_access import as_service_account, tokens  # noqa: F401
+from tests.security.test_client_and_metrics_access import deployed_controller, tokens  # noqa: F401
 
 
 def _get(url: str, token: str | None = None, ca: Path | None = None) -> tuple[int, bytes]:
@@ -76,19 +76,9 @@ def test_metrics_off_loopback_without_tls_is_refused_at_start(tmp_path, inventor
 
 @pytest.mark.cluster
 def test_the_controller_serves_guarded_metrics_over_tls_only(k8s_api, tokens, tmp_path):  # noqa: F811
-    from kgwe.reconcile.controller import Controller
-
     server, _ = write_mtls_dirs(tmp_path / "tls")  # a serving certificate for 127.0.0.1 and its CA
     tls = ServingTLS(server / "tls.crt", server / "tls.key")
-    controller = Controller(
-        as_service_account(k8s_api, "kgwe-controller"),
-        "kgwe-system",
-        cache_dir=tmp_path,
-        listen=("0.0.0.0", 0),
-        leader_election=False,
-        workloads=False,
-        metrics_tls_port=(("0.0.0.0", 0), tls),
-    )
+    controller = deployed_controller(k8s_api, tmp_path, metrics_tls_port=(("0.0.0.0", 0), tls))
     assert controller.server is not None and controller.metrics_server is not None
     controller.server.start()
     controller.metrics_server.start()

@@ -161,6 +161,20 @@ def _admitted(k8s_api, namespace: str, name: str) -> dict:
     return next((c for c in (wl.get("status") or {}).get("conditions") or [] if c["type"] == "Admitted"), {})
 
 
+def _workload(name: str) -> dict:
+    """A one-pod training GPUWorkload with a template of its own."""
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "GPUWorkload",
+        "metadata": {"name": name},
+        "spec": {
+            "gpuRequirements": {"count": 1},
+            "gang": {"backend": "None"},
+            "podTemplate": {"spec": {"containers": [{"name": "main", "image": "busybox"}]}},
+        },
+    }
+
+
 VICTIM = {
     "metadata": {"name": "db", "labels": {"app": "db"}},
     "spec": {"clusterIP": "None", "selector": {"app": "db"}, "ports": [{"name": "pg", "port": 5432}]},
@@ -172,17 +186,7 @@ def test_a_workload_named_after_a_service_leaves_it_alone(k8s_api, namespace, re
     core, custom = client.CoreV1Api(k8s_api), client.CustomObjectsApi(k8s_api)
     core.create_namespaced_service(namespace, VICTIM)  # a StatefulSet's headless Service, say
     before = core.read_namespaced_service("db", namespace)
-    workload = {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "GPUWorkload",
-        "metadata": {"name": "db"},
-        "spec": {
-            "gpuRequirements": {"count": 1},
-            "gang": {"backend": "None"},
-            "podTemplate": {"spec": {"containers": [{"name": "main", "image": "busybox"}]}},
-        },
-    }
-    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, workload)
+    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, _workload("db"))
     eventually(lambda: reconciler.reconcile(namespace, "db") or _admitted(k8s_api, namespace, "db"), "a look")
     admitted = _admitted(k8s_api, namespace, "db")
     assert (admitted["status"], admitted["reason"]) == ("False", "ChildNameTaken"), admitted
@@ -213,17 +217,7 @@ def test_a_job_wearing_the_workloads_labels_is_neither_counted_nor_deleted(k8s_a
         },
     }
     batch.create_namespaced_job(namespace, planted)
-    workload = {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "GPUWorkload",
-        "metadata": {"name": "train"},
-        "spec": {
-            "gpuRequirements": {"count": 1},
-            "gang": {"backend": "None"},
-            "podTemplate": {"spec": {"containers": [{"name": "main", "image": "busybox"}]}},
-        },
-    }
-    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, workload)
+    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, _workload("train"))
     eventually(
         lambda: (
             reconciler.reconcile(namespace, "train") is not None
