@@ -190,7 +190,8 @@ async def _serve_all(
     port = metrics_port.metrics_port(args)
     if port is not None:
         probes = make_probe_handler(engine, metrics)
-        address, metrics_tls = port
+        address, files = port
+        metrics_tls = ServingTLS(*files) if files is not None else None
         servers.append(
             serve(
                 metrics_port.handler(lambda: probes("GET", "/metrics", b"")),

@@ -17,7 +17,6 @@ from kgwe.errors import KgweError
 from kgwe.httpd.exposure import INSECURE_PUBLIC_METRICS, is_loopback
 from kgwe.httpd.limits import Limits
 from kgwe.httpd.server import JSON, Handler, error_body
-from kgwe.tlsfiles import ServingTLS
 
 METRICS_LISTEN = "--metrics-listen"
 CONTENT_TYPE = b"text/plain; version=0.0.4"  # Prometheus' text exposition format
@@ -49,9 +48,13 @@ def plain_metrics(host: str, insecure_public_metrics: bool) -> bool:
     return is_loopback(host) or insecure_public_metrics
 
 
-def metrics_port(args: argparse.Namespace) -> tuple[tuple[str, int], ServingTLS | None] | None:
+MetricsPort = tuple[tuple[str, int], tuple[str, str] | None]  # (host, port), (cert file, key file) or None
+
+
+def metrics_port(args: argparse.Namespace) -> MetricsPort | None:
     """The TLS metrics port the flags ask for: its address and certificate files (None: plain HTTP, only on
-    loopback or with --insecure-public-metrics); None when no port is asked for."""
+    loopback or with --insecure-public-metrics); None when no port is asked for. The server serves the
+    files with kgwe.tlsfiles.ServingTLS (absent files: it refuses handshakes until they are written)."""
     text = getattr(args, "metrics_listen", None)
     if not text:
         return None
@@ -63,9 +66,7 @@ def metrics_port(args: argparse.Namespace) -> tuple[tuple[str, int], ServingTLS 
     if bool(cert) != bool(key):
         raise KgweError("give both --metrics-tls-cert-file and --metrics-tls-key-file")
     if cert:
-        tls = ServingTLS(cert, key)
-        tls.reload(force=True)  # absent files: the port refuses handshakes until they are written
-        return address, tls
+        return address, (cert, key)
     if not plain_metrics(address[0], args.insecure_public_metrics):
         raise KgweError(
             f"{METRICS_LISTEN} {text}: /metrics off loopback is served over TLS only; give "

@@ -117,7 +117,7 @@ class Controller:
         certificates: CertificateKeeper | None = None,
         public_metrics: bool = False,
         audit_interval_seconds: float = COMMIT_INTERVAL_SECONDS,
-        metrics_tls_port: tuple[tuple[str, int], ServingTLS | None] | None = None,
+        metrics_tls_port: metrics_port.MetricsPort | None = None,
     ) -> None:
         self.api_client = api_client
         self.audit_interval_seconds = audit_interval_seconds  # how often the audit log is committed at most
@@ -188,7 +188,8 @@ class Controller:
                 listen, secret=webhook_secret, on_push=self.on_push, get_routes=routes
             )
         if metrics_tls_port is not None:  # GET /metrics for Prometheus, over TLS (kgwe.httpd.metrics_port)
-            address, tls = metrics_tls_port
+            address, files = metrics_tls_port
+            tls = ServingTLS(*files) if files is not None else None
             guard = None
             if metrics_need_token(address[0], public_metrics):
                 from kgwe.cluster.access_review import metrics_guard

@@ -19,7 +19,6 @@ from kgwe.httpd import metrics_port
 from kgwe.localcluster.pki import write_mtls_dirs
 from kgwe.reconcile.certificates import wanted_certificates
 from kgwe.resources import deploy_dir
-from kgwe.tlsfiles import ServingTLS
 from kgwe.vocab import METRICS_TLS_PORT, METRICS_TLS_SECRET
 from tests.harness.processes import start_kgwe, stop
 from tests.harness.waiting import wait_for
@@ -77,8 +76,8 @@ def test_metrics_off_loopback_without_tls_is_refused_at_start(tmp_path, inventor
 @pytest.mark.cluster
 def test_the_controller_serves_guarded_metrics_over_tls_only(k8s_api, tokens, tmp_path):  # noqa: F811
     server, _ = write_mtls_dirs(tmp_path / "tls")  # a serving certificate for 127.0.0.1 and its CA
-    tls = ServingTLS(server / "tls.crt", server / "tls.key")
-    controller = deployed_controller(k8s_api, tmp_path, metrics_tls_port=(("0.0.0.0", 0), tls))
+    files = (str(server / "tls.crt"), str(server / "tls.key"))
+    controller = deployed_controller(k8s_api, tmp_path, metrics_tls_port=(("0.0.0.0", 0), files))
     assert controller.server is not None and controller.metrics_server is not None
     controller.server.start()
     controller.metrics_server.start()
