@@ -262,9 +262,7 @@ class WorkloadReconciler:
             meta = obj["metadata"]
             if not controlled_by(meta, name, uid):
                 continue
-            body = client.V1DeleteOptions(
-                propagation_policy="Background", preconditions=client.V1Preconditions(uid=meta["uid"])
-            )
+            body = {"propagationPolicy": "Background", "preconditions": {"uid": meta["uid"]}}
             try:
                 if resource is None:
                     self.batch.delete_namespaced_job(meta["name"], namespace, body=body)
