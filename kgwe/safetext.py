@@ -21,7 +21,7 @@ _BIDI_AND_SEPARATORS = "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 _UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f" + _BIDI_AND_SEPARATORS + "]")
 FORMULA_LEADS = ("=", "+", "-", "@", "\uff1d", "\uff0b", "\uff0d", "\uff20")  # and their full-width forms
-_NUMBER = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?%?$")
+_NUMBER = re.compile(r"^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?%?$")  # ASCII digits only
 
 
 def _visible(match: re.Match[str]) -> str:

@@ -42,6 +42,9 @@ HOSTILE_TEAMS = (
     "rtl\u202eevil",
 )
 FORMULA_LEADS = ("=", "+", "-", "@", "\uff1d", "\uff0b", "\uff0d", "\uff20")  # what spreadsheets evaluate
+NUMBER = re.compile(
+    r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?%?"
+)  # what a spreadsheet reads as one
 CONTROL = {chr(c) for c in [*range(0x20), *range(0x7F, 0xA0)]} | {"\u202e", "\u2028", "\u2029"}
 
 
@@ -91,8 +94,8 @@ def _check_csv(name: str, text: str) -> None:
         assert len(row) == width, (name, row)  # no cell spilled into another row or column
         for cell in row:
             assert not CONTROL & set(cell), (name, cell)
-            if cell.startswith(FORMULA_LEADS):
-                Decimal(cell)  # only a number may start with a sign: anything else is a formula
+            if cell.startswith(FORMULA_LEADS):  # only a number may start with a sign: else it is a formula
+                assert NUMBER.fullmatch(cell), (name, cell)
 
 
 def _check_markdown(name: str, text: str) -> None:
@@ -192,3 +195,15 @@ def test_the_pull_request_plan_keeps_committed_text_inside_its_blocks():
             outside.append(line)
     assert fence is None and outside
     assert not [line for line in outside if "Approved" in line and not line.startswith(("- ", "> "))]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=30))
+def test_a_csv_cell_is_never_a_formula_nor_a_control(text: str):
+    from kgwe.safetext import csv_cell, markdown_cell
+
+    cell = csv_cell(text)
+    assert not CONTROL & set(cell)
+    assert not cell.startswith(FORMULA_LEADS) or NUMBER.fullmatch(cell)
+    row = markdown_cell(text)
+    assert not CONTROL & set(row) and "|" not in row.replace("\\|", "")
