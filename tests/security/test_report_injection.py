@@ -207,3 +207,18 @@ def test_a_csv_cell_is_never_a_formula_nor_a_control(text: str):
     assert not cell.startswith(FORMULA_LEADS) or NUMBER.fullmatch(cell)
     row = markdown_cell(text)
     assert not CONTROL & set(row) and "|" not in row.replace("\\|", "")
+
+
+def test_the_predictions_report_shows_a_models_notes_as_text():
+    """The optimizer's records come back from the policy repository too: their notes stay one list item."""
+    from kgwe.optimizer.published import published_files
+    from kgwe.optimizer.record import ModelRecord
+    from kgwe.optimizer.registry import MODELS
+
+    name = MODELS[0].name
+    record = ModelRecord(
+        name, 1, NOW, None, None, 3, metrics={"a|b": 1.0}, notes=("team\r\n## Approved", "\x1b]0;owned\x07")
+    )
+    (text,) = [t for f, t in published_files({name: record}, NOW).items() if f.endswith(".md")]
+    _check_markdown("predictions.md", text)
+    assert "\n## Approved" not in text
