@@ -201,6 +201,9 @@ SCHEDULER_CONFIG_HASH_ANNOTATION = ANNOTATION_PREFIX + "scheduler-config-hash"
 # on EXTENDER_TLS_PORT.
 EXTENDER_PORT = 8888
 EXTENDER_TLS_PORT = 8443
+# Where the controller and the extender serve GET /metrics over TLS (a bearer token never crosses the network
+# in clear; kgwe.httpd.metrics_port), with the certificate in METRICS_TLS_SECRET.
+METRICS_TLS_PORT = 9443
 # Namespaces opt their GPU pods into the KGWE scheduler with this label (the admission webhook's selector).
 SCHEDULING_NAMESPACE_LABEL = ANNOTATION_PREFIX + "scheduling"
 SCHEDULING_ENABLED = "enabled"
@@ -216,13 +219,16 @@ RUNTIMES_CONFIG_KEY = "runtimes.json"
 POD_TEMPLATE_POLICY_CONFIGMAP = "kgwe-pod-template-policy"
 POD_TEMPLATE_POLICY_KEY = "policies.json"
 # KGWE's own certificates (kgwe.certs.rotation decides, kgwe.reconcile.certificates writes): the CA's Secret,
-# the admission webhook's serving certificate, and, with the standalone extender over mutual TLS, the
-# extender's serving certificate and kube-scheduler's client certificate; each Secret is kubernetes.io/tls
-# with tls.crt, tls.key and ca.crt (the CA bundle). Services and the webhook configuration they are for.
+# the admission webhook's serving certificate, /metrics' serving certificate, and, with the standalone
+# extender over mutual TLS, the extender's serving certificate and kube-scheduler's client certificate; each
+# Secret is kubernetes.io/tls with tls.crt, tls.key and ca.crt (the CA bundle). Services and the webhook
+# configuration they are for.
 CA_SECRET = "kgwe-ca"
 WEBHOOK_TLS_SECRET = "kgwe-webhook-tls"
 EXTENDER_TLS_SECRET = "kgwe-extender-tls"
 EXTENDER_CLIENT_SECRET = "kgwe-scheduler-extender-client"
+METRICS_TLS_SECRET = "kgwe-metrics-tls"  # for the controller's and the extender's Services
+CONTROLLER_SERVICE = CONTROLLER_NAME
 WEBHOOK_NAME = "kgwe-webhook"  # the admission webhook's Deployment and Service
 WEBHOOK_SERVICE = WEBHOOK_NAME
 EXTENDER_SERVICE = EXTENDER_NAME
