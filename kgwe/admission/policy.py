@@ -10,8 +10,8 @@ which renders it on clusters that serve the kind.
 
 Failure: the policy fails closed (failurePolicy Fail): a pod whose routing the API server cannot evaluate
 is refused with the API server's message, never let through to another scheduler unnoticed. Its expressions
-guard every optional field, so that takes an API server fault, not a pod. (The webhook fails open:
-failurePolicy Ignore, so pods are created unchanged while the webhook is down.)
+guard every optional field, so that takes an API server fault, not a pod. (The webhook fails closed too, but
+it is a server that can be down: then every GPU pod it routes is refused.)
 """
 
 from __future__ import annotations

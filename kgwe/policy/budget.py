@@ -8,8 +8,13 @@ from typing import ClassVar, Literal
 from pydantic import Field, field_validator
 
 from kgwe.policy.base import DnsLabel, KgweModel, KgweObject, ObjectMeta
-from kgwe.policy.types import Money, Percent
-from kgwe.vocab import DEFAULT_CURRENCY, quota_key
+from kgwe.policy.types import LabelValue, Money, Percent
+from kgwe.vocab import (
+    DEFAULT_CURRENCY,
+    DEFAULT_PREDICTED_COST_ADMISSION,
+    PredictedCostAdmission,
+    quota_key,
+)
 
 _RESOURCE = re.compile(
     r"^(requests\.)?([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
@@ -30,12 +35,17 @@ class BudgetAlert(KgweModel):
 
 
 class GPUBudgetSpec(KgweModel):
-    team: str = Field(min_length=1, max_length=63)
+    team: LabelValue
     namespaces: list[DnsLabel] = Field(min_length=1)
     period: Literal["Daily", "Weekly", "Monthly", "Quarterly", "Yearly"] = "Monthly"
     limit: BudgetLimit
     quota: dict[str, int] = Field(default_factory=dict)  # resource name -> count, e.g. nvidia.com/gpu: 32
     alerts: list[BudgetAlert] = Field(default_factory=list)
+    # Hold or Refuse a GPUWorkload of these namespaces whose expected cost exceeds what remains this period
+    # (kgwe.optimizer.admission); Off: the quota alone decides, as without the optimizer
+    predicted_cost_admission: PredictedCostAdmission = Field(
+        default=DEFAULT_PREDICTED_COST_ADMISSION, alias="predictedCostAdmission"
+    )
 
     @field_validator("quota")
     @classmethod

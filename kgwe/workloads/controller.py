@@ -17,13 +17,14 @@ import heapq
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from kubernetes import client, dynamic
 from kubernetes.client.exceptions import ApiException
+from kubernetes.dynamic.exceptions import NotFoundError
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from pydantic import ValidationError
 
@@ -32,6 +33,7 @@ from kgwe.cluster.events import EventRecorder
 from kgwe.cluster.watch import list_and_watch
 from kgwe.extender.k8s import gpu_holders, unhealthy_gpus
 from kgwe.observability import tracing
+from kgwe.optimizer.admission import REFUSE, REFUSED_REASON
 from kgwe.policy.admission import (
     ClusterView,
     PolicyView,
@@ -45,7 +47,16 @@ from kgwe.policy.admission import (
 from kgwe.policy.diagnostics import format_path, messages_from_validation
 from kgwe.policy.gpu_workload import GPUWorkload
 from kgwe.policy.kueue_setup import KueueNamespace
-from kgwe.policy.workload_resolution import Facts, PlanError, gang_phrase
+from kgwe.policy.workload_resolution import (
+    PODGROUP_API,
+    Facts,
+    PlanError,
+    child_write,
+    controlled_by,
+    gang_phrase,
+    kueue_pod_names,
+    podgroup_name,
+)
 from kgwe.timestamps import parse_rfc3339
 from kgwe.vocab import (
     API_GROUP,
@@ -63,13 +74,13 @@ from kgwe.vocab import (
 from kgwe.workloads import cluster_facts
 from kgwe.workloads import status as st
 from kgwe.workloads.namespaces import NamespaceGrants
-from kgwe.workloads.plan import PODGROUP_API, kueue_pod_names, plan_children, podgroup_name, requested_gpus
+from kgwe.workloads.plan import plan_children, requested_gpus
 
 log = logging.getLogger(__name__)
 
 # Refusals that only an edit lifts (the namespace's label, the spec, a PodTemplatePolicy): no retry of
 # their own; label and spec edits are watched, and the periodic resync looks again after a policy change.
-WAIT_FOR_CHANGE = frozenset({"NamespaceNotEnabled", "TemplateNotAllowed"})
+WAIT_FOR_CHANGE = frozenset({"NamespaceNotEnabled", "TemplateNotAllowed", REFUSED_REASON})
 WATCH_SECONDS = 300  # a watch the server ends after this long is resumed from its last resourceVersion
 
 
@@ -148,6 +159,10 @@ def _utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+# (workload, now) -> (status.prediction or None, (Hold|Refuse, reason, message) or None to admit)
+Advise = Callable[[Mapping[str, Any], datetime], tuple[dict[str, Any] | None, tuple[str, str, str] | None]]
+
+
 class WorkloadReconciler:
     def __init__(
         self,
@@ -159,6 +174,8 @@ class WorkloadReconciler:
         policy_namespace: str = KGWE_NAMESPACE,
         now: Callable[[], datetime] = _utcnow,
         cost_of: Callable[[str, str, dict], dict | None] | None = None,
+        advise: Advise | None = None,
+        finished: Callable[[Mapping[str, Any], str, datetime], None] | None = None,
         kueue_config: tuple[str, str] = (KUEUE_NAMESPACE, KUEUE_CONFIGMAP),
     ) -> None:
         self.api_client = api_client
@@ -172,6 +189,8 @@ class WorkloadReconciler:
         self.policy_namespace = policy_namespace
         self.now = now
         self.cost_of = cost_of  # (namespace, name, workload) -> status.cost; None: not metered
+        self.advise = advise  # the optimizer at admission: status.prediction and a budget's hold or refusal
+        self.finished = finished  # (workload, Complete|Failed, when): a finished run for the runtime model
         self.kueue_config = kueue_config  # where Kueue's Configuration is (namespace, ConfigMap)
         self.grants = NamespaceGrants(api_client, kgwe_namespace=policy_namespace)
         self._dyn: dynamic.DynamicClient | None = None
@@ -195,37 +214,56 @@ class WorkloadReconciler:
         return policy
 
     # -- children --------------------------------------------------------------------------------------
-    def _view(self, namespace: str, name: str, run: int, batch: bool) -> st.RunView:
+    def _view(self, namespace: str, name: str, uid: str, run: int, batch: bool) -> st.RunView:
+        """The run's Jobs or Deployments (only those this workload controls: a label anyone can set) and
+        pods."""
         selector = f"{WORKLOAD_LABEL}={name}"
         if batch:
             selector += f",{RUN_LABEL}={run}"
             jobs = list_items(self.batch.list_namespaced_job, namespace=namespace, label_selector=selector)
-            jobs = [j for j in jobs if not j["metadata"].get("deletionTimestamp")]
+            jobs = [
+                j
+                for j in jobs
+                if not j["metadata"].get("deletionTimestamp") and controlled_by(j["metadata"], name, uid)
+            ]
             pods = list_items(self.core.list_namespaced_pod, namespace=namespace, label_selector=selector)
             return st.RunView(jobs=jobs, pods=pods)
         deps = list_items(self.apps.list_namespaced_deployment, namespace=namespace, label_selector=selector)
+        deps = [d for d in deps if controlled_by(d["metadata"], name, uid)]
         pods = list_items(self.core.list_namespaced_pod, namespace=namespace, label_selector=selector)
         return st.RunView(deployments=deps, pods=pods)
 
     def _apply(self, obj: dict, dry_run: bool = False) -> None:
+        """Write one child: created only when absent, updated only while this workload controls it (the
+        decision: kgwe.policy.workload_resolution.child_write); an object of its name that is someone else's
+        is a ChildNameTaken refusal, and is never written."""
         if not self.is_leader():
             raise _NotLeader
         resource = self.dyn.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
-        meta = obj["metadata"]
+        meta, owner = obj["metadata"], obj["metadata"]["ownerReferences"][0]
+        what, where = f"{obj['kind']}/{meta['name']}", {"name": meta["name"], "namespace": meta["namespace"]}
+        options: dict[str, Any] = {"field_manager": FIELD_MANAGER, **({"dry_run": "All"} if dry_run else {})}
         try:
-            if obj["kind"] == "Pod":  # a Kueue pod group's: created once, never applied over (below)
-                self._create_pod(resource, obj, dry_run)
-                return
-            self.dyn.server_side_apply(
-                resource,
-                body=obj,
-                name=meta["name"],
-                namespace=meta["namespace"],
-                field_manager=FIELD_MANAGER,
-                force_conflicts=True,
-                **({"dry_run": "All"} if dry_run else {}),
-            )
+            try:
+                live = resource.get(**where).to_dict().get("metadata")
+            except NotFoundError:
+                live = None
+            decision = child_write(live, what, owner["name"], owner["uid"])
+            if decision.action == "refuse":
+                raise PlanError("ChildNameTaken", decision.why)
+            if decision.action == "create":
+                resource.create(body=obj, namespace=meta["namespace"], **options)
+            elif obj["kind"] != "Pod":  # the object judged, not one that replaced it meanwhile
+                body = {**obj, "metadata": {**meta, "resourceVersion": decision.resource_version}}
+                self.dyn.server_side_apply(resource, body=body, force_conflicts=True, **where, **options)
+            # A Kueue run's pod is created once and never applied over: what Kueue's webhook added at its
+            # creation (the scheduling gate) would be this field manager's, and an apply without it would
+            # lift the gate before Kueue admits the group.
         except ApiException as exc:
+            if exc.status == 409:  # made or replaced by someone else since it was read: judged again later
+                raise PlanError(
+                    "ChildNameTaken", f"{what} changed while KGWE wrote it; looking again"
+                ) from None
             if exc.status != 403:
                 raise
             # e.g. the namespace's RoleBinding not granted yet, or removed with the opt-in label
@@ -234,54 +272,67 @@ class WorkloadReconciler:
                 f"the controller may not write {obj['kind']} {meta['name']} in {meta['namespace']}",
             ) from None
 
-    def _create_pod(self, resource: Any, pod: dict, dry_run: bool) -> None:
-        """Create the pod unless it exists. Never a server-side apply: what Kueue's webhook adds at creation
-        (its scheduling gate) would be owned by this field manager, and a later apply without it would lift
-        the gate before Kueue admits the group."""
-        try:
-            resource.create(
-                body=pod,
-                namespace=pod["metadata"]["namespace"],
-                field_manager=FIELD_MANAGER,
-                **({"dry_run": "All"} if dry_run else {}),
-            )
-        except ApiException as exc:
-            if exc.status != 409:
-                raise
-
-    def _delete_run(self, namespace: str, name: str, run: int, kueue: bool = False) -> None:
-        """Delete the run's Jobs and PodGroup; their pods go with them (background cascade). Through Kueue:
-        its Workload (Kueue then stops the group) and the pods KGWE made."""
+    def _delete_run(self, namespace: str, name: str, uid: str, run: int, kueue: bool = False) -> None:
+        """Delete the run's Jobs and PodGroup, those this workload controls only; their pods go with them
+        (background cascade). Each delete is conditional on the uid read, so an object that replaced one
+        meanwhile is never deleted. Through Kueue: the pods KGWE made, and their Kueue Workload (Kueue then
+        stops the group)."""
         if not self.is_leader():
             raise _NotLeader
         selector = f"{WORKLOAD_LABEL}={name},{RUN_LABEL}={run}"
-        body = client.V1DeleteOptions(propagation_policy="Background")
+        jobs = list_items(self.batch.list_namespaced_job, namespace=namespace, label_selector=selector)
+        doomed: list[tuple[Any, dict]] = [(None, j) for j in jobs]
         if kueue:
-            self._delete_kueue_run(namespace, podgroup_name(name, run), selector)
-        for job in list_items(self.batch.list_namespaced_job, namespace=namespace, label_selector=selector):
-            try:
-                self.batch.delete_namespaced_job(job["metadata"]["name"], namespace, body=body)
-            except ApiException as exc:
-                if exc.status != 404:
-                    raise
+            doomed += self._kueue_run(namespace, podgroup_name(name, run), selector, name, uid)
         if self._serves("scheduling.k8s.io", "v1beta1"):
             resource = self.dyn.resources.get(api_version=PODGROUP_API, kind="PodGroup")
+            groups = resource.get(label_selector=selector, namespace=namespace).to_dict().get("items") or []
+            doomed += [(resource, g) for g in groups]
+        for resource, obj in doomed:
+            meta = obj["metadata"]
+            if not controlled_by(meta, name, uid):
+                continue
+            body = {"propagationPolicy": "Background", "preconditions": {"uid": meta["uid"]}}
             try:
-                resource.delete(label_selector=selector, namespace=namespace)
+                if resource is None:
+                    self.batch.delete_namespaced_job(meta["name"], namespace, body=body)
+                else:
+                    resource.delete(name=meta["name"], namespace=namespace, body=body)
             except ApiException as exc:
-                if exc.status != 404:
+                if exc.status not in (404, 409):  # gone, or another object of that name by now
                     raise
 
-    def _delete_kueue_run(self, namespace: str, group: str, selector: str) -> None:
-        if self._serves(KUEUE_GROUP):
+    def _kueue_run(
+        self, namespace: str, group: str, selector: str, name: str, uid: str
+    ) -> list[tuple[Any, dict]]:
+        """A Kueue run's pods, to delete with the rest; first its Kueue Workload (Kueue then stops the group),
+        when it is the group of pods this workload controls (Kueue makes the pods its owners)."""
+        resource = self.dyn.resources.get(api_version="v1", kind="Pod")
+        pods = list_items(self.core.list_namespaced_pod, namespace=namespace, label_selector=selector)
+        ours = {p["metadata"]["uid"] for p in pods if controlled_by(p["metadata"], name, uid)}
+        workload = (
+            cluster_facts.kueue_workload(self.api_client, namespace, group)
+            if self._serves(KUEUE_GROUP)
+            else None
+        )
+        if (
+            workload is not None
+            and {r.get("uid") for r in workload["metadata"].get("ownerReferences") or []} & ours
+        ):
+            body = {"preconditions": {"uid": workload["metadata"]["uid"]}}
             try:
                 self.custom.delete_namespaced_custom_object(
-                    KUEUE_GROUP, cluster_facts.KUEUE_RESOURCE_VERSION, namespace, "workloads", group
+                    KUEUE_GROUP,
+                    cluster_facts.KUEUE_RESOURCE_VERSION,
+                    namespace,
+                    "workloads",
+                    group,
+                    body=body,
                 )
             except ApiException as exc:
-                if exc.status != 404:
+                if exc.status not in (404, 409):
                     raise
-        self.core.delete_collection_namespaced_pod(namespace, label_selector=selector)
+        return [(resource, p) for p in pods]
 
     def _write_status(self, obj: dict, new_status: dict) -> None:
         if not self.is_leader():
@@ -362,7 +413,7 @@ class WorkloadReconciler:
                 return (next_retry - p.now).total_seconds()
             run += 1
             new.update(run=run, nextRetryTime=None, runStartTime=None)
-        view = self._view(p.namespace, wl.name, run, spec.is_batch)
+        view = self._view(p.namespace, wl.name, p.uid, run, spec.is_batch)
         kueue = new.get("gangBackend") == "Kueue"
         exists = bool(view.jobs or view.deployments or (kueue and st.live_pods(view)))
         if spec.suspend:
@@ -379,7 +430,7 @@ class WorkloadReconciler:
                 return None
             with tracing.span("kgwe.gpuworkload.admission", **{"kgwe.workload": f"{p.namespace}/{wl.name}"}):
                 self._admit(p, wl, run)
-            view = self._view(p.namespace, wl.name, run, spec.is_batch)
+            view = self._view(p.namespace, wl.name, p.uid, run, spec.is_batch)
         elif int(new.get("observedGeneration") or 0) != p.generation or not st.is_true(
             new["conditions"], "Admitted"
         ):
@@ -401,10 +452,10 @@ class WorkloadReconciler:
             facts = self._facts(wl, run, policy, p.namespace)
             self._create(p, wl, run, facts, policy)
             if facts.gang_backend == "Kueue" and wl.spec.suspend:  # pods cannot be suspended: they go
-                self._delete_run(p.namespace, wl.name, run, kueue=True)
+                self._delete_run(p.namespace, wl.name, p.uid, run, kueue=True)
             return True
         except PlanError as exc:
-            if exc.reason in WAIT_FOR_CHANGE or exc.reason == "Forbidden":
+            if exc.reason in WAIT_FOR_CHANGE or exc.reason in ("Forbidden", "ChildNameTaken"):
                 raise
             why = f"{exc} [{exc.reason}]"
         except ApiException as exc:
@@ -452,6 +503,7 @@ class WorkloadReconciler:
         refused = quota_admission(quota, quota_needs(wl))
         if refused:
             raise PlanError(*refused)
+        self._predict(p)
         children = self._create(p, wl, run, facts, policy, check_first=True)
         p.new.update(
             run=run,
@@ -471,6 +523,27 @@ class WorkloadReconciler:
         message = f"run {run}: {wl.spec.total_pods} pod(s), {gang}{via}"
         if p.condition("Admitted", "True", "Admitted", message):
             p.event("Normal", "Admitted", message)
+
+    def _predict(self, p: _Pass) -> None:
+        """status.prediction from the optimizer (kgwe.optimizer.admission); a GPUBudget whose
+        predictedCostAdmission holds or refuses a workload over what remains stops admission here (Refuse
+        also fails it: only an edit or a new object tries again)."""
+        if self.advise is None:
+            return
+        prediction, decision = self.advise(p.obj, p.now)
+        if prediction is not None:
+            p.new["prediction"] = prediction
+        if decision is None:
+            return
+        action, reason, message = decision
+        if action == REFUSE:
+            p.condition("Failed", "True", reason, message)
+        raise PlanError(reason, message)
+
+    def _finished(self, p: _Pass, outcome: str) -> None:
+        """The run just ended (Complete or Failed): the optimizer learns its duration."""
+        if self.finished is not None:
+            self.finished({**p.obj, "status": p.new}, outcome, p.now)
 
     def _create(
         self, p: _Pass, wl: GPUWorkload, run: int, facts: Facts, policy: PolicyView, check_first: bool = False
@@ -519,6 +592,7 @@ class WorkloadReconciler:
         if spec.is_batch and st.run_complete(view, wl, kueue):
             if p.condition("Complete", "True", "Completed", f"run {run}: every pod succeeded"):
                 p.event("Normal", "Completed", f"run {run}: every pod succeeded")
+                self._finished(p, "Complete")
             p.condition("PodsReady", "False", "Completed", "the pods have finished")
             self._cost(p, wl)
             return None
@@ -609,12 +683,13 @@ class WorkloadReconciler:
     def _member_failed(self, p: _Pass, wl: GPUWorkload, what: str, run: int, kueue: bool) -> float | None:
         policy = wl.spec.retry_policy
         retries = int(p.new.get("retryCount") or 0)
-        self._delete_run(p.namespace, wl.name, run, kueue)
+        self._delete_run(p.namespace, wl.name, p.uid, run, kueue)
         if retries >= policy.max_retries:
             message = f"{what}; {retries} of {policy.max_retries} retries used"
             if p.condition("Failed", "True", "BackoffLimitExceeded", message):
                 p.event("Warning", "BackoffLimitExceeded", message)
                 self.metrics.failed.labels("BackoffLimitExceeded").inc()
+                self._finished(p, "Failed")
             p.condition("PodsReady", "False", "Failed", what)
             self._cost(p, wl)
             return None
@@ -656,6 +731,10 @@ class _Pass:
     @property
     def namespace(self) -> str:
         return self.obj["metadata"]["namespace"]
+
+    @property
+    def uid(self) -> str:
+        return self.obj["metadata"]["uid"]
 
     def condition(self, ctype: str, status: str, reason: str, message: str) -> bool:
         return st.set_condition(

@@ -18,7 +18,16 @@ from typing import Any
 
 from kgwe.policy import runtime_templates as runtimes
 from kgwe.policy.gpu_workload import GPURequirements, GPUWorkload, Role
-from kgwe.policy.workload_resolution import Facts, PlanError, child_name, gpu_resources, name_problem
+from kgwe.policy.workload_resolution import (
+    PODGROUP_API,
+    Facts,
+    PlanError,
+    child_name,
+    deployment_name,
+    gpu_resources,
+    name_problem,
+    podgroup_name,
+)
 from kgwe.vocab import (
     API_VERSION,
     GPU_PRODUCT_ANNOTATION,
@@ -39,13 +48,8 @@ from kgwe.vocab import (
     is_gpu_resource,
 )
 
-PODGROUP_API = "scheduling.k8s.io/v1beta1"
 COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 TORCH_MASTER_PORT = 29500  # Kubeflow Trainer's default
-
-
-def podgroup_name(workload: str, run: int) -> str:
-    return f"{workload}-r{run}"
 
 
 def placement_annotations(req: GPURequirements, scoring_profile: str | None) -> dict[str, str]:
@@ -136,15 +140,6 @@ def plan_children(wl: GPUWorkload, namespace: str, uid: str, facts: Facts) -> li
         elif not wl.spec.suspend:  # a pod cannot be suspended: a suspended run has none
             objs += _kueue_pods(job, wl, group, total)
     return objs
-
-
-def kueue_pod_names(wl: GPUWorkload, run: int) -> list[str]:
-    """The pods of a run that goes through Kueue (each the hostname its Job's pod would have had)."""
-    return [
-        f"{child_name(wl.name, run, role.name)}-{i}"
-        for role in wl.spec.effective_roles()
-        for i in range(role.replicas)
-    ]
 
 
 def _meta(name: str, namespace: str, labels: dict[str, str], owner: dict[str, Any]) -> dict[str, Any]:
@@ -342,7 +337,7 @@ def _deployment(
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": _meta(f"{wl.name}-{role.name}", namespace, labels, owner),
+        "metadata": _meta(deployment_name(wl.name, role.name), namespace, labels, owner),
         "spec": {
             "replicas": 0 if wl.spec.suspend else role.replicas,
             "selector": {"matchLabels": {WORKLOAD_LABEL: wl.name, ROLE_LABEL: role.name}},

@@ -151,8 +151,8 @@ def test_the_scheduler_pod_carries_the_extender_and_starts_from_kgwes_own_config
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": "kgwe-scheduler", "namespace": "kgwe-system"}
     ]
-    service = by[("Service", "kgwe-extender")]["spec"]  # metrics only: the API stays on the loopback
-    assert [p["name"] for p in service["ports"]] == ["probes"]
+    service = by[("Service", "kgwe-extender")]["spec"]  # probes and metrics: the API stays on the loopback
+    assert [p["name"] for p in service["ports"]] == ["probes", "metrics"]
     assert service["selector"]["app.kubernetes.io/component"] == "scheduler"
 
 
@@ -238,7 +238,7 @@ def test_default_security_contexts_fit_pod_security_restricted_and_the_agent_run
 
 def test_certificates_come_from_the_controller_by_default_and_from_cert_manager_when_asked():
     by = _by(template(*SEED))
-    assert "--certificates=webhook" in _controller_args(by)
+    assert "--certificates=webhook,metrics" in _controller_args(by)
     hook = by[("MutatingWebhookConfiguration", "kgwe-scheduling")]
     assert "caBundle" not in hook["webhooks"][0]["clientConfig"] and "annotations" not in hook["metadata"]
     webhook = by[("Deployment", "kgwe-webhook")]["spec"]["template"]["spec"]
@@ -248,8 +248,8 @@ def test_certificates_come_from_the_controller_by_default_and_from_cert_manager_
     assert webhook["containers"][0]["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "probes"}
     role = by[("Role", "kgwe-controller")]["rules"]
     assert {
-        "apiGroups": [""], "resources": ["secrets"], "resourceNames": ["kgwe-ca", "kgwe-webhook-tls"],
-        "verbs": ["patch"],
+        "apiGroups": [""], "resources": ["secrets"],
+        "resourceNames": ["kgwe-ca", "kgwe-webhook-tls", "kgwe-metrics-tls"], "verbs": ["patch"],
     } in role  # fmt: skip
     assert {
         "apiGroups": ["admissionregistration.k8s.io"], "resources": ["mutatingwebhookconfigurations"],
@@ -320,12 +320,16 @@ def test_the_standalone_extender_serves_mutual_tls_with_certificates_from_the_co
         _args(ext["containers"][0])
     )
     assert ext["volumes"] == [
-        {"name": "tls", "secret": {"secretName": "kgwe-extender-tls", "defaultMode": 0o440, "optional": True}}
+        {"name": "metrics-tls", "secret": {"secretName": "kgwe-metrics-tls", "optional": True}},
+        {
+            "name": "tls",
+            "secret": {"secretName": "kgwe-extender-tls", "defaultMode": 0o440, "optional": True},
+        },
     ]
     ctl = _controller_args(by)
     assert "--extender-url=https://kgwe-extender.kgwe-system.svc:8443" in ctl
     assert "--extender-client-cert-dir=/etc/kgwe/extender-client" in ctl
-    assert "--certificates=webhook,extender" in ctl
+    assert "--certificates=webhook,extender,metrics" in ctl
     sched = by[("Deployment", "kgwe-scheduler")]["spec"]["template"]["spec"]
     assert [c["name"] for c in sched["containers"]] == ["kube-scheduler"]
     assert "--extender-client-cert-dir=/etc/kgwe/extender-client" in sched["initContainers"][0]["args"]
@@ -342,15 +346,23 @@ def test_the_standalone_extender_serves_mutual_tls_with_certificates_from_the_co
     names = next(
         r["resourceNames"] for r in role if r.get("resources") == ["secrets"] and "resourceNames" in r
     )
-    assert names == ["kgwe-ca", "kgwe-webhook-tls", "kgwe-extender-tls", "kgwe-scheduler-extender-client"]
+    assert names == [
+        "kgwe-ca",
+        "kgwe-webhook-tls",
+        "kgwe-extender-tls",
+        "kgwe-scheduler-extender-client",
+        "kgwe-metrics-tls",
+    ]
     plain = _by(
         template("--set", "extender.mode=standalone", "--set", "extender.standalone.tls.enabled=false")
     )
     ext = plain[("Deployment", "kgwe-extender")]["spec"]["template"]["spec"]
-    assert "--listen=0.0.0.0:8080" in _args(ext["containers"][0]) and "volumes" not in ext
+    assert "--listen=0.0.0.0:8080" in _args(ext["containers"][0])
+    assert [v["name"] for v in ext["volumes"]] == ["metrics-tls"]
     ctl = _controller_args(plain)
     assert (
-        "--extender-url=http://kgwe-extender.kgwe-system.svc:8080" in ctl and "--certificates=webhook" in ctl
+        "--extender-url=http://kgwe-extender.kgwe-system.svc:8080" in ctl
+        and "--certificates=webhook,metrics" in ctl
     )
     issued = _objects(template("--set", "extender.mode=standalone", "--set", "certManager.enabled=true"))
     certs = {d["metadata"]["name"]: d["spec"] for d in issued if d["kind"] == "Certificate"}

@@ -18,9 +18,9 @@ from kgwe.policy.kueue_setup import (
     parse_setup,
     selector_matches,
 )
-from kgwe.policy.workload_resolution import Facts, resolve_backend
+from kgwe.policy.workload_resolution import Facts, kueue_pod_names, resolve_backend
 from kgwe.workloads import status as st
-from kgwe.workloads.plan import kueue_pod_names, plan_children
+from kgwe.workloads.plan import plan_children
 
 EXAMPLES = Path(__file__).parents[2] / "docs" / "examples" / "gpuworkloads"
 SHIPPED = """

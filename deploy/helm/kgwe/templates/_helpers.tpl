@@ -200,13 +200,15 @@ upgrade, the server's discovery; `helm template` without --api-versions assumes 
 
 {{/*
 The certificates KGWE's controller keeps (its --certificates), unless cert-manager issues them: the
-webhook's (when pods are routed by the webhook server), and the standalone extender's mutual TLS.
+webhook's (when pods are routed by the webhook server), the standalone extender's mutual TLS, and /metrics'
+(the controller's and the extender's).
 */}}
 {{- define "kgwe.controllerCertificates" -}}
 {{- $c := list -}}
 {{- if not .Values.certManager.enabled -}}
 {{- if eq (include "kgwe.routeWith" .) "webhook" }}{{ $c = append $c "webhook" }}{{ end -}}
 {{- if include "kgwe.extenderTLS" . }}{{ $c = append $c "extender" }}{{ end -}}
+{{- $c = append $c "metrics" -}}
 {{- end -}}
 {{ join "," $c }}
 {{- end -}}
@@ -270,3 +272,24 @@ metadata:
 spec:
   ca: {secretName: kgwe-{{ $c }}-ca}
 {{- end -}}
+
+{{/* CEL: whether container `.` (a variable name) requests or limits an NVIDIA GPU, GPU share or MIG
+instance (kgwe.vocab.is_gpu_resource). */}}
+{{- define "kgwe.asksForGPU" -}}
+{{- $gpu := "k == 'nvidia.com/gpu' || k == 'nvidia.com/gpu.shared' || k.startsWith('nvidia.com/mig-')" -}}
+has({{ . }}.resources) && ((has({{ . }}.resources.requests) && {{ . }}.resources.requests.exists(k, {{ $gpu }})) || (has({{ . }}.resources.limits) && {{ . }}.resources.limits.exists(k, {{ $gpu }})))
+{{- end }}
+
+{{/* GET /metrics over TLS (kgwe.httpd.metrics_port): the flags of a container serving it. */}}
+{{- define "kgwe.metricsArgs" -}}
+- --metrics-listen=0.0.0.0:9443
+- --metrics-tls-cert-file=/etc/kgwe/metrics-tls/tls.crt
+- --metrics-tls-key-file=/etc/kgwe/metrics-tls/tls.key
+{{- end }}
+
+{{/* Its certificate (Secret kgwe-metrics-tls, from the controller or cert-manager): optional, so the pod
+starts before it is issued; the port refuses handshakes until the kubelet's next sync brings it. */}}
+{{- define "kgwe.metricsVolume" -}}
+- name: metrics-tls
+  secret: {secretName: kgwe-metrics-tls, optional: true}
+{{- end }}
