@@ -274,6 +274,7 @@ def test_what_kueue_is_configured_to_manage_is_read_and_said(stack, kueue_cluste
     `kgwe validate --cluster` and by the controller, naming the setting and where it was read."""
     api, ns, kueue = stack["api"], stack["namespace"], stack["kueue"]
     cp = kueue_cluster[0]
+    kueue.configure()  # queues are made (and go Active) under the shipped configuration, whatever ran before
     kueue_harness.queues(api, ns, cluster_queue=f"q-{ns}", local_queues=["team-a"], gpus=8)
     cases = [
         ({"integrations": {"frameworks": ["batch/job"]}}, 'integrations.frameworks lacks "pod"'),
