@@ -67,9 +67,10 @@ image:
 image-lock:
 	hack/image/lock.sh
 
-# The CRDs go into the Helm chart (its single source); `make deploy` renders them into deploy/crds/.
+# The CRDs go into the Helm chart (its single source); `make deploy` renders them into deploy/crds/. The
+# field tables of docs/spec/ come from the same models.
 schemas: venv
-	$(BIN)/kgwe schema --out schemas --crds deploy/helm/kgwe/files/crds
+	$(BIN)/kgwe schema --out schemas --crds deploy/helm/kgwe/files/crds --docs docs/spec
 	hack/pod-template-schema.sh
 	hack/render-deploy.sh
 

@@ -18,24 +18,40 @@ CURRENCY_PATTERN = r"^[A-Z]{3}$"
 
 
 class BudgetLimit(KgweModel):
+    """The spend limit per period."""
+
     amount: Money
+    """The spend limit per period, a quoted decimal."""
     currency: str = Field(default=DEFAULT_CURRENCY, pattern=CURRENCY_PATTERN)
+    """ISO 4217 code; it must match the PricingCatalog's currency."""
 
 
 class BudgetAlert(KgweModel):
     """At `at` of the limit: Notify (metric + Event) or Enforce (cap the quotas at current use)."""
 
     at: Percent
+    """The threshold, a percentage of the limit."""
     action: Literal["Notify", "Enforce"] = "Notify"
+    """`Notify`: a Warning Event (and a metric); `Enforce`: also cap the namespaces' quotas at current
+    use."""
 
 
 class GPUBudgetSpec(KgweModel):
+    """What a team may spend per period, its namespaces' GPU quota, and when to alert."""
+
     team: str = Field(min_length=1, max_length=63)
+    """The team the spend is charged to (chargeback `team`)."""
     namespaces: list[DnsLabel] = Field(min_length=1)
+    """Namespaces whose GPU use counts (at least one); a namespace belongs to at most one budget."""
     period: Literal["Daily", "Weekly", "Monthly", "Quarterly", "Yearly"] = "Monthly"
+    """The budget period (UTC calendar)."""
     limit: BudgetLimit
-    quota: dict[str, int] = Field(default_factory=dict)  # resource name -> count, e.g. nvidia.com/gpu: 32
+    """The spend limit per period."""
+    quota: dict[str, int] = Field(default_factory=dict)
+    """GPU resource name to count, e.g. `nvidia.com/gpu: 32`: the `kgwe-budget` ResourceQuota
+    (`requests.<resource>`) in each namespace; MIG resources must exist on the cluster's GPUs."""
     alerts: list[BudgetAlert] = Field(default_factory=list)
+    """Thresholds of the limit and what happens at each."""
 
     @field_validator("quota")
     @classmethod
@@ -54,7 +70,10 @@ class GPUBudgetSpec(KgweModel):
 
 
 class GPUBudget(KgweObject):
+    """What a team may spend on GPUs per period, its namespaces' GPU quota, and when to alert."""
+
     KIND: ClassVar[str] = "GPUBudget"
     kind: Literal["GPUBudget"] = "GPUBudget"
     metadata: ObjectMeta
     spec: GPUBudgetSpec
+    """The team, its namespaces, the limit, the quota and the alerts."""

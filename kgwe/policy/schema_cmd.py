@@ -1,5 +1,6 @@
-"""Write one JSON Schema per KGWE kind (for editors and CI) and, with --crds, the CRDs of the cluster kinds.
-Without --out the schemas are printed as one JSON object keyed by kind."""
+"""Write one JSON Schema per KGWE kind (for editors and CI), with --crds the CRDs of the cluster kinds, and
+with --docs the field tables of the kinds' reference pages (docs/spec/). Without --out the schemas are
+printed as one JSON object keyed by kind."""
 
 from __future__ import annotations
 
@@ -8,12 +9,16 @@ import sys
 
 from kgwe.policy.models import KINDS
 from kgwe.policy.schema_export import dumps, json_schema, write_crds, write_schemas
+from kgwe.policy.spec_tables import write_pages
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", metavar="DIR", help="write <kind>.schema.json files into DIR")
     parser.add_argument(
         "--crds", metavar="DIR", help="also write the CRDs (PolicyRepository, GPUWorkload) into DIR"
+    )
+    parser.add_argument(
+        "--docs", metavar="DIR", help="also regenerate the field tables of the <kind>.md pages in DIR"
     )
 
 
@@ -25,5 +30,8 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(dumps({kind: json_schema(model) for kind, model in KINDS.items()}))
     if args.crds:
         for path in write_crds(args.crds):
+            print(f"wrote {path}")
+    if args.docs:
+        for path in write_pages(args.docs):
             print(f"wrote {path}")
     return 0
