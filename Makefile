@@ -30,12 +30,14 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-# ruff (style, formatting), mypy (types of kgwe/) and import-linter (the pure core stays pure); all in pyproject.
+# ruff (style, formatting), mypy (types of kgwe/), import-linter (the pure core stays pure) and deptry (every
+# import a declared dependency, every dependency used); all in pyproject.
 lint: venv
 	$(BIN)/ruff check kgwe tests bench
 	$(BIN)/ruff format --check kgwe tests bench
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+	$(BIN)/deptry kgwe tests bench
 
 # The Debian packages of the real node, the image build and the real-node tests (one list:
 # hack/host-packages.sh), installed once with apt-get, as root, before anything runs in parallel.
