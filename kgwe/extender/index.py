@@ -49,10 +49,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 
 import orjson
+from cachetools import TTLCache
 
 from kgwe.extender.engine import Engine
 from kgwe.extender.k8s import (
@@ -161,9 +161,12 @@ class ClusterIndex:
         self._node_seen: dict[str, tuple] = {}
         self._pod_seen: dict[str, tuple] = {}
         self.pending: dict[str, PodRequest] = {}  # uid -> GPU request of an unbound pod the watch saw
-        # decisions for pods the pending watch has not shown yet: uid -> (node, request, expiry)
-        self.unconfirmed: OrderedDict[str, tuple[str, PodRequest, float]] = OrderedDict()
         self.clock: Callable[[], float] = time.monotonic
+        # decisions for pods the pending watch has not shown yet, each for UNCONFIRMED_SECONDS: uid -> (node,
+        # request); the oldest dropped first beyond MAX_UNCONFIRMED
+        self.unconfirmed: TTLCache[str, tuple[str, PodRequest]] = TTLCache(
+            maxsize=MAX_UNCONFIRMED, ttl=UNCONFIRMED_SECONDS, timer=lambda: self.clock()
+        )
         engine.on_assume = self.assume
         self._listed = {"nodes": False, "pods": False}
         self._pod_list_kwargs = selector
@@ -430,9 +433,7 @@ class ClusterIndex:
             seen = self.pending.get(uid)
             if seen is None:
                 self.unconfirmed.pop(uid, None)
-                self.unconfirmed[uid] = (node, req, self.clock() + UNCONFIRMED_SECONDS)
-                while len(self.unconfirmed) > MAX_UNCONFIRMED:
-                    self.unconfirmed.popitem(last=False)
+                self.unconfirmed[uid] = (node, req)
                 return
             if seen != req:
                 log.warning(
@@ -511,8 +512,8 @@ class ClusterIndex:
         if uid not in self.pending:
             self.engine.observe(req)
         self.pending[uid] = req
-        waiting = self.unconfirmed.pop(uid, None)
-        if waiting is not None and waiting[2] > self.clock() and waiting[1] == req:
+        waiting = self.unconfirmed.pop(uid, None)  # None once expired
+        if waiting is not None and waiting[1] == req:
             self._assume(uid, waiting[0], req)
 
     def expire_assumed(self) -> None:
@@ -523,8 +524,7 @@ class ClusterIndex:
 
     def _expired(self) -> set[str]:
         now = self.clock()
-        for uid in [u for u, (_, _, expiry) in self.unconfirmed.items() if expiry <= now]:
-            del self.unconfirmed[uid]
+        self.unconfirmed.expire(now)
         gone = [uid for uid, (_, _, expiry) in self.assumed.items() if expiry <= now]
         nodes = {self.assumed[uid][0] for uid in gone}
         for uid in gone:

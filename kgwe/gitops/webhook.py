@@ -23,10 +23,11 @@ import logging
 import queue
 import re
 import threading
-from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
+
+from cachetools import FIFOCache
 
 from kgwe.httpd import JSON, AccessGuard, Limits, ServerThread, WithHeaders, error_body
 
@@ -109,7 +110,7 @@ class ReplayGuard:
 
     def __init__(self, limit: int = REMEMBERED_DELIVERIES) -> None:
         self.limit = limit
-        self._seen: OrderedDict[str, None] = OrderedDict()
+        self._seen: FIFOCache[str, None] = FIFOCache(maxsize=limit)  # the oldest forgotten first
         self._lock = threading.Lock()
 
     def seen(self, *keys: str) -> bool:
@@ -118,8 +119,6 @@ class ReplayGuard:
                 return True
             for k in keys:
                 self._seen[k] = None
-            while len(self._seen) > self.limit:
-                self._seen.popitem(last=False)
             return False
 
 
