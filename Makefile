@@ -18,7 +18,7 @@ SUITE_ENV := PYTHONDONTWRITEBYTECODE= PYTHONPYCACHEPREFIX=$(CURDIR)/$(VENV)/pyca
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.kgwe-installed
 
-.PHONY: venv host-packages test-image lint check test bins $(addprefix tool-bin-,$(TOOLS)) demo cluster-bins node-bins tool-bins schemas deploy image image-lock clean
+.PHONY: protos venv host-packages test-image lint check test bins $(addprefix tool-bin-,$(TOOLS)) demo cluster-bins node-bins tool-bins schemas deploy image image-lock clean
 
 # (Re)install whenever pyproject.toml changes.
 $(STAMP): pyproject.toml
@@ -29,6 +29,11 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 venv: $(STAMP)
+
+# The protobuf code of kgwe/agent/proto/*.proto: every install and wheel build generates it (hack/protos.py is
+# hatchling's build hook); this regenerates it by hand after editing a .proto.
+protos: venv
+	$(BIN)/python hack/protos.py
 
 # ruff (style, formatting), mypy (types of kgwe/), import-linter (the pure core stays pure) and deptry (every
 # import a declared dependency, every dependency used); all in pyproject.
