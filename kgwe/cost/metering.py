@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from kgwe.cost.tables import resource_key
 from kgwe.cost.usage import MIG, SHARED, WHOLE, NodeCapacity, UsageInterval, ensure_utc
 from kgwe.gpu.sharing import annotated_milli, node_sharing, replica_milli
+from kgwe.timestamps import parse_rfc3339
 from kgwe.vocab import (
     GPU_COUNT_LABEL,
     GPU_MILLI_ANNOTATION,
@@ -116,12 +117,7 @@ def _quantity(value: object) -> int | None:
 def _parse_time(value: object) -> datetime | None:
     if isinstance(value, datetime):
         return ensure_utc(value)
-    if isinstance(value, str) and value:
-        try:
-            return ensure_utc(datetime.fromisoformat(value.replace("Z", "+00:00")))
-        except ValueError:
-            return None
-    return None
+    return parse_rfc3339(value)
 
 
 def pod_name(pod: Mapping[str, Any]) -> str:

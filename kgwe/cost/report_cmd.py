@@ -23,17 +23,17 @@ from kgwe.cost.service import generate_reports
 from kgwe.cost.store import CostStore, normalize_url
 from kgwe.cost.usage import Period
 from kgwe.errors import KgweError
+from kgwe.timestamps import parse_rfc3339
 
 MAX_WORKLOADS_BYTES = 64 << 20  # a `kubectl get gpuworkloads -A -o yaml` of some thousands of workloads
 
 
 def parse_utc(text: str, what: str) -> datetime:
-    try:
-        value = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
+    value = parse_rfc3339(text)
+    if value is None:
         example = "e.g. 2026-11-01 or 2026-11-01T06:00Z"
-        raise KgweError(f"{what}: {text!r} is not a date or ISO time ({example})") from None
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+        raise KgweError(f"{what}: {text!r} is not a date or ISO time ({example})")
+    return value
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

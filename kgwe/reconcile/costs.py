@@ -26,6 +26,7 @@ from kgwe.impact.record import demand_record_file
 from kgwe.policy.cluster_kinds import PolicyRepositorySpec
 from kgwe.policy.loader import PolicySet
 from kgwe.reconcile import cron
+from kgwe.timestamps import parse_rfc3339
 from kgwe.vocab import is_gpu_resource
 
 if TYPE_CHECKING:
@@ -137,7 +138,7 @@ class CostDuties:
         wl = GPUWorkload.model_validate(obj)
         now = self.now()
         created = obj["metadata"].get("creationTimestamp")
-        since = datetime.fromisoformat(created.replace("Z", "+00:00")) if created else now
+        since = parse_rfc3339(created) or now
         if since >= now:
             return None
         pattern = pod_pattern(name, [r.name for r in wl.spec.effective_roles()], wl.spec.is_batch)
