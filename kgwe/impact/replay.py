@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import heapq
 from collections import Counter, defaultdict, deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from decimal import Decimal
@@ -355,7 +355,3 @@ def compare(
         replay_record(record, base, seed=seed, max_pods=max_pods),
         replay_record(record, head, seed=seed, max_pods=max_pods),
     )
-
-
-def result_dict(r: ReplayResult) -> Mapping[str, object]:
-    return {k: (str(v) if isinstance(v, Decimal) else v) for k, v in r.__dict__.items()}

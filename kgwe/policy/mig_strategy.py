@@ -183,10 +183,6 @@ class PartitionStrategy(KgweModel):
         )
 
     @property
-    def uses_counts(self) -> bool:
-        return any(s.count is not None for s in self.preferred_profiles)
-
-    @property
     def shares(self) -> dict[str, Decimal]:
         """profile -> percent (only for the percentage form)."""
         return {s.profile: s.percent for s in self.preferred_profiles if s.percent is not None}
