@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import orjson
 
@@ -31,7 +32,7 @@ class ReviewError(ValueError):
 
 @dataclass(frozen=True)
 class Decision:
-    patch: tuple[dict, ...]  # JSON Patch operations; empty: the pod is left as it is
+    patch: tuple[dict[str, Any], ...]  # JSON Patch operations; empty: the pod is left as it is
     reason: str  # why, for logs and metrics
 
 
@@ -48,7 +49,7 @@ def _gpu_container(container: object) -> bool:
     return False
 
 
-def requests_gpu(spec: Mapping) -> bool:
+def requests_gpu(spec: Mapping[str, Any]) -> bool:
     """True when a container or init container asks for an NVIDIA GPU, GPU share or MIG instance."""
     for field in ("containers", "initContainers"):
         containers = spec.get(field) or []
@@ -61,7 +62,7 @@ def requests_gpu(spec: Mapping) -> bool:
     return False
 
 
-def decide(pod: Mapping, scheduler_name: str = SCHEDULER_NAME) -> Decision:
+def decide(pod: Mapping[str, Any], scheduler_name: str = SCHEDULER_NAME) -> Decision:
     """The patch that routes `pod` to `scheduler_name`, or none, with the reason."""
     spec = pod.get("spec")
     if not isinstance(spec, Mapping):
@@ -106,7 +107,7 @@ def review(body: bytes, scheduler_name: str = SCHEDULER_NAME) -> tuple[bytes, De
         if not isinstance(pod, dict):
             raise ReviewError("request.object is missing or not an object")
         decision = decide(pod, scheduler_name)
-    response: dict = {"uid": uid, "allowed": True}
+    response: dict[str, Any] = {"uid": uid, "allowed": True}
     if decision.patch:
         response["patchType"] = "JSONPatch"
         response["patch"] = base64.b64encode(orjson.dumps(list(decision.patch))).decode()

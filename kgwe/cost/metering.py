@@ -132,7 +132,9 @@ def holdings(pod: Mapping[str, Any], replicas: int = 1) -> tuple[list[Holding], 
     `nvidia.com/gpu.shared` is one replica: a share of `replica_milli(replicas)` of a GPU (at least, with
     the gpu-milli annotation), priced as that share — as the extender packs it."""
 
-    def totals(containers: Iterable[Mapping[str, Any]] | None, combine: Callable[[int, int], int]):
+    def totals(
+        containers: Iterable[Mapping[str, Any]] | None, combine: Callable[[int, int], int]
+    ) -> tuple[dict[str, int], str | None]:
         out: dict[str, int] = {}
         for c in containers or ():
             res = _get(c, "resources") or {}
@@ -141,7 +143,7 @@ def holdings(pod: Mapping[str, Any], replicas: int = 1) -> tuple[list[Holding], 
                 if name in (GPU, GPU_SHARED) or name.startswith(MIG_PREFIX):
                     qty = _quantity(value)
                     if qty is None:
-                        return None, f"{name}={value!r} is not a whole number"
+                        return {}, f"{name}={value!r} is not a whole number"
                     out[name] = combine(out.get(name, 0), qty)
         return out, None
 

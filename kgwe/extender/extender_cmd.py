@@ -32,6 +32,7 @@ from kgwe.httpd import (
     JSON,
     MAX_CONNECTIONS,
     AccessGuard,
+    Handler,
     Limits,
     check_client_auth,
     error_body,
@@ -43,6 +44,8 @@ from kgwe.tlsfiles import ServingTLS
 from kgwe.vocab import EXTENDER_NAME, EXTENDER_PORT, KGWE_NAMESPACE, SCHEDULER_NAME
 
 if TYPE_CHECKING:
+    from kubernetes import client
+
     from kgwe.extender.index import ClusterIndex
 
 # kubelet probes and a Prometheus scrape: GETs only, a few connections at a time
@@ -116,8 +119,18 @@ def api_limits(args: argparse.Namespace) -> Limits:
     )
 
 
+Address = tuple[str, int]  # (host, port) a server listens on
+Guards = tuple[AccessGuard | None, AccessGuard | None]  # /metrics of the API port, of the probe port
+
+
 async def _main_port(
-    args, engine: Engine, metrics: Metrics, main, tls: ServingTLS | None, guard, stop
+    args: argparse.Namespace,
+    engine: Engine,
+    metrics: Metrics,
+    main: Address,
+    tls: ServingTLS | None,
+    guard: AccessGuard | None,
+    stop: asyncio.Event,
 ) -> None:
     """The extender's API port; with TLS, opened once the certificate files exist (a mounted Secret the
     controller or cert-manager writes), then served with whatever those files hold now."""
@@ -139,7 +152,7 @@ async def _main_port(
     )
 
 
-def _probe_port_handler(engine: Engine, metrics: Metrics, tls: ServingTLS | None):
+def _probe_port_handler(engine: Engine, metrics: Metrics, tls: ServingTLS | None) -> Handler:
     """The probe handler, not ready while the API port still waits for its certificate."""
     probes = make_probe_handler(engine, metrics)
 
@@ -152,7 +165,13 @@ def _probe_port_handler(engine: Engine, metrics: Metrics, tls: ServingTLS | None
 
 
 async def _serve_all(
-    args, engine: Engine, metrics: Metrics, main, probe, tls: ServingTLS | None, guards
+    args: argparse.Namespace,
+    engine: Engine,
+    metrics: Metrics,
+    main: Address,
+    probe: Address | None,
+    tls: ServingTLS | None,
+    guards: Guards,
 ) -> None:
     """The extender port and, when asked, the plain probe port; both end on SIGTERM/SIGINT."""
     stop = asyncio.Event()
@@ -187,7 +206,9 @@ def serving_tls(args: argparse.Namespace) -> ServingTLS | None:
     return tls
 
 
-def metrics_guards(args: argparse.Namespace, main_host: str, probe, api) -> tuple:
+def metrics_guards(
+    args: argparse.Namespace, main_host: str, probe: Address | None, api: client.ApiClient | None
+) -> Guards:
     """The /metrics guard of the API port and of the probe port (None: open). The API port with a client CA
     answers only kube-scheduler; elsewhere off loopback a token is needed, which static mode (no API server)
     cannot check."""
@@ -203,10 +224,12 @@ def metrics_guards(args: argparse.Namespace, main_host: str, probe, api) -> tupl
     from kgwe.cluster.access_review import metrics_guard
 
     guard: AccessGuard = metrics_guard(api)
-    return tuple(guard if n else None for n in need)
+    return (guard if need[0] else None, guard if need[1] else None)
 
 
-def cluster_index(args: argparse.Namespace, engine: Engine, api, metrics: Metrics | None) -> ClusterIndex:
+def cluster_index(
+    args: argparse.Namespace, engine: Engine, api: client.ApiClient, metrics: Metrics | None
+) -> ClusterIndex:
     """The watches feeding `engine`. Decisions are verified against the pending-pod watch only when the port
     serves clients nobody verifies; otherwise kube-scheduler is the only caller (kgwe.httpd.exposure)."""
     from kgwe.extender.index import ClusterIndex

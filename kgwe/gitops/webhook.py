@@ -25,6 +25,7 @@ import re
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import urlsplit
 
 from cachetools import FIFOCache
@@ -56,7 +57,7 @@ class PushEvent:
 @dataclass(frozen=True)
 class HookResponse:
     status: int
-    body: dict = field(default_factory=dict)
+    body: dict[str, Any] = field(default_factory=dict)
     event: PushEvent | None = None  # set only when a sync should be triggered
 
 
@@ -81,7 +82,7 @@ def repository_key(url: str) -> str | None:
     return f"{host.lower()}/{path.lower()}" if host else "/" + path
 
 
-def _named_repositories(payload: Mapping) -> frozenset[str]:
+def _named_repositories(payload: Mapping[str, Any]) -> frozenset[str]:
     """URLs a GitHub (repository.*) or GitLab (project.*, repository.*) push names, as repository keys."""
     urls: list[str] = []
     for section, keys in (

@@ -26,7 +26,7 @@ from kgwe.impact.record import demand_record_file
 from kgwe.policy.cluster_kinds import PolicyRepositorySpec
 from kgwe.policy.loader import PolicySet
 from kgwe.reconcile import cron
-from kgwe.timestamps import parse_rfc3339
+from kgwe.timestamps import format_rfc3339, parse_rfc3339
 from kgwe.vocab import is_gpu_resource
 
 if TYPE_CHECKING:
@@ -127,11 +127,10 @@ class CostDuties:
         self._last_report_check: dict[str, datetime] = {}
         self.book: PriceBook | None = None  # the prices GPUWorkloads are costed at
 
-    def workload_cost(self, namespace: str, name: str, obj: dict) -> dict | None:
+    def workload_cost(self, namespace: str, name: str, obj: dict[str, Any]) -> dict[str, Any] | None:
         """status.cost of a GPUWorkload: its pods' metered GPU-hours and cost since it was created."""
         from kgwe.policy.gpu_workload import GPUWorkload
         from kgwe.workloads.cost import pod_pattern, workload_cost
-        from kgwe.workloads.status import rfc3339
 
         if self.book is None:
             return None
@@ -148,7 +147,7 @@ class CostDuties:
             "gpuHours": str(hours),
             "amount": str(amount),
             "currency": self.book.currency,
-            "asOf": rfc3339(now),
+            "asOf": format_rfc3339(now),
         }
 
     def start(self, api_client: ApiClient) -> None:
@@ -258,7 +257,7 @@ class CostDuties:
         if result.status == "rejected":
             view.record("Warning", "CommitBackRejected", f"cost reports: {result.reason}")
         elif result.status == "pushed":
-            view.record("Normal", "ReportsCommitted", f"cost reports committed as {result.sha[:12]}")
+            view.record("Normal", "ReportsCommitted", f"cost reports committed as {(result.sha or '')[:12]}")
         else:
             log.info("cost reports for %s: %s", view.name, result.status)
         return result

@@ -34,7 +34,7 @@ from kgwe.vocab import (
 SCHEDULER_CONFIG_FILE = "kube-scheduler-config.yaml"  # the rendered file of the KGWE scheduler's ConfigMap
 
 
-def _managed_resources(ps: PolicySet, layouts: NodeLayouts) -> list[dict]:
+def _managed_resources(ps: PolicySet, layouts: NodeLayouts) -> list[dict[str, Any]]:
     profiles = {p for gpus in layouts.values() for gpu in gpus if gpu for p in gpu}
     for strategy in ps.mig_strategies:
         if strategy.spec.mig_enabled and strategy.spec.partition_strategy:
@@ -48,7 +48,7 @@ def _managed_resources(ps: PolicySet, layouts: NodeLayouts) -> list[dict]:
     return out
 
 
-def _scoring_payload(ps: PolicySet) -> tuple[str, dict]:
+def _scoring_payload(ps: PolicySet) -> tuple[str, dict[str, Any]]:
     profiles: Sequence[ScoringProfile] = ps.scoring_profiles
     default = ps.default_scoring_profile()
     if not profiles:
@@ -64,7 +64,7 @@ def _scoring_payload(ps: PolicySet) -> tuple[str, dict]:
     return chosen, payload
 
 
-def _quotas(ps: PolicySet, kgwe_namespace: str, caps: QuotaCaps) -> list[dict]:
+def _quotas(ps: PolicySet, kgwe_namespace: str, caps: QuotaCaps) -> list[dict[str, Any]]:
     """One ResourceQuota per budgeted namespace, its `hard` capped where `caps` names the namespace;
     never in kube-* or KGWE's own namespace."""
     quotas = []
@@ -87,7 +87,7 @@ class RenderedFile:
 
     name: str
     text: str
-    objects: list[dict]
+    objects: list[dict[str, Any]]
 
     @classmethod
     def of(cls, file: str, template: str, /, **context: object) -> RenderedFile:
