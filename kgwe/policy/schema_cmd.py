@@ -9,7 +9,7 @@ import sys
 
 from kgwe.policy.models import KINDS
 from kgwe.policy.schema_export import dumps, json_schema, write_crds, write_schemas
-from kgwe.policy.spec_tables import write_pages
+from kgwe.policy.spec_tables import MissingMarkers, write_pages
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -32,6 +32,11 @@ def run(args: argparse.Namespace) -> int:
         for path in write_crds(args.crds):
             print(f"wrote {path}")
     if args.docs:
-        for path in write_pages(args.docs):
+        try:
+            pages = write_pages(args.docs)
+        except (MissingMarkers, OSError) as exc:
+            print(f"kgwe schema --docs: {exc}", file=sys.stderr)
+            return 1
+        for path in pages:
             print(f"wrote {path}")
     return 0

@@ -48,6 +48,14 @@ def test_a_page_without_markers_is_refused():
         render_page("# GPUBudget\n\n| field | meaning |\n", KINDS["GPUBudget"])
 
 
+def test_cli_refuses_pages_without_markers(tmp_path, capsys):
+    from kgwe.cli import main
+
+    (tmp_path / "gpubudget.md").write_text("# GPUBudget\n")
+    assert main(["schema", "--docs", str(tmp_path)]) == 1
+    assert "kgwe schema --docs:" in capsys.readouterr().err
+
+
 def test_a_table_row_carries_type_default_and_docstring():
     by_path = {r.path: r for r in rows(KINDS["GPUWorkload"], "spec")}
     count = by_path["spec.gpuRequirements.count"]
