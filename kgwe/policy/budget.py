@@ -9,7 +9,12 @@ from pydantic import Field, field_validator
 
 from kgwe.policy.base import DnsLabel, KgweModel, KgweObject, ObjectMeta
 from kgwe.policy.types import Money, Percent
-from kgwe.vocab import DEFAULT_CURRENCY, quota_key
+from kgwe.vocab import (
+    DEFAULT_CURRENCY,
+    DEFAULT_PREDICTED_COST_ADMISSION,
+    PredictedCostAdmission,
+    quota_key,
+)
 
 _RESOURCE = re.compile(
     r"^(requests\.)?([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
@@ -52,6 +57,15 @@ class GPUBudgetSpec(KgweModel):
     (`requests.<resource>`) in each namespace; MIG resources must exist on the cluster's GPUs."""
     alerts: list[BudgetAlert] = Field(default_factory=list)
     """Thresholds of the limit and what happens at each."""
+    predicted_cost_admission: PredictedCostAdmission = Field(
+        default=DEFAULT_PREDICTED_COST_ADMISSION, alias="predictedCostAdmission"
+    )
+    """What to do with a GPUWorkload of these namespaces whose expected cost (the optimizer's predicted
+    duration × its GPUs × the catalog's price, docs/optimizer.md) exceeds what remains of the limit this
+    period: `Hold` keeps it `Admitted=False`, reason `PredictedCostHeld`, and admits it once the budget has
+    room (a new period, a raised limit); `Refuse` fails it (`Failed=True`, reason `PredictedCostOverBudget`);
+    `Off`: the quota alone decides. Needs the controller's metering (on unless `--no-costs`) and a
+    PricingCatalog; a workload whose cost cannot be predicted (no price) is admitted as with `Off`."""
 
     @field_validator("quota")
     @classmethod

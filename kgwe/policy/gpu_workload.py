@@ -312,6 +312,57 @@ class WorkloadCost(KgweModel):
     """When the usage was last metered (RFC 3339)."""
 
 
+class PredictedDuration(KgweModel):
+    """Seconds: the expected (mean) duration and its quantiles (kgwe.optimizer.runtime)."""
+
+    expected: int | None = None
+    """The expected (mean) duration: what the expected cost is priced at."""
+    p10: int | None = None
+    """A run like it ends before this with probability 0.1."""
+    p50: int | None = None
+    """The median duration."""
+    p90: int | None = None
+    """A run like it ends before this with probability 0.9: what the cost's P90 is priced at."""
+
+
+class PredictedCost(KgweModel):
+    """The expected cost: the GPUs all pods hold × the expected duration × the PricingCatalog's price."""
+
+    expected: str
+    """What a run costs at the expected duration, a decimal string."""
+    p90: str
+    """What a run costs at the duration's P90, a decimal string."""
+    currency: str = DEFAULT_CURRENCY
+    """The PricingCatalog's currency."""
+    gpus: str | None = None
+    """Physical GPUs all the pods hold, as metering prices them (a MIG instance its share of the GPU)."""
+    price_per_gpu_hour: str | None = Field(default=None, alias="pricePerGPUHour")
+    """The catalog's on-demand price of one GPU-hour of `product`, a decimal string."""
+    product: str | None = None
+    """The GPU product priced."""
+    note: str | None = None
+    """How the price was chosen when the product priced is not the one the workload names (it names
+    none, or one the catalog does not price: the catalog's dearest product)."""
+
+
+class WorkloadPrediction(KgweModel):
+    """What the optimizer predicted at admission (kgwe.optimizer.admission), with why."""
+
+    duration_seconds: PredictedDuration = Field(default_factory=PredictedDuration, alias="durationSeconds")
+    """How long a run is expected to take, from similar finished runs (docs/optimizer.md)."""
+    cost: PredictedCost | None = None
+    """What a run is expected to cost (absent when the PricingCatalog prices no product)."""
+    reason: str = ""
+    """Which finished runs the prediction comes from, e.g. `from 37 finished runs of runtime
+    torch-distributed in ml-research (of 412 in all)`."""
+    fallback: str | None = None
+    """Set when no finished run was like it: what was used instead, and why."""
+    samples: int = 0
+    """Finished runs the prediction rests on."""
+    predicted_at: str | None = Field(default=None, alias="predictedAt")
+    """When it was predicted (RFC 3339)."""
+
+
 class GPUWorkloadStatus(KgweModel):
     """What the controller did with the workload (written by it)."""
 
@@ -344,6 +395,9 @@ class GPUWorkloadStatus(KgweModel):
     template)."""
     cost: WorkloadCost | None = None
     """The pods' metered usage priced with the PricingCatalog (needs metering)."""
+    prediction: WorkloadPrediction | None = None
+    """The duration and cost expected at admission, from the optimizer's runtime model (needs
+    metering)."""
 
 
 class GPUWorkload(KgweObject):
