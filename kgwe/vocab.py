@@ -146,6 +146,12 @@ DEFAULT_DELETION_POLICY: DeletionPolicy = "Delete"
 # cap can be lifted from the cluster alone when the PolicyRepository goes with deletionPolicy Retain.
 UNCAPPED_HARD_ANNOTATION = ANNOTATION_PREFIX + "uncapped-hard"
 
+# Field managers of KGWE's other writers: the agent (its Node labels, annotations, condition and taint; what
+# the chart's post-delete hook removes is what this manager owns; also the agent's Event source) and the chart's hooks (the PolicyRepository
+# it creates with policyRepository.create).
+AGENT_FIELD_MANAGER = "kgwe-agent"
+CHART_FIELD_MANAGER = "kgwe-chart"
+
 # Set by a standby replica that received a webhook push (the Service routes to any replica); the leader
 # sees the new value on its next tick and reconciles at once (like Flux's reconcile.fluxcd.io/requestedAt).
 RECONCILE_REQUESTED_AT_ANNOTATION = ANNOTATION_PREFIX + "reconcile-requested-at"

@@ -195,7 +195,8 @@ def test_without_the_gpu_operator_the_install_says_what_to_do(helm_cluster):
     )  # fmt: skip
     notes = out.split("NOTES:", 1)[1]
     assert "WARNING: the namespace no-operator-here (gpuOperator.namespace) does not exist" in notes
-    assert "helm upgrade kgwe <this chart> --namespace kgwe-system --reuse-values" in notes
+    assert "helm upgrade kgwe <this chart> --namespace kgwe-system --reset-then-reuse-values" in notes
+    assert "--reuse-values would drop new defaults" in notes and "job/kgwe-pre-delete" in notes
     manifest = out.split("MANIFEST:", 1)[1].split("NOTES:", 1)[0]
     objs = [d for d in yaml.safe_load_all(manifest) if d]
     assert not [d for d in objs if d["kind"] == "DaemonSet"]
