@@ -146,9 +146,9 @@ DEFAULT_DELETION_POLICY: DeletionPolicy = "Delete"
 # cap can be lifted from the cluster alone when the PolicyRepository goes with deletionPolicy Retain.
 UNCAPPED_HARD_ANNOTATION = ANNOTATION_PREFIX + "uncapped-hard"
 
-# Field managers of KGWE's other writers: the agent (its Node labels, annotations, condition and taint; what
-# the chart's post-delete hook removes is what this manager owns; also the agent's Event source) and the chart's hooks (the PolicyRepository
-# it creates with policyRepository.create).
+# Field managers of KGWE's other writers: the agent (its Node labels, annotations, condition and taint, and
+# its Events' source; the chart's post-delete hook removes what this manager owns) and the chart's hooks
+# (the PolicyRepository it creates with policyRepository.create).
 AGENT_FIELD_MANAGER = "kgwe-agent"
 CHART_FIELD_MANAGER = "kgwe-chart"
 
