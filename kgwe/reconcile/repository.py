@@ -291,7 +291,9 @@ class RepositoryReconciler:
         return self._status(repo, outcome)
 
     def _release(self, repo: dict) -> Outcome | None:
-        """One pass of the way out; its status, or None once the finalizer is gone."""
+        """One pass of the way out; its status, or None once the finalizer is gone. A deleted repository's
+        policy is no longer in force: no cost report or budget team is taken from it any more."""
+        self.last_policy = self.last_spec = None
         try:
             outcome = self.release.step(repo)
         except NotLeader:
