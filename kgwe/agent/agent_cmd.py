@@ -187,10 +187,11 @@ def publish(
         if obs.faults is not None:
             annotations[health_annotation.ANNOTATION_KEY] = health_annotation.encode(obs.faults)
         labels = node_state.desired_labels(obs.found.topology)
-        if claim:
+        if claim:  # the values as they are now: the patch below changes what differs
+            current_labels, current_annotations = node.metadata.labels or {}, node.metadata.annotations or {}
             owned = {
-                "labels": {k: v for k, v in labels.items() if v is not None},
-                "annotations": {k: v for k, v in annotations.items() if v is not None},
+                "labels": {k: current_labels[k] for k in labels if k in current_labels},
+                "annotations": {k: current_annotations[k] for k in annotations if k in current_annotations},
             }
             body = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node_name, **owned}}
             core.patch_node(

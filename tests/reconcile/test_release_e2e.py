@@ -128,20 +128,27 @@ def test_deleted_mid_rollout_with_git_gone_every_node_goes_back_once_and_busy_on
             "never while its MIG manager applies"
         )
 
+        ended: list[str] = []
+
         def the_idle_nodes_back(outcome) -> None:
             """Once the idle nodes are back, the busy one still waits, saying so; then its pod ends."""
             idle = [e2e.labels(n) for n in nodes[:2]]
-            if outcome is None or not all(
-                labels.get(MIG_STATE_LABEL) == "success" and labels[MIG_CONFIG_LABEL] == MIG_ALL_DISABLED
-                for labels in idle
+            if (
+                outcome is None
+                or ended
+                or not all(
+                    labels.get(MIG_STATE_LABEL) == "success" and labels[MIG_CONFIG_LABEL] == MIG_ALL_DISABLED
+                    for labels in idle
+                )
             ):
                 return
             status = e2e.status()
-            assert status["rollout"][MIG_POOL]["waitingBusy"] == [nodes[2]], status["rollout"]
+            assert status["rollout"][MIG_POOL]["waitingBusy"] == [nodes[2]], json.dumps(status["rollout"])
             assert f"stays until their GPUs are free on {nodes[2]}" in condition(status, "Ready")["message"]
             assert e2e.labels(nodes[2])[MIG_CONFIG_LABEL] == first[nodes[2]], "busy: it keeps its label"
             with contextlib.suppress(ApiException):
                 e2e.core.delete_namespaced_pod("busy", e2e.namespace, grace_period_seconds=0)
+            ended.append("busy")
 
         release_until(rec, e2e, lambda: gone(e2e), on_pass=the_idle_nodes_back, timeout_seconds=120)
     for n in nodes:
