@@ -206,7 +206,8 @@ def test_without_the_gpu_operator_the_install_says_what_to_do(helm_cluster):
 
 
 def test_every_manifest_is_accepted_by_the_apiserver(helm_cluster):
-    """All components and a PolicyRepository (ci/full-values.yaml): server-side dry-run, after the CRDs."""
+    """All components, the hooks and the PolicyRepository their Job applies (ci/full-values.yaml): server-side
+    dry-run, after the CRDs."""
     docs = [
         d
         for d in yaml.safe_load_all(
@@ -237,6 +238,11 @@ def test_every_manifest_is_accepted_by_the_apiserver(helm_cluster):
     install_crds(helm_cluster.api, crds)
     dyn = dynamic.DynamicClient(helm_cluster.api)  # rediscover the new APIs
     accepted = []
+    # the PolicyRepository the post-install hook Job applies, from its arguments
+    apply_job = next(
+        d for d in docs if d["kind"] == "Job" and d["metadata"]["name"] == "kgwe-policy-repository"
+    )
+    docs.append(json.loads(apply_job["spec"]["template"]["spec"]["containers"][0]["args"][-1]))
     for doc in docs:
         if doc["kind"] == "CustomResourceDefinition":
             continue
