@@ -8,6 +8,7 @@ that version's controllers wrote on a cluster (dumped by the upgrade test), they
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 
 import orjson
@@ -21,10 +22,13 @@ from kgwe.policy.loader import load_repository
 from kgwe.policy.pod_template_policy import policies_from_json
 from kgwe.policy.workload_runtime import WorkloadRuntimeSpec
 from kgwe.reconcile.desired import mig_configs_of
+from kgwe.reconcile.release import Key, LiveObject, NodeView, Written, plan_release
 from kgwe.reconcile.repository import read_spec
 from kgwe.render.scheduler_config import config_problem
+from kgwe.timestamps import parse_rfc3339
 from kgwe.vocab import (
     POD_TEMPLATE_POLICY_KEY,
+    REQUESTED_AT_ANNOTATION,
     RUNTIMES_CONFIG_KEY,
     SCHEDULER_CONFIG_KEY,
     SCHEDULER_NAME,
@@ -92,17 +96,24 @@ def test_the_scheduler_configuration_it_rendered_passes_todays_check():
     )
 
 
-@pytest.mark.parametrize(
-    "file", sorted(p.name for p in CLUSTER.glob("*.yaml")) if CLUSTER.is_dir() else ["(none dumped yet)"]
-)
+@pytest.mark.parametrize("file", ["policyrepository.yaml", "gpuworkloads.yaml", "nodes.yaml"])
 def test_objects_its_controllers_wrote_on_a_cluster_validate(file):
-    path = CLUSTER / file
-    assert path.is_file(), "tests/compat/previous/cluster/ is written by the upgrade test (docstring)"
+    path = CLUSTER / file  # written by the upgrade test (the module's docstring)
     for doc in _docs(path):
         if doc["kind"] == "PolicyRepository":
             spec = read_spec(doc)
             assert spec.deletion_policy == "Delete", "a PolicyRepository written before it is Delete"
             PolicyRepositoryStatus.model_validate(doc.get("status") or {})
+        elif doc["kind"] == "Node":  # its rollout's marks: today's way out recognises them as KGWE's
+            annotations = doc["metadata"]["annotations"]
+            assert parse_rfc3339(annotations[REQUESTED_AT_ANNOTATION]) is not None
+            node = NodeView(doc["metadata"]["name"], doc["metadata"]["labels"], annotations)
+            mig_cm = Key("v1", "ConfigMap", "gpu-operator", "kgwe-mig-parted-config")
+            written = Written(
+                "kgwe-system.gpu-policy", [LiveObject(mig_cm, present=False)], [node], mig_cm, mig_cm
+            )
+            plan = plan_release(written, "Delete", datetime.now(UTC))
+            assert [(a.kind, a.config) for a in plan.mig] == [("relabel", "all-disabled")], plan.message()
         elif doc["kind"] == "GPUWorkload":
             single = path.parent / f".{doc['metadata']['name']}.yaml"
             single.write_text(yaml.safe_dump(doc))

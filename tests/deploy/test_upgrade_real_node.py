@@ -297,7 +297,6 @@ def test_upgrade_mid_rollout_with_metering_spooled_and_workloads_running_then_un
     run.postgres.halt()
     core.create_namespaced_pod(run.namespace, _held_pod("spooled", A100, "nvidia.com/gpu"))
     spooled = wait("the spooled pod running", lambda: _pod_if_running(run, "spooled"), 120)
-    time.sleep(2)  # it holds its GPU a little while
     finish_held_pod(api, spooled)
     wait("the leader spooling metering writes", lambda: _spooling(_controller_logs(run)), 120)
 
@@ -390,6 +389,7 @@ def test_upgrade_mid_rollout_with_metering_spooled_and_workloads_running_then_un
     with pytest.raises(ApiException) as gone:
         _repository(run)
     assert gone.value.status == 404
+    wait("KGWE's pods gone, the hooks' too", lambda: not core.list_namespaced_pod(NS).items, 180, run.state)
     for node in POOL_NODES:
         meta = core.read_node(node).metadata
         assert meta.labels[MIG_CONFIG_LABEL] == MIG_ALL_DISABLED, node

@@ -92,9 +92,10 @@ class PostgresServer:
         self._run(
             "initdb", "-D", str(self.pgdata), "--auth=trust", "-U", "postgres", "-E", "UTF8", "--no-sync"
         )
-        if self.trusted_networks:
+        if self.host != "127.0.0.1" or self.trusted_networks:  # and this host, reaching its own address
             with (self.pgdata / "pg_hba.conf").open("a") as hba:
-                hba.writelines(f"host all all {cidr} trust\n" for cidr in self.trusted_networks)
+                networks = (f"{self.host}/32", *self.trusted_networks)
+                hba.writelines(f"host all all {cidr} trust\n" for cidr in networks)
         self._launch()
         self._run("createdb", "-h", self.host, "-p", str(self.port), "-U", "postgres", self.database)
         return self
