@@ -219,3 +219,38 @@ def test_retain_keeps_the_policy_in_force_and_lifts_only_the_cap_and_the_drains_
     assert e2e.core.read_namespaced_pod("guarded", e2e.namespace).metadata.deletion_timestamp is None
     assert exists(lambda: e2e.core.read_namespaced_config_map("kgwe-mig-parted-config", MIG_NS))
     assert exists(lambda: e2e.core.read_namespaced_config_map("kgwe-scoring", SYSTEM_NS))
+
+
+def test_a_shared_node_goes_back_unshared_then_loses_the_label_and_the_configmap_goes_last(
+    k8s_api, e2e, gpu_node
+):
+    from kgwe.localcluster.deviceplugin import DevicePluginStandIn
+    from tests.reconcile.test_sharing_e2e import CONFIG_LABEL, sharing_yaml
+
+    node = gpu_node("L40S-8-PCIE", name=f"{e2e.pool}-l0", labels={"kgwe.nvidia.io/pool": e2e.pool})
+    e2e.remote.commit({"policy/sharing.yaml": sharing_yaml(e2e.pool), "policy/scoring.yaml": e2e.SCORING})
+    e2e.make_repository()
+    rec = reconciler(k8s_api, e2e)
+    cm = lambda: e2e.core.read_namespaced_config_map("kgwe-device-plugin-config", MIG_NS)  # noqa: E731
+    with DevicePluginStandIn(k8s_api, delay_seconds=0.3):
+        drive(rec, ready)
+        assert (
+            e2e.labels(node)[CONFIG_LABEL].startswith("kgwe-")
+            and e2e.labels(node)["nvidia.com/gpu.replicas"] == "4"
+        )
+        e2e.custom.delete_namespaced_custom_object(*PR, e2e.pool)
+        seen: list[str | None] = []
+
+        def record(outcome) -> None:
+            seen.append(e2e.labels(node).get(CONFIG_LABEL))
+            if exists(cm):  # the ConfigMap outlives every label naming one of its configs
+                return
+            assert CONFIG_LABEL not in e2e.labels(node)
+
+        release_until(rec, e2e, lambda: gone(e2e), on_pass=record)
+    labels = e2e.labels(node)
+    assert CONFIG_LABEL not in labels and labels["nvidia.com/gpu.replicas"] == "1", "back to unshared"
+    assert "default" in seen, "through the device plugin's default config, then away"
+    assert not exists(cm)
+    annotations = e2e.core.read_node(node).metadata.annotations or {}
+    assert not {k for k in annotations if k.startswith("kgwe.nvidia.io/device-plugin")}
