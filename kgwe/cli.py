@@ -54,6 +54,9 @@ COMMANDS: dict[str, Command] = {
     ),
     "demo": Command("kgwe.reconcile.demo_cmd", "local control plane + simulated GPU nodes + the controller"),
     "report": Command("kgwe.cost.report_cmd", "cost reports: chargeback, budgets, forecast, rightsizing"),
+    "optimize": Command(
+        "kgwe.optimizer.optimize_cmd", "the workload optimizer: each model's held-out scores (report)"
+    ),
     "convert": Command("kgwe.workloads.convert_cmd", "seed GPUWorkload manifests -> kgwe.nvidia.io/v1"),
     "webhook": Command(
         "kgwe.admission.webhook_cmd", "admission webhook: route GPU pods to the KGWE scheduler"

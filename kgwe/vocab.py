@@ -123,6 +123,11 @@ AUDIT_FOLDER = "audit"
 # The ResourceQuota rendered from a GPUBudget in each of its namespaces (capped while the budget enforces),
 # and its annotation naming that GPUBudget.
 BUDGET_QUOTA_NAME = "kgwe-budget"
+# GPUBudget spec.predictedCostAdmission: what a budget does with a GPUWorkload whose expected cost (the
+# optimizer's runtime model x the catalog's price) exceeds what remains of it this period; Off by default
+PredictedCostAdmission = Literal["Off", "Hold", "Refuse"]
+PREDICTED_COST_ADMISSION: tuple[str, ...] = get_args(PredictedCostAdmission)
+DEFAULT_PREDICTED_COST_ADMISSION: PredictedCostAdmission = "Off"
 BUDGET_ANNOTATION = ANNOTATION_PREFIX + "budget"
 
 # GPUWorkloads run only in namespaces that opt in with this label; in each, the controller binds the chart's

@@ -135,8 +135,9 @@ class AppliedObject(KgweModel):
 
 
 class PolicyRepositoryStatus(KgweModel):
-    """Written by the controller. `rollout` is per-pool MIG rollout progress and `rebalance` per-pool MIG
-    rebalancing (docs/mig-rebalancing.md); both free-form, owned by the reconciler."""
+    """Written by the controller. `rollout` is per-pool MIG rollout progress, `rebalance` per-pool MIG
+    rebalancing (docs/mig-rebalancing.md) and `auditLog` KGWE's own state of its audit log (docs/audit.md);
+    all free-form, owned by the reconciler."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -147,6 +148,8 @@ class PolicyRepositoryStatus(KgweModel):
     inventory: list[AppliedObject] = Field(default_factory=list)
     rollout: dict[str, Any] = Field(default_factory=dict)
     rebalance: dict[str, Any] = Field(default_factory=dict)  # per pool: the MIG rebalancing record
+    # what KGWE wrote to its audit log (file, counts, hash chain head) and the last tampering found
+    audit_log: dict[str, Any] = Field(default_factory=dict)
 
 
 class PolicyRepository(KgweObject):

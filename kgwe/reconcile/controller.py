@@ -164,6 +164,8 @@ class Controller:
                 is_leader=self.is_leader,
                 policy_namespace=namespace,
                 cost_of=costs.workload_cost if costs is not None else None,
+                advise=costs.workload_admission if costs is not None else None,
+                finished=costs.workload_finished if costs is not None else None,
             )
             self.workloads = WorkloadController(reconciler)
         self.server: ControllerHTTPServer | None = None
@@ -263,6 +265,7 @@ class Controller:
                 read_activity=activity_reader(self.prometheus_url),
                 budget_caps=self._budget_caps if self.costs is not None else None,
                 on_policy_in_force=self._policy_in_force if self.costs is not None else None,
+                mig_outlooks=self.costs.mig_outlooks if self.costs is not None else None,
                 node_cache=self.node_cache,
                 audit_flush_seconds=self.audit_interval_seconds,
             )

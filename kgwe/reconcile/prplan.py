@@ -27,6 +27,7 @@ class PlanReport:
     pools: dict[str, dict] = field(default_factory=dict)
     policy_changes: dict[str, list[str]] = field(default_factory=dict)  # "Kind/name" -> field changes
     notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # shown first: what makes the plan itself doubtful
     rendered: tuple[Rendered, Rendered] | None = None  # (base, head) renders, for the impact replay
 
     @property
@@ -174,6 +175,8 @@ def _layout_text(layout: Sequence[str] | None) -> str:
 
 def markdown(report: PlanReport, *, base: str, head: str, inventory_source: str) -> str:
     out = [f"## KGWE plan: `{base}` → `{head}`", ""]
+    for warning in report.warnings:
+        out += [f"> **Warning**: {warning}", ""]
     if not report.has_changes:
         out += ["No changes: the cluster would stay exactly as it is.", ""]
     out.append(f"Inventory: {inventory_source}")

@@ -32,6 +32,7 @@ from kgwe.cluster.events import EventRecorder
 from kgwe.cluster.watch import list_and_watch
 from kgwe.extender.k8s import gpu_holders, unhealthy_gpus
 from kgwe.observability import tracing
+from kgwe.optimizer.admission import REFUSE, REFUSED_REASON
 from kgwe.policy.admission import (
     ClusterView,
     PolicyView,
@@ -65,7 +66,7 @@ log = logging.getLogger(__name__)
 
 # Refusals that only an edit lifts (the namespace's label, the spec, a PodTemplatePolicy): no retry of
 # their own; label and spec edits are watched, and the periodic resync looks again after a policy change.
-WAIT_FOR_CHANGE = frozenset({"NamespaceNotEnabled", "TemplateNotAllowed"})
+WAIT_FOR_CHANGE = frozenset({"NamespaceNotEnabled", "TemplateNotAllowed", REFUSED_REASON})
 WATCH_SECONDS = 300  # a watch the server ends after this long is resumed from its last resourceVersion
 
 
@@ -144,6 +145,10 @@ def _utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+# (workload, now) -> (status.prediction or None, (Hold|Refuse, reason, message) or None to admit)
+Advise = Callable[[Mapping[str, Any], datetime], tuple[dict[str, Any] | None, tuple[str, str, str] | None]]
+
+
 class WorkloadReconciler:
     def __init__(
         self,
@@ -155,6 +160,8 @@ class WorkloadReconciler:
         policy_namespace: str = KGWE_NAMESPACE,
         now: Callable[[], datetime] = _utcnow,
         cost_of: Callable[[str, str, dict], dict | None] | None = None,
+        advise: Advise | None = None,
+        finished: Callable[[Mapping[str, Any], str, datetime], None] | None = None,
     ) -> None:
         self.api_client = api_client
         self.custom = client.CustomObjectsApi(api_client)
@@ -167,6 +174,8 @@ class WorkloadReconciler:
         self.policy_namespace = policy_namespace
         self.now = now
         self.cost_of = cost_of  # (namespace, name, workload) -> status.cost; None: not metered
+        self.advise = advise  # the optimizer at admission: status.prediction and a budget's hold or refusal
+        self.finished = finished  # (workload, Complete|Failed, when): a finished run for the runtime model
         self.grants = NamespaceGrants(api_client, kgwe_namespace=policy_namespace)
         self._dyn: dynamic.DynamicClient | None = None
 
@@ -398,6 +407,7 @@ class WorkloadReconciler:
         refused = quota_admission(cluster_facts.budget_quota(self.api_client, p.namespace), quota_needs(wl))
         if refused:
             raise PlanError(*refused)
+        self._predict(p)
         children = self._create(p, wl, run, facts, policy, check_first=True)
         p.new.update(
             run=run,
@@ -416,6 +426,27 @@ class WorkloadReconciler:
         message = f"run {run}: {wl.spec.total_pods} pod(s), gang {facts.gang_backend}{via}"
         if p.condition("Admitted", "True", "Admitted", message):
             p.event("Normal", "Admitted", message)
+
+    def _predict(self, p: _Pass) -> None:
+        """status.prediction from the optimizer (kgwe.optimizer.admission); a GPUBudget whose
+        predictedCostAdmission holds or refuses a workload over what remains stops admission here (Refuse
+        also fails it: only an edit or a new object tries again)."""
+        if self.advise is None:
+            return
+        prediction, decision = self.advise(p.obj, p.now)
+        if prediction is not None:
+            p.new["prediction"] = prediction
+        if decision is None:
+            return
+        action, reason, message = decision
+        if action == REFUSE:
+            p.condition("Failed", "True", reason, message)
+        raise PlanError(reason, message)
+
+    def _finished(self, p: _Pass, outcome: str) -> None:
+        """The run just ended (Complete or Failed): the optimizer learns its duration."""
+        if self.finished is not None:
+            self.finished({**p.obj, "status": p.new}, outcome, p.now)
 
     def _create(
         self, p: _Pass, wl: GPUWorkload, run: int, facts: Facts, policy: PolicyView, check_first: bool = False
@@ -463,6 +494,7 @@ class WorkloadReconciler:
         if spec.is_batch and st.all_complete(view, len(spec.effective_roles())):
             if p.condition("Complete", "True", "Completed", f"run {run}: every pod succeeded"):
                 p.event("Normal", "Completed", f"run {run}: every pod succeeded")
+                self._finished(p, "Complete")
             p.condition("PodsReady", "False", "Completed", "the pods have finished")
             self._cost(p, wl)
             return None
@@ -532,6 +564,7 @@ class WorkloadReconciler:
             if p.condition("Failed", "True", "BackoffLimitExceeded", message):
                 p.event("Warning", "BackoffLimitExceeded", message)
                 self.metrics.failed.labels("BackoffLimitExceeded").inc()
+                self._finished(p, "Failed")
             p.condition("PodsReady", "False", "Failed", what)
             self._cost(p, wl)
             return None

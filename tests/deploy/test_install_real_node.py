@@ -229,7 +229,9 @@ def test_the_seed_install_comes_up_with_nothing_made_by_hand(release):
         )
         assert {c.name for c in pod.spec.containers} == {"kube-scheduler", "extender"}
         assert pod.spec.node_name == release.cp.node.name  # ordinary pods on the real node
-    tested = helm("test", "kgwe", "--namespace", NS, "--timeout", "5m", env=release.env, check=False)
+    tested = helm(
+        "test", "kgwe", "--namespace", NS, "--timeout", "5m", "--logs", env=release.env, check=False
+    )  # --logs: a failure shows which check failed and why
     assert tested.returncode == 0, f"helm test: {tested.stdout}{tested.stderr}"
     assert "Phase:          Succeeded" in tested.stdout
 
