@@ -8,7 +8,7 @@ from typing import ClassVar, Literal
 from pydantic import Field, field_validator
 
 from kgwe.policy.base import DnsLabel, KgweModel, KgweObject, ObjectMeta
-from kgwe.policy.types import Money, Percent
+from kgwe.policy.types import LabelValue, Money, Percent
 from kgwe.vocab import (
     DEFAULT_CURRENCY,
     DEFAULT_PREDICTED_COST_ADMISSION,
@@ -44,8 +44,10 @@ class BudgetAlert(KgweModel):
 class GPUBudgetSpec(KgweModel):
     """What a team may spend per period, its namespaces' GPU quota, and when to alert."""
 
-    team: str = Field(min_length=1, max_length=63)
-    """The team the spend is charged to (chargeback `team`)."""
+    team: LabelValue
+    """The team the spend is charged to (chargeback `team`); a Kubernetes label value (letters, digits,
+    `-`, `_`, `.`, at most 63, starting and ending alphanumeric): it lands in labels, reports and
+    terminals."""
     namespaces: list[DnsLabel] = Field(min_length=1)
     """Namespaces whose GPU use counts (at least one); a namespace belongs to at most one budget."""
     period: Literal["Daily", "Weekly", "Monthly", "Quarterly", "Yearly"] = "Monthly"

@@ -9,7 +9,7 @@ from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_v
 
 from kgwe.policy.base import ClusterObjectMeta, KgweModel, KgweObject
 from kgwe.policy.types import GIT_COMMIT_PATTERN, GitRefName, GitUrl, PositiveDuration
-from kgwe.vocab import DEFAULT_REPORT_SCHEDULE, DEFAULT_REPORTS_PATH
+from kgwe.vocab import DEFAULT_DELETION_POLICY, DEFAULT_REPORT_SCHEDULE, DEFAULT_REPORTS_PATH, DeletionPolicy
 
 # A Git fetch or push may take at most this long (spec.timeout): a slow or hostile server cannot hold a
 # worker longer, and the controller kills the git process when it is up.
@@ -102,6 +102,13 @@ class PolicyRepositorySpec(KgweModel):
     """`true`: nothing is fetched or applied until it is set back."""
     reports: ReportsSpec | None = None
     """Where cost reports, the inventory snapshot and the audit log are committed; absent: none are."""
+    deletion_policy: DeletionPolicy = DEFAULT_DELETION_POLICY
+    """What the controller releases when the PolicyRepository is deleted, before its finalizer
+    `kgwe.nvidia.io/release` goes: `Delete` removes what KGWE wrote (quotas, rendered ConfigMaps; nodes'
+    `nvidia.com/mig.config` back to `all-disabled` and `nvidia.com/device-plugin.config` removed, only
+    while their GPUs are idle; KGWE's node marks); `Retain` leaves the policy in force and lifts only
+    Enforce caps and KGWE's cordons. Why `Delete` is the default, and the way out step by step:
+    docs/offboarding.md."""
 
     @field_validator("timeout")
     @classmethod

@@ -19,7 +19,7 @@ from kgwe.policy.base import ClusterObjectMeta, DnsLabel, KgweModel, KgweObject
 from kgwe.policy.cluster_kinds import Condition
 from kgwe.policy.diagnostics import Path as FieldPath
 from kgwe.policy.pod_template import TemplateErrors, template_findings
-from kgwe.policy.types import DNS_SUBDOMAIN_PATTERN, PositiveDuration
+from kgwe.policy.types import DNS_SUBDOMAIN_PATTERN, LabelValue, PositiveDuration
 from kgwe.vocab import DEFAULT_CURRENCY, ScoringStrategy, TopologyPreference
 
 WorkloadType = Literal["Training", "DistributedTraining", "Batch", "HPC", "Inference", "Interactive"]
@@ -166,9 +166,9 @@ class GPUWorkloadSpec(KgweModel):
     scoring_profile: str | None = None
     """A ScoringProfile by name (pod annotation `kgwe.nvidia.io/scoring-profile`); not together with
     `schedulingStrategy`."""
-    team: str | None = None
+    team: LabelValue | None = None
     """Chargeback team: the pods get the label `kgwe.nvidia.io/team` (else metering charges the
-    namespace)."""
+    namespace); a Kubernetes label value, checked by the CRD too."""
     exclusive_access: bool = False
     """Only nodes whose GPUs are not time-sliced or MPS-shared (required node affinity: GFD
     `nvidia.com/gpu.replicas` absent or `1`)."""

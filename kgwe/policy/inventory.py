@@ -32,7 +32,7 @@ from pydantic import Field, StringConstraints, model_validator
 
 from kgwe.policy.base import DnsSubdomain, KgweModel, KgweObject, ObjectMeta
 from kgwe.policy.mig_strategy import MIG_PROFILE_PATTERN
-from kgwe.policy.types import LabelMap
+from kgwe.policy.types import LabelMap, LabelValue
 
 MigConfigState = Literal["pending", "rebooting", "success", "failed"]
 
@@ -75,8 +75,8 @@ class InventoryNode(KgweModel):
     """The node's labels, GFD's included (what MIGStrategy and PricingCatalog selectors match)."""
     gpus: int = Field(ge=1, le=64)
     """Physical GPUs on the node (1-64)."""
-    product: str = Field(min_length=1)
-    """GFD `nvidia.com/gpu.product` of the full GPU, e.g. `NVIDIA-H100-80GB-HBM3`."""
+    product: LabelValue
+    """GFD `nvidia.com/gpu.product` of the full GPU (a label value), e.g. `NVIDIA-H100-80GB-HBM3`."""
     topology: str | None = None
     """A known topology (`DGX-H100`, `DGX-A100`, `L40S-8-PCIE`, ...); its GPU count must match `gpus`."""
     mig_config: str | None = None

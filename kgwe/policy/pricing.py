@@ -10,7 +10,7 @@ from pydantic import Field, field_validator
 from kgwe.gpu.products import find_price
 from kgwe.policy.base import KgweModel, KgweObject, ObjectMeta
 from kgwe.policy.budget import CURRENCY_PATTERN
-from kgwe.policy.types import LabelMap, Money, Percent
+from kgwe.policy.types import LabelMap, LabelValue, Money, Percent
 from kgwe.vocab import (
     DEFAULT_CURRENCY,
     DEFAULT_IDLE_COST,
@@ -24,8 +24,8 @@ from kgwe.vocab import (
 class GPUPrice(KgweModel):
     """What one GPU-hour of a product costs."""
 
-    product: str = Field(min_length=1)
-    """GFD `nvidia.com/gpu.product` name; not priced twice (ignoring case)."""
+    product: LabelValue
+    """GFD `nvidia.com/gpu.product` name (a label value); not priced twice (ignoring case)."""
     on_demand_per_hour: Money
     """The price of one whole GPU-hour, a quoted decimal (a bare YAML number is refused: it was already
     rounded in binary)."""

@@ -7,6 +7,7 @@ judge a workload on the same facts (kgwe.policy.admission)."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -158,6 +159,29 @@ def policy_view(api: client.ApiClient, policy_namespace: str) -> PolicyView:
     )
 
 
+def child_reader(api: client.ApiClient) -> Callable[[str, str, str, str], dict[str, Any] | None]:
+    """(namespace, apiVersion, kind, name) -> the metadata of the object of that name; None when there is
+    none (or the caller may not read it, or the kind is not served: then nothing can be in the way)."""
+    from kubernetes import dynamic
+    from kubernetes.dynamic.exceptions import ResourceNotFoundError
+
+    dyn = dynamic.DynamicClient(api)
+
+    def read(namespace: str, api_version: str, kind: str, name: str) -> dict[str, Any] | None:
+        try:
+            found = dyn.resources.get(api_version=api_version, kind=kind).get(name=name, namespace=namespace)
+        except ResourceNotFoundError:
+            return None
+        except ApiException as exc:
+            if exc.status in (403, 404):
+                return None
+            raise
+        meta: dict[str, Any] = found.to_dict().get("metadata") or {}
+        return meta
+
+    return read
+
+
 def cluster_view(api: client.ApiClient, *, namespaces_and_quotas: bool = False) -> ClusterView:
     """The cluster's side of admission. `namespaces_and_quotas`: also which namespaces exist, have opted in
     and hold the controller's RoleBinding, and every namespace's kgwe-budget quota (`kgwe validate
@@ -191,6 +215,7 @@ def cluster_view(api: client.ApiClient, *, namespaces_and_quotas: bool = False) 
         namespaces=existing,
         enabled_namespaces=enabled,
         bound_namespaces=bound,
+        read_child=child_reader(api),
     )
 
 

@@ -24,6 +24,7 @@ from typing import Any
 
 from kubernetes import client, dynamic
 from kubernetes.client.exceptions import ApiException
+from kubernetes.dynamic.exceptions import NotFoundError
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from pydantic import ValidationError
 
@@ -45,7 +46,7 @@ from kgwe.policy.admission import (
 )
 from kgwe.policy.diagnostics import format_path, messages_from_validation
 from kgwe.policy.gpu_workload import GPUWorkload
-from kgwe.policy.workload_resolution import Facts, PlanError
+from kgwe.policy.workload_resolution import PODGROUP_API, Facts, PlanError, child_write, controlled_by
 from kgwe.timestamps import parse_rfc3339
 from kgwe.vocab import (
     API_GROUP,
@@ -60,7 +61,7 @@ from kgwe.vocab import (
 from kgwe.workloads import cluster_facts
 from kgwe.workloads import status as st
 from kgwe.workloads.namespaces import NamespaceGrants
-from kgwe.workloads.plan import PODGROUP_API, plan_children, requested_gpus
+from kgwe.workloads.plan import plan_children, requested_gpus
 
 log = logging.getLogger(__name__)
 
@@ -198,34 +199,53 @@ class WorkloadReconciler:
         return policy
 
     # -- children --------------------------------------------------------------------------------------
-    def _view(self, namespace: str, name: str, run: int, batch: bool) -> st.RunView:
+    def _view(self, namespace: str, name: str, uid: str, run: int, batch: bool) -> st.RunView:
+        """The run's Jobs or Deployments (only those this workload controls: a label anyone can set) and
+        pods."""
         selector = f"{WORKLOAD_LABEL}={name}"
         if batch:
             selector += f",{RUN_LABEL}={run}"
             jobs = list_items(self.batch.list_namespaced_job, namespace=namespace, label_selector=selector)
-            jobs = [j for j in jobs if not j["metadata"].get("deletionTimestamp")]
+            jobs = [
+                j
+                for j in jobs
+                if not j["metadata"].get("deletionTimestamp") and controlled_by(j["metadata"], name, uid)
+            ]
             pods = list_items(self.core.list_namespaced_pod, namespace=namespace, label_selector=selector)
             return st.RunView(jobs=jobs, pods=pods)
         deps = list_items(self.apps.list_namespaced_deployment, namespace=namespace, label_selector=selector)
+        deps = [d for d in deps if controlled_by(d["metadata"], name, uid)]
         pods = list_items(self.core.list_namespaced_pod, namespace=namespace, label_selector=selector)
         return st.RunView(deployments=deps, pods=pods)
 
     def _apply(self, obj: dict, dry_run: bool = False) -> None:
+        """Write one child: created only when absent, updated only while this workload controls it (the
+        decision: kgwe.policy.workload_resolution.child_write); an object of its name that is someone else's
+        is a ChildNameTaken refusal, and is never written."""
         if not self.is_leader():
             raise _NotLeader
         resource = self.dyn.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
-        meta = obj["metadata"]
+        meta, owner = obj["metadata"], obj["metadata"]["ownerReferences"][0]
+        what, where = f"{obj['kind']}/{meta['name']}", {"name": meta["name"], "namespace": meta["namespace"]}
+        options: dict[str, Any] = {"field_manager": FIELD_MANAGER, **({"dry_run": "All"} if dry_run else {})}
         try:
-            self.dyn.server_side_apply(
-                resource,
-                body=obj,
-                name=meta["name"],
-                namespace=meta["namespace"],
-                field_manager=FIELD_MANAGER,
-                force_conflicts=True,
-                **({"dry_run": "All"} if dry_run else {}),
-            )
+            try:
+                live = resource.get(**where).to_dict().get("metadata")
+            except NotFoundError:
+                live = None
+            decision = child_write(live, what, owner["name"], owner["uid"])
+            if decision.action == "refuse":
+                raise PlanError("ChildNameTaken", decision.why)
+            if decision.action == "create":
+                resource.create(body=obj, namespace=meta["namespace"], **options)
+            else:  # the object judged, not one that replaced it meanwhile (resourceVersion precondition)
+                body = {**obj, "metadata": {**meta, "resourceVersion": decision.resource_version}}
+                self.dyn.server_side_apply(resource, body=body, force_conflicts=True, **where, **options)
         except ApiException as exc:
+            if exc.status == 409:  # made or replaced by someone else since it was read: judged again later
+                raise PlanError(
+                    "ChildNameTaken", f"{what} changed while KGWE wrote it; looking again"
+                ) from None
             if exc.status != 403:
                 raise
             # e.g. the namespace's RoleBinding not granted yet, or removed with the opt-in label
@@ -234,24 +254,31 @@ class WorkloadReconciler:
                 f"the controller may not write {obj['kind']} {meta['name']} in {meta['namespace']}",
             ) from None
 
-    def _delete_run(self, namespace: str, name: str, run: int) -> None:
-        """Delete the run's Jobs and PodGroup; their pods go with them (background cascade)."""
+    def _delete_run(self, namespace: str, name: str, uid: str, run: int) -> None:
+        """Delete the run's Jobs and PodGroup, those this workload controls only; their pods go with them
+        (background cascade). Each delete is conditional on the uid read, so an object that replaced one
+        meanwhile is never deleted."""
         if not self.is_leader():
             raise _NotLeader
         selector = f"{WORKLOAD_LABEL}={name},{RUN_LABEL}={run}"
-        body = client.V1DeleteOptions(propagation_policy="Background")
-        for job in list_items(self.batch.list_namespaced_job, namespace=namespace, label_selector=selector):
-            try:
-                self.batch.delete_namespaced_job(job["metadata"]["name"], namespace, body=body)
-            except ApiException as exc:
-                if exc.status != 404:
-                    raise
+        jobs = list_items(self.batch.list_namespaced_job, namespace=namespace, label_selector=selector)
+        doomed: list[tuple[Any, dict]] = [(None, j) for j in jobs]
         if self._serves("scheduling.k8s.io", "v1beta1"):
             resource = self.dyn.resources.get(api_version=PODGROUP_API, kind="PodGroup")
+            groups = resource.get(label_selector=selector, namespace=namespace).to_dict().get("items") or []
+            doomed += [(resource, g) for g in groups]
+        for resource, obj in doomed:
+            meta = obj["metadata"]
+            if not controlled_by(meta, name, uid):
+                continue
+            body = {"propagationPolicy": "Background", "preconditions": {"uid": meta["uid"]}}
             try:
-                resource.delete(label_selector=selector, namespace=namespace)
+                if resource is None:
+                    self.batch.delete_namespaced_job(meta["name"], namespace, body=body)
+                else:
+                    resource.delete(name=meta["name"], namespace=namespace, body=body)
             except ApiException as exc:
-                if exc.status != 404:
+                if exc.status not in (404, 409):  # gone, or another object of that name by now
                     raise
 
     def _write_status(self, obj: dict, new_status: dict) -> None:
@@ -333,7 +360,7 @@ class WorkloadReconciler:
                 return (next_retry - p.now).total_seconds()
             run += 1
             new.update(run=run, nextRetryTime=None, runStartTime=None)
-        view = self._view(p.namespace, wl.name, run, spec.is_batch)
+        view = self._view(p.namespace, wl.name, p.uid, run, spec.is_batch)
         exists = bool(view.jobs or view.deployments)
         if spec.suspend:
             changed = p.condition("Suspended", "True", "Suspended", "spec.suspend is true")
@@ -349,7 +376,7 @@ class WorkloadReconciler:
                 return None
             with tracing.span("kgwe.gpuworkload.admission", **{"kgwe.workload": f"{p.namespace}/{wl.name}"}):
                 self._admit(p, wl, run)
-            view = self._view(p.namespace, wl.name, run, spec.is_batch)
+            view = self._view(p.namespace, wl.name, p.uid, run, spec.is_batch)
         elif int(new.get("observedGeneration") or 0) != p.generation or not st.is_true(
             new["conditions"], "Admitted"
         ):
@@ -371,7 +398,7 @@ class WorkloadReconciler:
             self._create(p, wl, run, self._facts(wl, run, policy), policy)
             return True
         except PlanError as exc:
-            if exc.reason in WAIT_FOR_CHANGE or exc.reason == "Forbidden":
+            if exc.reason in WAIT_FOR_CHANGE or exc.reason in ("Forbidden", "ChildNameTaken"):
                 raise
             why = f"{exc} [{exc.reason}]"
         except ApiException as exc:
@@ -558,7 +585,7 @@ class WorkloadReconciler:
         conditions = failed["status"].get("conditions") or []
         why = next((c.get("reason") or "" for c in conditions if c.get("type") == "Failed"), "")
         what = f"Job {failed['metadata']['name']} failed ({why})"
-        self._delete_run(p.namespace, wl.name, run)
+        self._delete_run(p.namespace, wl.name, p.uid, run)
         if retries >= policy.max_retries:
             message = f"{what}; {retries} of {policy.max_retries} retries used"
             if p.condition("Failed", "True", "BackoffLimitExceeded", message):
@@ -606,6 +633,10 @@ class _Pass:
     @property
     def namespace(self) -> str:
         return self.obj["metadata"]["namespace"]
+
+    @property
+    def uid(self) -> str:
+        return self.obj["metadata"]["uid"]
 
     def condition(self, ctype: str, status: str, reason: str, message: str) -> bool:
         return st.set_condition(
