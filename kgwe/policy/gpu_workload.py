@@ -384,12 +384,17 @@ class GPUWorkloadStatus(KgweModel):
     """GPU devices (whole GPUs, MIG instances or shares) all the pods request."""
     gang_backend: str | None = None
     """The all-or-nothing engine admission chose."""
+    strategy: str | None = None
+    """The scheduling strategy or ScoringProfile admission chose for the pods (`default` without one)."""
     retry_count: int = 0
     """Gang restarts so far."""
     next_retry_time: str | None = None
     """When the next run starts (RFC 3339), while a restart waits."""
     run: int = 0
     """The current attempt (0, then +1 per gang restart); its children carry it."""
+    run_start_time: str | None = None
+    """When the current run's children were created (RFC 3339); a finished run's duration, which the
+    optimizer learns from, is measured from it."""
     runtime: str | None = None
     """The WorkloadRuntime roles without containers got at admission (absent when the workload brings its
     template)."""
