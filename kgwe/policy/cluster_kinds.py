@@ -195,7 +195,8 @@ class PolicyRepositoryStatus(KgweModel):
     """Every object applied (what prune compares with)."""
     rollout: dict[str, Any] = Field(default_factory=dict)
     """Per pool: nodes done, in progress, draining, pending, waiting for idle GPUs (MIG pools by
-    MIGStrategy name, device-plugin sharing pools as `sharing/<GPUSharingStrategy>`)."""
+    MIGStrategy name, device-plugin sharing pools as `sharing/<GPUSharingStrategy>`; once the
+    PolicyRepository is deleted, the way out as `release/mig` and `release/sharing`, docs/offboarding.md)."""
     rebalance: dict[str, Any] = Field(default_factory=dict)
     """Per MIG pool with `rebalanceInterval`: the demand target in force, its decision number (`epoch`),
     the nodes it may change, when it was decided and last evaluated, the demand samples of the
