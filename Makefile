@@ -18,7 +18,7 @@ SUITE_ENV := PYTHONDONTWRITEBYTECODE= PYTHONPYCACHEPREFIX=$(CURDIR)/$(VENV)/pyca
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.kgwe-installed
 
-.PHONY: venv host-packages test-image lint check test bins $(addprefix tool-bin-,$(TOOLS)) demo cluster-bins node-bins tool-bins schemas deploy image image-lock clean
+.PHONY: protos venv host-packages test-image previous-image lint check test bins $(addprefix tool-bin-,$(TOOLS)) demo cluster-bins node-bins tool-bins schemas deploy image image-lock clean
 
 # (Re)install whenever pyproject.toml changes.
 $(STAMP): pyproject.toml
@@ -30,12 +30,19 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-# ruff (style, formatting), mypy (types of kgwe/) and import-linter (the pure core stays pure); all in pyproject.
+# The protobuf code of kgwe/agent/proto/*.proto: every install and wheel build generates it (hack/protos.py is
+# hatchling's build hook); this regenerates it by hand after editing a .proto.
+protos: venv
+	$(BIN)/python hack/protos.py
+
+# ruff (style, formatting), mypy (types of kgwe/), import-linter (the pure core stays pure) and deptry (every
+# import a declared dependency, every dependency used); all in pyproject.
 lint: venv
 	$(BIN)/ruff check kgwe tests bench
 	$(BIN)/ruff format --check kgwe tests bench
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+	$(BIN)/deptry kgwe tests bench
 
 # The Debian packages of the real node, the image build and the real-node tests (one list:
 # hack/host-packages.sh), installed once with apt-get, as root, before anything runs in parallel.
@@ -68,9 +75,11 @@ image:
 image-lock:
 	hack/image/lock.sh
 
-# The CRDs go into the Helm chart (its single source); `make deploy` renders them into deploy/crds/.
+# The CRDs go into the Helm chart (its single source); `make deploy` renders them into deploy/crds/. The
+# field tables of docs/spec/ come from the same models.
 schemas: venv
-	$(BIN)/kgwe schema --out schemas --crds deploy/helm/kgwe/files/crds --admission deploy/helm/kgwe/files/admission/routing.yaml
+	$(BIN)/kgwe schema --out schemas --crds deploy/helm/kgwe/files/crds --docs docs/spec \
+		--admission deploy/helm/kgwe/files/admission/routing.yaml
 	hack/pod-template-schema.sh
 	hack/render-deploy.sh
 
@@ -88,10 +97,15 @@ KGWE_IMAGE_DIR ?= $(KGWE_CACHE)/image
 test-image: host-packages
 	KGWE_IMAGE_DIR=$(KGWE_IMAGE_DIR) hack/image/build.sh >/dev/null
 
+# The chart and image of the KGWE commit the upgrade test starts from (tests/compat/previous-commit): built once
+# into the cache by that commit's own build script, after test-image (whose base layers it reuses).
+previous-image: test-image
+	KGWE_IMAGE_DIR=$(KGWE_IMAGE_DIR) hack/previous-image.sh >/dev/null
+
 # Every build the suite needs, in parallel (module downloads overlap compiles; each script takes its own lock),
 # after the one install step.
 bins: host-packages
-	nice -n 10 $(MAKE) -j4 --no-print-directory cluster-bins node-bins tool-bins test-image
+	nice -n 10 $(MAKE) -j4 --no-print-directory cluster-bins node-bins tool-bins test-image previous-image
 
 # The whole suite (CI runs it; nothing is skipped).
 test: venv lint host-packages bins

@@ -72,6 +72,7 @@ COMMANDS: dict[str, Command] = {
     "watch": Command("kgwe.fleet.watch_cmd", "live view of GPU nodes and GPUWorkloads (from watches)"),
     "health": Command("kgwe.fleet.health_cmd", "per-GPU health with the reason and since when"),
     "strategy": Command("kgwe.fleet.strategy_cmd", "set the scoring strategy in a policy checkout (a diff)"),
+    "hook": Command("kgwe.fleet.hook_cmd", "the chart's hooks: apply its PolicyRepository, offboard KGWE"),
 }
 
 

@@ -16,6 +16,7 @@ from kgwe.audit.stamp import Stamp
 from kgwe.errors import KgweError
 from kgwe.fleet.output import Column
 from kgwe.quantity import count
+from kgwe.timestamps import format_rfc3339
 from kgwe.topology import health
 from kgwe.topology import view as topology_view
 from kgwe.topology.annotation import topology_name
@@ -220,7 +221,7 @@ def _name(node: Mapping[str, Any]) -> str:
 
 
 def _stamp(when: datetime) -> str:
-    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return format_rfc3339(when)
 
 
 def health_rows(nodes: Sequence[Mapping[str, Any]], *, every_gpu: bool) -> list[dict[str, Any]]:

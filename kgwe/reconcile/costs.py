@@ -27,6 +27,7 @@ from kgwe.policy.cluster_kinds import PolicyRepositorySpec
 from kgwe.policy.loader import PolicySet
 from kgwe.quantity import count
 from kgwe.reconcile import cron
+from kgwe.timestamps import format_rfc3339, parse_rfc3339
 from kgwe.vocab import is_gpu_resource
 
 if TYPE_CHECKING:
@@ -155,18 +156,17 @@ class CostDuties:
         self.book: PriceBook | None = None  # the prices GPUWorkloads are costed at
         self._runtime_cache: tuple[datetime, RuntimeModel | None] | None = None
 
-    def workload_cost(self, namespace: str, name: str, obj: dict) -> dict | None:
+    def workload_cost(self, namespace: str, name: str, obj: dict[str, Any]) -> dict[str, Any] | None:
         """status.cost of a GPUWorkload: its pods' metered GPU-hours and cost since it was created."""
         from kgwe.policy.gpu_workload import GPUWorkload
         from kgwe.workloads.cost import pod_pattern, workload_cost
-        from kgwe.workloads.status import rfc3339
 
         if self.book is None:
             return None
         wl = GPUWorkload.model_validate(obj)
         now = self.now()
         created = obj["metadata"].get("creationTimestamp")
-        since = datetime.fromisoformat(created.replace("Z", "+00:00")) if created else now
+        since = parse_rfc3339(created) or now
         if since >= now:
             return None
         pattern = pod_pattern(name, [r.name for r in wl.spec.effective_roles()], wl.spec.is_batch)
@@ -176,7 +176,7 @@ class CostDuties:
             "gpuHours": str(hours),
             "amount": str(amount),
             "currency": self.book.currency,
-            "asOf": rfc3339(now),
+            "asOf": format_rfc3339(now),
         }
 
     def start(self, api_client: ApiClient) -> None:
@@ -362,7 +362,7 @@ class CostDuties:
         if result.status == "rejected":
             view.record("Warning", "CommitBackRejected", f"cost reports: {result.reason}")
         elif result.status == "pushed":
-            view.record("Normal", "ReportsCommitted", f"cost reports committed as {result.sha[:12]}")
+            view.record("Normal", "ReportsCommitted", f"cost reports committed as {(result.sha or '')[:12]}")
         else:
             log.info("cost reports for %s: %s", view.name, result.status)
         return result

@@ -77,6 +77,7 @@ from kgwe.reconcile.rebalancing import (
     records_in_force,
     snapshot_demand,
 )
+from kgwe.reconcile.release_step import Release, deleting
 from kgwe.reconcile.repository_git import RepositoryGit
 from kgwe.reconcile.rollout import RolloutPlan, plan_rollout
 from kgwe.reconcile.scheduler_restart import SchedulerSync
@@ -198,6 +199,17 @@ class RepositoryReconciler:
             is_leader=is_leader,
             on_node_write=node_cache.expect if node_cache is not None else None,
         )
+        # offboarding: the finalizer, and what the way out releases once the object is deleted
+        self.release = Release(
+            api_client,
+            namespace,
+            name,
+            options=self.options,
+            writes=self.writes,
+            record=self.recorder.record,
+            is_leader=is_leader,
+            now=now,
+        )
         self.last_rebalance = RebalanceResult()
         self.last_sync: SyncResult | None = None
         self.last_plan: RolloutPlan | None = None
@@ -256,6 +268,9 @@ class RepositoryReconciler:
         repo = self.read()
         if repo is None:
             return None
+        if deleting(repo):  # offboarding instead of the pass (kgwe.reconcile.release_step)
+            return self._release(repo)
+        self.release.ensure_finalizer(repo)
         started = time.monotonic()
         self.last_spec = None
         try:
@@ -278,6 +293,18 @@ class RepositoryReconciler:
             self.recorder.warning(repo, "ReconciliationFailed", outcome.message)
         self.metrics.duration.labels(self.name).observe(time.monotonic() - started)
         return self._status(repo, outcome)
+
+    def _release(self, repo: dict) -> Outcome | None:
+        """One pass of the way out; its status, or None once the finalizer is gone. A deleted repository's
+        policy is no longer in force: no cost report or budget team is taken from it any more."""
+        self.last_policy = self.last_spec = None
+        try:
+            outcome = self.release.step(repo)
+        except NotLeader:
+            return None
+        except Exception as exc:  # status must tell the truth whatever went wrong
+            outcome = Outcome("release_failed", f"releasing failed: {_failure_text(exc, self)}")
+        return self._status(repo, outcome) if outcome is not None else None
 
     def _steps(self, p: Pass) -> Outcome:
         source = self._fetch(p)

@@ -95,11 +95,12 @@ def priority_classes(api: client.ApiClient) -> dict[str, int]:
 def budget_quota(api: client.ApiClient, namespace: str) -> dict[str, Any] | None:
     """The namespace's kgwe-budget ResourceQuota (spec and status), or None."""
     try:
-        return (
+        quota: dict[str, Any] = (
             client.CoreV1Api(api)
             .read_namespaced_resource_quota(BUDGET_QUOTA_NAME, namespace, _preload_content=False)
             .json()
         )
+        return quota
     except ApiException as exc:
         if exc.status == 404:
             return None

@@ -171,7 +171,9 @@ def _template_for(
     return True
 
 
-def _gpu_orchestrator(spec: dict, new: dict, out: Conversion, image: str | None, runtime: str | None) -> None:
+def _gpu_orchestrator(
+    spec: dict[str, Any], new: dict[str, Any], out: Conversion, image: str | None, runtime: str | None
+) -> None:
     model = spec.get("modelName")
     for key, value in spec.items():
         src = f"spec.{key}"
@@ -243,7 +245,9 @@ def _container_name(text: str) -> str:
     return re.sub(r"[^a-z0-9-]", "-", text.lower())[:63].strip("-") or "main"
 
 
-def _agentaflow(spec: dict, new: dict, out: Conversion, image: str | None, runtime: str | None) -> None:
+def _agentaflow(
+    spec: dict[str, Any], new: dict[str, Any], out: Conversion, image: str | None, runtime: str | None
+) -> None:
     req = new["gpuRequirements"]
     memory_mib: dict[str, Any] = {}
     for key, value in spec.items():
@@ -291,7 +295,7 @@ def _agentaflow(spec: dict, new: dict, out: Conversion, image: str | None, runti
         )
 
 
-def _strip_gpu_resources(template: dict, src: str, out: Conversion) -> dict:
+def _strip_gpu_resources(template: dict[str, Any], src: str, out: Conversion) -> dict[str, Any]:
     """GPU resources come from gpuRequirements; the template's own would be overwritten, so say so."""
     spec = template.get("spec") or {}
     for i, c in enumerate(spec.get("containers") or []):
