@@ -9,7 +9,7 @@ CHECK_WORKERS ?= 3
 PARALLEL := --dist loadgroup --no-loadscope-reorder
 # The marks of the tests `make check` leaves out (set by the fixtures they use: tests/harness/pytest_lanes.py).
 SLOW_LANES := cluster or realnode or image or gotool
-TOOLS := helm flux prometheus dpconfig  # the Go tools of hack/tool-bins.sh
+TOOLS := helm flux prometheus dpconfig kueue  # the Go tools of hack/tool-bins.sh
 VENV   := .venv
 # The suite's Python processes keep bytecode, and pytest its assertion-rewritten test modules, under .venv even
 # where the environment sets PYTHONDONTWRITEBYTECODE: otherwise every worker compiles and rewrites every test
@@ -59,8 +59,9 @@ cluster-bins:
 node-bins:
 	hack/node-bins.sh
 
-# Builds helm, Flux's kustomize-controller, Prometheus and promtool, and the device-plugin config reader
-# (wrapper modules hack/helm, hack/flux, hack/prometheus, hack/dpconfig) into ~/.cache/kgwe.
+# Builds helm, Flux's kustomize-controller, Prometheus and promtool, the device-plugin config reader and
+# Kueue's manager (wrapper modules hack/helm, hack/flux, hack/prometheus, hack/dpconfig, hack/kueue) into
+# ~/.cache/kgwe.
 tool-bins: $(addprefix tool-bin-,$(TOOLS))
 $(addprefix tool-bin-,$(TOOLS)): tool-bin-%:
 	hack/tool-bins.sh $*
@@ -77,7 +78,8 @@ image-lock:
 # The CRDs go into the Helm chart (its single source); `make deploy` renders them into deploy/crds/. The
 # field tables of docs/spec/ come from the same models.
 schemas: venv
-	$(BIN)/kgwe schema --out schemas --crds deploy/helm/kgwe/files/crds --docs docs/spec
+	$(BIN)/kgwe schema --out schemas --crds deploy/helm/kgwe/files/crds --docs docs/spec \
+		--admission deploy/helm/kgwe/files/admission/routing.yaml
 	hack/pod-template-schema.sh
 	hack/render-deploy.sh
 

@@ -23,6 +23,7 @@ from kubernetes.client.exceptions import ApiException
 from kgwe.audit.log import NodeChange
 from kgwe.cluster.apply import NotLeader
 from kgwe.cluster.client import lean_patch, list_items
+from kgwe.quantity import count
 from kgwe.timestamps import format_rfc3339 as format_time
 from kgwe.vocab import (
     ACKNOWLEDGED_ANNOTATION,
@@ -54,10 +55,7 @@ def pod_gpu_requests(pod: Mapping[str, Any]) -> dict[str, int]:
         wanted.update(res.get("requests") or {})
         for key, value in wanted.items():
             if is_gpu_resource(key):
-                try:
-                    totals[key] += int(str(value))
-                except ValueError:
-                    continue
+                totals[key] += count(value)
     return dict(totals)
 
 

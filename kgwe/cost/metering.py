@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from kgwe.cost.tables import resource_key
 from kgwe.cost.usage import MIG, SHARED, WHOLE, NodeCapacity, UsageInterval, ensure_utc
 from kgwe.gpu.sharing import annotated_milli, node_sharing, replica_milli
+from kgwe.quantity import whole
 from kgwe.timestamps import parse_rfc3339
 from kgwe.vocab import (
     GPU_COUNT_LABEL,
@@ -106,12 +107,14 @@ def _get(obj: Mapping[str, Any] | None, *path: str) -> Any:  # Any: a pod or nod
 
 
 def _quantity(value: object) -> int | None:
-    """Extended resources are whole numbers; anything else is not a GPU count we can trust."""
-    try:
-        number = int(str(value).strip())
-    except (TypeError, ValueError):
+    """Extended resources are whole numbers (in any quantity spelling); anything else is not a GPU count we
+    can trust."""
+    if value is None:
         return None
-    return number if number >= 0 else None
+    try:
+        return whole(value)
+    except ValueError:
+        return None
 
 
 def _parse_time(value: object) -> datetime | None:

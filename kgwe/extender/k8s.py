@@ -32,6 +32,7 @@ from kgwe.extender.request import (
 )
 from kgwe.gpu.sharing import node_sharing
 from kgwe.objects import Node, Pod
+from kgwe.quantity import whole
 from kgwe.topology import health
 from kgwe.topology.model import NodeTopology
 from kgwe.vocab import (
@@ -44,15 +45,17 @@ from kgwe.vocab import (
 )
 
 ENDED_PHASES = ("Succeeded", "Failed")  # a pod in these holds nothing on its node
+MAX_COUNT = 2**31  # a count beyond any node (a hostile "1e30" label) stays a small integer
 UNREADABLE_HOLDING = PodRequest(gpus=16)  # a bound pod whose resources cannot be read: every GPU of its node
 
 Decoder = Callable[[str], NodeTopology]
 
 
 def _int(value: object, default: int = 0) -> int:
+    """A whole number (a count label, an extended resource in any quantity spelling), else `default`."""
     try:
-        return int(str(value).strip())
-    except (TypeError, ValueError):
+        return min(whole(value if isinstance(value, int) else str(value)), MAX_COUNT)
+    except ValueError:
         return default
 
 

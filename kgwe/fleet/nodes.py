@@ -15,6 +15,7 @@ from typing import Any
 from kgwe.audit.stamp import Stamp
 from kgwe.errors import KgweError
 from kgwe.fleet.output import Column
+from kgwe.quantity import count
 from kgwe.timestamps import format_rfc3339
 from kgwe.topology import health
 from kgwe.topology import view as topology_view
@@ -61,10 +62,7 @@ HEALTH_COLUMNS = (
 
 
 def _int(value: object) -> int:
-    try:
-        return int(str(value))
-    except (TypeError, ValueError):
-        return 0
+    return count(value)
 
 
 def short_product(product: str) -> str:

@@ -56,7 +56,10 @@ class GPUBudgetSpec(KgweModel):
     """The spend limit per period."""
     quota: dict[str, int] = Field(default_factory=dict)
     """GPU resource name to count, e.g. `nvidia.com/gpu: 32`: the `kgwe-budget` ResourceQuota
-    (`requests.<resource>`) in each namespace; MIG resources must exist on the cluster's GPUs."""
+    (`requests.<resource>`) in each namespace; MIG resources must exist on the cluster's GPUs. Leave out
+    the GPUs of namespaces where Kueue admits GPUWorkloads: Kueue's ClusterQueue counts them there, and a
+    GPUWorkload Kueue would admit against a quota on the same GPUs is refused `BudgetCountedTwice`
+    (docs/spec/gpuworkload.md#kueue)."""
     alerts: list[BudgetAlert] = Field(default_factory=list)
     """Thresholds of the limit and what happens at each."""
     predicted_cost_admission: PredictedCostAdmission = Field(

@@ -116,10 +116,12 @@ class GangPolicy(KgweModel):
     """Not all pods scheduled this long after the run started: `PodsScheduled=False`, reason
     `GangTimeout` (and an Event); the pods keep waiting whole."""
     backend: GangBackend = "Auto"
-    """The all-or-nothing engine: `Native` (PodGroup `scheduling.k8s.io/v1beta1`), `Kueue` (plain pod-group
-    labels), `None` (no all-or-nothing), `Auto` (Native, else Kueue)."""
+    """The all-or-nothing engine: `Native` (PodGroup `scheduling.k8s.io/v1beta1`), `Kueue` (one Kueue pod
+    group, docs/spec/gpuworkload.md#kueue), `None` (no all-or-nothing), `Auto` (Native, else Kueue). Where
+    Kueue takes every Job of the namespace every batch run goes through Kueue, and `Native` is refused."""
     queue_name: str | None = Field(default=None, pattern=DNS_SUBDOMAIN_PATTERN)
-    """Kueue LocalQueue (pod label `kueue.x-k8s.io/queue-name`)."""
+    """Kueue LocalQueue (pod label `kueue.x-k8s.io/queue-name`; default: the namespace's LocalQueue
+    `default`)."""
 
 
 class Role(KgweModel):
@@ -183,8 +185,8 @@ class GPUWorkloadSpec(KgweModel):
     gang: GangPolicy = Field(default_factory=GangPolicy)
     """All-or-nothing placement through an existing engine (native PodGroup or Kueue)."""
     suspend: bool = False
-    """No new pods: Jobs are suspended, Deployments scaled to 0; a workload suspended before admission
-    creates nothing."""
+    """No new pods: Jobs are suspended, Deployments scaled to 0, a Kueue run's pods deleted (its Kueue
+    Workload with them); a workload suspended before admission creates nothing."""
     pod_template: dict[str, Any] = Field(default_factory=dict)
     """A core/v1 PodTemplateSpec, checked against the Kubernetes schema a Job's template is checked
     against; it must not set `nodeName`, a `kubernetes.io/hostname` nodeSelector or required node affinity
@@ -374,8 +376,8 @@ class GPUWorkloadStatus(KgweModel):
     observed_generation: int | None = None
     """The generation of the spec the status describes."""
     conditions: list[Condition] = Field(default_factory=list)
-    """metav1.Conditions with `observedGeneration`: Admitted, PodsScheduled, PodsReady, Complete, Failed,
-    Suspended, GPUsHealthy (docs/spec/gpuworkload.md#status)."""
+    """metav1.Conditions with `observedGeneration`: Admitted, PodsScheduled, KueueAdmitted (through Kueue),
+    PodsReady, Complete, Failed, Suspended, GPUsHealthy (docs/spec/gpuworkload.md#status)."""
     placements: list[WorkloadPlacement] = Field(default_factory=list)
     """Where each pod of the current run was placed."""
     nodes: str | None = None
@@ -393,8 +395,8 @@ class GPUWorkloadStatus(KgweModel):
     run: int = 0
     """The current attempt (0, then +1 per gang restart); its children carry it."""
     run_start_time: str | None = None
-    """When the current run's children were created (RFC 3339); a finished run's duration, which the
-    optimizer learns from, is measured from it."""
+    """When the current run's children were created (RFC 3339; through Kueue, when Kueue admitted them); the
+    gang timeout counts from it, and a finished run's duration, which the optimizer learns from."""
     runtime: str | None = None
     """The WorkloadRuntime roles without containers got at admission (absent when the workload brings its
     template)."""

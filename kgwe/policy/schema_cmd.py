@@ -1,6 +1,7 @@
-"""Write one JSON Schema per KGWE kind (for editors and CI), with --crds the CRDs of the cluster kinds, and
-with --docs the field tables of the kinds' reference pages (docs/spec/). Without --out the schemas are
-printed as one JSON object keyed by kind."""
+"""Write one JSON Schema per KGWE kind (for editors and CI), with --crds the CRDs of the cluster kinds, with
+--docs the field tables of the kinds' reference pages (docs/spec/), and with --admission the routing
+MutatingAdmissionPolicy the chart renders (kgwe.admission.policy). Without --out the schemas are printed as
+one JSON object keyed by kind."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import argparse
 import sys
 
 from kgwe.policy.models import KINDS
-from kgwe.policy.schema_export import dumps, json_schema, write_crds, write_schemas
+from kgwe.policy.schema_export import dumps, json_schema, write_crds, write_routing_policy, write_schemas
 from kgwe.policy.spec_tables import MissingMarkers, write_pages
 
 
@@ -19,6 +20,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--docs", metavar="DIR", help="also regenerate the field tables of the <kind>.md pages in DIR"
+    )
+    parser.add_argument(
+        "--admission",
+        metavar="FILE",
+        help="also write the specs of the routing MutatingAdmissionPolicy and its binding into FILE",
     )
 
 
@@ -39,4 +45,6 @@ def run(args: argparse.Namespace) -> int:
             return 1
         for path in pages:
             print(f"wrote {path}")
+    if args.admission:
+        print(f"wrote {write_routing_policy(args.admission)}")
     return 0

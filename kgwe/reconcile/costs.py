@@ -25,6 +25,7 @@ from kgwe.gitops.commit_back import CommitBack, CommitResult
 from kgwe.impact.record import demand_record_file
 from kgwe.policy.cluster_kinds import PolicyRepositorySpec
 from kgwe.policy.loader import PolicySet
+from kgwe.quantity import count
 from kgwe.reconcile import cron
 from kgwe.timestamps import format_rfc3339, parse_rfc3339
 from kgwe.vocab import is_gpu_resource
@@ -78,7 +79,7 @@ def gpu_use_by_namespace(
             wanted = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
             for name, value in wanted.items():
                 if is_gpu_resource(name):
-                    held[name] = held.get(name, 0) + int(value)
+                    held[name] = held.get(name, 0) + count(value)
     return use
 
 
