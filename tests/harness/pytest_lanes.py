@@ -55,8 +55,9 @@ LANES: dict[str, tuple[str, frozenset[str]]] = {
         frozenset({"kgwe_image", "image_container"}),
     ),
     "gotool": (
-        "runs a tool built from Go modules (helm, promtool and Prometheus, Flux's kustomize-controller)",
-        frozenset({"chart", "promtool", "prometheus", "flux", "dpconfig"}),
+        "runs a tool built from Go modules (helm, promtool and Prometheus, Flux's kustomize-controller) or "
+        "from NVIDIA's sources (the mock NVML library, the device plugin and GFD)",
+        frozenset({"chart", "promtool", "prometheus", "flux", "dpconfig", "nvidia_binaries"}),
     ),
     "postgres": ("needs the real PostgreSQL server", frozenset({"postgres_url", "postgres_server"})),
 }
@@ -72,12 +73,14 @@ _HARNESS = str(_REPO / "tests" / "harness") + os.sep
 _WAITING = str(_REPO / "tests" / "harness" / "waiting.py")
 
 # cache folder prefix (hack/*-bins.sh) -> lane of the binaries in it
-_CACHE_LANES = {
+_CACHE_LANES = {  # the first prefix that matches wins
+    "k8s-device-plugin-": "gotool",
     "k8s-": "cluster",
     "helm-": "gotool",
     "prometheus-": "gotool",
     "flux-": "gotool",
     "dpconfig-": "gotool",
+    "nvml-mock-": "gotool",
     "containerd-": "realnode",
     "cni-": "realnode",
     "coredns-": "realnode",
@@ -87,6 +90,7 @@ _CACHE_LANES = {
 _BUILD_SCRIPTS = {
     "cluster-bins.sh": "cluster",
     "tool-bins.sh": "gotool",
+    "nvidia-bins.sh": "gotool",
     "node-bins.sh": "realnode",
     "build.sh": "image",
 }

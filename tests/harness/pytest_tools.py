@@ -8,6 +8,8 @@ Fixtures (session):
   prometheus  kgwe.localcluster.prometheus.PrometheusServer with Prometheus built
   flux        tests.harness.flux with Flux's kustomize-controller built
   dpconfig    kgwe.localcluster.deviceplugin.nvidia_loader_reads with NVIDIA's config loader built
+  nvidia_binaries  kgwe.localcluster.nvidiabins.NvidiaBinaries: NVIDIA's mock NVML library and device plugin,
+              GFD and config-manager, built from NVIDIA's source archives (hack/nvidia-bins.sh)
 
 A tool that cannot be built fails the test with the build's message; it is never skipped.
 """
@@ -69,3 +71,13 @@ def dpconfig() -> Callable[[str], dict[str, Any]]:
 
     _built("dpconfig")
     return nvidia_loader_reads
+
+
+@pytest.fixture(scope="session")
+def nvidia_binaries() -> Any:
+    from kgwe.localcluster.nvidiabins import find_nvidia_binaries
+
+    try:
+        return find_nvidia_binaries()
+    except KgweError as exc:
+        pytest.fail(str(exc), pytrace=False)
