@@ -120,7 +120,7 @@ def runtime_base_spec(default_spec: Mapping[str, Any], driver_root: Path = DRIVE
     """containerd's default OCI spec plus what the toolkit gives a pod of the RuntimeClass `nvidia`: the
     driver root, read-only, at its own path, and its library directory on LD_LIBRARY_PATH (so NVML clients
     such as nvidia-ml-py load the driver's libnvidia-ml.so.1)."""
-    spec = json.loads(json.dumps(default_spec))
+    spec: dict[str, Any] = json.loads(json.dumps(default_spec))
     spec.setdefault("mounts", []).append(
         {
             "destination": str(driver_root),
