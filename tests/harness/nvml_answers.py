@@ -1,8 +1,9 @@
-"""What an NVML answers to the calls KGWE makes, as plain JSON: the same function runs on FakeNvml in the test's
-process and, in a process of its own (`LD_LIBRARY_PATH=DRIVER_ROOT/usr/lib64 python -m
+"""What an NVML answers to the calls KGWE makes, as plain JSON: the same function runs on FakeNvml in the
+test's process and, in a process of its own (`LD_LIBRARY_PATH=DRIVER_ROOT/usr/lib64 python -m
 tests.harness.nvml_answers [ROUNDS]`), on the real nvidia-ml-py loading NVIDIA's mock library from a driver
-root (mocknvml.py's layout: the library finds its profile and overrides file beside itself). A process of its own because nvidia-ml-py loads one library per
-process, and because the mock keeps its failure state per process, as the agent's would be.
+root (mocknvml.py's layout: the library finds its profile and overrides file beside itself). A process of
+its own because nvidia-ml-py loads one library per process, and because the mock keeps its failure state
+per process, as the agent's would be.
 
 It runs discovery (what the agent publishes), a few raw calls whose types KGWE decodes, the XID event wait
 with nothing pending, and `health_rounds` agent periods of the health probe and tracker.

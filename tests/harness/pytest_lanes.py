@@ -47,7 +47,14 @@ LANES: dict[str, tuple[str, frozenset[str]]] = {
     "realnode": (
         "needs root and the host's one real node (containerd, kubelet)",
         frozenset(
-            {"local_cluster", "real_node_cluster", "real_node_namespace", "host_free_of_real_node", "busybox"}
+            {
+                "local_cluster",
+                "real_node_cluster",
+                "real_node_namespace",
+                "host_free_of_real_node",
+                "busybox",
+                "gpu_cluster",
+            }
         ),
     ),
     "image": (

@@ -1,7 +1,7 @@
-"""FakeNvml, the NVML KGWE's unit tests and kwok-only topologies use, held to what NVIDIA's own mock NVML library
-answers through the real nvidia-ml-py: the same calls the agent makes (discovery, the raw types it decodes,
-the XID event wait, the health probe over several periods), on the same machine (HGX H100), healthy and with
-each failure the mock can inject.
+"""FakeNvml, the NVML KGWE's unit tests and kwok-only topologies use, held to what NVIDIA's own mock NVML
+library answers through the real nvidia-ml-py: the same calls the agent makes (discovery, the raw types it
+decodes, the XID event wait, the health probe over several periods), on the same machine (HGX H100),
+healthy and with each failure the mock can inject.
 
 Where the two differ because they describe different machines of the same model (UUIDs, PCI bus ids, the
 driver version, CPU affinity, which depend on the box) the test says so; where they differ in behaviour the

@@ -1,0 +1,364 @@
+"""KGWE end to end through NVIDIA's own code on the local GPU node (`kgwe cluster up --gpu-profile h100`, the
+seed `helm install`, a policy repository over https): the agent loads NVIDIA's mock NVML with the real
+nvidia-ml-py and publishes the HGX H100 topology; a GPUWorkload of 8 GPUs is placed by kgwe-scheduler on the
+real node's NVSwitch set and its container sees the UUIDs NVIDIA's plugin allocated, which the agent's
+PodResources mapping names too, and metering charges it at the H100's price; a GPUSharingStrategy commit
+switches NVIDIA's plugin through NVIDIA's config-manager (allocatable 8 -> 32, GFD's labels follow, the
+rollout waits on them, `kgwe nodes` shows it); an injected ECC error and a lost GPU are marked by the agent,
+withdrawn by NVIDIA's plugin, avoided by the extender and shown by `kgwe health`.
+
+In order, on one install (the tests of this module share it)."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import subprocess
+import sys
+from collections.abc import Iterator
+from decimal import Decimal
+
+import pytest
+from kubernetes import client
+from kubernetes.stream import stream
+
+from kgwe.agent.podresources import DEFAULT_SOCKET, list_pod_resources
+from kgwe.cost.metering import holdings
+from kgwe.cost.usage import WHOLE
+from kgwe.localcluster import mocknvml, nvidiastack
+from kgwe.localcluster.realnode import CGROUP_ROOT, NODE_NAME
+from kgwe.topology import annotation, health
+from kgwe.vocab import (
+    DEVICE_PLUGIN_CONFIG_LABEL,
+    DEVICE_PLUGIN_CONFIGMAP,
+    DEVICE_PLUGIN_DAEMONSET,
+    GPU_HEALTH_CONDITION,
+    GPU_INDEX_ANNOTATION,
+    GPU_OPERATOR_NAMESPACE,
+    GPU_PODS_ANNOTATION,
+    GPU_REPLICAS_LABEL,
+    GPU_RESOURCE,
+    GPU_SHARING_STRATEGY_LABEL,
+    SCHEDULER_NAME,
+)
+from tests.harness.kgwe_on_gpu_node import H100_PRICE, KgweOnGpuNode, sharing_strategy
+from tests.harness.pytest_cluster import GPU_PROFILE
+from tests.harness.waiting import wait_for
+
+pytestmark = [pytest.mark.cluster, pytest.mark.realnode, pytest.mark.image, pytest.mark.timeout(3600)]
+
+AGENT_INTERVAL_SECONDS = 2
+SHOW_DEVICES = "echo NVIDIA_VISIBLE_DEVICES=$NVIDIA_VISIBLE_DEVICES; sleep 3600"
+
+
+def _pods(
+    api: client.ApiClient, selector: str, namespace: str = GPU_OPERATOR_NAMESPACE
+) -> list[client.V1Pod]:
+    """The pods of `selector` on the GPU node."""
+    pods = client.CoreV1Api(api).list_namespaced_pod(namespace, label_selector=selector).items
+    return [p for p in pods if p.spec.node_name == NODE_NAME]
+
+
+def _allocatable(api: client.ApiClient) -> str | None:
+    return (client.CoreV1Api(api).read_node(NODE_NAME).status.allocatable or {}).get(GPU_RESOURCE)
+
+
+@pytest.fixture(scope="module")
+def kgwe(_real_node_session, kgwe_image, chart, tmp_path_factory) -> Iterator[KgweOnGpuNode]:
+    cluster = _real_node_session.ensure(gpu_profile=GPU_PROFILE)
+    cluster.import_image(kgwe_image.archive)
+    sets = (f"agent.intervalSeconds={AGENT_INTERVAL_SECONDS}",)
+    with KgweOnGpuNode(cluster.cp.kubeconfig_path, tmp_path_factory.mktemp("kgwe-gpu"), sets) as installed:
+        yield installed
+
+
+@pytest.fixture(scope="module")
+def ml(kgwe) -> Iterator[str]:
+    name = kgwe.opted_in_namespace(f"ml-{secrets.token_hex(3)}")
+    yield name
+    core = client.CoreV1Api(kgwe.api)
+    core.delete_collection_namespaced_pod(name, grace_period_seconds=0)
+    core.delete_namespace(name)
+
+
+def _node(api: client.ApiClient) -> client.V1Node:
+    return client.CoreV1Api(api).read_node(NODE_NAME)
+
+
+def _state(api: client.ApiClient) -> str:
+    node = _node(api)
+    gpus = {k: v for k, v in (node.status.allocatable or {}).items() if k.startswith("nvidia.com/")}
+    return f"{nvidiastack.pods_state(api)}\nnode allocatable {gpus}, labels {node.metadata.labels}"
+
+
+def _kgwe(kgwe: KgweOnGpuNode, *args: str) -> dict:
+    """A `kgwe` fleet command against the cluster, its JSON."""
+    done = subprocess.run(
+        [sys.executable, "-m", "kgwe.cli", *args, "-o", "json", "--kubeconfig", str(kgwe.kubeconfig)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def _visible(api: client.ApiClient, ns: str, pod: str) -> list[str]:
+    log = client.CoreV1Api(api).read_namespaced_pod_log(pod, ns)
+    line = next((x for x in log.splitlines() if x.startswith("NVIDIA_VISIBLE_DEVICES=")), "")
+    return [u for u in line.split("=", 1)[-1].split(",") if u]
+
+
+def test_the_agent_loads_nvidias_library_and_publishes_the_topology(kgwe):
+    api = kgwe.api
+    node = wait_for(
+        "the agent's topology on the GPU node",
+        lambda: (n := _node(api)).metadata.labels.get("kgwe.nvidia.io/topology") and n,
+        180,
+        describe=lambda: _state(api),
+    )
+    assert node.metadata.labels["kgwe.nvidia.io/topology"] == "HGX-H100"
+    assert node.metadata.labels["kgwe.nvidia.io/nvswitch"] == "true"
+    topo = annotation.decode(node.metadata.annotations[annotation.ANNOTATION_KEY])
+    assert [g.uuid for g in topo.gpus] == [g.uuid for g in mocknvml.profile_gpus()]
+    assert {g.nvswitch_links for g in topo.gpus} == {18} and {g.numa_node for g in topo.gpus} == {0, 1}
+    [agent] = [
+        p
+        for p in client.CoreV1Api(api)
+        .list_namespaced_pod(GPU_OPERATOR_NAMESPACE, label_selector="app.kubernetes.io/component=agent")
+        .items
+        if p.spec.node_name == NODE_NAME
+    ]
+    assert agent.spec.runtime_class_name == "nvidia"
+    # the real nvidia-ml-py in KGWE's image loads NVIDIA's library from the driver root, not from the image
+    probe = (
+        "import pynvml; pynvml.nvmlInit(); print(pynvml.nvmlSystemGetDriverVersion()); "
+        "print(next(l.split()[-1] for l in open('/proc/self/maps') if 'libnvidia-ml' in l))"
+    )
+    out = stream(
+        client.CoreV1Api(api).connect_get_namespaced_pod_exec, agent.metadata.name, GPU_OPERATOR_NAMESPACE,
+        command=["python3", "-c", probe], stderr=True, stdout=True,
+    )  # fmt: skip
+    assert out.split() == ["550.163.01", "/run/nvidia/driver/usr/lib64/libnvidia-ml.so.550.163.01"], out
+    condition = next(c for c in node.status.conditions if c.type == GPU_HEALTH_CONDITION)
+    assert (condition.status, condition.reason) == ("True", "AllGPUsHealthy")
+
+
+def _workload(name: str, gpus: int, image: str) -> dict:
+    return {
+        "apiVersion": "kgwe.nvidia.io/v1",
+        "kind": "GPUWorkload",
+        "metadata": {"name": name},
+        "spec": {
+            "gpuRequirements": {
+                "count": gpus,
+                "product": "H100",
+                "topology": {"preference": "NVLinkOptimal"},
+            },
+            "workloadType": "Training",
+            "podTemplate": {
+                "spec": {
+                    "nodeSelector": {"kubernetes.io/hostname": NODE_NAME},
+                    "containers": [
+                        {
+                            "name": "train",
+                            "image": image,
+                            "imagePullPolicy": "Never",
+                            "command": [
+                                "sh",
+                                "-c",
+                                "echo NVIDIA_VISIBLE_DEVICES=$NVIDIA_VISIBLE_DEVICES; sleep 3600",
+                            ],
+                        }
+                    ],
+                }
+            },
+        },
+    }
+
+
+def test_a_gpuworkload_of_8_gpus_runs_on_nvidias_allocation_and_is_metered(kgwe, ml, busybox):
+    api, core, custom = kgwe.api, client.CoreV1Api(kgwe.api), client.CustomObjectsApi(kgwe.api)
+    custom.create_namespaced_custom_object(
+        "kgwe.nvidia.io", "v1", ml, "gpuworkloads", _workload("llm", 8, busybox.reference)
+    )
+
+    def running() -> client.V1Pod | None:
+        pods = core.list_namespaced_pod(ml).items
+        return next(
+            (p for p in pods if p.status.phase == "Running" and _visible(api, ml, p.metadata.name)), None
+        )
+
+    pod = wait_for("the GPUWorkload's pod running", running, 300, describe=lambda: _state(api))
+    assert pod.spec.scheduler_name == SCHEDULER_NAME and pod.spec.node_name == NODE_NAME
+    assert sorted(int(i) for i in pod.metadata.annotations[GPU_INDEX_ANNOTATION].split(",")) == list(range(8))
+    uuids = _visible(api, ml, pod.metadata.name)
+    by_index = {g.index: g.uuid for g in mocknvml.profile_gpus()}
+    assert sorted(uuids) == sorted(by_index.values()), "the 8 GPUs NVIDIA's plugin allocated"
+    held = [h for h in list_pod_resources(DEFAULT_SOCKET) if h.pod == pod.metadata.name]
+    assert sorted(d for h in held for d in h.device_ids) == sorted(uuids)
+    holder = f"{ml}/{pod.metadata.name}"
+    mapping = wait_for(
+        "the agent's pod -> GPU mapping",
+        lambda: (
+            (m := json.loads(_node(api).metadata.annotations.get(GPU_PODS_ANNOTATION, "{}")))
+            and len(m) == 8
+            and m
+        ),
+        120,
+    )
+    assert {by_index[int(i)] for i, p in mapping.items() if p == holder} == set(uuids)
+    # metering: the workload's cost is its metered GPU-hours at the H100's price
+    cost = wait_for(
+        "the workload's metered cost",
+        lambda: (
+            (
+                c := (
+                    custom.get_namespaced_custom_object(
+                        "kgwe.nvidia.io", "v1", ml, "gpuworkloads", "llm"
+                    ).get("status")
+                    or {}
+                ).get("cost")
+            )
+            and Decimal(c["gpuHours"]) > 0
+            and c
+        ),
+        300,
+    )
+    assert cost["currency"] == "USD"
+    assert abs(Decimal(cost["amount"]) - Decimal(cost["gpuHours"]) * Decimal(H100_PRICE)) < Decimal("0.01")
+    raw = client.ApiClient().sanitize_for_serialization(core.read_namespaced_pod(pod.metadata.name, ml))
+    found, reason = holdings(raw)  # what the controller's meter reads of the pod: 8 whole GPUs
+    assert reason is None and [(h.kind, h.count) for h in found] == [(WHOLE, len(uuids))], (found, reason)
+    custom.delete_namespaced_custom_object("kgwe.nvidia.io", "v1", ml, "gpuworkloads", "llm")
+    wait_for("its pod gone", lambda: not core.list_namespaced_pod(ml).items, 180)
+
+
+def test_a_sharing_commit_switches_nvidias_plugin_through_its_config_manager(kgwe):
+    api = kgwe.api
+    kgwe.commit(
+        {"sharing/h100-ts4.yaml": sharing_strategy("h100-ts4", 4, NODE_NAME)}, "time-slice the H100 node"
+    )
+
+    def shared() -> bool:
+        node = _node(api)
+        labels = node.metadata.labels
+        return (
+            (node.status.allocatable or {}).get(GPU_RESOURCE) == "32"
+            and labels.get(GPU_REPLICAS_LABEL) == "4"
+            and labels.get(GPU_SHARING_STRATEGY_LABEL) == "time-slicing"
+        )
+
+    wait_for("NVIDIA's plugin switched to 4 replicas", shared, 600, describe=lambda: _state(api))
+    key = _node(api).metadata.labels[DEVICE_PLUGIN_CONFIG_LABEL]
+    data = (
+        client.CoreV1Api(api).read_namespaced_config_map(DEVICE_PLUGIN_CONFIGMAP, GPU_OPERATOR_NAMESPACE).data
+    )
+    assert key.startswith("kgwe-h100-ts4-") and "replicas: 4" in data[key]
+    log = client.CoreV1Api(api).read_namespaced_pod_log(
+        _pods(api, f"app={DEVICE_PLUGIN_DAEMONSET}")[0].metadata.name,
+        GPU_OPERATOR_NAMESPACE, container="config-manager",
+    )  # fmt: skip
+    assert f"Updating to config: {key}" in log  # NVIDIA's config-manager did the switch
+    wait_for(
+        "the rollout done",
+        lambda: (
+            "h100-ts4" in json.dumps(kgwe.repository().get("status"))
+            and kgwe.condition("Ready").get("status") == "True"
+        ),
+        120,
+    )
+    [row] = _kgwe(kgwe, "nodes", NODE_NAME)["items"]
+    assert row["sharing"] == {"strategy": "time-slicing", "replicas": 4, "config": key}
+    assert row["devicePlugin"] == "Running"
+    # and back: the strategy removed, the node returns to the default config
+    kgwe.commit({"sharing/h100-ts4.yaml": None}, "stop sharing")
+
+    def unshared() -> bool:
+        node = _node(api)
+        return (node.status.allocatable or {}).get(GPU_RESOURCE) == "8" and node.metadata.labels.get(
+            GPU_REPLICAS_LABEL
+        ) == "1"
+
+    wait_for("back to 8 whole GPUs", unshared, 600, describe=lambda: _state(api))
+
+
+def _pod(name: str, gpus: int, image: str) -> dict:
+    return {
+        "metadata": {"name": name},
+        "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": NODE_NAME},
+            "terminationGracePeriodSeconds": 0,
+            "containers": [{"name": "c", "image": image, "imagePullPolicy": "Never",
+                            "command": ["sh", "-c", SHOW_DEVICES],
+                            "resources": {"limits": {GPU_RESOURCE: str(gpus)}}}],
+        },
+    }  # fmt: skip
+
+
+def _agent_periods(api: client.ApiClient) -> int:
+    """How many periods the agent on the GPU node has finished (a `Node ... updated|unchanged` line each)."""
+    core = client.CoreV1Api(api)
+    pods = core.list_namespaced_pod(
+        GPU_OPERATOR_NAMESPACE, label_selector="app.kubernetes.io/component=agent"
+    ).items
+    [agent] = [p for p in pods if p.spec.node_name == NODE_NAME]
+    log = core.read_namespaced_pod_log(agent.metadata.name, GPU_OPERATOR_NAMESPACE)
+    return sum(1 for line in log.splitlines() if f"Node {NODE_NAME} " in line)
+
+
+def _faults(api: client.ApiClient) -> dict[int, str]:
+    raw = _node(api).metadata.annotations.get(health.ANNOTATION_KEY)
+    return {i: f.reason for i, f in health.decode(raw).items()} if raw else {}
+
+
+def test_an_injected_failure_is_marked_withdrawn_avoided_and_shown(kgwe, ml, busybox):
+    api, core = kgwe.api, client.CoreV1Api(kgwe.api)
+    uuid = {g.index: g.uuid for g in mocknvml.profile_gpus()}
+    cgroup = f"/{CGROUP_ROOT}/"
+    try:
+        mocknvml.inject_failure(3, "ecc_uncorrectable", 48)
+        mocknvml.restart_device_plugin(cgroup)
+        wait_for("GPU 3 unhealthy and withdrawn",
+                 lambda: 3 in _faults(api) and (_node(api).status.allocatable or {}).get(GPU_RESOURCE) == "7",
+                 180, describe=lambda: _state(api))  # fmt: skip
+        assert _faults(api)[3] in ("ECCUncorrectable", "XID48")
+        report = _kgwe(kgwe, "health", NODE_NAME)
+        [row] = [r for r in report["items"] if r["gpu"] == 3]
+        assert row["status"] == "Unhealthy" and "uncorrectable ECC" in json.dumps(report), report
+        events = core.list_namespaced_event(
+            "default", field_selector=f"involvedObject.name={NODE_NAME},reason=GPUUnhealthy"
+        )
+        assert any("GPU 3" in e.message for e in events.items)
+        # the extender never chooses it: 7 GPUs fit on the other seven, as NVIDIA's plugin hands them out
+        core.create_namespaced_pod(ml, _pod("seven", 7, busybox.reference))
+        wait_for(
+            "the 7-GPU pod running", lambda: _visible(api, ml, "seven"), 240, describe=lambda: _state(api)
+        )
+        placed = core.read_namespaced_pod("seven", ml)
+        assert placed.spec.scheduler_name == SCHEDULER_NAME
+        assert sorted(int(i) for i in placed.metadata.annotations[GPU_INDEX_ANNOTATION].split(",")) == [
+            0,
+            1,
+            2,
+            4,
+            5,
+            6,
+            7,
+        ]
+        assert set(_visible(api, ml, "seven")) == {uuid[i] for i in (0, 1, 2, 4, 5, 6, 7)}
+        core.delete_namespaced_pod("seven", ml, grace_period_seconds=0)
+        # a lost GPU: lost it stays, period after period
+        mocknvml.inject_failure(5, "lost")
+        mocknvml.restart_device_plugin(cgroup)
+
+        def lost() -> bool:
+            return _faults(api).get(5) == "GPULost" and _allocatable(api) == "6"
+
+        wait_for("GPU 5 lost and withdrawn", lost, 180, describe=lambda: _state(api))
+        periods = _agent_periods(api)
+        wait_for("five agent periods later", lambda: _agent_periods(api) >= periods + 5, 120)
+        assert _faults(api).get(5) == "GPULost"
+    finally:
+        core.delete_collection_namespaced_pod(ml, grace_period_seconds=0)
+        mocknvml.clear_failures()
+        mocknvml.restart_device_plugin(cgroup)
+    wait_for("every GPU back", lambda: (_node(api).status.allocatable or {}).get(GPU_RESOURCE) == "8", 180)
