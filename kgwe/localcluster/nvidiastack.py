@@ -153,7 +153,9 @@ def operator_node_labels() -> dict[str, str]:
 
 
 def _config_manager(name: str, process: str, default_config: str, *, oneshot: bool) -> dict[str, Any]:
-    """config-manager as the GPU Operator configures it for devicePlugin.config (init or sidecar)."""
+    """config-manager as the GPU Operator configures it for devicePlugin.config (init or sidecar). It finds
+    the process to signal by its argv[0] exactly, so every command here is the bare name (found on PATH),
+    as upstream's entrypoint runs them."""
     env = {
         "ONESHOT": "true" if oneshot else "false",
         "KUBECONFIG": "",
@@ -168,7 +170,7 @@ def _config_manager(name: str, process: str, default_config: str, *, oneshot: bo
     }
     return {
         "name": name,
-        "command": ["/usr/bin/config-manager"],
+        "command": ["config-manager"],
         "env": [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]
         + [{"name": k, "value": v} for k, v in env.items()],
         # its refusal ("specified config X does not exist") in the container's status, where `kgwe nodes`
@@ -241,7 +243,7 @@ def device_plugin_daemonset(image: str, default_config: str = DEFAULT_CONFIG_KEY
     what needs the real toolkit (its validation init container) or device nodes (PASS_DEVICE_SPECS)."""
     plugin = {
         "name": "nvidia-device-plugin",
-        "command": ["/usr/bin/nvidia-device-plugin"],
+        "command": ["nvidia-device-plugin"],
         "env": [
             {"name": k, "value": v}
             for k, v in {
@@ -273,7 +275,7 @@ def gfd_daemonset(image: str, features_dir: Path, default_config: str = DEFAULT_
     features.d, where nfd.py's stand-in reads them)."""
     gfd = {
         "name": "gpu-feature-discovery",
-        "command": ["/usr/bin/gpu-feature-discovery"],
+        "command": ["gpu-feature-discovery"],
         "args": ["--use-node-feature-api=false", f"--output-file={FEATURES_DIR}/{GFD_FEATURES_FILE}"],
         "env": [
             {"name": "CONFIG_FILE", "value": CONFIG_FILE},
