@@ -73,9 +73,9 @@ MIG_STATE_LABEL = "nvidia.com/mig.config.state"
 GPU_DEPLOY_LABEL_PREFIX = "nvidia.com/gpu.deploy."
 MIG_MANAGER_DEPLOY_LABEL = GPU_DEPLOY_LABEL_PREFIX + "mig-manager"
 DEVICE_PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"  # names a key of the device-plugin ConfigMap
-# NVIDIA's DaemonSets in GPU_OPERATOR_NAMESPACE, by the GPU Operator's names (their pods carry `app=<name>`).
+# NVIDIA's device plugin DaemonSet in GPU_OPERATOR_NAMESPACE, by the GPU Operator's name (its pods carry
+# `app=<name>`): KGWE reads its pods' state (`kgwe nodes`, the sharing rollout).
 DEVICE_PLUGIN_DAEMONSET = "nvidia-device-plugin-daemonset"
-GFD_DAEMONSET = "gpu-feature-discovery"
 # The mig-parted configs every rendered MIG config file holds besides KGWE's own layouts (NVIDIA's names).
 MIG_ALL_DISABLED = "all-disabled"
 MIG_ENABLED_KEY = "mig-enabled"  # per device of a mig-parted config: MIG mode on

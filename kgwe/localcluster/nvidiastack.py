@@ -43,7 +43,6 @@ from kgwe.vocab import (
     DEVICE_PLUGIN_CONFIG_LABEL,
     DEVICE_PLUGIN_CONFIGMAP,
     DEVICE_PLUGIN_DAEMONSET,
-    GFD_DAEMONSET,
     GPU_COUNT_LABEL,
     GPU_DEPLOY_LABEL_PREFIX,
     GPU_OPERATOR_NAMESPACE,
@@ -60,6 +59,7 @@ CONFIG_SOURCE_DIR = "/available-configs"  # the GPU Operator's mount of devicePl
 CONFIG_FILE = "/config/config.yaml"
 DEFAULT_CONFIG_KEY = "default"  # devicePlugin.config.default (the key KGWE's render writes)
 RUNTIME_HANDLER = "nvidia"  # the RuntimeClass `nvidia`'s handler
+GFD_DAEMONSET = "gpu-feature-discovery"  # the GPU Operator's name for GFD's DaemonSet (pods `app=<name>`)
 DEVICE_PLUGIN_ACCOUNT = "nvidia-device-plugin"
 GFD_ACCOUNT = "nvidia-gpu-feature-discovery"
 CONFIG_MANAGER_ROLE = "kgwe-local-nvidia-config-manager"
@@ -130,6 +130,7 @@ def runtime_base_spec(default_spec: Mapping[str, Any], driver_root: Path = DRIVE
         }
     )
     process = spec.setdefault("process", {})
+    process.pop("rlimits", None)  # as containerd's CRI leaves them: a pod inherits the runtime's limits
     env = [e for e in process.get("env") or [] if not e.startswith("LD_LIBRARY_PATH=")]
     process["env"] = [*env, f"LD_LIBRARY_PATH={driver_root / LIBRARY_DIR}"]
     return spec

@@ -20,12 +20,12 @@ from kgwe.fleet.nodes import device_plugin_state
 from kgwe.localcluster import gpunodes, mocknvml, nvidiastack
 from kgwe.localcluster.deviceplugin import DevicePluginStandIn, advertised, parse_config
 from kgwe.localcluster.nfd import FEATURE_LABELS_ANNOTATION
+from kgwe.localcluster.nvidiastack import GFD_DAEMONSET
 from kgwe.localcluster.realnode import CGROUP_ROOT, NODE_NAME
 from kgwe.vocab import (
     DEVICE_PLUGIN_CONFIG_LABEL,
     DEVICE_PLUGIN_CONFIGMAP,
     DEVICE_PLUGIN_DAEMONSET,
-    GFD_DAEMONSET,
     GPU_OPERATOR_NAMESPACE,
     GPU_PRODUCT_LABEL,
     GPU_REPLICAS_LABEL,
