@@ -147,8 +147,8 @@ main() {
     vendor="$(vendor_dir "$root")"
     script_sum="$(sha256sum "${BASH_SOURCE[0]}" | cut -c1-16)"
     local mock plugin
-    mock="$(ls "$vendor"/nvml-mock-*.tar.gz 2>/dev/null | sort | tail -1)"
-    plugin="$(ls "$vendor"/k8s-device-plugin-v*.tar.gz 2>/dev/null | sort -V | tail -1)"
+    mock="$(compgen -G "$vendor/nvml-mock-*.tar.gz" | sort | tail -1 || true)"
+    plugin="$(compgen -G "$vendor/k8s-device-plugin-v*.tar.gz" | sort -V | tail -1 || true)"
     [[ -f "$mock" ]] || die "no nvml-mock-<commit>.tar.gz in $vendor"
     [[ -f "$plugin" ]] || die "no k8s-device-plugin-v<version>.tar.gz in $vendor"
     local mock_name plugin_name dir

@@ -344,7 +344,9 @@ class DevicePluginStandIn:
             gpus = 0
         resources, gfd = advertised(config, gpus, labels.get(GPU_PRODUCT_LABEL, ""))
         allocatable = (node.status.allocatable or {}) if node.status else {}
-        patch: dict[str, Any] = {k: None for k in (GPU_RESOURCE, SHARED_GPU_RESOURCE) if k in allocatable}
+        # A resource the plugin stops advertising stays on a real node at 0 (the kubelet zeroes it, does not
+        # remove it): checked against NVIDIA's plugin (tests/localcluster/test_nvidia_gpu_node.py).
+        patch: dict[str, Any] = {k: "0" for k in (GPU_RESOURCE, SHARED_GPU_RESOURCE) if k in allocatable}
         patch.update({k: str(v) for k, v in resources.items()})
         self._core.patch_node_status(name, {"status": {"allocatable": patch, "capacity": patch}})
         self._core.patch_node(name, {"metadata": {"labels": gfd}})

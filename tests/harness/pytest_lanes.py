@@ -64,7 +64,8 @@ LANES: dict[str, tuple[str, frozenset[str]]] = {
     "gotool": (
         "runs a tool built from Go modules (helm, promtool and Prometheus, Flux's kustomize-controller) or "
         "from NVIDIA's sources (the mock NVML library, the device plugin and GFD)",
-        frozenset({"chart", "promtool", "prometheus", "flux", "dpconfig", "nvidia_binaries"}),
+        # gpu_cluster builds (or reuses) NVIDIA's stack before it starts the GPU node: realnode and gotool
+        frozenset({"chart", "promtool", "prometheus", "flux", "dpconfig", "nvidia_binaries", "gpu_cluster"}),
     ),
     "postgres": ("needs the real PostgreSQL server", frozenset({"postgres_url", "postgres_server"})),
 }
