@@ -241,20 +241,29 @@ def node_rows(
 
 
 def device_plugin_state(pod: Mapping[str, Any]) -> str:
-    """What NVIDIA's device-plugin pod on a node is doing, in a few words: `Running`, or the first
-    container that is not, with why and its last words (config-manager's refusal, a crash)."""
+    """What NVIDIA's device-plugin pod on a node is doing, in a few words: its phase (`Running`), or the first
+    container that is not running, with why and its last words (config-manager's refusal, a crash); a running
+    pod whose container failed before says so too, with when (a crash loop is running between its crashes)."""
     status = pod.get("status") or {}
     statuses = list(status.get("initContainerStatuses") or []) + list(status.get("containerStatuses") or [])
+    failed_before = ""
     for c in statuses:
         state = c.get("state") or {}
-        if state.get("running") or (state.get("terminated") or {}).get("reason") == "Completed":
-            continue  # running, or an init container that is done
-        reason = (state.get("waiting") or state.get("terminated") or {}).get("reason") or "Pending"
-        last = ((c.get("lastState") or {}).get("terminated") or {}).get("message") or ""
-        words = last.strip().splitlines()[-1][:200] if last.strip() else ""
+        last = (c.get("lastState") or {}).get("terminated") or {}
+        text = str(last.get("message") or "").strip()
+        words = text.splitlines()[-1][:200] if text else ""
         restarts = c.get("restartCount", 0)
+        if "running" in state or (state.get("terminated") or {}).get("reason") == "Completed":
+            if restarts and last.get("exitCode") and not failed_before:  # running now, failed before
+                when = f" at {last['finishedAt']}" if last.get("finishedAt") else ""
+                failed_before = (
+                    f"; {c.get('name')} restarted {restarts} time(s), last exit {last['exitCode']}{when}"
+                )
+                failed_before += f": {words}" if words else ""
+            continue
+        reason = (state.get("waiting") or state.get("terminated") or {}).get("reason") or "Pending"
         return f"{c.get('name')}: {reason} (restarts {restarts})" + (f": {words}" if words else "")
-    return str(status.get("phase") or "Unknown")
+    return str(status.get("phase") or "Unknown") + failed_before
 
 
 def device_plugin_states(pods: Sequence[Mapping[str, Any]]) -> dict[str, str]:

@@ -268,7 +268,7 @@ def test_a_sharing_commit_switches_nvidias_plugin_through_its_config_manager(kgw
     )
     [row] = _kgwe(kgwe, "nodes", NODE_NAME)["items"]
     assert row["sharing"] == {"strategy": "time-slicing", "replicas": 4, "config": key}
-    assert row["devicePlugin"] == "Running"
+    assert row["devicePlugin"].startswith("Running")  # (config-manager may have refused a key once: named)
     # and back: the strategy removed, the node returns to the default config
     kgwe.commit({"sharing/h100-ts4.yaml": None}, "stop sharing")
 

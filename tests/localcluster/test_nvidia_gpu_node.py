@@ -92,7 +92,7 @@ def test_the_gpu_node_is_advertised_by_nvidias_plugin_and_labelled_by_gfd(gpu_cl
         pod = _plugin_pod(api, app)
         assert pod.spec.runtime_class_name == "nvidia" and pod.status.phase == "Running"
         assert {c.image for c in pod.spec.containers} == {"nvcr.io/nvidia/k8s-device-plugin:v0.20.0"}
-        assert device_plugin_state(client.ApiClient().sanitize_for_serialization(pod)) == "Running"
+        assert device_plugin_state(client.ApiClient().sanitize_for_serialization(pod)).startswith("Running")
     assert Path("/var/lib/kubelet/device-plugins/nvidia-gpu.sock").is_socket()
     assert gpu_cluster.gpu_ready_seconds > 0
     assert sorted(g.uuid for g in mocknvml.profile_gpus()) == sorted(
@@ -225,7 +225,8 @@ def test_the_stand_in_switches_configs_as_nvidias_plugin_and_gfd_do(gpu_cluster,
         message = wait_for("config-manager's refusal", refused, 180, describe=lambda: _nvidia_state(api))
         assert "specified config kgwe-missing does not exist" in message
         state = device_plugin_state(client.ApiClient().sanitize_for_serialization(_plugin_pod(api)))
-        assert state.startswith("config-manager: ") and "does not exist" in state, state
+        # crash-looping: between two crashes it runs, so either way it says why (`kgwe nodes -o wide`)
+        assert "config-manager" in state and "specified config kgwe-missing does not exist" in state, state
         assert _gpu_resources(_node(api)) == before
         wait_for(
             "the stand-in's refusal",

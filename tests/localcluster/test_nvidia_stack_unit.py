@@ -146,3 +146,41 @@ def test_an_unknown_gpu_profile_names_the_ones_there_are(tmp_path):
         UnknownGpuProfile, match="unknown GPU profile 'h200': the mock NVML library ships a100, h100"
     ):
         binaries.profile("h200")
+
+
+def _pod(*containers: dict, phase: str = "Running") -> dict:
+    init = {"name": "config-manager-init", "state": {"terminated": {"reason": "Completed", "exitCode": 0}}}
+    return {
+        "status": {"phase": phase, "initContainerStatuses": [init], "containerStatuses": list(containers)}
+    }
+
+
+def test_the_device_plugin_pods_state_says_what_a_person_needs():
+    from kgwe.fleet.nodes import device_plugin_state, device_plugin_states
+
+    running = {"name": "nvidia-device-plugin", "state": {"running": {}}, "restartCount": 0}
+    words = "E1206 main.go:209] specified config kgwe-x does not exist"
+    refusal = f"I1206 main.go:249] Label change detected\n{words}\n"
+    looping = {
+        "name": "config-manager",
+        "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+        "lastState": {
+            "terminated": {"exitCode": 1, "message": refusal, "finishedAt": "2026-12-06T03:41:54Z"}
+        },
+        "restartCount": 3,
+    }
+    assert (
+        device_plugin_state(_pod(running, {**looping, "state": {"running": {}}, "restartCount": 0}))
+        == "Running"
+    )
+    assert (
+        device_plugin_state(_pod(running, looping))
+        == f"config-manager: CrashLoopBackOff (restarts 3): {words}"
+    )
+    between_crashes = {**looping, "state": {"running": {}}}
+    assert device_plugin_state(_pod(running, between_crashes)) == (
+        f"Running; config-manager restarted 3 time(s), last exit 1 at 2026-12-06T03:41:54Z: {words}"
+    )
+    assert device_plugin_state({"status": {"phase": "Pending"}}) == "Pending"
+    pods = [{"spec": {"nodeName": "n1"}, **_pod(running)}, {"spec": {}, **_pod(looping)}]
+    assert device_plugin_states(pods) == {"n1": "Running"}
