@@ -13,7 +13,7 @@ missing, as the tests build it). Figures:
   real node's allocatable `nvidia.com/gpu` changed (KGWE's sync, render and rollout, NVIDIA's config-manager
   and plugin restart, the kubelet);
 - health_withdrawn_seconds: an uncorrectable ECC error with Xid 48 injected into GPU 3 (and NVIDIA's plugin
-  restarted in place, `kgwe cluster fail-gpu`) until the extender no longer chooses GPU 3: the agent's health
+  restarted, `kgwe cluster fail-gpu`) until the extender no longer chooses GPU 3: the agent's health
   annotation names it (what the extender reads) and NVIDIA's plugin withdrew it; then a 7-GPU pod is placed
   by kgwe-scheduler to check the extender's choice leaves GPU 3 out;
 - agent_discovery_ms: one discovery of the agent through NVIDIA's mock library (median of 20, in a process

@@ -8,18 +8,17 @@ there finds the profile without being told, and re-reads `config/overrides.yaml`
 it runs: that file is how a failure is injected into GPUs that are already in use.
 
 The mock models a failure per process: a device "trips" on the next guarded NVML call (temperature, ECC
-counters, memory info...) the process makes after the override appears, and stays tripped. The agent calls
-those every period; NVIDIA's device plugin calls them only while it (re)starts, so `restart_device_plugin`
-makes it re-read its GPUs the way config-manager does (SIGHUP), where real hardware would have sent an Xid.
+counters, memory info...) the process makes after the override appears, and stays tripped; an Xid is
+handed to the first event wait of the process that claims it. The agent makes those calls every period;
+NVIDIA's device plugin only while it starts, so nvidiastack.restart_device_plugin restarts it as a new
+process (where real hardware would have sent the running plugin an Xid). Not in place (SIGHUP): the
+previous run's health check, still in its event wait, would take the Xid and drop it.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
 import shutil
-import signal
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, get_args
@@ -131,37 +130,3 @@ def _write_overrides(root: Path, doc: Mapping[str, Any]) -> None:
     partial = path.with_suffix(".partial")
     partial.write_text(yaml.safe_dump(dict(doc), sort_keys=True))
     partial.replace(path)
-
-
-def processes_named(name: str, cgroup_part: str) -> list[int]:
-    """PIDs (in the host's PID namespace) of processes called `name` whose cgroup path contains
-    `cgroup_part` (the real node's cgroup root: the node's containers, nobody else's)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            comm = (entry / "comm").read_text().strip()
-            cgroup = (entry / "cgroup").read_text()
-        except OSError:
-            continue
-        if comm == name[:15] and cgroup_part in cgroup:
-            found.append(int(entry.name))
-    return found
-
-
-def signal_processes(pids: Iterable[int], signum: int = signal.SIGHUP) -> int:
-    """Send `signum` to each PID still there; how many got it."""
-    sent = 0
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signum)
-            sent += 1
-    return sent
-
-
-def restart_device_plugin(cgroup_root: str) -> int:
-    """SIGHUP NVIDIA's device plugin on the local GPU node, as config-manager does after a config switch:
-    it re-reads its GPUs in the same process, with the same library, so a failure injected since trips
-    there. `cgroup_root`: the node's (e.g. `/kgwe-node/`). Returns how many processes got the signal."""
-    return signal_processes(processes_named("nvidia-device-plugin", cgroup_root))

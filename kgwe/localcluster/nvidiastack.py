@@ -383,8 +383,13 @@ def allocatable_gpus(api: client.ApiClient, node: str, resource: str) -> int:
         return 0
 
 
-def pods_state(api: client.ApiClient, names: Sequence[str] = (DEVICE_PLUGIN_DAEMONSET, GFD_DAEMONSET)) -> str:
-    """One line per NVIDIA pod: its containers' states and last termination messages (for errors)."""
+def pods_state(
+    api: client.ApiClient,
+    names: Sequence[str] = (DEVICE_PLUGIN_DAEMONSET, GFD_DAEMONSET),
+    log_lines: int = 15,
+) -> str:
+    """One line per NVIDIA pod: its containers' states and last termination messages, then the last
+    `log_lines` lines of its main container's log (for errors)."""
     core = client.CoreV1Api(api)
     lines = []
     for name in names:
@@ -404,6 +409,15 @@ def pods_state(api: client.ApiClient, names: Sequence[str] = (DEVICE_PLUGIN_DAEM
                 )
                 parts.append(f"{s.name}={state}(restarts {s.restart_count}){': ' + last if last else ''}")
             lines.append(f"{pod.metadata.name} {pod.status.phase}: {' '.join(parts)}")
+            if log_lines and pod.status.phase == "Running":
+                container = pod.spec.containers[0].name
+                try:
+                    log = core.read_namespaced_pod_log(
+                        pod.metadata.name, GPU_OPERATOR_NAMESPACE, container=container, tail_lines=log_lines
+                    )
+                except ApiException as exc:
+                    log = f"(no log: {exc.reason})"
+                lines += [f"  {container}| {line}" for line in log.splitlines()]
     return "\n".join(lines) or "no NVIDIA pods"
 
 
@@ -428,3 +442,18 @@ def wait_gpu_node(
                 f"NVIDIA's pods in {GPU_OPERATOR_NAMESPACE}:\n{pods_state(api)}"
             )
         time.sleep(poll_seconds)
+
+
+def restart_device_plugin(api: client.ApiClient, node: str) -> int:
+    """Restart NVIDIA's device plugin on `node` as a new process (its pod deleted, the DaemonSet makes
+    another): it reads its GPUs again, so a failure injected into the mock since trips there (mocknvml.py).
+    Returns how many pods were deleted."""
+    core = client.CoreV1Api(api)
+    pods = core.list_namespaced_pod(
+        GPU_OPERATOR_NAMESPACE,
+        label_selector=f"app={DEVICE_PLUGIN_DAEMONSET}",
+        field_selector=f"spec.nodeName={node}",
+    ).items
+    for pod in pods:
+        core.delete_namespaced_pod(pod.metadata.name, GPU_OPERATOR_NAMESPACE, grace_period_seconds=0)
+    return len(pods)

@@ -26,7 +26,7 @@ from kgwe.agent.podresources import DEFAULT_SOCKET, list_pod_resources
 from kgwe.cost.metering import holdings
 from kgwe.cost.usage import WHOLE
 from kgwe.localcluster import mocknvml, nvidiastack
-from kgwe.localcluster.realnode import CGROUP_ROOT, NODE_NAME
+from kgwe.localcluster.realnode import NODE_NAME
 from kgwe.topology import annotation, health
 from kgwe.vocab import (
     DEVICE_PLUGIN_CONFIG_LABEL,
@@ -56,7 +56,7 @@ def _pods(
 ) -> list[client.V1Pod]:
     """The pods of `selector` on the GPU node."""
     pods = client.CoreV1Api(api).list_namespaced_pod(namespace, label_selector=selector).items
-    return [p for p in pods if p.spec.node_name == NODE_NAME]
+    return [p for p in pods if p.spec.node_name == NODE_NAME and p.metadata.deletion_timestamp is None]
 
 
 def _allocatable(api: client.ApiClient) -> str | None:
@@ -313,10 +313,9 @@ def _faults(api: client.ApiClient) -> dict[int, str]:
 def test_an_injected_failure_is_marked_withdrawn_avoided_and_shown(kgwe, ml, busybox):
     api, core = kgwe.api, client.CoreV1Api(kgwe.api)
     uuid = {g.index: g.uuid for g in mocknvml.profile_gpus()}
-    cgroup = f"/{CGROUP_ROOT}/"
     try:
         mocknvml.inject_failure(3, "ecc_uncorrectable", 48)
-        mocknvml.restart_device_plugin(cgroup)
+        nvidiastack.restart_device_plugin(api, NODE_NAME)
         wait_for("GPU 3 unhealthy and withdrawn",
                  lambda: 3 in _faults(api) and (_node(api).status.allocatable or {}).get(GPU_RESOURCE) == "7",
                  180, describe=lambda: _state(api))  # fmt: skip
@@ -348,7 +347,7 @@ def test_an_injected_failure_is_marked_withdrawn_avoided_and_shown(kgwe, ml, bus
         core.delete_namespaced_pod("seven", ml, grace_period_seconds=0)
         # a lost GPU: lost it stays, period after period
         mocknvml.inject_failure(5, "lost")
-        mocknvml.restart_device_plugin(cgroup)
+        nvidiastack.restart_device_plugin(api, NODE_NAME)
 
         def lost() -> bool:
             return _faults(api).get(5) == "GPULost" and _allocatable(api) == "6"
@@ -360,5 +359,5 @@ def test_an_injected_failure_is_marked_withdrawn_avoided_and_shown(kgwe, ml, bus
     finally:
         core.delete_collection_namespaced_pod(ml, grace_period_seconds=0)
         mocknvml.clear_failures()
-        mocknvml.restart_device_plugin(cgroup)
+        nvidiastack.restart_device_plugin(api, NODE_NAME)
     wait_for("every GPU back", lambda: (_node(api).status.allocatable or {}).get(GPU_RESOURCE) == "8", 180)

@@ -21,7 +21,7 @@ from kgwe.localcluster import gpunodes, mocknvml, nvidiastack
 from kgwe.localcluster.deviceplugin import DevicePluginStandIn, advertised, parse_config
 from kgwe.localcluster.nfd import FEATURE_LABELS_ANNOTATION
 from kgwe.localcluster.nvidiastack import GFD_DAEMONSET
-from kgwe.localcluster.realnode import CGROUP_ROOT, NODE_NAME
+from kgwe.localcluster.realnode import NODE_NAME
 from kgwe.vocab import (
     DEVICE_PLUGIN_CONFIG_LABEL,
     DEVICE_PLUGIN_CONFIGMAP,
@@ -69,7 +69,7 @@ def _plugin_pod(api: client.ApiClient, app: str = DEVICE_PLUGIN_DAEMONSET) -> cl
     pods = (
         client.CoreV1Api(api).list_namespaced_pod(GPU_OPERATOR_NAMESPACE, label_selector=f"app={app}").items
     )
-    [pod] = [p for p in pods if p.spec.node_name == NODE_NAME]
+    [pod] = [p for p in pods if p.spec.node_name == NODE_NAME and p.metadata.deletion_timestamp is None]
     return pod
 
 
@@ -249,10 +249,9 @@ def test_an_injected_failure_is_withdrawn_by_nvidias_plugin(gpu_cluster, api, ns
     as on a restart: the mock's failures are per process), and a pod never gets a withdrawn GPU."""
     core = client.CoreV1Api(api)
     uuid = {g.index: g.uuid for g in mocknvml.profile_gpus()}
-    cgroup = f"/{CGROUP_ROOT}/"
     try:
         mocknvml.inject_failure(3, "ecc_uncorrectable", 48)
-        assert mocknvml.restart_device_plugin(cgroup) == 1
+        assert nvidiastack.restart_device_plugin(api, NODE_NAME) == 1
         wait_for("GPU 3 withdrawn", lambda: _gpu_resources(_node(api))[GPU_RESOURCE] == "7", 180,
                  describe=lambda: _nvidia_state(api))  # fmt: skip
         log = core.read_namespaced_pod_log(
@@ -260,7 +259,7 @@ def test_an_injected_failure_is_withdrawn_by_nvidias_plugin(gpu_cluster, api, ns
         )
         assert f"XidCriticalError: Xid=48 on Device={uuid[3]}" in log
         mocknvml.inject_failure(5, "lost")
-        assert mocknvml.restart_device_plugin(cgroup) == 1
+        assert nvidiastack.restart_device_plugin(api, NODE_NAME) == 1
         wait_for("GPU 5 withdrawn too", lambda: _gpu_resources(_node(api))[GPU_RESOURCE] == "6", 180,
                  describe=lambda: _nvidia_state(api))  # fmt: skip
         core.create_namespaced_pod(ns, _gpu_pod("six", 6, busybox.reference))
@@ -275,6 +274,6 @@ def test_an_injected_failure_is_withdrawn_by_nvidias_plugin(gpu_cluster, api, ns
     finally:
         core.delete_collection_namespaced_pod(ns, grace_period_seconds=0)
         mocknvml.clear_failures()
-        mocknvml.restart_device_plugin(cgroup)
+        nvidiastack.restart_device_plugin(api, NODE_NAME)
     wait_for("every GPU back", lambda: _gpu_resources(_node(api))[GPU_RESOURCE] == "8", 180,
              describe=lambda: _nvidia_state(api))  # fmt: skip
