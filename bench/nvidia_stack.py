@@ -12,10 +12,10 @@ missing, as the tests build it). Figures:
 - sharing_switch_seconds: a GPUSharingStrategy (time-slicing x4) pushed to the policy repository until the
   real node's allocatable `nvidia.com/gpu` changed (KGWE's sync, render and rollout, NVIDIA's config-manager
   and plugin restart, the kubelet);
-- health_withdrawn_seconds: an uncorrectable ECC error with Xid 48 injected into GPU 3 (and NVIDIA's plugin
-  restarted, `kgwe cluster fail-gpu`) until the extender no longer chooses GPU 3: the agent's health
-  annotation names it (what the extender reads) and NVIDIA's plugin withdrew it; then a 7-GPU pod is placed
-  by kgwe-scheduler to check the extender's choice leaves GPU 3 out;
+- health_withdrawn_seconds: an uncorrectable ECC error with Xid 48 injected into GPU 3 (`kgwe cluster
+  fail-gpu`, which also restarts NVIDIA's plugin in place) until the extender no longer chooses GPU 3: the
+  agent's health annotation names it (what the extender's watch reads); then a 7-GPU pod placed by
+  kgwe-scheduler checks the extender's choice leaves GPU 3 out;
 - agent_discovery_ms: one discovery of the agent through NVIDIA's mock library (median of 20, in a process
   of its own loading the library from the node's driver root).
 
@@ -127,11 +127,11 @@ def main() -> None:
 
                 def withdrawn() -> bool:
                     raw = core.read_node(NODE_NAME).metadata.annotations.get(health.ANNOTATION_KEY)
-                    return _allocatable(core) == "7" and 3 in (health.decode(raw) if raw else {})
+                    return 3 in (health.decode(raw) if raw else {})
 
-                _until("GPU 3 withdrawn and marked", withdrawn, 300)
+                _until("GPU 3 marked unhealthy", withdrawn, 300)
                 withdrawn_seconds = time.monotonic() - started
-                print(f"failure injected -> GPU 3 withdrawn and marked: {withdrawn_seconds:.1f} s")
+                print(f"failure injected -> GPU 3 marked (the extender's input): {withdrawn_seconds:.1f} s")
                 ns = kgwe.opted_in_namespace(f"bench-{secrets.token_hex(3)}")
                 pod = {
                     "metadata": {"name": "seven"},

@@ -18,7 +18,7 @@ With `--gpu-profile PROFILE` (alone: h100) the real node is also a GPU node run 
 mock NVML library with that GPU profile in the driver root, NVIDIA's device plugin, GPU Feature Discovery
 and config-manager as the GPU Operator runs them (built from NVIDIA's sources by hack/nvidia-bins.sh); `up`
 returns once the node advertises the profile's GPUs. `fail-gpu` injects a failure into one of its GPUs
-through the mock and restarts NVIDIA's plugin (its pod) so it reads its GPUs again (docs/nvidia-stack.md).
+through the mock and restarts NVIDIA's plugin in place so it reads its GPUs again (docs/nvidia-stack.md).
 
 Example:
   eval "$(kgwe cluster up --image build/image/kgwe-0.1.0.oci.tar)"
@@ -338,11 +338,9 @@ def down() -> int:
 
 
 def fail_gpu(args: argparse.Namespace) -> int:
-    """Inject a failure into one GPU of the running GPU node and restart NVIDIA's plugin so it sees it."""
-    from kubernetes import config
-
+    """Inject a failure into one GPU of the running GPU node and restart NVIDIA's plugin so it meets it."""
     from kgwe.localcluster import mocknvml, nvidiastack
-    from kgwe.localcluster.realnode import NODE_NAME
+    from kgwe.localcluster.realnode import CGROUP_ROOT, NODE_NAME
 
     if os.geteuid() != 0:
         raise KgweError("`kgwe cluster fail-gpu` needs root (it writes the node's driver root)")
@@ -350,12 +348,12 @@ def fail_gpu(args: argparse.Namespace) -> int:
     if record is None or not record.gpu_profile:
         raise KgweError("no local GPU node is running: start one with `kgwe cluster up --gpu-profile`")
     mocknvml.inject_failure(args.gpu, args.mode, args.xid)
-    restarted = nvidiastack.restart_device_plugin(config.new_client_from_config(record.kubeconfig), NODE_NAME)
+    restarted = nvidiastack.restart_device_plugin(f"/{CGROUP_ROOT}/")
     xid = f" with Xid {args.xid}" if args.xid is not None else ""
     _say(
         f"GPU {args.gpu}: {args.mode}{xid} injected (the mock's overrides file); NVIDIA's device plugin "
-        f"restarted ({restarted} pod(s)) to read its GPUs again. Watch: kgwe health; "
-        f"kubectl describe node {NODE_NAME} (allocatable, the GPUHealthy condition, Events)"
+        f"restarted in place ({restarted} process(es), SIGHUP) to read its GPUs again. Watch: kgwe health; "
+        f"kgwe nodes {NODE_NAME} -o wide; kubectl describe node {NODE_NAME}"
     )
     return 0
 

@@ -7,12 +7,13 @@ convention (docs/facts/nvidia-stack.md §1): the library at `usr/lib64/libnvidia
 there finds the profile without being told, and re-reads `config/overrides.yaml` (about once a second) while
 it runs: that file is how a failure is injected into GPUs that are already in use.
 
-The mock models a failure per process: a device "trips" on the next guarded NVML call (temperature, ECC
-counters, memory info...) the process makes after the override appears, and stays tripped; an Xid is
-handed to the first event wait of the process that claims it. The agent makes those calls every period;
-NVIDIA's device plugin only while it starts, so nvidiastack.restart_device_plugin restarts it as a new
-process (where real hardware would have sent the running plugin an Xid). Not in place (SIGHUP): the
-previous run's health check, still in its event wait, would take the Xid and drop it.
+The mock models a failure per NVML session of a process: a device "trips" on the next guarded NVML call
+(temperature, ECC counters, memory info...) made while the override is there, and stays tripped until the
+override goes or the process's last nvmlShutdown drops its devices; an Xid goes to the first event wait
+that claims it. The agent makes those calls every period. NVIDIA's device plugin v0.20.0 makes them only
+while it (re)starts (nvidiastack.restart_device_plugin: SIGHUP, as config-manager does), and what follows
+is NVIDIA's code meeting the failure (docs/nvidia-stack.md): a lost GPU stops the plugin from starting at
+all; an Xid is taken by the health check of the run that was just stopped, or of the new one.
 """
 
 from __future__ import annotations

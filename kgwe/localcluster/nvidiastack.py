@@ -20,9 +20,12 @@ The manifests are pure functions of plain values; `install` does the API calls.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import os
 import re
+import signal
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
@@ -444,16 +447,23 @@ def wait_gpu_node(
         time.sleep(poll_seconds)
 
 
-def restart_device_plugin(api: client.ApiClient, node: str) -> int:
-    """Restart NVIDIA's device plugin on `node` as a new process (its pod deleted, the DaemonSet makes
-    another): it reads its GPUs again, so a failure injected into the mock since trips there (mocknvml.py).
-    Returns how many pods were deleted."""
-    core = client.CoreV1Api(api)
-    pods = core.list_namespaced_pod(
-        GPU_OPERATOR_NAMESPACE,
-        label_selector=f"app={DEVICE_PLUGIN_DAEMONSET}",
-        field_selector=f"spec.nodeName={node}",
-    ).items
-    for pod in pods:
-        core.delete_namespaced_pod(pod.metadata.name, GPU_OPERATOR_NAMESPACE, grace_period_seconds=0)
-    return len(pods)
+def restart_device_plugin(cgroup_root: str) -> int:
+    """Restart NVIDIA's device plugin in place, as config-manager does (SIGHUP to the process whose name it
+    is, in the real node's containers: `cgroup_root`, e.g. `/kgwe-node/`): it reads its GPUs again with the
+    library it loaded, so a failure injected into the mock since trips there (mocknvml.py). Returns how many
+    processes got the signal."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            comm = (entry / "comm").read_text().strip()
+            cgroup = (entry / "cgroup").read_text()
+        except OSError:
+            continue
+        if comm == "nvidia-device-plugin"[:15] and cgroup_root in cgroup:  # comm keeps 15 characters
+            found.append(int(entry.name))
+    for pid in found:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGHUP)
+    return len(found)

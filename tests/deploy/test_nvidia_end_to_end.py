@@ -26,7 +26,7 @@ from kgwe.agent.podresources import DEFAULT_SOCKET, list_pod_resources
 from kgwe.cost.metering import holdings
 from kgwe.cost.usage import WHOLE
 from kgwe.localcluster import mocknvml, nvidiastack
-from kgwe.localcluster.realnode import NODE_NAME
+from kgwe.localcluster.realnode import CGROUP_ROOT, NODE_NAME
 from kgwe.topology import annotation, health
 from kgwe.vocab import (
     DEVICE_PLUGIN_CONFIG_LABEL,
@@ -310,54 +310,65 @@ def _faults(api: client.ApiClient) -> dict[int, str]:
     return {i: f.reason for i, f in health.decode(raw).items()} if raw else {}
 
 
-def test_an_injected_failure_is_marked_withdrawn_avoided_and_shown(kgwe, ml, busybox):
+def test_an_injected_failure_is_marked_avoided_and_shown(kgwe, ml, busybox):
+    """An uncorrectable ECC error with Xid 48 on GPU 3: the agent marks it with the reason, `kgwe health` and
+    an Event show it, the extender leaves it out of a 7-GPU pod's set. Then GPU 5 lost: the agent marks it and
+    keeps it lost period after period; NVIDIA's plugin, restarted, cannot start with a lost GPU (the node
+    advertises none, `kgwe nodes` shows why) and no GPU pod is placed there."""
     api, core = kgwe.api, client.CoreV1Api(kgwe.api)
-    uuid = {g.index: g.uuid for g in mocknvml.profile_gpus()}
+    cgroup = f"/{CGROUP_ROOT}/"
     try:
         mocknvml.inject_failure(3, "ecc_uncorrectable", 48)
-        nvidiastack.restart_device_plugin(api, NODE_NAME)
-        wait_for("GPU 3 unhealthy and withdrawn",
-                 lambda: 3 in _faults(api) and (_node(api).status.allocatable or {}).get(GPU_RESOURCE) == "7",
-                 180, describe=lambda: _state(api))  # fmt: skip
+        nvidiastack.restart_device_plugin(cgroup)
+        wait_for("GPU 3 unhealthy", lambda: 3 in _faults(api), 180, describe=lambda: _state(api))
         assert _faults(api)[3] in ("ECCUncorrectable", "XID48")
         report = _kgwe(kgwe, "health", NODE_NAME)
         [row] = [r for r in report["items"] if r["gpu"] == 3]
-        assert row["status"] == "Unhealthy" and "uncorrectable ECC" in json.dumps(report), report
+        assert row["status"] == "Unhealthy" and "uncorrectable ECC" in row["message"], report
         events = core.list_namespaced_event(
             "default", field_selector=f"involvedObject.name={NODE_NAME},reason=GPUUnhealthy"
         )
         assert any("GPU 3" in e.message for e in events.items)
-        # the extender never chooses it: 7 GPUs fit on the other seven, as NVIDIA's plugin hands them out
+        # the extender never chooses it: a 7-GPU pod gets the other seven (NVIDIA's plugin allocates them)
         core.create_namespaced_pod(ml, _pod("seven", 7, busybox.reference))
         wait_for(
             "the 7-GPU pod running", lambda: _visible(api, ml, "seven"), 240, describe=lambda: _state(api)
         )
         placed = core.read_namespaced_pod("seven", ml)
         assert placed.spec.scheduler_name == SCHEDULER_NAME
-        assert sorted(int(i) for i in placed.metadata.annotations[GPU_INDEX_ANNOTATION].split(",")) == [
-            0,
-            1,
-            2,
-            4,
-            5,
-            6,
-            7,
-        ]
-        assert set(_visible(api, ml, "seven")) == {uuid[i] for i in (0, 1, 2, 4, 5, 6, 7)}
+        chosen = sorted(int(i) for i in placed.metadata.annotations[GPU_INDEX_ANNOTATION].split(","))
+        assert chosen == [0, 1, 2, 4, 5, 6, 7]
+        held = [d for h in list_pod_resources(DEFAULT_SOCKET) if h.pod == "seven" for d in h.device_ids]
+        assert sorted(held) == sorted(_visible(api, ml, "seven"))
         core.delete_namespaced_pod("seven", ml, grace_period_seconds=0)
-        # a lost GPU: lost it stays, period after period
+        # a lost GPU: NVIDIA's plugin cannot start with it, the agent keeps it lost
         mocknvml.inject_failure(5, "lost")
-        nvidiastack.restart_device_plugin(api, NODE_NAME)
+        nvidiastack.restart_device_plugin(cgroup)
+        wait_for("GPU 5 lost", lambda: _faults(api).get(5) == "GPULost", 180, describe=lambda: _state(api))
+        wait_for("the node without GPUs", lambda: _allocatable(api) == "0", 180, describe=lambda: _state(api))
 
-        def lost() -> bool:
-            return _faults(api).get(5) == "GPULost" and _allocatable(api) == "6"
+        def shown() -> dict | None:
+            [row] = _kgwe(kgwe, "nodes", NODE_NAME)["items"]
+            return row if "ERROR_GPU_IS_LOST" in (row["devicePlugin"] or "") else None
 
-        wait_for("GPU 5 lost and withdrawn", lost, 180, describe=lambda: _state(api))
+        row = wait_for("kgwe nodes naming the plugin's failure", shown, 180, describe=lambda: _state(api))
+        assert row["unhealthyGPUs"] == [3, 5]
+        core.create_namespaced_pod(ml, _pod("waits", 1, busybox.reference))
+
+        def refused() -> list[str]:
+            events = core.list_namespaced_event(
+                ml, field_selector="involvedObject.name=waits,reason=FailedScheduling"
+            )
+            return [e.message for e in events.items]
+
+        wait_for("the GPU pod refused", refused, 120)
+        assert core.read_namespaced_pod("waits", ml).spec.node_name is None
         periods = _agent_periods(api)
         wait_for("five agent periods later", lambda: _agent_periods(api) >= periods + 5, 120)
         assert _faults(api).get(5) == "GPULost"
     finally:
         core.delete_collection_namespaced_pod(ml, grace_period_seconds=0)
         mocknvml.clear_failures()
-        nvidiastack.restart_device_plugin(api, NODE_NAME)
-    wait_for("every GPU back", lambda: (_node(api).status.allocatable or {}).get(GPU_RESOURCE) == "8", 180)
+        for pod in _pods(api, f"app={DEVICE_PLUGIN_DAEMONSET}"):  # a new pod rather than the back-off
+            core.delete_namespaced_pod(pod.metadata.name, GPU_OPERATOR_NAMESPACE, grace_period_seconds=0)
+    wait_for("every GPU back", lambda: _allocatable(api) == "8", 180, describe=lambda: _state(api))
