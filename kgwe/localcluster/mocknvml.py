@@ -33,6 +33,9 @@ DRIVER_ROOT = Path("/run/nvidia/driver")  # the GPU Operator's driver root (host
 LIBRARY_DIR = "usr/lib64"  # relative to a driver root: where the mock looks for itself
 CONFIG_FILE = "config/config.yaml"
 OVERRIDES_FILE = "config/overrides.yaml"
+# A process re-reads the overrides file at most this often (the mock's MOCK_NVML_OVERRIDES_TTL default, 1 s),
+# with a margin: a guarded call within it still sees the former file.
+OVERRIDES_TTL_SECONDS = 1.5
 DEFAULT_GPU_PROFILE = "h100"  # HGX H100: the machine of sample-repo's inference pool and KGWE's HGX-H100
 FailureMode = Literal["ecc_uncorrectable", "lost", "fallen_off_bus"]
 FAILURE_MODES: tuple[str, ...] = get_args(FailureMode)

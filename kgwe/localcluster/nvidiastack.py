@@ -39,7 +39,7 @@ from kubernetes.client.exceptions import ApiException
 from kgwe.errors import KgweError
 from kgwe.localcluster.controlplane import cache_base
 from kgwe.localcluster.gpunodes import KWOK_NODE_LABEL
-from kgwe.localcluster.mocknvml import DRIVER_ROOT, LIBRARY_DIR
+from kgwe.localcluster.mocknvml import DRIVER_ROOT, LIBRARY_DIR, OVERRIDES_TTL_SECONDS
 from kgwe.localcluster.nvidiabins import DEVICE_PLUGIN_COMMANDS, NvidiaBinaries
 from kgwe.localcluster.ociimage import ImageFile, ImageSpec, write_oci_archive
 from kgwe.vocab import (
@@ -451,7 +451,9 @@ def restart_device_plugin(cgroup_root: str) -> int:
     """Restart NVIDIA's device plugin in place, as config-manager does (SIGHUP to the process whose name it
     is, in the real node's containers: `cgroup_root`, e.g. `/kgwe-node/`): it reads its GPUs again with the
     library it loaded, so a failure injected into the mock since trips there (mocknvml.py). Returns how many
-    processes got the signal."""
+    processes got the signal. It first lets the mock's re-read interval pass (OVERRIDES_TTL_SECONDS): a
+    restart within it would read its GPUs before it saw a failure written just before."""
+    time.sleep(OVERRIDES_TTL_SECONDS)
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
