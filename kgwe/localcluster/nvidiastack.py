@@ -63,6 +63,10 @@ CONFIG_FILE = "/config/config.yaml"
 DEFAULT_CONFIG_KEY = "default"  # devicePlugin.config.default (the key KGWE's render writes)
 RUNTIME_HANDLER = "nvidia"  # the RuntimeClass `nvidia`'s handler
 GFD_DAEMONSET = "gpu-feature-discovery"  # the GPU Operator's name for GFD's DaemonSet (pods `app=<name>`)
+# Every NVIDIA container's last log lines become its termination message (the operator leaves Kubernetes'
+# default): config-manager's refusal, the plugin's start failure, where `kgwe nodes` and kubectl describe
+# show them.
+LAST_WORDS = "FallbackToLogsOnError"
 DEVICE_PLUGIN_ACCOUNT = "nvidia-device-plugin"
 GFD_ACCOUNT = "nvidia-gpu-feature-discovery"
 CONFIG_MANAGER_ROLE = "kgwe-local-nvidia-config-manager"
@@ -177,9 +181,7 @@ def _config_manager(name: str, process: str, default_config: str, *, oneshot: bo
         "command": ["config-manager"],
         "env": [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]
         + [{"name": k, "value": v} for k, v in env.items()],
-        # its refusal ("specified config X does not exist") in the container's status, where `kgwe nodes`
-        # and kubectl describe show it
-        "terminationMessagePolicy": "FallbackToLogsOnError",
+        "terminationMessagePolicy": LAST_WORDS,
         "volumeMounts": [
             {"name": "config", "mountPath": str(Path(CONFIG_FILE).parent)},
             {"name": "available-configs", "mountPath": CONFIG_SOURCE_DIR},
@@ -227,6 +229,7 @@ def _pod_spec(
 
 def _daemonset(name: str, operand: str, pod_spec: dict[str, Any], image: str) -> dict[str, Any]:
     for container in pod_spec["initContainers"] + pod_spec["containers"]:
+        container.setdefault("terminationMessagePolicy", LAST_WORDS)
         container.setdefault("image", image)
         container.setdefault("imagePullPolicy", "IfNotPresent")
     pod_spec["nodeSelector"] = {GPU_DEPLOY_LABEL_PREFIX + operand: "true"}
