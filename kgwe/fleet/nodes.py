@@ -241,29 +241,30 @@ def node_rows(
 
 
 def device_plugin_state(pod: Mapping[str, Any]) -> str:
-    """What NVIDIA's device-plugin pod on a node is doing, in a few words: its phase (`Running`), or the first
-    container that is not running, with why and its last words (config-manager's refusal, a crash); a running
-    pod whose container failed before says so too, with when (a crash loop is running between its crashes)."""
+    """What NVIDIA's device-plugin pod on a node is doing, in a few words: the first container that is not
+    running, with why and its last words (config-manager's refusal, the plugin's start failure), else the
+    pod's phase (`Running`); then each running container that failed before, with when and why (a crash loop
+    runs between its crashes)."""
     status = pod.get("status") or {}
     statuses = list(status.get("initContainerStatuses") or []) + list(status.get("containerStatuses") or [])
-    failed_before = ""
+    down: str | None = None
+    before: list[str] = []
     for c in statuses:
         state = c.get("state") or {}
         last = (c.get("lastState") or {}).get("terminated") or {}
         text = str(last.get("message") or "").strip()
-        words = text.splitlines()[-1][:200] if text else ""
+        words = f": {text.splitlines()[-1][:200]}" if text else ""
         restarts = c.get("restartCount", 0)
         if "running" in state or (state.get("terminated") or {}).get("reason") == "Completed":
-            if restarts and last.get("exitCode") and not failed_before:  # running now, failed before
+            if restarts and last.get("exitCode"):
                 when = f" at {last['finishedAt']}" if last.get("finishedAt") else ""
-                failed_before = (
-                    f"; {c.get('name')} restarted {restarts} time(s), last exit {last['exitCode']}{when}"
+                before.append(
+                    f"{c.get('name')} restarted {restarts} time(s), last exit {last['exitCode']}{when}{words}"
                 )
-                failed_before += f": {words}" if words else ""
-            continue
-        reason = (state.get("waiting") or state.get("terminated") or {}).get("reason") or "Pending"
-        return f"{c.get('name')}: {reason} (restarts {restarts})" + (f": {words}" if words else "")
-    return str(status.get("phase") or "Unknown") + failed_before
+        elif down is None:
+            reason = (state.get("waiting") or state.get("terminated") or {}).get("reason") or "Pending"
+            down = f"{c.get('name')}: {reason} (restarts {restarts}){words}"
+    return "; ".join([down or str(status.get("phase") or "Unknown"), *before])
 
 
 def device_plugin_states(pods: Sequence[Mapping[str, Any]]) -> dict[str, str]:

@@ -184,3 +184,24 @@ def test_the_device_plugin_pods_state_says_what_a_person_needs():
     assert device_plugin_state({"status": {"phase": "Pending"}}) == "Pending"
     pods = [{"spec": {"nodeName": "n1"}, **_pod(running)}, {"spec": {}, **_pod(looping)}]
     assert device_plugin_states(pods) == {"n1": "Running"}
+
+
+def test_every_failing_container_of_the_plugin_pod_is_named():
+    """config-manager refused a key earlier and runs; the plugin crash-loops (between two crashes it runs):
+    both say why, the one that is down first."""
+    from kgwe.fleet.nodes import device_plugin_state
+
+    def failed(name: str, words: str, running: bool) -> dict:
+        state = {"running": {}} if running else {"waiting": {"reason": "CrashLoopBackOff"}}
+        last = {"exitCode": 1, "message": f"log\n{words}\n", "finishedAt": "T"}
+        return {"name": name, "state": state, "lastState": {"terminated": last}, "restartCount": 2}
+
+    refused = failed("config-manager", "specified config x does not exist", running=True)
+    lost = "error getting device memory info: ERROR_GPU_IS_LOST"
+    assert device_plugin_state(_pod(refused, failed("nvidia-device-plugin", lost, running=False))) == (
+        f"nvidia-device-plugin: CrashLoopBackOff (restarts 2): {lost}; "
+        "config-manager restarted 2 time(s), last exit 1 at T: specified config x does not exist"
+    )
+    assert device_plugin_state(_pod(refused, failed("nvidia-device-plugin", lost, running=True))).endswith(
+        f"; nvidia-device-plugin restarted 2 time(s), last exit 1 at T: {lost}"
+    )
