@@ -7,6 +7,7 @@ per profile, time-sliced shares), so the columns agree with what the scheduler s
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -35,6 +36,8 @@ from kgwe.vocab import (
 )
 
 PRODUCT_PREFIXES = ("NVIDIA-", "Tesla-")
+# klog's line header (`E1206 04:41:39.388404      47 main.go:198] `), which NVIDIA's components print
+_KLOG_PREFIX = re.compile(r"^[IWEF]\d{4} [\d:.]+\s+\d+ [\w./-]+:\d+\] ")
 
 NODE_COLUMNS = (
     Column("NAME", "name"),
@@ -253,7 +256,7 @@ def device_plugin_state(pod: Mapping[str, Any]) -> str:
         state = c.get("state") or {}
         last = (c.get("lastState") or {}).get("terminated") or {}
         text = str(last.get("message") or "").strip()
-        words = f": {text.splitlines()[-1][:200]}" if text else ""
+        words = f": {_KLOG_PREFIX.sub('', text.splitlines()[-1])[-200:]}" if text else ""
         restarts = c.get("restartCount", 0)
         if "running" in state or (state.get("terminated") or {}).get("reason") == "Completed":
             if restarts and last.get("exitCode"):
