@@ -20,6 +20,7 @@ from decimal import Decimal
 
 import pytest
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 from kubernetes.stream import stream
 
 from kgwe.agent.podresources import DEFAULT_SOCKET, list_pod_resources
@@ -102,9 +103,29 @@ def _kgwe(kgwe: KgweOnGpuNode, *args: str) -> dict:
 
 
 def _visible(api: client.ApiClient, ns: str, pod: str) -> list[str]:
-    log = client.CoreV1Api(api).read_namespaced_pod_log(pod, ns)
+    """The GPU UUIDs the pod's container printed ([] until it has)."""
+    try:
+        log = client.CoreV1Api(api).read_namespaced_pod_log(pod, ns) or ""
+    except ApiException:  # not started yet
+        return []
     line = next((x for x in log.splitlines() if x.startswith("NVIDIA_VISIBLE_DEVICES=")), "")
     return [u for u in line.split("=", 1)[-1].split(",") if u]
+
+
+def _namespace_state(api: client.ApiClient, ns: str) -> str:
+    """The GPUWorkloads' conditions, the pods and the Events of `ns`: why something did not run."""
+    custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
+    lines = []
+    for wl in custom.list_namespaced_custom_object("kgwe.nvidia.io", "v1", ns, "gpuworkloads")["items"]:
+        for c in (wl.get("status") or {}).get("conditions") or []:
+            lines.append(
+                f"{wl['metadata']['name']} {c['type']}={c['status']} {c.get('reason')}: {c.get('message')}"
+            )
+    for pod in core.list_namespaced_pod(ns).items:
+        lines.append(f"pod {pod.metadata.name} {pod.status.phase} on {pod.spec.node_name}")
+    for e in core.list_namespaced_event(ns).items[-15:]:
+        lines.append(f"event {e.involved_object.name} {e.reason}: {e.message}")
+    return "\n".join(lines)
 
 
 def test_the_agent_loads_nvidias_library_and_publishes_the_topology(kgwe):
@@ -187,7 +208,12 @@ def test_a_gpuworkload_of_8_gpus_runs_on_nvidias_allocation_and_is_metered(kgwe,
             (p for p in pods if p.status.phase == "Running" and _visible(api, ml, p.metadata.name)), None
         )
 
-    pod = wait_for("the GPUWorkload's pod running", running, 300, describe=lambda: _state(api))
+    pod = wait_for(
+        "the GPUWorkload's pod running",
+        running,
+        300,
+        describe=lambda: _namespace_state(api, ml) + _state(api),
+    )
     assert pod.spec.scheduler_name == SCHEDULER_NAME and pod.spec.node_name == NODE_NAME
     assert sorted(int(i) for i in pod.metadata.annotations[GPU_INDEX_ANNOTATION].split(",")) == list(range(8))
     uuids = _visible(api, ml, pod.metadata.name)
@@ -332,7 +358,10 @@ def test_an_injected_failure_is_marked_avoided_and_shown(kgwe, ml, busybox):
         # the extender never chooses it: a 7-GPU pod gets the other seven (NVIDIA's plugin allocates them)
         core.create_namespaced_pod(ml, _pod("seven", 7, busybox.reference))
         wait_for(
-            "the 7-GPU pod running", lambda: _visible(api, ml, "seven"), 240, describe=lambda: _state(api)
+            "the 7-GPU pod running",
+            lambda: _visible(api, ml, "seven"),
+            240,
+            describe=lambda: _namespace_state(api, ml) + _state(api),
         )
         placed = core.read_namespaced_pod("seven", ml)
         assert placed.spec.scheduler_name == SCHEDULER_NAME
