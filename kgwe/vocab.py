@@ -34,6 +34,9 @@ GPU_RESOURCE = "nvidia.com/gpu"  # whole GPUs (device plugin)
 SHARED_GPU_RESOURCE = "nvidia.com/gpu.shared"  # time-sliced GPUs (device plugin `renameByDefault`)
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"  # MIG instances, mixed strategy: nvidia.com/mig-1g.10gb
 NVIDIA_RESOURCE_PREFIX = "nvidia.com/"  # of every resource and label of NVIDIA's device plugin and GFD
+# The characters of the random suffixes Kubernetes appends to generated names (generateName, a ReplicaSet's
+# pod-template-hash): no vowels, no 0/1/3 (k8s.io/apimachinery/pkg/util/rand).
+GENERATED_NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 
 
 def mig_resource(profile: str) -> str:
@@ -127,6 +130,11 @@ AUDIT_FOLDER = "audit"
 # The ResourceQuota rendered from a GPUBudget in each of its namespaces (capped while the budget enforces),
 # and its annotation naming that GPUBudget.
 BUDGET_QUOTA_NAME = "kgwe-budget"
+# GPUBudget spec.predictedCostAdmission: what a budget does with a GPUWorkload whose expected cost (the
+# optimizer's runtime model x the catalog's price) exceeds what remains of it this period; Off by default
+PredictedCostAdmission = Literal["Off", "Hold", "Refuse"]
+PREDICTED_COST_ADMISSION: tuple[str, ...] = get_args(PredictedCostAdmission)
+DEFAULT_PREDICTED_COST_ADMISSION: PredictedCostAdmission = "Off"
 BUDGET_ANNOTATION = ANNOTATION_PREFIX + "budget"
 
 # GPUWorkloads run only in namespaces that opt in with this label; in each, the controller binds the chart's
@@ -136,6 +144,25 @@ WORKLOADS_NAMESPACE_LABEL = ANNOTATION_PREFIX + "workloads"
 WORKLOADS_ENABLED = "enabled"
 WORKLOAD_WRITER_CLUSTERROLE = "kgwe-workload-writer"
 WORKLOAD_ROLEBINDING = "kgwe-workloads"
+
+# Offboarding (docs/offboarding.md): every PolicyRepository carries this finalizer, so deleting one lets the
+# controller release what it wrote first. `spec.deletionPolicy` says how: Delete (the default) removes it
+# all, returning nodes' GPU Operator labels only while their GPUs are idle; Retain leaves the policy in
+# force and releases only what would otherwise stay stuck without KGWE (Enforce caps, KGWE's cordons).
+POLICY_REPOSITORY_FINALIZER = ANNOTATION_PREFIX + "release"
+DeletionPolicy = Literal["Delete", "Retain"]
+DELETION_POLICIES: tuple[str, ...] = get_args(DeletionPolicy)
+DELETE_POLICY, RETAIN_POLICY = DELETION_POLICIES
+DEFAULT_DELETION_POLICY: DeletionPolicy = "Delete"
+# On a `kgwe-budget` ResourceQuota capped by an Enforce budget: the budget's own `spec.hard` (JSON), so the
+# cap can be lifted from the cluster alone when the PolicyRepository goes with deletionPolicy Retain.
+UNCAPPED_HARD_ANNOTATION = ANNOTATION_PREFIX + "uncapped-hard"
+
+# Field managers of KGWE's other writers: the agent (its Node labels, annotations, condition and taint, and
+# its Events' source; the chart's post-delete hook removes what this manager owns) and the chart's hooks
+# (the PolicyRepository it creates with policyRepository.create).
+AGENT_FIELD_MANAGER = "kgwe-agent"
+CHART_FIELD_MANAGER = "kgwe-chart"
 
 # Set by a standby replica that received a webhook push (the Service routes to any replica); the leader
 # sees the new value on its next tick and reconciles at once (like Flux's reconcile.fluxcd.io/requestedAt).
@@ -173,6 +200,10 @@ RETRY_ANNOTATION = ANNOTATION_PREFIX + "mig-retry"
 # Written by KGWE when it takes a RETRY_ANNOTATION: the requested-at stamp of the attempt it acknowledges,
 # so the acknowledgement covers that failure only, never a later one.
 ACKNOWLEDGED_ANNOTATION = ANNOTATION_PREFIX + "mig-failure-acknowledged"
+# How long a node may take to report a new MIG layout or device-plugin config (a MIGStrategy's or
+# GPUSharingStrategy's `rollout.pendingTimeout` when it sets none, and offboarding's) before it stops
+# its pool.
+DEFAULT_PENDING_TIMEOUT_SECONDS = 900.0
 # The device-plugin sharing rollout's own stamps (a node may also be in a MIG pool with MIG disabled): when
 # KGWE set nvidia.com/device-plugin.config, and that KGWE cordoned the node to switch it.
 SHARING_REQUESTED_AT_ANNOTATION = ANNOTATION_PREFIX + "device-plugin-config-requested-at"
@@ -197,6 +228,9 @@ SCHEDULER_CONFIG_HASH_ANNOTATION = ANNOTATION_PREFIX + "scheduler-config-hash"
 # on EXTENDER_TLS_PORT.
 EXTENDER_PORT = 8888
 EXTENDER_TLS_PORT = 8443
+# Where the controller and the extender serve GET /metrics over TLS (a bearer token never crosses the network
+# in clear; kgwe.httpd.metrics_port), with the certificate in METRICS_TLS_SECRET.
+METRICS_TLS_PORT = 9443
 # Namespaces opt their GPU pods into the KGWE scheduler with this label (the admission webhook's selector).
 SCHEDULING_NAMESPACE_LABEL = ANNOTATION_PREFIX + "scheduling"
 SCHEDULING_ENABLED = "enabled"
@@ -212,13 +246,16 @@ RUNTIMES_CONFIG_KEY = "runtimes.json"
 POD_TEMPLATE_POLICY_CONFIGMAP = "kgwe-pod-template-policy"
 POD_TEMPLATE_POLICY_KEY = "policies.json"
 # KGWE's own certificates (kgwe.certs.rotation decides, kgwe.reconcile.certificates writes): the CA's Secret,
-# the admission webhook's serving certificate, and, with the standalone extender over mutual TLS, the
-# extender's serving certificate and kube-scheduler's client certificate; each Secret is kubernetes.io/tls
-# with tls.crt, tls.key and ca.crt (the CA bundle). Services and the webhook configuration they are for.
+# the admission webhook's serving certificate, /metrics' serving certificate, and, with the standalone
+# extender over mutual TLS, the extender's serving certificate and kube-scheduler's client certificate; each
+# Secret is kubernetes.io/tls with tls.crt, tls.key and ca.crt (the CA bundle). Services and the webhook
+# configuration they are for.
 CA_SECRET = "kgwe-ca"
 WEBHOOK_TLS_SECRET = "kgwe-webhook-tls"
 EXTENDER_TLS_SECRET = "kgwe-extender-tls"
 EXTENDER_CLIENT_SECRET = "kgwe-scheduler-extender-client"
+METRICS_TLS_SECRET = "kgwe-metrics-tls"  # for the controller's and the extender's Services
+CONTROLLER_SERVICE = CONTROLLER_NAME
 WEBHOOK_NAME = "kgwe-webhook"  # the admission webhook's Deployment and Service
 WEBHOOK_SERVICE = WEBHOOK_NAME
 EXTENDER_SERVICE = EXTENDER_NAME
@@ -239,6 +276,20 @@ DEVICE_PLUGIN_CONFIGMAP = "kgwe-device-plugin-config"
 # The names of the configs KGWE renders into those ConfigMaps (mig-parted configs, device-plugin configs)
 # start with this; a node labelled with any other config is not KGWE's to change.
 CONFIG_NAME_PREFIX = "kgwe-"
+
+# ---- Kueue (docs/facts/kueue.md): the names of v0.17 that KGWE reads and writes ---------------------------
+KUEUE_GROUP = "kueue.x-k8s.io"
+KUEUE_API_VERSION = KUEUE_GROUP + "/v1beta2"
+KUEUE_QUEUE_LABEL = KUEUE_GROUP + "/queue-name"  # a pod's (or job's) LocalQueue
+KUEUE_GROUP_LABEL = KUEUE_GROUP + "/pod-group-name"  # plain pods admitted together; their Workload's name
+KUEUE_GROUP_TOTAL_ANNOTATION = KUEUE_GROUP + "/pod-group-total-count"
+KUEUE_MANAGED_LABEL = KUEUE_GROUP + "/managed"  # Kueue's mark on the pods it gates
+KUEUE_DEFAULT_LOCAL_QUEUE = "default"  # Kueue gives a queue-less job or pod this LocalQueue when it exists
+KUEUE_NAMESPACE = "kueue-system"  # where Kueue's manifests and chart install it
+KUEUE_CONFIGMAP = "kueue-manager-config"  # its Configuration, under the key below
+KUEUE_CONFIG_KEY = "controller_manager_config.yaml"
+KUEUE_POD_FRAMEWORK = "pod"  # integrations.frameworks entries KGWE's children depend on
+KUEUE_JOB_FRAMEWORK = "batch/job"
 
 # ---- Scoring (ScoringProfile, the extender) --------------------------------------------------------------
 ScoringStrategy = Literal[
@@ -308,6 +359,29 @@ IdleCost = Literal["Separate", "ShareByAllocation"]
 IDLE_COST: tuple[str, ...] = get_args(IdleCost)
 DEFAULT_IDLE_COST: IdleCost = "Separate"
 IDLE_KEY = "__idle__"  # the chargeback line of idle capacity (OpenCost's name)
+
+# ---- The optimizer's workload classes (kgwe.optimizer.classes): what a pod's telemetry looks like ----------
+WORKLOAD_CLASS_TRAINING = "training"
+WORKLOAD_CLASS_INFERENCE = "inference"
+WORKLOAD_CLASS_INTERACTIVE = "interactive"
+WORKLOAD_CLASS_IDLE = "idle holder"
+WORKLOAD_CLASS_UNKNOWN = "unknown"
+WORKLOAD_CLASSES = (
+    WORKLOAD_CLASS_TRAINING,
+    WORKLOAD_CLASS_INFERENCE,
+    WORKLOAD_CLASS_INTERACTIVE,
+    WORKLOAD_CLASS_IDLE,
+    WORKLOAD_CLASS_UNKNOWN,
+)
+# A GPUWorkload's declared workloadType (kgwe.policy.gpu_workload.WorkloadType) as the class it should show.
+WORKLOAD_TYPE_CLASSES = {
+    "Training": WORKLOAD_CLASS_TRAINING,
+    "DistributedTraining": WORKLOAD_CLASS_TRAINING,
+    "Batch": WORKLOAD_CLASS_TRAINING,
+    "HPC": WORKLOAD_CLASS_TRAINING,
+    "Inference": WORKLOAD_CLASS_INFERENCE,
+    "Interactive": WORKLOAD_CLASS_INTERACTIVE,
+}
 # What the spot advice assumes when the PricingCatalog does not say (spotInterruptionRate): a fifth of spot
 # nodes reclaimed in a month, the lower edge of the highest band (">20%") AWS's Spot Instance Advisor reports.
 DEFAULT_SPOT_INTERRUPTION_PERCENT = 20

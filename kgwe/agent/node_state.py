@@ -4,11 +4,12 @@ minimal patch to get there. Pure."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import orjson
 
+from kgwe.timestamps import format_rfc3339
 from kgwe.topology import annotation, choice, known
 from kgwe.topology.health import GPUFault
 from kgwe.topology.model import NodeTopology
@@ -68,7 +69,7 @@ def health_condition(faults: Mapping[int, GPUFault]) -> tuple[str, str, str]:
     """(status, reason, message) of the Node's GPUHealthy condition for these faults."""
     if not faults:
         return "True", "AllGPUsHealthy", "every GPU passes the agent's NVML health checks"
-    parts = [f"GPU {i}: {f.reason} since {f.since.strftime('%Y-%m-%dT%H:%M:%SZ')}" for i, f in faults.items()]
+    parts = [f"GPU {i}: {f.reason} since {format_rfc3339(f.since)}" for i, f in faults.items()]
     return "False", "GPUsUnhealthy", "; ".join(parts)[:1024]
 
 
@@ -101,13 +102,13 @@ def condition_patch(
     if current is not None and current[:3] == (status, reason, message):
         return None
     since = current[3] if current is not None and current[0] == status and current[3] else now
-    stamp = since.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    stamp = format_rfc3339(since)
     condition = {
         "type": GPU_HEALTH_CONDITION,
         "status": status,
         "reason": reason,
         "message": message,
-        "lastHeartbeatTime": now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "lastHeartbeatTime": format_rfc3339(now),
         "lastTransitionTime": stamp,
     }
     return {"status": {"conditions": [condition]}}

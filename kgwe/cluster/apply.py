@@ -295,18 +295,34 @@ class Applier:
             ):
                 result.prune_skipped.append(ref)
                 continue
-            self._check_leader()
-            try:
-                resource.delete(
-                    name=ref.name, namespace=ref.namespace, body={"propagationPolicy": "Background"}
-                )
-            except (NotFoundError, ApiException) as exc:
-                if getattr(exc, "status", None) != 404:
-                    raise
+            if not self.delete(ref):
                 continue
             result.writes += 1
             result.pruned.append(ref)
         return result
+
+    def read(self, ref: ObjectRef) -> dict[str, Any] | None:
+        """The live object `ref` names; None when it, or its kind, is gone from the cluster."""
+        try:
+            resource = self._resource(ref)
+        except KgweError:
+            return None
+        return self._live(resource, ref)
+
+    def delete(self, ref: ObjectRef) -> bool:
+        """Delete the object (after the leader gate); False when it was already gone."""
+        try:
+            resource = self._resource(ref)
+        except KgweError:
+            return False
+        self._check_leader()
+        try:
+            resource.delete(name=ref.name, namespace=ref.namespace, body={"propagationPolicy": "Background"})
+        except (NotFoundError, ApiException) as exc:
+            if getattr(exc, "status", None) != 404:
+                raise
+            return False
+        return True
 
     def sync(self, objects: Sequence[dict[str, Any]], previous: Iterable[ObjectRef]) -> SyncResult:
         """Apply then prune; the new inventory is `[ObjectRef.of(o) for o in objects]` + skipped prunes."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -23,6 +23,7 @@ from kubernetes.client.exceptions import ApiException
 from kgwe.audit.log import NodeChange
 from kgwe.cluster.apply import NotLeader
 from kgwe.cluster.client import lean_patch, list_items
+from kgwe.quantity import count
 from kgwe.timestamps import format_rfc3339 as format_time
 from kgwe.vocab import (
     ACKNOWLEDGED_ANNOTATION,
@@ -54,10 +55,7 @@ def pod_gpu_requests(pod: Mapping[str, Any]) -> dict[str, int]:
         wanted.update(res.get("requests") or {})
         for key, value in wanted.items():
             if is_gpu_resource(key):
-                try:
-                    totals[key] += int(str(value))
-                except ValueError:
-                    continue
+                totals[key] += count(value)
     return dict(totals)
 
 
@@ -196,6 +194,11 @@ class NodeOps:
             {"spec": {"unschedulable": None}, "metadata": {"annotations": {CORDONED_ANNOTATION: None}}},
             NodeChange(name, "uncordon"),
         )
+
+    def remove(self, name: str, labels: Sequence[str] = (), annotations: Sequence[str] = ()) -> None:
+        """Remove these labels and annotations of KGWE's from the node (offboarding), in one patch."""
+        body = {"labels": dict.fromkeys(labels), "annotations": dict.fromkeys(annotations)}
+        self._patch(name, {"metadata": {k: v for k, v in body.items() if v}}, NodeChange(name, "release"))
 
     def evict_gpu_pods(self, name: str) -> EvictionOutcome:
         pods = list_items(self.core.list_pod_for_all_namespaces, field_selector=f"spec.nodeName={name}")

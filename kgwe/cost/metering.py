@@ -21,14 +21,16 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from kgwe.cost.tables import resource_key
 from kgwe.cost.usage import MIG, SHARED, WHOLE, NodeCapacity, UsageInterval, ensure_utc
 from kgwe.gpu.sharing import annotated_milli, node_sharing, replica_milli
+from kgwe.quantity import whole
+from kgwe.timestamps import parse_rfc3339
 from kgwe.vocab import (
     GPU_COUNT_LABEL,
     GPU_MILLI_ANNOTATION,
@@ -105,23 +107,20 @@ def _get(obj: Mapping[str, Any] | None, *path: str) -> Any:  # Any: a pod or nod
 
 
 def _quantity(value: object) -> int | None:
-    """Extended resources are whole numbers; anything else is not a GPU count we can trust."""
-    try:
-        number = int(str(value).strip())
-    except (TypeError, ValueError):
+    """Extended resources are whole numbers (in any quantity spelling); anything else is not a GPU count we
+    can trust."""
+    if value is None:
         return None
-    return number if number >= 0 else None
+    try:
+        return whole(value)
+    except ValueError:
+        return None
 
 
 def _parse_time(value: object) -> datetime | None:
     if isinstance(value, datetime):
         return ensure_utc(value)
-    if isinstance(value, str) and value:
-        try:
-            return ensure_utc(datetime.fromisoformat(value.replace("Z", "+00:00")))
-        except ValueError:
-            return None
-    return None
+    return parse_rfc3339(value)
 
 
 def pod_name(pod: Mapping[str, Any]) -> str:
@@ -136,7 +135,9 @@ def holdings(pod: Mapping[str, Any], replicas: int = 1) -> tuple[list[Holding], 
     `nvidia.com/gpu.shared` is one replica: a share of `replica_milli(replicas)` of a GPU (at least, with
     the gpu-milli annotation), priced as that share — as the extender packs it."""
 
-    def totals(containers: Iterable[Mapping[str, Any]] | None, combine: Callable[[int, int], int]):
+    def totals(
+        containers: Iterable[Mapping[str, Any]] | None, combine: Callable[[int, int], int]
+    ) -> tuple[dict[str, int], str | None]:
         out: dict[str, int] = {}
         for c in containers or ():
             res = _get(c, "resources") or {}
@@ -145,7 +146,7 @@ def holdings(pod: Mapping[str, Any], replicas: int = 1) -> tuple[list[Holding], 
                 if name in (GPU, GPU_SHARED) or name.startswith(MIG_PREFIX):
                     qty = _quantity(value)
                     if qty is None:
-                        return None, f"{name}={value!r} is not a whole number"
+                        return {}, f"{name}={value!r} is not a whole number"
                     out[name] = combine(out.get(name, 0), qty)
         return out, None
 
@@ -276,10 +277,17 @@ class Meter:
         return [Start(iv) for iv in intervals]
 
     def reconcile(
-        self, open_intervals: Iterable[UsageInterval], live_pods: Iterable[Mapping[str, Any]], at: datetime
+        self,
+        open_intervals: Iterable[UsageInterval],
+        live_pods: Iterable[Mapping[str, Any]],
+        at: datetime,
+        seen_pods: Collection[str] | None = None,
     ) -> list[Action]:
         """On start or after a watch gap: open what is held but not recorded, close what is recorded
-        but no longer held. Holdings already open are left alone (never a second interval)."""
+        but no longer held. Holdings already open are left alone (never a second interval). With
+        `seen_pods` (the pod uids the store holds any interval of), a finished pod still listed that the
+        store never saw — it started and ended while no leader could record it, e.g. its writes were in the
+        spool of a replica an upgrade replaced — is recorded, closed, with its real times."""
         at = ensure_utc(at)
         recorded = {(iv.pod_uid, _resource(iv)) for iv in open_intervals}
         live: set[tuple[str, str]] = set()
@@ -289,6 +297,8 @@ class Meter:
             uid = _get(pod, "metadata", "uid") or pod_name(pod)
             if not is_holding(pod):
                 finished[uid] = finished_at(pod)
+                if seen_pods is not None and uid not in seen_pods:
+                    actions += self._missed(pod, uid, finished[uid], at)
                 continue
             intervals, skip = self._intervals(pod, at)
             if skip:
@@ -302,6 +312,16 @@ class Meter:
         for uid, resource in sorted(recorded - live):
             actions.append(End(uid, resource, min(finished.get(uid) or at, at)))
         return actions
+
+    def _missed(self, pod: Mapping[str, Any], uid: str, end: datetime | None, at: datetime) -> list[Action]:
+        """The closed intervals of a finished pod no one recorded (none when it never ran on a node)."""
+        if not _get(pod, "spec", "nodeName") or end is None or not _get(pod, "status", "startTime"):
+            return []
+        intervals, skip = self._intervals(pod, at)
+        if skip:
+            log.warning("metering: skipping finished pod %s: %s", skip.pod, skip.reason)
+            return [skip]
+        return [Start(replace(iv, end=max(iv.start, min(end, at)))) for iv in intervals if iv.pod_uid == uid]
 
 
 def _resource(iv: UsageInterval) -> str:

@@ -13,7 +13,7 @@ import io
 import json
 import re
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from decimal import Decimal
@@ -28,10 +28,12 @@ from kgwe.cost.budgets import BudgetSpec, BudgetStatus, complete_days, evaluate_
 from kgwe.cost.chargeback import IDLE_KEY, Chargeback
 from kgwe.cost.efficiency import PER
 from kgwe.cost.forecast import forecast_daily
+from kgwe.cost.insights import Insights, PodClass, PodPrediction
 from kgwe.cost.rightsizing import Recommendation
 from kgwe.cost.usage import NodeCapacity, Period
 from kgwe.errors import KgweError
 from kgwe.resources import templates_dir
+from kgwe.safetext import csv_cell, escape, markdown_cell
 from kgwe.vocab import DEFAULT_MIG_PRICING, DEFAULT_REPORTS_PATH
 
 FORECAST_NOTE = (
@@ -41,22 +43,34 @@ FORECAST_NOTE = (
 _SAFE_SEGMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
-def _csv_row(values: Sequence[Any]) -> str:
+class _Written(str):
+    """Text a report filter has already made safe for its format (the finalizer leaves it as it is)."""
+
+
+def _csv_row(values: Sequence[Any]) -> _Written:
     buf = io.StringIO()
-    csv.writer(buf, lineterminator="").writerow(["" if v is None else str(v) for v in values])
-    return buf.getvalue()
+    csv.writer(buf, lineterminator="").writerow([csv_cell(v) for v in values])
+    return _Written(buf.getvalue())
 
 
-def _md(value: object) -> str:
-    """Table-safe Markdown: pipes and newlines would break the row."""
-    return str(value).replace("|", "\\|").replace("\n", " ")
+def _md(value: object) -> _Written:
+    """Table-safe Markdown: pipes and control characters (a lone CR ends the row) escaped."""
+    return _Written(markdown_cell(value))
 
 
-def _yaml(value: object) -> str:
-    return json.dumps(str(value))  # JSON strings are valid YAML scalars
+def _yaml(value: object) -> _Written:
+    return _Written(json.dumps(str(value)))  # JSON strings are valid YAML scalars
 
 
-def environment() -> jinja2.Environment:
+# What every `{{ ... }}` of a template of each format becomes unless a filter made it safe already: the
+# team a committer typed, a reason, a URL can never reach a report raw, whichever template forgets a filter.
+_FINALIZE: dict[str, Callable[[str], str]] = {"md": markdown_cell, "csv": csv_cell, "yaml": escape}
+FORMATS = tuple(_FINALIZE)
+
+
+def environment(fmt: str) -> jinja2.Environment:
+    """The templates of one format (`md`, `csv`, `yaml`), each output neutralised for it (kgwe.safetext)."""
+    neutralise = _FINALIZE[fmt]
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(templates_dir() / "reports")),
         undefined=jinja2.StrictUndefined,
@@ -64,6 +78,7 @@ def environment() -> jinja2.Environment:
         keep_trailing_newline=True,
         trim_blocks=True,
         lstrip_blocks=True,
+        finalize=lambda value: value if isinstance(value, _Written) else neutralise(str(value)),
     )
     env.filters.update(csv=_csv_row, md=_md, yaml=_yaml)
     env.globals["idle_key"] = IDLE_KEY
@@ -86,6 +101,7 @@ class ReportInput:
     mig_pricing: str = DEFAULT_MIG_PRICING
     forecast_days: int = 7
     advice: Advice | None = None  # spot, efficiency and run costs (None: no GPUWorkloads were read)
+    insights: Insights = field(default_factory=Insights)  # the optimizer's predictions and classes
 
 
 def _pct(part: Decimal, whole: Decimal) -> str:
@@ -119,16 +135,16 @@ class _Part:
     header fields every report shows."""
 
     data: ReportInput
-    env: jinja2.Environment
+    envs: Mapping[str, jinja2.Environment]  # per format
     base: str
     common: dict[str, Any]
 
     def render(self, name: str, ctx: Mapping[str, Any]) -> Files:
         """`<name>.md` and `<name>.csv` from their templates."""
         return {
-            f"{self.base}/{name}.{ext}": self.env.get_template(f"{name}.{ext}.j2").render(
-                {**self.common, **ctx}
-            )
+            f"{self.base}/{name}.{ext}": self.envs[ext]
+            .get_template(f"{name}.{ext}.j2")
+            .render({**self.common, **ctx})
             for ext in ("md", "csv")
         }
 
@@ -141,12 +157,22 @@ def build_reports(data: ReportInput) -> Files:
     cluster, period = segment(data.cluster, "cluster name"), segment(data.period.label, "period label")
     part = _Part(
         data,
-        environment(),
+        {fmt: environment(fmt) for fmt in FORMATS},
         f"{DEFAULT_REPORTS_PATH}/{cluster}/{period}",
         {"cluster": data.cluster, "period": data.period, "currency": cb.currency, "now": data.now},
     )
     files: Files = {}
-    for build in (_chargeback, _budgets, _forecast, _rightsizing, _inventory, _spot, _efficiency, _runs):
+    for build in (
+        _chargeback,
+        _budgets,
+        _forecast,
+        _rightsizing,
+        _predictions,
+        _inventory,
+        _spot,
+        _efficiency,
+        _runs,
+    ):
         files.update(build(part))
     return files
 
@@ -240,16 +266,46 @@ def _forecast(part: _Part) -> Files:
 
 
 def _rightsizing(part: _Part) -> Files:
-    """Pods whose measured use fits a smaller (or needs a larger) GPU allocation."""
+    """Pods whose measured (or, before a week of history, predicted) use fits a smaller (or needs a larger)
+    GPU allocation, with the class their telemetry shows."""
     data = part.data
+    classes = data.insights.classes
     return part.render(
         "rightsizing",
         {
             "source": data.rightsizing_source,
             "skipped": data.rightsizing_skipped,
-            "recommendations": [_rec_row(r) for r in data.recommendations],
+            "recommendations": [_rec_row(r, classes.get((r.namespace, r.pod))) for r in data.recommendations],
         },
     )
+
+
+def _predictions(part: _Part) -> Files:
+    """The optimizer's predictions: each pod's later GPU use (P50, P90) and from what, and its class."""
+    data = part.data
+    classes = sorted(data.insights.classes.values(), key=lambda c: (c.name, c.namespace, c.pod))
+    return part.render(
+        "pod-predictions",
+        {
+            "source": data.rightsizing_source,
+            "predictions": [_prediction_row(p) for p in data.insights.predictions],
+            "classes": classes,
+            "notes": data.insights.notes,
+        },
+    )
+
+
+def _prediction_row(p: PodPrediction) -> dict[str, Any]:
+    return {
+        "namespace": p.namespace,
+        "pod": p.pod,
+        "memory_p50_mib": f"{p.memory_p50_mib:.0f}",
+        "memory_p90_mib": f"{p.memory_p90_mib:.0f}",
+        "compute_p50": f"{p.compute_p50_gpus:.3f}",
+        "compute_p90": f"{p.compute_p90_gpus:.3f}",
+        "basis": "fallback" if p.fallback else "model",
+        "why": p.fallback or p.reason,
+    }
 
 
 def _inventory(part: _Part) -> Files:
@@ -262,7 +318,7 @@ def _inventory(part: _Part) -> Files:
         for _, n in sorted(latest.items())
         if n.gpu_count > 0
     ]
-    text = part.env.get_template("inventory.yaml.j2").render(**part.common, nodes=nodes)
+    text = part.envs["yaml"].get_template("inventory.yaml.j2").render(**part.common, nodes=nodes)
     return {f"{part.base}/inventory.yaml": text}
 
 
@@ -284,7 +340,8 @@ def _spot(part: _Part) -> Files:
 
 
 def _efficiency(part: _Part) -> Files:
-    """Busy GPU-hours per 100 of the currency, per team and per GPUWorkload."""
+    """Busy GPU-hours per 100 of the currency, per team and per GPUWorkload; and the pods holding GPUs idle
+    (notebooks first), from the optimizer's classes."""
     advice = part.data.advice
     return part.render(
         "efficiency",
@@ -296,8 +353,33 @@ def _efficiency(part: _Part) -> Files:
             "teams": list(advice.team_efficiency) if advice else [],
             "workloads": list(advice.workload_efficiency) if advice else [],
             "warnings": list(advice.warnings) if advice else [],
+            "classed": bool(part.data.insights.classes),
+            "idle_holders": _idle_holders(part.data),
         },
     )
+
+
+def _idle_holders(data: ReportInput) -> list[dict[str, Any]]:
+    """Pods classed idle holders with what they held in the period: declared notebooks first, then by cost."""
+    usage = data.advice.pod_usage if data.advice else {}
+    rows = []
+    for (namespace, pod), c in data.insights.classes.items():
+        if c.name != vocab.WORKLOAD_CLASS_IDLE:
+            continue
+        hours, cost = usage.get((namespace, pod), (None, None))
+        notebook = c.declared == vocab.WORKLOAD_CLASS_INTERACTIVE
+        rows.append(
+            {
+                "namespace": namespace,
+                "pod": pod,
+                "declared": c.declared or "",
+                "notebook": notebook,
+                "gpu_hours": hours,
+                "cost": cost,
+                "reason": c.reason,
+            }
+        )
+    return sorted(rows, key=lambda r: (not r["notebook"], -(r["cost"] or 0), r["namespace"], r["pod"]))
 
 
 def _runs(part: _Part) -> Files:
@@ -333,7 +415,7 @@ def _budget_row(spec: BudgetSpec, st: BudgetStatus) -> dict[str, Any]:
     }
 
 
-def _rec_row(r: Recommendation) -> dict[str, Any]:
+def _rec_row(r: Recommendation, cls: PodClass | None = None) -> dict[str, Any]:
     notes = []
     if r.idle:
         notes.append("idle GPU")
@@ -353,10 +435,15 @@ def _rec_row(r: Recommendation) -> dict[str, Any]:
         "recommended": r.recommended.label,
         "p95_memory_mib": f"{r.p95_memory_mib:.0f}",
         "p90_compute": f"{r.p90_compute_gpus:.3f}",
+        "need_memory_mib": f"{r.need_memory_mib:.0f}",
+        "need_compute": f"{r.need_compute_gpus:.3f}",
         "confidence": f"{r.confidence:.2f}",
         "idle": r.idle,
         "downsizable": r.downsizable,
         "undersized": r.undersized,
+        "basis": r.basis,
+        "why": r.reason,
+        "workload_class": cls.name if cls is not None else "",
         "note": ", ".join(notes) or "ok",
     }
 

@@ -10,6 +10,9 @@ from typing import Any
 
 import orjson
 
+from kgwe.safetext import terminal_cell
+from kgwe.timestamps import format_rfc3339
+
 FORMATS = ("table", "wide", "json", "yaml")
 NONE = "<none>"  # kubectl's word for an empty cell
 
@@ -24,13 +27,15 @@ class Column:
 
 
 def cell(value: object) -> str:
+    """The text of one table cell: one line, its control characters written as visible escapes (a name, a
+    team or a message may hold ESC, BEL or CR; kgwe.safetext)."""
     if value is None or value == "" or value == []:
         return NONE
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, list | tuple):
-        return ",".join(str(v) for v in value)
-    return str(value)
+        return terminal_cell(",".join(str(v) for v in value))
+    return terminal_cell(value)
 
 
 def table(rows: Sequence[Mapping[str, Any]], columns: Sequence[Column], *, wide: bool = False) -> str:
@@ -57,7 +62,7 @@ def to_yaml(data: object) -> str:
 
 def _plain(value: object) -> str:
     if isinstance(value, datetime):
-        return value.strftime("%Y-%m-%dT%H:%M:%SZ")
+        return format_rfc3339(value)
     return str(value)
 
 

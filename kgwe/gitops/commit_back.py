@@ -93,11 +93,16 @@ class CommitResult:
     sha: str | None  # the pushed commit (pushed) or the branch head (unchanged)
     attempts: int  # push attempts made
     reason: str = ""  # for rejected/failed: the server's words
+    refused: str | None = None  # rejected because this edited file could not be read (a link, too large)
 
 
 class _Refused(KgweError):
     """The repository's content makes the write unsafe (a symlink on the way, a tree too large to read):
-    permanent, not retried."""
+    permanent, not retried. `path`: the edited file that could not be read, when that was the reason."""
+
+    def __init__(self, message: str, path: str | None = None) -> None:
+        super().__init__(message)
+        self.path = path
 
 
 class CommitBack:
@@ -218,10 +223,11 @@ class CommitBack:
             return None
         mode, _, sha = entry.partition("\t")[0].split(" ")
         if mode not in ("100644", "100755"):
-            raise _Refused(f"{rel} is not a regular file in the repository; refusing to edit it")
+            raise _Refused(f"{rel} is not a regular file in the repository; refusing to edit it", rel)
         size = int(self._git("cat-file", "-s", sha))
         if size > MAX_EDITED_BYTES:
-            raise _Refused(f"{rel} is {size} bytes, over the {MAX_EDITED_BYTES}-byte bound of a file to edit")
+            bound = f"over the {MAX_EDITED_BYTES}-byte bound of a file to edit"
+            raise _Refused(f"{rel} is {size} bytes, {bound}", rel)
         with tempfile.TemporaryFile() as out:
             self._git("cat-file", "blob", sha, stdout=out)
             out.seek(0)
@@ -344,7 +350,7 @@ class CommitBack:
                 self._git("push", "--porcelain", "--", url, target, network=True)
                 return CommitResult("pushed", sha, attempts)
             except _Refused as exc:
-                return CommitResult("rejected", None, max(attempts, 1), str(exc))
+                return CommitResult("rejected", None, max(attempts, 1), str(exc), exc.path)
             except UnsafeGitArgument as exc:  # a target or credentials binding refused: never retried
                 return CommitResult("rejected", None, max(attempts, 1), str(exc))
             except git.GitCommandError as exc:

@@ -6,7 +6,9 @@ It keeps every rule a git call keeps (kgwe.gitops.gitcmd, kgwe.gitops.auth): the
 resolved and refused when special unless its network is allowed, and the connection made to exactly the
 addresses checked; credentials only to the host they are bound to, as the same Authorization header; the
 server certificate verified for the host against the CA git would use (`ca_file`, else $GIT_SSL_CAINFO, else
-the system's); no redirect followed; a deadline on the whole request; the answer bounded. Where it could
+the system's); no redirect followed; a deadline on the whole request, https as http (the handshake, interim
+replies, headers and body alike), and at most MAX_INTERIM_REPLIES interim replies; the answer bounded, its
+pkt-lines read as strictly as git reads them. Where it could
 answer differently from git — SSH, user-info in the URL, a proxy or TLS settings in git's environment or
 global config, a dumb or unexpected server, an answer over the bound, no connection — it returns None and
 the caller asks git, whose errors say what went wrong.
@@ -27,8 +29,11 @@ from kgwe.gitops.auth import GitCredentials, http_header
 from kgwe.gitops.gitcmd import Network, Origin, check_target, url_origin
 
 MAX_ADVERTISEMENT_BYTES = 1 << 20  # larger ref lists are left to git
+MAX_INTERIM_REPLIES = 8  # `100 Continue` replies read before the answer (a GET expects none)
 ADVERTISEMENT_TYPE = "application/x-git-upload-pack-advertisement"
 _SERVICE_LINE = b"# service=git-upload-pack\n"
+LARGE_PACKET_MAX = 65520  # the longest pkt-line, its four length digits included (git's protocol)
+_HEX_DIGITS = frozenset(b"0123456789abcdefABCDEF")
 # what makes git connect or verify differently from this module (then git is asked)
 _GIT_NETWORK_VARIABLES = (
     "http_proxy",
@@ -92,26 +97,76 @@ def advertised_ref(
     return None if body is None else _find(body, name)
 
 
+class _CountedResponse(http.client.HTTPResponse):
+    """A response that reads at most MAX_INTERIM_REPLIES interim replies (`100 Continue`, which
+    http.client skips and reads past, as many as the server sends) before its final status line."""
+
+    def _read_status(self) -> tuple[str, int, str]:  # http.client's one hook for each status line read
+        self._statuses = getattr(self, "_statuses", 0) + 1
+        if self._statuses > MAX_INTERIM_REPLIES + 1:
+            raise http.client.HTTPException(f"more than {MAX_INTERIM_REPLIES} interim replies")
+        version, status, reason = super()._read_status()  # type: ignore[misc]  # private, in every http.client since 3.0
+        return str(version), int(status), str(reason)
+
+
 class _PinnedConnection(http.client.HTTPConnection):
     """HTTP(S) to one address checked beforehand, the certificate verified for the URL's host."""
+
+    response_class = _CountedResponse
 
     def __init__(self, origin: Origin, address: str, context: ssl.SSLContext | None, timeout: float):
         super().__init__(origin.host, origin.port, timeout=timeout)
         self._address, self._context = address, context
+        self._lock = threading.Lock()
+        self._live: socket.socket | None = None  # the socket that owns the connection's descriptor now
+        self._cut = False
 
     def connect(self) -> None:
         sock = socket.create_connection((self._address, self.port), self.timeout)
-        self.raw: socket.socket | None = sock
-        self.sock = self._context.wrap_socket(sock, server_hostname=self.host) if self._context else sock
+        self._own(sock)
+        if self._context is None:
+            self.sock = sock
+            return
+        # wrapping hands the descriptor to the TLS socket (`sock` is detached): from then on only the TLS
+        # socket can shut it down, so it is the one cut() must reach — before the handshake starts
+        tls = self._context.wrap_socket(sock, server_hostname=self.host, do_handshake_on_connect=False)
+        self._own(tls)
+        self.sock = tls
+        tls.do_handshake()
+
+    def _own(self, sock: socket.socket) -> None:
+        with self._lock:
+            self._live = sock
+            cut = self._cut
+        if cut:  # the deadline passed while it was being made
+            sock.close()
+            raise TimeoutError("the deadline passed")
 
     def cut(self) -> None:
         """End the exchange wherever it stands (called from a timer at the deadline): a server that trickles
-        its handshake, status line or headers a byte at a time stays within every per-read timeout, so only
-        a clock over the whole request bounds it."""
-        raw = getattr(self, "raw", None)
-        if raw is not None:
-            with contextlib.suppress(OSError):  # already closed
-                raw.shutdown(socket.SHUT_RDWR)  # the reading thread sees the end of the stream at once
+        its handshake, status line, headers or interim replies a byte at a time stays within every per-read
+        timeout, so only a clock over the whole request bounds it. The descriptor is shut down under
+        whatever holds it (plain or TLS), so the reading thread sees the end of the stream at once."""
+        with self._lock:  # held through the shutdown: close() cannot free the descriptor meanwhile
+            self._cut = True
+            if self._live is not None:
+                with contextlib.suppress(OSError):  # already shut down
+                    # the plain socket's shutdown: SSLSocket.shutdown would also drop the TLS state under
+                    # the reading thread's feet
+                    socket.socket.shutdown(self._live, socket.SHUT_RDWR)
+
+    def limit(self, seconds: float) -> None:
+        """The next read's timeout, on whichever socket holds the descriptor (after a `Connection: close`
+        answer http.client has let go of it, the response has not)."""
+        with self._lock:
+            if self._live is not None:
+                self._live.settimeout(seconds)
+
+    def disarm(self) -> None:
+        """Before the descriptor is closed: a late cut() then finds nothing to shut down (never a
+        descriptor already reused elsewhere)."""
+        with self._lock:
+            self._live, self._cut = None, True
 
 
 def _request(
@@ -139,6 +194,7 @@ def _request(
         watchdog = threading.Timer(left, connection.cut)
         watchdog.daemon = True
         watchdog.start()
+        response: http.client.HTTPResponse | None = None
         try:
             connection.request("GET", f"{path}?service=git-upload-pack", headers=headers)
             response = connection.getresponse()
@@ -149,19 +205,31 @@ def _request(
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return None
-                if connection.sock is not None:
-                    connection.sock.settimeout(left)
+                connection.limit(left)
                 chunk = response.read1(65536)
-                if not chunk:
-                    return body
+                if not chunk:  # the end, unless the deadline cut it short or the body came short
+                    whole = not response.length and time.monotonic() < deadline
+                    return body if whole else None
                 body += chunk
             return None
         except (OSError, http.client.HTTPException):
             continue  # the next address, as curl tries them
         finally:
             watchdog.cancel()
+            connection.disarm()
+            if response is not None:
+                response.close()  # it may hold the descriptor (a `Connection: close` answer)
             connection.close()
     return None
+
+
+def _pkt_length(field: bytes) -> int | None:
+    """A pkt-line's length as git reads it: exactly four hex digits (int() would also take a sign, spaces,
+    underscores or "0x", and read a flush-pkt from a cut "00"), at most LARGE_PACKET_MAX; None otherwise."""
+    if len(field) != 4 or not _HEX_DIGITS.issuperset(field):
+        return None
+    size = int(field, 16)
+    return size if size <= LARGE_PACKET_MAX else None
 
 
 def _find(body: bytes, name: str) -> str | None:
@@ -171,15 +239,12 @@ def _find(body: bytes, name: str) -> str | None:
     lines: list[bytes | None] = []  # None: a flush-pkt
     at = 0
     while at < len(body):
-        try:
-            size = int(body[at : at + 4], 16)
-        except ValueError:
-            return None
+        size = _pkt_length(body[at : at + 4])
         if size == 0:
             lines.append(None)  # flush
             at += 4
             continue
-        if size < 4 or at + size > len(body):
+        if size is None or size < 4 or at + size > len(body):
             return None
         lines.append(body[at + 4 : at + size])
         at += size

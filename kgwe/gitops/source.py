@@ -1,25 +1,30 @@
 """The policy repository as a Git source: fetch into a private bare mirror, resolve the tracked ref to a
 commit, and export that commit's tree into a fresh directory.
 
-Why a bare mirror plus `git archive`: there is no working tree to get dirty, so what the controller reads is
-exactly what the commit holds (no leftovers from an earlier revision, no local edits, no untracked files).
+Why a bare mirror plus an export of the commit's blobs: there is no working tree to get dirty, so what the
+controller reads is exactly what the commit holds (no leftovers from an earlier revision, no local edits, no
+untracked files). The export writes each blob's committed bytes itself (`git cat-file --batch`), never
+through `git archive` or a checkout, which honour the commit's own `.gitattributes`: `export-subst` would
+expand placeholders (a small tree exported as many times its size), `ident` and end-of-line or encoding
+conversions grow files too, and `export-ignore` would hide committed files from KGWE while the Git host
+still shows them. Its byte budget is counted as it writes.
 """
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import logging
+import os
 import random
 import re
 import subprocess
-import tarfile
 import tempfile
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 import git
 
@@ -57,10 +62,19 @@ class GitSourceError(KgweError):
     """Fetching or reading the policy repository failed (after the bounded retries)."""
 
 
+REGULAR_MODES = {"100644": 0o644, "100755": 0o755}  # a blob's mode in a tree -> the exported file's
+SYMLINK_MODE = "120000"
+SUBMODULE_MODE = "160000"  # a commit of another repository: exported as an empty folder, as git does
+MAX_SYMLINK_TARGET_BYTES = 4095  # PATH_MAX less its NUL
+
+
 @dataclass(frozen=True)
 class TreeEntry:
-    path: str
+    path: str  # as text (undecodable bytes replaced): for messages and matching
     size_bytes: int  # 0 for a submodule (it is not exported)
+    mode: str = ""
+    oid: str = ""
+    raw_path: bytes = b""  # the name's bytes as the tree holds them: what an export writes
 
 
 def list_tree(
@@ -91,8 +105,17 @@ def list_tree(
             *records, pending = (pending + chunk).split(b"\0")
             for record in records:
                 meta, _, name = record.partition(b"\t")
-                size = meta.split()[-1] if sizes else b"-"
-                entries.append(TreeEntry(name.decode("utf-8", "replace"), int(size) if size.isdigit() else 0))
+                fields = meta.split()  # mode, type, object id and, with sizes, the size
+                size = fields[-1] if sizes else b"-"
+                entries.append(
+                    TreeEntry(
+                        name.decode("utf-8", "replace"),
+                        int(size) if size.isdigit() else 0,
+                        mode=fields[0].decode("ascii", "replace") if fields else "",
+                        oid=fields[2].decode("ascii", "replace") if len(fields) > 2 else "",
+                        raw_path=name,
+                    )
+                )
         if len(entries) > limit:
             process.kill()
             raise GitSourceError(f"commit {sha[:12]} holds more than {limit} files; refused")
@@ -102,13 +125,20 @@ def list_tree(
     return entries
 
 
-def check_tree_size(repo: git.Repo, sha: str, paths: tuple[str, ...] = ()) -> None:
-    """GitSourceError when the tree (under `paths`) expands beyond MAX_EXPORT_FILES or MAX_EXPORT_BYTES."""
-    total = sum(e.size_bytes for e in list_tree(repo, sha, paths, limit=MAX_EXPORT_FILES))
+def check_tree_size(repo: git.Repo, sha: str, paths: tuple[str, ...] = ()) -> list[TreeEntry]:
+    """The tree's entries (under `paths`); GitSourceError when they are more than MAX_EXPORT_FILES or their
+    blobs hold more than MAX_EXPORT_BYTES."""
+    entries = list_tree(repo, sha, paths, limit=MAX_EXPORT_FILES)
+    total = sum(e.size_bytes for e in entries)
     if total > MAX_EXPORT_BYTES:
-        raise GitSourceError(
-            f"commit {sha[:12]} expands to more than {MAX_EXPORT_BYTES} bytes; refused ({total} bytes)"
-        )
+        raise _too_large(sha, f"{total} bytes")
+    return entries
+
+
+def _too_large(sha: str, found: str) -> GitSourceError:
+    return GitSourceError(
+        f"commit {sha[:12]} expands to more than {MAX_EXPORT_BYTES} bytes; refused ({found})"
+    )
 
 
 @dataclass(frozen=True)
@@ -161,51 +191,125 @@ class Revision:
         return text.rsplit("sha1:", 1)[-1]
 
 
-def _keep_symlinks(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo | None:
-    """tarfile's "data" filter, except that symlinks are kept whatever they point to.
-
-    A symlink only matters when something follows it, and the policy loader never does: it reports a link
-    leaving the repository as a policy error naming the file. Refusing it here instead would fail the whole
-    export with an exception that names neither the file nor the problem. The member's own name is still
-    checked (no absolute names, no "..", nothing written outside `dest`)."""
-    if member.issym():
-        probe = copy.copy(member)
-        probe.type, probe.linkname = tarfile.REGTYPE, ""
-        tarfile.data_filter(probe, dest)  # the name checks, without the link-target ones
-        return member
-    return tarfile.data_filter(member, dest)
-
-
 def export_commit(repo: git.Repo, sha: str, dest: Path, subpath: str | None = None) -> Path:
-    """Write the tree of commit `sha` (optionally only `subpath`) into `dest`; returns the policy folder."""
+    """Write the tree of commit `sha` (optionally only `subpath`) into the empty folder `dest`, each file
+    with the bytes the commit holds (no attribute of any kind applied); returns the policy folder."""
     dest.mkdir(parents=True, exist_ok=True)
     sub = (subpath or "").strip("/")
     if sub and (sub.startswith(("..", "-")) or "/../" in f"/{sub}/"):
         raise KgweError(f"path {subpath!r} leaves the repository")
     check_argument(sha, "commit")
-    args = ["--format=tar", sha]
     if sub:
         try:
             repo.git.cat_file("-e", "--end-of-options", f"{sha}:{sub}")
         except git.GitCommandError as exc:
             raise GitSourceError(f"path {sub!r} does not exist at commit {sha[:12]}") from exc
-        args += ["--", sub]
-    check_tree_size(repo, sha, (sub,) if sub else ())
-    with tempfile.TemporaryFile() as tar_file:
-        repo.git.archive(*args, output_stream=tar_file)
-        tar_file.seek(0)
-        with tarfile.open(fileobj=tar_file) as tar:
-            tar.extractall(dest, filter=_keep_symlinks)
+    entries = check_tree_size(repo, sha, (sub,) if sub else ())
+    _write_tree(Path(repo.git_dir), sha, entries, dest)
     root = dest / sub if sub else dest
     if sub and (root.is_symlink() or not root.resolve().is_relative_to(dest.resolve())):
         raise GitSourceError(f"path {sub!r} is a symlink at commit {sha[:12]}; name a folder instead")
     return root
 
 
+def _write_tree(git_dir: Path, sha: str, entries: list[TreeEntry], dest: Path) -> None:
+    """Write `entries` of commit `sha` under `dest`: files first, symlinks last (so nothing is ever written
+    through a link), every name checked to stay inside `dest`, every file created anew, and the bytes
+    counted as they are written (GitSourceError past MAX_EXPORT_BYTES, whatever the listing said)."""
+    targets = {e.raw_path: _export_path(dest, sha, e) for e in entries}
+    for entry in entries:
+        if entry.mode == SUBMODULE_MODE:
+            targets[entry.raw_path].mkdir(parents=True, exist_ok=True)
+        elif entry.mode not in REGULAR_MODES and entry.mode != SYMLINK_MODE:
+            raise GitSourceError(f"{entry.path} has mode {entry.mode} at commit {sha[:12]}; refused")
+    blobs = [e for e in entries if e.mode in REGULAR_MODES or e.mode == SYMLINK_MODE]
+    links: list[tuple[Path, bytes]] = []
+    with tempfile.TemporaryFile() as wanted:
+        wanted.write(b"".join(e.oid.encode() + b"\n" for e in blobs))
+        wanted.seek(0)
+        with subprocess.Popen(
+            ["git", "cat-file", "--batch"],
+            cwd=git_dir,
+            env=git_process_environment({}, allow_local=False),
+            stdin=wanted,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        ) as process:
+            assert process.stdout is not None
+            try:
+                written = 0
+                for entry in blobs:
+                    size = _blob_header(process.stdout, entry, sha)
+                    written += size
+                    if written > MAX_EXPORT_BYTES:
+                        raise _too_large(sha, f"{written} bytes by {entry.path}")
+                    if entry.mode == SYMLINK_MODE:
+                        links.append(
+                            (targets[entry.raw_path], _symlink_target(process.stdout, size, entry, sha))
+                        )
+                    else:
+                        _write_file(
+                            process.stdout, size, targets[entry.raw_path], REGULAR_MODES[entry.mode], sha
+                        )
+                    if process.stdout.read(1) != b"\n":
+                        raise GitSourceError(f"cannot read {entry.path} at commit {sha[:12]}")
+            finally:
+                process.kill()
+    for path, target in links:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            os.symlink(os.fsdecode(target), path)
+        except OSError as exc:
+            raise GitSourceError(f"cannot export {path.relative_to(dest)}: {exc.strerror}") from None
+
+
+def _export_path(dest: Path, sha: str, entry: TreeEntry) -> Path:
+    """Where an entry is written: its name's parts, none empty, "." or ".." (git itself never writes such a
+    tree, a hostile server may send one)."""
+    parts = entry.raw_path.split(b"/")
+    if any(part in (b"", b".", b"..") or b"\0" in part for part in parts):
+        raise GitSourceError(f"commit {sha[:12]} holds a path that leaves its tree ({entry.path!r}); refused")
+    return dest.joinpath(*map(os.fsdecode, parts))
+
+
+def _blob_header(out: IO[bytes], entry: TreeEntry, sha: str) -> int:
+    """The size `git cat-file --batch` announces for the blob of `entry`."""
+    fields = out.readline(256).split()
+    if len(fields) != 3 or fields[1] != b"blob" or not fields[2].isdigit():
+        raise GitSourceError(f"cannot read {entry.path} at commit {sha[:12]}")
+    return int(fields[2])
+
+
+def _symlink_target(out: IO[bytes], size: int, entry: TreeEntry, sha: str) -> bytes:
+    target = out.read(min(size, MAX_SYMLINK_TARGET_BYTES + 1))
+    if size > MAX_SYMLINK_TARGET_BYTES or len(target) != size or not target or b"\0" in target:
+        raise GitSourceError(
+            f"{entry.path} at commit {sha[:12]} is a symlink git could not check out; refused"
+        )
+    return target
+
+
+def _write_file(out: IO[bytes], size: int, path: Path, mode: int, sha: str) -> None:
+    """`size` bytes of `out` into the new file `path` (never an existing file, never through a link)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    except OSError as exc:
+        raise GitSourceError(f"cannot export {path.name} of commit {sha[:12]}: {exc.strerror}") from None
+    with os.fdopen(fd, "wb") as file:
+        left = size
+        while left:
+            chunk = out.read(min(left, 1 << 16))
+            if not chunk:
+                raise GitSourceError(f"cannot read {path.name} at commit {sha[:12]}")
+            file.write(chunk)
+            left -= len(chunk)
+
+
 def resolve_local(repo: git.Repo, refname: str) -> str:
     """A ref name, tag or commit id in a local repository → full commit id (KgweError if unknown)."""
     try:
-        return repo.git.rev_parse("--verify", "--quiet", "--end-of-options", f"{refname}^{{commit}}")
+        return str(repo.git.rev_parse("--verify", "--quiet", "--end-of-options", f"{refname}^{{commit}}"))
     except git.GitCommandError as exc:
         raise KgweError(f"unknown git revision {refname!r}") from exc
 
@@ -386,8 +490,8 @@ class GitSource:
         if held is not None and self._resolved is not None and self._resolved[0] == held:
             return self._resolved[1]  # the same ref value names the same commit (objects never change)
         try:
-            commit = self.repo.git.rev_parse(
-                "--verify", "--quiet", "--end-of-options", f"{candidate}^{{commit}}"
+            commit = str(
+                self.repo.git.rev_parse("--verify", "--quiet", "--end-of-options", f"{candidate}^{{commit}}")
             )
         except git.GitCommandError as exc:
             raise GitSourceError(f"{where} not found in {self.display_url}") from exc

@@ -30,12 +30,13 @@ Nobody who reaches the port can starve it or grow it (bounds in kgwe.httpd.limit
   off the event loop.
 
 Fault rules: every error is a 4xx/5xx with a JSON body {"error": "..."}: malformed request line or headers
-400, chunked bodies 411, bodies over the limit 413, headers over the limit 431, deadline 408, evicted or no
-room 503, no or bad token 401, not allowed 403. An unexpected exception in a handler is logged and answered
-422, never 500, and never kills the server. After an error answer the connection lingers: the server
-half-closes, reads and drops what the client still sends (at most LINGER_SECONDS), then closes — closing a
-socket with unread input makes the kernel send a reset that can destroy the answer before the client reads
-it.
+400 (methods, header names and Content-Length read as HTTP defines them, kgwe.httpd.headers; whatever else
+fails to parse is a 400 too), chunked bodies 411, bodies over the limit 413, headers over the limit 431,
+deadline 408, evicted or no room 503, no or bad token 401, not allowed 403. An unexpected exception in a
+handler is logged and answered 422, never 500, and never kills the server. After an error answer the
+connection lingers: the server half-closes, reads and drops what the client still sends (at most
+LINGER_SECONDS), then closes — closing a socket with unread input makes the kernel send a reset that can
+destroy the answer before the client reads it.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ from typing import TypedDict, Unpack, cast
 import orjson
 
 from kgwe.httpd.access import AccessGuard, Verdict
+from kgwe.httpd.headers import content_length, is_token
 from kgwe.httpd.limits import Limits
 from kgwe.httpd.table import ConnectionTable
 from kgwe.httpd.tls import TlsSession
@@ -348,7 +350,12 @@ class _Conn(asyncio.BufferedProtocol):
     def _process(self) -> None:
         while self.buf and not (self.closed or self.draining or self.waiting or self.write_paused):
             if self.pending is None:
-                self.pending = self._head()
+                try:
+                    self.pending = self._head()
+                except Exception as exc:  # a parser bug: still an answer, never a dropped connection
+                    log.warning("cannot parse a request from %s: %s", self.peer, type(exc).__name__)
+                    self._fail(400, "malformed request")
+                    return
                 if self.pending is None:
                     return  # incomplete headers, or answered with an error
                 self._arm(self.limits.request_timeout_seconds, since=self.started)
@@ -443,7 +450,7 @@ class _Conn(asyncio.BufferedProtocol):
             return None
         lines = bytes(self.buf[:end]).decode("latin-1").split("\r\n")
         parts = lines[0].split(" ")
-        if len(parts) != 3 or not parts[2].startswith("HTTP/1.") or not parts[0].isalpha():
+        if len(parts) != 3 or not parts[2].startswith("HTTP/1.") or not is_token(parts[0]):
             self._fail(400, "malformed request line")
             return None
         method, target, version = parts
@@ -452,15 +459,16 @@ class _Conn(asyncio.BufferedProtocol):
         seen: dict[str, str] = {}
         for line in lines[1:]:
             name, sep, value = line.partition(":")
-            if not sep or not name or name != name.strip():
+            if not sep or not is_token(name):
                 self._fail(400, "malformed header line")
                 return None
             name, value = name.lower(), value.strip()
             if name == "content-length":
-                if not value.isdigit() or (name in seen and seen[name] != value):
-                    self._fail(400, "Content-Length is not one non-negative number")
+                said = content_length(value)
+                if said is None or (name in seen and seen[name] != value):
+                    self._fail(400, "Content-Length is not one non-negative number of ASCII digits")
                     return None
-                length = int(value)
+                length = said
             elif name == "transfer-encoding" and value.lower() != "identity":
                 self._fail(411, "send the body with a Content-Length (chunked bodies are not accepted)")
                 return None

@@ -216,6 +216,13 @@ class LocalCluster:
             f"({self.gpu_ready_seconds:.1f}s)"
         )
 
+    @property
+    def mig_manager(self) -> MigManagerStandIn | None:
+        """The MIG manager stand-in while the cluster runs (its `applies` log, its `delay_seconds`)."""
+        from kgwe.localcluster.migmanager import MigManagerStandIn
+
+        return next((s for s in self._standins if isinstance(s, MigManagerStandIn)), None)
+
     def import_image(self, archive: Path) -> str:
         """Import one more OCI archive into the running node (as `--image` does); returns its reference."""
         assert self.node is not None, "the cluster is not started"

@@ -18,6 +18,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from ssl import PROTOCOL_TLS_SERVER, SSLContext
 
+from kgwe.httpd import error_body
+from kgwe.httpd.headers import content_length
 from kgwe.localcluster.pki import write_pki
 
 MAX_BODY_BYTES = 64 * 1024 * 1024
@@ -59,9 +61,12 @@ class GitHttpsServer:
                     self.send_header("Content-Length", "0")
                     self.end_headers()
                     return
-                length = int(self.headers.get("Content-Length") or 0)
+                length = content_length(self.headers.get("Content-Length") or "0")
+                if length is None:
+                    self._refuse(400, "Content-Length is not one non-negative number of ASCII digits")
+                    return
                 if length > MAX_BODY_BYTES:
-                    self.send_error(413)
+                    self._refuse(413, f"body of {length} bytes exceeds the {MAX_BODY_BYTES} byte limit")
                     return
                 body = self.rfile.read(length)
                 path, _, query = self.path.partition("?")
@@ -100,6 +105,16 @@ class GitHttpsServer:
                 self.send_header("Content-Length", str(len(payload)))
                 self.end_headers()
                 self.wfile.write(payload)
+
+            def _refuse(self, status: int, message: str) -> None:
+                payload = error_body(message)
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.send_header("Connection", "close")
+                self.end_headers()
+                self.wfile.write(payload)
+                self.close_connection = True
 
             do_GET = do_POST = _cgi
 

@@ -30,8 +30,9 @@ from kgwe.errors import KgweError
 from kgwe.gitops.gitcmd import GitAccess
 from kgwe.gitops.retry import jittered_interval_seconds
 from kgwe.gitops.source import touches_policy
-from kgwe.gitops.webhook import ControllerHTTPServer, PushEvent, repository_key
-from kgwe.httpd import metrics_need_token
+from kgwe.gitops.webhook import ControllerHTTPServer, GetRoute, PushEvent, repository_key
+from kgwe.httpd import ServerThread, error_body, metrics_need_token, metrics_port
+from kgwe.httpd.metrics_port import plain_metrics
 from kgwe.observability.collectors import ClusterStateCollector, read_cluster
 from kgwe.reconcile.metrics import ReconcileMetrics
 from kgwe.reconcile.rebalancing import ActivityReader
@@ -43,6 +44,7 @@ from kgwe.reconcile.repository import (
     RepositoryReconciler,
     read_spec,
 )
+from kgwe.tlsfiles import ServingTLS
 from kgwe.vocab import CONTROLLER_NAME, FIELD_MANAGER, RECONCILE_REQUESTED_AT_ANNOTATION
 
 if TYPE_CHECKING:
@@ -87,6 +89,10 @@ class _Due:
     requested: str | None = None
 
 
+def _over_tls_only() -> tuple[int, str, bytes]:
+    return 404, "application/json", error_body(metrics_port.OVER_TLS_ONLY)
+
+
 class Controller:
     def __init__(
         self,
@@ -111,6 +117,7 @@ class Controller:
         certificates: CertificateKeeper | None = None,
         public_metrics: bool = False,
         audit_interval_seconds: float = COMMIT_INTERVAL_SECONDS,
+        metrics_tls_port: metrics_port.MetricsPort | None = None,
     ) -> None:
         self.api_client = api_client
         self.audit_interval_seconds = audit_interval_seconds  # how often the audit log is committed at most
@@ -164,23 +171,43 @@ class Controller:
                 is_leader=self.is_leader,
                 policy_namespace=namespace,
                 cost_of=costs.workload_cost if costs is not None else None,
+                advise=costs.workload_admission if costs is not None else None,
+                finished=costs.workload_finished if costs is not None else None,
             )
             self.workloads = WorkloadController(reconciler)
         self.server: ControllerHTTPServer | None = None
+        self.metrics_server: ServerThread | None = None
         if listen is not None:
-            routes = {
-                "/metrics": lambda: (200, "text/plain; version=0.0.4", self.metrics.exposition()),
+            # /metrics (budgets and costs) on the plain port on loopback only (or opened to anyone): off
+            # loopback it is served over TLS only, for a token allowed to get /metrics (metrics_port)
+            plain = plain_metrics(listen[0], public_metrics)
+            routes: dict[str, GetRoute] = {
+                "/metrics": self._exposition if plain else _over_tls_only,
                 "/healthz": lambda: (200, "text/plain", b"ok"),
                 "/readyz": self._readyz,
             }
-            guard = None  # /metrics (budgets and costs) off loopback: for tokens allowed to get /metrics
-            if metrics_need_token(listen[0], public_metrics):
+            self.server = ControllerHTTPServer(
+                listen, secret=webhook_secret, on_push=self.on_push, get_routes=routes
+            )
+        if metrics_tls_port is not None:  # GET /metrics for Prometheus, over TLS (kgwe.httpd.metrics_port)
+            address, files = metrics_tls_port
+            tls = ServingTLS(*files) if files is not None else None
+            guard = None
+            if metrics_need_token(address[0], public_metrics):
                 from kgwe.cluster.access_review import metrics_guard
 
                 guard = metrics_guard(api_client)
-            self.server = ControllerHTTPServer(
-                listen, secret=webhook_secret, on_push=self.on_push, get_routes=routes, guard=guard
+            self.metrics_server = ServerThread(
+                metrics_port.handler(lambda: (200, self.metrics.exposition(), metrics_port.CONTENT_TYPE)),
+                address,
+                limits=metrics_port.LIMITS,
+                tls=tls.current if tls is not None else None,
+                guard=guard,
+                label="kgwe controller /metrics listening on",
             )
+
+    def _exposition(self) -> tuple[int, str, bytes]:
+        return 200, metrics_port.CONTENT_TYPE.decode(), self.metrics.exposition()
 
     def _readyz(self) -> tuple[int, str, bytes]:
         """Ready unless the PolicyRepository CRD is missing (an install with crds.install=false, say)."""
@@ -263,6 +290,7 @@ class Controller:
                 read_activity=activity_reader(self.prometheus_url),
                 budget_caps=self._budget_caps if self.costs is not None else None,
                 on_policy_in_force=self._policy_in_force if self.costs is not None else None,
+                mig_outlooks=self.costs.mig_outlooks if self.costs is not None else None,
                 node_cache=self.node_cache,
                 audit_flush_seconds=self.audit_interval_seconds,
             )
@@ -415,6 +443,8 @@ class Controller:
     def run(self, stop: threading.Event) -> None:
         if self.server is not None:
             self.server.start()
+        if self.metrics_server is not None:
+            self.metrics_server.start(name="kgwe-metrics")
         if self.elector is not None:
             self.elector.start(stop)
         elif self.costs is not None:  # acting alone: there is no "became leader" moment
@@ -432,6 +462,8 @@ class Controller:
         finally:
             if self.server is not None:
                 self.server.stop()
+            if self.metrics_server is not None:
+                self.metrics_server.stop()
             if self.costs is not None:
                 self.costs.stop()
             if self.certificates is not None:

@@ -6,11 +6,16 @@ pool (GPUs repartitioned, nodes that would need a drain), and policy changes (sc
 budgets and quotas). Works offline: the inventory comes from --inventory, else --kubeconfig, else the
 snapshot the controller commits under reports/, else the repository's own GPUInventory.
 
+What the controller wrote (the inventory snapshot, the demand record, the audit log) is read from the
+base, never from the head: the pull request being planned must not choose the facts it is planned on. A
+pull request that changes anything under the report folders, or the repository's own GPUInventory, is
+flagged at the top of the plan and on stderr.
+
 A "Next MIG rebalance" section shows what the next demand-driven rebalance of each pool with
 `rebalanceInterval` would do, from the MIG demand the inventory snapshot measured (docs/mig-rebalancing.md);
 it never changes the exit status.
 
-The report ends with where the audit log is (the newest `<reports>/audit/<YYYY-MM>.jsonl` at head): what the
+The report ends with where the audit log is (the newest `<reports>/audit/<YYYY-MM>.jsonl` at base): what the
 controller wrote to the cluster for each applied commit, and who authored it (docs/audit.md).
 
 When scoring profiles, MIG strategies, budgets or prices change, an impact section replays the recorded
@@ -35,6 +40,7 @@ from kgwe.gitops.source import (
     MAX_EXPORT_FILES,
     GitSourceError,
     TreeEntry,
+    changed_paths,
     export_commit,
     list_tree,
     resolve_local,
@@ -49,6 +55,7 @@ if TYPE_CHECKING:  # loaded when the command runs (`kgwe --help` stays light)
 SNAPSHOT_NAME = "gpu-inventory.yaml"
 DEMAND_NAME = "demand-record.json"  # kgwe.impact.record.RECORD_NAME, kept here so `import` stays light
 IMPACT_SEED = 42
+OWN_INVENTORY = "the repository's GPUInventory"  # where the inventory came from, as the plan says it
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -62,7 +69,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repository-name", default="local", help="PolicyRepository name for labels")
     parser.add_argument("--output", help="also write the Markdown report to this file")
     parser.add_argument(
-        "--demand", help="demand record to replay (default: demand-record.json under reports/ at head)"
+        "--demand", help="demand record to replay (default: demand-record.json under reports/ at base)"
     )
     parser.add_argument("--no-impact", action="store_true", help="skip the impact replay of recorded demand")
 
@@ -93,18 +100,21 @@ def run(args: argparse.Namespace) -> int:
         except KgweError:
             base_ps = None
             notes.append(f"{args.path} does not exist at base {args.base}; everything is new")
-        inventory, inventory_source = _inventory(args, repo, head_sha, head_ps)
+        inventory, inventory_source = _inventory(args, repo, base_sha, head_ps)
         report = plan_report(base_ps, head_ps, inventory, repository=args.repository_name)
         report.notes += notes
+        report.warnings += _steering(args, repo, base_sha, head_sha, base_ps, head_ps, inventory_source)
         impact = None
         if not args.no_impact:
-            impact = _impact(args, repo, head_sha, base_ps, head_ps, inventory, report)
+            impact = _impact(args, repo, base_sha, base_ps, head_ps, inventory, report)
+    for warning in report.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
     text = markdown(report, base=args.base, head=args.head, inventory_source=inventory_source)
     if impact:
         text += "\n" + impact
     if inventory is not None:  # informational: the next rebalance happens whether or not the PR merges
         text += _next_rebalance(head_ps, inventory, inventory_source)
-    text += "\n" + _audit_note(args, repo, head_sha)
+    text += "\n" + _audit_note(args, repo, base_sha)
     sys.stdout.write(text)
     if args.output:
         Path(args.output).write_text(text)
@@ -147,7 +157,7 @@ def plan_report(
 def _impact(
     args: argparse.Namespace,
     repo: git.Repo,
-    head_sha: str,
+    base_sha: str,
     base_ps: PolicySet | None,
     head_ps: PolicySet,
     inventory: GPUInventory | None,
@@ -165,10 +175,10 @@ def _impact(
         report.notes.append("impact skipped: it needs an inventory and a valid base revision")
         return None
     try:
-        data, source = _demand(args, repo, head_sha)
+        data, source = _demand(args, repo, base_sha)
         if data is None:
             report.notes.append(
-                f"impact skipped: no {DEMAND_NAME} under reports/ at head (the controller commits one on the "
+                f"impact skipped: no {DEMAND_NAME} under reports/ at base (the controller commits one on the "
                 "report schedule) and no --demand FILE"
             )
             return None
@@ -204,19 +214,56 @@ def _report_folders(args: argparse.Namespace) -> tuple[str, ...]:
     return (DEFAULT_REPORTS_PATH, *([f"{sub}/{DEFAULT_REPORTS_PATH}"] if sub not in ("", ".") else []))
 
 
-def _audit_note(args: argparse.Namespace, repo: git.Repo, head_sha: str) -> str:
-    """Where the audit log is: the newest month's file under the report folders at head (kgwe.audit.log)."""
+def _steering(
+    args: argparse.Namespace,
+    repo: git.Repo,
+    base_sha: str,
+    head_sha: str,
+    base_ps: PolicySet | None,
+    head_ps: PolicySet,
+    inventory_source: str,
+) -> list[str]:
+    """What the pull request changes of the facts a plan is made on: files under the report folders (only
+    KGWE's controller writes there; this plan reads them from the base) and, when the plan is made on it,
+    the repository's own GPUInventory (not listed among the policy changes)."""
+    folders = tuple(f"{folder}/" for folder in _report_folders(args))
+    touched = sorted(p for p in changed_paths(repo, base_sha, head_sha) if p.startswith(folders))
+    warnings = []
+    if touched:
+        shown = ", ".join(f"`{p}`" for p in touched[:5]) + (
+            f" and {len(touched) - 5} more" if len(touched) > 5 else ""
+        )
+        warnings.append(
+            f"this pull request changes {len(touched)} file(s) under the reports folder, which only KGWE's "
+            f"controller writes: {shown}. This plan reads the inventory snapshot, the demand record and the "
+            f"audit log from the base `{args.base}`, not from the pull request."
+        )
+    base_inventory = base_ps.inventory() if base_ps is not None and base_ps.ok else None
+    head_inventory = head_ps.inventory() if inventory_source == OWN_INVENTORY else None
+    if head_inventory is not None and (
+        base_inventory is None or base_inventory.to_yaml_dict() != head_inventory.to_yaml_dict()
+    ):
+        warnings.append(
+            f"this pull request changes GPUInventory/{head_inventory.name}, the fleet this plan is made on "
+            "(the controller has committed no snapshot): node counts and drains follow the pull request's "
+            "own account of the fleet."
+        )
+    return warnings
+
+
+def _audit_note(args: argparse.Namespace, repo: git.Repo, base_sha: str) -> str:
+    """Where the audit log is: the newest month's file under the report folders at base (kgwe.audit.log)."""
     from kgwe.audit.log import is_log_path, plan_note
 
     try:
-        entries = list_tree(repo, head_sha, _report_folders(args), limit=MAX_EXPORT_FILES)
+        entries = list_tree(repo, base_sha, _report_folders(args), limit=MAX_EXPORT_FILES)
     except GitSourceError:
         entries = []
     logs = sorted((e.path for e in entries if is_log_path(e.path)), key=lambda p: p.rpartition("/")[2])
     return plan_note(logs[-1] if logs else None)
 
 
-def _demand(args: argparse.Namespace, repo: git.Repo, head_sha: str) -> tuple[bytes | None, str]:
+def _demand(args: argparse.Namespace, repo: git.Repo, base_sha: str) -> tuple[bytes | None, str]:
     from kgwe.impact.record import MAX_RECORD_BYTES, DemandRecordError
 
     if args.demand:
@@ -227,7 +274,7 @@ def _demand(args: argparse.Namespace, repo: git.Repo, head_sha: str) -> tuple[by
         except OSError as exc:
             raise DemandRecordError(f"cannot read demand record {path}: {exc.strerror}") from None
     try:
-        entries = list_tree(repo, head_sha, _report_folders(args), limit=MAX_EXPORT_FILES)
+        entries = list_tree(repo, base_sha, _report_folders(args), limit=MAX_EXPORT_FILES)
     except GitSourceError as exc:
         raise DemandRecordError(str(exc)) from None
     found = [e for e in entries if e.path.endswith("/" + DEMAND_NAME)]
@@ -235,15 +282,15 @@ def _demand(args: argparse.Namespace, repo: git.Repo, head_sha: str) -> tuple[by
         return None, ""
     # the controller's record before a shipped one
     found.sort(key=lambda e: not e.path.startswith(DEFAULT_REPORTS_PATH + "/"))
-    where = f"`{found[0].path}` at head"
+    where = f"`{found[0].path}` at base"
     if found[0].size_bytes > MAX_RECORD_BYTES:
         size = found[0].size_bytes
         raise DemandRecordError(f"{where}: {size} bytes is over the {MAX_RECORD_BYTES}-byte bound; refused")
-    return (repo.commit(head_sha).tree / found[0].path).data_stream.read(), where
+    return (repo.commit(base_sha).tree / found[0].path).data_stream.read(), where
 
 
 def _inventory(
-    args: argparse.Namespace, repo: git.Repo, head_sha: str, head_ps: PolicySet
+    args: argparse.Namespace, repo: git.Repo, base_sha: str, head_ps: PolicySet
 ) -> tuple[GPUInventory | None, str]:
     from kgwe.policy import GPUInventory
 
@@ -269,15 +316,15 @@ def _inventory(
         return inventory, "live cluster"
     snapshots = [
         e
-        for e in list_tree(repo, head_sha, (DEFAULT_REPORTS_PATH,), limit=MAX_EXPORT_FILES)
+        for e in list_tree(repo, base_sha, (DEFAULT_REPORTS_PATH,), limit=MAX_EXPORT_FILES)
         if e.path.endswith("/" + SNAPSHOT_NAME) or e.path == SNAPSHOT_NAME
     ]
     if snapshots:
-        return _parse_inventory(_blob(repo, head_sha, snapshots[0]), snapshots[0].path), (
-            f"snapshot `{snapshots[0].path}` at head"
+        return _parse_inventory(_blob(repo, base_sha, snapshots[0]), snapshots[0].path), (
+            f"snapshot `{snapshots[0].path}` at base"
         )
     own = head_ps.inventory()
-    return own, "the repository's GPUInventory" if own is not None else "none"
+    return own, OWN_INVENTORY if own is not None else "none"
 
 
 def _blob(repo: git.Repo, sha: str, entry: TreeEntry) -> bytes:
@@ -287,7 +334,7 @@ def _blob(repo: git.Repo, sha: str, entry: TreeEntry) -> bytes:
     if entry.size_bytes > MAX_TEXT_BYTES:
         size = entry.size_bytes
         raise KgweError(f"{entry.path}: {size} bytes is over the {MAX_TEXT_BYTES}-byte bound; refused")
-    return (repo.commit(sha).tree / entry.path).data_stream.read()
+    return bytes((repo.commit(sha).tree / entry.path).data_stream.read())
 
 
 def _read_inventory_file(path: Path) -> GPUInventory:

@@ -17,6 +17,7 @@ from kgwe.cluster.apply import ObjectRef
 from kgwe.policy.base import KgweObject
 from kgwe.reconcile.rebalancing import PoolPreview
 from kgwe.render.render import Rendered
+from kgwe.safetext import code_fence, escape, markdown_cell, markdown_text
 
 
 @dataclass
@@ -24,9 +25,10 @@ class PlanReport:
     added: list[ObjectRef] = field(default_factory=list)
     removed: list[ObjectRef] = field(default_factory=list)
     changed: dict[ObjectRef, str] = field(default_factory=dict)  # ref -> unified diff
-    pools: dict[str, dict] = field(default_factory=dict)
+    pools: dict[str, dict[str, Any]] = field(default_factory=dict)
     policy_changes: dict[str, list[str]] = field(default_factory=dict)  # "Kind/name" -> field changes
     notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # shown first: what makes the plan itself doubtful
     rendered: tuple[Rendered, Rendered] | None = None  # (base, head) renders, for the impact replay
 
     @property
@@ -52,11 +54,11 @@ def _str_representer(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
 _BlockDumper.add_representer(str, _str_representer)
 
 
-def _dump(obj: Mapping) -> str:
+def _dump(obj: Mapping[str, Any]) -> str:
     return yaml.dump(dict(obj), Dumper=_BlockDumper, sort_keys=True, default_flow_style=False, width=1000)
 
 
-def diff_objects(base: Sequence[dict], head: Sequence[dict], report: PlanReport) -> None:
+def diff_objects(base: Sequence[dict[str, Any]], head: Sequence[dict[str, Any]], report: PlanReport) -> None:
     b = {ObjectRef.of(o): o for o in base if o.get("kind") != "Node"}
     h = {ObjectRef.of(o): o for o in head if o.get("kind") != "Node"}
     report.added = sorted(set(h) - set(b))
@@ -86,7 +88,7 @@ def _flatten(value: object, prefix: str = "") -> dict[str, Any]:
 def diff_policies(base: Sequence[KgweObject], head: Sequence[KgweObject], report: PlanReport) -> None:
     """Field-level changes of every policy object (KgweObject) between the two revisions."""
 
-    def index(objs: Sequence[KgweObject]) -> dict[str, dict]:
+    def index(objs: Sequence[KgweObject]) -> dict[str, dict[str, Any]]:
         return {
             f"{o.kind}/{o.name}": o.to_yaml_dict().get("spec", {})
             for o in objs
@@ -174,6 +176,8 @@ def _layout_text(layout: Sequence[str] | None) -> str:
 
 def markdown(report: PlanReport, *, base: str, head: str, inventory_source: str) -> str:
     out = [f"## KGWE plan: `{base}` → `{head}`", ""]
+    for warning in report.warnings:
+        out += [f"> **Warning**: {warning}", ""]
     if not report.has_changes:
         out += ["No changes: the cluster would stay exactly as it is.", ""]
     out.append(f"Inventory: {inventory_source}")
@@ -193,33 +197,36 @@ def markdown(report: PlanReport, *, base: str, head: str, inventory_source: str)
             "|---|---|---|---|---|",
         ]
         for pool, p in sorted(pools.items()):
-            out.append(
-                f"| {pool} | {p['gpus_changed']} of {p['gpus']} | {len(p['nodes_changed'])} of "
-                f"{p['nodes']} | {_names(p['drain'])} | {_names(p['wait_idle'])} |"
+            cells = (
+                pool,
+                f"{p['gpus_changed']} of {p['gpus']}",
+                f"{len(p['nodes_changed'])} of {p['nodes']}",
+                _names(p["drain"]),
+                _names(p["wait_idle"]),
             )
+            out.append("| " + " | ".join(markdown_cell(c) for c in cells) + " |")
         out.append("")
         for pool, p in sorted(pools.items()):
             for example in p["examples"]:
-                out.append(f"- {pool}: {example}")
+                out.append(markdown_text(f"- {pool}: {example}"))
         out.append("")
     if report.policy_changes:
         out += ["### Policy changes (scheduler and scoring, budgets and quotas, pricing, MIG strategies)", ""]
         for key, changes in sorted(report.policy_changes.items()):
-            out.append(
-                f"- **{key}**: "
-                + (
-                    "; ".join(changes)
-                    if len(changes) <= 6
-                    else "; ".join(changes[:6]) + f"; and {len(changes) - 6} more"
-                )
+            said = (
+                "; ".join(changes)
+                if len(changes) <= 6
+                else "; ".join(changes[:6]) + f"; and {len(changes) - 6} more"
             )
+            out.append(markdown_text(f"- **{key}**: {said}"))
         out.append("")
     if report.changed:
         out += ["<details><summary>Object diffs</summary>", ""]
         for ref, text in report.changed.items():
-            out += [f"`{ref}`", "", "```diff", text, "```", ""]
+            fence = code_fence(text)  # a diff of committed text cannot close its block early
+            out += [f"`{ref}`", "", f"{fence}diff", escape(text, keep="\n\t"), fence, ""]
         out += ["</details>", ""]
-    out += [f"> {n}" for n in report.notes]
+    out += [f"> {markdown_text(n)}" for n in report.notes]
     return "\n".join(out).rstrip() + "\n"
 
 

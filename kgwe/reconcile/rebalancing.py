@@ -25,7 +25,16 @@ from kgwe.planner.from_policy import model_of_product, pool_requests
 from kgwe.planner.mig_demand import PoolView, measure, unschedulable_mig_request
 from kgwe.planner.model import PoolRequest
 from kgwe.planner.plan import plan_pool
-from kgwe.planner.rebalance import Decision, Measurement, Record, Sample, Settings, carry_over, evaluate
+from kgwe.planner.rebalance import (
+    Decision,
+    Measurement,
+    Outlook,
+    Record,
+    Sample,
+    Settings,
+    carry_over,
+    evaluate,
+)
 from kgwe.policy.inventory import GPUInventory, PoolDemand
 from kgwe.policy.mig_strategy import MIGStrategy
 from kgwe.timestamps import parse_rfc3339
@@ -36,6 +45,9 @@ UTILIZATION_CONDITION = "UtilizationAvailable"
 
 # (namespace, pod) -> mean engine activity over [start, end]; raises KgweError when the source is down
 ActivityReader = Callable[[datetime, datetime], Mapping[tuple[str, str], float]]
+# the pools as measured -> the demand the optimizer expects of each (kgwe.optimizer.demand); a pool without
+# one follows pending pods alone
+OutlookSource = Callable[[Sequence[PoolView]], Mapping[str, Outlook]]
 
 
 @dataclass(frozen=True)
@@ -55,7 +67,7 @@ class RebalanceResult:
     taken: dict[str, Decision] = field(default_factory=dict)
     condition: Condition | None = None
 
-    def status(self) -> dict[str, dict]:
+    def status(self) -> dict[str, dict[str, Any]]:
         return {pool: record.to_status() for pool, record in sorted(self.records.items())}
 
 
@@ -68,7 +80,7 @@ def rebalancing_strategies(strategies: Sequence[MIGStrategy]) -> list[MIGStrateg
     ]
 
 
-def unschedulable_profiles(pods: Sequence[Mapping]) -> set[str]:
+def unschedulable_profiles(pods: Sequence[Mapping[str, Any]]) -> set[str]:
     """The MIG profiles unschedulable pods ask for (whatever pool may serve them)."""
     return {profile for pod in pods for profile, _ in unschedulable_mig_request(pod)}
 
@@ -155,15 +167,17 @@ def rebalance(
     strategies: Sequence[MIGStrategy],
     inventory: GPUInventory,
     facts: Sequence[GpuNodeFacts],
-    pods: Sequence[Mapping],
+    pods: Sequence[Mapping[str, Any]],
     status: Mapping[str, Any],
     now: datetime,
     *,
     revisions: Mapping[str, str],
     read_activity: ActivityReader | None = None,
+    outlooks: OutlookSource | None = None,
 ) -> RebalanceResult:
     """Measure and decide for every rebalancing pool. `status` is the PolicyRepository's status (its
-    `rebalance` and `rollout`); `revisions` the pools' strategy revisions."""
+    `rebalance` and `rollout`); `revisions` the pools' strategy revisions; `outlooks` the optimizer's
+    expected demand per pool (None, or a pool left out: the reactive rule)."""
     chosen = sorted(rebalancing_strategies(strategies), key=lambda s: s.name)
     if not chosen:
         return RebalanceResult()
@@ -179,6 +193,7 @@ def rebalance(
     if thresholds:
         condition, reclaimable = _utilization(chosen, views, facts, thresholds, read_activity, now)
     measured = measure(views, pods, reclaimable)
+    expected = _outlooks(outlooks, views)
     requests = {r.name: r for r in pool_requests(chosen, inventory)}
     old = status.get("rebalance") or {}
     rollout = status.get("rollout") or {}
@@ -190,7 +205,13 @@ def rebalance(
         settings = settings_of(strategy, len(request.gpus))
         try:
             decision = evaluate(
-                request, measured[name], record, settings, now, in_flight=in_flight(rollout.get(name))
+                request,
+                measured[name],
+                record,
+                settings,
+                now,
+                in_flight=in_flight(rollout.get(name)),
+                outlook=expected.get(name),
             )
         except KgweError as exc:  # a pool the planner refuses keeps its record; the reason is shown
             log.warning("rebalance of pool %s: %s", name, exc)
@@ -201,10 +222,21 @@ def rebalance(
     return result
 
 
+def _outlooks(source: OutlookSource | None, views: Sequence[PoolView]) -> Mapping[str, Outlook]:
+    """The optimizer's outlooks; none when it fails (a model is advice: the reactive rule decides)."""
+    if source is None:
+        return {}
+    try:
+        return source(views)
+    except Exception:
+        log.exception("MIG demand outlook failed; rebalancing follows pending pods alone")
+        return {}
+
+
 def records_in_force(
     chosen: Sequence[MIGStrategy],
     status: Mapping[str, Any],
-    unscheduled: Sequence[Mapping],
+    unscheduled: Sequence[Mapping[str, Any]],
     now: datetime,
     revisions: Mapping[str, str],
 ) -> RebalanceResult | None:
@@ -287,7 +319,7 @@ class PoolPreview:
     note: str = ""
 
 
-def snapshot_demand(records: Mapping[str, Record]) -> dict[str, dict]:
+def snapshot_demand(records: Mapping[str, Record]) -> dict[str, dict[str, Any]]:
     """The GPUInventory snapshot's `migDemand`: what `preview` needs, and nothing that changes every
     evaluation (timestamps, samples), so an unchanged demand never makes a new snapshot commit."""
     return {
@@ -302,7 +334,7 @@ def snapshot_demand(records: Mapping[str, Record]) -> dict[str, dict]:
 
 
 def live_demand(
-    strategies: Sequence[MIGStrategy], inventory: GPUInventory, pods: Sequence[Mapping]
+    strategies: Sequence[MIGStrategy], inventory: GPUInventory, pods: Sequence[Mapping[str, Any]]
 ) -> dict[str, PoolDemand]:
     """`migDemand` for an inventory read from a live cluster: the pending demand its pods show now (no
     decision record: the target in force is the controller's, in its PolicyRepository's status)."""

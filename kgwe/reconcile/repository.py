@@ -12,7 +12,8 @@ and write status only when it changed, with Events and metrics on the way.
 The audit trail (docs/audit.md): every write of a pass, and every Event that tells of one, carries the
 policy commit converged and its author (kgwe.audit.stamp); a pass that wrote anything adds one entry to the
 audit log, which the leader appends to `<reports path>/audit/<YYYY-MM>.jsonl` with the next inventory
-snapshot, or on its own at most every `audit_flush_seconds` (kgwe.reconcile.audit_trail, kgwe.audit.log).
+snapshot, or on its own at most every `audit_flush_seconds`, checked against the state KGWE keeps of it in
+status (kgwe.reconcile.audit_trail, kgwe.audit.log).
 
 What is kept between reconciles is only a cache (the Git mirror, the last snapshot hash, the loaded
 revisions, the last inventory and desired state under keys covering all their inputs — kgwe.reconcile.memo):
@@ -70,12 +71,14 @@ from kgwe.reconcile.mig_rollout import run_mig_rollout
 from kgwe.reconcile.rebalancing import (
     UTILIZATION_CONDITION,
     ActivityReader,
+    OutlookSource,
     RebalanceResult,
     rebalance,
     rebalancing_strategies,
     records_in_force,
     snapshot_demand,
 )
+from kgwe.reconcile.release_step import Release, deleting
 from kgwe.reconcile.repository_git import RepositoryGit
 from kgwe.reconcile.rollout import RolloutPlan, plan_rollout
 from kgwe.reconcile.scheduler_restart import SchedulerSync
@@ -164,6 +167,7 @@ class RepositoryReconciler:
         read_activity: ActivityReader | None = None,
         budget_caps: BudgetCaps | None = None,
         on_policy_in_force: Callable[[PolicySet], None] | None = None,
+        mig_outlooks: OutlookSource | None = None,
         node_cache: NodeCache | None = None,
         audit_flush_seconds: float = COMMIT_INTERVAL_SECONDS,
     ) -> None:
@@ -173,6 +177,7 @@ class RepositoryReconciler:
         self.read_activity = read_activity  # dcgm-exporter engine activity per pod (None: no Prometheus)
         self.budget_caps = budget_caps  # the cost duties' Enforce caps (None: budgets are never capped)
         self.on_policy_in_force = on_policy_in_force  # told each policy once it is the one in force
+        self.mig_outlooks = mig_outlooks  # the optimizer's expected MIG demand per pool (None: reactive only)
         self.node_cache = node_cache  # the GPU nodes kept by a watch (None: listed on every pass)
         self.metrics = metrics or ReconcileMetrics()
         self.recorder = recorder or EventRecorder(api_client)
@@ -195,6 +200,17 @@ class RepositoryReconciler:
             scheduler_namespace=self.options.namespace,
             is_leader=is_leader,
             on_node_write=node_cache.expect if node_cache is not None else None,
+        )
+        # offboarding: the finalizer, and what the way out releases once the object is deleted
+        self.release = Release(
+            api_client,
+            namespace,
+            name,
+            options=self.options,
+            writes=self.writes,
+            record=self.recorder.record,
+            is_leader=is_leader,
+            now=now,
         )
         self.last_rebalance = RebalanceResult()
         self.last_sync: SyncResult | None = None
@@ -254,6 +270,9 @@ class RepositoryReconciler:
         repo = self.read()
         if repo is None:
             return None
+        if deleting(repo):  # offboarding instead of the pass (kgwe.reconcile.release_step)
+            return self._release(repo)
+        self.release.ensure_finalizer(repo)
         started = time.monotonic()
         self.last_spec = None
         try:
@@ -276,6 +295,18 @@ class RepositoryReconciler:
             self.recorder.warning(repo, "ReconciliationFailed", outcome.message)
         self.metrics.duration.labels(self.name).observe(time.monotonic() - started)
         return self._status(repo, outcome)
+
+    def _release(self, repo: dict) -> Outcome | None:
+        """One pass of the way out; its status, or None once the finalizer is gone. A deleted repository's
+        policy is no longer in force: no cost report or budget team is taken from it any more."""
+        self.last_policy = self.last_spec = None
+        try:
+            outcome = self.release.step(repo)
+        except NotLeader:
+            return None
+        except Exception as exc:  # status must tell the truth whatever went wrong
+            outcome = Outcome("release_failed", f"releasing failed: {_failure_text(exc, self)}")
+        return self._status(repo, outcome) if outcome is not None else None
 
     def _steps(self, p: Pass) -> Outcome:
         source = self._fetch(p)
@@ -530,6 +561,7 @@ class RepositoryReconciler:
             now,
             revisions=revisions,
             read_activity=self.read_activity,
+            outlooks=self.mig_outlooks,
         )
         for pool, decision in sorted(result.taken.items()):
             self._recorder(p)("Normal", "MIGRebalance", f"pool {pool}: {decision.event}")
@@ -604,12 +636,10 @@ class RepositoryReconciler:
             return {"reportsStatus": {"lastPushError": str(exc)}}
         text = yaml.safe_dump(doc, sort_keys=False)
         snapshot: dict[str, Content] = {f"{p.spec.reports_path}/gpu-inventory.yaml": text}
-        audit = self.audit.files(p.spec, due=True)
+        audit = self.audit.files(p, due=True)
         if audit:  # the audit log goes out with the snapshot; refused, the snapshot goes out alone
             result = cb.commit_files({**snapshot, **audit}, summary="GPU inventory snapshot and audit log")
-            self.audit.done(result.status)
-            if result.status == "rejected":
-                self.recorder.warning(p.repo, "CommitBackRejected", f"audit log: {result.reason}")
+            self.audit.done(p, result)  # a Warning when refused
         if not audit or result.status == "rejected":
             result = cb.commit_files(snapshot, summary="GPU inventory snapshot")
         self._snapshot_hash = digest  # also after a permanent rejection: never retry the same content

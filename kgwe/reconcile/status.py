@@ -19,7 +19,8 @@ class Outcome:
     """What one reconcile found. `phase` is one of:
     ready, progressing (rollout under way), stalled (a pool stopped), invalid (policy errors),
     spec_invalid (the PolicyRepository itself does not validate), fetch_failed, apply_failed,
-    scheduler_invalid."""
+    scheduler_invalid; once it is deleted: releasing, release_stalled (a node stopped the way out),
+    release_failed (the API refused a write, or the spec names no deletion policy)."""
 
     phase: str
     message: str
@@ -42,6 +43,10 @@ _TABLE = {
     "apply_failed": ("False", "ReconciliationFailed", "ProgressingWithRetry", None),
     # applied, but kgwe-scheduler-config is missing or malformed: the KGWE scheduler is not restarted
     "scheduler_invalid": ("False", "SchedulerConfigInvalid", "ProgressingWithRetry", None),
+    # deleted: KGWE releases what it wrote before its finalizer goes (kgwe.reconcile.release)
+    "releasing": ("False", "Releasing", "Releasing", None),
+    "release_stalled": ("False", "ReleaseStalled", None, "ReleaseStalled"),
+    "release_failed": ("False", "ReleaseFailed", "ProgressingWithRetry", None),
 }
 
 

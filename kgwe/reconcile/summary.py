@@ -40,6 +40,7 @@ class Pass:
     plan: RolloutPlan | None = None  # rollout: the waves as they stand after this pass's actions
     scheduler: SchedulerSync | None = None  # the KGWE scheduler rolled onto the applied configuration
     snapshot: dict[str, Any] = field(default_factory=dict)  # status the inventory commit-back adds
+    audit_log: dict[str, Any] = field(default_factory=dict)  # status the audit trail adds (its own state)
 
     @property
     def status(self) -> Mapping[str, Any]:
@@ -62,9 +63,10 @@ def summarize(p: Pass) -> Outcome:
             f"{last or '(none)'} stays in force: " + "; ".join(p.errors)
         )
         extra = rebalance_status(p.rebalance, p.status) if p.plan is not None else {}
-        return Outcome("invalid", message, extra=extra, **common)
+        return Outcome("invalid", message, extra={**p.audit_log, **extra}, **common)
     assert p.sync is not None and p.plan is not None
-    common.update(inventory=inventory_status(p.sync), extra=rebalance_status(p.rebalance, p.status))
+    extra = {**p.audit_log, **rebalance_status(p.rebalance, p.status)}
+    common.update(inventory=inventory_status(p.sync), extra=extra)
     if p.sync.failed:
         failed = "; ".join(f"{ref}: {why}" for ref, why in p.sync.failed[:MAX_ERRORS_IN_MESSAGE])
         return Outcome("apply_failed", f"applying revision {p.revision} failed for {failed}", **common)
@@ -87,7 +89,7 @@ def health(plan: RolloutPlan, revision: str) -> tuple[str, str]:
     return "ready", f"applied revision {revision}"
 
 
-def inventory_status(sync: SyncResult) -> list[dict]:
+def inventory_status(sync: SyncResult) -> list[dict[str, Any]]:
     """status.inventory: what is applied. Objects the API refused stay in it, so a later success or prune
     still sees them."""
     inventory = [r.as_status() for r in sorted(set(sync.applied + sync.unchanged))]

@@ -7,6 +7,7 @@ judge a workload on the same facts (kgwe.policy.admission)."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -17,12 +18,25 @@ from kgwe.cluster.client import list_items
 from kgwe.gpu import catalog
 from kgwe.policy.admission import ClusterView, PolicyView
 from kgwe.policy.gpu_workload import NodeOffer
+from kgwe.policy.kueue_setup import (
+    KueueConfigError,
+    KueueNamespace,
+    KueueSetup,
+    assumed_setup,
+    parse_setup,
+)
 from kgwe.policy.pod_template_policy import PodTemplatePolicy, policies_from_json
 from kgwe.policy.workload_runtime import WorkloadRuntimeSpec
+from kgwe.quantity import count
 from kgwe.vocab import (
     BUDGET_QUOTA_NAME,
     GPU_PRODUCT_LABEL,
     GPU_RESOURCE,
+    KUEUE_API_VERSION,
+    KUEUE_CONFIG_KEY,
+    KUEUE_CONFIGMAP,
+    KUEUE_GROUP,
+    KUEUE_NAMESPACE,
     MIG_RESOURCE_PREFIX,
     POD_TEMPLATE_POLICY_CONFIGMAP,
     POD_TEMPLATE_POLICY_KEY,
@@ -36,7 +50,7 @@ from kgwe.workloads.namespaces import opted_in, ours
 
 log = logging.getLogger(__name__)
 
-KUEUE_GROUP = "kueue.x-k8s.io"
+KUEUE_RESOURCE_VERSION = KUEUE_API_VERSION.split("/", 1)[1]
 
 
 def serves(api: client.ApiClient, group: str, version: str | None = None) -> bool:
@@ -57,11 +71,11 @@ def node_offers(api: client.ApiClient) -> list[NodeOffer]:
     for node in list_items(client.CoreV1Api(api).list_node):
         labels = node["metadata"].get("labels") or {}
         alloc = (node.get("status") or {}).get("allocatable") or {}
-        gpus = int(alloc.get(GPU_RESOURCE, "0") or 0)
+        gpus = count(alloc.get(GPU_RESOURCE))
         profiles = frozenset(
             k[len(MIG_RESOURCE_PREFIX) :]
             for k, v in alloc.items()
-            if k.startswith(MIG_RESOURCE_PREFIX) and v != "0"
+            if k.startswith(MIG_RESOURCE_PREFIX) and count(v)
         )
         product = labels.get(GPU_PRODUCT_LABEL, "")
         if not profiles and product:
@@ -81,11 +95,12 @@ def priority_classes(api: client.ApiClient) -> dict[str, int]:
 def budget_quota(api: client.ApiClient, namespace: str) -> dict[str, Any] | None:
     """The namespace's kgwe-budget ResourceQuota (spec and status), or None."""
     try:
-        return (
+        quota: dict[str, Any] = (
             client.CoreV1Api(api)
             .read_namespaced_resource_quota(BUDGET_QUOTA_NAME, namespace, _preload_content=False)
             .json()
         )
+        return quota
     except ApiException as exc:
         if exc.status == 404:
             return None
@@ -157,18 +172,54 @@ def policy_view(api: client.ApiClient, policy_namespace: str) -> PolicyView:
     )
 
 
+def child_reader(api: client.ApiClient) -> Callable[[str, str, str, str], dict[str, Any] | None]:
+    """(namespace, apiVersion, kind, name) -> the metadata of the object of that name; None when there is
+    none (or the caller may not read it, or the kind is not served: then nothing can be in the way)."""
+    from kubernetes import dynamic
+    from kubernetes.dynamic.exceptions import ResourceNotFoundError
+
+    dyn = dynamic.DynamicClient(api)
+
+    def read(namespace: str, api_version: str, kind: str, name: str) -> dict[str, Any] | None:
+        try:
+            found = dyn.resources.get(api_version=api_version, kind=kind).get(name=name, namespace=namespace)
+        except ResourceNotFoundError:
+            return None
+        except ApiException as exc:
+            if exc.status in (403, 404):
+                return None
+            raise
+        meta: dict[str, Any] = found.to_dict().get("metadata") or {}
+        return meta
+
+    return read
+
+
 def cluster_view(api: client.ApiClient, *, namespaces_and_quotas: bool = False) -> ClusterView:
     """The cluster's side of admission. `namespaces_and_quotas`: also which namespaces exist, have opted in
     and hold the controller's RoleBinding, and every namespace's kgwe-budget quota (`kgwe validate
     --cluster`; the reconciler knows the opted-in namespaces from its watch and reads one quota)."""
     existing = enabled = bound = None
     quotas: dict[str, dict[str, Any]] | None = {}
+    kueue = serves(api, KUEUE_GROUP)
+    kueue_here: dict[str, KueueNamespace] | None = None
     if namespaces_and_quotas:  # a user who may not list them all gets them as not known
         core = client.CoreV1Api(api)
         try:
             listed = list_items(core.list_namespace)
             existing = frozenset(n["metadata"]["name"] for n in listed)
             enabled = frozenset(n["metadata"]["name"] for n in listed if opted_in(n))
+            if kueue:  # (LocalQueues a user may not list: Kueue's view not known, as the namespaces')
+                setup, queues = kueue_setup(api), local_queues(api)
+                kueue_here = {
+                    n["metadata"]["name"]: KueueNamespace(
+                        namespace=n["metadata"]["name"],
+                        setup=setup,
+                        labels=n["metadata"].get("labels") or {},
+                        local_queues=queues.get(n["metadata"]["name"], frozenset()),
+                    )
+                    for n in listed
+                }
         except ApiException as exc:
             if exc.status != 403:
                 raise
@@ -185,12 +236,72 @@ def cluster_view(api: client.ApiClient, *, namespaces_and_quotas: bool = False) 
         offers=node_offers(api),
         priority_classes=priority_classes(api),
         native_gang=serves(api, "scheduling.k8s.io", "v1beta1"),
-        kueue=serves(api, KUEUE_GROUP),
+        kueue=kueue,
+        kueue_namespaces=kueue_here,
         quotas=quotas,
         namespaces=existing,
         enabled_namespaces=enabled,
         bound_namespaces=bound,
+        read_child=child_reader(api),
     )
+
+
+def kueue_setup(
+    api: client.ApiClient, config: tuple[str, str] = (KUEUE_NAMESPACE, KUEUE_CONFIGMAP)
+) -> KueueSetup:
+    """Kueue's Configuration from its ConfigMap (`config`: namespace, name); when it may not be read or does
+    not parse, what Kueue's manifests ship, with the reason in its `source` (messages say it)."""
+    namespace, name = config
+    where = f"ConfigMap {namespace}/{name}"
+    try:
+        cm = client.CoreV1Api(api).read_namespaced_config_map(name, namespace)
+    except ApiException as exc:
+        why = "not found" if exc.status == 404 else f"not readable ({exc.status} {exc.reason})"
+        return assumed_setup(f"{where} {why}", namespace)
+    text = (cm.data or {}).get(KUEUE_CONFIG_KEY)
+    if text is None:
+        return assumed_setup(f"{where} has no {KUEUE_CONFIG_KEY}", namespace)
+    try:
+        return parse_setup(text, namespace, where)
+    except KueueConfigError as exc:
+        return assumed_setup(str(exc), namespace)
+
+
+def local_queues(api: client.ApiClient, namespace: str | None = None) -> dict[str, frozenset[str]]:
+    """namespace -> the names of its Kueue LocalQueues (one namespace, or all)."""
+    custom = client.CustomObjectsApi(api)
+    if namespace is None:
+        items = custom.list_cluster_custom_object(KUEUE_GROUP, KUEUE_RESOURCE_VERSION, "localqueues")["items"]
+    else:
+        items = custom.list_namespaced_custom_object(
+            KUEUE_GROUP, KUEUE_RESOURCE_VERSION, namespace, "localqueues"
+        )["items"]
+    out: dict[str, set[str]] = {}
+    for item in items:
+        meta = item.get("metadata") or {}
+        out.setdefault(meta.get("namespace") or "", set()).add(meta.get("name") or "")
+    return {ns: frozenset(names) for ns, names in out.items()}
+
+
+def kueue_namespace(api: client.ApiClient, namespace: str, setup: KueueSetup) -> KueueNamespace:
+    """How Kueue would treat KGWE's children in `namespace`: its labels and LocalQueues, read now."""
+    listed = list_items(client.CoreV1Api(api).list_namespace, field_selector=f"metadata.name={namespace}")
+    labels = (listed[0]["metadata"].get("labels") or {}) if listed else {}
+    queues = local_queues(api, namespace).get(namespace, frozenset())
+    return KueueNamespace(namespace=namespace, setup=setup, labels=labels, local_queues=queues)
+
+
+def kueue_workload(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any] | None:
+    """The Kueue Workload `name` (a pod group's has the group's name), or None."""
+    try:
+        got = client.CustomObjectsApi(api).get_namespaced_custom_object(
+            KUEUE_GROUP, KUEUE_RESOURCE_VERSION, namespace, "workloads", name
+        )
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+    return dict(got)
 
 
 def workload_bindings(api: client.ApiClient) -> frozenset[str] | None:

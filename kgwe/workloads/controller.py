@@ -24,6 +24,7 @@ from typing import Any
 
 from kubernetes import client, dynamic
 from kubernetes.client.exceptions import ApiException
+from kubernetes.dynamic.exceptions import NotFoundError
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from pydantic import ValidationError
 
@@ -32,6 +33,7 @@ from kgwe.cluster.events import EventRecorder
 from kgwe.cluster.watch import list_and_watch
 from kgwe.extender.k8s import gpu_holders, unhealthy_gpus
 from kgwe.observability import tracing
+from kgwe.optimizer.admission import REFUSE, REFUSED_REASON
 from kgwe.policy.admission import (
     ClusterView,
     PolicyView,
@@ -44,7 +46,17 @@ from kgwe.policy.admission import (
 )
 from kgwe.policy.diagnostics import format_path, messages_from_validation
 from kgwe.policy.gpu_workload import GPUWorkload
-from kgwe.policy.workload_resolution import Facts, PlanError
+from kgwe.policy.kueue_setup import KueueNamespace
+from kgwe.policy.workload_resolution import (
+    PODGROUP_API,
+    Facts,
+    PlanError,
+    child_write,
+    controlled_by,
+    gang_phrase,
+    kueue_pod_names,
+    podgroup_name,
+)
 from kgwe.timestamps import parse_rfc3339
 from kgwe.vocab import (
     API_GROUP,
@@ -52,6 +64,9 @@ from kgwe.vocab import (
     FIELD_MANAGER,
     GPU_WORKLOAD_PLURAL,
     KGWE_NAMESPACE,
+    KUEUE_CONFIGMAP,
+    KUEUE_GROUP,
+    KUEUE_NAMESPACE,
     POD_TEMPLATE_POLICY_CONFIGMAP,
     RUN_LABEL,
     WORKLOAD_LABEL,
@@ -59,13 +74,13 @@ from kgwe.vocab import (
 from kgwe.workloads import cluster_facts
 from kgwe.workloads import status as st
 from kgwe.workloads.namespaces import NamespaceGrants
-from kgwe.workloads.plan import PODGROUP_API, plan_children, requested_gpus
+from kgwe.workloads.plan import plan_children, requested_gpus
 
 log = logging.getLogger(__name__)
 
 # Refusals that only an edit lifts (the namespace's label, the spec, a PodTemplatePolicy): no retry of
 # their own; label and spec edits are watched, and the periodic resync looks again after a policy change.
-WAIT_FOR_CHANGE = frozenset({"NamespaceNotEnabled", "TemplateNotAllowed"})
+WAIT_FOR_CHANGE = frozenset({"NamespaceNotEnabled", "TemplateNotAllowed", REFUSED_REASON})
 WATCH_SECONDS = 300  # a watch the server ends after this long is resumed from its last resourceVersion
 
 
@@ -144,6 +159,10 @@ def _utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+# (workload, now) -> (status.prediction or None, (Hold|Refuse, reason, message) or None to admit)
+Advise = Callable[[Mapping[str, Any], datetime], tuple[dict[str, Any] | None, tuple[str, str, str] | None]]
+
+
 class WorkloadReconciler:
     def __init__(
         self,
@@ -155,6 +174,9 @@ class WorkloadReconciler:
         policy_namespace: str = KGWE_NAMESPACE,
         now: Callable[[], datetime] = _utcnow,
         cost_of: Callable[[str, str, dict], dict | None] | None = None,
+        advise: Advise | None = None,
+        finished: Callable[[Mapping[str, Any], str, datetime], None] | None = None,
+        kueue_config: tuple[str, str] = (KUEUE_NAMESPACE, KUEUE_CONFIGMAP),
     ) -> None:
         self.api_client = api_client
         self.custom = client.CustomObjectsApi(api_client)
@@ -167,6 +189,9 @@ class WorkloadReconciler:
         self.policy_namespace = policy_namespace
         self.now = now
         self.cost_of = cost_of  # (namespace, name, workload) -> status.cost; None: not metered
+        self.advise = advise  # the optimizer at admission: status.prediction and a budget's hold or refusal
+        self.finished = finished  # (workload, Complete|Failed, when): a finished run for the runtime model
+        self.kueue_config = kueue_config  # where Kueue's Configuration is (namespace, ConfigMap)
         self.grants = NamespaceGrants(api_client, kgwe_namespace=policy_namespace)
         self._dyn: dynamic.DynamicClient | None = None
 
@@ -189,34 +214,56 @@ class WorkloadReconciler:
         return policy
 
     # -- children --------------------------------------------------------------------------------------
-    def _view(self, namespace: str, name: str, run: int, batch: bool) -> st.RunView:
+    def _view(self, namespace: str, name: str, uid: str, run: int, batch: bool) -> st.RunView:
+        """The run's Jobs or Deployments (only those this workload controls: a label anyone can set) and
+        pods."""
         selector = f"{WORKLOAD_LABEL}={name}"
         if batch:
             selector += f",{RUN_LABEL}={run}"
             jobs = list_items(self.batch.list_namespaced_job, namespace=namespace, label_selector=selector)
-            jobs = [j for j in jobs if not j["metadata"].get("deletionTimestamp")]
+            jobs = [
+                j
+                for j in jobs
+                if not j["metadata"].get("deletionTimestamp") and controlled_by(j["metadata"], name, uid)
+            ]
             pods = list_items(self.core.list_namespaced_pod, namespace=namespace, label_selector=selector)
             return st.RunView(jobs=jobs, pods=pods)
         deps = list_items(self.apps.list_namespaced_deployment, namespace=namespace, label_selector=selector)
+        deps = [d for d in deps if controlled_by(d["metadata"], name, uid)]
         pods = list_items(self.core.list_namespaced_pod, namespace=namespace, label_selector=selector)
         return st.RunView(deployments=deps, pods=pods)
 
     def _apply(self, obj: dict, dry_run: bool = False) -> None:
+        """Write one child: created only when absent, updated only while this workload controls it (the
+        decision: kgwe.policy.workload_resolution.child_write); an object of its name that is someone else's
+        is a ChildNameTaken refusal, and is never written."""
         if not self.is_leader():
             raise _NotLeader
         resource = self.dyn.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
-        meta = obj["metadata"]
+        meta, owner = obj["metadata"], obj["metadata"]["ownerReferences"][0]
+        what, where = f"{obj['kind']}/{meta['name']}", {"name": meta["name"], "namespace": meta["namespace"]}
+        options: dict[str, Any] = {"field_manager": FIELD_MANAGER, **({"dry_run": "All"} if dry_run else {})}
         try:
-            self.dyn.server_side_apply(
-                resource,
-                body=obj,
-                name=meta["name"],
-                namespace=meta["namespace"],
-                field_manager=FIELD_MANAGER,
-                force_conflicts=True,
-                **({"dry_run": "All"} if dry_run else {}),
-            )
+            try:
+                live = resource.get(**where).to_dict().get("metadata")
+            except NotFoundError:
+                live = None
+            decision = child_write(live, what, owner["name"], owner["uid"])
+            if decision.action == "refuse":
+                raise PlanError("ChildNameTaken", decision.why)
+            if decision.action == "create":
+                resource.create(body=obj, namespace=meta["namespace"], **options)
+            elif obj["kind"] != "Pod":  # the object judged, not one that replaced it meanwhile
+                body = {**obj, "metadata": {**meta, "resourceVersion": decision.resource_version}}
+                self.dyn.server_side_apply(resource, body=body, force_conflicts=True, **where, **options)
+            # A Kueue run's pod is created once and never applied over: what Kueue's webhook added at its
+            # creation (the scheduling gate) would be this field manager's, and an apply without it would
+            # lift the gate before Kueue admits the group.
         except ApiException as exc:
+            if exc.status == 409:  # made or replaced by someone else since it was read: judged again later
+                raise PlanError(
+                    "ChildNameTaken", f"{what} changed while KGWE wrote it; looking again"
+                ) from None
             if exc.status != 403:
                 raise
             # e.g. the namespace's RoleBinding not granted yet, or removed with the opt-in label
@@ -225,25 +272,67 @@ class WorkloadReconciler:
                 f"the controller may not write {obj['kind']} {meta['name']} in {meta['namespace']}",
             ) from None
 
-    def _delete_run(self, namespace: str, name: str, run: int) -> None:
-        """Delete the run's Jobs and PodGroup; their pods go with them (background cascade)."""
+    def _delete_run(self, namespace: str, name: str, uid: str, run: int, kueue: bool = False) -> None:
+        """Delete the run's Jobs and PodGroup, those this workload controls only; their pods go with them
+        (background cascade). Each delete is conditional on the uid read, so an object that replaced one
+        meanwhile is never deleted. Through Kueue: the pods KGWE made, and their Kueue Workload (Kueue then
+        stops the group)."""
         if not self.is_leader():
             raise _NotLeader
         selector = f"{WORKLOAD_LABEL}={name},{RUN_LABEL}={run}"
-        body = client.V1DeleteOptions(propagation_policy="Background")
-        for job in list_items(self.batch.list_namespaced_job, namespace=namespace, label_selector=selector):
-            try:
-                self.batch.delete_namespaced_job(job["metadata"]["name"], namespace, body=body)
-            except ApiException as exc:
-                if exc.status != 404:
-                    raise
+        jobs = list_items(self.batch.list_namespaced_job, namespace=namespace, label_selector=selector)
+        doomed: list[tuple[Any, dict]] = [(None, j) for j in jobs]
+        if kueue:
+            doomed += self._kueue_run(namespace, podgroup_name(name, run), selector, name, uid)
         if self._serves("scheduling.k8s.io", "v1beta1"):
             resource = self.dyn.resources.get(api_version=PODGROUP_API, kind="PodGroup")
+            groups = resource.get(label_selector=selector, namespace=namespace).to_dict().get("items") or []
+            doomed += [(resource, g) for g in groups]
+        for resource, obj in doomed:
+            meta = obj["metadata"]
+            if not controlled_by(meta, name, uid):
+                continue
+            body = {"propagationPolicy": "Background", "preconditions": {"uid": meta["uid"]}}
             try:
-                resource.delete(label_selector=selector, namespace=namespace)
+                if resource is None:
+                    self.batch.delete_namespaced_job(meta["name"], namespace, body=body)
+                else:
+                    resource.delete(name=meta["name"], namespace=namespace, body=body)
             except ApiException as exc:
-                if exc.status != 404:
+                if exc.status not in (404, 409):  # gone, or another object of that name by now
                     raise
+
+    def _kueue_run(
+        self, namespace: str, group: str, selector: str, name: str, uid: str
+    ) -> list[tuple[Any, dict]]:
+        """A Kueue run's pods, to delete with the rest; first its Kueue Workload (Kueue then stops the group),
+        when it is the group of pods this workload controls (Kueue makes the pods its owners)."""
+        resource = self.dyn.resources.get(api_version="v1", kind="Pod")
+        pods = list_items(self.core.list_namespaced_pod, namespace=namespace, label_selector=selector)
+        ours = {p["metadata"]["uid"] for p in pods if controlled_by(p["metadata"], name, uid)}
+        workload = (
+            cluster_facts.kueue_workload(self.api_client, namespace, group)
+            if self._serves(KUEUE_GROUP)
+            else None
+        )
+        if (
+            workload is not None
+            and {r.get("uid") for r in workload["metadata"].get("ownerReferences") or []} & ours
+        ):
+            body = {"preconditions": {"uid": workload["metadata"]["uid"]}}
+            try:
+                self.custom.delete_namespaced_custom_object(
+                    KUEUE_GROUP,
+                    cluster_facts.KUEUE_RESOURCE_VERSION,
+                    namespace,
+                    "workloads",
+                    group,
+                    body=body,
+                )
+            except ApiException as exc:
+                if exc.status not in (404, 409):
+                    raise
+        return [(resource, p) for p in pods]
 
     def _write_status(self, obj: dict, new_status: dict) -> None:
         if not self.is_leader():
@@ -324,8 +413,9 @@ class WorkloadReconciler:
                 return (next_retry - p.now).total_seconds()
             run += 1
             new.update(run=run, nextRetryTime=None, runStartTime=None)
-        view = self._view(p.namespace, wl.name, run, spec.is_batch)
-        exists = bool(view.jobs or view.deployments)
+        view = self._view(p.namespace, wl.name, p.uid, run, spec.is_batch)
+        kueue = new.get("gangBackend") == "Kueue"
+        exists = bool(view.jobs or view.deployments or (kueue and st.live_pods(view)))
         if spec.suspend:
             changed = p.condition("Suspended", "True", "Suspended", "spec.suspend is true")
         else:
@@ -340,13 +430,13 @@ class WorkloadReconciler:
                 return None
             with tracing.span("kgwe.gpuworkload.admission", **{"kgwe.workload": f"{p.namespace}/{wl.name}"}):
                 self._admit(p, wl, run)
-            view = self._view(p.namespace, wl.name, run, spec.is_batch)
+            view = self._view(p.namespace, wl.name, p.uid, run, spec.is_batch)
         elif int(new.get("observedGeneration") or 0) != p.generation or not st.is_true(
             new["conditions"], "Admitted"
         ):
             # a spec edit (e.g. suspend) reaches the children; one refused before is tried again
             applied = self._reapply(p, wl, run)
-            message = f"run {run}: {spec.total_pods} pod(s), gang {new.get('gangBackend')}"
+            message = f"run {run}: {spec.total_pods} pod(s), {st.gang_words(new, spec)}"
             if applied and p.condition("Admitted", "True", "Admitted", message):
                 p.event("Normal", "Admitted", message)
         return self._observe(p, wl, view, run)
@@ -359,10 +449,13 @@ class WorkloadReconciler:
         run is planned from the new spec."""
         try:
             policy = self._policy()
-            self._create(p, wl, run, self._facts(wl, run, policy), policy)
+            facts = self._facts(wl, run, policy, p.namespace)
+            self._create(p, wl, run, facts, policy)
+            if facts.gang_backend == "Kueue" and wl.spec.suspend:  # pods cannot be suspended: they go
+                self._delete_run(p.namespace, wl.name, p.uid, run, kueue=True)
             return True
         except PlanError as exc:
-            if exc.reason in WAIT_FOR_CHANGE or exc.reason == "Forbidden":
+            if exc.reason in WAIT_FOR_CHANGE or exc.reason in ("Forbidden", "ChildNameTaken"):
                 raise
             why = f"{exc} [{exc.reason}]"
         except ApiException as exc:
@@ -374,30 +467,43 @@ class WorkloadReconciler:
         )
         return False
 
-    def _facts(self, wl: GPUWorkload, run: int, policy: PolicyView) -> Facts:
+    def _facts(self, wl: GPUWorkload, run: int, policy: PolicyView, namespace: str) -> Facts:
         """The facts the run's children are planned with (kgwe.policy.admission), read now."""
         native = self._serves("scheduling.k8s.io", "v1beta1")
-        kueue = self._serves(cluster_facts.KUEUE_GROUP)
+        kueue = self._serves(KUEUE_GROUP)
         classes = ClusterView(priority_classes=cluster_facts.priority_classes(self.api_client))
-        return resolve_facts(wl, run, policy, classes, native=native, kueue=kueue)
+        here = self._kueue_here(namespace) if kueue else None
+        return resolve_facts(wl, run, policy, classes, native=native, kueue=kueue, here=here)
+
+    def _kueue_here(self, namespace: str) -> KueueNamespace:
+        setup = cluster_facts.kueue_setup(self.api_client, self.kueue_config)
+        return cluster_facts.kueue_namespace(self.api_client, namespace, setup)
 
     def _admit(self, p: _Pass, wl: GPUWorkload, run: int) -> None:
         """Refuse (PlanError) with what `kgwe validate` would also report (kgwe.policy.admission), then
         with the namespace's budget quota as it is now; else create the run's children."""
         policy = self._policy()
+        cluster = cluster_facts.cluster_view(self.api_client)
+        here = self._kueue_here(p.namespace) if cluster.kueue else None
+        quota = cluster_facts.budget_quota(self.api_client, p.namespace)  # below, as a state of the moment
         cluster = dataclasses.replace(
-            cluster_facts.cluster_view(self.api_client),  # live quota: below, as a state of the moment
+            cluster,
             enabled_namespaces=self.grants.enabled(),
             kgwe_namespace=self.policy_namespace,
+            kueue_namespaces={p.namespace: here} if here is not None else None,
+            quotas={p.namespace: quota} if quota else {},
         )
         refused = refusal(findings(wl, p.namespace, policy, cluster))
         if refused:
             raise PlanError(*refused)
         assert cluster.native_gang is not None and cluster.kueue is not None
-        facts = resolve_facts(wl, run, policy, cluster, native=cluster.native_gang, kueue=cluster.kueue)
-        refused = quota_admission(cluster_facts.budget_quota(self.api_client, p.namespace), quota_needs(wl))
+        facts = resolve_facts(
+            wl, run, policy, cluster, native=cluster.native_gang, kueue=cluster.kueue, here=here
+        )
+        refused = quota_admission(quota, quota_needs(wl))
         if refused:
             raise PlanError(*refused)
+        self._predict(p)
         children = self._create(p, wl, run, facts, policy, check_first=True)
         p.new.update(
             run=run,
@@ -413,9 +519,31 @@ class WorkloadReconciler:
             f"run {run}: " + ", ".join(f"{c['kind']}/{c['metadata']['name']}" for c in children),
         )
         via = f", runtime {facts.runtime_name}" if facts.runtime_name else ""
-        message = f"run {run}: {wl.spec.total_pods} pod(s), gang {facts.gang_backend}{via}"
+        gang = gang_phrase(facts.gang_backend, wl.spec.total_pods, wl.spec.is_batch)
+        message = f"run {run}: {wl.spec.total_pods} pod(s), {gang}{via}"
         if p.condition("Admitted", "True", "Admitted", message):
             p.event("Normal", "Admitted", message)
+
+    def _predict(self, p: _Pass) -> None:
+        """status.prediction from the optimizer (kgwe.optimizer.admission); a GPUBudget whose
+        predictedCostAdmission holds or refuses a workload over what remains stops admission here (Refuse
+        also fails it: only an edit or a new object tries again)."""
+        if self.advise is None:
+            return
+        prediction, decision = self.advise(p.obj, p.now)
+        if prediction is not None:
+            p.new["prediction"] = prediction
+        if decision is None:
+            return
+        action, reason, message = decision
+        if action == REFUSE:
+            p.condition("Failed", "True", reason, message)
+        raise PlanError(reason, message)
+
+    def _finished(self, p: _Pass, outcome: str) -> None:
+        """The run just ended (Complete or Failed): the optimizer learns its duration."""
+        if self.finished is not None:
+            self.finished({**p.obj, "status": p.new}, outcome, p.now)
 
     def _create(
         self, p: _Pass, wl: GPUWorkload, run: int, facts: Facts, policy: PolicyView, check_first: bool = False
@@ -457,15 +585,18 @@ class WorkloadReconciler:
 
     def _observe(self, p: _Pass, wl: GPUWorkload, view: st.RunView, run: int) -> float | None:
         spec, new = wl.spec, p.new
-        failed = st.failed_job(view) if spec.is_batch else None
+        kueue = new.get("gangBackend") == "Kueue"
+        failed = st.member_failure(view, kueue) if spec.is_batch else None
         if failed is not None:
-            return self._member_failed(p, wl, failed, run)
-        if spec.is_batch and st.all_complete(view, len(spec.effective_roles())):
+            return self._member_failed(p, wl, failed, run, kueue)
+        if spec.is_batch and st.run_complete(view, wl, kueue):
             if p.condition("Complete", "True", "Completed", f"run {run}: every pod succeeded"):
                 p.event("Normal", "Completed", f"run {run}: every pod succeeded")
+                self._finished(p, "Complete")
             p.condition("PodsReady", "False", "Completed", "the pods have finished")
             self._cost(p, wl)
             return None
+        queued = self._kueue_observe(p, wl, view, run) if kueue and not spec.suspend else None
         prog = st.progress(wl, view)
         new["placements"] = st.placements(view)
         new["nodes"] = ",".join(prog.nodes) or None
@@ -475,13 +606,17 @@ class WorkloadReconciler:
             if p.condition("PodsScheduled", "True", "AllScheduled", f"{want}/{want} pods on {new['nodes']}"):
                 p.event("Normal", "Scheduled", f"{want} pod(s) on {new['nodes']}")
                 self.metrics.scheduled.labels(new.get("strategy") or "default").inc()
+        elif queued is not None:  # Kueue holds the pods: queueing time is not the gang's to time out
+            p.condition(
+                "PodsScheduled", "False", "Queued", f"{prog.scheduled}/{want} pods scheduled; {queued}"
+            )
         else:
             run_start = parse_rfc3339(new.get("runStartTime"))
             timed_out = st.gang_timed_out(run_start, spec.gang.timeout_seconds, p.now)
             reason = "GangTimeout" if timed_out else ("Suspended" if spec.suspend else "Pending")
             message = f"{prog.scheduled}/{want} pods scheduled"
             if timed_out:
-                message += f"; not all within {spec.gang.timeout_seconds}s (gang {new.get('gangBackend')})"
+                message += f"; not all within {spec.gang.timeout_seconds}s ({st.gang_words(new, spec)})"
             if p.condition("PodsScheduled", "False", reason, message) and timed_out:
                 p.event("Warning", "GangTimeout", message)
                 self.metrics.failed.labels("GangTimeout").inc()
@@ -494,6 +629,31 @@ class WorkloadReconciler:
         self._gpu_health(p, new["placements"], prog.nodes)
         self._cost(p, wl)
         return requeue
+
+    def _kueue_observe(self, p: _Pass, wl: GPUWorkload, view: st.RunView, run: int) -> str | None:
+        """Through Kueue: replace the pods it preempted (it deletes them and leaves that to their maker), and
+        say what Kueue says of the run's Workload (condition KueueAdmitted). Returns Kueue's message while
+        it holds the pods, None once it admitted them."""
+        disrupted, missing = st.kueue_replacements(view, kueue_pod_names(wl, run))
+        for name in disrupted:
+            try:
+                self.core.delete_namespaced_pod(name, p.namespace)
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+        if missing and not disrupted:
+            policy = self._policy()
+            self._create(p, wl, run, self._facts(wl, run, policy, p.namespace), policy)
+        group = podgroup_name(wl.name, run)
+        workload = cluster_facts.kueue_workload(self.api_client, p.namespace, group)
+        status, reason, message = st.kueue_admission(workload, group, wl.spec.total_pods)
+        before = st.condition(p.new["conditions"], "KueueAdmitted") or {}
+        p.condition("KueueAdmitted", status, reason, message)
+        if (before.get("status"), before.get("reason")) != (status, reason):  # an Event per change of state
+            p.event("Normal" if status == "True" else "Warning", f"Kueue{reason}", message)
+            if status == "True" and reason == "Admitted":  # the gang's time to be placed starts now
+                p.new["runStartTime"] = st.rfc3339(p.now)
+        return None if status == "True" else message
 
     def _gpu_health(self, p: _Pass, placed: list[dict[str, Any]], nodes: list[str]) -> None:
         """Condition GPUsHealthy: False (and a Warning Event) while a pod of the run holds a GPU the agent
@@ -520,18 +680,16 @@ class WorkloadReconciler:
                 "GPUsHealthy", "True", "AllGPUsHealthy", "no pod holds a GPU the agent reports unhealthy"
             )
 
-    def _member_failed(self, p: _Pass, wl: GPUWorkload, failed: Mapping[str, Any], run: int) -> float | None:
+    def _member_failed(self, p: _Pass, wl: GPUWorkload, what: str, run: int, kueue: bool) -> float | None:
         policy = wl.spec.retry_policy
         retries = int(p.new.get("retryCount") or 0)
-        conditions = failed["status"].get("conditions") or []
-        why = next((c.get("reason") or "" for c in conditions if c.get("type") == "Failed"), "")
-        what = f"Job {failed['metadata']['name']} failed ({why})"
-        self._delete_run(p.namespace, wl.name, run)
+        self._delete_run(p.namespace, wl.name, p.uid, run, kueue)
         if retries >= policy.max_retries:
             message = f"{what}; {retries} of {policy.max_retries} retries used"
             if p.condition("Failed", "True", "BackoffLimitExceeded", message):
                 p.event("Warning", "BackoffLimitExceeded", message)
                 self.metrics.failed.labels("BackoffLimitExceeded").inc()
+                self._finished(p, "Failed")
             p.condition("PodsReady", "False", "Failed", what)
             self._cost(p, wl)
             return None
@@ -573,6 +731,10 @@ class _Pass:
     @property
     def namespace(self) -> str:
         return self.obj["metadata"]["namespace"]
+
+    @property
+    def uid(self) -> str:
+        return self.obj["metadata"]["uid"]
 
     def condition(self, ctype: str, status: str, reason: str, message: str) -> bool:
         return st.set_condition(

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from kgwe.policy.gpu_workload import GPUWorkload, RetryPolicy
+from kgwe.policy.gpu_workload import GPUWorkload, GPUWorkloadSpec, RetryPolicy
+from kgwe.policy.workload_resolution import gang_phrase
 from kgwe.timestamps import format_rfc3339 as rfc3339
 from kgwe.vocab import GPU_INDEX_ANNOTATION
 
@@ -106,6 +107,84 @@ def all_complete(view: RunView, roles: int) -> bool:
     return len(view.jobs) == roles and all(_job_condition(j, "Complete") for j in view.jobs)
 
 
+def _disrupted(pod: Mapping[str, Any]) -> bool:
+    """Evicted, preempted (Kueue's too) or deleted: not the job's fault, as a Job's podFailurePolicy says."""
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "DisruptionTarget" and c.get("status") == "True" for c in conditions)
+
+
+def member_failure(view: RunView, kueue: bool) -> str | None:
+    """What failed in the run, said for people: a failed Job, or (through Kueue, where KGWE makes the pods)
+    a pod that failed on its own; None when nothing did."""
+    if not kueue:
+        job = failed_job(view)
+        if job is None:
+            return None
+        conditions = (job.get("status") or {}).get("conditions") or []
+        why = next((c.get("reason") or "" for c in conditions if c.get("type") == "Failed"), "")
+        return f"Job {job['metadata']['name']} failed ({why})"
+    for pod in sorted(view.pods, key=lambda p: p["metadata"]["name"]):
+        status = pod.get("status") or {}
+        if status.get("phase") == "Failed" and not _disrupted(pod):
+            why = status.get("reason") or status.get("message") or ""
+            return f"Pod {pod['metadata']['name']} failed ({why})"
+    return None
+
+
+def run_complete(view: RunView, wl: GPUWorkload, kueue: bool) -> bool:
+    """Every member finished well: each role's Job, or (through Kueue) each pod."""
+    if not kueue:
+        return all_complete(view, len(wl.spec.effective_roles()))
+    succeeded = {
+        p["metadata"]["name"] for p in view.pods if (p.get("status") or {}).get("phase") == "Succeeded"
+    }
+    return len(succeeded) == wl.spec.total_pods
+
+
+def kueue_replacements(view: RunView, planned: Sequence[str]) -> tuple[list[str], bool]:
+    """Through Kueue, whose preemption deletes a group's pods and leaves replacing them to their maker:
+    (pods to delete first — failed by a disruption, so a new pod of the name can follow —, whether any
+    planned pod is missing and must be created again)."""
+    present = {p["metadata"]["name"]: p for p in view.pods}
+    disrupted = sorted(
+        name
+        for name, p in present.items()
+        if (p.get("status") or {}).get("phase") == "Failed"
+        and _disrupted(p)
+        and not (p.get("metadata") or {}).get("deletionTimestamp")
+    )
+    return disrupted, any(name not in present for name in planned)
+
+
+def kueue_admission(workload: Mapping[str, Any] | None, group: str, pods: int) -> tuple[str, str, str]:
+    """Condition KueueAdmitted (status, reason, message) from the run's Kueue Workload (named after its pod
+    group); Kueue's own reason and message while it holds the pods."""
+    if workload is None:
+        return (
+            "False",
+            "Pending",
+            f"Kueue has no Workload {group} yet (it makes one once all {pods} pods exist)",
+        )
+    conditions = {c.get("type"): c for c in (workload.get("status") or {}).get("conditions") or []}
+    admission = (workload.get("status") or {}).get("admission") or {}
+    queue = (workload.get("spec") or {}).get("queueName") or "no LocalQueue"
+
+    def said(ctype: str, default: str) -> tuple[str, str]:
+        c = conditions.get(ctype) or {}
+        return str(c.get("reason") or default), str(c.get("message") or "")[:1024]
+
+    if (conditions.get("Finished") or {}).get("status") == "True":
+        return ("True", *said("Finished", "Finished"))
+    if (conditions.get("Admitted") or {}).get("status") == "True":
+        cq = admission.get("clusterQueue") or "?"
+        return "True", "Admitted", f"Kueue admitted Workload {group} in ClusterQueue {cq} ({queue})"
+    if (conditions.get("Evicted") or {}).get("status") == "True":
+        reason, message = said("Evicted", "Evicted")
+        return "False", reason if reason.startswith("Evicted") else f"Evicted{reason}", message
+    reason, message = said("QuotaReserved", "Pending")
+    return "False", reason, f"Kueue holds Workload {group} ({queue}): {message or 'queued, not admitted yet'}"
+
+
 def live_pods(view: RunView) -> list[dict[str, Any]]:
     return [
         p
@@ -178,3 +257,8 @@ def progress(wl: GPUWorkload, view: RunView) -> Progress:
 
 def gang_timed_out(run_start: datetime | None, timeout_seconds: int, now: datetime) -> bool:
     return run_start is not None and now - run_start > timedelta(seconds=timeout_seconds)
+
+
+def gang_words(status: Mapping[str, Any], spec: GPUWorkloadSpec) -> str:
+    """The run's gang engine as the status records it, in words for messages (never a bare "None")."""
+    return gang_phrase(str(status.get("gangBackend") or "None"), spec.total_pods, spec.is_batch)

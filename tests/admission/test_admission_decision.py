@@ -8,48 +8,18 @@ import orjson
 import pytest
 
 from kgwe.admission.decision import ReviewError, decide, review
-
-
-def pod(resources: dict | None = None, *, init: dict | None = None, scheduler: str | None = None) -> dict:
-    spec: dict = {"containers": [{"name": "main", "image": "x", "resources": resources or {}}]}
-    if init is not None:
-        spec["initContainers"] = [{"name": "init", "image": "x", "resources": init}]
-    if scheduler is not None:
-        spec["schedulerName"] = scheduler
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": spec}
-
+from tests.admission.routing_cases import CASES, NO_GPU_RESOURCES, pod
 
 ROUTE = ({"op": "add", "path": "/spec/schedulerName", "value": "kgwe-scheduler"},)
 
 
-@pytest.mark.parametrize(
-    "resources",
-    [
-        {"limits": {"nvidia.com/gpu": "2"}},
-        {"requests": {"nvidia.com/gpu": "1"}},
-        {"limits": {"nvidia.com/gpu.shared": "1"}},
-        {"requests": {"nvidia.com/mig-1g.10gb": "1"}},
-        {"limits": {"nvidia.com/mig-3g.40gb": "1"}, "requests": {"cpu": "1"}},
-    ],
-)
-def test_gpu_pods_are_routed(resources):
-    assert decide(pod(resources)).patch == ROUTE
-    assert decide(pod(resources, scheduler="default-scheduler")).patch == ROUTE
+@pytest.mark.parametrize(("case", "manifest", "routed"), CASES, ids=[c[0] for c in CASES])
+def test_the_routing_cases(case, manifest, routed):
+    """The table the MutatingAdmissionPolicy is held to as well (tests/admission/test_routing_policy.py)."""
+    assert decide(manifest).patch == (ROUTE if routed else ())
 
 
-def test_an_init_container_asking_for_a_gpu_routes_the_pod():
-    assert decide(pod({"requests": {"cpu": "1"}}, init={"limits": {"nvidia.com/gpu": "1"}})).patch == ROUTE
-
-
-@pytest.mark.parametrize(
-    "resources",
-    [
-        {},
-        {"limits": {"cpu": "1", "memory": "1Gi"}},
-        {"limits": {"amd.com/gpu": "1"}},
-        {"limits": {"nvidia.com/gpus": "1"}},
-    ],
-)
+@pytest.mark.parametrize("resources", NO_GPU_RESOURCES)
 def test_pods_without_nvidia_gpus_are_left_alone(resources):
     d = decide(pod(resources))
     assert d.patch == () and d.reason == "requests no GPU"
@@ -104,18 +74,28 @@ def test_review_of_an_unchanged_pod_or_another_operation_has_no_patch():
             b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"uid": 3}}',
             "request.uid",
         ),
-        (_review("a string"), "request.object"),
-        (_review({"spec": []}), "no spec"),
-        (_review({"spec": {"containers": {"a": 1}}}), "spec.containers is not a list"),
-        (_review({"spec": {"schedulerName": 5, "containers": []}}), "schedulerName is not a string"),
-        (_review({"spec": {"containers": [{}] * 1001}}), "more than 1000"),
     ],
 )
-def test_malformed_reviews_are_review_errors(body, message):
+def test_bodies_that_are_no_review_are_review_errors(body, message):
     with pytest.raises(ReviewError, match=message):
         review(body)
 
 
-def test_odd_container_entries_are_tolerated_not_fatal():
-    weird = {"spec": {"containers": [None, 3, {"resources": []}, {"resources": {"limits": ["x"]}}]}}
-    assert decide(weird).patch == ()
+@pytest.mark.parametrize(
+    ("obj", "message"),
+    [
+        ("a string", "request.object"),
+        ({"spec": []}, "no spec"),
+        ({"spec": {"containers": {"a": 1}}}, "spec.containers is not a list"),
+        ({"spec": {"schedulerName": 5, "containers": []}}, "schedulerName is not a string"),
+        ({"spec": {"containers": [None, 3]}}, "a container is not an object"),
+        ({"spec": {"containers": [{"resources": []}]}}, "resources is not an object"),
+        ({"spec": {"containers": [{"resources": {"limits": ["x"]}}]}}, "resources.limits is not an object"),
+    ],
+)
+def test_a_review_of_a_pod_that_cannot_be_read_is_refused_not_an_error(obj, message):
+    """Fails closed: the API server gets a decision (allowed: false), never a 4xx it would ignore."""
+    answer, decision = review(_review(obj))
+    resp = orjson.loads(answer)["response"]
+    assert resp["uid"] == "u-1" and resp["allowed"] is False and not decision.allowed
+    assert message in resp["status"]["message"] and "patch" not in resp

@@ -50,10 +50,14 @@ pytestmark = [pytest.mark.cluster, pytest.mark.realnode, pytest.mark.image, pyte
 
 NS = "kgwe-system"
 CRDS = ("policyrepositories.kgwe.nvidia.io", "gpuworkloads.kgwe.nvidia.io")
-# The README's command, with the chart's path for kgwe/kgwe.
+# The README's command, with the chart's path for kgwe/kgwe, routing GPU pods with the webhook server (what
+# the chart picks on clusters before 1.36): its pods, certificate and rotation are what this module checks.
+# The routing policy the chart picks on this 1.37 cluster: tests/deploy/test_helm_install.py and
+# tests/admission/test_routing_policy.py.
 SEED = (
     "install", "kgwe", str(CHART_DIR), "--namespace", NS, "--create-namespace",
     "--set", "scheduler.enabled=true", "--set", "migController.enabled=true",
+    "--set", "webhook.routeWith=Webhook",
 )  # fmt: skip
 GIT_ENV = {
     "GIT_AUTHOR_NAME": "t",
@@ -229,7 +233,9 @@ def test_the_seed_install_comes_up_with_nothing_made_by_hand(release):
         )
         assert {c.name for c in pod.spec.containers} == {"kube-scheduler", "extender"}
         assert pod.spec.node_name == release.cp.node.name  # ordinary pods on the real node
-    tested = helm("test", "kgwe", "--namespace", NS, "--timeout", "5m", env=release.env, check=False)
+    tested = helm(
+        "test", "kgwe", "--namespace", NS, "--timeout", "5m", "--logs", env=release.env, check=False
+    )  # --logs: a failure shows which check failed and why
     assert tested.returncode == 0, f"helm test: {tested.stdout}{tested.stderr}"
     assert "Phase:          Succeeded" in tested.stdout
 

@@ -59,13 +59,24 @@ LANES: dict[str, tuple[str, frozenset[str]]] = {
     ),
     "image": (
         "builds the OCI image (mmdebstrap + buildah, as root) and runs KGWE inside it",
-        frozenset({"kgwe_image", "image_container"}),
+        frozenset({"kgwe_image", "image_container", "previous_kgwe"}),
     ),
     "gotool": (
-        "runs a tool built from Go modules (helm, promtool and Prometheus, Flux's kustomize-controller) or "
-        "from NVIDIA's sources (the mock NVML library, the device plugin and GFD)",
+        "runs a tool built from Go modules (helm, promtool, Prometheus, Flux's kustomize-controller, Kueue) "
+        "or from NVIDIA's sources (the mock NVML library, the device plugin and GFD)",
         # gpu_cluster builds (or reuses) NVIDIA's stack before it starts the GPU node: realnode and gotool
-        frozenset({"chart", "promtool", "prometheus", "flux", "dpconfig", "nvidia_binaries", "gpu_cluster"}),
+        frozenset(
+            {
+                "chart",
+                "promtool",
+                "prometheus",
+                "flux",
+                "dpconfig",
+                "kueue_tool",
+                "nvidia_binaries",
+                "gpu_cluster",
+            }
+        ),
     ),
     "postgres": ("needs the real PostgreSQL server", frozenset({"postgres_url", "postgres_server"})),
 }
@@ -89,6 +100,7 @@ _CACHE_LANES = {  # the first prefix that matches wins
     "flux-": "gotool",
     "dpconfig-": "gotool",
     "nvml-mock-": "gotool",
+    "kueue-": "gotool",
     "containerd-": "realnode",
     "cni-": "realnode",
     "coredns-": "realnode",
@@ -101,6 +113,7 @@ _BUILD_SCRIPTS = {
     "nvidia-bins.sh": "gotool",
     "node-bins.sh": "realnode",
     "build.sh": "image",
+    "previous-image.sh": "image",
 }
 _PROGRAM_LANES = {"buildah": "image", "mmdebstrap": "image"}
 _FIXTURE_HINT = {lane: ", ".join(sorted(fixtures)) for lane, (_, fixtures) in LANES.items()}

@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from kgwe.audit.log import line_hash
 from kgwe.audit.stamp import MAX_EMAIL_CHARS, MAX_NAME_CHARS
 from kgwe.reconcile.repository import RepositoryReconciler
 from kgwe.vocab import MIG_CONFIG_LABEL, REVISION_ANNOTATION, REVISION_AUTHOR_ANNOTATION
@@ -96,3 +97,9 @@ def test_a_policy_commit_s_writes_carry_it_and_the_audit_log_lands_in_git(k8s_ap
     outcome = rec.reconcile()
     assert outcome is not None and outcome.phase == "ready" and rec.last_sync.writes == 0
     assert git_bare(e2e, "rev-parse", "main") == head and not rec.audit.entries
+
+    # What KGWE wrote is its own state, in status: the file, every line of it KGWE's, the chain's head.
+    kept = e2e.status()["auditLog"]
+    logged = git_bare(e2e, "show", f"main:{log_file}").encode()
+    assert kept["path"] == log_file and kept["lines"] == len(lines) and kept["bytes"] == len(logged)
+    assert kept["head"] == line_hash(logged.splitlines()[-1]) and "tampering" not in kept

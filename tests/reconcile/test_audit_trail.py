@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 from kgwe.audit.log import NodeChange
 from kgwe.audit.stamp import Stamp
 from kgwe.cluster.apply import ObjectRef, SyncResult
-from kgwe.gitops.commit_back import CommitBack
+from kgwe.gitops.commit_back import CommitBack, CommitResult
 from kgwe.policy.cluster_kinds import PolicyRepositorySpec
 from kgwe.reconcile.audit_trail import AuditTrail
 from kgwe.reconcile.rebalancing import RebalanceResult
@@ -108,34 +108,59 @@ def test_passes_that_wrote_nothing_or_have_no_reports_or_stamp_leave_none():
 def test_the_log_is_due_at_once_with_a_snapshot_else_every_flush_interval_and_for_the_leader_only():
     clock, leader = Clock(), [True]
     t = trail(clock, leader)
-    spec = a_pass().spec
-    assert t.files(spec, due=True) == {}  # nothing waits
+    p = a_pass()
+    assert t.files(p, due=True) == {}  # nothing waits
     t.add(a_pass(sync=wrote()), [])
-    assert list(t.files(spec, due=False)) == ["reports/audit/2026-11.jsonl"]  # never committed yet
-    t.done("pushed")
+    (edit,) = t.files(p, due=False).values()  # never committed yet
+    assert list(t.files(p, due=False)) == ["reports/audit/2026-11.jsonl"]
+    edit(None)
+    t.done(p, CommitResult("pushed", SHA, 1))
     assert t.entries == []
     t.add(a_pass(sync=wrote()), [])
     clock.now += timedelta(seconds=FLUSH_SECONDS - 1)
-    assert t.files(spec, due=False) == {}  # committed less than an interval ago
-    assert list(t.files(spec, due=True)) == ["reports/audit/2026-11.jsonl"]  # with a snapshot: now
+    assert t.files(p, due=False) == {}  # committed less than an interval ago
+    assert list(t.files(p, due=True)) == ["reports/audit/2026-11.jsonl"]  # with a snapshot: now
     clock.now += timedelta(seconds=1)
-    assert list(t.files(spec, due=False)) == ["reports/audit/2026-11.jsonl"]
+    assert list(t.files(p, due=False)) == ["reports/audit/2026-11.jsonl"]
     leader[0] = False
-    assert t.files(spec, due=True) == {}
+    assert t.files(p, due=True) == {}
+
+
+def commit_one(t: AuditTrail, p: Pass, existing: bytes | None, status: str) -> bytes | None:
+    """One more entry, committed with the outcome `status`: the bytes the edit made of `existing`."""
+    t.add(a_pass(sync=wrote()), [])
+    (edit,) = t.files(p, due=False).values()
+    data = edit(existing)
+    t.done(p, CommitResult(status, SHA if status == "pushed" else None, 1, ""))  # type: ignore[arg-type]
+    return data
 
 
 def test_a_failed_push_keeps_the_entries_and_the_edit_appends_to_what_the_branch_holds():
     clock, leader = Clock(), [True]
     t = trail(clock, leader)
-    t.add(a_pass(sync=wrote()), [])
-    t.done("failed")
-    assert len(t.entries) == 1  # tried again with the next commit
+    p = a_pass()
+    assert commit_one(t, p, None, "failed") is not None
+    assert len(t.entries) == 1 and t.state is None  # tried again with the next commit, from the same state
     clock.now += timedelta(seconds=FLUSH_SECONDS)
-    t.add(a_pass(sync=wrote()), [])
-    (edit,) = t.files(a_pass().spec, due=False).values()
-    existing = b'{"earlier": true}\n'
-    appended = edit(existing)
-    assert appended is not None and appended.startswith(existing)
-    assert len(appended[len(existing) :].splitlines()) == 2
-    t.done("rejected")  # refused for good: not retried
+    appended = commit_one(t, p, None, "pushed")
+    assert appended is not None and len(appended.splitlines()) == 2
+    assert t.entries == [] and t.state is not None and t.state.lines == 2
+    clock.now += timedelta(seconds=FLUSH_SECONDS)
+    assert commit_one(t, p, appended, "rejected") is not None  # refused for good: not retried
     assert t.entries == []
+
+
+def test_kgwe_s_state_of_the_log_goes_to_status_and_is_taken_back_from_it():
+    """A restarted controller (or a new leader) knows what KGWE wrote from the status the last one left."""
+    clock, leader = Clock(), [True]
+    t = trail(clock, leader)
+    data = commit_one(t, a_pass(), None, "pushed")
+    status = t.status()["auditLog"]
+    assert status["path"] == "reports/audit/2026-11.jsonl" and status["lines"] == 1
+    assert "tampering" not in status  # none found: nothing a status read back would lack
+
+    later = trail(clock, leader)
+    q = a_pass()
+    q.repo = {**q.repo, "status": {"auditLog": status}}
+    assert commit_one(later, q, data, "pushed") is not None  # under the status's state: nothing found
+    assert later.state is not None and later.state.lines == 2 and later.tampering is None

@@ -119,8 +119,15 @@ def test_reports_snapshot_is_used_when_present(repo, capsys):
     (repo / "reports/prod/gpu-inventory.yaml").write_text(yaml.safe_dump(snap))
     git(repo, "add", "-A")
     git(repo, "commit", "-qm", "snapshot")
-    code, out, _ = plan(repo, capsys)
-    assert code == 0 and "snapshot `reports/prod/gpu-inventory.yaml`" in out
+    code, out, _ = plan(repo, capsys)  # a pull request adding a snapshot: not read from it, and flagged
+    assert code == 0 and "snapshot `reports/prod/gpu-inventory.yaml`" not in out
+    assert out.splitlines()[2].startswith(
+        "> **Warning**: this pull request changes 1 file(s) under the reports"
+    )
+    edit(repo, "scoring/default.yaml", "strategy: BestFit", "strategy: Spread")
+    code, out, _ = plan(repo, capsys)  # the snapshot at base is read
+    assert code == 2 and "snapshot `reports/prod/gpu-inventory.yaml` at base" in out
+    assert "> **Warning**" not in out
 
 
 def test_invalid_head_and_bad_refs_exit_1(repo, capsys):
@@ -148,7 +155,7 @@ def test_scoring_change_replays_the_shipped_demand_record(repo, capsys):
     edit(repo, "scoring/default.yaml", "strategy: BestFit", "strategy: Spread")
     code, out, _ = plan(repo, capsys)
     assert code == 2
-    assert "from `clusters/prod/reports/demand-record.json` at head" in out
+    assert "from `clusters/prod/reports/demand-record.json` at base" in out
     rows = impact_rows(out)
     base, head, _ = rows["pods that waited"]
     assert int(head) > int(base)  # spreading single GPUs strands the 8-GPU jobs
@@ -192,7 +199,7 @@ def test_no_record_means_a_note_and_no_replay(repo, capsys):
     git(repo, "commit", "-qm", "drop record")
     edit(repo, "scoring/default.yaml", "strategy: BestFit", "strategy: Spread")
     code, out, _ = plan(repo, capsys)
-    assert code == 2 and "impact skipped: no demand-record.json under reports/" in out
+    assert code == 2 and "impact skipped: no demand-record.json under reports/ at base" in out
 
 
 def test_mig_strategy_change_shows_mig_demand_served(repo, capsys):
@@ -232,7 +239,7 @@ def test_a_misspelt_mig_demand_field_is_an_error(repo, capsys):
 
 def test_the_plan_ends_with_where_the_audit_log_is(repo, capsys):
     code, out, _ = plan_no_change(repo, capsys)
-    assert code == 0 and out.rstrip().splitlines()[-1].startswith("Audit log: none at head yet")
+    assert code == 0 and out.rstrip().splitlines()[-1].startswith("Audit log: none at base yet")
     assert "<spec.reports.path>/audit/<YYYY-MM>.jsonl" in out
     (repo / "reports" / "prod" / "audit").mkdir(parents=True)
     for month in ("2026-10", "2026-11"):
@@ -240,10 +247,11 @@ def test_the_plan_ends_with_where_the_audit_log_is(repo, capsys):
     (repo / "reports/prod/audit/notes.jsonl").write_text("not a month\n")
     git(repo, "add", "-A")
     git(repo, "commit", "-qm", "the controller's audit log")
+    edit(repo, "scoring/default.yaml", "strategy: BestFit", "strategy: Spread")  # a pull request on top
     code, out, _ = plan(repo, capsys)
     newest = "reports/prod/audit/2026-11.jsonl"
-    assert code == 0 and out.rstrip().splitlines()[-1].startswith(
-        f"Audit log: [`{newest}`]({newest}) at head"
+    assert code == 2 and out.rstrip().splitlines()[-1].startswith(
+        f"Audit log: [`{newest}`]({newest}) at base"
     )
 
 

@@ -1,9 +1,11 @@
 """A Git server that trickles bytes forever, or accepts and never answers, cannot hold a fetch past its
-deadline: the git process (and its transport helper) is killed."""
+deadline, over https as over http: the git process (and its transport helper) is killed. (The in-process
+ref poll's deadlines over TLS: test_git_poll_tls.py.)"""
 
 from __future__ import annotations
 
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Iterator
@@ -12,13 +14,15 @@ from pathlib import Path
 import pytest
 
 from kgwe.gitops.source import GitRef, GitSource, GitSourceError
+from kgwe.localcluster.pki import write_pki
 
 
 class Trickler:
     """Answers git's ref advertisement request with an endless, valid-looking advertisement at ~3 KiB/s:
     fast enough for git's low-speed limit (1 KiB/s), never finished."""
 
-    def __init__(self) -> None:
+    def __init__(self, context: ssl.SSLContext | None = None) -> None:
+        self.context = context
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
         self.stop = threading.Event()
@@ -33,9 +37,10 @@ class Trickler:
                 continue
             threading.Thread(target=self._trickle, args=(conn,), daemon=True).start()
 
-    def _trickle(self, conn: socket.socket) -> None:
-        with conn:
+    def _trickle(self, raw: socket.socket) -> None:
+        with raw:
             try:
+                conn = self.context.wrap_socket(raw, server_side=True) if self.context else raw
                 conn.recv(65536)
                 conn.sendall(
                     b"HTTP/1.1 200 OK\r\nContent-Type: application/x-git-upload-pack-advertisement\r\n"
@@ -58,29 +63,37 @@ class Trickler:
         self.sock.close()
 
 
-@pytest.fixture
-def trickler() -> Iterator[Trickler]:
-    server = Trickler()
-    yield server
+@pytest.fixture(params=["https", "http"])
+def trickler(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, Trickler, str | None]]:
+    context, ca_file = None, None
+    if request.param == "https":
+        pki = write_pki(tmp_path / "pki")
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(pki.serving_cert, pki.serving_key)
+        ca_file = str(pki.ca_cert)
+    server = Trickler(context)
+    yield request.param, server, ca_file
     server.close()
 
 
-def test_a_trickling_server_is_cut_off_at_the_deadline(trickler: Trickler, tmp_path: Path) -> None:
+def test_a_trickling_server_is_cut_off_at_the_deadline(trickler, tmp_path: Path) -> None:
+    scheme, server, ca_file = trickler
     src = GitSource(
-        f"http://127.0.0.1:{trickler.port}/policy.git",
+        f"{scheme}://127.0.0.1:{server.port}/policy.git",
         GitRef(branch="main"),
         cache_dir=tmp_path / "c",
         timeout_seconds=1,
         attempts=2,
         sleep=lambda s: None,
-        allow_local=True,  # plain http on loopback; the deadline is the same for https
+        allow_local=scheme == "http",  # plain http on loopback needs the operator's allowance
+        ca_file=ca_file,
     )
     started = time.monotonic()
     with pytest.raises(GitSourceError, match="timed out after 1s"):
         src.fetch()
     elapsed = time.monotonic() - started
     assert elapsed < 60, elapsed  # two attempts of 1 s each, plus a busy machine's slack
-    assert processes_naming(f"127.0.0.1:{trickler.port}") == []  # the transport helper died too
+    assert processes_naming(f"127.0.0.1:{server.port}") == []  # the transport helper died too
 
 
 def processes_naming(text: str) -> list[str]:

@@ -1,5 +1,6 @@
 """Bounded YAML: whoever writes a YAML text KGWE reads (a policy committer, a GPUWorkload author, whoever can
-push the inventory snapshot a pull request carries) cannot crash or exhaust the process that reads it.
+commit an inventory snapshot under reports/ for `kgwe plan` to read) cannot crash or exhaust the process that
+reads it.
 
 Each attack runs the real command in a child process, so a crash (libyaml up to 0.2.5 segfaults near depth
 50,000) fails the test instead of killing the test run, and the child's peak memory is measured. Every
@@ -246,13 +247,16 @@ def test_recursive_data_is_refused(tmp_path: Path) -> None:
 
 @pytest.fixture
 def pr_repo(policy_repo) -> Path:
-    """sample-repo in Git; the head commit carries an inventory snapshot under reports/ built to crash."""
+    """sample-repo in Git; a commit carries an inventory snapshot under reports/ built to crash (whoever may
+    commit can write there too), and a pull request follows it (`kgwe plan` reads the snapshot from its
+    base)."""
     policy_repo.push(sample_files("policy"))
     policy_repo.push({"reports/gpu-inventory.yaml": quoted_escape()})
+    policy_repo.push({"policy/README.md": "a pull request\n"})
     return policy_repo.work
 
 
-def test_kgwe_plan_reads_the_snapshot_of_a_pull_request_through_the_bounds(kgwe, pr_repo: Path) -> None:
+def test_kgwe_plan_reads_the_snapshot_at_its_base_through_the_bounds(kgwe, pr_repo: Path) -> None:
     code, out, _ = kgwe("plan", "--repo", str(pr_repo), "--base", "HEAD~1", "--head", "HEAD", "policy")
     assert code == 1, out
     assert "reports/gpu-inventory.yaml:5:" in out and "nesting deeper than 64 levels" in out, out
@@ -262,7 +266,9 @@ def test_kgwe_plan_reads_the_snapshot_of_a_pull_request_through_the_bounds(kgwe,
 def test_kgwe_plan_refuses_a_snapshot_blob_over_the_bound_before_reading_it(kgwe, pr_repo: Path) -> None:
     (pr_repo / "reports" / "gpu-inventory.yaml").write_text("# x\n" * (MAX_TEXT_BYTES // 4 + 1))
     sh_git(pr_repo, "commit", "-qam", "big snapshot")
-    code, out, _ = kgwe("plan", "--repo", str(pr_repo), "--base", "HEAD~2", "--head", "HEAD", "policy")
+    (pr_repo / "policy" / "README.md").write_text("another pull request\n")
+    sh_git(pr_repo, "commit", "-qam", "a pull request")
+    code, out, _ = kgwe("plan", "--repo", str(pr_repo), "--base", "HEAD~1", "--head", "HEAD", "policy")
     assert code == 1 and f"over the {MAX_TEXT_BYTES}-byte bound; refused" in out, out
 
 
