@@ -247,17 +247,19 @@ def report_no_nvml(core: client.CoreV1Api, node_name: str, error: str) -> None:
         )
         if patch is None:
             return
-        core.patch_node_status(node_name, patch)
+        core.patch_node_status(node_name, patch, field_manager=AGENT_FIELD_MANAGER)
         if health_annotation.ANNOTATION_KEY in (node.metadata.annotations or {}):
             core.patch_node(
-                node_name, {"metadata": {"annotations": {health_annotation.ANNOTATION_KEY: None}}}
+                node_name,
+                {"metadata": {"annotations": {health_annotation.ANNOTATION_KEY: None}}},
+                field_manager=AGENT_FIELD_MANAGER,
             )
         involved = {
             "apiVersion": "v1",
             "kind": "Node",
             "metadata": {"name": node_name, "uid": node.metadata.uid},
         }
-        EventRecorder(core.api_client, component="kgwe-agent").record(
+        EventRecorder(core.api_client, component=AGENT_FIELD_MANAGER).record(
             involved, "Warning", wanted[1], wanted[2]
         )
     except ApiException as exc:
