@@ -9,14 +9,13 @@ matches and says what it does on stderr; this module only reads what it reports.
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from kgwe.errors import KgweError
 from kgwe.localcluster.controlplane import ControlPlaneError
+from kgwe.localcluster.gotools import reported_dirs, run_go_build
 from kgwe.resources import hack_dir
 
 NVIDIA_BUILD_SCRIPT = hack_dir() / "nvidia-bins.sh"
@@ -90,17 +89,9 @@ class NvidiaBinaries:
 def find_nvidia_binaries() -> NvidiaBinaries:
     """Build (or reuse) NVIDIA's mock NVML library and device plugin; needs Go >= 1.26, gcc and NVIDIA's
     source archives (hack/nvidia-bins.sh says where it looks)."""
-    if shutil.which("go") is None:
-        raise ControlPlaneError(
-            "Go is not installed: NVIDIA's device plugin and mock NVML library are built from source "
-            "(hack/nvidia-bins.sh). Install Go >= 1.26 from https://go.dev/dl/ and put it on PATH."
-        )
-    proc = subprocess.run(["bash", str(NVIDIA_BUILD_SCRIPT)], stdout=subprocess.PIPE, text=True, check=False)
-    if proc.returncode != 0:
-        raise ControlPlaneError(f"hack/nvidia-bins.sh failed (exit {proc.returncode}); its message is above")
-    dirs = dict(line.split("=", 1) for line in proc.stdout.splitlines() if "=" in line)
-    if "nvml-mock" not in dirs or "device-plugin" not in dirs:
-        raise ControlPlaneError("hack/nvidia-bins.sh did not report both of its builds")
-    found = NvidiaBinaries(Path(dirs["nvml-mock"]), Path(dirs["device-plugin"]))
+    built = "NVIDIA's device plugin and mock NVML library are built from source (hack/nvidia-bins.sh)"
+    lines = run_go_build(NVIDIA_BUILD_SCRIPT, built)
+    dirs = reported_dirs(lines, NVIDIA_BUILD_SCRIPT.name, ("nvml-mock", "device-plugin"))
+    found = NvidiaBinaries(dirs["nvml-mock"], dirs["device-plugin"])
     found.check()
     return found
