@@ -10,7 +10,6 @@ bench/nvidia_stack.py.
 from __future__ import annotations
 
 import contextlib
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -30,15 +29,10 @@ from kgwe.vocab import (
     WORKLOADS_NAMESPACE_LABEL,
 )
 from tests.harness.chart import CHART_DIR, helm
+from tests.harness.gitcli import git
 from tests.harness.waiting import wait_for
 
 REPOSITORY = "gpu-policy"
-GIT_ENV = {
-    "GIT_AUTHOR_NAME": "t",
-    "GIT_AUTHOR_EMAIL": "t@x",
-    "GIT_COMMITTER_NAME": "t",
-    "GIT_COMMITTER_EMAIL": "t@x",
-}
 H100_PRICE = "4.10"
 POLICY = {
     "scoring/default.yaml": (
@@ -60,17 +54,6 @@ def sharing_strategy(name: str, replicas: int, node: str) -> str:
         f"  nodeSelector: {{kubernetes.io/hostname: {node}}}\n  mode: TimeSlicing\n  replicas: {replicas}\n"
         "  rollout: {maxUnavailable: 1, drain: false, pendingTimeout: 10m}\n"
     )
-
-
-def _git(cwd: Path, *args: str) -> str:
-    return subprocess.run(
-        ["git", *args],
-        cwd=cwd,
-        env={**GIT_ENV, "PATH": "/usr/bin:/bin"},
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
 
 
 class KgweOnGpuNode:
@@ -107,8 +90,8 @@ class KgweOnGpuNode:
         if out.returncode != 0:
             raise RuntimeError(f"helm install failed: {out.stderr}")
         bare, self.checkout = self.workdir / "policy.git", self.workdir / "policy"
-        _git(self.workdir, "init", "-q", "--bare", "-b", "main", str(bare))
-        _git(self.workdir, "clone", "-q", str(bare), str(self.checkout))
+        git(self.workdir, "init", "-q", "--bare", "-b", "main", str(bare))
+        git(self.workdir, "clone", "-q", str(bare), str(self.checkout))
         self.commit(POLICY, "policy")
         self.server = GitHttpsServer(self.workdir, host=host_ip()).start()
         core = client.CoreV1Api(self.api)
@@ -167,10 +150,10 @@ class KgweOnGpuNode:
             else:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_text(text)
-        _git(self.checkout, "add", "-A")
-        _git(self.checkout, "commit", "-qm", message)
-        _git(self.checkout, "push", "-q", "origin", "HEAD:main")
-        return _git(self.checkout, "rev-parse", "HEAD")
+        git(self.checkout, "add", "-A")
+        git(self.checkout, "commit", "-qm", message)
+        git(self.checkout, "push", "-q", "origin", "HEAD:main")
+        return git(self.checkout, "rev-parse", "HEAD")
 
     def repository(self) -> dict[str, Any]:
         obj: dict[str, Any] = client.CustomObjectsApi(self.api).get_namespaced_custom_object(
