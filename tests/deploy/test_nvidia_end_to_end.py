@@ -20,7 +20,6 @@ from decimal import Decimal
 
 import pytest
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 from kubernetes.stream import stream
 
 from kgwe.agent.podresources import DEFAULT_SOCKET, list_pod_resources
@@ -43,6 +42,7 @@ from kgwe.vocab import (
     SCHEDULER_NAME,
 )
 from tests.harness.kgwe_on_gpu_node import H100_PRICE, KgweOnGpuNode, sharing_strategy
+from tests.harness.pods import devices_container, devices_pod, visible_devices
 from tests.harness.pytest_cluster import GPU_PROFILE
 from tests.harness.waiting import wait_for
 
@@ -50,7 +50,6 @@ pytestmark = [pytest.mark.cluster, pytest.mark.realnode, pytest.mark.image, pyte
 
 AGENT_INTERVAL_SECONDS = 2
 DRIVER_LABEL, MOCK_DRIVER = "nvidia.com/cuda.driver-version.full", "550.163.01"
-SHOW_DEVICES = "echo NVIDIA_VISIBLE_DEVICES=$NVIDIA_VISIBLE_DEVICES; sleep 3600"
 
 
 def _pods(
@@ -101,16 +100,6 @@ def _kgwe(kgwe: KgweOnGpuNode, *args: str) -> dict:
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
-
-
-def _visible(api: client.ApiClient, ns: str, pod: str) -> list[str]:
-    """The GPU UUIDs the pod's container printed ([] until it has)."""
-    try:
-        log = client.CoreV1Api(api).read_namespaced_pod_log(pod, ns) or ""
-    except ApiException:  # not started yet
-        return []
-    line = next((x for x in log.splitlines() if x.startswith("NVIDIA_VISIBLE_DEVICES=")), "")
-    return [u for u in line.split("=", 1)[-1].split(",") if u]
 
 
 def _namespace_state(api: client.ApiClient, ns: str) -> str:
@@ -181,18 +170,7 @@ def _workload(name: str, gpus: int, image: str) -> dict:
                     # the GPU node by what GFD says of its driver (KGWE refuses a pod pinned by host name;
                     # the kwok H100 nodes say driver 570)
                     "nodeSelector": {DRIVER_LABEL: MOCK_DRIVER},
-                    "containers": [
-                        {
-                            "name": "train",
-                            "image": image,
-                            "imagePullPolicy": "Never",
-                            "command": [
-                                "sh",
-                                "-c",
-                                "echo NVIDIA_VISIBLE_DEVICES=$NVIDIA_VISIBLE_DEVICES; sleep 3600",
-                            ],
-                        }
-                    ],
+                    "containers": [devices_container(image)],
                 }
             },
         },
@@ -207,9 +185,8 @@ def test_a_gpuworkload_of_8_gpus_runs_on_nvidias_allocation_and_is_metered(kgwe,
 
     def running() -> client.V1Pod | None:
         pods = core.list_namespaced_pod(ml).items
-        return next(
-            (p for p in pods if p.status.phase == "Running" and _visible(api, ml, p.metadata.name)), None
-        )
+        started = (p for p in pods if p.status.phase == "Running")
+        return next((p for p in started if visible_devices(api, ml, p.metadata.name)), None)
 
     pod = wait_for(
         "the GPUWorkload's pod running",
@@ -219,7 +196,7 @@ def test_a_gpuworkload_of_8_gpus_runs_on_nvidias_allocation_and_is_metered(kgwe,
     )
     assert pod.spec.scheduler_name == SCHEDULER_NAME and pod.spec.node_name == NODE_NAME
     assert sorted(int(i) for i in pod.metadata.annotations[GPU_INDEX_ANNOTATION].split(",")) == list(range(8))
-    uuids = _visible(api, ml, pod.metadata.name)
+    uuids = visible_devices(api, ml, pod.metadata.name)
     by_index = {g.index: g.uuid for g in mocknvml.profile_gpus()}
     assert sorted(uuids) == sorted(by_index.values()), "the 8 GPUs NVIDIA's plugin allocated"
     held = [h for h in list_pod_resources(DEFAULT_SOCKET) if h.pod == pod.metadata.name]
@@ -310,19 +287,6 @@ def test_a_sharing_commit_switches_nvidias_plugin_through_its_config_manager(kgw
     wait_for("back to 8 whole GPUs", unshared, 600, describe=lambda: _state(api))
 
 
-def _pod(name: str, gpus: int, image: str) -> dict:
-    return {
-        "metadata": {"name": name},
-        "spec": {
-            "nodeSelector": {"kubernetes.io/hostname": NODE_NAME},
-            "terminationGracePeriodSeconds": 0,
-            "containers": [{"name": "c", "image": image, "imagePullPolicy": "Never",
-                            "command": ["sh", "-c", SHOW_DEVICES],
-                            "resources": {"limits": {GPU_RESOURCE: str(gpus)}}}],
-        },
-    }  # fmt: skip
-
-
 def _agent_periods(api: client.ApiClient) -> int:
     """How many periods the agent on the GPU node has finished (a `Node ... updated|unchanged` line each)."""
     core = client.CoreV1Api(api)
@@ -359,10 +323,10 @@ def test_an_injected_failure_is_marked_avoided_and_shown(kgwe, ml, busybox):
         )
         assert any("GPU 3" in e.message for e in events.items)
         # the extender never chooses it: a 7-GPU pod gets the other seven (NVIDIA's plugin allocates them)
-        core.create_namespaced_pod(ml, _pod("seven", 7, busybox.reference))
+        core.create_namespaced_pod(ml, devices_pod("seven", 7, busybox.reference, NODE_NAME))
         wait_for(
             "the 7-GPU pod running",
-            lambda: _visible(api, ml, "seven"),
+            lambda: visible_devices(api, ml, "seven"),
             240,
             describe=lambda: _namespace_state(api, ml) + _state(api),
         )
@@ -371,7 +335,7 @@ def test_an_injected_failure_is_marked_avoided_and_shown(kgwe, ml, busybox):
         chosen = sorted(int(i) for i in placed.metadata.annotations[GPU_INDEX_ANNOTATION].split(","))
         assert chosen == [0, 1, 2, 4, 5, 6, 7]
         held = [d for h in list_pod_resources(DEFAULT_SOCKET) if h.pod == "seven" for d in h.device_ids]
-        assert sorted(held) == sorted(_visible(api, ml, "seven"))
+        assert sorted(held) == sorted(visible_devices(api, ml, "seven"))
         core.delete_namespaced_pod("seven", ml, grace_period_seconds=0)
         # a lost GPU: NVIDIA's plugin cannot start with it, the agent keeps it lost
         mocknvml.inject_failure(5, "lost")
@@ -385,7 +349,7 @@ def test_an_injected_failure_is_marked_avoided_and_shown(kgwe, ml, busybox):
 
         row = wait_for("kgwe nodes naming the plugin's failure", shown, 180, describe=lambda: _state(api))
         assert row["unhealthyGPUs"] == [3, 5]
-        core.create_namespaced_pod(ml, _pod("waits", 1, busybox.reference))
+        core.create_namespaced_pod(ml, devices_pod("waits", 1, busybox.reference, NODE_NAME))
 
         def refused() -> list[str]:
             events = core.list_namespaced_event(

@@ -33,6 +33,7 @@ from kgwe.vocab import (
     GPU_SHARING_STRATEGY_LABEL,
     SHARED_GPU_RESOURCE,
 )
+from tests.harness.pods import devices_pod, visible_devices
 from tests.harness.waiting import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.realnode, pytest.mark.timeout(2400)]
@@ -100,47 +101,18 @@ def test_the_gpu_node_is_advertised_by_nvidias_plugin_and_labelled_by_gfd(gpu_cl
     )
 
 
-def _visible_devices(api: client.ApiClient, ns: str, pod: str) -> list[str]:
-    log = client.CoreV1Api(api).read_namespaced_pod_log(pod, ns)
-    line = next(x for x in log.splitlines() if x.startswith("NVIDIA_VISIBLE_DEVICES="))
-    return line.split("=", 1)[1].split(",")
-
-
-def _gpu_pod(name: str, gpus: int, image: str) -> dict:
-    return {
-        "metadata": {"name": name},
-        "spec": {
-            "nodeSelector": {"kubernetes.io/hostname": NODE_NAME},
-            "terminationGracePeriodSeconds": 0,
-            "containers": [
-                {
-                    "name": "c",
-                    "image": image,
-                    "imagePullPolicy": "Never",
-                    "command": [
-                        "sh",
-                        "-c",
-                        "echo NVIDIA_VISIBLE_DEVICES=$NVIDIA_VISIBLE_DEVICES; sleep 3600",
-                    ],
-                    "resources": {"limits": {GPU_RESOURCE: str(gpus)}},
-                }
-            ],
-        },
-    }
-
-
 def test_a_pod_gets_the_gpus_nvidias_plugin_allocated(gpu_cluster, api, ns, busybox):
     core = client.CoreV1Api(api)
-    core.create_namespaced_pod(ns, _gpu_pod("two", 2, busybox.reference))
+    core.create_namespaced_pod(ns, devices_pod("two", 2, busybox.reference, NODE_NAME))
     wait_for(
         "the 2-GPU pod running",
         lambda: (
-            core.read_namespaced_pod("two", ns).status.phase == "Running" and _visible_devices(api, ns, "two")
+            core.read_namespaced_pod("two", ns).status.phase == "Running" and visible_devices(api, ns, "two")
         ),
         180,
         describe=lambda: _nvidia_state(api),
     )
-    uuids = _visible_devices(api, ns, "two")
+    uuids = visible_devices(api, ns, "two")
     assert len(set(uuids)) == 2 and set(uuids) <= {g.uuid for g in mocknvml.profile_gpus()}
     held = [h for h in list_pod_resources(DEFAULT_SOCKET) if (h.namespace, h.pod) == (ns, "two")]
     # the kubelet answers one device entry per GPU (with its NUMA node) for NVIDIA's plugin
@@ -285,7 +257,7 @@ def test_an_injected_failure_meets_nvidias_plugin(gpu_cluster, api, ns, busybox)
             "the plugin's crash in its pod's state", crashing, 180, describe=lambda: _nvidia_state(api)
         )
         assert "nvidia-device-plugin" in state and "error getting device memory info" in state, state
-        core.create_namespaced_pod(ns, _gpu_pod("waits", 1, busybox.reference))
+        core.create_namespaced_pod(ns, devices_pod("waits", 1, busybox.reference, NODE_NAME))
 
         def refused() -> list[str]:
             events = core.list_namespaced_event(
