@@ -265,9 +265,7 @@ def device_plugin_daemonset(image: str, default_config: str = DEFAULT_CONFIG_KEY
         ],
         "volumeMounts": [
             {"name": "device-plugin", "mountPath": KUBELET_DEVICE_PLUGINS},
-            {"name": "driver-root", "mountPath": CONTAINER_DRIVER_ROOT, "readOnly": True},
-            {"name": "config", "mountPath": str(Path(CONFIG_FILE).parent)},
-            {"name": "available-configs", "mountPath": CONFIG_SOURCE_DIR},
+            *_driver_and_config_mounts(),
         ],
     }
     sidecar = _config_manager("config-manager", "nvidia-device-plugin", default_config, oneshot=False)
@@ -275,6 +273,16 @@ def device_plugin_daemonset(image: str, default_config: str = DEFAULT_CONFIG_KEY
     volumes = [{"name": "device-plugin", "hostPath": {"path": KUBELET_DEVICE_PLUGINS}}]
     spec = _pod_spec(DEVICE_PLUGIN_ACCOUNT, [plugin, sidecar], init, volumes)
     return _daemonset(DEVICE_PLUGIN_DAEMONSET, "device-plugin", spec, image)
+
+
+def _driver_and_config_mounts() -> list[dict[str, Any]]:
+    """What the plugin and GFD both mount: the driver root (NVML) read-only, the config file config-manager
+    writes, and the ConfigMap's configs it chooses from."""
+    return [
+        {"name": "driver-root", "mountPath": CONTAINER_DRIVER_ROOT, "readOnly": True},
+        {"name": "config", "mountPath": str(Path(CONFIG_FILE).parent)},
+        {"name": "available-configs", "mountPath": CONFIG_SOURCE_DIR},
+    ]
 
 
 def gfd_daemonset(image: str, features_dir: Path, default_config: str = DEFAULT_CONFIG_KEY) -> dict[str, Any]:
@@ -288,12 +296,7 @@ def gfd_daemonset(image: str, features_dir: Path, default_config: str = DEFAULT_
             {"name": "CONFIG_FILE", "value": CONFIG_FILE},
             {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"},
         ],
-        "volumeMounts": [
-            {"name": "output-dir", "mountPath": FEATURES_DIR},
-            {"name": "driver-root", "mountPath": CONTAINER_DRIVER_ROOT, "readOnly": True},
-            {"name": "config", "mountPath": str(Path(CONFIG_FILE).parent)},
-            {"name": "available-configs", "mountPath": CONFIG_SOURCE_DIR},
-        ],
+        "volumeMounts": [{"name": "output-dir", "mountPath": FEATURES_DIR}, *_driver_and_config_mounts()],
     }
     sidecar = _config_manager("config-manager", "gpu-feature-discovery", default_config, oneshot=False)
     init = _config_manager("config-manager-init", "", default_config, oneshot=True)
