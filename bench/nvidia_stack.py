@@ -14,8 +14,8 @@ missing, as the tests build it). Figures:
   and plugin restart, the kubelet);
 - health_withdrawn_seconds: an uncorrectable ECC error with Xid 48 injected into GPU 3 (`kgwe cluster
   fail-gpu`, which also restarts NVIDIA's plugin in place) until the extender no longer chooses GPU 3: the
-  agent's health annotation names it (what the extender's watch reads); then a 7-GPU pod placed by
-  kgwe-scheduler checks the extender's choice leaves GPU 3 out;
+  agent's health annotation names it (what the extender's watch reads); then an 8-GPU pod is checked to be
+  refused;
 - agent_discovery_ms: one discovery of the agent through NVIDIA's mock library (median of 20, in a process
   of its own loading the library from the node's driver root).
 
@@ -39,9 +39,10 @@ from kubernetes import client
 from kgwe.localcluster.mocknvml import DRIVER_ROOT, LIBRARY_DIR
 from kgwe.localcluster.realnode import NODE_NAME
 from kgwe.topology import health
-from kgwe.vocab import GPU_INDEX_ANNOTATION, GPU_RESOURCE
+from kgwe.vocab import GPU_RESOURCE
 from tests.harness.image import build_image
 from tests.harness.kgwe_on_gpu_node import KgweOnGpuNode, sharing_strategy
+from tests.harness.pods import devices_pod
 from tests.harness.realnode import busybox_image
 
 KGWE = [sys.executable, "-m", "kgwe.cli"]
@@ -133,30 +134,17 @@ def main() -> None:
                 withdrawn_seconds = time.monotonic() - started
                 print(f"failure injected -> GPU 3 marked (the extender's input): {withdrawn_seconds:.1f} s")
                 ns = kgwe.opted_in_namespace(f"bench-{secrets.token_hex(3)}")
-                pod = {
-                    "metadata": {"name": "seven"},
-                    "spec": {
-                        "nodeSelector": {"kubernetes.io/hostname": NODE_NAME},
-                        "containers": [
-                            {
-                                "name": "c",
-                                "image": busybox.reference,
-                                "imagePullPolicy": "Never",
-                                "command": ["sleep", "3600"],
-                                "resources": {"limits": {GPU_RESOURCE: "7"}},
-                            }
-                        ],
-                    },
-                }
-                core.create_namespaced_pod(ns, pod)
+                # GPU 3 is not handed out: an 8-GPU pod is refused (by the extender while NVIDIA's plugin
+                # still offers GPU 3, by kube-scheduler once the plugin withdrew it)
+                core.create_namespaced_pod(ns, devices_pod("eight", 8, busybox.reference, NODE_NAME))
+                selector = "involvedObject.name=eight,reason=FailedScheduling"
                 _until(
-                    "the 7-GPU pod bound", lambda: core.read_namespaced_pod("seven", ns).spec.node_name, 300
+                    "the 8-GPU pod refused",
+                    lambda: core.list_namespaced_event(ns, field_selector=selector).items,
+                    300,
                 )
-                chosen = core.read_namespaced_pod("seven", ns).metadata.annotations.get(
-                    GPU_INDEX_ANNOTATION, ""
-                )
-                if "3" in chosen.split(","):
-                    raise SystemExit(f"the extender chose GPU 3 after it was withdrawn: {chosen}")
+                if core.read_namespaced_pod("eight", ns).spec.node_name:
+                    raise SystemExit("an 8-GPU pod was placed while GPU 3 was marked unhealthy")
                 core.delete_namespace(ns)
         finally:
             subprocess.run([*KGWE, "cluster", "down"], capture_output=True, timeout=600)

@@ -33,7 +33,6 @@ from kgwe.vocab import (
     DEVICE_PLUGIN_CONFIGMAP,
     DEVICE_PLUGIN_DAEMONSET,
     GPU_HEALTH_CONDITION,
-    GPU_INDEX_ANNOTATION,
     GPU_OPERATOR_NAMESPACE,
     GPU_PODS_ANNOTATION,
     GPU_REPLICAS_LABEL,
@@ -195,7 +194,6 @@ def test_a_gpuworkload_of_8_gpus_runs_on_nvidias_allocation_and_is_metered(kgwe,
         describe=lambda: _namespace_state(api, ml) + _state(api),
     )
     assert pod.spec.scheduler_name == SCHEDULER_NAME and pod.spec.node_name == NODE_NAME
-    assert sorted(int(i) for i in pod.metadata.annotations[GPU_INDEX_ANNOTATION].split(",")) == list(range(8))
     uuids = visible_devices(api, ml, pod.metadata.name)
     by_index = {g.index: g.uuid for g in mocknvml.profile_gpus()}
     assert sorted(uuids) == sorted(by_index.values()), "the 8 GPUs NVIDIA's plugin allocated"
@@ -211,6 +209,8 @@ def test_a_gpuworkload_of_8_gpus_runs_on_nvidias_allocation_and_is_metered(kgwe,
         ),
         120,
     )
+    # every GPU of the NVSwitch set, by index as the agent maps them from the kubelet's PodResources
+    assert sorted(int(i) for i, p in mapping.items() if p == holder) == list(range(8))
     assert {by_index[int(i)] for i, p in mapping.items() if p == holder} == set(uuids)
     # metering: the workload's cost is its metered GPU-hours at the H100's price
     cost = wait_for(
@@ -298,6 +298,12 @@ def _agent_periods(api: client.ApiClient) -> int:
     return sum(1 for line in log.splitlines() if f"Node {NODE_NAME} " in line)
 
 
+def _refusals(core: client.CoreV1Api, ns: str, pod: str) -> list[str]:
+    """Why the scheduler refused `pod` (its FailedScheduling Events)."""
+    selector = f"involvedObject.name={pod},reason=FailedScheduling"
+    return [e.message for e in core.list_namespaced_event(ns, field_selector=selector).items]
+
+
 def _faults(api: client.ApiClient) -> dict[int, str]:
     raw = _node(api).metadata.annotations.get(health.ANNOTATION_KEY)
     return {i: f.reason for i, f in health.decode(raw).items()} if raw else {}
@@ -305,9 +311,10 @@ def _faults(api: client.ApiClient) -> dict[int, str]:
 
 def test_an_injected_failure_is_marked_avoided_and_shown(kgwe, ml, busybox):
     """An uncorrectable ECC error with Xid 48 on GPU 3: the agent marks it with the reason, `kgwe health` and
-    an Event show it, the extender leaves it out of a 7-GPU pod's set. Then GPU 5 lost: the agent marks it and
-    keeps it lost period after period; NVIDIA's plugin, restarted, cannot start with a lost GPU (the node
-    advertises none, `kgwe nodes` shows why) and no GPU pod is placed there."""
+    an Event show it, an 8-GPU pod is refused (the extender counts GPU 3 taken) and a 7-GPU pod fits. Then
+    GPU 5 lost: the agent marks it and keeps it lost period after period; NVIDIA's plugin, restarted, cannot
+    start with a lost GPU (the node advertises none, `kgwe nodes` shows why) and no GPU pod is placed
+    there."""
     api, core = kgwe.api, client.CoreV1Api(kgwe.api)
     cgroup = f"/{CGROUP_ROOT}/"
     try:
@@ -322,7 +329,19 @@ def test_an_injected_failure_is_marked_avoided_and_shown(kgwe, ml, busybox):
             "default", field_selector=f"involvedObject.name={NODE_NAME},reason=GPUUnhealthy"
         )
         assert any("GPU 3" in e.message for e in events.items)
-        # the extender never chooses it: a 7-GPU pod gets the other seven (NVIDIA's plugin allocates them)
+        # GPU 3 is never handed out: an 8-GPU pod is refused (by KGWE's extender, which counts GPU 3 taken,
+        # while NVIDIA's plugin still offers it: its reason starts `kgwe:`; by kube-scheduler once the plugin
+        # withdrew it), and a 7-GPU pod fits
+        core.create_namespaced_pod(ml, devices_pod("eight", 8, busybox.reference, NODE_NAME))
+        reasons = wait_for(
+            "the 8-GPU pod refused",
+            lambda: _refusals(core, ml, "eight"),
+            120,
+            describe=lambda: _namespace_state(api, ml) + _state(api),
+        )
+        assert core.read_namespaced_pod("eight", ml).spec.node_name is None
+        assert all("kgwe:" in m or f"Insufficient {GPU_RESOURCE}" in m for m in reasons), reasons
+        core.delete_namespaced_pod("eight", ml, grace_period_seconds=0)
         core.create_namespaced_pod(ml, devices_pod("seven", 7, busybox.reference, NODE_NAME))
         wait_for(
             "the 7-GPU pod running",
@@ -330,10 +349,7 @@ def test_an_injected_failure_is_marked_avoided_and_shown(kgwe, ml, busybox):
             240,
             describe=lambda: _namespace_state(api, ml) + _state(api),
         )
-        placed = core.read_namespaced_pod("seven", ml)
-        assert placed.spec.scheduler_name == SCHEDULER_NAME
-        chosen = sorted(int(i) for i in placed.metadata.annotations[GPU_INDEX_ANNOTATION].split(","))
-        assert chosen == [0, 1, 2, 4, 5, 6, 7]
+        assert core.read_namespaced_pod("seven", ml).spec.scheduler_name == SCHEDULER_NAME
         held = [d for h in list_pod_resources(DEFAULT_SOCKET) if h.pod == "seven" for d in h.device_ids]
         assert sorted(held) == sorted(visible_devices(api, ml, "seven"))
         core.delete_namespaced_pod("seven", ml, grace_period_seconds=0)
@@ -350,14 +366,7 @@ def test_an_injected_failure_is_marked_avoided_and_shown(kgwe, ml, busybox):
         row = wait_for("kgwe nodes naming the plugin's failure", shown, 180, describe=lambda: _state(api))
         assert row["unhealthyGPUs"] == [3, 5]
         core.create_namespaced_pod(ml, devices_pod("waits", 1, busybox.reference, NODE_NAME))
-
-        def refused() -> list[str]:
-            events = core.list_namespaced_event(
-                ml, field_selector="involvedObject.name=waits,reason=FailedScheduling"
-            )
-            return [e.message for e in events.items]
-
-        wait_for("the GPU pod refused", refused, 120)
+        wait_for("the GPU pod refused", lambda: _refusals(core, ml, "waits"), 120)
         assert core.read_namespaced_pod("waits", ml).spec.node_name is None
         periods = _agent_periods(api)
         wait_for("five agent periods later", lambda: _agent_periods(api) >= periods + 5, 120)
