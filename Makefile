@@ -18,7 +18,7 @@ SUITE_ENV := PYTHONDONTWRITEBYTECODE= PYTHONPYCACHEPREFIX=$(CURDIR)/$(VENV)/pyca
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.kgwe-installed
 
-.PHONY: protos venv host-packages test-image previous-image lint check test bins $(addprefix tool-bin-,$(TOOLS)) demo cluster-bins node-bins tool-bins schemas deploy image image-lock clean
+.PHONY: protos venv host-packages test-image previous-image lint check test bins $(addprefix tool-bin-,$(TOOLS)) demo cluster-bins node-bins nvidia-bins tool-bins schemas deploy image image-lock clean
 
 # (Re)install whenever pyproject.toml changes.
 $(STAMP): pyproject.toml
@@ -58,6 +58,12 @@ cluster-bins:
 # from Debian when missing (as root).
 node-bins:
 	hack/node-bins.sh
+
+# NVIDIA's mock NVML library and device plugin v0.20.0 (with GFD and config-manager), for the GPU node of
+# `kgwe cluster up --gpu-profile` and its tests: built (CGo) from NVIDIA's source archives, found in a shared/vendor
+# folder beside or above the checkout or in $$KGWE_VENDOR (docs/building.md), into ~/.cache/kgwe.
+nvidia-bins:
+	hack/nvidia-bins.sh >/dev/null
 
 # Builds helm, Flux's kustomize-controller, Prometheus and promtool, the device-plugin config reader and
 # Kueue's manager (wrapper modules hack/helm, hack/flux, hack/prometheus, hack/dpconfig, hack/kueue) into
@@ -105,7 +111,7 @@ previous-image: test-image
 # Every build the suite needs, in parallel (module downloads overlap compiles; each script takes its own lock),
 # after the one install step.
 bins: host-packages
-	nice -n 10 $(MAKE) -j4 --no-print-directory cluster-bins node-bins tool-bins test-image previous-image
+	nice -n 10 $(MAKE) -j4 --no-print-directory cluster-bins node-bins tool-bins nvidia-bins test-image previous-image
 
 # The whole suite (CI runs it; nothing is skipped).
 test: venv lint host-packages bins

@@ -60,7 +60,8 @@ MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY_VALUE = "kgwe"
 
 # ---- The GPU Operator's labels: GPU Feature Discovery, the MIG manager, the device plugin -----------------
-GPU_PRESENT_LABEL = "nvidia.com/gpu.present"  # GFD: "true" on every node with NVIDIA GPUs
+# The GPU Operator (from Node Feature Discovery's PCI vendor 10de label, not GFD): "true" on every GPU node.
+GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
 GPU_NODE_SELECTOR = f"{GPU_PRESENT_LABEL}=true"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 GPU_FAMILY_LABEL = "nvidia.com/gpu.family"
@@ -75,6 +76,9 @@ MIG_STATE_LABEL = "nvidia.com/mig.config.state"
 GPU_DEPLOY_LABEL_PREFIX = "nvidia.com/gpu.deploy."
 MIG_MANAGER_DEPLOY_LABEL = GPU_DEPLOY_LABEL_PREFIX + "mig-manager"
 DEVICE_PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"  # names a key of the device-plugin ConfigMap
+# NVIDIA's device plugin DaemonSet in GPU_OPERATOR_NAMESPACE, by the GPU Operator's name (its pods carry
+# `app=<name>`): KGWE reads its pods' state (`kgwe nodes`, the sharing rollout).
+DEVICE_PLUGIN_DAEMONSET = "nvidia-device-plugin-daemonset"
 # The mig-parted configs every rendered MIG config file holds besides KGWE's own layouts (NVIDIA's names).
 MIG_ALL_DISABLED = "all-disabled"
 MIG_ENABLED_KEY = "mig-enabled"  # per device of a mig-parted config: MIG mode on

@@ -227,6 +227,48 @@ def publish(
     return patch
 
 
+def report_no_nvml(core: client.CoreV1Api, node_name: str, error: str) -> None:
+    """NVML cannot be used on this node: GPUHealthy Unknown (NVMLUnavailable) with what to check, the health
+    annotation removed (no GPU verdict stands), and a Warning Event when the condition turns so. Best
+    effort: the caller raises or retries either way."""
+    from kubernetes.client.exceptions import ApiException
+
+    from kgwe.cluster.events import EventRecorder
+
+    wanted = node_state.unavailable_condition(error)
+    try:
+        node = core.read_node(node_name)
+        current = {c.type: c for c in (node.status.conditions or [])} if node.status else {}
+        old = current.get(GPU_HEALTH_CONDITION)
+        patch = node_state.condition_patch(
+            None if old is None else (old.status, old.reason, old.message, old.last_transition_time),
+            wanted,
+            datetime.now(UTC),
+        )
+        if patch is None:
+            return
+        core.patch_node_status(node_name, patch, field_manager=AGENT_FIELD_MANAGER)
+        if health_annotation.ANNOTATION_KEY in (node.metadata.annotations or {}):
+            core.patch_node(
+                node_name,
+                {"metadata": {"annotations": {health_annotation.ANNOTATION_KEY: None}}},
+                field_manager=AGENT_FIELD_MANAGER,
+            )
+        involved = {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": node_name, "uid": node.metadata.uid},
+        }
+        EventRecorder(core.api_client, component=AGENT_FIELD_MANAGER).record(
+            involved, "Warning", wanted[1], wanted[2]
+        )
+    except ApiException as exc:
+        print(
+            f"kgwe agent: warning: cannot report on Node {node_name}: {exc.status} {exc.reason}",
+            file=sys.stderr,
+        )
+
+
 def _record_transitions(
     core: client.CoreV1Api, node: client.V1Node, transitions: tuple[gpu_health.Transition, ...]
 ) -> None:
@@ -343,8 +385,15 @@ def run(args: argparse.Namespace) -> int:
     while True:
         try:
             obs = observe(args, nvml, health)
-        except discovery.NoDriverError:
-            raise
+        except discovery.NoDriverError as exc:
+            if core is None:
+                raise
+            report_no_nvml(core, args.node_name, str(exc))
+            if args.once:
+                raise
+            print(f"kgwe agent: warning: {exc}; retrying in {args.interval_seconds:g}s", file=sys.stderr)
+            time.sleep(max(args.interval_seconds, 1.0))
+            continue
         except KgweError as exc:
             if args.once:
                 raise

@@ -73,16 +73,32 @@ def health_condition(faults: Mapping[int, GPUFault]) -> tuple[str, str, str]:
     return "False", "GPUsUnhealthy", "; ".join(parts)[:1024]
 
 
+NVML_UNAVAILABLE = "NVMLUnavailable"
+
+
+def unavailable_condition(error: str) -> tuple[str, str, str]:
+    """(status, reason, message) of GPUHealthy while the agent cannot use NVML at all: Unknown, with what
+    to check."""
+    return (
+        "Unknown",
+        NVML_UNAVAILABLE,
+        f"{error}. The agent cannot load NVIDIA's libnvidia-ml.so.1 on this node: check the GPU driver (the "
+        "GPU Operator's driver root) and that the agent's pods run with the runtime class that gives "
+        "containers NVML (the chart's agent.runtimeClassName)"[:1024],
+    )
+
+
 def condition_patch(
     current: tuple[str | None, str | None, str | None, datetime | None] | None,
-    faults: Mapping[int, GPUFault],
+    faults: Mapping[int, GPUFault] | tuple[str, str, str],
     now: datetime,
 ) -> dict[str, Any] | None:
     """A Node status patch setting GPUHealthy (conditions merge by type), or None when it already says so.
 
+    `faults` are the GPUs' faults, or an explicit (status, reason, message) such as unavailable_condition.
     `current` is (status, reason, message, lastTransitionTime) of the existing condition, if any; the
     transition time moves only when the status flips."""
-    status, reason, message = health_condition(faults)
+    status, reason, message = faults if isinstance(faults, tuple) else health_condition(faults)
     if current is not None and current[:3] == (status, reason, message):
         return None
     since = current[3] if current is not None and current[0] == status and current[3] else now

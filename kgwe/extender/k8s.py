@@ -75,6 +75,11 @@ def node_state(node: Node, decode_topology: Decoder | None = None) -> NodeState:
         advertised = max(_int(alloc.get(GPU), 0), _int(alloc.get(GPU_SHARED), 0))
         gpus = _int(labels.get(GPU_COUNT_LABEL), 0) or advertised // replicas
     mig = {k[len(MIG_PREFIX) :]: _int(v) for k, v in alloc.items() if k.startswith(MIG_PREFIX)}
+    count = _int(labels.get(GPU_COUNT_LABEL), 0)
+    if not mig and replicas <= 1 and not alloc.get(GPU_SHARED) and count > gpus:
+        # NVIDIA's device plugin advertises only the GPUs it finds healthy: one it withdrew is still a GPU of
+        # the node, at its own index (the agent's health annotation names it, and it counts as taken).
+        gpus = count
     topology: NodeTopology | None = None
     raw = ann.get(TOPOLOGY_ANNOTATION)
     if raw and decode_topology is not None:

@@ -20,7 +20,9 @@ from kgwe.vocab import (
     BUDGET_QUOTA_NAME,
     COMPONENT_SELECTOR,
     CRD_VERSION,
+    DEVICE_PLUGIN_DAEMONSET,
     GPU_NODE_SELECTOR,
+    GPU_OPERATOR_NAMESPACE,
     GPU_WORKLOAD_PLURAL,
     POLICY_REPOSITORY_PLURAL,
 )
@@ -119,6 +121,25 @@ class Fleet:
         with self.reading("list pods"):
             by_node = gpu_pods_by_node(client.CoreV1Api(self.api))
         return requests_by_node(by_node, pod_gpu_requests)
+
+    def device_plugins(self) -> dict[str, str]:
+        """node -> the state of NVIDIA's device-plugin pod on it (the GPU Operator's DaemonSet, in its
+        namespace); {} where there is none or it may not be read."""
+        from kubernetes import client
+        from kubernetes.client.exceptions import ApiException
+
+        from kgwe.cluster.client import list_items
+        from kgwe.fleet.nodes import device_plugin_states
+
+        try:
+            pods = list_items(
+                client.CoreV1Api(self.api).list_namespaced_pod,
+                namespace=GPU_OPERATOR_NAMESPACE,
+                label_selector=f"app={DEVICE_PLUGIN_DAEMONSET}",
+            )
+        except ApiException:  # no such namespace, or not ours to read: nothing to show
+            return {}
+        return device_plugin_states(pods)
 
     def workloads(self, namespace: str | None) -> list[dict[str, Any]]:
         from kubernetes import client

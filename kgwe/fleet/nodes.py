@@ -7,6 +7,7 @@ per profile, time-sliced shares), so the columns agree with what the scheduler s
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -15,12 +16,14 @@ from typing import Any
 from kgwe.audit.stamp import Stamp
 from kgwe.errors import KgweError
 from kgwe.fleet.output import Column
+from kgwe.gpu.sharing import NOT_SHARED, node_sharing
 from kgwe.quantity import count
 from kgwe.timestamps import format_rfc3339
 from kgwe.topology import health
 from kgwe.topology import view as topology_view
 from kgwe.topology.annotation import topology_name
 from kgwe.vocab import (
+    DEVICE_PLUGIN_CONFIG_LABEL,
     GPU_COUNT_LABEL,
     GPU_HEALTH_ANNOTATION,
     GPU_HEALTH_CONDITION,
@@ -35,6 +38,8 @@ from kgwe.vocab import (
 )
 
 PRODUCT_PREFIXES = ("NVIDIA-", "Tesla-")
+# klog's line header (`E1206 04:41:39.388404      47 main.go:198] `), which NVIDIA's components print
+_KLOG_PREFIX = re.compile(r"^[IWEF]\d{4} [\d:.]+\s+\d+ [\w./-]+:\d+\] ")
 
 NODE_COLUMNS = (
     Column("NAME", "name"),
@@ -47,6 +52,8 @@ NODE_COLUMNS = (
     Column("TOPOLOGY", "topology"),
     Column("HEALTH", "health"),
     Column("MIG-LAYOUT", "migLayout", wide=True),
+    Column("SHARING", "sharingShown", wide=True),
+    Column("DEVICE-PLUGIN", "devicePlugin", wide=True),
     Column("SCHEDULABLE", "schedulable", wide=True),
     Column("PODS", "gpuPods", wide=True),
 )
@@ -112,10 +119,14 @@ def _used_total(used: int, total: int) -> str | None:
 
 
 def node_row(
-    node: Mapping[str, Any], requests: Mapping[str, int], pods: Sequence[str] = ()
+    node: Mapping[str, Any],
+    requests: Mapping[str, int],
+    pods: Sequence[str] = (),
+    device_plugin: str | None = None,
 ) -> dict[str, Any]:
     """One GPU node: offered vs requested GPUs per kind (whole, MIG instances, shares), MIG config and
-    state, topology class, health. `requests`: resource -> total requested by live pods bound to it."""
+    state, sharing as GFD reports it, topology class, health. `requests`: resource -> total requested by
+    live pods bound to it; `device_plugin`: the state of NVIDIA's device-plugin pod on it, where one runs."""
     meta = node.get("metadata") or {}
     labels = meta.get("labels") or {}
     annotations = meta.get("annotations") or {}
@@ -143,6 +154,9 @@ def node_row(
     mig_total = sum(m["allocatable"] for m in mig.values())
     mig_req = sum(m["requested"] for m in mig.values())
     config, state = labels.get(MIG_CONFIG_LABEL), labels.get(MIG_STATE_LABEL)
+    replicas, strategy = node_sharing(labels)
+    sharing_config = labels.get(DEVICE_PLUGIN_CONFIG_LABEL)
+    sharing = "none" if strategy == NOT_SHARED else f"{strategy} x{replicas}"
     h = node_health(node)
     product = labels.get(GPU_PRODUCT_LABEL, "")
     return {
@@ -157,6 +171,9 @@ def node_row(
         "migConfigState": state,
         "migConfigShown": f"{config} ({state})" if config and state else config,
         "migLayout": " ".join(f"{n}x{p}" for p, n in mig_offered.items()) or None,
+        "sharing": {"strategy": strategy, "replicas": replicas, "config": sharing_config},
+        "sharingShown": f"{sharing} ({sharing_config})" if sharing_config else sharing,
+        "devicePlugin": device_plugin,
         "topology": topology_name(annotations.get(TOPOLOGY_ANNOTATION)),
         "health": h.summary(gpus),
         "unhealthyGPUs": sorted(h.faults),
@@ -211,9 +228,54 @@ def node_rows(
     nodes: Sequence[Mapping[str, Any]],
     requests: Mapping[str, Mapping[str, int]],
     pods: Mapping[str, Sequence[str]] | None = None,
+    device_plugins: Mapping[str, str] | None = None,
 ) -> list[dict[str, Any]]:
-    rows = [node_row(n, requests.get(_name(n), {}), (pods or {}).get(_name(n), ())) for n in nodes]
+    rows = [
+        node_row(
+            n,
+            requests.get(_name(n), {}),
+            (pods or {}).get(_name(n), ()),
+            (device_plugins or {}).get(_name(n)),
+        )
+        for n in nodes
+    ]
     return sorted(rows, key=lambda r: r["name"])
+
+
+def device_plugin_state(pod: Mapping[str, Any]) -> str:
+    """What NVIDIA's device-plugin pod on a node is doing, in a few words: the first container that is not
+    running, with why and its last words (config-manager's refusal, the plugin's start failure), else the
+    pod's phase (`Running`); then each running container that failed before, with when and why (a crash loop
+    runs between its crashes)."""
+    status = pod.get("status") or {}
+    statuses = list(status.get("initContainerStatuses") or []) + list(status.get("containerStatuses") or [])
+    down: str | None = None
+    before: list[str] = []
+    for c in statuses:
+        state = c.get("state") or {}
+        last = (c.get("lastState") or {}).get("terminated") or {}
+        text = str(last.get("message") or "").strip()
+        words = f": {_KLOG_PREFIX.sub('', text.splitlines()[-1])[-200:]}" if text else ""
+        restarts = c.get("restartCount", 0)
+        if "running" in state or (state.get("terminated") or {}).get("reason") == "Completed":
+            if restarts and last.get("exitCode"):
+                when = f" at {last['finishedAt']}" if last.get("finishedAt") else ""
+                before.append(
+                    f"{c.get('name')} restarted {restarts} time(s), last exit {last['exitCode']}{when}{words}"
+                )
+        elif down is None:
+            reason = (state.get("waiting") or state.get("terminated") or {}).get("reason") or "Pending"
+            down = f"{c.get('name')}: {reason} (restarts {restarts}){words}"
+    return "; ".join([down or str(status.get("phase") or "Unknown"), *before])
+
+
+def device_plugin_states(pods: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """node -> device_plugin_state of NVIDIA's device-plugin pod bound to it."""
+    return {
+        str((p.get("spec") or {}).get("nodeName")): device_plugin_state(p)
+        for p in pods
+        if (p.get("spec") or {}).get("nodeName")
+    }
 
 
 def _name(node: Mapping[str, Any]) -> str:

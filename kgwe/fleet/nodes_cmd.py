@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     fleet = Fleet(args)
     nodes = pick(fleet.gpu_nodes(), args.names)
     requests, pods = fleet.gpu_pods()
-    rows = node_rows(nodes, requests, pods)
+    rows = node_rows(nodes, requests, pods, fleet.device_plugins())
     if not rows and args.output in ("table", "wide"):
         print("no GPU nodes (label nvidia.com/gpu.present=true)", file=sys.stderr)
         return 0

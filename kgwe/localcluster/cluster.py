@@ -34,6 +34,7 @@ import yaml
 from kgwe.errors import KgweError
 from kgwe.localcluster.realnode import STATE_DIR, RealNode
 from kgwe.resources import deploy_dir, sample_repo_dir
+from kgwe.vocab import GPU_RESOURCE
 
 if TYPE_CHECKING:  # imported where used: `kgwe cluster status/down` need none of them
     from kubernetes import client
@@ -41,6 +42,8 @@ if TYPE_CHECKING:  # imported where used: `kgwe cluster status/down` need none o
     from kgwe.localcluster.controlplane import ControlPlane
     from kgwe.localcluster.deviceplugin import DevicePluginStandIn
     from kgwe.localcluster.migmanager import MigManagerStandIn
+    from kgwe.localcluster.nfd import FeatureLabeller
+    from kgwe.localcluster.nvidiabins import NvidiaBinaries
 
 CLUSTER_RECORD = STATE_DIR / "cluster.json"
 REQUEST_FILE = "cluster-request.json"
@@ -69,6 +72,8 @@ class ClusterRequest:
     node_binaries: dict[str, str] = field(default_factory=dict)  # NodeBinaries.to_dict()
     mig_delay_seconds: float = 1.0
     lock_wait_seconds: float = 0.0  # for another real node on this host to go (0: fail at once)
+    gpu_profile: str = ""  # the mock NVML profile that makes the real node a GPU node ("": it is none)
+    nvidia_binaries: dict[str, str] = field(default_factory=dict)  # NvidiaBinaries.to_dict()
 
     @classmethod
     def read(cls, path: Path) -> ClusterRequest:
@@ -86,6 +91,7 @@ class ClusterRecord:
     server: str = ""
     started: float = 0.0  # time.time() when it became ready
     ready_seconds: float = 0.0
+    gpu_profile: str = ""  # the real node's mock NVML profile ("": not a GPU node)
 
     def write(self) -> None:
         CLUSTER_RECORD.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -122,7 +128,8 @@ class LocalCluster:
         self.cp: ControlPlane | None = None
         # kept: a signal handler may stop the control plane (and drop cp.node) first
         self.node: RealNode | None = None
-        self._standins: list[MigManagerStandIn | DevicePluginStandIn] = []
+        self._standins: list[MigManagerStandIn | DevicePluginStandIn | FeatureLabeller] = []
+        self.gpu_ready_seconds = 0.0  # with a GPU profile: from the node's start to NVIDIA's allocatable
 
     def start(self) -> None:
         from kubernetes import client
@@ -134,6 +141,7 @@ class LocalCluster:
         directory = Path(self.request.directory)
         nodes = load_inventory_nodes(Path(self.request.inventory or default_inventory()))
         binaries = NodeBinaries.from_dict(self.request.node_binaries) if self.request.node_binaries else None
+        nvidia = self._nvidia_binaries()
         self.say(
             "starting etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok and the real node"
         )
@@ -145,6 +153,8 @@ class LocalCluster:
                 binaries=binaries,
                 images=[Path(p) for p in self.request.images],
                 lock_wait_seconds=self.request.lock_wait_seconds,
+                nvidia=nvidia,
+                gpu_profile=self.request.gpu_profile,
             ),
         )
         self.cp.start()
@@ -163,6 +173,48 @@ class LocalCluster:
         gpunodes.wait_nodes_ready(api, [n.name for n in nodes], timeout_seconds=120)
         self.say(f"{len(nodes)} kwok GPU nodes Ready (from {self.request.inventory or default_inventory()})")
         self._start_standins(api)
+        if nvidia is not None:
+            self._start_nvidia_stack(api, nvidia)
+
+    def _nvidia_binaries(self) -> NvidiaBinaries | None:
+        from kgwe.localcluster.nvidiabins import NvidiaBinaries, find_nvidia_binaries
+
+        if not self.request.gpu_profile:
+            return None
+        if self.request.nvidia_binaries:
+            found = NvidiaBinaries.from_dict(self.request.nvidia_binaries)
+        else:
+            found = find_nvidia_binaries()
+        found.profile(self.request.gpu_profile)  # an unknown profile fails before anything starts
+        return found
+
+    def _start_nvidia_stack(self, api: client.ApiClient, nvidia: NvidiaBinaries) -> None:
+        """NVIDIA's device plugin, GFD and config-manager on the real node, the NFD stand-in publishing GFD's
+        labels; returns once NVIDIA's plugin advertises every GPU of the profile and GFD's labels are on."""
+        from kgwe.localcluster import mocknvml, nvidiastack
+        from kgwe.localcluster.nfd import FeatureLabeller
+        from kgwe.render.sharing import device_plugin_configs
+
+        assert self.node is not None
+        t0 = time.monotonic()
+        features = self.node.workdir / "nfd" / "features.d"
+        features.mkdir(parents=True, exist_ok=True)
+        labeller = FeatureLabeller(api, self.node.name, features).__enter__()
+        self._standins.append(labeller)
+        nvidiastack.install(
+            api, nvidiastack.image_reference(nvidia), self.node.name, features, device_plugin_configs(())
+        )
+        gpus = len(mocknvml.profile_gpus())
+        self.say(
+            f"NVIDIA device plugin {nvidia.device_plugin_version}, GFD and config-manager starting on "
+            f"{self.node.name} with the mock NVML profile {self.request.gpu_profile} ({gpus} GPUs)"
+        )
+        nvidiastack.wait_gpu_node(api, self.node.name, gpus, timeout_seconds=300)
+        self.gpu_ready_seconds = time.monotonic() - t0
+        self.say(
+            f"{self.node.name} advertises {gpus} {GPU_RESOURCE} from NVIDIA's device plugin, labelled by GFD "
+            f"({self.gpu_ready_seconds:.1f}s)"
+        )
 
     @property
     def mig_manager(self) -> MigManagerStandIn | None:
@@ -247,7 +299,13 @@ def serve(directory: Path, status_fd: int) -> int:
     on_signal()
     request = ClusterRequest.read(directory / REQUEST_FILE)
     cluster = LocalCluster(request, say=lambda text: report("STEP", text))
-    record = ClusterRecord(os.getpid(), str(directory), str(directory / "kubeconfig"), "starting")
+    record = ClusterRecord(
+        os.getpid(),
+        str(directory),
+        str(directory / "kubeconfig"),
+        "starting",
+        gpu_profile=request.gpu_profile,
+    )
     t0 = time.monotonic()
     try:
         record.write()

@@ -1,7 +1,8 @@
 """A local Kubernetes cluster to install KGWE into, as into kind, without Docker (needs root).
 
-  kgwe cluster up [--image OCI_ARCHIVE ...] [--inventory FILE] [--dir DIR]
+  kgwe cluster up [--image OCI_ARCHIVE ...] [--inventory FILE] [--dir DIR] [--gpu-profile [PROFILE]]
   kgwe cluster status
+  kgwe cluster fail-gpu GPU --mode ecc_uncorrectable|lost|fallen_off_bus [--xid N]
   kgwe cluster down
 
 `up` starts etcd, kube-apiserver, kube-controller-manager and kube-scheduler, the host's real node
@@ -12,6 +13,12 @@ taint, its MIG manager and device-plugin stand-ins, the `gpu-operator` namespace
 registry), plus the kube-scheduler image KGWE's chart runs. It returns when everything is Ready; its last
 line is `export KUBECONFIG=PATH` (the only line on stdout: `eval "$(kgwe cluster up)"` works). The cluster
 keeps running until `kgwe cluster down`, which stops it and leaves nothing behind.
+
+With `--gpu-profile PROFILE` (alone: h100) the real node is also a GPU node run by NVIDIA's own code: NVIDIA's
+mock NVML library with that GPU profile in the driver root, NVIDIA's device plugin, GPU Feature Discovery
+and config-manager as the GPU Operator runs them (built from NVIDIA's sources by hack/nvidia-bins.sh); `up`
+returns once the node advertises the profile's GPUs. `fail-gpu` injects a failure into one of its GPUs
+through the mock and restarts NVIDIA's plugin in place so it reads its GPUs again (docs/nvidia-stack.md).
 
 Example:
   eval "$(kgwe cluster up --image build/image/kgwe-0.1.0.oci.tar)"
@@ -43,6 +50,7 @@ from kgwe.localcluster.cluster import (
     default_inventory,
     load_inventory_nodes,
 )
+from kgwe.localcluster.mocknvml import DEFAULT_GPU_PROFILE, FAILURE_MODES
 from kgwe.localcluster.privatefiles import UnsafePath, check_directory, make_directory
 
 STOP_TIMEOUT_SECONDS = 120.0
@@ -76,10 +84,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="seconds the MIG manager stand-in takes",
     )
     up.add_argument(
+        "--gpu-profile",
+        nargs="?",
+        const=DEFAULT_GPU_PROFILE,
+        default="",
+        metavar="PROFILE",
+        help=f"make the real node a GPU node with NVIDIA's device plugin, GFD and mock NVML "
+        f"(h100, a100, gb200, gb300, b200, l40s, t4; alone: {DEFAULT_GPU_PROFILE})",
+    )
+    up.add_argument(
         "--timeout", type=float, default=600.0, metavar="SECONDS", help="give up starting after this"
     )
     sub.add_parser("down", help="stop the local cluster and remove what it left on the host")
     sub.add_parser("status", help="whether a local cluster runs, and where")
+    fail = sub.add_parser("fail-gpu", help="inject a failure into one GPU of the GPU node (--gpu-profile)")
+    fail.add_argument("gpu", type=int, metavar="GPU", help="GPU index (0..7)")
+    fail.add_argument(
+        "--mode", required=True, choices=FAILURE_MODES, help="how the GPU fails (the mock's modes)"
+    )
+    fail.add_argument("--xid", type=int, metavar="N", help="also deliver this Xid (e.g. 48, 79)")
 
 
 def default_directory() -> Path:
@@ -92,6 +115,8 @@ def run(args: argparse.Namespace) -> int:
         return up(args)
     if args.action == "down":
         return down()
+    if args.action == "fail-gpu":
+        return fail_gpu(args)
     return status()
 
 
@@ -184,8 +209,16 @@ def up(args: argparse.Namespace) -> int:
     directory = (args.dir or default_directory()).resolve()
     _check_directory(directory)
     _check_free()
-    _prepare_directory(directory)
     t0 = time.monotonic()
+    nvidia: dict[str, str] = {}
+    if args.gpu_profile:
+        from kgwe.localcluster.nvidiabins import find_nvidia_binaries
+
+        _say("building or reusing NVIDIA's device plugin and mock NVML (hack/nvidia-bins.sh)")
+        found = find_nvidia_binaries()
+        found.profile(args.gpu_profile)  # an unknown profile says which exist, before anything starts
+        nvidia = found.to_dict()
+    _prepare_directory(directory)
     _say("building or reusing the binaries (hack/cluster-bins.sh, hack/node-bins.sh)")
     node_binaries = find_node_binaries(find_binaries())
     request = ClusterRequest(
@@ -194,6 +227,8 @@ def up(args: argparse.Namespace) -> int:
         inventory=str(inventory),
         node_binaries=node_binaries.to_dict(),
         mig_delay_seconds=args.mig_delay,
+        gpu_profile=args.gpu_profile,
+        nvidia_binaries=nvidia,
     )
     (directory / REQUEST_FILE).write_text(json.dumps(asdict(request), indent=1))
     (directory / "logs").mkdir(exist_ok=True)
@@ -219,9 +254,10 @@ def up(args: argparse.Namespace) -> int:
         os.close(read_fd)
     record = _running()
     server = record.server if record else "?"
+    gpu = f" (a GPU node: NVIDIA's stack, mock NVML profile {args.gpu_profile})" if args.gpu_profile else ""
     _say(
         f"ready in {time.monotonic() - t0:.1f}s (the cluster {ready_seconds:.1f}s after the binaries): API "
-        f"server {server}; real node kgwe-node with CoreDNS; {len(nodes)} kwok GPU nodes; log {log_path}"
+        f"server {server}; real node kgwe-node{gpu} with CoreDNS; {len(nodes)} kwok GPU nodes; log {log_path}"
     )
     _say("stop it with: kgwe cluster down")
     print(f"export KUBECONFIG={directory / 'kubeconfig'}", flush=True)
@@ -326,6 +362,27 @@ def down() -> int:
     return 0
 
 
+def fail_gpu(args: argparse.Namespace) -> int:
+    """Inject a failure into one GPU of the running GPU node and restart NVIDIA's plugin so it meets it."""
+    from kgwe.localcluster import mocknvml, nvidiastack
+    from kgwe.localcluster.realnode import CGROUP_ROOT, NODE_NAME
+
+    if os.geteuid() != 0:
+        raise KgweError("`kgwe cluster fail-gpu` needs root (it writes the node's driver root)")
+    record = _running()
+    if record is None or not record.gpu_profile:
+        raise KgweError("no local GPU node is running: start one with `kgwe cluster up --gpu-profile`")
+    mocknvml.inject_failure(args.gpu, args.mode, args.xid)
+    restarted = nvidiastack.restart_device_plugin(f"/{CGROUP_ROOT}/")
+    xid = f" with Xid {args.xid}" if args.xid is not None else ""
+    _say(
+        f"GPU {args.gpu}: {args.mode}{xid} injected (the mock's overrides file); NVIDIA's device plugin "
+        f"restarted in place ({restarted} process(es), SIGHUP) to read its GPUs again. Watch: kgwe health; "
+        f"kgwe nodes {NODE_NAME} -o wide; kubectl describe node {NODE_NAME}"
+    )
+    return 0
+
+
 def status() -> int:
     record = _running()
     if record is None:
@@ -338,6 +395,10 @@ def status() -> int:
         f"running: supervisor pid {record.pid}, up {uptime / 60:.0f} min (ready in {record.ready_seconds}s)"
     )
     print(f"  directory  {record.directory}")
+    if record.gpu_profile:
+        print(
+            f"  GPU node   kgwe-node: NVIDIA's device plugin and GFD, mock NVML profile {record.gpu_profile}"
+        )
     print(f"  API server {record.server}")
     print(f"  export KUBECONFIG={record.kubeconfig}")
     try:

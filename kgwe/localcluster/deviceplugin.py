@@ -33,6 +33,7 @@ from kubernetes.client.exceptions import ApiException
 
 from kgwe.errors import KgweError
 from kgwe.gpu.products import base_product
+from kgwe.localcluster.gpunodes import KWOK_NODE_SELECTOR
 from kgwe.localcluster.watching import watch_loop
 from kgwe.policy.yaml_source import YamlSyntaxError, load_one
 from kgwe.vocab import (
@@ -238,7 +239,8 @@ def advertised(config: DevicePluginConfig, gpus: int, product: str) -> tuple[dic
 
 
 class DevicePluginStandIn:
-    """Watches GPU nodes and applies `nvidia.com/device-plugin.config` changes after `delay_seconds`."""
+    """Watches kwok GPU nodes and applies `nvidia.com/device-plugin.config` changes after `delay_seconds`
+    (a real node's device plugin, when it has one, is NVIDIA's)."""
 
     def __init__(
         self,
@@ -248,7 +250,7 @@ class DevicePluginStandIn:
         config_namespace: str = GPU_OPERATOR_NAMESPACE,
         config_map: str = DEVICE_PLUGIN_CONFIGMAP,
         default_key: str = "default",
-        node_selector: str = GPU_NODE_SELECTOR,
+        node_selector: str = f"{GPU_NODE_SELECTOR},{KWOK_NODE_SELECTOR}",
     ) -> None:
         self._core = client.CoreV1Api(api_client)
         self.delay_seconds = delay_seconds
@@ -342,7 +344,9 @@ class DevicePluginStandIn:
             gpus = 0
         resources, gfd = advertised(config, gpus, labels.get(GPU_PRODUCT_LABEL, ""))
         allocatable = (node.status.allocatable or {}) if node.status else {}
-        patch: dict[str, Any] = {k: None for k in (GPU_RESOURCE, SHARED_GPU_RESOURCE) if k in allocatable}
+        # A resource the plugin stops advertising stays on a real node at 0 (the kubelet zeroes it, does not
+        # remove it): checked against NVIDIA's plugin (tests/localcluster/test_nvidia_gpu_node.py).
+        patch: dict[str, Any] = {k: "0" for k in (GPU_RESOURCE, SHARED_GPU_RESOURCE) if k in allocatable}
         patch.update({k: str(v) for k, v in resources.items()})
         self._core.patch_node_status(name, {"status": {"allocatable": patch, "capacity": patch}})
         self._core.patch_node(name, {"metadata": {"labels": gfd}})

@@ -16,19 +16,35 @@ from kgwe.resources import hack_dir
 TOOL_SCRIPT = hack_dir() / "tool-bins.sh"
 
 
-def tool_dir(name: str) -> Path:
-    """The directory holding the binaries of hack/<name>/ (built on first use; needs Go >= 1.26)."""
+def run_go_build(script: Path, built: str, *args: str) -> list[str]:
+    """Run a build script of hack/ that compiles with Go (reusing what it built before); its stdout lines.
+    `built` says what it builds, for the message when Go is missing; the script's own messages go to
+    stderr, so a failure says where to read them."""
     if shutil.which("go") is None:
         raise ControlPlaneError(
-            f"Go is not installed: the tests build {name} from Go modules (hack/{name}/go.mod). "
-            "Install Go >= 1.26 from https://go.dev/dl/ and put it on PATH."
+            f"Go is not installed: {built}. Install Go >= 1.26 from https://go.dev/dl/ and put it on PATH."
         )
-    proc = subprocess.run(["bash", str(TOOL_SCRIPT), name], stdout=subprocess.PIPE, text=True, check=False)
-    lines = proc.stdout.strip().splitlines()
-    if proc.returncode != 0 or not lines:
-        raise ControlPlaneError(
-            f"hack/tool-bins.sh {name} failed (exit {proc.returncode}); its message is above"
-        )
+    proc = subprocess.run(["bash", str(script), *args], stdout=subprocess.PIPE, text=True, check=False)
+    if proc.returncode != 0:
+        named = " ".join(["hack/" + script.name, *args])
+        raise ControlPlaneError(f"{named} failed (exit {proc.returncode}); its message is above")
+    return proc.stdout.strip().splitlines()
+
+
+def reported_dirs(lines: list[str], script: str, wanted: tuple[str, ...]) -> dict[str, Path]:
+    """The `name=DIR` lines a build script printed, for every name in `wanted`."""
+    dirs = dict(line.split("=", 1) for line in lines if "=" in line)
+    missing = [name for name in wanted if name not in dirs]
+    if missing:
+        raise ControlPlaneError(f"hack/{script} did not report {', '.join(missing)}")
+    return {name: Path(dirs[name]) for name in wanted}
+
+
+def tool_dir(name: str) -> Path:
+    """The directory holding the binaries of hack/<name>/ (built on first use; needs Go >= 1.26)."""
+    lines = run_go_build(TOOL_SCRIPT, f"the tests build {name} from Go modules (hack/{name}/go.mod)", name)
+    if not lines:
+        raise ControlPlaneError(f"hack/tool-bins.sh {name} printed no directory; its message is above")
     return Path(lines[-1])
 
 

@@ -29,6 +29,7 @@ from kgwe.gpu import catalog
 from kgwe.policy.inventory import InventoryNode
 from kgwe.topology import annotation as topology_annotation
 from kgwe.topology import known as known_topologies
+from kgwe.topology.fake_nvml import CUDA_DRIVER_VERSION, DRIVER_VERSION
 from kgwe.vocab import (
     GPU_COUNT_LABEL,
     GPU_DEPLOY_LABEL_PREFIX,
@@ -37,7 +38,9 @@ from kgwe.vocab import (
     GPU_OPERATOR_NAMESPACE,
     GPU_PRESENT_LABEL,
     GPU_PRODUCT_LABEL,
+    GPU_REPLICAS_LABEL,
     GPU_RESOURCE,
+    GPU_SHARING_STRATEGY_LABEL,
     MIG_ALL_DISABLED,
     MIG_CONFIG_LABEL,
     MIG_MANAGER_DEPLOY_LABEL,
@@ -48,6 +51,10 @@ from kgwe.vocab import (
 )
 
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
+# Every kwok node carries this label: the GPU Operator's stand-ins act on these nodes only (the real node's
+# GPU stack, when it has one, is NVIDIA's own: nvidiastack.py).
+KWOK_NODE_LABEL = ("type", "kwok")
+KWOK_NODE_SELECTOR = "=".join(KWOK_NODE_LABEL)
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"
 MACHINE_LABEL = "node.kubernetes.io/instance-type"
 # GPU Operator operand labels on every GPU node; the MIG manager pauses these during a change.
@@ -62,6 +69,36 @@ MigLayout = Sequence[Sequence[str] | None]
 # nodes, pods asking for nvidia.com/gpu tolerate it automatically (the ExtendedResourceToleration admission
 # plugin), GPU DaemonSets tolerate it (the GPU Operator's and KGWE's agent do).
 GPU_NODE_TAINT: Mapping[str, str] = {"key": GPU_RESOURCE, "value": "present", "effect": "NoSchedule"}
+
+
+def gfd_software_labels(
+    gpu_machine: GpuMachine, driver: str = DRIVER_VERSION, cuda: str = CUDA_DRIVER_VERSION
+) -> dict[str, str]:
+    """The labels GFD writes besides the GPU's model (checked against GFD v0.20.0 on NVIDIA's mock:
+    tests/localcluster/test_gfd_label_drift.py): sharing (none yet), MPS, vGPU, the GPU mode (a data-centre
+    GPU is a PCI 3D controller: `compute`), the machine, and the driver's and CUDA's versions."""
+    major, minor, revision = [*driver.split("."), "", "", ""][:3]
+    cuda_major, cuda_minor = [*cuda.split("."), ""][:2]
+    return {
+        GPU_REPLICAS_LABEL: "1",
+        GPU_SHARING_STRATEGY_LABEL: "none",
+        "nvidia.com/mps.capable": "false",
+        "nvidia.com/vgpu.present": "false",
+        "nvidia.com/gpu.mode": "compute",
+        "nvidia.com/gpu.machine": gpu_machine.key,
+        "nvidia.com/cuda.driver-version.full": driver,
+        "nvidia.com/cuda.driver-version.major": major,
+        "nvidia.com/cuda.driver-version.minor": minor,
+        "nvidia.com/cuda.driver-version.revision": revision,
+        "nvidia.com/cuda.driver.major": major,
+        "nvidia.com/cuda.driver.minor": minor,
+        "nvidia.com/cuda.driver.rev": revision,
+        "nvidia.com/cuda.runtime-version.full": cuda,
+        "nvidia.com/cuda.runtime-version.major": cuda_major,
+        "nvidia.com/cuda.runtime-version.minor": cuda_minor,
+        "nvidia.com/cuda.runtime.major": cuda_major,
+        "nvidia.com/cuda.runtime.minor": cuda_minor,
+    }
 
 
 @dataclass(frozen=True)
@@ -218,7 +255,7 @@ def node_manifest(
         "kubernetes.io/hostname": name,
         "kubernetes.io/os": "linux",
         "kubernetes.io/arch": "amd64",
-        "type": "kwok",
+        KWOK_NODE_LABEL[0]: KWOK_NODE_LABEL[1],
         MACHINE_LABEL: gpu_machine.key,
         GPU_PRESENT_LABEL: "true",
         GPU_PRODUCT_LABEL: gpu_machine.product,
@@ -228,12 +265,14 @@ def node_manifest(
         "nvidia.com/gpu.compute.major": str(gpu_machine.compute_capability[0]),
         "nvidia.com/gpu.compute.minor": str(gpu_machine.compute_capability[1]),
         "nvidia.com/mig.capable": "true" if model.mig_capable else "false",
+        **gfd_software_labels(gpu_machine),
         **{label: "true" for label in OPERAND_DEPLOY_LABELS if not label.endswith(".nvsm")},
+        # GFD writes the device-plugin config's MIG strategy on every GPU node, MIG-capable or not
+        MIG_STRATEGY_LABEL: mig_strategy,
     }
     if model.mig_capable:
         node_labels.update(
             {
-                MIG_STRATEGY_LABEL: mig_strategy,
                 MIG_CONFIG_LABEL: mig_config or (MIG_ALL_DISABLED if mig_layout is None else "custom"),
                 MIG_STATE_LABEL: "success",
                 MIG_MANAGER_DEPLOY_LABEL: "true",

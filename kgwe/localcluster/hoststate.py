@@ -30,6 +30,7 @@ FIXED_PATHS = (
     Path("/var/log/pods"),
     Path("/run/netns"),
     Path("/run/xtables.lock"),
+    Path("/run/nvidia"),  # a GPU node's driver root (mocknvml.DRIVER_ROOT), where the GPU Operator keeps it
 )
 # Kernel settings the node's programs change: the bridge plugin (forwarding), the kubelet
 # (setupKernelTunables), kube-proxy (route_localnet, conntrack limits, should its config ask).

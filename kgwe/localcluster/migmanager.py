@@ -28,6 +28,7 @@ from kubernetes.client.exceptions import ApiException
 from kgwe.errors import KgweError
 from kgwe.gpu import catalog, layouts
 from kgwe.localcluster.gpunodes import (
+    KWOK_NODE_SELECTOR,
     OPERAND_DEPLOY_LABELS,
     MigLayout,
     gpu_resources,
@@ -128,7 +129,7 @@ class MigManagerStandIn:
         config_namespace: str = GPU_OPERATOR_NAMESPACE,
         config_map: str = "default-mig-parted-config",
         config_key: str = "config.yaml",
-        node_selector: str = f"{MIG_MANAGER_DEPLOY_LABEL}=true",
+        node_selector: str = f"{MIG_MANAGER_DEPLOY_LABEL}=true,{KWOK_NODE_SELECTOR}",
     ) -> None:
         self._core = client.CoreV1Api(api_client)
         self.delay_seconds = delay_seconds

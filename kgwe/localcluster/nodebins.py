@@ -8,13 +8,12 @@ scripts reuse what matches and say what they do on stderr.
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from kgwe.localcluster.controlplane import Binaries, ControlPlaneError, find_binaries
+from kgwe.localcluster.gotools import reported_dirs, run_go_build
 from kgwe.resources import hack_dir
 
 NODE_BUILD_SCRIPT = hack_dir() / "node-bins.sh"
@@ -110,30 +109,17 @@ def find_node_binaries(kubernetes: Binaries | None = None) -> NodeBinaries:
     """Build (or reuse) everything the real node runs; needs Go >= 1.26 and gcc, and root when runc, nft
     or iptables must be installed."""
     kubernetes = kubernetes or find_binaries()
-    if shutil.which("go") is None:
-        raise ControlPlaneError(
-            "Go is not installed: the real node's containerd, CNI plugins and CoreDNS are built from Go "
-            "modules (hack/node-bins.sh). Install Go >= 1.26 from https://go.dev/dl/ and put it on PATH."
-        )
-    proc = subprocess.run(["bash", str(NODE_BUILD_SCRIPT)], stdout=subprocess.PIPE, text=True, check=False)
-    if proc.returncode != 0:
-        raise ControlPlaneError(f"hack/node-bins.sh failed (exit {proc.returncode}); its message is above")
-    dirs = dict(line.split("=", 1) for line in proc.stdout.splitlines() if "=" in line)
-    missing = [c for c in _COMPONENTS if c not in dirs]
-    if missing:
-        raise ControlPlaneError(f"hack/node-bins.sh did not report {', '.join(missing)}")
-    containerd_dir, coredns_dir, pause_dir = (
-        Path(dirs["containerd"]),
-        Path(dirs["coredns"]),
-        Path(dirs["pause"]),
-    )
+    built = "the real node's containerd, CNI plugins and CoreDNS are built from Go modules"
+    lines = run_go_build(NODE_BUILD_SCRIPT, f"{built} (hack/{NODE_BUILD_SCRIPT.name})")
+    dirs = reported_dirs(lines, NODE_BUILD_SCRIPT.name, _COMPONENTS)
+    containerd_dir, coredns_dir, pause_dir = dirs["containerd"], dirs["coredns"], dirs["pause"]
     found = NodeBinaries(
         kubernetes=kubernetes,
         containerd_dir=containerd_dir,
-        cni_dir=Path(dirs["cni"]),
+        cni_dir=dirs["cni"],
         coredns=coredns_dir / "coredns",
         pause=pause_dir / "pause",
-        runc=Path(dirs["runc"]) / "runc",
+        runc=dirs["runc"] / "runc",
         containerd_version=_manifest_value(containerd_dir, "containerd"),
         coredns_version=_manifest_value(coredns_dir, "coredns"),
         pause_version=_manifest_value(pause_dir, "pause"),

@@ -56,6 +56,7 @@ from kgwe.localcluster.controlplane import (
 from kgwe.localcluster.gpunodes import wait_nodes_ready
 from kgwe.localcluster.nodebins import NodeBinaries, find_node_binaries
 from kgwe.localcluster.nodeimages import NodeImages, image_archives, node_images
+from kgwe.localcluster.nvidiabins import NvidiaBinaries
 from kgwe.localcluster.ociimage import archive_reference
 from kgwe.localcluster.pki import issue
 from kgwe.timestamps import format_rfc3339
@@ -288,7 +289,9 @@ class RealNode:
 
     `images`: OCI archives to import besides the node's own (pause, CoreDNS, kube-scheduler), each under the
     reference it carries. `lock_wait_seconds`: how long to wait for another real node on this host to go
-    before failing (0: fail at once, with who holds it).
+    before failing (0: fail at once, with who holds it). `nvidia` and `gpu_profile`: make it a GPU node
+    (nvidiastack.py): NVIDIA's mock NVML with that profile in the driver root, the `nvidia` runtime handler,
+    NVIDIA's device-plugin image.
     """
 
     def __init__(
@@ -301,6 +304,8 @@ class RealNode:
         lock_wait_seconds: float = 0.0,
         name: str = NODE_NAME,
         start_timeout_seconds: float = 90.0,
+        nvidia: NvidiaBinaries | None = None,
+        gpu_profile: str = "",
     ) -> None:
         self.cp = control_plane
         self.workdir = workdir
@@ -309,6 +314,8 @@ class RealNode:
         self.lock_wait_seconds = lock_wait_seconds
         self.start_timeout_seconds = start_timeout_seconds
         self._binaries = binaries
+        self.nvidia = nvidia
+        self.gpu_profile = gpu_profile
         self._lock = NodeLock()
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
         self._snapshot: hoststate.HostSnapshot | None = None
@@ -347,6 +354,10 @@ class RealNode:
         self._binaries = self._binaries or find_node_binaries(self.cp.binaries)
         self.images = node_images(self._binaries)
         archives = image_archives(self._binaries)  # before the lock: a first run writes them
+        if self.nvidia is not None:
+            from kgwe.localcluster import nvidiastack
+
+            archives.append(nvidiastack.image_archive(self.nvidia))
         self._lock.acquire(self.lock_wait_seconds)
         try:
             others = foreign_node_programs(self.workdir, EXCLUSIVE_PROGRAMS)
@@ -373,6 +384,10 @@ class RealNode:
                 ).to_json()
             )
             cgroups.create_root(CGROUP_ROOT)
+            if self.nvidia is not None:
+                from kgwe.localcluster.mocknvml import install_driver_root
+
+                install_driver_root(self.nvidia, self.gpu_profile)
             self._start_containerd()
             for archive, reference in archives:
                 self.import_image(archive, reference)
@@ -417,6 +432,20 @@ class RealNode:
         base = self.workdir / "containerd"
         cni_conf = self.workdir / "cni" / "net.d"
         assert self.images is not None
+        runc_options = {
+            "BinaryName": str(self.binaries.runc),
+            "SystemdCgroup": False,
+            "Root": str(base / "runc"),
+        }
+        runtimes: dict[str, Any] = {
+            "runc": {"runtime_type": "io.containerd.runc.v2", "options": runc_options}
+        }
+        if self.nvidia is not None:
+            from kgwe.localcluster import nvidiastack
+
+            runtimes[nvidiastack.RUNTIME_HANDLER] = nvidiastack.runtime_handler(
+                runc_options, self.base_spec_path
+            )
         return {
             "version": 3,
             "root": str(base / "root"),
@@ -437,19 +466,7 @@ class RealNode:
                     "netns_mounts_under_state_dir": True,
                     "enable_unprivileged_ports": True,  # non-root pods may bind ports < 1024 (CoreDNS on 53)
                     "cdi_spec_dirs": [],
-                    "containerd": {
-                        "default_runtime_name": "runc",
-                        "runtimes": {
-                            "runc": {
-                                "runtime_type": "io.containerd.runc.v2",
-                                "options": {
-                                    "BinaryName": str(self.binaries.runc),
-                                    "SystemdCgroup": False,
-                                    "Root": str(base / "runc"),
-                                },
-                            }
-                        },
-                    },
+                    "containerd": {"default_runtime_name": "runc", "runtimes": runtimes},
                     "cni": {
                         "bin_dirs": [str(self.binaries.cni_dir)],
                         "conf_dir": str(cni_conf),
@@ -505,10 +522,27 @@ class RealNode:
         )
         if mounted.returncode != 0:
             raise ControlPlaneError(f"cannot mount a tmpfs for containerd's images: {mounted.stderr.strip()}")
+        if self.nvidia is not None:
+            self._write_nvidia_base_spec()
         config = base / "config.toml"
         config.write_text(toml_document(self._containerd_config()) + "\n")
         self._spawn("containerd", [str(self.binaries.containerd), f"--config={config}", "--log-level=info"])
         self._wait("containerd", lambda: self._ctr("version", check=False).returncode == 0)
+
+    @property
+    def base_spec_path(self) -> Path:
+        """The OCI spec containers of the `nvidia` runtime handler start from."""
+        return self.workdir / "containerd" / "nvidia-base-spec.json"
+
+    def _write_nvidia_base_spec(self) -> None:
+        from kgwe.localcluster import nvidiastack
+
+        default = self._ctr("oci", "spec", timeout=30).stdout
+        try:
+            spec = json.loads(default)
+        except ValueError:
+            raise ControlPlaneError(f"`ctr oci spec` printed no OCI spec: {default[:200]!r}") from None
+        self.base_spec_path.write_text(json.dumps(nvidiastack.runtime_base_spec(spec), indent=1))
 
     def _ctr(self, *args: str, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess[str]:
         proc = subprocess.run(

@@ -46,6 +46,7 @@ from kgwe.cluster.inventory import GpuNodeFacts, facts_from_objects
 from kgwe.cluster.nodecache import NodeCache
 from kgwe.cluster.nodes import gpu_pods_by_node, live_pods
 from kgwe.errors import KgweError
+from kgwe.fleet.nodes import device_plugin_states
 from kgwe.gitops.commit_back import Content
 from kgwe.gitops.gitcmd import GitAccess, UnsafeGitArgument
 from kgwe.gitops.source import GitSource, GitSourceError, Revision
@@ -91,6 +92,7 @@ from kgwe.render.render import RenderOptions
 from kgwe.vocab import (
     API_GROUP,
     CRD_VERSION,
+    DEVICE_PLUGIN_DAEMONSET,
     FIELD_MANAGER,
     GPU_NODE_SELECTOR,
     POLICY_REPOSITORY_PLURAL,
@@ -418,7 +420,7 @@ class RepositoryReconciler:
             p.plan = plan_rollout([], desired.pools, self.now())
         else:
             with tracing.span("kgwe.reconcile.rollout_wave"):
-                p.plan = self._rollout(p, policy, desired, observed.facts)
+                p.plan = self._rollout(p, policy, desired, observed.facts, observed.pods)
         self.metrics.writes.labels(self.name).inc(self.writes.taken())
         self.last_sync, self.last_plan = sync, p.plan
 
@@ -491,13 +493,25 @@ class RepositoryReconciler:
         return live_mig_configs(self.core, namespace, name)
 
     def _rollout(
-        self, p: Pass, policy: PolicySet, desired: Desired, facts: list[GpuNodeFacts]
+        self, p: Pass, policy: PolicySet, desired: Desired, facts: list[GpuNodeFacts], pods: list[dict]
     ) -> RolloutPlan:
         """The MIG and the sharing rollout, side by side; the rollout gauges as they stand after them."""
         now, record = self.now(), self._recorder(p)
         mig = run_mig_rollout(self.writes.mig_nodes, desired, facts, now, record)
+        plugins = device_plugin_states(
+            [
+                q
+                for q in pods
+                if ((q.get("metadata") or {}).get("labels") or {}).get("app") == DEVICE_PLUGIN_DAEMONSET
+            ]
+        )
         sharing = run_sharing_rollout(
-            self.writes.sharing_nodes, policy.sharing_strategies, facts, now, record=record
+            self.writes.sharing_nodes,
+            policy.sharing_strategies,
+            facts,
+            now,
+            record=record,
+            device_plugins=plugins,
         )
         self.metrics.set_node_pools(self.name, desired.node_pool)
         for pool, progress in mig.pools.items():

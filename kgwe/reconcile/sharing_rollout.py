@@ -15,8 +15,8 @@ back to `default` under the same gates.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 
 from kubernetes import client
@@ -57,19 +57,34 @@ UNSHARE_POOL = POOL_PREFIX + DEFAULT_CONFIG_KEY
 
 @dataclass
 class SharingProgress(PoolProgress):
-    """A sharing pool's progress, worded for the device plugin (it reports no failure, only a timeout)."""
+    """A sharing pool's progress, worded for the device plugin (it reports no failure, only a timeout), with
+    what NVIDIA's device-plugin pod on a switching node is doing when it is not running (config-manager's
+    refusal, a crash loop): the plugin keeps its old config meanwhile, so that is where a person looks."""
+
+    device_plugins: dict[str, str] = field(
+        default_factory=dict
+    )  # node -> its plugin pod's state, not Running
 
     def message(self) -> str:
+        stuck = "; ".join(
+            f"NVIDIA's device plugin on {n}: {s}" for n, s in sorted(self.device_plugins.items())
+        )
         if self.timed_out:
-            return (
+            text = (
                 f"pool {self.pool}: the device plugin did not report the new sharing in time on "
                 f"{', '.join(self.timed_out)}; rollout stopped until the node reports it"
             )
-        return super().message().replace("waiting for idle GPUs", "waiting for idle GPUs (no drain)")
+        else:
+            text = super().message().replace("waiting for idle GPUs", "waiting for idle GPUs (no drain)")
+        return f"{text}; {stuck}" if stuck else text
 
 
-def _progress(p: PoolProgress) -> SharingProgress:
-    return SharingProgress(**{f.name: getattr(p, f.name) for f in fields(PoolProgress)})
+def _progress(p: PoolProgress, device_plugins: Mapping[str, str]) -> SharingProgress:
+    switching = set(p.in_progress) | set(p.timed_out)
+    return SharingProgress(
+        **{f.name: getattr(p, f.name) for f in fields(PoolProgress)},
+        device_plugins={n: s for n, s in device_plugins.items() if n in switching and s != "Running"},
+    )
 
 
 def pool_policies(strategies: Sequence[GPUSharingStrategy]) -> dict[str, PoolPolicy]:
@@ -184,8 +199,11 @@ def run_sharing_rollout(
     now: datetime,
     *,
     record: Record,
+    device_plugins: Mapping[str, str] | None = None,
 ) -> RolloutPlan:
-    """Decide and carry out this pass's sharing actions; the plan as it stands after them."""
+    """Decide and carry out this pass's sharing actions; the plan as it stands after them.
+    `device_plugins`: node -> the state of NVIDIA's device-plugin pod on it (kgwe.fleet.nodes), where one
+    runs; a switching node's plugin that is not running is named in its pool's progress and an Event."""
     states = sharing_node_states(strategies, facts)
     policies = pool_policies(strategies)
     plan = plan_rollout(states, policies, now)
@@ -215,7 +233,15 @@ def run_sharing_rollout(
             f"{DEVICE_PLUGIN_CONFIG_LABEL}={config} on {len(names)} node(s): {shown}",
         )
     after = plan_rollout(apply_actions(states, done, now), policies, now)
-    pools = {name: _progress(p) for name, p in after.pools.items()}
+    pools = {name: _progress(p, device_plugins or {}) for name, p in after.pools.items()}
+    for progress in pools.values():
+        for node, state in sorted(progress.device_plugins.items()):
+            record(
+                "Warning",
+                "DevicePluginNotRunning",
+                f"NVIDIA's device plugin on {node} is not running ({state}): the node keeps its former GPU "
+                f"sharing until it does; see kubectl -n <GPU Operator namespace> describe pod on {node}",
+            )
     return RolloutPlan(tuple(done), pools)
 
 

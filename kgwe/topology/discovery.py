@@ -12,8 +12,8 @@ The `nvml` argument is the `pynvml` module or a `FakeNvml`; nothing else differs
   GPUs (NVSwitches invisible in a VM, GH NVIDIA/nccl#1182).
 - `NVML_P2P_CAPS_INDEX_READ` is the tuple `(0,)` in nvidia-ml-py 13.615.71: normalised before use.
 - Strings may come back as bytes (PCI busId always does): decoded.
-- A GPU lost from the bus (Xid 79) fails its handle: it is left out with a warning instead of failing the
-  whole discovery (GH NVIDIA/k8s-device-plugin#2038).
+- A GPU lost from the bus (Xid 79) fails its handle, or any later call with NVML_ERROR_GPU_IS_LOST: it is
+  left out with a warning instead of failing the whole discovery (GH NVIDIA/k8s-device-plugin#2038).
 - CPU affinity is an array of 64-bit words (CPU = 64*word + bit); the NUMA node comes from the memory
   affinity (what nvidia-smi prints), and `nvmlDeviceGetNumaNodeId` is kept only where it differs, i.e.
   where GPU memory is its own NUMA node (Grace); negative ids mean unknown.
@@ -129,13 +129,24 @@ def _discover(nvml: Nvml, name: str | None, sys_gbps: float) -> Discovery:
     gpus: list[GPU] = []
     mig_profiles: dict[int, dict[str, tuple[tuple[int, int], ...]]] = {}
     mig_pending: dict[int, bool] = {}
+    described: list[tuple[int, DeviceHandle]] = []
     for index, h in handles:
-        gpu, profiles, pending = _describe_gpu(nvml, index, h, warnings)
+        try:
+            gpu, profiles, pending = _describe_gpu(nvml, index, h, warnings)
+        except NVMLError as exc:
+            if getattr(exc, "value", None) != nvml.NVML_ERROR_GPU_IS_LOST:
+                raise
+            # Lost between its handle and its description (NVIDIA's mock trips a lost GPU on the first
+            # such call, as a GPU falling off the bus mid-discovery does): left out like a lost handle.
+            warnings.append(f"GPU{index} left out: {exc} (lost from the bus; check dmesg for Xid 79)")
+            continue
+        described.append((index, h))
         gpus.append(gpu)
         if profiles:
             mig_profiles[index] = profiles
         if pending is not None:
             mig_pending[index] = pending
+    handles = described
     n = len(gpus)
     pos_by_bus = {bus_key(g.pci_bus_id): p for p, g in enumerate(gpus)}
     direct = [[0] * n for _ in range(n)]

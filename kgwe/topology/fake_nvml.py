@@ -59,7 +59,9 @@ _NVLINK_VERSION_BY_GPU = (
 _PCIE_GEN_BY_GBPS = {12.0: 3, 24.0: 4, 48.0: 5, 96.0: 6}
 _SWITCH_DOMAIN = 8  # remote PCI domain of NVSwitch links, as GH NVIDIA/go-nvml#166 shows on A100
 _BASE_PROFILE_INDEX = {1: 0x0, 2: 0x1, 3: 0x2, 4: 0x3, 7: 0x4, 8: 0x5, 6: 0x6}
-_DRIVER_VERSION = "570.133.20"
+# The driver FakeNvml (and the kwok GPU nodes' GFD labels) claim, and the CUDA version that driver reports.
+DRIVER_VERSION = "570.133.20"
+CUDA_DRIVER_VERSION = "12.8"
 
 
 def _err(code: int) -> pynvml.NVMLError:
@@ -301,7 +303,7 @@ class FakeNvml:
         self._initialized -= 1
 
     def nvmlSystemGetDriverVersion(self) -> str:
-        return _DRIVER_VERSION
+        return DRIVER_VERSION
 
     def nvmlDeviceGetCount(self) -> int:
         if not self._initialized:

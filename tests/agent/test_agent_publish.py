@@ -56,3 +56,34 @@ def test_publish_patches_once_then_only_on_change(k8s_api, gpu_node, control_pla
 def test_publish_to_a_missing_node_is_a_clear_error(k8s_api):
     with pytest.raises(Exception, match="cannot update Node no-such-node: 404"):
         agent_cmd.publish(client.CoreV1Api(k8s_api), "no-such-node", _observe("HGX-H100"))
+
+
+def test_no_nvml_on_a_node_says_so_on_the_node_with_what_to_check(k8s_api, gpu_node, control_plane):
+    """This machine has no NVIDIA library: the real nvidia-ml-py cannot load it. The agent says so where a
+    person looks (the GPUHealthy condition, a Warning Event, hence `kgwe health`) and exits 3 (--once)."""
+    import subprocess
+    import sys
+
+    from kgwe.cluster.client import list_items
+    from kgwe.fleet.nodes import health_rows
+
+    node = gpu_node("HGX-H100")
+    core = client.CoreV1Api(k8s_api)
+    argv = ["agent", "--once", "--node-name", node, "--kubeconfig", str(control_plane.kubeconfig_path)]
+    done = subprocess.run(
+        [sys.executable, "-m", "kgwe.cli", *argv, "--pod-resources-socket", ""],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 3, done.stderr
+    assert "no NVIDIA driver" in done.stderr and "Traceback" not in done.stderr
+    condition = next(c for c in core.read_node(node).status.conditions if c.type == "GPUHealthy")
+    assert (condition.status, condition.reason) == ("Unknown", "NVMLUnavailable")
+    assert "libnvidia-ml.so.1" in condition.message and "agent.runtimeClassName" in condition.message
+    events = core.list_namespaced_event("default", field_selector=f"involvedObject.name={node}").items
+    assert [(e.type, e.reason) for e in events] == [("Warning", "NVMLUnavailable")]
+    raw = list_items(core.list_node, field_selector=f"metadata.name={node}")
+    [row] = health_rows(raw, every_gpu=True)
+    assert (row["status"], row["reason"]) == ("Unknown", "NVMLUnavailable")

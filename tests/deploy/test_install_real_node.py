@@ -18,7 +18,6 @@ import json
 import secrets
 import socket
 import ssl
-import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -44,6 +43,7 @@ from kgwe.vocab import (
     WEBHOOK_TLS_SECRET,
 )
 from tests.harness.chart import CHART_DIR, helm
+from tests.harness.gitcli import git
 from tests.harness.waiting import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.realnode, pytest.mark.image, pytest.mark.timeout(3600)]
@@ -59,12 +59,6 @@ SEED = (
     "--set", "scheduler.enabled=true", "--set", "migController.enabled=true",
     "--set", "webhook.routeWith=Webhook",
 )  # fmt: skip
-GIT_ENV = {
-    "GIT_AUTHOR_NAME": "t",
-    "GIT_AUTHOR_EMAIL": "t@x",
-    "GIT_COMMITTER_NAME": "t",
-    "GIT_COMMITTER_EMAIL": "t@x",
-}
 
 
 def wait(
@@ -281,17 +275,6 @@ def test_a_gpu_pod_is_mutated_by_the_webhook_pod_and_placed_by_kgwe_scheduler_th
     core.delete_namespaced_pod("no-such-gpu", opted_in, grace_period_seconds=0)
 
 
-def _git(cwd: Path, *args: str) -> str:
-    return subprocess.run(
-        ["git", *args],
-        cwd=cwd,
-        env={**GIT_ENV, "PATH": "/usr/bin:/bin"},
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-
-
 def _scoring(percentage: int) -> str:
     return (
         "apiVersion: kgwe.nvidia.io/v1\nkind: ScoringProfile\nmetadata:\n  name: default\nspec:\n"
@@ -309,13 +292,13 @@ def test_a_policy_repository_over_https_from_the_host_changes_the_scheduler_conf
     api, core, apps = release.api, client.CoreV1Api(release.api), client.AppsV1Api(release.api)
     custom = client.CustomObjectsApi(release.api)
     bare, work = tmp_path / "policy.git", tmp_path / "work"
-    _git(tmp_path, "init", "-q", "--bare", "-b", "main", str(bare))
-    _git(tmp_path, "clone", "-q", str(bare), str(work))
+    git(tmp_path, "init", "-q", "--bare", "-b", "main", str(bare))
+    git(tmp_path, "clone", "-q", str(bare), str(work))
     (work / "scoring").mkdir()
     (work / "scoring" / "default.yaml").write_text(_scoring(50))
-    _git(work, "add", "-A")
-    _git(work, "commit", "-qm", "scoring")
-    _git(work, "push", "-q", "origin", "HEAD:main")
+    git(work, "add", "-A")
+    git(work, "commit", "-qm", "scoring")
+    git(work, "push", "-q", "origin", "HEAD:main")
     host = host_ip()
 
     def repository(name: str, url: str) -> dict:

@@ -16,7 +16,6 @@ import contextlib
 import json
 import os
 import secrets
-import subprocess
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -52,8 +51,9 @@ from kgwe.vocab import (
     WORKLOADS_ENABLED,
     WORKLOADS_NAMESPACE_LABEL,
 )
-from tests.deploy.test_install_real_node import GIT_ENV, _pods_state, _ready, wait
+from tests.deploy.test_install_real_node import _pods_state, _ready, wait
 from tests.harness.chart import CHART_DIR, helm
+from tests.harness.gitcli import git as run_git
 from tests.harness.postgres import PostgresServer
 
 pytestmark = [
@@ -135,12 +135,6 @@ def _held_pod(name: str, node: str, resource: str) -> dict[str, Any]:
     }
 
 
-def _git(cwd: Path, *args: str) -> None:
-    subprocess.run(
-        ["git", *args], cwd=cwd, env={**GIT_ENV, "PATH": "/usr/bin:/bin"}, check=True, capture_output=True
-    )
-
-
 @pytest.fixture(scope="module")
 def upgrade(
     _real_node_session, kgwe_image, previous_kgwe, chart, tmp_path_factory
@@ -163,13 +157,13 @@ def upgrade(
     work = tmp_path_factory.mktemp("policy")
     namespace = f"train-{secrets.token_hex(3)}"
     bare, clone = work / "policy.git", work / "clone"
-    _git(work, "init", "-q", "--bare", "-b", "main", str(bare))
-    _git(work, "clone", "-q", str(bare), str(clone))
+    run_git(work, "init", "-q", "--bare", "-b", "main", str(bare))
+    run_git(work, "clone", "-q", str(bare), str(clone))
     for name, text in _policy(namespace).items():
         (clone / name).write_text(text)
-    _git(clone, "add", "-A")
-    _git(clone, "commit", "-qm", "policy")
-    _git(clone, "push", "-q", "origin", "HEAD:main")
+    run_git(clone, "add", "-A")
+    run_git(clone, "commit", "-qm", "policy")
+    run_git(clone, "push", "-q", "origin", "HEAD:main")
     git = GitHttpsServer(work, host=host).start()
     core.create_namespace({"metadata": {"name": NS}})
     core.create_namespaced_secret(

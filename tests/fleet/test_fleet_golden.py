@@ -48,6 +48,13 @@ def nodes() -> list[dict]:
     a100 = node_manifest("dgx-a100-01", machine("DGX-A100"))
     l40s = node_manifest("l40s-01", machine("L40S-8-PCIE"))
     l40s["status"]["allocatable"]["nvidia.com/gpu.shared"] = "32"
+    l40s["metadata"]["labels"].update(
+        {
+            "nvidia.com/gpu.replicas": "4",
+            "nvidia.com/gpu.sharing-strategy": "time-slicing",
+            "nvidia.com/device-plugin.config": "kgwe-notebooks-1a2b3c4d",
+        }
+    )
     h100["metadata"]["annotations"][health.ANNOTATION_KEY] = health.encode({})
     a100["metadata"]["annotations"][health.ANNOTATION_KEY] = health.encode(
         {
@@ -195,8 +202,14 @@ def status_inputs() -> tuple:
     return repositories, components, node_rows(nodes(), REQUESTS, PODS), events, quotas
 
 
+DEVICE_PLUGINS = {  # NVIDIA's device-plugin pods where the GPU Operator runs them (none on the H100)
+    "dgx-a100-01": "Running",
+    "l40s-01": "config-manager: CrashLoopBackOff (restarts 3): specified config kgwe-x does not exist",
+}
+
+
 def test_nodes_table_wide_json():
-    rows = node_rows(nodes(), REQUESTS, PODS)
+    rows = node_rows(nodes(), REQUESTS, PODS, DEVICE_PLUGINS)
     golden("nodes.txt", output.render(rows, NODE_COLUMNS, "table"))
     golden("nodes-wide.txt", output.render(rows, NODE_COLUMNS, "wide"))
     golden("nodes.json", output.render(rows, NODE_COLUMNS, "json", kind="GPUNodeList"))

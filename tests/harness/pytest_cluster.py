@@ -16,6 +16,10 @@ Fixtures:
   real_node_namespace (function) a fresh namespace on that cluster, deleted afterwards
   host_free_of_real_node (function) stops the session's real node first (the next test that asks for it
                             starts it again): for tests that start their own (`kgwe cluster up`)
+  gpu_cluster    (function) the session's local cluster with the real node as a GPU node (`kgwe cluster up
+                            --gpu-profile h100`: NVIDIA's device plugin, GFD and config-manager on NVIDIA's
+                            mock NVML); asking for it restarts a cluster started without that profile, and
+                            asking for `local_cluster` afterwards restarts it without
   new_control_plane (session) factory of control planes of a module's or test's own, as context managers:
                             `with new_control_plane(feature_gates=...) as cp:` (for feature gates, or tests
                             that change cluster-wide objects)
@@ -196,13 +200,16 @@ class RealNodeSession:
             self._image = busybox_image()
         return self._image
 
-    def ensure(self) -> LocalCluster:
+    def ensure(self, gpu_profile: str = "") -> LocalCluster:
+        if self.cluster is not None and self.cluster.request.gpu_profile != gpu_profile:
+            self.release()
         if self.cluster is None:
             self._directory = Path(tempfile.mkdtemp(prefix="kgwe-local-cluster-"))
             request = ClusterRequest(
                 directory=str(self._directory),
                 images=[str(self.image.archive)],
                 lock_wait_seconds=REAL_NODE_LOCK_WAIT_SECONDS,
+                gpu_profile=gpu_profile,
             )
             cluster = LocalCluster(request, say=lambda _: None)
             try:
@@ -238,6 +245,15 @@ def local_cluster(_real_node_session: RealNodeSession) -> LocalCluster:
     """The session's local cluster; `local_cluster.import_image(archive)` imports more images (a KGWE
     image also under the chart's default reference)."""
     return _real_node_session.ensure()
+
+
+GPU_PROFILE = "h100"  # the tests' GPU node: NVIDIA's mock HGX H100
+
+
+@pytest.fixture
+def gpu_cluster(_real_node_session: RealNodeSession) -> LocalCluster:
+    """The session's local cluster whose real node is a GPU node run by NVIDIA's code (GPU_PROFILE)."""
+    return _real_node_session.ensure(gpu_profile=GPU_PROFILE)
 
 
 @pytest.fixture

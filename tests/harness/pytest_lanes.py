@@ -47,7 +47,14 @@ LANES: dict[str, tuple[str, frozenset[str]]] = {
     "realnode": (
         "needs root and the host's one real node (containerd, kubelet)",
         frozenset(
-            {"local_cluster", "real_node_cluster", "real_node_namespace", "host_free_of_real_node", "busybox"}
+            {
+                "local_cluster",
+                "real_node_cluster",
+                "real_node_namespace",
+                "host_free_of_real_node",
+                "busybox",
+                "gpu_cluster",
+            }
         ),
     ),
     "image": (
@@ -55,8 +62,21 @@ LANES: dict[str, tuple[str, frozenset[str]]] = {
         frozenset({"kgwe_image", "image_container", "previous_kgwe"}),
     ),
     "gotool": (
-        "runs a tool built from Go modules (helm, promtool, Prometheus, Flux's kustomize-controller, Kueue)",
-        frozenset({"chart", "promtool", "prometheus", "flux", "dpconfig", "kueue_tool"}),
+        "runs a tool built from Go modules (helm, promtool, Prometheus, Flux's kustomize-controller, Kueue) "
+        "or from NVIDIA's sources (the mock NVML library, the device plugin and GFD)",
+        # gpu_cluster builds (or reuses) NVIDIA's stack before it starts the GPU node: realnode and gotool
+        frozenset(
+            {
+                "chart",
+                "promtool",
+                "prometheus",
+                "flux",
+                "dpconfig",
+                "kueue_tool",
+                "nvidia_binaries",
+                "gpu_cluster",
+            }
+        ),
     ),
     "postgres": ("needs the real PostgreSQL server", frozenset({"postgres_url", "postgres_server"})),
 }
@@ -72,12 +92,14 @@ _HARNESS = str(_REPO / "tests" / "harness") + os.sep
 _WAITING = str(_REPO / "tests" / "harness" / "waiting.py")
 
 # cache folder prefix (hack/*-bins.sh) -> lane of the binaries in it
-_CACHE_LANES = {
+_CACHE_LANES = {  # the first prefix that matches wins
+    "k8s-device-plugin-": "gotool",
     "k8s-": "cluster",
     "helm-": "gotool",
     "prometheus-": "gotool",
     "flux-": "gotool",
     "dpconfig-": "gotool",
+    "nvml-mock-": "gotool",
     "kueue-": "gotool",
     "containerd-": "realnode",
     "cni-": "realnode",
@@ -88,6 +110,7 @@ _CACHE_LANES = {
 _BUILD_SCRIPTS = {
     "cluster-bins.sh": "cluster",
     "tool-bins.sh": "gotool",
+    "nvidia-bins.sh": "gotool",
     "node-bins.sh": "realnode",
     "build.sh": "image",
     "previous-image.sh": "image",

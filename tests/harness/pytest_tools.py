@@ -9,6 +9,8 @@ Fixtures (session):
   flux        tests.harness.flux with Flux's kustomize-controller built
   dpconfig    kgwe.localcluster.deviceplugin.nvidia_loader_reads with NVIDIA's config loader built
   kueue_tool  tests.harness.kueue with Kueue's manager built
+  nvidia_binaries  kgwe.localcluster.nvidiabins.NvidiaBinaries: NVIDIA's mock NVML library and device plugin,
+              GFD and config-manager, built from NVIDIA's source archives (hack/nvidia-bins.sh)
 
 A tool that cannot be built fails the test with the build's message; it is never skipped.
 """
@@ -78,3 +80,13 @@ def kueue_tool() -> ModuleType:
 
     _built("kueue")
     return module
+
+
+@pytest.fixture(scope="session")
+def nvidia_binaries() -> Any:
+    from kgwe.localcluster.nvidiabins import find_nvidia_binaries
+
+    try:
+        return find_nvidia_binaries()
+    except KgweError as exc:
+        pytest.fail(str(exc), pytrace=False)

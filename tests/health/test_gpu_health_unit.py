@@ -247,3 +247,20 @@ def test_workload_pods_on_an_unhealthy_gpu_are_named() -> None:
         "train-1 on n1 GPU 5 (ECCUncorrectable)",
     ]
     assert unhealthy_placements(placed, "ml", {"n1": {}}, holders) == []
+
+
+def test_a_gpu_nvidias_plugin_withdrew_keeps_its_index() -> None:
+    """NVIDIA's plugin advertises 7 of 8 GPUs once it finds GPU 3 unhealthy (GFD still counts 8): the
+    extender keeps GPUs 0..7 with GPU 3 taken, so a 7-GPU pod fits on the other seven (not on 0..6)."""
+    faults = {3: annotation.GPUFault("XID48", "double-bit ECC error", T0)}
+    node = h100_node(annotation.encode(faults))
+    node["metadata"]["labels"]["nvidia.com/gpu.count"] = "8"
+    node["status"]["allocatable"]["nvidia.com/gpu"] = "7"
+    state = account(extender_node_state(node, known_decode), [])
+    assert len(state.gpu_used_milli) == 8 and state.gpu_used_milli[3] == 1000
+    table = NodeTable()
+    row = table.upsert(state)
+    seven = PodRequest(gpus=7)
+    assert sorted(table.choose_gpus(row, seven)) == [0, 1, 2, 4, 5, 6, 7]
+    codes, _, _ = table.evaluate(np.array([row]), seven, _profile())
+    assert codes[0] == 0

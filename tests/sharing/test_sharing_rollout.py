@@ -70,10 +70,10 @@ def node(
     )
 
 
-def decide(facts, s=None, now=NOW):
+def decide(facts, s=None, now=NOW, device_plugins=None):
     s = s or strategy()
     plan = plan_rollout(sharing_node_states([s], facts), pool_policies([s]), now)
-    return plan, {name: _progress(p) for name, p in plan.pools.items()}
+    return plan, {name: _progress(p, device_plugins or {}) for name, p in plan.pools.items()}
 
 
 def test_idle_nodes_switch_at_most_max_unavailable_at_a_time_busy_ones_wait():
@@ -94,6 +94,27 @@ def test_a_node_is_in_flight_until_gfd_reports_the_asked_sharing():
     done = node("a", CONFIG, replicas=4, requested=NOW - timedelta(seconds=30))
     plan, pools = decide([done, node("b")])
     assert pools["sharing/notebooks"].done == ["a"] and [a.node for a in plan.actions] == ["b"]
+
+
+def test_a_switching_node_whose_nvidia_plugin_does_not_run_says_why():
+    """config-manager refused the node's key (its container restarts): the pool's progress names it while
+    the node waits, and after the timeout too; a plugin that runs, or one on a node not switching, is not
+    named."""
+    refused = "config-manager: CrashLoopBackOff (restarts 3): specified config kgwe-x does not exist"
+    plugins = {"a": refused, "b": refused, "c": "Running"}
+    waiting = node("a", CONFIG, requested=NOW - timedelta(seconds=30))
+    _, pools = decide(
+        [waiting, node("b"), node("c", CONFIG, requested=NOW - timedelta(seconds=30))], device_plugins=plugins
+    )
+    progress = pools["sharing/notebooks"]
+    assert progress.device_plugins == {"a": refused}
+    assert progress.message().endswith(f"; NVIDIA's device plugin on a: {refused}")
+    late = node("a", CONFIG, requested=NOW - timedelta(minutes=6))
+    _, pools = decide([late], device_plugins=plugins)
+    assert (
+        "in time on a" in pools["sharing/notebooks"].message()
+        and refused in pools["sharing/notebooks"].message()
+    )
 
 
 def test_a_node_that_never_reports_stalls_its_pool_with_a_device_plugin_message():
