@@ -1,4 +1,4 @@
-"""The GPU nodes as the one list+watch loop (kgwe.cluster.watch) keeps them, so a reconcile reads them
+"""The GPU nodes as the one list+watch loop (kgwe.runtime.watch) keeps them, so a reconcile reads them
 without listing the cluster each time: at 1,250 nodes the list was most of a no-op reconcile.
 
 A watch lags the API server by the time an event takes to arrive, so every node patch made in this process
@@ -20,7 +20,7 @@ from typing import Any
 
 from kubernetes import client
 
-from kgwe.cluster.watch import list_and_watch
+from kgwe.runtime.watch import list_and_watch
 from kgwe.vocab import GPU_NODE_SELECTOR
 
 WATCH_TIMEOUT_SECONDS = 300

@@ -221,8 +221,8 @@ class ClusterIndex:
 
     # ---- list + watch ------------------------------------------------------------------------------------
     def _loop(self, kind: str, lister, on_list, on_event) -> None:
-        """One list+watch loop (kgwe.cluster.watch) per kind; the engine is ready once each kind listed."""
-        from kgwe.cluster.watch import list_and_watch
+        """One list+watch loop (kgwe.runtime.watch) per kind; the engine is ready once each kind listed."""
+        from kgwe.runtime.watch import list_and_watch
 
         def listed(items) -> None:
             on_list(list(items))

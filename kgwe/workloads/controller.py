@@ -29,7 +29,6 @@ from pydantic import ValidationError
 
 from kgwe.cluster.client import list_items
 from kgwe.cluster.events import EventRecorder
-from kgwe.cluster.watch import list_and_watch
 from kgwe.extender.k8s import gpu_holders, unhealthy_gpus
 from kgwe.observability import tracing
 from kgwe.policy.admission import (
@@ -45,6 +44,7 @@ from kgwe.policy.admission import (
 from kgwe.policy.diagnostics import format_path, messages_from_validation
 from kgwe.policy.gpu_workload import GPUWorkload
 from kgwe.policy.workload_resolution import Facts, PlanError
+from kgwe.runtime.watch import list_and_watch
 from kgwe.timestamps import parse_rfc3339
 from kgwe.vocab import (
     API_GROUP,
@@ -686,7 +686,7 @@ class WorkloadController:
     def _watch(
         self, stop: threading.Event, what: str, fn: Callable[..., Any], kwargs: dict[str, Any]
     ) -> None:
-        """One list+watch loop (kgwe.cluster.watch) per kind: a listing queues every workload it names,
+        """One list+watch loop (kgwe.runtime.watch) per kind: a listing queues every workload it names,
         later events only what changed; re-watches resume from the last resourceVersion."""
         metrics = self.reconciler.metrics
 

@@ -23,9 +23,9 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from kgwe.cluster.watch import list_and_watch
 from kgwe.policy.admission import namespace_refusal
 from kgwe.policy.quota_namespaces import protected_namespace
+from kgwe.runtime.watch import list_and_watch
 from kgwe.vocab import (
     FIELD_MANAGER,
     MANAGED_BY_LABEL,

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from kgwe.cluster.watch import list_and_watch
+from kgwe.runtime.watch import list_and_watch
 
 T = TypeVar("T")
 
