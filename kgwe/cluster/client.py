@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import os
-import urllib.parse
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from kubernetes import client, config
@@ -99,34 +98,3 @@ def list_gpu_workloads(api: client.ApiClient) -> list[dict]:
         if exc.status != 404:
             raise
         return []
-
-
-STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
-
-
-def lean_patch(
-    api: client.ApiClient, path: str, body: Mapping[str, Any], *, field_manager: str
-) -> str | None:
-    """PATCH `path` (e.g. /api/v1/nodes/NAME) with the strategic-merge `body`; the patched object's
-    resourceVersion (None if the answer has none).
-
-    It goes through the ApiClient's own request path — `update_params_for_auth` (its bearer token, refreshed
-    by the client's hook) and `call_api` (its connection pool, TLS, client certificates, proxy, and the
-    DeadlineApiClient's deadline) — and skips only the generated API method's argument validation and the
-    answer's decoding into a model object: a fleet-wide MIG rollout patches every node, and those were about
-    a fifth of the client's CPU per patch (bench/reconcile.py). A non-2xx answer raises ApiException as the
-    generated methods do (tests/cluster/test_cluster_nodes.py holds it to that)."""
-    import orjson
-    from kubernetes.client.exceptions import ApiException
-
-    headers = {"Content-Type": STRATEGIC_MERGE_PATCH, "Accept": "application/json"}
-    api.update_params_for_auth(headers, [], ["BearerToken"], path, "PATCH", body)
-    query = urllib.parse.urlencode({"fieldManager": field_manager})
-    response = api.call_api(
-        "PATCH", f"{api.configuration.host}{path}?{query}", header_params=headers, body=body
-    )
-    data = response.read()
-    if not 200 <= response.status < 300:
-        raise ApiException.from_response(http_resp=response, body=None, data=None)
-    version = (orjson.loads(data).get("metadata") or {}).get("resourceVersion")
-    return str(version) if version else None

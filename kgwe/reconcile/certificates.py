@@ -28,9 +28,9 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from kgwe.certs.rotation import CertPlan, Lifetimes, Stored, Wanted, plan
-from kgwe.cluster.apply import NotLeader
 from kgwe.cluster.events import EventRecorder
 from kgwe.errors import KgweError
+from kgwe.runtime.leader import NotLeader
 from kgwe.timestamps import format_rfc3339
 from kgwe.vocab import (
     CA_SECRET,

@@ -110,7 +110,7 @@ class ControlLoop:
         self._threads: list[threading.Thread] = []
 
     # -- keys ------------------------------------------------------------------------------------------
-    def keys(self) -> list[str]:
+    def known(self) -> list[str]:
         """Every key the primary watch knows."""
         with self._lock:
             return sorted(self._known)
@@ -129,7 +129,7 @@ class ControlLoop:
 
     def resync(self) -> None:
         """Queue every key the watch knows."""
-        for key in self.keys():
+        for key in self.known():
             self.add(key)
 
     # -- the watches -----------------------------------------------------------------------------------
@@ -147,12 +147,12 @@ class ControlLoop:
         if not key:
             return
         view = self._view_of(source, obj)
-        with self._lock:
+        with self._lock:  # the view and its key's place in the queue change together
             old = self._known.pop(key, _GONE) if event == "DELETED" else self._known.get(key, _GONE)
             if event != "DELETED":
                 self._known[key] = view
-        if source.view is None or event == "DELETED" or old != view:
-            self.add(key)
+            if source.view is None or event == "DELETED" or old != view:
+                self.add(key)
 
     @staticmethod
     def _view_of(source: Source, obj: KubeObject) -> Hashable:

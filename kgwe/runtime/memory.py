@@ -36,6 +36,7 @@ from kgwe.runtime.cluster import (
 from kgwe.runtime.errors import CONFLICT, NOT_FOUND, NotServed, api_error
 from kgwe.runtime.kinds import Kind, Ref
 from kgwe.runtime.selectors import field_match, label_match
+from kgwe.runtime.status import merge_patch
 from kgwe.timestamps import format_rfc3339
 from kgwe.vocab import FIELD_MANAGER
 
@@ -65,19 +66,6 @@ STATUS_SUBRESOURCE_FREE = frozenset({kinds.CONFIG_MAP, kinds.SECRET, kinds.EVENT
 EVENTS_KEPT = 10_000  # watch events kept for resuming; a watch further behind lists again (410 Gone)
 _WATCH_POLL_SECONDS = 0.05  # how soon a waiting watch notices `stop`
 CONTROLLER_USER = "system:serviceaccount:kgwe-system:kgwe-controller"
-
-
-def merge_patch(target: Any, patch: Any) -> Any:
-    """RFC 7386: maps merged key by key, a null removes the key, anything else replaces."""
-    if not isinstance(patch, Mapping):
-        return copy.deepcopy(patch)
-    out = dict(target) if isinstance(target, Mapping) else {}
-    for key, value in patch.items():
-        if value is None:
-            out.pop(key, None)
-        else:
-            out[key] = merge_patch(out.get(key), value)
-    return out
 
 
 @dataclass

@@ -5,6 +5,7 @@ owns are its to set or remove: conditions of other types on the live object are 
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Collection, Mapping
 from typing import Any
 
@@ -22,6 +23,20 @@ def without_none(value: Any) -> Any:
     if isinstance(value, list):
         return [without_none(v) for v in value]
     return value
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386: `patch` applied to `target` — maps merged key by key, a null removes the key, anything else
+    replaces."""
+    if not isinstance(patch, Mapping):
+        return copy.deepcopy(patch)
+    out = dict(target) if isinstance(target, Mapping) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = merge_patch(out.get(key), value)
+    return out
 
 
 def merge_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:

@@ -72,6 +72,13 @@ class Watched:
             changed.set()
 
 
+def nodes_watched(cluster: Any) -> Watched:
+    """The Nodes of a KubeCluster's API server (kgwe.runtime.kube), watched: a wait wakes on each change."""
+    from kubernetes import client
+
+    return Watched(client.CoreV1Api(cluster.api_client).list_node)
+
+
 def wait_for(
     what: str,
     check: Callable[[], T],

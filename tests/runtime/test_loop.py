@@ -98,7 +98,7 @@ def test_a_standby_reconciles_nothing_and_a_new_leader_looks_at_everything(runni
     leader.leading = False
     cluster.create(cm("a"))
     cluster.create(cm("b"))
-    wait_for("both known", lambda: loop.keys() == ["a", "b"])
+    wait_for("both known", lambda: loop.known() == ["a", "b"])
     loop.process(0.0)  # nothing was queued while standing by
     assert rec.seen == []
     leader.leading = True
