@@ -137,7 +137,7 @@ class Controller:
         from kgwe.workloads.controller import WorkloadController, WorkloadMetrics, WorkloadReconciler
 
         reconciler = WorkloadReconciler(
-            self.api_client,
+            self.cluster,
             recorder=self.recorder,
             metrics=WorkloadMetrics(self.metrics.registry),
             is_leader=self.is_leader,

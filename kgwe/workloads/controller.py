@@ -1,5 +1,7 @@
-"""The GPUWorkload reconciler: its own work queue and watches, inside `kgwe controller`, acting only while
-this replica holds the controller's leader Lease.
+"""The GPUWorkload reconciler on the controller runtime (kgwe.runtime.loop), inside `kgwe controller`,
+acting only while this replica holds the controller's leader Lease: watches of GPUWorkloads and of their
+Jobs, Pods and Deployments queue the workload; a refusal that may lift by itself, or a failure, is retried
+after the workload's own exponential backoff.
 
 Per workload: validate -> (suspended? nothing new) -> admission (the check `kgwe validate` runs,
 kgwe.policy.admission: the namespace opted in, the pod templates as its PodTemplatePolicy allows,
@@ -13,21 +15,19 @@ kgwe.workloads.plan and .status; this module only reads and writes.
 from __future__ import annotations
 
 import dataclasses
-import heapq
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from kubernetes import client, dynamic
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from pydantic import ValidationError
 
-from kgwe.cluster.client import list_items
 from kgwe.cluster.events import EventRecorder
 from kgwe.extender.k8s import gpu_holders, unhealthy_gpus
 from kgwe.observability import tracing
@@ -44,12 +44,17 @@ from kgwe.policy.admission import (
 from kgwe.policy.diagnostics import format_path, messages_from_validation
 from kgwe.policy.gpu_workload import GPUWorkload
 from kgwe.policy.workload_resolution import Facts, PlanError
-from kgwe.runtime.watch import list_and_watch
+from kgwe.runtime import conditions
+from kgwe.runtime.cluster import Cluster, KubeObject
+from kgwe.runtime.errors import is_forbidden, is_invalid, is_not_found
+from kgwe.runtime.kinds import DEPLOYMENT, GPU_WORKLOAD, JOB, NODE, POD, POD_GROUP
+from kgwe.runtime.kube import as_cluster
+from kgwe.runtime.leader import Gate, NotLeader, check
+from kgwe.runtime.loop import DONE, RETRY, ControlLoop, Result, Source
+from kgwe.runtime.queue import Backoff, WorkQueue
+from kgwe.runtime.status import StatusPatcher
 from kgwe.timestamps import parse_rfc3339
 from kgwe.vocab import (
-    API_GROUP,
-    CRD_VERSION,
-    FIELD_MANAGER,
     GPU_WORKLOAD_PLURAL,
     KGWE_NAMESPACE,
     POD_TEMPLATE_POLICY_CONFIGMAP,
@@ -59,14 +64,17 @@ from kgwe.vocab import (
 from kgwe.workloads import cluster_facts
 from kgwe.workloads import status as st
 from kgwe.workloads.namespaces import NamespaceGrants
-from kgwe.workloads.plan import PODGROUP_API, plan_children, requested_gpus
+from kgwe.workloads.plan import plan_children, requested_gpus
 
 log = logging.getLogger(__name__)
 
 # Refusals that only an edit lifts (the namespace's label, the spec, a PodTemplatePolicy): no retry of
 # their own; label and spec edits are watched, and the periodic resync looks again after a policy change.
+# Any other refusal (a full quota, no node to fit) is retried after the workload's backoff.
 WAIT_FOR_CHANGE = frozenset({"NamespaceNotEnabled", "TemplateNotAllowed"})
 WATCH_SECONDS = 300  # a watch the server ends after this long is resumed from its last resourceVersion
+BACKOFF = Backoff(base_seconds=1.0, cap_seconds=30.0)  # after a refusal that may lift, or a failure
+OWNED_CONDITIONS = (*st.CONDITION_TYPES, st.GPUS_HEALTHY)
 
 
 class WorkloadMetrics:
@@ -103,41 +111,15 @@ class WorkloadMetrics:
             buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
         )
 
+    # what the loop's watches hand over (kgwe.runtime.loop.WatchObserver)
+    def listed(self, source: str, count: int) -> None:
+        self.watch_events.labels(source, "LISTED").inc(count)
 
-class WorkQueue:
-    """Keys to reconcile: deduplicated, optionally delayed; one worker holds a key at a time."""
+    def changed(self, source: str, event: str) -> None:
+        self.watch_events.labels(source, event).inc()
 
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._heap: list[tuple[float, str]] = []
-        self._due: dict[str, float] = {}
-
-    def add(self, key: str, after_seconds: float = 0.0) -> None:
-        at = time.monotonic() + max(0.0, after_seconds)
-        with self._cond:
-            if key in self._due and self._due[key] <= at:
-                return
-            self._due[key] = at
-            heapq.heappush(self._heap, (at, key))
-            self._cond.notify()
-
-    def get(self, timeout: float) -> str | None:
-        deadline = time.monotonic() + timeout
-        with self._cond:
-            while True:
-                now = time.monotonic()
-                while self._heap and self._due.get(self._heap[0][1]) != self._heap[0][0]:
-                    heapq.heappop(self._heap)  # superseded entry
-                if self._heap and self._heap[0][0] <= now:
-                    _, key = heapq.heappop(self._heap)
-                    del self._due[key]
-                    return key
-                wait = deadline - now
-                if self._heap:
-                    wait = min(wait, self._heap[0][0] - now)
-                if wait <= 0:
-                    return None
-                self._cond.wait(wait)
+    def restarted(self, source: str, error: BaseException | None) -> None:
+        self.watch_restarts.labels(source, "expired" if error is None else "failed").inc()
 
 
 def _utcnow() -> datetime:
@@ -147,43 +129,33 @@ def _utcnow() -> datetime:
 class WorkloadReconciler:
     def __init__(
         self,
-        api_client: client.ApiClient,
+        cluster: Cluster | client.ApiClient,
         *,
         recorder: EventRecorder,
         metrics: WorkloadMetrics,
-        is_leader: Callable[[], bool],
+        is_leader: Gate,
         policy_namespace: str = KGWE_NAMESPACE,
         now: Callable[[], datetime] = _utcnow,
         cost_of: Callable[[str, str, dict], dict | None] | None = None,
     ) -> None:
-        self.api_client = api_client
-        self.custom = client.CustomObjectsApi(api_client)
-        self.core = client.CoreV1Api(api_client)
-        self.batch = client.BatchV1Api(api_client)
-        self.apps = client.AppsV1Api(api_client)
+        self.cluster = as_cluster(cluster)  # an ApiClient: its API server
         self.recorder = recorder
         self.metrics = metrics
         self.is_leader = is_leader
         self.policy_namespace = policy_namespace
         self.now = now
         self.cost_of = cost_of  # (namespace, name, workload) -> status.cost; None: not metered
-        self.grants = NamespaceGrants(api_client, kgwe_namespace=policy_namespace)
-        self._dyn: dynamic.DynamicClient | None = None
+        self.grants = NamespaceGrants(self.cluster, kgwe_namespace=policy_namespace)
+        self.status = StatusPatcher(self.cluster, GPU_WORKLOAD, owned=OWNED_CONDITIONS, gate=is_leader)
 
     # -- cluster facts -------------------------------------------------------------------------------
-    @property
-    def dyn(self) -> dynamic.DynamicClient:
-        if self._dyn is None:
-            self._dyn = dynamic.DynamicClient(self.api_client)
-        return self._dyn
-
     def _serves(self, group: str, version: str | None = None) -> bool:
-        return cluster_facts.serves(self.api_client, group, version)
+        return self.cluster.serves(group, version)
 
     def _policy(self) -> PolicyView:
         """The policy rendered from Git, read now. Without the PodTemplatePolicies the controller decides
         nothing: the reconcile fails, and is tried again."""
-        policy = cluster_facts.policy_view(self.api_client, self.policy_namespace)
+        policy = cluster_facts.policy_view(self.cluster, self.policy_namespace)
         if policy.template_policies is None:
             raise PermissionError(f"the controller may not read ConfigMap {POD_TEMPLATE_POLICY_CONFIGMAP}")
         return policy
@@ -193,31 +165,21 @@ class WorkloadReconciler:
         selector = f"{WORKLOAD_LABEL}={name}"
         if batch:
             selector += f",{RUN_LABEL}={run}"
-            jobs = list_items(self.batch.list_namespaced_job, namespace=namespace, label_selector=selector)
+            jobs = self.cluster.list(JOB, namespace, labels=selector)
             jobs = [j for j in jobs if not j["metadata"].get("deletionTimestamp")]
-            pods = list_items(self.core.list_namespaced_pod, namespace=namespace, label_selector=selector)
+            pods = self.cluster.list(POD, namespace, labels=selector)
             return st.RunView(jobs=jobs, pods=pods)
-        deps = list_items(self.apps.list_namespaced_deployment, namespace=namespace, label_selector=selector)
-        pods = list_items(self.core.list_namespaced_pod, namespace=namespace, label_selector=selector)
+        deps = self.cluster.list(DEPLOYMENT, namespace, labels=selector)
+        pods = self.cluster.list(POD, namespace, labels=selector)
         return st.RunView(deployments=deps, pods=pods)
 
     def _apply(self, obj: dict, dry_run: bool = False) -> None:
-        if not self.is_leader():
-            raise _NotLeader
-        resource = self.dyn.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
+        check(self.is_leader)
         meta = obj["metadata"]
         try:
-            self.dyn.server_side_apply(
-                resource,
-                body=obj,
-                name=meta["name"],
-                namespace=meta["namespace"],
-                field_manager=FIELD_MANAGER,
-                force_conflicts=True,
-                **({"dry_run": "All"} if dry_run else {}),
-            )
+            self.cluster.apply(obj, dry_run=dry_run)
         except ApiException as exc:
-            if exc.status != 403:
+            if not is_forbidden(exc):
                 raise
             # e.g. the namespace's RoleBinding not granted yet, or removed with the opt-in label
             raise PlanError(
@@ -227,62 +189,30 @@ class WorkloadReconciler:
 
     def _delete_run(self, namespace: str, name: str, run: int) -> None:
         """Delete the run's Jobs and PodGroup; their pods go with them (background cascade)."""
-        if not self.is_leader():
-            raise _NotLeader
+        check(self.is_leader)
         selector = f"{WORKLOAD_LABEL}={name},{RUN_LABEL}={run}"
-        body = client.V1DeleteOptions(propagation_policy="Background")
-        for job in list_items(self.batch.list_namespaced_job, namespace=namespace, label_selector=selector):
-            try:
-                self.batch.delete_namespaced_job(job["metadata"]["name"], namespace, body=body)
-            except ApiException as exc:
-                if exc.status != 404:
-                    raise
-        if self._serves("scheduling.k8s.io", "v1beta1"):
-            resource = self.dyn.resources.get(api_version=PODGROUP_API, kind="PodGroup")
-            try:
-                resource.delete(label_selector=selector, namespace=namespace)
-            except ApiException as exc:
-                if exc.status != 404:
-                    raise
-
-    def _write_status(self, obj: dict, new_status: dict) -> None:
-        if not self.is_leader():
-            raise _NotLeader
-        meta = obj["metadata"]
-        self.custom.patch_namespaced_custom_object_status(
-            API_GROUP,
-            CRD_VERSION,
-            meta["namespace"],
-            GPU_WORKLOAD_PLURAL,
-            meta["name"],
-            {"status": new_status},
-            _content_type="application/merge-patch+json",
-        )
+        kinds = [JOB, POD_GROUP] if self._serves(POD_GROUP.group, POD_GROUP.version) else [JOB]
+        for kind in kinds:
+            for child in self.cluster.list(kind, namespace, labels=selector):
+                self.cluster.delete(kind, child["metadata"]["name"], namespace)
 
     # -- one reconcile ---------------------------------------------------------------------------------
-    def reconcile(self, namespace: str, name: str) -> float | None:
-        """Returns seconds until this workload wants another look (None: only on change)."""
+    def reconcile(self, namespace: str, name: str) -> Result:
+        """One look at the workload; when to look again (kgwe.runtime.loop.Result)."""
         start = time.monotonic()
         try:
             return self._reconcile(namespace, name)
-        except _NotLeader:
-            return None
+        except NotLeader:
+            return DONE
         finally:
             self.metrics.duration.observe(time.monotonic() - start)
 
-    def _reconcile(self, namespace: str, name: str) -> float | None:
+    def _reconcile(self, namespace: str, name: str) -> Result:
         if not self.grants.listed.is_set():
-            return 1.0  # which namespaces opted in is not known yet: decide nothing
-        try:
-            obj = self.custom.get_namespaced_custom_object(
-                API_GROUP, CRD_VERSION, namespace, GPU_WORKLOAD_PLURAL, name
-            )
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-        if obj["metadata"].get("deletionTimestamp"):
-            return None
+            return Result(after_seconds=1.0)  # which namespaces opted in is not known yet: decide nothing
+        obj = self.cluster.get(GPU_WORKLOAD, name, namespace)
+        if obj is None or obj["metadata"].get("deletionTimestamp"):
+            return DONE
         old = obj.get("status") or {}
         p = _Pass(obj, _copy_status(old), int(obj["metadata"].get("generation") or 0), self.now())
         try:
@@ -290,27 +220,28 @@ class WorkloadReconciler:
         except ValidationError as exc:  # said once in a condition; the next edit of the spec brings it back
             loc, message = messages_from_validation(GPUWorkload, exc)[0]
             self._refuse(p, "InvalidSpec", f"{format_path(loc)}: {message}")
-            return self._finish(p, old, None)
+            self._finish(p)
+            return DONE
         try:
             requeue = self._drive(p, wl)
         except PlanError as exc:
             self._refuse(p, exc.reason, str(exc))
-            requeue = None if exc.reason in WAIT_FOR_CHANGE else 30.0
-        return self._finish(p, old, requeue)
+            self._finish(p)
+            return DONE if exc.reason in WAIT_FOR_CHANGE else RETRY
+        self._finish(p)
+        return Result(after_seconds=requeue)
 
     def _refuse(self, p: _Pass, reason: str, message: str) -> None:
         if p.condition("Admitted", "False", reason, message):
             p.event("Warning", reason, message)
             self.metrics.failed.labels(reason).inc()
 
-    def _finish(self, p: _Pass, old: dict, requeue: float | None) -> float | None:
+    def _finish(self, p: _Pass) -> None:
         p.new["phase"] = st.derive_phase(p.new["conditions"])
         p.new["observedGeneration"] = p.generation
-        if p.new != old:
-            self._write_status(p.obj, p.new)
+        self.status.write(p.obj, p.new)  # only when it changed
         for event_type, reason, message in p.events:
             self.recorder.record(p.obj, event_type, reason, message)
-        return requeue
 
     def _drive(self, p: _Pass, wl: GPUWorkload) -> float | None:
         spec, new = wl.spec, p.new
@@ -366,7 +297,7 @@ class WorkloadReconciler:
                 raise
             why = f"{exc} [{exc.reason}]"
         except ApiException as exc:
-            if exc.status not in (400, 422):
+            if not is_invalid(exc):
                 raise
             why = f"the API server refuses the change: {_reason(exc)}"
         p.event(
@@ -376,9 +307,9 @@ class WorkloadReconciler:
 
     def _facts(self, wl: GPUWorkload, run: int, policy: PolicyView) -> Facts:
         """The facts the run's children are planned with (kgwe.policy.admission), read now."""
-        native = self._serves("scheduling.k8s.io", "v1beta1")
+        native = self._serves(POD_GROUP.group, POD_GROUP.version)
         kueue = self._serves(cluster_facts.KUEUE_GROUP)
-        classes = ClusterView(priority_classes=cluster_facts.priority_classes(self.api_client))
+        classes = ClusterView(priority_classes=cluster_facts.priority_classes(self.cluster))
         return resolve_facts(wl, run, policy, classes, native=native, kueue=kueue)
 
     def _admit(self, p: _Pass, wl: GPUWorkload, run: int) -> None:
@@ -386,7 +317,7 @@ class WorkloadReconciler:
         with the namespace's budget quota as it is now; else create the run's children."""
         policy = self._policy()
         cluster = dataclasses.replace(
-            cluster_facts.cluster_view(self.api_client),  # live quota: below, as a state of the moment
+            cluster_facts.cluster_view(self.cluster),  # live quota: below, as a state of the moment
             enabled_namespaces=self.grants.enabled(),
             kgwe_namespace=self.policy_namespace,
         )
@@ -395,7 +326,7 @@ class WorkloadReconciler:
             raise PlanError(*refused)
         assert cluster.native_gang is not None and cluster.kueue is not None
         facts = resolve_facts(wl, run, policy, cluster, native=cluster.native_gang, kueue=cluster.kueue)
-        refused = quota_admission(cluster_facts.budget_quota(self.api_client, p.namespace), quota_needs(wl))
+        refused = quota_admission(cluster_facts.budget_quota(self.cluster, p.namespace), quota_needs(wl))
         if refused:
             raise PlanError(*refused)
         children = self._create(p, wl, run, facts, policy, check_first=True)
@@ -445,7 +376,7 @@ class WorkloadReconciler:
                 try:
                     self._apply(child, dry_run=True)
                 except ApiException as exc:
-                    if exc.status not in (400, 422):
+                    if not is_invalid(exc):
                         raise
                     what = f"{child['kind']}/{child['metadata']['name']}"
                     raise PlanError(
@@ -504,27 +435,26 @@ class WorkloadReconciler:
         holders: dict[str, dict[int, str]] = {}
         for name in nodes:
             try:
-                meta = self.core.read_node(name).metadata
+                node = self.cluster.get(NODE, name)
             except ApiException:
                 continue
-            annotations = meta.annotations or {}
+            annotations = ((node or {}).get("metadata") or {}).get("annotations") or {}
             faults[name] = unhealthy_gpus(annotations)
             holders[name] = gpu_holders({"metadata": {"annotations": annotations}})
         sick = st.unhealthy_placements(placed, p.namespace, faults, holders)
         if sick:
             message = "; ".join(sick)[:1024]
-            if p.condition("GPUsHealthy", "False", "GPUUnhealthy", message):
+            if p.condition(st.GPUS_HEALTHY, "False", "GPUUnhealthy", message):
                 p.event("Warning", "GPUUnhealthy", message)
         else:
             p.condition(
-                "GPUsHealthy", "True", "AllGPUsHealthy", "no pod holds a GPU the agent reports unhealthy"
+                st.GPUS_HEALTHY, "True", "AllGPUsHealthy", "no pod holds a GPU the agent reports unhealthy"
             )
 
     def _member_failed(self, p: _Pass, wl: GPUWorkload, failed: Mapping[str, Any], run: int) -> float | None:
         policy = wl.spec.retry_policy
         retries = int(p.new.get("retryCount") or 0)
-        conditions = failed["status"].get("conditions") or []
-        why = next((c.get("reason") or "" for c in conditions if c.get("type") == "Failed"), "")
+        why = (conditions.find(conditions.of(failed), "Failed") or {}).get("reason") or ""
         what = f"Job {failed['metadata']['name']} failed ({why})"
         self._delete_run(p.namespace, wl.name, run)
         if retries >= policy.max_retries:
@@ -583,10 +513,6 @@ class _Pass:
         self.events.append((event_type, reason, message))
 
 
-class _NotLeader(Exception):
-    pass
-
-
 def _copy_status(old: dict) -> dict:
     import copy
 
@@ -610,7 +536,7 @@ def _reason(exc: ApiException) -> str:
 
 
 class WorkloadController:
-    """Watches GPUWorkloads and their Jobs/Pods/Deployments in every namespace; one worker reconciles."""
+    """GPUWorkloads and their Jobs/Pods/Deployments in every namespace, watched; one worker reconciles."""
 
     def __init__(
         self,
@@ -620,141 +546,82 @@ class WorkloadController:
         watch_timeout_seconds: int = WATCH_SECONDS,
     ) -> None:
         self.reconciler = reconciler
-        self.queue = WorkQueue()
-        self.resync_seconds = resync_seconds
         self.watch_timeout_seconds = watch_timeout_seconds
-        self.reconciles = 0
-        self._threads: list[threading.Thread] = []
-        self._known: set[str] = set()  # GPUWorkload keys, as the watch last saw them
-        self._known_lock = threading.Lock()
+        children = [
+            Source(plural, kind, key=_workload_of, labels=WORKLOAD_LABEL)
+            for plural, kind in (("jobs", JOB), ("pods", POD), ("deployments", DEPLOYMENT))
+        ]
+        self.loop = ControlLoop(
+            GPU_WORKLOAD_PLURAL,
+            reconciler.cluster,
+            self._reconcile,
+            [Source(GPU_WORKLOAD_PLURAL, GPU_WORKLOAD, key=_key), *children],
+            gate=reconciler.is_leader,
+            queue=WorkQueue(backoff=BACKOFF),
+            resync_seconds=resync_seconds,
+            observer=reconciler.metrics,
+            on_leading=reconciler.grants.resync,  # every binding checked again
+            on_tick=reconciler.grants.sync,  # bindings before the workloads that need them
+            watch_timeout_seconds=watch_timeout_seconds,
+        )
         reconciler.grants.on_enabled = self._namespace_enabled
+
+    @property
+    def queue(self) -> WorkQueue:
+        return self.loop.queue
+
+    @property
+    def reconciles(self) -> int:
+        return self.loop.reconciles
+
+    @property
+    def resync_seconds(self) -> float | None:
+        """How often every workload is looked at again (gang timeouts, cost), from the watch's keys."""
+        return self.loop.resync_seconds
+
+    @resync_seconds.setter
+    def resync_seconds(self, seconds: float | None) -> None:
+        self.loop.resync_seconds = seconds
 
     def _namespace_enabled(self, namespace: str) -> None:
         """A namespace opted in: look again at the workloads waiting there."""
-        if not self.reconciler.is_leader():
-            return
-        with self._known_lock:
-            keys = sorted(k for k in self._known if k.startswith(namespace + "/"))
-        for key in keys:
-            self.queue.add(key)
+        for key in self.loop.known():
+            if key.startswith(namespace + "/"):
+                self.loop.add(key)
 
     def resync(self) -> None:
-        """Queue every GPUWorkload the watch knows (on becoming leader, and every resync period): periodic
-        work such as gang timeouts and cost comes from these looks, without listing again."""
-        with self._known_lock:
-            keys = sorted(self._known)
-        for key in keys:
-            self.queue.add(key)
+        """Queue every GPUWorkload the watch knows (on becoming leader, every resync period, and when the
+        prices in force change): periodic work such as gang timeouts and cost comes from these looks."""
+        self.loop.resync()
 
     def start(self, stop: threading.Event) -> None:
-        api = self.reconciler
-        sources: list[tuple[str, Callable[..., Any], dict[str, Any]]] = [
-            (
-                GPU_WORKLOAD_PLURAL,
-                api.custom.list_cluster_custom_object,
-                {"group": API_GROUP, "version": CRD_VERSION, "plural": GPU_WORKLOAD_PLURAL},
-            ),
-            ("jobs", api.batch.list_job_for_all_namespaces, {"label_selector": WORKLOAD_LABEL}),
-            ("pods", api.core.list_pod_for_all_namespaces, {"label_selector": WORKLOAD_LABEL}),
-            ("deployments", api.apps.list_deployment_for_all_namespaces, {"label_selector": WORKLOAD_LABEL}),
-        ]
-        for what, fn, kwargs in sources:
-            t = threading.Thread(
-                target=self._watch, args=(stop, what, fn, kwargs), name=f"kgwe-watch-{what}", daemon=True
-            )
-            t.start()
-            self._threads.append(t)
-        t = threading.Thread(
-            target=api.grants.run,
+        grants = threading.Thread(
+            target=self.reconciler.grants.run,
             args=(stop, self.watch_timeout_seconds),
             name="kgwe-watch-namespaces",
             daemon=True,
         )
-        t.start()
-        self._threads.append(t)
-        t = threading.Thread(target=self._work, args=(stop,), name="kgwe-workload-controller", daemon=True)
-        t.start()
-        self._threads.append(t)
+        grants.start()
+        self.loop.start(stop)
 
-    def _key(self, what: str, obj: dict) -> str | None:
-        meta = obj.get("metadata") or {}
-        if what == GPU_WORKLOAD_PLURAL:
-            return f"{meta.get('namespace')}/{meta.get('name')}"
-        name = (meta.get("labels") or {}).get(WORKLOAD_LABEL)
-        return f"{meta.get('namespace')}/{name}" if name else None
+    def _reconcile(self, key: str) -> Result:
+        namespace, _, name = key.partition("/")
+        try:
+            return self.reconciler.reconcile(namespace, name)
+        except ApiException as exc:
+            if is_not_found(exc):  # deleted while it was reconciled: its watch event comes next
+                return DONE
+            log.warning("reconcile of GPUWorkload %s failed: %s %s", key, exc.status, exc.reason)
+            return RETRY
 
-    def _watch(
-        self, stop: threading.Event, what: str, fn: Callable[..., Any], kwargs: dict[str, Any]
-    ) -> None:
-        """One list+watch loop (kgwe.runtime.watch) per kind: a listing queues every workload it names,
-        later events only what changed; re-watches resume from the last resourceVersion."""
-        metrics = self.reconciler.metrics
 
-        def listed(items: Sequence[dict]) -> None:
-            metrics.watch_events.labels(what, "LISTED").inc(len(items))
-            if what == GPU_WORKLOAD_PLURAL:
-                with self._known_lock:
-                    self._known = {k for k in (self._key(what, obj) for obj in items) if k}
-            for obj in items:
-                self._enqueue(what, obj)
+def _key(obj: KubeObject) -> str | None:
+    meta = obj.get("metadata") or {}
+    return f"{meta.get('namespace')}/{meta.get('name')}" if meta.get("name") else None
 
-        def changed(kind: str, obj: dict) -> None:
-            metrics.watch_events.labels(what, kind).inc()
-            key = self._key(what, obj)
-            if what == GPU_WORKLOAD_PLURAL and key:
-                with self._known_lock:
-                    if kind == "DELETED":
-                        self._known.discard(key)
-                    else:
-                        self._known.add(key)
-            self._enqueue(what, obj)
 
-        def restarted(error: BaseException | None) -> None:
-            metrics.watch_restarts.labels(what, "expired" if error is None else "failed").inc()
-
-        list_and_watch(
-            fn,
-            on_list=listed,
-            on_event=changed,
-            on_restart=restarted,
-            stop=stop,
-            watch_timeout_seconds=self.watch_timeout_seconds,
-            **kwargs,
-        )
-
-    def _enqueue(self, what: str, obj: dict) -> None:
-        key = self._key(what, obj)
-        if key and self.reconciler.is_leader():
-            self.queue.add(key)
-
-    def _work(self, stop: threading.Event) -> None:
-        last_resync = 0.0
-        was_leader = False
-        while not stop.is_set():
-            leader = self.reconciler.is_leader()
-            if leader and not was_leader:
-                self.reconciler.grants.resync()
-            if leader and (not was_leader or time.monotonic() - last_resync >= self.resync_seconds):
-                self.resync()
-                last_resync = time.monotonic()
-            was_leader = leader
-            if leader:
-                self.reconciler.grants.sync()  # bindings before the workloads that need them
-            key = self.queue.get(timeout=1.0)
-            if key is None or not leader:
-                continue
-            namespace, _, name = key.partition("/")
-            try:
-                again = self.reconciler.reconcile(namespace, name)
-            except ApiException as exc:
-                if exc.status == 404:  # deleted while it was reconciled: its watch event comes next
-                    again = None
-                else:
-                    log.warning("reconcile of GPUWorkload %s failed: %s %s", key, exc.status, exc.reason)
-                    again = 10.0
-            except Exception:
-                log.exception("reconcile of GPUWorkload %s failed", key)
-                again = 10.0
-            self.reconciles += 1
-            if again is not None:
-                self.queue.add(key, again)
+def _workload_of(obj: KubeObject) -> str | None:
+    """The key of the workload a child (Job, Pod, Deployment) belongs to, by its label."""
+    meta = obj.get("metadata") or {}
+    name = (meta.get("labels") or {}).get(WORKLOAD_LABEL)
+    return f"{meta.get('namespace')}/{name}" if name else None

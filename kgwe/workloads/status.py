@@ -20,6 +20,7 @@ from kgwe.timestamps import format_rfc3339 as rfc3339
 from kgwe.vocab import GPU_INDEX_ANNOTATION
 
 CONDITION_TYPES = ("Admitted", "PodsScheduled", "PodsReady", "Complete", "Failed", "Suspended")
+GPUS_HEALTHY = "GPUsHealthy"  # set only while a pod of the run is placed
 
 
 def backoff_seconds(policy: RetryPolicy, retry: int, rng: random.Random | None = None) -> float:
