@@ -1,0 +1,284 @@
+"""The GPUWorkload reconciler's steps on the in-memory cluster (kgwe.runtime.memory): admission and status
+transitions as the run's pods and Jobs move, a member failure restarting the gang after its backoff,
+refusals (those only an edit lifts, those retried after the workload's backoff), leader loss, and the
+controller's loop. The test plays the kubelet and the Job controller (their status writes); the real control
+plane proves the same wiring end to end (test_workloads_cluster.py, test_refusals.py)."""
+
+from __future__ import annotations
+
+import copy
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import yaml
+from prometheus_client import CollectorRegistry
+
+from kgwe.cluster.events import EventRecorder
+from kgwe.localcluster.gpunodes import machine, node_manifest
+from kgwe.policy import load_repository
+from kgwe.render.render import RenderOptions, render
+from kgwe.resources import sample_repo_dir
+from kgwe.runtime.conditions import find
+from kgwe.runtime.kinds import EVENT, GPU_WORKLOAD, JOB, RESOURCE_QUOTA
+from kgwe.runtime.loop import DONE, RETRY
+from kgwe.runtime.memory import MemoryCluster
+from kgwe.runtime.queue import Backoff
+from kgwe.vocab import (
+    BUDGET_QUOTA_NAME,
+    RUN_LABEL,
+    WORKLOAD_LABEL,
+    WORKLOADS_ENABLED,
+    WORKLOADS_NAMESPACE_LABEL,
+)
+from kgwe.workloads.controller import WorkloadController, WorkloadMetrics, WorkloadReconciler
+from tests.harness.waiting import wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+OWN = yaml.safe_load(
+    (ROOT / "docs" / "examples" / "gpuworkloads" / "kgwe-readme-llm-training.yaml").read_text()
+)
+KGWE_NS, TEAM_NS, CLOSED_NS = "kgwe-system", "ml-team", "closed"
+SCORING = """apiVersion: kgwe.nvidia.io/v1
+kind: ScoringProfile
+metadata: {name: default}
+spec: {default: true, strategy: BestFit}
+"""
+T0 = datetime(2026, 11, 1, 12, tzinfo=UTC)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+class Leader:
+    def __init__(self) -> None:
+        self.leading = True
+
+    def __call__(self) -> bool:
+        return self.leading
+
+
+def namespace(name: str, enabled: bool) -> dict[str, Any]:
+    labels = {WORKLOADS_NAMESPACE_LABEL: WORKLOADS_ENABLED} if enabled else {}
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}}
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> Iterator[SimpleNamespace]:
+    """The cluster as the policy reconciler leaves it (rendered ConfigMaps, GPU nodes, an opted-in
+    namespace), and the workload reconciler with its namespace watch running."""
+    cluster = MemoryCluster()
+    (tmp_path / "scoring.yaml").write_text(SCORING)
+    for runtime in (sample_repo_dir() / "runtimes").glob("*.yaml"):
+        (tmp_path / runtime.name).write_text(runtime.read_text())
+    for obj in render(load_repository(tmp_path), options=RenderOptions(namespace=KGWE_NS)).objects:
+        if obj["kind"] == "ConfigMap" and obj["metadata"].get("namespace") == KGWE_NS:
+            cluster.put(obj)
+    for i in range(2):
+        cluster.put(node_manifest(f"h100-{i}", machine("DGX-H100")))
+    cluster.put(namespace(TEAM_NS, True))
+    cluster.put(namespace(CLOSED_NS, False))
+    clock, leader, stop = Clock(), Leader(), threading.Event()
+    rec = WorkloadReconciler(
+        cluster,
+        recorder=EventRecorder(cluster),
+        metrics=WorkloadMetrics(CollectorRegistry()),
+        is_leader=leader,
+        policy_namespace=KGWE_NS,
+        now=clock,
+    )
+    threading.Thread(target=rec.grants.run, args=(stop, 5), daemon=True).start()
+    assert rec.grants.listed.wait(30)
+    rec.grants.sync()  # the controller's RoleBindings, as its worker writes them before any workload
+
+    def create(ns: str = TEAM_NS, name: str = "llm-training", **spec: Any) -> str:
+        doc = copy.deepcopy(OWN)
+        doc["metadata"] = {"name": name, "namespace": ns}
+        doc["spec"].update(spec)
+        cluster.create(doc)
+        return str(doc["metadata"]["name"])
+
+    def status(name: str, ns: str = TEAM_NS) -> dict[str, Any]:
+        return (cluster.get(GPU_WORKLOAD, name, ns) or {}).get("status") or {}
+
+    yield SimpleNamespace(
+        cluster=cluster, rec=rec, clock=clock, leader=leader, stop=stop, create=create, status=status
+    )
+    stop.set()
+
+
+def cond(status: dict[str, Any], ctype: str) -> tuple[str, str]:
+    found = find(status.get("conditions"), ctype) or {}
+    return found.get("status", ""), found.get("reason", "")
+
+
+def play_kubelet(cluster: MemoryCluster, name: str, run: int, *, ready: bool) -> None:
+    """The run's one pod, bound to a node (and Running and Ready when `ready`), as the scheduler and the
+    kubelet would leave it."""
+    (job,) = cluster.list(JOB, TEAM_NS, labels=f"{WORKLOAD_LABEL}={name},{RUN_LABEL}={run}")
+    template = job["spec"]["template"]
+    status = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]} if ready else {}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": f"{job['metadata']['name']}-0", "namespace": TEAM_NS, **template["metadata"]},
+        "spec": {**template["spec"], "nodeName": "h100-0"},
+        "status": status,
+    }
+    cluster.put(pod)
+
+
+def job_ends(cluster: MemoryCluster, name: str, run: int, how: str) -> None:
+    """The Job controller's verdict on the run's Job: Complete or Failed."""
+    (job,) = cluster.list(JOB, TEAM_NS, labels=f"{WORKLOAD_LABEL}={name},{RUN_LABEL}={run}")
+    job["status"] = {"conditions": [{"type": how, "status": "True", "reason": "BackoffLimitExceeded"}]}
+    cluster.put(job)
+
+
+def test_a_workload_is_admitted_then_scheduled_running_and_succeeded(world):
+    name = world.create()
+    result = world.rec.reconcile(TEAM_NS, name)
+    assert result.after_seconds is not None and not result.failed
+    status = world.status(name)
+    assert cond(status, "Admitted") == ("True", "Admitted") and status["phase"] == "Pending"
+    assert status["run"] == 0 and status["gangBackend"] and status["gpus"] == 8
+    assert len(world.cluster.list(JOB, TEAM_NS)) == 1  # one pod: no PodGroup
+    managed = world.cluster.get(GPU_WORKLOAD, name, TEAM_NS)["metadata"]["managedFields"]
+    assert {"manager": "kgwe-controller", "operation": "Update", "subresource": "status"} in managed
+
+    play_kubelet(world.cluster, name, 0, ready=False)
+    world.rec.reconcile(TEAM_NS, name)
+    status = world.status(name)
+    assert cond(status, "PodsScheduled") == ("True", "AllScheduled") and status["phase"] == "Scheduled"
+    assert status["nodes"] == "h100-0" and status["placements"][0]["node"] == "h100-0"
+
+    play_kubelet(world.cluster, name, 0, ready=True)
+    world.rec.reconcile(TEAM_NS, name)
+    assert cond(world.status(name), "PodsReady") == ("True", "AllReady")
+    assert world.status(name)["phase"] == "Running"
+
+    job_ends(world.cluster, name, 0, "Complete")
+    assert world.rec.reconcile(TEAM_NS, name) == DONE  # nothing more to look at
+    status = world.status(name)
+    assert cond(status, "Complete") == ("True", "Completed") and status["phase"] == "Succeeded"
+    reasons = [e["reason"] for e in world.cluster.objects(EVENT)]
+    assert {"Created", "Admitted", "Scheduled", "Completed"} <= set(reasons)
+    writes = len(world.cluster.writes)
+    assert world.rec.reconcile(TEAM_NS, name) == DONE
+    assert len(world.cluster.writes) == writes  # a look that changes nothing writes nothing
+
+
+def test_a_member_failure_restarts_the_whole_gang_after_its_backoff_until_retries_run_out(world):
+    name = world.create(retryPolicy={"maxRetries": 1, "backoffSeconds": 60, "jitter": 0})
+    world.rec.reconcile(TEAM_NS, name)
+    job_ends(world.cluster, name, 0, "Failed")
+    result = world.rec.reconcile(TEAM_NS, name)
+    assert result.after_seconds == 60.0  # the gang's own backoff, from its retryPolicy
+    status = world.status(name)
+    assert status["retryCount"] == 1 and status["nextRetryTime"] == "2026-11-01T12:01:00Z"
+    assert cond(status, "PodsScheduled") == ("False", "Restarting")
+    assert world.cluster.list(JOB, TEAM_NS) == []
+
+    assert world.rec.reconcile(TEAM_NS, name).after_seconds == 60.0  # not yet: nothing recreated
+    world.clock.now += timedelta(seconds=61)
+    world.rec.reconcile(TEAM_NS, name)
+    assert world.status(name)["run"] == 1
+    assert [j["metadata"]["labels"][RUN_LABEL] for j in world.cluster.list(JOB, TEAM_NS)] == ["1"]
+
+    job_ends(world.cluster, name, 1, "Failed")
+    assert world.rec.reconcile(TEAM_NS, name) == DONE
+    status = world.status(name)
+    assert cond(status, "Failed") == ("True", "BackoffLimitExceeded") and status["phase"] == "Failed"
+
+
+def test_refusals_wait_for_an_edit_or_come_back_after_the_backoff(world):
+    closed = world.create(CLOSED_NS)
+    assert world.rec.reconcile(CLOSED_NS, closed) == DONE  # only the namespace's label lifts it
+    assert cond(world.status(closed, CLOSED_NS), "Admitted") == ("False", "NamespaceNotEnabled")
+
+    quota = {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": BUDGET_QUOTA_NAME, "namespace": TEAM_NS},
+        "spec": {"hard": {"requests.nvidia.com/gpu": "4"}},
+    }
+    world.cluster.create(quota)
+    name = world.create()
+    assert world.rec.reconcile(TEAM_NS, name) == RETRY  # the quota may free up: retried after the backoff
+    assert cond(world.status(name), "Admitted")[0] == "False"
+    assert world.cluster.list(JOB, TEAM_NS) == []
+    world.cluster.patch(
+        RESOURCE_QUOTA, BUDGET_QUOTA_NAME, {"spec": {"hard": {"requests.nvidia.com/gpu": "8"}}}, TEAM_NS
+    )
+    assert not world.rec.reconcile(TEAM_NS, name).failed
+    assert cond(world.status(name), "Admitted") == ("True", "Admitted")
+
+    bad = world.create(
+        name="bad", podTemplate={"spec": {"affinity": "x", "containers": [{"name": "t", "image": "b"}]}}
+    )
+    assert world.rec.reconcile(TEAM_NS, bad) != RETRY  # an invalid spec waits for its next edit
+    assert cond(world.status(bad), "Admitted") == ("False", "InvalidSpec")
+
+
+def test_a_lost_lease_stops_the_pass_before_its_next_write(world):
+    name = world.create()
+    before = len(world.cluster.writes)
+
+    def deposed(verb: str, ref: Any) -> None:
+        world.leader.leading = False
+
+    world.cluster.on_write = deposed
+    assert world.rec.reconcile(TEAM_NS, name) == DONE
+    assert [verb for verb, _ in world.cluster.writes[before:]] == ["apply"]  # the first child, nothing after
+    assert world.status(name) == {}
+    world.cluster.on_write = None
+    assert world.rec.reconcile(TEAM_NS, name) == DONE  # a standby writes nothing at all
+    assert len(world.cluster.writes) == before + 1
+
+
+def test_conditions_of_other_writers_are_kept(world):
+    name = world.create()
+    theirs = {"type": "Audited", "status": "True", "reason": "Reviewed", "message": "by the platform team"}
+    world.cluster.patch_status(GPU_WORKLOAD, name, {"status": {"conditions": [theirs]}}, TEAM_NS)
+    world.rec.reconcile(TEAM_NS, name)
+    assert cond(world.status(name), "Audited") == ("True", "Reviewed")
+    assert cond(world.status(name), "Admitted") == ("True", "Admitted")
+
+
+def test_the_loop_retries_a_refusal_with_a_growing_backoff_and_admits_once_it_lifts(world):
+    world.cluster.create(
+        {
+            "apiVersion": "v1",
+            "kind": "ResourceQuota",
+            "metadata": {"name": BUDGET_QUOTA_NAME, "namespace": TEAM_NS},
+            "spec": {"hard": {"requests.nvidia.com/gpu": "4"}},
+        }
+    )
+    controller = WorkloadController(world.rec, resync_seconds=3600)
+    queue = controller.queue
+    queue.backoff = Backoff(base_seconds=0.01, cap_seconds=0.1)  # the test counts retries, it waits for none
+    controller.start(world.stop)
+    key = f"{TEAM_NS}/{world.create()}"
+    wait_for("three refusals in a row", lambda: queue.failures(key) >= 3)
+    world.cluster.patch(
+        RESOURCE_QUOTA, BUDGET_QUOTA_NAME, {"spec": {"hard": {"requests.nvidia.com/gpu": "8"}}}, TEAM_NS
+    )
+    wait_for(
+        "admitted once the quota lifts",
+        lambda: cond(world.status(key.split("/")[1]), "Admitted")[0] == "True",
+    )
+    wait_for("its failures forgotten", lambda: queue.failures(key) == 0)
+    # a child's change queues its workload: the pod the kubelet binds
+    before = controller.reconciles
+    play_kubelet(world.cluster, key.split("/")[1], 0, ready=False)
+    wait_for("the pod's change looked at", lambda: controller.reconciles > before)
+    wait_for("scheduled", lambda: world.status(key.split("/")[1]).get("phase") == "Scheduled")
