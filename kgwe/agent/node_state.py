@@ -4,11 +4,13 @@ minimal patch to get there. Pure."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import orjson
 
+from kgwe.runtime.conditions import ConditionStatus, dump, parse, set_condition
+from kgwe.timestamps import format_rfc3339
 from kgwe.topology import annotation, choice, known
 from kgwe.topology.health import GPUFault
 from kgwe.topology.model import NodeTopology
@@ -64,7 +66,7 @@ def node_patch(
     return {"metadata": meta}
 
 
-def health_condition(faults: Mapping[int, GPUFault]) -> tuple[str, str, str]:
+def health_condition(faults: Mapping[int, GPUFault]) -> tuple[ConditionStatus, str, str]:
     """(status, reason, message) of the Node's GPUHealthy condition for these faults."""
     if not faults:
         return "True", "AllGPUsHealthy", "every GPU passes the agent's NVML health checks"
@@ -80,20 +82,26 @@ def condition_patch(
     """A Node status patch setting GPUHealthy (conditions merge by type), or None when it already says so.
 
     `current` is (status, reason, message, lastTransitionTime) of the existing condition, if any; the
-    transition time moves only when the status flips."""
+    transition time moves only when the status flips (kgwe.runtime.conditions)."""
     status, reason, message = health_condition(faults)
-    if current is not None and current[:3] == (status, reason, message):
+    held = []
+    if current is not None:
+        old_status, old_reason, old_message, since = current
+        held = parse(
+            [
+                {
+                    "type": GPU_HEALTH_CONDITION,
+                    "status": old_status,
+                    "reason": old_reason,
+                    "message": old_message,
+                    "lastTransitionTime": format_rfc3339(since) if since is not None else None,
+                }
+            ]
+        )
+    if not set_condition(held, GPU_HEALTH_CONDITION, status, reason, message, generation=None, now=now):
         return None
-    since = current[3] if current is not None and current[0] == status and current[3] else now
-    stamp = since.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    condition = {
-        "type": GPU_HEALTH_CONDITION,
-        "status": status,
-        "reason": reason,
-        "message": message,
-        "lastHeartbeatTime": now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "lastTransitionTime": stamp,
-    }
+    (condition,) = dump(held)
+    condition["lastHeartbeatTime"] = format_rfc3339(now)  # a Node condition's own field
     return {"status": {"conditions": [condition]}}
 
 

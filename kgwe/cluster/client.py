@@ -10,6 +10,7 @@ from kubernetes import client, config
 from kubernetes.config.config_exception import ConfigException
 
 from kgwe.errors import KgweError
+from kgwe.runtime.errors import is_conflict, is_not_found
 from kgwe.vocab import API_GROUP, CRD_VERSION, GPU_WORKLOAD_PLURAL
 
 # API calls one client makes at once at most (a rollout wave patches this many nodes side by side): its
@@ -69,7 +70,7 @@ def ensure_namespace(api: client.ApiClient, name: str) -> None:
     try:
         client.CoreV1Api(api).create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
     except ApiException as exc:
-        if exc.status != 409:
+        if not is_conflict(exc):
             raise
 
 
@@ -95,6 +96,6 @@ def list_gpu_workloads(api: client.ApiClient) -> list[dict]:
             plural=GPU_WORKLOAD_PLURAL,
         )
     except ApiException as exc:
-        if exc.status != 404:
+        if not is_not_found(exc):
             raise
         return []

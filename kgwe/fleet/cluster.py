@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from kgwe.errors import KgweError
 from kgwe.fleet.output import FORMATS
+from kgwe.runtime.errors import is_not_found
 from kgwe.vocab import (
     API_GROUP,
     BUDGET_QUOTA_NAME,
@@ -87,7 +88,7 @@ class Fleet:
         try:
             yield
         except ApiException as exc:
-            if exc.status == 404 and crd:
+            if is_not_found(exc) and crd:
                 raise KgweError(
                     f"the {crd} CRD is not installed on the cluster at {self.host} "
                     "(install KGWE's CRDs: deploy/crds/ or the Helm chart)"

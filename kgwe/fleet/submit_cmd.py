@@ -23,6 +23,7 @@ from typing import Any
 
 from kgwe.errors import KgweError
 from kgwe.fleet.cluster import Fleet, add_cluster_arguments
+from kgwe.runtime.errors import is_conflict
 from kgwe.vocab import GPU_WORKLOAD_RESOURCE
 
 DRY_RUN = ("none", "server", "client")
@@ -142,7 +143,7 @@ def submit(fleet: Fleet, body: dict[str, Any], *, server_dry_run: bool) -> str:
             custom.create_namespaced_custom_object(body=body, **coords, **dry)
             return "created" + suffix
         except ApiException as exc:
-            if exc.status != 409:
+            if not is_conflict(exc):
                 raise
     with fleet.reading(f"update GPUWorkload {ns}/{name}", crd=crd):
         live = custom.get_namespaced_custom_object(name=name, **coords)

@@ -30,6 +30,7 @@ from kubernetes.client.exceptions import ApiException
 from kgwe.certs.rotation import CertPlan, Lifetimes, Stored, Wanted, plan
 from kgwe.cluster.events import EventRecorder
 from kgwe.errors import KgweError
+from kgwe.runtime.errors import is_not_found
 from kgwe.runtime.leader import NotLeader
 from kgwe.timestamps import format_rfc3339
 from kgwe.vocab import (
@@ -158,7 +159,7 @@ class CertificateKeeper:
         try:
             secret = self.core.read_namespaced_secret(name, self.namespace)
         except ApiException as exc:
-            if exc.status == 404:
+            if is_not_found(exc):
                 return None
             raise
         return Stored(_decode(secret.data), dict(secret.metadata.annotations or {}))
@@ -215,7 +216,7 @@ class CertificateKeeper:
         try:
             config = self.admission.read_mutating_webhook_configuration(self.webhook_configuration)
         except ApiException as exc:
-            if exc.status == 404:
+            if is_not_found(exc):
                 log.info("no MutatingWebhookConfiguration %s: caBundle not set", self.webhook_configuration)
                 return False
             raise

@@ -129,8 +129,8 @@ class CostDuties:
     def workload_cost(self, namespace: str, name: str, obj: dict) -> dict | None:
         """status.cost of a GPUWorkload: its pods' metered GPU-hours and cost since it was created."""
         from kgwe.policy.gpu_workload import GPUWorkload
+        from kgwe.timestamps import format_rfc3339 as rfc3339
         from kgwe.workloads.cost import pod_pattern, workload_cost
-        from kgwe.workloads.status import rfc3339
 
         if self.book is None:
             return None

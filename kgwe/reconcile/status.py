@@ -17,7 +17,17 @@ from typing import Any
 from pydantic import ValidationError
 
 from kgwe.policy.cluster_kinds import Condition, PolicyRepositoryStatus
-from kgwe.runtime.conditions import READY, RECONCILING, STALLED, Summary, find, set_condition, summarise
+from kgwe.runtime.conditions import (
+    READY,
+    RECONCILING,
+    STALLED,
+    Summary,
+    dump,
+    find,
+    parse,
+    set_condition,
+    summarise,
+)
 from kgwe.runtime.status import merge_patch
 
 log = logging.getLogger(__name__)
@@ -56,21 +66,10 @@ RETRY_PHASES = frozenset(phase for phase, s in _TABLE.items() if s.reconciling =
 SUMMARY_CONDITIONS = (READY, RECONCILING, STALLED)
 
 
-def _previous(current: Mapping[str, Any]) -> list[Condition]:
-    """The live conditions as the model reads them (one that does not validate is left out)."""
-    out = []
-    for c in current.get("conditions") or []:
-        try:
-            out.append(Condition.model_validate(c))
-        except ValidationError:
-            continue
-    return out
-
-
 def _conditions(
     current: Mapping[str, Any], outcome: Outcome, generation: int | None, now: datetime
 ) -> list[Condition]:
-    previous = _previous(current)
+    previous = parse(current.get("conditions"))
     summary = _TABLE[outcome.phase]
     conditions = summarise(previous, summary, outcome.message, generation=generation, now=now)
     others = [c.model_copy() for c in previous if c.type not in SUMMARY_CONDITIONS]
@@ -93,10 +92,7 @@ def _conditions(
 def next_status(current: Mapping | None, outcome: Outcome, *, generation: int | None, now: datetime) -> dict:
     """The status to write after `outcome` (copying what the outcome does not change), as the API holds it."""
     doc: dict[str, Any] = dict(current or {})
-    doc["conditions"] = [
-        c.model_dump(mode="json", by_alias=True, exclude_none=True)
-        for c in _conditions(doc, outcome, generation, now)
-    ]
+    doc["conditions"] = dump(_conditions(doc, outcome, generation, now))
     doc["observedGeneration"] = generation
     if outcome.attempted_revision:
         doc["lastAttemptedRevision"] = outcome.attempted_revision

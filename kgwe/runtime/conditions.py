@@ -2,7 +2,7 @@
 and the helpers every reader and writer uses: find one by type, test it, set it (its lastTransitionTime moves
 only when its status flips), and sum a pass up in kstatus's three (Ready always; Reconciling and Stalled,
 abnormal-true, only while true). The readers also take conditions as the API sends them (dicts of a Pod, a
-Job, a Node or another object's status). Pure: no I/O."""
+Job, a Node or another object's status, or the kubernetes client's models of them). Pure: no I/O."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, TypeVar, cast
+
+from pydantic import ValidationError
 
 from kgwe.policy.cluster_kinds import Condition
 from kgwe.timestamps import format_rfc3339
@@ -21,19 +23,38 @@ ConditionStatus = Literal["True", "False", "Unknown"]
 C = TypeVar("C", Condition, Mapping[str, Any])
 
 
-def _get(c: Condition | Mapping[str, Any], field: str) -> Any:
-    return c.get(field) if isinstance(c, Mapping) else getattr(c, field)
+def _get(c: object, field: str) -> Any:
+    """A field of a condition: the model's, the API's dict's, or a kubernetes client model's."""
+    return c.get(field) if isinstance(c, Mapping) else getattr(c, field, None)
 
 
 def find(conditions: Iterable[C] | None, ctype: str) -> C | None:
-    """The condition of type `ctype`, or None."""
-    return next((c for c in conditions or () if _get(c, "type") == ctype), None)
+    """The condition of type `ctype`, or None (entries that are no condition are passed over)."""
+    if not isinstance(conditions, list | tuple):
+        return None
+    return next((c for c in conditions if _get(c, "type") == ctype), None)
 
 
 def of(obj: Mapping[str, Any] | None) -> list[Mapping[str, Any]]:
     """The conditions in an object's status, as the API sent them."""
     found = ((obj or {}).get("status") or {}).get("conditions")
     return [c for c in found if isinstance(c, Mapping)] if isinstance(found, list) else []
+
+
+def parse(found: object) -> list[Condition]:
+    """Conditions as the API sent them, as the model (one that does not validate is left out)."""
+    out = []
+    for c in found if isinstance(found, list) else []:
+        try:
+            out.append(Condition.model_validate(c))
+        except ValidationError:
+            continue
+    return out
+
+
+def dump(conditions: Iterable[Condition]) -> list[dict[str, Any]]:
+    """Conditions as the API holds them."""
+    return [c.model_dump(mode="json", by_alias=True, exclude_none=True) for c in conditions]
 
 
 def status_of(conditions: Iterable[C] | None, ctype: str) -> str | None:

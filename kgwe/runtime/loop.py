@@ -269,7 +269,7 @@ class ControlLoop:
             targets.append((f"{self.name}-{index}", _bind(self._work, stop, index == 0)))
         targets.append((f"{self.name}-leader", _bind(self._supervisor, stop)))
         for name, target in targets:
-            thread = threading.Thread(target=target, name=f"kgwe-{name}", daemon=True)
+            thread = threading.Thread(target=target, name=f"loop-{name}", daemon=True)
             thread.start()
             self._threads.append(thread)
 

@@ -14,6 +14,7 @@ kgwe.workloads.plan and .status; this module only reads and writes.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import logging
 import threading
@@ -41,11 +42,13 @@ from kgwe.policy.admission import (
     refusal,
     resolve_facts,
 )
+from kgwe.policy.cluster_kinds import Condition
 from kgwe.policy.diagnostics import format_path, messages_from_validation
-from kgwe.policy.gpu_workload import GPUWorkload
+from kgwe.policy.gpu_workload import GPUWorkload, GPUWorkloadStatus
 from kgwe.policy.workload_resolution import Facts, PlanError
 from kgwe.runtime import conditions
 from kgwe.runtime.cluster import Cluster, KubeObject
+from kgwe.runtime.conditions import ConditionStatus
 from kgwe.runtime.errors import is_forbidden, is_invalid, is_not_found
 from kgwe.runtime.kinds import DEPLOYMENT, GPU_WORKLOAD, JOB, NODE, POD, POD_GROUP
 from kgwe.runtime.kube import as_cluster
@@ -53,7 +56,7 @@ from kgwe.runtime.leader import Gate, NotLeader, check
 from kgwe.runtime.loop import DONE, RETRY, ControlLoop, Result, Source
 from kgwe.runtime.queue import Backoff, WorkQueue
 from kgwe.runtime.status import StatusPatcher
-from kgwe.timestamps import parse_rfc3339
+from kgwe.timestamps import format_rfc3339, parse_rfc3339
 from kgwe.vocab import (
     GPU_WORKLOAD_PLURAL,
     KGWE_NAMESPACE,
@@ -213,8 +216,9 @@ class WorkloadReconciler:
         obj = self.cluster.get(GPU_WORKLOAD, name, namespace)
         if obj is None or obj["metadata"].get("deletionTimestamp"):
             return DONE
-        old = obj.get("status") or {}
-        p = _Pass(obj, _copy_status(old), int(obj["metadata"].get("generation") or 0), self.now())
+        old = copy.deepcopy(obj.get("status") or {})
+        p = _Pass(obj, old, int(obj["metadata"].get("generation") or 0), self.now())
+        p.conditions = conditions.parse(old.get("conditions"))
         try:
             wl = GPUWorkload.model_validate(obj)
         except ValidationError as exc:  # said once in a condition; the next edit of the spec brings it back
@@ -237,15 +241,13 @@ class WorkloadReconciler:
             self.metrics.failed.labels(reason).inc()
 
     def _finish(self, p: _Pass) -> None:
-        p.new["phase"] = st.derive_phase(p.new["conditions"])
-        p.new["observedGeneration"] = p.generation
-        self.status.write(p.obj, p.new)  # only when it changed
+        self.status.write(p.obj, p.status())  # only when it changed
         for event_type, reason, message in p.events:
             self.recorder.record(p.obj, event_type, reason, message)
 
     def _drive(self, p: _Pass, wl: GPUWorkload) -> float | None:
         spec, new = wl.spec, p.new
-        if st.is_true(new["conditions"], "Complete") or st.is_true(new["conditions"], "Failed"):
+        if conditions.is_true(p.conditions, "Complete") or conditions.is_true(p.conditions, "Failed"):
             self._cost(p, wl)
             return None
         run = int(new.get("run") or 0)
@@ -272,8 +274,8 @@ class WorkloadReconciler:
             with tracing.span("kgwe.gpuworkload.admission", **{"kgwe.workload": f"{p.namespace}/{wl.name}"}):
                 self._admit(p, wl, run)
             view = self._view(p.namespace, wl.name, run, spec.is_batch)
-        elif int(new.get("observedGeneration") or 0) != p.generation or not st.is_true(
-            new["conditions"], "Admitted"
+        elif int(new.get("observedGeneration") or 0) != p.generation or not conditions.is_true(
+            p.conditions, "Admitted"
         ):
             # a spec edit (e.g. suspend) reaches the children; one refused before is tried again
             applied = self._reapply(p, wl, run)
@@ -333,7 +335,7 @@ class WorkloadReconciler:
         p.new.update(
             run=run,
             retryCount=int(p.new.get("retryCount") or 0),
-            runStartTime=st.rfc3339(p.now),
+            runStartTime=format_rfc3339(p.now),
             gangBackend=facts.gang_backend,
             strategy=wl.spec.scheduling_strategy or facts.scoring_profile or "default",
             runtime=facts.runtime_name,
@@ -420,7 +422,8 @@ class WorkloadReconciler:
                 left = spec.gang.timeout_seconds - (p.now - run_start).total_seconds()
                 requeue = max(1.0, min(requeue or 15.0, left + 1))
         ready = bool(want) and prog.ready >= want
-        status, reason = ("True", "AllReady") if ready else ("False", "NotReady")
+        status: ConditionStatus = "True" if ready else "False"
+        reason = "AllReady" if ready else "NotReady"
         p.condition("PodsReady", status, reason, f"{prog.ready}/{want} pods ready")
         self._gpu_health(p, new["placements"], prog.nodes)
         self._cost(p, wl)
@@ -467,7 +470,7 @@ class WorkloadReconciler:
             return None
         delay = st.backoff_seconds(policy, retries)
         at = p.now + timedelta(seconds=delay)
-        p.new.update(retryCount=retries + 1, nextRetryTime=st.rfc3339(at), placements=[], nodes=None)
+        p.new.update(retryCount=retries + 1, nextRetryTime=format_rfc3339(at), placements=[], nodes=None)
         message = (
             f"{what}: restarting the whole gang in {delay:.0f}s (retry {retries + 1} of {policy.max_retries})"
         )
@@ -492,33 +495,34 @@ class WorkloadReconciler:
 
 @dataclass
 class _Pass:
-    """One reconcile of one workload: the object read, the status being built, the Events to emit."""
+    """One reconcile of one workload: the object read, the status being built (its conditions as the
+    model), the Events to emit."""
 
     obj: dict
     new: dict
     generation: int
     now: datetime
     events: list[tuple[str, str, str]] = field(default_factory=list)
+    conditions: list[Condition] = field(default_factory=list)
 
     @property
     def namespace(self) -> str:
         return self.obj["metadata"]["namespace"]
 
-    def condition(self, ctype: str, status: str, reason: str, message: str) -> bool:
-        return st.set_condition(
-            self.new["conditions"], ctype, status, reason, message, self.generation, self.now
+    def condition(self, ctype: str, status: ConditionStatus, reason: str, message: str) -> bool:
+        return conditions.set_condition(
+            self.conditions, ctype, status, reason, message, generation=self.generation, now=self.now
         )
+
+    def status(self) -> GPUWorkloadStatus:
+        """The status this pass leads to, through the model (None values: absent)."""
+        self.new["conditions"] = conditions.dump(self.conditions)
+        self.new["phase"] = st.derive_phase(self.conditions)
+        self.new["observedGeneration"] = self.generation
+        return GPUWorkloadStatus.model_validate(self.new)
 
     def event(self, event_type: str, reason: str, message: str) -> None:
         self.events.append((event_type, reason, message))
-
-
-def _copy_status(old: dict) -> dict:
-    import copy
-
-    new = copy.deepcopy(old)
-    new.setdefault("conditions", [])
-    return new
 
 
 def _reason(exc: ApiException) -> str:

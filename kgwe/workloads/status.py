@@ -1,10 +1,10 @@
 """Pure status: what the children of a GPUWorkload say -> conditions, phase, placements, retry decisions.
 
 Condition types: Admitted, PodsScheduled, PodsReady, Complete, Failed, Suspended, GPUsHealthy
-(metav1.Condition, with observedGeneration). The phase (Pending/Scheduled/Running/Succeeded/Failed) is
-derived from them, for print columns. A member failure (its Job Failed; disruptions are ignored by the
-Job's podFailurePolicy) restarts the whole gang after an exponential backoff with jitter, up to
-retryPolicy.maxRetries.
+(metav1.Condition, with observedGeneration; set and read with kgwe.runtime.conditions). The phase
+(Pending/Scheduled/Running/Succeeded/Failed) is derived from them, for print columns. A member failure (its
+Job Failed; disruptions are ignored by the Job's podFailurePolicy) restarts the whole gang after an
+exponential backoff with jitter, up to retryPolicy.maxRetries.
 """
 
 from __future__ import annotations
@@ -15,8 +15,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from kgwe.policy.cluster_kinds import Condition
 from kgwe.policy.gpu_workload import GPUWorkload, RetryPolicy
-from kgwe.timestamps import format_rfc3339 as rfc3339
+from kgwe.runtime import conditions
+from kgwe.runtime.conditions import is_true
 from kgwe.vocab import GPU_INDEX_ANNOTATION
 
 CONDITION_TYPES = ("Admitted", "PodsScheduled", "PodsReady", "Complete", "Failed", "Suspended")
@@ -32,46 +34,7 @@ def backoff_seconds(policy: RetryPolicy, retry: int, rng: random.Random | None =
     return max(0.0, min(float(policy.max_backoff_seconds), delay))
 
 
-def set_condition(
-    conditions: list[dict[str, Any]],
-    ctype: str,
-    status: str,
-    reason: str,
-    message: str,
-    generation: int,
-    now: datetime,
-) -> bool:
-    """Set one condition in place; lastTransitionTime moves only when status changes. True if it changed."""
-    for c in conditions:
-        if c["type"] == ctype:
-            changed = (c["status"], c.get("reason"), c.get("message")) != (status, reason, message)
-            if c["status"] != status:
-                c["lastTransitionTime"] = rfc3339(now)
-            c.update(status=status, reason=reason, message=message, observedGeneration=generation)
-            return changed
-    conditions.append(
-        {
-            "type": ctype,
-            "status": status,
-            "reason": reason,
-            "message": message,
-            "lastTransitionTime": rfc3339(now),
-            "observedGeneration": generation,
-        }
-    )
-    return True
-
-
-def condition(conditions: Sequence[Mapping[str, Any]], ctype: str) -> Mapping[str, Any] | None:
-    return next((c for c in conditions if c.get("type") == ctype), None)
-
-
-def is_true(conditions: Sequence[Mapping[str, Any]], ctype: str) -> bool:
-    c = condition(conditions, ctype)
-    return bool(c and c.get("status") == "True")
-
-
-def derive_phase(conditions: Sequence[Mapping[str, Any]]) -> str:
+def derive_phase(conditions: Sequence[Condition]) -> str:
     if is_true(conditions, "Failed"):
         return "Failed"
     if is_true(conditions, "Complete"):
@@ -92,19 +55,12 @@ class RunView:
     pods: list[dict[str, Any]] = field(default_factory=list)
 
 
-def _job_condition(job: Mapping[str, Any], ctype: str) -> Mapping[str, Any] | None:
-    for c in (job.get("status") or {}).get("conditions") or []:
-        if c.get("type") == ctype and c.get("status") == "True":
-            return c
-    return None
-
-
 def failed_job(view: RunView) -> Mapping[str, Any] | None:
-    return next((j for j in view.jobs if _job_condition(j, "Failed")), None)
+    return next((j for j in view.jobs if is_true(conditions.of(j), "Failed")), None)
 
 
 def all_complete(view: RunView, roles: int) -> bool:
-    return len(view.jobs) == roles and all(_job_condition(j, "Complete") for j in view.jobs)
+    return len(view.jobs) == roles and all(is_true(conditions.of(j), "Complete") for j in view.jobs)
 
 
 def live_pods(view: RunView) -> list[dict[str, Any]]:
@@ -117,10 +73,7 @@ def live_pods(view: RunView) -> list[dict[str, Any]]:
 
 
 def _ready(pod: Mapping[str, Any]) -> bool:
-    status = pod.get("status") or {}
-    if status.get("phase") != "Running":
-        return False
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+    return (pod.get("status") or {}).get("phase") == "Running" and is_true(conditions.of(pod), "Ready")
 
 
 def placements(view: RunView) -> list[dict[str, Any]]:
