@@ -33,7 +33,7 @@ from kubernetes.client.exceptions import ApiException
 from kgwe.errors import KgweError
 from kgwe.runtime.cluster import Cluster
 from kgwe.runtime.errors import NotServed, message_of
-from kgwe.runtime.kinds import Kind
+from kgwe.runtime.kinds import Kind, Ref
 from kgwe.runtime.leader import Gate, check
 from kgwe.vocab import (
     DESIRED_HASH_ANNOTATION,
@@ -84,8 +84,7 @@ class ObjectRef:
         return out
 
     def __str__(self) -> str:
-        where = f"{self.namespace}/" if self.namespace else ""
-        return f"{self.kind}/{where}{self.name}"
+        return str(Ref(self.kind_of, self.namespace, self.name))
 
 
 @dataclass

@@ -97,28 +97,14 @@ class Controller:
         self.costs = costs  # metering, budgets and cost reports (kgwe.reconcile.costs); None: off
         self.cache_dir = Path(cache_dir)
         self.identity = identity or f"{socket.gethostname()}-{random.randrange(1 << 32):08x}"
-        self.metrics = ReconcileMetrics()
-        self.metrics.registry.register(  # fleet, GPUWorkload and PolicyRepository gauges, read at scrape
-            ClusterStateCollector(lambda: read_cluster(api_client, namespace), self.metrics.node_pools)
-        )
+        self.metrics = self._metrics()
         self.recorder = EventRecorder(self.cluster, allowed=self.is_leader)  # a standby writes no Events
         self._costs_lock = threading.Lock()
         self.git_access = git_access or GitAccess()
         self._reconcilers: dict[str, RepositoryReconciler] = {}
         self.node_cache = NodeCache(self.cluster)  # the GPU nodes every repository plans for (started by run)
-        self.elector: LeaderElector | None = None
-        if leader_election:
-            self.elector = LeaderElector(
-                api_client,
-                name=lease_name,
-                namespace=namespace,
-                identity=self.identity,
-                lease_duration_seconds=lease_duration_seconds,
-                renew_deadline_seconds=renew_deadline_seconds,
-                retry_period_seconds=retry_period_seconds,
-                on_started_leading=self._on_started,
-                on_stopped_leading=self._on_stopped,
-            )
+        lease = (lease_name, lease_duration_seconds, renew_deadline_seconds, retry_period_seconds)
+        self.elector = self._elector(*lease) if leader_election else None
         self.repositories = RepositoryController(
             self.cluster,
             namespace,
@@ -130,6 +116,31 @@ class Controller:
         self.workloads = self._workload_controller() if workloads else None
         self.server = (
             self._http_server(listen, webhook_secret, public_metrics) if listen is not None else None
+        )
+
+    def _metrics(self) -> ReconcileMetrics:
+        """The controller's metrics, the fleet, GPUWorkload and PolicyRepository gauges read at scrape."""
+        metrics = ReconcileMetrics()
+        api, namespace = self.api_client, self.namespace
+        metrics.registry.register(
+            ClusterStateCollector(lambda: read_cluster(api, namespace), metrics.node_pools)
+        )
+        return metrics
+
+    def _elector(
+        self, name: str, duration_seconds: float, renew_deadline_seconds: float, retry_period_seconds: float
+    ) -> LeaderElector:
+        """The leader election on the Lease `name` in the controller's namespace (kgwe.cluster.lease)."""
+        return LeaderElector(
+            self.api_client,
+            name=name,
+            namespace=self.namespace,
+            identity=self.identity,
+            lease_duration_seconds=duration_seconds,
+            renew_deadline_seconds=renew_deadline_seconds,
+            retry_period_seconds=retry_period_seconds,
+            on_started_leading=self._on_started,
+            on_stopped_leading=self._on_stopped,
         )
 
     def _workload_controller(self) -> WorkloadController:

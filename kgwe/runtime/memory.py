@@ -332,32 +332,30 @@ class MemoryCluster:
     def patch(
         self, kind: Kind, name: str, body: Mapping[str, Any], namespace: str | None = None
     ) -> KubeObject:
-        ref = self._key(kind, name, namespace)
-        with self._cond:
-            self._check("patch", kind, name)
-            old = self._objects.get(ref)
-            if old is None:
-                raise self._missing(ref)
-            self._precondition(ref, old, body)
-            new = merge_patch(old, _without_status(kind, {k: v for k, v in body.items()}))
-            new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]  # checked above
-            self._managed(new, "Update")
-            return self._write("patch", ref, old, new)
+        return self._patched("patch", self._key(kind, name, namespace), body)
 
     def patch_status(
         self, kind: Kind, name: str, body: Mapping[str, Any], namespace: str | None = None
     ) -> KubeObject:
-        ref = self._key(kind, name, namespace)
+        return self._patched("patch_status", self._key(kind, name, namespace), body)
+
+    def _patched(self, verb: str, ref: Ref, body: Mapping[str, Any]) -> KubeObject:
+        """A merge patch of the object (`patch`) or of its status alone (`patch_status`)."""
         with self._cond:
-            self._check("patch_status", kind, name)
+            self._check(verb, ref.kind, ref.name)
             old = self._objects.get(ref)
             if old is None:
                 raise self._missing(ref)
             self._precondition(ref, old, body)
-            new = copy.deepcopy(old)
-            new["status"] = merge_patch(old.get("status") or {}, body.get("status") or {})
-            self._managed(new, "Update", "status")
-            return self._write("patch_status", ref, old, new)
+            if verb == "patch_status":
+                new = copy.deepcopy(old)
+                new["status"] = merge_patch(old.get("status") or {}, body.get("status") or {})
+                self._managed(new, "Update", "status")
+            else:
+                new = merge_patch(old, _without_status(ref.kind, body))
+                new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]  # checked above
+                self._managed(new, "Update")
+            return self._write(verb, ref, old, new)
 
     def create(self, obj: Mapping[str, Any]) -> KubeObject:
         body = copy.deepcopy(dict(obj))
