@@ -65,16 +65,15 @@ class KubeCluster:
     ) -> Any:
         """One request; the urllib3 response, body not read yet. A non-2xx answer raises ApiException."""
         headers = {"Accept": JSON, "Content-Type": content_type}
-        payload = orjson.dumps(body) if body is not None else None
-        _, url, headers, payload, _ = self.api_client.param_serialize(
+        _, url, headers, _, _ = self.api_client.param_serialize(  # URL, default headers, credentials
             method,
             path,
             query_params=list((query or {}).items()),
             header_params=headers,
-            body=payload,
             auth_settings=["BearerToken"],
         )
-        response = self.api_client.call_api(method, url, header_params=headers, body=payload)
+        # the body as is: the REST client serialises it for its content type (JSON, and YAML as JSON)
+        response = self.api_client.call_api(method, url, header_params=headers, body=body)
         if not 200 <= response.status < 300:
             response.read()
             raise ApiException.from_response(http_resp=response, body=None, data=None)
