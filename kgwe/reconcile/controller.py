@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from kgwe.reconcile.certificates import CertificateKeeper
     from kgwe.reconcile.costs import Alert, CostDuties, QuotaCaps
     from kgwe.reconcile.status import Outcome
-    from kgwe.render.render import RenderOptions
+    from kgwe.render.options import RenderOptions
     from kgwe.workloads.controller import WorkloadController
 
 log = logging.getLogger(__name__)

@@ -84,7 +84,7 @@ from kgwe.reconcile.status import SUMMARY_CONDITIONS, Outcome, condition, next_s
 from kgwe.reconcile.summary import MAX_ERRORS_IN_MESSAGE, Pass, error_lines, health, summarize
 from kgwe.reconcile.writes import ClusterWrites
 from kgwe.render.objects import budget_quotas
-from kgwe.render.render import RenderOptions
+from kgwe.render.options import RenderOptions
 from kgwe.runtime.cluster import Cluster, KubeObject
 from kgwe.runtime.conditions import status_of
 from kgwe.runtime.kinds import CONFIG_MAP, NODE, POD, POLICY_REPOSITORY
@@ -127,15 +127,15 @@ class Observed:
     """The cluster as the observe step read it: GPU nodes, live pods, and those no node holds yet."""
 
     facts: list[GpuNodeFacts]
-    pods: list[dict]
-    unscheduled: list[dict]
+    pods: list[KubeObject]
+    unscheduled: list[KubeObject]
 
 
 class InvalidSpec(KgweError):
     """The PolicyRepository's spec does not validate; the message names the field path."""
 
 
-def read_spec(repo: Mapping) -> PolicyRepositorySpec:
+def read_spec(repo: Mapping[str, Any]) -> PolicyRepositorySpec:
     """The typed spec of a PolicyRepository object as read from the API (one validation per reconcile)."""
     from pydantic import ValidationError
 
@@ -219,7 +219,7 @@ class RepositoryReconciler:
         self.last_policy: PolicySet | None = None  # the policy of the last applied revision
         self.last_spec: PolicyRepositorySpec | None = None  # the spec the last reconcile validated
         self.last_read: KubeObject | None = None  # the PolicyRepository as the last reconcile read it
-        self._inventory_doc: dict | None = None  # the GPUInventory of the last build
+        self._inventory_doc: dict[str, Any] | None = None  # the GPUInventory of the last build
         self._snapshot_hash: str | None = None
         # pure work kept for an unchanged revision and inventory (kgwe.reconcile.memo): loaded revisions by
         # (commit, policy path) — the one to apply and the last good one —, and the last desired state
@@ -461,7 +461,7 @@ class RepositoryReconciler:
             nodes_key, lambda: read_inventory(facts, live_configs, self.name)
         )
 
-    def _quotas(self, p: Pass, policy: PolicySet, observed: Observed) -> list[dict]:
+    def _quotas(self, p: Pass, policy: PolicySet, observed: Observed) -> list[dict[str, Any]]:
         """The budget quotas, capped where an Enforce budget is exhausted (the caps are this pass's)."""
         caps: QuotaCaps = {}
         if self.budget_caps is not None:
@@ -566,7 +566,7 @@ class RepositoryReconciler:
         for progress in plan.stalled:
             record("Warning", "RolloutStalled", progress.message())
 
-    def _status(self, repo: dict, outcome: Outcome) -> Outcome:
+    def _status(self, repo: KubeObject, outcome: Outcome) -> Outcome:
         """Count the outcome and write the status it leads to, unless that is the live one."""
         self.metrics.results.labels(self.name, outcome.phase).inc()
         current = repo.get("status") or {}
@@ -576,7 +576,7 @@ class RepositoryReconciler:
             self.status_writer.write(repo, new)
         return outcome
 
-    def _commit_snapshot(self, p: Pass) -> dict:
+    def _commit_snapshot(self, p: Pass) -> dict[str, Any]:
         """Commit the GPUInventory snapshot under the reports path (for offline `kgwe plan` in CI)."""
         doc = self._inventory_doc
         if p.spec.reports is None or doc is None:

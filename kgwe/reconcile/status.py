@@ -44,8 +44,8 @@ class Outcome:
     message: str
     attempted_revision: str | None = None
     applied_revision: str | None = None  # set when this reconcile applied (or re-confirmed) a revision
-    inventory: Sequence[Mapping] | None = None  # None: keep the previous inventory
-    rollout: Mapping[str, Mapping] | None = None
+    inventory: Sequence[Mapping[str, Any]] | None = None  # None: keep the previous inventory
+    rollout: Mapping[str, Mapping[str, Any]] | None = None
     extra: Mapping[str, object] = field(default_factory=dict)  # merged into status (a None removes a key)
     conditions: Sequence[Condition] = ()  # more conditions (type, status, reason, message)
 
@@ -89,7 +89,9 @@ def _conditions(
     return conditions
 
 
-def next_status(current: Mapping | None, outcome: Outcome, *, generation: int | None, now: datetime) -> dict:
+def next_status(
+    current: Mapping[str, Any] | None, outcome: Outcome, *, generation: int | None, now: datetime
+) -> dict[str, Any]:
     """The status to write after `outcome` (copying what the outcome does not change), as the API holds it."""
     doc: dict[str, Any] = dict(current or {})
     doc["conditions"] = dump(_conditions(doc, outcome, generation, now))
@@ -114,6 +116,6 @@ def next_status(current: Mapping | None, outcome: Outcome, *, generation: int | 
     return written
 
 
-def condition(status: Mapping | None, ctype: str) -> Mapping | None:
+def condition(status: Mapping[str, Any] | None, ctype: str) -> Mapping[str, Any] | None:
     """The condition of type `ctype` in a PolicyRepository status (as the API holds it)."""
     return find((status or {}).get("conditions"), ctype)

@@ -7,6 +7,7 @@ carries the stamp `begin` set (the policy commit that caused it and its author, 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 from kgwe.audit.log import NodeChange
 from kgwe.audit.stamp import Stamp
@@ -46,7 +47,7 @@ class ClusterWrites:
         """The Node writes of both rollouts since the last call."""
         return self.mig_nodes.changes() + self.sharing_nodes.changes()
 
-    def apply(self, objects: Sequence[dict], previous: Iterable[ObjectRef]) -> SyncResult:
+    def apply(self, objects: Sequence[dict[str, Any]], previous: Iterable[ObjectRef]) -> SyncResult:
         """Server-side apply what differs from the live objects, then prune what is no longer rendered."""
         sync = self.applier.sync(objects, previous)
         self._applied += sync.writes

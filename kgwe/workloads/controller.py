@@ -139,7 +139,7 @@ class WorkloadReconciler:
         is_leader: Gate,
         policy_namespace: str = KGWE_NAMESPACE,
         now: Callable[[], datetime] = _utcnow,
-        cost_of: Callable[[str, str, dict], dict | None] | None = None,
+        cost_of: Callable[[str, str, KubeObject], dict[str, Any] | None] | None = None,
     ) -> None:
         self.cluster = as_cluster(cluster)  # an ApiClient: its API server
         self.recorder = recorder
@@ -176,7 +176,7 @@ class WorkloadReconciler:
         pods = self.cluster.list(POD, namespace, labels=selector)
         return st.RunView(deployments=deps, pods=pods)
 
-    def _apply(self, obj: dict, dry_run: bool = False) -> None:
+    def _apply(self, obj: KubeObject, dry_run: bool = False) -> None:
         check(self.is_leader)
         meta = obj["metadata"]
         try:
@@ -352,7 +352,7 @@ class WorkloadReconciler:
 
     def _create(
         self, p: _Pass, wl: GPUWorkload, run: int, facts: Facts, policy: PolicyView, check_first: bool = False
-    ) -> list[dict]:
+    ) -> list[KubeObject]:
         """Apply the run's children, only in a namespace that opted in and only as the PodTemplatePolicies
         allow (again here: a spec edit reaches the children without admission). `check_first`: the API
         server checks them all (dry run) before any is created, so a template it refuses creates nothing and
@@ -498,8 +498,8 @@ class _Pass:
     """One reconcile of one workload: the object read, the status being built (its conditions as the
     model), the Events to emit."""
 
-    obj: dict
-    new: dict
+    obj: KubeObject
+    new: dict[str, Any]  # the status being built, as the API holds it (its conditions apart)
     generation: int
     now: datetime
     events: list[tuple[str, str, str]] = field(default_factory=list)
@@ -507,7 +507,7 @@ class _Pass:
 
     @property
     def namespace(self) -> str:
-        return self.obj["metadata"]["namespace"]
+        return str(self.obj["metadata"]["namespace"])
 
     def condition(self, ctype: str, status: ConditionStatus, reason: str, message: str) -> bool:
         return conditions.set_condition(

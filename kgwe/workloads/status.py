@@ -27,7 +27,7 @@ GPUS_HEALTHY = "GPUsHealthy"  # set only while a pod of the run is placed
 
 def backoff_seconds(policy: RetryPolicy, retry: int, rng: random.Random | None = None) -> float:
     """Delay before restart number `retry` (0-based): min(cap, base * 2**retry), then ± jitter."""
-    delay = min(policy.max_backoff_seconds, policy.backoff_seconds * 2 ** min(retry, 30))
+    delay = float(min(policy.max_backoff_seconds, policy.backoff_seconds * 2 ** min(retry, 30)))
     if policy.jitter:
         r = (rng or random).uniform(-policy.jitter, policy.jitter)
         delay *= 1 + r
