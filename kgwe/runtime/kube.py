@@ -1,6 +1,6 @@
 """The cluster interface (kgwe.runtime.cluster) on the API server, through a kubernetes ApiClient: its
 connection pool, TLS, credentials, default headers (impersonation) and deadlines (DeadlineApiClient), but
-not its generated model classes — requests and answers are JSON bytes, decoded with orjson (for a fleet's
+not its generated model classes: requests are plain dicts, answers JSON decoded with orjson (for a fleet's
 Nodes the client's models were most of the CPU of a reconcile).
 
 Where a kind is served (its resource name, namespaced or not) comes from API discovery, read once per
