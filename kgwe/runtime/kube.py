@@ -64,16 +64,16 @@ class KubeCluster:
         content_type: str = JSON,
     ) -> Any:
         """One request; the urllib3 response, body not read yet. A non-2xx answer raises ApiException."""
-        headers = {"Accept": JSON, "Content-Type": content_type}
-        _, url, headers, _, _ = self.api_client.param_serialize(  # URL, default headers, credentials
-            method,
-            path,
-            query_params=list((query or {}).items()),
-            header_params=headers,
-            auth_settings=["BearerToken"],
-        )
+        api = self.api_client
+        headers = {**api.default_headers, "Accept": JSON, "Content-Type": content_type}
+        if api.cookie:
+            headers["Cookie"] = api.cookie
+        api.update_params_for_auth(headers, [], ["BearerToken"], path, method, body)  # the token, refreshed
+        url = f"{api.configuration.host}{path}"
+        if query:
+            url += "?" + urllib.parse.urlencode(query)
         # the body as is: the REST client serialises it for its content type (JSON, and YAML as JSON)
-        response = self.api_client.call_api(method, url, header_params=headers, body=body)
+        response = api.call_api(method, url, header_params=headers, body=body)
         if not 200 <= response.status < 300:
             response.read()
             raise ApiException.from_response(http_resp=response, body=None, data=None)
