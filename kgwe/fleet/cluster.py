@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 
 from kgwe.errors import KgweError
 from kgwe.fleet.output import FORMATS
-from kgwe.runtime.errors import is_not_found
 from kgwe.vocab import (
     API_GROUP,
     BUDGET_QUOTA_NAME,
@@ -84,6 +83,8 @@ class Fleet:
         """Turn a failed call into one line: what could not be done and why."""
         import urllib3
         from kubernetes.client.exceptions import ApiException
+
+        from kgwe.runtime.errors import is_not_found
 
         try:
             yield

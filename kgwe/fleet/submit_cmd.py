@@ -23,7 +23,6 @@ from typing import Any
 
 from kgwe.errors import KgweError
 from kgwe.fleet.cluster import Fleet, add_cluster_arguments
-from kgwe.runtime.errors import is_conflict
 from kgwe.vocab import GPU_WORKLOAD_RESOURCE
 
 DRY_RUN = ("none", "server", "client")
@@ -130,6 +129,7 @@ def submit(fleet: Fleet, body: dict[str, Any], *, server_dry_run: bool) -> str:
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
 
+    from kgwe.runtime.errors import is_conflict
     from kgwe.vocab import API_GROUP, CRD_VERSION, GPU_WORKLOAD_PLURAL
 
     custom = client.CustomObjectsApi(fleet.api)
