@@ -33,53 +33,26 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import time
 from collections import Counter
-from decimal import ROUND_DOWN, Decimal
-from pathlib import Path
-from typing import Any
+from decimal import Decimal
 
 from kgwe.gpu import catalog
-from kgwe.planner.model import GPUState, PoolRequest
-from kgwe.planner.plan import plan_pool
-from kgwe.planner.rebalance import Settings
-from kgwe.policy import load_repository
-from kgwe.sim.mig_rebalance import Pod, Rebalancing, Result, day_from_trace, offered, simulate
-from kgwe.sim.openb import fractional_pods, mig_profile
+from kgwe.planner.model import GPUState
+from kgwe.sim.mig_day import (
+    DELAY,
+    GPUS_PER_NODE,
+    MODEL_KEY,
+    day_shares,
+    laid_out,
+    pool_gpus,
+    sample_strategy,
+    settings_for,
+    trace_day,
+)
+from kgwe.sim.mig_rebalance import Pod, Rebalancing, Result, offered, simulate
 
-MODEL = catalog.model_by_key("H100-80GB")
-GPUS_PER_NODE = 8
-DAY = 24 * 60
-LOAD = 1.15  # offered peak / capacity at most this: stressed, not hopeless
-DELAY = 3  # minutes a repartitioned node serves nothing
-REPO = Path(__file__).resolve().parents[1]
-
-
-def trace_day() -> tuple[list[Pod], float]:
-    rows = [(p.creation, p.deletion, mig_profile(p.gpu_milli, MODEL)) for p in fractional_pods()]
-    return day_from_trace(rows, DAY)
-
-
-def sample_strategy() -> Any:
-    """The sample repo's inference-h100 partition strategy (shares, rebalanceInterval 5m, defaults)."""
-    objects = load_repository(REPO / "sample-repo").objects()
-    return next(o for o in objects if o.metadata.name == "inference-h100").spec.partition_strategy
-
-
-def day_shares(pods: list[Pod], minutes: int) -> dict[str, Decimal]:
-    """Each profile's share of the compute-slice-minutes asked, in percent (rounded down to 0.1%, so they
-    never add up to more than 100%)."""
-    slices: Counter[str] = Counter()
-    for p in pods:
-        slices[p.profile] += MODEL.profiles[p.profile].compute_slices * min(p.runtime, minutes - p.arrival)
-    total = sum(slices.values())
-    out = {}
-    for name, n in slices.most_common():
-        pct = (Decimal(100 * n) / total).quantize(Decimal("0.1"), rounding=ROUND_DOWN)
-        if pct > 0:
-            out[name] = pct
-    return out
+MODEL = catalog.model_by_key(MODEL_KEY)
 
 
 def line(name: str, r: Result) -> str:
@@ -93,16 +66,10 @@ def compare(
     pods: list[Pod], minutes: int, gpus: tuple[GPUState, ...], shares: dict[str, Decimal], rule: Rebalancing
 ) -> dict[str, float | int]:
     """Static vs dynamic on a pool laid out for `shares` (percent); the five figures and the rule's work."""
-    fractions = {k: float(v) / 100 for k, v in shares.items()}
-    layout = plan_pool(PoolRequest("openb-day", gpus, shares=fractions))
-    pool = PoolRequest(
-        "openb-day",
-        tuple(GPUState(g.node, g.index, g.model, g.target) for g in layout.gpus),
-        shares=fractions,
-    )
+    pool = laid_out(gpus, shares)
+    layout = Counter(name for g in pool.gpus for name, _ in g.layout or ())
     print(
-        f"shares { ({k: f'{v}%' for k, v in shares.items()}) }: static layout "
-        f"{dict(sorted(layout.achieved_counts.items()))}"
+        f"shares { ({k: f'{v}%' for k, v in shares.items()}) }: static layout {dict(sorted(layout.items()))}"
     )
     static = simulate(pods, pool, minutes)
     dynamic = simulate(pods, pool, minutes, rule)
@@ -140,14 +107,10 @@ def main() -> None:
     slices = {name: p.compute_slices for name, p in MODEL.profiles.items()}
     peak = max(offered(pods, minutes, slices))
     per_node = GPUS_PER_NODE * MODEL.compute_slots
-    nodes = args.nodes or math.ceil(peak / (per_node * LOAD))
-    gpus = tuple(
-        GPUState(f"dgx-h100-{n:02d}", i, MODEL.key) for n in range(nodes) for i in range(GPUS_PER_NODE)
-    )
+    gpus = pool_gpus(pods, minutes, args.nodes)
+    nodes = len(gpus) // GPUS_PER_NODE
     strategy = sample_strategy()
-    settings = Settings(
-        strategy.rebalance_interval, strategy.stabilization_window, strategy.max_gpus_per_rebalance(len(gpus))
-    )
+    settings = settings_for(strategy, len(gpus))
     rule = Rebalancing(settings, args.delay)
     print(
         f"openb: {len(pods)} fractional pods over {minutes / 60:g} h (arrivals compressed {factor:.1f}x, "

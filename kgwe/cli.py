@@ -53,7 +53,12 @@ COMMANDS: dict[str, Command] = {
         "kgwe.localcluster.cluster_cmd", "a local cluster to install KGWE into (root): up, status, down"
     ),
     "demo": Command("kgwe.reconcile.demo_cmd", "local control plane + simulated GPU nodes + the controller"),
-    "report": Command("kgwe.cost.report_cmd", "cost reports: chargeback, budgets, forecast, rightsizing"),
+    "report": Command(
+        "kgwe.optimizer.report_cmd", "cost reports: chargeback, budgets, forecast, rightsizing, predictions"
+    ),
+    "optimize": Command(
+        "kgwe.optimizer.optimize_cmd", "the workload optimizer: each model's held-out scores (report)"
+    ),
     "convert": Command("kgwe.workloads.convert_cmd", "seed GPUWorkload manifests -> kgwe.nvidia.io/v1"),
     "webhook": Command(
         "kgwe.admission.webhook_cmd", "admission webhook: route GPU pods to the KGWE scheduler"

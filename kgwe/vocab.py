@@ -34,6 +34,9 @@ GPU_RESOURCE = "nvidia.com/gpu"  # whole GPUs (device plugin)
 SHARED_GPU_RESOURCE = "nvidia.com/gpu.shared"  # time-sliced GPUs (device plugin `renameByDefault`)
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"  # MIG instances, mixed strategy: nvidia.com/mig-1g.10gb
 NVIDIA_RESOURCE_PREFIX = "nvidia.com/"  # of every resource and label of NVIDIA's device plugin and GFD
+# The characters of the random suffixes Kubernetes appends to generated names (generateName, a ReplicaSet's
+# pod-template-hash): no vowels, no 0/1/3 (k8s.io/apimachinery/pkg/util/rand).
+GENERATED_NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 
 
 def mig_resource(profile: str) -> str:
@@ -123,6 +126,11 @@ AUDIT_FOLDER = "audit"
 # The ResourceQuota rendered from a GPUBudget in each of its namespaces (capped while the budget enforces),
 # and its annotation naming that GPUBudget.
 BUDGET_QUOTA_NAME = "kgwe-budget"
+# GPUBudget spec.predictedCostAdmission: what a budget does with a GPUWorkload whose expected cost (the
+# optimizer's runtime model x the catalog's price) exceeds what remains of it this period; Off by default
+PredictedCostAdmission = Literal["Off", "Hold", "Refuse"]
+PREDICTED_COST_ADMISSION: tuple[str, ...] = get_args(PredictedCostAdmission)
+DEFAULT_PREDICTED_COST_ADMISSION: PredictedCostAdmission = "Off"
 BUDGET_ANNOTATION = ANNOTATION_PREFIX + "budget"
 
 # GPUWorkloads run only in namespaces that opt in with this label; in each, the controller binds the chart's
@@ -304,6 +312,29 @@ IdleCost = Literal["Separate", "ShareByAllocation"]
 IDLE_COST: tuple[str, ...] = get_args(IdleCost)
 DEFAULT_IDLE_COST: IdleCost = "Separate"
 IDLE_KEY = "__idle__"  # the chargeback line of idle capacity (OpenCost's name)
+
+# ---- The optimizer's workload classes (kgwe.optimizer.classes): what a pod's telemetry looks like ----------
+WORKLOAD_CLASS_TRAINING = "training"
+WORKLOAD_CLASS_INFERENCE = "inference"
+WORKLOAD_CLASS_INTERACTIVE = "interactive"
+WORKLOAD_CLASS_IDLE = "idle holder"
+WORKLOAD_CLASS_UNKNOWN = "unknown"
+WORKLOAD_CLASSES = (
+    WORKLOAD_CLASS_TRAINING,
+    WORKLOAD_CLASS_INFERENCE,
+    WORKLOAD_CLASS_INTERACTIVE,
+    WORKLOAD_CLASS_IDLE,
+    WORKLOAD_CLASS_UNKNOWN,
+)
+# A GPUWorkload's declared workloadType (kgwe.policy.gpu_workload.WorkloadType) as the class it should show.
+WORKLOAD_TYPE_CLASSES = {
+    "Training": WORKLOAD_CLASS_TRAINING,
+    "DistributedTraining": WORKLOAD_CLASS_TRAINING,
+    "Batch": WORKLOAD_CLASS_TRAINING,
+    "HPC": WORKLOAD_CLASS_TRAINING,
+    "Inference": WORKLOAD_CLASS_INFERENCE,
+    "Interactive": WORKLOAD_CLASS_INTERACTIVE,
+}
 # What the spot advice assumes when the PricingCatalog does not say (spotInterruptionRate): a fifth of spot
 # nodes reclaimed in a month, the lower edge of the highest band (">20%") AWS's Spot Instance Advisor reports.
 DEFAULT_SPOT_INTERRUPTION_PERCENT = 20

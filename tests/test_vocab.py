@@ -176,6 +176,7 @@ _WORDS = {"v1", "kgwe", "enabled", "disabled", "reports", "GPUHealthy"} | {
     *vocab.TOPOLOGY_PREFERENCES,
     *vocab.MIG_PRICING,
     *vocab.IDLE_COST,
+    *vocab.WORKLOAD_CLASSES,  # "inference", "unknown": words of the optimizer's classes and of much else
 }
 # The same text meaning something else in one module: a Grafana dashboard's uid, the CA certificate's subject.
 _OTHER_MEANINGS = {

@@ -11,11 +11,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from decimal import Decimal
 from fractions import Fraction
 
 from kgwe.cost import efficiency as eff
 from kgwe.cost import runs as run_costs
 from kgwe.cost import spot
+from kgwe.cost.allocate import cents_to_decimal, quantized, round_cents
 from kgwe.cost.chargeback import KeyUsage, UsageAggregate, usage_by_key
 from kgwe.cost.pricing import PriceBook
 from kgwe.cost.usage import Period, to_epoch
@@ -36,6 +38,7 @@ class Advice:
     activity_source: str = ""  # where DCGM activity came from; "" = none (allocation only)
     workloads_read: bool = True  # False: no GPUWorkloads were at hand (spot and runs unknown, not empty)
     warnings: tuple[str, ...] = field(default=())
+    pod_usage: Mapping[PodKey, tuple[Decimal, Decimal]] = field(default_factory=dict)  # GPU-hours, cost
 
 
 @dataclass
@@ -110,6 +113,10 @@ def advise(
         activity_source=activity_source if activity is not None else "",
         workloads_read=workloads_read,
         warnings=tuple(sorted({*warnings, *priced})),
+        pod_usage={
+            key: (quantized(use.gpu_seconds / 3600, "0.001"), cents_to_decimal(round_cents(use.cost)))
+            for key, use in sorted(pods.use.items())
+        },
     )
 
 

@@ -19,7 +19,7 @@ from kgwe.cost.forecast import Forecast, forecast_daily
 from kgwe.cost.usage import Period, ensure_utc, month_start, next_month
 from kgwe.errors import KgweError
 from kgwe.policy.budget import GPUBudget
-from kgwe.vocab import BUDGET_QUOTA_NAME, DEFAULT_CURRENCY, quota_key
+from kgwe.vocab import BUDGET_QUOTA_NAME, DEFAULT_CURRENCY, DEFAULT_PREDICTED_COST_ADMISSION, quota_key
 
 PERIODS = ("Daily", "Weekly", "Monthly", "Quarterly", "Yearly")
 QUOTA_NAME = BUDGET_QUOTA_NAME
@@ -41,6 +41,7 @@ class BudgetSpec:
     currency: str = DEFAULT_CURRENCY
     quota: Mapping[str, int] = field(default_factory=dict)
     alerts: tuple[Alert, ...] = ()
+    predicted_cost_admission: str = DEFAULT_PREDICTED_COST_ADMISSION  # kgwe.optimizer.admission
 
     def __post_init__(self) -> None:
         if self.period not in PERIODS:
@@ -61,6 +62,7 @@ def budget_from_policy(obj: GPUBudget) -> BudgetSpec:
         currency=spec.limit.currency,
         quota=dict(spec.quota),
         alerts=tuple(Alert(Decimal(a.at), a.action) for a in spec.alerts),
+        predicted_cost_admission=spec.predicted_cost_admission,
     )
 
 

@@ -33,7 +33,8 @@ class Forecast:
         return float(sum(self.values))
 
 
-def _clean(history: np.ndarray) -> np.ndarray:
+def clean_outages(history: np.ndarray) -> np.ndarray:
+    """Days below OUTAGE_FRACTION of the recent median replaced by the median of the normal days."""
     y = history.astype(float).copy()
     median = float(np.median(y[-28:]))
     bad = y < OUTAGE_FRACTION * median
@@ -42,7 +43,8 @@ def _clean(history: np.ndarray) -> np.ndarray:
     return y
 
 
-def _smoothing(y: np.ndarray, horizon: int, **kw: object) -> np.ndarray:
+def smoothing(y: np.ndarray, horizon: int, **kw: object) -> np.ndarray:
+    """statsmodels' ExponentialSmoothing (`kw`: trend, seasonal...) fitted on `y`, `horizon` steps ahead."""
     from statsmodels.tsa.holtwinters import ExponentialSmoothing
 
     with warnings.catch_warnings():
@@ -60,11 +62,11 @@ def forecast_daily(history: Sequence[float], horizon: int) -> Forecast:
         return Forecast((0.0,) * horizon, "no-history")
     if len(y) < SEASON_DAYS or np.all(y == y[0]):
         return Forecast((max(0.0, float(y.mean())),) * horizon, "mean")
-    y = _clean(y)
-    parts = [_smoothing(y, horizon), np.repeat(y[-SEASON_DAYS:].mean(), horizon)]
+    y = clean_outages(y)
+    parts = [smoothing(y, horizon), np.repeat(y[-SEASON_DAYS:].mean(), horizon)]
     method = "ses+mean7"
     if len(y) >= 2 * SEASON_DAYS:
-        parts.append(_smoothing(y, horizon, seasonal="add", seasonal_periods=SEASON_DAYS))
+        parts.append(smoothing(y, horizon, seasonal="add", seasonal_periods=SEASON_DAYS))
         method = "holt-winters(weekly)+ses+mean7"
     values = np.maximum(np.mean(parts, axis=0), 0.0)
     return Forecast(tuple(float(v) for v in values), method)

@@ -136,9 +136,21 @@ class PrometheusClient:
         for (ns, pod), (c, m) in sorted(joined.items()):
             if not c or not m:
                 continue
+            c.sort()
+            m.sort()
             times = [t for t, _ in c + m]
             history_s = max(times) - min(times)
-            out.append(UtilizationSeries(ns, pod, [v for _, v in c], [v for _, v in m], history_s))
+            out.append(
+                UtilizationSeries(
+                    ns,
+                    pod,
+                    [v for _, v in c],
+                    [v for _, v in m],
+                    history_s,
+                    compute_times=[t for t, _ in c],
+                    memory_times=[t for t, _ in m],
+                )
+            )
         return out, skipped
 
     def pod_engine_activity(

@@ -17,6 +17,7 @@ from pathlib import Path
 from kgwe.cost.advice import Advice
 from kgwe.cost.budgets import budget_from_policy
 from kgwe.cost.efficiency import DCGM, PER
+from kgwe.cost.insights import Advisor
 from kgwe.cost.pricing import pricebook_from_catalog
 from kgwe.cost.reports import write_reports
 from kgwe.cost.service import generate_reports
@@ -106,7 +107,9 @@ def read_workloads(path: str) -> list[dict]:
     return out
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, advisor: Advisor | None = None) -> int:
+    """`advisor`: the workload optimizer's rightsizing, predictions and classes (`kgwe report` passes it:
+    kgwe.optimizer.report_cmd); None keeps today's rule."""
     period = Period(parse_utc(args.since, "--since"), parse_utc(args.until, "--until"))
     now = min(parse_utc(args.now, "--now") if args.now else datetime.now(UTC), period.until)
     catalog, budgets = _policy(args.policy)
@@ -119,7 +122,9 @@ def run(args: argparse.Namespace) -> int:
     store.migrate()
 
     workloads = read_workloads(args.workloads) if args.workloads else None
-    generated = generate_reports(store, book, budgets, period, now, args.cluster, args.prometheus, workloads)
+    generated = generate_reports(
+        store, book, budgets, period, now, args.cluster, args.prometheus, workloads, advisor
+    )
     files, cb = generated.files, generated.chargeback
     out = Path(args.out)
     written = write_reports(files, out)

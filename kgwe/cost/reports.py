@@ -28,6 +28,7 @@ from kgwe.cost.budgets import BudgetSpec, BudgetStatus, complete_days, evaluate_
 from kgwe.cost.chargeback import IDLE_KEY, Chargeback
 from kgwe.cost.efficiency import PER
 from kgwe.cost.forecast import forecast_daily
+from kgwe.cost.insights import Insights, PodClass, PodPrediction
 from kgwe.cost.rightsizing import Recommendation
 from kgwe.cost.usage import NodeCapacity, Period
 from kgwe.errors import KgweError
@@ -86,6 +87,7 @@ class ReportInput:
     mig_pricing: str = DEFAULT_MIG_PRICING
     forecast_days: int = 7
     advice: Advice | None = None  # spot, efficiency and run costs (None: no GPUWorkloads were read)
+    insights: Insights = field(default_factory=Insights)  # the optimizer's predictions and classes
 
 
 def _pct(part: Decimal, whole: Decimal) -> str:
@@ -146,7 +148,17 @@ def build_reports(data: ReportInput) -> Files:
         {"cluster": data.cluster, "period": data.period, "currency": cb.currency, "now": data.now},
     )
     files: Files = {}
-    for build in (_chargeback, _budgets, _forecast, _rightsizing, _inventory, _spot, _efficiency, _runs):
+    for build in (
+        _chargeback,
+        _budgets,
+        _forecast,
+        _rightsizing,
+        _predictions,
+        _inventory,
+        _spot,
+        _efficiency,
+        _runs,
+    ):
         files.update(build(part))
     return files
 
@@ -240,16 +252,46 @@ def _forecast(part: _Part) -> Files:
 
 
 def _rightsizing(part: _Part) -> Files:
-    """Pods whose measured use fits a smaller (or needs a larger) GPU allocation."""
+    """Pods whose measured (or, before a week of history, predicted) use fits a smaller (or needs a larger)
+    GPU allocation, with the class their telemetry shows."""
     data = part.data
+    classes = data.insights.classes
     return part.render(
         "rightsizing",
         {
             "source": data.rightsizing_source,
             "skipped": data.rightsizing_skipped,
-            "recommendations": [_rec_row(r) for r in data.recommendations],
+            "recommendations": [_rec_row(r, classes.get((r.namespace, r.pod))) for r in data.recommendations],
         },
     )
+
+
+def _predictions(part: _Part) -> Files:
+    """The optimizer's predictions: each pod's later GPU use (P50, P90) and from what, and its class."""
+    data = part.data
+    classes = sorted(data.insights.classes.values(), key=lambda c: (c.name, c.namespace, c.pod))
+    return part.render(
+        "pod-predictions",
+        {
+            "source": data.rightsizing_source,
+            "predictions": [_prediction_row(p) for p in data.insights.predictions],
+            "classes": classes,
+            "notes": data.insights.notes,
+        },
+    )
+
+
+def _prediction_row(p: PodPrediction) -> dict[str, Any]:
+    return {
+        "namespace": p.namespace,
+        "pod": p.pod,
+        "memory_p50_mib": f"{p.memory_p50_mib:.0f}",
+        "memory_p90_mib": f"{p.memory_p90_mib:.0f}",
+        "compute_p50": f"{p.compute_p50_gpus:.3f}",
+        "compute_p90": f"{p.compute_p90_gpus:.3f}",
+        "basis": "fallback" if p.fallback else "model",
+        "why": p.fallback or p.reason,
+    }
 
 
 def _inventory(part: _Part) -> Files:
@@ -284,7 +326,8 @@ def _spot(part: _Part) -> Files:
 
 
 def _efficiency(part: _Part) -> Files:
-    """Busy GPU-hours per 100 of the currency, per team and per GPUWorkload."""
+    """Busy GPU-hours per 100 of the currency, per team and per GPUWorkload; and the pods holding GPUs idle
+    (notebooks first), from the optimizer's classes."""
     advice = part.data.advice
     return part.render(
         "efficiency",
@@ -296,8 +339,33 @@ def _efficiency(part: _Part) -> Files:
             "teams": list(advice.team_efficiency) if advice else [],
             "workloads": list(advice.workload_efficiency) if advice else [],
             "warnings": list(advice.warnings) if advice else [],
+            "classed": bool(part.data.insights.classes),
+            "idle_holders": _idle_holders(part.data),
         },
     )
+
+
+def _idle_holders(data: ReportInput) -> list[dict[str, Any]]:
+    """Pods classed idle holders with what they held in the period: declared notebooks first, then by cost."""
+    usage = data.advice.pod_usage if data.advice else {}
+    rows = []
+    for (namespace, pod), c in data.insights.classes.items():
+        if c.name != vocab.WORKLOAD_CLASS_IDLE:
+            continue
+        hours, cost = usage.get((namespace, pod), (None, None))
+        notebook = c.declared == vocab.WORKLOAD_CLASS_INTERACTIVE
+        rows.append(
+            {
+                "namespace": namespace,
+                "pod": pod,
+                "declared": c.declared or "",
+                "notebook": notebook,
+                "gpu_hours": hours,
+                "cost": cost,
+                "reason": c.reason,
+            }
+        )
+    return sorted(rows, key=lambda r: (not r["notebook"], -(r["cost"] or 0), r["namespace"], r["pod"]))
 
 
 def _runs(part: _Part) -> Files:
@@ -333,7 +401,7 @@ def _budget_row(spec: BudgetSpec, st: BudgetStatus) -> dict[str, Any]:
     }
 
 
-def _rec_row(r: Recommendation) -> dict[str, Any]:
+def _rec_row(r: Recommendation, cls: PodClass | None = None) -> dict[str, Any]:
     notes = []
     if r.idle:
         notes.append("idle GPU")
@@ -353,10 +421,15 @@ def _rec_row(r: Recommendation) -> dict[str, Any]:
         "recommended": r.recommended.label,
         "p95_memory_mib": f"{r.p95_memory_mib:.0f}",
         "p90_compute": f"{r.p90_compute_gpus:.3f}",
+        "need_memory_mib": f"{r.need_memory_mib:.0f}",
+        "need_compute": f"{r.need_compute_gpus:.3f}",
         "confidence": f"{r.confidence:.2f}",
         "idle": r.idle,
         "downsizable": r.downsizable,
         "undersized": r.undersized,
+        "basis": r.basis,
+        "why": r.reason,
+        "workload_class": cls.name if cls is not None else "",
         "note": ", ".join(notes) or "ok",
     }
 

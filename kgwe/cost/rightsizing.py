@@ -14,6 +14,11 @@
   time-sliced replica (a GPUSharingStrategy with `replicas: R`; R from SHARING_REPLICAS, most saving
   first), priced as its share like the chargeback prices replicas; with the GPU's price, the
   recommendation says what it saves per month.
+
+Before a week of history the pod's own percentiles say little about the rest of its life (a serving pod
+watched from midnight has not met its daily peak). A model of how similar pods went on to use their GPUs
+(kgwe.optimizer.usage) can then give upper bounds instead: `recommend_from_bounds` sizes a pod on them,
+and the recommendation says which basis it stands on (`RULE` or `MODEL`) and why.
 """
 
 from __future__ import annotations
@@ -38,6 +43,8 @@ IDLE_COMPUTE = 0.01
 LOW_CONFIDENCE = 0.5
 SHARING_REPLICAS = (8, 4, 2)  # time-slicing candidates, most saving first
 HOURS_PER_MONTH = Decimal(730)  # 365 × 24 / 12, as cloud price sheets count a month
+RULE = "rule"  # sized on the pod's own percentiles plus MARGIN (the VPA recommender's way)
+MODEL = "model"  # sized on a model's upper bounds of the pod's later use (kgwe.optimizer.usage)
 
 
 @dataclass(frozen=True)
@@ -66,11 +73,16 @@ class Size:
 
 @dataclass(frozen=True)
 class UtilizationSeries:
+    """A pod's DCGM series. The times (epoch seconds, one per value) are optional: the rule needs only the
+    values, a model of the pod's first minutes needs to know which values came first."""
+
     namespace: str
     pod: str
     compute_gpus: Sequence[float]  # engine activity summed over devices: 1.0 = one GPU fully busy
     memory_mib: Sequence[float]
     history_seconds: float
+    compute_times: Sequence[float] = ()
+    memory_times: Sequence[float] = ()
 
 
 @dataclass(frozen=True)
@@ -89,6 +101,9 @@ class Recommendation:
     samples: int
     monthly_saving: Decimal | None = None  # (current - recommended share) × price × 730 h, when priced
     currency: str = ""
+    basis: str = RULE  # RULE or MODEL: what the size stands on
+    reason: str = ""  # why that basis, in a sentence ("from 37 pods of ml-research ...")
+    workload_class: str = ""  # what the pod's telemetry looks like (kgwe.optimizer.classes), "" unknown
 
     @property
     def sharing_advice(self) -> str | None:
@@ -111,7 +126,8 @@ class Recommendation:
 
     @property
     def low_confidence(self) -> bool:
-        return self.confidence < LOW_CONFIDENCE
+        """Less than a day of the pod's own history behind a RULE size (a MODEL size rests on its peers)."""
+        return self.basis == RULE and self.confidence < LOW_CONFIDENCE
 
 
 def _model(product: str) -> GPUModel | None:
@@ -150,7 +166,9 @@ def confidence(history_seconds: float) -> float:
     return days / (days + 1)
 
 
-def _smallest_cover(product: str, need_compute: float, need_memory: float) -> Size:
+def smallest_cover(product: str, need_compute: float, need_memory: float) -> Size:
+    """The smallest allocation of `product` with at least `need_compute` whole-GPU compute and
+    `need_memory` MiB: a MIG profile, else a time-sliced replica, else whole GPUs."""
     model = _model(product)
     if model is not None and model.mig_capable:
         fits = []
@@ -181,18 +199,73 @@ def recommend(
     margin: float = MARGIN,
     price_per_hour: Decimal | None = None,
     currency: str = "",
+    reason: str = "",
 ) -> Recommendation | None:
     """None when there are no usable samples (never a guess). With the GPU's price per hour, the
     recommendation carries its monthly saving."""
+    usable = _usable(series)
+    if usable is None:
+        return None
+    compute, memory = usable
+    p95_mem = float(np.percentile(memory, MEMORY_PERCENTILE))
+    p90_compute = float(np.percentile(compute, COMPUTE_PERCENTILE))
+    return _recommendation(
+        series,
+        usable,
+        gpu_product,
+        current,
+        (p90_compute * (1 + margin), p95_mem * (1 + margin)),
+        price_per_hour,
+        currency,
+        RULE,
+        reason,
+    )
+
+
+def recommend_from_bounds(
+    series: UtilizationSeries,
+    gpu_product: str,
+    current: Size,
+    need_compute_gpus: float,
+    need_memory_mib: float,
+    reason: str,
+    *,
+    price_per_hour: Decimal | None = None,
+    currency: str = "",
+) -> Recommendation | None:
+    """Sized on a model's upper bounds of the pod's later compute and memory (no margin on top: the bound
+    is the margin); the pod's own percentiles are still shown beside it. None without usable samples."""
+    usable = _usable(series)
+    if usable is None or not (math.isfinite(need_compute_gpus) and math.isfinite(need_memory_mib)):
+        return None
+    bounds = (max(0.0, need_compute_gpus), max(0.0, need_memory_mib))
+    return _recommendation(
+        series, usable, gpu_product, current, bounds, price_per_hour, currency, MODEL, reason
+    )
+
+
+def _usable(series: UtilizationSeries) -> tuple[np.ndarray, np.ndarray] | None:
     compute = np.asarray([c for c in series.compute_gpus if math.isfinite(c) and c >= 0], dtype=float)
     memory = np.asarray([m for m in series.memory_mib if math.isfinite(m) and m >= 0], dtype=float)
     if compute.size == 0 or memory.size == 0:
         return None
-    p95_mem = float(np.percentile(memory, MEMORY_PERCENTILE))
-    p90_compute = float(np.percentile(compute, COMPUTE_PERCENTILE))
-    need_mem = p95_mem * (1 + margin)
-    need_compute = p90_compute * (1 + margin)
-    recommended = _smallest_cover(gpu_product, need_compute, need_mem)
+    return compute, memory
+
+
+def _recommendation(
+    series: UtilizationSeries,
+    usable: tuple[np.ndarray, np.ndarray],
+    gpu_product: str,
+    current: Size,
+    need: tuple[float, float],
+    price_per_hour: Decimal | None,
+    currency: str,
+    basis: str,
+    reason: str,
+) -> Recommendation:
+    compute, memory = usable
+    need_compute, need_mem = need
+    recommended = smallest_cover(gpu_product, need_compute, need_mem)
     saving = None
     if price_per_hour is not None:
         share = current.gpu_share - recommended.gpu_share
@@ -205,8 +278,8 @@ def recommend(
         gpu_product=gpu_product,
         current=current,
         recommended=recommended,
-        p95_memory_mib=p95_mem,
-        p90_compute_gpus=p90_compute,
+        p95_memory_mib=float(np.percentile(memory, MEMORY_PERCENTILE)),
+        p90_compute_gpus=float(np.percentile(compute, COMPUTE_PERCENTILE)),
         need_memory_mib=need_mem,
         need_compute_gpus=need_compute,
         confidence=confidence(series.history_seconds),
@@ -214,6 +287,8 @@ def recommend(
         samples=int(min(compute.size, memory.size)),
         monthly_saving=saving,
         currency=currency,
+        basis=basis,
+        reason=reason,
     )
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,13 +23,14 @@ from kgwe.cost.budgets import (
     evaluate_budget,
 )
 from kgwe.cost.chargeback import Chargeback, compute_chargeback, mig_savings
+from kgwe.cost.insights import Advisor, HeldPod, Insights, rule_only
 from kgwe.cost.metrics import CostCollector, install
 from kgwe.cost.pricing import PriceBook
 from kgwe.cost.reports import ReportInput, build_reports
-from kgwe.cost.rightsizing import Recommendation, recommend, size_of
+from kgwe.cost.rightsizing import size_of
 from kgwe.cost.store import CostStore
-from kgwe.cost.usage import Period, month_period
-from kgwe.cost.workload_facts import facts_from_objects
+from kgwe.cost.usage import WHOLE, Period, month_period
+from kgwe.cost.workload_facts import PodKey, WorkloadFacts, facts_from_objects, pods_by_workload
 from kgwe.errors import KgweError
 from kgwe.vocab import DEFAULT_REPORTS_PATH
 
@@ -66,29 +67,61 @@ def daily_history(store: CostStore, book: PriceBook, now: datetime, since: datet
     )
 
 
+def held_pods(
+    store: CostStore, period: Period, book: PriceBook | None, facts: Sequence[WorkloadFacts] = ()
+) -> dict[PodKey, HeldPod]:
+    """The pods metered in the period as the rightsizing sees them: what each holds (its latest interval),
+    its price, and its GPUWorkload with the declared workloadType when it belongs to one."""
+    latest = {(iv.namespace, iv.pod): iv for iv in sorted(store.usage(period), key=lambda iv: iv.start)}
+    owners: dict[PodKey, WorkloadFacts] = {}
+    by_name = {(w.namespace, w.name): w for w in facts}
+    for key, members in pods_by_workload(facts, latest).items():
+        for pod, _run in members:
+            owners[pod] = by_name[key]
+    out = {}
+    for key, iv in latest.items():
+        price = book.price(iv.gpu_product) if book is not None else None
+        owner = owners.get(key)
+        out[key] = HeldPod(
+            iv.namespace,
+            iv.pod,
+            iv.gpu_product,
+            size_of(iv.gpu_product, iv.kind, iv.count, iv.mig_profile, iv.gpu_milli),
+            iv.count if iv.kind == WHOLE else 1,
+            price.per_hour(iv.spot) if price is not None else None,
+            book.currency if book is not None else "",
+            owner.name if owner else None,
+            owner.workload_type if owner else None,
+        )
+    return out
+
+
 def rightsizing(
-    store: CostStore, period: Period, now: datetime, prometheus_url: str, book: PriceBook | None = None
-) -> tuple[list[Recommendation], int]:
+    store: CostStore,
+    period: Period,
+    now: datetime,
+    prometheus_url: str,
+    book: PriceBook | None = None,
+    facts: Sequence[WorkloadFacts] = (),
+    advisor: Advisor | None = None,
+) -> tuple[Insights, int]:
+    """Rightsizing of the metered pods from their DCGM series: by `advisor` (the optimizer: predictions
+    and classes too) or today's rule; and how many points or series Prometheus gave as garbage."""
     from kgwe.cost.prometheus import PrometheusClient
 
     series, skipped = PrometheusClient(prometheus_url).pod_utilization(period.since, now)
-    held = {(iv.namespace, iv.pod): iv for iv in sorted(store.usage(period), key=lambda iv: iv.start)}
-    out = []
-    for s in series:
-        iv = held.get((s.namespace, s.pod))
-        if iv is None:
-            continue  # not a pod we meter: nothing to compare against
-        price = book.price(iv.gpu_product) if book is not None else None
-        rec = recommend(
-            s,
-            iv.gpu_product,
-            size_of(iv.gpu_product, iv.kind, iv.count, iv.mig_profile, iv.gpu_milli),
-            price_per_hour=price.per_hour(iv.spot) if price is not None else None,
-            currency=book.currency if book is not None else "",
-        )
-        if rec is not None:
-            out.append(rec)
-    return out, skipped
+    held = held_pods(store, period, book, facts)
+    if advisor is not None:
+        try:
+            return advisor(series, held), skipped
+        except Exception as exc:  # the optimizer is advice: its failure leaves today's rule, never no report
+            log.exception("workload optimizer failed on the reports' pods; today's rightsizing rule instead")
+            found = rule_only(series, held)
+            note = (
+                f"the workload optimizer failed ({type(exc).__name__}: {exc}): today's rule sized every pod"
+            )
+            return replace(found, notes=(note,)), skipped
+    return rule_only(series, held), skipped
 
 
 def advice(
@@ -142,12 +175,20 @@ def generate_reports(
     cluster: str,
     prometheus_url: str | None = None,
     workloads: Sequence[Mapping[str, Any]] | None = None,
+    advisor: Advisor | None = None,
 ) -> Generated:
+    """The period's report files; `advisor` (the workload optimizer) adds predictions and classes to the
+    rightsizing and efficiency reports (None: today's rule, nothing predicted)."""
     cb = store.chargeback(
         book, period, now=now, granularity="day", group_by=("team", "namespace", "gpu_product")
     )
     history = daily_history(store, book, now, period.since)
-    recs, skipped = rightsizing(store, period, now, prometheus_url, book) if prometheus_url else ([], 0)
+    facts, _ = facts_from_objects(workloads or ())
+    found_insights, skipped = (
+        rightsizing(store, period, now, prometheus_url, book, facts, advisor)
+        if prometheus_url
+        else (Insights(), 0)
+    )
     found = advice(store, book, period, now, workloads, prometheus_url)
     files = build_reports(
         ReportInput(
@@ -158,7 +199,8 @@ def generate_reports(
             nodes=store.nodes(period),
             budgets=budgets,
             daily_spend_history=history,
-            recommendations=recs,
+            recommendations=found_insights.recommendations,
+            insights=found_insights,
             rightsizing_source=prometheus_url or "",
             rightsizing_skipped=skipped,
             mig_pricing=book.mig_pricing,
@@ -182,8 +224,10 @@ class CostService:
         spool_path: Path | None = None,
         prometheus_url: str | None = None,
         advice_seconds: float = ADVICE_SECONDS,
+        advisor: Advisor | None = None,
     ) -> None:
         self.store = store
+        self.advisor = advisor  # the optimizer's rightsizing, predictions and classes (None: the rule)
         self.spool_path = spool_path  # where metering keeps writes while the store is down
         self.cluster = cluster
         self.collector = collector or install()
@@ -269,7 +313,15 @@ class CostService:
         e.g. the demand record), through `commit_back` (a kgwe.gitops CommitBack that may write only under
         `path_prefix`)."""
         generated = generate_reports(
-            self.store, book, budgets, period, now, self.cluster, prometheus_url, self._read_workloads()
+            self.store,
+            book,
+            budgets,
+            period,
+            now,
+            self.cluster,
+            prometheus_url,
+            self._read_workloads(),
+            self.advisor,
         )
         files = {**generated.files, **(extra_files or {})}
         if path_prefix != DEFAULT_REPORTS_PATH:  # PolicyRepository.spec.reports.path, e.g. reports/prod

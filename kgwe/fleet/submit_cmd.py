@@ -6,7 +6,10 @@ with any error sends nothing. `--policy DIR` checks the workloads against that p
 server check and default the objects without persisting them; `--dry-run=client` stops after the local
 validation, and with `-o yaml` prints, offline, the objects the controller would create for each workload
 (PodGroup, Service, Jobs or Deployments), planned by the controller's own planner with the repository's
-runtimes and profiles.
+runtimes and profiles. A dry run with `--policy DIR` also prints each workload's expected duration and cost
+and their P90, from the runtime model the controller commits beside the cost reports
+(`reports/models/runtime.json` in DIR or its parent; without one, the prior) at the PricingCatalog's prices,
+with the reason (docs/optimizer.md).
 
 examples:
   kgwe submit train.yaml
@@ -105,6 +108,7 @@ def run(args: argparse.Namespace) -> int:
             return 0
         for body in bodies:
             print(f"{GPU_WORKLOAD_RESOURCE}/{body['metadata']['name']} valid (client dry run)")
+        _predictions(bodies, args.policy, getattr(args, "namespace", None))
         return 0
     from kgwe.fleet.cluster import Fleet
 
@@ -121,7 +125,52 @@ def run(args: argparse.Namespace) -> int:
     for body in bodies:
         outcome = submit(fleet, body, server_dry_run=args.dry_run == "server")
         print(f"{GPU_WORKLOAD_RESOURCE}/{body['metadata']['name']} {outcome}")
+    if args.dry_run == "server":
+        _predictions(bodies, args.policy, None)
     return 0
+
+
+def _predictions(bodies: list[dict[str, Any]], policy_dir: str | None, namespace: str | None) -> None:
+    """With a policy repository: each workload's expected duration and cost, their P90 and why."""
+    if not policy_dir:
+        return
+    from pathlib import Path
+
+    from kgwe.cost.pricing import pricebook_from_catalog
+    from kgwe.optimizer.admission import predict, predict_cost, shape_of
+    from kgwe.optimizer.published import read_published
+    from kgwe.optimizer.record import ModelRecordError
+    from kgwe.optimizer.runtime import NAME, VERSION, RuntimeModel, expected_seconds
+    from kgwe.policy.loader import load_repository
+
+    catalog = load_repository(policy_dir).pricing_catalog()
+    book = pricebook_from_catalog(catalog) if catalog is not None else None
+    model = None
+    try:
+        record = read_published(Path(policy_dir), NAME)
+    except ModelRecordError as exc:
+        print(f"warning: the committed runtime model is not used: {exc}", file=sys.stderr)
+        record = None
+    if record is not None and record.version == VERSION:
+        model = RuntimeModel.from_params(record.params)
+    for body in bodies:
+        meta = body["metadata"]
+        named = {**body, "metadata": {**meta, "namespace": meta.get("namespace") or namespace or "default"}}
+        shape = shape_of(named)
+        duration = predict(model, shape)
+        said = f"expected {_hours(expected_seconds(duration))} (P90 {_hours(duration.at(0.9))})"
+        cost = predict_cost(shape, duration, book) if book is not None else None
+        if cost is not None:
+            said += f", cost {cost.expected} {cost.currency} (P90 {cost.p90})"
+            if cost.note:
+                said += f" [{cost.note}]"
+        else:
+            said += ", no cost: the policy repository has no PricingCatalog"
+        print(f"  {GPU_WORKLOAD_RESOURCE}/{meta['name']}: {said}: {duration.why}")
+
+
+def _hours(seconds: float) -> str:
+    return f"{seconds / 3600:,.1f} h" if seconds >= 3600 else f"{seconds / 60:,.0f} min"
 
 
 def submit(fleet: Fleet, body: dict[str, Any], *, server_dry_run: bool) -> str:

@@ -16,7 +16,13 @@ The rule (docs/mig-rebalancing.md):
   one pending instance per GPU it repartitions;
 - with nothing pending, a target that fell by at least one GPU's compute slices is followed back towards
   the preferred shares, under the same cap; a smaller fall keeps the target;
-- between decisions, only the nodes the last decision named may change: the pool stays as decided.
+- between decisions, only the nodes the last decision named may change: the pool stays as decided;
+- with an `Outlook` (the demand the optimizer expects, kgwe.optimizer.demand), idle GPUs are prepared for
+  it before pods queue — only when a change covers at least PREPARE_SLICES_PER_GPU compute slices of the
+  expected demand per GPU it repartitions, the GPUs that change shaped by the expected mix; the layout so
+  decided becomes the target in force (the rollout plans the named nodes for it, as for measured demand),
+  and nothing is released back towards the shares while the outlook expects the demand. Without an outlook
+  (no history, a model that is unsure) the rule is exactly the one above.
 """
 
 from __future__ import annotations
@@ -43,6 +49,42 @@ class Settings:
     interval: timedelta
     window: timedelta
     max_gpus: int
+
+
+# An outlook prepares a pool for a share of its capacity in the expected mix (the rest stays as the shares
+# and the measured demand make it), and only by changes that cover this many compute slices of the expected
+# demand per GPU repartitioned (about two thirds of a 7-slice GPU): a churn guard like the reactive rule's.
+PREPARE_FILL = 0.9
+PREPARE_SLICES_PER_GPU = 5
+
+
+@dataclass(frozen=True)
+class Outlook:
+    """The demand a pool should be ready for over the next hours (kgwe.optimizer.demand): `level` the
+    instances per profile its pods are expected to hold at the peak, `mix` each profile's expected share of
+    the compute slices pods will hold, and `reason`, said in the decision's message."""
+
+    level: Mapping[str, int] = field(default_factory=dict)
+    mix: Mapping[str, float] = field(default_factory=dict)
+    reason: str = ""
+
+    def target(self, request: PoolRequest) -> dict[str, int]:
+        """Instances per profile to prepare: the expected peak, and PREPARE_FILL of the pool's compute
+        slices in the expected mix, whichever is more (never more than the pool holds)."""
+        sizes = _profile_slices(request)
+        capacity = sum(m.compute_slots for m in _gpu_models(request))
+        total = sum(v for p, v in self.mix.items() if v > 0 and p in sizes)
+        out: dict[str, int] = {}
+        for profile, size in sizes.items():
+            share = self.mix.get(profile, 0.0) / total if total > 0 else 0.0
+            filled = int(share * PREPARE_FILL * capacity // size)
+            want = max(self.level.get(profile, 0), filled)
+            if want > 0:
+                out[profile] = want
+        used = sum(n * sizes[p] for p, n in out.items())
+        if used > capacity > 0:  # an outlook never asks for more than the pool: scaled down, in proportion
+            out = {p: n * capacity // used for p, n in out.items() if n * capacity // used > 0}
+        return dict(sorted(out.items()))
 
 
 @dataclass(frozen=True)
@@ -207,11 +249,13 @@ def evaluate(
     now: datetime,
     *,
     in_flight: bool = False,
+    outlook: Outlook | None = None,
 ) -> Decision:
     """Decide whether `request`'s pool takes a new demand target now.
 
     `request` is the pool as it is (no node frozen by an earlier decision: a decision may pick any idle
-    GPU); `record` is `carry_over`'s; `in_flight` says a rollout wave of the pool has not finished.
+    GPU); `record` is `carry_over`'s; `in_flight` says a rollout wave of the pool has not finished;
+    `outlook` is the demand expected (None: the reactive rule alone).
     """
     if not due(record, measurement, settings, now):
         return Decision(record)
@@ -233,12 +277,20 @@ def evaluate(
         )
     limits = replace(request.limits, max_gpus_changed=settings.max_gpus, max_nodes_changed=None)
     free = replace(request, gpus=idle_nodes_only(request), demand=candidate, limits=limits)
+    if outlook is not None:  # the GPUs that change take the expected mix, not the shares
+        free = replace(free, shares=_mix_shares(outlook, request))
     if pending:
         plan = plan_pool(replace(free, fewest_changes=True))
         gain = served(plan, measurement) - served_now(request, measurement)
-        if gain < max(1, plan.gpus_changed):
-            return Decision(replace(evaluated, message=_not_taken(request, measurement, gain, plan)))
-        return _take(evaluated, plan, candidate, now, _pending_text(measurement), grow=True)
+        if gain >= max(1, plan.gpus_changed):
+            target = candidate if outlook is None else _decided(plan)
+            return _take(evaluated, plan, target, now, _pending_text(measurement), grow=True)
+        said = _not_taken(request, measurement, gain, plan)
+        if outlook is None:
+            return Decision(replace(evaluated, message=said))
+        return _prepare(request, free, evaluated, outlook, candidate, now, said)
+    if outlook is not None:  # the demand expected holds the layout; idle GPUs are prepared for it
+        return _prepare(request, free, evaluated, outlook, candidate, now, "no pending MIG demand")
     fallen = {p: n - candidate.get(p, 0) for p, n in sorted(record.target.items()) if candidate.get(p, 0) < n}
     if not fallen:
         return Decision(replace(evaluated, message="no pending MIG demand"))
@@ -252,6 +304,84 @@ def evaluate(
         lowered = replace(evaluated, target=candidate, message=f"{why}; no GPU needs a new layout")
         return Decision(lowered)
     return _take(evaluated, plan, candidate, now, why, grow=False)
+
+
+def _prepare(
+    request: PoolRequest,
+    free: PoolRequest,
+    evaluated: Record,
+    outlook: Outlook,
+    candidate: Mapping[str, int],
+    now: datetime,
+    said: str,
+) -> Decision:
+    """Prepare idle GPUs for the outlook's target when the change is worth it (PREPARE_SLICES_PER_GPU of
+    expected demand covered per GPU changed); else keep the layout and say why."""
+    want = outlook.target(request)
+    target = {p: max(n, candidate.get(p, 0)) for p, n in {**candidate, **want}.items()}
+    sizes = _profile_slices(request)
+    before = _covered(_offered(request), target, sizes)
+    short = sum(n * sizes.get(p, 0) for p, n in target.items()) - before
+    if short <= 0:
+        return Decision(replace(evaluated, message=f"{said}; the layout is ready for the demand expected"))
+    shaped = replace(free, demand=target, shares=_mix_shares(outlook, request), fewest_changes=True)
+    plan = plan_pool(shaped)
+    gain = _covered(plan.achieved_counts, target, sizes) - before
+    if not plan.gpus_changed or gain < PREPARE_SLICES_PER_GPU * plan.gpus_changed:
+        kept = f"{said}; preparing for the demand expected would cover {gain} slice(s) with "
+        return Decision(
+            replace(evaluated, message=f"{kept}{plan.gpus_changed} GPU(s): not worth the disruption")
+        )
+    expected = ", ".join(f"{p} {n}" for p, n in sorted(want.items()))
+    why = (
+        f"preparing for the demand expected ({expected}; {outlook.reason})"
+        if outlook.reason
+        else (f"preparing for the demand expected ({expected})")
+    )
+    return _take(evaluated, plan, _decided(plan), now, why, grow=True)
+
+
+def _decided(plan: PoolPlan) -> dict[str, int]:
+    """The layout a decision shaped by the expected mix made, as the target in force: the rollout plans the
+    named nodes for the target with the strategy's shares, so the mix's shaping travels as instances."""
+    return {p: n for p, n in sorted(plan.achieved_counts.items()) if n > 0}
+
+
+def _mix_shares(outlook: Outlook, request: PoolRequest) -> dict[str, float]:
+    """The expected mix as shares, shaping the GPUs a preparation changes (the strategy's shares without
+    a mix over the pool's profiles)."""
+    sizes = _profile_slices(request)
+    mix = {p: v for p, v in outlook.mix.items() if v > 0 and p in sizes}
+    total = sum(mix.values())
+    return {p: v / total for p, v in sorted(mix.items())} if total > 0 else dict(request.shares)
+
+
+def _offered(request: PoolRequest) -> dict[str, int]:
+    have: Counter[str] = Counter()
+    for gpu in request.gpus:
+        for profile, _ in gpu.layout or ():
+            have[profile] += 1
+    return dict(have)
+
+
+def _covered(have: Mapping[str, int], target: Mapping[str, int], sizes: Mapping[str, int]) -> int:
+    """Compute slices of `target` that instances in `have` cover."""
+    return sum(min(n, have.get(p, 0)) * sizes.get(p, 0) for p, n in target.items())
+
+
+def _gpu_models(request: PoolRequest) -> list[GPUModel]:
+    """The MIG model of each GPU of the pool (one entry per GPU)."""
+    models = {m.key: m for m in _mig_models(request)}
+    return [models[g.model] for g in request.gpus if g.model in models]
+
+
+def _profile_slices(request: PoolRequest) -> dict[str, int]:
+    """Compute slices of each profile the pool's GPUs offer (its size on the first model offering it)."""
+    out: dict[str, int] = {}
+    for model in _mig_models(request):
+        for name, profile in model.profiles.items():
+            out.setdefault(name, profile.compute_slices)
+    return out
 
 
 def _take(

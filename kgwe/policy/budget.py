@@ -9,7 +9,12 @@ from pydantic import Field, field_validator
 
 from kgwe.policy.base import DnsLabel, KgweModel, KgweObject, ObjectMeta
 from kgwe.policy.types import Money, Percent
-from kgwe.vocab import DEFAULT_CURRENCY, quota_key
+from kgwe.vocab import (
+    DEFAULT_CURRENCY,
+    DEFAULT_PREDICTED_COST_ADMISSION,
+    PredictedCostAdmission,
+    quota_key,
+)
 
 _RESOURCE = re.compile(
     r"^(requests\.)?([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
@@ -36,6 +41,11 @@ class GPUBudgetSpec(KgweModel):
     limit: BudgetLimit
     quota: dict[str, int] = Field(default_factory=dict)  # resource name -> count, e.g. nvidia.com/gpu: 32
     alerts: list[BudgetAlert] = Field(default_factory=list)
+    # Hold or Refuse a GPUWorkload of these namespaces whose expected cost exceeds what remains this period
+    # (kgwe.optimizer.admission); Off: the quota alone decides, as without the optimizer
+    predicted_cost_admission: PredictedCostAdmission = Field(
+        default=DEFAULT_PREDICTED_COST_ADMISSION, alias="predictedCostAdmission"
+    )
 
     @field_validator("quota")
     @classmethod

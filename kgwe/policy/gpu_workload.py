@@ -229,6 +229,36 @@ class WorkloadCost(KgweModel):
     as_of: str | None = None
 
 
+class PredictedDuration(KgweModel):
+    """Seconds: the expected (mean) duration and its quantiles (kgwe.optimizer.runtime)."""
+
+    expected: int | None = None
+    p10: int | None = None
+    p50: int | None = None
+    p90: int | None = None
+
+
+class PredictedCost(KgweModel):
+    expected: str  # money, Decimal as a string: GPUs x expected duration x price
+    p90: str  # the same at the duration's P90
+    currency: str = DEFAULT_CURRENCY
+    gpus: str | None = None  # physical GPUs all its pods hold, as metering prices them
+    price_per_gpu_hour: str | None = Field(default=None, alias="pricePerGPUHour")
+    product: str | None = None  # the product priced
+    note: str | None = None  # how the price was chosen when not the product the workload names
+
+
+class WorkloadPrediction(KgweModel):
+    """What the optimizer predicted at admission (kgwe.optimizer.admission), with why."""
+
+    duration_seconds: PredictedDuration = Field(default_factory=PredictedDuration, alias="durationSeconds")
+    cost: PredictedCost | None = None
+    reason: str = ""  # "from 37 finished runs of runtime torch-distributed in ml-research (of 412 in all)"
+    fallback: str | None = None  # set when no finished run was like it: what was used instead, and why
+    samples: int = 0
+    predicted_at: str | None = Field(default=None, alias="predictedAt")
+
+
 class GPUWorkloadStatus(KgweModel):
     model_config = ConfigDict(extra="allow")
 
@@ -244,6 +274,7 @@ class GPUWorkloadStatus(KgweModel):
     run: int = 0  # the current attempt's number; child objects carry it
     runtime: str | None = None  # the WorkloadRuntime roles without containers got at admission
     cost: WorkloadCost | None = None
+    prediction: WorkloadPrediction | None = None  # duration and cost expected at admission
 
 
 class GPUWorkload(KgweObject):

@@ -154,6 +154,8 @@ class Controller:
             is_leader=self.is_leader,
             policy_namespace=self.namespace,
             cost_of=self.costs.workload_cost if self.costs is not None else None,
+            advise=self.costs.workload_admission if self.costs is not None else None,
+            finished=self.costs.workload_finished if self.costs is not None else None,
         )
         return WorkloadController(reconciler)
 
@@ -237,6 +239,7 @@ class Controller:
                 read_activity=activity_reader(self.prometheus_url),
                 budget_caps=self._budget_caps if self.costs is not None else None,
                 on_policy_in_force=self._policy_in_force if self.costs is not None else None,
+                mig_outlooks=self.costs.mig_outlooks if self.costs is not None else None,
                 node_cache=self.node_cache,
                 audit_flush_seconds=self.audit_interval_seconds,
             )

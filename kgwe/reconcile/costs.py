@@ -12,11 +12,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kgwe.cost.budgets import BudgetSpec, alert_events, budget_from_policy, quota_decisions
+from kgwe.cost.budgets import BudgetSpec, BudgetStatus, alert_events, budget_from_policy, quota_decisions
 from kgwe.cost.pricing import PriceBook, pricebook_from_catalog
 from kgwe.cost.service import ADVICE_SECONDS, CostService
 from kgwe.cost.usage import Period, month_period
@@ -31,8 +31,15 @@ from kgwe.vocab import is_gpu_resource
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
 
+    from kgwe.optimizer.admission import BudgetRoom
+    from kgwe.optimizer.runtime import RuntimeModel
+    from kgwe.optimizer.service import OptimizerDuties
+    from kgwe.planner.mig_demand import PoolView
+    from kgwe.planner.rebalance import Outlook
+
 log = logging.getLogger(__name__)
 
+MAX_OUTLOOK_AGE = timedelta(days=1)  # an older MIG demand fit is no outlook (the refit has been failing)
 QuotaCaps = dict[str, dict[str, str]]  # namespace -> ResourceQuota spec.hard of an enforced budget
 Alert = Callable[[str, str, str], None]  # (event type Normal|Warning, reason, message) about the repository
 
@@ -74,6 +81,18 @@ def gpu_use_by_namespace(
     return use
 
 
+def budget_rooms(budgets: Sequence[BudgetSpec], statuses: Sequence[BudgetStatus]) -> dict[str, BudgetRoom]:
+    """namespace -> what its budget has left this period and what it does with a workload that would
+    overspend it (kgwe.optimizer.admission)."""
+    from kgwe.optimizer.admission import BudgetRoom
+
+    return {
+        ns: BudgetRoom(b.name, s.remaining, s.currency, b.predicted_cost_admission)
+        for b, s in zip(budgets, statuses, strict=True)
+        for ns in b.namespaces
+    }
+
+
 def cost_duties(
     db: str,
     *,
@@ -94,6 +113,9 @@ def cost_duties(
         store.migrate()
     except KgweError as exc:
         log.warning("%s; metering will retry the migration", exc)
+    from kgwe.optimizer.report_insights import advise_pods
+    from kgwe.optimizer.service import OptimizerDuties
+
     return CostDuties(
         CostService(
             store,
@@ -101,9 +123,11 @@ def cost_duties(
             spool_path=spool_path,
             prometheus_url=prometheus_url,
             advice_seconds=advice_seconds,
+            advisor=advise_pods,  # the reports' predictions and workload classes (docs/optimizer-usage.md)
         ),
         prometheus_url=prometheus_url,
         refresh_seconds=refresh_seconds,
+        optimizer=OptimizerDuties(store, prometheus_url=prometheus_url),
     )
 
 
@@ -115,8 +139,11 @@ class CostDuties:
         prometheus_url: str | None = None,
         refresh_seconds: float = 60.0,
         now: Callable[[], datetime] = _utcnow,
+        optimizer: OptimizerDuties | None = None,
     ) -> None:
         self.service = service
+        self.optimizer = optimizer  # the models refitted on schedule, read at admission (None: off)
+        self._rooms: dict[str, dict[str, BudgetRoom]] = {}  # repository -> namespace -> its budget's room
         self.prometheus_url = prometheus_url
         self.refresh_seconds = refresh_seconds
         self.now = now
@@ -125,6 +152,7 @@ class CostDuties:
         self._caps: dict[str, QuotaCaps] = {}  # per repository, as decided at its last budget refresh
         self._last_report_check: dict[str, datetime] = {}
         self.book: PriceBook | None = None  # the prices GPUWorkloads are costed at
+        self._runtime_cache: tuple[datetime, RuntimeModel | None] | None = None
 
     def workload_cost(self, namespace: str, name: str, obj: dict) -> dict | None:
         """status.cost of a GPUWorkload: its pods' metered GPU-hours and cost since it was created."""
@@ -183,6 +211,7 @@ class CostDuties:
         catalog = policy.pricing_catalog()
         if catalog is None:
             self._caps.pop(repository, None)
+            self._rooms.pop(repository, None)
             return {}
         now = self.now()
         budgets = [budget_from_policy(b) for b in policy.budgets]
@@ -193,6 +222,7 @@ class CostDuties:
             for status in statuses:
                 for event_type, reason, message in alert_events(status):
                     record(event_type, reason, message)
+            self._rooms[repository] = budget_rooms(budgets, statuses)
             use = gpu_use_by_namespace(pods, sorted({ns for b in budgets for ns in b.namespaces}))
             self._caps[repository] = {
                 d.namespace: d.hard
@@ -211,6 +241,77 @@ class CostDuties:
             ns: b.team for b in budgets for ns in b.namespaces
         }
         self._reports(view, budgets, self.now())
+        if self.optimizer is not None:
+            self.optimizer.refit_due()
+
+    # -- the optimizer at admission (decision 3): kgwe.workloads.controller calls these ---------------------
+    def workload_admission(
+        self, obj: Mapping[str, Any], now: datetime
+    ) -> tuple[dict[str, Any] | None, tuple[str, str, str] | None]:
+        """status.prediction of a GPUWorkload about to be admitted, and its budget's decision (None: admit).
+        Never raises: a workload the optimizer cannot read is admitted as without it."""
+        from kgwe.optimizer import admission
+
+        try:
+            shape = admission.shape_of(obj)
+            duration = admission.predict(self._runtime_model(), shape)
+            cost = admission.predict_cost(shape, duration, self.book) if self.book is not None else None
+            room = next((r[shape.namespace] for r in self._rooms.values() if shape.namespace in r), None)
+            return admission.prediction_status(duration, cost, now), admission.budget_decision(cost, room)
+        except Exception:  # advice: its failure admits as today's rule would
+            log.exception("prediction for a GPUWorkload failed; admitted without one")
+            return None, None
+
+    def workload_finished(self, obj: Mapping[str, Any], outcome: str, ended: datetime) -> None:
+        """A GPUWorkload completed or failed: its run joins the runtime model's history (never raises)."""
+        from kgwe.optimizer.admission import finished_run
+
+        if self.optimizer is None:
+            return
+        try:
+            run = finished_run(obj, outcome, ended)
+        except Exception:
+            log.exception("finished run not read")
+            return
+        if run is not None:
+            self.optimizer.run_finished(run)
+
+    def mig_outlooks(self, views: Sequence[PoolView]) -> dict[str, Outlook]:
+        """The MIG demand each rebalancing pool should be ready for (kgwe.optimizer.demand), from the newest
+        fit of the last week's metered demand; none without a fit, from a fit older than a day, or one this
+        code cannot read — the pools then follow pending pods alone (today's rule)."""
+        from kgwe.optimizer import demand
+
+        record = self.optimizer.record(demand.NAME) if self.optimizer is not None else None
+        if (
+            record is None
+            or record.version != demand.VERSION
+            or self.now() - record.fitted_at > MAX_OUTLOOK_AGE
+        ):
+            return {}
+        model = demand.DemandModel.from_params(record.params)
+        if model is None:
+            return {}
+        return demand.pool_outlooks(model, [(v.name, v.profiles, v.held) for v in views])
+
+    def _published_models(self, now: datetime) -> dict[str, str]:
+        """The optimizer's newest models and the predictions section, committed with the cost reports."""
+        from kgwe.optimizer.published import published_files
+
+        return published_files(self.optimizer.records(), now) if self.optimizer is not None else {}
+
+    def _runtime_model(self) -> RuntimeModel | None:
+        """The newest runtime model (None: none fitted, or a record this code cannot read)."""
+        from kgwe.optimizer.runtime import NAME, VERSION, RuntimeModel
+
+        record = self.optimizer.record(NAME) if self.optimizer is not None else None
+        if record is None or record.version != VERSION:
+            return None
+        cached = self._runtime_cache
+        if cached is None or cached[0] != record.fitted_at:
+            cached = (record.fitted_at, RuntimeModel.from_params(record.params))
+            self._runtime_cache = cached
+        return cached[1]
 
     def _reports(self, view: RepositoryView, budgets: list[BudgetSpec], now: datetime) -> None:
         if view.spec is None or view.spec.reports is None:
@@ -252,7 +353,10 @@ class CostDuties:
             commit_back=commit_back,
             path_prefix=spec.reports_path,
             prometheus_url=self.prometheus_url,
-            extra_files=demand_record_file(self.service.store, now, self.service.cluster),
+            extra_files={
+                **demand_record_file(self.service.store, now, self.service.cluster),
+                **self._published_models(now),
+            },
         )
         if result.status == "rejected":
             view.record("Warning", "CommitBackRejected", f"cost reports: {result.reason}")

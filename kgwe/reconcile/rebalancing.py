@@ -25,7 +25,16 @@ from kgwe.planner.from_policy import model_of_product, pool_requests
 from kgwe.planner.mig_demand import PoolView, measure, unschedulable_mig_request
 from kgwe.planner.model import PoolRequest
 from kgwe.planner.plan import plan_pool
-from kgwe.planner.rebalance import Decision, Measurement, Record, Sample, Settings, carry_over, evaluate
+from kgwe.planner.rebalance import (
+    Decision,
+    Measurement,
+    Outlook,
+    Record,
+    Sample,
+    Settings,
+    carry_over,
+    evaluate,
+)
 from kgwe.policy.cluster_kinds import Condition
 from kgwe.policy.inventory import GPUInventory, PoolDemand
 from kgwe.policy.mig_strategy import MIGStrategy
@@ -38,6 +47,9 @@ UTILIZATION_CONDITION = "UtilizationAvailable"
 
 # (namespace, pod) -> mean engine activity over [start, end]; raises KgweError when the source is down
 ActivityReader = Callable[[datetime, datetime], Mapping[tuple[str, str], float]]
+# the pools as measured -> the demand the optimizer expects of each (kgwe.optimizer.demand); a pool without
+# one follows pending pods alone
+OutlookSource = Callable[[Sequence[PoolView]], Mapping[str, Outlook]]
 
 
 @dataclass
@@ -155,9 +167,11 @@ def rebalance(
     *,
     revisions: Mapping[str, str],
     read_activity: ActivityReader | None = None,
+    outlooks: OutlookSource | None = None,
 ) -> RebalanceResult:
     """Measure and decide for every rebalancing pool. `status` is the PolicyRepository's status (its
-    `rebalance` and `rollout`); `revisions` the pools' strategy revisions."""
+    `rebalance` and `rollout`); `revisions` the pools' strategy revisions; `outlooks` the optimizer's
+    expected demand per pool (None, or a pool left out: the reactive rule)."""
     chosen = sorted(rebalancing_strategies(strategies), key=lambda s: s.name)
     if not chosen:
         return RebalanceResult()
@@ -173,6 +187,7 @@ def rebalance(
     if thresholds:
         condition, reclaimable = _utilization(chosen, views, facts, thresholds, read_activity, now)
     measured = measure(views, pods, reclaimable)
+    expected = _outlooks(outlooks, views)
     requests = {r.name: r for r in pool_requests(chosen, inventory)}
     old = status.get("rebalance") or {}
     rollout = status.get("rollout") or {}
@@ -184,7 +199,13 @@ def rebalance(
         settings = settings_of(strategy, len(request.gpus))
         try:
             decision = evaluate(
-                request, measured[name], record, settings, now, in_flight=in_flight(rollout.get(name))
+                request,
+                measured[name],
+                record,
+                settings,
+                now,
+                in_flight=in_flight(rollout.get(name)),
+                outlook=expected.get(name),
             )
         except KgweError as exc:  # a pool the planner refuses keeps its record; the reason is shown
             log.warning("rebalance of pool %s: %s", name, exc)
@@ -193,6 +214,17 @@ def rebalance(
         if decision.taken:
             result.taken[name] = decision
     return result
+
+
+def _outlooks(source: OutlookSource | None, views: Sequence[PoolView]) -> Mapping[str, Outlook]:
+    """The optimizer's outlooks; none when it fails (a model is advice: the reactive rule decides)."""
+    if source is None:
+        return {}
+    try:
+        return source(views)
+    except Exception:
+        log.exception("MIG demand outlook failed; rebalancing follows pending pods alone")
+        return {}
 
 
 def records_in_force(

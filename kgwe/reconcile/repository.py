@@ -69,6 +69,7 @@ from kgwe.reconcile.mig_rollout import run_mig_rollout
 from kgwe.reconcile.rebalancing import (
     UTILIZATION_CONDITION,
     ActivityReader,
+    OutlookSource,
     RebalanceResult,
     rebalance,
     rebalancing_strategies,
@@ -169,6 +170,7 @@ class RepositoryReconciler:
         read_activity: ActivityReader | None = None,
         budget_caps: BudgetCaps | None = None,
         on_policy_in_force: Callable[[PolicySet], None] | None = None,
+        mig_outlooks: OutlookSource | None = None,
         node_cache: NodeCache | None = None,
         audit_flush_seconds: float = COMMIT_INTERVAL_SECONDS,
     ) -> None:
@@ -178,6 +180,7 @@ class RepositoryReconciler:
         self.read_activity = read_activity  # dcgm-exporter engine activity per pod (None: no Prometheus)
         self.budget_caps = budget_caps  # the cost duties' Enforce caps (None: budgets are never capped)
         self.on_policy_in_force = on_policy_in_force  # told each policy once it is the one in force
+        self.mig_outlooks = mig_outlooks  # the optimizer's expected MIG demand per pool (None: reactive only)
         self.node_cache = node_cache  # the GPU nodes kept by a watch (None: listed on every pass)
         self.metrics = metrics or ReconcileMetrics()
         self.recorder = recorder or EventRecorder(self.cluster)
@@ -531,6 +534,7 @@ class RepositoryReconciler:
             now,
             revisions=revisions,
             read_activity=self.read_activity,
+            outlooks=self.mig_outlooks,
         )
         for pool, decision in sorted(result.taken.items()):
             self._recorder(p)("Normal", "MIGRebalance", f"pool {pool}: {decision.event}")

@@ -20,12 +20,12 @@ from __future__ import annotations
 import heapq
 import math
 from collections import Counter, deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
 from kgwe.planner.model import PlacedLayout, PoolRequest
-from kgwe.planner.rebalance import Measurement, Record, Settings, due, evaluate
+from kgwe.planner.rebalance import Measurement, Outlook, Record, Settings, due, evaluate
 
 START = datetime(2026, 1, 1, tzinfo=UTC)  # the clock the rule sees; only differences matter
 MINUTE = timedelta(minutes=1)
@@ -40,12 +40,19 @@ class Pod:
     profile: str
 
 
+# The demand measured each minute so far (held + pending instances per profile, oldest first) -> the
+# outlook the rule prepares for (None: no outlook). Sees only the past: the replay hands it nothing else.
+Forecaster = Callable[[Sequence[Mapping[str, int]]], Outlook | None]
+
+
 @dataclass(frozen=True)
 class Rebalancing:
-    """The rule's settings and how long a node's MIG reconfiguration keeps it from serving (minutes)."""
+    """The rule's settings, how long a node's MIG reconfiguration keeps it from serving (minutes), and the
+    forecaster whose outlook the rule prepares for (None: the reactive rule alone)."""
 
     settings: Settings
     delay: int
+    forecast: Forecaster | None = None
 
 
 @dataclass(frozen=True)
@@ -136,6 +143,7 @@ def simulate(
     # node -> (minute it serves again, the (GPU, layout) it then has)
     reconfiguring: dict[str, tuple[int, list[tuple[int, PlacedLayout | None]]]] = {}
     record = Record("sim")
+    measured: list[Mapping[str, int]] = []  # held + waiting per profile, each minute so far
     result = Result(minutes, pods=len(arrivals))
     result.demanded = sum(min(p.runtime, minutes - p.arrival) for p in arrivals)
     seq = nxt = 0
@@ -175,8 +183,11 @@ def simulate(
             in_use = Counter(name for h in held for name, _ in h)
             measurement = Measurement(pending=waiting, in_use=dict(in_use), pending_pods=waiting)
             now = START + minute * MINUTE
+            if rebalancing.forecast is not None:
+                measured.append(dict(in_use + Counter(waiting)))
             if due(record, measurement, rebalancing.settings, now):
                 result.evaluations += 1
+                outlook = rebalancing.forecast(measured) if rebalancing.forecast is not None else None
                 current = tuple(
                     replace(g, layout=layouts[i], in_use=tuple(sorted(held[i]))) for i, g in enumerate(gpus)
                 )
@@ -187,6 +198,7 @@ def simulate(
                     rebalancing.settings,
                     now,
                     in_flight=bool(reconfiguring),
+                    outlook=outlook,
                 )
                 record = decision.record
                 result.decisions += decision.taken

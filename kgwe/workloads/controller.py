@@ -32,6 +32,7 @@ from pydantic import ValidationError
 from kgwe.cluster.events import EventRecorder
 from kgwe.extender.k8s import gpu_holders, unhealthy_gpus
 from kgwe.observability import tracing
+from kgwe.optimizer.admission import REFUSE, REFUSED_REASON
 from kgwe.policy.admission import (
     ClusterView,
     PolicyView,
@@ -73,8 +74,8 @@ log = logging.getLogger(__name__)
 
 # Refusals that only an edit lifts (the namespace's label, the spec, a PodTemplatePolicy): no retry of
 # their own; label and spec edits are watched, and the periodic resync looks again after a policy change.
-# Any other refusal (a full quota, no node to fit) is retried after the workload's backoff.
-WAIT_FOR_CHANGE = frozenset({"NamespaceNotEnabled", "TemplateNotAllowed"})
+# Any other refusal (a full quota, no node to fit, a budget's hold) is retried after the workload's backoff.
+WAIT_FOR_CHANGE = frozenset({"NamespaceNotEnabled", "TemplateNotAllowed", REFUSED_REASON})
 WATCH_SECONDS = 300  # a watch the server ends after this long is resumed from its last resourceVersion
 BACKOFF = Backoff(base_seconds=1.0, cap_seconds=30.0)  # after a refusal that may lift, or a failure
 OWNED_CONDITIONS = (*st.CONDITION_TYPES, st.GPUS_HEALTHY)
@@ -129,6 +130,10 @@ def _utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+# (workload, now) -> (status.prediction or None, (Hold|Refuse, reason, message) or None to admit)
+Advise = Callable[[Mapping[str, Any], datetime], tuple[dict[str, Any] | None, tuple[str, str, str] | None]]
+
+
 class WorkloadReconciler:
     def __init__(
         self,
@@ -140,6 +145,8 @@ class WorkloadReconciler:
         policy_namespace: str = KGWE_NAMESPACE,
         now: Callable[[], datetime] = _utcnow,
         cost_of: Callable[[str, str, KubeObject], dict[str, Any] | None] | None = None,
+        advise: Advise | None = None,
+        finished: Callable[[Mapping[str, Any], str, datetime], None] | None = None,
     ) -> None:
         self.cluster = as_cluster(cluster)  # an ApiClient: its API server
         self.recorder = recorder
@@ -148,6 +155,8 @@ class WorkloadReconciler:
         self.policy_namespace = policy_namespace
         self.now = now
         self.cost_of = cost_of  # (namespace, name, workload) -> status.cost; None: not metered
+        self.advise = advise  # the optimizer at admission: status.prediction and a budget's hold or refusal
+        self.finished = finished  # (workload, Complete|Failed, when): a finished run for the runtime model
         self.grants = NamespaceGrants(self.cluster, kgwe_namespace=policy_namespace)
         self.status = StatusPatcher(self.cluster, GPU_WORKLOAD, owned=OWNED_CONDITIONS, gate=is_leader)
 
@@ -331,6 +340,7 @@ class WorkloadReconciler:
         refused = quota_admission(cluster_facts.budget_quota(self.cluster, p.namespace), quota_needs(wl))
         if refused:
             raise PlanError(*refused)
+        self._predict(p)
         children = self._create(p, wl, run, facts, policy, check_first=True)
         p.new.update(
             run=run,
@@ -349,6 +359,29 @@ class WorkloadReconciler:
         message = f"run {run}: {wl.spec.total_pods} pod(s), gang {facts.gang_backend}{via}"
         if p.condition("Admitted", "True", "Admitted", message):
             p.event("Normal", "Admitted", message)
+
+    def _predict(self, p: _Pass) -> None:
+        """status.prediction from the optimizer (kgwe.optimizer.admission); a GPUBudget whose
+        predictedCostAdmission holds or refuses a workload over what remains stops admission here (Refuse
+        also fails it: only an edit or a new object tries again)."""
+        if self.advise is None:
+            return
+        prediction, decision = self.advise(p.obj, p.now)
+        if prediction is not None:
+            p.new["prediction"] = prediction
+        if decision is None:
+            return
+        action, reason, message = decision
+        if action == REFUSE:
+            p.condition("Failed", "True", reason, message)
+        raise PlanError(reason, message)
+
+    def _finished(self, p: _Pass, outcome: str) -> None:
+        """The run just ended (Complete or Failed): the optimizer learns its duration."""
+        if self.finished is not None:
+            self.finished(
+                {**p.obj, "status": {**p.new, "conditions": conditions.dump(p.conditions)}}, outcome, p.now
+            )
 
     def _create(
         self, p: _Pass, wl: GPUWorkload, run: int, facts: Facts, policy: PolicyView, check_first: bool = False
@@ -396,6 +429,7 @@ class WorkloadReconciler:
         if spec.is_batch and st.all_complete(view, len(spec.effective_roles())):
             if p.condition("Complete", "True", "Completed", f"run {run}: every pod succeeded"):
                 p.event("Normal", "Completed", f"run {run}: every pod succeeded")
+                self._finished(p, "Complete")
             p.condition("PodsReady", "False", "Completed", "the pods have finished")
             self._cost(p, wl)
             return None
@@ -465,6 +499,7 @@ class WorkloadReconciler:
             if p.condition("Failed", "True", "BackoffLimitExceeded", message):
                 p.event("Warning", "BackoffLimitExceeded", message)
                 self.metrics.failed.labels("BackoffLimitExceeded").inc()
+                self._finished(p, "Failed")
             p.condition("PodsReady", "False", "Failed", what)
             self._cost(p, wl)
             return None

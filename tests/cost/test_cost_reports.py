@@ -119,6 +119,8 @@ def test_report_files_conserve_cost(db, tmp_path, capsys):
         "forecast.csv",
         "forecast.md",
         "inventory.yaml",
+        "pod-predictions.csv",
+        "pod-predictions.md",
         "rightsizing.csv",
         "rightsizing.md",
         "runs.csv",
@@ -373,10 +375,11 @@ def test_service_recomputes_the_advice_metrics_at_its_own_pace(db):
 
 def test_report_rightsizes_metered_pods_from_prometheus(db, tmp_path):
     import json
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-    def matrix(value):
+    from tests.harness.dcgm import serve_query_range
+
+    def matrix(path):
+        value = 0.3 if "ENGINE_ACTIVE" in path else 30_000
         result = [
             {
                 "metric": {"namespace": "ml-training", "pod": f"train-{d}"},
@@ -386,24 +389,8 @@ def test_report_rightsizes_metered_pods_from_prometheus(db, tmp_path):
         ]
         return json.dumps({"status": "success", "data": {"resultType": "matrix", "result": result}}).encode()
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self):
-            body = matrix(0.3) if "ENGINE_ACTIVE" in self.path else matrix(30_000)
-            self.send_response(200)
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args):
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        url = f"http://127.0.0.1:{server.server_address[1]}"
+    with serve_query_range(matrix) as url:
         assert run_report(db, tmp_path / "out", "--prometheus", url) == 0
-    finally:
-        server.shutdown()
-        server.server_close()
     folder = tmp_path / "out" / "reports" / "prod" / "2026-10-01_2026-11-01"
     rows = list(csv.DictReader(io.StringIO((folder / "rightsizing.csv").read_text())))
     # train-* pods hold 4 whole A100s but use 0.3 GPU and 30 GB: the smallest covering MIG profile is 3g.40gb

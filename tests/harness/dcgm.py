@@ -66,3 +66,32 @@ def serve_exporter(render: Callable[[int], bytes]) -> Iterator[str]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+class _RangeApi(BaseHTTPRequestHandler):
+    """Prometheus' /api/v1/query_range as a fixed answer per query (for series dated where no scrape can put
+    them: a month of history in the past)."""
+
+    answer: Callable[[str], bytes]
+
+    def do_GET(self) -> None:
+        body = self.answer(self.path)
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def serve_query_range(answer: Callable[[str], bytes]) -> Iterator[str]:
+    """A range-query API on 127.0.0.1 answering `answer(request path)`; yields its base URL."""
+    handler = type("RangeApi", (_RangeApi,), {"answer": staticmethod(answer)})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -15,6 +15,7 @@ from kubernetes import client
 
 from kgwe.cost.service import CostService
 from kgwe.cost.store import CostStore
+from kgwe.optimizer.service import OptimizerDuties
 from kgwe.reconcile.costs import CostDuties
 from kgwe.reconcile.repository import RepositoryReconciler
 from kgwe.vocab import REVISION_ANNOTATION, REVISION_AUTHOR_ANNOTATION
@@ -60,7 +61,10 @@ def test_metering_enforce_cap_and_scheduled_reports(k8s_api, e2e, kgwe_mig_manag
     clock = {"now": datetime.now(UTC)}
     store = CostStore(str(tmp_path / "cost.db"))
     store.migrate()
-    duties = CostDuties(CostService(store, cluster="e2e"), refresh_seconds=0, now=lambda: clock["now"])
+    optimizer = OptimizerDuties(store, now=lambda: clock["now"])  # as cost_duties() makes them
+    duties = CostDuties(
+        CostService(store, cluster="e2e"), refresh_seconds=0, now=lambda: clock["now"], optimizer=optimizer
+    )
     rec = RepositoryReconciler(
         k8s_api, "kgwe-system", e2e.pool, cache_dir=tmp_path / "cache", budget_caps=duties.budget_caps
     )
@@ -126,6 +130,7 @@ def test_metering_enforce_cap_and_scheduled_reports(k8s_api, e2e, kgwe_mig_manag
         files = _tree(e2e)
         assert any(f.startswith("reports/e2e/") and "chargeback" in f for f in files), files
         assert "reports/e2e/demand-record.json" in files, files  # beside the inventory snapshot
+        assert {"reports/e2e/predictions.md", "reports/e2e/models/runtime.json"} <= set(files), files
         assert _log(e2e) != before
 
         # Next period, pod gone: spend starts from zero, the cap lifts.
