@@ -94,7 +94,7 @@ class ControlLoop:
         self.sources = list(sources)  # the first is the primary: its objects are the keys
         self.gate = gate
         self.workers = workers
-        self.queue = queue or WorkQueue()
+        self.queue = queue if queue is not None else WorkQueue()  # (an empty queue is falsy)
         self.resync_seconds = resync_seconds
         self.observer = observer
         self.on_leading = on_leading

@@ -271,6 +271,7 @@ def controller(memory) -> Iterator[RepositoryController]:
     stop = threading.Event()
     backoff = Backoff(base_seconds=0.05, cap_seconds=0.5)  # the test counts retries, it waits for none
     loop = RepositoryController(memory.cluster, NS, reconciler_for, gate=memory.leader, backoff=backoff)
+    assert loop.loop.queue.backoff == backoff
     loop.start(stop)
     yield loop
     stop.set()

@@ -75,6 +75,7 @@ def running() -> Iterator[tuple[MemoryCluster, Reconciler, Leader, ControlLoop]]
         Source("pods", POD, key=lambda o: (o["metadata"].get("labels") or {}).get("owner"), labels="owner"),
     ]
     loop = ControlLoop("test", cluster, rec, sources, gate=leader, queue=queue, workers=2)
+    assert loop.queue is queue  # the one given, empty as it is
     loop.start(stop)
     yield cluster, rec, leader, loop
     stop.set()

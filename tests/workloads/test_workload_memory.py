@@ -35,7 +35,7 @@ from kgwe.vocab import (
     WORKLOADS_ENABLED,
     WORKLOADS_NAMESPACE_LABEL,
 )
-from kgwe.workloads.controller import WorkloadController, WorkloadMetrics, WorkloadReconciler
+from kgwe.workloads.controller import BACKOFF, WorkloadController, WorkloadMetrics, WorkloadReconciler
 from tests.harness.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -265,6 +265,7 @@ def test_the_loop_retries_a_refusal_with_a_growing_backoff_and_admits_once_it_li
     )
     controller = WorkloadController(world.rec, resync_seconds=3600)
     queue = controller.queue
+    assert queue.backoff == BACKOFF  # a refusal comes back within 30 s at most
     queue.backoff = Backoff(base_seconds=0.01, cap_seconds=0.1)  # the test counts retries, it waits for none
     controller.start(world.stop)
     key = f"{TEAM_NS}/{world.create()}"
