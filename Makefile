@@ -18,7 +18,7 @@ SUITE_ENV := PYTHONDONTWRITEBYTECODE= PYTHONPYCACHEPREFIX=$(CURDIR)/$(VENV)/pyca
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.kgwe-installed
 
-.PHONY: venv host-packages test-image lint check test bins $(addprefix tool-bin-,$(TOOLS)) demo cluster-bins node-bins tool-bins schemas deploy image image-lock clean
+.PHONY: venv host-packages test-image previous-image lint check test bins $(addprefix tool-bin-,$(TOOLS)) demo cluster-bins node-bins tool-bins schemas deploy image image-lock clean
 
 # (Re)install whenever pyproject.toml changes.
 $(STAMP): pyproject.toml
@@ -87,10 +87,15 @@ KGWE_IMAGE_DIR ?= $(KGWE_CACHE)/image
 test-image: host-packages
 	KGWE_IMAGE_DIR=$(KGWE_IMAGE_DIR) hack/image/build.sh >/dev/null
 
+# The chart and image of the KGWE commit the upgrade test starts from (tests/compat/previous-commit): built once
+# into the cache by that commit's own build script, after test-image (whose base layers it reuses).
+previous-image: test-image
+	KGWE_IMAGE_DIR=$(KGWE_IMAGE_DIR) hack/previous-image.sh >/dev/null
+
 # Every build the suite needs, in parallel (module downloads overlap compiles; each script takes its own lock),
 # after the one install step.
 bins: host-packages
-	nice -n 10 $(MAKE) -j4 --no-print-directory cluster-bins node-bins tool-bins test-image
+	nice -n 10 $(MAKE) -j4 --no-print-directory cluster-bins node-bins tool-bins test-image previous-image
 
 # The whole suite (CI runs it; nothing is skipped).
 test: venv lint host-packages bins

@@ -14,6 +14,7 @@ from typing import NamedTuple
 
 from kgwe import __version__
 from kgwe.errors import KgweError
+from kgwe.safetext import EscapingStream
 
 
 class Command(NamedTuple):
@@ -71,6 +72,7 @@ COMMANDS: dict[str, Command] = {
     "watch": Command("kgwe.fleet.watch_cmd", "live view of GPU nodes and GPUWorkloads (from watches)"),
     "health": Command("kgwe.fleet.health_cmd", "per-GPU health with the reason and since when"),
     "strategy": Command("kgwe.fleet.strategy_cmd", "set the scoring strategy in a policy checkout (a diff)"),
+    "hook": Command("kgwe.fleet.hook_cmd", "the chart's hooks: apply its PolicyRepository, offboard KGWE"),
 }
 
 
@@ -114,6 +116,17 @@ def main(argv: list[str] | None = None, prog: str = "kgwe") -> int:
     if not getattr(args, "_run", None):
         parser.print_help()
         return 2
+    streams = sys.stdout, sys.stderr
+    # What a command prints quotes names, messages and annotations others wrote: none of it may drive the
+    # terminal (kgwe.safetext)
+    sys.stdout, sys.stderr = EscapingStream(sys.stdout), EscapingStream(sys.stderr)
+    try:
+        return _run(args)
+    finally:
+        sys.stdout, sys.stderr = streams
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         code = int(args._run(args) or 0)
         sys.stdout.flush()  # a closed pipe shows up here, not in the interpreter's exit flush

@@ -141,6 +141,25 @@ WORKLOADS_ENABLED = "enabled"
 WORKLOAD_WRITER_CLUSTERROLE = "kgwe-workload-writer"
 WORKLOAD_ROLEBINDING = "kgwe-workloads"
 
+# Offboarding (docs/offboarding.md): every PolicyRepository carries this finalizer, so deleting one lets the
+# controller release what it wrote first. `spec.deletionPolicy` says how: Delete (the default) removes it
+# all, returning nodes' GPU Operator labels only while their GPUs are idle; Retain leaves the policy in
+# force and releases only what would otherwise stay stuck without KGWE (Enforce caps, KGWE's cordons).
+POLICY_REPOSITORY_FINALIZER = ANNOTATION_PREFIX + "release"
+DeletionPolicy = Literal["Delete", "Retain"]
+DELETION_POLICIES: tuple[str, ...] = get_args(DeletionPolicy)
+DELETE_POLICY, RETAIN_POLICY = DELETION_POLICIES
+DEFAULT_DELETION_POLICY: DeletionPolicy = "Delete"
+# On a `kgwe-budget` ResourceQuota capped by an Enforce budget: the budget's own `spec.hard` (JSON), so the
+# cap can be lifted from the cluster alone when the PolicyRepository goes with deletionPolicy Retain.
+UNCAPPED_HARD_ANNOTATION = ANNOTATION_PREFIX + "uncapped-hard"
+
+# Field managers of KGWE's other writers: the agent (its Node labels, annotations, condition and taint, and
+# its Events' source; the chart's post-delete hook removes what this manager owns) and the chart's hooks
+# (the PolicyRepository it creates with policyRepository.create).
+AGENT_FIELD_MANAGER = "kgwe-agent"
+CHART_FIELD_MANAGER = "kgwe-chart"
+
 # Set by a standby replica that received a webhook push (the Service routes to any replica); the leader
 # sees the new value on its next tick and reconciles at once (like Flux's reconcile.fluxcd.io/requestedAt).
 RECONCILE_REQUESTED_AT_ANNOTATION = ANNOTATION_PREFIX + "reconcile-requested-at"
@@ -177,6 +196,10 @@ RETRY_ANNOTATION = ANNOTATION_PREFIX + "mig-retry"
 # Written by KGWE when it takes a RETRY_ANNOTATION: the requested-at stamp of the attempt it acknowledges,
 # so the acknowledgement covers that failure only, never a later one.
 ACKNOWLEDGED_ANNOTATION = ANNOTATION_PREFIX + "mig-failure-acknowledged"
+# How long a node may take to report a new MIG layout or device-plugin config (a MIGStrategy's or
+# GPUSharingStrategy's `rollout.pendingTimeout` when it sets none, and offboarding's) before it stops
+# its pool.
+DEFAULT_PENDING_TIMEOUT_SECONDS = 900.0
 # The device-plugin sharing rollout's own stamps (a node may also be in a MIG pool with MIG disabled): when
 # KGWE set nvidia.com/device-plugin.config, and that KGWE cordoned the node to switch it.
 SHARING_REQUESTED_AT_ANNOTATION = ANNOTATION_PREFIX + "device-plugin-config-requested-at"
@@ -201,6 +224,9 @@ SCHEDULER_CONFIG_HASH_ANNOTATION = ANNOTATION_PREFIX + "scheduler-config-hash"
 # on EXTENDER_TLS_PORT.
 EXTENDER_PORT = 8888
 EXTENDER_TLS_PORT = 8443
+# Where the controller and the extender serve GET /metrics over TLS (a bearer token never crosses the network
+# in clear; kgwe.httpd.metrics_port), with the certificate in METRICS_TLS_SECRET.
+METRICS_TLS_PORT = 9443
 # Namespaces opt their GPU pods into the KGWE scheduler with this label (the admission webhook's selector).
 SCHEDULING_NAMESPACE_LABEL = ANNOTATION_PREFIX + "scheduling"
 SCHEDULING_ENABLED = "enabled"
@@ -216,13 +242,16 @@ RUNTIMES_CONFIG_KEY = "runtimes.json"
 POD_TEMPLATE_POLICY_CONFIGMAP = "kgwe-pod-template-policy"
 POD_TEMPLATE_POLICY_KEY = "policies.json"
 # KGWE's own certificates (kgwe.certs.rotation decides, kgwe.reconcile.certificates writes): the CA's Secret,
-# the admission webhook's serving certificate, and, with the standalone extender over mutual TLS, the
-# extender's serving certificate and kube-scheduler's client certificate; each Secret is kubernetes.io/tls
-# with tls.crt, tls.key and ca.crt (the CA bundle). Services and the webhook configuration they are for.
+# the admission webhook's serving certificate, /metrics' serving certificate, and, with the standalone
+# extender over mutual TLS, the extender's serving certificate and kube-scheduler's client certificate; each
+# Secret is kubernetes.io/tls with tls.crt, tls.key and ca.crt (the CA bundle). Services and the webhook
+# configuration they are for.
 CA_SECRET = "kgwe-ca"
 WEBHOOK_TLS_SECRET = "kgwe-webhook-tls"
 EXTENDER_TLS_SECRET = "kgwe-extender-tls"
 EXTENDER_CLIENT_SECRET = "kgwe-scheduler-extender-client"
+METRICS_TLS_SECRET = "kgwe-metrics-tls"  # for the controller's and the extender's Services
+CONTROLLER_SERVICE = CONTROLLER_NAME
 WEBHOOK_NAME = "kgwe-webhook"  # the admission webhook's Deployment and Service
 WEBHOOK_SERVICE = WEBHOOK_NAME
 EXTENDER_SERVICE = EXTENDER_NAME

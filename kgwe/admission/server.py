@@ -54,7 +54,7 @@ def make_handler(scheduler_name: str = SCHEDULER_NAME, counts: Counter[str] | No
             return error(400, str(exc))
         except RecursionError:  # deeply nested JSON
             return error(400, "body nests too deeply")
-        counts["routed" if decision.patch else "unchanged"] += 1
+        counts["refused" if not decision.allowed else "routed" if decision.patch else "unchanged"] += 1
         log.debug("review: %s", decision.reason)
         return 200, answer, JSON
 

@@ -27,7 +27,7 @@ from kgwe.topology import annotation, choice, discovery, known
 from kgwe.topology import health as health_annotation
 from kgwe.topology.health import GPUFault
 from kgwe.topology.nvml import Nvml
-from kgwe.vocab import GPU_HEALTH_CONDITION, GPU_UNHEALTHY_TAINT
+from kgwe.vocab import AGENT_FIELD_MANAGER, GPU_HEALTH_CONDITION, GPU_UNHEALTHY_TAINT
 
 if TYPE_CHECKING:  # imported where used: `kgwe agent --dry-run` needs no Kubernetes client
     from kubernetes import client
@@ -170,10 +170,13 @@ def _core_api(kubeconfig: str | None) -> client.CoreV1Api:
 
 
 def publish(
-    core: client.CoreV1Api, node_name: str, obs: Observation, *, taint: bool = False
+    core: client.CoreV1Api, node_name: str, obs: Observation, *, taint: bool = False, claim: bool = False
 ) -> dict[str, Any] | None:
     """Patch the Node's KGWE labels/annotations (and, with health, its condition and taint) where they
-    differ; returns the metadata patch sent (None: no change)."""
+    differ; returns the metadata patch sent (None: no change). Every write is the agent's field manager's:
+    `helm uninstall` removes what that manager owns. `claim` (the first publish of a process): take
+    ownership of the values already there first (an earlier agent may have written them under another
+    manager), with one server-side apply."""
     from kubernetes.client.exceptions import ApiException
 
     try:
@@ -183,14 +186,25 @@ def publish(
         )
         if obs.faults is not None:
             annotations[health_annotation.ANNOTATION_KEY] = health_annotation.encode(obs.faults)
-        patch = node_state.node_patch(
-            node.metadata.labels,
-            node.metadata.annotations,
-            node_state.desired_labels(obs.found.topology),
-            annotations,
-        )
+        labels = node_state.desired_labels(obs.found.topology)
+        if claim:  # the values as they are now: the patch below changes what differs
+            current_labels, current_annotations = node.metadata.labels or {}, node.metadata.annotations or {}
+            owned = {
+                "labels": {k: current_labels[k] for k in labels if k in current_labels},
+                "annotations": {k: current_annotations[k] for k in annotations if k in current_annotations},
+            }
+            body = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node_name, **owned}}
+            core.patch_node(
+                node_name,
+                body,
+                field_manager=AGENT_FIELD_MANAGER,
+                force=True,
+                _content_type="application/apply-patch+yaml",
+            )
+            node = core.read_node(node_name)
+        patch = node_state.node_patch(node.metadata.labels, node.metadata.annotations, labels, annotations)
         if patch is not None:
-            core.patch_node(node_name, patch)
+            core.patch_node(node_name, patch, field_manager=AGENT_FIELD_MANAGER)
         if obs.faults is not None:
             now = datetime.now(UTC)
             current = {c.type: c for c in (node.status.conditions or [])} if node.status else {}
@@ -201,12 +215,12 @@ def publish(
                 now,
             )
             if status_patch is not None:
-                core.patch_node_status(node_name, status_patch)
+                core.patch_node_status(node_name, status_patch, field_manager=AGENT_FIELD_MANAGER)
             taints = [t.to_dict() for t in (node.spec.taints or [])] if node.spec else []
             all_sick = bool(obs.gpu_total) and len(obs.faults) >= obs.gpu_total
             wanted = node_state.desired_taints(taints, taint and all_sick)
             if wanted is not None:
-                core.patch_node(node_name, {"spec": {"taints": wanted}})
+                core.patch_node(node_name, {"spec": {"taints": wanted}}, field_manager=AGENT_FIELD_MANAGER)
             _record_transitions(core, node, obs.transitions)
     except ApiException as exc:
         raise KgweError(f"cannot update Node {node_name}: {exc.status} {exc.reason}") from None
@@ -221,7 +235,7 @@ def _record_transitions(
         return
     from kgwe.cluster.events import EventRecorder
 
-    recorder = EventRecorder(core.api_client, component="kgwe-agent")
+    recorder = EventRecorder(core.api_client, component=AGENT_FIELD_MANAGER)  # its Events name it
     involved = {
         "apiVersion": "v1",
         "kind": "Node",
@@ -325,6 +339,7 @@ def run(args: argparse.Namespace) -> int:
     core = _core_api(args.kubeconfig) if publishing else None
     nvml = nvml_module(args)
     health = None if args.no_health else HealthCheck(nvml, args)
+    claimed = False  # the first publish takes over what an earlier agent wrote (its field manager)
     while True:
         try:
             obs = observe(args, nvml, health)
@@ -345,7 +360,10 @@ def run(args: argparse.Namespace) -> int:
             print(f"kgwe agent: warning: {w}", file=sys.stderr)
         if core is not None:
             try:
-                patch = publish(core, args.node_name, obs, taint=args.taint_when_all_unhealthy)
+                patch = publish(
+                    core, args.node_name, obs, taint=args.taint_when_all_unhealthy, claim=not claimed
+                )
+                claimed = True
                 changed = "updated" if patch else "unchanged"
                 print(f"kgwe agent: Node {args.node_name} {changed}", file=sys.stderr)
             except KgweError as exc:

@@ -239,12 +239,26 @@ class Applier:
             ):
                 result.prune_skipped.append(ref)
                 continue
-            check(self.guard)
-            if not self.cluster.delete(ref.kind_of, ref.name, ref.namespace):
+            if not self.delete(ref):
                 continue
             result.writes += 1
             result.pruned.append(ref)
         return result
+
+    def read(self, ref: ObjectRef) -> dict[str, Any] | None:
+        """The live object `ref` names; None when it, or its kind, is gone from the cluster."""
+        try:
+            return self.cluster.get(ref.kind_of, ref.name, ref.namespace)
+        except NotServed:
+            return None
+
+    def delete(self, ref: ObjectRef) -> bool:
+        """Delete the object (after the leader gate); False when it, or its kind, was already gone."""
+        check(self.guard)
+        try:
+            return self.cluster.delete(ref.kind_of, ref.name, ref.namespace)
+        except NotServed:
+            return False
 
     def sync(self, objects: Sequence[dict[str, Any]], previous: Iterable[ObjectRef]) -> SyncResult:
         """Apply then prune; the new inventory is `[ObjectRef.of(o) for o in objects]` + skipped prunes."""

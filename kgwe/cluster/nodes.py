@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -195,6 +195,11 @@ class NodeOps:
             {"spec": {"unschedulable": None}, "metadata": {"annotations": {CORDONED_ANNOTATION: None}}},
             NodeChange(name, "uncordon"),
         )
+
+    def remove(self, name: str, labels: Sequence[str] = (), annotations: Sequence[str] = ()) -> None:
+        """Remove these labels and annotations of KGWE's from the node (offboarding), in one patch."""
+        body = {"labels": dict.fromkeys(labels), "annotations": dict.fromkeys(annotations)}
+        self._patch(name, {"metadata": {k: v for k, v in body.items() if v}}, NodeChange(name, "release"))
 
     def evict_gpu_pods(self, name: str) -> EvictionOutcome:
         pods = self.cluster.list(POD, fields=f"spec.nodeName={name}")

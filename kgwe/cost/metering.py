@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -276,10 +276,17 @@ class Meter:
         return [Start(iv) for iv in intervals]
 
     def reconcile(
-        self, open_intervals: Iterable[UsageInterval], live_pods: Iterable[Mapping[str, Any]], at: datetime
+        self,
+        open_intervals: Iterable[UsageInterval],
+        live_pods: Iterable[Mapping[str, Any]],
+        at: datetime,
+        seen_pods: Collection[str] | None = None,
     ) -> list[Action]:
         """On start or after a watch gap: open what is held but not recorded, close what is recorded
-        but no longer held. Holdings already open are left alone (never a second interval)."""
+        but no longer held. Holdings already open are left alone (never a second interval). With
+        `seen_pods` (the pod uids the store holds any interval of), a finished pod still listed that the
+        store never saw — it started and ended while no leader could record it, e.g. its writes were in the
+        spool of a replica an upgrade replaced — is recorded, closed, with its real times."""
         at = ensure_utc(at)
         recorded = {(iv.pod_uid, _resource(iv)) for iv in open_intervals}
         live: set[tuple[str, str]] = set()
@@ -289,6 +296,8 @@ class Meter:
             uid = _get(pod, "metadata", "uid") or pod_name(pod)
             if not is_holding(pod):
                 finished[uid] = finished_at(pod)
+                if seen_pods is not None and uid not in seen_pods:
+                    actions += self._missed(pod, uid, finished[uid], at)
                 continue
             intervals, skip = self._intervals(pod, at)
             if skip:
@@ -302,6 +311,16 @@ class Meter:
         for uid, resource in sorted(recorded - live):
             actions.append(End(uid, resource, min(finished.get(uid) or at, at)))
         return actions
+
+    def _missed(self, pod: Mapping[str, Any], uid: str, end: datetime | None, at: datetime) -> list[Action]:
+        """The closed intervals of a finished pod no one recorded (none when it never ran on a node)."""
+        if not _get(pod, "spec", "nodeName") or end is None or not _get(pod, "status", "startTime"):
+            return []
+        intervals, skip = self._intervals(pod, at)
+        if skip:
+            log.warning("metering: skipping finished pod %s: %s", skip.pod, skip.reason)
+            return [skip]
+        return [Start(replace(iv, end=max(iv.start, min(end, at)))) for iv in intervals if iv.pod_uid == uid]
 
 
 def _resource(iv: UsageInterval) -> str:

@@ -25,7 +25,7 @@ from typing import Any
 
 from kubernetes import client
 
-from kgwe.cost.metering import Action, End, Meter, Start, capacity, namespace_teams, node_info
+from kgwe.cost.metering import FINISHED, Action, End, Meter, Start, capacity, namespace_teams, node_info
 from kgwe.cost.pricing import DEFAULT_SPOT_LABELS
 from kgwe.cost.spool import NodeDown, NodeUp, Spool, Write
 from kgwe.cost.store import CostStore
@@ -170,17 +170,18 @@ class MeteringWatch:
         self.sync_nodes()
         self.sync_teams()
         now = self.clock()
-        recorded = None
+        recorded = seen = None
         if self.store_available():
             try:
                 recorded = self.store.open_usage()
+                seen = self.store.recorded_pods(_finished_on_nodes(pods))
             except KgweError as exc:
                 log.warning("metering: %s", exc)
-        if recorded is None:
+        if recorded is None or seen is None:  # finished pods wait for a listing the store can check them by
             self.write([a for a in self.meter.reconcile([], pods, now) if isinstance(a, Start)])
             self._reconciled = False
         else:
-            self.write(self.meter.reconcile(recorded, pods, now))
+            self.write(self.meter.reconcile(recorded, pods, now, seen_pods=seen))
             self._reconciled = True
         self.synced.set()
 
@@ -215,3 +216,14 @@ class MeteringWatch:
             watch_timeout_seconds=self.watch_timeout_s,
             max_backoff_seconds=self.max_backoff_s,
         )
+
+
+def _finished_on_nodes(pods: Sequence[dict[str, Any]]) -> list[str]:
+    """The uids of listed pods that ran on a node and finished (the ones a gap could have missed)."""
+    return [
+        uid
+        for pod in pods
+        if (pod.get("status") or {}).get("phase") in FINISHED
+        and (pod.get("spec") or {}).get("nodeName")
+        and (uid := (pod.get("metadata") or {}).get("uid"))
+    ]

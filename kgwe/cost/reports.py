@@ -13,7 +13,7 @@ import io
 import json
 import re
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from decimal import Decimal
@@ -33,6 +33,7 @@ from kgwe.cost.rightsizing import Recommendation
 from kgwe.cost.usage import NodeCapacity, Period
 from kgwe.errors import KgweError
 from kgwe.resources import templates_dir
+from kgwe.safetext import csv_cell, escape, markdown_cell
 from kgwe.vocab import DEFAULT_MIG_PRICING, DEFAULT_REPORTS_PATH
 
 FORECAST_NOTE = (
@@ -42,22 +43,34 @@ FORECAST_NOTE = (
 _SAFE_SEGMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
-def _csv_row(values: Sequence[Any]) -> str:
+class _Written(str):
+    """Text a report filter has already made safe for its format (the finalizer leaves it as it is)."""
+
+
+def _csv_row(values: Sequence[Any]) -> _Written:
     buf = io.StringIO()
-    csv.writer(buf, lineterminator="").writerow(["" if v is None else str(v) for v in values])
-    return buf.getvalue()
+    csv.writer(buf, lineterminator="").writerow([csv_cell(v) for v in values])
+    return _Written(buf.getvalue())
 
 
-def _md(value: object) -> str:
-    """Table-safe Markdown: pipes and newlines would break the row."""
-    return str(value).replace("|", "\\|").replace("\n", " ")
+def _md(value: object) -> _Written:
+    """Table-safe Markdown: pipes and control characters (a lone CR ends the row) escaped."""
+    return _Written(markdown_cell(value))
 
 
-def _yaml(value: object) -> str:
-    return json.dumps(str(value))  # JSON strings are valid YAML scalars
+def _yaml(value: object) -> _Written:
+    return _Written(json.dumps(str(value)))  # JSON strings are valid YAML scalars
 
 
-def environment() -> jinja2.Environment:
+# What every `{{ ... }}` of a template of each format becomes unless a filter made it safe already: the
+# team a committer typed, a reason, a URL can never reach a report raw, whichever template forgets a filter.
+_FINALIZE: dict[str, Callable[[str], str]] = {"md": markdown_cell, "csv": csv_cell, "yaml": escape}
+FORMATS = tuple(_FINALIZE)
+
+
+def environment(fmt: str) -> jinja2.Environment:
+    """The templates of one format (`md`, `csv`, `yaml`), each output neutralised for it (kgwe.safetext)."""
+    neutralise = _FINALIZE[fmt]
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(templates_dir() / "reports")),
         undefined=jinja2.StrictUndefined,
@@ -65,6 +78,7 @@ def environment() -> jinja2.Environment:
         keep_trailing_newline=True,
         trim_blocks=True,
         lstrip_blocks=True,
+        finalize=lambda value: value if isinstance(value, _Written) else neutralise(str(value)),
     )
     env.filters.update(csv=_csv_row, md=_md, yaml=_yaml)
     env.globals["idle_key"] = IDLE_KEY
@@ -121,16 +135,16 @@ class _Part:
     header fields every report shows."""
 
     data: ReportInput
-    env: jinja2.Environment
+    envs: Mapping[str, jinja2.Environment]  # per format
     base: str
     common: dict[str, Any]
 
     def render(self, name: str, ctx: Mapping[str, Any]) -> Files:
         """`<name>.md` and `<name>.csv` from their templates."""
         return {
-            f"{self.base}/{name}.{ext}": self.env.get_template(f"{name}.{ext}.j2").render(
-                {**self.common, **ctx}
-            )
+            f"{self.base}/{name}.{ext}": self.envs[ext]
+            .get_template(f"{name}.{ext}.j2")
+            .render({**self.common, **ctx})
             for ext in ("md", "csv")
         }
 
@@ -143,7 +157,7 @@ def build_reports(data: ReportInput) -> Files:
     cluster, period = segment(data.cluster, "cluster name"), segment(data.period.label, "period label")
     part = _Part(
         data,
-        environment(),
+        {fmt: environment(fmt) for fmt in FORMATS},
         f"{DEFAULT_REPORTS_PATH}/{cluster}/{period}",
         {"cluster": data.cluster, "period": data.period, "currency": cb.currency, "now": data.now},
     )
@@ -304,7 +318,7 @@ def _inventory(part: _Part) -> Files:
         for _, n in sorted(latest.items())
         if n.gpu_count > 0
     ]
-    text = part.env.get_template("inventory.yaml.j2").render(**part.common, nodes=nodes)
+    text = part.envs["yaml"].get_template("inventory.yaml.j2").render(**part.common, nodes=nodes)
     return {f"{part.base}/inventory.yaml": text}
 
 

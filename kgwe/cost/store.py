@@ -143,6 +143,15 @@ class CostStore:
             rows = s.exec(query).all()
             return _close(s, rows, end_s)
 
+    def recorded_pods(self, pod_uids: Iterable[str], chunk: int = 500) -> set[str]:
+        """Those of `pod_uids` with any usage interval, open or closed (a finished pod seen before)."""
+        uids, found = sorted(set(pod_uids)), set[str]()
+        with self.session() as s:
+            for i in range(0, len(uids), chunk):
+                query = select(UsageRecord.pod_uid).where(UsageRecord.pod_uid.in_(uids[i : i + chunk]))
+                found.update(s.exec(query.distinct()).all())
+        return found
+
     def open_usage(self) -> list[UsageInterval]:
         with self.session() as s:
             return [r.to_interval() for r in s.exec(select(UsageRecord).where(UsageRecord.end_s.is_(None)))]

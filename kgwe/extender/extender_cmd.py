@@ -7,8 +7,10 @@ GET /healthz, /readyz, /metrics.
                 --client-ca-file ca.crt                                   # HTTPS, client certificate required
 
 Who may call it (kgwe.httpd.exposure): plain HTTP only on loopback (kube-scheduler in the same pod), TLS only
-with a client CA, unless --insecure-any-client. /metrics on a non-loopback address needs a token the API
-server lets `get /metrics` (cluster mode), unless --insecure-public-metrics.
+with a client CA, unless --insecure-any-client. /metrics on a non-loopback address is served over TLS only
+(the API port with TLS, or --metrics-listen: kgwe.httpd.metrics_port) and needs a token the API server lets
+`get /metrics` (cluster mode) unless the port verifies client certificates; --insecure-public-metrics opens
+it.
 """
 
 from __future__ import annotations
@@ -36,9 +38,11 @@ from kgwe.httpd import (
     check_client_auth,
     error_body,
     metrics_need_token,
+    metrics_port,
     serve,
 )
 from kgwe.httpd.exposure import INSECURE_ANY_CLIENT, INSECURE_PUBLIC_METRICS
+from kgwe.httpd.server import Handler
 from kgwe.tlsfiles import ServingTLS
 from kgwe.vocab import EXTENDER_NAME, EXTENDER_PORT, KGWE_NAMESPACE, SCHEDULER_NAME
 
@@ -80,8 +84,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--probe-listen",
         metavar="HOST:PORT",
-        help="also serve GET /healthz, /readyz, /metrics in plain HTTP here (kubelet probes, Prometheus)",
+        help="also serve GET /healthz, /readyz in plain HTTP here (kubelet probes; /metrics too on loopback)",
     )
+    metrics_port.add_arguments(parser)
     parser.add_argument(
         "--max-connections", type=int, default=MAX_CONNECTIONS, help="open connections at most"
     )
@@ -116,6 +121,18 @@ def api_limits(args: argparse.Namespace) -> Limits:
     )
 
 
+def _plain_metrics_only_on_loopback(handler: Handler, host: str, args: argparse.Namespace) -> Handler:
+    """`handler` on a plain-HTTP port: off loopback its /metrics says where it is served over TLS instead
+    (kgwe.httpd.metrics_port)."""
+    if metrics_port.plain_metrics(host, args.insecure_public_metrics):
+        return handler
+
+    def handle(method: str, path: str, body: bytes) -> tuple[int, bytes, bytes]:
+        return metrics_port.refused(method, path, body) if path == "/metrics" else handler(method, path, body)
+
+    return handle
+
+
 async def _main_port(
     args, engine: Engine, metrics: Metrics, main, tls: ServingTLS | None, guard, stop
 ) -> None:
@@ -129,8 +146,9 @@ async def _main_port(
         watcher.cancel()
         if not loaded:
             return
+    handler = make_handler(engine, metrics)
     await serve(
-        make_handler(engine, metrics),
+        handler if tls is not None else _plain_metrics_only_on_loopback(handler, main[0], args),
         *main,
         limits=api_limits(args),
         tls=tls.current if tls is not None else None,
@@ -154,18 +172,35 @@ def _probe_port_handler(engine: Engine, metrics: Metrics, tls: ServingTLS | None
 async def _serve_all(
     args, engine: Engine, metrics: Metrics, main, probe, tls: ServingTLS | None, guards
 ) -> None:
-    """The extender port and, when asked, the plain probe port; both end on SIGTERM/SIGINT."""
+    """The extender port and, when asked, the plain probe port and the TLS metrics port; all end on
+    SIGTERM/SIGINT."""
     stop = asyncio.Event()
     servers = [_main_port(args, engine, metrics, main, tls, guards[0], stop)]
     if probe is not None:
         servers.append(
             serve(
-                _probe_port_handler(engine, metrics, tls),
+                _plain_metrics_only_on_loopback(_probe_port_handler(engine, metrics, tls), probe[0], args),
                 *probe,
                 limits=PROBE_LIMITS,
                 guard=guards[1],
                 stop=stop,
                 label="kgwe extender probes (GET /healthz /readyz /metrics) on",
+            )
+        )
+    port = metrics_port.metrics_port(args)
+    if port is not None:
+        probes = make_probe_handler(engine, metrics)
+        address, files = port
+        metrics_tls = ServingTLS(*files) if files is not None else None
+        servers.append(
+            serve(
+                metrics_port.handler(lambda: probes("GET", "/metrics", b"")),
+                *address,
+                limits=metrics_port.LIMITS,
+                tls=metrics_tls.current if metrics_tls is not None else None,
+                guard=guards[2],
+                stop=stop,
+                label="kgwe extender /metrics on",
             )
         )
     await asyncio.gather(*servers)
@@ -188,13 +223,19 @@ def serving_tls(args: argparse.Namespace) -> ServingTLS | None:
 
 
 def metrics_guards(args: argparse.Namespace, main_host: str, probe, api) -> tuple:
-    """The /metrics guard of the API port and of the probe port (None: open). The API port with a client CA
-    answers only kube-scheduler; elsewhere off loopback a token is needed, which static mode (no API server)
-    cannot check."""
-    hosts = [None if args.client_ca_file else main_host, probe[0] if probe is not None else None]
-    need = [h is not None and metrics_need_token(h, args.insecure_public_metrics) for h in hosts]
+    """The /metrics guard of the API port, the probe port and the TLS metrics port (None: open). A token is
+    needed where /metrics is served off loopback over TLS: the API port with TLS but no client CA (with one,
+    it answers only kube-scheduler), and --metrics-listen; a plain port off loopback does not serve /metrics
+    at all (kgwe.httpd.metrics_port). Static mode (no API server) cannot check a token."""
+    port = metrics_port.metrics_port(args)
+    main_tls = bool(args.tls_cert_file) and not args.client_ca_file
+    need = [
+        main_tls and metrics_need_token(main_host, args.insecure_public_metrics),
+        False,
+        port is not None and metrics_need_token(port[0][0], args.insecure_public_metrics),
+    ]
     if not any(need):
-        return None, None
+        return None, None, None
     if api is None:
         raise KgweError(
             "/metrics off loopback needs a token the API server reviews, and static mode has none: "

@@ -10,6 +10,8 @@ from typing import Any
 
 import orjson
 
+from kgwe.safetext import terminal_cell
+
 FORMATS = ("table", "wide", "json", "yaml")
 NONE = "<none>"  # kubectl's word for an empty cell
 
@@ -24,13 +26,15 @@ class Column:
 
 
 def cell(value: object) -> str:
+    """The text of one table cell: one line, its control characters written as visible escapes (a name, a
+    team or a message may hold ESC, BEL or CR; kgwe.safetext)."""
     if value is None or value == "" or value == []:
         return NONE
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, list | tuple):
-        return ",".join(str(v) for v in value)
-    return str(value)
+        return terminal_cell(",".join(str(v) for v in value))
+    return terminal_cell(value)
 
 
 def table(rows: Sequence[Mapping[str, Any]], columns: Sequence[Column], *, wide: bool = False) -> str:

@@ -4,8 +4,8 @@
 - KGWE components: its Deployments and DaemonSets (label app.kubernetes.io/name=kgwe), ready vs desired;
 - GPUs: offered, allocated, idle, unhealthy (from the node rows of `kgwe nodes`);
 - budgets near their limit: the budget Events the controller records on PolicyRepositories (threshold
-  reached, enforced, forecast over the limit) and `kgwe-budget` ResourceQuotas at or over
-  NEAR_LIMIT_PERCENT of their GPU limit.
+  reached, enforced, forecast over the limit; only those it reported, not look-alikes others wrote) and
+  `kgwe-budget` ResourceQuotas at or over NEAR_LIMIT_PERCENT of their GPU limit.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 
 from kgwe.fleet.output import Column, table
 from kgwe.runtime.conditions import find
-from kgwe.vocab import BUDGET_ANNOTATION, BUDGET_QUOTA_NAME
+from kgwe.vocab import BUDGET_ANNOTATION, BUDGET_QUOTA_NAME, CONTROLLER_NAME
 
 NEAR_LIMIT_PERCENT = 80
 BUDGET_EVENT_REASONS = ("BudgetThreshold", "BudgetEnforced", "BudgetForecastOverLimit")
@@ -133,14 +133,34 @@ def _quantity(value: object) -> float | None:
         return None
 
 
+def reported_by_kgwe(event: Mapping[str, Any], repositories: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether an Event is KGWE's controller's, about a PolicyRepository it serves: written in that
+    repository's namespace, naming it by uid, with the controller as its source. Anyone who may create
+    Events can write one about a PolicyRepository; such a one names no repository's uid, or another
+    namespace's, or another component (kgwe.cluster.events.EventRecorder sets both fields)."""
+    involved = event.get("involvedObject") or {}
+    meta = event.get("metadata") or {}
+    for repo in repositories:
+        rmeta = repo.get("metadata") or {}
+        if rmeta.get("uid") and involved.get("uid") == rmeta.get("uid"):
+            where = {meta.get("namespace"), involved.get("namespace")}
+            source = (event.get("source") or {}).get("component")
+            reporting = event.get("reportingComponent") or source
+            return where == {rmeta.get("namespace")} and source == reporting == CONTROLLER_NAME
+    return False
+
+
 def budget_rows(
-    events: Sequence[Mapping[str, Any]], quotas: Sequence[Mapping[str, Any]]
+    events: Sequence[Mapping[str, Any]],
+    quotas: Sequence[Mapping[str, Any]],
+    repositories: Sequence[Mapping[str, Any]] = (),
 ) -> list[dict[str, Any]]:
-    """Budgets near or over their limit: the latest budget Event per (object, reason) and each kgwe-budget
-    quota whose GPU use is at or above NEAR_LIMIT_PERCENT of its hard limit."""
+    """Budgets near or over their limit: the latest budget Event per (object, reason) the controller reported
+    about one of `repositories` (reported_by_kgwe), and each kgwe-budget quota whose GPU use is at or above
+    NEAR_LIMIT_PERCENT of its hard limit."""
     latest: dict[tuple[str, str, str], Mapping[str, Any]] = {}
     for ev in events:
-        if ev.get("reason") not in BUDGET_EVENT_REASONS:
+        if ev.get("reason") not in BUDGET_EVENT_REASONS or not reported_by_kgwe(ev, repositories):
             continue
         involved = ev.get("involvedObject") or {}
         key = (involved.get("namespace") or "", involved.get("name") or "", ev["reason"])
@@ -191,7 +211,7 @@ def status_document(
             (component_row(c) for c in components), key=lambda r: (r["namespace"] or "", r["name"] or "")
         ),
         "gpus": gpu_totals(node_rows),
-        "budgets": budget_rows(events, quotas),
+        "budgets": budget_rows(events, quotas, repositories),
     }
 
 

@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kgwe.fleet.cluster import add_cluster_arguments
+from kgwe.safetext import write_control
 
 SETTLE_SECONDS = 0.3  # changes arriving together make one frame
 WATCH_TIMEOUT_SECONDS = 60
@@ -145,7 +146,9 @@ def run(args: argparse.Namespace) -> int:
             if body == last:
                 continue
             last = body
-            sys.stdout.write((CLEAR + text) if tty else ("\n" + text if frames else text))
+            if tty:
+                write_control(sys.stdout, CLEAR)
+            sys.stdout.write(text if tty or not frames else "\n" + text)
             sys.stdout.flush()
             frames += 1
     except KeyboardInterrupt:

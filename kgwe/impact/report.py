@@ -10,6 +10,7 @@ import orjson
 
 from kgwe.impact.record import DemandRecord
 from kgwe.impact.replay import PolicyView, ReplayResult
+from kgwe.safetext import markdown_cell, markdown_text
 from kgwe.vocab import SCORING_CONFIG_KEY
 
 if TYPE_CHECKING:
@@ -85,13 +86,16 @@ def markdown(record: DemandRecord, source: str, base: ReplayResult, head: Replay
     teams = sorted(set(base.cost_by_team) | set(head.cost_by_team))
     for team in teams:
         b, h = base.cost_by_team.get(team), head.cost_by_team.get(team)
-        out.append(f"| cost {team} ({head.currency}) | {b or 0} | {h or 0} | {(h or 0) - (b or 0):+} |")
+        label = markdown_cell(f"cost {team} ({head.currency})")
+        out.append(f"| {label} | {b or 0} | {h or 0} | {(h or 0) - (b or 0):+} |")
     out.append("")
     for name, results in (("base", base), ("head", head)):
         for budget, projected, limit in results.budgets_exceeded:
             out.append(
-                f"- {name}: GPUBudget/{budget} would be exceeded: {projected} projected over its period "
-                f"at the replayed rate, limit {limit}"
+                markdown_text(
+                    f"- {name}: GPUBudget/{budget} would be exceeded: {projected} projected over its period "
+                    f"at the replayed rate, limit {limit}"
+                )
             )
     if base.budgets_exceeded or head.budgets_exceeded:
         out.append("")
@@ -101,7 +105,7 @@ def markdown(record: DemandRecord, source: str, base: ReplayResult, head: Replay
             f"sampled: {base.pods} of {record.pods_seen} recorded pods replayed on the same fraction "
             f"({base.scale:.1%}) of each GPU product's nodes; costs scaled back up"
         )
-    out += [f"> {n}" for n in notes]
+    out += [f"> {markdown_text(n)}" for n in notes]
     out += [f"> {CANNOT_KNOW}", ""]
     return "\n".join(out)
 

@@ -164,6 +164,13 @@ class LocalCluster:
         self.say(f"{len(nodes)} kwok GPU nodes Ready (from {self.request.inventory or default_inventory()})")
         self._start_standins(api)
 
+    @property
+    def mig_manager(self) -> MigManagerStandIn | None:
+        """The MIG manager stand-in while the cluster runs (its `applies` log, its `delay_seconds`)."""
+        from kgwe.localcluster.migmanager import MigManagerStandIn
+
+        return next((s for s in self._standins if isinstance(s, MigManagerStandIn)), None)
+
     def import_image(self, archive: Path) -> str:
         """Import one more OCI archive into the running node (as `--image` does); returns its reference."""
         assert self.node is not None, "the cluster is not started"

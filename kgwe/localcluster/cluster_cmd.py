@@ -43,6 +43,7 @@ from kgwe.localcluster.cluster import (
     default_inventory,
     load_inventory_nodes,
 )
+from kgwe.localcluster.privatefiles import UnsafePath, check_directory, make_directory
 from kgwe.runtime.conditions import is_true
 
 STOP_TIMEOUT_SECONDS = 120.0
@@ -112,7 +113,7 @@ def _running() -> ClusterRecord | None:
 
 
 def _check_free() -> None:
-    from kgwe.localcluster.realnode import NodeLock
+    from kgwe.localcluster.realnode import EXCLUSIVE_PROGRAMS, NodeLock, foreign_node_programs
 
     record = _running()
     if record is not None:
@@ -123,19 +124,42 @@ def _check_free() -> None:
     lock = NodeLock()
     lock.acquire(0)  # fails with who holds it (e.g. a test session's real node)
     lock.release()
+    others = foreign_node_programs(None, EXCLUSIVE_PROGRAMS)
+    if others:
+        raise KgweError(
+            f"another Kubernetes node runs on this host ({', '.join(others)}): the local cluster's node "
+            "needs /var/lib/kubelet and kube-proxy's nftables tables for itself; stop it first"
+        )
+
+
+def _check_directory(directory: Path) -> None:
+    """DIR is root's alone, as every directory above it (kgwe.localcluster.privatefiles): root writes keys
+    and logs there."""
+    try:
+        check_directory(directory)
+    except UnsafePath as exc:
+        raise KgweError(f"--dir {directory}: {exc}; choose a directory only root can write") from None
 
 
 def _prepare_directory(directory: Path) -> None:
-    """DIR must be new, empty, or what a stopped `cluster up` left (it is then cleared)."""
-    if directory.exists() and not directory.is_dir():
-        raise KgweError(f"{directory} exists and is not a directory")
+    """DIR must be new, empty, or what a stopped `cluster up` left (it is then cleared); root's alone."""
+    _check_directory(directory)
     if directory.is_dir() and any(directory.iterdir()):
         if not (directory / REQUEST_FILE).is_file():
             raise KgweError(
                 f"{directory} is not empty and not a former `kgwe cluster up` directory; choose another --dir"
             )
         shutil.rmtree(directory)
-    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    make_directory(directory)
+
+
+def _ours(directory: Path) -> bool:
+    """A directory `down` may remove: root's alone (not one another user made and named like ours)."""
+    try:
+        check_directory(directory)
+    except UnsafePath:
+        return False
+    return True
 
 
 def up(args: argparse.Namespace) -> int:
@@ -158,8 +182,9 @@ def up(args: argparse.Namespace) -> int:
             )
     inventory = (args.inventory or default_inventory()).resolve()
     nodes = load_inventory_nodes(inventory)
-    _check_free()
     directory = (args.dir or default_directory()).resolve()
+    _check_directory(directory)
+    _check_free()
     _prepare_directory(directory)
     t0 = time.monotonic()
     _say("building or reusing the binaries (hack/cluster-bins.sh, hack/node-bins.sh)")
@@ -289,7 +314,7 @@ def down() -> int:
     finally:
         lock.release()
     directories = {default_directory()} | ({Path(record.directory)} if record else set())
-    removed = [d for d in directories if (d / REQUEST_FILE).is_file()]
+    removed = [d for d in directories if _ours(d) and (d / REQUEST_FILE).is_file()]
     for directory in removed:
         shutil.rmtree(directory, ignore_errors=True)
     CLUSTER_RECORD.unlink(missing_ok=True)

@@ -45,6 +45,7 @@ from kubernetes import client
 
 from kgwe.errors import KgweError
 from kgwe.localcluster.pki import ADMIN_GROUP, PkiFiles, issue, write_pki
+from kgwe.localcluster.privatefiles import UnsafePath, copy_files, make_temporary_directory
 from kgwe.resources import hack_dir
 
 BUILD_SCRIPT = hack_dir() / "cluster-bins.sh"
@@ -435,12 +436,15 @@ class ControlPlane:
         return "\n".join(parts)
 
     def keep_logs(self) -> Path:
-        """Preserve component logs past stop(); returns where they will be (kept for failed tests)."""
+        """Preserve component logs past stop(); returns where they will be (kept for failed tests): a new
+        directory of this user's alone (mode 0700, an unguessable name) in $KGWE_LOG_DIR or the temporary
+        directory, never a fixed name others could make first (kgwe.localcluster.privatefiles)."""
         if self._keep_logs_to is None:
-            default = Path(tempfile.gettempdir()) / "kgwe-control-plane-logs"
-            base = Path(os.environ.get("KGWE_LOG_DIR") or default)
+            base = os.environ.get("KGWE_LOG_DIR")
             stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-            self._keep_logs_to = base / f"{stamp}-{os.getpid()}-{self.apiserver_port}"
+            self._keep_logs_to = make_temporary_directory(
+                f"kgwe-control-plane-logs-{stamp}-", Path(base) if base else None
+            )
         return self._keep_logs_to
 
     def api_client(self) -> client.ApiClient:
@@ -485,9 +489,12 @@ class ControlPlane:
                 if port_clash and attempt < attempts:
                     self.stop()  # another process took a port we picked: try again with new ones
                     continue
-                kept = self.keep_logs()
+                try:
+                    kept = f"full component logs kept in {self.keep_logs()}"
+                except UnsafePath as unsafe:
+                    kept = f"component logs not kept: {unsafe}"
                 self.stop()
-                raise ControlPlaneError(f"{exc}\n(full component logs kept in {kept})") from None
+                raise ControlPlaneError(f"{exc}\n({kept})") from None
             except BaseException:  # Ctrl-C or a bug while starting: leave no process behind
                 self.stop()
                 raise
@@ -549,8 +556,7 @@ class ControlPlane:
             if self.workdir is None:
                 return
             if self._keep_logs_to is not None and self.logs_dir.is_dir():
-                self._keep_logs_to.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copytree(self.logs_dir, self._keep_logs_to, dirs_exist_ok=True)
+                copy_files(self.logs_dir, self._keep_logs_to)
             if remove_workdir and self._given_workdir is None:
                 shutil.rmtree(self.workdir, ignore_errors=True)
             self.workdir = None if remove_workdir else self.workdir

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kgwe.certs import x509
+from kgwe.localcluster.privatefiles import write_private
 
 ADMIN_USER = "kgwe-admin"
 ADMIN_GROUP = "system:masters"
@@ -42,15 +43,12 @@ class PkiFiles:
     ca_key: Path
 
 
-def _write_key(path: Path, pem: bytes) -> None:
-    path.write_bytes(pem)
-    path.chmod(0o600)
-
-
 def _write_pair(cert_path: Path, key_path: Path, pair: x509.KeyPair) -> None:
-    cert_path.parent.mkdir(parents=True, exist_ok=True)
-    cert_path.write_bytes(pair.cert_pem)
-    _write_key(key_path, pair.key_pem)
+    """A certificate (0644) and its key (0600, created exclusively: never readable by others, not even for
+    a moment, and never written through a link; kgwe.localcluster.privatefiles)."""
+    cert_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    write_private(cert_path, pair.cert_pem, 0o644)
+    write_private(key_path, pair.key_pem)
 
 
 def write_pki(directory: Path, valid_days: int = 7, serving_ips: Sequence[str] = ()) -> PkiFiles:
@@ -58,7 +56,7 @@ def write_pki(directory: Path, valid_days: int = 7, serving_ips: Sequence[str] =
 
     The serving certificate is valid for loopback and `serving_ips` (the host address and the `kubernetes`
     Service's ClusterIP, when pods reach the apiserver)."""
-    directory.mkdir(parents=True, exist_ok=True)
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     now, valid = dt.datetime.now(dt.UTC), dt.timedelta(days=valid_days)
     ca = x509.new_ca(CA_NAME, now, valid)
     serving = x509.issue(
@@ -80,8 +78,8 @@ def write_pki(directory: Path, valid_days: int = 7, serving_ips: Sequence[str] =
     _write_pair(files.ca_cert, files.ca_key, ca)
     _write_pair(files.serving_cert, files.serving_key, serving)
     _write_pair(files.admin_cert, files.admin_key, admin)
-    _write_key(files.sa_private_key, x509.key_pem(sa_key))
-    files.sa_public_key.write_bytes(x509.public_key_pem(sa_key))
+    write_private(files.sa_private_key, x509.key_pem(sa_key))
+    write_private(files.sa_public_key, x509.public_key_pem(sa_key), 0o644)
     return files
 
 
@@ -130,9 +128,8 @@ def write_mtls_dirs(directory: Path) -> tuple[Path, Path]:
         (server, files.serving_cert, files.serving_key),
         (client, files.admin_cert, files.admin_key),
     ):
-        target.mkdir(parents=True, exist_ok=True)
-        (target / "tls.crt").write_bytes(cert.read_bytes())
-        (target / "tls.key").write_bytes(key.read_bytes())
-        (target / "tls.key").chmod(0o600)
-        (target / "ca.crt").write_bytes(files.ca_cert.read_bytes())
+        target.mkdir(mode=0o700, parents=True, exist_ok=True)
+        write_private(target / "tls.crt", cert.read_bytes(), 0o644)
+        write_private(target / "tls.key", key.read_bytes())
+        write_private(target / "ca.crt", files.ca_cert.read_bytes(), 0o644)
     return server, client

@@ -36,7 +36,9 @@ class PrometheusServer:
     KGWE's alert rules; `query(expr)` runs an instant query. Use as a context manager.
 
     `target_labels` (job -> labels) attaches labels to a job's target as service discovery would, with
-    Prometheus's default honor_labels: false, so a scraped label of the same name becomes exported_<name>."""
+    Prometheus's default honor_labels: false, so a scraped label of the same name becomes exported_<name>.
+    `scrape_options` (job -> options) adds to a job's scrape config, e.g. scheme https with its tls_config and
+    authorization, as a ServiceMonitor renders them."""
 
     def __init__(
         self,
@@ -44,11 +46,13 @@ class PrometheusServer:
         workdir: Path,
         rule_files: tuple[Path, ...] = (),
         target_labels: dict[str, dict[str, str]] | None = None,
+        scrape_options: dict[str, dict[str, Any]] | None = None,
     ) -> None:
         self.targets = targets
         self.workdir = workdir
         self.rule_files = rule_files
         self.target_labels = target_labels or {}
+        self.scrape_options = scrape_options or {}
         self.port = 0
         self._proc: subprocess.Popen[bytes] | None = None
 
@@ -65,7 +69,11 @@ class PrometheusServer:
             "global": {"scrape_interval": "1s", "evaluation_interval": "1s", "scrape_timeout": "1s"},
             "rule_files": [str(p) for p in self.rule_files],
             "scrape_configs": [
-                {"job_name": job, "static_configs": [self._static_config(job, target)]}
+                {
+                    "job_name": job,
+                    "static_configs": [self._static_config(job, target)],
+                    **self.scrape_options.get(job, {}),
+                }
                 for job, target in sorted(self.targets.items())
             ],
         }

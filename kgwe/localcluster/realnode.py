@@ -171,6 +171,31 @@ def processes_using(path: Path) -> list[int]:
     return found
 
 
+# Programs of a Kubernetes node (as /proc/PID/comm shows them: at most 15 characters). Another node on this
+# host shares the machine-wide paths, kernel settings and nftables tables with ours (hoststate.py).
+NODE_PROGRAMS = ("kubelet", "kube-proxy", "containerd", "containerd-shim")
+# Of those, the ones our node cannot run beside: they would share /var/lib/kubelet and kube-proxy's tables.
+EXCLUSIVE_PROGRAMS = ("kubelet", "kube-proxy")
+
+
+def foreign_node_programs(workdir: Path | None, programs: Sequence[str] = NODE_PROGRAMS) -> list[str]:
+    """Node programs running on this host that are not the local cluster's (ours name its work dir or its
+    containerd socket on their command line), as "kubelet (pid 123)"."""
+    ours = set(processes_using(workdir)) if workdir is not None else set()
+    ours |= set(processes_using(SOCKET_DIR))
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) in ours or int(entry.name) == os.getpid():
+            continue
+        try:
+            comm = (entry / "comm").read_text().strip()
+        except OSError:
+            continue
+        if comm in programs:
+            found.append(f"{comm} (pid {entry.name})")
+    return found
+
+
 def _kill(pids: Iterable[int], sig: int) -> None:
     for pid in pids:
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -182,6 +207,9 @@ def sweep(workdir: Path, snapshot: hoststate.HostSnapshot | None) -> list[str]:
     containers, unmount, delete its network devices and nftables tables, restore sysctls, remove its
     cgroups and files. Returns what could not be cleaned (empty when all is gone)."""
     problems: list[str] = []
+    # Another node on this host (a kubelet, kube-proxy or containerd that is not ours) uses the fixed paths,
+    # kernel settings and nftables tables too: then only what is ours alone is removed, and the rest said.
+    others = foreign_node_programs(workdir)
     cgroups.kill_all(CGROUP_ROOT)  # the containers (they are in no process group of ours)
     # Then whatever still names the work dir or containerd's socket: the shims (they outlive containerd by
     # design), and after a crash the daemons themselves.
@@ -191,15 +219,22 @@ def sweep(workdir: Path, snapshot: hoststate.HostSnapshot | None) -> list[str]:
         time.sleep(0.05)
     if left:
         problems.append(f"processes still running: {left}")
-    problems += [f"still mounted: {m}" for m in hoststate.unmount_under([workdir, *hoststate.FIXED_PATHS])]
+    shared = [] if others else list(hoststate.FIXED_PATHS)
+    problems += [f"still mounted: {m}" for m in hoststate.unmount_under([workdir, *shared])]
     for link in hoststate.links_with_master(BRIDGE):
         hoststate.delete_link(link)
     hoststate.delete_link(BRIDGE)
     if hoststate.link_exists(BRIDGE):
         problems.append(f"network device {BRIDGE} still exists")
-    problems += [f"nftables table left: {t}" for t in hoststate.delete_nft_tables(snapshot)]
+    if others:
+        problems.append(
+            f"left as they are, since {', '.join(others)} of another node on this host uses them too: "
+            f"{', '.join(str(p) for p in hoststate.FIXED_PATHS)}, kernel settings and nftables tables"
+        )
+    else:
+        problems += [f"nftables table left: {t}" for t in hoststate.delete_nft_tables(snapshot)]
     problems += [f"cgroup left: {c}" for c in cgroups.remove_root(CGROUP_ROOT)]
-    if snapshot is not None:
+    if snapshot is not None and not others:
         problems += [f"sysctl not restored: {s}" for s in hoststate.restore_sysctls(snapshot)]
         hoststate.sweep_fixed_paths(snapshot)
     shutil.rmtree(SOCKET_DIR, ignore_errors=True)
@@ -313,6 +348,12 @@ class RealNode:
         archives = image_archives(self._binaries)  # before the lock: a first run writes them
         self._lock.acquire(self.lock_wait_seconds)
         try:
+            others = foreign_node_programs(self.workdir, EXCLUSIVE_PROGRAMS)
+            if others:
+                raise ControlPlaneError(
+                    f"another Kubernetes node runs on this host ({', '.join(others)}): the real node needs "
+                    f"{KUBELET_ROOT} and kube-proxy's nftables tables for itself; stop it first"
+                )
             leftovers = sweep_recorded()
             if leftovers:
                 raise ControlPlaneError(

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from kgwe.optimizer.record import MAX_RECORD_BYTES, ModelRecord, ModelRecordError
 from kgwe.optimizer.registry import MODELS
+from kgwe.safetext import markdown_cell, markdown_text
 from kgwe.timestamps import format_rfc3339
 from kgwe.vocab import DEFAULT_REPORTS_PATH
 
@@ -45,9 +46,10 @@ def published_files(records: Mapping[str, ModelRecord], now: datetime) -> dict[s
         scores = ", ".join(f"{k} {v:g}" for k, v in sorted(record.metrics.items())) or "none yet"
         lines.append(
             f"| {entry.name} | {entry.predicts} | {format_rfc3339(record.fitted_at)} | {record.samples:,} | "
-            f"{scores} |"
+            f"{markdown_cell(scores)} |"
         )
-        notes += [f"- {entry.name}: {note}" for note in record.notes]
+        # a record is read back from the policy repository: what it says is shown as text (kgwe.safetext)
+        notes += [markdown_text(f"- {entry.name}: {note}") for note in record.notes]
     if notes:
         lines += ["", "Notes:", "", *notes]
     files[f"{DEFAULT_REPORTS_PATH}/{PREDICTIONS_REPORT}"] = "\n".join(lines) + "\n"

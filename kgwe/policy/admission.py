@@ -16,7 +16,7 @@ the cluster. `REFUSALS` lists each reason with what it depends on:
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -30,6 +30,8 @@ from kgwe.policy.quota_namespaces import protected_namespace
 from kgwe.policy.workload_resolution import (
     Facts,
     PlanError,
+    child_refs,
+    child_write,
     gpu_resources,
     name_problem,
     resolve_backend,
@@ -78,6 +80,10 @@ REFUSALS: dict[str, Refusal] = {
         "cluster", "the namespace has not opted in to GPUWorkloads, or is Kubernetes' or KGWE's own"
     ),
     "BudgetExhausted": Refusal("state", "an Enforce budget is used up: its quota is capped at current use"),
+    "ChildNameTaken": Refusal(
+        "cluster",
+        "an object of a child's name exists that this GPUWorkload does not control: never taken over",
+    ),
     "Forbidden": Refusal(
         "state",
         "the API server refuses the controller's objects: its RoleBinding there not written yet, or gone",
@@ -120,6 +126,8 @@ class ClusterView:
         None  # holding the controller's RoleBinding WORKLOAD_ROLEBINDING
     )
     kgwe_namespace: str = KGWE_NAMESPACE  # where KGWE runs (no GPUWorkload does)
+    # (namespace, apiVersion, kind, name) -> that object's metadata, None when absent (or not readable)
+    read_child: Callable[[str, str, str, str], Mapping[str, Any] | None] | None = None
 
 
 def profiles_of(profiles: Mapping[str, str]) -> dict[str, str]:
@@ -244,6 +252,26 @@ def findings(
                 known = ", ".join(sorted(cluster.priority_classes)) or "none"
                 out.append(Finding(exc.reason, ("spec", "priority"), f"{exc} on the cluster (have: {known})"))
     out += _quota(wl, namespace, policy, cluster)
+    if namespace and wl.name and cluster.read_child is not None:
+        out += names_taken(wl, namespace, cluster.read_child, bool(cluster.native_gang))
+    return out
+
+
+def names_taken(
+    wl: GPUWorkload,
+    namespace: str,
+    read_child: Callable[[str, str, str, str], Mapping[str, Any] | None],
+    native_gang: bool,
+    run: int = 0,
+    uid: str | None = None,
+) -> list[Finding]:
+    """ChildNameTaken: a child's name is held by an object this workload does not control (by `uid` when
+    known; by name for a manifest not created yet)."""
+    out = []
+    for api_version, kind, name in child_refs(wl, run, native_gang):
+        verdict = child_write(read_child(namespace, api_version, kind, name), f"{kind}/{name}", wl.name, uid)
+        if verdict.action == "refuse":
+            out.append(Finding("ChildNameTaken", ("metadata", "name"), verdict.why))
     return out
 
 

@@ -8,7 +8,7 @@ from typing import ClassVar, Literal
 from pydantic import Field, field_validator
 
 from kgwe.policy.base import DnsLabel, KgweModel, KgweObject, ObjectMeta
-from kgwe.policy.types import Money, Percent
+from kgwe.policy.types import LabelValue, Money, Percent
 from kgwe.vocab import (
     DEFAULT_CURRENCY,
     DEFAULT_PREDICTED_COST_ADMISSION,
@@ -35,7 +35,7 @@ class BudgetAlert(KgweModel):
 
 
 class GPUBudgetSpec(KgweModel):
-    team: str = Field(min_length=1, max_length=63)
+    team: LabelValue
     namespaces: list[DnsLabel] = Field(min_length=1)
     period: Literal["Daily", "Weekly", "Monthly", "Quarterly", "Yearly"] = "Monthly"
     limit: BudgetLimit

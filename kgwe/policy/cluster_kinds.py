@@ -9,7 +9,7 @@ from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_v
 
 from kgwe.policy.base import ClusterObjectMeta, KgweModel, KgweObject
 from kgwe.policy.types import GIT_COMMIT_PATTERN, GitRefName, GitUrl, PositiveDuration
-from kgwe.vocab import DEFAULT_REPORT_SCHEDULE, DEFAULT_REPORTS_PATH
+from kgwe.vocab import DEFAULT_DELETION_POLICY, DEFAULT_REPORT_SCHEDULE, DEFAULT_REPORTS_PATH, DeletionPolicy
 
 # A Git fetch or push may take at most this long (spec.timeout): a slow or hostile server cannot hold a
 # worker longer, and the controller kills the git process when it is up.
@@ -71,6 +71,8 @@ class PolicyRepositorySpec(KgweModel):
     secret_ref: SecretRef | None = None
     suspend: bool = False
     reports: ReportsSpec | None = None
+    # what the controller releases when the PolicyRepository is deleted (docs/offboarding.md)
+    deletion_policy: DeletionPolicy = DEFAULT_DELETION_POLICY
 
     @field_validator("timeout")
     @classmethod

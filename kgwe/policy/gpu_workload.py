@@ -19,7 +19,7 @@ from kgwe.policy.base import ClusterObjectMeta, DnsLabel, KgweModel, KgweObject
 from kgwe.policy.cluster_kinds import Condition
 from kgwe.policy.diagnostics import Path as FieldPath
 from kgwe.policy.pod_template import TemplateErrors, template_findings
-from kgwe.policy.types import DNS_SUBDOMAIN_PATTERN, PositiveDuration
+from kgwe.policy.types import DNS_SUBDOMAIN_PATTERN, LabelValue, PositiveDuration
 from kgwe.vocab import DEFAULT_CURRENCY, ScoringStrategy, TopologyPreference
 
 WorkloadType = Literal["Training", "DistributedTraining", "Batch", "HPC", "Inference", "Interactive"]
@@ -109,7 +109,7 @@ class GPUWorkloadSpec(KgweModel):
     priority: int | str | None = None
     scheduling_strategy: ScoringStrategy | None = None  # served by a ScoringProfile of that strategy
     scoring_profile: str | None = None
-    team: str | None = None
+    team: LabelValue | None = None  # becomes the kgwe.nvidia.io/team label of its pods
     exclusive_access: bool = False  # never on time-sliced GPUs (nodes with nvidia.com/gpu.replicas > 1)
     retry_policy: RetryPolicy = Field(default_factory=RetryPolicy)
     # How often the job saves a checkpoint a restart resumes from: what the spot advice counts as lost to an

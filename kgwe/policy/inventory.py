@@ -32,7 +32,7 @@ from pydantic import Field, StringConstraints, model_validator
 
 from kgwe.policy.base import DnsSubdomain, KgweModel, KgweObject, ObjectMeta
 from kgwe.policy.mig_strategy import MIG_PROFILE_PATTERN
-from kgwe.policy.types import LabelMap
+from kgwe.policy.types import LabelMap, LabelValue
 
 MigConfigState = Literal["pending", "rebooting", "success", "failed"]
 
@@ -62,7 +62,7 @@ class InventoryNode(KgweModel):
     name: DnsSubdomain
     labels: LabelMap = Field(default_factory=dict)
     gpus: int = Field(ge=1, le=64)
-    product: str = Field(min_length=1)
+    product: LabelValue
     topology: str | None = None
     mig_config: str | None = None
     mig_config_state: MigConfigState | None = None

@@ -10,7 +10,7 @@ from pydantic import Field, field_validator
 from kgwe.gpu.products import find_price
 from kgwe.policy.base import KgweModel, KgweObject, ObjectMeta
 from kgwe.policy.budget import CURRENCY_PATTERN
-from kgwe.policy.types import LabelMap, Money, Percent
+from kgwe.policy.types import LabelMap, LabelValue, Money, Percent
 from kgwe.vocab import (
     DEFAULT_CURRENCY,
     DEFAULT_IDLE_COST,
@@ -22,7 +22,7 @@ from kgwe.vocab import (
 
 
 class GPUPrice(KgweModel):
-    product: str = Field(min_length=1)  # GFD nvidia.com/gpu.product value
+    product: LabelValue  # GFD nvidia.com/gpu.product value
     on_demand_per_hour: Money
     spot_per_hour: Money | None = None
 

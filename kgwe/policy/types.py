@@ -12,7 +12,7 @@ from datetime import timedelta
 from decimal import Decimal
 from typing import Annotated
 
-from pydantic import PlainSerializer, PlainValidator, WithJsonSchema
+from pydantic import PlainSerializer, PlainValidator, StringConstraints, WithJsonSchema
 
 from kgwe.money import MONEY_PATTERN, parse_money
 
@@ -25,6 +25,11 @@ PERCENT_PATTERN = r"^[0-9]+(\.[0-9]+)?%$"
 DURATION_PATTERN = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"
 DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+# A non-empty Kubernetes label value: what a team or a GPU product may be. Both become label values
+# (kgwe.nvidia.io/team, GFD's nvidia.com/gpu.product) and land in reports, tables and terminals, so neither
+# may hold a control character, a separator or a formula sign.
+LABEL_VALUE_PATTERN = r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+LABEL_VALUE_MAX_LENGTH = 63
 
 # Git remotes a PolicyRepository may name: https://, ssh:// and scp-like user@host:path. Never a local path,
 # file://, ext:: or anything starting with "-" (git would read it as an option, e.g. --upload-pack=<cmd>),
@@ -186,6 +191,11 @@ IntOrPercent = Annotated[
     WithJsonSchema(
         {"anyOf": [{"type": "integer", "minimum": 0}, {"type": "string", "pattern": PERCENT_PATTERN}]}
     ),
+]
+
+
+LabelValue = Annotated[
+    str, StringConstraints(pattern=LABEL_VALUE_PATTERN, min_length=1, max_length=LABEL_VALUE_MAX_LENGTH)
 ]
 
 

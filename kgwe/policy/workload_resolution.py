@@ -7,10 +7,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any, Literal
 
 from kgwe.policy.gpu_workload import GPURequirements, GPUWorkload
 from kgwe.policy.workload_runtime import WorkloadRuntimeSpec
 from kgwe.vocab import (
+    API_GROUP,
     GPU_MILLI_ANNOTATION,
     GPU_RESOURCE,
     MIG_RESOURCE_PREFIX,
@@ -18,6 +20,7 @@ from kgwe.vocab import (
     SHARED_GPU_RESOURCE,
 )
 
+PODGROUP_API = "scheduling.k8s.io/v1beta1"
 HOSTNAME_MAX = 63  # a pod hostname (<job>-<index>) is a DNS label
 GANG_BACKENDS = ("Native", "Kueue", "None")
 
@@ -49,6 +52,71 @@ class Facts:
 
 def child_name(workload: str, run: int, role: str) -> str:
     return f"{workload}-r{run}-{role}"
+
+
+def podgroup_name(workload: str, run: int) -> str:
+    return f"{workload}-r{run}"
+
+
+def deployment_name(workload: str, role: str) -> str:
+    return f"{workload}-{role}"
+
+
+def child_refs(wl: GPUWorkload, run: int, native_gang: bool) -> list[tuple[str, str, str]]:
+    """(apiVersion, kind, name) of every child run `run` of `wl` gets, in kgwe.workloads.plan's order."""
+    if not wl.spec.is_batch:
+        return [
+            ("apps/v1", "Deployment", deployment_name(wl.name, r.name)) for r in wl.spec.effective_roles()
+        ]
+    refs = [(PODGROUP_API, "PodGroup", podgroup_name(wl.name, run))] if native_gang else []
+    refs.append(("v1", "Service", wl.name))
+    refs += [("batch/v1", "Job", child_name(wl.name, run, r.name)) for r in wl.spec.effective_roles()]
+    return refs
+
+
+@dataclass(frozen=True)
+class ChildWrite:
+    """What the controller may do with one child: `create` it (absent), `update` it (this workload controls
+    it; `resource_version` is the update's precondition, so an object replaced meanwhile is not written), or
+    `refuse` (`why`: whose it is)."""
+
+    action: Literal["create", "update", "refuse"]
+    resource_version: str | None = None
+    why: str = ""
+
+
+def controlled_by(meta: Mapping[str, Any], workload: str, uid: str | None) -> bool:
+    """Is a GPUWorkload the object's controller: this one by uid, or (uid unknown, e.g. `kgwe validate` of a
+    manifest) one of this name, which in the same namespace is the same workload."""
+    for ref in meta.get("ownerReferences") or []:
+        if not isinstance(ref, Mapping) or not ref.get("controller"):
+            continue
+        group = str(ref.get("apiVersion") or "").split("/", 1)[0]
+        if ref.get("kind") == "GPUWorkload" and group == API_GROUP and ref.get("name") == workload:
+            return not uid or ref.get("uid") == uid
+    return False
+
+
+def child_write(live: Mapping[str, Any] | None, what: str, workload: str, uid: str | None) -> ChildWrite:
+    """Whether GPUWorkload `workload` may write its child `what` ("Service/train"), given the live object's
+    metadata (None: absent). A name is never taken over: an object someone else made (a StatefulSet's
+    headless Service, another controller's Job), or one of a deleted workload of the same name still being
+    garbage-collected, is refused, and stays as it is."""
+    if live is None:
+        return ChildWrite("create")
+    if controlled_by(live, workload, uid):
+        return ChildWrite("update", resource_version=str(live.get("resourceVersion") or "") or None)
+    owner = next(
+        (r for r in live.get("ownerReferences") or [] if isinstance(r, Mapping) and r.get("controller")), None
+    )
+    whose = (
+        f"controlled by {owner.get('kind')}/{owner.get('name')}" if owner else "not made by this GPUWorkload"
+    )
+    return ChildWrite(
+        "refuse",
+        why=f"{what} already exists, {whose}: KGWE never takes over an object by its name (rename the "
+        "GPUWorkload, or remove that object)",
+    )
 
 
 def gpu_resources(req: GPURequirements) -> tuple[dict[str, int], dict[str, str]]:

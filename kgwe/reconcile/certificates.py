@@ -38,6 +38,7 @@ from kgwe.vocab import (
     CERTIFICATE_ISSUED_ANNOTATION,
     CERTIFICATES_FIELD_MANAGER,
     CONTROLLER_DEPLOYMENT,
+    CONTROLLER_SERVICE,
     EXTENDER_CLIENT_SECRET,
     EXTENDER_DEPLOYMENT,
     EXTENDER_SERVICE,
@@ -45,6 +46,7 @@ from kgwe.vocab import (
     FIELD_MANAGER,
     MANAGED_BY_LABEL,
     MANAGED_BY_VALUE,
+    METRICS_TLS_SECRET,
     SCHEDULER_DEPLOYMENT,
     SCHEDULER_NAME,
     WEBHOOK_CONFIGURATION,
@@ -55,8 +57,9 @@ from kgwe.vocab import (
 
 log = logging.getLogger(__name__)
 
-# What `--certificates` may name: the admission webhook, and the standalone extender's mutual TLS.
-COMPONENTS = ("webhook", "extender")
+# What `--certificates` may name: the admission webhook, the standalone extender's mutual TLS, and the
+# controller's and the extender's /metrics over TLS (kgwe.httpd.metrics_port).
+COMPONENTS = ("webhook", "extender", "metrics")
 # The Deployment whose pods mount each Secret (and wait for it when it does not exist yet).
 MOUNTED_BY = {
     WEBHOOK_TLS_SECRET: WEBHOOK_DEPLOYMENT,
@@ -104,6 +107,18 @@ def wanted_certificates(components: Sequence[str], namespace: str) -> list[Wante
             )
         )
         out.append(Wanted(EXTENDER_CLIENT_SECRET, SCHEDULER_NAME, "client"))
+    if "metrics" in components:
+        # one certificate for both Services Prometheus scrapes (it checks either name against it); their pods
+        # take it at the kubelet's next sync of the optional volume: nothing waits on it, none is rolled
+        out.append(
+            Wanted(
+                METRICS_TLS_SECRET,
+                f"{CONTROLLER_SERVICE}.{namespace}.svc",
+                "server",
+                service_dns_names(CONTROLLER_SERVICE, namespace)
+                + service_dns_names(EXTENDER_SERVICE, namespace),
+            )
+        )
     return out
 
 

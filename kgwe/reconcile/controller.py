@@ -28,8 +28,9 @@ from kgwe.cluster.nodecache import NodeCache
 from kgwe.errors import KgweError
 from kgwe.gitops.gitcmd import GitAccess
 from kgwe.gitops.source import touches_policy
-from kgwe.gitops.webhook import ControllerHTTPServer, PushEvent
-from kgwe.httpd import metrics_need_token
+from kgwe.gitops.webhook import ControllerHTTPServer, GetRoute, PushEvent
+from kgwe.httpd import ServerThread, error_body, metrics_need_token, metrics_port
+from kgwe.httpd.metrics_port import plain_metrics
 from kgwe.observability.collectors import ClusterStateCollector, read_cluster
 from kgwe.reconcile.metrics import ReconcileMetrics
 from kgwe.reconcile.rebalancing import ActivityReader
@@ -38,6 +39,7 @@ from kgwe.reconcile.repository import RepositoryReconciler
 from kgwe.runtime.cluster import KubeObject
 from kgwe.runtime.kinds import POLICY_REPOSITORY
 from kgwe.runtime.kube import KubeCluster
+from kgwe.tlsfiles import ServingTLS
 from kgwe.vocab import CONTROLLER_NAME
 
 if TYPE_CHECKING:
@@ -60,6 +62,10 @@ def activity_reader(prometheus_url: str | None) -> ActivityReader | None:
 
     prometheus = PrometheusClient(prometheus_url)
     return lambda start, end: prometheus.pod_engine_activity(start, end)
+
+
+def _over_tls_only() -> tuple[int, str, bytes]:
+    return 404, "application/json", error_body(metrics_port.OVER_TLS_ONLY)
 
 
 class Controller:
@@ -86,6 +92,7 @@ class Controller:
         certificates: CertificateKeeper | None = None,
         public_metrics: bool = False,
         audit_interval_seconds: float = COMMIT_INTERVAL_SECONDS,
+        metrics_tls_port: metrics_port.MetricsPort | None = None,
     ) -> None:
         self.api_client = api_client
         self.cluster = KubeCluster(api_client)  # one client (and API discovery) for both controllers
@@ -114,8 +121,9 @@ class Controller:
             jitter_fraction=jitter_fraction,
         )
         self.workloads = self._workload_controller() if workloads else None
-        self.server = (
-            self._http_server(listen, webhook_secret, public_metrics) if listen is not None else None
+        self.server = None if listen is None else self._http_server(listen, webhook_secret, public_metrics)
+        self.metrics_server = (
+            None if metrics_tls_port is None else self._metrics_server(metrics_tls_port, public_metrics)
         )
 
     def _metrics(self) -> ReconcileMetrics:
@@ -162,19 +170,32 @@ class Controller:
     def _http_server(
         self, listen: tuple[str, int], webhook_secret: bytes, public_metrics: bool
     ) -> ControllerHTTPServer:
-        """/metrics (off loopback: for tokens allowed to get /metrics), /healthz, /readyz and the webhook."""
-        routes = {
-            "/metrics": lambda: (200, "text/plain; version=0.0.4", self.metrics.exposition()),
+        """/healthz, /readyz, the webhook and /metrics: budgets and costs, on the plain port on loopback only
+        (or opened to anyone); off loopback it is served over TLS only (kgwe.httpd.metrics_port)."""
+        plain = plain_metrics(listen[0], public_metrics)
+        routes: dict[str, GetRoute] = {
+            "/metrics": self._exposition if plain else _over_tls_only,
             "/healthz": lambda: (200, "text/plain", b"ok"),
             "/readyz": self._readyz,
         }
+        return ControllerHTTPServer(listen, secret=webhook_secret, on_push=self.on_push, get_routes=routes)
+
+    def _metrics_server(self, port: metrics_port.MetricsPort, public_metrics: bool) -> ServerThread:
+        """GET /metrics for Prometheus, over TLS, for a token allowed to get /metrics off loopback."""
+        address, files = port
+        tls = ServingTLS(*files) if files is not None else None
         guard = None
-        if metrics_need_token(listen[0], public_metrics):
+        if metrics_need_token(address[0], public_metrics):
             from kgwe.cluster.access_review import metrics_guard
 
             guard = metrics_guard(self.api_client)
-        return ControllerHTTPServer(
-            listen, secret=webhook_secret, on_push=self.on_push, get_routes=routes, guard=guard
+        return ServerThread(
+            metrics_port.handler(lambda: (200, self.metrics.exposition(), metrics_port.CONTENT_TYPE)),
+            address,
+            limits=metrics_port.LIMITS,
+            tls=tls.current if tls is not None else None,
+            guard=guard,
+            label="kgwe controller /metrics listening on",
         )
 
     @property
@@ -186,6 +207,9 @@ class Controller:
     def reconciles(self) -> int:
         """PolicyRepository reconciles run by this replica."""
         return self.repositories.reconciles
+
+    def _exposition(self) -> tuple[int, str, bytes]:
+        return 200, metrics_port.CONTENT_TYPE.decode(), self.metrics.exposition()
 
     def _readyz(self) -> tuple[int, str, bytes]:
         """Ready unless the PolicyRepository CRD is missing (an install with crds.install=false, say)."""
@@ -311,6 +335,8 @@ class Controller:
     def run(self, stop: threading.Event) -> None:
         if self.server is not None:
             self.server.start()
+        if self.metrics_server is not None:
+            self.metrics_server.start(name="kgwe-metrics")
         if self.elector is not None:
             self.elector.start(stop)
         elif self.costs is not None:  # acting alone: there is no "became leader" moment
@@ -326,6 +352,8 @@ class Controller:
         finally:
             if self.server is not None:
                 self.server.stop()
+            if self.metrics_server is not None:
+                self.metrics_server.stop()
             if self.costs is not None:
                 self.costs.stop()
             if self.certificates is not None:

@@ -1,11 +1,12 @@
 """Run the KGWE controller: sync every PolicyRepository of a namespace from Git to the cluster, safely.
 
 Serves POST /hooks/git (GitHub-style HMAC, secret from $KGWE_WEBHOOK_SECRET or --webhook-secret-file),
-GET /metrics, /healthz and /readyz. /metrics (budgets and costs) on an address other than loopback answers
-only a bearer token the API server lets `get /metrics` (kgwe.httpd.access), unless
---insecure-public-metrics. With several replicas, one leads (a coordination.k8s.io Lease) and
-the others wait. The leader also meters GPU usage into the cost store, keeps budget status and alerts,
-caps the quotas of an exhausted `Enforce` budget, and commits cost reports on each repository's schedule.
+GET /healthz and /readyz on --listen. GET /metrics (budgets and costs) off loopback is served over TLS only,
+on --metrics-listen, and answers only a bearer token the API server lets `get /metrics` (kgwe.httpd.access,
+kgwe.httpd.metrics_port), unless --insecure-public-metrics. With several replicas, one leads (a
+coordination.k8s.io Lease) and the others wait. The leader also meters GPU usage into the cost store, keeps
+budget status and alerts, caps the quotas of an exhausted `Enforce` budget, and commits cost reports on each
+repository's schedule.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from kgwe.audit.log import COMMIT_INTERVAL_SECONDS
 from kgwe.errors import KgweError
+from kgwe.httpd import metrics_port
 from kgwe.httpd.exposure import INSECURE_PUBLIC_METRICS
 from kgwe.vocab import CONTROLLER_NAME, GPU_OPERATOR_NAMESPACE, KGWE_NAMESPACE
 
@@ -41,7 +43,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=os.environ.get("POD_NAMESPACE", KGWE_NAMESPACE),
         help="namespace of the PolicyRepositories and the leader Lease",
     )
-    parser.add_argument("--listen", default="0.0.0.0:8080", help="address of the webhook/metrics server")
+    parser.add_argument(
+        "--listen",
+        default="0.0.0.0:8080",
+        help="address of the Git push hook, health and (on loopback) metrics server",
+    )
+    metrics_port.add_arguments(parser)
     parser.add_argument(
         INSECURE_PUBLIC_METRICS,
         action="store_true",
@@ -220,6 +227,7 @@ def run(args: argparse.Namespace) -> int:
     from kgwe.observability import tracing
     from kgwe.reconcile.controller import Controller
 
+    metrics_tls_port = metrics_port.metrics_port(args)  # its flags checked before anything starts
     fmt = "%(asctime)s %(levelname)s %(name)s: %(message)s"
     logging.basicConfig(level=args.log_level.upper(), format=fmt)
     tracing.configure(CONTROLLER_NAME)  # only when OTEL_EXPORTER_OTLP_ENDPOINT is set
@@ -258,6 +266,7 @@ def run(args: argparse.Namespace) -> int:
         prometheus_url=args.prometheus,
         public_metrics=args.insecure_public_metrics,
         audit_interval_seconds=args.audit_interval,
+        metrics_tls_port=None if args.once else metrics_tls_port,
     )
     controller.certificates = _certificates(args, controller.api_client, controller.is_leader)
     if args.once:

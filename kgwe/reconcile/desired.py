@@ -26,8 +26,7 @@ from kgwe.policy.models import GPUInventory
 from kgwe.policy.yaml_source import YamlSyntaxError, load_one
 from kgwe.reconcile.rollout import NodeState, PoolPolicy
 from kgwe.render.render import RenderOptions, cluster_objects, decide
-
-DEFAULT_PENDING_TIMEOUT_SECONDS = 900.0
+from kgwe.vocab import DEFAULT_PENDING_TIMEOUT_SECONDS
 
 MigConfigs = dict[str, list[dict]]  # mig-parted config name -> its entries
 

@@ -17,6 +17,7 @@ from kgwe.cluster.apply import ObjectRef
 from kgwe.policy.base import KgweObject
 from kgwe.reconcile.rebalancing import PoolPreview
 from kgwe.render.render import Rendered
+from kgwe.safetext import code_fence, escape, markdown_cell, markdown_text
 
 
 @dataclass
@@ -196,33 +197,36 @@ def markdown(report: PlanReport, *, base: str, head: str, inventory_source: str)
             "|---|---|---|---|---|",
         ]
         for pool, p in sorted(pools.items()):
-            out.append(
-                f"| {pool} | {p['gpus_changed']} of {p['gpus']} | {len(p['nodes_changed'])} of "
-                f"{p['nodes']} | {_names(p['drain'])} | {_names(p['wait_idle'])} |"
+            cells = (
+                pool,
+                f"{p['gpus_changed']} of {p['gpus']}",
+                f"{len(p['nodes_changed'])} of {p['nodes']}",
+                _names(p["drain"]),
+                _names(p["wait_idle"]),
             )
+            out.append("| " + " | ".join(markdown_cell(c) for c in cells) + " |")
         out.append("")
         for pool, p in sorted(pools.items()):
             for example in p["examples"]:
-                out.append(f"- {pool}: {example}")
+                out.append(markdown_text(f"- {pool}: {example}"))
         out.append("")
     if report.policy_changes:
         out += ["### Policy changes (scheduler and scoring, budgets and quotas, pricing, MIG strategies)", ""]
         for key, changes in sorted(report.policy_changes.items()):
-            out.append(
-                f"- **{key}**: "
-                + (
-                    "; ".join(changes)
-                    if len(changes) <= 6
-                    else "; ".join(changes[:6]) + f"; and {len(changes) - 6} more"
-                )
+            said = (
+                "; ".join(changes)
+                if len(changes) <= 6
+                else "; ".join(changes[:6]) + f"; and {len(changes) - 6} more"
             )
+            out.append(markdown_text(f"- **{key}**: {said}"))
         out.append("")
     if report.changed:
         out += ["<details><summary>Object diffs</summary>", ""]
         for ref, text in report.changed.items():
-            out += [f"`{ref}`", "", "```diff", text, "```", ""]
+            fence = code_fence(text)  # a diff of committed text cannot close its block early
+            out += [f"`{ref}`", "", f"{fence}diff", escape(text, keep="\n\t"), fence, ""]
         out += ["</details>", ""]
-    out += [f"> {n}" for n in report.notes]
+    out += [f"> {markdown_text(n)}" for n in report.notes]
     return "\n".join(out).rstrip() + "\n"
 
 

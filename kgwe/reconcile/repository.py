@@ -76,6 +76,7 @@ from kgwe.reconcile.rebalancing import (
     records_in_force,
     snapshot_demand,
 )
+from kgwe.reconcile.release_step import Release, deleting
 from kgwe.reconcile.repository_git import RepositoryGit
 from kgwe.reconcile.rollout import RolloutPlan, plan_rollout
 from kgwe.reconcile.scheduler_restart import SchedulerSync
@@ -203,6 +204,17 @@ class RepositoryReconciler:
             on_node_write=node_cache.expect if node_cache is not None else None,
         )
         self.status_writer = StatusPatcher(self.cluster, POLICY_REPOSITORY, owned=OWNED_CONDITIONS)
+        # offboarding: the finalizer, and what the way out releases once the object is deleted
+        self.release = Release(
+            self.cluster,
+            namespace,
+            name,
+            options=self.options,
+            writes=self.writes,
+            record=self.recorder.record,
+            is_leader=is_leader,
+            now=now,
+        )
         self._forget()
         self.audit = AuditTrail(
             f"{namespace}/{name}",
@@ -235,6 +247,11 @@ class RepositoryReconciler:
     def interval_seconds(self) -> float:
         """How long until the repository is looked at again: its spec.interval, as the last pass read it."""
         spec = self.last_spec
+        if spec is None and self.last_read is not None:  # a deleted repository's way out: its own spec
+            try:
+                spec = read_spec(self.last_read)
+            except InvalidSpec:
+                spec = None
         return spec.interval_seconds if spec is not None else INVALID_SPEC_INTERVAL_SECONDS
 
     @property
@@ -269,6 +286,9 @@ class RepositoryReconciler:
         repo = self.last_read = self.read()
         if repo is None:
             return None
+        if deleting(repo):  # offboarding instead of the pass (kgwe.reconcile.release_step)
+            return self._release(repo)
+        self.release.ensure_finalizer(repo)
         started = time.monotonic()
         self.last_spec = None
         try:
@@ -292,6 +312,18 @@ class RepositoryReconciler:
             self.recorder.warning(repo, "ReconciliationFailed", outcome.message)
         self.metrics.duration.labels(self.name).observe(time.monotonic() - started)
         return self._status(repo, outcome)
+
+    def _release(self, repo: KubeObject) -> Outcome | None:
+        """One pass of the way out; its status, or None once the finalizer is gone. A deleted repository's
+        policy is no longer in force: no cost report or budget team is taken from it any more."""
+        self.last_policy = self.last_spec = None
+        try:
+            outcome = self.release.step(repo)
+        except NotLeader:
+            return None
+        except Exception as exc:  # status must tell the truth whatever went wrong
+            outcome = Outcome("release_failed", f"releasing failed: {_failure_text(exc, self)}")
+        return self._status(repo, outcome) if outcome is not None else None
 
     def _steps(self, p: Pass) -> Outcome:
         source = self._fetch(p)

@@ -46,6 +46,7 @@ from kgwe.timestamps import format_rfc3339 as format_time
 from kgwe.timestamps import parse_rfc3339 as parse_time
 from kgwe.vocab import (
     CONFIG_NAME_PREFIX,
+    DEFAULT_PENDING_TIMEOUT_SECONDS,
     DEVICE_PLUGIN_CONFIG_LABEL,
     SHARING_CORDONED_ANNOTATION,
     SHARING_REQUESTED_AT_ANNOTATION,
@@ -53,7 +54,6 @@ from kgwe.vocab import (
 
 POOL_PREFIX = "sharing/"
 UNSHARE_POOL = POOL_PREFIX + DEFAULT_CONFIG_KEY
-DEFAULT_TIMEOUT_SECONDS = 900.0
 
 
 @dataclass
@@ -77,9 +77,8 @@ def pool_policies(strategies: Sequence[GPUSharingStrategy]) -> dict[str, PoolPol
     out = {UNSHARE_POOL: PoolPolicy(UNSHARE_POOL)}
     for s in strategies:
         rollout = s.spec.rollout
-        timeout = (
-            rollout.pending_timeout.total_seconds() if rollout.pending_timeout else DEFAULT_TIMEOUT_SECONDS
-        )
+        pending = rollout.pending_timeout
+        timeout = pending.total_seconds() if pending else DEFAULT_PENDING_TIMEOUT_SECONDS
         out[POOL_PREFIX + s.name] = PoolPolicy(
             POOL_PREFIX + s.name, max_unavailable_value(rollout.max_unavailable), rollout.drain, timeout
         )

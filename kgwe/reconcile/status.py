@@ -38,7 +38,8 @@ class Outcome:
     """What one reconcile found. `phase` is one of:
     ready, progressing (rollout under way), stalled (a pool stopped), invalid (policy errors),
     spec_invalid (the PolicyRepository itself does not validate), fetch_failed, apply_failed,
-    scheduler_invalid."""
+    scheduler_invalid; once it is deleted: releasing, release_stalled (a node stopped the way out),
+    release_failed (the API refused a write, or the spec names no deletion policy)."""
 
     phase: str
     message: str
@@ -60,6 +61,10 @@ _TABLE = {
     "apply_failed": Summary("False", "ReconciliationFailed", reconciling="ProgressingWithRetry"),
     # applied, but kgwe-scheduler-config is missing or malformed: the KGWE scheduler is not restarted
     "scheduler_invalid": Summary("False", "SchedulerConfigInvalid", reconciling="ProgressingWithRetry"),
+    # deleted: KGWE releases what it wrote before its finalizer goes (kgwe.reconcile.release)
+    "releasing": Summary("False", "Releasing", reconciling="Releasing"),
+    "release_stalled": Summary("False", "ReleaseStalled", stalled="ReleaseStalled"),
+    "release_failed": Summary("False", "ReleaseFailed", reconciling="ProgressingWithRetry"),
 }
 # The phases a retry may mend by itself (kstatus' ProgressingWithRetry): the loop retries them with backoff.
 RETRY_PHASES = frozenset(phase for phase, s in _TABLE.items() if s.reconciling == "ProgressingWithRetry")

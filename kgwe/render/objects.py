@@ -19,6 +19,7 @@ from kgwe.render.environment import FAST_SAFE_LOADER, render_template
 from kgwe.render.layouts import NodeLayouts
 from kgwe.render.options import MigConfigs, QuotaCaps, RenderOptions, extender_client_cert_dir
 from kgwe.vocab import (
+    BUDGET_ANNOTATION,
     GPU_RESOURCE,
     POD_TEMPLATE_POLICY_CONFIGMAP,
     POD_TEMPLATE_POLICY_KEY,
@@ -28,6 +29,8 @@ from kgwe.vocab import (
     SCHEDULER_CONFIG_KEY,
     SCHEDULER_CONFIGMAP,
     SHARED_GPU_RESOURCE,
+    TEAM_LABEL,
+    UNCAPPED_HARD_ANNOTATION,
     mig_resource,
 )
 
@@ -64,6 +67,11 @@ def _scoring_payload(ps: PolicySet) -> tuple[str, dict]:
     return chosen, payload
 
 
+def uncapped_hard_text(hard: Mapping[str, str]) -> str:
+    """A budget quota's own `spec.hard` as the UNCAPPED_HARD_ANNOTATION of its capped ResourceQuota."""
+    return orjson.dumps(dict(hard), option=orjson.OPT_SORT_KEYS).decode()
+
+
 def _quotas(ps: PolicySet, kgwe_namespace: str, caps: QuotaCaps) -> list[dict]:
     """One ResourceQuota per budgeted namespace, its `hard` capped where `caps` names the namespace;
     never in kube-* or KGWE's own namespace."""
@@ -76,8 +84,11 @@ def _quotas(ps: PolicySet, kgwe_namespace: str, caps: QuotaCaps) -> list[dict]:
             refused = refused_quota_namespace(ns, kgwe_namespace)
             if refused:
                 raise KgweError(f"GPUBudget/{budget.name}: {refused}")
+            annotations = {BUDGET_ANNOTATION: budget.name, TEAM_LABEL: budget.spec.team}
+            if ns in caps:  # the budget's own limit rides along, so the cap can be lifted from the cluster
+                annotations[UNCAPPED_HARD_ANNOTATION] = uncapped_hard_text(hard)
             capped = dict(caps[ns]) if ns in caps else hard
-            quotas.append({"namespace": ns, "budget": budget.name, "team": budget.spec.team, "hard": capped})
+            quotas.append({"namespace": ns, "annotations": annotations, "hard": capped})
     return sorted(quotas, key=lambda q: q["namespace"])
 
 

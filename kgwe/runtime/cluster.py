@@ -58,7 +58,8 @@ class Cluster(Protocol):
         ...
 
     def apply(self, obj: Mapping[str, Any], *, dry_run: bool = False) -> KubeObject:
-        """Server-side apply `obj` (forced); with `dry_run`, what it would become, nothing written."""
+        """Server-side apply `obj` (forced; a metadata.resourceVersion in it is a precondition); with
+        `dry_run`, what it would become, nothing written."""
         ...
 
     def patch(
@@ -73,12 +74,13 @@ class Cluster(Protocol):
         """A JSON merge patch of the object's status subresource (`body` is {"status": ...})."""
         ...
 
-    def create(self, obj: Mapping[str, Any]) -> KubeObject:
-        """Create `obj`; 409 when it exists."""
+    def create(self, obj: Mapping[str, Any], *, dry_run: bool = False) -> KubeObject:
+        """Create `obj`; 409 when it exists. With `dry_run`, what it would be, nothing written."""
         ...
 
-    def delete(self, kind: Kind, name: str, namespace: str | None = None) -> bool:
-        """Delete the object, its dependents in the background; False when it was gone already."""
+    def delete(self, kind: Kind, name: str, namespace: str | None = None, *, uid: str | None = None) -> bool:
+        """Delete the object, its dependents in the background; False when it was gone already. With `uid`,
+        only that object (409 when another of that name replaced it)."""
         ...
 
     def evict(self, name: str, namespace: str) -> None:

@@ -219,16 +219,18 @@ class KubeCluster:
             content_type=MERGE_PATCH,
         )
 
-    def create(self, obj: Mapping[str, Any]) -> KubeObject:
+    def create(self, obj: Mapping[str, Any], *, dry_run: bool = False) -> KubeObject:
         meta = obj.get("metadata") or {}
         path = self._path(Kind.of(obj), meta.get("namespace"))
-        return self._json("POST", path, query={"fieldManager": self.field_manager}, body=obj)
+        query = {"fieldManager": self.field_manager, **({"dryRun": "All"} if dry_run else {})}
+        return self._json("POST", path, query=query, body=obj)
 
-    def delete(self, kind: Kind, name: str, namespace: str | None = None) -> bool:
+    def delete(self, kind: Kind, name: str, namespace: str | None = None, *, uid: str | None = None) -> bool:
+        body: dict[str, Any] = {"propagationPolicy": "Background"}
+        if uid is not None:
+            body["preconditions"] = {"uid": uid}
         try:
-            self._request(
-                "DELETE", self._path(kind, namespace, name), body={"propagationPolicy": "Background"}
-            )
+            self._request("DELETE", self._path(kind, namespace, name), body=body)
         except ApiException as exc:
             if is_not_found(exc):
                 return False

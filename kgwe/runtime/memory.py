@@ -318,6 +318,8 @@ class MemoryCluster:
         with self._cond:
             self._check("apply", ref.kind, ref.name)
             old = self._objects.get(ref)
+            if old is not None:
+                self._precondition(ref, old, obj)
             body = _without_status(ref.kind, obj)
             new = merge_patch(old or {}, body)
             self._managed(new, "Apply")
@@ -357,7 +359,7 @@ class MemoryCluster:
                 self._managed(new, "Update")
             return self._write(verb, ref, old, new)
 
-    def create(self, obj: Mapping[str, Any]) -> KubeObject:
+    def create(self, obj: Mapping[str, Any], *, dry_run: bool = False) -> KubeObject:
         body = copy.deepcopy(dict(obj))
         meta = body.setdefault("metadata", {})
         if not meta.get("name") and meta.get("generateName"):
@@ -371,15 +373,19 @@ class MemoryCluster:
                 )
             new = _without_status(ref.kind, body)
             self._managed(new, "Update")
+            if dry_run:
+                return new
             return self._write("create", ref, None, new)
 
-    def delete(self, kind: Kind, name: str, namespace: str | None = None) -> bool:
+    def delete(self, kind: Kind, name: str, namespace: str | None = None, *, uid: str | None = None) -> bool:
         ref = self._key(kind, name, namespace)
         with self._cond:
             self._check("delete", kind, name)
             old = self._objects.get(ref)
             if old is None:
                 return False
+            if uid is not None and old["metadata"]["uid"] != uid:
+                raise api_error(CONFLICT, "Conflict", f"Precondition failed: UID in precondition: {uid}")
             if old["metadata"].get("deletionTimestamp"):
                 return True
             if old["metadata"].get("finalizers"):

@@ -7,6 +7,7 @@ judge a workload on the same facts (kgwe.policy.admission)."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -18,7 +19,7 @@ from kgwe.policy.gpu_workload import NodeOffer
 from kgwe.policy.pod_template_policy import PodTemplatePolicy, policies_from_json
 from kgwe.policy.workload_runtime import WorkloadRuntimeSpec
 from kgwe.runtime.cluster import Cluster
-from kgwe.runtime.errors import is_forbidden, status_of
+from kgwe.runtime.errors import NotServed, is_forbidden, is_not_found, status_of
 from kgwe.runtime.kinds import (
     CONFIG_MAP,
     NAMESPACE,
@@ -27,6 +28,7 @@ from kgwe.runtime.kinds import (
     PRIORITY_CLASS,
     RESOURCE_QUOTA,
     ROLE_BINDING,
+    Kind,
 )
 from kgwe.vocab import (
     BUDGET_QUOTA_NAME,
@@ -145,6 +147,25 @@ def policy_view(cluster: Cluster, policy_namespace: str) -> PolicyView:
     )
 
 
+def child_reader(cluster: Cluster) -> Callable[[str, str, str, str], dict[str, Any] | None]:
+    """(namespace, apiVersion, kind, name) -> the metadata of the object of that name; None when there is
+    none (or the caller may not read it, or the kind is not served: then nothing can be in the way)."""
+
+    def read(namespace: str, api_version: str, kind: str, name: str) -> dict[str, Any] | None:
+        try:
+            found = cluster.get(Kind(api_version, kind), name, namespace)
+        except NotServed:
+            return None
+        except ApiException as exc:
+            if is_forbidden(exc) or is_not_found(exc):
+                return None
+            raise
+        meta: dict[str, Any] | None = (found or {}).get("metadata") if found is not None else None
+        return meta
+
+    return read
+
+
 def cluster_view(cluster: Cluster, *, namespaces_and_quotas: bool = False) -> ClusterView:
     """The cluster's side of admission. `namespaces_and_quotas`: also which namespaces exist, have opted in
     and hold the controller's RoleBinding, and every namespace's kgwe-budget quota (`kgwe validate
@@ -176,6 +197,7 @@ def cluster_view(cluster: Cluster, *, namespaces_and_quotas: bool = False) -> Cl
         namespaces=existing,
         enabled_namespaces=enabled,
         bound_namespaces=bound,
+        read_child=child_reader(cluster),
     )
 
 

@@ -46,12 +46,12 @@ from kgwe.policy.admission import (
 from kgwe.policy.cluster_kinds import Condition
 from kgwe.policy.diagnostics import format_path, messages_from_validation
 from kgwe.policy.gpu_workload import GPUWorkload, GPUWorkloadStatus
-from kgwe.policy.workload_resolution import Facts, PlanError
+from kgwe.policy.workload_resolution import Facts, PlanError, child_write, controlled_by
 from kgwe.runtime import conditions
 from kgwe.runtime.cluster import Cluster, KubeObject
 from kgwe.runtime.conditions import ConditionStatus
-from kgwe.runtime.errors import is_forbidden, is_invalid, is_not_found
-from kgwe.runtime.kinds import DEPLOYMENT, GPU_WORKLOAD, JOB, NODE, POD, POD_GROUP
+from kgwe.runtime.errors import is_conflict, is_forbidden, is_invalid, is_not_found
+from kgwe.runtime.kinds import DEPLOYMENT, GPU_WORKLOAD, JOB, NODE, POD, POD_GROUP, Kind
 from kgwe.runtime.kube import as_cluster
 from kgwe.runtime.leader import Gate, NotLeader, check
 from kgwe.runtime.loop import DONE, RETRY, ControlLoop, Result, Source
@@ -173,24 +173,49 @@ class WorkloadReconciler:
         return policy
 
     # -- children --------------------------------------------------------------------------------------
-    def _view(self, namespace: str, name: str, run: int, batch: bool) -> st.RunView:
+    def _view(self, namespace: str, name: str, uid: str, run: int, batch: bool) -> st.RunView:
+        """The run's Jobs or Deployments (only those this workload controls: a label anyone can set) and
+        pods."""
         selector = f"{WORKLOAD_LABEL}={name}"
         if batch:
             selector += f",{RUN_LABEL}={run}"
             jobs = self.cluster.list(JOB, namespace, labels=selector)
-            jobs = [j for j in jobs if not j["metadata"].get("deletionTimestamp")]
+            jobs = [
+                j
+                for j in jobs
+                if not j["metadata"].get("deletionTimestamp") and controlled_by(j["metadata"], name, uid)
+            ]
             pods = self.cluster.list(POD, namespace, labels=selector)
             return st.RunView(jobs=jobs, pods=pods)
         deps = self.cluster.list(DEPLOYMENT, namespace, labels=selector)
+        deps = [d for d in deps if controlled_by(d["metadata"], name, uid)]
         pods = self.cluster.list(POD, namespace, labels=selector)
         return st.RunView(deployments=deps, pods=pods)
 
     def _apply(self, obj: KubeObject, dry_run: bool = False) -> None:
+        """Write one child: created only when absent, updated only while this workload controls it (the
+        decision: kgwe.policy.workload_resolution.child_write); an object of its name that is someone else's
+        is a ChildNameTaken refusal, and is never written."""
         check(self.is_leader)
-        meta = obj["metadata"]
+        meta, owner = obj["metadata"], obj["metadata"]["ownerReferences"][0]
+        what = f"{obj['kind']}/{meta['name']}"
         try:
-            self.cluster.apply(obj, dry_run=dry_run)
+            live = self.cluster.get(Kind.of(obj), meta["name"], meta["namespace"])
+            decision = child_write(
+                None if live is None else live.get("metadata"), what, owner["name"], owner["uid"]
+            )
+            if decision.action == "refuse":
+                raise PlanError("ChildNameTaken", decision.why)
+            if decision.action == "create":
+                self.cluster.create(obj, dry_run=dry_run)
+            else:  # the object judged, not one that replaced it meanwhile (resourceVersion precondition)
+                body = {**obj, "metadata": {**meta, "resourceVersion": decision.resource_version}}
+                self.cluster.apply(body, dry_run=dry_run)
         except ApiException as exc:
+            if is_conflict(exc):  # made or replaced by someone else since it was read: judged again later
+                raise PlanError(
+                    "ChildNameTaken", f"{what} changed while KGWE wrote it; looking again"
+                ) from None
             if not is_forbidden(exc):
                 raise
             # e.g. the namespace's RoleBinding not granted yet, or removed with the opt-in label
@@ -199,14 +224,23 @@ class WorkloadReconciler:
                 f"the controller may not write {obj['kind']} {meta['name']} in {meta['namespace']}",
             ) from None
 
-    def _delete_run(self, namespace: str, name: str, run: int) -> None:
-        """Delete the run's Jobs and PodGroup; their pods go with them (background cascade)."""
+    def _delete_run(self, namespace: str, name: str, uid: str, run: int) -> None:
+        """Delete the run's Jobs and PodGroup, those this workload controls only; their pods go with them
+        (background cascade). Each delete is conditional on the uid read, so an object that replaced one
+        meanwhile is never deleted."""
         check(self.is_leader)
         selector = f"{WORKLOAD_LABEL}={name},{RUN_LABEL}={run}"
         kinds = [JOB, POD_GROUP] if self._serves(POD_GROUP.group, POD_GROUP.version) else [JOB]
         for kind in kinds:
             for child in self.cluster.list(kind, namespace, labels=selector):
-                self.cluster.delete(kind, child["metadata"]["name"], namespace)
+                meta = child["metadata"]
+                if not controlled_by(meta, name, uid):
+                    continue
+                try:
+                    self.cluster.delete(kind, meta["name"], namespace, uid=meta["uid"])
+                except ApiException as exc:
+                    if not is_conflict(exc):  # another object of that name by now
+                        raise
 
     # -- one reconcile ---------------------------------------------------------------------------------
     def reconcile(self, namespace: str, name: str) -> Result:
@@ -266,7 +300,7 @@ class WorkloadReconciler:
                 return (next_retry - p.now).total_seconds()
             run += 1
             new.update(run=run, nextRetryTime=None, runStartTime=None)
-        view = self._view(p.namespace, wl.name, run, spec.is_batch)
+        view = self._view(p.namespace, wl.name, p.uid, run, spec.is_batch)
         exists = bool(view.jobs or view.deployments)
         if spec.suspend:
             changed = p.condition("Suspended", "True", "Suspended", "spec.suspend is true")
@@ -282,7 +316,7 @@ class WorkloadReconciler:
                 return None
             with tracing.span("kgwe.gpuworkload.admission", **{"kgwe.workload": f"{p.namespace}/{wl.name}"}):
                 self._admit(p, wl, run)
-            view = self._view(p.namespace, wl.name, run, spec.is_batch)
+            view = self._view(p.namespace, wl.name, p.uid, run, spec.is_batch)
         elif int(new.get("observedGeneration") or 0) != p.generation or not conditions.is_true(
             p.conditions, "Admitted"
         ):
@@ -304,7 +338,7 @@ class WorkloadReconciler:
             self._create(p, wl, run, self._facts(wl, run, policy), policy)
             return True
         except PlanError as exc:
-            if exc.reason in WAIT_FOR_CHANGE or exc.reason == "Forbidden":
+            if exc.reason in WAIT_FOR_CHANGE or exc.reason in ("Forbidden", "ChildNameTaken"):
                 raise
             why = f"{exc} [{exc.reason}]"
         except ApiException as exc:
@@ -493,7 +527,7 @@ class WorkloadReconciler:
         retries = int(p.new.get("retryCount") or 0)
         why = (conditions.find(conditions.of(failed), "Failed") or {}).get("reason") or ""
         what = f"Job {failed['metadata']['name']} failed ({why})"
-        self._delete_run(p.namespace, wl.name, run)
+        self._delete_run(p.namespace, wl.name, p.uid, run)
         if retries >= policy.max_retries:
             message = f"{what}; {retries} of {policy.max_retries} retries used"
             if p.condition("Failed", "True", "BackoffLimitExceeded", message):
@@ -543,6 +577,10 @@ class _Pass:
     @property
     def namespace(self) -> str:
         return str(self.obj["metadata"]["namespace"])
+
+    @property
+    def uid(self) -> str:
+        return str(self.obj["metadata"]["uid"])
 
     def condition(self, ctype: str, status: ConditionStatus, reason: str, message: str) -> bool:
         return conditions.set_condition(

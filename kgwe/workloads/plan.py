@@ -13,7 +13,16 @@ from typing import Any
 
 from kgwe.policy import runtime_templates as runtimes
 from kgwe.policy.gpu_workload import GPURequirements, GPUWorkload, Role
-from kgwe.policy.workload_resolution import Facts, PlanError, child_name, gpu_resources, name_problem
+from kgwe.policy.workload_resolution import (
+    PODGROUP_API,
+    Facts,
+    PlanError,
+    child_name,
+    deployment_name,
+    gpu_resources,
+    name_problem,
+    podgroup_name,
+)
 from kgwe.vocab import (
     API_VERSION,
     GPU_PRODUCT_ANNOTATION,
@@ -31,16 +40,11 @@ from kgwe.vocab import (
     is_gpu_resource,
 )
 
-PODGROUP_API = "scheduling.k8s.io/v1beta1"
 KUEUE_GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
 KUEUE_TOTAL_ANNOTATION = "kueue.x-k8s.io/pod-group-total-count"
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 TORCH_MASTER_PORT = 29500  # Kubeflow Trainer's default
-
-
-def podgroup_name(workload: str, run: int) -> str:
-    return f"{workload}-r{run}"
 
 
 def placement_annotations(req: GPURequirements, scoring_profile: str | None) -> dict[str, str]:
@@ -312,7 +316,7 @@ def _deployment(
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": _meta(f"{wl.name}-{role.name}", namespace, labels, owner),
+        "metadata": _meta(deployment_name(wl.name, role.name), namespace, labels, owner),
         "spec": {
             "replicas": 0 if wl.spec.suspend else role.replicas,
             "selector": {"matchLabels": {WORKLOAD_LABEL: wl.name, ROLE_LABEL: role.name}},

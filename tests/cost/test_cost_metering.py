@@ -75,6 +75,35 @@ def test_unreadable_resources_and_unknown_nodes_are_skipped_with_a_reason():
         assert isinstance(action, Skip) and action.reason, p["metadata"]["name"]
 
 
+def test_a_pod_that_ran_while_no_leader_could_record_it_is_recorded_once_with_its_real_times(store):
+    """A pod that started and finished while its writes sat in a replaced replica's spool (an upgrade with
+    the cost store down) is still listed: the next reconcile that can ask the store records it, closed,
+    once; a finished pod the store saw is never recorded again."""
+    meter = Meter(NODES)
+    seen = pod("seen", {"nvidia.com/gpu": 1}, start_h=0)
+    apply(store, meter.observe("ADDED", seen, T0 + timedelta(hours=1)))
+    seen_done = pod("seen", {"nvidia.com/gpu": 1}, phase="Succeeded", start_h=0, finished_h=2)
+    apply(store, meter.observe("MODIFIED", seen_done, T0 + timedelta(hours=2)))
+    missed = pod("missed", {"nvidia.com/mig-3g.40gb": 2}, phase="Succeeded", start_h=3, finished_h=4)
+    never_ran = pod("never", {"nvidia.com/gpu": 1}, node="", phase="Failed")
+    listed, now = [seen_done, missed, never_ran], T0 + timedelta(hours=6)
+    restarted = Meter(NODES)
+    # without knowing what the store saw (it is down), finished pods are left for a later listing
+    assert restarted.reconcile(store.open_usage(), listed, now) == []
+    uids = {"uid-seen", "uid-missed", "uid-never"}
+    counts = apply(store, restarted.reconcile(store.open_usage(), listed, now, store.recorded_pods(uids)))
+    assert counts["started"] == 1 and counts["ended"] == 0
+    again = restarted.reconcile(store.open_usage(), listed, now, store.recorded_pods(uids))
+    assert again == [], "recorded once, never again"
+    by_pod = {iv.pod: iv for iv in store.usage(Period(T0, now))}
+    assert sorted(by_pod) == ["missed", "seen"]
+    assert (by_pod["missed"].start, by_pod["missed"].end) == (
+        T0 + timedelta(hours=3),
+        T0 + timedelta(hours=4),
+    )
+    assert by_pod["missed"].mig_profile == "3g.40gb" and by_pod["missed"].count == 2
+
+
 def test_pod_lifecycle_events():
     meter = Meter(NODES)
     pending = pod("a", {"nvidia.com/gpu": 2}, node="", phase="Pending")

@@ -32,6 +32,7 @@ from kgwe.localcluster.migmanager import MigManagerStandIn
 from kgwe.resources import deploy_dir, sample_repo_dir
 from kgwe.vocab import FIELD_MANAGER as KGWE
 from kgwe.vocab import (
+    POLICY_REPOSITORY_FINALIZER,
     REVISION_ANNOTATION,
     REVISION_AUTHOR_ANNOTATION,
     SCHEDULER_CONFIG_HASH_ANNOTATION,
@@ -296,13 +297,14 @@ SCHEDULER_HASH_FIELDS = {
 def _cross_owner_writes(
     table: dict, flux_owned: set[str], kgwe_owned: set[str]
 ) -> list[tuple[str, str, int]]:
-    """Writes by one side to the other's objects; KGWE's write of the PolicyRepository's status and of the
-    scheduler's hash annotation are its own."""
+    """Writes by one side to the other's objects; KGWE's writes of the PolicyRepository's status and of its
+    finalizer (checked to be its only field there below), and of the scheduler's hash annotation, are its
+    own."""
     cross = []
     for key, by_manager in table.items():
         for manager_sub, n in by_manager.items():
             manager, _, sub = manager_sub.partition("/")
-            own_write = key.startswith("PolicyRepository/") and sub == "status"
+            own_write = key.startswith("PolicyRepository/") and (sub == "status" or manager == KGWE)
             own_write = own_write or (key == SCHEDULER_KEY and manager == KGWE)
             if (key in flux_owned and manager == KGWE and not own_write) or (
                 key in kgwe_owned and manager == FLUX
@@ -344,9 +346,19 @@ def test_flux_and_kgwe_each_write_only_their_own_objects(world):
     unowned = r["deleted"] - flux_pruned - kgwe_pruned
     assert not unowned, f"deleted, but not pruned by their owner: {unowned}"
     assert flux_pruned | kgwe_pruned <= r["deleted"]
-    # the PolicyRepository: Flux created its spec once and never rewrote it; KGWE wrote only its status
+    # the PolicyRepository: Flux created its spec once and never rewrote it; KGWE wrote its status and,
+    # once, its finalizer (offboarding) — no other field of the object
     assert r["table"][repo_key].get(FLUX) == 1, r["table"][repo_key]
-    assert set(r["table"][repo_key]) <= {FLUX, f"{KGWE}/status"}, r["table"][repo_key]
+    assert set(r["table"][repo_key]) <= {FLUX, KGWE, f"{KGWE}/status"}, r["table"][repo_key]
+    assert r["table"][repo_key].get(KGWE, 0) <= 1, r["table"][repo_key]
+    kgwe_fields = [
+        m["fieldsV1"]
+        for m in r["repo"]["metadata"]["managedFields"]
+        if m["manager"] == KGWE and not m.get("subresource")
+    ]
+    assert kgwe_fields == [
+        {"f:metadata": {"f:finalizers": {".": {}, f'v:"{POLICY_REPOSITORY_FINALIZER}"': {}}}}
+    ]
     assert r["repo"]["metadata"]["generation"] == 1
 
 

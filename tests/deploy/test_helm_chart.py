@@ -151,8 +151,8 @@ def test_the_scheduler_pod_carries_the_extender_and_starts_from_kgwes_own_config
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": "kgwe-scheduler", "namespace": "kgwe-system"}
     ]
-    service = by[("Service", "kgwe-extender")]["spec"]  # metrics only: the API stays on the loopback
-    assert [p["name"] for p in service["ports"]] == ["probes"]
+    service = by[("Service", "kgwe-extender")]["spec"]  # probes and metrics: the API stays on the loopback
+    assert [p["name"] for p in service["ports"]] == ["probes", "metrics"]
     assert service["selector"]["app.kubernetes.io/component"] == "scheduler"
 
 
@@ -238,7 +238,7 @@ def test_default_security_contexts_fit_pod_security_restricted_and_the_agent_run
 
 def test_certificates_come_from_the_controller_by_default_and_from_cert_manager_when_asked():
     by = _by(template(*SEED))
-    assert "--certificates=webhook" in _controller_args(by)
+    assert "--certificates=webhook,metrics" in _controller_args(by)
     hook = by[("MutatingWebhookConfiguration", "kgwe-scheduling")]
     assert "caBundle" not in hook["webhooks"][0]["clientConfig"] and "annotations" not in hook["metadata"]
     webhook = by[("Deployment", "kgwe-webhook")]["spec"]["template"]["spec"]
@@ -248,8 +248,8 @@ def test_certificates_come_from_the_controller_by_default_and_from_cert_manager_
     assert webhook["containers"][0]["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "probes"}
     role = by[("Role", "kgwe-controller")]["rules"]
     assert {
-        "apiGroups": [""], "resources": ["secrets"], "resourceNames": ["kgwe-ca", "kgwe-webhook-tls"],
-        "verbs": ["patch"],
+        "apiGroups": [""], "resources": ["secrets"],
+        "resourceNames": ["kgwe-ca", "kgwe-webhook-tls", "kgwe-metrics-tls"], "verbs": ["patch"],
     } in role  # fmt: skip
     assert {
         "apiGroups": ["admissionregistration.k8s.io"], "resources": ["mutatingwebhookconfigurations"],
@@ -286,12 +286,16 @@ def test_the_standalone_extender_serves_mutual_tls_with_certificates_from_the_co
         _args(ext["containers"][0])
     )
     assert ext["volumes"] == [
-        {"name": "tls", "secret": {"secretName": "kgwe-extender-tls", "defaultMode": 0o440, "optional": True}}
+        {"name": "metrics-tls", "secret": {"secretName": "kgwe-metrics-tls", "optional": True}},
+        {
+            "name": "tls",
+            "secret": {"secretName": "kgwe-extender-tls", "defaultMode": 0o440, "optional": True},
+        },
     ]
     ctl = _controller_args(by)
     assert "--extender-url=https://kgwe-extender.kgwe-system.svc:8443" in ctl
     assert "--extender-client-cert-dir=/etc/kgwe/extender-client" in ctl
-    assert "--certificates=webhook,extender" in ctl
+    assert "--certificates=webhook,extender,metrics" in ctl
     sched = by[("Deployment", "kgwe-scheduler")]["spec"]["template"]["spec"]
     assert [c["name"] for c in sched["containers"]] == ["kube-scheduler"]
     assert "--extender-client-cert-dir=/etc/kgwe/extender-client" in sched["initContainers"][0]["args"]
@@ -308,15 +312,23 @@ def test_the_standalone_extender_serves_mutual_tls_with_certificates_from_the_co
     names = next(
         r["resourceNames"] for r in role if r.get("resources") == ["secrets"] and "resourceNames" in r
     )
-    assert names == ["kgwe-ca", "kgwe-webhook-tls", "kgwe-extender-tls", "kgwe-scheduler-extender-client"]
+    assert names == [
+        "kgwe-ca",
+        "kgwe-webhook-tls",
+        "kgwe-extender-tls",
+        "kgwe-scheduler-extender-client",
+        "kgwe-metrics-tls",
+    ]
     plain = _by(
         template("--set", "extender.mode=standalone", "--set", "extender.standalone.tls.enabled=false")
     )
     ext = plain[("Deployment", "kgwe-extender")]["spec"]["template"]["spec"]
-    assert "--listen=0.0.0.0:8080" in _args(ext["containers"][0]) and "volumes" not in ext
+    assert "--listen=0.0.0.0:8080" in _args(ext["containers"][0])
+    assert [v["name"] for v in ext["volumes"]] == ["metrics-tls"]
     ctl = _controller_args(plain)
     assert (
-        "--extender-url=http://kgwe-extender.kgwe-system.svc:8080" in ctl and "--certificates=webhook" in ctl
+        "--extender-url=http://kgwe-extender.kgwe-system.svc:8080" in ctl
+        and "--certificates=webhook,metrics" in ctl
     )
     issued = _objects(template("--set", "extender.mode=standalone", "--set", "certManager.enabled=true"))
     certs = {d["metadata"]["name"]: d["spec"] for d in issued if d["kind"] == "Certificate"}
@@ -350,16 +362,68 @@ def test_the_values_readme_lists_every_value_with_its_meaning():
     )
 
 
-def test_optional_policy_repository_is_created_after_the_crds():
+def test_optional_policy_repository_is_applied_after_the_crds_and_updated_in_place():
     out = template(
         "--set", "policyRepository.create=true",
         "--set", "policyRepository.spec.url=https://git.example.com/platform/gpu-policy.git",
         "--set", "policyRepository.spec.path=clusters/prod",
+        "--set", "policyRepository.spec.deletionPolicy=Retain",
     )  # fmt: skip
-    # a hook: `helm template` prints hooks too, but helm install creates them after the CRDs
-    repo = next(d for d in _objects(out) if d["kind"] == "PolicyRepository")
-    assert repo["metadata"]["annotations"]["helm.sh/hook"] == "post-install,post-upgrade"
+    # a hook Job applies it after the CRDs: a hook resource would be deleted and created again on every
+    # upgrade, and deleting a PolicyRepository releases what KGWE wrote
+    objects = _objects(out)
+    assert not [d for d in objects if d["kind"] == "PolicyRepository"]
+    job = next(d for d in objects if d["kind"] == "Job" and d["metadata"]["name"] == "kgwe-policy-repository")
+    assert job["metadata"]["annotations"]["helm.sh/hook"] == "post-install,post-upgrade"
+    args = job["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[:3] == ["hook", "policy-repository", "--manifest"]
+    repo = json.loads(args[3])
+    assert (repo["kind"], repo["metadata"]["name"], repo["metadata"]["namespace"]) == (
+        "PolicyRepository", "gpu-policy", "kgwe-system",
+    )  # fmt: skip
     assert repo["spec"]["url"].startswith("https://") and repo["spec"]["path"] == "clusters/prod"
+    assert repo["spec"]["deletionPolicy"] == "Retain"
+    sa = next(d for d in objects if d["kind"] == "ServiceAccount" and d["metadata"]["name"] == "kgwe-hooks")
+    assert sa["metadata"]["annotations"]["helm.sh/hook"] == "post-install,post-upgrade,pre-delete,post-delete"
+
+
+def test_uninstall_hooks_release_first_then_remove_leftovers_and_stay_out_of_deploy():
+    objects = _objects(template(*SEED))
+    jobs = {d["metadata"]["name"]: d for d in objects if d["kind"] == "Job"}
+    assert set(jobs) == {"kgwe-pre-delete", "kgwe-post-delete"}
+    pre, post = jobs["kgwe-pre-delete"], jobs["kgwe-post-delete"]
+    assert pre["metadata"]["annotations"]["helm.sh/hook"] == "pre-delete"
+    assert pre["spec"]["template"]["spec"]["containers"][0]["args"] == [
+        "hook", "pre-delete", "--wait-seconds", "240",
+    ]  # fmt: skip
+    assert post["spec"]["template"]["spec"]["containers"][0]["args"] == [
+        "hook", "post-delete", "--agent-namespace", "gpu-operator",
+    ]  # fmt: skip
+    assert all(j["spec"]["template"]["spec"]["serviceAccountName"] == "kgwe-hooks" for j in jobs.values())
+    role = next(d for d in objects if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "kgwe-hooks")
+    assert {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["rolebindings"],
+            "resourceNames": ["kgwe-workloads"], "verbs": ["delete"]} in role["rules"]  # fmt: skip
+    off = _objects(template(*SEED, "--set", "uninstall.release=false"))
+    assert not [d for d in off if d["kind"] == "Job" or d["metadata"]["name"] == "kgwe-hooks"]
+    # with namespace.create the namespace goes with the release: no post-delete Job could run in it
+    with_ns = _objects(template(*SEED, "--set", "namespace.create=true"))
+    assert {d["metadata"]["name"] for d in with_ns if d["kind"] == "Job"} == {"kgwe-pre-delete"}
+    # the kustomize base has no hooks: `kgwe hook ...` is run by hand there
+    assert not (deploy_dir() / "hooks").exists()
+
+
+def test_every_replicated_part_has_a_disruption_budget_and_a_single_replica_none():
+    objects = _objects(template(*SEED, "--set", "extender.mode=standalone"))
+    budgets = {d["metadata"]["name"]: d["spec"] for d in objects if d["kind"] == "PodDisruptionBudget"}
+    assert set(budgets) == {"kgwe-controller", "kgwe-scheduler", "kgwe-webhook", "kgwe-extender"}
+    for name, spec in budgets.items():
+        assert spec["maxUnavailable"] == 1 and spec["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
+        assert spec["selector"]["matchLabels"]["app.kubernetes.io/component"] == name.removeprefix("kgwe-")
+    single = _objects(template(*SEED, "--set", "migController.replicas=1", "--set", "webhook.replicas=1"))
+    names = {d["metadata"]["name"] for d in single if d["kind"] == "PodDisruptionBudget"}
+    assert names == {"kgwe-scheduler"}, "a budget on one replica would block every drain of its node"
+    off = _objects(template(*SEED, "--set", "scheduler.podDisruptionBudget.enabled=false"))
+    assert "kgwe-scheduler" not in {d["metadata"]["name"] for d in off if d["kind"] == "PodDisruptionBudget"}
 
 
 def test_policy_repository_values_cover_the_crd_spec_exactly():

@@ -205,7 +205,8 @@ def test_without_the_gpu_operator_the_install_says_what_to_do(helm_cluster):
     )  # fmt: skip
     notes = out.split("NOTES:", 1)[1]
     assert "WARNING: the namespace no-operator-here (gpuOperator.namespace) does not exist" in notes
-    assert "helm upgrade kgwe <this chart> --namespace kgwe-system --reuse-values" in notes
+    assert "helm upgrade kgwe <this chart> --namespace kgwe-system --reset-then-reuse-values" in notes
+    assert "--reuse-values would drop new defaults" in notes and "job/kgwe-pre-delete" in notes
     manifest = out.split("MANIFEST:", 1)[1].split("NOTES:", 1)[0]
     objs = [d for d in yaml.safe_load_all(manifest) if d]
     assert not [d for d in objs if d["kind"] == "DaemonSet"]
@@ -215,7 +216,8 @@ def test_without_the_gpu_operator_the_install_says_what_to_do(helm_cluster):
 
 
 def test_every_manifest_is_accepted_by_the_apiserver(helm_cluster):
-    """All components and a PolicyRepository (ci/full-values.yaml): server-side dry-run, after the CRDs."""
+    """All components, the hooks and the PolicyRepository their Job applies (ci/full-values.yaml): server-side
+    dry-run, after the CRDs."""
     docs = [
         d
         for d in yaml.safe_load_all(
@@ -246,6 +248,11 @@ def test_every_manifest_is_accepted_by_the_apiserver(helm_cluster):
     install_crds(helm_cluster.api, crds)
     dyn = dynamic.DynamicClient(helm_cluster.api)  # rediscover the new APIs
     accepted = []
+    # the PolicyRepository the post-install hook Job applies, from its arguments
+    apply_job = next(
+        d for d in docs if d["kind"] == "Job" and d["metadata"]["name"] == "kgwe-policy-repository"
+    )
+    docs.append(json.loads(apply_job["spec"]["template"]["spec"]["containers"][0]["args"][-1]))
     for doc in docs:
         if doc["kind"] == "CustomResourceDefinition":
             continue

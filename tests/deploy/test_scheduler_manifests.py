@@ -9,13 +9,17 @@ from kgwe.localcluster.controlplane import pinned_kubernetes_version
 from kgwe.render.render import DEFAULT_EXTENDER_URL
 from kgwe.resources import deploy_dir
 from kgwe.vocab import (
+    DEFAULT_SCHEDULER_NAME,
     EXTENDER_PORT,
+    GPU_RESOURCE,
+    MIG_RESOURCE_PREFIX,
     SCHEDULER_CONFIG_KEY,
     SCHEDULER_CONFIGMAP,
     SCHEDULER_DEPLOYMENT,
     SCHEDULER_NAME,
     SCHEDULING_ENABLED,
     SCHEDULING_NAMESPACE_LABEL,
+    SHARED_GPU_RESOURCE,
     WEBHOOK_CONFIGURATION,
     WEBHOOK_SERVICE,
     WEBHOOK_TLS_SECRET,
@@ -83,9 +87,12 @@ def test_the_scheduler_rbac_covers_its_own_lease_as_rendered():
     }
 
 
-def test_the_webhook_configuration_never_blocks_and_selects_opted_in_namespaces():
+def test_the_webhook_configuration_fails_closed_for_gpu_pods_of_opted_in_namespaces_only():
     (hook,) = find("MutatingWebhookConfiguration", "kgwe-scheduling")["webhooks"]
-    assert hook["failurePolicy"] == "Ignore" and hook["sideEffects"] == "None"
+    assert hook["failurePolicy"] == "Fail" and hook["sideEffects"] == "None"
+    conditions = " ".join(c["expression"] for c in hook["matchConditions"])
+    for word in (GPU_RESOURCE, SHARED_GPU_RESOURCE, MIG_RESOURCE_PREFIX, DEFAULT_SCHEDULER_NAME):
+        assert f"'{word}'" in conditions  # the names kgwe.admission.decision routes by
     assert hook["timeoutSeconds"] <= 5 and hook["admissionReviewVersions"] == ["v1"]
     assert hook["namespaceSelector"] == {"matchLabels": {SCHEDULING_NAMESPACE_LABEL: SCHEDULING_ENABLED}}
     assert hook["rules"] == [

@@ -268,7 +268,7 @@ def test_status_shows_repositories_components_gpus_and_budgets(
     k8s_api, crds, gpu_node, namespace, kubeconfig, capsys
 ):
     custom, core = client.CustomObjectsApi(k8s_api), client.CoreV1Api(k8s_api)
-    custom.create_namespaced_custom_object(
+    repository = custom.create_namespaced_custom_object(
         GROUP,
         VERSION,
         namespace,
@@ -336,8 +336,10 @@ def test_status_shows_repositories_components_gpus_and_budgets(
                 "kind": "PolicyRepository",
                 "namespace": namespace,
                 "name": "gpu-policy",
+                "uid": repository["metadata"]["uid"],
                 "apiVersion": f"{GROUP}/{VERSION}",
             },
+            "source": {"component": "kgwe-controller"},  # as the controller's EventRecorder writes it
             "reason": "BudgetThreshold",
             "type": "Normal",
             "message": "budget ml-research (ml-research) reached 80% of 1000 USD in 2026-11: spent 812.40",

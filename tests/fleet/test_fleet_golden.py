@@ -121,10 +121,27 @@ def workloads() -> list[dict]:
     ]
 
 
+def _budget_event(said: str, at: str) -> dict:
+    """A budget alert as the controller's EventRecorder writes it about PolicyRepository gpu-policy."""
+    return {
+        "reason": "BudgetThreshold",
+        "metadata": {"namespace": "kgwe-system"},
+        "involvedObject": {
+            "kind": "PolicyRepository",
+            "namespace": "kgwe-system",
+            "name": "gpu-policy",
+            "uid": "repo-uid",
+        },
+        "source": {"component": "kgwe-controller"},
+        "message": f"budget ml-research (ml-research) {said}",
+        "lastTimestamp": at,
+    }
+
+
 def status_inputs() -> tuple:
     repositories = [
         {
-            "metadata": {"name": "gpu-policy", "namespace": "kgwe-system"},
+            "metadata": {"name": "gpu-policy", "namespace": "kgwe-system", "uid": "repo-uid"},
             "status": {
                 "conditions": [
                     {
@@ -160,18 +177,8 @@ def status_inputs() -> tuple:
         },
     ]
     events = [
-        {
-            "reason": "BudgetThreshold",
-            "involvedObject": {"kind": "PolicyRepository", "namespace": "kgwe-system", "name": "gpu-policy"},
-            "message": "budget ml-research (ml-research) reached 80% of 20000 USD in 2026-11: spent 16120.00",
-            "lastTimestamp": "2026-11-20T06:00:00Z",
-        },
-        {
-            "reason": "BudgetThreshold",
-            "involvedObject": {"kind": "PolicyRepository", "namespace": "kgwe-system", "name": "gpu-policy"},
-            "message": "budget ml-research (ml-research) reached 90% of 20000 USD in 2026-11: spent 18050.00",
-            "lastTimestamp": "2026-11-23T06:00:00Z",
-        },
+        _budget_event("reached 80% of 20000 USD in 2026-11: spent 16120.00", "2026-11-20T06:00:00Z"),
+        _budget_event("reached 90% of 20000 USD in 2026-11: spent 18050.00", "2026-11-23T06:00:00Z"),
         {"reason": "ReconciliationSucceeded", "involvedObject": {"name": "gpu-policy"}, "message": "applied"},
     ]
     quotas = [

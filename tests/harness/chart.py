@@ -43,8 +43,9 @@ OVERLAYS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         ("monitoring/servicemonitor.yaml", "monitoring/prometheusrule.yaml", "monitoring/dashboards.yaml"),
     ),
 }
-# Templates that are not part of an install: `helm test`'s pod.
-TEST_TEMPLATES = "tests/"
+# Templates that are not part of an install: `helm test`'s pod, and the Helm hooks (Jobs around install,
+# upgrade and uninstall: with kustomize, `kgwe hook ...` is run by hand, docs/install.md "Uninstall").
+TEST_TEMPLATES = ("tests/", "hooks/")
 # Folders of deploy/ that are not the rendering: the chart itself and the GitOps examples.
 NOT_RENDERED = ("helm", "examples")
 _SOURCE = re.compile(r"^# Source: [^/\n]+/templates/(?P<path>\S+)\n", re.MULTILINE)

@@ -41,8 +41,19 @@ def _die_with_parent() -> None:  # in the child after fork (and after the uid ch
 class PostgresServer:
     """Start with `start()`, get `url`, end with `stop()` (or use as a context manager)."""
 
-    def __init__(self, database: str = "kgwe", *, bin_dir: Path | None = None) -> None:
+    def __init__(
+        self,
+        database: str = "kgwe",
+        *,
+        bin_dir: Path | None = None,
+        host: str = "127.0.0.1",
+        trusted_networks: tuple[str, ...] = (),
+    ) -> None:
+        """`host`: the address to listen on (e.g. the host's, for pods of the local cluster); clients from
+        `trusted_networks` (CIDRs) connect without a password, like loopback ones."""
         self.database = database
+        self.host = host
+        self.trusted_networks = trusted_networks
         self.bin_dir = Path(bin_dir) if bin_dir is not None else _bin_dir()
         self.port = free_port()
         self.tmp = Path(tempfile.mkdtemp(prefix="kgwe-pg-"))
@@ -58,7 +69,7 @@ class PostgresServer:
 
     @property
     def url(self) -> str:
-        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/{self.database}"
+        return f"postgresql+psycopg://postgres@{self.host}:{self.port}/{self.database}"
 
     def _run(self, *args: str, timeout: float = 60) -> None:
         try:
@@ -81,8 +92,12 @@ class PostgresServer:
         self._run(
             "initdb", "-D", str(self.pgdata), "--auth=trust", "-U", "postgres", "-E", "UTF8", "--no-sync"
         )
+        if self.host != "127.0.0.1" or self.trusted_networks:  # and this host, reaching its own address
+            with (self.pgdata / "pg_hba.conf").open("a") as hba:
+                networks = (f"{self.host}/32", *self.trusted_networks)
+                hba.writelines(f"host all all {cidr} trust\n" for cidr in networks)
         self._launch()
-        self._run("createdb", "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", self.database)
+        self._run("createdb", "-h", self.host, "-p", str(self.port), "-U", "postgres", self.database)
         return self
 
     def _launch(self) -> None:
@@ -96,7 +111,7 @@ class PostgresServer:
                     "-D",
                     str(self.pgdata),
                     "-h",
-                    "127.0.0.1",
+                    self.host,
                     "-p",
                     str(self.port),
                     "-k",
@@ -116,7 +131,7 @@ class PostgresServer:
         deadline = time.monotonic() + 60
         while (
             subprocess.run(
-                [str(self.bin_dir / "pg_isready"), "-q", "-h", "127.0.0.1", "-p", str(self.port)], check=False
+                [str(self.bin_dir / "pg_isready"), "-q", "-h", self.host, "-p", str(self.port)], check=False
             ).returncode
             != 0
         ):

@@ -3,6 +3,7 @@
 Fixtures:
   kgwe_image       (session)  BuiltImage from hack/image/build.sh (reused from the cache while unchanged)
   image_container  (session)  a buildah working container of it: run commands inside, read its files
+  previous_kgwe    (session)  PreviousRelease: the chart and image of tests/compat/previous-commit (cached)
 
 Tests that use them are marked `image` (tests.harness.pytest_lanes). A failed build fails them with the
 build script's message; they are never skipped.
@@ -15,6 +16,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.harness.image import BuiltImage, Container, ImageError, build_image, container
+from tests.harness.previous import PreviousRelease, previous_release
 
 
 @pytest.fixture(scope="session")
@@ -29,3 +31,11 @@ def kgwe_image() -> BuiltImage:
 def image_container(kgwe_image: BuiltImage) -> Iterator[Container]:
     with container(kgwe_image) as ctr:
         yield ctr
+
+
+@pytest.fixture(scope="session")
+def previous_kgwe() -> PreviousRelease:
+    try:
+        return previous_release()
+    except ImageError as exc:
+        pytest.fail(str(exc), pytrace=False)

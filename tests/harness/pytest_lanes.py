@@ -52,7 +52,7 @@ LANES: dict[str, tuple[str, frozenset[str]]] = {
     ),
     "image": (
         "builds the OCI image (mmdebstrap + buildah, as root) and runs KGWE inside it",
-        frozenset({"kgwe_image", "image_container"}),
+        frozenset({"kgwe_image", "image_container", "previous_kgwe"}),
     ),
     "gotool": (
         "runs a tool built from Go modules (helm, promtool and Prometheus, Flux's kustomize-controller)",
@@ -89,6 +89,7 @@ _BUILD_SCRIPTS = {
     "tool-bins.sh": "gotool",
     "node-bins.sh": "realnode",
     "build.sh": "image",
+    "previous-image.sh": "image",
 }
 _PROGRAM_LANES = {"buildah": "image", "mmdebstrap": "image"}
 _FIXTURE_HINT = {lane: ", ".join(sorted(fixtures)) for lane, (_, fixtures) in LANES.items()}

@@ -3,7 +3,6 @@ the MIG manager stand-in reading KGWE's mig-parted ConfigMap, and a policy repos
 
 from __future__ import annotations
 
-import contextlib
 import secrets
 import subprocess
 from collections.abc import Callable, Iterator
@@ -13,12 +12,12 @@ from typing import Any
 
 import pytest
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
 from kgwe.cluster.client import ensure_namespace
 from kgwe.cluster.crds import install_crds
 from kgwe.policy.loader import load_repository
 from kgwe.reconcile.repository import RepositoryReconciler
+from tests.harness.policyrepos import delete_unreleased
 
 ENV = {
     "GIT_AUTHOR_NAME": "Human",
@@ -220,6 +219,5 @@ def e2e(
         base={"policy/mig.yaml": strategy_yaml(pool), "policy/scoring.yaml": SCORING},
     )
     for name in created:
-        with contextlib.suppress(ApiException):
-            custom.delete_namespaced_custom_object(*PR, name)
+        delete_unreleased(custom, SYSTEM_NS, name)
     git_server.stop()

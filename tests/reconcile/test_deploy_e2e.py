@@ -1,5 +1,6 @@
 """deploy/ applied to the real API server, and the controller run as its ServiceAccount (impersonated), so
-the RBAC is proven sufficient by a full reconcile and proven narrow by refused extra verbs."""
+the RBAC is proven sufficient by a full reconcile and a full offboarding, and proven narrow by refused extra
+verbs."""
 
 from __future__ import annotations
 
@@ -64,6 +65,21 @@ def test_deploy_base_applies_and_its_rbac_is_enough_and_narrow(k8s_api, kgwe_crd
     watched = client.CoreV1Api(sa_api).list_node(watch=True, timeout_seconds=1, _preload_content=False)
     assert watched.status == 200  # the node cache's watch is allowed
     watched.release_conn()
+
+    # Offboarding as the ServiceAccount too: deleted, everything KGWE wrote released, the finalizer gone.
+    e2e.custom.delete_namespaced_custom_object(
+        "kgwe.nvidia.io", "v1", "kgwe-system", "policyrepositories", e2e.pool
+    )
+
+    def released() -> bool:
+        outcome = rec.reconcile()
+        assert outcome is None or outcome.phase == "releasing", outcome
+        return outcome is None
+
+    wait_for("released as the ServiceAccount", released, 90)
+    with pytest.raises(ApiException) as gone:
+        e2e.obj()
+    assert gone.value.status == 404
     stop.set()
 
     # ...and nothing more than it needs.

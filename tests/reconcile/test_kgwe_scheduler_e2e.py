@@ -9,7 +9,7 @@ registered by deploy/'s MutatingWebhookConfiguration with only its clientConfig 
 Checked: the webhook routes a GPU pod of an opted-in namespace, the extender is called, the pod lands on
 the NVLink pair; a pod naming another scheduler is left alone; a scoring change in Git restarts the KGWE
 scheduler (new hash); a config the cluster refuses keeps the running scheduler and says why in the
-PolicyRepository's status; with the webhook stopped, pods are still created at once (failurePolicy Ignore).
+PolicyRepository's status; with the webhook stopped, a GPU pod is refused and any other created at once.
 """
 
 from __future__ import annotations
@@ -313,13 +313,20 @@ def test_gpu_pod_goes_through_webhook_kgwe_scheduler_and_extender(
             res = dyn.resources.get(api_version="admissionregistration.k8s.io/v1", kind=kind)
             res.delete(name="freeze-kgwe-scheduler-config")
 
-        # 5. the webhook down: pods are created at once, unchanged (failurePolicy Ignore)
+        # 5. the webhook down: a GPU pod is refused (never created unrouted), any other pod is created at
+        # once (the matchConditions send only GPU pods; failurePolicy Fail for them)
         stop(webhook)
+        with pytest.raises(ApiException) as refused:
+            core.create_namespaced_pod(ns, gpu_pod("while-down", 1, tag))
+        assert "scheduling.kgwe.nvidia.io" in (refused.value.body or "")
+        core.create_namespaced_pod(ns, gpu_pod("while-down", 1, tag, scheduler="volcano"))
         started = time.monotonic()
-        core.create_namespaced_pod(ns, gpu_pod("while-down", 1, tag))
+        plain = gpu_pod("cpu-only", 1, tag)
+        plain["spec"]["containers"][0]["resources"] = {"limits": {"cpu": "100m"}}
+        core.create_namespaced_pod(ns, plain)
         created_in = time.monotonic() - started
-        assert core.read_namespaced_pod("while-down", ns).spec.scheduler_name == "default-scheduler"
-        print(f"pod created in {created_in:.2f} s with the webhook down")
+        assert core.read_namespaced_pod("cpu-only", ns).spec.scheduler_name == "default-scheduler"
+        print(f"a pod without GPUs created in {created_in:.2f} s with the webhook down")
     finally:
         if scheduler is not None:
             scheduler.stop()

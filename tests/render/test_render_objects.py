@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections import Counter
 
@@ -23,7 +24,12 @@ from kgwe.render.layouts import desired_layouts
 from kgwe.render.render import cluster_objects, decide, standalone_extender_url
 from kgwe.render.sharing import config_key
 from kgwe.resources import sample_repo_dir
-from kgwe.vocab import DEFAULT_PERCENTAGE_OF_NODES_TO_SCORE, MANAGED_BY_LABEL, REPOSITORY_LABEL
+from kgwe.vocab import (
+    DEFAULT_PERCENTAGE_OF_NODES_TO_SCORE,
+    MANAGED_BY_LABEL,
+    REPOSITORY_LABEL,
+    UNCAPPED_HARD_ANNOTATION,
+)
 
 K8S_VERSION = "1.33"
 
@@ -198,6 +204,9 @@ def test_an_enforced_budget_caps_its_namespace_quota_and_no_other(sample, render
     before = {q["metadata"]["namespace"]: q for q in by_kind(rendered.objects, "ResourceQuota")}
     after = {q["metadata"]["namespace"]: q for q in by_kind(caps.objects, "ResourceQuota")}
     assert after["ds-notebooks"]["spec"]["hard"] == capped_hard
+    # the capped quota carries the budget's own limit (offboarding with deletionPolicy Retain lifts the cap)
+    uncapped = after["ds-notebooks"]["metadata"]["annotations"].pop(UNCAPPED_HARD_ANNOTATION)
+    assert json.loads(uncapped) == before["ds-notebooks"]["spec"]["hard"]
     assert after["ds-notebooks"]["metadata"] == before["ds-notebooks"]["metadata"]
     assert {ns: q for ns, q in after.items() if ns != "ds-notebooks"} == {
         ns: q for ns, q in before.items() if ns != "ds-notebooks"

@@ -1,10 +1,12 @@
 """Nobody is served by omission: a TLS port without a client CA, or plain HTTP off loopback, refuses to start
 unless --insecure-any-client says so; /metrics (budgets, costs) off loopback answers only a bearer token the
 real API server accepts and lets `get /metrics` (TokenReview + SubjectAccessReview, as kube-rbac-proxy), with
-the chart's own RBAC; the chart keeps the controller and the webhook behind NetworkPolicies."""
+the chart's own RBAC, and over TLS only; the chart keeps the controller and the webhook behind
+NetworkPolicies."""
 
 from __future__ import annotations
 
+import ssl
 import subprocess
 import sys
 import urllib.error
@@ -12,6 +14,7 @@ import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -68,15 +71,15 @@ def test_the_extender_refuses_plain_http_off_loopback(files) -> None:
     base = ["extender", "--inventory", str(files["inventory"])]
     refused([*base, "--listen", "0.0.0.0:0"], "plain HTTP on 0.0.0.0", "--insecure-any-client")
     refused([*base, "--listen", "[::]:0"], "plain HTTP on ::", "--insecure-any-client")
-    refused(
-        [*base, "--listen", "0.0.0.0:0", "--insecure-any-client"], "/metrics", "--insecure-public-metrics"
-    )
-    proc, _ = start_kgwe(
-        [*base, "--listen", "0.0.0.0:0", "--insecure-any-client", "--insecure-public-metrics"],
+    proc, port = start_kgwe(  # served, as asked; its /metrics, plain off loopback, is not
+        [*base, "--listen", "0.0.0.0:0", "--insecure-any-client"],
         files["tmp"] / "ext-plain.log",
         r"listening on 0\.0\.0\.0:(\d+)",
     )
-    stop(proc)
+    try:
+        assert probe(port, "/metrics") == 404
+    finally:
+        stop(proc)
 
 
 def test_the_webhook_refuses_unverified_clients_unless_told(files) -> None:
@@ -102,7 +105,19 @@ def test_the_webhook_with_a_client_ca_serves_only_certified_clients(files) -> No
 
 def test_static_extender_metrics_off_loopback_need_the_flag(files) -> None:
     base = ["extender", "--inventory", str(files["inventory"]), "--listen", "127.0.0.1:0"]
-    refused([*base, "--probe-listen", "0.0.0.0:0"], "/metrics", "--insecure-public-metrics")
+    tls = ["--metrics-tls-cert-file", str(files["server"] / "tls.crt")]
+    tls += ["--metrics-tls-key-file", str(files["server"] / "tls.key")]
+    refused([*base, "--metrics-listen", "0.0.0.0:0", *tls], "/metrics", "--insecure-public-metrics")
+    refused([*base, "--metrics-listen", "0.0.0.0:0"], "over TLS only", "--metrics-tls-cert-file")
+    proc, port = start_kgwe(  # the plain probe port off loopback: health only
+        [*base, "--probe-listen", "0.0.0.0:0"],
+        files["tmp"] / "ext-probe.log",
+        r"probes .* on 0\.0\.0\.0:(\d+)",
+    )
+    try:
+        assert probe(port, "/healthz") == 200 and probe(port, "/metrics") == 404
+    finally:
+        stop(proc)
     proc, port = start_kgwe(
         [*base, "--probe-listen", "0.0.0.0:0", "--insecure-public-metrics"],
         files["tmp"] / "ext-public.log",
@@ -121,10 +136,16 @@ def test_the_chart_fences_the_controller_and_the_webhook_and_delegates_token_rev
     objs = [d for d in yaml.safe_load_all(chart.template()) if d]
     by = {(d["kind"], d["metadata"]["name"]): d for d in objs}
     # the default: the extender is a container of each kgwe-scheduler pod, its API on their loopback
-    for name, port in (("kgwe-controller", 8080), ("kgwe-webhook", 8443), ("kgwe-scheduler", 8081)):
+    for name, ports in (
+        ("kgwe-controller", (8080, 9443)),
+        ("kgwe-webhook", (8443,)),
+        ("kgwe-scheduler", (8081, 9443)),
+    ):
         policy = by[("NetworkPolicy", name)]["spec"]
         assert policy["policyTypes"] == ["Ingress"]
-        assert [p for rule in policy["ingress"] for p in rule["ports"]] == [{"protocol": "TCP", "port": port}]
+        assert [p for rule in policy["ingress"] for p in rule["ports"]] == [
+            {"protocol": "TCP", "port": port} for port in ports
+        ]
     delegator = by[("ClusterRoleBinding", "kgwe-auth-delegator")]
     assert delegator["roleRef"]["name"] == "system:auth-delegator"
     assert {s["name"] for s in delegator["subjects"]} == {"kgwe-controller", "kgwe-scheduler"}
@@ -214,41 +235,47 @@ def tokens(k8s_api) -> Iterator[dict[str, str]]:
     core.delete_namespace(ns)
 
 
-def get(port: int, path: str, token: str | None = None) -> int:
+def get(port: int, path: str, token: str | None = None, ca: Path | None = None) -> int:
+    """The status of GET `path`; over https, trusting `ca`, when given."""
     headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
-    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", headers=headers)
+    scheme = "https" if ca is not None else "http"
+    req = urllib.request.Request(f"{scheme}://127.0.0.1:{port}{path}", headers=headers)
+    ctx = ssl.create_default_context(cafile=str(ca)) if ca is not None else None
     try:
-        with urllib.request.urlopen(req, timeout=30) as resp:
+        with urllib.request.urlopen(req, timeout=30, context=ctx) as resp:
             resp.read()
             return resp.status
     except urllib.error.HTTPError as err:
         return err.code
 
 
-@pytest.mark.cluster
-def test_controller_metrics_off_loopback_need_an_allowed_token(k8s_api, tokens, tmp_path) -> None:
-    """The controller as deploy/ runs it (its ServiceAccount, listening on every address)."""
+def deployed_controller(k8s_api: client.ApiClient, tmp_path: Path, **options: Any) -> Any:
+    """The controller as deploy/ runs it: its ServiceAccount, listening on every address."""
     from kgwe.reconcile.controller import Controller
 
-    controller = Controller(
+    return Controller(
         as_service_account(k8s_api, "kgwe-controller"),
         "kgwe-system",
         cache_dir=tmp_path,
         listen=("0.0.0.0", 0),
         leader_election=False,
         workloads=False,
+        **options,
     )
+
+
+@pytest.mark.cluster
+def test_controller_metrics_off_loopback_are_not_served_in_clear(k8s_api, tokens, tmp_path) -> None:
+    """The controller as deploy/ runs it (its ServiceAccount, listening on every address): its plain port
+    answers /metrics for no token (over TLS instead: tests/security/test_metrics_tls.py)."""
+    controller = deployed_controller(k8s_api, tmp_path)
     assert controller.server is not None
     controller.server.start()
     try:
         port = controller.server.port
         assert get(port, "/healthz") == 200  # probes need nothing
-        assert get(port, "/metrics") == 401
-        assert get(port, "/metrics", "not-a-token") == 401
-        assert get(port, "/metrics", tokens["stranger"]) == 403
-        assert get(port, "/metrics", tokens["prometheus"]) == 200
-        assert get(port, "/metrics", tokens["prometheus"]) == 200  # remembered: no second review
-        assert controller.server.guard is not None and controller.server.guard.reviews == 3
+        assert get(port, "/metrics") == 404
+        assert get(port, "/metrics", tokens["prometheus"]) == 404
     finally:
         controller.server.stop()
 
@@ -256,13 +283,14 @@ def test_controller_metrics_off_loopback_need_an_allowed_token(k8s_api, tokens, 
 @pytest.mark.cluster
 def test_extender_metrics_off_loopback_need_an_allowed_token(control_plane, tokens, tmp_path) -> None:
     args = ["extender", "--kubeconfig", str(control_plane.kubeconfig_path), "--listen", "127.0.0.1:0"]
-    proc, port = start_kgwe(
-        [*args, "--probe-listen", "0.0.0.0:0"], tmp_path / "extender.log", r"probes .* on 0\.0\.0\.0:(\d+)"
-    )
+    server, _ = write_mtls_dirs(tmp_path / "tls")
+    args += ["--metrics-listen", "0.0.0.0:0", "--metrics-tls-cert-file", str(server / "tls.crt")]
+    args += ["--metrics-tls-key-file", str(server / "tls.key")]
+    proc, port = start_kgwe(args, tmp_path / "extender.log", r"/metrics on 0\.0\.0\.0:(\d+)")
     try:
-        assert get(port, "/healthz") == 200
-        assert get(port, "/metrics") == 401
-        assert get(port, "/metrics", tokens["stranger"]) == 403
-        assert get(port, "/metrics", tokens["prometheus"]) == 200
+        ca = server / "ca.crt"
+        assert get(port, "/metrics", ca=ca) == 401
+        assert get(port, "/metrics", tokens["stranger"], ca=ca) == 403
+        assert get(port, "/metrics", tokens["prometheus"], ca=ca) == 200
     finally:
         stop(proc)

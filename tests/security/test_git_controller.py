@@ -5,7 +5,6 @@ opted-in Secrets and never shown anywhere, and one hanging Git server not stalli
 from __future__ import annotations
 
 import base64
-import contextlib
 import json
 import logging
 import secrets
@@ -23,6 +22,7 @@ from kgwe.gitops.gitcmd import GitAccess
 from kgwe.localcluster.gitserver import GitHttpsServer
 from kgwe.reconcile.controller import Controller
 from kgwe.reconcile.repository import RepositoryReconciler
+from tests.harness.policyrepos import delete_unreleased
 from tests.harness.waiting import wait_for
 
 NS = "kgwe-system"
@@ -54,8 +54,7 @@ def custom(k8s_api) -> Iterator[client.CustomObjectsApi]:
     api = client.CustomObjectsApi(k8s_api)
     yield api
     while CREATED:
-        with contextlib.suppress(ApiException):
-            api.delete_namespaced_custom_object(*PR, CREATED.pop())
+        delete_unreleased(api, PR[2], CREATED.pop())
 
 
 def create(custom, spec: dict, name: str | None = None) -> str:

@@ -95,6 +95,12 @@ CASES: dict[str, tuple[dict, str]] = {
     "NamespaceNotEnabled": (copy.deepcopy(OWN), "closed"),
     # opted in, but the controller's RoleBinding there is gone (or not written yet)
     "Forbidden": (copy.deepcopy(OWN), "unbound"),
+    # a Service of the workload's name exists already (TAKEN, made below): never taken over
+    "ChildNameTaken": ({**copy.deepcopy(OWN), "metadata": {"name": "taken"}}, ""),
+}
+TAKEN = {
+    "metadata": {"name": "taken"},
+    "spec": {"clusterIP": "None", "selector": {"app": "db"}, "ports": [{"name": "pg", "port": 5432}]},
 }
 # suffix -> opted in to GPUWorkloads (the test's own namespace is; "kgwe" is KGWE's, where the policy is)
 NAMESPACES = {"quota": True, "spent": True, "closed": False, "unbound": True, "kgwe": False}
@@ -216,6 +222,7 @@ def test_each_refusal_is_found_by_validate_before_the_controller_refuses_it(
             core.create_namespaced_config_map(kgwe_namespace, obj)
         if obj["kind"] == "ResourceQuota" and obj["metadata"]["namespace"] == namespaces["quota"]:
             core.create_namespaced_resource_quota(namespaces["quota"], obj)
+    core.create_namespaced_service(namespace, TAKEN)  # say, a StatefulSet's headless Service
     capped = {"metadata": {"name": "kgwe-budget"}, "spec": {"hard": {"requests.nvidia.com/gpu": "0"}}}
     core.create_namespaced_resource_quota(namespaces["spent"], capped)  # an Enforce budget used up
     stop = threading.Event()
@@ -266,6 +273,8 @@ def test_each_refusal_is_found_by_validate_before_the_controller_refuses_it(
             assert (admitted["status"], admitted["reason"]) == ("False", reason), (reason, admitted)
             assert not client.BatchV1Api(k8s_api).list_namespaced_job(ns).items
             custom.delete_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, doc["metadata"]["name"])
+        victim = core.read_namespaced_service("taken", namespace)
+        assert victim.spec.selector == {"app": "db"} and not victim.metadata.owner_references
         # not a controller refusal but the API server's: --cluster says it too
         ghost = {**copy.deepcopy(OWN), "metadata": {"name": "ghost", "namespace": f"{namespace}-none"}}
         (tmp_path / "ghost.yaml").write_text(yaml.safe_dump(ghost))

@@ -45,6 +45,7 @@ from kgwe.workloads.controller import (
 )
 from kgwe.workloads.convert import convert
 from tests.harness.crds import install_crds
+from tests.harness.policyrepos import delete_unreleased
 from tests.harness.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -517,7 +518,7 @@ def budget_repository(k8s_api, namespace, tmp_path) -> Iterator[RepositoryReconc
                 git_access=GitAccess(ca_file=server.ca_file),
             )
         finally:
-            custom.delete_namespaced_custom_object(GROUP, VERSION, "kgwe-system", "policyrepositories", name)
+            delete_unreleased(custom, "kgwe-system", name)
 
 
 def test_exhausted_enforce_budget_blocks_admission_and_lifts_next_period(

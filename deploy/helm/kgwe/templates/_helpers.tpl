@@ -180,13 +180,14 @@ http://127.0.0.1:{{ include "kgwe.extenderPort" . }}
 
 {{/*
 The certificates KGWE's controller keeps (its --certificates), unless cert-manager issues them: the
-webhook's, and the standalone extender's mutual TLS.
+webhook's, the standalone extender's mutual TLS, and /metrics' (the controller's and the extender's).
 */}}
 {{- define "kgwe.controllerCertificates" -}}
 {{- $c := list -}}
 {{- if not .Values.certManager.enabled -}}
 {{- if .Values.webhook.enabled }}{{ $c = append $c "webhook" }}{{ end -}}
 {{- if include "kgwe.extenderTLS" . }}{{ $c = append $c "extender" }}{{ end -}}
+{{- $c = append $c "metrics" -}}
 {{- end -}}
 {{ join "," $c }}
 {{- end -}}
@@ -249,4 +250,107 @@ metadata:
   labels: {{- include "kgwe.labels" (list $root $c) | nindent 4 }}
 spec:
   ca: {secretName: kgwe-{{ $c }}-ca}
+{{- end -}}
+
+{{/* CEL: whether container `.` (a variable name) requests or limits an NVIDIA GPU, GPU share or MIG
+instance (kgwe.vocab.is_gpu_resource). */}}
+{{- define "kgwe.asksForGPU" -}}
+{{- $gpu := "k == 'nvidia.com/gpu' || k == 'nvidia.com/gpu.shared' || k.startsWith('nvidia.com/mig-')" -}}
+has({{ . }}.resources) && ((has({{ . }}.resources.requests) && {{ . }}.resources.requests.exists(k, {{ $gpu }})) || (has({{ . }}.resources.limits) && {{ . }}.resources.limits.exists(k, {{ $gpu }})))
+{{- end }}
+
+{{/* GET /metrics over TLS (kgwe.httpd.metrics_port): the flags of a container serving it. */}}
+{{- define "kgwe.metricsArgs" -}}
+- --metrics-listen=0.0.0.0:9443
+- --metrics-tls-cert-file=/etc/kgwe/metrics-tls/tls.crt
+- --metrics-tls-key-file=/etc/kgwe/metrics-tls/tls.key
+{{- end }}
+
+{{/* Its certificate (Secret kgwe-metrics-tls, from the controller or cert-manager): optional, so the pod
+starts before it is issued; the port refuses handshakes until the kubelet's next sync brings it. */}}
+{{- define "kgwe.metricsVolume" -}}
+- name: metrics-tls
+  secret: {secretName: kgwe-metrics-tls, optional: true}
+{{- end }}
+{{/*
+A PodDisruptionBudget for a replicated component: a node drain (or a cluster upgrade) evicts at most one of
+its pods at a time, so a standby stays up to take the Lease and the Service keeps an endpoint. Rendered only
+with more than one replica: on a single replica any budget would block every drain of its node.
+unhealthyPodEvictionPolicy AlwaysAllow: a replica that is not Ready never holds a drain up.
+(list $ "controller" replicas .podDisruptionBudget.enabled)
+*/}}
+{{- define "kgwe.podDisruptionBudget" -}}
+{{- $root := index . 0 -}}
+{{- $component := index . 1 -}}
+{{- if and (index . 3) (gt (int (index . 2)) 1) }}
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata:
+  name: kgwe-{{ $component }}
+  namespace: {{ include "kgwe.namespace" $root }}
+  labels: {{- include "kgwe.labels" (list $root $component) | nindent 4 }}
+spec:
+  maxUnavailable: 1
+  unhealthyPodEvictionPolicy: AlwaysAllow
+  selector:
+    matchLabels: {{- include "kgwe.selectorLabels" (list $root $component) | nindent 6 }}
+{{- end }}
+{{- end -}}
+
+{{/* The Helm hook events the chart runs Jobs at ("" when none); their ServiceAccount and RBAC follow. */}}
+{{- define "kgwe.hookEvents" -}}
+{{- $events := list -}}
+{{- if .Values.policyRepository.create }}{{ $events = concat $events (list "post-install" "post-upgrade") }}{{ end -}}
+{{- if .Values.uninstall.release }}{{ $events = append $events "pre-delete" }}{{ end -}}
+{{- if and .Values.uninstall.release (not .Values.namespace.create) }}{{ $events = append $events "post-delete" }}{{ end -}}
+{{ join "," $events }}
+{{- end -}}
+
+{{/* A hook's annotations: made before its hook runs, removed once it succeeded: (list "pre-delete" "-10"). */}}
+{{- define "kgwe.hookAnnotations" -}}
+helm.sh/hook: {{ index . 0 }}
+helm.sh/hook-weight: {{ index . 1 | quote }}
+helm.sh/hook-delete-policy: before-hook-creation,hook-succeeded
+{{- end -}}
+
+{{/*
+A hook Job running `kgwe hook ARGS` as the kgwe-hooks ServiceAccount, once (a failed one stays for its log):
+(list $ "pre-delete" weight (list "pre-delete" "--wait-seconds" "240")). Named after its stage; its pod
+runs where the controller's may (migController's nodeSelector, tolerations, affinity).
+*/}}
+{{- define "kgwe.hookJob" -}}
+{{- $root := index . 0 -}}
+{{- $stage := index . 1 -}}
+{{- $events := ternary "post-install,post-upgrade" $stage (eq $stage "policy-repository") }}
+---
+apiVersion: batch/v1
+kind: Job
+metadata:
+  name: kgwe-{{ $stage }}
+  namespace: {{ include "kgwe.namespace" $root }}
+  labels: {{- include "kgwe.labels" (list $root "hooks") | nindent 4 }}
+  annotations: {{- include "kgwe.hookAnnotations" (list $events (index . 2)) | nindent 4 }}
+spec:
+  backoffLimit: 0
+  template:
+    metadata:
+      labels: {{- include "kgwe.labels" (list $root "hooks") | nindent 8 }}
+    spec:
+      restartPolicy: Never
+      serviceAccountName: kgwe-hooks
+      {{- with include "kgwe.podSecurityContext" $root.Values.podSecurityContext | trim }}{{ . | nindent 6 }}{{- end }}
+      {{- with include "kgwe.imagePullSecrets" $root | trim }}{{ . | nindent 6 }}{{- end }}
+      {{- with include "kgwe.podScheduling" (list $root $root.Values.migController) | trim }}{{ . | nindent 6 }}{{- end }}
+      containers:
+        - name: hook
+          image: {{ include "kgwe.image" $root }}
+          imagePullPolicy: {{ $root.Values.image.pullPolicy }}
+          args: [hook{{ range index . 3 }}, {{ . | quote }}{{ end }}]
+          env:
+            {{- include "kgwe.podNamespaceEnv" $root | nindent 12 }}
+          resources:
+            requests: {cpu: 10m, memory: 64Mi}
+            limits: {memory: 256Mi}
+          {{- with include "kgwe.containerSecurityContext" $root.Values.securityContext | trim }}{{ . | nindent 10 }}{{- end }}
 {{- end -}}
