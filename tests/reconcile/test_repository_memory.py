@@ -250,12 +250,35 @@ def test_a_lost_lease_stops_the_pass_before_its_next_write(memory):
     before = len(memory.cluster.writes)
     memory.cluster.on_write = deposed_after_first_write
     assert rec.reconcile() is None  # NotLeader: the pass stops, no status is written
-    assert [verb for verb, _ in memory.cluster.writes[before:]] == ["apply"]
+    # the pass's first write (its finalizer on the PolicyRepository) and nothing after it
+    assert [(verb, ref.kind) for verb, ref in memory.cluster.writes[before:]] == [
+        ("patch", POLICY_REPOSITORY)
+    ]
     assert memory.status() == {}
     assert rec.metrics.results.labels(memory.pool, "not_leader")._value.get() == 1
     memory.cluster.on_write = None
     memory.leader.leading = True
     assert rec.reconcile().phase == "progressing"  # the next leader's pass carries on
+
+
+def test_a_deleted_repository_is_released_before_its_finalizer_goes(memory):
+    memory.remote.commit(memory.base)
+    memory.make_repository()
+    rec = memory.reconciler()
+    until_ready(memory, rec)
+    applied = [(r.kind, r.namespace, r.name) for r in rec.last_sync.unchanged if r.kind == "ConfigMap"]
+    assert applied and memory.cluster.delete(POLICY_REPOSITORY, memory.pool, NS)
+    held = memory.cluster.get(POLICY_REPOSITORY, memory.pool, NS)
+    assert held is not None and held["metadata"]["deletionTimestamp"]  # KGWE's finalizer keeps it
+    for _ in range(10):  # the way out, the test playing the MIG manager as the nodes go back
+        if rec.reconcile() is None:
+            break
+        mig_manager_reports(memory.cluster)
+    assert memory.cluster.get(POLICY_REPOSITORY, memory.pool, NS) is None  # released: the finalizer went
+    assert all(
+        memory.cluster.get(CONFIG_MAP, name, ns) is None for _, ns, name in applied
+    )  # deletionPolicy Delete
+    assert "Released" in events(memory.cluster)
 
 
 @pytest.fixture

@@ -24,7 +24,7 @@ from kgwe.policy import load_repository
 from kgwe.render.render import RenderOptions, render
 from kgwe.resources import sample_repo_dir
 from kgwe.runtime.conditions import find
-from kgwe.runtime.kinds import EVENT, GPU_WORKLOAD, JOB, RESOURCE_QUOTA
+from kgwe.runtime.kinds import EVENT, GPU_WORKLOAD, JOB, RESOURCE_QUOTA, SERVICE
 from kgwe.runtime.loop import DONE, RETRY
 from kgwe.runtime.memory import MemoryCluster
 from kgwe.runtime.queue import Backoff
@@ -238,7 +238,8 @@ def test_a_lost_lease_stops_the_pass_before_its_next_write(world):
 
     world.cluster.on_write = deposed
     assert world.rec.reconcile(TEAM_NS, name) == DONE
-    assert [verb for verb, _ in world.cluster.writes[before:]] == ["apply"]  # the first child, nothing after
+    written = [(verb, ref.kind) for verb, ref in world.cluster.writes[before:]]
+    assert written == [("create", SERVICE)]  # the first child (its Service before its Job), nothing after
     assert world.status(name) == {}
     world.cluster.on_write = None
     assert world.rec.reconcile(TEAM_NS, name) == DONE  # a standby writes nothing at all
