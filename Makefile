@@ -9,7 +9,7 @@ CHECK_WORKERS ?= 3
 PARALLEL := --dist loadgroup --no-loadscope-reorder
 # The marks of the tests `make check` leaves out (set by the fixtures they use: tests/harness/pytest_lanes.py).
 SLOW_LANES := cluster or realnode or image or gotool
-TOOLS := helm flux prometheus dpconfig  # the Go tools of hack/tool-bins.sh
+TOOLS := helm flux prometheus dpconfig kueue  # the Go tools of hack/tool-bins.sh
 VENV   := .venv
 # The suite's Python processes keep bytecode, and pytest its assertion-rewritten test modules, under .venv even
 # where the environment sets PYTHONDONTWRITEBYTECODE: otherwise every worker compiles and rewrites every test
@@ -18,7 +18,7 @@ SUITE_ENV := PYTHONDONTWRITEBYTECODE= PYTHONPYCACHEPREFIX=$(CURDIR)/$(VENV)/pyca
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.kgwe-installed
 
-.PHONY: venv host-packages test-image previous-image lint check test bins $(addprefix tool-bin-,$(TOOLS)) demo cluster-bins node-bins tool-bins schemas deploy image image-lock clean
+.PHONY: protos venv host-packages test-image previous-image lint check test bins $(addprefix tool-bin-,$(TOOLS)) demo cluster-bins node-bins tool-bins schemas deploy image image-lock clean
 
 # (Re)install whenever pyproject.toml changes.
 $(STAMP): pyproject.toml
@@ -30,12 +30,19 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-# ruff (style, formatting), mypy (types of kgwe/) and import-linter (the pure core stays pure); all in pyproject.
+# The protobuf code of kgwe/agent/proto/*.proto: every install and wheel build generates it (hack/protos.py is
+# hatchling's build hook); this regenerates it by hand after editing a .proto.
+protos: venv
+	$(BIN)/python hack/protos.py
+
+# ruff (style, formatting), mypy (types of kgwe/), import-linter (the pure core stays pure) and deptry (every
+# import a declared dependency, every dependency used); all in pyproject.
 lint: venv
 	$(BIN)/ruff check kgwe tests bench
 	$(BIN)/ruff format --check kgwe tests bench
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+	$(BIN)/deptry kgwe tests bench
 
 # The Debian packages of the real node, the image build and the real-node tests (one list:
 # hack/host-packages.sh), installed once with apt-get, as root, before anything runs in parallel.
@@ -52,8 +59,9 @@ cluster-bins:
 node-bins:
 	hack/node-bins.sh
 
-# Builds helm, Flux's kustomize-controller, Prometheus and promtool, and the device-plugin config reader
-# (wrapper modules hack/helm, hack/flux, hack/prometheus, hack/dpconfig) into ~/.cache/kgwe.
+# Builds helm, Flux's kustomize-controller, Prometheus and promtool, the device-plugin config reader and
+# Kueue's manager (wrapper modules hack/helm, hack/flux, hack/prometheus, hack/dpconfig, hack/kueue) into
+# ~/.cache/kgwe.
 tool-bins: $(addprefix tool-bin-,$(TOOLS))
 $(addprefix tool-bin-,$(TOOLS)): tool-bin-%:
 	hack/tool-bins.sh $*
@@ -67,9 +75,11 @@ image:
 image-lock:
 	hack/image/lock.sh
 
-# The CRDs go into the Helm chart (its single source); `make deploy` renders them into deploy/crds/.
+# The CRDs go into the Helm chart (its single source); `make deploy` renders them into deploy/crds/. The
+# field tables of docs/spec/ come from the same models.
 schemas: venv
-	$(BIN)/kgwe schema --out schemas --crds deploy/helm/kgwe/files/crds
+	$(BIN)/kgwe schema --out schemas --crds deploy/helm/kgwe/files/crds --docs docs/spec \
+		--admission deploy/helm/kgwe/files/admission/routing.yaml
 	hack/pod-template-schema.sh
 	hack/render-deploy.sh
 

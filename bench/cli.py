@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-HEAVY = ("scipy", "statsmodels", "kubernetes", "sqlalchemy", "sqlmodel", "git", "numpy", "jinja2", "networkx")
+HEAVY = ("scipy", "statsmodels", "kubernetes", "sqlalchemy", "sqlmodel", "git", "numpy", "jinja2")
 COMMANDS = {
     "python": [sys.executable, "-c", "import yaml, pydantic"],
     "help": [sys.executable, "-m", "kgwe.cli", "--help"],

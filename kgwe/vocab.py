@@ -273,6 +273,20 @@ DEVICE_PLUGIN_CONFIGMAP = "kgwe-device-plugin-config"
 # start with this; a node labelled with any other config is not KGWE's to change.
 CONFIG_NAME_PREFIX = "kgwe-"
 
+# ---- Kueue (docs/facts/kueue.md): the names of v0.17 that KGWE reads and writes ---------------------------
+KUEUE_GROUP = "kueue.x-k8s.io"
+KUEUE_API_VERSION = KUEUE_GROUP + "/v1beta2"
+KUEUE_QUEUE_LABEL = KUEUE_GROUP + "/queue-name"  # a pod's (or job's) LocalQueue
+KUEUE_GROUP_LABEL = KUEUE_GROUP + "/pod-group-name"  # plain pods admitted together; their Workload's name
+KUEUE_GROUP_TOTAL_ANNOTATION = KUEUE_GROUP + "/pod-group-total-count"
+KUEUE_MANAGED_LABEL = KUEUE_GROUP + "/managed"  # Kueue's mark on the pods it gates
+KUEUE_DEFAULT_LOCAL_QUEUE = "default"  # Kueue gives a queue-less job or pod this LocalQueue when it exists
+KUEUE_NAMESPACE = "kueue-system"  # where Kueue's manifests and chart install it
+KUEUE_CONFIGMAP = "kueue-manager-config"  # its Configuration, under the key below
+KUEUE_CONFIG_KEY = "controller_manager_config.yaml"
+KUEUE_POD_FRAMEWORK = "pod"  # integrations.frameworks entries KGWE's children depend on
+KUEUE_JOB_FRAMEWORK = "batch/job"
+
 # ---- Scoring (ScoringProfile, the extender) --------------------------------------------------------------
 ScoringStrategy = Literal[
     "BinPack", "Spread", "LeastLoaded", "BestFit", "CostOptimized", "RoundRobin", "Random", "Priority"

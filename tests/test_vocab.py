@@ -171,7 +171,7 @@ def test_api_version_is_one_value():
 # an Event reason): code may spell these for another meaning. The words of a Literal list (strategies,
 # preferences, pricing modes) are what the code compares against; their defaults are held to one value by
 # the tests above.
-_WORDS = {"v1", "kgwe", "enabled", "disabled", "reports", "GPUHealthy"} | {
+_WORDS = {"v1", "kgwe", "enabled", "disabled", "reports", "GPUHealthy", "default", "pod"} | {
     *vocab.STRATEGIES,
     *vocab.TOPOLOGY_PREFERENCES,
     *vocab.MIG_PRICING,

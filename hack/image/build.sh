@@ -39,7 +39,7 @@ die() { echo "image: error: $*" >&2; exit 1; }
 "$root/hack/host-packages.sh" || die "the image build needs Debian packages (hack/host-packages.sh)"
 
 # What goes into the image (the wheel's sources and data, and this folder); nothing else is staged or hashed.
-inputs=(pyproject.toml README.md kgwe templates schemas deploy sample-repo docs/examples hack/image)
+inputs=(pyproject.toml README.md kgwe templates schemas deploy sample-repo docs/examples hack/image hack/protos.py)
 version="$(sed -n 's/^version = "\(.*\)"$/\1/p' "$root/pyproject.toml" | head -n1)"
 [ -n "$version" ] || die "no version in pyproject.toml"
 ref="$name:$version"

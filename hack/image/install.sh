@@ -25,7 +25,7 @@ build_packages="python3-venv"
 # What KGWE runs: Python, git for the policy repositories (also over SSH), CA certificates for HTTPS.
 runtime_packages="python3 git openssh-client ca-certificates"
 # Big packages whose test suites are never imported at run time (numpy.testing lives outside tests/).
-strip_tests="numpy scipy pandas statsmodels networkx"
+strip_tests="numpy scipy pandas statsmodels"
 
 export DEBIAN_FRONTEND=noninteractive LC_ALL=C.UTF-8
 export PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1 PIP_ROOT_USER_ACTION=ignore

@@ -18,6 +18,7 @@ from __future__ import annotations
 import base64
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import orjson
 
@@ -38,7 +39,7 @@ class PodUnreadable(ValueError):
 
 @dataclass(frozen=True)
 class Decision:
-    patch: tuple[dict, ...]  # JSON Patch operations; empty: the pod is left as it is
+    patch: tuple[dict[str, Any], ...]  # JSON Patch operations; empty: the pod is left as it is
     reason: str  # why, for logs and metrics
     allowed: bool = True  # False: the pod is refused, `reason` says why
 
@@ -63,7 +64,7 @@ def _asks_gpu(container: object) -> bool:
     return False
 
 
-def requests_gpu(spec: Mapping) -> bool:
+def requests_gpu(spec: Mapping[str, Any]) -> bool:
     """True when a container or init container asks for an NVIDIA GPU, GPU share or MIG instance. Every
     container is looked at: how many there are is bounded by the body."""
     found = False
@@ -76,7 +77,7 @@ def requests_gpu(spec: Mapping) -> bool:
     return found
 
 
-def decide(pod: Mapping, scheduler_name: str = SCHEDULER_NAME) -> Decision:
+def decide(pod: Mapping[str, Any], scheduler_name: str = SCHEDULER_NAME) -> Decision:
     """The patch that routes `pod` to `scheduler_name`, or none, with the reason; a pod that cannot be read
     is refused."""
     try:
@@ -85,7 +86,7 @@ def decide(pod: Mapping, scheduler_name: str = SCHEDULER_NAME) -> Decision:
         return Decision((), f"refused: the pod cannot be read: {exc}", allowed=False)
 
 
-def _decide(pod: Mapping, scheduler_name: str) -> Decision:
+def _decide(pod: Mapping[str, Any], scheduler_name: str) -> Decision:
     spec = pod.get("spec")
     if not isinstance(spec, Mapping):
         raise PodUnreadable("pod has no spec object")
@@ -130,7 +131,7 @@ def review(body: bytes, scheduler_name: str = SCHEDULER_NAME) -> tuple[bytes, De
             decision = decide(pod, scheduler_name)
         else:
             decision = Decision((), "refused: request.object is missing or not an object", allowed=False)
-    response: dict = {"uid": uid, "allowed": decision.allowed}
+    response: dict[str, Any] = {"uid": uid, "allowed": decision.allowed}
     if not decision.allowed:
         response["status"] = {"code": 400, "message": f"kgwe-scheduling: {decision.reason}"[:1024]}
     if decision.patch:

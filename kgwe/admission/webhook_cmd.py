@@ -26,6 +26,7 @@ import threading
 from pathlib import Path
 
 from kgwe.errors import KgweError
+from kgwe.httpd import Handler
 from kgwe.httpd.exposure import INSECURE_ANY_CLIENT, check_client_auth
 from kgwe.tlsfiles import CHECK_SECONDS, ServingTLS
 from kgwe.vocab import SCHEDULER_NAME
@@ -68,7 +69,7 @@ def _address(text: str, flag: str) -> tuple[str, int]:
         raise KgweError(f"{flag} {text!r} is not HOST:PORT") from None
 
 
-def _probe_handler(tls: ServingTLS):
+def _probe_handler(tls: ServingTLS) -> Handler:
     from kgwe.httpd import JSON, error_body
 
     def handle(method: str, path: str, body: bytes) -> tuple[int, bytes, bytes]:

@@ -70,7 +70,7 @@ def health_condition(faults: Mapping[int, GPUFault]) -> tuple[ConditionStatus, s
     """(status, reason, message) of the Node's GPUHealthy condition for these faults."""
     if not faults:
         return "True", "AllGPUsHealthy", "every GPU passes the agent's NVML health checks"
-    parts = [f"GPU {i}: {f.reason} since {f.since.strftime('%Y-%m-%dT%H:%M:%SZ')}" for i, f in faults.items()]
+    parts = [f"GPU {i}: {f.reason} since {format_rfc3339(f.since)}" for i, f in faults.items()]
     return "False", "GPUsUnhealthy", "; ".join(parts)[:1024]
 
 

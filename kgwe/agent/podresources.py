@@ -1,21 +1,17 @@
 """Which devices each pod holds, from the kubelet PodResources API (v1, gRPC on the kubelet's socket).
 
-Only `List` is needed, and its messages are small, so they are encoded/decoded here directly in protobuf
-wire format instead of generating stubs (field numbers from k8s.io/kubelet/pkg/apis/podresources/v1
-api.proto):
-
-  ListPodResourcesResponse { repeated PodResources pod_resources = 1; }
-  PodResources             { string name = 1; string namespace = 2;
-                             repeated ContainerResources containers = 3; }
-  ContainerResources       { string name = 1; repeated ContainerDevices devices = 2; ... }
-  ContainerDevices         { string resource_name = 1; repeated string device_ids = 2; ... }
+Only `List` is needed. Its messages are the protobuf code generated from kgwe/agent/proto/podresources.proto
+at build time (hack/protos.py): device-plugin devices (`devices`) and Dynamic Resource Allocation devices
+(`dynamic_resources`, one entry per allocated device of each ResourceClaim).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 
+from google.protobuf.message import DecodeError
+
+from kgwe.agent.proto.podresources_pb2 import ListPodResourcesRequest, ListPodResourcesResponse
 from kgwe.errors import KgweError
 from kgwe.vocab import NVIDIA_RESOURCE_PREFIX
 
@@ -25,121 +21,67 @@ LIST_METHOD = "/v1.PodResourcesLister/List"
 
 @dataclass(frozen=True)
 class DeviceHolding:
-    """One container's devices of one resource (e.g. nvidia.com/gpu -> GPU UUIDs)."""
+    """One container's devices of one resource: a device plugin's (e.g. nvidia.com/gpu -> GPU UUIDs), or
+    a DRA driver's (resource = the driver, e.g. gpu.nvidia.com -> its device names, with the claim)."""
 
     namespace: str
     pod: str
     container: str
     resource: str
     device_ids: tuple[str, ...]
-
-
-# --- protobuf wire format (only what these messages use) ------------------------------------------------
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        if pos >= len(data):
-            raise ValueError("truncated varint")
-        byte = data[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return result, pos
-        shift += 7
-
-
-def _fields(data: bytes) -> Iterator[tuple[int, bytes | int]]:
-    """(field number, value) for each field; length-delimited values as bytes, varints as int."""
-    pos = 0
-    while pos < len(data):
-        key, pos = _varint(data, pos)
-        number, wire = key >> 3, key & 7
-        if wire == 0:
-            value, pos = _varint(data, pos)
-            yield number, value
-        elif wire == 2:
-            length, pos = _varint(data, pos)
-            if pos + length > len(data):
-                raise ValueError("truncated field")
-            yield number, data[pos : pos + length]
-            pos += length
-        elif wire == 1:
-            pos += 8
-        elif wire == 5:
-            pos += 4
-        else:
-            raise ValueError(f"unsupported wire type {wire}")
-
-
-def _encode_varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
-
-
-def _field(number: int, payload: bytes) -> bytes:
-    return _encode_varint(number << 3 | 2) + _encode_varint(len(payload)) + payload
+    claim: str = ""  # "namespace/name" of the ResourceClaim, for a DRA device
+    pool: str = ""  # the DRA driver's pool (usually the node) the device belongs to
 
 
 def encode_list_response(holdings: list[DeviceHolding]) -> bytes:
     """Serialize a ListPodResourcesResponse (used by tests and the demo's stand-in kubelet)."""
+    response = ListPodResourcesResponse()
     pods: dict[tuple[str, str], dict[str, list[DeviceHolding]]] = {}
     for h in holdings:
         pods.setdefault((h.namespace, h.pod), {}).setdefault(h.container, []).append(h)
-    out = b""
     for (namespace, pod), containers in pods.items():
-        body = _field(1, pod.encode()) + _field(2, namespace.encode())
-        for container, devs in containers.items():
-            cbody = _field(1, container.encode())
-            for d in devs:
-                dbody = _field(1, d.resource.encode()) + b"".join(_field(2, i.encode()) for i in d.device_ids)
-                cbody += _field(2, dbody)
-            body += _field(3, cbody)
-        out += _field(1, body)
-    return out
+        entry = response.pod_resources.add(name=pod, namespace=namespace)
+        for container, held in containers.items():
+            resources = entry.containers.add(name=container)
+            for h in held:
+                if not h.claim:
+                    resources.devices.add(resource_name=h.resource, device_ids=h.device_ids)
+                    continue
+                claim_namespace, _, claim_name = h.claim.rpartition("/")
+                dynamic = resources.dynamic_resources.add(
+                    claim_name=claim_name, claim_namespace=claim_namespace
+                )
+                for device in h.device_ids:
+                    dynamic.claim_resources.add(driver_name=h.resource, pool_name=h.pool, device_name=device)
+    return response.SerializeToString()
 
 
 def decode_list_response(data: bytes) -> list[DeviceHolding]:
-    """Parse a ListPodResourcesResponse; unknown fields (cpu_ids, memory, DRA) are skipped."""
-    out: list[DeviceHolding] = []
+    """Parse a ListPodResourcesResponse; fields KGWE does not read (cpu_ids, memory, ...) are skipped."""
     try:
-        for number, pod in _fields(data):
-            if number != 1 or not isinstance(pod, bytes):
-                continue
-            name = namespace = ""
-            containers: list[bytes] = []
-            for n, v in _fields(pod):
-                if n == 1 and isinstance(v, bytes):
-                    name = v.decode()
-                elif n == 2 and isinstance(v, bytes):
-                    namespace = v.decode()
-                elif n == 3 and isinstance(v, bytes):
-                    containers.append(v)
-            for c in containers:
-                container = ""
-                devices: list[bytes] = []
-                for n, v in _fields(c):
-                    if n == 1 and isinstance(v, bytes):
-                        container = v.decode()
-                    elif n == 2 and isinstance(v, bytes):
-                        devices.append(v)
-                for d in devices:
-                    resource = ""
-                    ids: list[str] = []
-                    for n, v in _fields(d):
-                        if n == 1 and isinstance(v, bytes):
-                            resource = v.decode()
-                        elif n == 2 and isinstance(v, bytes):
-                            ids.append(v.decode())
-                    out.append(DeviceHolding(namespace, name, container, resource, tuple(ids)))
-    except (ValueError, UnicodeDecodeError) as exc:
+        response = ListPodResourcesResponse.FromString(data)
+    except DecodeError as exc:
         raise KgweError(f"kubelet PodResources answer is malformed: {exc}") from None
+    out: list[DeviceHolding] = []
+    for pod in response.pod_resources:
+        for c in pod.containers:
+            out += [
+                DeviceHolding(pod.namespace, pod.name, c.name, d.resource_name, tuple(d.device_ids))
+                for d in c.devices
+            ]
+            out += [
+                DeviceHolding(
+                    pod.namespace,
+                    pod.name,
+                    c.name,
+                    r.driver_name,
+                    (r.device_name,),
+                    claim=f"{claim.claim_namespace}/{claim.claim_name}",
+                    pool=r.pool_name,
+                )
+                for claim in c.dynamic_resources
+                for r in claim.claim_resources
+            ]
     return out
 
 
@@ -155,11 +97,11 @@ def list_pod_resources(
     with grpc.insecure_channel(target) as channel:
         call = channel.unary_unary(
             LIST_METHOD,
-            request_serializer=lambda _: b"",
-            response_deserializer=lambda raw: raw,
+            request_serializer=ListPodResourcesRequest.SerializeToString,
+            response_deserializer=lambda raw: raw,  # decoded below, with its own error
         )
         try:
-            raw = call(None, timeout=timeout_seconds)
+            raw = call(ListPodResourcesRequest(), timeout=timeout_seconds)
         except grpc.RpcError as exc:
             raise KgweError(f"kubelet PodResources API at {socket_path} failed: {exc.code().name}") from None
     return decode_list_response(raw)

@@ -18,7 +18,7 @@ from kgwe.vocab import API_GROUP, CRD_VERSION, GPU_WORKLOAD_PLURAL
 API_CONNECTIONS = 32
 
 
-class DeadlineApiClient(client.ApiClient):
+class DeadlineApiClient(client.ApiClient):  # type: ignore[misc]  # the kubernetes client is untyped
     """An ApiClient whose every call without its own `_request_timeout` gets `request_timeout_s`, except
     watches (they end server-side through timeoutSeconds). A leader must never hang in a call longer than
     its lease margin: it would go on writing after another replica took over."""
@@ -74,7 +74,7 @@ def ensure_namespace(api: client.ApiClient, name: str) -> None:
             raise
 
 
-def list_items(list_call: Callable[..., Any], **kwargs: object) -> list[dict]:
+def list_items(list_call: Callable[..., Any], **kwargs: object) -> list[dict[str, Any]]:
     """`items` of a list call as plain dicts, parsed with orjson instead of the client's model classes
     (for 1,000+ Nodes with topology annotations this is several times faster and uses less memory)."""
     import orjson
@@ -83,7 +83,7 @@ def list_items(list_call: Callable[..., Any], **kwargs: object) -> list[dict]:
     return orjson.loads(response.data).get("items") or []
 
 
-def list_gpu_workloads(api: client.ApiClient) -> list[dict]:
+def list_gpu_workloads(api: client.ApiClient) -> list[dict[str, Any]]:
     """Every GPUWorkload in the cluster as plain dicts; none when the GPUWorkload CRD is not installed (it
     is optional)."""
     from kubernetes.client.exceptions import ApiException

@@ -22,6 +22,7 @@ from kubernetes.client.exceptions import ApiException
 
 from kgwe.audit.log import NodeChange
 from kgwe.cluster.client import list_items
+from kgwe.quantity import count
 from kgwe.runtime.cluster import Cluster
 from kgwe.runtime.errors import TOO_MANY_REQUESTS, is_not_found, status_of
 from kgwe.runtime.kinds import NODE, POD
@@ -56,10 +57,7 @@ def pod_gpu_requests(pod: Mapping[str, Any]) -> dict[str, int]:
         wanted.update(res.get("requests") or {})
         for key, value in wanted.items():
             if is_gpu_resource(key):
-                try:
-                    totals[key] += int(str(value))
-                except ValueError:
-                    continue
+                totals[key] += count(value)
     return dict(totals)
 
 

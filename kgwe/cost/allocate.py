@@ -7,7 +7,7 @@ once, every line gets its floor, and the leftover cents go to the lines with the
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from decimal import Decimal
 from fractions import Fraction
 from typing import TypeVar
@@ -61,3 +61,42 @@ def cents_to_decimal(cents: int) -> Decimal:
 def quantized(value: Fraction, places: str) -> Decimal:
     """An exact fraction as a Decimal rounded to `places` (e.g. "0.001"), for figures that are not money."""
     return (Decimal(value.numerator) / Decimal(value.denominator)).quantize(Decimal(places))
+
+
+def apportion_nested(exact: Mapping[K, Fraction], path: Callable[[K], tuple[Hashable, ...]]) -> dict[K, int]:
+    """Cents for every cell, rounded once at the top of a hierarchy and reconciled below it.
+
+    `path(cell)` names the groups a cell belongs to, outermost first (e.g. its team, then its namespace).
+    Each outermost group's total is its exact total rounded once (`round_cents`); each inner group and
+    each cell gets its share of its parent's cents by largest remainder, so every rollup along the
+    hierarchy is the sum of its cells and every figure is within a cent of its exact value."""
+    tops: dict[Hashable, dict[K, Fraction]] = {}
+    for cell, value in exact.items():
+        tops.setdefault(path(cell)[0], {})[cell] = Fraction(value)
+    out: dict[K, int] = {}
+    for members in tops.values():
+        _apportion_level(members, path, 1, round_cents(sum(members.values(), Fraction(0))), out)
+    return out
+
+
+def _apportion_level(
+    cells: Mapping[K, Fraction],
+    path: Callable[[K], tuple[Hashable, ...]],
+    depth: int,
+    total_cents: int,
+    out: dict[K, int],
+) -> None:
+    """`total_cents` over the cells' groups at `depth` (a cell whose path ends above it stands alone)."""
+    groups: dict[tuple[bool, Hashable], dict[K, Fraction]] = {}
+    for cell, value in cells.items():
+        trail = path(cell)
+        key: tuple[bool, Hashable] = (True, trail[depth]) if depth < len(trail) else (False, cell)
+        groups.setdefault(key, {})[cell] = value
+    sums = {key: sum(members.values(), Fraction(0)) for key, members in groups.items()}
+    for key, cents in largest_remainder(sums, total_cents).items():
+        is_group, _ = key
+        if is_group:
+            _apportion_level(groups[key], path, depth + 1, cents, out)
+        else:
+            (cell,) = groups[key]
+            out[cell] = cents

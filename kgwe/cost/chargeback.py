@@ -1,9 +1,13 @@
 """Chargeback: price aggregated GPU-seconds and apportion the cluster's GPU cost, exactly.
 
 Input is already aggregated (per bucket, node, resource shape and group key), so the same function
-serves in-memory intervals (`aggregate_usage`) and SQL aggregates from the store. Conservation:
-Σ line costs + Σ idle = cluster GPU cost for the period, to the cent, because every amount is an exact
-Fraction until one final largest-remainder rounding of all cells against the rounded cluster total.
+serves in-memory intervals (`aggregate_usage`) and SQL aggregates from the store. Every amount is an exact
+Fraction until one rounding at the end (kgwe.cost.allocate.apportion_nested): the total of each value of
+the first grouping dimension (a team), and of idle kept apart, is its exact total rounded once to the
+cent; below it, the inner groups (a team's namespaces) and the per-bucket cells get their share of those
+cents by largest remainder. So a team's line is exact to the cent however many days and namespaces it
+spans, each cell is within a cent of its exact cost, and Σ line costs + Σ idle = the cluster cost reported
+(the sum of those rounded totals: within half a cent per team of the exact cluster cost).
 
 Cluster GPU cost = node capacity GPU-seconds × price, plus allocations on nodes with no capacity record
 (priced as if the node existed only for them, with a warning). Idle = capacity cost − allocation cost,
@@ -14,7 +18,7 @@ from __future__ import annotations
 
 import bisect
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
@@ -22,7 +26,7 @@ from fractions import Fraction
 from typing import Any
 
 from kgwe import vocab
-from kgwe.cost.allocate import cents_to_decimal, largest_remainder
+from kgwe.cost.allocate import apportion_nested, cents_to_decimal
 from kgwe.cost.pricing import PriceBook
 from kgwe.cost.usage import NodeCapacity, Period, UsageInterval, buckets, to_epoch
 from kgwe.errors import KgweError
@@ -288,8 +292,8 @@ def _share_idle(
 def _round(
     priced: _Priced, cells: dict[tuple[Any, ...], Fraction], idle_share_exact: dict[Cell, Fraction]
 ) -> tuple[tuple[ChargebackLine, ...], tuple[IdleLine, ...], Decimal]:
-    """Rounding, once: cents by largest remainder so the lines and idle sum to the rounded total."""
-    cents = largest_remainder(cells) if cells else {}
+    """Rounding, once: each team (first key dimension) and idle rounded, its cells reconciled to it."""
+    cents = apportion_nested(cells, _rollups)
     idle_seconds = priced.idle_seconds()
     lines = tuple(
         ChargebackLine(
@@ -306,6 +310,15 @@ def _round(
         for c in sorted((c for c in cells if c[0] == "idle"), key=lambda c: c[1])
     )
     return lines, idle, cents_to_decimal(sum(cents.values()))
+
+
+def _rollups(cell: tuple[Any, ...]) -> tuple[Hashable, ...]:
+    """The groups a cell's cents roll up to, outermost first: ("line", bucket, key) -> its key's prefixes
+    (team, then team and namespace, ...); ("idle", bucket) -> idle."""
+    if cell[0] == "idle":
+        return (("idle",),)
+    key = cell[2]
+    return tuple(("line", key[: i + 1]) for i in range(len(key)))
 
 
 def compute_chargeback(

@@ -29,6 +29,8 @@ from typing import TYPE_CHECKING, Any
 from kgwe.cost.tables import resource_key
 from kgwe.cost.usage import MIG, SHARED, WHOLE, NodeCapacity, UsageInterval, ensure_utc
 from kgwe.gpu.sharing import annotated_milli, node_sharing, replica_milli
+from kgwe.quantity import whole
+from kgwe.timestamps import parse_rfc3339
 from kgwe.vocab import (
     GPU_COUNT_LABEL,
     GPU_MILLI_ANNOTATION,
@@ -105,23 +107,20 @@ def _get(obj: Mapping[str, Any] | None, *path: str) -> Any:  # Any: a pod or nod
 
 
 def _quantity(value: object) -> int | None:
-    """Extended resources are whole numbers; anything else is not a GPU count we can trust."""
-    try:
-        number = int(str(value).strip())
-    except (TypeError, ValueError):
+    """Extended resources are whole numbers (in any quantity spelling); anything else is not a GPU count we
+    can trust."""
+    if value is None:
         return None
-    return number if number >= 0 else None
+    try:
+        return whole(value)
+    except ValueError:
+        return None
 
 
 def _parse_time(value: object) -> datetime | None:
     if isinstance(value, datetime):
         return ensure_utc(value)
-    if isinstance(value, str) and value:
-        try:
-            return ensure_utc(datetime.fromisoformat(value.replace("Z", "+00:00")))
-        except ValueError:
-            return None
-    return None
+    return parse_rfc3339(value)
 
 
 def pod_name(pod: Mapping[str, Any]) -> str:
@@ -136,7 +135,9 @@ def holdings(pod: Mapping[str, Any], replicas: int = 1) -> tuple[list[Holding], 
     `nvidia.com/gpu.shared` is one replica: a share of `replica_milli(replicas)` of a GPU (at least, with
     the gpu-milli annotation), priced as that share — as the extender packs it."""
 
-    def totals(containers: Iterable[Mapping[str, Any]] | None, combine: Callable[[int, int], int]):
+    def totals(
+        containers: Iterable[Mapping[str, Any]] | None, combine: Callable[[int, int], int]
+    ) -> tuple[dict[str, int], str | None]:
         out: dict[str, int] = {}
         for c in containers or ():
             res = _get(c, "resources") or {}
@@ -145,7 +146,7 @@ def holdings(pod: Mapping[str, Any], replicas: int = 1) -> tuple[list[Holding], 
                 if name in (GPU, GPU_SHARED) or name.startswith(MIG_PREFIX):
                     qty = _quantity(value)
                     if qty is None:
-                        return None, f"{name}={value!r} is not a whole number"
+                        return {}, f"{name}={value!r} is not a whole number"
                     out[name] = combine(out.get(name, 0), qty)
         return out, None
 

@@ -79,7 +79,8 @@ class MeteringWatch:
         self.synced = threading.Event()
 
     def _plain(self, obj: object) -> dict[str, Any]:
-        return self.api.sanitize_for_serialization(obj)
+        serialized: dict[str, Any] = self.api.sanitize_for_serialization(obj)
+        return serialized
 
     def _add(self, counts: Mapping[str, int]) -> None:
         for k, v in counts.items():

@@ -21,6 +21,7 @@ import urllib.request
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from kgwe.cost.rightsizing import UtilizationSeries
 from kgwe.cost.usage import to_epoch
@@ -127,7 +128,7 @@ class PrometheusClient:
         compute = self.query_range(by_pod("sum", ENGINE_ACTIVE), start, end, step_s)
         memory = self.query_range(by_pod("sum", FB_USED), start, end, step_s)
         skipped = sum(m.skipped_points + m.skipped_series for m in (compute, memory))
-        joined: dict[tuple[str, str], tuple[list, list]] = defaultdict(lambda: ([], []))
+        joined: dict[tuple[str, str], tuple[list[Any], list[Any]]] = defaultdict(lambda: ([], []))
         for key, points in compute.series.items():
             joined[key][0].extend(points)
         for key, points in memory.series.items():

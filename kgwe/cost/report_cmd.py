@@ -13,9 +13,10 @@ import argparse
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from kgwe.cost.advice import Advice
-from kgwe.cost.budgets import budget_from_policy
+from kgwe.cost.budgets import BudgetSpec, budget_from_policy
 from kgwe.cost.efficiency import DCGM, PER
 from kgwe.cost.insights import Advisor
 from kgwe.cost.pricing import pricebook_from_catalog
@@ -24,17 +25,21 @@ from kgwe.cost.service import generate_reports
 from kgwe.cost.store import CostStore, normalize_url
 from kgwe.cost.usage import Period
 from kgwe.errors import KgweError
+from kgwe.policy.pricing import PricingCatalog
+from kgwe.timestamps import parse_rfc3339
+
+if TYPE_CHECKING:
+    from kgwe.policy.pricing import PricingCatalog
 
 MAX_WORKLOADS_BYTES = 64 << 20  # a `kubectl get gpuworkloads -A -o yaml` of some thousands of workloads
 
 
 def parse_utc(text: str, what: str) -> datetime:
-    try:
-        value = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
+    value = parse_rfc3339(text)
+    if value is None:
         example = "e.g. 2026-11-01 or 2026-11-01T06:00Z"
-        raise KgweError(f"{what}: {text!r} is not a date or ISO time ({example})") from None
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+        raise KgweError(f"{what}: {text!r} is not a date or ISO time ({example})")
+    return value
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -58,7 +63,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--branch", default="main", help="branch for --commit-back")
 
 
-def _policy(path: str):
+def _policy(path: str) -> tuple[PricingCatalog, list[BudgetSpec]]:
     from kgwe.policy.loader import load_repository
     from kgwe.policy.pricing import PricingCatalog
 
@@ -77,7 +82,7 @@ def _policy(path: str):
     return catalogs[0], [budget_from_policy(b) for b in policy.budgets]
 
 
-def read_workloads(path: str) -> list[dict]:
+def read_workloads(path: str) -> list[dict[str, Any]]:
     """The GPUWorkloads of a YAML file: a `List` (as kubectl prints it) or GPUWorkload documents."""
     from kgwe.policy.yaml_source import YamlSyntaxError, parse_documents
 
@@ -92,7 +97,7 @@ def read_workloads(path: str) -> list[dict]:
         raise KgweError(f"{path}:{exc.line}:{exc.column}: not YAML: {exc}") from None
     except UnicodeDecodeError:
         raise KgweError(f"--workloads {path}: not UTF-8 text") from None
-    out: list[dict] = []
+    out: list[dict[str, Any]] = []
     for i, doc in enumerate(docs):
         items = (
             doc.get("items") if isinstance(doc, dict) and str(doc.get("kind", "")).endswith("List") else [doc]

@@ -10,7 +10,8 @@ import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
+from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,7 +38,7 @@ from kgwe.vocab import DEFAULT_REPORTS_PATH
 if TYPE_CHECKING:  # the Kubernetes client and Git are loaded only when metering or committing runs
     from kubernetes.client import ApiClient
 
-    from kgwe.gitops.commit_back import CommitBack
+    from kgwe.gitops.commit_back import CommitBack, CommitResult
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +54,9 @@ class Generated:
     advice: Advice
 
 
-def daily_history(store: CostStore, book: PriceBook, now: datetime, since: datetime | None = None):
+def daily_history(
+    store: CostStore, book: PriceBook, now: datetime, since: datetime | None = None
+) -> dict[str, dict[date, Decimal]]:
     """Spend per team per UTC day over the forecast history window ending at `now`."""
     start = (
         (now - timedelta(days=HISTORY_DAYS))
@@ -235,7 +238,7 @@ class CostService:
         self.advice_seconds = advice_seconds
         self._advised_at: datetime | None = None
         # the cluster's GPUWorkloads, once metering runs (spot advice and run costs need them)
-        self.workloads: Callable[[], list[dict]] | None = None
+        self.workloads: Callable[[], list[dict[str, Any]]] | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         # namespace -> team of the GPUBudget claiming it, per PolicyRepository (set after each reconcile)
@@ -286,7 +289,7 @@ class CostService:
             )
         return statuses
 
-    def _read_workloads(self) -> list[dict] | None:
+    def _read_workloads(self) -> list[dict[str, Any]] | None:
         """The cluster's GPUWorkloads; None (advice without them) before metering runs or when the read
         fails, which must not stop metrics or reports."""
         if self.workloads is None:
@@ -308,7 +311,7 @@ class CostService:
         path_prefix: str = DEFAULT_REPORTS_PATH,
         prometheus_url: str | None = None,
         extra_files: Mapping[str, str] | None = None,
-    ):
+    ) -> CommitResult:
         """Generate the period's reports and commit them, with `extra_files` (paths under the reports path,
         e.g. the demand record), through `commit_back` (a kgwe.gitops CommitBack that may write only under
         `path_prefix`)."""

@@ -17,7 +17,7 @@ from typing import Any
 from sqlalchemy import bindparam, event, text
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import ArgumentError, IntegrityError, OperationalError
-from sqlmodel import Session, create_engine, select
+from sqlmodel import Session, col, create_engine, select
 
 from kgwe.cost.chargeback import (
     ON_INVENTORY,
@@ -106,7 +106,7 @@ class CostStore:
 
     # -- usage -----------------------------------------------------------------------------------
     @staticmethod
-    def _row(iv: UsageInterval) -> dict:
+    def _row(iv: UsageInterval) -> dict[str, Any]:
         return {
             "pod_uid": iv.pod_uid or f"{iv.namespace}/{iv.pod}",
             "pod": iv.pod,
@@ -137,7 +137,9 @@ class CostStore:
         """Close the pod's open intervals at `end` (never before their start); returns how many."""
         end_s = to_epoch(end)
         with self.session() as s:
-            query = select(UsageRecord).where(UsageRecord.pod_uid == pod_uid, UsageRecord.end_s.is_(None))
+            query = select(UsageRecord).where(
+                UsageRecord.pod_uid == pod_uid, col(UsageRecord.end_s).is_(None)
+            )
             if resource is not None:
                 query = query.where(UsageRecord.resource == resource)
             rows = s.exec(query).all()
@@ -148,13 +150,15 @@ class CostStore:
         uids, found = sorted(set(pod_uids)), set[str]()
         with self.session() as s:
             for i in range(0, len(uids), chunk):
-                query = select(UsageRecord.pod_uid).where(UsageRecord.pod_uid.in_(uids[i : i + chunk]))
+                query = select(UsageRecord.pod_uid).where(col(UsageRecord.pod_uid).in_(uids[i : i + chunk]))
                 found.update(s.exec(query.distinct()).all())
         return found
 
     def open_usage(self) -> list[UsageInterval]:
         with self.session() as s:
-            return [r.to_interval() for r in s.exec(select(UsageRecord).where(UsageRecord.end_s.is_(None)))]
+            return [
+                r.to_interval() for r in s.exec(select(UsageRecord).where(col(UsageRecord.end_s).is_(None)))
+            ]
 
     def add_usage(self, intervals: Iterable[UsageInterval], batch: int = 50_000) -> int:
         """Bulk insert (imports, benchmarks) on the raw driver: COPY on PostgreSQL, executemany on
@@ -163,8 +167,10 @@ class CostStore:
         columns = list(_USAGE_COLUMNS)
         try:
             with self.engine.begin() as conn:
-                cursor = conn.connection.dbapi_connection.cursor()
-                chunk: list[tuple] = []
+                dbapi = conn.connection.dbapi_connection
+                assert dbapi is not None  # a connection checked out of the pool has its driver's
+                cursor = dbapi.cursor()
+                chunk: list[tuple[Any, ...]] = []
                 for iv in intervals:
                     row = self._row(iv)
                     chunk.append(tuple(row[c] for c in columns))
@@ -181,7 +187,7 @@ class CostStore:
             raise KgweError(f"cost database {_safe(self.url)} is unavailable: {exc.orig}") from None
         return total
 
-    def _bulk(self, cursor, columns: list[str], rows: list[tuple]) -> int:
+    def _bulk(self, cursor: Any, columns: list[str], rows: list[tuple[Any, ...]]) -> int:
         names = ", ".join(columns)
         if self.dialect == "postgresql":
             with cursor.copy(f"COPY kgwe_usage ({names}) FROM STDIN") as copy:
@@ -192,10 +198,10 @@ class CostStore:
             cursor.executemany(f"INSERT INTO kgwe_usage ({names}) VALUES ({marks})", rows)
         return len(rows)
 
-    def _overlapping(self, table: type[UsageRecord] | type[NodeRecord], period: Period) -> list:
+    def _overlapping(self, table: type[UsageRecord] | type[NodeRecord], period: Period) -> list[Any]:
         lo, hi = to_epoch(period.since), to_epoch(period.until)
         with self.session() as s:
-            overlaps = (table.start_s < hi) & (table.end_s.is_(None) | (table.end_s > lo))
+            overlaps = (col(table.start_s) < hi) & (col(table.end_s).is_(None) | (col(table.end_s) > lo))
             return list(s.exec(select(table).where(overlaps)))
 
     def usage(self, period: Period) -> list[UsageInterval]:
@@ -207,7 +213,7 @@ class CostStore:
         """Open capacity for a node; if it changed (product, count, spot), close the old record first."""
         start_s = to_epoch(cap.start)
         with self.session() as s:
-            query = select(NodeRecord).where(NodeRecord.node == cap.node, NodeRecord.end_s.is_(None))
+            query = select(NodeRecord).where(NodeRecord.node == cap.node, col(NodeRecord.end_s).is_(None))
             current = s.exec(query).first()
             if current and (current.gpu_product, current.gpu_count, current.spot) == (
                 cap.gpu_product,
@@ -234,7 +240,9 @@ class CostStore:
     def end_node(self, node: str, end: datetime) -> int:
         end_s = to_epoch(end)
         with self.session() as s:
-            rows = s.exec(select(NodeRecord).where(NodeRecord.node == node, NodeRecord.end_s.is_(None))).all()
+            rows = s.exec(
+                select(NodeRecord).where(NodeRecord.node == node, col(NodeRecord.end_s).is_(None))
+            ).all()
             return _close(s, rows, end_s)
 
     def nodes(self, period: Period) -> list[NodeCapacity]:
@@ -263,10 +271,10 @@ class CostStore:
         now_s = to_epoch(now)
         sums: dict[UsageShape, int] = defaultdict(int)
         with self.session() as s:
-            used_nodes = {n for (n,) in s.execute(text("SELECT DISTINCT node FROM kgwe_usage"))}
+            used_nodes = {n for (n,) in _rows(s.execute(text("SELECT DISTINCT node FROM kgwe_usage")))}
             for label, lo, hi in buckets(period, granularity, now):
                 params: dict[str, object] = {"lo": lo, "hi": hi, "now": now_s}
-                uncovered = sorted(used_nodes - {n for (n,) in s.execute(capacity, params)})
+                uncovered = sorted(used_nodes - {n for (n,) in _rows(s.execute(capacity, params))})
                 groups = [(True, shape, overlap)]  # (pooled under ON_INVENTORY, grouped columns, condition)
                 if uncovered:
                     params["uncovered"] = uncovered
@@ -294,7 +302,7 @@ class CostStore:
         params: dict[str, Any],
         *,
         indexed: bool = False,
-    ) -> list[tuple]:
+    ) -> list[tuple[Any, ...]]:
         """Rows of (*keys, Σ weight) over kgwe_usage WHERE `where`, grouped by `keys` (expressions).
 
         PostgreSQL hash-aggregates a GROUP BY; SQLite streams it from the covering index when `indexed`
@@ -358,7 +366,7 @@ class CostStore:
         single = f"(start_s >= :lo AND (start_s - :origin) / 86400 = ({end} - 1 - :origin) / 86400)"
         params: dict[str, Any] = {"lo": lo, "hi": hi, "now": now_s, "origin": origin_s}
         with self.session() as s:
-            used = {n for (n,) in s.execute(text("SELECT DISTINCT node FROM kgwe_usage"))}
+            used = {n for (n,) in _rows(s.execute(text("SELECT DISTINCT node FROM kgwe_usage")))}
             partial = sorted(used - full)
             on_full = " AND node NOT IN :partial" if partial else ""
             pooled = text(f"""
@@ -375,8 +383,8 @@ class CostStore:
                 params["partial"] = partial
                 pooled = pooled.bindparams(bindparam("partial", expanding=True))
                 rest = rest.bindparams(bindparam("partial", expanding=True))
-            sums: dict[tuple, int] = defaultdict(int)
-            for day, product, spot, kind, profile, milli, *key, total in s.execute(pooled, params):
+            sums: dict[UsageShape, int] = defaultdict(int)
+            for day, product, spot, kind, profile, milli, *key, total in _rows(s.execute(pooled, params)):
                 if total and int(total) > 0:
                     shape_key = (
                         labels[int(day)],
@@ -427,7 +435,7 @@ class CostStore:
         out: list[CapacityAggregate] = []
         with self.session() as s:
             for label, lo, hi in buckets(period, granularity, now):
-                for node, product, spot, seconds in s.execute(sql, {"lo": lo, "hi": hi, "now": now_s}):
+                for node, product, spot, seconds in _rows(s.execute(sql, {"lo": lo, "hi": hi, "now": now_s})):
                     if seconds and int(seconds) > 0:
                         out.append(CapacityAggregate(label, node, product, bool(spot), int(seconds)))
         return out
@@ -491,7 +499,12 @@ def _close(s: Session, rows: Sequence[UsageRecord | NodeRecord], end_s: int) -> 
     return len(rows)
 
 
-def _sqlite_pragmas(dbapi_connection, _record) -> None:
+def _rows(result: Iterable[Any]) -> Iterator[tuple[Any, ...]]:
+    """The rows of a textual query as plain tuples: SQL gives their columns no Python types."""
+    return (tuple(row) for row in result)
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: object) -> None:
     cursor = dbapi_connection.cursor()
     cursor.execute("PRAGMA journal_mode=WAL")
     cursor.execute("PRAGMA synchronous=NORMAL")

@@ -21,12 +21,12 @@ Scores are floats 0..100 (the extender maps them to kube-scheduler's 0..10):
 from __future__ import annotations
 
 import zlib
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 
 import numpy as np
+from cachetools import LRUCache
 
 from kgwe.extender.nodes import UNLIMITED, NodeState
 from kgwe.extender.profile import Profile
@@ -697,7 +697,7 @@ class ShapeCache:
     def __init__(self, table: NodeTable, max_shapes: int = 512) -> None:
         self.table = table
         self.max_shapes = max_shapes
-        self._entries: OrderedDict[tuple[object, ...], list[np.ndarray]] = OrderedDict()
+        self._entries: LRUCache[tuple[object, ...], list[np.ndarray]] = LRUCache(maxsize=max_shapes)
 
     def answer(
         self, rows: np.ndarray, req: PodRequest, profile: Profile
@@ -717,10 +717,6 @@ class ShapeCache:
                     new[: len(old)] = old
             entry = fresh
             self._entries[key] = entry
-            if len(self._entries) > self.max_shapes:
-                self._entries.popitem(last=False)
-        else:
-            self._entries.move_to_end(key)
         ver, reason, score, best = entry
         stale = rows[ver[rows] != t.version[rows]]
         if len(stale):

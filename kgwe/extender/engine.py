@@ -16,13 +16,14 @@ request's bytes for their names (`_filter_ranked`), without decoding the list.
 from __future__ import annotations
 
 import threading
-from collections import Counter, OrderedDict
+from collections import Counter
 from collections.abc import Callable, Mapping
 from itertools import repeat
 from typing import Any
 
 import numpy as np
 import orjson
+from cachetools import LRUCache
 
 from kgwe.extender import core, nodenames
 from kgwe.extender.core import OK, NodeTable, ShapeCache, WorkloadType, describe, dynamic_term
@@ -104,9 +105,8 @@ class Engine:
         self._why: dict[
             tuple[object, ...], tuple[np.ndarray, np.ndarray]
         ] = {}  # shape -> (row versions, sentences)
-        self._lists: OrderedDict[bytes, tuple[Any, ...]] = (
-            OrderedDict()
-        )  # NodeNames bytes -> (layout, names, rows, known)
+        # NodeNames bytes -> (layout, names, rows, known), the 64 lists used last
+        self._lists: LRUCache[bytes, tuple[Any, ...]] = LRUCache(maxsize=64)
         self._live: tuple[int, np.ndarray] = (-1, np.zeros(0, dtype=np.int64))  # (layout, live rows)
         self.on_decision: Callable[[str, int], None] | None = None  # metrics hook (verb, failed nodes)
         # (pod uid, node, request) whenever filter leaves a GPU pod exactly one node: kube-scheduler will
@@ -216,7 +216,6 @@ class Engine:
         self._list_lookups += 1
         if hit is not None and hit[0] == self.table.layout:
             self._list_hits += 1
-            self._lists.move_to_end(tail)
             try:
                 args = orjson.loads(body[:cut] + b'"NodeNames":null}')
             except orjson.JSONDecodeError:
@@ -233,8 +232,6 @@ class Engine:
             self._list_lookups, self._list_hits = self._list_lookups // 2, self._list_hits // 2
         if worth and items is None and tail and orjson.loads(b"{" + tail) == {"NodeNames": names}:
             self._lists[tail] = (self.table.layout, names, rows, known)
-            if len(self._lists) > 64:
-                self._lists.popitem(last=False)
         return req, names, items, rows, known
 
     def _evaluate(

@@ -34,6 +34,7 @@ from kgwe.httpd import (
     JSON,
     MAX_CONNECTIONS,
     AccessGuard,
+    Handler,
     Limits,
     check_client_auth,
     error_body,
@@ -42,11 +43,12 @@ from kgwe.httpd import (
     serve,
 )
 from kgwe.httpd.exposure import INSECURE_ANY_CLIENT, INSECURE_PUBLIC_METRICS
-from kgwe.httpd.server import Handler
 from kgwe.tlsfiles import ServingTLS
 from kgwe.vocab import EXTENDER_NAME, EXTENDER_PORT, KGWE_NAMESPACE, SCHEDULER_NAME
 
 if TYPE_CHECKING:
+    from kubernetes import client
+
     from kgwe.extender.index import ClusterIndex
 
 # kubelet probes and a Prometheus scrape: GETs only, a few connections at a time
@@ -121,6 +123,11 @@ def api_limits(args: argparse.Namespace) -> Limits:
     )
 
 
+Address = tuple[str, int]  # (host, port) a server listens on
+# /metrics guards of the API port, the probe port and the TLS metrics port (None: open)
+Guards = tuple[AccessGuard | None, AccessGuard | None, AccessGuard | None]
+
+
 def _plain_metrics_only_on_loopback(handler: Handler, host: str, args: argparse.Namespace) -> Handler:
     """`handler` on a plain-HTTP port: off loopback its /metrics says where it is served over TLS instead
     (kgwe.httpd.metrics_port)."""
@@ -134,7 +141,13 @@ def _plain_metrics_only_on_loopback(handler: Handler, host: str, args: argparse.
 
 
 async def _main_port(
-    args, engine: Engine, metrics: Metrics, main, tls: ServingTLS | None, guard, stop
+    args: argparse.Namespace,
+    engine: Engine,
+    metrics: Metrics,
+    main: Address,
+    tls: ServingTLS | None,
+    guard: AccessGuard | None,
+    stop: asyncio.Event,
 ) -> None:
     """The extender's API port; with TLS, opened once the certificate files exist (a mounted Secret the
     controller or cert-manager writes), then served with whatever those files hold now."""
@@ -157,7 +170,7 @@ async def _main_port(
     )
 
 
-def _probe_port_handler(engine: Engine, metrics: Metrics, tls: ServingTLS | None):
+def _probe_port_handler(engine: Engine, metrics: Metrics, tls: ServingTLS | None) -> Handler:
     """The probe handler, not ready while the API port still waits for its certificate."""
     probes = make_probe_handler(engine, metrics)
 
@@ -170,7 +183,13 @@ def _probe_port_handler(engine: Engine, metrics: Metrics, tls: ServingTLS | None
 
 
 async def _serve_all(
-    args, engine: Engine, metrics: Metrics, main, probe, tls: ServingTLS | None, guards
+    args: argparse.Namespace,
+    engine: Engine,
+    metrics: Metrics,
+    main: Address,
+    probe: Address | None,
+    tls: ServingTLS | None,
+    guards: Guards,
 ) -> None:
     """The extender port and, when asked, the plain probe port and the TLS metrics port; all end on
     SIGTERM/SIGINT."""
@@ -222,7 +241,9 @@ def serving_tls(args: argparse.Namespace) -> ServingTLS | None:
     return tls
 
 
-def metrics_guards(args: argparse.Namespace, main_host: str, probe, api) -> tuple:
+def metrics_guards(
+    args: argparse.Namespace, main_host: str, probe: Address | None, api: client.ApiClient | None
+) -> Guards:
     """The /metrics guard of the API port, the probe port and the TLS metrics port (None: open). A token is
     needed where /metrics is served off loopback over TLS: the API port with TLS but no client CA (with one,
     it answers only kube-scheduler), and --metrics-listen; a plain port off loopback does not serve /metrics
@@ -244,10 +265,12 @@ def metrics_guards(args: argparse.Namespace, main_host: str, probe, api) -> tupl
     from kgwe.cluster.access_review import metrics_guard
 
     guard: AccessGuard = metrics_guard(api)
-    return tuple(guard if n else None for n in need)
+    return (guard if need[0] else None, guard if need[1] else None, guard if need[2] else None)
 
 
-def cluster_index(args: argparse.Namespace, engine: Engine, api, metrics: Metrics | None) -> ClusterIndex:
+def cluster_index(
+    args: argparse.Namespace, engine: Engine, api: client.ApiClient, metrics: Metrics | None
+) -> ClusterIndex:
     """The watches feeding `engine`. Decisions are verified against the pending-pod watch only when the port
     serves clients nobody verifies; otherwise kube-scheduler is the only caller (kgwe.httpd.exposure)."""
     from kgwe.extender.index import ClusterIndex

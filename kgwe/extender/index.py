@@ -49,10 +49,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
 import orjson
+from cachetools import TTLCache
 
 from kgwe.extender.engine import Engine
 from kgwe.extender.k8s import (
@@ -69,9 +70,15 @@ from kgwe.extender.k8s import (
 from kgwe.extender.nodes import NodeState
 from kgwe.extender.profile import ProfileError, profiles_from_document
 from kgwe.extender.request import PodRequest
+from kgwe.objects import ConfigMap, Node, Pod
 from kgwe.topology.annotation import decode
 from kgwe.topology.model import NodeTopology
 from kgwe.vocab import KGWE_NAMESPACE, SCHEDULER_NAME, SCORING_CONFIG_KEY, SCORING_CONFIGMAP
+
+if TYPE_CHECKING:
+    from kubernetes import client
+
+    from kgwe.extender.app import Metrics
 
 log = logging.getLogger("kgwe.extender.index")
 WATCH_SECONDS = 300
@@ -94,7 +101,7 @@ UNCONFIRMED_SECONDS = 5.0  # a decision waits this long for the pending-pod watc
 MAX_UNCONFIRMED = 1024  # decisions waiting for the watch, oldest dropped first
 
 
-def _node_inputs(raw: dict) -> tuple:
+def _node_inputs(raw: Node) -> tuple[object, ...]:
     """Every part of a Node that node_state and gpu_holders read (not its conditions or heartbeats)."""
     meta = raw.get("metadata") or {}
     status = raw.get("status") or {}
@@ -103,7 +110,7 @@ def _node_inputs(raw: dict) -> tuple:
     return (meta.get("labels"), meta.get("annotations"), status.get("allocatable"), status.get("capacity"))
 
 
-def _pod_inputs(raw: dict) -> tuple:
+def _pod_inputs(raw: Pod) -> tuple[object, ...]:
     """Every part of a Pod that pod_holds, pod_key and the index read: not its status beyond whether it
     ended (Pending -> Running changes nothing held), nor its resourceVersion or managed fields."""
     meta = raw.get("metadata") or {}
@@ -126,8 +133,8 @@ class ClusterIndex:
         engine: Engine,
         kubeconfig: str | None = None,
         namespace: str = KGWE_NAMESPACE,
-        metrics=None,
-        api_client=None,
+        metrics: Metrics | None = None,
+        api_client: client.ApiClient | None = None,
         scheduler_name: str | None = SCHEDULER_NAME,
         verify_decisions: bool = True,
     ) -> None:
@@ -146,7 +153,7 @@ class ClusterIndex:
         self.bases: dict[str, NodeState] = {}
         self.holders: dict[str, dict[int, str]] = {}  # node -> GPU index -> "ns/pod" (the agent's view)
         # uid -> (node, sort key, req, indices, "ns/pod")
-        self.pods: dict[str, tuple[str, tuple, PodRequest, tuple[int, ...] | None, str]] = {}
+        self.pods: dict[str, tuple[str, tuple[object, ...], PodRequest, tuple[int, ...] | None, str]] = {}
         self.by_node: dict[str, set[str]] = {}
         self.assumed: dict[str, tuple[str, PodRequest, float]] = {}  # uid -> (node, request, expiry)
         # node -> {uid: order} of its assumed pods; order = when the uid was first assumed (a pod decided
@@ -158,12 +165,15 @@ class ClusterIndex:
         # changes none of it (a heartbeat, a pod's IP or conditions) costs a compare, nothing more. A pod's
         # spec is kept as its JSON bytes: the decoded lists and dicts of every bound pod would be objects the
         # garbage collector walks on each full collection
-        self._node_seen: dict[str, tuple] = {}
-        self._pod_seen: dict[str, tuple] = {}
+        self._node_seen: dict[str, tuple[object, ...]] = {}
+        self._pod_seen: dict[str, tuple[object, ...]] = {}
         self.pending: dict[str, PodRequest] = {}  # uid -> GPU request of an unbound pod the watch saw
-        # decisions for pods the pending watch has not shown yet: uid -> (node, request, expiry)
-        self.unconfirmed: OrderedDict[str, tuple[str, PodRequest, float]] = OrderedDict()
         self.clock: Callable[[], float] = time.monotonic
+        # decisions for pods the pending watch has not shown yet, each for UNCONFIRMED_SECONDS: uid -> (node,
+        # request); the oldest dropped first beyond MAX_UNCONFIRMED
+        self.unconfirmed: TTLCache[str, tuple[str, PodRequest]] = TTLCache(
+            maxsize=MAX_UNCONFIRMED, ttl=UNCONFIRMED_SECONDS, timer=lambda: self.clock()
+        )
         engine.on_assume = self.assume
         self._listed = {"nodes": False, "pods": False}
         self._pod_list_kwargs = selector
@@ -220,11 +230,18 @@ class ClusterIndex:
         return self.engine.ready
 
     # ---- list + watch ------------------------------------------------------------------------------------
-    def _loop(self, kind: str, lister, on_list, on_event) -> None:
-        """One list+watch loop (kgwe.runtime.watch) per kind; the engine is ready once each kind listed."""
+    def _loop(
+        self,
+        kind: str,
+        lister: Callable[..., Any],
+        on_list: Callable[[list[Any]], None],
+        on_event: Callable[[str, Any], None],
+    ) -> None:
+        """One list+watch loop (kgwe.runtime.watch) per kind; the engine is ready once each kind listed. The
+        objects come as decoded JSON: the callbacks name their type (kgwe.objects)."""
         from kgwe.runtime.watch import list_and_watch
 
-        def listed(items) -> None:
+        def listed(items: Iterable[Any]) -> None:
             on_list(list(items))
             if kind in self._listed:
                 self._listed[kind] = True
@@ -256,7 +273,7 @@ class ClusterIndex:
             hit = self._topologies[text] = decode(text)
         return hit
 
-    def _node_event(self, typ: str, raw: dict) -> None:
+    def _node_event(self, typ: str, raw: Node) -> None:
         name = (raw.get("metadata") or {}).get("name")
         if not name:
             return
@@ -277,7 +294,7 @@ class ClusterIndex:
             self.holders[name] = gpu_holders(raw)
             self._publish(name)
 
-    def _apply_nodes(self, items: list[dict]) -> None:
+    def _apply_nodes(self, items: list[Node]) -> None:
         with self._mu:
             fresh = {n["metadata"]["name"]: node_state(n, self._decode) for n in items}
             for gone in set(self.bases) - set(fresh):
@@ -291,7 +308,7 @@ class ClusterIndex:
                 self._publish(name)
 
     # ---- pods --------------------------------------------------------------------------------------------
-    def _any_pod_event(self, typ: str, raw: dict) -> None:
+    def _any_pod_event(self, typ: str, raw: Pod) -> None:
         """One event of the pod watch: the pending side first (a bind ends a pod's pending state, as does a
         deletion), then, for a bound pod, the accounting side. An unbound pod's update or deletion never
         touches accounting (so it cannot end an assumption: only a bind, a new decision or the expiry do)."""
@@ -300,20 +317,20 @@ class ClusterIndex:
         if (raw.get("spec") or {}).get("nodeName"):
             self._pod_event(typ, raw)
 
-    def _apply_all_pods(self, items: list[dict]) -> None:
+    def _apply_all_pods(self, items: list[Pod]) -> None:
         """A listing of the pod watch: bound pods replace the accounting, pending ones the pending set."""
         bound = [p for p in items if (p.get("spec") or {}).get("nodeName")]
         if self.verify_decisions:
             self._apply_pending([p for p in items if not (p.get("spec") or {}).get("nodeName")])
         self._apply_pods(bound)
 
-    def _pod_event(self, typ: str, raw: dict) -> None:
+    def _pod_event(self, typ: str, raw: Pod) -> None:
         with self._mu:
             touched = self._set_pod(raw, deleted=typ == "DELETED")
             for n in touched:
                 self._publish(n)
 
-    def _apply_pods(self, items: list[dict]) -> None:
+    def _apply_pods(self, items: list[Pod]) -> None:
         with self._mu:
             touched = set(self.by_node)
             self.pods.clear()
@@ -324,7 +341,7 @@ class ClusterIndex:
             for n in touched:
                 self._publish(n)
 
-    def _set_pod(self, raw: dict, deleted: bool) -> set[str]:
+    def _set_pod(self, raw: Pod, deleted: bool) -> set[str]:
         meta = raw.get("metadata") or {}
         uid = meta.get("uid")
         if not uid:
@@ -367,7 +384,7 @@ class ClusterIndex:
         return touched
 
     def _bind_keeps_sequence(
-        self, uid: str, entry: tuple[str, tuple, PodRequest, tuple[int, ...] | None, str]
+        self, uid: str, entry: tuple[str, tuple[object, ...], PodRequest, tuple[int, ...] | None, str]
     ) -> bool:
         """Whether binding this assumed pod leaves its node's sequence of pods (`_publish`) as it is: it was
         the first assumed pod on the node it is bound to, with the request it was assumed with, on GPUs the
@@ -430,9 +447,7 @@ class ClusterIndex:
             seen = self.pending.get(uid)
             if seen is None:
                 self.unconfirmed.pop(uid, None)
-                self.unconfirmed[uid] = (node, req, self.clock() + UNCONFIRMED_SECONDS)
-                while len(self.unconfirmed) > MAX_UNCONFIRMED:
-                    self.unconfirmed.popitem(last=False)
+                self.unconfirmed[uid] = (node, req)
                 return
             if seen != req:
                 log.warning(
@@ -485,17 +500,17 @@ class ClusterIndex:
         return gone
 
     # ---- pending pods ----------------------------------------------------------------------------------
-    def _pending_event(self, typ: str, raw: dict) -> None:
+    def _pending_event(self, typ: str, raw: Pod) -> None:
         with self._mu:
             self._set_pending(raw, deleted=typ == "DELETED")
 
-    def _apply_pending(self, items: list[dict]) -> None:
+    def _apply_pending(self, items: list[Pod]) -> None:
         with self._mu:
             self.pending.clear()
             for p in items:
                 self._set_pending(p, deleted=False)
 
-    def _set_pending(self, raw: dict, deleted: bool) -> None:
+    def _set_pending(self, raw: Pod, deleted: bool) -> None:
         meta = raw.get("metadata") or {}
         uid = meta.get("uid")
         if not uid:
@@ -511,8 +526,8 @@ class ClusterIndex:
         if uid not in self.pending:
             self.engine.observe(req)
         self.pending[uid] = req
-        waiting = self.unconfirmed.pop(uid, None)
-        if waiting is not None and waiting[2] > self.clock() and waiting[1] == req:
+        waiting = self.unconfirmed.pop(uid, None)  # None once expired
+        if waiting is not None and waiting[1] == req:
             self._assume(uid, waiting[0], req)
 
     def expire_assumed(self) -> None:
@@ -523,8 +538,7 @@ class ClusterIndex:
 
     def _expired(self) -> set[str]:
         now = self.clock()
-        for uid in [u for u, (_, _, expiry) in self.unconfirmed.items() if expiry <= now]:
-            del self.unconfirmed[uid]
+        self.unconfirmed.expire(now)
         gone = [uid for uid, (_, _, expiry) in self.assumed.items() if expiry <= now]
         nodes = {self.assumed[uid][0] for uid in gone}
         for uid in gone:
@@ -544,10 +558,10 @@ class ClusterIndex:
             self.expire_assumed()
 
     # ---- scoring profiles ------------------------------------------------------------------------
-    def _configmap_event(self, typ: str, raw: dict) -> None:
+    def _configmap_event(self, typ: str, raw: ConfigMap) -> None:
         self._apply_configmaps([] if typ == "DELETED" else [raw])
 
-    def _apply_configmaps(self, items: list[dict]) -> None:
+    def _apply_configmaps(self, items: list[ConfigMap]) -> None:
         if not items:
             return  # no ConfigMap: keep what we have (built-in default at start)
         data = items[0].get("data") or {}

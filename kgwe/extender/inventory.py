@@ -76,12 +76,16 @@ def node_states(
     nodes: list[NodeState] = []
     for n in inv.spec.nodes:
         used = [0] * n.gpus
-        mig_free: Counter = Counter()
+        mig_free: Counter[str] = Counter()
         planned = (layouts or {}).get(n.name)
         devices = {d.index: d for d in n.devices}
         for i in range(n.gpus):
             d = devices.get(i)
-            mig = (planned[i] if i < len(planned) else None) if planned is not None else (d and d.mig)
+            mig = (
+                (planned[i] if i < len(planned) else None)
+                if planned is not None
+                else (d.mig if d is not None else None)
+            )
             if d is not None and d.busy and not idle:
                 used[i] = 1000
             if mig is not None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
@@ -31,6 +31,8 @@ from kgwe.extender.request import (
     parse_pod,
 )
 from kgwe.gpu.sharing import node_sharing
+from kgwe.objects import Node, Pod
+from kgwe.quantity import whole
 from kgwe.topology import health
 from kgwe.topology.model import NodeTopology
 from kgwe.vocab import (
@@ -43,19 +45,21 @@ from kgwe.vocab import (
 )
 
 ENDED_PHASES = ("Succeeded", "Failed")  # a pod in these holds nothing on its node
+MAX_COUNT = 2**31  # a count beyond any node (a hostile "1e30" label) stays a small integer
 UNREADABLE_HOLDING = PodRequest(gpus=16)  # a bound pod whose resources cannot be read: every GPU of its node
 
 Decoder = Callable[[str], NodeTopology]
 
 
 def _int(value: object, default: int = 0) -> int:
+    """A whole number (a count label, an extended resource in any quantity spelling), else `default`."""
     try:
-        return int(str(value).strip())
-    except (TypeError, ValueError):
+        return min(whole(value if isinstance(value, int) else str(value)), MAX_COUNT)
+    except ValueError:
         return default
 
 
-def node_state(node: Mapping, decode_topology: Decoder | None = None) -> NodeState:
+def node_state(node: Node, decode_topology: Decoder | None = None) -> NodeState:
     """Base state of a Node object (nothing allocated yet): GPUs, product, memory, MIG, CPU, topology."""
     meta = node.get("metadata") or {}
     labels = dict(meta.get("labels") or {})
@@ -109,7 +113,7 @@ def node_state(node: Mapping, decode_topology: Decoder | None = None) -> NodeSta
     )
 
 
-def unhealthy_gpus(annotations: Mapping) -> dict[int, str]:
+def unhealthy_gpus(annotations: Mapping[str, str]) -> dict[int, str]:
     """GPU index -> reason from the agent's gpu-health annotation; {} when absent or malformed (a broken
     annotation is the agent's bug, not a sick GPU: the node stays as schedulable as it was before)."""
     try:
@@ -118,7 +122,7 @@ def unhealthy_gpus(annotations: Mapping) -> dict[int, str]:
         return {}
 
 
-def gpu_holders(node: Mapping) -> dict[int, str]:
+def gpu_holders(node: Node) -> dict[int, str]:
     """GPU index -> "namespace/pod" as the node agent last read it from the kubelet; {} when absent or bad.
 
     This is how the extender counts GPUs held by pods it does not watch (placed by other schedulers)."""
@@ -139,13 +143,13 @@ def gpu_holders(node: Mapping) -> dict[int, str]:
     return out
 
 
-def pod_key(pod: Mapping) -> str:
+def pod_key(pod: Pod) -> str:
     """ "namespace/name", as the agent names a GPU's holder."""
     meta = pod.get("metadata") or {}
     return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
 
-def held_request(pod: Mapping) -> PodRequest:
+def held_request(pod: Pod) -> PodRequest:
     """What a bound pod holds. Its resources decide; its own annotations may size a share of
     nvidia.com/gpu.shared but never make it hold nothing: an annotation it made unreadable after binding
     (they can be edited, resources cannot) is ignored, so the pod still holds its GPUs, a share at its
@@ -160,7 +164,7 @@ def held_request(pod: Mapping) -> PodRequest:
         return UNREADABLE_HOLDING
 
 
-def _gpu_resources_only(pod: Mapping) -> dict:
+def _gpu_resources_only(pod: Pod) -> Pod:
     """The pod without annotations and with only GPU resources in its containers."""
 
     def gpu_only(container: object) -> object:
@@ -176,14 +180,14 @@ def _gpu_resources_only(pod: Mapping) -> dict:
         }
         return {"resources": kept}
 
-    spec = dict(pod.get("spec") or {})
+    spec: dict[str, Any] = dict(pod.get("spec") or {})
     for key in ("containers", "initContainers"):
         if isinstance(spec.get(key), list):
             spec[key] = [gpu_only(c) for c in spec[key]]
-    return {**pod, "metadata": {**(pod.get("metadata") or {}), "annotations": {}}, "spec": spec}
+    return cast(Pod, {**pod, "metadata": {**(pod.get("metadata") or {}), "annotations": {}}, "spec": spec})
 
 
-def pod_holds(pod: Mapping) -> tuple[PodRequest, tuple[int, ...] | None] | None:
+def pod_holds(pod: Pod) -> tuple[PodRequest, tuple[int, ...] | None] | None:
     """(request, explicit GPU indices or None) of a pod that holds node resources; None if it holds none.
     A pending pod that cannot be understood holds nothing (the filter refuses it too); a bound one holds
     what its resources say (held_request)."""

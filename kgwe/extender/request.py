@@ -24,12 +24,12 @@ Bad values raise RequestError, which the server turns into a 400 with the messag
 
 from __future__ import annotations
 
-import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from kgwe.gpu.sharing import annotated_milli
+from kgwe.quantity import in_units, milli, parse_quantity, whole
 from kgwe.vocab import (
     GPU_FAMILY_ANNOTATION,
     GPU_FAMILY_LABEL,
@@ -61,7 +61,6 @@ LABEL_FAMILY = GPU_FAMILY_LABEL
 
 GB_MIB = 1e9 / 2**20  # one decimal GB in MiB
 PREFERENCES = TOPOLOGY_PREFERENCES
-_QUANTITY = re.compile(r"^\s*(\d+)\s*$")
 
 
 class RequestError(ValueError):
@@ -120,49 +119,34 @@ class PodRequest:
         )
 
 
+MAX_AMOUNT = 2**62  # larger amounts (the API server accepts "1e30") fit no node; kept finite for the arrays
+
+
 def _count(value: object, what: str) -> int:
-    """Extended resources are integers; accept '2', 2, '2.0' is rejected like the API server would."""
-    if isinstance(value, bool):
-        raise RequestError(f"{what}: expected an integer quantity, got {value!r}")
-    if isinstance(value, int):
-        n = value
-    else:
-        m = _QUANTITY.match(str(value))
-        if not m:
-            raise RequestError(f"{what}: expected an integer quantity, got {value!r}")
-        n = int(m.group(1))
-    if n < 0:
-        raise RequestError(f"{what}: must not be negative")
-    return n
+    """Extended resources are whole numbers, in any spelling the API server takes ("2", "2e0", "2000m")."""
+    try:
+        return min(whole(value), MAX_AMOUNT)
+    except ValueError as exc:
+        raise RequestError(f"{what}: {exc}") from None
 
 
-_CPU = re.compile(r"^(\d+(?:\.\d+)?)(m?)$")
-_MEM = re.compile(r"^(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|k|M|G|T|)$")
-_MEM_FACTOR = {
-    "": 1 / 2**20,
-    "Ki": 1 / 1024,
-    "Mi": 1,
-    "Gi": 1024,
-    "Ti": 2**20,
-    "k": 1000 / 2**20,
-    "M": 1e6 / 2**20,
-    "G": 1e9 / 2**20,
-    "T": 1e12 / 2**20,
-}
+def _amount(value: object, what: str, read: Callable[[object], int]) -> int:
+    try:
+        negative = parse_quantity(value) < 0
+        n = read(value)
+    except ValueError as exc:
+        raise RequestError(f"{what}: {exc}") from None
+    if negative:
+        raise RequestError(f"{what}: must not be negative, got {value!r}")
+    return min(n, MAX_AMOUNT)
 
 
 def cpu_milli(value: object) -> int:
-    m = _CPU.match(str(value).strip())
-    if not m:
-        raise RequestError(f"cpu: cannot read quantity {value!r}")
-    return int(float(m.group(1)) * (1 if m.group(2) else 1000))
+    return _amount(value, "cpu", milli)
 
 
 def memory_mib(value: object) -> int:
-    m = _MEM.match(str(value).strip())
-    if not m:
-        raise RequestError(f"memory: cannot read quantity {value!r}")
-    return int(float(m.group(1)) * _MEM_FACTOR[m.group(2)])
+    return _amount(value, "memory", lambda v: in_units(v, 2**20))
 
 
 def _container_resources(container: Mapping[str, Any]) -> dict[str, object]:

@@ -15,7 +15,9 @@ from typing import Any
 from kgwe.audit.stamp import Stamp
 from kgwe.errors import KgweError
 from kgwe.fleet.output import Column
+from kgwe.quantity import count
 from kgwe.runtime.conditions import find, of
+from kgwe.timestamps import format_rfc3339
 from kgwe.topology import health
 from kgwe.topology import view as topology_view
 from kgwe.topology.annotation import topology_name
@@ -61,10 +63,7 @@ HEALTH_COLUMNS = (
 
 
 def _int(value: object) -> int:
-    try:
-        return int(str(value))
-    except (TypeError, ValueError):
-        return 0
+    return count(value)
 
 
 def short_product(product: str) -> str:
@@ -222,7 +221,7 @@ def _name(node: Mapping[str, Any]) -> str:
 
 
 def _stamp(when: datetime) -> str:
-    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return format_rfc3339(when)
 
 
 def health_rows(nodes: Sequence[Mapping[str, Any]], *, every_gpu: bool) -> list[dict[str, Any]]:

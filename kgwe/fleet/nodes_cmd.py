@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from kgwe.errors import KgweError
 from kgwe.fleet.cluster import add_cluster_arguments, add_output_argument
@@ -28,7 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_cluster_arguments(parser)
 
 
-def pick(nodes: list[dict], names: Sequence[str]) -> list[dict]:
+def pick(nodes: list[dict[str, Any]], names: Sequence[str]) -> list[dict[str, Any]]:
     """The named GPU nodes; an unknown name is an error with a 'did you mean'."""
     if not names:
         return nodes

@@ -11,6 +11,7 @@ from typing import Any
 import orjson
 
 from kgwe.safetext import terminal_cell
+from kgwe.timestamps import format_rfc3339
 
 FORMATS = ("table", "wide", "json", "yaml")
 NONE = "<none>"  # kubectl's word for an empty cell
@@ -61,7 +62,7 @@ def to_yaml(data: object) -> str:
 
 def _plain(value: object) -> str:
     if isinstance(value, datetime):
-        return value.strftime("%Y-%m-%dT%H:%M:%SZ")
+        return format_rfc3339(value)
     return str(value)
 
 

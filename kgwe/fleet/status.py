@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kgwe.fleet.output import Column, table
+from kgwe.quantity import parse_quantity
 from kgwe.runtime.conditions import find
 from kgwe.vocab import BUDGET_ANNOTATION, BUDGET_QUOTA_NAME, CONTROLLER_NAME
 
@@ -128,8 +129,8 @@ def gpu_totals(node_rows: Sequence[Mapping[str, Any]]) -> dict[str, int]:
 
 def _quantity(value: object) -> float | None:
     try:
-        return float(str(value))
-    except (TypeError, ValueError):
+        return float(parse_quantity(value))
+    except ValueError:
         return None
 
 

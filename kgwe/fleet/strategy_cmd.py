@@ -39,6 +39,7 @@ def run(args: argparse.Namespace) -> int:
     from kgwe.policy.diagnostics import did_you_mean
     from kgwe.policy.loader import load_repository
     from kgwe.policy.scoring_profile import ScoringProfile
+    from kgwe.workloads.convert import strategy_caveats
 
     if args.strategy not in STRATEGIES:
         word = args.strategy
@@ -47,6 +48,8 @@ def run(args: argparse.Namespace) -> int:
             hint = did_you_mean(word, STRATEGIES)
             raise KgweError(f'unknown strategy "{word}"{hint}; known: {", ".join(STRATEGIES)}')
         print(f'"{word}" is {args.strategy}', file=sys.stderr)
+        for caveat in strategy_caveats(word):
+            print(f"warning: {caveat}", file=sys.stderr)
     root = Path(args.repo)
     if not root.is_dir():
         raise KgweError(f"{root}: not a directory (pass the policy checkout with --repo)")

@@ -231,7 +231,7 @@ def planned_yaml(bodies: list[dict[str, Any]], policy_dir: str | None, namespace
     from kgwe.policy.gpu_workload import GPUWorkload
     from kgwe.policy.loader import PolicySet, load_repository
     from kgwe.policy.runtime_templates import needs_runtime
-    from kgwe.policy.workload_resolution import PlanError
+    from kgwe.policy.workload_resolution import PlanError, gang_phrase
     from kgwe.workloads.plan import plan_children
 
     policy = workload_policy_view(load_repository(policy_dir)) if policy_dir else None
@@ -263,7 +263,7 @@ def planned_yaml(bodies: list[dict[str, Any]], policy_dir: str | None, namespace
                 file=sys.stderr,
             )
         notes = [
-            f"gang {facts.gang_backend}"
+            gang_phrase(facts.gang_backend, wl.spec.total_pods, wl.spec.is_batch)
             + (
                 " (Auto: assumed native PodGroups)"
                 if wl.spec.gang.backend == "Auto" and facts.gang_backend != "None"

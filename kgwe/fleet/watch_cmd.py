@@ -35,15 +35,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 class _Store:
     """The objects of one watched kind by namespace/name, replaced on every (re)list."""
 
-    def __init__(self, changed: threading.Event, keep: Callable[[dict], bool] = lambda obj: True) -> None:
-        self.items: dict[str, dict] = {}
+    def __init__(
+        self, changed: threading.Event, keep: Callable[[dict[str, Any]], bool] = lambda obj: True
+    ) -> None:
+        self.items: dict[str, dict[str, Any]] = {}
         self.listed = threading.Event()
         self.changed = changed
         self.keep = keep
         self.lock = threading.Lock()
 
     @staticmethod
-    def _key(obj: dict) -> str:
+    def _key(obj: dict[str, Any]) -> str:
         meta = obj.get("metadata") or {}
         return f"{meta.get('namespace') or ''}/{meta.get('name')}"
 
@@ -61,7 +63,7 @@ class _Store:
                 self.items[self._key(obj)] = obj
         self.changed.set()
 
-    def snapshot(self) -> list[dict]:
+    def snapshot(self) -> list[dict[str, Any]]:
         with self.lock:
             return list(self.items.values())
 
@@ -128,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
             if not all(s.listed.is_set() for s in (nodes, pods, workloads)):
                 continue
             changed.clear()
-            by_node: dict[str, list[dict]] = {}
+            by_node: dict[str, list[dict[str, Any]]] = {}
             for pod in pods.snapshot():
                 by_node.setdefault(pod["spec"]["nodeName"], []).append(pod)
             requests, names = requests_by_node(by_node, pod_gpu_requests)

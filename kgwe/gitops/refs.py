@@ -105,7 +105,8 @@ class _CountedResponse(http.client.HTTPResponse):
         self._statuses = getattr(self, "_statuses", 0) + 1
         if self._statuses > MAX_INTERIM_REPLIES + 1:
             raise http.client.HTTPException(f"more than {MAX_INTERIM_REPLIES} interim replies")
-        return super()._read_status()  # type: ignore[misc]  # private, in every http.client since 3.0
+        version, status, reason = super()._read_status()  # type: ignore[misc]  # private, in every http.client since 3.0
+        return str(version), int(status), str(reason)
 
 
 class _PinnedConnection(http.client.HTTPConnection):

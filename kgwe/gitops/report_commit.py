@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from kgwe.gitops.auth import GitCredentials
-from kgwe.gitops.commit_back import CommitBack
+from kgwe.gitops.commit_back import CommitBack, CommitResult
 
 
 def commit_reports(
@@ -18,7 +18,7 @@ def commit_reports(
     summary: str,
     credentials: GitCredentials | None = None,
     allow_local: bool = False,
-):
+) -> CommitResult:
     """Commit the report files to `branch` of `repo_url`; `credentials` are the repository's
     GitCredentials (token or SSH key) when it is not local; `allow_local` lets the person running
     `kgwe report` name a local repository."""

@@ -309,7 +309,7 @@ def _write_file(out: IO[bytes], size: int, path: Path, mode: int, sha: str) -> N
 def resolve_local(repo: git.Repo, refname: str) -> str:
     """A ref name, tag or commit id in a local repository → full commit id (KgweError if unknown)."""
     try:
-        return repo.git.rev_parse("--verify", "--quiet", "--end-of-options", f"{refname}^{{commit}}")
+        return str(repo.git.rev_parse("--verify", "--quiet", "--end-of-options", f"{refname}^{{commit}}"))
     except git.GitCommandError as exc:
         raise KgweError(f"unknown git revision {refname!r}") from exc
 
@@ -490,8 +490,8 @@ class GitSource:
         if held is not None and self._resolved is not None and self._resolved[0] == held:
             return self._resolved[1]  # the same ref value names the same commit (objects never change)
         try:
-            commit = self.repo.git.rev_parse(
-                "--verify", "--quiet", "--end-of-options", f"{candidate}^{{commit}}"
+            commit = str(
+                self.repo.git.rev_parse("--verify", "--quiet", "--end-of-options", f"{candidate}^{{commit}}")
             )
         except git.GitCommandError as exc:
             raise GitSourceError(f"{where} not found in {self.display_url}") from exc

@@ -23,10 +23,12 @@ import logging
 import queue
 import re
 import threading
-from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import urlsplit
+
+from cachetools import FIFOCache
 
 from kgwe.httpd import JSON, AccessGuard, Limits, ServerThread, WithHeaders, error_body
 
@@ -55,7 +57,7 @@ class PushEvent:
 @dataclass(frozen=True)
 class HookResponse:
     status: int
-    body: dict = field(default_factory=dict)
+    body: dict[str, Any] = field(default_factory=dict)
     event: PushEvent | None = None  # set only when a sync should be triggered
 
 
@@ -80,7 +82,7 @@ def repository_key(url: str) -> str | None:
     return f"{host.lower()}/{path.lower()}" if host else "/" + path
 
 
-def _named_repositories(payload: Mapping) -> frozenset[str]:
+def _named_repositories(payload: Mapping[str, Any]) -> frozenset[str]:
     """URLs a GitHub (repository.*) or GitLab (project.*, repository.*) push names, as repository keys."""
     urls: list[str] = []
     for section, keys in (
@@ -109,7 +111,7 @@ class ReplayGuard:
 
     def __init__(self, limit: int = REMEMBERED_DELIVERIES) -> None:
         self.limit = limit
-        self._seen: OrderedDict[str, None] = OrderedDict()
+        self._seen: FIFOCache[str, None] = FIFOCache(maxsize=limit)  # the oldest forgotten first
         self._lock = threading.Lock()
 
     def seen(self, *keys: str) -> bool:
@@ -118,8 +120,6 @@ class ReplayGuard:
                 return True
             for k in keys:
                 self._seen[k] = None
-            while len(self._seen) > self.limit:
-                self._seen.popitem(last=False)
             return False
 
 

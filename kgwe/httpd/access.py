@@ -16,10 +16,11 @@ from __future__ import annotations
 import hashlib
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+
+from cachetools import TLRUCache
 
 MAX_TOKEN_BYTES = 8192  # service-account JWTs are ~1 KiB; OIDC ones a few
 
@@ -71,10 +72,16 @@ class AccessGuard:
         self.max_in_flight = max_in_flight
         self.clock = clock
         self.reviews = 0  # reviews asked of the API server (for tests and benchmarks)
-        self._memory: OrderedDict[bytes, tuple[float, Verdict]] = OrderedDict()
+        # by hash of path and token: each verdict for its own time, the least recently used dropped first
+        self._memory: TLRUCache[bytes, Verdict] = TLRUCache(
+            maxsize=max_entries, ttu=self._expiry, timer=lambda: self.clock()
+        )
         self._lock = threading.Lock()
         self._in_flight = 0
         self._pool: ThreadPoolExecutor | None = None
+
+    def _expiry(self, _key: bytes, verdict: Verdict, now: float) -> float:
+        return now + (self.allow_ttl_seconds if verdict.allowed else self.deny_ttl_seconds)
 
     def _key(self, token: str, path: str) -> bytes:
         return hashlib.sha256(f"{path}\0{token}".encode()).digest()
@@ -86,13 +93,7 @@ class AccessGuard:
             return Verdict(401, f"{path} needs Authorization: Bearer <token> (a service-account token)")
         key = self._key(token, path)
         with self._lock:
-            hit = self._memory.get(key)
-            if hit is None:
-                return None
-            if hit[0] <= self.clock():
-                del self._memory[key]
-                return None
-            return hit[1]
+            return self._memory.get(key)
 
     def submit(self, path: str, authorization: str | None, done: Callable[[Verdict], None]) -> bool:
         """Ask the reviewer on a worker thread and call `done(verdict)` there; False (nothing asked) when
@@ -120,10 +121,5 @@ class AccessGuard:
             self._in_flight -= 1
             self.reviews += 1
             if verdict.status != 503:  # an outage is not remembered: the next scrape asks again
-                ttl = self.allow_ttl_seconds if verdict.allowed else self.deny_ttl_seconds
-                key = self._key(token, path)
-                self._memory[key] = (self.clock() + ttl, verdict)
-                self._memory.move_to_end(key)
-                while len(self._memory) > self.max_entries:
-                    self._memory.popitem(last=False)
+                self._memory[self._key(token, path)] = verdict
         done(verdict)

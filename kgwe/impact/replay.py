@@ -12,11 +12,12 @@ from __future__ import annotations
 import hashlib
 import heapq
 from collections import Counter, defaultdict, deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from decimal import Decimal
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 
@@ -207,9 +208,15 @@ class _Replay:
         result.mig_served = sum(1 for i in mig if i in placed_at)
 
 
-def _retry(waiting: deque[int], place, now: int, requests, pods) -> None:
+def _retry(
+    waiting: deque[int],
+    place: Callable[[int, int], bool],
+    now: int,
+    requests: Sequence[PodRequest],
+    pods: Sequence[DemandPod],
+) -> None:
     """Try waiting pods in arrival order; a shape that fails once is not tried again in this pass."""
-    failed: set[tuple] = set()
+    failed: set[tuple[object, ...]] = set()
     tries = 0
     for _ in range(len(waiting)):
         if tries >= MAX_RETRIES_PER_EVENT:
@@ -230,7 +237,14 @@ def _retry(waiting: deque[int], place, now: int, requests, pods) -> None:
         waiting.extend(order)
 
 
-def _costs(result: ReplayResult, record, pods, placed_at, table, policy: PolicyView) -> None:
+def _costs(
+    result: ReplayResult,
+    record: DemandRecord,
+    pods: Sequence[DemandPod],
+    placed_at: dict[int, tuple[int, int, tuple[int, ...]]],
+    table: NodeTable,
+    policy: PolicyView,
+) -> None:
     book = policy.book
     if book is None:
         return
@@ -240,8 +254,8 @@ def _costs(result: ReplayResult, record, pods, placed_at, table, policy: PolicyV
     for i, (start, row, _gpus) in placed_at.items():
         pod = pods[i]
         node = table.nodes[row]
-        price = book.price(node.product) if node else None
-        if price is None:
+        price = book.price(node.product) if node is not None else None
+        if node is None or price is None:
             continue
         shape = record.shapes[pod.shape]
         duration = (window if pod.end_s is None else pod.end_s) - pod.arrival_s
@@ -294,7 +308,7 @@ def _alloc_milli(shape: Shape, share: int, product: str) -> int:
     return shape.count * 1000 * c // slots
 
 
-def _mix(record: DemandRecord, pods: Sequence) -> list[WorkloadType]:
+def _mix(record: DemandRecord, pods: Sequence[Any]) -> list[WorkloadType]:
     counts = Counter(p.shape for p in pods)
     out = []
     for s, n in counts.most_common():
@@ -310,7 +324,7 @@ def _stable(i: int, seed: int) -> bytes:
     return hashlib.blake2b(f"{seed}/{i}".encode(), digest_size=8).digest()
 
 
-def _sample_pods(record: DemandRecord, max_pods: int, seed: int) -> tuple[list, float]:
+def _sample_pods(record: DemandRecord, max_pods: int, seed: int) -> tuple[list[Any], float]:
     pods = list(record.pods)
     if len(pods) <= max_pods:
         return pods, 1.0
@@ -355,7 +369,3 @@ def compare(
         replay_record(record, base, seed=seed, max_pods=max_pods),
         replay_record(record, head, seed=seed, max_pods=max_pods),
     )
-
-
-def result_dict(r: ReplayResult) -> Mapping[str, object]:
-    return {k: (str(v) if isinstance(v, Decimal) else v) for k, v in r.__dict__.items()}

@@ -34,7 +34,7 @@ import time
 import urllib.error
 import urllib.request
 import weakref
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -374,10 +374,14 @@ class ControlPlane:
         start_timeout_seconds: float = 90.0,
         node_lease_seconds: int = 40,
         real_node: Callable[[ControlPlane, Path], JoinedNode] | None = None,
+        apiserver_args: Sequence[str] = (),
     ) -> None:
         """`node_lease_seconds`: the simulated kubelets' Lease duration; each renews at a quarter of it, as
         kubelet does (40 s, kubelet's default: 1,000 nodes write 100 Leases/s, about a quarter of this
-        2-core machine with apiserver and etcd). Benchmarks may lengthen it to give the control plane room."""
+        2-core machine with apiserver and etcd). Benchmarks may lengthen it to give the control plane room.
+        `apiserver_args`: more kube-apiserver flags (e.g. --enable-aggregator-routing=true, so a webhook
+        Service reaches a process on this host through its EndpointSlice)."""
+        self.apiserver_args = list(apiserver_args)
         self.binaries = binaries or find_binaries()
         self.node_lease_seconds = node_lease_seconds
         self.scheduler_config = dict(scheduler_config or default_scheduler_config())
@@ -674,6 +678,7 @@ class ControlPlane:
                 "--profiling=false",
                 *self._feature_gate_args(),
                 *self._runtime_config_args(),
+                *self.apiserver_args,
                 "--v=1",
             ],
         )

@@ -7,8 +7,10 @@ this way, after it has held its GPUs long enough to be metered).
 
 from __future__ import annotations
 
-import time
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
+
+from kgwe.timestamps import format_rfc3339
 
 if TYPE_CHECKING:
     from kubernetes import client
@@ -18,7 +20,7 @@ def finish_held_pod(api: client.ApiClient, pod: client.V1Pod, *, ok: bool = True
     """Write `pod`'s end status (a kubernetes V1Pod): every container exited 0 (or 1 when not `ok`)."""
     from kubernetes import client
 
-    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    now = format_rfc3339(datetime.now(UTC))
     code = 0 if ok else 1
     terminated = {
         "exitCode": code,

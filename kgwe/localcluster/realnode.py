@@ -58,6 +58,7 @@ from kgwe.localcluster.nodebins import NodeBinaries, find_node_binaries
 from kgwe.localcluster.nodeimages import NodeImages, image_archives, node_images
 from kgwe.localcluster.ociimage import archive_reference
 from kgwe.localcluster.pki import issue
+from kgwe.timestamps import format_rfc3339
 
 NODE_NAME = "kgwe-node"
 BRIDGE = "kgwe0"
@@ -366,7 +367,7 @@ class RealNode:
                 NodeRecord(
                     pid=os.getpid(),
                     owner=" ".join(Path(f"/proc/{os.getpid()}/cmdline").read_text().split("\0")).strip(),
-                    started=dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                    started=format_rfc3339(dt.datetime.now(dt.UTC)),
                     workdir=str(self.workdir),
                     snapshot=self._snapshot,
                 ).to_json()

@@ -14,6 +14,7 @@ from typing import Any
 
 from kgwe.cluster.nodes import pod_gpu_requests
 from kgwe.errors import KgweError
+from kgwe.quantity import count
 from kgwe.topology.health import decode
 from kgwe.vocab import (
     GPU_COUNT_LABEL,
@@ -49,10 +50,7 @@ class FleetStats:
 
 
 def _int(value: object) -> int:
-    try:
-        return max(0, int(str(value)))
-    except ValueError:
-        return 0
+    return count(value)
 
 
 def _requests(pods: Sequence[Mapping[str, Any]]) -> dict[str, int]:

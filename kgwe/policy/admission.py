@@ -24,6 +24,7 @@ from kgwe.policy import runtime_templates as rt
 from kgwe.policy import template_admission
 from kgwe.policy.diagnostics import format_path
 from kgwe.policy.gpu_workload import GPUWorkload, NodeOffer, has_containers, problems
+from kgwe.policy.kueue_setup import KueueNamespace
 from kgwe.policy.pod_template import template_findings
 from kgwe.policy.pod_template_policy import PodTemplatePolicy
 from kgwe.policy.quota_namespaces import protected_namespace
@@ -39,6 +40,7 @@ from kgwe.policy.workload_resolution import (
     resolve_profile,
 )
 from kgwe.policy.workload_runtime import WorkloadRuntimeSpec
+from kgwe.quantity import parse_quantity
 from kgwe.vocab import (
     BUDGET_ANNOTATION,
     DEFAULT_STRATEGY,
@@ -70,7 +72,16 @@ REFUSALS: dict[str, Refusal] = {
     "NoScoringProfile": Refusal("repository", "no ScoringProfile uses the schedulingStrategy asked for"),
     "QuotaExceeded": Refusal("repository", "the namespace's GPUBudget quota is smaller than the workload"),
     "Unschedulable": Refusal("cluster", "no node offers what one pod needs (GPUs, product, MIG profile)"),
-    "NoGangEngine": Refusal("cluster", "several pods, and neither native PodGroups nor Kueue is served"),
+    "NoGangEngine": Refusal(
+        "cluster",
+        "several pods and no gang engine to admit them whole (native PodGroups, or Kueue configured to "
+        "manage the pods), or Kueue takes every Job of the namespace and cannot admit the pods as one group",
+    ),
+    "BudgetCountedTwice": Refusal(
+        "cluster",
+        "Kueue admits the workload (its ClusterQueue counts the GPUs) and the namespace's GPUBudget quota "
+        "counts the same GPUs",
+    ),
     "NoPriorityClass": Refusal("cluster", "spec.priority names a PriorityClass the cluster does not have"),
     "TemplateNotAllowed": Refusal(
         "repository",
@@ -120,6 +131,7 @@ class ClusterView:
     native_gang: bool | None = None
     kueue: bool | None = None
     quotas: Mapping[str, Mapping[str, Any]] | None = None  # namespace -> its live kgwe-budget quota
+    kueue_namespaces: Mapping[str, KueueNamespace] | None = None  # how Kueue treats each namespace
     namespaces: frozenset[str] | None = None
     enabled_namespaces: Collection[str] | None = None  # labelled WORKLOADS_NAMESPACE_LABEL=enabled
     bound_namespaces: Collection[str] | None = (
@@ -216,12 +228,21 @@ def findings(
                 )
         if spec.gpu_requirements.product:
             out.append(_unknown_product(("spec", "gpuRequirements"), spec.gpu_requirements.product))
+    backend = None
     if cluster.native_gang is not None and cluster.kueue is not None:
-        _, problem = resolve_backend(
-            spec.gang.backend, spec.total_pods, cluster.native_gang, cluster.kueue, spec.is_batch
+        here = kueue_here(cluster, namespace)
+        backend, problem = resolve_backend(
+            spec.gang.backend,
+            spec.total_pods,
+            cluster.native_gang,
+            cluster.kueue,
+            spec.is_batch,
+            here,
+            spec.gang.queue_name,
         )
         if problem:
-            hint = "; set spec.gang.backend: None to run without all-or-nothing"
+            takes_jobs = here is not None and here.takes_every_job()
+            hint = "" if takes_jobs else "; set spec.gang.backend: None to run without all-or-nothing"
             out.append(Finding("NoGangEngine", ("spec", "gang", "backend"), problem + hint))
     if spec.scheduling_strategy and policy.profiles is None:
         message = (
@@ -252,8 +273,11 @@ def findings(
                 known = ", ".join(sorted(cluster.priority_classes)) or "none"
                 out.append(Finding(exc.reason, ("spec", "priority"), f"{exc} on the cluster (have: {known})"))
     out += _quota(wl, namespace, policy, cluster)
+    if backend == "Kueue":
+        out += _counted_twice(wl, namespace, policy, cluster)
     if namespace and wl.name and cluster.read_child is not None:
-        out += names_taken(wl, namespace, cluster.read_child, bool(cluster.native_gang))
+        native = backend == "Native" if backend is not None else bool(cluster.native_gang)
+        out += names_taken(wl, namespace, cluster.read_child, native, kueue=backend == "Kueue")
     return out
 
 
@@ -264,15 +288,48 @@ def names_taken(
     native_gang: bool,
     run: int = 0,
     uid: str | None = None,
+    kueue: bool = False,
 ) -> list[Finding]:
     """ChildNameTaken: a child's name is held by an object this workload does not control (by `uid` when
     known; by name for a manifest not created yet)."""
     out = []
-    for api_version, kind, name in child_refs(wl, run, native_gang):
+    for api_version, kind, name in child_refs(wl, run, native_gang, kueue):
         verdict = child_write(read_child(namespace, api_version, kind, name), f"{kind}/{name}", wl.name, uid)
         if verdict.action == "refuse":
             out.append(Finding("ChildNameTaken", ("metadata", "name"), verdict.why))
     return out
+
+
+def kueue_here(cluster: ClusterView, namespace: str | None) -> KueueNamespace | None:
+    """How Kueue treats `namespace`, when known."""
+    return (cluster.kueue_namespaces or {}).get(namespace or "") if cluster.kueue else None
+
+
+def _counted_twice(
+    wl: GPUWorkload, namespace: str | None, policy: PolicyView, cluster: ClusterView
+) -> list[Finding]:
+    """BudgetCountedTwice: the Kueue route, and a kgwe-budget quota on the GPUs the workload asks for. One
+    budget counts a namespace's GPUs: Kueue's ClusterQueue where Kueue admits GPUWorkloads, KGWE's
+    GPUBudget quota elsewhere (docs/spec/gpuworkload.md, "Kueue")."""
+    needs = quota_needs(wl)
+    live = (cluster.quotas or {}).get(namespace or "")
+    if live:
+        hard = (live.get("spec") or {}).get("hard") or {}
+        budget = ((live.get("metadata") or {}).get("annotations") or {}).get(BUDGET_ANNOTATION) or "?"
+    elif namespace and policy.budget_quotas is not None and namespace in policy.budget_quotas:
+        budget, hard = policy.budget_quotas[namespace]
+    else:
+        return []
+    counted = sorted(key for key in needs if key in hard)
+    if not counted:
+        return []
+    message = (
+        f"Kueue admits this workload and its ClusterQueue counts its GPUs, and GPUBudget {budget} counts "
+        f"{', '.join(counted)} in namespace {namespace} too (its kgwe-budget ResourceQuota): one budget must "
+        f"count them — remove spec.quota from GPUBudget {budget} (its limit and alerts stay) where Kueue "
+        "admits GPUWorkloads, or keep the namespace out of Kueue"
+    )
+    return [Finding("BudgetCountedTwice", ("spec", "gpuRequirements"), message)]
 
 
 def namespace_refusal(
@@ -367,11 +424,8 @@ def quota_admission(quota: Mapping[str, Any] | None, needs: Mapping[str, int]) -
 
 
 def _qty(value: object) -> int:
-    text = str(value).strip()
-    try:
-        return int(text)
-    except ValueError:
-        return int(float(text.rstrip("m")) / 1000) if text.endswith("m") else int(float(text))
+    """A quota amount (the API server wrote it: always a quantity); whole GPUs, rounded down."""
+    return int(parse_quantity(value).to_integral_value(rounding="ROUND_FLOOR"))
 
 
 def _unknown_product(path: FieldPath, product: str) -> Finding:
@@ -408,12 +462,22 @@ def _quota(wl: GPUWorkload, namespace: str | None, policy: PolicyView, cluster: 
 
 
 def resolve_facts(
-    wl: GPUWorkload, run: int, policy: PolicyView, cluster: ClusterView, *, native: bool, kueue: bool
+    wl: GPUWorkload,
+    run: int,
+    policy: PolicyView,
+    cluster: ClusterView,
+    *,
+    native: bool,
+    kueue: bool,
+    here: KueueNamespace | None = None,
 ) -> Facts:
     """The facts the children are planned with, once `findings` has no error. `native`/`kueue` say which
-    gang engines to assume (the controller passes what the cluster serves)."""
+    gang engines to assume (the controller passes what the cluster serves), `here` how Kueue treats the
+    workload's namespace."""
     spec = wl.spec
-    backend, problem = resolve_backend(spec.gang.backend, spec.total_pods, native, kueue, spec.is_batch)
+    backend, problem = resolve_backend(
+        spec.gang.backend, spec.total_pods, native, kueue, spec.is_batch, here, spec.gang.queue_name
+    )
     if problem:
         raise PlanError("NoGangEngine", problem)
     name, why = rt.select(wl, policy.runtimes or {})

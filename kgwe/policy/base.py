@@ -23,6 +23,9 @@ class KgweModel(BaseModel):
         alias_generator=to_camel,
         validate_default=False,
         use_enum_values=True,
+        # A field's docstring (the string under it) is its description: it reaches the JSON Schemas, the
+        # CRDs (`kubectl explain`) and the field tables of docs/spec/ (kgwe.policy.spec_tables).
+        use_attribute_docstrings=True,
     )
 
     def to_yaml_dict(self) -> dict[str, Any]:
@@ -34,9 +37,13 @@ class ObjectMeta(KgweModel):
     """metadata of a policy kind living in Git: only what a person writes."""
 
     name: DnsSubdomain
+    """The object's name (a DNS subdomain), unique per kind and namespace."""
     namespace: DnsLabel | None = None
+    """The namespace, for kinds that have one."""
     labels: LabelMap = Field(default_factory=dict)
+    """Labels, as on any Kubernetes object."""
     annotations: LabelMap = Field(default_factory=dict)
+    """Annotations, as on any Kubernetes object."""
 
 
 class ClusterObjectMeta(ObjectMeta):
@@ -47,8 +54,25 @@ class ClusterObjectMeta(ObjectMeta):
     model_config = ConfigDict(extra="ignore")
 
 
+# What the envelope's fields mean, for every kind (a kind re-declares `kind` and `metadata`, which drops the
+# base's docstrings; the schema gets them back here).
+_ENVELOPE = {
+    "apiVersion": "The API group and version of every KGWE kind.",
+    "kind": "The kind of the object.",
+    "metadata": "Name, namespace, labels and annotations.",
+}
+
+
+def _describe_envelope(schema: dict[str, Any]) -> None:
+    for name, text in _ENVELOPE.items():
+        if name in schema.get("properties", {}):
+            schema["properties"][name].setdefault("description", text)
+
+
 class KgweObject(KgweModel):
     """apiVersion/kind/metadata/spec envelope. Subclasses pin `kind` and `spec`."""
+
+    model_config = ConfigDict(json_schema_extra=_describe_envelope)
 
     api_version: KgweApiVersion = Field(default=API_VERSION, alias="apiVersion")
     kind: str

@@ -23,29 +23,54 @@ CURRENCY_PATTERN = r"^[A-Z]{3}$"
 
 
 class BudgetLimit(KgweModel):
+    """The spend limit per period."""
+
     amount: Money
+    """The spend limit per period, a quoted decimal."""
     currency: str = Field(default=DEFAULT_CURRENCY, pattern=CURRENCY_PATTERN)
+    """ISO 4217 code; it must match the PricingCatalog's currency."""
 
 
 class BudgetAlert(KgweModel):
     """At `at` of the limit: Notify (metric + Event) or Enforce (cap the quotas at current use)."""
 
     at: Percent
+    """The threshold, a percentage of the limit."""
     action: Literal["Notify", "Enforce"] = "Notify"
+    """`Notify`: a Warning Event (and a metric); `Enforce`: also cap the namespaces' quotas at current
+    use."""
 
 
 class GPUBudgetSpec(KgweModel):
+    """What a team may spend per period, its namespaces' GPU quota, and when to alert."""
+
     team: LabelValue
+    """The team the spend is charged to (chargeback `team`); a Kubernetes label value (letters, digits,
+    `-`, `_`, `.`, at most 63, starting and ending alphanumeric): it lands in labels, reports and
+    terminals."""
     namespaces: list[DnsLabel] = Field(min_length=1)
+    """Namespaces whose GPU use counts (at least one); a namespace belongs to at most one budget."""
     period: Literal["Daily", "Weekly", "Monthly", "Quarterly", "Yearly"] = "Monthly"
+    """The budget period (UTC calendar)."""
     limit: BudgetLimit
-    quota: dict[str, int] = Field(default_factory=dict)  # resource name -> count, e.g. nvidia.com/gpu: 32
+    """The spend limit per period."""
+    quota: dict[str, int] = Field(default_factory=dict)
+    """GPU resource name to count, e.g. `nvidia.com/gpu: 32`: the `kgwe-budget` ResourceQuota
+    (`requests.<resource>`) in each namespace; MIG resources must exist on the cluster's GPUs. Leave out
+    the GPUs of namespaces where Kueue admits GPUWorkloads: Kueue's ClusterQueue counts them there, and a
+    GPUWorkload Kueue would admit against a quota on the same GPUs is refused `BudgetCountedTwice`
+    (docs/spec/gpuworkload.md#kueue)."""
     alerts: list[BudgetAlert] = Field(default_factory=list)
-    # Hold or Refuse a GPUWorkload of these namespaces whose expected cost exceeds what remains this period
-    # (kgwe.optimizer.admission); Off: the quota alone decides, as without the optimizer
+    """Thresholds of the limit and what happens at each."""
     predicted_cost_admission: PredictedCostAdmission = Field(
         default=DEFAULT_PREDICTED_COST_ADMISSION, alias="predictedCostAdmission"
     )
+    """What to do with a GPUWorkload of these namespaces whose expected cost (the optimizer's predicted
+    duration × its GPUs × the catalog's price, docs/optimizer.md) exceeds what remains of the limit this
+    period: `Hold` keeps it `Admitted=False`, reason `PredictedCostHeld`, and admits it once the budget has
+    room (a new period, a raised limit); `Refuse` fails it (`Failed=True`, reason `PredictedCostOverBudget`);
+    `Off`: the quota alone decides. Needs the controller's metering (on unless `--no-costs`) and a
+    PricingCatalog; a workload whose cost cannot be predicted (no price) is admitted as with `Off`."""
 
     @field_validator("quota")
     @classmethod
@@ -64,7 +89,10 @@ class GPUBudgetSpec(KgweModel):
 
 
 class GPUBudget(KgweObject):
+    """What a team may spend on GPUs per period, its namespaces' GPU quota, and when to alert."""
+
     KIND: ClassVar[str] = "GPUBudget"
     kind: Literal["GPUBudget"] = "GPUBudget"
     metadata: ObjectMeta
     spec: GPUBudgetSpec
+    """The team, its namespaces, the limit, the quota and the alerts."""

@@ -412,7 +412,9 @@ def check_scoring_profiles(ps: PolicySet) -> None:
             ("spec", "default"),
             f'a second default ScoringProfile ("{defaults[0].obj.name}" at {_at(defaults[0])} is default)',
         )
-    if len(entries) > 1 and not defaults:
+    # a profile that did not load may be the default one: its own error says enough
+    unreadable = any(d.kind == ScoringProfile.KIND for d in ps.errors)
+    if len(entries) > 1 and not defaults and not unreadable:
         ps.report(entries[0], ("metadata", "name"), "several ScoringProfiles and none has `default: true`")
 
 

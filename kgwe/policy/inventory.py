@@ -38,11 +38,19 @@ MigConfigState = Literal["pending", "rebooting", "success", "failed"]
 
 
 class GPUDeviceState(KgweModel):
+    """One GPU's current state."""
+
     index: int = Field(ge=0)
+    """The GPU index (0 to gpus-1), each at most once; GPUs not listed have MIG disabled and are idle."""
     mig: list[str] | None = None
+    """The GPU's current MIG instances (profile names); absent: MIG disabled; `[]`: enabled, none."""
     in_use: list[str] = Field(default_factory=list)
+    """MIG instances pods hold (some of `mig`), never destroyed unless the strategy drains."""
     busy: bool = False
+    """A pod holds the whole (MIG-disabled) GPU."""
     unhealthy: bool = False
+    """The agent reports the GPU unhealthy (`kgwe.nvidia.io/gpu-health`): the MIG planner keeps its layout
+    and plans nothing onto it."""
 
     @model_validator(mode="after")
     def _consistent(self) -> GPUDeviceState:
@@ -59,14 +67,24 @@ class GPUDeviceState(KgweModel):
 
 
 class InventoryNode(KgweModel):
+    """One GPU node."""
+
     name: DnsSubdomain
+    """The node's name; unique."""
     labels: LabelMap = Field(default_factory=dict)
+    """The node's labels, GFD's included (what MIGStrategy and PricingCatalog selectors match)."""
     gpus: int = Field(ge=1, le=64)
+    """Physical GPUs on the node (1-64)."""
     product: LabelValue
+    """GFD `nvidia.com/gpu.product` of the full GPU (a label value), e.g. `NVIDIA-H100-80GB-HBM3`."""
     topology: str | None = None
+    """A known topology (`DGX-H100`, `DGX-A100`, `L40S-8-PCIE`, ...); its GPU count must match `gpus`."""
     mig_config: str | None = None
+    """The node's current `nvidia.com/mig.config` label."""
     mig_config_state: MigConfigState | None = None
+    """The node's current `nvidia.com/mig.config.state` label."""
     devices: list[GPUDeviceState] = Field(default_factory=list)
+    """Per GPU, its current state, for realistic offline planning."""
 
     @model_validator(mode="after")
     def _devices_in_range(self) -> InventoryNode:
@@ -107,22 +125,35 @@ class PoolDemand(KgweModel):
     """One rebalancing pool's measured MIG demand (see the module docstring)."""
 
     pending: ProfileCounts = Field(default_factory=dict)
+    """Per MIG profile, the instances unschedulable pods asked for."""
     pending_pods: ProfileCounts = Field(default_factory=dict)
+    """Per MIG profile, how many pods those were."""
     target: ProfileCounts = Field(default_factory=dict)
+    """Per MIG profile, the demand target in force."""
     epoch: int = Field(default=0, ge=0)
+    """Rebalance decisions taken for the strategy's current revision."""
 
 
 class GPUInventorySpec(KgweModel):
+    """The GPU nodes, and the MIG demand measured per rebalancing pool."""
+
     cluster: str | None = None
+    """The cluster's name (in reports)."""
     nodes: list[InventoryNode] = Field(default_factory=list)
+    """The GPU nodes."""
     mig_demand: dict[DnsSubdomain, PoolDemand] = Field(default_factory=dict)
+    """Per rebalancing MIG pool (MIGStrategy name), the MIG demand the controller measured when it took
+    the snapshot; `kgwe plan` previews the next rebalance from it (docs/mig-rebalancing.md)."""
 
 
 class GPUInventory(KgweObject):
+    """A snapshot of a cluster's GPU nodes, so render, plan and simulate run offline as in the cluster."""
+
     KIND: ClassVar[str] = "GPUInventory"
     kind: Literal["GPUInventory"] = "GPUInventory"
     metadata: ObjectMeta
     spec: GPUInventorySpec
+    """The nodes and the measured MIG demand."""
 
     def node(self, name: str) -> InventoryNode | None:
         return next((n for n in self.spec.nodes if n.name == name), None)

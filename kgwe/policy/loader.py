@@ -8,6 +8,7 @@ into one KgweError for callers that only want valid policy.
 from __future__ import annotations
 
 import os
+import shlex
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -129,7 +130,8 @@ def _load_document(doc: YamlDocument, rel: str, ps: PolicySet) -> None:
             seed = SEED_WORKLOAD_API_VERSIONS[api_version]
             msg = (
                 f'"{api_version}" is {seed}\'s GPUWorkload, not KGWE\'s ("{API_VERSION}"): convert it with '
-                f"`kgwe convert {rel}` (it says what each field became and what the result still needs)"
+                f"`kgwe convert {_as_typed(ps.root, rel)}` (it says what each field became and what the "
+                "result still needs)"
             )
         else:
             msg = f'"{api_version}" is not a KGWE apiVersion (expected "{API_VERSION}")'
@@ -151,6 +153,12 @@ def _load_document(doc: YamlDocument, rel: str, ps: PolicySet) -> None:
             ps.add("error", rel, line, column, loc, message, model.KIND, name)
         return
     ps.entries.append(LoadedObject(obj=obj, file=rel, doc=doc))
+
+
+def _as_typed(root: Path, rel: str) -> str:
+    """The file as the user can pass it on (the path they gave, or under the directory they gave), quoted
+    for a shell."""
+    return shlex.quote(str(root) if root.is_file() else (root / rel).as_posix())
 
 
 def _load_file(path: Path, rel: str, ps: PolicySet) -> None:

@@ -110,10 +110,23 @@ class PartitionStrategy(KgweModel):
     rebalancing on top of them (docs/mig-rebalancing.md). Every rebalancing field needs the interval."""
 
     preferred_profiles: list[ProfileShareField] = Field(min_length=1)
+    """One-key maps, each one MIG profile valid for the pool's GPU model with a percentage of compute
+    slices (`"70%"`) or a whole count of instances in the pool; one form or the other, never both; shares
+    add up to at most 100%."""
     rebalance_interval: Duration | None = None
+    """Turns on demand-driven rebalancing (5s-24h; docs/mig-rebalancing.md): the controller measures the
+    pool's MIG demand (unschedulable pods, held instances) and decides at most once per interval whether
+    the layout follows it. Without it the pool keeps the strategy's layout."""
     min_utilization_threshold: float | None = Field(default=None, ge=0.0, le=1.0)
+    """With `--prometheus` on the controller (0-1): a held instance whose pod's mean dcgm-exporter engine
+    activity over the interval stays below this is not counted as demand (its GPU is still never
+    repartitioned under it unless `drain`). Needs `rebalanceInterval`."""
     rebalance_max_gpus: IntOrPercent | None = Field(default=None, alias="rebalanceMaxGPUs")
+    """GPUs one rebalance decision may repartition (default: 25%, at least 1). Needs
+    `rebalanceInterval`."""
     rebalance_stabilization_window: Duration | None = None
+    """Demand that falls is followed only after it stayed low this long (the peak over the window is in
+    force); at least `rebalanceInterval` (default: 3 × `rebalanceInterval`). Needs `rebalanceInterval`."""
 
     @field_validator("rebalance_interval")
     @classmethod
@@ -170,10 +183,6 @@ class PartitionStrategy(KgweModel):
         )
 
     @property
-    def uses_counts(self) -> bool:
-        return any(s.count is not None for s in self.preferred_profiles)
-
-    @property
     def shares(self) -> dict[str, Decimal]:
         """profile -> percent (only for the percentage form)."""
         return {s.profile: s.percent for s in self.preferred_profiles if s.percent is not None}
@@ -188,8 +197,14 @@ class Rollout(KgweModel):
     """Safety gates for changing a pool's layouts (KGWE addition; docs/facts/mig.md §6, §9)."""
 
     max_unavailable: IntOrPercent = 1
+    """Nodes of the pool changing at once (relabelled and not yet switched, or draining): a count or a
+    percentage (rounded down, never below 1)."""
     drain: bool = False
-    pending_timeout: Duration | None = None  # how long a node may stay `pending` before the pool stalls
+    """`true`: cordon and evict (Eviction API, PodDisruptionBudgets respected) a node whose GPUs are held
+    before changing it; `false`: such nodes wait until idle."""
+    pending_timeout: Duration | None = None
+    """A node that has not switched this long after it was relabelled stalls the pool (MIG: none by
+    default; the MIG manager can wedge in `pending`)."""
 
     def max_unavailable_nodes(self, pool_size: int) -> int:
         """Nodes that may change at once; a percentage rounds down but never below 1."""
@@ -197,10 +212,17 @@ class Rollout(KgweModel):
 
 
 class MIGStrategySpec(KgweModel):
+    """The pool, its MIG layout, and how a change rolls out."""
+
     node_selector: LabelMap = Field(default_factory=dict)
-    mig_enabled: bool = True  # false: the selected nodes run with MIG disabled (whole GPUs)
+    """The pool: nodes carrying all these labels. Two strategies may not claim the same node."""
+    mig_enabled: bool = True
+    """`false`: MIG is turned off on the pool's GPUs, which run whole (unless a GPU is busy and drain is
+    off)."""
     partition_strategy: PartitionStrategy | None = None
+    """The pool's layout; required when `migEnabled`, absent otherwise."""
     rollout: Rollout = Field(default_factory=Rollout)
+    """How fast the pool changes; a node has changed when the MIG manager reports `success`."""
 
     @model_validator(mode="after")
     def _partition_matches_mode(self) -> MIGStrategySpec:
@@ -212,10 +234,13 @@ class MIGStrategySpec(KgweModel):
 
 
 class MIGStrategy(KgweObject):
+    """How the GPUs of one node pool are partitioned with MIG, and how fast changes roll out."""
+
     KIND: ClassVar[str] = "MIGStrategy"
     kind: Literal["MIGStrategy"] = "MIGStrategy"
     metadata: ObjectMeta
     spec: MIGStrategySpec
+    """The pool, the layout and the rollout."""
 
     def selects(self, labels: dict[str, str]) -> bool:
         return all(labels.get(k) == v for k, v in self.spec.node_selector.items())

@@ -20,6 +20,7 @@ from importlib import resources
 from typing import Any
 
 from kgwe.policy.diagnostics import did_you_mean, format_path
+from kgwe.quantity import parse_quantity
 
 Path = tuple[str | int, ...]
 
@@ -30,7 +31,6 @@ MAX_FINDINGS = 20  # per template: enough to fix a file, little enough to read
 MAX_NODES = 200_000  # values visited per template (the YAML loader caps a file's fields anyway)
 _INT32 = (-(2**31), 2**31 - 1)
 # resource.Quantity's grammar (apimachinery/pkg/api/resource): sign, digits, optional fraction, suffix.
-_QUANTITY = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([KMGTPE]i|[mkMGTPE]|[eE][+-]?\d+)?$")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _KEEP = ("type", "format", "properties", "items", "additionalProperties", "required", "enum", "oneOf")
 
@@ -195,8 +195,10 @@ def _walk(value: object, require_containers: bool) -> Iterator[tuple[Path, str]]
             yield path, f"{value!r} is not one of {', '.join(map(str, node['enum']))}{hint}"
             continue
         if "oneOf" in node and isinstance(value, str) and _short(name) == "Quantity":
-            if not _QUANTITY.match(value.strip()):
-                yield path, f"{value!r} is not a quantity (e.g. 500m, 2, 16Gi)"
+            try:
+                parse_quantity(value)
+            except ValueError as exc:
+                yield path, str(exc)
             continue
         if isinstance(value, Mapping):
             props = node.get("properties")
@@ -252,6 +254,34 @@ def _container_rules(pod_spec: Mapping[str, Any], path: Path) -> Iterator[tuple[
                     (*where, "image"),
                     "required: the API server refuses a pod template container without an image",
                 )
+            yield from _resource_rules(c.get("resources"), (*where, "resources"))
+
+
+def _resource_rules(resources: object, path: Path) -> Iterator[tuple[Path, str]]:
+    """The API server's rules for a container's resource amounts (quantities the schema check has read):
+    never negative, and an extended resource (nvidia.com/gpu, ...) only in whole units."""
+    if not isinstance(resources, Mapping):
+        return
+    for part in ("limits", "requests"):
+        amounts = resources.get(part)
+        if not isinstance(amounts, Mapping):
+            continue
+        for name, value in amounts.items():
+            try:
+                amount = parse_quantity(value)
+            except ValueError:
+                continue  # said by the schema check
+            where = (*path, part, str(name))
+            if amount < 0:
+                yield where, f"{value!r}: a resource amount must not be negative"
+            elif _extended(str(name)) and amount != amount.to_integral_value():
+                yield where, f"{value!r}: {name} is an extended resource, counted in whole units"
+
+
+def _extended(name: str) -> bool:
+    """An extended resource: a domain-qualified name outside kubernetes.io (not hugepages, cpu, memory)."""
+    domain, slash, _ = name.partition("/")
+    return bool(slash) and not (domain == "kubernetes.io" or domain.endswith(".kubernetes.io"))
 
 
 def _shown(value: object) -> str:

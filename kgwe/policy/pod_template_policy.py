@@ -30,7 +30,9 @@ class HostPathAllowance(KgweModel):
     """hostPath volumes under `pathPrefix` (whole path components: /data allows /data/x, not /database)."""
 
     path_prefix: str = Field(pattern=r"^/", max_length=4096)
-    read_only: bool = True  # every mount of such a volume must be readOnly
+    """An absolute path: hostPath volumes at or below it are allowed (whole path components, no `..`)."""
+    read_only: bool = True
+    """Every mount of such a volume must be `readOnly: true`."""
 
     @field_validator("path_prefix")
     @classmethod
@@ -41,18 +43,29 @@ class HostPathAllowance(KgweModel):
 
 
 class PodTemplatePolicySpec(KgweModel):
-    # Where the policy applies; empty: every namespace that no other PodTemplatePolicy names.
+    """What pod templates in the policy's namespaces may set beyond an ordinary pod."""
+
     namespaces: list[DnsLabel] = Field(default_factory=list, max_length=1000)
+    """Where the policy applies; empty: every namespace no other PodTemplatePolicy names."""
     host_network: bool = Field(default=False, alias="hostNetwork")
+    """Pods may use the node's network namespace."""
     host_pid: bool = Field(default=False, alias="hostPID")
+    """Pods may use the node's process namespace."""
     host_ipc: bool = Field(default=False, alias="hostIPC")
+    """Pods may use the node's IPC namespace."""
     host_ports: bool = False
-    privileged: bool = False  # also Windows hostProcess containers
+    """Containers may bind ports on the node."""
+    privileged: bool = False
+    """Containers may be privileged (or Windows host processes)."""
     host_paths: list[HostPathAllowance] = Field(default_factory=list, max_length=100)
-    # Linux capabilities a container may add (e.g. IPC_LOCK for RDMA); `ALL` only if listed.
+    """The hostPath volumes pods may mount."""
     capabilities: list[str] = Field(default_factory=list, max_length=100)
-    priority_classes: list[DnsSubdomain] = Field(default_factory=list, max_length=100)  # system-* allowed
-    service_accounts: list[DnsSubdomain] = Field(default_factory=list, max_length=100)  # besides `default`
+    """Linux capabilities containers may add, e.g. `IPC_LOCK` for RDMA, `SYS_NICE` (with or without
+    `CAP_`; `ALL` only if listed)."""
+    priority_classes: list[DnsSubdomain] = Field(default_factory=list, max_length=100)
+    """`system-*` PriorityClasses the pods may use (other classes are always allowed)."""
+    service_accounts: list[DnsSubdomain] = Field(default_factory=list, max_length=100)
+    """ServiceAccounts of the namespace the pods may run as, besides `default`."""
 
     @field_validator("capabilities")
     @classmethod
@@ -66,10 +79,13 @@ class PodTemplatePolicySpec(KgweModel):
 
 
 class PodTemplatePolicy(KgweObject):
+    """What GPUWorkloads' pod templates may set beyond an ordinary pod, in some namespaces."""
+
     KIND: ClassVar[str] = "PodTemplatePolicy"
     kind: Literal["PodTemplatePolicy"] = "PodTemplatePolicy"
     metadata: ObjectMeta
     spec: PodTemplatePolicySpec = Field(default_factory=PodTemplatePolicySpec)
+    """The namespaces and what their pod templates may set."""
 
 
 DEFAULT_SPEC = PodTemplatePolicySpec()  # what holds without any policy: everything listed refused

@@ -28,13 +28,26 @@ MAX_REPLICAS = 256
 
 
 class GPUSharingStrategySpec(KgweModel):
+    """The pool, the sharing mode and its replicas, and how a change rolls out."""
+
     node_selector: LabelMap = Field(default_factory=dict)
+    """The pool: nodes carrying all these labels. Two sharing strategies may not claim the same node, nor
+    a MIGStrategy with `migEnabled: true`."""
     mode: SharingMode
+    """Rendered as the device-plugin config's `sharing.timeSlicing` or `sharing.mps`; a config never
+    carries both (the plugin would silently ignore time-slicing)."""
     replicas: int
-    rename_by_default: bool = False  # advertise nvidia.com/gpu.shared instead of nvidia.com/gpu
-    # a pod asking more than one replica is refused by the plugin (MPS: default true, as the plugin's)
+    """Replicas per physical GPU, at least 2 (the plugin refuses fewer); with `MPS` at most 48 clients per
+    GPU, 16 below compute capability 7.5 (V100)."""
+    rename_by_default: bool = False
+    """Advertise the replicas as `nvidia.com/gpu.shared` instead of `nvidia.com/gpu` (pods must ask for the
+    shared name)."""
     fail_requests_greater_than_one: bool | None = None
+    """The plugin refuses a pod asking more than one replica (more replicas of a time-sliced GPU give no
+    more of it). Default, as the plugin's: `false` for `TimeSlicing`, `true` for `MPS`."""
     rollout: Rollout = Field(default_factory=Rollout)
+    """How fast the pool switches; a node has switched when GFD reports the new sharing (labels
+    `nvidia.com/gpu.replicas`, `nvidia.com/gpu.sharing-strategy`), and `pendingTimeout` defaults to 15m."""
 
     @model_validator(mode="before")
     @classmethod
@@ -64,10 +77,14 @@ class GPUSharingStrategySpec(KgweModel):
 
 
 class GPUSharingStrategy(KgweObject):
+    """Time-slicing or MPS for the GPUs of one node pool, rendered as an NVIDIA device-plugin config and the
+    node label naming it."""
+
     KIND: ClassVar[str] = "GPUSharingStrategy"
     kind: Literal["GPUSharingStrategy"] = "GPUSharingStrategy"
     metadata: ObjectMeta
     spec: GPUSharingStrategySpec
+    """The pool, the mode and the rollout."""
 
     def selects(self, labels: dict[str, str]) -> bool:
         return all(labels.get(k) == v for k, v in self.spec.node_selector.items())

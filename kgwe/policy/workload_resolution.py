@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from kgwe.policy.gpu_workload import GPURequirements, GPUWorkload
+from kgwe.policy.kueue_setup import KueueNamespace
 from kgwe.policy.workload_runtime import WorkloadRuntimeSpec
 from kgwe.vocab import (
     API_GROUP,
@@ -62,16 +63,27 @@ def deployment_name(workload: str, role: str) -> str:
     return f"{workload}-{role}"
 
 
-def child_refs(wl: GPUWorkload, run: int, native_gang: bool) -> list[tuple[str, str, str]]:
-    """(apiVersion, kind, name) of every child run `run` of `wl` gets, in kgwe.workloads.plan's order."""
+def child_refs(
+    wl: GPUWorkload, run: int, native_gang: bool, kueue: bool = False
+) -> list[tuple[str, str, str]]:
+    """(apiVersion, kind, name) of every child run `run` of `wl` gets, in kgwe.workloads.plan's order
+    (`kueue`: the run goes through Kueue, as pods of one Kueue pod group instead of Jobs)."""
     if not wl.spec.is_batch:
         return [
             ("apps/v1", "Deployment", deployment_name(wl.name, r.name)) for r in wl.spec.effective_roles()
         ]
-    refs = [(PODGROUP_API, "PodGroup", podgroup_name(wl.name, run))] if native_gang else []
+    refs = [(PODGROUP_API, "PodGroup", podgroup_name(wl.name, run))] if native_gang and not kueue else []
     refs.append(("v1", "Service", wl.name))
+    if kueue:
+        return refs + [("v1", "Pod", name) for name in kueue_pod_names(wl, run)]
     refs += [("batch/v1", "Job", child_name(wl.name, run, r.name)) for r in wl.spec.effective_roles()]
     return refs
+
+
+def kueue_pod_names(wl: GPUWorkload, run: int) -> list[str]:
+    """The pods of a run that goes through Kueue (each the hostname its Job's pod would have had)."""
+    roles = wl.spec.effective_roles()
+    return [f"{child_name(wl.name, run, role.name)}-{i}" for role in roles for i in range(role.replicas)]
 
 
 @dataclass(frozen=True)
@@ -129,27 +141,63 @@ def gpu_resources(req: GPURequirements) -> tuple[dict[str, int], dict[str, str]]
 
 
 def resolve_backend(
-    wanted: str, total_pods: int, native: bool, kueue: bool, batch: bool = True
+    wanted: str,
+    total_pods: int,
+    native: bool,
+    kueue: bool,
+    batch: bool = True,
+    here: KueueNamespace | None = None,
+    queue_name: str | None = None,
 ) -> tuple[str, str | None]:
-    """(backend, problem). One pod, or a serving kind (replicas serve on their own), needs no gang.
-    Auto prefers the native PodGroup, then Kueue."""
-    if not batch or total_pods <= 1 or wanted == "None":
+    """(backend, problem). `kueue`: Kueue is installed; `here`: how it would treat the workload's namespace
+    (None: not known, e.g. offline — Kueue is then assumed to admit the pods as asked).
+
+    Where Kueue takes every Job (kgwe.policy.kueue_setup), a batch run always goes through Kueue, as one pod
+    group: anything else would be split into a Kueue Workload per Job. Elsewhere one pod, or a serving kind
+    (replicas serve on their own), needs no gang; Auto prefers the native PodGroup, then Kueue."""
+    if not batch:
+        return "None", None
+    takes_jobs = here.takes_every_job() if here is not None else None
+    if takes_jobs:
+        problem = here.pod_group_problem(queue_name) if here is not None else None
+        if wanted == "Native":
+            return (
+                "None",
+                f"{takes_jobs}: each Job would be admitted on its own; use gang.backend Kueue or Auto",
+            )
+        if problem:
+            return "None", f"{takes_jobs}, so its pods must go through Kueue as one group, but {problem}"
+        return "Kueue", None
+    if total_pods <= 1 or wanted == "None":
         return "None", None
     if wanted == "Native":
         return (
             ("Native", None)
             if native
-            else ("None", "the API_VERSION server does not serve scheduling.k8s.io/v1beta1 PodGroups")
+            else ("None", "the API server does not serve scheduling.k8s.io/v1beta1 PodGroups")
         )
+    kueue_problem = (
+        "Kueue is not installed (no kueue.x-k8s.io API)"
+        if not kueue
+        else (here.pod_group_problem(queue_name) if here is not None else None)
+    )
     if wanted == "Kueue":
-        return (
-            ("Kueue", None) if kueue else ("None", "Kueue is not installed (no kueue.x-k8s.io Workload CRD)")
-        )
+        return ("Kueue", None) if kueue_problem is None else ("None", kueue_problem)
     if native:
         return "Native", None
-    if kueue:
+    if kueue_problem is None:
         return "Kueue", None
-    return "None", "no gang engine: neither native PodGroups (GenericWorkload) nor Kueue is available"
+    why = "" if not kueue else f"; Kueue: {kueue_problem}"
+    return "None", f"no gang engine: neither native PodGroups (GenericWorkload) nor Kueue is available{why}"
+
+
+def gang_phrase(backend: str, total_pods: int, batch: bool = True) -> str:
+    """How a run's pods are admitted, in words for messages (never a bare "None")."""
+    if backend != "None":
+        return f"gang {backend}"
+    if total_pods <= 1:
+        return "no gang (one pod)"
+    return "no gang (replicas serve on their own)" if not batch else "no gang (spec.gang.backend None)"
 
 
 def resolve_profile(wl: GPUWorkload, profiles: Mapping[str, str]) -> str | None:

@@ -35,12 +35,21 @@ def launcher_for_framework(framework: str | None) -> str:
 
 
 class WorkloadRuntimeSpec(KgweModel):
-    framework: str = Field(min_length=1, max_length=63)  # matched with GPUWorkload spec.framework, any case
+    """The framework and workload types served, the launcher's wiring, and the pod template."""
+
+    framework: str = Field(min_length=1, max_length=63)
+    """The GPUWorkload `spec.framework` it serves, compared without regard to case (`PyTorch` =
+    `pytorch`)."""
     workload_types: list[WorkloadType] = Field(min_length=1, max_length=6)
+    """The workload types it serves; one runtime per framework and type in a repository."""
     launcher: Launcher = "None"
-    # The rendezvous port of the first pod (Service port, MASTER_PORT); a workload's masterPort overrides it.
+    """The rendezvous environment the pods of a batch workload get (docs/spec/workloadruntime.md);
+    `None` for serving types (a Deployment has no rendezvous)."""
     rendezvous_port: int = Field(default=DEFAULT_RENDEZVOUS_PORT, ge=1, le=65535)
-    template: dict[str, Any]  # a core/v1 PodTemplateSpec with its containers
+    """The first pod's rendezvous port (headless Service port, `MASTER_PORT`); a workload's
+    `distributedConfig.masterPort` overrides it."""
+    template: dict[str, Any]
+    """The pods' core/v1 PodTemplateSpec, with its containers; checked like a workload's own."""
 
     @field_validator("template")
     @classmethod
@@ -58,7 +67,10 @@ class WorkloadRuntimeSpec(KgweModel):
 
 
 class WorkloadRuntime(KgweObject):
+    """The pod template a GPUWorkload gets when it brings none, per framework and workload type."""
+
     KIND: ClassVar[str] = "WorkloadRuntime"
     kind: Literal["WorkloadRuntime"] = "WorkloadRuntime"
     metadata: ObjectMeta
     spec: WorkloadRuntimeSpec
+    """What it serves and the template it gives."""

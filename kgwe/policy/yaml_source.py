@@ -176,7 +176,7 @@ def _build(node: yaml.Node, path: Path, doc: YamlDocument, loader: _Composer, wa
     if isinstance(node, yaml.MappingNode):
         if tag != _MAP:
             raise _SlowPath
-        out: dict = {}
+        out: dict[object, Any] = {}
         positions = doc.positions
         for key_node, value_node in node.value:
             if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
@@ -256,7 +256,7 @@ class _Composer(SafeConstructor, Resolver):
             if kind is yaml.ScalarEvent:
                 tag = event.tag
                 if tag is None or tag == "!":
-                    tag = self.resolve(yaml.ScalarNode, event.value, event.implicit)
+                    tag = self.resolve(yaml.ScalarNode, event.value, event.implicit)  # type: ignore[no-untyped-call]
                 node = yaml.ScalarNode(tag, event.value, event.start_mark, event.start_mark, event.style)
             elif kind is yaml.SequenceStartEvent or kind is yaml.MappingStartEvent:
                 if len(open_nodes) >= MAX_DEPTH:
@@ -264,7 +264,7 @@ class _Composer(SafeConstructor, Resolver):
                 node_class = yaml.SequenceNode if kind is yaml.SequenceStartEvent else yaml.MappingNode
                 tag = event.tag
                 if tag is None or tag == "!":
-                    tag = self.resolve(node_class, None, event.implicit)
+                    tag = self.resolve(node_class, None, event.implicit)  # type: ignore[no-untyped-call]
                 node = node_class(tag, [], event.start_mark, event.start_mark, event.flow_style)
             elif kind is yaml.AliasEvent:
                 node = anchors.get(event.anchor)

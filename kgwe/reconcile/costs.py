@@ -25,7 +25,9 @@ from kgwe.gitops.commit_back import CommitBack, CommitResult
 from kgwe.impact.record import demand_record_file
 from kgwe.policy.cluster_kinds import PolicyRepositorySpec
 from kgwe.policy.loader import PolicySet
+from kgwe.quantity import count
 from kgwe.reconcile import cron
+from kgwe.timestamps import format_rfc3339, parse_rfc3339
 from kgwe.vocab import is_gpu_resource
 
 if TYPE_CHECKING:
@@ -77,7 +79,7 @@ def gpu_use_by_namespace(
             wanted = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
             for name, value in wanted.items():
                 if is_gpu_resource(name):
-                    held[name] = held.get(name, 0) + int(value)
+                    held[name] = held.get(name, 0) + count(value)
     return use
 
 
@@ -154,10 +156,9 @@ class CostDuties:
         self.book: PriceBook | None = None  # the prices GPUWorkloads are costed at
         self._runtime_cache: tuple[datetime, RuntimeModel | None] | None = None
 
-    def workload_cost(self, namespace: str, name: str, obj: dict) -> dict | None:
+    def workload_cost(self, namespace: str, name: str, obj: dict[str, Any]) -> dict[str, Any] | None:
         """status.cost of a GPUWorkload: its pods' metered GPU-hours and cost since it was created."""
         from kgwe.policy.gpu_workload import GPUWorkload
-        from kgwe.timestamps import format_rfc3339 as rfc3339
         from kgwe.workloads.cost import pod_pattern, workload_cost
 
         if self.book is None:
@@ -165,7 +166,7 @@ class CostDuties:
         wl = GPUWorkload.model_validate(obj)
         now = self.now()
         created = obj["metadata"].get("creationTimestamp")
-        since = datetime.fromisoformat(created.replace("Z", "+00:00")) if created else now
+        since = parse_rfc3339(created) or now
         if since >= now:
             return None
         pattern = pod_pattern(name, [r.name for r in wl.spec.effective_roles()], wl.spec.is_batch)
@@ -175,7 +176,7 @@ class CostDuties:
             "gpuHours": str(hours),
             "amount": str(amount),
             "currency": self.book.currency,
-            "asOf": rfc3339(now),
+            "asOf": format_rfc3339(now),
         }
 
     def start(self, api_client: ApiClient) -> None:
@@ -361,7 +362,7 @@ class CostDuties:
         if result.status == "rejected":
             view.record("Warning", "CommitBackRejected", f"cost reports: {result.reason}")
         elif result.status == "pushed":
-            view.record("Normal", "ReportsCommitted", f"cost reports committed as {result.sha[:12]}")
+            view.record("Normal", "ReportsCommitted", f"cost reports committed as {(result.sha or '')[:12]}")
         else:
             log.info("cost reports for %s: %s", view.name, result.status)
         return result

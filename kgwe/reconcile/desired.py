@@ -13,6 +13,7 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
+from typing import Any
 
 import orjson
 
@@ -28,7 +29,7 @@ from kgwe.reconcile.rollout import NodeState, PoolPolicy
 from kgwe.render.render import RenderOptions, cluster_objects, decide
 from kgwe.vocab import DEFAULT_PENDING_TIMEOUT_SECONDS
 
-MigConfigs = dict[str, list[dict]]  # mig-parted config name -> its entries
+MigConfigs = dict[str, list[dict[str, Any]]]  # mig-parted config name -> its entries
 
 
 @dataclass(frozen=True)
@@ -37,7 +38,7 @@ class Inventory:
     and its validated model. Neither is changed by anyone reading them, so one is kept while the node facts
     and live mig-parted configs it was read from stay the same."""
 
-    doc: dict
+    doc: dict[str, Any]
     model: GPUInventory
 
 
@@ -49,11 +50,13 @@ def read_inventory(facts: Sequence[GpuNodeFacts], live_configs: MigConfigs, name
 
 @dataclass(frozen=True)
 class Desired:
-    objects: list[dict]  # everything to server-side apply (no Node objects: nodes go through the rollout)
+    objects: list[
+        dict[str, Any]
+    ]  # everything to server-side apply (no Node objects: nodes go through the rollout)
     node_configs: dict[str, str]  # node -> mig-parted config name
     pools: dict[str, PoolPolicy]
     node_pool: dict[str, str]
-    inventory_doc: dict
+    inventory_doc: dict[str, Any]
     mig_configs: MigConfigs  # config name -> mig-parted entries, as rendered (plus the live ones)
     revisions: dict[str, str] = field(default_factory=dict)  # pool -> rollout revision (strategy digest)
 
@@ -150,7 +153,7 @@ def _pinned(
     return pinned | {n for n, p in selected.items() if p in decided and n not in decided[p].nodes}
 
 
-def rendered_mig_configs(objects: Sequence[Mapping], namespace: str, name: str) -> MigConfigs:
+def rendered_mig_configs(objects: Sequence[Mapping[str, Any]], namespace: str, name: str) -> MigConfigs:
     """The `mig-configs` of the rendered mig-parted ConfigMap ({} when it is not among `objects`)."""
     for obj in objects:
         meta = obj.get("metadata") or {}
@@ -168,7 +171,8 @@ def mig_configs_of(data: Mapping[str, str]) -> MigConfigs:
         except YamlSyntaxError:
             continue
         if isinstance(doc, dict) and isinstance(doc.get("mig-configs"), dict):
-            return doc["mig-configs"]
+            configs: dict[str, list[dict[str, Any]]] = doc["mig-configs"]
+            return configs
     return {}
 
 

@@ -14,12 +14,12 @@ size, say), which no planning reads.
 from __future__ import annotations
 
 import hashlib
-from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import replace
 from typing import Generic, TypeVar
 
 import orjson
+from cachetools import LRUCache
 
 from kgwe.cluster.inventory import GpuNodeFacts
 from kgwe.vocab import ANNOTATION_PREFIX, NVIDIA_RESOURCE_PREFIX
@@ -55,21 +55,18 @@ class Memo(Generic[V]):
     def __init__(self, size: int) -> None:
         self.size = size
         self.misses = 0
-        self._values: OrderedDict[Hashable, V] = OrderedDict()
+        self._values: LRUCache[Hashable, V] = LRUCache(maxsize=size)
 
     def get(
         self, key: Hashable, compute: Callable[[], V], *, keep: Callable[[V], bool] = lambda _: True
     ) -> V:
         """The value for `key`, computed once; a computed value `keep` refuses is returned but not kept."""
         if key in self._values:
-            self._values.move_to_end(key)
-            return self._values[key]
+            return self._values[key]  # and it becomes the most recently used
         self.misses += 1
         value = compute()
         if keep(value):
             self._values[key] = value
-            while len(self._values) > self.size:
-                self._values.popitem(last=False)
         return value
 
     def clear(self) -> None:

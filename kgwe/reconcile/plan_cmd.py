@@ -333,7 +333,7 @@ def _blob(repo: git.Repo, sha: str, entry: TreeEntry) -> bytes:
     if entry.size_bytes > MAX_TEXT_BYTES:
         size = entry.size_bytes
         raise KgweError(f"{entry.path}: {size} bytes is over the {MAX_TEXT_BYTES}-byte bound; refused")
-    return (repo.commit(sha).tree / entry.path).data_stream.read()
+    return bytes((repo.commit(sha).tree / entry.path).data_stream.read())
 
 
 def _read_inventory_file(path: Path) -> GPUInventory:

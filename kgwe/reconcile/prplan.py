@@ -25,7 +25,7 @@ class PlanReport:
     added: list[ObjectRef] = field(default_factory=list)
     removed: list[ObjectRef] = field(default_factory=list)
     changed: dict[ObjectRef, str] = field(default_factory=dict)  # ref -> unified diff
-    pools: dict[str, dict] = field(default_factory=dict)
+    pools: dict[str, dict[str, Any]] = field(default_factory=dict)
     policy_changes: dict[str, list[str]] = field(default_factory=dict)  # "Kind/name" -> field changes
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)  # shown first: what makes the plan itself doubtful
@@ -54,11 +54,11 @@ def _str_representer(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
 _BlockDumper.add_representer(str, _str_representer)
 
 
-def _dump(obj: Mapping) -> str:
+def _dump(obj: Mapping[str, Any]) -> str:
     return yaml.dump(dict(obj), Dumper=_BlockDumper, sort_keys=True, default_flow_style=False, width=1000)
 
 
-def diff_objects(base: Sequence[dict], head: Sequence[dict], report: PlanReport) -> None:
+def diff_objects(base: Sequence[dict[str, Any]], head: Sequence[dict[str, Any]], report: PlanReport) -> None:
     b = {ObjectRef.of(o): o for o in base if o.get("kind") != "Node"}
     h = {ObjectRef.of(o): o for o in head if o.get("kind") != "Node"}
     report.added = sorted(set(h) - set(b))
@@ -88,7 +88,7 @@ def _flatten(value: object, prefix: str = "") -> dict[str, Any]:
 def diff_policies(base: Sequence[KgweObject], head: Sequence[KgweObject], report: PlanReport) -> None:
     """Field-level changes of every policy object (KgweObject) between the two revisions."""
 
-    def index(objs: Sequence[KgweObject]) -> dict[str, dict]:
+    def index(objs: Sequence[KgweObject]) -> dict[str, dict[str, Any]]:
         return {
             f"{o.kind}/{o.name}": o.to_yaml_dict().get("spec", {})
             for o in objs

@@ -61,7 +61,7 @@ class RebalanceResult:
     taken: dict[str, Decision] = field(default_factory=dict)
     condition: Condition | None = None
 
-    def status(self) -> dict[str, dict]:
+    def status(self) -> dict[str, dict[str, Any]]:
         return {pool: record.to_status() for pool, record in sorted(self.records.items())}
 
 
@@ -74,7 +74,7 @@ def rebalancing_strategies(strategies: Sequence[MIGStrategy]) -> list[MIGStrateg
     ]
 
 
-def unschedulable_profiles(pods: Sequence[Mapping]) -> set[str]:
+def unschedulable_profiles(pods: Sequence[Mapping[str, Any]]) -> set[str]:
     """The MIG profiles unschedulable pods ask for (whatever pool may serve them)."""
     return {profile for pod in pods for profile, _ in unschedulable_mig_request(pod)}
 
@@ -161,7 +161,7 @@ def rebalance(
     strategies: Sequence[MIGStrategy],
     inventory: GPUInventory,
     facts: Sequence[GpuNodeFacts],
-    pods: Sequence[Mapping],
+    pods: Sequence[Mapping[str, Any]],
     status: Mapping[str, Any],
     now: datetime,
     *,
@@ -230,7 +230,7 @@ def _outlooks(source: OutlookSource | None, views: Sequence[PoolView]) -> Mappin
 def records_in_force(
     chosen: Sequence[MIGStrategy],
     status: Mapping[str, Any],
-    unscheduled: Sequence[Mapping],
+    unscheduled: Sequence[Mapping[str, Any]],
     now: datetime,
     revisions: Mapping[str, str],
 ) -> RebalanceResult | None:
@@ -317,7 +317,7 @@ class PoolPreview:
     note: str = ""
 
 
-def snapshot_demand(records: Mapping[str, Record]) -> dict[str, dict]:
+def snapshot_demand(records: Mapping[str, Record]) -> dict[str, dict[str, Any]]:
     """The GPUInventory snapshot's `migDemand`: what `preview` needs, and nothing that changes every
     evaluation (timestamps, samples), so an unchanged demand never makes a new snapshot commit."""
     return {
@@ -332,7 +332,7 @@ def snapshot_demand(records: Mapping[str, Record]) -> dict[str, dict]:
 
 
 def live_demand(
-    strategies: Sequence[MIGStrategy], inventory: GPUInventory, pods: Sequence[Mapping]
+    strategies: Sequence[MIGStrategy], inventory: GPUInventory, pods: Sequence[Mapping[str, Any]]
 ) -> dict[str, PoolDemand]:
     """`migDemand` for an inventory read from a live cluster: the pending demand its pods show now (no
     decision record: the target in force is the controller's, in its PolicyRepository's status)."""

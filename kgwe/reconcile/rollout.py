@@ -25,6 +25,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from typing import Any
 
 from kgwe.vocab import (  # noqa: F401  (re-exported: the names the rollout state lives in)
     CORDONED_ANNOTATION,
@@ -114,7 +115,7 @@ class PoolProgress:
                 parts.append(f"{len(nodes)} {label}")
         return f"pool {self.pool}: " + ", ".join(parts)
 
-    def as_status(self) -> dict:
+    def as_status(self) -> dict[str, Any]:
         return {
             "pool": self.pool,
             "total": self.total,

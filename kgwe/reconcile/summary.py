@@ -89,7 +89,7 @@ def health(plan: RolloutPlan, revision: str) -> tuple[str, str]:
     return "ready", f"applied revision {revision}"
 
 
-def inventory_status(sync: SyncResult) -> list[dict]:
+def inventory_status(sync: SyncResult) -> list[dict[str, Any]]:
     """status.inventory: what is applied. Objects the API refused stay in it, so a later success or prune
     still sees them."""
     inventory = [r.as_status() for r in sorted(set(sync.applied + sync.unchanged))]

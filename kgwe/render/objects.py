@@ -37,7 +37,7 @@ from kgwe.vocab import (
 SCHEDULER_CONFIG_FILE = "kube-scheduler-config.yaml"  # the rendered file of the KGWE scheduler's ConfigMap
 
 
-def _managed_resources(ps: PolicySet, layouts: NodeLayouts) -> list[dict]:
+def _managed_resources(ps: PolicySet, layouts: NodeLayouts) -> list[dict[str, Any]]:
     profiles = {p for gpus in layouts.values() for gpu in gpus if gpu for p in gpu}
     for strategy in ps.mig_strategies:
         if strategy.spec.mig_enabled and strategy.spec.partition_strategy:
@@ -51,7 +51,7 @@ def _managed_resources(ps: PolicySet, layouts: NodeLayouts) -> list[dict]:
     return out
 
 
-def _scoring_payload(ps: PolicySet) -> tuple[str, dict]:
+def _scoring_payload(ps: PolicySet) -> tuple[str, dict[str, Any]]:
     profiles: Sequence[ScoringProfile] = ps.scoring_profiles
     default = ps.default_scoring_profile()
     if not profiles:
@@ -72,7 +72,7 @@ def uncapped_hard_text(hard: Mapping[str, str]) -> str:
     return orjson.dumps(dict(hard), option=orjson.OPT_SORT_KEYS).decode()
 
 
-def _quotas(ps: PolicySet, kgwe_namespace: str, caps: QuotaCaps) -> list[dict]:
+def _quotas(ps: PolicySet, kgwe_namespace: str, caps: QuotaCaps) -> list[dict[str, Any]]:
     """One ResourceQuota per budgeted namespace, its `hard` capped where `caps` names the namespace;
     never in kube-* or KGWE's own namespace."""
     quotas = []
@@ -98,7 +98,7 @@ class RenderedFile:
 
     name: str
     text: str
-    objects: list[dict]
+    objects: list[dict[str, Any]]
 
     @classmethod
     def of(cls, file: str, template: str, /, **context: object) -> RenderedFile:

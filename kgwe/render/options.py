@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from kgwe.vocab import (
     DEVICE_PLUGIN_CONFIGMAP,
@@ -48,7 +49,7 @@ class RenderOptions:
     revision: str | None = None  # Git revision, as an annotation when given
 
 
-MigConfigs = dict[str, list[dict]]  # mig-parted config name -> its entries
+MigConfigs = dict[str, list[dict[str, Any]]]  # mig-parted config name -> its entries
 QuotaCaps = Mapping[str, Mapping[str, str]]  # namespace -> ResourceQuota spec.hard of an enforced budget
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from kgwe.errors import KgweError
 from kgwe.planner.migparted import build_mig_configs
@@ -29,12 +30,18 @@ from kgwe.render.objects import (
 )
 from kgwe.render.options import (  # noqa: F401  (re-exported: where callers have always found them)
     DEFAULT_EXTENDER_CLIENT_CERT_DIR,
-    DEFAULT_EXTENDER_URL,
     MigConfigs,
     QuotaCaps,
-    RenderOptions,
-    extender_client_cert_dir,
     standalone_extender_url,
+)
+from kgwe.render.options import (
+    DEFAULT_EXTENDER_URL as DEFAULT_EXTENDER_URL,
+)
+from kgwe.render.options import (
+    RenderOptions as RenderOptions,
+)
+from kgwe.render.options import (
+    extender_client_cert_dir as extender_client_cert_dir,
 )
 from kgwe.render.sharing import config_key, device_plugin_configs, node_sharing
 from kgwe.vocab import (
@@ -57,7 +64,7 @@ class Rendered:
     """Rendered files (name -> text) and the objects they hold, in apply order."""
 
     files: dict[str, str] = field(default_factory=dict)
-    objects: list[dict] = field(default_factory=list)
+    objects: list[dict[str, Any]] = field(default_factory=list)
     layouts: NodeLayouts = field(default_factory=dict)
     node_configs: dict[str, str] = field(default_factory=dict)
     sharing_configs: dict[str, str] = field(default_factory=dict)  # node -> device-plugin config key
@@ -78,7 +85,7 @@ def decide(
     ps: PolicySet,
     inventory: GPUInventory | None,
     layouts: Mapping[str, Sequence[Sequence[str] | None]] | None,
-    keep_mig_configs: Mapping[str, list[dict]] | None,
+    keep_mig_configs: Mapping[str, list[dict[str, Any]]] | None,
     keep_sharing_configs: Mapping[str, str] | None,
 ) -> Decided:
     """MIG layouts (planned here unless given), the mig-parted configs naming them, and the sharing configs.
@@ -116,7 +123,7 @@ def _policy_configmaps(ps: PolicySet, decided: Decided, opts: RenderOptions) -> 
     ]
 
 
-def cluster_objects(ps: PolicySet, decided: Decided, opts: RenderOptions) -> list[dict]:
+def cluster_objects(ps: PolicySet, decided: Decided, opts: RenderOptions) -> list[dict[str, Any]]:
     """The objects the controller server-side applies, in apply order: the ConfigMaps (mig-parted first,
     before any node label names a new config). Node labels go through the rollout and budget quotas are
     rendered apart (`budget_quotas`), with the caps of the moment."""
@@ -133,7 +140,7 @@ def render(
     *,
     options: RenderOptions | None = None,
     layouts: Mapping[str, Sequence[Sequence[str] | None]] | None = None,
-    keep_mig_configs: Mapping[str, list[dict]] | None = None,
+    keep_mig_configs: Mapping[str, list[dict[str, Any]]] | None = None,
     keep_sharing_configs: Mapping[str, str] | None = None,
     quota_caps: QuotaCaps | None = None,
 ) -> Rendered:
@@ -161,12 +168,12 @@ def render(
     )
 
 
-def scheduler_config_text(objects: Sequence[Mapping]) -> str:
+def scheduler_config_text(objects: Sequence[Mapping[str, Any]]) -> str:
     """The KubeSchedulerConfiguration text of the rendered `kgwe-scheduler-config` ConfigMap."""
     for obj in objects:
         meta = obj.get("metadata") or {}
         if obj.get("kind") == "ConfigMap" and meta.get("name") == SCHEDULER_CONFIGMAP:
-            return obj["data"][SCHEDULER_CONFIG_KEY]
+            return str(obj["data"][SCHEDULER_CONFIG_KEY])
     raise KgweError(f"no ConfigMap {SCHEDULER_CONFIGMAP} among the rendered objects")
 
 
@@ -176,6 +183,6 @@ def render_repository(
     *,
     options: RenderOptions | None = None,
     layouts: Mapping[str, Sequence[Sequence[str] | None]] | None = None,
-) -> list[dict]:
+) -> list[dict[str, Any]]:
     """The desired Kubernetes objects (ConfigMaps, ResourceQuotas, Node label patches) as dicts."""
     return render(policy_set, inventory, options=options, layouts=layouts).objects

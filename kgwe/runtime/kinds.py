@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kgwe.vocab import API_GROUP, CRD_VERSION
+from kgwe.vocab import API_GROUP, CRD_VERSION, KUEUE_API_VERSION
 
 
 @dataclass(frozen=True, order=True)
@@ -65,3 +65,5 @@ JOB = Kind("batch/v1", "Job")
 PRIORITY_CLASS = Kind("scheduling.k8s.io/v1", "PriorityClass")
 POD_GROUP = Kind("scheduling.k8s.io/v1beta1", "PodGroup")
 ROLE_BINDING = Kind("rbac.authorization.k8s.io/v1", "RoleBinding")
+LOCAL_QUEUE = Kind(KUEUE_API_VERSION, "LocalQueue")
+KUEUE_WORKLOAD = Kind(KUEUE_API_VERSION, "Workload")

@@ -14,6 +14,7 @@ import os
 import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -102,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
             results = list(pool.map(_run_one, jobs, chunksize=1))
     else:
         results = [_run_one(j) for j in jobs]
-    by_workload: dict[str, list[tuple]] = {w: [] for w in workloads}
+    by_workload: dict[str, list[tuple[Any, ...]]] = {w: [] for w in workloads}
     for r in results:
         by_workload[r[0]].append(r)
     rows = []
@@ -133,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_table(rows: list[dict]) -> None:
+def _print_table(rows: list[dict[str, Any]]) -> None:
     policies = " ".join(f"{p[:8]:>8}" for p in POLICIES)
     head = f"{'workload':<12} {'load':>4} {'KGWE':>6} {policies}  vs best"
     print("GPU allocation ratio (% of GPU milli), mean over seeds; published = FGD ATC'23 expected results")

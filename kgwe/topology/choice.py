@@ -13,7 +13,7 @@ worst-case PCIe level first; `NVLinkOptimal` and `None` use the order above.
 
 Exact: every k-subset of the free set is scored; the ring bottleneck is exact (threshold search plus a
 Hamiltonian-cycle DP over at most 16 GPUs). Fast: per topology, answers are cached by (free bitmask, k,
-preference, required bitmask), so a repeated query is a dict lookup. Only plain data: no networkx here.
+preference, required bitmask), so a repeated query is a dict lookup. Only plain data.
 """
 
 from __future__ import annotations

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 
 import orjson
 
 from kgwe.errors import KgweError
+from kgwe.timestamps import format_rfc3339, parse_rfc3339
 from kgwe.vocab import GPU_HEALTH_ANNOTATION
 
 ANNOTATION_KEY = GPU_HEALTH_ANNOTATION
@@ -43,7 +44,7 @@ def encode(faults: Mapping[int, GPUFault]) -> str:
         str(i): {
             "reason": f.reason[:MAX_REASON_CHARS],
             "message": f.message[:MAX_MESSAGE_CHARS],
-            "since": f.since.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "since": format_rfc3339(f.since),
         }
         for i, f in sorted(faults.items())
     }
@@ -76,9 +77,8 @@ def decode(value: str | None) -> dict[int, GPUFault]:
             or not isinstance(since, str)
         ):
             raise KgweError(f"{ANNOTATION_KEY}: GPU {key}: needs string reason, message and since")
-        try:
-            when = datetime.strptime(since, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
-        except ValueError:
-            raise KgweError(f"{ANNOTATION_KEY}: GPU {key}: since {since!r} is not RFC 3339 UTC") from None
+        when = parse_rfc3339(since)
+        if when is None:
+            raise KgweError(f"{ANNOTATION_KEY}: GPU {key}: since {since!r} is not RFC 3339 UTC")
         out[int(key)] = GPUFault(reason[:MAX_REASON_CHARS], message[:MAX_MESSAGE_CHARS], when)
     return out

@@ -1,8 +1,8 @@
-"""One node's GPU interconnect as plain, hashable data, plus its networkx view.
+"""One node's GPU interconnect as plain, hashable data.
 
 `NodeTopology` is what every other area passes around (annotation, choice, extender, simulator): frozen
-tuples, no handles, no I/O. The networkx graph is built on demand for analysis and display; the hot-path
-code in `kgwe.topology.choice` works on the precomputed bandwidth matrix instead.
+tuples, no handles, no I/O; the hot-path code in `kgwe.topology.choice` works on its precomputed bandwidth
+matrix.
 
 Bandwidth estimates (GB/s, one direction; docs/facts/topology.md §2):
 - NVLink: links x per-link rate (NVLink1 20, NVLink2-4 25, NVLink5 50). On NVSwitch systems a GPU's
@@ -17,10 +17,6 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # only analysis/display needs it (to_graph imports it there)
-    import networkx as nx
 
 # PCIe levels as nvidia-smi prints them, nearest first; the value is NVML's NVML_TOPOLOGY_* level.
 PCIE_LEVELS: dict[str, int] = {"PIX": 10, "PXB": 20, "PHB": 30, "NODE": 40, "SYS": 50}
@@ -165,45 +161,3 @@ class NodeTopology:
             if gpu.index == index:
                 return pos
         raise KeyError(f"no GPU{index} in topology {self.name!r}")
-
-
-def to_graph(topo: NodeTopology) -> nx.Graph:  # networkx ships no types: unchecked
-    """The networkx view: one node per GPU (its attributes), one edge per GPU pair with the link label,
-    NVLink count, PCIe level, path kind and estimated GB/s; on NVSwitch systems also a node "nvswitch"
-    with an edge to each attached GPU (its link count and aggregate GB/s)."""
-    import networkx as nx  # only analysis/display needs it; the hot path does not
-
-    g = nx.Graph(name=topo.name, rates=topo.rates)
-    for gpu in topo.gpus:
-        g.add_node(
-            gpu.index,
-            kind="gpu",
-            uuid=gpu.uuid,
-            pci_bus_id=gpu.pci_bus_id,
-            model=gpu.name,
-            memory_mib=gpu.memory_mib,
-            numa_node=gpu.numa_node,
-            cpu_affinity=gpu.cpu_affinity,
-            mig_enabled=gpu.mig_enabled,
-        )
-    if any(gpu.nvswitch_links for gpu in topo.gpus):
-        g.add_node("nvswitch", kind="nvswitch")
-        for gpu in topo.gpus:
-            if gpu.nvswitch_links:
-                g.add_edge(
-                    gpu.index,
-                    "nvswitch",
-                    nvlinks=gpu.nvswitch_links,
-                    bandwidth_gbps=gpu.nvswitch_links * topo.rates.nvlink_gbps_per_link,
-                )
-    for i, j in _upper_pairs(topo.size):
-        g.add_edge(
-            topo.gpus[i].index,
-            topo.gpus[j].index,
-            link=topo.label(i, j),
-            nvlinks=topo.pair_nvlinks(i, j),
-            pcie=topo.pcie[i][j],
-            via=topo.via(i, j),
-            bandwidth_gbps=topo.bandwidth_gbps[i][j],
-        )
-    return g

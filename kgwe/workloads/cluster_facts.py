@@ -16,12 +16,22 @@ from kubernetes.client.exceptions import ApiException
 from kgwe.gpu import catalog
 from kgwe.policy.admission import ClusterView, PolicyView
 from kgwe.policy.gpu_workload import NodeOffer
+from kgwe.policy.kueue_setup import (
+    KueueConfigError,
+    KueueNamespace,
+    KueueSetup,
+    assumed_setup,
+    parse_setup,
+)
 from kgwe.policy.pod_template_policy import PodTemplatePolicy, policies_from_json
 from kgwe.policy.workload_runtime import WorkloadRuntimeSpec
+from kgwe.quantity import count
 from kgwe.runtime.cluster import Cluster
 from kgwe.runtime.errors import NotServed, is_forbidden, is_not_found, status_of
 from kgwe.runtime.kinds import (
     CONFIG_MAP,
+    KUEUE_WORKLOAD,
+    LOCAL_QUEUE,
     NAMESPACE,
     NODE,
     POD_GROUP,
@@ -34,6 +44,10 @@ from kgwe.vocab import (
     BUDGET_QUOTA_NAME,
     GPU_PRODUCT_LABEL,
     GPU_RESOURCE,
+    KUEUE_CONFIG_KEY,
+    KUEUE_CONFIGMAP,
+    KUEUE_GROUP,
+    KUEUE_NAMESPACE,
     MIG_RESOURCE_PREFIX,
     POD_TEMPLATE_POLICY_CONFIGMAP,
     POD_TEMPLATE_POLICY_KEY,
@@ -47,8 +61,6 @@ from kgwe.workloads.namespaces import opted_in, ours
 
 log = logging.getLogger(__name__)
 
-KUEUE_GROUP = "kueue.x-k8s.io"
-
 
 def node_offers(cluster: Cluster) -> list[NodeOffer]:
     """What each GPU node can give one pod: allocatable GPUs, product, MIG profiles (those its GPU model
@@ -57,11 +69,11 @@ def node_offers(cluster: Cluster) -> list[NodeOffer]:
     for node in cluster.list(NODE):
         labels = node["metadata"].get("labels") or {}
         alloc = (node.get("status") or {}).get("allocatable") or {}
-        gpus = int(alloc.get(GPU_RESOURCE, "0") or 0)
+        gpus = count(alloc.get(GPU_RESOURCE))
         profiles = frozenset(
             k[len(MIG_RESOURCE_PREFIX) :]
             for k, v in alloc.items()
-            if k.startswith(MIG_RESOURCE_PREFIX) and v != "0"
+            if k.startswith(MIG_RESOURCE_PREFIX) and count(v)
         )
         product = labels.get(GPU_PRODUCT_LABEL, "")
         if not profiles and product:
@@ -172,11 +184,24 @@ def cluster_view(cluster: Cluster, *, namespaces_and_quotas: bool = False) -> Cl
     --cluster`; the reconciler knows the opted-in namespaces from its watch and reads one quota)."""
     existing = enabled = bound = None
     quotas: dict[str, dict[str, Any]] | None = {}
+    kueue = cluster.serves(KUEUE_GROUP)
+    kueue_here: dict[str, KueueNamespace] | None = None
     if namespaces_and_quotas:  # a user who may not list them all gets them as not known
         try:
             listed = cluster.list(NAMESPACE)
             existing = frozenset(n["metadata"]["name"] for n in listed)
             enabled = frozenset(n["metadata"]["name"] for n in listed if opted_in(n))
+            if kueue:  # (LocalQueues a user may not list: Kueue's view not known, as the namespaces')
+                setup, queues = kueue_setup(cluster), local_queues(cluster)
+                kueue_here = {
+                    n["metadata"]["name"]: KueueNamespace(
+                        namespace=n["metadata"]["name"],
+                        setup=setup,
+                        labels=n["metadata"].get("labels") or {},
+                        local_queues=queues.get(n["metadata"]["name"], frozenset()),
+                    )
+                    for n in listed
+                }
         except ApiException as exc:
             if not is_forbidden(exc):
                 raise
@@ -192,13 +217,56 @@ def cluster_view(cluster: Cluster, *, namespaces_and_quotas: bool = False) -> Cl
         offers=node_offers(cluster),
         priority_classes=priority_classes(cluster),
         native_gang=cluster.serves(POD_GROUP.group, POD_GROUP.version),
-        kueue=cluster.serves(KUEUE_GROUP),
+        kueue=kueue,
+        kueue_namespaces=kueue_here,
         quotas=quotas,
         namespaces=existing,
         enabled_namespaces=enabled,
         bound_namespaces=bound,
         read_child=child_reader(cluster),
     )
+
+
+def kueue_setup(cluster: Cluster, config: tuple[str, str] = (KUEUE_NAMESPACE, KUEUE_CONFIGMAP)) -> KueueSetup:
+    """Kueue's Configuration from its ConfigMap (`config`: namespace, name); when it may not be read or does
+    not parse, what Kueue's manifests ship, with the reason in its `source` (messages say it)."""
+    namespace, name = config
+    where = f"ConfigMap {namespace}/{name}"
+    try:
+        cm = cluster.get(CONFIG_MAP, name, namespace)
+    except ApiException as exc:
+        return assumed_setup(f"{where} not readable ({exc.status} {exc.reason})", namespace)
+    if cm is None:
+        return assumed_setup(f"{where} not found", namespace)
+    text = (cm.get("data") or {}).get(KUEUE_CONFIG_KEY)
+    if text is None:
+        return assumed_setup(f"{where} has no {KUEUE_CONFIG_KEY}", namespace)
+    try:
+        return parse_setup(text, namespace, where)
+    except KueueConfigError as exc:
+        return assumed_setup(str(exc), namespace)
+
+
+def local_queues(cluster: Cluster, namespace: str | None = None) -> dict[str, frozenset[str]]:
+    """namespace -> the names of its Kueue LocalQueues (one namespace, or all)."""
+    out: dict[str, set[str]] = {}
+    for item in cluster.list(LOCAL_QUEUE, namespace):
+        meta = item.get("metadata") or {}
+        out.setdefault(meta.get("namespace") or "", set()).add(meta.get("name") or "")
+    return {ns: frozenset(names) for ns, names in out.items()}
+
+
+def kueue_namespace(cluster: Cluster, namespace: str, setup: KueueSetup) -> KueueNamespace:
+    """How Kueue would treat KGWE's children in `namespace`: its labels and LocalQueues, read now."""
+    listed = cluster.list(NAMESPACE, fields=f"metadata.name={namespace}")  # (the controller may list them)
+    labels = (listed[0]["metadata"].get("labels") or {}) if listed else {}
+    queues = local_queues(cluster, namespace).get(namespace, frozenset())
+    return KueueNamespace(namespace=namespace, setup=setup, labels=labels, local_queues=queues)
+
+
+def kueue_workload(cluster: Cluster, namespace: str, name: str) -> dict[str, Any] | None:
+    """The Kueue Workload `name` (a pod group's has the group's name), or None."""
+    return cluster.get(KUEUE_WORKLOAD, name, namespace)
 
 
 def workload_bindings(cluster: Cluster) -> frozenset[str] | None:

@@ -46,12 +46,21 @@ from kgwe.policy.admission import (
 from kgwe.policy.cluster_kinds import Condition
 from kgwe.policy.diagnostics import format_path, messages_from_validation
 from kgwe.policy.gpu_workload import GPUWorkload, GPUWorkloadStatus
-from kgwe.policy.workload_resolution import Facts, PlanError, child_write, controlled_by
+from kgwe.policy.kueue_setup import KueueNamespace
+from kgwe.policy.workload_resolution import (
+    Facts,
+    PlanError,
+    child_write,
+    controlled_by,
+    gang_phrase,
+    kueue_pod_names,
+    podgroup_name,
+)
 from kgwe.runtime import conditions
 from kgwe.runtime.cluster import Cluster, KubeObject
 from kgwe.runtime.conditions import ConditionStatus
 from kgwe.runtime.errors import is_conflict, is_forbidden, is_invalid, is_not_found
-from kgwe.runtime.kinds import DEPLOYMENT, GPU_WORKLOAD, JOB, NODE, POD, POD_GROUP, Kind
+from kgwe.runtime.kinds import DEPLOYMENT, GPU_WORKLOAD, JOB, KUEUE_WORKLOAD, NODE, POD, POD_GROUP, Kind
 from kgwe.runtime.kube import as_cluster
 from kgwe.runtime.leader import Gate, NotLeader, check
 from kgwe.runtime.loop import DONE, RETRY, ControlLoop, Result, Source
@@ -61,6 +70,9 @@ from kgwe.timestamps import format_rfc3339, parse_rfc3339
 from kgwe.vocab import (
     GPU_WORKLOAD_PLURAL,
     KGWE_NAMESPACE,
+    KUEUE_CONFIGMAP,
+    KUEUE_GROUP,
+    KUEUE_NAMESPACE,
     POD_TEMPLATE_POLICY_CONFIGMAP,
     RUN_LABEL,
     WORKLOAD_LABEL,
@@ -78,7 +90,7 @@ log = logging.getLogger(__name__)
 WAIT_FOR_CHANGE = frozenset({"NamespaceNotEnabled", "TemplateNotAllowed", REFUSED_REASON})
 WATCH_SECONDS = 300  # a watch the server ends after this long is resumed from its last resourceVersion
 BACKOFF = Backoff(base_seconds=1.0, cap_seconds=30.0)  # after a refusal that may lift, or a failure
-OWNED_CONDITIONS = (*st.CONDITION_TYPES, st.GPUS_HEALTHY)
+OWNED_CONDITIONS = (*st.CONDITION_TYPES, st.GPUS_HEALTHY, st.KUEUE_ADMITTED)
 
 
 class WorkloadMetrics:
@@ -147,6 +159,7 @@ class WorkloadReconciler:
         cost_of: Callable[[str, str, KubeObject], dict[str, Any] | None] | None = None,
         advise: Advise | None = None,
         finished: Callable[[Mapping[str, Any], str, datetime], None] | None = None,
+        kueue_config: tuple[str, str] = (KUEUE_NAMESPACE, KUEUE_CONFIGMAP),
     ) -> None:
         self.cluster = as_cluster(cluster)  # an ApiClient: its API server
         self.recorder = recorder
@@ -157,6 +170,7 @@ class WorkloadReconciler:
         self.cost_of = cost_of  # (namespace, name, workload) -> status.cost; None: not metered
         self.advise = advise  # the optimizer at admission: status.prediction and a budget's hold or refusal
         self.finished = finished  # (workload, Complete|Failed, when): a finished run for the runtime model
+        self.kueue_config = kueue_config  # where Kueue's Configuration is (namespace, ConfigMap)
         self.grants = NamespaceGrants(self.cluster, kgwe_namespace=policy_namespace)
         self.status = StatusPatcher(self.cluster, GPU_WORKLOAD, owned=OWNED_CONDITIONS, gate=is_leader)
 
@@ -208,9 +222,12 @@ class WorkloadReconciler:
                 raise PlanError("ChildNameTaken", decision.why)
             if decision.action == "create":
                 self.cluster.create(obj, dry_run=dry_run)
-            else:  # the object judged, not one that replaced it meanwhile (resourceVersion precondition)
+            elif obj["kind"] != "Pod":  # the object judged, not one that replaced it meanwhile
                 body = {**obj, "metadata": {**meta, "resourceVersion": decision.resource_version}}
                 self.cluster.apply(body, dry_run=dry_run)
+            # A Kueue run's pod is created once and never applied over: what Kueue's webhook added at its
+            # creation (the scheduling gate) would be this field manager's, and an apply without it would
+            # lift the gate before Kueue admits the group.
         except ApiException as exc:
             if is_conflict(exc):  # made or replaced by someone else since it was read: judged again later
                 raise PlanError(
@@ -224,23 +241,46 @@ class WorkloadReconciler:
                 f"the controller may not write {obj['kind']} {meta['name']} in {meta['namespace']}",
             ) from None
 
-    def _delete_run(self, namespace: str, name: str, uid: str, run: int) -> None:
+    def _delete_run(self, namespace: str, name: str, uid: str, run: int, kueue: bool = False) -> None:
         """Delete the run's Jobs and PodGroup, those this workload controls only; their pods go with them
         (background cascade). Each delete is conditional on the uid read, so an object that replaced one
-        meanwhile is never deleted."""
+        meanwhile is never deleted. Through Kueue: the pods KGWE made, and their Kueue Workload (Kueue then
+        stops the group)."""
         check(self.is_leader)
         selector = f"{WORKLOAD_LABEL}={name},{RUN_LABEL}={run}"
         kinds = [JOB, POD_GROUP] if self._serves(POD_GROUP.group, POD_GROUP.version) else [JOB]
-        for kind in kinds:
-            for child in self.cluster.list(kind, namespace, labels=selector):
-                meta = child["metadata"]
-                if not controlled_by(meta, name, uid):
-                    continue
-                try:
-                    self.cluster.delete(kind, meta["name"], namespace, uid=meta["uid"])
-                except ApiException as exc:
-                    if not is_conflict(exc):  # another object of that name by now
-                        raise
+        doomed = [(kind, c) for kind in kinds for c in self.cluster.list(kind, namespace, labels=selector)]
+        if kueue:
+            pods = self.cluster.list(POD, namespace, labels=selector)
+            self._delete_kueue_workload(namespace, podgroup_name(name, run), pods, name, uid)
+            doomed += [(POD, p) for p in pods]
+        for kind, child in doomed:
+            meta = child["metadata"]
+            if controlled_by(meta, name, uid):
+                self._delete(kind, meta["name"], namespace, meta["uid"])
+
+    def _delete(self, kind: Kind, name: str, namespace: str, uid: str) -> None:
+        """Delete one object, that one only (its uid): gone already, or another of its name by now, is
+        fine."""
+        try:
+            self.cluster.delete(kind, name, namespace, uid=uid)
+        except ApiException as exc:
+            if not is_conflict(exc):
+                raise
+
+    def _delete_kueue_workload(
+        self, namespace: str, group: str, pods: list[KubeObject], name: str, uid: str
+    ) -> None:
+        """A Kueue run's Workload, deleted before its pods (Kueue then stops the group), when it is the group
+        of `pods` this workload controls (Kueue makes the pods its owners)."""
+        if not self._serves(KUEUE_GROUP):
+            return
+        workload = cluster_facts.kueue_workload(self.cluster, namespace, group)
+        if workload is None:
+            return
+        ours = {p["metadata"]["uid"] for p in pods if controlled_by(p["metadata"], name, uid)}
+        if {r.get("uid") for r in workload["metadata"].get("ownerReferences") or []} & ours:
+            self._delete(KUEUE_WORKLOAD, group, namespace, workload["metadata"]["uid"])
 
     # -- one reconcile ---------------------------------------------------------------------------------
     def reconcile(self, namespace: str, name: str) -> Result:
@@ -301,7 +341,8 @@ class WorkloadReconciler:
             run += 1
             new.update(run=run, nextRetryTime=None, runStartTime=None)
         view = self._view(p.namespace, wl.name, p.uid, run, spec.is_batch)
-        exists = bool(view.jobs or view.deployments)
+        kueue = new.get("gangBackend") == "Kueue"
+        exists = bool(view.jobs or view.deployments or (kueue and st.live_pods(view)))
         if spec.suspend:
             changed = p.condition("Suspended", "True", "Suspended", "spec.suspend is true")
         else:
@@ -322,7 +363,7 @@ class WorkloadReconciler:
         ):
             # a spec edit (e.g. suspend) reaches the children; one refused before is tried again
             applied = self._reapply(p, wl, run)
-            message = f"run {run}: {spec.total_pods} pod(s), gang {new.get('gangBackend')}"
+            message = f"run {run}: {spec.total_pods} pod(s), {st.gang_words(new, spec)}"
             if applied and p.condition("Admitted", "True", "Admitted", message):
                 p.event("Normal", "Admitted", message)
         return self._observe(p, wl, view, run)
@@ -335,7 +376,10 @@ class WorkloadReconciler:
         run is planned from the new spec."""
         try:
             policy = self._policy()
-            self._create(p, wl, run, self._facts(wl, run, policy), policy)
+            facts = self._facts(wl, run, policy, p.namespace)
+            self._create(p, wl, run, facts, policy)
+            if facts.gang_backend == "Kueue" and wl.spec.suspend:  # pods cannot be suspended: they go
+                self._delete_run(p.namespace, wl.name, p.uid, run, kueue=True)
             return True
         except PlanError as exc:
             if exc.reason in WAIT_FOR_CHANGE or exc.reason in ("Forbidden", "ChildNameTaken"):
@@ -350,28 +394,40 @@ class WorkloadReconciler:
         )
         return False
 
-    def _facts(self, wl: GPUWorkload, run: int, policy: PolicyView) -> Facts:
+    def _facts(self, wl: GPUWorkload, run: int, policy: PolicyView, namespace: str) -> Facts:
         """The facts the run's children are planned with (kgwe.policy.admission), read now."""
         native = self._serves(POD_GROUP.group, POD_GROUP.version)
-        kueue = self._serves(cluster_facts.KUEUE_GROUP)
+        kueue = self._serves(KUEUE_GROUP)
         classes = ClusterView(priority_classes=cluster_facts.priority_classes(self.cluster))
-        return resolve_facts(wl, run, policy, classes, native=native, kueue=kueue)
+        here = self._kueue_here(namespace) if kueue else None
+        return resolve_facts(wl, run, policy, classes, native=native, kueue=kueue, here=here)
+
+    def _kueue_here(self, namespace: str) -> KueueNamespace:
+        setup = cluster_facts.kueue_setup(self.cluster, self.kueue_config)
+        return cluster_facts.kueue_namespace(self.cluster, namespace, setup)
 
     def _admit(self, p: _Pass, wl: GPUWorkload, run: int) -> None:
         """Refuse (PlanError) with what `kgwe validate` would also report (kgwe.policy.admission), then
         with the namespace's budget quota as it is now; else create the run's children."""
         policy = self._policy()
+        cluster = cluster_facts.cluster_view(self.cluster)
+        here = self._kueue_here(p.namespace) if cluster.kueue else None
+        quota = cluster_facts.budget_quota(self.cluster, p.namespace)  # below, as a state of the moment
         cluster = dataclasses.replace(
-            cluster_facts.cluster_view(self.cluster),  # live quota: below, as a state of the moment
+            cluster,
             enabled_namespaces=self.grants.enabled(),
             kgwe_namespace=self.policy_namespace,
+            kueue_namespaces={p.namespace: here} if here is not None else None,
+            quotas={p.namespace: quota} if quota else {},
         )
         refused = refusal(findings(wl, p.namespace, policy, cluster))
         if refused:
             raise PlanError(*refused)
         assert cluster.native_gang is not None and cluster.kueue is not None
-        facts = resolve_facts(wl, run, policy, cluster, native=cluster.native_gang, kueue=cluster.kueue)
-        refused = quota_admission(cluster_facts.budget_quota(self.cluster, p.namespace), quota_needs(wl))
+        facts = resolve_facts(
+            wl, run, policy, cluster, native=cluster.native_gang, kueue=cluster.kueue, here=here
+        )
+        refused = quota_admission(quota, quota_needs(wl))
         if refused:
             raise PlanError(*refused)
         self._predict(p)
@@ -390,7 +446,8 @@ class WorkloadReconciler:
             f"run {run}: " + ", ".join(f"{c['kind']}/{c['metadata']['name']}" for c in children),
         )
         via = f", runtime {facts.runtime_name}" if facts.runtime_name else ""
-        message = f"run {run}: {wl.spec.total_pods} pod(s), gang {facts.gang_backend}{via}"
+        gang = gang_phrase(facts.gang_backend, wl.spec.total_pods, wl.spec.is_batch)
+        message = f"run {run}: {wl.spec.total_pods} pod(s), {gang}{via}"
         if p.condition("Admitted", "True", "Admitted", message):
             p.event("Normal", "Admitted", message)
 
@@ -457,16 +514,18 @@ class WorkloadReconciler:
 
     def _observe(self, p: _Pass, wl: GPUWorkload, view: st.RunView, run: int) -> float | None:
         spec, new = wl.spec, p.new
-        failed = st.failed_job(view) if spec.is_batch else None
+        kueue = new.get("gangBackend") == "Kueue"
+        failed = st.member_failure(view, kueue) if spec.is_batch else None
         if failed is not None:
-            return self._member_failed(p, wl, failed, run)
-        if spec.is_batch and st.all_complete(view, len(spec.effective_roles())):
+            return self._member_failed(p, wl, failed, run, kueue)
+        if spec.is_batch and st.run_complete(view, wl, kueue):
             if p.condition("Complete", "True", "Completed", f"run {run}: every pod succeeded"):
                 p.event("Normal", "Completed", f"run {run}: every pod succeeded")
                 self._finished(p, "Complete")
             p.condition("PodsReady", "False", "Completed", "the pods have finished")
             self._cost(p, wl)
             return None
+        queued = self._kueue_observe(p, wl, view, run) if kueue and not spec.suspend else None
         prog = st.progress(wl, view)
         new["placements"] = st.placements(view)
         new["nodes"] = ",".join(prog.nodes) or None
@@ -476,13 +535,17 @@ class WorkloadReconciler:
             if p.condition("PodsScheduled", "True", "AllScheduled", f"{want}/{want} pods on {new['nodes']}"):
                 p.event("Normal", "Scheduled", f"{want} pod(s) on {new['nodes']}")
                 self.metrics.scheduled.labels(new.get("strategy") or "default").inc()
+        elif queued is not None:  # Kueue holds the pods: queueing time is not the gang's to time out
+            p.condition(
+                "PodsScheduled", "False", "Queued", f"{prog.scheduled}/{want} pods scheduled; {queued}"
+            )
         else:
             run_start = parse_rfc3339(new.get("runStartTime"))
             timed_out = st.gang_timed_out(run_start, spec.gang.timeout_seconds, p.now)
             reason = "GangTimeout" if timed_out else ("Suspended" if spec.suspend else "Pending")
             message = f"{prog.scheduled}/{want} pods scheduled"
             if timed_out:
-                message += f"; not all within {spec.gang.timeout_seconds}s (gang {new.get('gangBackend')})"
+                message += f"; not all within {spec.gang.timeout_seconds}s ({st.gang_words(new, spec)})"
             if p.condition("PodsScheduled", "False", reason, message) and timed_out:
                 p.event("Warning", "GangTimeout", message)
                 self.metrics.failed.labels("GangTimeout").inc()
@@ -496,6 +559,28 @@ class WorkloadReconciler:
         self._gpu_health(p, new["placements"], prog.nodes)
         self._cost(p, wl)
         return requeue
+
+    def _kueue_observe(self, p: _Pass, wl: GPUWorkload, view: st.RunView, run: int) -> str | None:
+        """Through Kueue: replace the pods it preempted (it deletes them and leaves that to their maker), and
+        say what Kueue says of the run's Workload (condition KueueAdmitted). Returns Kueue's message while
+        it holds the pods, None once it admitted them."""
+        disrupted, missing = st.kueue_replacements(view, kueue_pod_names(wl, run))
+        for name in disrupted:
+            check(self.is_leader)
+            self.cluster.delete(POD, name, p.namespace)  # (False: gone already)
+        if missing and not disrupted:
+            policy = self._policy()
+            self._create(p, wl, run, self._facts(wl, run, policy, p.namespace), policy)
+        group = podgroup_name(wl.name, run)
+        workload = cluster_facts.kueue_workload(self.cluster, p.namespace, group)
+        status, reason, message = st.kueue_admission(workload, group, wl.spec.total_pods)
+        before = conditions.find(p.conditions, st.KUEUE_ADMITTED)
+        p.condition(st.KUEUE_ADMITTED, status, reason, message)
+        if before is None or (before.status, before.reason) != (status, reason):  # an Event per change
+            p.event("Normal" if status == "True" else "Warning", f"Kueue{reason}", message)
+            if status == "True" and reason == "Admitted":  # the gang's time to be placed starts now
+                p.new["runStartTime"] = format_rfc3339(p.now)
+        return None if status == "True" else message
 
     def _gpu_health(self, p: _Pass, placed: list[dict[str, Any]], nodes: list[str]) -> None:
         """Condition GPUsHealthy: False (and a Warning Event) while a pod of the run holds a GPU the agent
@@ -522,12 +607,10 @@ class WorkloadReconciler:
                 st.GPUS_HEALTHY, "True", "AllGPUsHealthy", "no pod holds a GPU the agent reports unhealthy"
             )
 
-    def _member_failed(self, p: _Pass, wl: GPUWorkload, failed: Mapping[str, Any], run: int) -> float | None:
+    def _member_failed(self, p: _Pass, wl: GPUWorkload, what: str, run: int, kueue: bool) -> float | None:
         policy = wl.spec.retry_policy
         retries = int(p.new.get("retryCount") or 0)
-        why = (conditions.find(conditions.of(failed), "Failed") or {}).get("reason") or ""
-        what = f"Job {failed['metadata']['name']} failed ({why})"
-        self._delete_run(p.namespace, wl.name, p.uid, run)
+        self._delete_run(p.namespace, wl.name, p.uid, run, kueue)
         if retries >= policy.max_retries:
             message = f"{what}; {retries} of {policy.max_retries} retries used"
             if p.condition("Failed", "True", "BackoffLimitExceeded", message):

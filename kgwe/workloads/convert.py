@@ -1,11 +1,13 @@
 """Seed GPUWorkload manifests -> kgwe.nvidia.io/v1 (pure: dicts in, dict + a field-by-field account out).
 
-Two seeds wrote their own GPUWorkload:
+Two seeds wrote their own GPUWorkload (what they meant: docs/facts/seeds.md):
 - GPU_Orchestrator `gpu.warp.dev/v1alpha1`: spec.modelName, gpuCount, priority (a word), schedulingStrategy,
-  retryPolicy.{maxRetries, backoffSeconds}; it had no pod template (its controller made the Job).
+  retryPolicy.{maxRetries, backoffSeconds}; it had no pod template (its controller made the Job, with one
+  container of its own, which the conversion keeps unless --image or --runtime says otherwise).
 - AgentaFlow `agentaflow.io/v1`: spec.priority (integer), gpuMemoryRequired (MiB), schedulingStrategy,
   gpuRequirements.{minGPUMemory (MiB), gpuCount, exclusiveAccess}, podTemplate.
-Every source field ends up either in `mapped` (source path, target path, value) or in `unmapped` (why).
+Every source field ends up either in `mapped` (source path, target path, value) or in `unmapped` (why); a
+strategy word that means something else in KGWE than in its seed adds a warning saying how.
 """
 
 from __future__ import annotations
@@ -35,16 +37,60 @@ class ConvertError(KgweError):
     """The input is not a seed manifest this converter knows."""
 
 
+# GPU_Orchestrator's controller ran every workload in this one container (docs/facts/seeds.md).
+GPU_ORCHESTRATOR_CONTAINER = "gpu-workload"
+GPU_ORCHESTRATOR_IMAGE = "python:3.11-slim"
+GPU_ORCHESTRATOR_DEFAULT_STRATEGY = "leastLoaded"  # what it placed with when spec.schedulingStrategy is empty
+
+_KGWE_LEAST_LOADED = (
+    "KGWE's LeastLoaded ranks nodes by the GPUs left free once the pod is placed, counted from the GPU "
+    "requests of the pods on each node (allocation, not measured utilization)"
+)
+# Seed strategy words (normalised as vocab.strategy_for_word does) whose KGWE strategy of the same name
+# places differently: how, per seed (docs/facts/seeds.md).
+STRATEGY_CAVEATS: dict[str, dict[str, str]] = {
+    GPU_ORCHESTRATOR: {
+        "leastloaded": "GPU_Orchestrator's leastLoaded took the node with the most allocatable GPUs "
+        f"(its size: what already ran there was not counted); {_KGWE_LEAST_LOADED}",
+        "costoptimized": "GPU_Orchestrator's costOptimized preferred nodes labelled "
+        "gpu-orchestrator/cheap-node=true; KGWE's CostOptimized reads no label: it ranks nodes by the "
+        "on-demand price per GPU-hour of their product in the PricingCatalog",
+    },
+    AGENTAFLOW: {
+        "leastutilized": "AgentaFlow's least_utilized took the GPU with the lowest measured utilization; "
+        + _KGWE_LEAST_LOADED,
+        "priority": "AgentaFlow's priority ordered the waiting workloads by spec.priority and placed each "
+        "on the least utilized GPU; KGWE's Priority orders nodes, by their label "
+        "kgwe.nvidia.io/node-priority (KGWE orders workloads by spec.priority, the PriorityClass, whatever "
+        "the strategy): for "
+        "AgentaFlow's placement use LeastLoaded",
+        "bestfit": "AgentaFlow's best_fit took the GPU whose free memory was the smallest that held the "
+        "workload; KGWE's BestFit takes the node left with the fewest free GPUs, MIG instances or GPU share "
+        "(memory only filters, through minMemoryGB)",
+        "roundrobin": "AgentaFlow's round_robin took the next free GPU in turn; KGWE's RoundRobin starts "
+        "each request at the next node that fits",
+    },
+}
+
+
 @dataclass
 class Conversion:
     manifest: dict[str, Any]
     mapped: list[tuple[str, str, Any]] = field(default_factory=list)
     unmapped: list[tuple[str, str]] = field(default_factory=list)
+    warnings: list[tuple[str, str]] = field(default_factory=list)  # (source path, what differs)
 
     def report_lines(self) -> list[str]:
         lines = [f"  {src} -> {dst}: {value!r}" for src, dst, value in self.mapped]
         lines += [f"  {src}: NOT MAPPED ({why})" for src, why in self.unmapped]
+        lines += [f"  WARNING {src}: {why}" for src, why in self.warnings]
         return lines
+
+
+def strategy_caveats(word: str) -> list[str]:
+    """How each seed's strategy of this spelling differs from KGWE's strategy of the same name."""
+    key = "".join(c for c in word if c not in "-_ \t").lower()
+    return [by_word[key] for by_word in STRATEGY_CAVEATS.values() if key in by_word]
 
 
 def strategy(word: str) -> str | None:
@@ -97,33 +143,37 @@ def _metadata(doc: dict[str, Any], out: Conversion) -> None:
     out.manifest["metadata"] = kept
 
 
-def _set_strategy(src: str, value: object, spec: dict[str, Any], out: Conversion) -> None:
+def _set_strategy(seed: str, src: str, value: object, spec: dict[str, Any], out: Conversion) -> None:
     mapped = strategy(str(value))
     if mapped is None:
         out.unmapped.append((src, f"no KGWE strategy matches {value!r}; the default ScoringProfile applies"))
-    else:
-        spec["schedulingStrategy"] = mapped
-        out.mapped.append((src, "spec.schedulingStrategy", mapped))
+        return
+    spec["schedulingStrategy"] = mapped
+    out.mapped.append((src, "spec.schedulingStrategy", mapped))
+    caveat = STRATEGY_CAVEATS[seed].get("".join(c for c in str(value) if c not in "-_ \t").lower())
+    if caveat:
+        out.warnings.append((src, f"{value!r} became {mapped}, which places differently: {caveat}"))
 
 
 def _template_for(
     name: str, image: str | None, runtime: str | None, src: str, new: dict[str, Any], out: Conversion
-) -> None:
-    """spec.podTemplate (one container running `image`) or spec.runtime for a source without a template."""
+) -> bool:
+    """spec.podTemplate (one container running `image`) or spec.runtime for a source without a template;
+    False when neither was asked for."""
     if runtime:
         new["runtime"] = runtime
         out.unmapped.append((src, f"no pod template in the source: its pods get WorkloadRuntime {runtime!r}"))
-        return
+        return True
     if not image:
-        raise ConvertError(
-            f"{src}: the source has no pod template; pass --image for its container, or --runtime NAME for "
-            "a WorkloadRuntime's template"
-        )
+        return False
     out.unmapped.append((src, f"no pod template in the source: one container {name!r} running {image!r}"))
     new["podTemplate"] = {"spec": {"containers": [{"name": name, "image": image}]}}
+    return True
 
 
-def _gpu_orchestrator(spec: dict, new: dict, out: Conversion, image: str | None, runtime: str | None) -> None:
+def _gpu_orchestrator(
+    spec: dict[str, Any], new: dict[str, Any], out: Conversion, image: str | None, runtime: str | None
+) -> None:
     model = spec.get("modelName")
     for key, value in spec.items():
         src = f"spec.{key}"
@@ -140,7 +190,7 @@ def _gpu_orchestrator(spec: dict, new: dict, out: Conversion, image: str | None,
                 (src, "spec.priority (a PriorityClass of that name must exist)", new["priority"])
             )
         elif key == "schedulingStrategy":
-            _set_strategy(src, value, new, out)
+            _set_strategy(GPU_ORCHESTRATOR, src, value, new, out)
         elif key == "retryPolicy" and isinstance(value, dict):
             retry: dict[str, Any] = {}
             for rk, rv in value.items():
@@ -153,14 +203,51 @@ def _gpu_orchestrator(spec: dict, new: dict, out: Conversion, image: str | None,
                 new["retryPolicy"] = retry
         else:
             out.unmapped.append((src, "no KGWE equivalent"))
-    _template_for(_container_name(str(model or "main")), image, runtime, "spec.podTemplate", new, out)
+    if "schedulingStrategy" not in spec:
+        caveat = STRATEGY_CAVEATS[GPU_ORCHESTRATOR]["leastloaded"]
+        out.warnings.append(
+            (
+                "spec.schedulingStrategy",
+                f"absent: GPU_Orchestrator placed such a workload with {GPU_ORCHESTRATOR_DEFAULT_STRATEGY}, "
+                f"KGWE with the default ScoringProfile ({caveat})",
+            )
+        )
+    if not _template_for(_container_name(str(model or "main")), image, runtime, "spec.podTemplate", new, out):
+        _seed_container(spec, new, out)
+
+
+def _seed_container(spec: dict[str, Any], new: dict[str, Any], out: Conversion) -> None:
+    """The container GPU_Orchestrator's own controller gave every workload (neither --image nor --runtime)."""
+    env = [
+        {"name": "MODEL_NAME", "value": str(spec.get("modelName") or "")},
+        {"name": "GPU_COUNT", "value": str(spec.get("gpuCount") or "")},
+    ]
+    container = {"name": GPU_ORCHESTRATOR_CONTAINER, "image": GPU_ORCHESTRATOR_IMAGE, "env": env}
+    new["podTemplate"] = {"spec": {"containers": [container]}}
+    out.mapped.append(
+        (
+            "(GPU_Orchestrator's controller)",
+            "spec.podTemplate",
+            f"container {GPU_ORCHESTRATOR_CONTAINER} running {GPU_ORCHESTRATOR_IMAGE} with MODEL_NAME and "
+            "GPU_COUNT, as GPU_Orchestrator ran it",
+        )
+    )
+    out.warnings.append(
+        (
+            "spec.podTemplate",
+            f"the source has none: GPU_Orchestrator ran every workload in {GPU_ORCHESTRATOR_IMAGE} (its own "
+            "placeholder); pass --image IMAGE for your container, or --runtime NAME for a WorkloadRuntime's",
+        )
+    )
 
 
 def _container_name(text: str) -> str:
     return re.sub(r"[^a-z0-9-]", "-", text.lower())[:63].strip("-") or "main"
 
 
-def _agentaflow(spec: dict, new: dict, out: Conversion, image: str | None, runtime: str | None) -> None:
+def _agentaflow(
+    spec: dict[str, Any], new: dict[str, Any], out: Conversion, image: str | None, runtime: str | None
+) -> None:
     req = new["gpuRequirements"]
     memory_mib: dict[str, Any] = {}
     for key, value in spec.items():
@@ -171,7 +258,7 @@ def _agentaflow(spec: dict, new: dict, out: Conversion, image: str | None, runti
         elif key == "gpuMemoryRequired":
             memory_mib[src] = value
         elif key == "schedulingStrategy":
-            _set_strategy(src, value, new, out)
+            _set_strategy(AGENTAFLOW, src, value, new, out)
         elif key == "gpuRequirements" and isinstance(value, dict):
             for rk, rv in value.items():
                 rsrc = f"{src}.{rk}"
@@ -201,11 +288,14 @@ def _agentaflow(spec: dict, new: dict, out: Conversion, image: str | None, runti
                 out.mapped.append(
                     (k, "spec.gpuRequirements.minMemoryGB (MiB -> GB, the larger)", f"{v} MiB -> {gb}")
                 )
-    if "podTemplate" not in new:
-        _template_for("main", image, runtime, "spec.podTemplate", new, out)
+    if "podTemplate" not in new and not _template_for("main", image, runtime, "spec.podTemplate", new, out):
+        raise ConvertError(
+            "spec.podTemplate: the source has no pod template; pass --image for its container, or --runtime "
+            "NAME for a WorkloadRuntime's template"
+        )
 
 
-def _strip_gpu_resources(template: dict, src: str, out: Conversion) -> dict:
+def _strip_gpu_resources(template: dict[str, Any], src: str, out: Conversion) -> dict[str, Any]:
     """GPU resources come from gpuRequirements; the template's own would be overwritten, so say so."""
     spec = template.get("spec") or {}
     for i, c in enumerate(spec.get("containers") or []):

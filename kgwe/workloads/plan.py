@@ -4,11 +4,16 @@ Batch kinds become one Indexed Job per role plus a headless Service (stable host
 `<job>-<index>.<service>`); serving kinds a Deployment per role. Children of attempt `run` carry the run in
 their names, so a gang restart creates fresh Jobs while the old ones are still being deleted. A workload of
 more than one pod is all-or-nothing through an existing engine: a native PodGroup (scheduling.k8s.io/v1beta1,
-created before the pods, pods linked by spec.schedulingGroup) or Kueue's plain pod-group labels.
+created before the pods, pods linked by spec.schedulingGroup), or Kueue. Through Kueue a run is ONE Kueue
+pod group (kgwe.policy.kueue_setup says why): KGWE creates the pods itself, with the hostnames the Jobs'
+pods would have had and the completion index their rank variables read, labelled
+kueue.x-k8s.io/pod-group-name, so all roles are one Kueue Workload that Kueue admits whole, and no Job exists
+for Kueue to admit on its own.
 """
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from kgwe.policy import runtime_templates as runtimes
@@ -27,6 +32,9 @@ from kgwe.vocab import (
     API_VERSION,
     GPU_PRODUCT_ANNOTATION,
     GPU_REPLICAS_LABEL,
+    KUEUE_GROUP_LABEL,
+    KUEUE_GROUP_TOTAL_ANNOTATION,
+    KUEUE_QUEUE_LABEL,
     MANAGED_BY_LABEL,
     MANAGED_BY_VALUE,
     MIN_BANDWIDTH_ANNOTATION,
@@ -40,9 +48,6 @@ from kgwe.vocab import (
     is_gpu_resource,
 )
 
-KUEUE_GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
-KUEUE_TOTAL_ANNOTATION = "kueue.x-k8s.io/pod-group-total-count"
-KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 TORCH_MASTER_PORT = 29500  # Kubeflow Trainer's default
 
@@ -129,7 +134,11 @@ def plan_children(wl: GPUWorkload, namespace: str, uid: str, facts: Facts) -> li
     for role in roles:
         env = _rendezvous_env(wl, facts, roles, role, offset, total, f"{first_job}-0.{name}")
         offset += role.replicas
-        objs.append(_job(wl, namespace, owner, role, facts, base_labels, env, group, total))
+        job = _job(wl, namespace, owner, role, facts, base_labels, env, group)
+        if facts.gang_backend != "Kueue":
+            objs.append(job)
+        elif not wl.spec.suspend:  # a pod cannot be suspended: a suspended run has none
+            objs += _kueue_pods(job, wl, group, total)
     return objs
 
 
@@ -254,6 +263,26 @@ def _require_unshared_gpus(spec: dict[str, Any]) -> None:
     ]
 
 
+def _kueue_pods(job: dict[str, Any], wl: GPUWorkload, group: str, total: int) -> list[dict[str, Any]]:
+    """The pods the role's Indexed Job would make, made here instead, as members of a Kueue pod group.
+
+    Kueue's webhook gates them until their group is admitted; KGWE writes no field Kueue writes."""
+    template = copy.deepcopy(job["spec"]["template"])
+    labels = {**job["metadata"]["labels"], **template["metadata"]["labels"], KUEUE_GROUP_LABEL: group}
+    if wl.spec.gang.queue_name:
+        labels[KUEUE_QUEUE_LABEL] = wl.spec.gang.queue_name
+    annotations = {**template["metadata"]["annotations"], KUEUE_GROUP_TOTAL_ANNOTATION: str(total)}
+    meta = job["metadata"]
+    pods = []
+    for index in range(job["spec"]["completions"]):
+        name = f"{meta['name']}-{index}"  # the hostname the Job's pod of this index would have
+        spec = {**copy.deepcopy(template["spec"]), "hostname": name}
+        pod_meta = _meta(name, meta["namespace"], dict(labels), meta["ownerReferences"][0])
+        pod_meta["annotations"] = {**annotations, COMPLETION_INDEX_ANNOTATION: str(index)}  # what env reads
+        pods.append({"apiVersion": "v1", "kind": "Pod", "metadata": pod_meta, "spec": spec})
+    return pods
+
+
 def _job(
     wl: GPUWorkload,
     namespace: str,
@@ -263,17 +292,9 @@ def _job(
     base_labels: dict[str, str],
     env: list[dict[str, Any]],
     group: str,
-    total: int,
 ) -> dict[str, Any]:
     labels = {**base_labels, ROLE_LABEL: role.name, RUN_LABEL: str(facts.run)}
-    pod_labels = dict(labels)
-    if facts.gang_backend == "Kueue":
-        pod_labels[KUEUE_GROUP_LABEL] = group
-        if wl.spec.gang.queue_name:
-            pod_labels[KUEUE_QUEUE_LABEL] = wl.spec.gang.queue_name
-    tmpl = _pod_template(wl, role, facts, pod_labels, batch=True)
-    if facts.gang_backend == "Kueue":
-        tmpl["metadata"]["annotations"][KUEUE_TOTAL_ANNOTATION] = str(total)
+    tmpl = _pod_template(wl, role, facts, dict(labels), batch=True)
     spec = tmpl["spec"]
     spec["subdomain"] = wl.name
     if facts.gang_backend == "Native":

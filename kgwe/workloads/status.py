@@ -16,13 +16,15 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from kgwe.policy.cluster_kinds import Condition
-from kgwe.policy.gpu_workload import GPUWorkload, RetryPolicy
+from kgwe.policy.gpu_workload import GPUWorkload, GPUWorkloadSpec, RetryPolicy
+from kgwe.policy.workload_resolution import gang_phrase
 from kgwe.runtime import conditions
-from kgwe.runtime.conditions import is_true
+from kgwe.runtime.conditions import ConditionStatus, is_true
 from kgwe.vocab import GPU_INDEX_ANNOTATION
 
 CONDITION_TYPES = ("Admitted", "PodsScheduled", "PodsReady", "Complete", "Failed", "Suspended")
 GPUS_HEALTHY = "GPUsHealthy"  # set only while a pod of the run is placed
+KUEUE_ADMITTED = "KueueAdmitted"  # set only through Kueue: what Kueue says of the run's Workload
 
 
 def backoff_seconds(policy: RetryPolicy, retry: int, rng: random.Random | None = None) -> float:
@@ -61,6 +63,84 @@ def failed_job(view: RunView) -> Mapping[str, Any] | None:
 
 def all_complete(view: RunView, roles: int) -> bool:
     return len(view.jobs) == roles and all(is_true(conditions.of(j), "Complete") for j in view.jobs)
+
+
+def _disrupted(pod: Mapping[str, Any]) -> bool:
+    """Evicted, preempted (Kueue's too) or deleted: not the job's fault, as a Job's podFailurePolicy says."""
+    return is_true(conditions.of(pod), "DisruptionTarget")
+
+
+def member_failure(view: RunView, kueue: bool) -> str | None:
+    """What failed in the run, said for people: a failed Job, or (through Kueue, where KGWE makes the pods)
+    a pod that failed on its own; None when nothing did."""
+    if not kueue:
+        job = failed_job(view)
+        if job is None:
+            return None
+        why = (conditions.find(conditions.of(job), "Failed") or {}).get("reason") or ""
+        return f"Job {job['metadata']['name']} failed ({why})"
+    for pod in sorted(view.pods, key=lambda p: p["metadata"]["name"]):
+        status = pod.get("status") or {}
+        if status.get("phase") == "Failed" and not _disrupted(pod):
+            why = status.get("reason") or status.get("message") or ""
+            return f"Pod {pod['metadata']['name']} failed ({why})"
+    return None
+
+
+def run_complete(view: RunView, wl: GPUWorkload, kueue: bool) -> bool:
+    """Every member finished well: each role's Job, or (through Kueue) each pod."""
+    if not kueue:
+        return all_complete(view, len(wl.spec.effective_roles()))
+    succeeded = {
+        p["metadata"]["name"] for p in view.pods if (p.get("status") or {}).get("phase") == "Succeeded"
+    }
+    return len(succeeded) == wl.spec.total_pods
+
+
+def kueue_replacements(view: RunView, planned: Sequence[str]) -> tuple[list[str], bool]:
+    """Through Kueue, whose preemption deletes a group's pods and leaves replacing them to their maker:
+    (pods to delete first — failed by a disruption, so a new pod of the name can follow —, whether any
+    planned pod is missing and must be created again)."""
+    present = {p["metadata"]["name"]: p for p in view.pods}
+    disrupted = sorted(
+        name
+        for name, p in present.items()
+        if (p.get("status") or {}).get("phase") == "Failed"
+        and _disrupted(p)
+        and not (p.get("metadata") or {}).get("deletionTimestamp")
+    )
+    return disrupted, any(name not in present for name in planned)
+
+
+def kueue_admission(
+    workload: Mapping[str, Any] | None, group: str, pods: int
+) -> tuple[ConditionStatus, str, str]:
+    """Condition KueueAdmitted (status, reason, message) from the run's Kueue Workload (named after its pod
+    group); Kueue's own reason and message while it holds the pods."""
+    if workload is None:
+        return (
+            "False",
+            "Pending",
+            f"Kueue has no Workload {group} yet (it makes one once all {pods} pods exist)",
+        )
+    held = conditions.of(workload)
+    admission = (workload.get("status") or {}).get("admission") or {}
+    queue = (workload.get("spec") or {}).get("queueName") or "no LocalQueue"
+
+    def said(ctype: str, default: str) -> tuple[str, str]:
+        c = conditions.find(held, ctype) or {}
+        return str(c.get("reason") or default), str(c.get("message") or "")[:1024]
+
+    if is_true(held, "Finished"):
+        return ("True", *said("Finished", "Finished"))
+    if is_true(held, "Admitted"):
+        cq = admission.get("clusterQueue") or "?"
+        return "True", "Admitted", f"Kueue admitted Workload {group} in ClusterQueue {cq} ({queue})"
+    if is_true(held, "Evicted"):
+        reason, message = said("Evicted", "Evicted")
+        return "False", reason if reason.startswith("Evicted") else f"Evicted{reason}", message
+    reason, message = said("QuotaReserved", "Pending")
+    return "False", reason, f"Kueue holds Workload {group} ({queue}): {message or 'queued, not admitted yet'}"
 
 
 def live_pods(view: RunView) -> list[dict[str, Any]]:
@@ -132,3 +212,8 @@ def progress(wl: GPUWorkload, view: RunView) -> Progress:
 
 def gang_timed_out(run_start: datetime | None, timeout_seconds: int, now: datetime) -> bool:
     return run_start is not None and now - run_start > timedelta(seconds=timeout_seconds)
+
+
+def gang_words(status: Mapping[str, Any], spec: GPUWorkloadSpec) -> str:
+    """The run's gang engine as the status records it, in words for messages (never a bare "None")."""
+    return gang_phrase(str(status.get("gangBackend") or "None"), spec.total_pods, spec.is_batch)

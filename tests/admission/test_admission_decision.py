@@ -8,48 +8,18 @@ import orjson
 import pytest
 
 from kgwe.admission.decision import ReviewError, decide, review
-
-
-def pod(resources: dict | None = None, *, init: dict | None = None, scheduler: str | None = None) -> dict:
-    spec: dict = {"containers": [{"name": "main", "image": "x", "resources": resources or {}}]}
-    if init is not None:
-        spec["initContainers"] = [{"name": "init", "image": "x", "resources": init}]
-    if scheduler is not None:
-        spec["schedulerName"] = scheduler
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": spec}
-
+from tests.admission.routing_cases import CASES, NO_GPU_RESOURCES, pod
 
 ROUTE = ({"op": "add", "path": "/spec/schedulerName", "value": "kgwe-scheduler"},)
 
 
-@pytest.mark.parametrize(
-    "resources",
-    [
-        {"limits": {"nvidia.com/gpu": "2"}},
-        {"requests": {"nvidia.com/gpu": "1"}},
-        {"limits": {"nvidia.com/gpu.shared": "1"}},
-        {"requests": {"nvidia.com/mig-1g.10gb": "1"}},
-        {"limits": {"nvidia.com/mig-3g.40gb": "1"}, "requests": {"cpu": "1"}},
-    ],
-)
-def test_gpu_pods_are_routed(resources):
-    assert decide(pod(resources)).patch == ROUTE
-    assert decide(pod(resources, scheduler="default-scheduler")).patch == ROUTE
+@pytest.mark.parametrize(("case", "manifest", "routed"), CASES, ids=[c[0] for c in CASES])
+def test_the_routing_cases(case, manifest, routed):
+    """The table the MutatingAdmissionPolicy is held to as well (tests/admission/test_routing_policy.py)."""
+    assert decide(manifest).patch == (ROUTE if routed else ())
 
 
-def test_an_init_container_asking_for_a_gpu_routes_the_pod():
-    assert decide(pod({"requests": {"cpu": "1"}}, init={"limits": {"nvidia.com/gpu": "1"}})).patch == ROUTE
-
-
-@pytest.mark.parametrize(
-    "resources",
-    [
-        {},
-        {"limits": {"cpu": "1", "memory": "1Gi"}},
-        {"limits": {"amd.com/gpu": "1"}},
-        {"limits": {"nvidia.com/gpus": "1"}},
-    ],
-)
+@pytest.mark.parametrize("resources", NO_GPU_RESOURCES)
 def test_pods_without_nvidia_gpus_are_left_alone(resources):
     d = decide(pod(resources))
     assert d.patch == () and d.reason == "requests no GPU"

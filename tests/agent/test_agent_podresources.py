@@ -50,14 +50,28 @@ def test_list_over_grpc_and_map_to_gpu_indices(kubelet_socket):
     assert holders == {0: "ml/train-0", 3: "ml/train-0", 5: "ml/train-0"}
 
 
+def _field(number: int, payload: bytes) -> bytes:
+    """One length-delimited protobuf field (short payloads): what a newer kubelet may add."""
+    return bytes([number << 3 | 2, len(payload)]) + payload
+
+
 def test_unknown_fields_are_skipped():
     # ContainerResources.cpu_ids (field 3, packed varints) and an unknown varint field in PodResources
-    container = podresources._field(1, b"c") + podresources._field(3, b"\x01\x02") + bytes([0x28, 0x07])
-    pod = podresources._field(1, b"p") + podresources._field(2, b"ns") + bytes([0x20, 0x01])
-    pod += podresources._field(3, container)
-    data = podresources._field(1, pod)
-    assert podresources.decode_list_response(data) == []  # no devices, no crash
+    container = _field(1, b"c") + _field(3, b"\x01\x02") + bytes([0x28, 0x07])
+    pod = _field(1, b"p") + _field(2, b"ns") + bytes([0x20, 0x01]) + _field(3, container)
+    assert podresources.decode_list_response(_field(1, pod)) == []  # no devices, no crash
     assert podresources.decode_list_response(b"") == []
+
+
+def test_dynamic_resources_are_read_per_device_of_each_claim():
+    held = [
+        DeviceHolding("ml", "train-0", "main", "nvidia.com/gpu", ("GPU-aaa",)),
+        DeviceHolding("ml", "train-0", "main", "gpu.nvidia.com", ("gpu-0",), claim="ml/two-gpus", pool="n1"),
+        DeviceHolding("ml", "train-0", "main", "gpu.nvidia.com", ("gpu-1",), claim="ml/two-gpus", pool="n1"),
+    ]
+    got = podresources.decode_list_response(podresources.encode_list_response(held))
+    assert got == held
+    assert podresources.gpu_holders(got, {"GPU-aaa": 4}) == {4: "ml/train-0"}  # DRA names are no UUIDs
 
 
 def test_malformed_answer_and_unreachable_kubelet_are_clear_errors(tmp_path):

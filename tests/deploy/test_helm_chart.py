@@ -267,6 +267,43 @@ def test_certificates_come_from_the_controller_by_default_and_from_cert_manager_
     assert not any(r["resources"] == ["mutatingwebhookconfigurations"] for r in rules)
 
 
+MAP = "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy"
+
+
+def test_gpu_pods_are_routed_by_the_policy_where_the_cluster_serves_it_else_by_the_webhook():
+    """webhook.routeWith Auto: the MutatingAdmissionPolicy when Helm sees the cluster serve it (here told
+    with --api-versions, as discovery tells `helm install`), the webhook server otherwise (`helm template`
+    alone, clusters before 1.36). The policy is kgwe.admission.policy's, with no webhook server, Service,
+    certificate, or the controller's right to patch a webhook configuration."""
+    from kgwe.admission.policy import routing_objects
+
+    offline = _by(template(*SEED))
+    assert ("Deployment", "kgwe-webhook") in offline and (
+        "MutatingAdmissionPolicy",
+        "kgwe-scheduling",
+    ) not in offline
+    for served in (
+        template(*SEED, "--api-versions", MAP),
+        template(*SEED, "--set", "webhook.routeWith=Policy"),
+    ):
+        by = _by(served)
+        for want in routing_objects():
+            got = by[(want["kind"], want["metadata"]["name"])]
+            assert got["spec"] == want["spec"] and got["apiVersion"] == want["apiVersion"]
+        assert not [key for key in by if key[1] == "kgwe-webhook" or key[0] == "MutatingWebhookConfiguration"]
+        kept = [
+            a.split("=", 1)[1].split(",") for a in _controller_args(by) if a.startswith("--certificates=")
+        ]
+        assert kept and not [c for c in kept[0] if c == "webhook"]  # metrics' and the extender's stay
+        rules = by[("ClusterRole", "kgwe-controller")]["rules"]
+        assert not any(r["resources"] == ["mutatingwebhookconfigurations"] for r in rules)
+    forced = _by(template(*SEED, "--api-versions", MAP, "--set", "webhook.routeWith=Webhook"))
+    assert ("MutatingWebhookConfiguration", "kgwe-scheduling") in forced
+    assert ("MutatingAdmissionPolicy", "kgwe-scheduling") not in forced
+    off = _by(template(*SEED, "--api-versions", MAP, "--set", "webhook.enabled=false"))
+    assert not [key for key in off if key[1] == "kgwe-scheduling"]
+
+
 def test_values_that_cannot_work_together_fail_with_what_to_set():
     err = _fails("--namespace", "kgwe-system", "--set", "migController.enabled=false")
     assert "the webhook's certificate comes from the KGWE controller or cert-manager" in err

@@ -111,14 +111,19 @@ def test_seed_install_upgrade_uninstall(helm_cluster):
     notes = out.split("NOTES:", 1)[1]  # what is really served
     assert "extender    in each kgwe-scheduler pod, http://127.0.0.1:8888 (that pod's loopback only)" in notes
     assert "scheduler   kgwe-scheduler (registry.k8s.io/kube-scheduler:v1.37.2)" in notes
-    assert "webhook     kgwe-webhook, https://kgwe-webhook.kgwe-system.svc:443/mutate-pods" in notes
+    # this 1.37 API server serves MutatingAdmissionPolicy: the chart routes GPU pods with it, no webhook
+    assert "routing     MutatingAdmissionPolicy kgwe-scheduling (run by the API server" in notes
+    assert "webhook     kgwe-webhook" not in notes and "mutate-pods" not in notes
     assert "WARNING" not in notes and ":8080" not in notes.split("Next steps")[0]
     for component, want in (
         ("controller", 2),
         ("scheduler", 2),
-        ("webhook", 2),
+        ("webhook", 0),
     ):
         assert _ready_pods(api, component) == want, f"{component}: {want} Ready pod(s) expected"
+    admission = client.AdmissionregistrationV1Api(api)
+    assert admission.read_mutating_admission_policy("kgwe-scheduling").spec.failure_policy == "Fail"
+    assert _routed(api) == "kgwe-scheduler"
     assert _ready_pods(api, "agent", "gpu-operator") == len(helm_cluster.nodes)
     assert set(CRDS) <= _crd_names(api)
     releases = json.loads(_helm(helm_cluster, "list", "--namespace", NS, "--output", "json"))
@@ -126,10 +131,17 @@ def test_seed_install_upgrade_uninstall(helm_cluster):
 
     _helm(
         helm_cluster, "upgrade", "kgwe", str(CHART_DIR), "--namespace", NS, "--reuse-values",
-        "--set", "scheduler.replicas=3", "--set", "agent.enabled=false", "--wait", "--timeout", "8m",
+        "--set", "scheduler.replicas=3", "--set", "agent.enabled=false",
+        "--set", "webhook.routeWith=Webhook", "--wait", "--timeout", "8m",
     )  # fmt: skip
     assert apps.read_namespaced_deployment("kgwe-scheduler", NS).spec.replicas == 3
     assert _ready_pods(api, "scheduler") == 3
+    # routed by the webhook server instead (older clusters' way): the policy is gone, the webhook is there
+    assert _ready_pods(api, "webhook") == 2
+    with pytest.raises(ApiException) as gone:
+        admission.read_mutating_admission_policy("kgwe-scheduling")
+    assert gone.value.status == 404
+    assert admission.read_mutating_webhook_configuration("kgwe-scheduling").webhooks
     with pytest.raises(ApiException) as gone:
         apps.read_namespaced_daemon_set("kgwe-agent", "gpu-operator")
     assert gone.value.status == 404
@@ -139,6 +151,30 @@ def test_seed_install_upgrade_uninstall(helm_cluster):
     _helm(helm_cluster, "uninstall", "kgwe", "--namespace", NS, "--wait", "--timeout", "5m")
     assert not apps.list_namespaced_deployment(NS).items
     assert set(CRDS) <= _crd_names(api), "crds.keep (default) keeps the CRDs and every custom resource"
+
+
+def _routed(api: client.ApiClient) -> str:
+    """The schedulerName a GPU pod of an opted-in namespace is created with (server-side dry run)."""
+    ensure_namespace(api, "routed")
+    core = client.CoreV1Api(api)
+    core.patch_namespace("routed", {"metadata": {"labels": {"kgwe.nvidia.io/scheduling": "enabled"}}})
+    pod = {
+        "metadata": {"name": "gpu"},
+        "spec": {
+            "containers": [{"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]
+        },
+    }
+    deadline = time.monotonic() + 60
+    while True:  # the namespace's default ServiceAccount and the policy's informer arrive in their time
+        try:
+            name = core.create_namespaced_pod("routed", pod, dry_run="All").spec.scheduler_name
+        except ApiException as exc:
+            if exc.status not in (403, 404) or time.monotonic() > deadline:
+                raise
+            name = ""
+        if name == "kgwe-scheduler" or time.monotonic() > deadline:
+            return str(name)
+        time.sleep(0.5)
 
 
 def _label_namespace(api: client.ApiClient, name: str, level: str) -> None:
@@ -172,7 +208,7 @@ def test_every_pod_is_admitted_under_pod_security_restricted_and_the_agent_besid
     )  # fmt: skip
     _helm(helm_cluster, *install, "--wait", "--timeout", "5m")
     try:
-        for component, want in (("controller", 2), ("scheduler", 2), ("webhook", 2)):
+        for component, want in (("controller", 2), ("scheduler", 2)):
             assert _ready_pods(api, component, "kgwe-restricted") == want, component
         assert _ready_pods(api, "agent", "gpu-operator") == len(helm_cluster.nodes)
         assert not [m for m in _all_refusals(api, "kgwe-restricted") if "PodSecurity" in m]

@@ -50,10 +50,14 @@ pytestmark = [pytest.mark.cluster, pytest.mark.realnode, pytest.mark.image, pyte
 
 NS = "kgwe-system"
 CRDS = ("policyrepositories.kgwe.nvidia.io", "gpuworkloads.kgwe.nvidia.io")
-# The README's command, with the chart's path for kgwe/kgwe.
+# The README's command, with the chart's path for kgwe/kgwe, routing GPU pods with the webhook server (what
+# the chart picks on clusters before 1.36): its pods, certificate and rotation are what this module checks.
+# The routing policy the chart picks on this 1.37 cluster: tests/deploy/test_helm_install.py and
+# tests/admission/test_routing_policy.py.
 SEED = (
     "install", "kgwe", str(CHART_DIR), "--namespace", NS, "--create-namespace",
     "--set", "scheduler.enabled=true", "--set", "migController.enabled=true",
+    "--set", "webhook.routeWith=Webhook",
 )  # fmt: skip
 GIT_ENV = {
     "GIT_AUTHOR_NAME": "t",

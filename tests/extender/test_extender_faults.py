@@ -127,7 +127,7 @@ def test_good_request_and_keep_alive(server) -> None:
         (
             b'{"Pod": {"spec": {"containers": [{"resources": {"limits": {"nvidia.com/gpu": "x"}}}]}}, '
             b'"NodeNames": []}',
-            "integer",
+            "is not a quantity",
         ),
     ],
 )

@@ -167,7 +167,7 @@ def test_parse_pod_resources_and_annotations() -> None:
 @pytest.mark.parametrize(
     "resources,annotations,needle",
     [
-        ({"nvidia.com/gpu": "1.5"}, {}, "integer"),
+        ({"nvidia.com/gpu": "1.5"}, {}, "whole number"),
         ({"nvidia.com/gpu": "1", "nvidia.com/gpu.shared": "1"}, {}, "not both"),
         ({"nvidia.com/gpu.shared": "1"}, {"kgwe.nvidia.io/gpu-milli": "1500"}, "between 1 and 1000"),
         ({"nvidia.com/gpu": "2"}, {"kgwe.nvidia.io/topology-preference": "Fastest"}, "not one of"),

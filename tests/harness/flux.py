@@ -12,10 +12,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
-import json
-import os
-import re
-import subprocess
 import tarfile
 import threading
 from collections.abc import Mapping
@@ -28,10 +24,10 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from kgwe.localcluster.controlplane import ControlPlaneError, _die_with_parent, free_port, tail
+from kgwe.localcluster.controlplane import free_port
 from kgwe.localcluster.gotools import tool_dir
 from kgwe.resources import hack_dir
-from tests.harness.waiting import wait_for
+from tests.harness.gocontrollers import ControllerProcess, module_dir, pinned_version
 
 WRAPPER_GO_MOD = hack_dir() / "flux" / "go.mod"
 CONTROLLER_MODULE = "github.com/fluxcd/kustomize-controller"
@@ -46,40 +42,17 @@ FIELD_MANAGER = "kustomize-controller"
 
 def controller_version() -> str:
     """The kustomize-controller release pinned by hack/flux/go.mod (source CRDs use the same release)."""
-    match = re.search(
-        rf"^\s*{re.escape(CONTROLLER_MODULE)}\s+(v\S+)", WRAPPER_GO_MOD.read_text(), re.MULTILINE
-    )
-    if not match:
-        raise ControlPlaneError(f"{WRAPPER_GO_MOD} does not pin {CONTROLLER_MODULE}")
-    return match.group(1)
-
-
-def _module_dir(module: str, version: str) -> Path:
-    """A module's source in the Go module cache (`go mod download`, from the proxy on first use)."""
-    proc = subprocess.run(
-        ["go", "mod", "download", "-json", f"{module}@{version}"],
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd="/",
-        env={**os.environ, "GOFLAGS": "", "GOTOOLCHAIN": "local"},
-    )
-    info = json.loads(proc.stdout or "{}") if proc.stdout.strip().startswith("{") else {}
-    if proc.returncode != 0 or "Dir" not in info:
-        raise ControlPlaneError(
-            f"go mod download {module}@{version} failed: {info.get('Error') or proc.stderr}"
-        )
-    return Path(info["Dir"])
+    return pinned_version(WRAPPER_GO_MOD, CONTROLLER_MODULE)
 
 
 def flux_crds() -> list[dict[str, Any]]:
     """Kustomization CRD (kustomize-controller) and the source CRDs it watches, from the release's modules."""
     version = controller_version()
     files = [
-        _module_dir(CONTROLLER_MODULE, version)
+        module_dir(CONTROLLER_MODULE, version)
         / "config/crd/bases/kustomize.toolkit.fluxcd.io_kustomizations.yaml"
     ]
-    source = _module_dir(SOURCE_MODULE, version) / "config/crd/bases"
+    source = module_dir(SOURCE_MODULE, version) / "config/crd/bases"
     files += [source / f"source.toolkit.fluxcd.io_{name}.yaml" for name in SOURCE_CRDS]
     return [d for f in files for d in yaml.safe_load_all(f.read_text()) if d]
 
@@ -203,7 +176,7 @@ class KustomizeController:
         self.kubeconfig, self.workdir, self.namespace = kubeconfig, workdir, namespace
         self.log_path = workdir / "kustomize-controller.log"
         self.health_port = 0
-        self._proc: subprocess.Popen[bytes] | None = None
+        self._process = ControllerProcess("kustomize-controller", self.log_path)
 
     def start(self, timeout_seconds: float = 120) -> KustomizeController:
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -221,45 +194,16 @@ class KustomizeController:
             "--log-level=info",
         ]
         env = {
-            **os.environ,
             "KUBECONFIG": str(self.kubeconfig),  # controller-runtime's lookup; it has no --kubeconfig flag
             "RUNTIME_NAMESPACE": self.namespace,
             "TMPDIR": str(self.workdir),
         }
-        with self.log_path.open("ab") as log:
-            self._proc = subprocess.Popen(
-                argv,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=env,
-                start_new_session=True,
-                preexec_fn=_die_with_parent,
-            )
-        import urllib.request
-
-        proc, url = self._proc, f"http://127.0.0.1:{self.health_port}/readyz"
-
-        def ready() -> bool:
-            if proc.poll() is not None:
-                raise ControlPlaneError(
-                    f"kustomize-controller exited {proc.returncode}:\n{tail(self.log_path)}"
-                )
-            with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=2) as resp:
-                return resp.status == 200
-            return False
-
-        wait_for("kustomize-controller ready", ready, timeout_seconds, describe=lambda: tail(self.log_path))
+        ready = f"http://127.0.0.1:{self.health_port}/readyz"
+        self._process.start(argv, env, ready, timeout_seconds)
         return self
 
     def stop(self) -> None:
-        if self._proc is not None and self._proc.poll() is None:
-            self._proc.terminate()
-            try:
-                self._proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
-        self._proc = None
+        self._process.stop()
 
     def __enter__(self) -> KustomizeController:
         return self.start()

@@ -55,8 +55,8 @@ LANES: dict[str, tuple[str, frozenset[str]]] = {
         frozenset({"kgwe_image", "image_container", "previous_kgwe"}),
     ),
     "gotool": (
-        "runs a tool built from Go modules (helm, promtool and Prometheus, Flux's kustomize-controller)",
-        frozenset({"chart", "promtool", "prometheus", "flux", "dpconfig"}),
+        "runs a tool built from Go modules (helm, promtool, Prometheus, Flux's kustomize-controller, Kueue)",
+        frozenset({"chart", "promtool", "prometheus", "flux", "dpconfig", "kueue_tool"}),
     ),
     "postgres": ("needs the real PostgreSQL server", frozenset({"postgres_url", "postgres_server"})),
 }
@@ -78,6 +78,7 @@ _CACHE_LANES = {
     "prometheus-": "gotool",
     "flux-": "gotool",
     "dpconfig-": "gotool",
+    "kueue-": "gotool",
     "containerd-": "realnode",
     "cni-": "realnode",
     "coredns-": "realnode",

@@ -8,6 +8,7 @@ Fixtures (session):
   prometheus  kgwe.localcluster.prometheus.PrometheusServer with Prometheus built
   flux        tests.harness.flux with Flux's kustomize-controller built
   dpconfig    kgwe.localcluster.deviceplugin.nvidia_loader_reads with NVIDIA's config loader built
+  kueue_tool  tests.harness.kueue with Kueue's manager built
 
 A tool that cannot be built fails the test with the build's message; it is never skipped.
 """
@@ -69,3 +70,11 @@ def dpconfig() -> Callable[[str], dict[str, Any]]:
 
     _built("dpconfig")
     return nvidia_loader_reads
+
+
+@pytest.fixture(scope="session")
+def kueue_tool() -> ModuleType:
+    from tests.harness import kueue as module
+
+    _built("kueue")
+    return module

@@ -87,6 +87,15 @@ def test_both_routes_see_the_same_build_context():
     assert allowed == sorted(build_script_inputs())
 
 
+def test_the_build_context_holds_the_wheel_build_hooks():
+    """The wheel is built inside the context; a hook pyproject names but the context lacks fails the build."""
+    hooks = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["tool"]["hatch"]["build"]["hooks"]
+    inputs = build_script_inputs()
+    for hook in hooks.values():
+        path = hook.get("path", "hatch_build.py")
+        assert any(path == i or path.startswith(i.rstrip("/") + "/") for i in inputs), path
+
+
 def test_containerfile_version_is_the_project_version():
     assert containerfile_config()["Args"]["VERSION"] == project()["version"]
 

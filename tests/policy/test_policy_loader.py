@@ -381,7 +381,7 @@ def test_gpu_workload_manifest_validates(tmp_path):
 def test_sample_repo_is_valid():
     ps = load_repository(sample_repo_dir())
     assert ps.ok and not ps.warnings, [str(d) for d in ps.diagnostics]
-    assert len(ps.budgets) == 3 and len(ps.scoring_profiles) == 2 and len(ps.mig_strategies) == 2
+    assert len(ps.budgets) == 3 and len(ps.scoring_profiles) == 3 and len(ps.mig_strategies) == 2
     assert 18 <= len(ps.inventory().spec.nodes) <= 24
 
 
@@ -574,7 +574,11 @@ def test_a_seed_gpuworkload_is_pointed_at_kgwe_convert(tmp_path):
     )
     (error,) = load_repository(tmp_path).errors
     assert (error.line, error.path) == (1, "apiVersion")
-    assert "GPU_Orchestrator's GPUWorkload" in error.message and "`kgwe convert wl.yaml`" in error.message
+    # the command names the file as the user can reach it: under the directory given, or the file given
+    assert "GPU_Orchestrator's GPUWorkload" in error.message
+    assert f"`kgwe convert {tmp_path / 'wl.yaml'}`" in error.message
+    (error,) = load_repository(tmp_path / "wl.yaml").errors
+    assert f"`kgwe convert {tmp_path / 'wl.yaml'}`" in error.message
 
 
 @pytest.mark.parametrize(("rate", "words"), [('"150%"', "at most 100%"), ("0.2", "percentage like '70%'")])

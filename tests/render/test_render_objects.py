@@ -181,7 +181,7 @@ def test_scoring_configmap_holds_every_profile(rendered):
     (cm,) = [o for o in by_kind(rendered.objects, "ConfigMap") if o["metadata"]["name"] == "kgwe-scoring"]
     data = json.loads(cm["data"]["profiles.json"])
     assert data["default"] == "default"
-    assert set(data["profiles"]) == {"default", "topology-first"}
+    assert set(data["profiles"]) == {"default", "least-loaded", "topology-first"}
     assert data["profiles"]["default"]["weights"] == {"topology": 40, "resource": 35, "balance": 25}
 
 

@@ -98,7 +98,7 @@ def test_the_names_checked_are_the_names_planned(kind: str, gang: str):
         {"apiVersion": API_VERSION, "kind": "GPUWorkload", "metadata": {"name": "train"}, "spec": spec}
     )
     planned = plan_children(wl, "ml", UID, Facts(run=3, gang_backend=gang))
-    assert child_refs(wl, 3, native_gang=gang == "Native") == [
+    assert child_refs(wl, 3, native_gang=gang == "Native", kueue=gang == "Kueue") == [
         (c["apiVersion"], c["kind"], c["metadata"]["name"]) for c in planned
     ]
 

@@ -6,7 +6,6 @@ import pytest
 
 from kgwe.errors import KgweError
 from kgwe.topology import known
-from kgwe.topology.model import to_graph
 from kgwe.topology.parser import parse_known_file, parse_topo_matrix
 
 REQUIRED = {
@@ -50,13 +49,10 @@ def test_dgx1_cube_mesh_bandwidths():
 
 def test_nvswitch_fabric_gives_every_pair_the_fabric_bandwidth():
     topo = known.load("DGX-A100")
-    g = to_graph(topo)
-    assert g.nodes["nvswitch"]["kind"] == "nvswitch"
-    assert all(g.edges[i, "nvswitch"]["nvlinks"] == 12 for i in range(8))
-    gpu_edges = [(u, v, d) for u, v, d in g.edges(data=True) if "nvswitch" not in (u, v)]
-    assert len(gpu_edges) == 28
-    assert {d["bandwidth_gbps"] for _, _, d in gpu_edges} == {300.0}
-    assert {d["via"] for _, _, d in gpu_edges} == {"nvswitch"}
+    assert [gpu.nvswitch_links for gpu in topo.gpus] == [12] * 8
+    pairs = [(i, j) for i in range(8) for j in range(i + 1, 8)]
+    assert {topo.bandwidth_gbps[i][j] for i, j in pairs} == {300.0}
+    assert {topo.via(i, j) for i, j in pairs} == {"nvswitch"}
     assert all(row[j] == 0 for row in topo.nvlinks for j in range(8))  # no direct pair links
     h100 = known.load("HGX-H100")
     assert h100.bandwidth_gbps[0][7] == 450.0 and h100.label(0, 7) == "NV18"

@@ -31,6 +31,11 @@ CONTROLLER_SA = "system:serviceaccount:kgwe-system:kgwe-controller"
 def controller_account(k8s_api: client.ApiClient) -> client.ApiClient:
     """deploy/controller's RBAC and admission policies applied; an API client impersonating the controller's
     ServiceAccount."""
+    return as_controller(k8s_api)
+
+
+def as_controller(k8s_api: client.ApiClient) -> client.ApiClient:
+    """deploy/controller's RBAC and admission policies applied to this cluster; a client as the controller."""
     import yaml
 
     from kgwe.cluster.client import ensure_namespace

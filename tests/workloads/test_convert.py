@@ -32,9 +32,105 @@ def test_gpu_orchestrator_example(tmp_path, capsys):
     assert main(["validate", str(out)]) == 0
 
 
-def test_gpu_orchestrator_without_image_is_a_clear_error(capsys):
-    assert main(["convert", str(FIXTURES / "gpu-orchestrator-my-model.yaml")]) == 1
-    assert "pass --image" in capsys.readouterr().err
+def test_gpu_orchestrator_without_image_keeps_the_container_its_controller_ran(capsys):
+    """The seed had no pod template: its controller ran python:3.11-slim with MODEL_NAME and GPU_COUNT. The
+    plain `kgwe convert FILE` keeps that container, says so, and says how to run another."""
+    assert main(["convert", str(FIXTURES / "gpu-orchestrator-my-model.yaml")]) == 0
+    captured = capsys.readouterr()
+    doc = yaml.safe_load(captured.out)
+    (container,) = doc["spec"]["podTemplate"]["spec"]["containers"]
+    assert (container["name"], container["image"]) == ("gpu-workload", "python:3.11-slim")
+    env = [{"name": "MODEL_NAME", "value": "llama2"}, {"name": "GPU_COUNT", "value": "2"}]
+    assert container["env"] == env
+    assert "WARNING spec.podTemplate: the source has none" in captured.err and "--image" in captured.err
+
+
+def test_agentaflow_without_a_template_is_a_clear_error(capsys):
+    doc = yaml.safe_load((FIXTURES / "agentaflow-my-training-job.yaml").read_text())
+    del doc["spec"]["podTemplate"]
+    with pytest.raises(ConvertError, match="pass --image"):
+        convert(doc)
+
+
+EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "docs" / "examples" / "gpuworkloads").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+def test_the_founding_examples_run_as_kgwe_suggests(example, tmp_path, capsys, monkeypatch):
+    """Every GPUWorkload of the founding documents, as written: a seed's is refused with the command that
+    converts it, that very command works, and the result (or a KGWE one as it is) validates and dry-runs
+    against sample-repo. No message says a bare None."""
+    import re
+    import shlex
+    import shutil
+
+    from kgwe.resources import sample_repo_dir
+
+    policy = str(sample_repo_dir())
+    shutil.copy(example, tmp_path / example.name)
+    monkeypatch.chdir(tmp_path)
+    said: list[str] = []
+    code = main(["validate", "--policy", policy, example.name])
+    out = capsys.readouterr()
+    said += [out.out, out.err]
+    suggested = re.search(r"convert it with `(kgwe convert [^`]+)`", out.out)
+    manifest = example.name
+    if suggested:
+        assert code == 1
+        argv = shlex.split(suggested.group(1))
+        assert main(argv[1:]) == 0, argv
+        out = capsys.readouterr()
+        said.append(out.err)
+        manifest = "converted.yaml"
+        (tmp_path / manifest).write_text(out.out)
+    assert main(["validate", "--policy", policy, manifest]) == 0
+    out = capsys.readouterr()
+    said += [out.out, out.err]
+    assert main(["submit", "--dry-run=client", "-o", "yaml", "--policy", policy, manifest]) == 0
+    out = capsys.readouterr()
+    said.append(out.err)
+    assert any(d["kind"] in ("Job", "Deployment") for d in yaml.safe_load_all(out.out))
+    assert not [line for text in said for line in text.splitlines() if re.search(r"\bNone\b", line)]
+
+
+@pytest.mark.parametrize(
+    ("source", "word", "says"),
+    [
+        ("agentaflow-my-training-job.yaml", "priority", "KGWE's Priority orders nodes"),
+        ("agentaflow-my-training-job.yaml", "least_utilized", "allocation, not measured utilization"),
+        ("agentaflow-my-training-job.yaml", "best_fit", "memory only filters"),
+        ("gpu-orchestrator-my-model.yaml", "costOptimized", "reads no label"),
+        ("gpu-orchestrator-my-model.yaml", "leastLoaded", "most allocatable GPUs"),
+    ],
+)
+def test_a_seed_word_that_places_differently_is_warned_about(source, word, says):
+    doc = yaml.safe_load((FIXTURES / source).read_text())
+    doc["spec"]["schedulingStrategy"] = word
+    conv = convert(doc, image="busybox:1.36")
+    warnings = dict(conv.warnings)
+    assert says in warnings["spec.schedulingStrategy"]
+    assert any("WARNING spec.schedulingStrategy" in line for line in conv.report_lines())
+
+
+def test_a_seed_word_kgwe_means_alike_is_not_warned_about():
+    doc = yaml.safe_load((FIXTURES / "gpu-orchestrator-my-model.yaml").read_text())
+    doc["spec"]["schedulingStrategy"] = "random"
+    assert convert(doc, image="busybox:1.36").warnings == []
+    del doc["spec"]["schedulingStrategy"]  # GPU_Orchestrator's default was leastLoaded: said
+    (warning,) = convert(doc, image="busybox:1.36").warnings
+    assert warning[0] == "spec.schedulingStrategy" and "leastLoaded" in warning[1]
+
+
+def test_strategy_command_warns_for_a_seed_word(tmp_path, capsys):
+    import shutil
+
+    from kgwe.resources import sample_repo_dir
+
+    repo = tmp_path / "repo"
+    shutil.copytree(sample_repo_dir(), repo)
+    assert main(["strategy", "priority", "--repo", str(repo), "--dry-run"]) == 0
+    err = capsys.readouterr().err
+    assert '"priority" is Priority' in err and "warning: AgentaFlow's priority ordered the waiting" in err
 
 
 def test_agentaflow_example(tmp_path, capsys):
@@ -119,14 +215,18 @@ def test_cli_rejects_non_yaml(tmp_path, capsys):
 
 def test_convert_says_what_the_result_still_needs_and_suggests_it(tmp_path, capsys):
     """GPU_Orchestrator's example validated clean before and was then refused on the cluster (no profile with
-    its strategy, no PriorityClass "high"); convert now says so and writes what would fix it."""
+    its strategy, no PriorityClass "high"); convert now says so and writes what would fix it. (sample-repo
+    serves LeastLoaded: a copy without that profile stands for a repository that does not.)"""
     import shutil
 
     from kgwe.resources import sample_repo_dir
 
+    bare = tmp_path / "bare"
+    shutil.copytree(sample_repo_dir(), bare)
+    (bare / "scoring" / "least-loaded.yaml").unlink()
     out, suggest = tmp_path / "wl.yaml", tmp_path / "suggested"
     src = str(FIXTURES / "gpu-orchestrator-my-model.yaml")
-    args = ["convert", src, "--runtime", "torch-distributed", "--policy", str(sample_repo_dir())]
+    args = ["convert", src, "--runtime", "torch-distributed", "--policy", str(bare)]
     assert main([*args, "--out", str(out), "--suggest", str(suggest)]) == 0
     report = capsys.readouterr().err
     assert "STILL NEEDS: no ScoringProfile uses strategy LeastLoaded" in report
@@ -134,13 +234,11 @@ def test_convert_says_what_the_result_still_needs_and_suggests_it(tmp_path, caps
     assert "its pods get WorkloadRuntime 'torch-distributed'" in report
     doc = yaml.safe_load(out.read_text())
     assert doc["spec"]["runtime"] == "torch-distributed" and "podTemplate" not in doc["spec"]
-    assert main(["validate", "--policy", str(sample_repo_dir()), str(out)]) == 1  # as the report said
+    assert main(["validate", "--policy", str(bare), str(out)]) == 1  # as the report said
     assert "[NoScoringProfile]" in capsys.readouterr().out
     # the suggested profile, added to the policy repository, makes the workload admissible there
-    repo = tmp_path / "repo"
-    shutil.copytree(sample_repo_dir(), repo)
-    shutil.copy(suggest / "scoringprofile-least-loaded.yaml", repo / "scoring")
-    assert main(["validate", "--policy", str(repo), str(out)]) == 0
+    shutil.copy(suggest / "scoringprofile-least-loaded.yaml", bare / "scoring")
+    assert main(["validate", "--policy", str(bare), str(out)]) == 0
     assert "[NoScoringProfile]" not in capsys.readouterr().out
     priority_class = yaml.safe_load((suggest / "priorityclass-high.yaml").read_text())
     assert (priority_class["kind"], priority_class["metadata"]["name"]) == ("PriorityClass", "high")

@@ -104,12 +104,13 @@ def test_distributed_job_gets_a_native_podgroup_first_and_links_pods():
     assert env["PET_NNODES"] == "2" and env["WORLD_SIZE"] == "16"
 
 
-def test_kueue_backend_uses_pod_group_labels():
+def test_kueue_backend_is_one_pod_group_of_plain_pods():
+    """Through Kueue the pods are KGWE's own, one Kueue pod group (tests/workloads/test_kueue_route.py)."""
     wl = _load("distributed-16gpu.yaml")
     wl.spec.gang.queue_name = "team-a"
     objs = plan_children(wl, "ml-team", "u1", Facts(gang_backend="Kueue"))
-    assert "PodGroup" not in [o["kind"] for o in objs]
-    pod = objs[-1]["spec"]["template"]
+    assert [o["kind"] for o in objs] == ["Service", "Pod", "Pod"]
+    pod = objs[-1]
     assert pod["metadata"]["labels"]["kueue.x-k8s.io/pod-group-name"] == "llm-pretrain-r0"
     assert pod["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
     assert pod["metadata"]["annotations"]["kueue.x-k8s.io/pod-group-total-count"] == "2"

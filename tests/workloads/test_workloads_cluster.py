@@ -815,7 +815,10 @@ def test_reconciler_runs_as_the_controllers_service_account(
         assert parts["reconciler"].cluster.api_client is sa
     core, custom = client.CoreV1Api(sa), client.CustomObjectsApi(sa)
     _forbidden(lambda: core.list_secret_for_all_namespaces())
-    _forbidden(lambda: core.delete_namespaced_pod("x", namespace))
+    # pods it may delete (a Kueue run's, which it makes) only where GPUWorkloads run
+    _forbidden(lambda: core.delete_namespaced_pod("x", "kube-system"))
+    stray = {"metadata": {"name": "x"}, "spec": {"containers": [{"name": "c", "image": "i"}]}}
+    _forbidden(lambda: core.create_namespaced_pod("default", stray))
     _forbidden(lambda: client.AppsV1Api(sa).delete_namespaced_deployment("x", namespace))
     _forbidden(lambda: custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name))
     _forbidden(lambda: custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, doc))

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from alembic import context
 from sqlalchemy import create_engine
+from sqlalchemy.engine import Connection
+from sqlmodel import SQLModel
 
-from kgwe.cost.tables import SQLModel
+import kgwe.cost.tables  # noqa: F401  # the tables register with SQLModel.metadata
 
 target_metadata = SQLModel.metadata
 config = context.config
@@ -21,7 +23,7 @@ def run() -> None:
     _migrate(connection)
 
 
-def _migrate(connection) -> None:
+def _migrate(connection: Connection) -> None:
     context.configure(
         connection=connection,
         target_metadata=target_metadata,

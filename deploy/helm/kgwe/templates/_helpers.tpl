@@ -179,13 +179,34 @@ http://127.0.0.1:{{ include "kgwe.extenderPort" . }}
 {{- end -}}
 
 {{/*
+How GPU pods of opted-in namespaces are routed to kgwe-scheduler (webhook.enabled): "policy" (the
+MutatingAdmissionPolicy kgwe-scheduling, run by the API server itself) or "webhook" (the kgwe-webhook
+server); "" when not at all. webhook.routeWith Auto takes the policy where the cluster serves
+admissionregistration.k8s.io/v1 MutatingAdmissionPolicy (Helm's view of the API server: on install and
+upgrade, the server's discovery; `helm template` without --api-versions assumes it does not).
+*/}}
+{{- define "kgwe.routeWith" -}}
+{{- if .Values.webhook.enabled -}}
+{{- $with := .Values.webhook.routeWith | default "Auto" -}}
+{{- if eq $with "Policy" -}}policy
+{{- else if eq $with "Webhook" -}}webhook
+{{- else if eq $with "Auto" -}}
+{{- if .Capabilities.APIVersions.Has "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy" }}policy{{ else }}webhook{{ end -}}
+{{- else -}}
+{{- fail (printf "webhook.routeWith is Auto, Policy or Webhook, not %q" $with) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
 The certificates KGWE's controller keeps (its --certificates), unless cert-manager issues them: the
-webhook's, the standalone extender's mutual TLS, and /metrics' (the controller's and the extender's).
+webhook's (when pods are routed by the webhook server), the standalone extender's mutual TLS, and /metrics'
+(the controller's and the extender's).
 */}}
 {{- define "kgwe.controllerCertificates" -}}
 {{- $c := list -}}
 {{- if not .Values.certManager.enabled -}}
-{{- if .Values.webhook.enabled }}{{ $c = append $c "webhook" }}{{ end -}}
+{{- if eq (include "kgwe.routeWith" .) "webhook" }}{{ $c = append $c "webhook" }}{{ end -}}
 {{- if include "kgwe.extenderTLS" . }}{{ $c = append $c "extender" }}{{ end -}}
 {{- $c = append $c "metrics" -}}
 {{- end -}}
@@ -205,7 +226,7 @@ true
 
 {{/* Values that cannot work together: said at install time instead of pods that never become Ready. */}}
 {{- define "kgwe.checkValues" -}}
-{{- if and .Values.webhook.enabled (not .Values.certManager.enabled) (not .Values.migController.enabled) -}}
+{{- if and (eq (include "kgwe.routeWith" .) "webhook") (not .Values.certManager.enabled) (not .Values.migController.enabled) -}}
 {{- fail "the webhook's certificate comes from the KGWE controller or cert-manager: set migController.enabled=true or certManager.enabled=true (or webhook.enabled=false)" -}}
 {{- end -}}
 {{- if and (include "kgwe.extenderTLS" .) (not .Values.certManager.enabled) (not .Values.migController.enabled) -}}
