@@ -574,9 +574,10 @@ class WorkloadReconciler:
         group = podgroup_name(wl.name, run)
         workload = cluster_facts.kueue_workload(self.cluster, p.namespace, group)
         status, reason, message = st.kueue_admission(workload, group, wl.spec.total_pods)
-        before = conditions.find(p.conditions, st.KUEUE_ADMITTED)
+        held = conditions.find(p.conditions, st.KUEUE_ADMITTED)  # (set in place below: its values, now)
+        before = None if held is None else (held.status, held.reason)
         p.condition(st.KUEUE_ADMITTED, status, reason, message)
-        if before is None or (before.status, before.reason) != (status, reason):  # an Event per change
+        if before != (status, reason):  # an Event per change of state
             p.event("Normal" if status == "True" else "Warning", f"Kueue{reason}", message)
             if status == "True" and reason == "Admitted":  # the gang's time to be placed starts now
                 p.new["runStartTime"] = format_rfc3339(p.now)

@@ -6,6 +6,7 @@ plane proves the same wiring end to end (test_workloads_cluster.py, test_refusal
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import threading
 from collections.abc import Iterator
@@ -20,16 +21,31 @@ from prometheus_client import CollectorRegistry
 
 from kgwe.cluster.events import EventRecorder
 from kgwe.localcluster.gpunodes import machine, node_manifest
-from kgwe.policy import load_repository
+from kgwe.policy import GPUWorkload, load_repository
+from kgwe.policy.workload_resolution import kueue_pod_names, podgroup_name
 from kgwe.render.render import RenderOptions, render
 from kgwe.resources import sample_repo_dir
 from kgwe.runtime.conditions import find
-from kgwe.runtime.kinds import EVENT, GPU_WORKLOAD, JOB, RESOURCE_QUOTA, SERVICE
+from kgwe.runtime.kinds import (
+    EVENT,
+    GPU_WORKLOAD,
+    JOB,
+    KUEUE_WORKLOAD,
+    LOCAL_QUEUE,
+    POD,
+    RESOURCE_QUOTA,
+    SERVICE,
+)
 from kgwe.runtime.loop import DONE, RETRY
-from kgwe.runtime.memory import MemoryCluster
+from kgwe.runtime.memory import SERVED, MemoryCluster
 from kgwe.runtime.queue import Backoff
 from kgwe.vocab import (
     BUDGET_QUOTA_NAME,
+    KUEUE_API_VERSION,
+    KUEUE_CONFIG_KEY,
+    KUEUE_CONFIGMAP,
+    KUEUE_DEFAULT_LOCAL_QUEUE,
+    KUEUE_NAMESPACE,
     RUN_LABEL,
     WORKLOAD_LABEL,
     WORKLOADS_ENABLED,
@@ -76,7 +92,34 @@ def namespace(name: str, enabled: bool) -> dict[str, Any]:
 def world(tmp_path: Path) -> Iterator[SimpleNamespace]:
     """The cluster as the policy reconciler leaves it (rendered ConfigMaps, GPU nodes, an opted-in
     namespace), and the workload reconciler with its namespace watch running."""
-    cluster = MemoryCluster()
+    with make_world(tmp_path, MemoryCluster()) as made:
+        yield made
+
+
+@pytest.fixture
+def kueue_world(tmp_path: Path) -> Iterator[SimpleNamespace]:
+    """The same where Kueue is installed and takes every Job (manageJobsWithoutQueueName), the team's
+    namespace holding the LocalQueue `default`: every batch run goes through Kueue as one pod group."""
+    cluster = MemoryCluster(served={*SERVED, LOCAL_QUEUE, KUEUE_WORKLOAD})
+    config = (
+        "apiVersion: config.kueue.x-k8s.io/v1beta2\nkind: Configuration\nmanageJobsWithoutQueueName: true\n"
+    )
+    cluster.put(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": KUEUE_CONFIGMAP, "namespace": KUEUE_NAMESPACE},
+            "data": {KUEUE_CONFIG_KEY: config + 'integrations: {frameworks: ["batch/job", "pod"]}\n'},
+        }
+    )
+    queue = {"apiVersion": KUEUE_API_VERSION, "kind": "LocalQueue"}
+    cluster.put({**queue, "metadata": {"name": KUEUE_DEFAULT_LOCAL_QUEUE, "namespace": TEAM_NS}})
+    with make_world(tmp_path, cluster) as made:
+        yield made
+
+
+@contextlib.contextmanager
+def make_world(tmp_path: Path, cluster: MemoryCluster) -> Iterator[SimpleNamespace]:
     (tmp_path / "scoring.yaml").write_text(SCORING)
     for runtime in (sample_repo_dir() / "runtimes").glob("*.yaml"):
         (tmp_path / runtime.name).write_text(runtime.read_text())
@@ -110,10 +153,12 @@ def world(tmp_path: Path) -> Iterator[SimpleNamespace]:
     def status(name: str, ns: str = TEAM_NS) -> dict[str, Any]:
         return (cluster.get(GPU_WORKLOAD, name, ns) or {}).get("status") or {}
 
-    yield SimpleNamespace(
-        cluster=cluster, rec=rec, clock=clock, leader=leader, stop=stop, create=create, status=status
-    )
-    stop.set()
+    try:
+        yield SimpleNamespace(
+            cluster=cluster, rec=rec, clock=clock, leader=leader, stop=stop, create=create, status=status
+        )
+    finally:
+        stop.set()
 
 
 def cond(status: dict[str, Any], ctype: str) -> tuple[str, str]:
@@ -284,3 +329,95 @@ def test_the_loop_retries_a_refusal_with_a_growing_backoff_and_admits_once_it_li
     play_kubelet(world.cluster, key.split("/")[1], 0, ready=False)
     wait_for("the pod's change looked at", lambda: controller.reconciles > before)
     wait_for("scheduled", lambda: world.status(key.split("/")[1]).get("phase") == "Scheduled")
+
+
+def kueue_says(cluster: MemoryCluster, name: str, run: int, ctype: str, reason: str) -> None:
+    """Kueue's Workload of the run's pod group (owned by its pods, as Kueue makes it) with `ctype` true."""
+    pods = cluster.list(POD, TEAM_NS, labels=f"{WORKLOAD_LABEL}={name},{RUN_LABEL}={run}")
+    owners = [
+        {"apiVersion": "v1", "kind": "Pod", "name": p["metadata"]["name"], "uid": p["metadata"]["uid"]}
+        for p in pods
+    ]
+    cluster.put(
+        {
+            "apiVersion": KUEUE_API_VERSION,
+            "kind": "Workload",
+            "metadata": {"name": podgroup_name(name, run), "namespace": TEAM_NS, "ownerReferences": owners},
+            "spec": {"queueName": KUEUE_DEFAULT_LOCAL_QUEUE},
+            "status": {
+                "admission": {"clusterQueue": "gpus"},
+                "conditions": [{"type": ctype, "status": "True", "reason": reason, "message": "by Kueue"}],
+            },
+        }
+    )
+
+
+def pod_ends(cluster: MemoryCluster, pod: dict[str, Any], *, disrupted: bool) -> None:
+    """The kubelet's verdict on one pod: Failed, by a disruption (Kueue's preemption) or on its own."""
+    status: dict[str, Any] = {"phase": "Failed", "reason": "Error"}
+    if disrupted:
+        status["conditions"] = [{"type": "DisruptionTarget", "status": "True", "reason": "Preempted"}]
+    cluster.put({**pod, "status": status})
+
+
+def test_through_kueue_pods_wait_for_its_admission_preempted_ones_come_back_and_a_failure_takes_the_group(
+    kueue_world,
+):
+    world = kueue_world
+    name = world.create(retryPolicy={"maxRetries": 1, "backoffSeconds": 60, "jitter": 0})
+    world.rec.reconcile(TEAM_NS, name)
+    status = world.status(name)
+    assert status["gangBackend"] == "Kueue" and cond(status, "Admitted") == ("True", "Admitted")
+    assert "gang Kueue" in find(status["conditions"], "Admitted")["message"]
+    assert world.cluster.list(JOB, TEAM_NS) == []  # the run's pods are KGWE's own, one Kueue pod group
+    (pod,) = world.cluster.list(POD, TEAM_NS)
+    assert pod["metadata"]["name"] == kueue_pod_names(GPUWorkload.model_validate(OWN), 0)[0]
+    world.rec.reconcile(TEAM_NS, name)  # no Kueue Workload yet: the gang's time does not run
+    status = world.status(name)
+    assert cond(status, "KueueAdmitted") == ("False", "Pending")
+    assert cond(status, "PodsScheduled") == ("False", "Queued")
+
+    kueue_says(world.cluster, name, 0, "Admitted", "Admitted")
+    world.clock.now += timedelta(seconds=30)
+    world.rec.reconcile(TEAM_NS, name)
+    status = world.status(name)
+    assert cond(status, "KueueAdmitted") == ("True", "Admitted")
+    assert status["runStartTime"] == "2026-11-01T12:00:30Z"  # the gang's time counts from Kueue's admission
+    assert "KueueAdmitted" in [e["reason"] for e in world.cluster.objects(EVENT)]
+
+    (pod,) = world.cluster.list(POD, TEAM_NS)
+    pod_ends(world.cluster, pod, disrupted=True)  # preempted: Kueue leaves the replacement to its maker
+    world.rec.reconcile(TEAM_NS, name)
+    assert world.cluster.list(POD, TEAM_NS) == []
+    world.rec.reconcile(TEAM_NS, name)
+    (again,) = world.cluster.list(POD, TEAM_NS)
+    assert (
+        again["metadata"]["name"] == pod["metadata"]["name"]
+        and again["metadata"]["uid"] != pod["metadata"]["uid"]
+    )
+    assert cond(world.status(name), "Failed") == ("", "")  # a disruption is not the job's failure
+
+    kueue_says(world.cluster, name, 0, "Admitted", "Admitted")  # owned by the new pod
+    pod_ends(world.cluster, again, disrupted=False)
+    assert world.rec.reconcile(TEAM_NS, name).after_seconds == 60.0
+    status = world.status(name)
+    assert status["retryCount"] == 1 and cond(status, "PodsScheduled") == ("False", "Restarting")
+    assert world.cluster.list(POD, TEAM_NS) == [] and world.cluster.list(KUEUE_WORKLOAD, TEAM_NS) == []
+
+
+def test_a_kueue_workload_of_pods_the_workload_does_not_control_is_left_alone(kueue_world):
+    world = kueue_world
+    name = world.create(retryPolicy={"maxRetries": 0})
+    world.rec.reconcile(TEAM_NS, name)
+    kueue_says(world.cluster, name, 0, "Admitted", "Admitted")
+    someone = world.cluster.get(KUEUE_WORKLOAD, podgroup_name(name, 0), TEAM_NS)
+    someone["metadata"]["ownerReferences"] = [{"apiVersion": "v1", "kind": "Pod", "name": "x", "uid": "x"}]
+    world.cluster.put(someone)
+    (pod,) = world.cluster.list(POD, TEAM_NS)
+    pod_ends(world.cluster, pod, disrupted=False)
+    assert world.rec.reconcile(TEAM_NS, name) == DONE
+    assert cond(world.status(name), "Failed") == ("True", "BackoffLimitExceeded")
+    assert world.cluster.list(POD, TEAM_NS) == []
+    assert [w["metadata"]["name"] for w in world.cluster.list(KUEUE_WORKLOAD, TEAM_NS)] == [
+        podgroup_name(name, 0)
+    ]
