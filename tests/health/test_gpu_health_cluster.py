@@ -93,8 +93,16 @@ def test_an_injected_xid_keeps_new_pods_off_that_gpu_until_it_recovers(
             lambda: (c := condition(core, node)) is not None and c.status == "False" and c, "condition False"
         )
         assert cond.reason == "GPUsUnhealthy" and "GPU 3: XID79" in cond.message
-        events = core.list_namespaced_event("default", field_selector=f"involvedObject.name={node}").items
-        assert any(e.reason == "GPUUnhealthy" and "GPU 3" in (e.message or "") for e in events)
+        # the agent writes the condition, then the Event: wait for it rather than race it
+        eventually(
+            lambda: any(
+                e.reason == "GPUUnhealthy" and "GPU 3" in (e.message or "")
+                for e in core.list_namespaced_event(
+                    "default", field_selector=f"involvedObject.name={node}"
+                ).items
+            ),
+            "a GPUUnhealthy Event for GPU 3",
+        )
 
         def bound(name: str) -> str | None:
             return core.read_namespaced_pod(name, namespace).spec.node_name
