@@ -4,7 +4,7 @@
 
 It runs the product's own plumbing exactly as `kgwe extender` does, and nothing else: the server (kgwe.httpd)
 answering each filter with the first node of the request's list (the list is not even decoded), and the
-list+watch loop (kgwe.cluster.watch) of Nodes and of the KGWE scheduler's bound pods, every event read and
+list+watch loop (kgwe.runtime.watch) of Nodes and of the KGWE scheduler's bound pods, every event read and
 decoded, none applied. Its CPU per pod in the same latency phase is what a pod costs any extender built on
 these parts on this machine at that moment: the part of extender_cpu_ms_per_pod no change to KGWE's own
 logic can remove. /readyz answers 200 once both lists are in.
@@ -21,10 +21,10 @@ import threading
 from kubernetes import client
 
 from kgwe.cluster.client import api_client
-from kgwe.cluster.watch import list_and_watch
 from kgwe.extender.index import pod_field_selector
 from kgwe.extender.nodenames import KEY
 from kgwe.httpd import JSON, serve
+from kgwe.runtime.watch import list_and_watch
 from kgwe.vocab import SCHEDULER_NAME
 
 _FIRST = b'{"Nodes":null,"NodeNames":[%s],"FailedNodes":{},"FailedAndUnresolvableNodes":{},"Error":""}'

@@ -33,13 +33,13 @@ from typing import Any
 import orjson
 import prometheus_client.metrics
 
-import kgwe.cluster.watch
 import kgwe.extender.app
 import kgwe.extender.engine
 import kgwe.extender.index
 import kgwe.extender.nodenames
 import kgwe.httpd.server
 import kgwe.httpd.tls
+import kgwe.runtime.watch
 from kgwe.extender.engine import Engine
 from kgwe.extender.index import ClusterIndex
 
@@ -151,7 +151,7 @@ PARTS: list[tuple[Any, str, str]] = [
     # after the answer: the decision's assumption and the node it changes
     (Engine, "flush_assumptions", "assume"),
     # watches: reading the stream (TLS from the API server, chunks, lines), then applying each event
-    (kgwe.cluster.watch, "_listing", "watch_list"),
+    (kgwe.runtime.watch, "_listing", "watch_list"),
     (ClusterIndex, "_node_event", "watch_nodes"),
     (ClusterIndex, "_apply_nodes", "watch_list"),
     (ClusterIndex, "_any_pod_event", "watch_pods"),
@@ -175,8 +175,8 @@ def install() -> None:
         setattr(ClusterIndex, name, counted(kind, getattr(ClusterIndex, name)))
     for owner, name, part in PARTS:
         _wrap(owner, name, part)
-    kgwe.cluster.watch._raw_events = timed_generator("watch_read", kgwe.cluster.watch._raw_events)
-    kgwe.cluster.watch.orjson = _TimedJSON("watch_decode", "watch_decode")  # type: ignore[assignment]
+    kgwe.runtime.watch._raw_events = timed_generator("watch_read", kgwe.runtime.watch._raw_events)
+    kgwe.runtime.watch.orjson = _TimedJSON("watch_decode", "watch_decode")  # type: ignore[assignment]
     kgwe.extender.engine.orjson = _TimedJSON("json_decode", "json_encode")  # type: ignore[assignment]
     failure_counter = kgwe.extender.app.failure_counter
     kgwe.extender.app.failure_counter = lambda metrics: timed("metrics", failure_counter(metrics), "failures")

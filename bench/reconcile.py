@@ -42,7 +42,7 @@ import orjson
 from kubernetes import client
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from kgwe.cluster.client import STRATEGIC_MERGE_PATCH, ensure_namespace, list_items
+from kgwe.cluster.client import ensure_namespace, list_items
 from kgwe.cluster.crds import install_crds
 from kgwe.cluster.nodecache import NodeCache
 from kgwe.gitops.gitcmd import LOOPBACK_NETWORKS, GitAccess
@@ -54,6 +54,7 @@ from kgwe.observability import tracing
 from kgwe.reconcile.controller import Controller
 from kgwe.reconcile.repository import GROUP, PLURAL, VERSION, RepositoryReconciler
 from kgwe.render.render import RenderOptions
+from kgwe.runtime.kube import MERGE_PATCH
 from kgwe.timestamps import format_rfc3339
 from kgwe.vocab import (
     ACKNOWLEDGED_ANNOTATION,
@@ -154,7 +155,7 @@ def floor_seconds(api: client.ApiClient, names: list[str], config: str, workers:
             }
         }
     )
-    headers = {"Content-Type": STRATEGIC_MERGE_PATCH, "Accept": "application/json"}
+    headers = {"Content-Type": MERGE_PATCH, "Accept": "application/json"}
     urls = [f"{cfg.host}/api/v1/nodes/{n}?fieldManager=kgwe-controller" for n in names]
 
     def patch(url: str) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 
 import orjson
 
+from kgwe.runtime.conditions import ConditionStatus, dump, parse, set_condition
 from kgwe.timestamps import format_rfc3339
 from kgwe.topology import annotation, choice, known
 from kgwe.topology.health import GPUFault
@@ -65,7 +66,7 @@ def node_patch(
     return {"metadata": meta}
 
 
-def health_condition(faults: Mapping[int, GPUFault]) -> tuple[str, str, str]:
+def health_condition(faults: Mapping[int, GPUFault]) -> tuple[ConditionStatus, str, str]:
     """(status, reason, message) of the Node's GPUHealthy condition for these faults."""
     if not faults:
         return "True", "AllGPUsHealthy", "every GPU passes the agent's NVML health checks"
@@ -97,20 +98,26 @@ def condition_patch(
 
     `faults` are the GPUs' faults, or an explicit (status, reason, message) such as unavailable_condition.
     `current` is (status, reason, message, lastTransitionTime) of the existing condition, if any; the
-    transition time moves only when the status flips."""
+    transition time moves only when the status flips (kgwe.runtime.conditions)."""
     status, reason, message = faults if isinstance(faults, tuple) else health_condition(faults)
-    if current is not None and current[:3] == (status, reason, message):
+    held = []
+    if current is not None:
+        old_status, old_reason, old_message, since = current
+        held = parse(
+            [
+                {
+                    "type": GPU_HEALTH_CONDITION,
+                    "status": old_status,
+                    "reason": old_reason,
+                    "message": old_message,
+                    "lastTransitionTime": format_rfc3339(since) if since is not None else None,
+                }
+            ]
+        )
+    if not set_condition(held, GPU_HEALTH_CONDITION, status, reason, message, generation=None, now=now):
         return None
-    since = current[3] if current is not None and current[0] == status and current[3] else now
-    stamp = format_rfc3339(since)
-    condition = {
-        "type": GPU_HEALTH_CONDITION,
-        "status": status,
-        "reason": reason,
-        "message": message,
-        "lastHeartbeatTime": format_rfc3339(now),
-        "lastTransitionTime": stamp,
-    }
+    (condition,) = dump(held)
+    condition["lastHeartbeatTime"] = format_rfc3339(now)  # a Node condition's own field
     return {"status": {"conditions": [condition]}}
 
 

@@ -1,10 +1,11 @@
 """Server-side apply with a dry-run diff first, and inventory-based prune.
 
-For each desired object: a server-side-apply dry run (field manager `kgwe-controller`, forced, so KGWE
-takes back fields it owns that someone edited by hand) tells what the object would become; only when that
-differs from the live object is it applied for real. So a no-op reconcile makes zero writes, admission
-webhooks and defaulting take part in the comparison (as in Argo CD's server-side diff and Flux), and fields
-other managers own are never touched (SSA only sets the fields KGWE sends).
+For each desired object: a server-side-apply dry run (KGWE's field manager, forced, so KGWE takes back
+fields it owns that someone edited by hand; through the cluster interface, kgwe.runtime.cluster) tells what
+the object would become; only when that differs from the live object is it applied for real. So a no-op
+reconcile makes zero writes, admission webhooks and defaulting take part in the comparison (as in Argo CD's
+server-side diff and Flux), and fields other managers own are never touched (SSA only sets the fields KGWE
+sends).
 
 An update of an object whose desired content has not changed since KGWE last applied it (same hash in
 `kgwe.nvidia.io/desired-hash`) is a hand edit being undone: it is counted as drift.
@@ -21,21 +22,21 @@ from __future__ import annotations
 
 import copy
 import hashlib
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-from kubernetes import client, dynamic
 from kubernetes.client.exceptions import ApiException
-from kubernetes.dynamic.exceptions import NotFoundError, ResourceNotFoundError
-from kubernetes.dynamic.resource import Resource
 
 from kgwe.errors import KgweError
+from kgwe.runtime.cluster import Cluster
+from kgwe.runtime.errors import NotServed, message_of
+from kgwe.runtime.kinds import Kind, Ref
+from kgwe.runtime.leader import Gate, check
 from kgwe.vocab import (
     DESIRED_HASH_ANNOTATION,
-    FIELD_MANAGER,
     MANAGED_BY_LABEL,
     MANAGED_BY_VALUE,
     PRUNE_ANNOTATION,
@@ -68,6 +69,10 @@ class ObjectRef:
             raise KgweError(f"rendered object lacks apiVersion/kind/metadata.name: {str(obj)[:120]}")
         return cls(obj["apiVersion"], obj["kind"], meta.get("namespace") or None, meta["name"])
 
+    @property
+    def kind_of(self) -> Kind:
+        return Kind(self.api_version, self.kind)
+
     @classmethod
     def from_status(cls, entry: dict[str, Any]) -> ObjectRef:
         return cls(entry["apiVersion"], entry["kind"], entry.get("namespace") or None, entry["name"])
@@ -79,8 +84,7 @@ class ObjectRef:
         return out
 
     def __str__(self) -> str:
-        where = f"{self.namespace}/" if self.namespace else ""
-        return f"{self.kind}/{where}{self.name}"
+        return str(Ref(self.kind_of, self.namespace, self.name))
 
 
 @dataclass
@@ -136,79 +140,23 @@ def comparable(obj: dict[str, Any], ignored_annotations: Iterable[str] = ()) -> 
     return out
 
 
-class NotLeader(KgweError):
-    """Raised before a write when this replica no longer holds the leader Lease."""
-
-
 DIFF_READERS = 8  # objects read and dry-run at once by a pass
 # ("create" | "update" | "unchanged", the live object, the object as the dry run says it would be)
 Diff = tuple[str, dict[str, Any] | None, dict[str, Any]]
 
 
 class Applier:
-    """Applies and prunes objects for one PolicyRepository (`repository` = its label value).
+    """Applies and prunes objects for one PolicyRepository (`repository` = its label value), on `cluster`
+    under its field manager.
 
     `guard` is asked before every real write (the leader gate): when it says no, NotLeader is raised and
     nothing more is written."""
 
-    def __init__(
-        self,
-        api_client: client.ApiClient,
-        repository: str,
-        *,
-        field_manager: str = FIELD_MANAGER,
-        guard: Callable[[], bool] | None = None,
-    ):
-        self.api_client = api_client
+    def __init__(self, cluster: Cluster, repository: str, *, guard: Gate | None = None):
+        self.cluster = cluster
         self.repository = repository
-        self.field_manager = field_manager
         self.guard = guard
         self.stamp: Mapping[str, str] = {}  # annotations each written object carries (the pass's commit)
-        self._dyn: dynamic.DynamicClient | None = None
-
-    def _check_leader(self) -> None:
-        if self.guard is not None and not self.guard():
-            raise NotLeader("lost leadership; stopping before the next write")
-
-    @property
-    def dyn(self) -> dynamic.DynamicClient:
-        if self._dyn is None:
-            self._dyn = dynamic.DynamicClient(self.api_client)
-        return self._dyn
-
-    def _resource(self, ref: ObjectRef) -> Resource:
-        try:
-            return self.dyn.resources.get(api_version=ref.api_version, kind=ref.kind)
-        except ResourceNotFoundError:
-            self.dyn.resources.invalidate_cache()
-            try:
-                return self.dyn.resources.get(api_version=ref.api_version, kind=ref.kind)
-            except ResourceNotFoundError as exc:
-                raise KgweError(
-                    f"the cluster does not serve {ref.api_version} {ref.kind} (CRD missing?)"
-                ) from exc
-
-    def _live(self, resource: Resource, ref: ObjectRef) -> dict[str, Any] | None:
-        try:
-            live: dict[str, Any] = resource.get(name=ref.name, namespace=ref.namespace).to_dict()
-            return live
-        except NotFoundError:
-            return None
-
-    def _ssa(
-        self, resource: Resource, obj: dict[str, Any], ref: ObjectRef, *, dry_run: bool
-    ) -> dict[str, Any]:
-        result = self.dyn.server_side_apply(
-            resource,
-            body=obj,
-            name=ref.name,
-            namespace=ref.namespace,
-            field_manager=self.field_manager,
-            force_conflicts=True,
-            dry_run="All" if dry_run else None,
-        )
-        applied: dict[str, Any] = result.to_dict()
-        return applied
 
     def _desired(self, obj: dict[str, Any]) -> dict[str, Any]:
         """The object as applied: ownership, then the stamp (outside the desired-content hash)."""
@@ -220,9 +168,8 @@ class Applier:
         """("create" | "update" | "unchanged", live, would-be) for one desired object, writing nothing."""
         desired = self._desired(obj)
         ref = ObjectRef.of(desired)
-        resource = self._resource(ref)
-        live = self._live(resource, ref)
-        would_be = self._ssa(resource, desired, ref, dry_run=True)
+        live = self.cluster.get(ref.kind_of, ref.name, ref.namespace)
+        would_be = self.cluster.apply(desired, dry_run=True)
         if live is None:
             return "create", None, would_be
         same = comparable(would_be, STAMP_ANNOTATIONS) == comparable(live, STAMP_ANNOTATIONS)
@@ -231,9 +178,7 @@ class Applier:
     def _diffs(self, objects: Sequence[dict[str, Any]]) -> list[Diff | ApiException]:
         """Each object's diff (or the API's refusal of its read or dry run), the reads made side by side: a
         pass that changes nothing is these reads alone, and one after another they were most of its wall
-        time. The kinds are resolved first, one by one (discovery's cache is not shared safely)."""
-        for obj in objects:
-            self._resource(ObjectRef.of(obj))
+        time. A kind the cluster does not serve (NotServed) stops them all, before any write."""
 
         def one(obj: dict[str, Any]) -> Diff | ApiException:
             try:
@@ -259,10 +204,10 @@ class Applier:
                 if action == "unchanged":
                     result.unchanged.append(ref)
                     continue
-                self._check_leader()
-                self._ssa(self._resource(ref), desired, ref, dry_run=False)
+                check(self.guard)
+                self.cluster.apply(desired)
             except ApiException as exc:
-                result.failed.append((ref, _api_message(exc)))
+                result.failed.append((ref, message_of(exc)))
                 continue
             result.writes += 1
             if action == "create":
@@ -283,10 +228,9 @@ class Applier:
         keep = set(current)
         for ref in sorted(set(previous) - keep):
             try:
-                resource = self._resource(ref)
-            except KgweError:
+                live = self.cluster.get(ref.kind_of, ref.name, ref.namespace)
+            except NotServed:
                 continue  # the kind is gone from the cluster, so are its objects
-            live = self._live(resource, ref)
             if live is None:
                 continue
             meta = live.get("metadata") or {}
@@ -304,25 +248,17 @@ class Applier:
     def read(self, ref: ObjectRef) -> dict[str, Any] | None:
         """The live object `ref` names; None when it, or its kind, is gone from the cluster."""
         try:
-            resource = self._resource(ref)
-        except KgweError:
+            return self.cluster.get(ref.kind_of, ref.name, ref.namespace)
+        except NotServed:
             return None
-        return self._live(resource, ref)
 
     def delete(self, ref: ObjectRef) -> bool:
-        """Delete the object (after the leader gate); False when it was already gone."""
+        """Delete the object (after the leader gate); False when it, or its kind, was already gone."""
+        check(self.guard)
         try:
-            resource = self._resource(ref)
-        except KgweError:
+            return self.cluster.delete(ref.kind_of, ref.name, ref.namespace)
+        except NotServed:
             return False
-        self._check_leader()
-        try:
-            resource.delete(name=ref.name, namespace=ref.namespace, body={"propagationPolicy": "Background"})
-        except (NotFoundError, ApiException) as exc:
-            if getattr(exc, "status", None) != 404:
-                raise
-            return False
-        return True
 
     def sync(self, objects: Sequence[dict[str, Any]], previous: Iterable[ObjectRef]) -> SyncResult:
         """Apply then prune; the new inventory is `[ObjectRef.of(o) for o in objects]` + skipped prunes."""
@@ -332,12 +268,3 @@ class Applier:
             raise KgweError(f"rendered objects are not unique: {', '.join(dupes)}")
         result = self.apply(objects)
         return self.prune(previous, refs, result)
-
-
-def _api_message(exc: ApiException) -> str:
-    """The apiserver's own message from a Status body, else the HTTP reason."""
-    try:
-        body = orjson.loads(exc.body or b"{}")
-    except (orjson.JSONDecodeError, TypeError):
-        body = {}
-    return str(body.get("message") or exc.reason or exc.status) if isinstance(body, dict) else str(exc.reason)

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import os
-import urllib.parse
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from kubernetes import client, config
 from kubernetes.config.config_exception import ConfigException
 
 from kgwe.errors import KgweError
+from kgwe.runtime.errors import is_conflict, is_not_found
 from kgwe.vocab import API_GROUP, CRD_VERSION, GPU_WORKLOAD_PLURAL
 
 # API calls one client makes at once at most (a rollout wave patches this many nodes side by side): its
@@ -70,7 +70,7 @@ def ensure_namespace(api: client.ApiClient, name: str) -> None:
     try:
         client.CoreV1Api(api).create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
     except ApiException as exc:
-        if exc.status != 409:
+        if not is_conflict(exc):
             raise
 
 
@@ -96,37 +96,6 @@ def list_gpu_workloads(api: client.ApiClient) -> list[dict[str, Any]]:
             plural=GPU_WORKLOAD_PLURAL,
         )
     except ApiException as exc:
-        if exc.status != 404:
+        if not is_not_found(exc):
             raise
         return []
-
-
-STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
-
-
-def lean_patch(
-    api: client.ApiClient, path: str, body: Mapping[str, Any], *, field_manager: str
-) -> str | None:
-    """PATCH `path` (e.g. /api/v1/nodes/NAME) with the strategic-merge `body`; the patched object's
-    resourceVersion (None if the answer has none).
-
-    It goes through the ApiClient's own request path — `update_params_for_auth` (its bearer token, refreshed
-    by the client's hook) and `call_api` (its connection pool, TLS, client certificates, proxy, and the
-    DeadlineApiClient's deadline) — and skips only the generated API method's argument validation and the
-    answer's decoding into a model object: a fleet-wide MIG rollout patches every node, and those were about
-    a fifth of the client's CPU per patch (bench/reconcile.py). A non-2xx answer raises ApiException as the
-    generated methods do (tests/cluster/test_cluster_nodes.py holds it to that)."""
-    import orjson
-    from kubernetes.client.exceptions import ApiException
-
-    headers = {"Content-Type": STRATEGIC_MERGE_PATCH, "Accept": "application/json"}
-    api.update_params_for_auth(headers, [], ["BearerToken"], path, "PATCH", body)
-    query = urllib.parse.urlencode({"fieldManager": field_manager})
-    response = api.call_api(
-        "PATCH", f"{api.configuration.host}{path}?{query}", header_params=headers, body=body
-    )
-    data = response.read()
-    if not 200 <= response.status < 300:
-        raise ApiException.from_response(http_resp=response, body=None, data=None)
-    version = (orjson.loads(data).get("metadata") or {}).get("resourceVersion")
-    return str(version) if version else None

@@ -15,6 +15,8 @@ from kubernetes.client.exceptions import ApiException
 
 from kgwe.errors import KgweError
 from kgwe.resources import deploy_dir
+from kgwe.runtime.conditions import is_true
+from kgwe.runtime.errors import is_conflict
 
 
 def repo_crds() -> list[dict[str, Any]]:
@@ -45,7 +47,7 @@ def install_crds(
         try:
             ext.create_custom_resource_definition(dict(crd))
         except ApiException as exc:
-            if exc.status != 409:
+            if not is_conflict(exc):
                 raise
             if update:
                 name = crd["metadata"]["name"]
@@ -60,7 +62,7 @@ def install_crds(
     for name in names:
         while True:
             conditions = ext.read_custom_resource_definition(name).status.conditions or []
-            if any(c.type == "Established" and c.status == "True" for c in conditions):
+            if is_true(conditions, "Established"):
                 break
             if time.monotonic() > deadline:
                 raise KgweError(f"CRD {name} not Established after {timeout_seconds:.0f}s")

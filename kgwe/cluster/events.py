@@ -14,6 +14,10 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from kgwe.runtime.cluster import Cluster
+from kgwe.runtime.kinds import EVENT
+from kgwe.runtime.kube import as_cluster
+from kgwe.timestamps import format_rfc3339
 from kgwe.vocab import CONTROLLER_NAME
 
 log = logging.getLogger(__name__)
@@ -23,12 +27,12 @@ MAX_MESSAGE_CHARS = 1024  # of an Event's message
 class EventRecorder:
     def __init__(
         self,
-        api_client: client.ApiClient,
+        cluster: Cluster | client.ApiClient,
         *,
         component: str = CONTROLLER_NAME,
         allowed: Callable[[], bool] = lambda: True,
     ) -> None:
-        self.core = client.CoreV1Api(api_client)
+        self.cluster = as_cluster(cluster, field_manager=component)
         self.allowed = allowed  # e.g. "still the leader": nothing is written otherwise
         self.component = component
         self._seen: dict[tuple[str, str | None, str, str, str], tuple[str, int]] = {}
@@ -50,41 +54,46 @@ class EventRecorder:
         meta = involved.get("metadata") or {}
         namespace = meta.get("namespace") or "default"
         key = (namespace, meta.get("name"), event_type, reason, message)
-        now = datetime.now(UTC)
+        now = format_rfc3339(datetime.now(UTC))
         try:
             with self._lock:
                 previous = self._seen.get(key)
             if previous is not None:
                 name, count = previous
-                self.core.patch_namespaced_event(name, namespace, {"count": count + 1, "lastTimestamp": now})
+                self.cluster.patch(EVENT, name, {"count": count + 1, "lastTimestamp": now}, namespace)
                 self.writes += 1
                 with self._lock:
                     self._seen[key] = (name, count + 1)
                 return
             name = f"{meta.get('name', 'kgwe')}.{secrets.token_hex(8)}"
-            body = client.CoreV1Event(
-                metadata=client.V1ObjectMeta(
-                    name=name, namespace=namespace, annotations=dict(annotations) if annotations else None
-                ),
-                involved_object=client.V1ObjectReference(
-                    api_version=involved.get("apiVersion"),
-                    kind=involved.get("kind"),
-                    name=meta.get("name"),
-                    namespace=namespace,
-                    uid=meta.get("uid"),
-                    resource_version=meta.get("resourceVersion"),
-                ),
-                reason=reason,
-                message=message[:MAX_MESSAGE_CHARS],
-                type=event_type,
-                count=1,
-                first_timestamp=now,
-                last_timestamp=now,
-                source=client.V1EventSource(component=self.component),
-                reporting_component=self.component,
-                reporting_instance=self.component,
+            involved_object = {
+                "apiVersion": involved.get("apiVersion"),
+                "kind": involved.get("kind"),
+                "name": meta.get("name"),
+                "namespace": namespace,
+                "uid": meta.get("uid"),
+                "resourceVersion": meta.get("resourceVersion"),
+            }
+            event_meta: dict[str, Any] = {"name": name, "namespace": namespace}
+            if annotations:
+                event_meta["annotations"] = dict(annotations)
+            self.cluster.create(
+                {
+                    "apiVersion": EVENT.api_version,
+                    "kind": EVENT.kind,
+                    "metadata": event_meta,
+                    "involvedObject": {k: v for k, v in involved_object.items() if v is not None},
+                    "reason": reason,
+                    "message": message[:MAX_MESSAGE_CHARS],
+                    "type": event_type,
+                    "count": 1,
+                    "firstTimestamp": now,
+                    "lastTimestamp": now,
+                    "source": {"component": self.component},
+                    "reportingComponent": self.component,
+                    "reportingInstance": self.component,
+                }
             )
-            self.core.create_namespaced_event(namespace, body)
             self.writes += 1
             with self._lock:
                 self._seen[key] = (name, 1)

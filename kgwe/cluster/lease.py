@@ -23,6 +23,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from kgwe.errors import KgweError
+from kgwe.runtime.errors import is_conflict, is_not_found
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +76,7 @@ class LeaderElector:
         try:
             lease = self.api.read_namespaced_lease(self.name, self.namespace)
         except ApiException as exc:
-            if exc.status != 404:
+            if not is_not_found(exc):
                 log.warning("reading lease %s/%s failed: %s", self.namespace, self.name, exc.reason)
                 return False
             return self._create(now)
@@ -98,7 +99,7 @@ class LeaderElector:
         try:
             self.api.replace_namespaced_lease(self.name, self.namespace, lease)  # resourceVersion-guarded
         except ApiException as exc:
-            if exc.status not in (409, 404):
+            if not (is_conflict(exc) or is_not_found(exc)):
                 log.warning("renewing lease %s/%s failed: %s", self.namespace, self.name, exc.reason)
             return False
         self._renewed(started)
@@ -119,7 +120,7 @@ class LeaderElector:
         try:
             self.api.create_namespaced_lease(self.namespace, body)
         except ApiException as exc:
-            if exc.status != 409:
+            if not is_conflict(exc):
                 log.warning("creating lease %s/%s failed: %s", self.namespace, self.name, exc.reason)
             return False
         self._renewed(started)

@@ -1,4 +1,4 @@
-"""The GPU nodes as the one list+watch loop (kgwe.cluster.watch) keeps them, so a reconcile reads them
+"""The GPU nodes as the one list+watch loop (kgwe.runtime.watch) keeps them, so a reconcile reads them
 without listing the cluster each time: at 1,250 nodes the list was most of a no-op reconcile.
 
 A watch lags the API server by the time an event takes to arrive, so every node patch made in this process
@@ -20,10 +20,11 @@ from typing import Any
 
 from kubernetes import client
 
-from kgwe.cluster.watch import list_and_watch
+from kgwe.runtime.cluster import Cluster
+from kgwe.runtime.kinds import NODE
+from kgwe.runtime.kube import as_cluster
 from kgwe.vocab import GPU_NODE_SELECTOR
 
-WATCH_TIMEOUT_SECONDS = 300
 _KEPT_METADATA = ("name", "labels", "annotations", "resourceVersion")
 
 
@@ -46,8 +47,10 @@ def resource_version_at_least(have: str | None, want: str) -> bool:
 
 
 class NodeCache:
-    def __init__(self, api_client: client.ApiClient, *, label_selector: str = GPU_NODE_SELECTOR) -> None:
-        self.core = client.CoreV1Api(api_client)
+    def __init__(
+        self, cluster: Cluster | client.ApiClient, *, label_selector: str = GPU_NODE_SELECTOR
+    ) -> None:
+        self.cluster = as_cluster(cluster)
         self.label_selector = label_selector
         self._nodes: dict[str, dict[str, Any]] = {}
         self._expected: dict[str, str] = {}  # node -> resourceVersion a write in this process returned
@@ -62,13 +65,8 @@ class NodeCache:
         return self
 
     def _run(self, stop: threading.Event) -> None:
-        list_and_watch(
-            self.core.list_node,
-            on_list=self._listed,
-            on_event=self._event,
-            stop=stop,
-            watch_timeout_seconds=WATCH_TIMEOUT_SECONDS,
-            label_selector=self.label_selector,
+        self.cluster.watch(
+            NODE, on_list=self._listed, on_event=self._event, stop=stop, labels=self.label_selector
         )
         with self._changed:
             self._synced = False

@@ -1,8 +1,9 @@
 """Node operations of the MIG rollout: relabel, cordon/uncordon, evict GPU pods (Eviction API, so
 PodDisruptionBudgets are respected), plus reading GPU pods per node.
 
-Each operation is one small strategic-merge patch with field manager `kgwe-controller`; KGWE never
-rewrites whole Node objects, so labels and taints owned by the GPU Operator, kubelet or admins stay intact.
+Each operation is one small merge patch under KGWE's field manager (on the cluster interface,
+kgwe.runtime.cluster); KGWE never rewrites whole Node objects, so labels and taints owned by the GPU
+Operator, kubelet or admins stay intact.
 Each patch also sets `stamp` (the policy commit that caused it and its author, kgwe.audit.stamp), and each
 write is listed in `changes` for the audit log.
 """
@@ -15,20 +16,21 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import quote
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from kgwe.audit.log import NodeChange
-from kgwe.cluster.apply import NotLeader
-from kgwe.cluster.client import lean_patch, list_items
+from kgwe.cluster.client import list_items
 from kgwe.quantity import count
+from kgwe.runtime.cluster import Cluster
+from kgwe.runtime.errors import TOO_MANY_REQUESTS, is_not_found, status_of
+from kgwe.runtime.kinds import NODE, POD
+from kgwe.runtime.leader import Gate, check
 from kgwe.timestamps import format_rfc3339 as format_time
 from kgwe.vocab import (
     ACKNOWLEDGED_ANNOTATION,
     CORDONED_ANNOTATION,
-    FIELD_MANAGER,
     MIG_CONFIG_LABEL,
     MIG_STATE_LABEL,
     REQUESTED_AT_ANNOTATION,
@@ -68,18 +70,23 @@ def holds_gpu(pod: Mapping[str, Any]) -> bool:
     return any(v > 0 for v in pod_gpu_requests(pod).values())
 
 
+LIVE_PODS = "status.phase!=Succeeded,status.phase!=Failed"  # the field selector of pods not finished
+
+
 def live_pods(core: client.CoreV1Api) -> list[dict[str, Any]]:
     """Every pod not yet finished, cluster-wide, as plain dicts."""
-    return list_items(
-        core.list_pod_for_all_namespaces, field_selector="status.phase!=Succeeded,status.phase!=Failed"
-    )
+    return list_items(core.list_pod_for_all_namespaces, field_selector=LIVE_PODS)
 
 
 def gpu_pods_by_node(
     core: client.CoreV1Api, pods: list[dict[str, Any]] | None = None
 ) -> dict[str, list[dict[str, Any]]]:
     """node -> the pods holding GPUs on it (`pods`: a list already read, else read now)."""
-    pods = live_pods(core) if pods is None else pods
+    return gpu_pods_on_nodes(live_pods(core) if pods is None else pods)
+
+
+def gpu_pods_on_nodes(pods: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """node -> the pods of `pods` holding GPUs on it."""
     out: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for pod in pods:
         if holds_gpu(pod):
@@ -94,12 +101,12 @@ class NodeOps:
 
     def __init__(
         self,
-        api_client: client.ApiClient,
+        cluster: Cluster,
         *,
-        guard: Callable[[], bool] | None = None,
+        guard: Gate | None = None,
         on_write: Callable[[str, str], None] | None = None,
     ) -> None:
-        self.core = client.CoreV1Api(api_client)
+        self.cluster = cluster
         self.guard = guard
         self.on_write = on_write  # told (node, resourceVersion) after each patch, e.g. NodeCache.expect
         self.writes = 0
@@ -119,20 +126,13 @@ class NodeOps:
             taken, self._changes = self._changes, []
         return taken
 
-    def _check_leader(self) -> None:
-        if self.guard is not None and not self.guard():
-            raise NotLeader("lost leadership; stopping the rollout before the next write")
-
     def _patch(self, name: str, body: dict[str, Any], change: NodeChange | None = None) -> None:
-        self._check_leader()
+        check(self.guard, "the rollout's next write")
         if self.stamp:
             meta = body.setdefault("metadata", {})
             meta["annotations"] = {**(meta.get("annotations") or {}), **self.stamp}
-        # a lean PATCH (a fleet-wide rollout patches every node): only the new resourceVersion is read back,
-        # so a node cache can tell when it shows this write; errors still raise ApiException
-        version = lean_patch(
-            self.core.api_client, f"/api/v1/nodes/{quote(name, safe='')}", body, field_manager=FIELD_MANAGER
-        )
+        # the new resourceVersion tells a node cache when it shows this write
+        version = (self.cluster.patch(NODE, name, body).get("metadata") or {}).get("resourceVersion")
         self._count(change)
         if version and self.on_write is not None:
             self.on_write(name, version)
@@ -162,9 +162,8 @@ class NodeOps:
     def acknowledge(self, name: str) -> None:
         """Take a person's RETRY_ANNOTATION: if the node's MIG change failed (or is stuck), record which
         attempt (its requested-at stamp) the acknowledgement covers; remove the request either way."""
-        node = self.core.read_node(name)
-        meta = node.metadata
-        annotations, labels = meta.annotations or {}, meta.labels or {}
+        meta = (self.cluster.get(NODE, name) or {}).get("metadata") or {}
+        annotations, labels = meta.get("annotations") or {}, meta.get("labels") or {}
         if RETRY_ANNOTATION not in annotations:
             return
         body: dict[str, Any] = {RETRY_ANNOTATION: None}
@@ -173,7 +172,7 @@ class NodeOps:
         # resourceVersion: a relabel in between starts a new attempt the acknowledgement must not cover
         self._patch(
             name,
-            {"metadata": {"annotations": body, "resourceVersion": meta.resource_version}},
+            {"metadata": {"annotations": body, "resourceVersion": meta.get("resourceVersion")}},
             NodeChange(name, "acknowledge"),
         )
 
@@ -186,8 +185,8 @@ class NodeOps:
 
     def uncordon(self, name: str) -> None:
         """Undo KGWE's own cordon only (the annotation says it was ours)."""
-        node = self.core.read_node(name)
-        if CORDONED_ANNOTATION not in (node.metadata.annotations or {}):
+        meta = (self.cluster.get(NODE, name) or {}).get("metadata") or {}
+        if CORDONED_ANNOTATION not in (meta.get("annotations") or {}):
             return
         self._patch(
             name,
@@ -201,7 +200,7 @@ class NodeOps:
         self._patch(name, {"metadata": {k: v for k, v in body.items() if v}}, NodeChange(name, "release"))
 
     def evict_gpu_pods(self, name: str) -> EvictionOutcome:
-        pods = list_items(self.core.list_pod_for_all_namespaces, field_selector=f"spec.nodeName={name}")
+        pods = self.cluster.list(POD, fields=f"spec.nodeName={name}")
         evicted, blocked = [], []
         for pod in pods:
             meta = pod.get("metadata") or {}
@@ -209,16 +208,15 @@ class NodeOps:
                 continue
             pod_name, pod_ns = meta["name"], meta["namespace"]
             key = f"{pod_ns}/{pod_name}"
-            body = client.V1Eviction(metadata=client.V1ObjectMeta(name=pod_name, namespace=pod_ns))
-            self._check_leader()
+            check(self.guard, "the rollout's next write")
             try:
-                self.core.create_namespaced_pod_eviction(pod_name, pod_ns, body)
+                self.cluster.evict(pod_name, pod_ns)
                 self._count(NodeChange(name, "evict", value=key))
                 evicted.append(key)
             except ApiException as exc:
-                if exc.status == 429:
+                if status_of(exc) == TOO_MANY_REQUESTS:  # a PodDisruptionBudget does not allow it now
                     blocked.append(key)
-                elif exc.status != 404:
+                elif not is_not_found(exc):
                     raise
         return EvictionOutcome(tuple(evicted), tuple(blocked))
 

@@ -2,7 +2,7 @@
 
 On start (and after any watch gap: 410 Gone, a dropped connection) it lists nodes and pods and
 reconciles the store with what is live; between lists it follows the pod watch (the one list+watch loop,
-kgwe.cluster.watch, resuming from the last resourceVersion). All decisions are in
+kgwe.runtime.watch, resuming from the last resourceVersion). All decisions are in
 Meter; this module only moves data between the API server, the Meter and the store.
 
 The database may be down — when this replica becomes leader, or at any time later. Metering then keeps
@@ -25,12 +25,12 @@ from typing import Any
 
 from kubernetes import client
 
-from kgwe.cluster.watch import list_and_watch
 from kgwe.cost.metering import FINISHED, Action, End, Meter, Start, capacity, namespace_teams, node_info
 from kgwe.cost.pricing import DEFAULT_SPOT_LABELS
 from kgwe.cost.spool import NodeDown, NodeUp, Spool, Write
 from kgwe.cost.store import CostStore
 from kgwe.errors import KgweError
+from kgwe.runtime.watch import list_and_watch
 
 log = logging.getLogger(__name__)
 
@@ -206,7 +206,7 @@ class MeteringWatch:
         return back and not self._reconciled
 
     def run(self, stop: threading.Event) -> None:
-        """Follow pods through the one list+watch loop (kgwe.cluster.watch): it resumes from the last
+        """Follow pods through the one list+watch loop (kgwe.runtime.watch): it resumes from the last
         resourceVersion, and lists again (-> `resync`) after 410 Gone or a dropped connection."""
         list_and_watch(
             self.core.list_pod_for_all_namespaces,

@@ -21,6 +21,7 @@ from pydantic import ValidationError
 from kgwe.cost.pricing import PriceBook
 from kgwe.cost.usage import MIG, SHARED, WHOLE
 from kgwe.errors import KgweError
+from kgwe.runtime.conditions import find
 from kgwe.timestamps import parse_rfc3339
 
 PodKey = tuple[str, str]  # (namespace, pod)
@@ -114,14 +115,8 @@ def facts_from_object(obj: Mapping[str, Any]) -> WorkloadFacts:
             )
         )
     status = obj.get("status") or {}
-    completed = next(
-        (
-            c
-            for c in status.get("conditions") or ()
-            if isinstance(c, Mapping) and c.get("type") == "Complete" and c.get("status") == "True"
-        ),
-        None,
-    )
+    completed = find(status.get("conditions"), "Complete")
+    completed = completed if completed is not None and completed.get("status") == "True" else None
     interval = wl.spec.checkpoint_interval
     return WorkloadFacts(
         namespace=wl.metadata.namespace,

@@ -237,9 +237,9 @@ class ClusterIndex:
         on_list: Callable[[list[Any]], None],
         on_event: Callable[[str, Any], None],
     ) -> None:
-        """One list+watch loop (kgwe.cluster.watch) per kind; the engine is ready once each kind listed. The
+        """One list+watch loop (kgwe.runtime.watch) per kind; the engine is ready once each kind listed. The
         objects come as decoded JSON: the callbacks name their type (kgwe.objects)."""
-        from kgwe.cluster.watch import list_and_watch
+        from kgwe.runtime.watch import list_and_watch
 
         def listed(items: Iterable[Any]) -> None:
             on_list(list(items))

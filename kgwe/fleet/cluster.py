@@ -86,10 +86,12 @@ class Fleet:
         import urllib3
         from kubernetes.client.exceptions import ApiException
 
+        from kgwe.runtime.errors import is_not_found
+
         try:
             yield
         except ApiException as exc:
-            if exc.status == 404 and crd:
+            if is_not_found(exc) and crd:
                 raise KgweError(
                     f"the {crd} CRD is not installed on the cluster at {self.host} "
                     "(install KGWE's CRDs: deploy/crds/ or the Helm chart)"

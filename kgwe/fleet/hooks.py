@@ -25,6 +25,8 @@ from kubernetes.client.exceptions import ApiException
 
 from kgwe.cluster.client import list_items
 from kgwe.errors import KgweError
+from kgwe.runtime.conditions import READY, find, of
+from kgwe.runtime.errors import is_not_found
 from kgwe.vocab import (
     AGENT_FIELD_MANAGER,
     ANNOTATION_PREFIX,
@@ -86,7 +88,7 @@ def release(api: client.ApiClient, namespace: str, wait_seconds: float, say: Say
             try:
                 custom.delete_namespaced_custom_object(*where, repo["metadata"]["name"])
             except ApiException as exc:
-                if exc.status != 404:
+                if not is_not_found(exc):
                     raise
     deadline = time.monotonic() + wait_seconds
     last: list[str] = []
@@ -136,7 +138,7 @@ def leftovers(api: client.ApiClient, namespaces: tuple[str, ...], wait_seconds: 
         try:
             rbac.delete_namespaced_role_binding(WORKLOAD_ROLEBINDING, ns)
         except ApiException as exc:
-            if exc.status != 404:
+            if not is_not_found(exc):
                 raise
         done.role_bindings.append(f"{ns}/{WORKLOAD_ROLEBINDING}")
         say(f"deleted RoleBinding {ns}/{WORKLOAD_ROLEBINDING}")
@@ -180,9 +182,7 @@ def _agent_marks(core: client.CoreV1Api, node: Mapping[str, Any]) -> list[str]:
         removed.append(f"taint {GPU_UNHEALTHY_TAINT}")
     if body:
         core.patch_node(name, body)
-    if condition and any(
-        c.get("type") == GPU_HEALTH_CONDITION for c in (node.get("status") or {}).get("conditions") or []
-    ):
+    if condition and find(of(node), GPU_HEALTH_CONDITION) is not None:
         patch = {"status": {"conditions": [{"type": GPU_HEALTH_CONDITION, "$patch": "delete"}]}}
         core.patch_node_status(name, patch)
         removed.append(f"condition {GPU_HEALTH_CONDITION}")
@@ -193,7 +193,7 @@ def _repositories(custom: client.CustomObjectsApi, where: tuple[str, str, str, s
     try:
         items: list[dict[str, Any]] = custom.list_namespaced_custom_object(*where).get("items", [])
     except ApiException as exc:
-        if exc.status == 404:  # the CRD is not installed: there is nothing to release
+        if is_not_found(exc):  # the CRD is not installed: there is nothing to release
             return []
         raise
     return items
@@ -203,14 +203,14 @@ def _controller_ready(api: client.ApiClient, namespace: str) -> bool:
     try:
         deployment = client.AppsV1Api(api).read_namespaced_deployment(CONTROLLER_DEPLOYMENT, namespace)
     except ApiException as exc:
-        if exc.status == 404:
+        if is_not_found(exc):
             return False
         raise
     return bool((deployment.status and deployment.status.ready_replicas) or 0)
 
 
 def _ready_message(repo: Mapping[str, Any]) -> str:
-    for condition in (repo.get("status") or {}).get("conditions") or []:
-        if condition.get("type") == "Ready":
-            return str(condition.get("message") or condition.get("reason") or "")
-    return "not reconciled yet"
+    ready = find(of(repo), READY)
+    if ready is None:
+        return "not reconciled yet"
+    return str(ready.get("message") or ready.get("reason") or "")

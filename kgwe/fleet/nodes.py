@@ -18,6 +18,7 @@ from kgwe.errors import KgweError
 from kgwe.fleet.output import Column
 from kgwe.gpu.sharing import NOT_SHARED, node_sharing
 from kgwe.quantity import count
+from kgwe.runtime.conditions import find, of
 from kgwe.timestamps import format_rfc3339
 from kgwe.topology import health
 from kgwe.topology import view as topology_view
@@ -103,8 +104,7 @@ class NodeHealth:
 def node_health(node: Mapping[str, Any]) -> NodeHealth:
     meta = node.get("metadata") or {}
     annotations = meta.get("annotations") or {}
-    conditions = (node.get("status") or {}).get("conditions") or []
-    cond = next((c for c in conditions if c.get("type") == GPU_HEALTH_CONDITION), None)
+    cond = find(of(node), GPU_HEALTH_CONDITION)
     tainted = any(t.get("key") == GPU_UNHEALTHY_TAINT for t in (node.get("spec") or {}).get("taints") or [])
     raw = annotations.get(GPU_HEALTH_ANNOTATION)
     try:

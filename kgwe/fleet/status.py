@@ -15,6 +15,7 @@ from typing import Any
 
 from kgwe.fleet.output import Column, table
 from kgwe.quantity import parse_quantity
+from kgwe.runtime.conditions import find
 from kgwe.vocab import BUDGET_ANNOTATION, BUDGET_QUOTA_NAME, CONTROLLER_NAME
 
 NEAR_LIMIT_PERCENT = 80
@@ -40,7 +41,7 @@ BUDGET_COLUMNS = (Column("BUDGET", "budget"), Column("SOURCE", "source"), Column
 
 
 def _condition(status: Mapping[str, Any], ctype: str) -> Mapping[str, Any]:
-    return next((c for c in status.get("conditions") or [] if c.get("type") == ctype), {})
+    return find(status.get("conditions"), ctype) or {}
 
 
 def _short(revision: str | None) -> str | None:

@@ -178,6 +178,7 @@ def submit(fleet: Fleet, body: dict[str, Any], *, server_dry_run: bool) -> str:
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
 
+    from kgwe.runtime.errors import is_conflict
     from kgwe.vocab import API_GROUP, CRD_VERSION, GPU_WORKLOAD_PLURAL
 
     custom = client.CustomObjectsApi(fleet.api)
@@ -191,7 +192,7 @@ def submit(fleet: Fleet, body: dict[str, Any], *, server_dry_run: bool) -> str:
             custom.create_namespaced_custom_object(body=body, **coords, **dry)
             return "created" + suffix
         except ApiException as exc:
-            if exc.status != 409:
+            if not is_conflict(exc):
                 raise
     with fleet.reading(f"update GPUWorkload {ns}/{name}", crd=crd):
         live = custom.get_namespaced_custom_object(name=name, **coords)

@@ -66,16 +66,18 @@ def load(args: argparse.Namespace) -> PolicySet:
     cluster = cluster_policy = None
     namespace = getattr(args, "namespace", None)
     if getattr(args, "cluster", False):
-        from kgwe.workloads import cluster_facts  # the Kubernetes client: loaded only for --cluster
+        from kgwe.runtime.kube import KubeCluster  # the Kubernetes client: loaded only for --cluster
+        from kgwe.workloads import cluster_facts
 
         fleet = Fleet(args)
+        api = KubeCluster(fleet.api)
         namespace = fleet.namespace
         with fleet.reading("read the cluster's GPU nodes, PriorityClasses and quotas"):
             cluster = dataclasses.replace(
-                cluster_facts.cluster_view(fleet.api, namespaces_and_quotas=True),
+                cluster_facts.cluster_view(api, namespaces_and_quotas=True),
                 kgwe_namespace=args.policy_namespace,  # no GPUWorkload runs there
             )
-            cluster_policy = cluster_facts.policy_view(fleet.api, args.policy_namespace)
+            cluster_policy = cluster_facts.policy_view(api, args.policy_namespace)
     ps = load_repository(
         args.path, policy=policy, cluster=cluster, cluster_policy=cluster_policy, namespace=namespace
     )

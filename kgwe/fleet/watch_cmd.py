@@ -72,9 +72,9 @@ def run(args: argparse.Namespace) -> int:
     from kubernetes import client
 
     from kgwe.cluster.nodes import holds_gpu, pod_gpu_requests
-    from kgwe.cluster.watch import list_and_watch
     from kgwe.fleet.cluster import Fleet, requests_by_node
     from kgwe.fleet.watch_view import CLEAR, frame
+    from kgwe.runtime.watch import list_and_watch
     from kgwe.vocab import API_GROUP, CRD_VERSION, GPU_NODE_SELECTOR, GPU_WORKLOAD_PLURAL
 
     fleet = Fleet(args)

@@ -17,7 +17,8 @@ T = TypeVar("T")
 def backoff_delays_seconds(
     attempts: int, *, base_seconds: float = 0.5, cap_seconds: float = 30.0, rng: random.Random | None = None
 ) -> Iterator[float]:
-    """Delays between `attempts` tries: base·2^n capped, with "full jitter" when an rng is given."""
+    """Delays between `attempts` tries: base·2^n capped, with equal jitter (a uniform draw from the upper half
+    of each delay) when an rng is given."""
     for n in range(max(0, attempts - 1)):
         delay = min(cap_seconds, base_seconds * (2**n))
         yield rng.uniform(delay / 2, delay) if rng is not None else delay

@@ -52,6 +52,7 @@ from kgwe.localcluster.cluster import (
 )
 from kgwe.localcluster.mocknvml import DEFAULT_GPU_PROFILE, FAILURE_MODES
 from kgwe.localcluster.privatefiles import UnsafePath, check_directory, make_directory
+from kgwe.runtime.conditions import is_true
 
 STOP_TIMEOUT_SECONDS = 120.0
 
@@ -407,9 +408,7 @@ def status() -> int:
     except Exception as exc:  # the API server may be gone while the supervisor still runs
         print(f"  the API server does not answer: {exc}")
         return 1
-    ready = [
-        n for n in nodes if any(c.type == "Ready" and c.status == "True" for c in n.status.conditions or [])
-    ]
+    ready = [n for n in nodes if is_true(n.status.conditions or [], "Ready")]
     kwok = [n for n in nodes if (n.metadata.annotations or {}).get("kwok.x-k8s.io/node") == "fake"]
     print(
         f"  nodes      {len(ready)} of {len(nodes)} Ready ({len(nodes) - len(kwok)} real, {len(kwok)} kwok)"

@@ -13,9 +13,9 @@ import time
 from typing import Any
 
 from kubernetes import client, utils
-from kubernetes.client.exceptions import ApiException
 
 from kgwe.localcluster.controlplane import CLUSTER_DNS_IP, CLUSTER_DOMAIN, ControlPlaneError
+from kgwe.runtime.errors import is_conflict
 
 NAMESPACE = "kube-system"
 NAME = "coredns"
@@ -172,7 +172,7 @@ def install_cluster_dns(api: client.ApiClient, image: str, timeout_seconds: floa
         try:
             utils.create_from_dict(api, obj)
         except utils.FailToCreateError as exc:
-            if not all(isinstance(e, ApiException) and e.status == 409 for e in exc.api_exceptions):
+            if not all(is_conflict(e) for e in exc.api_exceptions):
                 raise ControlPlaneError(f"cannot create the DNS add-on's {obj['kind']}: {exc}") from None
     deadline = time.monotonic() + timeout_seconds
     while _ready_endpoints(api) == 0:

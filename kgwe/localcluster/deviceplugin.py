@@ -36,6 +36,7 @@ from kgwe.gpu.products import base_product
 from kgwe.localcluster.gpunodes import KWOK_NODE_SELECTOR
 from kgwe.localcluster.watching import watch_loop
 from kgwe.policy.yaml_source import YamlSyntaxError, load_one
+from kgwe.runtime.errors import is_not_found
 from kgwe.vocab import (
     DEVICE_PLUGIN_CONFIG_LABEL,
     DEVICE_PLUGIN_CONFIGMAP,
@@ -303,7 +304,7 @@ class DevicePluginStandIn:
         try:
             cm = self._core.read_namespaced_config_map(self.config_map, self.config_namespace)
         except ApiException as exc:
-            if exc.status == 404:
+            if is_not_found(exc):
                 raise InvalidDevicePluginConfig(f"ConfigMap {self.config_map} not found") from None
             raise
         data = cm.data or {}
@@ -326,7 +327,7 @@ class DevicePluginStandIn:
         try:
             node = self._core.read_node(name)
         except ApiException as exc:
-            if exc.status == 404:
+            if is_not_found(exc):
                 return
             raise
         labels = node.metadata.labels or {}

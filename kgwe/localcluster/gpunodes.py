@@ -27,6 +27,8 @@ from kubernetes.client.exceptions import ApiException
 from kgwe.errors import KgweError
 from kgwe.gpu import catalog
 from kgwe.policy.inventory import InventoryNode
+from kgwe.runtime import conditions
+from kgwe.runtime.errors import is_conflict, is_not_found
 from kgwe.topology import annotation as topology_annotation
 from kgwe.topology import known as known_topologies
 from kgwe.topology.fake_nvml import CUDA_DRIVER_VERSION, DRIVER_VERSION
@@ -345,16 +347,14 @@ def create_gpu_nodes(
 
 
 def _raw_ready(node: Mapping[str, Any]) -> bool:
-    conditions = node.get("status", {}).get("conditions") or []
-    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+    ready = conditions.is_true(conditions.of(node), "Ready")
     tainted = any(t.get("key") == NOT_READY_TAINT for t in node.get("spec", {}).get("taints") or [])
     return ready and not tainted
 
 
 def is_schedulable_ready(node: client.V1Node) -> bool:
     """Ready condition True and no not-ready taint left (the scheduler can place pods on it)."""
-    conditions = (node.status and node.status.conditions) or []
-    ready = any(c.type == "Ready" and c.status == "True" for c in conditions)
+    ready = conditions.is_true((node.status and node.status.conditions) or [], "Ready")
     tainted = any(t.key == NOT_READY_TAINT for t in (node.spec.taints or []))
     return ready and not tainted
 
@@ -396,7 +396,7 @@ def delete_nodes(api_client: client.ApiClient, names: Iterable[str], workers: in
         try:
             core.delete_node(name)
         except ApiException as exc:
-            if exc.status != 404:
+            if not is_not_found(exc):
                 with lock:
                     errors.append(f"{name}: {exc.reason}")
 
@@ -429,5 +429,5 @@ def ensure_gpu_operator_objects(
             }
         )
     except ApiException as exc:
-        if exc.status != 409:  # already there
+        if not is_conflict(exc):  # already there
             raise

@@ -35,6 +35,7 @@ from kgwe.localcluster.gpunodes import (
 )
 from kgwe.localcluster.watching import watch_loop
 from kgwe.policy.yaml_source import YamlSyntaxError, load_one
+from kgwe.runtime.errors import is_not_found
 from kgwe.vocab import (
     GPU_COUNT_LABEL,
     GPU_OPERATOR_NAMESPACE,
@@ -232,7 +233,7 @@ class MigManagerStandIn:
         try:
             node = self._core.read_node(name)
         except ApiException as exc:
-            if exc.status == 404:
+            if is_not_found(exc):
                 return
             raise
         labels = node.metadata.labels or {}
@@ -292,7 +293,7 @@ class MigManagerStandIn:
         try:
             cm = self._core.read_namespaced_config_map(self.config_map, self.config_namespace)
         except ApiException as exc:
-            if exc.status == 404:
+            if is_not_found(exc):
                 raise InvalidMigConfig(
                     f"ConfigMap {self.config_namespace}/{self.config_map} not found"
                 ) from None

@@ -1,4 +1,4 @@
-"""The stand-ins' view of kgwe.cluster.watch: one handler for listed objects ("SYNC") and later events.
+"""The stand-ins' view of kgwe.runtime.watch: one handler for listed objects ("SYNC") and later events.
 
 The stand-ins of the test control plane (the MIG manager and the like) each need "tell me about every object
 now and whenever it changes until I am stopped", as client model objects; short watches make them stop
@@ -11,7 +11,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from kgwe.cluster.watch import list_and_watch
+from kgwe.runtime.watch import list_and_watch
 
 Handler = Callable[[str, Any], None]
 

@@ -25,6 +25,7 @@ from prometheus_client.registry import Collector
 from kgwe.observability.fleet import FleetStats, fleet_stats
 from kgwe.observability.topology import TopologySamples, topology_samples
 from kgwe.observability.workloads import workload_stats
+from kgwe.runtime.conditions import READY, STALLED, is_true, of
 from kgwe.vocab import API_GROUP, CRD_VERSION, POLICY_REPOSITORY_PLURAL
 
 log = logging.getLogger(__name__)
@@ -63,13 +64,6 @@ def read_cluster(api_client: client.ApiClient, namespace: str) -> ClusterSnapsho
         plural=POLICY_REPOSITORY_PLURAL,
     )
     return snap
-
-
-def _condition_true(item: Mapping[str, Any], ctype: str) -> bool:
-    for c in (item.get("status") or {}).get("conditions") or ():
-        if isinstance(c, Mapping) and c.get("type") == ctype:
-            return c.get("status") == "True"
-    return False
 
 
 class ClusterStateCollector(Collector):
@@ -136,8 +130,8 @@ class ClusterStateCollector(Collector):
         )
         for repo in snap.repositories:
             name = str((repo.get("metadata") or {}).get("name", ""))
-            ready.add_metric([name], 1.0 if _condition_true(repo, "Ready") else 0.0)
-            stalled.add_metric([name], 1.0 if _condition_true(repo, "Stalled") else 0.0)
+            ready.add_metric([name], 1.0 if is_true(of(repo), READY) else 0.0)
+            stalled.add_metric([name], 1.0 if is_true(of(repo), STALLED) else 0.0)
         yield ready
         yield stalled
 

@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import Any, get_args
 
 from kgwe.policy.gpu_workload import Phase
+from kgwe.runtime.conditions import find
 from kgwe.timestamps import parse_rfc3339
 
 PHASES: tuple[str, ...] = get_args(Phase)
@@ -17,10 +18,7 @@ FINISHED = frozenset(("Succeeded", "Failed"))
 
 
 def _condition(status: Mapping[str, Any], ctype: str) -> Mapping[str, Any]:
-    for c in status.get("conditions") or ():
-        if isinstance(c, Mapping) and c.get("type") == ctype:
-            return c
-    return {}
+    return find(status.get("conditions"), ctype) or {}
 
 
 def workload_stats(

@@ -16,6 +16,7 @@ from typing import Any
 
 from kgwe.extender.request import RequestError, parse_pod
 from kgwe.planner.rebalance import Measurement
+from kgwe.runtime.conditions import find
 
 UNSCHEDULABLE = "Unschedulable"  # PodScheduled=False reason the scheduler sets when no node fits
 
@@ -37,14 +38,8 @@ def unschedulable_mig_request(pod: Mapping[str, Any]) -> tuple[tuple[str, int], 
     status = pod.get("status") or {}
     if spec.get("nodeName") or status.get("phase") != "Pending":
         return ()
-    conditions = status.get("conditions") or []
-    if not any(
-        isinstance(c, Mapping)
-        and c.get("type") == "PodScheduled"
-        and c.get("status") == "False"
-        and c.get("reason") == UNSCHEDULABLE
-        for c in conditions
-    ):
+    scheduled = find(status.get("conditions"), "PodScheduled") or {}
+    if not (scheduled.get("status") == "False" and scheduled.get("reason") == UNSCHEDULABLE):
         return ()
     try:
         return parse_pod(pod).mig

@@ -28,9 +28,10 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from kgwe.certs.rotation import CertPlan, Lifetimes, Stored, Wanted, plan
-from kgwe.cluster.apply import NotLeader
 from kgwe.cluster.events import EventRecorder
 from kgwe.errors import KgweError
+from kgwe.runtime.errors import is_not_found
+from kgwe.runtime.leader import NotLeader
 from kgwe.timestamps import format_rfc3339
 from kgwe.vocab import (
     CA_SECRET,
@@ -173,7 +174,7 @@ class CertificateKeeper:
         try:
             secret = self.core.read_namespaced_secret(name, self.namespace)
         except ApiException as exc:
-            if exc.status == 404:
+            if is_not_found(exc):
                 return None
             raise
         return Stored(_decode(secret.data), dict(secret.metadata.annotations or {}))
@@ -230,7 +231,7 @@ class CertificateKeeper:
         try:
             config = self.admission.read_mutating_webhook_configuration(self.webhook_configuration)
         except ApiException as exc:
-            if exc.status == 404:
+            if is_not_found(exc):
                 log.info("no MutatingWebhookConfiguration %s: caBundle not set", self.webhook_configuration)
                 return False
             raise

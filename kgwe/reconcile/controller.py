@@ -1,10 +1,11 @@
-"""The controller process: leader election, the webhook/metrics HTTP server, and the reconcile loop over
-every PolicyRepository in its namespace.
+"""The controller process: leader election, the webhook/metrics HTTP server, and the two controllers on the
+controller runtime (kgwe.runtime) — the PolicyRepositories of its namespace (kgwe.reconcile.repositories)
+and the GPUWorkloads of the cluster (kgwe.workloads.controller) — sharing one cluster client and one Lease.
 
-Triggers: a repository is reconciled when its interval (with ±10% jitter) has passed, when its
-generation changed (a spec edit), or at once when a signed webhook push arrives — unless that push only
-touched `reports/` (KGWE's own commits), which must never trigger a reconcile. Only the leader reconciles;
-every write is additionally gated on the Lease inside the reconcile (see kgwe.cluster.lease).
+Triggers of a PolicyRepository: its watch (a spec edit, a reconcile request), its interval (with ±10% jitter),
+a failure's backoff, or a signed webhook push that names it — unless that push only touched `reports/`
+(KGWE's own commits), which must never trigger a reconcile. Only the leader reconciles; every write is
+additionally gated on the Lease inside the reconcile (see kgwe.cluster.lease).
 """
 
 from __future__ import annotations
@@ -15,12 +16,10 @@ import socket
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
 from kgwe.audit.log import COMMIT_INTERVAL_SECONDS
 from kgwe.cluster.events import EventRecorder
@@ -28,24 +27,20 @@ from kgwe.cluster.lease import LeaderElector
 from kgwe.cluster.nodecache import NodeCache
 from kgwe.errors import KgweError
 from kgwe.gitops.gitcmd import GitAccess
-from kgwe.gitops.retry import jittered_interval_seconds
 from kgwe.gitops.source import touches_policy
-from kgwe.gitops.webhook import ControllerHTTPServer, GetRoute, PushEvent, repository_key
+from kgwe.gitops.webhook import ControllerHTTPServer, GetRoute, PushEvent
 from kgwe.httpd import ServerThread, error_body, metrics_need_token, metrics_port
 from kgwe.httpd.metrics_port import plain_metrics
 from kgwe.observability.collectors import ClusterStateCollector, read_cluster
 from kgwe.reconcile.metrics import ReconcileMetrics
 from kgwe.reconcile.rebalancing import ActivityReader
-from kgwe.reconcile.repository import (
-    GROUP,
-    PLURAL,
-    VERSION,
-    InvalidSpec,
-    RepositoryReconciler,
-    read_spec,
-)
+from kgwe.reconcile.repositories import CRD_MISSING, Reconciler, RepositoryController
+from kgwe.reconcile.repository import RepositoryReconciler
+from kgwe.runtime.cluster import KubeObject
+from kgwe.runtime.kinds import POLICY_REPOSITORY
+from kgwe.runtime.kube import KubeCluster
 from kgwe.tlsfiles import ServingTLS
-from kgwe.vocab import CONTROLLER_NAME, FIELD_MANAGER, RECONCILE_REQUESTED_AT_ANNOTATION
+from kgwe.vocab import CONTROLLER_NAME
 
 if TYPE_CHECKING:
     from kgwe.gitops.commit_back import CommitResult
@@ -53,17 +48,10 @@ if TYPE_CHECKING:
     from kgwe.reconcile.certificates import CertificateKeeper
     from kgwe.reconcile.costs import Alert, CostDuties, QuotaCaps
     from kgwe.reconcile.status import Outcome
-    from kgwe.render.render import RenderOptions
+    from kgwe.render.options import RenderOptions
     from kgwe.workloads.controller import WorkloadController
 
 log = logging.getLogger(__name__)
-
-
-REQUESTED_AT_ANNOTATION = RECONCILE_REQUESTED_AT_ANNOTATION
-CRD_MISSING = (
-    f"the CustomResourceDefinition {PLURAL}.{GROUP} is not installed: install KGWE's CRDs "
-    "(helm: crds.install=true; kustomize: deploy/crds/)"
-)
 
 
 def activity_reader(prometheus_url: str | None) -> ActivityReader | None:
@@ -74,19 +62,6 @@ def activity_reader(prometheus_url: str | None) -> ActivityReader | None:
 
     prometheus = PrometheusClient(prometheus_url)
     return lambda start, end: prometheus.pod_engine_activity(start, end)
-
-
-def _key_of(item: dict[str, Any]) -> str | None:
-    """The repository key of a PolicyRepository's spec.url (what webhook pushes are matched on)."""
-    url = (item.get("spec") or {}).get("url")
-    return repository_key(url) if isinstance(url, str) else None
-
-
-@dataclass
-class _Due:
-    at: float
-    generation: int | None
-    requested: str | None = None
 
 
 def _over_tls_only() -> tuple[int, str, bytes]:
@@ -120,6 +95,7 @@ class Controller:
         metrics_tls_port: metrics_port.MetricsPort | None = None,
     ) -> None:
         self.api_client = api_client
+        self.cluster = KubeCluster(api_client)  # one client (and API discovery) for both controllers
         self.audit_interval_seconds = audit_interval_seconds  # how often the audit log is committed at most
         self.certificates = certificates  # KGWE's own TLS certificates, kept by the leader; None: off
         self.prometheus_url = prometheus_url  # dcgm-exporter activity for MIG rebalancing (None: off)
@@ -128,83 +104,109 @@ class Controller:
         self.costs = costs  # metering, budgets and cost reports (kgwe.reconcile.costs); None: off
         self.cache_dir = Path(cache_dir)
         self.identity = identity or f"{socket.gethostname()}-{random.randrange(1 << 32):08x}"
-        self.metrics = ReconcileMetrics()
-        self.metrics.registry.register(  # fleet, GPUWorkload and PolicyRepository gauges, read at scrape
-            ClusterStateCollector(lambda: read_cluster(api_client, namespace), self.metrics.node_pools)
-        )
-        self.recorder = EventRecorder(api_client, allowed=self.is_leader)  # a standby writes no Events
-        self.jitter_fraction = jitter_fraction
-        self._rng = random.Random()
-        self._trigger = threading.Event()
-        self._pushed: set[str] = set()  # repository keys named by pushes not yet reconciled
-        self._lock = threading.Lock()
-        self._due: dict[str, _Due] = {}
-        self._workers: dict[str, threading.Thread] = {}  # the reconcile thread of each repository
-        self._again: set[str] = set()  # repositories triggered while their reconcile was running
+        self.metrics = self._metrics()
+        self.recorder = EventRecorder(self.cluster, allowed=self.is_leader)  # a standby writes no Events
         self._costs_lock = threading.Lock()
         self.git_access = git_access or GitAccess()
         self._reconcilers: dict[str, RepositoryReconciler] = {}
-        self.node_cache = NodeCache(api_client)  # the GPU nodes every repository plans for (started by run)
-        self.reconciles = 0
-        self.crd_missing = False  # the last list of PolicyRepositories said the API does not exist
-        self.elector: LeaderElector | None = None
-        if leader_election:
-            self.elector = LeaderElector(
-                api_client,
-                name=lease_name,
-                namespace=namespace,
-                identity=self.identity,
-                lease_duration_seconds=lease_duration_seconds,
-                renew_deadline_seconds=renew_deadline_seconds,
-                retry_period_seconds=retry_period_seconds,
-                on_started_leading=self._on_started,
-                on_stopped_leading=self._on_stopped,
-            )
-        self.workloads: WorkloadController | None = None
-        if workloads:  # GPUWorkloads: own queue and watches, same Lease (kgwe.workloads.controller)
-            from kgwe.workloads.controller import WorkloadController, WorkloadMetrics, WorkloadReconciler
+        self.node_cache = NodeCache(self.cluster)  # the GPU nodes every repository plans for (started by run)
+        lease = (lease_name, lease_duration_seconds, renew_deadline_seconds, retry_period_seconds)
+        self.elector = self._elector(*lease) if leader_election else None
+        self.repositories = RepositoryController(
+            self.cluster,
+            namespace,
+            self._reconciler,
+            gate=self.is_leader,
+            after=self._after_reconcile if costs is not None else None,
+            jitter_fraction=jitter_fraction,
+        )
+        self.workloads = self._workload_controller() if workloads else None
+        self.server = None if listen is None else self._http_server(listen, webhook_secret, public_metrics)
+        self.metrics_server = (
+            None if metrics_tls_port is None else self._metrics_server(metrics_tls_port, public_metrics)
+        )
 
-            reconciler = WorkloadReconciler(
-                api_client,
-                recorder=self.recorder,
-                metrics=WorkloadMetrics(self.metrics.registry),
-                is_leader=self.is_leader,
-                policy_namespace=namespace,
-                cost_of=costs.workload_cost if costs is not None else None,
-                advise=costs.workload_admission if costs is not None else None,
-                finished=costs.workload_finished if costs is not None else None,
-            )
-            self.workloads = WorkloadController(reconciler)
-        self.server: ControllerHTTPServer | None = None
-        self.metrics_server: ServerThread | None = None
-        if listen is not None:
-            # /metrics (budgets and costs) on the plain port on loopback only (or opened to anyone): off
-            # loopback it is served over TLS only, for a token allowed to get /metrics (metrics_port)
-            plain = plain_metrics(listen[0], public_metrics)
-            routes: dict[str, GetRoute] = {
-                "/metrics": self._exposition if plain else _over_tls_only,
-                "/healthz": lambda: (200, "text/plain", b"ok"),
-                "/readyz": self._readyz,
-            }
-            self.server = ControllerHTTPServer(
-                listen, secret=webhook_secret, on_push=self.on_push, get_routes=routes
-            )
-        if metrics_tls_port is not None:  # GET /metrics for Prometheus, over TLS (kgwe.httpd.metrics_port)
-            address, files = metrics_tls_port
-            tls = ServingTLS(*files) if files is not None else None
-            guard = None
-            if metrics_need_token(address[0], public_metrics):
-                from kgwe.cluster.access_review import metrics_guard
+    def _metrics(self) -> ReconcileMetrics:
+        """The controller's metrics, the fleet, GPUWorkload and PolicyRepository gauges read at scrape."""
+        metrics = ReconcileMetrics()
+        api, namespace = self.api_client, self.namespace
+        metrics.registry.register(
+            ClusterStateCollector(lambda: read_cluster(api, namespace), metrics.node_pools)
+        )
+        return metrics
 
-                guard = metrics_guard(api_client)
-            self.metrics_server = ServerThread(
-                metrics_port.handler(lambda: (200, self.metrics.exposition(), metrics_port.CONTENT_TYPE)),
-                address,
-                limits=metrics_port.LIMITS,
-                tls=tls.current if tls is not None else None,
-                guard=guard,
-                label="kgwe controller /metrics listening on",
-            )
+    def _elector(
+        self, name: str, duration_seconds: float, renew_deadline_seconds: float, retry_period_seconds: float
+    ) -> LeaderElector:
+        """The leader election on the Lease `name` in the controller's namespace (kgwe.cluster.lease)."""
+        return LeaderElector(
+            self.api_client,
+            name=name,
+            namespace=self.namespace,
+            identity=self.identity,
+            lease_duration_seconds=duration_seconds,
+            renew_deadline_seconds=renew_deadline_seconds,
+            retry_period_seconds=retry_period_seconds,
+            on_started_leading=self._on_started,
+            on_stopped_leading=self._on_stopped,
+        )
+
+    def _workload_controller(self) -> WorkloadController:
+        """GPUWorkloads: their own loop and watches, same cluster and Lease (kgwe.workloads.controller)."""
+        from kgwe.workloads.controller import WorkloadController, WorkloadMetrics, WorkloadReconciler
+
+        reconciler = WorkloadReconciler(
+            self.cluster,
+            recorder=self.recorder,
+            metrics=WorkloadMetrics(self.metrics.registry),
+            is_leader=self.is_leader,
+            policy_namespace=self.namespace,
+            cost_of=self.costs.workload_cost if self.costs is not None else None,
+            advise=self.costs.workload_admission if self.costs is not None else None,
+            finished=self.costs.workload_finished if self.costs is not None else None,
+        )
+        return WorkloadController(reconciler)
+
+    def _http_server(
+        self, listen: tuple[str, int], webhook_secret: bytes, public_metrics: bool
+    ) -> ControllerHTTPServer:
+        """/healthz, /readyz, the webhook and /metrics: budgets and costs, on the plain port on loopback only
+        (or opened to anyone); off loopback it is served over TLS only (kgwe.httpd.metrics_port)."""
+        plain = plain_metrics(listen[0], public_metrics)
+        routes: dict[str, GetRoute] = {
+            "/metrics": self._exposition if plain else _over_tls_only,
+            "/healthz": lambda: (200, "text/plain", b"ok"),
+            "/readyz": self._readyz,
+        }
+        return ControllerHTTPServer(listen, secret=webhook_secret, on_push=self.on_push, get_routes=routes)
+
+    def _metrics_server(self, port: metrics_port.MetricsPort, public_metrics: bool) -> ServerThread:
+        """GET /metrics for Prometheus, over TLS, for a token allowed to get /metrics off loopback."""
+        address, files = port
+        tls = ServingTLS(*files) if files is not None else None
+        guard = None
+        if metrics_need_token(address[0], public_metrics):
+            from kgwe.cluster.access_review import metrics_guard
+
+            guard = metrics_guard(self.api_client)
+        return ServerThread(
+            metrics_port.handler(lambda: (200, self.metrics.exposition(), metrics_port.CONTENT_TYPE)),
+            address,
+            limits=metrics_port.LIMITS,
+            tls=tls.current if tls is not None else None,
+            guard=guard,
+            label="kgwe controller /metrics listening on",
+        )
+
+    @property
+    def crd_missing(self) -> bool:
+        """The PolicyRepository CRD is not installed (its watch says so)."""
+        return self.repositories.crd_missing
+
+    @property
+    def reconciles(self) -> int:
+        """PolicyRepository reconciles run by this replica."""
+        return self.repositories.reconciles
 
     def _exposition(self) -> tuple[int, str, bytes]:
         return 200, metrics_port.CONTENT_TYPE.decode(), self.metrics.exposition()
@@ -224,9 +226,7 @@ class Controller:
         self.metrics.leader.set(1)
         if self.costs is not None:
             self.costs.start(self.api_client)
-        with self._lock:
-            self._due.clear()  # reconcile everything at once: state is read back from the cluster
-        self._trigger.set()
+        self.repositories.loop.resync()  # everything at once: state is read back from the cluster
         if self.certificates is not None:
             self.certificates.wake.set()
 
@@ -244,34 +244,7 @@ class Controller:
             self.metrics.hooks.labels("ignored_reports_only").inc()
             return
         self.metrics.hooks.labels("triggered").inc()
-        if not self.is_leader():
-            self._request_from_leader(event.repositories)
-            return
-        with self._lock:
-            self._pushed |= event.repositories
-        self._trigger.set()
-
-    def _request_from_leader(self, repositories: frozenset[str]) -> None:
-        """Ask the leader to sync now by stamping the PolicyRepositories the push names (a standby got it)."""
-        api = client.CustomObjectsApi(self.api_client)
-        stamp = f"{time.time():.6f}"
-        try:
-            items = api.list_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL).get("items", [])
-            for item in items:
-                if _key_of(item) not in repositories:
-                    continue
-                api.patch_namespaced_custom_object(
-                    GROUP,
-                    VERSION,
-                    self.namespace,
-                    PLURAL,
-                    item["metadata"]["name"],
-                    {"metadata": {"annotations": {REQUESTED_AT_ANNOTATION: stamp}}},
-                    _content_type="application/merge-patch+json",
-                    field_manager=FIELD_MANAGER,
-                )
-        except ApiException as exc:
-            log.warning("could not hand the webhook push to the leader: %s", exc.reason)
+        self.repositories.push(event.repositories)
 
     # -- the loop ------------------------------------------------------------------------------------
     def _reconciler(self, name: str) -> RepositoryReconciler:
@@ -314,90 +287,11 @@ class Controller:
         if changed and self.workloads is not None and self.is_leader():
             self.workloads.resync()
 
-    def tick(self) -> float:
-        """Reconcile every repository that is due; returns seconds until the next one is."""
-        if not self.is_leader():
-            return 1.0
-        try:
-            listing = client.CustomObjectsApi(self.api_client).list_namespaced_custom_object(
-                GROUP, VERSION, self.namespace, PLURAL
-            )
-        except ApiException as exc:
-            self.crd_missing = exc.status == 404
-            reason = CRD_MISSING if self.crd_missing else exc.reason
-            log.warning("listing PolicyRepositories failed: %s", reason)
-            return 5.0
-        self.crd_missing = False
-        with self._lock:
-            pushed_keys, self._pushed = self._pushed, set()
-        now = time.monotonic()
-        next_in = 60.0
-        for item in listing.get("items", []):
-            meta = item.get("metadata") or {}
-            name, generation = str(meta.get("name")), meta.get("generation")
-            requested = (meta.get("annotations") or {}).get(REQUESTED_AT_ANNOTATION)
-            with self._lock:
-                due, worker = self._due.get(name), self._workers.get(name)
-            pushed = _key_of(item) in pushed_keys
-            wanted = (
-                due is None
-                or pushed
-                or due.generation != generation
-                or due.requested != requested
-                or now >= due.at
-            )
-            if worker is not None and worker.is_alive():  # still fetching or applying: never twice at once
-                if wanted:
-                    with self._lock:
-                        self._again.add(name)
-                continue  # its end wakes the loop (_trigger)
-            if wanted:
-                if not self.is_leader():
-                    return 1.0
-                # Each repository reconciles in its own thread: a slow or hanging Git server delays only
-                # its own repository (up to spec.timeout per git call), never the others.
-                worker = threading.Thread(
-                    target=self._reconcile_one,
-                    args=(name, item, pushed),
-                    name=f"reconcile-{name}",
-                    daemon=True,
-                )
-                with self._lock:
-                    self._workers[name] = worker
-                    self._due[name] = due = _Due(float("inf"), generation, requested)
-                worker.start()
-                continue
-            if due is not None:  # not wanted, so it has a due time
-                next_in = min(next_in, max(0.05, due.at - time.monotonic()))
-        return next_in
-
-    @property
-    def busy(self) -> bool:
-        """Whether some repository's reconcile is running now."""
-        with self._lock:
-            return any(w.is_alive() for w in self._workers.values())
-
-    def _reconcile_one(self, name: str, item: dict[str, Any], pushed: bool = False) -> None:
-        rec = self._reconciler(name)
-        try:
-            rec.reconcile(pushed=pushed)
-            if self.costs is not None and self.is_leader():
-                with self._costs_lock:  # the cost store and its reports are shared by all repositories
-                    self.costs.after_reconcile(rec.view(item))
-        except Exception:  # one broken repository must not stop the others
-            log.exception("reconcile of %s failed", name)
-        try:
-            interval = read_spec(item).interval_seconds
-        except InvalidSpec:
-            interval = 60.0
-        wait = jittered_interval_seconds(interval, self.jitter_fraction, self._rng)
-        with self._lock:
-            self.reconciles += 1
-            due = self._due.get(name)
-            if due is not None:
-                due.at = 0.0 if name in self._again else time.monotonic() + wait
-            self._again.discard(name)
-        self._trigger.set()
+    def _after_reconcile(self, rec: Reconciler, repo: KubeObject) -> None:
+        """The cost duties after a repository's pass (the store and its reports are shared by all)."""
+        assert self.costs is not None and isinstance(rec, RepositoryReconciler)
+        with self._costs_lock:
+            self.costs.after_reconcile(rec.view(repo))
 
     def reconcile_once(self, leader_wait_seconds: float) -> dict[str, Outcome | None]:
         """Reconcile every PolicyRepository once, as the leader, and return what each reconcile found.
@@ -418,10 +312,8 @@ class Controller:
                         "unreachable (see the log above)"
                     )
                 time.sleep(0.1)
-            listing = client.CustomObjectsApi(self.api_client).list_namespaced_custom_object(
-                GROUP, VERSION, self.namespace, PLURAL
-            )
-            names = sorted(item["metadata"]["name"] for item in listing.get("items", []))
+            listing = self.cluster.list(POLICY_REPOSITORY, self.namespace)
+            names = sorted(item["metadata"]["name"] for item in listing)
             return {name: self._reconciler(name).reconcile() for name in names}
         finally:
             stop.set()
@@ -454,11 +346,9 @@ class Controller:
         self.node_cache.start(stop)
         if self.certificates is not None:
             self.certificates.start(stop, self.is_leader)
+        self.repositories.start(stop)
         try:
-            while not stop.is_set():
-                wait = self.tick()
-                self._trigger.wait(min(wait, 5.0))
-                self._trigger.clear()
+            stop.wait()
         finally:
             if self.server is not None:
                 self.server.stop()

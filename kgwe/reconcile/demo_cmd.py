@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from kgwe.errors import KgweError
+from kgwe.runtime.conditions import READY, find, is_true
 from kgwe.vocab import (
     API_GROUP,
     API_VERSION,
@@ -129,7 +130,7 @@ def _show(api: client.ApiClient, pools: dict[str, list[str]], status: dict[str, 
             mark = {"success": "✓", "pending": "⟳", "failed": "✗"}.get(state, "…")
             cells.append(f"{name}={config}{mark}")
         lines.append(f"  {pool}:\n    " + "  ".join(cells))
-    ready: dict[str, Any] = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {})
+    ready = find(status.get("conditions"), READY) or {}
     lines.append(
         f"  Ready={ready.get('status', '?')} ({ready.get('reason', '')}): {ready.get('message', '')[:140]}"
     )
@@ -153,9 +154,7 @@ def _wait_ready(
         if view != last:
             _say(f"[{time.strftime('%H:%M:%S')}]\n{view}")
             last = view
-        ready: dict[str, Any] = next(
-            (c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {}
-        )
+        ready = find(status.get("conditions"), READY) or {}
         applied = str(status.get("lastAppliedRevision", "")).rsplit("sha1:", 1)[-1]
         if ready.get("status") == "True" and applied and _contains(bare, applied, revision):
             return
@@ -410,10 +409,7 @@ def place_workloads(api: client.ApiClient, timeout: float) -> list[tuple[str, st
                 API_GROUP, CRD_VERSION, namespace, GPU_WORKLOAD_PLURAL, name
             )
             status = obj.get("status") or {}
-            conditions = status.get("conditions") or []
-            return (
-                status if any(c["type"] == "Admitted" and c["status"] == "True" for c in conditions) else None
-            )
+            return status if is_true(status.get("conditions"), "Admitted") else None
 
         _eventually(admitted, max(1.0, deadline - time.monotonic()))
         runtime = (admitted() or {}).get("runtime")

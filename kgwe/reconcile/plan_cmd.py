@@ -297,17 +297,16 @@ def _inventory(
     if args.inventory:
         return _read_inventory_file(Path(args.inventory)), f"`{args.inventory}`"
     if args.kubeconfig:
-        from kubernetes import client
-
         from kgwe.cluster.client import api_client
         from kgwe.cluster.inventory import inventory_document, read_gpu_nodes_and_unscheduled
         from kgwe.reconcile.rebalancing import live_demand
         from kgwe.reconcile.repository import live_mig_configs
         from kgwe.render.render import RenderOptions
+        from kgwe.runtime.kube import KubeCluster
 
         api = api_client(args.kubeconfig)
         options = RenderOptions()
-        configs = live_mig_configs(client.CoreV1Api(api), options.mig_namespace, options.mig_config_name)
+        configs = live_mig_configs(KubeCluster(api), options.mig_namespace, options.mig_config_name)
         facts, unscheduled = read_gpu_nodes_and_unscheduled(api)
         inventory = GPUInventory.model_validate(
             inventory_document(facts, name="cluster", mig_configs=configs)

@@ -35,8 +35,10 @@ from kgwe.planner.rebalance import (
     carry_over,
     evaluate,
 )
+from kgwe.policy.cluster_kinds import Condition
 from kgwe.policy.inventory import GPUInventory, PoolDemand
 from kgwe.policy.mig_strategy import MIGStrategy
+from kgwe.runtime.conditions import find
 from kgwe.timestamps import parse_rfc3339
 
 log = logging.getLogger(__name__)
@@ -48,14 +50,6 @@ ActivityReader = Callable[[datetime, datetime], Mapping[tuple[str, str], float]]
 # the pools as measured -> the demand the optimizer expects of each (kgwe.optimizer.demand); a pool without
 # one follows pending pods alone
 OutlookSource = Callable[[Sequence[PoolView]], Mapping[str, Outlook]]
-
-
-@dataclass(frozen=True)
-class Condition:
-    type: str
-    status: str
-    reason: str
-    message: str
 
 
 @dataclass
@@ -257,11 +251,14 @@ def records_in_force(
     )
     if due:
         return None
-    previous = next(
-        (c for c in status.get("conditions") or [] if c.get("type") == UTILIZATION_CONDITION), None
-    )
+    previous = find(status.get("conditions"), UTILIZATION_CONDITION)
     condition = (
-        Condition(previous["type"], previous["status"], previous["reason"], previous["message"])
+        Condition(
+            type=previous["type"],
+            status=previous["status"],
+            reason=previous.get("reason"),
+            message=previous.get("message"),
+        )
         if previous
         else None
     )
@@ -280,11 +277,11 @@ def _utilization(
     if read_activity is None:
         return (
             Condition(
-                UTILIZATION_CONDITION,
-                "False",
-                "NotConfigured",
-                f"minUtilizationThreshold is set on {pools} but the controller has no --prometheus URL: "
-                "rebalancing counts every held instance as demand (allocation only)",
+                type=UTILIZATION_CONDITION,
+                status="False",
+                reason="NotConfigured",
+                message=f"minUtilizationThreshold is set on {pools} but the controller has no --prometheus "
+                "URL: rebalancing counts every held instance as demand (allocation only)",
             ),
             {},
         )
@@ -297,17 +294,18 @@ def _utilization(
     except KgweError as exc:
         return (
             Condition(
-                UTILIZATION_CONDITION,
-                "False",
-                "PrometheusUnavailable",
-                f"{exc}; rebalancing counts every held instance as demand (allocation only)",
+                type=UTILIZATION_CONDITION,
+                status="False",
+                reason="PrometheusUnavailable",
+                message=f"{exc}; rebalancing counts every held instance as demand (allocation only)",
             ),
             {},
         )
     reclaimable = reclaimable_by_pool(views, facts, activity, thresholds, now - longest)
     idle = sum(n for c in reclaimable.values() for n in c.values())
     message = f"engine activity read for {len(activity)} pod(s); {idle} held instance(s) below the threshold"
-    return Condition(UTILIZATION_CONDITION, "True", "Measured", message), reclaimable
+    measured = Condition(type=UTILIZATION_CONDITION, status="True", reason="Measured", message=message)
+    return measured, reclaimable
 
 
 @dataclass(frozen=True)

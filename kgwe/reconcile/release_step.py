@@ -16,12 +16,10 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
-from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from kgwe.cluster.apply import NotLeader, ObjectRef
-from kgwe.cluster.client import list_items
-from kgwe.cluster.nodes import NodeOps, gpu_pods_by_node, live_pods
+from kgwe.cluster.apply import ObjectRef
+from kgwe.cluster.nodes import LIVE_PODS, NodeOps, gpu_pods_on_nodes
 from kgwe.reconcile.mig_rollout import WORDING as MIG_WORDING
 from kgwe.reconcile.node_actions import Record, carry_out
 from kgwe.reconcile.release import (
@@ -37,15 +35,15 @@ from kgwe.reconcile.sharing_rollout import WORDING as SHARING_WORDING
 from kgwe.reconcile.status import Outcome
 from kgwe.reconcile.writes import ClusterWrites
 from kgwe.render.options import RenderOptions
+from kgwe.runtime.cluster import Cluster
+from kgwe.runtime.errors import is_conflict, is_not_found
+from kgwe.runtime.kinds import NODE, POD, POLICY_REPOSITORY, RESOURCE_QUOTA
+from kgwe.runtime.leader import check
 from kgwe.vocab import (
-    API_GROUP,
-    CRD_VERSION,
     DELETION_POLICIES,
     DEVICE_PLUGIN_CONFIG_LABEL,
-    FIELD_MANAGER,
     GPU_NODE_SELECTOR,
     POLICY_REPOSITORY_FINALIZER,
-    POLICY_REPOSITORY_PLURAL,
     UNCAPPED_HARD_ANNOTATION,
 )
 
@@ -63,7 +61,7 @@ class Release:
 
     def __init__(
         self,
-        api_client: client.ApiClient,
+        cluster: Cluster,
         namespace: str,
         name: str,
         *,
@@ -73,8 +71,7 @@ class Release:
         is_leader: Callable[[], bool],
         now: Callable[[], datetime],
     ) -> None:
-        self.custom = client.CustomObjectsApi(api_client)
-        self.core = client.CoreV1Api(api_client)
+        self.cluster = cluster
         self.namespace, self.name = namespace, name
         self.options = options
         self.writes = writes
@@ -96,18 +93,9 @@ class Release:
         # finalizer someone else added meanwhile
         body = {"metadata": {"finalizers": finalizers, "resourceVersion": meta.get("resourceVersion")}}
         try:
-            self.custom.patch_namespaced_custom_object(
-                API_GROUP,
-                CRD_VERSION,
-                self.namespace,
-                POLICY_REPOSITORY_PLURAL,
-                self.name,
-                body,
-                _content_type="application/merge-patch+json",
-                field_manager=FIELD_MANAGER,
-            )
+            self.cluster.patch(POLICY_REPOSITORY, self.name, body, self.namespace)
         except ApiException as exc:
-            if exc.status not in (404, 409):
+            if not (is_not_found(exc) or is_conflict(exc)):
                 raise
             log.info("finalizers of %s/%s changed meanwhile; next pass", self.namespace, self.name)
 
@@ -154,8 +142,8 @@ class Release:
                     dict(meta.get("annotations") or {}),
                 )
             )
-        nodes = list_items(self.core.list_node, label_selector=GPU_NODE_SELECTOR)
-        held = gpu_pods_by_node(self.core, live_pods(self.core))
+        nodes = self.cluster.list(NODE, labels=GPU_NODE_SELECTOR)
+        held = gpu_pods_on_nodes(self.cluster.list(POD, fields=LIVE_PODS))
         views = [
             NodeView(
                 n["metadata"]["name"],
@@ -237,10 +225,9 @@ class Release:
 
     def _uncap(self, key: Key, hard: Mapping[str, str]) -> None:
         """A capped budget quota back at the budget's own limit (deletionPolicy Retain)."""
-        if not self.is_leader():
-            raise NotLeader("lost leadership; stopping before the next write")
+        check(self.is_leader)
         body = {"metadata": {"annotations": {UNCAPPED_HARD_ANNOTATION: None}}, "spec": {"hard": dict(hard)}}
-        self.core.patch_namespaced_resource_quota(key.name, key.namespace, body, field_manager=FIELD_MANAGER)
+        self.cluster.patch(RESOURCE_QUOTA, key.name, body, key.namespace)
 
     def _present(self, ref: ObjectRef, written: Written) -> bool:
         return any(o.key == _key(ref) and o.present for o in written.objects)

@@ -39,12 +39,11 @@ from kubernetes.client.exceptions import ApiException
 
 from kgwe.audit.log import COMMIT_INTERVAL_SECONDS
 from kgwe.audit.stamp import Stamp
-from kgwe.cluster.apply import NotLeader, ObjectRef, SyncResult
-from kgwe.cluster.client import list_items
+from kgwe.cluster.apply import ObjectRef, SyncResult
 from kgwe.cluster.events import MAX_MESSAGE_CHARS, EventRecorder
 from kgwe.cluster.inventory import GpuNodeFacts, facts_from_objects
 from kgwe.cluster.nodecache import NodeCache
-from kgwe.cluster.nodes import gpu_pods_by_node, live_pods
+from kgwe.cluster.nodes import LIVE_PODS, gpu_pods_on_nodes
 from kgwe.errors import KgweError
 from kgwe.fleet.nodes import device_plugin_states
 from kgwe.gitops.commit_back import Content
@@ -84,16 +83,21 @@ from kgwe.reconcile.rollout import RolloutPlan, plan_rollout
 from kgwe.reconcile.scheduler_restart import SchedulerSync
 from kgwe.reconcile.sharing_rollout import merge as merge_plans
 from kgwe.reconcile.sharing_rollout import named_sharing_configs, run_sharing_rollout
-from kgwe.reconcile.status import Outcome, next_status
+from kgwe.reconcile.status import SUMMARY_CONDITIONS, Outcome, condition, next_status
 from kgwe.reconcile.summary import MAX_ERRORS_IN_MESSAGE, Pass, error_lines, health, summarize
 from kgwe.reconcile.writes import ClusterWrites
 from kgwe.render.objects import budget_quotas
-from kgwe.render.render import RenderOptions
+from kgwe.render.options import RenderOptions
+from kgwe.runtime.cluster import Cluster, KubeObject
+from kgwe.runtime.conditions import status_of
+from kgwe.runtime.kinds import CONFIG_MAP, NODE, POD, POLICY_REPOSITORY
+from kgwe.runtime.kube import as_cluster
+from kgwe.runtime.leader import Gate, NotLeader, alone
+from kgwe.runtime.status import StatusPatcher
 from kgwe.vocab import (
     API_GROUP,
     CRD_VERSION,
     DEVICE_PLUGIN_DAEMONSET,
-    FIELD_MANAGER,
     GPU_NODE_SELECTOR,
     POLICY_REPOSITORY_PLURAL,
     repository_label_value,
@@ -104,6 +108,8 @@ log = logging.getLogger(__name__)
 GROUP, VERSION, PLURAL = API_GROUP, CRD_VERSION, POLICY_REPOSITORY_PLURAL
 
 CACHE_WAIT_SECONDS = 10.0  # how long the node cache may take to show this process's node patches (else: list)
+INVALID_SPEC_INTERVAL_SECONDS = 60.0  # how often a repository whose spec does not validate is read again
+OWNED_CONDITIONS = (*SUMMARY_CONDITIONS, UTILIZATION_CONDITION)  # the conditions the reconciler writes
 
 Loaded = tuple[PolicySet | None, list[str]]  # a revision's policy (None: could not be read) and its errors
 
@@ -125,15 +131,15 @@ class Observed:
     """The cluster as the observe step read it: GPU nodes, live pods, and those no node holds yet."""
 
     facts: list[GpuNodeFacts]
-    pods: list[dict]
-    unscheduled: list[dict]
+    pods: list[KubeObject]
+    unscheduled: list[KubeObject]
 
 
 class InvalidSpec(KgweError):
     """The PolicyRepository's spec does not validate; the message names the field path."""
 
 
-def read_spec(repo: Mapping) -> PolicyRepositorySpec:
+def read_spec(repo: Mapping[str, Any]) -> PolicyRepositorySpec:
     """The typed spec of a PolicyRepository object as read from the API (one validation per reconcile)."""
     from pydantic import ValidationError
 
@@ -152,14 +158,14 @@ def read_spec(repo: Mapping) -> PolicyRepositorySpec:
 class RepositoryReconciler:
     def __init__(
         self,
-        api_client: client.ApiClient,
+        cluster: Cluster | client.ApiClient,
         namespace: str,
         name: str,
         *,
         cache_dir: Path,
         metrics: ReconcileMetrics | None = None,
         recorder: EventRecorder | None = None,
-        is_leader: Callable[[], bool] = lambda: True,
+        is_leader: Gate = alone,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
         git_attempts: int = 3,
         git_access: GitAccess | None = None,
@@ -171,7 +177,7 @@ class RepositoryReconciler:
         node_cache: NodeCache | None = None,
         audit_flush_seconds: float = COMMIT_INTERVAL_SECONDS,
     ) -> None:
-        self.api_client = api_client
+        self.cluster = as_cluster(cluster)  # an ApiClient: its API server
         self.namespace = namespace
         self.name = name
         self.read_activity = read_activity  # dcgm-exporter engine activity per pod (None: no Prometheus)
@@ -180,30 +186,29 @@ class RepositoryReconciler:
         self.mig_outlooks = mig_outlooks  # the optimizer's expected MIG demand per pool (None: reactive only)
         self.node_cache = node_cache  # the GPU nodes kept by a watch (None: listed on every pass)
         self.metrics = metrics or ReconcileMetrics()
-        self.recorder = recorder or EventRecorder(api_client)
+        self.recorder = recorder or EventRecorder(self.cluster)
         self.is_leader = is_leader
         self.now = now
-        self.custom = client.CustomObjectsApi(api_client)
-        self.core = client.CoreV1Api(api_client)
         self.repository_label = repository_label_value(namespace, name)
         self.options = replace(render_options or RenderOptions(), repository=self.repository_label)
         self.git = RepositoryGit(
-            self.core,
+            self.cluster,
             namespace,
             cache_dir=Path(cache_dir),
             access=git_access or GitAccess(),
             attempts=git_attempts,
         )
         self.writes = ClusterWrites(
-            api_client,
+            self.cluster,
             self.repository_label,
             scheduler_namespace=self.options.namespace,
             is_leader=is_leader,
             on_node_write=node_cache.expect if node_cache is not None else None,
         )
+        self.status_writer = StatusPatcher(self.cluster, POLICY_REPOSITORY, owned=OWNED_CONDITIONS)
         # offboarding: the finalizer, and what the way out releases once the object is deleted
         self.release = Release(
-            api_client,
+            self.cluster,
             namespace,
             name,
             options=self.options,
@@ -212,22 +217,7 @@ class RepositoryReconciler:
             is_leader=is_leader,
             now=now,
         )
-        self.last_rebalance = RebalanceResult()
-        self.last_sync: SyncResult | None = None
-        self.last_plan: RolloutPlan | None = None
-        self.last_policy: PolicySet | None = None  # the policy of the last applied revision
-        self.last_spec: PolicyRepositorySpec | None = None  # the spec the last reconcile validated
-        self.status_writes = 0  # PolicyRepository status patches (a no-op reconcile makes none)
-        self._inventory_doc: dict | None = None  # the GPUInventory of the last build
-        self._snapshot_hash: str | None = None
-        # pure work kept for an unchanged revision and inventory (kgwe.reconcile.memo): loaded revisions by
-        # (commit, policy path) — the one to apply and the last good one —, and the last desired state
-        self._loads: Memo[Loaded] = Memo(2)
-        self._desired: Memo[tuple[PolicySet, Desired]] = Memo(1)
-        self._inventories: Memo[Inventory] = Memo(1)  # by the node facts and live configs it was read from
-        # the audit trail: each converged commit's stamp (by commit, policy path, reports path), the entries
-        # not committed yet, and when the log was last committed
-        self._stamps: Memo[Stamp] = Memo(2)
+        self._forget()
         self.audit = AuditTrail(
             f"{namespace}/{name}",
             now=now,
@@ -238,18 +228,46 @@ class RepositoryReconciler:
             rejected=self.metrics.commit_back_rejected.labels(name).inc,
         )
 
+    def _forget(self) -> None:
+        """What a new reconciler knows of earlier passes: nothing but empty caches."""
+        self.last_rebalance = RebalanceResult()
+        self.last_sync: SyncResult | None = None
+        self.last_plan: RolloutPlan | None = None
+        self.last_policy: PolicySet | None = None  # the policy of the last applied revision
+        self.last_spec: PolicyRepositorySpec | None = None  # the spec the last reconcile validated
+        self.last_read: KubeObject | None = None  # the PolicyRepository as the last reconcile read it
+        self._inventory_doc: dict[str, Any] | None = None  # the GPUInventory of the last build
+        self._snapshot_hash: str | None = None
+        # pure work kept for an unchanged revision and inventory (kgwe.reconcile.memo): loaded revisions by
+        # (commit, policy path) — the one to apply and the last good one —, and the last desired state
+        self._loads: Memo[Loaded] = Memo(2)
+        self._desired: Memo[tuple[PolicySet, Desired]] = Memo(1)
+        self._inventories: Memo[Inventory] = Memo(1)  # by the node facts and live configs it was read from
+        # the audit trail: each converged commit's stamp (by commit, policy path, reports path)
+        self._stamps: Memo[Stamp] = Memo(2)
+
+    def interval_seconds(self) -> float:
+        """How long until the repository is looked at again: its spec.interval, as the last pass read it."""
+        spec = self.last_spec
+        if spec is None and self.last_read is not None:  # a deleted repository's way out: its own spec
+            try:
+                spec = read_spec(self.last_read)
+            except InvalidSpec:
+                spec = None
+        return spec.interval_seconds if spec is not None else INVALID_SPEC_INTERVAL_SECONDS
+
+    @property
+    def status_writes(self) -> int:
+        """PolicyRepository status patches (a no-op reconcile makes none)."""
+        return self.status_writer.writes
+
     @property
     def plans_computed(self) -> int:
         """How many times the desired state was planned and rendered (not taken from the last reconcile)."""
         return self._desired.misses
 
-    def read(self) -> dict | None:
-        try:
-            return self.custom.get_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, self.name)
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
+    def read(self) -> KubeObject | None:
+        return self.cluster.get(POLICY_REPOSITORY, self.name, self.namespace)
 
     def view(self, repo: Mapping[str, Any]) -> RepositoryView:
         """This repository as the cost duties see it: plain data and what they may do with it."""
@@ -267,7 +285,7 @@ class RepositoryReconciler:
     def reconcile(self, *, pushed: bool = False) -> Outcome | None:
         """One full pass; returns what happened (None when the object is gone or suspended). `pushed`: a
         webhook push named the repository, so its ref moved."""
-        repo = self.read()
+        repo = self.last_read = self.read()
         if repo is None:
             return None
         if deleting(repo):  # offboarding instead of the pass (kgwe.reconcile.release_step)
@@ -279,7 +297,8 @@ class RepositoryReconciler:
             spec = self.last_spec = read_spec(repo)
         except InvalidSpec as exc:
             outcome = Outcome("spec_invalid", str(exc))
-            if _ready_message(repo) != outcome.message:  # one Event per new problem, not one per pass
+            ready = condition(repo.get("status"), "Ready")
+            if (ready or {}).get("message") != outcome.message:  # one Event per new problem, not one per pass
                 self.recorder.warning(repo, "InvalidSpec", outcome.message)
             return self._status(repo, outcome)
         if spec.suspend:
@@ -296,7 +315,7 @@ class RepositoryReconciler:
         self.metrics.duration.labels(self.name).observe(time.monotonic() - started)
         return self._status(repo, outcome)
 
-    def _release(self, repo: dict) -> Outcome | None:
+    def _release(self, repo: KubeObject) -> Outcome | None:
         """One pass of the way out; its status, or None once the finalizer is gone. A deleted repository's
         policy is no longer in force: no cost report or budget team is taken from it any more."""
         self.last_policy = self.last_spec = None
@@ -441,9 +460,9 @@ class RepositoryReconciler:
         listed) and the live pods."""
         nodes = self.node_cache.nodes(CACHE_WAIT_SECONDS) if self.node_cache is not None else None
         if nodes is None:
-            nodes = list_items(self.core.list_node, label_selector=GPU_NODE_SELECTOR)
-        pods = live_pods(self.core)
-        facts = facts_from_objects(nodes, gpu_pods_by_node(self.core, pods))
+            nodes = self.cluster.list(NODE, labels=GPU_NODE_SELECTOR)
+        pods = self.cluster.list(POD, fields=LIVE_PODS)
+        facts = facts_from_objects(nodes, gpu_pods_on_nodes(pods))
         return Observed(facts, pods, [p for p in pods if not (p.get("spec") or {}).get("nodeName")])
 
     def desired(
@@ -454,7 +473,7 @@ class RepositoryReconciler:
         (kgwe.reconcile.memo)."""
         live_configs = self._live_mig_configs(self.options.mig_namespace, self.options.mig_config_name)
         sharing_named = named_sharing_configs(
-            self.core, self.options.mig_namespace, self.options.device_plugin_config_name, facts
+            self.cluster, self.options.mig_namespace, self.options.device_plugin_config_name, facts
         )
         records = (rebalance or RebalanceResult()).records
         targets = {p: (r.rollout_revision(), r.target, r.nodes, r.grow) for p, r in records.items()}
@@ -479,7 +498,7 @@ class RepositoryReconciler:
             nodes_key, lambda: read_inventory(facts, live_configs, self.name)
         )
 
-    def _quotas(self, p: Pass, policy: PolicySet, observed: Observed) -> list[dict]:
+    def _quotas(self, p: Pass, policy: PolicySet, observed: Observed) -> list[dict[str, Any]]:
         """The budget quotas, capped where an Enforce budget is exhausted (the caps are this pass's)."""
         caps: QuotaCaps = {}
         if self.budget_caps is not None:
@@ -490,7 +509,7 @@ class RepositoryReconciler:
         return quotas
 
     def _live_mig_configs(self, namespace: str, name: str) -> MigConfigs:
-        return live_mig_configs(self.core, namespace, name)
+        return live_mig_configs(self.cluster, namespace, name)
 
     def _rollout(
         self, p: Pass, policy: PolicySet, desired: Desired, facts: list[GpuNodeFacts], pods: list[dict]
@@ -566,10 +585,9 @@ class RepositoryReconciler:
         for pool, decision in sorted(result.taken.items()):
             self._recorder(p)("Normal", "MIGRebalance", f"pool {pool}: {decision.event}")
             self.metrics.rebalances.labels(self.name, pool).inc()
-        conditions = p.status.get("conditions") or []
-        was = next((c.get("status") for c in conditions if c.get("type") == UTILIZATION_CONDITION), None)
+        was = status_of(p.status.get("conditions"), UTILIZATION_CONDITION)
         if result.condition and result.condition.status == "False" and was != "False":
-            self.recorder.warning(p.repo, result.condition.reason, result.condition.message)
+            self.recorder.warning(p.repo, result.condition.reason or "", result.condition.message or "")
         self.last_rebalance = result
         return result
 
@@ -598,28 +616,17 @@ class RepositoryReconciler:
         for progress in plan.stalled:
             record("Warning", "RolloutStalled", progress.message())
 
-    def _status(self, repo: dict, outcome: Outcome) -> Outcome:
+    def _status(self, repo: KubeObject, outcome: Outcome) -> Outcome:
         """Count the outcome and write the status it leads to, unless that is the live one."""
         self.metrics.results.labels(self.name, outcome.phase).inc()
         current = repo.get("status") or {}
         generation = (repo.get("metadata") or {}).get("generation")
         new = next_status(current, outcome, generation=generation, now=self.now())
-        if new == current or not self.is_leader():
-            return outcome
-        self.status_writes += 1
-        self.custom.patch_namespaced_custom_object_status(
-            GROUP,
-            VERSION,
-            self.namespace,
-            PLURAL,
-            self.name,
-            {"status": new},
-            _content_type="application/merge-patch+json",
-            field_manager=FIELD_MANAGER,  # else the client's User-Agent names the status's manager
-        )
+        if self.is_leader():
+            self.status_writer.write(repo, new)
         return outcome
 
-    def _commit_snapshot(self, p: Pass) -> dict:
+    def _commit_snapshot(self, p: Pass) -> dict[str, Any]:
         """Commit the GPUInventory snapshot under the reports path (for offline `kgwe plan` in CI)."""
         doc = self._inventory_doc
         if p.spec.reports is None or doc is None:
@@ -655,13 +662,6 @@ class RepositoryReconciler:
         return {}
 
 
-def _ready_message(repo: Mapping) -> str | None:
-    for condition in (repo.get("status") or {}).get("conditions") or []:
-        if condition.get("type") == "Ready":
-            return condition.get("message")
-    return None
-
-
 def _failure_text(exc: Exception, rec: RepositoryReconciler) -> str:
     if isinstance(exc, ApiException):
         return str(exc.reason)
@@ -671,12 +671,7 @@ def _failure_text(exc: Exception, rec: RepositoryReconciler) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def live_mig_configs(core: client.CoreV1Api, namespace: str, name: str) -> MigConfigs:
+def live_mig_configs(cluster: Cluster, namespace: str, name: str) -> MigConfigs:
     """The `mig-configs` of KGWE's mig-parted ConfigMap as it is in the cluster ({} when absent)."""
-    try:
-        cm = core.read_namespaced_config_map(name, namespace)
-    except ApiException as exc:
-        if exc.status == 404:
-            return {}
-        raise
-    return mig_configs_of(cm.data or {})
+    cm = cluster.get(CONFIG_MAP, name, namespace)
+    return mig_configs_of((cm or {}).get("data") or {})

@@ -6,7 +6,6 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from kgwe.gitops.auth import GitCredentials, is_ssh_url, parse_hosts
@@ -14,20 +13,22 @@ from kgwe.gitops.commit_back import CommitBack
 from kgwe.gitops.gitcmd import GitAccess, UnsafeGitArgument, url_origin
 from kgwe.gitops.source import GitRef, GitSource, GitSourceError
 from kgwe.policy.cluster_kinds import PolicyRepositorySpec
+from kgwe.runtime.cluster import Cluster
+from kgwe.runtime.kinds import SECRET
 from kgwe.vocab import GIT_CREDENTIALS_LABEL, GIT_HOSTS_ANNOTATION
 
 
 class RepositoryGit:
     def __init__(
         self,
-        core: client.CoreV1Api,
+        cluster: Cluster,
         namespace: str,
         *,
         cache_dir: Path,
         access: GitAccess,
         attempts: int = 3,
     ) -> None:
-        self.core = core
+        self.cluster = cluster
         self.namespace = namespace
         self.cache_dir = cache_dir
         self.access = access
@@ -51,16 +52,19 @@ class RepositoryGit:
             return local if local.secret else None
         name = spec.secret_ref.name
         try:
-            secret = self.core.read_namespaced_secret(name, self.namespace)
+            secret = self.cluster.get(SECRET, name, self.namespace)
         except ApiException as exc:
             raise GitSourceError(f"secret {self.namespace}/{name} for Git credentials: {exc.reason}") from exc
-        labels = (secret.metadata.labels if secret.metadata else None) or {}
+        if secret is None:
+            raise GitSourceError(f"secret {self.namespace}/{name} for Git credentials: Not Found")
+        meta = secret.get("metadata") or {}
+        labels = meta.get("labels") or {}
         if labels.get(GIT_CREDENTIALS_LABEL) != "true":
             raise GitSourceError(
                 f'secret {self.namespace}/{name} is not labelled {GIT_CREDENTIALS_LABEL}="true"; a '
                 "PolicyRepository may only use Secrets that opt in to being Git credentials"
             )
-        annotations = (secret.metadata.annotations if secret.metadata else None) or {}
+        annotations = meta.get("annotations") or {}
         try:
             hosts = parse_hosts(annotations.get(GIT_HOSTS_ANNOTATION, ""))
         except ValueError as exc:
@@ -70,7 +74,7 @@ class RepositoryGit:
                 f"secret {self.namespace}/{name} names no host in its {GIT_HOSTS_ANNOTATION} annotation; "
                 "Git credentials are sent only to the hosts they are bound to"
             )
-        creds = replace(GitCredentials.from_secret_data(secret.data or {}), hosts=hosts)
+        creds = replace(GitCredentials.from_secret_data(secret.get("data") or {}), hosts=hosts)
         try:
             creds.check_bound(url_origin(spec.url))
         except UnsafeGitArgument as exc:

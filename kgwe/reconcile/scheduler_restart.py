@@ -12,16 +12,14 @@ extender configured into the default scheduler instead) needs nothing here.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
-
-from kgwe.cluster.apply import NotLeader
 from kgwe.render.scheduler_config import config_hash, config_problem
+from kgwe.runtime.cluster import Cluster
+from kgwe.runtime.kinds import CONFIG_MAP, DEPLOYMENT
+from kgwe.runtime.leader import Gate, check
 from kgwe.vocab import (
-    FIELD_MANAGER,
     SCHEDULER_CONFIG_HASH_ANNOTATION,
     SCHEDULER_CONFIG_KEY,
     SCHEDULER_CONFIGMAP,
@@ -42,14 +40,13 @@ class SchedulerSync:
 class SchedulerRestarter:
     def __init__(
         self,
-        api_client: client.ApiClient,
+        cluster: Cluster,
         namespace: str,
         *,
-        guard: Callable[[], bool] | None = None,
+        guard: Gate | None = None,
         scheduler_name: str = SCHEDULER_NAME,
     ) -> None:
-        self.core = client.CoreV1Api(api_client)
-        self.apps = client.AppsV1Api(api_client)
+        self.cluster = cluster
         self.namespace = namespace
         self.guard = guard
         self.scheduler_name = scheduler_name
@@ -57,13 +54,8 @@ class SchedulerRestarter:
         self.stamp: Mapping[str, str] = {}  # annotations the restarted Deployment gets (the pass's commit)
 
     def _config_text(self) -> str | None:
-        try:
-            cm = self.core.read_namespaced_config_map(SCHEDULER_CONFIGMAP, self.namespace)
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-        return (cm.data or {}).get(SCHEDULER_CONFIG_KEY)
+        cm = self.cluster.get(CONFIG_MAP, SCHEDULER_CONFIGMAP, self.namespace)
+        return None if cm is None else (cm.get("data") or {}).get(SCHEDULER_CONFIG_KEY)
 
     def sync(self) -> SchedulerSync:
         where = f"ConfigMap {self.namespace}/{SCHEDULER_CONFIGMAP}"
@@ -77,25 +69,19 @@ class SchedulerRestarter:
             )
         assert text is not None
         digest = config_hash(text)
-        try:
-            deployment = self.apps.read_namespaced_deployment(SCHEDULER_DEPLOYMENT, self.namespace)
-        except ApiException as exc:
-            if exc.status == 404:
-                return SchedulerSync(
-                    "no-deployment", f"no Deployment {SCHEDULER_DEPLOYMENT} to restart", digest
-                )
-            raise
-        template_meta = deployment.spec.template.metadata
-        current = ((template_meta.annotations if template_meta else None) or {}).get(
+        deployment = self.cluster.get(DEPLOYMENT, SCHEDULER_DEPLOYMENT, self.namespace)
+        if deployment is None:
+            return SchedulerSync("no-deployment", f"no Deployment {SCHEDULER_DEPLOYMENT} to restart", digest)
+        template = (deployment.get("spec") or {}).get("template") or {}
+        current = ((template.get("metadata") or {}).get("annotations") or {}).get(
             SCHEDULER_CONFIG_HASH_ANNOTATION
         )
         if current == digest:
             return SchedulerSync("unchanged", f"{SCHEDULER_DEPLOYMENT} runs configuration {digest}", digest)
-        if self.guard is not None and not self.guard():
-            raise NotLeader("lost leadership; stopping before the next write")
+        check(self.guard)
         body = {
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
+            "apiVersion": DEPLOYMENT.api_version,
+            "kind": DEPLOYMENT.kind,
             "metadata": {
                 "name": SCHEDULER_DEPLOYMENT,
                 "namespace": self.namespace,
@@ -103,14 +89,7 @@ class SchedulerRestarter:
             },
             "spec": {"template": {"metadata": {"annotations": {SCHEDULER_CONFIG_HASH_ANNOTATION: digest}}}},
         }
-        self.apps.patch_namespaced_deployment(
-            SCHEDULER_DEPLOYMENT,
-            self.namespace,
-            body,
-            field_manager=FIELD_MANAGER,
-            force=True,
-            _content_type="application/apply-patch+yaml",
-        )
+        self.cluster.apply(body)
         self.writes += 1
         return SchedulerSync(
             "restarted",

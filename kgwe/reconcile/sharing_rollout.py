@@ -19,11 +19,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 
-from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from kgwe.audit.log import NodeChange
-from kgwe.cluster.apply import NotLeader
 from kgwe.cluster.inventory import GpuNodeFacts
 from kgwe.cluster.nodes import NodeOps
 from kgwe.gpu.sharing import GFD_STRATEGY, NOT_SHARED, node_sharing
@@ -41,6 +39,9 @@ from kgwe.reconcile.rollout import (
     plan_rollout,
 )
 from kgwe.render.sharing import DEFAULT_CONFIG_KEY, config_key, device_plugin_configs
+from kgwe.runtime.cluster import Cluster
+from kgwe.runtime.kinds import CONFIG_MAP, NODE
+from kgwe.runtime.leader import NotLeader
 from kgwe.timestamps import format_rfc3339 as format_time
 from kgwe.timestamps import parse_rfc3339 as parse_time
 from kgwe.vocab import (
@@ -176,8 +177,8 @@ class SharingNodeOps(NodeOps):
         )
 
     def uncordon(self, name: str) -> None:
-        node = self.core.read_node(name)
-        if SHARING_CORDONED_ANNOTATION not in (node.metadata.annotations or {}):
+        meta = (self.cluster.get(NODE, name) or {}).get("metadata") or {}
+        if SHARING_CORDONED_ANNOTATION not in (meta.get("annotations") or {}):
             return
         self._patch(
             name,
@@ -246,7 +247,7 @@ def run_sharing_rollout(
 
 
 def named_sharing_configs(
-    core: client.CoreV1Api, namespace: str, name: str, facts: Sequence[GpuNodeFacts]
+    cluster: Cluster, namespace: str, name: str, facts: Sequence[GpuNodeFacts]
 ) -> dict[str, str]:
     """The live device-plugin configs (key -> text) that nodes name through KGWE's label values (`default`
     or `kgwe-...`), so the rendered ConfigMap keeps them; {} when no node names one."""
@@ -258,12 +259,7 @@ def named_sharing_configs(
     }
     if not named:
         return {}
-    try:
-        live = core.read_namespaced_config_map(name, namespace).data or {}
-    except ApiException as exc:
-        if exc.status != 404:
-            raise
-        live = {}
+    live = (cluster.get(CONFIG_MAP, name, namespace) or {}).get("data") or {}
     kept = {key: live[key] for key in sorted(named) if key in live}
     kept.setdefault(DEFAULT_CONFIG_KEY, device_plugin_configs(())[DEFAULT_CONFIG_KEY])
     return kept

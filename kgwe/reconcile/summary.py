@@ -9,10 +9,10 @@ from typing import Any
 
 from kgwe.audit.stamp import Stamp
 from kgwe.cluster.apply import SyncResult
-from kgwe.policy.cluster_kinds import PolicyRepositorySpec
+from kgwe.policy.cluster_kinds import Condition, PolicyRepositorySpec
 from kgwe.policy.diagnostics import Diagnostic
 from kgwe.policy.loader import PolicySet
-from kgwe.reconcile.rebalancing import Condition, RebalanceResult
+from kgwe.reconcile.rebalancing import RebalanceResult
 from kgwe.reconcile.rollout import RolloutPlan
 from kgwe.reconcile.scheduler_restart import SchedulerSync
 from kgwe.reconcile.status import Outcome

@@ -9,31 +9,30 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from kubernetes import client
-
 from kgwe.audit.log import NodeChange
 from kgwe.audit.stamp import Stamp
 from kgwe.cluster.apply import Applier, ObjectRef, SyncResult
 from kgwe.cluster.nodes import NodeOps
 from kgwe.reconcile.scheduler_restart import SchedulerRestarter, SchedulerSync
 from kgwe.reconcile.sharing_rollout import SharingNodeOps
+from kgwe.runtime.cluster import Cluster
+from kgwe.runtime.leader import Gate
 
 
 class ClusterWrites:
     def __init__(
         self,
-        api_client: client.ApiClient,
+        cluster: Cluster,
         repository_label: str,
         *,
         scheduler_namespace: str,
-        is_leader: Callable[[], bool],
+        is_leader: Gate,
         on_node_write: Callable[[str, str], None] | None = None,
     ) -> None:
-        # kept for the reconciler's life: the Applier's API discovery is costly on a busy API server
-        self.applier = Applier(api_client, repository_label, guard=is_leader)
-        self.mig_nodes = NodeOps(api_client, guard=is_leader, on_write=on_node_write)
-        self.sharing_nodes = SharingNodeOps(api_client, guard=is_leader, on_write=on_node_write)
-        self.scheduler = SchedulerRestarter(api_client, scheduler_namespace, guard=is_leader)
+        self.applier = Applier(cluster, repository_label, guard=is_leader)
+        self.mig_nodes = NodeOps(cluster, guard=is_leader, on_write=on_node_write)
+        self.sharing_nodes = SharingNodeOps(cluster, guard=is_leader, on_write=on_node_write)
+        self.scheduler = SchedulerRestarter(cluster, scheduler_namespace, guard=is_leader)
         self._applied = 0
 
     def begin(self, stamp: Stamp | None) -> None:

@@ -1,5 +1,7 @@
-"""The GPUWorkload reconciler: its own work queue and watches, inside `kgwe controller`, acting only while
-this replica holds the controller's leader Lease.
+"""The GPUWorkload reconciler on the controller runtime (kgwe.runtime.loop), inside `kgwe controller`,
+acting only while this replica holds the controller's leader Lease: watches of GPUWorkloads and of their
+Jobs, Pods and Deployments queue the workload; a refusal that may lift by itself, or a failure, is retried
+after the workload's own exponential backoff.
 
 Per workload: validate -> (suspended? nothing new) -> admission (the check `kgwe validate` runs,
 kgwe.policy.admission: the namespace opted in, the pod templates as its PodTemplatePolicy allows,
@@ -12,25 +14,22 @@ kgwe.workloads.plan and .status; this module only reads and writes.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
-import heapq
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from kubernetes import client, dynamic
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from kubernetes.dynamic.exceptions import NotFoundError
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from pydantic import ValidationError
 
-from kgwe.cluster.client import list_items
 from kgwe.cluster.events import EventRecorder
-from kgwe.cluster.watch import list_and_watch
 from kgwe.extender.k8s import gpu_holders, unhealthy_gpus
 from kgwe.observability import tracing
 from kgwe.optimizer.admission import REFUSE, REFUSED_REASON
@@ -44,11 +43,11 @@ from kgwe.policy.admission import (
     refusal,
     resolve_facts,
 )
+from kgwe.policy.cluster_kinds import Condition
 from kgwe.policy.diagnostics import format_path, messages_from_validation
-from kgwe.policy.gpu_workload import GPUWorkload
+from kgwe.policy.gpu_workload import GPUWorkload, GPUWorkloadStatus
 from kgwe.policy.kueue_setup import KueueNamespace
 from kgwe.policy.workload_resolution import (
-    PODGROUP_API,
     Facts,
     PlanError,
     child_write,
@@ -57,11 +56,18 @@ from kgwe.policy.workload_resolution import (
     kueue_pod_names,
     podgroup_name,
 )
-from kgwe.timestamps import parse_rfc3339
+from kgwe.runtime import conditions
+from kgwe.runtime.cluster import Cluster, KubeObject
+from kgwe.runtime.conditions import ConditionStatus
+from kgwe.runtime.errors import is_conflict, is_forbidden, is_invalid, is_not_found
+from kgwe.runtime.kinds import DEPLOYMENT, GPU_WORKLOAD, JOB, KUEUE_WORKLOAD, NODE, POD, POD_GROUP, Kind
+from kgwe.runtime.kube import as_cluster
+from kgwe.runtime.leader import Gate, NotLeader, check
+from kgwe.runtime.loop import DONE, RETRY, ControlLoop, Result, Source
+from kgwe.runtime.queue import Backoff, WorkQueue
+from kgwe.runtime.status import StatusPatcher
+from kgwe.timestamps import format_rfc3339, parse_rfc3339
 from kgwe.vocab import (
-    API_GROUP,
-    CRD_VERSION,
-    FIELD_MANAGER,
     GPU_WORKLOAD_PLURAL,
     KGWE_NAMESPACE,
     KUEUE_CONFIGMAP,
@@ -80,8 +86,11 @@ log = logging.getLogger(__name__)
 
 # Refusals that only an edit lifts (the namespace's label, the spec, a PodTemplatePolicy): no retry of
 # their own; label and spec edits are watched, and the periodic resync looks again after a policy change.
+# Any other refusal (a full quota, no node to fit, a budget's hold) is retried after the workload's backoff.
 WAIT_FOR_CHANGE = frozenset({"NamespaceNotEnabled", "TemplateNotAllowed", REFUSED_REASON})
 WATCH_SECONDS = 300  # a watch the server ends after this long is resumed from its last resourceVersion
+BACKOFF = Backoff(base_seconds=1.0, cap_seconds=30.0)  # after a refusal that may lift, or a failure
+OWNED_CONDITIONS = (*st.CONDITION_TYPES, st.GPUS_HEALTHY, st.KUEUE_ADMITTED)
 
 
 class WorkloadMetrics:
@@ -118,41 +127,15 @@ class WorkloadMetrics:
             buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
         )
 
+    # what the loop's watches hand over (kgwe.runtime.loop.WatchObserver)
+    def listed(self, source: str, count: int) -> None:
+        self.watch_events.labels(source, "LISTED").inc(count)
 
-class WorkQueue:
-    """Keys to reconcile: deduplicated, optionally delayed; one worker holds a key at a time."""
+    def changed(self, source: str, event: str) -> None:
+        self.watch_events.labels(source, event).inc()
 
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._heap: list[tuple[float, str]] = []
-        self._due: dict[str, float] = {}
-
-    def add(self, key: str, after_seconds: float = 0.0) -> None:
-        at = time.monotonic() + max(0.0, after_seconds)
-        with self._cond:
-            if key in self._due and self._due[key] <= at:
-                return
-            self._due[key] = at
-            heapq.heappush(self._heap, (at, key))
-            self._cond.notify()
-
-    def get(self, timeout: float) -> str | None:
-        deadline = time.monotonic() + timeout
-        with self._cond:
-            while True:
-                now = time.monotonic()
-                while self._heap and self._due.get(self._heap[0][1]) != self._heap[0][0]:
-                    heapq.heappop(self._heap)  # superseded entry
-                if self._heap and self._heap[0][0] <= now:
-                    _, key = heapq.heappop(self._heap)
-                    del self._due[key]
-                    return key
-                wait = deadline - now
-                if self._heap:
-                    wait = min(wait, self._heap[0][0] - now)
-                if wait <= 0:
-                    return None
-                self._cond.wait(wait)
+    def restarted(self, source: str, error: BaseException | None) -> None:
+        self.watch_restarts.labels(source, "expired" if error is None else "failed").inc()
 
 
 def _utcnow() -> datetime:
@@ -166,23 +149,19 @@ Advise = Callable[[Mapping[str, Any], datetime], tuple[dict[str, Any] | None, tu
 class WorkloadReconciler:
     def __init__(
         self,
-        api_client: client.ApiClient,
+        cluster: Cluster | client.ApiClient,
         *,
         recorder: EventRecorder,
         metrics: WorkloadMetrics,
-        is_leader: Callable[[], bool],
+        is_leader: Gate,
         policy_namespace: str = KGWE_NAMESPACE,
         now: Callable[[], datetime] = _utcnow,
-        cost_of: Callable[[str, str, dict], dict | None] | None = None,
+        cost_of: Callable[[str, str, KubeObject], dict[str, Any] | None] | None = None,
         advise: Advise | None = None,
         finished: Callable[[Mapping[str, Any], str, datetime], None] | None = None,
         kueue_config: tuple[str, str] = (KUEUE_NAMESPACE, KUEUE_CONFIGMAP),
     ) -> None:
-        self.api_client = api_client
-        self.custom = client.CustomObjectsApi(api_client)
-        self.core = client.CoreV1Api(api_client)
-        self.batch = client.BatchV1Api(api_client)
-        self.apps = client.AppsV1Api(api_client)
+        self.cluster = as_cluster(cluster)  # an ApiClient: its API server
         self.recorder = recorder
         self.metrics = metrics
         self.is_leader = is_leader
@@ -192,23 +171,17 @@ class WorkloadReconciler:
         self.advise = advise  # the optimizer at admission: status.prediction and a budget's hold or refusal
         self.finished = finished  # (workload, Complete|Failed, when): a finished run for the runtime model
         self.kueue_config = kueue_config  # where Kueue's Configuration is (namespace, ConfigMap)
-        self.grants = NamespaceGrants(api_client, kgwe_namespace=policy_namespace)
-        self._dyn: dynamic.DynamicClient | None = None
+        self.grants = NamespaceGrants(self.cluster, kgwe_namespace=policy_namespace)
+        self.status = StatusPatcher(self.cluster, GPU_WORKLOAD, owned=OWNED_CONDITIONS, gate=is_leader)
 
     # -- cluster facts -------------------------------------------------------------------------------
-    @property
-    def dyn(self) -> dynamic.DynamicClient:
-        if self._dyn is None:
-            self._dyn = dynamic.DynamicClient(self.api_client)
-        return self._dyn
-
     def _serves(self, group: str, version: str | None = None) -> bool:
-        return cluster_facts.serves(self.api_client, group, version)
+        return self.cluster.serves(group, version)
 
     def _policy(self) -> PolicyView:
         """The policy rendered from Git, read now. Without the PodTemplatePolicies the controller decides
         nothing: the reconcile fails, and is tried again."""
-        policy = cluster_facts.policy_view(self.api_client, self.policy_namespace)
+        policy = cluster_facts.policy_view(self.cluster, self.policy_namespace)
         if policy.template_policies is None:
             raise PermissionError(f"the controller may not read ConfigMap {POD_TEMPLATE_POLICY_CONFIGMAP}")
         return policy
@@ -220,51 +193,47 @@ class WorkloadReconciler:
         selector = f"{WORKLOAD_LABEL}={name}"
         if batch:
             selector += f",{RUN_LABEL}={run}"
-            jobs = list_items(self.batch.list_namespaced_job, namespace=namespace, label_selector=selector)
+            jobs = self.cluster.list(JOB, namespace, labels=selector)
             jobs = [
                 j
                 for j in jobs
                 if not j["metadata"].get("deletionTimestamp") and controlled_by(j["metadata"], name, uid)
             ]
-            pods = list_items(self.core.list_namespaced_pod, namespace=namespace, label_selector=selector)
+            pods = self.cluster.list(POD, namespace, labels=selector)
             return st.RunView(jobs=jobs, pods=pods)
-        deps = list_items(self.apps.list_namespaced_deployment, namespace=namespace, label_selector=selector)
+        deps = self.cluster.list(DEPLOYMENT, namespace, labels=selector)
         deps = [d for d in deps if controlled_by(d["metadata"], name, uid)]
-        pods = list_items(self.core.list_namespaced_pod, namespace=namespace, label_selector=selector)
+        pods = self.cluster.list(POD, namespace, labels=selector)
         return st.RunView(deployments=deps, pods=pods)
 
-    def _apply(self, obj: dict, dry_run: bool = False) -> None:
+    def _apply(self, obj: KubeObject, dry_run: bool = False) -> None:
         """Write one child: created only when absent, updated only while this workload controls it (the
         decision: kgwe.policy.workload_resolution.child_write); an object of its name that is someone else's
         is a ChildNameTaken refusal, and is never written."""
-        if not self.is_leader():
-            raise _NotLeader
-        resource = self.dyn.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
+        check(self.is_leader)
         meta, owner = obj["metadata"], obj["metadata"]["ownerReferences"][0]
-        what, where = f"{obj['kind']}/{meta['name']}", {"name": meta["name"], "namespace": meta["namespace"]}
-        options: dict[str, Any] = {"field_manager": FIELD_MANAGER, **({"dry_run": "All"} if dry_run else {})}
+        what = f"{obj['kind']}/{meta['name']}"
         try:
-            try:
-                live = resource.get(**where).to_dict().get("metadata")
-            except NotFoundError:
-                live = None
-            decision = child_write(live, what, owner["name"], owner["uid"])
+            live = self.cluster.get(Kind.of(obj), meta["name"], meta["namespace"])
+            decision = child_write(
+                None if live is None else live.get("metadata"), what, owner["name"], owner["uid"]
+            )
             if decision.action == "refuse":
                 raise PlanError("ChildNameTaken", decision.why)
             if decision.action == "create":
-                resource.create(body=obj, namespace=meta["namespace"], **options)
+                self.cluster.create(obj, dry_run=dry_run)
             elif obj["kind"] != "Pod":  # the object judged, not one that replaced it meanwhile
                 body = {**obj, "metadata": {**meta, "resourceVersion": decision.resource_version}}
-                self.dyn.server_side_apply(resource, body=body, force_conflicts=True, **where, **options)
+                self.cluster.apply(body, dry_run=dry_run)
             # A Kueue run's pod is created once and never applied over: what Kueue's webhook added at its
             # creation (the scheduling gate) would be this field manager's, and an apply without it would
             # lift the gate before Kueue admits the group.
         except ApiException as exc:
-            if exc.status == 409:  # made or replaced by someone else since it was read: judged again later
+            if is_conflict(exc):  # made or replaced by someone else since it was read: judged again later
                 raise PlanError(
                     "ChildNameTaken", f"{what} changed while KGWE wrote it; looking again"
                 ) from None
-            if exc.status != 403:
+            if not is_forbidden(exc):
                 raise
             # e.g. the namespace's RoleBinding not granted yet, or removed with the opt-in label
             raise PlanError(
@@ -277,133 +246,91 @@ class WorkloadReconciler:
         (background cascade). Each delete is conditional on the uid read, so an object that replaced one
         meanwhile is never deleted. Through Kueue: the pods KGWE made, and their Kueue Workload (Kueue then
         stops the group)."""
-        if not self.is_leader():
-            raise _NotLeader
+        check(self.is_leader)
         selector = f"{WORKLOAD_LABEL}={name},{RUN_LABEL}={run}"
-        jobs = list_items(self.batch.list_namespaced_job, namespace=namespace, label_selector=selector)
-        doomed: list[tuple[Any, dict]] = [(None, j) for j in jobs]
+        kinds = [JOB, POD_GROUP] if self._serves(POD_GROUP.group, POD_GROUP.version) else [JOB]
+        doomed = [(kind, c) for kind in kinds for c in self.cluster.list(kind, namespace, labels=selector)]
         if kueue:
-            doomed += self._kueue_run(namespace, podgroup_name(name, run), selector, name, uid)
-        if self._serves("scheduling.k8s.io", "v1beta1"):
-            resource = self.dyn.resources.get(api_version=PODGROUP_API, kind="PodGroup")
-            groups = resource.get(label_selector=selector, namespace=namespace).to_dict().get("items") or []
-            doomed += [(resource, g) for g in groups]
-        for resource, obj in doomed:
-            meta = obj["metadata"]
-            if not controlled_by(meta, name, uid):
-                continue
-            body = {"propagationPolicy": "Background", "preconditions": {"uid": meta["uid"]}}
-            try:
-                if resource is None:
-                    self.batch.delete_namespaced_job(meta["name"], namespace, body=body)
-                else:
-                    resource.delete(name=meta["name"], namespace=namespace, body=body)
-            except ApiException as exc:
-                if exc.status not in (404, 409):  # gone, or another object of that name by now
-                    raise
+            pods = self.cluster.list(POD, namespace, labels=selector)
+            self._delete_kueue_workload(namespace, podgroup_name(name, run), pods, name, uid)
+            doomed += [(POD, p) for p in pods]
+        for kind, child in doomed:
+            meta = child["metadata"]
+            if controlled_by(meta, name, uid):
+                self._delete(kind, meta["name"], namespace, meta["uid"])
 
-    def _kueue_run(
-        self, namespace: str, group: str, selector: str, name: str, uid: str
-    ) -> list[tuple[Any, dict]]:
-        """A Kueue run's pods, to delete with the rest; first its Kueue Workload (Kueue then stops the group),
-        when it is the group of pods this workload controls (Kueue makes the pods its owners)."""
-        resource = self.dyn.resources.get(api_version="v1", kind="Pod")
-        pods = list_items(self.core.list_namespaced_pod, namespace=namespace, label_selector=selector)
+    def _delete(self, kind: Kind, name: str, namespace: str, uid: str) -> None:
+        """Delete one object, that one only (its uid): gone already, or another of its name by now, is
+        fine."""
+        try:
+            self.cluster.delete(kind, name, namespace, uid=uid)
+        except ApiException as exc:
+            if not is_conflict(exc):
+                raise
+
+    def _delete_kueue_workload(
+        self, namespace: str, group: str, pods: list[KubeObject], name: str, uid: str
+    ) -> None:
+        """A Kueue run's Workload, deleted before its pods (Kueue then stops the group), when it is the group
+        of `pods` this workload controls (Kueue makes the pods its owners)."""
+        if not self._serves(KUEUE_GROUP):
+            return
+        workload = cluster_facts.kueue_workload(self.cluster, namespace, group)
+        if workload is None:
+            return
         ours = {p["metadata"]["uid"] for p in pods if controlled_by(p["metadata"], name, uid)}
-        workload = (
-            cluster_facts.kueue_workload(self.api_client, namespace, group)
-            if self._serves(KUEUE_GROUP)
-            else None
-        )
-        if (
-            workload is not None
-            and {r.get("uid") for r in workload["metadata"].get("ownerReferences") or []} & ours
-        ):
-            body = {"preconditions": {"uid": workload["metadata"]["uid"]}}
-            try:
-                self.custom.delete_namespaced_custom_object(
-                    KUEUE_GROUP,
-                    cluster_facts.KUEUE_RESOURCE_VERSION,
-                    namespace,
-                    "workloads",
-                    group,
-                    body=body,
-                )
-            except ApiException as exc:
-                if exc.status not in (404, 409):
-                    raise
-        return [(resource, p) for p in pods]
-
-    def _write_status(self, obj: dict, new_status: dict) -> None:
-        if not self.is_leader():
-            raise _NotLeader
-        meta = obj["metadata"]
-        self.custom.patch_namespaced_custom_object_status(
-            API_GROUP,
-            CRD_VERSION,
-            meta["namespace"],
-            GPU_WORKLOAD_PLURAL,
-            meta["name"],
-            {"status": new_status},
-            _content_type="application/merge-patch+json",
-        )
+        if {r.get("uid") for r in workload["metadata"].get("ownerReferences") or []} & ours:
+            self._delete(KUEUE_WORKLOAD, group, namespace, workload["metadata"]["uid"])
 
     # -- one reconcile ---------------------------------------------------------------------------------
-    def reconcile(self, namespace: str, name: str) -> float | None:
-        """Returns seconds until this workload wants another look (None: only on change)."""
+    def reconcile(self, namespace: str, name: str) -> Result:
+        """One look at the workload; when to look again (kgwe.runtime.loop.Result)."""
         start = time.monotonic()
         try:
             return self._reconcile(namespace, name)
-        except _NotLeader:
-            return None
+        except NotLeader:
+            return DONE
         finally:
             self.metrics.duration.observe(time.monotonic() - start)
 
-    def _reconcile(self, namespace: str, name: str) -> float | None:
+    def _reconcile(self, namespace: str, name: str) -> Result:
         if not self.grants.listed.is_set():
-            return 1.0  # which namespaces opted in is not known yet: decide nothing
-        try:
-            obj = self.custom.get_namespaced_custom_object(
-                API_GROUP, CRD_VERSION, namespace, GPU_WORKLOAD_PLURAL, name
-            )
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-        if obj["metadata"].get("deletionTimestamp"):
-            return None
-        old = obj.get("status") or {}
-        p = _Pass(obj, _copy_status(old), int(obj["metadata"].get("generation") or 0), self.now())
+            return Result(after_seconds=1.0)  # which namespaces opted in is not known yet: decide nothing
+        obj = self.cluster.get(GPU_WORKLOAD, name, namespace)
+        if obj is None or obj["metadata"].get("deletionTimestamp"):
+            return DONE
+        old = copy.deepcopy(obj.get("status") or {})
+        p = _Pass(obj, old, int(obj["metadata"].get("generation") or 0), self.now())
+        p.conditions = conditions.parse(old.get("conditions"))
         try:
             wl = GPUWorkload.model_validate(obj)
         except ValidationError as exc:  # said once in a condition; the next edit of the spec brings it back
             loc, message = messages_from_validation(GPUWorkload, exc)[0]
             self._refuse(p, "InvalidSpec", f"{format_path(loc)}: {message}")
-            return self._finish(p, old, None)
+            self._finish(p)
+            return DONE
         try:
             requeue = self._drive(p, wl)
         except PlanError as exc:
             self._refuse(p, exc.reason, str(exc))
-            requeue = None if exc.reason in WAIT_FOR_CHANGE else 30.0
-        return self._finish(p, old, requeue)
+            self._finish(p)
+            return DONE if exc.reason in WAIT_FOR_CHANGE else RETRY
+        self._finish(p)
+        return Result(after_seconds=requeue)
 
     def _refuse(self, p: _Pass, reason: str, message: str) -> None:
         if p.condition("Admitted", "False", reason, message):
             p.event("Warning", reason, message)
             self.metrics.failed.labels(reason).inc()
 
-    def _finish(self, p: _Pass, old: dict, requeue: float | None) -> float | None:
-        p.new["phase"] = st.derive_phase(p.new["conditions"])
-        p.new["observedGeneration"] = p.generation
-        if p.new != old:
-            self._write_status(p.obj, p.new)
+    def _finish(self, p: _Pass) -> None:
+        self.status.write(p.obj, p.status())  # only when it changed
         for event_type, reason, message in p.events:
             self.recorder.record(p.obj, event_type, reason, message)
-        return requeue
 
     def _drive(self, p: _Pass, wl: GPUWorkload) -> float | None:
         spec, new = wl.spec, p.new
-        if st.is_true(new["conditions"], "Complete") or st.is_true(new["conditions"], "Failed"):
+        if conditions.is_true(p.conditions, "Complete") or conditions.is_true(p.conditions, "Failed"):
             self._cost(p, wl)
             return None
         run = int(new.get("run") or 0)
@@ -431,8 +358,8 @@ class WorkloadReconciler:
             with tracing.span("kgwe.gpuworkload.admission", **{"kgwe.workload": f"{p.namespace}/{wl.name}"}):
                 self._admit(p, wl, run)
             view = self._view(p.namespace, wl.name, p.uid, run, spec.is_batch)
-        elif int(new.get("observedGeneration") or 0) != p.generation or not st.is_true(
-            new["conditions"], "Admitted"
+        elif int(new.get("observedGeneration") or 0) != p.generation or not conditions.is_true(
+            p.conditions, "Admitted"
         ):
             # a spec edit (e.g. suspend) reaches the children; one refused before is tried again
             applied = self._reapply(p, wl, run)
@@ -459,7 +386,7 @@ class WorkloadReconciler:
                 raise
             why = f"{exc} [{exc.reason}]"
         except ApiException as exc:
-            if exc.status not in (400, 422):
+            if not is_invalid(exc):
                 raise
             why = f"the API server refuses the change: {_reason(exc)}"
         p.event(
@@ -469,23 +396,23 @@ class WorkloadReconciler:
 
     def _facts(self, wl: GPUWorkload, run: int, policy: PolicyView, namespace: str) -> Facts:
         """The facts the run's children are planned with (kgwe.policy.admission), read now."""
-        native = self._serves("scheduling.k8s.io", "v1beta1")
+        native = self._serves(POD_GROUP.group, POD_GROUP.version)
         kueue = self._serves(KUEUE_GROUP)
-        classes = ClusterView(priority_classes=cluster_facts.priority_classes(self.api_client))
+        classes = ClusterView(priority_classes=cluster_facts.priority_classes(self.cluster))
         here = self._kueue_here(namespace) if kueue else None
         return resolve_facts(wl, run, policy, classes, native=native, kueue=kueue, here=here)
 
     def _kueue_here(self, namespace: str) -> KueueNamespace:
-        setup = cluster_facts.kueue_setup(self.api_client, self.kueue_config)
-        return cluster_facts.kueue_namespace(self.api_client, namespace, setup)
+        setup = cluster_facts.kueue_setup(self.cluster, self.kueue_config)
+        return cluster_facts.kueue_namespace(self.cluster, namespace, setup)
 
     def _admit(self, p: _Pass, wl: GPUWorkload, run: int) -> None:
         """Refuse (PlanError) with what `kgwe validate` would also report (kgwe.policy.admission), then
         with the namespace's budget quota as it is now; else create the run's children."""
         policy = self._policy()
-        cluster = cluster_facts.cluster_view(self.api_client)
+        cluster = cluster_facts.cluster_view(self.cluster)
         here = self._kueue_here(p.namespace) if cluster.kueue else None
-        quota = cluster_facts.budget_quota(self.api_client, p.namespace)  # below, as a state of the moment
+        quota = cluster_facts.budget_quota(self.cluster, p.namespace)  # below, as a state of the moment
         cluster = dataclasses.replace(
             cluster,
             enabled_namespaces=self.grants.enabled(),
@@ -508,7 +435,7 @@ class WorkloadReconciler:
         p.new.update(
             run=run,
             retryCount=int(p.new.get("retryCount") or 0),
-            runStartTime=st.rfc3339(p.now),
+            runStartTime=format_rfc3339(p.now),
             gangBackend=facts.gang_backend,
             strategy=wl.spec.scheduling_strategy or facts.scoring_profile or "default",
             runtime=facts.runtime_name,
@@ -543,11 +470,13 @@ class WorkloadReconciler:
     def _finished(self, p: _Pass, outcome: str) -> None:
         """The run just ended (Complete or Failed): the optimizer learns its duration."""
         if self.finished is not None:
-            self.finished({**p.obj, "status": p.new}, outcome, p.now)
+            self.finished(
+                {**p.obj, "status": {**p.new, "conditions": conditions.dump(p.conditions)}}, outcome, p.now
+            )
 
     def _create(
         self, p: _Pass, wl: GPUWorkload, run: int, facts: Facts, policy: PolicyView, check_first: bool = False
-    ) -> list[dict]:
+    ) -> list[KubeObject]:
         """Apply the run's children, only in a namespace that opted in and only as the PodTemplatePolicies
         allow (again here: a spec edit reaches the children without admission). `check_first`: the API
         server checks them all (dry run) before any is created, so a template it refuses creates nothing and
@@ -573,7 +502,7 @@ class WorkloadReconciler:
                 try:
                     self._apply(child, dry_run=True)
                 except ApiException as exc:
-                    if exc.status not in (400, 422):
+                    if not is_invalid(exc):
                         raise
                     what = f"{child['kind']}/{child['metadata']['name']}"
                     raise PlanError(
@@ -624,7 +553,8 @@ class WorkloadReconciler:
                 left = spec.gang.timeout_seconds - (p.now - run_start).total_seconds()
                 requeue = max(1.0, min(requeue or 15.0, left + 1))
         ready = bool(want) and prog.ready >= want
-        status, reason = ("True", "AllReady") if ready else ("False", "NotReady")
+        status: ConditionStatus = "True" if ready else "False"
+        reason = "AllReady" if ready else "NotReady"
         p.condition("PodsReady", status, reason, f"{prog.ready}/{want} pods ready")
         self._gpu_health(p, new["placements"], prog.nodes)
         self._cost(p, wl)
@@ -636,23 +566,21 @@ class WorkloadReconciler:
         it holds the pods, None once it admitted them."""
         disrupted, missing = st.kueue_replacements(view, kueue_pod_names(wl, run))
         for name in disrupted:
-            try:
-                self.core.delete_namespaced_pod(name, p.namespace)
-            except ApiException as exc:
-                if exc.status != 404:
-                    raise
+            check(self.is_leader)
+            self.cluster.delete(POD, name, p.namespace)  # (False: gone already)
         if missing and not disrupted:
             policy = self._policy()
             self._create(p, wl, run, self._facts(wl, run, policy, p.namespace), policy)
         group = podgroup_name(wl.name, run)
-        workload = cluster_facts.kueue_workload(self.api_client, p.namespace, group)
+        workload = cluster_facts.kueue_workload(self.cluster, p.namespace, group)
         status, reason, message = st.kueue_admission(workload, group, wl.spec.total_pods)
-        before = st.condition(p.new["conditions"], "KueueAdmitted") or {}
-        p.condition("KueueAdmitted", status, reason, message)
-        if (before.get("status"), before.get("reason")) != (status, reason):  # an Event per change of state
+        held = conditions.find(p.conditions, st.KUEUE_ADMITTED)  # (set in place below: its values, now)
+        before = None if held is None else (held.status, held.reason)
+        p.condition(st.KUEUE_ADMITTED, status, reason, message)
+        if before != (status, reason):  # an Event per change of state
             p.event("Normal" if status == "True" else "Warning", f"Kueue{reason}", message)
             if status == "True" and reason == "Admitted":  # the gang's time to be placed starts now
-                p.new["runStartTime"] = st.rfc3339(p.now)
+                p.new["runStartTime"] = format_rfc3339(p.now)
         return None if status == "True" else message
 
     def _gpu_health(self, p: _Pass, placed: list[dict[str, Any]], nodes: list[str]) -> None:
@@ -664,20 +592,20 @@ class WorkloadReconciler:
         holders: dict[str, dict[int, str]] = {}
         for name in nodes:
             try:
-                meta = self.core.read_node(name).metadata
+                node = self.cluster.get(NODE, name)
             except ApiException:
                 continue
-            annotations = meta.annotations or {}
+            annotations = ((node or {}).get("metadata") or {}).get("annotations") or {}
             faults[name] = unhealthy_gpus(annotations)
             holders[name] = gpu_holders({"metadata": {"annotations": annotations}})
         sick = st.unhealthy_placements(placed, p.namespace, faults, holders)
         if sick:
             message = "; ".join(sick)[:1024]
-            if p.condition("GPUsHealthy", "False", "GPUUnhealthy", message):
+            if p.condition(st.GPUS_HEALTHY, "False", "GPUUnhealthy", message):
                 p.event("Warning", "GPUUnhealthy", message)
         else:
             p.condition(
-                "GPUsHealthy", "True", "AllGPUsHealthy", "no pod holds a GPU the agent reports unhealthy"
+                st.GPUS_HEALTHY, "True", "AllGPUsHealthy", "no pod holds a GPU the agent reports unhealthy"
             )
 
     def _member_failed(self, p: _Pass, wl: GPUWorkload, what: str, run: int, kueue: bool) -> float | None:
@@ -695,7 +623,7 @@ class WorkloadReconciler:
             return None
         delay = st.backoff_seconds(policy, retries)
         at = p.now + timedelta(seconds=delay)
-        p.new.update(retryCount=retries + 1, nextRetryTime=st.rfc3339(at), placements=[], nodes=None)
+        p.new.update(retryCount=retries + 1, nextRetryTime=format_rfc3339(at), placements=[], nodes=None)
         message = (
             f"{what}: restarting the whole gang in {delay:.0f}s (retry {retries + 1} of {policy.max_retries})"
         )
@@ -720,41 +648,38 @@ class WorkloadReconciler:
 
 @dataclass
 class _Pass:
-    """One reconcile of one workload: the object read, the status being built, the Events to emit."""
+    """One reconcile of one workload: the object read, the status being built (its conditions as the
+    model), the Events to emit."""
 
-    obj: dict
-    new: dict
+    obj: KubeObject
+    new: dict[str, Any]  # the status being built, as the API holds it (its conditions apart)
     generation: int
     now: datetime
     events: list[tuple[str, str, str]] = field(default_factory=list)
+    conditions: list[Condition] = field(default_factory=list)
 
     @property
     def namespace(self) -> str:
-        return self.obj["metadata"]["namespace"]
+        return str(self.obj["metadata"]["namespace"])
 
     @property
     def uid(self) -> str:
-        return self.obj["metadata"]["uid"]
+        return str(self.obj["metadata"]["uid"])
 
-    def condition(self, ctype: str, status: str, reason: str, message: str) -> bool:
-        return st.set_condition(
-            self.new["conditions"], ctype, status, reason, message, self.generation, self.now
+    def condition(self, ctype: str, status: ConditionStatus, reason: str, message: str) -> bool:
+        return conditions.set_condition(
+            self.conditions, ctype, status, reason, message, generation=self.generation, now=self.now
         )
+
+    def status(self) -> GPUWorkloadStatus:
+        """The status this pass leads to, through the model (None values: absent)."""
+        self.new["conditions"] = conditions.dump(self.conditions)
+        self.new["phase"] = st.derive_phase(self.conditions)
+        self.new["observedGeneration"] = self.generation
+        return GPUWorkloadStatus.model_validate(self.new)
 
     def event(self, event_type: str, reason: str, message: str) -> None:
         self.events.append((event_type, reason, message))
-
-
-class _NotLeader(Exception):
-    pass
-
-
-def _copy_status(old: dict) -> dict:
-    import copy
-
-    new = copy.deepcopy(old)
-    new.setdefault("conditions", [])
-    return new
 
 
 def _reason(exc: ApiException) -> str:
@@ -772,7 +697,7 @@ def _reason(exc: ApiException) -> str:
 
 
 class WorkloadController:
-    """Watches GPUWorkloads and their Jobs/Pods/Deployments in every namespace; one worker reconciles."""
+    """GPUWorkloads and their Jobs/Pods/Deployments in every namespace, watched; one worker reconciles."""
 
     def __init__(
         self,
@@ -782,141 +707,82 @@ class WorkloadController:
         watch_timeout_seconds: int = WATCH_SECONDS,
     ) -> None:
         self.reconciler = reconciler
-        self.queue = WorkQueue()
-        self.resync_seconds = resync_seconds
         self.watch_timeout_seconds = watch_timeout_seconds
-        self.reconciles = 0
-        self._threads: list[threading.Thread] = []
-        self._known: set[str] = set()  # GPUWorkload keys, as the watch last saw them
-        self._known_lock = threading.Lock()
+        children = [
+            Source(plural, kind, key=_workload_of, labels=WORKLOAD_LABEL)
+            for plural, kind in (("jobs", JOB), ("pods", POD), ("deployments", DEPLOYMENT))
+        ]
+        self.loop = ControlLoop(
+            GPU_WORKLOAD_PLURAL,
+            reconciler.cluster,
+            self._reconcile,
+            [Source(GPU_WORKLOAD_PLURAL, GPU_WORKLOAD, key=_key), *children],
+            gate=reconciler.is_leader,
+            queue=WorkQueue(backoff=BACKOFF),
+            resync_seconds=resync_seconds,
+            observer=reconciler.metrics,
+            on_leading=reconciler.grants.resync,  # every binding checked again
+            on_tick=reconciler.grants.sync,  # bindings before the workloads that need them
+            watch_timeout_seconds=watch_timeout_seconds,
+        )
         reconciler.grants.on_enabled = self._namespace_enabled
+
+    @property
+    def queue(self) -> WorkQueue:
+        return self.loop.queue
+
+    @property
+    def reconciles(self) -> int:
+        return self.loop.reconciles
+
+    @property
+    def resync_seconds(self) -> float | None:
+        """How often every workload is looked at again (gang timeouts, cost), from the watch's keys."""
+        return self.loop.resync_seconds
+
+    @resync_seconds.setter
+    def resync_seconds(self, seconds: float | None) -> None:
+        self.loop.resync_seconds = seconds
 
     def _namespace_enabled(self, namespace: str) -> None:
         """A namespace opted in: look again at the workloads waiting there."""
-        if not self.reconciler.is_leader():
-            return
-        with self._known_lock:
-            keys = sorted(k for k in self._known if k.startswith(namespace + "/"))
-        for key in keys:
-            self.queue.add(key)
+        for key in self.loop.known():
+            if key.startswith(namespace + "/"):
+                self.loop.add(key)
 
     def resync(self) -> None:
-        """Queue every GPUWorkload the watch knows (on becoming leader, and every resync period): periodic
-        work such as gang timeouts and cost comes from these looks, without listing again."""
-        with self._known_lock:
-            keys = sorted(self._known)
-        for key in keys:
-            self.queue.add(key)
+        """Queue every GPUWorkload the watch knows (on becoming leader, every resync period, and when the
+        prices in force change): periodic work such as gang timeouts and cost comes from these looks."""
+        self.loop.resync()
 
     def start(self, stop: threading.Event) -> None:
-        api = self.reconciler
-        sources: list[tuple[str, Callable[..., Any], dict[str, Any]]] = [
-            (
-                GPU_WORKLOAD_PLURAL,
-                api.custom.list_cluster_custom_object,
-                {"group": API_GROUP, "version": CRD_VERSION, "plural": GPU_WORKLOAD_PLURAL},
-            ),
-            ("jobs", api.batch.list_job_for_all_namespaces, {"label_selector": WORKLOAD_LABEL}),
-            ("pods", api.core.list_pod_for_all_namespaces, {"label_selector": WORKLOAD_LABEL}),
-            ("deployments", api.apps.list_deployment_for_all_namespaces, {"label_selector": WORKLOAD_LABEL}),
-        ]
-        for what, fn, kwargs in sources:
-            t = threading.Thread(
-                target=self._watch, args=(stop, what, fn, kwargs), name=f"kgwe-watch-{what}", daemon=True
-            )
-            t.start()
-            self._threads.append(t)
-        t = threading.Thread(
-            target=api.grants.run,
+        grants = threading.Thread(
+            target=self.reconciler.grants.run,
             args=(stop, self.watch_timeout_seconds),
             name="kgwe-watch-namespaces",
             daemon=True,
         )
-        t.start()
-        self._threads.append(t)
-        t = threading.Thread(target=self._work, args=(stop,), name="kgwe-workload-controller", daemon=True)
-        t.start()
-        self._threads.append(t)
+        grants.start()
+        self.loop.start(stop)
 
-    def _key(self, what: str, obj: dict) -> str | None:
-        meta = obj.get("metadata") or {}
-        if what == GPU_WORKLOAD_PLURAL:
-            return f"{meta.get('namespace')}/{meta.get('name')}"
-        name = (meta.get("labels") or {}).get(WORKLOAD_LABEL)
-        return f"{meta.get('namespace')}/{name}" if name else None
+    def _reconcile(self, key: str) -> Result:
+        namespace, _, name = key.partition("/")
+        try:
+            return self.reconciler.reconcile(namespace, name)
+        except ApiException as exc:
+            if is_not_found(exc):  # deleted while it was reconciled: its watch event comes next
+                return DONE
+            log.warning("reconcile of GPUWorkload %s failed: %s %s", key, exc.status, exc.reason)
+            return RETRY
 
-    def _watch(
-        self, stop: threading.Event, what: str, fn: Callable[..., Any], kwargs: dict[str, Any]
-    ) -> None:
-        """One list+watch loop (kgwe.cluster.watch) per kind: a listing queues every workload it names,
-        later events only what changed; re-watches resume from the last resourceVersion."""
-        metrics = self.reconciler.metrics
 
-        def listed(items: Sequence[dict]) -> None:
-            metrics.watch_events.labels(what, "LISTED").inc(len(items))
-            if what == GPU_WORKLOAD_PLURAL:
-                with self._known_lock:
-                    self._known = {k for k in (self._key(what, obj) for obj in items) if k}
-            for obj in items:
-                self._enqueue(what, obj)
+def _key(obj: KubeObject) -> str | None:
+    meta = obj.get("metadata") or {}
+    return f"{meta.get('namespace')}/{meta.get('name')}" if meta.get("name") else None
 
-        def changed(kind: str, obj: dict) -> None:
-            metrics.watch_events.labels(what, kind).inc()
-            key = self._key(what, obj)
-            if what == GPU_WORKLOAD_PLURAL and key:
-                with self._known_lock:
-                    if kind == "DELETED":
-                        self._known.discard(key)
-                    else:
-                        self._known.add(key)
-            self._enqueue(what, obj)
 
-        def restarted(error: BaseException | None) -> None:
-            metrics.watch_restarts.labels(what, "expired" if error is None else "failed").inc()
-
-        list_and_watch(
-            fn,
-            on_list=listed,
-            on_event=changed,
-            on_restart=restarted,
-            stop=stop,
-            watch_timeout_seconds=self.watch_timeout_seconds,
-            **kwargs,
-        )
-
-    def _enqueue(self, what: str, obj: dict) -> None:
-        key = self._key(what, obj)
-        if key and self.reconciler.is_leader():
-            self.queue.add(key)
-
-    def _work(self, stop: threading.Event) -> None:
-        last_resync = 0.0
-        was_leader = False
-        while not stop.is_set():
-            leader = self.reconciler.is_leader()
-            if leader and not was_leader:
-                self.reconciler.grants.resync()
-            if leader and (not was_leader or time.monotonic() - last_resync >= self.resync_seconds):
-                self.resync()
-                last_resync = time.monotonic()
-            was_leader = leader
-            if leader:
-                self.reconciler.grants.sync()  # bindings before the workloads that need them
-            key = self.queue.get(timeout=1.0)
-            if key is None or not leader:
-                continue
-            namespace, _, name = key.partition("/")
-            try:
-                again = self.reconciler.reconcile(namespace, name)
-            except ApiException as exc:
-                if exc.status == 404:  # deleted while it was reconciled: its watch event comes next
-                    again = None
-                else:
-                    log.warning("reconcile of GPUWorkload %s failed: %s %s", key, exc.status, exc.reason)
-                    again = 10.0
-            except Exception:
-                log.exception("reconcile of GPUWorkload %s failed", key)
-                again = 10.0
-            self.reconciles += 1
-            if again is not None:
-                self.queue.add(key, again)
+def _workload_of(obj: KubeObject) -> str | None:
+    """The key of the workload a child (Job, Pod, Deployment) belongs to, by its label."""
+    meta = obj.get("metadata") or {}
+    name = (meta.get("labels") or {}).get(WORKLOAD_LABEL)
+    return f"{meta.get('namespace')}/{name}" if name else None

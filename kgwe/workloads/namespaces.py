@@ -8,8 +8,8 @@ opt-in instead of covering the cluster. The API server holds it to that (the cha
 kgwe-controller-rolebindings): from the controller it accepts only that binding, to itself, in a labelled
 namespace.
 
-The namespaces come from the one list+watch loop (label-selected: a namespace losing the label arrives as
-DELETED); only the leader writes bindings, from the worker thread, before it reconciles workloads.
+The namespaces come from a watch (label-selected: a namespace losing the label arrives as DELETED); only the
+leader writes bindings, from the worker thread, before it reconciles workloads.
 """
 
 from __future__ import annotations
@@ -23,11 +23,12 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from kgwe.cluster.watch import list_and_watch
 from kgwe.policy.admission import namespace_refusal
 from kgwe.policy.quota_namespaces import protected_namespace
+from kgwe.runtime.cluster import Cluster
+from kgwe.runtime.kinds import NAMESPACE, ROLE_BINDING
+from kgwe.runtime.kube import as_cluster
 from kgwe.vocab import (
-    FIELD_MANAGER,
     MANAGED_BY_LABEL,
     MANAGED_BY_VALUE,
     WORKLOAD_ROLEBINDING,
@@ -38,7 +39,7 @@ from kgwe.vocab import (
 
 log = logging.getLogger(__name__)
 
-RBAC_GROUP = "rbac.authorization.k8s.io"
+RBAC_GROUP = ROLE_BINDING.group
 SERVICE_ACCOUNT_PREFIX = "system:serviceaccount:"
 RETRY_SECONDS = 10.0  # after a failed sync (the API server away, a binding refused)
 
@@ -54,8 +55,8 @@ def binding_subject(username: str) -> dict[str, str]:
 def role_binding(namespace: str, subject: dict[str, str]) -> dict[str, Any]:
     """The RoleBinding granting the workload writer role to the controller in `namespace`."""
     return {
-        "apiVersion": f"{RBAC_GROUP}/v1",
-        "kind": "RoleBinding",
+        "apiVersion": ROLE_BINDING.api_version,
+        "kind": ROLE_BINDING.kind,
         "metadata": {
             "name": WORKLOAD_ROLEBINDING,
             "namespace": namespace,
@@ -71,14 +72,12 @@ class NamespaceGrants:
 
     def __init__(
         self,
-        api_client: client.ApiClient,
+        cluster: Cluster | client.ApiClient,
         *,
         kgwe_namespace: str,
         on_enabled: Callable[[str], None] = lambda namespace: None,
     ) -> None:
-        self.core = client.CoreV1Api(api_client)
-        self.rbac = client.RbacAuthorizationV1Api(api_client)
-        self.auth = client.AuthenticationV1Api(api_client)
+        self.cluster = as_cluster(cluster)
         self.kgwe_namespace = kgwe_namespace
         self.on_enabled = on_enabled  # a namespace just opted in: its waiting workloads deserve a look
         self._lock = threading.Lock()
@@ -101,13 +100,13 @@ class NamespaceGrants:
 
     # -- following namespaces ------------------------------------------------------------------------
     def run(self, stop: threading.Event, watch_timeout_seconds: int) -> None:
-        list_and_watch(
-            self.core.list_namespace,
+        self.cluster.watch(
+            NAMESPACE,
             on_list=self._listed,
             on_event=self._changed,
             stop=stop,
-            watch_timeout_seconds=watch_timeout_seconds,
-            label_selector=f"{WORKLOADS_NAMESPACE_LABEL}={WORKLOADS_ENABLED}",
+            labels=f"{WORKLOADS_NAMESPACE_LABEL}={WORKLOADS_ENABLED}",
+            timeout_seconds=watch_timeout_seconds,
         )
 
     def _listed(self, items: Sequence[dict[str, Any]]) -> None:
@@ -171,48 +170,32 @@ class NamespaceGrants:
 
     def _sync_all(self, wanted: set[str]) -> None:
         subject = self.subject()
-        listing = self.rbac.list_role_binding_for_all_namespaces(
-            field_selector=f"metadata.name={WORKLOAD_ROLEBINDING}"
-        )
-        bound: dict[str, Any] = {rb.metadata.namespace: rb for rb in listing.items}
+        listing = self.cluster.list(ROLE_BINDING, fields=f"metadata.name={WORKLOAD_ROLEBINDING}")
+        bound = {rb["metadata"]["namespace"]: rb for rb in listing}
         for ns, rb in sorted(bound.items()):
-            if ns not in wanted and ours(rb.metadata.labels):
+            if ns not in wanted and ours(rb["metadata"].get("labels")):
                 self._unbind(ns)
         for ns in sorted(wanted):
-            rb = bound.get(ns)
-            current = rb is not None and ours(rb.metadata.labels) and _grants(rb, subject)
+            held = bound.get(ns)
+            current = held is not None and ours(held["metadata"].get("labels")) and _grants(held, subject)
             if not current:
                 self._bind(ns)
 
     def subject(self) -> dict[str, str]:
         """Who the controller is, as the API server authenticates it (a SelfSubjectReview)."""
         if self._subject is None:
-            review = self.auth.create_self_subject_review(
-                {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
-            )
-            self._subject = binding_subject(review.status.user_info.username)
+            self._subject = binding_subject(self.cluster.username())
         return self._subject
 
     def _bind(self, namespace: str) -> None:
-        self.rbac.patch_namespaced_role_binding(
-            WORKLOAD_ROLEBINDING,
-            namespace,
-            role_binding(namespace, self.subject()),
-            field_manager=FIELD_MANAGER,
-            force=True,
-            _content_type="application/apply-patch+yaml",
-        )
+        self.cluster.apply(role_binding(namespace, self.subject()))
         log.info("workload namespaces: %s opted in; bound %s", namespace, WORKLOAD_WRITER_CLUSTERROLE)
 
     def _unbind(self, namespace: str) -> None:
-        try:
-            rb = self.rbac.read_namespaced_role_binding(WORKLOAD_ROLEBINDING, namespace)
-            if ours(rb.metadata.labels):
-                self.rbac.delete_namespaced_role_binding(WORKLOAD_ROLEBINDING, namespace)
-                log.info("workload namespaces: %s left; removed its RoleBinding", namespace)
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
+        rb = self.cluster.get(ROLE_BINDING, WORKLOAD_ROLEBINDING, namespace)
+        if rb is not None and ours(rb["metadata"].get("labels")):
+            self.cluster.delete(ROLE_BINDING, WORKLOAD_ROLEBINDING, namespace)
+            log.info("workload namespaces: %s left; removed its RoleBinding", namespace)
 
 
 def opted_in(namespace: Mapping[str, Any]) -> bool:
@@ -227,12 +210,15 @@ def ours(labels: Mapping[str, str] | None) -> bool:
     return (labels or {}).get(MANAGED_BY_LABEL) == MANAGED_BY_VALUE
 
 
-def _grants(rb: client.V1RoleBinding, subject: dict[str, str]) -> bool:
+def _grants(rb: Mapping[str, Any], subject: dict[str, str]) -> bool:
     """The binding grants exactly the writer role to exactly us (anything else is re-applied)."""
-    ref = rb.role_ref
+    ref = rb.get("roleRef") or {}
     subjects = [
-        {k: v for k, v in (("kind", s.kind), ("name", s.name), ("namespace", s.namespace)) if v}
-        for s in rb.subjects or []
+        {k: s[k] for k in ("kind", "name", "namespace") if s.get(k)} for s in rb.get("subjects") or []
     ]
     want = {k: v for k, v in subject.items() if k != "apiGroup"}
-    return ref.kind == "ClusterRole" and ref.name == WORKLOAD_WRITER_CLUSTERROLE and subjects == [want]
+    return (
+        ref.get("kind") == "ClusterRole"
+        and ref.get("name") == WORKLOAD_WRITER_CLUSTERROLE
+        and subjects == [want]
+    )

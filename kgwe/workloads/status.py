@@ -1,10 +1,10 @@
 """Pure status: what the children of a GPUWorkload say -> conditions, phase, placements, retry decisions.
 
 Condition types: Admitted, PodsScheduled, PodsReady, Complete, Failed, Suspended, GPUsHealthy
-(metav1.Condition, with observedGeneration). The phase (Pending/Scheduled/Running/Succeeded/Failed) is
-derived from them, for print columns. A member failure (its Job Failed; disruptions are ignored by the
-Job's podFailurePolicy) restarts the whole gang after an exponential backoff with jitter, up to
-retryPolicy.maxRetries.
+(metav1.Condition, with observedGeneration; set and read with kgwe.runtime.conditions). The phase
+(Pending/Scheduled/Running/Succeeded/Failed) is derived from them, for print columns. A member failure (its
+Job Failed; disruptions are ignored by the Job's podFailurePolicy) restarts the whole gang after an
+exponential backoff with jitter, up to retryPolicy.maxRetries.
 """
 
 from __future__ import annotations
@@ -15,63 +15,28 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from kgwe.policy.cluster_kinds import Condition
 from kgwe.policy.gpu_workload import GPUWorkload, GPUWorkloadSpec, RetryPolicy
 from kgwe.policy.workload_resolution import gang_phrase
-from kgwe.timestamps import format_rfc3339 as rfc3339
+from kgwe.runtime import conditions
+from kgwe.runtime.conditions import ConditionStatus, is_true
 from kgwe.vocab import GPU_INDEX_ANNOTATION
 
 CONDITION_TYPES = ("Admitted", "PodsScheduled", "PodsReady", "Complete", "Failed", "Suspended")
+GPUS_HEALTHY = "GPUsHealthy"  # set only while a pod of the run is placed
+KUEUE_ADMITTED = "KueueAdmitted"  # set only through Kueue: what Kueue says of the run's Workload
 
 
 def backoff_seconds(policy: RetryPolicy, retry: int, rng: random.Random | None = None) -> float:
     """Delay before restart number `retry` (0-based): min(cap, base * 2**retry), then ± jitter."""
-    delay = min(policy.max_backoff_seconds, policy.backoff_seconds * 2 ** min(retry, 30))
+    delay = float(min(policy.max_backoff_seconds, policy.backoff_seconds * 2 ** min(retry, 30)))
     if policy.jitter:
         r = (rng or random).uniform(-policy.jitter, policy.jitter)
         delay *= 1 + r
     return max(0.0, min(float(policy.max_backoff_seconds), delay))
 
 
-def set_condition(
-    conditions: list[dict[str, Any]],
-    ctype: str,
-    status: str,
-    reason: str,
-    message: str,
-    generation: int,
-    now: datetime,
-) -> bool:
-    """Set one condition in place; lastTransitionTime moves only when status changes. True if it changed."""
-    for c in conditions:
-        if c["type"] == ctype:
-            changed = (c["status"], c.get("reason"), c.get("message")) != (status, reason, message)
-            if c["status"] != status:
-                c["lastTransitionTime"] = rfc3339(now)
-            c.update(status=status, reason=reason, message=message, observedGeneration=generation)
-            return changed
-    conditions.append(
-        {
-            "type": ctype,
-            "status": status,
-            "reason": reason,
-            "message": message,
-            "lastTransitionTime": rfc3339(now),
-            "observedGeneration": generation,
-        }
-    )
-    return True
-
-
-def condition(conditions: Sequence[Mapping[str, Any]], ctype: str) -> Mapping[str, Any] | None:
-    return next((c for c in conditions if c.get("type") == ctype), None)
-
-
-def is_true(conditions: Sequence[Mapping[str, Any]], ctype: str) -> bool:
-    c = condition(conditions, ctype)
-    return bool(c and c.get("status") == "True")
-
-
-def derive_phase(conditions: Sequence[Mapping[str, Any]]) -> str:
+def derive_phase(conditions: Sequence[Condition]) -> str:
     if is_true(conditions, "Failed"):
         return "Failed"
     if is_true(conditions, "Complete"):
@@ -92,25 +57,17 @@ class RunView:
     pods: list[dict[str, Any]] = field(default_factory=list)
 
 
-def _job_condition(job: Mapping[str, Any], ctype: str) -> Mapping[str, Any] | None:
-    for c in (job.get("status") or {}).get("conditions") or []:
-        if c.get("type") == ctype and c.get("status") == "True":
-            return c
-    return None
-
-
 def failed_job(view: RunView) -> Mapping[str, Any] | None:
-    return next((j for j in view.jobs if _job_condition(j, "Failed")), None)
+    return next((j for j in view.jobs if is_true(conditions.of(j), "Failed")), None)
 
 
 def all_complete(view: RunView, roles: int) -> bool:
-    return len(view.jobs) == roles and all(_job_condition(j, "Complete") for j in view.jobs)
+    return len(view.jobs) == roles and all(is_true(conditions.of(j), "Complete") for j in view.jobs)
 
 
 def _disrupted(pod: Mapping[str, Any]) -> bool:
     """Evicted, preempted (Kueue's too) or deleted: not the job's fault, as a Job's podFailurePolicy says."""
-    conditions = (pod.get("status") or {}).get("conditions") or []
-    return any(c.get("type") == "DisruptionTarget" and c.get("status") == "True" for c in conditions)
+    return is_true(conditions.of(pod), "DisruptionTarget")
 
 
 def member_failure(view: RunView, kueue: bool) -> str | None:
@@ -120,8 +77,7 @@ def member_failure(view: RunView, kueue: bool) -> str | None:
         job = failed_job(view)
         if job is None:
             return None
-        conditions = (job.get("status") or {}).get("conditions") or []
-        why = next((c.get("reason") or "" for c in conditions if c.get("type") == "Failed"), "")
+        why = (conditions.find(conditions.of(job), "Failed") or {}).get("reason") or ""
         return f"Job {job['metadata']['name']} failed ({why})"
     for pod in sorted(view.pods, key=lambda p: p["metadata"]["name"]):
         status = pod.get("status") or {}
@@ -156,7 +112,9 @@ def kueue_replacements(view: RunView, planned: Sequence[str]) -> tuple[list[str]
     return disrupted, any(name not in present for name in planned)
 
 
-def kueue_admission(workload: Mapping[str, Any] | None, group: str, pods: int) -> tuple[str, str, str]:
+def kueue_admission(
+    workload: Mapping[str, Any] | None, group: str, pods: int
+) -> tuple[ConditionStatus, str, str]:
     """Condition KueueAdmitted (status, reason, message) from the run's Kueue Workload (named after its pod
     group); Kueue's own reason and message while it holds the pods."""
     if workload is None:
@@ -165,20 +123,20 @@ def kueue_admission(workload: Mapping[str, Any] | None, group: str, pods: int) -
             "Pending",
             f"Kueue has no Workload {group} yet (it makes one once all {pods} pods exist)",
         )
-    conditions = {c.get("type"): c for c in (workload.get("status") or {}).get("conditions") or []}
+    held = conditions.of(workload)
     admission = (workload.get("status") or {}).get("admission") or {}
     queue = (workload.get("spec") or {}).get("queueName") or "no LocalQueue"
 
     def said(ctype: str, default: str) -> tuple[str, str]:
-        c = conditions.get(ctype) or {}
+        c = conditions.find(held, ctype) or {}
         return str(c.get("reason") or default), str(c.get("message") or "")[:1024]
 
-    if (conditions.get("Finished") or {}).get("status") == "True":
+    if is_true(held, "Finished"):
         return ("True", *said("Finished", "Finished"))
-    if (conditions.get("Admitted") or {}).get("status") == "True":
+    if is_true(held, "Admitted"):
         cq = admission.get("clusterQueue") or "?"
         return "True", "Admitted", f"Kueue admitted Workload {group} in ClusterQueue {cq} ({queue})"
-    if (conditions.get("Evicted") or {}).get("status") == "True":
+    if is_true(held, "Evicted"):
         reason, message = said("Evicted", "Evicted")
         return "False", reason if reason.startswith("Evicted") else f"Evicted{reason}", message
     reason, message = said("QuotaReserved", "Pending")
@@ -195,10 +153,7 @@ def live_pods(view: RunView) -> list[dict[str, Any]]:
 
 
 def _ready(pod: Mapping[str, Any]) -> bool:
-    status = pod.get("status") or {}
-    if status.get("phase") != "Running":
-        return False
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+    return (pod.get("status") or {}).get("phase") == "Running" and is_true(conditions.of(pod), "Ready")
 
 
 def placements(view: RunView) -> list[dict[str, Any]]:

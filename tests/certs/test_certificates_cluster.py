@@ -14,9 +14,9 @@ from kubernetes.client.exceptions import ApiException
 
 from kgwe.certs import x509
 from kgwe.certs.rotation import PREVIOUS_CA_UNTIL_ANNOTATION, ROTATE_ANNOTATION, ROTATED_ANNOTATION
-from kgwe.cluster.apply import NotLeader
 from kgwe.cluster.events import EventRecorder
 from kgwe.reconcile.certificates import CertificateKeeper
+from kgwe.runtime.leader import NotLeader
 from kgwe.vocab import (
     CA_SECRET,
     CERTIFICATE_ISSUED_ANNOTATION,

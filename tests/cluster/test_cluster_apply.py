@@ -7,6 +7,7 @@ from kubernetes import client
 
 from kgwe.cluster.apply import Applier, ObjectRef
 from kgwe.errors import KgweError
+from kgwe.runtime.kube import KubeCluster
 from kgwe.vocab import FIELD_MANAGER, PRUNE_ANNOTATION, REPOSITORY_LABEL
 
 pytestmark = pytest.mark.cluster
@@ -23,7 +24,7 @@ def cm(namespace: str, name: str, data: dict) -> dict:
 
 def test_apply_only_what_differs_and_count_drift(k8s_api: client.ApiClient, namespace: str):
     core = client.CoreV1Api(k8s_api)
-    applier = Applier(k8s_api, "kgwe-system.gpu-policy")
+    applier = Applier(KubeCluster(k8s_api), "kgwe-system.gpu-policy")
     objs = [
         cm(namespace, "kgwe-scoring", {"weights": "40/35/25"}),
         {
@@ -65,7 +66,7 @@ def test_apply_only_what_differs_and_count_drift(k8s_api: client.ApiClient, name
 
 def test_prune_respects_inventory_optout_and_ownership(k8s_api: client.ApiClient, namespace: str):
     core = client.CoreV1Api(k8s_api)
-    applier = Applier(k8s_api, "kgwe-system.gpu-policy")
+    applier = Applier(KubeCluster(k8s_api), "kgwe-system.gpu-policy")
     keep, gone, protected = (cm(namespace, n, {"k": n}) for n in ("keep", "gone", "protected"))
     protected["metadata"]["annotations"] = {PRUNE_ANNOTATION: "disabled"}
     first = applier.sync([keep, gone, protected], previous=[])
@@ -88,7 +89,7 @@ def test_prune_respects_inventory_optout_and_ownership(k8s_api: client.ApiClient
 def test_duplicate_objects_and_unknown_kinds_are_clear_errors(k8s_api: client.ApiClient, namespace: str):
     from kgwe.errors import KgweError
 
-    applier = Applier(k8s_api, "r")
+    applier = Applier(KubeCluster(k8s_api), "r")
     with pytest.raises(KgweError, match="not unique"):
         applier.sync([cm(namespace, "a", {}), cm(namespace, "a", {})], previous=[])
     with pytest.raises(KgweError, match="does not serve"):
@@ -100,7 +101,7 @@ def test_many_objects_are_diffed_together_and_applied_in_order(k8s_api: client.A
     """The reads and dry runs go side by side; the outcome is per object, in the objects' order, and an
     object the server refuses fails alone."""
     core = client.CoreV1Api(k8s_api)
-    applier = Applier(k8s_api, "kgwe-system.gpu-policy")
+    applier = Applier(KubeCluster(k8s_api), "kgwe-system.gpu-policy")
     objs = [cm(namespace, f"cm-{i}", {"i": str(i)}) for i in range(12)]
     objs[5]["data"] = {"bad key/": "x"}  # the API server refuses this key
     first = applier.sync(objs, previous=[])
@@ -117,7 +118,7 @@ def test_many_objects_are_diffed_together_and_applied_in_order(k8s_api: client.A
 def test_a_kind_the_cluster_does_not_serve_stops_the_apply_before_any_write(
     k8s_api: client.ApiClient, namespace: str
 ):
-    applier = Applier(k8s_api, "kgwe-system.gpu-policy")
+    applier = Applier(KubeCluster(k8s_api), "kgwe-system.gpu-policy")
     unknown = {
         "apiVersion": "example.com/v1",
         "kind": "Nothing",

@@ -10,6 +10,7 @@ from kubernetes import client
 
 from kgwe.cluster.nodecache import NodeCache, resource_version_at_least
 from kgwe.cluster.nodes import NodeOps
+from kgwe.runtime.kube import KubeCluster
 
 pytestmark = pytest.mark.cluster
 
@@ -36,7 +37,7 @@ def test_a_reader_sees_the_writes_made_through_the_cache_and_only_gpu_nodes(k8s_
             written.append((name, version))
             cache.expect(name, version)
 
-        ops = NodeOps(k8s_api, on_write=wrote)
+        ops = NodeOps(KubeCluster(k8s_api), on_write=wrote)
         before = core.read_node(node).metadata.resource_version
         ops.relabel(node, "kgwe-written")
         ((name, version),) = written

@@ -10,6 +10,7 @@ from kubernetes.client.exceptions import ApiException
 from kgwe.cluster.inventory import inventory_document, read_gpu_nodes
 from kgwe.cluster.nodes import NodeOps
 from kgwe.policy import GPUInventory
+from kgwe.runtime.kube import KubeCluster
 from kgwe.vocab import CORDONED_ANNOTATION, MIG_CONFIG_LABEL, MIG_STATE_LABEL, REQUESTED_AT_ANNOTATION
 from tests.harness.waiting import Watched
 
@@ -33,7 +34,7 @@ def test_relabel_drives_the_mig_manager_to_success(k8s_api, gpu_node, mig_manage
     core = client.CoreV1Api(k8s_api)
     kio.put_mig_parted_config(core, mig_manager, CONFIGS)
     node = gpu_node("DGX-H100")
-    ops = NodeOps(k8s_api)
+    ops = NodeOps(KubeCluster(k8s_api))
     ops.relabel(node, "kgwe-half")
     wait_for(
         "MIG success",
@@ -65,7 +66,7 @@ def test_cordon_evict_uncordon(k8s_api, gpu_node, namespace, kio):
     facts = {f.name: f for f in read_gpu_nodes(k8s_api)}[node]
     assert facts.gpu_pods == [f"{namespace}/trainer"] and facts.whole_gpus_in_use == 2
 
-    ops = NodeOps(k8s_api)
+    ops = NodeOps(KubeCluster(k8s_api))
     ops.cordon(node, "kgwe-half")
     n = core.read_node(node)
     assert n.spec.unschedulable and n.metadata.annotations[CORDONED_ANNOTATION] == "kgwe-half"
@@ -108,12 +109,12 @@ def test_uncordon_leaves_an_admins_cordon_alone(k8s_api, gpu_node):
     core = client.CoreV1Api(k8s_api)
     node = gpu_node("DGX-H100")
     core.patch_node(node, {"spec": {"unschedulable": True}})
-    NodeOps(k8s_api).uncordon(node)
+    NodeOps(KubeCluster(k8s_api)).uncordon(node)
     assert core.read_node(node).spec.unschedulable
 
 
 def test_node_patches_fail_like_the_client_with_the_apiservers_answer(k8s_api, gpu_node):
-    ops = NodeOps(k8s_api)
+    ops = NodeOps(KubeCluster(k8s_api))
     with pytest.raises(ApiException) as missing:
         ops.relabel("no-such-node", "all-disabled")
     assert missing.value.status == 404 and "no-such-node" in missing.value.body

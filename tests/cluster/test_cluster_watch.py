@@ -1,4 +1,4 @@
-"""kgwe.cluster.watch.list_and_watch against the real API server: it lists, follows every change, resumes
+"""kgwe.runtime.watch.list_and_watch against the real API server: it lists, follows every change, resumes
 after the server ends a watch, and lists again after an expiry (410 Gone) or a broken connection."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from kgwe.cluster.watch import list_and_watch
+from kgwe.runtime.watch import list_and_watch
 
 pytestmark = pytest.mark.cluster
 

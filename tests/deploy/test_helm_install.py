@@ -7,6 +7,7 @@ of the chart accepted by the real apiserver (dry-run). Pods running for real: te
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Callable, Iterator
 from types import SimpleNamespace
@@ -20,6 +21,7 @@ from kubernetes.client.exceptions import ApiException
 from kgwe.cluster.client import ensure_namespace
 from kgwe.localcluster import gpunodes
 from tests.harness.chart import CHART_DIR, helm
+from tests.harness.waiting import wait_for
 
 pytestmark = pytest.mark.usefixtures("chart")  # every test runs helm
 
@@ -79,10 +81,18 @@ def test_controller_status_says_when_the_crds_are_missing(helm_cluster, tmp_path
     from kgwe.reconcile.controller import Controller
 
     assert not set(CRDS) & _crd_names(helm_cluster.api), "this check needs a cluster without KGWE's CRDs"
-    controller = Controller(helm_cluster.api, NS, cache_dir=tmp_path, listen=None, leader_election=False)
-    controller.tick()
-    status, _, body = controller._readyz()
-    assert status == 503 and b"policyrepositories.kgwe.nvidia.io is not installed" in body
+    controller = Controller(
+        helm_cluster.api, NS, cache_dir=tmp_path, listen=None, leader_election=False, workloads=False
+    )
+    stop = threading.Event()
+    thread = threading.Thread(target=controller.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        _, _, body = wait_for("the watch to find no CRD", lambda: (r := controller._readyz())[0] == 503 and r)
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+    assert b"policyrepositories.kgwe.nvidia.io is not installed" in body
     notes = _helm(
         helm_cluster, "install", "kgwe", str(CHART_DIR), "--namespace", NS, "--set", "crds.install=false",
         "--dry-run=server",

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from kgwe.cluster.watch import list_and_watch
+from kgwe.runtime.watch import list_and_watch
 
 T = TypeVar("T")
 
@@ -70,6 +70,13 @@ class Watched:
         finally:
             stop.set()
             changed.set()
+
+
+def nodes_watched(cluster: Any) -> Watched:
+    """The Nodes of a KubeCluster's API server (kgwe.runtime.kube), watched: a wait wakes on each change."""
+    from kubernetes import client
+
+    return Watched(client.CoreV1Api(cluster.api_client).list_node)
 
 
 def wait_for(

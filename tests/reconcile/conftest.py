@@ -78,7 +78,7 @@ spec:
 
 
 class PolicyRemote:
-    """A bare repository plus a working clone; `commit` pushes files under policy/."""
+    """A bare repository plus a working clone; `commit` pushes changes of files under policy/."""
 
     def __init__(self, root: Path) -> None:
         self.bare, self.work = root / "policy.git", root / "work"
@@ -86,9 +86,13 @@ class PolicyRemote:
         git(root, "clone", "-q", str(self.bare), str(self.work))
         git(self.work, "checkout", "-q", "-b", "main")
 
-    def commit(self, files: dict[str, str], message: str = "policy change") -> str:
+    def commit(self, files: dict[str, str | None], message: str = "policy change") -> str:
+        """Write (None: remove) the files, commit and push."""
         for rel, text in files.items():
             path = self.work / rel
+            if text is None:
+                path.unlink()
+                continue
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text)
         git(self.work, "add", "-A")

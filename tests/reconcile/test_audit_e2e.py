@@ -10,12 +10,13 @@ import subprocess
 from datetime import UTC, datetime
 
 import pytest
+from kubernetes import client
 
 from kgwe.audit.log import line_hash
 from kgwe.audit.stamp import MAX_EMAIL_CHARS, MAX_NAME_CHARS
 from kgwe.reconcile.repository import RepositoryReconciler
 from kgwe.vocab import MIG_CONFIG_LABEL, REVISION_ANNOTATION, REVISION_AUTHOR_ANNOTATION
-from tests.harness.waiting import Watched, repeat_until
+from tests.harness.waiting import nodes_watched, repeat_until
 from tests.reconcile.conftest import git
 
 pytestmark = pytest.mark.cluster
@@ -36,10 +37,16 @@ def settle(rec: RepositoryReconciler, node: str, config_part: str) -> None:
     """Reconcile until ready with `node` on a config containing `config_part`."""
 
     def done(outcome) -> bool:
-        labels = rec.core.read_node(node).metadata.labels or {}
+        labels = client.CoreV1Api(rec.cluster.api_client).read_node(node).metadata.labels or {}
         return outcome is not None and outcome.phase == "ready" and config_part in labels[MIG_CONFIG_LABEL]
 
-    repeat_until("the rollout to finish", rec.reconcile, done, 90.0, watch=Watched(rec.core.list_node))
+    repeat_until(
+        "the rollout to finish",
+        rec.reconcile,
+        done,
+        90.0,
+        watch=nodes_watched(rec.cluster),
+    )
 
 
 def test_a_policy_commit_s_writes_carry_it_and_the_audit_log_lands_in_git(k8s_api, e2e, kgwe_mig_manager):

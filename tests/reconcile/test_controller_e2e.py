@@ -25,7 +25,7 @@ from kgwe.vocab import (
     RUNTIMES_CONFIG_KEY,
     RUNTIMES_CONFIGMAP,
 )
-from tests.harness.waiting import Watched, repeat_until, wait_for
+from tests.harness.waiting import nodes_watched, repeat_until, wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -46,7 +46,13 @@ def drive(rec: RepositoryReconciler, done, *, on_step=None, timeout_seconds: flo
             on_step(outcome)
         return outcome
 
-    return repeat_until("reconcile to settle", step, done, timeout_seconds, watch=Watched(rec.core.list_node))
+    return repeat_until(
+        "reconcile to settle",
+        step,
+        done,
+        timeout_seconds,
+        watch=nodes_watched(rec.cluster),
+    )
 
 
 class LabelRecorder:
@@ -314,11 +320,10 @@ def test_webhook_sync_and_only_one_replica_acts(k8s_api, e2e, kgwe_mig_manager):
         # A reports-only push is ignored (no self-triggered reconcile). First the reconciles the push started
         # end: the standby asked the leader through the annotation, which the leader handles once.
         requested = e2e.obj()["metadata"]["annotations"][RECONCILE_REQUESTED_AT_ANNOTATION]
+        loop = leaders[0].repositories.loop
         wait_for(
             "the standby's request handled",
-            lambda: (
-                not leaders[0].busy and getattr(leaders[0]._due.get(e2e.pool), "requested", None) == requested
-            ),
+            lambda: (view := loop.view(e2e.pool)) is not None and view[1] == requested and loop.queue.idle(),
             60,
         )
         before = leaders[0].reconciles

@@ -233,7 +233,7 @@ def test_a_restarted_controller_prices_workloads_before_its_first_pass_converges
     try:
         wait_for("the workload looked at, without prices", lambda: costed_with_prices == [False])
         assert cost() is None
-        controller._reconcile_one(e2e.pool, e2e.obj())
+        controller.repositories.reconcile(e2e.pool)
         assert applied_when_priced[0] is None  # priced before this pass applied anything
         assert duties.book is not None and duties.book.currency == "USD"
         wait_for("the workload looked at again, with prices", lambda: any(costed_with_prices[1:]))

@@ -21,7 +21,7 @@ from kgwe.reconcile.repository import RepositoryReconciler
 from tests.harness.deployed import eventually
 from tests.harness.kgwe_scheduler import LocalScheduler, local_config, rendered_config_text
 from tests.harness.processes import stop
-from tests.harness.waiting import Watched, repeat_until
+from tests.harness.waiting import nodes_watched, repeat_until
 
 pytestmark = pytest.mark.cluster
 
@@ -66,7 +66,7 @@ class Clock:
 
 def settle(rec: RepositoryReconciler, done, what: str, timeout: float = 120.0):
     """Reconcile until `done(outcome)` (the MIG manager stand-in works between passes)."""
-    return repeat_until(what, rec.reconcile, done, timeout, watch=Watched(rec.core.list_node))
+    return repeat_until(what, rec.reconcile, done, timeout, watch=nodes_watched(rec.cluster))
 
 
 def rebalance_events(core: client.CoreV1Api, pool: str) -> list[str]:

@@ -16,7 +16,7 @@ from kgwe.optimizer.service import OptimizerDuties
 from kgwe.reconcile.costs import CostDuties
 from kgwe.reconcile.repository import RepositoryReconciler
 from tests.harness.deployed import eventually
-from tests.harness.waiting import Watched, repeat_until
+from tests.harness.waiting import nodes_watched, repeat_until
 from tests.reconcile.test_rebalance_e2e import MIG_CONFIG, MIG_STATE, SYSTEM_NS, mig_pod
 
 pytestmark = pytest.mark.cluster
@@ -64,7 +64,7 @@ def test_an_idle_node_is_prepared_for_the_demand_expected_before_any_pod_asks(
     rec = RepositoryReconciler(k8s_api, SYSTEM_NS, pool, cache_dir=e2e.tmp / "cache", now=lambda: clock[0])
 
     def settle(done, what: str):
-        return repeat_until(what, rec.reconcile, done, 120.0, watch=Watched(rec.core.list_node))
+        return repeat_until(what, rec.reconcile, done, 120.0, watch=nodes_watched(rec.cluster))
 
     # 1. the strategy's own layout, then a workload on `busy`; without the optimizer nothing more happens
     settle(lambda o: o is not None and o.phase == "ready", "pool laid out for 3g.40gb")

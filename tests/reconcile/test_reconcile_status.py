@@ -97,18 +97,16 @@ def test_reports_only_pushes_do_not_trigger(tmp_path):
     from kgwe.gitops.webhook import PushEvent
     from kgwe.reconcile.controller import Controller
 
-    class Offline(Controller):
-        def is_leader(self) -> bool:
-            return True
-
-    c = Offline(None, "ns", cache_dir=tmp_path, listen=None, leader_election=False)
+    c = Controller(None, "ns", cache_dir=tmp_path, listen=None, leader_election=False, workloads=False)
+    routed: list[frozenset[str]] = []
+    c.repositories.push = routed.append  # type: ignore[method-assign]  # where on_push hands a push on
     repo = frozenset({"git.example.com/p/policy"})
     c.on_push(PushEvent("refs/heads/main", "a" * 40, "push", ("reports/prod/chargeback.md",), repo))
-    assert not c._trigger.is_set()
+    assert routed == []
     c.on_push(
         PushEvent("refs/heads/main", "a" * 40, "push", ("reports/x.md", "clusters/prod/mig.yaml"), repo)
     )
-    assert c._trigger.is_set() and c._pushed == set(repo)
+    assert routed == [repo]
     text = c.metrics.exposition().decode()
     assert 'kgwe_webhook_events_total{outcome="ignored_reports_only"} 1.0' in text
 

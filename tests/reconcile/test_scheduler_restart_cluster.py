@@ -10,6 +10,7 @@ from kubernetes import client
 from kgwe.audit.stamp import Stamp
 from kgwe.reconcile.scheduler_restart import SchedulerRestarter
 from kgwe.render.scheduler_config import config_hash
+from kgwe.runtime.kube import KubeCluster
 from kgwe.vocab import SCHEDULER_CONFIG_HASH_ANNOTATION, SCHEDULER_CONFIG_KEY, SCHEDULER_CONFIGMAP
 from tests.harness.kgwe_scheduler import rendered_config_text
 
@@ -45,7 +46,7 @@ def annotations(apps: client.AppsV1Api, namespace: str) -> dict:
 
 def test_restart_stamps_only_the_hash_and_refuses_bad_configs(k8s_api, namespace) -> None:
     core, apps = client.CoreV1Api(k8s_api), client.AppsV1Api(k8s_api)
-    restarter = SchedulerRestarter(k8s_api, namespace)
+    restarter = SchedulerRestarter(KubeCluster(k8s_api), namespace)
     assert restarter.sync().outcome == "invalid"  # no ConfigMap at all
     text = rendered_config_text("http://kgwe-extender.kgwe-system.svc:8080")
     core.create_namespaced_config_map(

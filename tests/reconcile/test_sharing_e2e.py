@@ -20,7 +20,7 @@ from kgwe.render.sharing import config_key
 from tests.harness.deployed import eventually
 from tests.harness.kgwe_scheduler import LocalScheduler, local_config, rendered_config_text
 from tests.harness.processes import stop
-from tests.harness.waiting import Watched, repeat_until
+from tests.harness.waiting import nodes_watched, repeat_until
 
 pytestmark = pytest.mark.cluster
 
@@ -75,7 +75,7 @@ def drive(rec: RepositoryReconciler, done, timeout_seconds: float = 120.0, note=
         rec.reconcile,
         done,
         timeout_seconds,
-        watch=Watched(rec.core.list_node),
+        watch=nodes_watched(rec.cluster),
         describe=note,
     )
 

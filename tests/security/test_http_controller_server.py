@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -18,6 +19,7 @@ from kubernetes import client
 from kgwe.gitops.webhook import ControllerHTTPServer, PushEvent, repository_key, sign
 from kgwe.httpd import Limits
 from tests.harness.crds import install_crds
+from tests.harness.waiting import wait_for
 
 SECRET = b"hook-secret"
 REPO = "https://git.example.com/platform/gpu-policy.git"
@@ -207,23 +209,32 @@ def test_a_push_reconciles_only_the_repositories_it_names(k8s_api, namespace) ->
     reconciled: list[str] = []
 
     class Recorder:
+        """A reconciler that only records that it ran (no Git server needed)."""
+
         def __init__(self, name: str) -> None:
             self.name = name
+            self.last_read = {"kind": "PolicyRepository"}  # the repository is there
 
         def reconcile(self, pushed: bool = False) -> None:
             reconciled.append(self.name)
+
+        def interval_seconds(self) -> float:
+            return 3600.0
 
     class Recording(Controller):
         def _reconciler(self, name):  # type: ignore[override]
             return Recorder(name)
 
     c = Recording(k8s_api, namespace, cache_dir="/nonexistent", listen=None, leader_election=False)
-    c.tick()  # first sight: everything is due once
-    assert sorted(reconciled) == sorted(urls)
-    reconciled.clear()
-    c.tick()
-    assert reconciled == []  # nothing due for an hour
-    named = frozenset({repository_key("git@git.example.com:platform/gpu-policy")})
-    c.on_push(PushEvent("refs/heads/main", "e" * 40, "push", ("policy/mig.yaml",), named))
-    c.tick()
-    assert reconciled == ["named"]
+    stop = threading.Event()
+    c.repositories.start(stop)
+    try:
+        queue = c.repositories.loop.queue
+        wait_for("each repository seen once", lambda: sorted(reconciled) == sorted(urls) and queue.idle())
+        reconciled.clear()  # nothing more is due for an hour
+        named = frozenset({repository_key("git@git.example.com:platform/gpu-policy")})
+        c.on_push(PushEvent("refs/heads/main", "e" * 40, "push", ("policy/mig.yaml",), named))
+        wait_for("the named repository reconciled", lambda: reconciled and queue.idle())
+        assert reconciled == ["named"]
+    finally:
+        stop.set()

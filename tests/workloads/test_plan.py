@@ -19,8 +19,9 @@ from kgwe.policy.workload_resolution import (
     resolve_priority,
     resolve_profile,
 )
+from kgwe.runtime.conditions import set_condition
 from kgwe.workloads.plan import plan_children
-from kgwe.workloads.status import backoff_seconds, derive_phase, set_condition
+from kgwe.workloads.status import backoff_seconds, derive_phase
 
 EXAMPLES = Path(__file__).parents[2] / "docs" / "examples" / "gpuworkloads"
 
@@ -233,16 +234,19 @@ def test_quota_admission_names_the_budget():
 def test_conditions_keep_transition_time_and_phase_follows():
     now = datetime(2026, 11, 1, tzinfo=UTC)
     conds: list = []
-    assert set_condition(conds, "PodsScheduled", "False", "Pending", "0/2", 1, now)
-    assert not set_condition(conds, "PodsScheduled", "False", "Pending", "0/2", 1, now + timedelta(seconds=5))
-    assert conds[0]["lastTransitionTime"] == "2026-11-01T00:00:00Z"
+    later = now + timedelta(seconds=5)
+    assert set_condition(conds, "PodsScheduled", "False", "Pending", "0/2", generation=1, now=now)
+    assert not set_condition(conds, "PodsScheduled", "False", "Pending", "0/2", generation=1, now=later)
+    assert conds[0].last_transition_time == "2026-11-01T00:00:00Z"
     assert derive_phase(conds) == "Pending"
-    set_condition(conds, "PodsScheduled", "True", "AllScheduled", "2/2", 2, now + timedelta(seconds=9))
-    assert conds[0]["lastTransitionTime"] == "2026-11-01T00:00:09Z" and conds[0]["observedGeneration"] == 2
+    set_condition(
+        conds, "PodsScheduled", "True", "AllScheduled", "2/2", generation=2, now=later + timedelta(4)
+    )
+    assert conds[0].last_transition_time == "2026-11-05T00:00:05Z" and conds[0].observed_generation == 2
     assert derive_phase(conds) == "Scheduled"
-    set_condition(conds, "PodsReady", "True", "AllReady", "", 2, now)
+    set_condition(conds, "PodsReady", "True", "AllReady", "", generation=2, now=now)
     assert derive_phase(conds) == "Running"
-    set_condition(conds, "Failed", "True", "BackoffLimitExceeded", "", 2, now)
+    set_condition(conds, "Failed", "True", "BackoffLimitExceeded", "", generation=2, now=now)
     assert derive_phase(conds) == "Failed"
 
 

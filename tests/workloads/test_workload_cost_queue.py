@@ -1,15 +1,12 @@
-"""A workload's cost from its pods' metered intervals, and the reconciler's work queue."""
+"""A workload's cost from its pods' metered intervals (the work queue: tests/runtime/test_queue.py)."""
 
 from __future__ import annotations
 
-import threading
-import time
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 from kgwe.cost.pricing import pricebook
 from kgwe.cost.usage import UsageInterval
-from kgwe.workloads.controller import WorkQueue
 from kgwe.workloads.cost import pod_pattern, workload_cost
 
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
@@ -60,32 +57,6 @@ def test_open_interval_counts_up_to_now_and_deployment_pods_match():
     pattern = pod_pattern("chat", ["server"], batch=False)
     hours, amount = workload_cost([iv], book, "ml", pattern, T0 + timedelta(minutes=90))
     assert (hours, amount) == (Decimal("1.500"), Decimal("3.00"))
-
-
-def test_queue_dedups_and_delays():
-    q = WorkQueue()
-    q.add("ns/a")
-    q.add("ns/a")
-    q.add("ns/b", after_seconds=0.3)
-    assert q.get(0.1) == "ns/a"
-    assert q.get(0.05) is None
-    start = time.monotonic()
-    assert q.get(2.0) == "ns/b"
-    assert time.monotonic() - start >= 0.2
-    q.add("ns/c", after_seconds=10)
-    q.add("ns/c")  # an earlier wish wins
-    assert q.get(0.5) == "ns/c"
-
-
-def test_queue_wakes_a_waiting_worker():
-    q = WorkQueue()
-    got: list[str | None] = []
-    t = threading.Thread(target=lambda: got.append(q.get(5.0)))
-    t.start()
-    time.sleep(0.1)
-    q.add("ns/x")
-    t.join(5)
-    assert got == ["ns/x"]
 
 
 def test_cost_duties_put_a_workloads_metered_cost_in_its_status(tmp_path):

@@ -13,6 +13,7 @@ from kubernetes import client
 from prometheus_client import CollectorRegistry
 
 from kgwe.cluster.events import EventRecorder
+from kgwe.runtime.kube import KubeCluster
 from kgwe.vocab import API_GROUP as GROUP
 from kgwe.vocab import CRD_VERSION as VERSION
 from kgwe.vocab import GPU_WORKLOAD_PLURAL as PLURAL
@@ -68,11 +69,31 @@ def registry() -> CollectorRegistry:
     return CollectorRegistry()
 
 
+class Watches(KubeCluster):
+    """The controller's cluster, counting the watches of GPUWorkloads it starts; `resume_from` rewrites the
+    resourceVersion of the watch with that number (a version the API server no longer holds)."""
+
+    def __init__(self, api: client.ApiClient) -> None:
+        super().__init__(api)
+        self.started = 0
+        self.resume_from: dict[int, str] = {}
+
+    def _request(self, method: str, path: str, *, query: Any = None, **kwargs: Any) -> Any:
+        if query and query.get("watch") == "true" and path.endswith(f"/{PLURAL}"):
+            self.started += 1
+            if self.started in self.resume_from:
+                query = {**query, "resourceVersion": self.resume_from[self.started]}
+        return super()._request(method, path, query=query, **kwargs)
+
+
 @pytest.fixture
 def reconciler(k8s_api: client.ApiClient, registry: CollectorRegistry) -> WorkloadReconciler:
     install_crds(k8s_api)
     return WorkloadReconciler(
-        k8s_api, recorder=EventRecorder(k8s_api), metrics=WorkloadMetrics(registry), is_leader=lambda: True
+        Watches(k8s_api),
+        recorder=EventRecorder(k8s_api),
+        metrics=WorkloadMetrics(registry),
+        is_leader=lambda: True,
     )
 
 
@@ -100,14 +121,7 @@ def _create(k8s_api: client.ApiClient, namespace: str, name: str) -> None:
 
 
 def test_a_rewatch_hands_over_no_object_again_as_added(k8s_api, namespace, reconciler, run_controller):
-    real = reconciler.custom.list_cluster_custom_object
-    watches = {"n": 0}
-
-    def counted(*args: Any, **kwargs: Any) -> Any:
-        watches["n"] += bool(kwargs.get("watch"))
-        return real(*args, **kwargs)
-
-    reconciler.custom.list_cluster_custom_object = counted  # type: ignore[method-assign]
+    watches = reconciler.cluster
     watching = run_controller()
     eventually(watching.listed, "the first listing")
     added_before = watching.events("ADDED")
@@ -117,26 +131,16 @@ def test_a_rewatch_hands_over_no_object_again_as_added(k8s_api, namespace, recon
     eventually(lambda: watching.events("MODIFIED") >= 3, "the reconciler's status writes seen")
     # Several watches end and are resumed meanwhile (each after WATCH_SECONDS). Re-watching without the
     # last resourceVersion would hand the three workloads over again as ADDED after every one of them.
-    started = watches["n"]
-    eventually(lambda: watches["n"] >= started + 5, "five more watches of GPUWorkloads")
+    started = watches.started
+    eventually(lambda: watches.started >= started + 5, "five more watches of GPUWorkloads")
     assert watching.events("ADDED") - added_before == 3
     assert watching.restarts("expired") == 0 and watching.restarts("failed") == 0  # resumed, never relisted
 
 
 def test_an_expired_version_lists_again_and_goes_on(k8s_api, namespace, reconciler, run_controller):
-    real = reconciler.custom.list_cluster_custom_object
-    watches = {"n": 0}
-
-    def resuming_from_a_compacted_version(*args: Any, **kwargs: Any) -> Any:
-        # The API server answers a watch from a version it no longer holds with 410 Gone (the test cannot
-        # wait minutes for a compaction): the second watch asks for version 1, long gone on this cluster.
-        if kwargs.get("watch"):
-            watches["n"] += 1
-            if watches["n"] == 2:
-                kwargs["resource_version"] = "1"
-        return real(*args, **kwargs)
-
-    reconciler.custom.list_cluster_custom_object = resuming_from_a_compacted_version  # type: ignore[method-assign]
+    # The API server answers a watch from a version it no longer holds with 410 Gone (the test cannot wait
+    # minutes for a compaction): the second watch asks for version 1, long gone on this cluster.
+    reconciler.cluster.resume_from[2] = "1"
     _create(k8s_api, namespace, "before")
     watching = run_controller()
     eventually(lambda: watching.restarts("expired") == 1, "the expiry seen")

@@ -812,7 +812,7 @@ def test_reconciler_runs_as_the_controllers_service_account(
         assert client.CoreV1Api(k8s_api).read_namespaced_service(name, namespace)
         events = client.CoreV1Api(k8s_api).list_namespaced_event(namespace).items
         assert any(e.involved_object.name == name and e.source.component for e in events)
-        assert parts["reconciler"].api_client is sa
+        assert parts["reconciler"].cluster.api_client is sa
     core, custom = client.CoreV1Api(sa), client.CustomObjectsApi(sa)
     _forbidden(lambda: core.list_secret_for_all_namespaces())
     # pods it may delete (a Kueue run's, which it makes) only where GPUWorkloads run

@@ -24,9 +24,10 @@ import orjson
 from kubernetes import watch
 from kubernetes.client.exceptions import ApiException
 
+from kgwe.runtime.errors import GONE
+
 log = logging.getLogger(__name__)
 
-GONE = 410
 MIN_BACKOFF_SECONDS = 0.2
 
 
