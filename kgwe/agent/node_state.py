@@ -77,7 +77,7 @@ def health_condition(faults: Mapping[int, GPUFault]) -> tuple[ConditionStatus, s
 NVML_UNAVAILABLE = "NVMLUnavailable"
 
 
-def unavailable_condition(error: str) -> tuple[str, str, str]:
+def unavailable_condition(error: str) -> tuple[ConditionStatus, str, str]:
     """(status, reason, message) of GPUHealthy while the agent cannot use NVML at all: Unknown, with what
     to check."""
     return (
@@ -91,7 +91,7 @@ def unavailable_condition(error: str) -> tuple[str, str, str]:
 
 def condition_patch(
     current: tuple[str | None, str | None, str | None, datetime | None] | None,
-    faults: Mapping[int, GPUFault] | tuple[str, str, str],
+    faults: Mapping[int, GPUFault] | tuple[ConditionStatus, str, str],
     now: datetime,
 ) -> dict[str, Any] | None:
     """A Node status patch setting GPUHealthy (conditions merge by type), or None when it already says so.

@@ -512,7 +512,7 @@ class RepositoryReconciler:
         return live_mig_configs(self.cluster, namespace, name)
 
     def _rollout(
-        self, p: Pass, policy: PolicySet, desired: Desired, facts: list[GpuNodeFacts], pods: list[dict]
+        self, p: Pass, policy: PolicySet, desired: Desired, facts: list[GpuNodeFacts], pods: list[KubeObject]
     ) -> RolloutPlan:
         """The MIG and the sharing rollout, side by side; the rollout gauges as they stand after them."""
         now, record = self.now(), self._recorder(p)
