@@ -67,7 +67,7 @@ def test_no_nvml_on_a_node_says_so_on_the_node_with_what_to_check(k8s_api, gpu_n
     from kgwe.cluster.client import list_items
     from kgwe.fleet.nodes import health_rows
 
-    node = gpu_node("HGX-H100")
+    node = gpu_node("DGX-H100")
     core = client.CoreV1Api(k8s_api)
     argv = ["agent", "--once", "--node-name", node, "--kubeconfig", str(control_plane.kubeconfig_path)]
     done = subprocess.run(
