@@ -52,6 +52,7 @@ from kgwe.localcluster.cluster import (
 )
 from kgwe.localcluster.mocknvml import DEFAULT_GPU_PROFILE, FAILURE_MODES
 from kgwe.localcluster.privatefiles import UnsafePath, check_directory, make_directory
+from kgwe.vocab import GPU_RESOURCE
 
 STOP_TIMEOUT_SECONDS = 120.0
 
@@ -363,7 +364,10 @@ def down() -> int:
 
 
 def fail_gpu(args: argparse.Namespace) -> int:
-    """Inject a failure into one GPU of the running GPU node and restart NVIDIA's plugin so it meets it."""
+    """Inject a failure into one GPU of the running GPU node and restart NVIDIA's plugin so it meets it; for
+    a failure the plugin withdraws a GPU for, until it has (nvidiastack.fail_and_withdraw)."""
+    from kubernetes import config
+
     from kgwe.localcluster import mocknvml, nvidiastack
     from kgwe.localcluster.realnode import CGROUP_ROOT, NODE_NAME
 
@@ -372,13 +376,23 @@ def fail_gpu(args: argparse.Namespace) -> int:
     record = _running()
     if record is None or not record.gpu_profile:
         raise KgweError("no local GPU node is running: start one with `kgwe cluster up --gpu-profile`")
+    cgroup = f"/{CGROUP_ROOT}/"
+    watch = f"Watch: kgwe health; kgwe nodes {NODE_NAME} -o wide; kubectl describe node {NODE_NAME}"
+    if args.xid is not None and nvidiastack.plugin_withdraws(args.mode, args.xid):
+        api = config.new_client_from_config(record.kubeconfig)
+        attempts = nvidiastack.fail_and_withdraw(api, cgroup, args.gpu, args.xid)
+        _say(
+            f"GPU {args.gpu}: {args.mode} with Xid {args.xid} injected (the mock's overrides file); NVIDIA's "
+            f"device plugin, restarted in place (SIGHUP; {attempts} time(s)), withdrew it (the node's "
+            f"allocatable {GPU_RESOURCE} drops by one). {watch}"
+        )
+        return 0
     mocknvml.inject_failure(args.gpu, args.mode, args.xid)
-    restarted = nvidiastack.restart_device_plugin(f"/{CGROUP_ROOT}/")
+    restarted = nvidiastack.restart_device_plugin(cgroup)
     xid = f" with Xid {args.xid}" if args.xid is not None else ""
     _say(
         f"GPU {args.gpu}: {args.mode}{xid} injected (the mock's overrides file); NVIDIA's device plugin "
-        f"restarted in place ({restarted} process(es), SIGHUP) to read its GPUs again. Watch: kgwe health; "
-        f"kgwe nodes {NODE_NAME} -o wide; kubectl describe node {NODE_NAME}"
+        f"restarted in place ({restarted} process(es), SIGHUP) to read its GPUs again. {watch}"
     )
     return 0
 

@@ -85,11 +85,14 @@ def profile_gpus(root: Path = DRIVER_ROOT) -> list[ProfileGpu]:
 
 
 def inject_failure(
-    gpu: int, mode: FailureMode, xid: int | None = None, root: Path = DRIVER_ROOT
+    gpu: int, mode: FailureMode, xid: int | None = None, root: Path = DRIVER_ROOT, occurrence: int = 0
 ) -> dict[str, Any]:
     """Write a failure of GPU `gpu` into the overrides file every process using the library re-reads (other
     GPUs' injected failures stay); returns the document written. The mock trips the GPU on its next guarded
-    call in each process: no trigger, so the very first one."""
+    call in each process: no trigger, so the very first one. A new `occurrence` (> 0) of the same failure
+    makes it happen again: the mock keeps a device's tripped state, and its Xid delivered, only while the
+    failure block stays the same, so the block then carries the occurrence as its `seed` (which only seeds
+    `probability` rolls, and there are none)."""
     if mode not in FAILURE_MODES:
         raise KgweError(f"unknown failure mode {mode!r}; the mock knows {', '.join(FAILURE_MODES)}")
     gpus = profile_gpus(root)
@@ -100,6 +103,8 @@ def inject_failure(
     failure: dict[str, Any] = {"mode": mode}
     if xid is not None:
         failure["xid"] = {"code": xid}
+    if occurrence:
+        failure["seed"] = occurrence
     doc = _read_overrides(root)
     doc.setdefault("devices", {})[str(gpu)] = {"failure": failure}
     _write_overrides(root, doc)
