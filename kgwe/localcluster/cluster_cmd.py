@@ -18,7 +18,8 @@ With `--gpu-profile PROFILE` (alone: h100) the real node is also a GPU node run 
 mock NVML library with that GPU profile in the driver root, NVIDIA's device plugin, GPU Feature Discovery
 and config-manager as the GPU Operator runs them (built from NVIDIA's sources by hack/nvidia-bins.sh); `up`
 returns once the node advertises the profile's GPUs. `fail-gpu` injects a failure into one of its GPUs
-through the mock and restarts NVIDIA's plugin in place so it reads its GPUs again (docs/nvidia-stack.md).
+through the mock and restarts NVIDIA's plugin in place so it reads its GPUs again; for an uncorrectable ECC
+error with a critical Xid, until the plugin has withdrawn that GPU (docs/nvidia-stack.md).
 
 Example:
   eval "$(kgwe cluster up --image build/image/kgwe-0.1.0.oci.tar)"

@@ -13,7 +13,8 @@ override goes or the process's last nvmlShutdown drops its devices; an Xid goes 
 that claims it. The agent makes those calls every period. NVIDIA's device plugin v0.20.0 makes them only
 while it (re)starts (nvidiastack.restart_device_plugin: SIGHUP, as config-manager does), and what follows
 is NVIDIA's code meeting the failure (docs/nvidia-stack.md): a lost GPU stops the plugin from starting at
-all; an Xid is taken by the health check of the run that was just stopped, or of the new one.
+all; an Xid is taken by the health check of the run that was just stopped, or of the new one (which
+withdraws the GPU: nvidiastack.fail_and_withdraw restarts it until it does).
 """
 
 from __future__ import annotations
