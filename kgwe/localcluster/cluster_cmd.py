@@ -53,7 +53,6 @@ from kgwe.localcluster.cluster import (
 )
 from kgwe.localcluster.mocknvml import DEFAULT_GPU_PROFILE, FAILURE_MODES
 from kgwe.localcluster.privatefiles import UnsafePath, check_directory, make_directory
-from kgwe.vocab import GPU_RESOURCE
 
 STOP_TIMEOUT_SECONDS = 120.0
 
@@ -371,6 +370,7 @@ def fail_gpu(args: argparse.Namespace) -> int:
 
     from kgwe.localcluster import mocknvml, nvidiastack
     from kgwe.localcluster.realnode import CGROUP_ROOT, NODE_NAME
+    from kgwe.vocab import GPU_RESOURCE
 
     if os.geteuid() != 0:
         raise KgweError("`kgwe cluster fail-gpu` needs root (it writes the node's driver root)")
