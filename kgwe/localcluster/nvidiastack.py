@@ -483,6 +483,9 @@ def restart_device_plugin(cgroup_root: str) -> int:
 DEVICE_PLUGIN_IGNORED_XIDS = frozenset({13, 31, 43, 45, 68, 109})
 WITHDRAW_ATTEMPTS = 5
 WITHDRAW_WAIT_SECONDS = 30.0
+# The running plugin logs a withdrawal right after the Xid (same process, a channel apart); this long after
+# the Xid without one, the stopped run took it.
+CLAIM_GRACE_SECONDS = 5.0
 
 
 def plugin_withdraws(mode: str, xid: int | None) -> bool:
@@ -510,6 +513,12 @@ def withdrawals(log: str, uuid: str) -> int:
     return log.count(f"device marked unhealthy: {uuid}")
 
 
+def xid_claims(log: str, uuid: str, xid: int) -> int:
+    """How often a health check of the plugin took Xid `xid` of GPU `uuid` (logged whether or not its run
+    still serves: the stopped run's logs this line alone, the running one's this line then a withdrawal)."""
+    return log.count(f"XidCriticalError: Xid={xid} on Device={uuid};")
+
+
 def fail_and_withdraw(
     api: client.ApiClient,
     cgroup_root: str,
@@ -530,14 +539,21 @@ def fail_and_withdraw(
     health check, so the Xid never reaches it."""
     uuid = {g.index: g.uuid for g in mocknvml.profile_gpus()}[gpu]
     for attempt in range(1, attempts + 1):
-        before = withdrawals(_device_plugin_log(api), uuid)
+        log = _device_plugin_log(api)
+        withdrawn, claimed = withdrawals(log, uuid), xid_claims(log, uuid, xid)
         mocknvml.inject_failure(gpu, "ecc_uncorrectable", xid, occurrence=attempt - 1)
         if not restart_device_plugin(cgroup_root):
             raise KgweError(f"NVIDIA's device plugin does not run:\n{pods_state(api)}")
         deadline = time.monotonic() + wait_seconds
+        claimed_at: float | None = None
         while time.monotonic() < deadline:
-            if withdrawals(_device_plugin_log(api), uuid) > before:
+            log = _device_plugin_log(api)
+            if withdrawals(log, uuid) > withdrawn:
                 return attempt
+            if claimed_at is None and xid_claims(log, uuid, xid) > claimed:
+                claimed_at = time.monotonic()
+            if claimed_at is not None and time.monotonic() - claimed_at > CLAIM_GRACE_SECONDS:
+                break  # the stopped run took the Xid: the running one will not see it
             time.sleep(poll_seconds)
     raise KgweError(
         f"NVIDIA's device plugin did not withdraw GPU {gpu} ({uuid}) in {attempts} restarts with Xid {xid} "

@@ -152,6 +152,8 @@ def test_a_withdrawal_is_what_the_running_plugin_logs():
     )
     assert nvidiastack.withdrawals(log, "GPU-4") == 1  # the stopped run's health check only logs the Xid
     assert nvidiastack.withdrawals(log, "GPU-3") == 0
+    assert nvidiastack.xid_claims(log, "GPU-4", 79) == 2
+    assert nvidiastack.xid_claims(log, "GPU-4", 48) == 0
 
 
 @pytest.mark.parametrize(
