@@ -13,9 +13,10 @@ missing, as the tests build it). Figures:
   real node's allocatable `nvidia.com/gpu` changed (KGWE's sync, render and rollout, NVIDIA's config-manager
   and plugin restart, the kubelet);
 - health_withdrawn_seconds: an uncorrectable ECC error with Xid 48 injected into GPU 3 (`kgwe cluster
-  fail-gpu`, which also restarts NVIDIA's plugin in place) until the extender no longer chooses GPU 3: the
-  agent's health annotation names it (what the extender's watch reads); then an 8-GPU pod is checked to be
-  refused;
+  fail-gpu`, which restarts NVIDIA's plugin in place until it withdraws GPU 3) until both have let it go:
+  the extender no longer chooses it (the agent's health annotation names it: what the extender's watch
+  reads; health_marked_seconds) and NVIDIA's plugin withdrew it (the node's allocatable `nvidia.com/gpu` is
+  7; plugin_withdrawn_seconds); then an 8-GPU pod is checked to be refused;
 - agent_discovery_ms: one discovery of the agent through NVIDIA's mock library (median of 20, in a process
   of its own loading the library from the node's driver root).
 
@@ -119,23 +120,39 @@ def main() -> None:
                 kgwe.commit({"sharing/ts4.yaml": None}, "unshare")
                 _until("back to 8 whole GPUs", lambda: _allocatable(core) == "8")
                 started = time.monotonic()
-                subprocess.run(
+                fail = subprocess.Popen(
                     [*KGWE, "cluster", "fail-gpu", "3", "--mode", "ecc_uncorrectable", "--xid", "48"],
-                    check=True,
-                    capture_output=True,
-                    timeout=60,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.PIPE,
+                    text=True,
                 )
 
-                def withdrawn() -> bool:
+                def marked() -> bool:
                     raw = core.read_node(NODE_NAME).metadata.annotations.get(health.ANNOTATION_KEY)
                     return 3 in (health.decode(raw) if raw else {})
 
-                _until("GPU 3 marked unhealthy", withdrawn, 300)
-                withdrawn_seconds = time.monotonic() - started
-                print(f"failure injected -> GPU 3 marked (the extender's input): {withdrawn_seconds:.1f} s")
+                seen: dict[str, float] = {}  # which let GPU 3 go first, and when
+
+                def both() -> bool:
+                    for what, check in (("marked", marked), ("plugin", lambda: _allocatable(core) == "7")):
+                        if what not in seen and check():
+                            seen[what] = time.monotonic() - started
+                    return len(seen) == 2
+
+                _until("GPU 3 marked by the agent and withdrawn by NVIDIA's plugin", both, 300)
+                marked_seconds, plugin_seconds = seen["marked"], seen["plugin"]
+                withdrawn_seconds = max(marked_seconds, plugin_seconds)
+                _, err = fail.communicate(timeout=300)
+                if fail.returncode:
+                    raise SystemExit(f"kgwe cluster fail-gpu failed: {err}")
+                print(err.strip())
+                print(
+                    f"failure injected -> GPU 3 marked (the extender's input): {marked_seconds:.1f} s, "
+                    f"withdrawn by NVIDIA's plugin (allocatable 7): {plugin_seconds:.1f} s"
+                )
                 ns = kgwe.opted_in_namespace(f"bench-{secrets.token_hex(3)}")
-                # GPU 3 is not handed out: an 8-GPU pod is refused (by the extender while NVIDIA's plugin
-                # still offers GPU 3, by kube-scheduler once the plugin withdrew it)
+                # GPU 3 is not handed out: an 8-GPU pod is refused (NVIDIA's plugin offers 7 GPUs; the
+                # extender counts GPU 3 taken)
                 core.create_namespaced_pod(ns, devices_pod("eight", 8, busybox.reference, NODE_NAME))
                 selector = "involvedObject.name=eight,reason=FailedScheduling"
                 _until(
@@ -155,6 +172,8 @@ def main() -> None:
                 "nvidia_stack_seconds": round(stack_seconds, 1),
                 "sharing_switch_seconds": round(switch, 1),
                 "health_withdrawn_seconds": round(withdrawn_seconds, 1),
+                "health_marked_seconds": round(marked_seconds, 1),
+                "plugin_withdrawn_seconds": round(plugin_seconds, 1),
                 "agent_discovery_ms": round(agent_ms, 1),
                 "load_average": round(os.getloadavg()[0], 1),
             }

@@ -18,7 +18,8 @@ With `--gpu-profile PROFILE` (alone: h100) the real node is also a GPU node run 
 mock NVML library with that GPU profile in the driver root, NVIDIA's device plugin, GPU Feature Discovery
 and config-manager as the GPU Operator runs them (built from NVIDIA's sources by hack/nvidia-bins.sh); `up`
 returns once the node advertises the profile's GPUs. `fail-gpu` injects a failure into one of its GPUs
-through the mock and restarts NVIDIA's plugin in place so it reads its GPUs again (docs/nvidia-stack.md).
+through the mock and restarts NVIDIA's plugin in place so it reads its GPUs again; for an uncorrectable ECC
+error with a critical Xid, until the plugin has withdrawn that GPU (docs/nvidia-stack.md).
 
 Example:
   eval "$(kgwe cluster up --image build/image/kgwe-0.1.0.oci.tar)"
@@ -364,22 +365,36 @@ def down() -> int:
 
 
 def fail_gpu(args: argparse.Namespace) -> int:
-    """Inject a failure into one GPU of the running GPU node and restart NVIDIA's plugin so it meets it."""
+    """Inject a failure into one GPU of the running GPU node and restart NVIDIA's plugin so it meets it; for
+    a failure the plugin withdraws a GPU for, until it has (nvidiastack.fail_and_withdraw)."""
+    from kubernetes import config
+
     from kgwe.localcluster import mocknvml, nvidiastack
     from kgwe.localcluster.realnode import CGROUP_ROOT, NODE_NAME
+    from kgwe.vocab import GPU_RESOURCE
 
     if os.geteuid() != 0:
         raise KgweError("`kgwe cluster fail-gpu` needs root (it writes the node's driver root)")
     record = _running()
     if record is None or not record.gpu_profile:
         raise KgweError("no local GPU node is running: start one with `kgwe cluster up --gpu-profile`")
+    cgroup = f"/{CGROUP_ROOT}/"
+    watch = f"Watch: kgwe health; kgwe nodes {NODE_NAME} -o wide; kubectl describe node {NODE_NAME}"
+    if args.xid is not None and nvidiastack.plugin_withdraws(args.mode, args.xid):
+        api = config.new_client_from_config(record.kubeconfig)
+        attempts = nvidiastack.fail_and_withdraw(api, cgroup, args.gpu, args.xid)
+        _say(
+            f"GPU {args.gpu}: {args.mode} with Xid {args.xid} injected (the mock's overrides file); NVIDIA's "
+            f"device plugin, restarted in place (SIGHUP; {attempts} time(s)), withdrew it (the node's "
+            f"allocatable {GPU_RESOURCE} drops by one). {watch}"
+        )
+        return 0
     mocknvml.inject_failure(args.gpu, args.mode, args.xid)
-    restarted = nvidiastack.restart_device_plugin(f"/{CGROUP_ROOT}/")
+    restarted = nvidiastack.restart_device_plugin(cgroup)
     xid = f" with Xid {args.xid}" if args.xid is not None else ""
     _say(
         f"GPU {args.gpu}: {args.mode}{xid} injected (the mock's overrides file); NVIDIA's device plugin "
-        f"restarted in place ({restarted} process(es), SIGHUP) to read its GPUs again. Watch: kgwe health; "
-        f"kgwe nodes {NODE_NAME} -o wide; kubectl describe node {NODE_NAME}"
+        f"restarted in place ({restarted} process(es), SIGHUP) to read its GPUs again. {watch}"
     )
     return 0
 

@@ -13,7 +13,8 @@ override goes or the process's last nvmlShutdown drops its devices; an Xid goes 
 that claims it. The agent makes those calls every period. NVIDIA's device plugin v0.20.0 makes them only
 while it (re)starts (nvidiastack.restart_device_plugin: SIGHUP, as config-manager does), and what follows
 is NVIDIA's code meeting the failure (docs/nvidia-stack.md): a lost GPU stops the plugin from starting at
-all; an Xid is taken by the health check of the run that was just stopped, or of the new one.
+all; an Xid is taken by the health check of the run that was just stopped, or of the new one (which
+withdraws the GPU: nvidiastack.fail_and_withdraw restarts it until it does).
 """
 
 from __future__ import annotations
@@ -85,11 +86,14 @@ def profile_gpus(root: Path = DRIVER_ROOT) -> list[ProfileGpu]:
 
 
 def inject_failure(
-    gpu: int, mode: FailureMode, xid: int | None = None, root: Path = DRIVER_ROOT
+    gpu: int, mode: FailureMode, xid: int | None = None, root: Path = DRIVER_ROOT, occurrence: int = 0
 ) -> dict[str, Any]:
     """Write a failure of GPU `gpu` into the overrides file every process using the library re-reads (other
     GPUs' injected failures stay); returns the document written. The mock trips the GPU on its next guarded
-    call in each process: no trigger, so the very first one."""
+    call in each process: no trigger, so the very first one. A new `occurrence` (> 0) of the same failure
+    makes it happen again: the mock keeps a device's tripped state, and its Xid delivered, only while the
+    failure block stays the same, so the block then carries the occurrence as its `seed` (which only seeds
+    `probability` rolls, and there are none)."""
     if mode not in FAILURE_MODES:
         raise KgweError(f"unknown failure mode {mode!r}; the mock knows {', '.join(FAILURE_MODES)}")
     gpus = profile_gpus(root)
@@ -100,6 +104,8 @@ def inject_failure(
     failure: dict[str, Any] = {"mode": mode}
     if xid is not None:
         failure["xid"] = {"code": xid}
+    if occurrence:
+        failure["seed"] = occurrence
     doc = _read_overrides(root)
     doc.setdefault("devices", {})[str(gpu)] = {"failure": failure}
     _write_overrides(root, doc)

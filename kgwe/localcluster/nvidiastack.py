@@ -37,6 +37,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from kgwe.errors import KgweError
+from kgwe.localcluster import mocknvml
 from kgwe.localcluster.controlplane import cache_base
 from kgwe.localcluster.gpunodes import KWOK_NODE_LABEL
 from kgwe.localcluster.mocknvml import DRIVER_ROOT, LIBRARY_DIR, OVERRIDES_TTL_SECONDS
@@ -475,3 +476,86 @@ def restart_device_plugin(cgroup_root: str) -> int:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGHUP)
     return len(found)
+
+
+# The Xids NVIDIA's plugin v0.20.0 never marks a device unhealthy for (application errors;
+# docs/facts/nvidia-stack.md §2): an injected one is received and ignored.
+DEVICE_PLUGIN_IGNORED_XIDS = frozenset({13, 31, 43, 45, 68, 109})
+WITHDRAW_ATTEMPTS = 5
+WITHDRAW_WAIT_SECONDS = 30.0
+# The running plugin logs a withdrawal right after the Xid (same process, a channel apart); this long after
+# the Xid without one, the stopped run took it.
+CLAIM_GRACE_SECONDS = 5.0
+
+
+def plugin_withdraws(mode: str, xid: int | None) -> bool:
+    """Whether NVIDIA's plugin withdraws a GPU failing so (the one GPU, not the node's every GPU): only an
+    uncorrectable ECC error with a critical Xid; a lost GPU stops the plugin from starting at all."""
+    return mode == "ecc_uncorrectable" and xid is not None and xid not in DEVICE_PLUGIN_IGNORED_XIDS
+
+
+def _device_plugin_log(api: client.ApiClient) -> str:
+    """The log of NVIDIA's plugin in its running pod ("" when none runs)."""
+    core = client.CoreV1Api(api)
+    selector = f"app={DEVICE_PLUGIN_DAEMONSET}"
+    for pod in core.list_namespaced_pod(GPU_OPERATOR_NAMESPACE, label_selector=selector).items:
+        if pod.status.phase == "Running":
+            container = pod.spec.containers[0].name
+            return str(
+                core.read_namespaced_pod_log(pod.metadata.name, GPU_OPERATOR_NAMESPACE, container=container)
+            )
+    return ""
+
+
+def withdrawals(log: str, uuid: str) -> int:
+    """How often the plugin's running server withdrew GPU `uuid` (v0.20.0 logs `'<resource>' device marked
+    unhealthy: <id>` when it tells the kubelet; the health check of a stopped run only logs the Xid)."""
+    return log.count(f"device marked unhealthy: {uuid}")
+
+
+def xid_claims(log: str, uuid: str, xid: int) -> int:
+    """How often a health check of the plugin took Xid `xid` of GPU `uuid` (logged whether or not its run
+    still serves: the stopped run's logs this line alone, the running one's this line then a withdrawal)."""
+    return log.count(f"XidCriticalError: Xid={xid} on Device={uuid};")
+
+
+def fail_and_withdraw(
+    api: client.ApiClient,
+    cgroup_root: str,
+    gpu: int,
+    xid: int,
+    attempts: int = WITHDRAW_ATTEMPTS,
+    wait_seconds: float = WITHDRAW_WAIT_SECONDS,
+    poll_seconds: float = 0.5,
+) -> int:
+    """Inject an uncorrectable ECC error with Xid `xid` into GPU `gpu` and restart NVIDIA's plugin until its
+    running server withdraws that GPU (tells the kubelet it is unhealthy); returns the attempts it took.
+
+    Why more than one (docs/nvidia-stack.md): the GPU trips in the plugin's process while the restarted run
+    reads its GPUs, and the mock delivers the Xid once, to whichever health check waits first: the new run's
+    (it withdraws the GPU) or the stopped run's, still in its 5-second event wait (nobody reads what it
+    marks). Then the failure is injected anew (a new occurrence, mocknvml.inject_failure) and the plugin
+    restarted again. A new process would not do: the mock makes its GPUs anew between its start and its
+    health check, so the Xid never reaches it."""
+    uuid = {g.index: g.uuid for g in mocknvml.profile_gpus()}[gpu]
+    for attempt in range(1, attempts + 1):
+        log = _device_plugin_log(api)
+        withdrawn, claimed = withdrawals(log, uuid), xid_claims(log, uuid, xid)
+        mocknvml.inject_failure(gpu, "ecc_uncorrectable", xid, occurrence=attempt - 1)
+        if not restart_device_plugin(cgroup_root):
+            raise KgweError(f"NVIDIA's device plugin does not run:\n{pods_state(api)}")
+        deadline = time.monotonic() + wait_seconds
+        claimed_at: float | None = None
+        while time.monotonic() < deadline:
+            log = _device_plugin_log(api)
+            if withdrawals(log, uuid) > withdrawn:
+                return attempt
+            if claimed_at is None and xid_claims(log, uuid, xid) > claimed:
+                claimed_at = time.monotonic()
+            if claimed_at is not None and time.monotonic() - claimed_at > CLAIM_GRACE_SECONDS:
+                break  # the stopped run took the Xid: the running one will not see it
+            time.sleep(poll_seconds)
+    raise KgweError(
+        f"NVIDIA's device plugin did not withdraw GPU {gpu} ({uuid}) in {attempts} restarts with Xid {xid} "
+        f"injected; NVIDIA's pods:\n{pods_state(api)}"
+    )

@@ -311,16 +311,19 @@ def _faults(api: client.ApiClient) -> dict[int, str]:
 
 def test_an_injected_failure_is_marked_avoided_and_shown(kgwe, ml, busybox):
     """An uncorrectable ECC error with Xid 48 on GPU 3: the agent marks it with the reason, `kgwe health` and
-    an Event show it, an 8-GPU pod is refused (the extender counts GPU 3 taken) and a 7-GPU pod fits. Then
+    an Event show it, NVIDIA's plugin withdraws it (allocatable 8 -> 7), an 8-GPU pod is refused and a 7-GPU
+    pod fits on the seven others. Then
     GPU 5 lost: the agent marks it and keeps it lost period after period; NVIDIA's plugin, restarted, cannot
     start with a lost GPU (the node advertises none, `kgwe nodes` shows why) and no GPU pod is placed
     there."""
     api, core = kgwe.api, client.CoreV1Api(kgwe.api)
     cgroup = f"/{CGROUP_ROOT}/"
     try:
-        mocknvml.inject_failure(3, "ecc_uncorrectable", 48)
-        nvidiastack.restart_device_plugin(cgroup)
+        uuid = {g.index: g.uuid for g in mocknvml.profile_gpus()}
+        assert _allocatable(api) == "8"
+        nvidiastack.fail_and_withdraw(api, cgroup, 3, 48)
         wait_for("GPU 3 unhealthy", lambda: 3 in _faults(api), 180, describe=lambda: _state(api))
+        wait_for("GPU 3 withdrawn", lambda: _allocatable(api) == "7", 120, describe=lambda: _state(api))
         assert _faults(api)[3] in ("ECCUncorrectable", "XID48")
         report = _kgwe(kgwe, "health", NODE_NAME)
         [row] = [r for r in report["items"] if r["gpu"] == 3]
@@ -329,9 +332,9 @@ def test_an_injected_failure_is_marked_avoided_and_shown(kgwe, ml, busybox):
             "default", field_selector=f"involvedObject.name={NODE_NAME},reason=GPUUnhealthy"
         )
         assert any("GPU 3" in e.message for e in events.items)
-        # GPU 3 is never handed out: an 8-GPU pod is refused (by KGWE's extender, which counts GPU 3 taken,
-        # while NVIDIA's plugin still offers it: its reason starts `kgwe:`; by kube-scheduler once the plugin
-        # withdrew it), and a 7-GPU pod fits
+        # GPU 3 is never handed out: an 8-GPU pod is refused (NVIDIA's plugin offers 7 GPUs:
+        # `Insufficient nvidia.com/gpu`; KGWE's extender counts GPU 3 taken: a reason starting `kgwe:`), and a
+        # 7-GPU pod fits on the seven others
         core.create_namespaced_pod(ml, devices_pod("eight", 8, busybox.reference, NODE_NAME))
         reasons = wait_for(
             "the 8-GPU pod refused",
@@ -352,6 +355,8 @@ def test_an_injected_failure_is_marked_avoided_and_shown(kgwe, ml, busybox):
         assert core.read_namespaced_pod("seven", ml).spec.scheduler_name == SCHEDULER_NAME
         held = [d for h in list_pod_resources(DEFAULT_SOCKET) if h.pod == "seven" for d in h.device_ids]
         assert sorted(held) == sorted(visible_devices(api, ml, "seven"))
+        assert sorted(held) == sorted(u for i, u in uuid.items() if i != 3)
+        assert _allocatable(api) == "7"
         core.delete_namespaced_pod("seven", ml, grace_period_seconds=0)
         # a lost GPU: NVIDIA's plugin cannot start with it, the agent keeps it lost
         mocknvml.inject_failure(5, "lost")

@@ -225,21 +225,47 @@ def _plugin_log(api: client.ApiClient) -> str:
 def test_an_injected_failure_meets_nvidias_plugin(gpu_cluster, api, ns, busybox):
     """What NVIDIA's plugin v0.20.0 does with the mock's failures once it reads its GPUs again (SIGHUP, as
     config-manager restarts it; the mock trips a GPU only on a call made after the failure is there): an
-    uncorrectable ECC error's Xid 48 reaches its health check; a lost GPU stops it from starting at all, so
-    the node advertises no GPU, the plugin's container crash-loops with NVML's error where `kgwe nodes` shows
-    it, and a GPU pod is not placed there. Cleared and restarted, it advertises every GPU again."""
+    uncorrectable ECC error's Xid 48 reaches its health check, which withdraws GPU 3 alone (allocatable 8 ->
+    7), and a pod of 7 GPUs gets the other seven; a lost GPU stops it from starting at all, so the node
+    advertises no GPU, the plugin's container crash-loops with NVML's error where `kgwe nodes` shows it, and
+    a GPU pod is not placed there. Cleared and restarted, it advertises every GPU again."""
     core = client.CoreV1Api(api)
     uuid = {g.index: g.uuid for g in mocknvml.profile_gpus()}
     cgroup = f"/{CGROUP_ROOT}/"
+
+    def refused(pod: str) -> list[str]:
+        events = core.list_namespaced_event(
+            ns, field_selector=f"involvedObject.name={pod},reason=FailedScheduling"
+        )
+        return [e.message for e in events.items if f"Insufficient {GPU_RESOURCE}" in (e.message or "")]
+
     try:
-        mocknvml.inject_failure(3, "ecc_uncorrectable", 48)
-        assert nvidiastack.restart_device_plugin(cgroup) == 1
+        assert _gpu_resources(_node(api))[GPU_RESOURCE] == "8"
+        before = nvidiastack.withdrawals(_plugin_log(api), uuid[3])
+        nvidiastack.fail_and_withdraw(api, cgroup, 3, 48)
+        log = _plugin_log(api)
+        assert f"XidCriticalError: Xid=48 on Device={uuid[3]}" in log
+        assert nvidiastack.withdrawals(log, uuid[3]) == before + 1
+        assert all(nvidiastack.withdrawals(log, uuid[i]) == 0 for i in uuid if i != 3), log
         wait_for(
-            "NVIDIA's plugin taking Xid 48 of GPU 3",
-            lambda: f"XidCriticalError: Xid=48 on Device={uuid[3]}" in _plugin_log(api),
+            "NVIDIA's plugin withdrawing GPU 3",
+            lambda: _gpu_resources(_node(api))[GPU_RESOURCE] == "7",
             120,
             describe=lambda: _nvidia_state(api),
         )
+        core.create_namespaced_pod(ns, devices_pod("seven", 7, busybox.reference, NODE_NAME))
+        seen = wait_for(
+            "the 7-GPU pod running",
+            lambda: visible_devices(api, ns, "seven"),
+            180,
+            describe=lambda: _nvidia_state(api),
+        )
+        assert sorted(seen) == sorted(u for i, u in uuid.items() if i != 3)
+        core.create_namespaced_pod(ns, devices_pod("one-more", 1, busybox.reference, NODE_NAME))
+        wait_for("a GPU pod beyond the seven refused", lambda: refused("one-more"), 120)
+        assert core.read_namespaced_pod("one-more", ns).spec.node_name is None
+        assert _gpu_resources(_node(api))[GPU_RESOURCE] == "7"
+        core.delete_collection_namespaced_pod(ns, grace_period_seconds=0)
         mocknvml.inject_failure(5, "lost")
         assert nvidiastack.restart_device_plugin(cgroup) == 1
         wait_for(
@@ -258,14 +284,7 @@ def test_an_injected_failure_meets_nvidias_plugin(gpu_cluster, api, ns, busybox)
         )
         assert "nvidia-device-plugin" in state and "error getting device memory info" in state, state
         core.create_namespaced_pod(ns, devices_pod("waits", 1, busybox.reference, NODE_NAME))
-
-        def refused() -> list[str]:
-            events = core.list_namespaced_event(
-                ns, field_selector="involvedObject.name=waits,reason=FailedScheduling"
-            )
-            return [e.message for e in events.items if "Insufficient nvidia.com/gpu" in (e.message or "")]
-
-        wait_for("the GPU pod refused for want of GPUs", refused, 120)
+        wait_for("the GPU pod refused for want of GPUs", lambda: refused("waits"), 120)
         assert core.read_namespaced_pod("waits", ns).spec.node_name is None
     finally:
         core.delete_collection_namespaced_pod(ns, grace_period_seconds=0)

@@ -118,6 +118,44 @@ def test_failures_are_written_to_the_mocks_overrides_file(tmp_path):
     assert mocknvml.injected_failures(root) == {}
 
 
+def test_a_new_occurrence_of_a_failure_changes_its_block(tmp_path):
+    """The mock keeps a device's tripped state (and its Xid delivered) while the failure block is unchanged;
+    a new occurrence must change it, with the inert `seed`, and nothing else."""
+    root = _profile_root(tmp_path)
+    first = mocknvml.inject_failure(3, "ecc_uncorrectable", 48, root)["devices"]["3"]["failure"]
+    again = mocknvml.inject_failure(3, "ecc_uncorrectable", 48, root, occurrence=2)["devices"]["3"]["failure"]
+    assert first == {"mode": "ecc_uncorrectable", "xid": {"code": 48}}
+    assert again == {**first, "seed": 2}
+    assert mocknvml.injected_failures(root) == {3: again}
+
+
+@pytest.mark.parametrize(
+    ("mode", "xid", "withdrawn"),
+    [
+        ("ecc_uncorrectable", 48, True),
+        ("ecc_uncorrectable", 79, True),
+        ("ecc_uncorrectable", 13, False),  # an application Xid: NVIDIA's plugin ignores it
+        ("ecc_uncorrectable", 109, False),
+        ("ecc_uncorrectable", None, False),  # no Xid, no event
+        ("lost", 79, False),  # the plugin cannot start: every GPU goes, not one
+    ],
+)
+def test_which_failures_nvidias_plugin_withdraws_one_gpu_for(mode, xid, withdrawn):
+    assert nvidiastack.plugin_withdraws(mode, xid) is withdrawn
+
+
+def test_a_withdrawal_is_what_the_running_plugin_logs():
+    log = (
+        "I1206 health.go:169] XidCriticalError: Xid=79 on Device=GPU-4; marking device as unhealthy.\n"
+        "I1206 health.go:169] XidCriticalError: Xid=79 on Device=GPU-4; marking device as unhealthy.\n"
+        "I1206 server.go:279] 'nvidia.com/gpu' device marked unhealthy: GPU-4\n"
+    )
+    assert nvidiastack.withdrawals(log, "GPU-4") == 1  # the stopped run's health check only logs the Xid
+    assert nvidiastack.withdrawals(log, "GPU-3") == 0
+    assert nvidiastack.xid_claims(log, "GPU-4", 79) == 2
+    assert nvidiastack.xid_claims(log, "GPU-4", 48) == 0
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
