@@ -196,15 +196,17 @@ class ControlLoop:
 
     # -- leadership and resync ---------------------------------------------------------------------------
     def supervise(self) -> None:
-        """Follow the gate: on becoming leader (or leading again after dropping keys), `on_leading` and every
-        key queued; while leading, every key again each `resync_seconds`."""
+        """Follow the gate: on becoming leader (or leading again after dropping keys), `on_leading`, and every
+        key queued if any was dropped meanwhile; while leading, every key again each `resync_seconds`."""
         leading = self.gate()
         became = leading and (not self._leading or self._missed)
         self._leading = leading
         if became and self.on_leading is not None:
             self.on_leading()
         due = self.resync_seconds is not None and time.monotonic() - self._last_resync >= self.resync_seconds
-        if leading and (became or due):
+        # every key again only when one was dropped while standing by: a loop that led from the start has
+        # queued each key from its watch already (queueing them again reconciled each twice at start)
+        if leading and (self._missed or due):
             self._missed = False
             self._last_resync = time.monotonic()
             self.resync()
