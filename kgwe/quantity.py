@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 from decimal import Decimal, InvalidOperation, localcontext
+from functools import lru_cache
 
 MAX_CHARS = 128  # far longer than any quantity a person writes (the API server sets no limit)
 MAX_EXPONENT = 1000  # |decimal exponent|: beyond any resource amount, and cheap to compute exactly
@@ -41,6 +42,14 @@ def parse_quantity(value: object) -> Decimal:
         raise ValueError(f"expected a quantity ({EXAMPLES}), got {type(value).__name__}")
     if len(value) > MAX_CHARS:
         raise ValueError(f"a quantity of more than {MAX_CHARS} characters")
+    return _parse_text(value)
+
+
+@lru_cache(maxsize=4096)
+def _parse_text(value: str) -> Decimal:
+    """A quantity's text -> its amount. Cached: the extender reads the same few spellings in every request
+    (a Decimal is immutable; a refused text raises and is not kept; the size bounds what a flood of new
+    texts can hold)."""
     m = _GRAMMAR.match(value.strip())
     if not m:
         raise ValueError(f"{value!r} is not a quantity ({EXAMPLES})")
