@@ -10,6 +10,7 @@ from kubernetes import client
 from kgwe.agent import agent_cmd
 from kgwe.cli import main
 from kgwe.topology import annotation, known
+from kgwe.vocab import AGENT_FIELD_MANAGER
 
 pytestmark = pytest.mark.cluster
 
@@ -83,7 +84,8 @@ def test_no_nvml_on_a_node_says_so_on_the_node_with_what_to_check(k8s_api, gpu_n
     assert (condition.status, condition.reason) == ("Unknown", "NVMLUnavailable")
     assert "libnvidia-ml.so.1" in condition.message and "agent.runtimeClassName" in condition.message
     events = core.list_namespaced_event("default", field_selector=f"involvedObject.name={node}").items
-    assert [(e.type, e.reason) for e in events] == [("Warning", "NVMLUnavailable")]
+    mine = [(e.type, e.reason) for e in events if e.source and e.source.component == AGENT_FIELD_MANAGER]
+    assert mine == [("Warning", "NVMLUnavailable")]  # (the node controller's RegisteredNode beside it)
     raw = list_items(core.list_node, field_selector=f"metadata.name={node}")
     [row] = health_rows(raw, every_gpu=True)
     assert (row["status"], row["reason"]) == ("Unknown", "NVMLUnavailable")
