@@ -177,7 +177,7 @@ def git_environment(
     config = [("http.followRedirects", "false")]
     origin = url_origin(url) if url else None
     if origin is not None:
-        addresses = check_target(origin, allowed_networks)
+        addresses = check_target(origin, allowed_networks, timeout_seconds=connect_timeout_seconds)
         if origin.scheme != "ssh":
             config.append(("http.curloptResolve", resolve_pin(origin, addresses)))
     if url is not None and creds is not None:

@@ -25,6 +25,7 @@ import re
 import signal
 import socket
 import subprocess
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -140,13 +141,44 @@ def _special(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str | None:
 Resolver = Callable[..., list[tuple[Any, ...]]]
 
 
+def _resolve_within(
+    resolve: Resolver, origin: Origin, timeout_seconds: float | None
+) -> list[tuple[Any, ...]]:
+    """`resolve(origin)`, given at most `timeout_seconds`: the C resolver cannot be interrupted, so a slow
+    DNS server would hold the caller past its deadline; the lookup runs in a daemon thread that is left to
+    finish on its own (libc's own retry limits end it) while the caller gets UnsafeGitTarget."""
+    if timeout_seconds is None:
+        return resolve(origin.host, origin.port, type=socket.SOCK_STREAM)
+    answer: list[list[tuple[Any, ...]] | BaseException] = []
+    done = threading.Event()
+
+    def lookup() -> None:
+        try:
+            answer.append(resolve(origin.host, origin.port, type=socket.SOCK_STREAM))
+        except BaseException as exc:  # handed to the caller, which decides
+            answer.append(exc)
+        done.set()
+
+    threading.Thread(target=lookup, name=f"resolve-{origin.host}", daemon=True).start()
+    if not done.wait(max(timeout_seconds, 0.0)):
+        raise UnsafeGitTarget(f"cannot resolve host {origin.host!r} within {timeout_seconds:g}s")
+    if isinstance(answer[0], BaseException):
+        raise answer[0]
+    return answer[0]
+
+
 def check_target(
-    origin: Origin, allowed_networks: tuple[Network, ...] = (), *, resolve: Resolver = socket.getaddrinfo
+    origin: Origin,
+    allowed_networks: tuple[Network, ...] = (),
+    *,
+    resolve: Resolver = socket.getaddrinfo,
+    timeout_seconds: float | None = None,
 ) -> list[str]:
-    """The addresses `origin` resolves to, all of them ordinary or in `allowed_networks`; UnsafeGitTarget
-    otherwise (naming the kind of address, never the address)."""
+    """The addresses `origin` resolves to (within `timeout_seconds`, part of the caller's deadline), all of
+    them ordinary or in `allowed_networks`; UnsafeGitTarget otherwise (naming the kind of address, never the
+    address)."""
     try:
-        infos = resolve(origin.host, origin.port, type=socket.SOCK_STREAM)
+        infos = _resolve_within(resolve, origin, timeout_seconds)
     except (OSError, UnicodeError):
         raise UnsafeGitTarget(f"cannot resolve host {origin.host!r}") from None
     addresses = sorted({str(info[4][0]).split("%", 1)[0] for info in infos})

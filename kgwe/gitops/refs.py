@@ -89,11 +89,13 @@ def advertised_ref(
     path = url.split("://", 1)[1].partition("/")[2]
     if not path or "?" in path or "#" in path or git_settings_apply():
         return None
-    addresses = check_target(origin, allowed_networks)
+    deadline = time.monotonic() + timeout_seconds  # resolving the host is part of the deadline
+    addresses = check_target(origin, allowed_networks, timeout_seconds=timeout_seconds)
     if credentials is not None:
         credentials.check_bound(origin)
     header = http_header(credentials) if credentials is not None else None
-    body = _request(origin, addresses, f"/{path.rstrip('/')}/info/refs", header, ca_file, timeout_seconds)
+    left = deadline - time.monotonic()
+    body = _request(origin, addresses, f"/{path.rstrip('/')}/info/refs", header, ca_file, left)
     return None if body is None else _find(body, name)
 
 

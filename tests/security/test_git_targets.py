@@ -342,3 +342,30 @@ def test_https_connects_only_to_the_addresses_checked() -> None:
     pinned = [ipaddress.ip_address(a.strip("[]")) for a in addresses.split(",")]
     assert pinned and all(ip.is_loopback for ip in pinned)
     assert config["http.followRedirects"] == "false"
+
+
+def test_a_resolver_that_never_answers_is_bounded_by_the_callers_deadline() -> None:
+    """A DNS server that never answers must not hold the ref poll past spec.timeout: the lookup gets the
+    caller's time and then a clear refusal, while the stuck lookup is left to libc's own limits."""
+    release = threading.Event()
+    calls: list[str] = []
+
+    def stuck(host, port, **kw):
+        calls.append(host)
+        release.wait(60)
+        raise OSError("never answered")
+
+    try:
+        with pytest.raises(UnsafeGitTarget, match=r"cannot resolve host 'git.example.com' within 0.2s"):
+            check_target(Origin("https", "git.example.com", 443), resolve=stuck, timeout_seconds=0.2)
+        assert calls == ["git.example.com"] and not release.is_set()
+    finally:
+        release.set()
+
+
+def test_a_resolver_error_within_the_deadline_is_the_usual_refusal() -> None:
+    def fails(host, port, **kw):
+        raise socket.gaierror("Name or service not known")
+
+    with pytest.raises(UnsafeGitTarget, match=r"cannot resolve host 'nowhere.example'$"):
+        check_target(Origin("https", "nowhere.example", 443), resolve=fails, timeout_seconds=5)
