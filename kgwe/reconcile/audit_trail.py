@@ -112,6 +112,10 @@ class AuditTrail:
                 "counted, and the log will say how many were lost",
             )
 
+    def waiting(self) -> int:
+        """How many entries wait to be committed (those past MAX_PENDING count as one: the line saying so)."""
+        return len(self.pending.entries) + (1 if self.pending.dropped else 0)
+
     def files(self, p: Pass, *, due: bool) -> dict[str, Edit]:
         """The audit log's append for a commit (the leader only): when entries wait and the log is `due` (a
         snapshot is committed anyway), or was last committed `flush_seconds` ago or never; else none."""
@@ -174,11 +178,12 @@ class AuditTrail:
                 f"{len(self.pending.entries)} entries wait for the next month's file",
             )
 
-    def commit(self, p: Pass) -> None:
-        """Commit the waiting audit entries on their own when due (once more at once when KGWE had to leave
-        the file for a new one); then hand KGWE's state to the status."""
+    def commit(self, p: Pass, *, due: bool = False) -> None:
+        """Commit the waiting audit entries on their own when due, or now when `due` (the controller stops:
+        kgwe.reconcile.repository's flush_audit), once more at once when KGWE had to leave the file for a
+        new one; then hand KGWE's state to the status."""
         for _ in range(2):
-            files = self.files(p, due=False)
+            files = self.files(p, due=due)
             if not files:
                 break
             try:
@@ -227,7 +232,7 @@ class AuditTrail:
         )
 
     def _drop(self, p: Pass, reason: str) -> None:
-        count = len(self.pending.entries) + (1 if self.pending.dropped else 0)
+        count = self.waiting()
         self.warn(p.repo, REJECTED_REASON, f"audit log: {reason}; {count} waiting line(s) not logged")
         self.pending = Pending(MAX_PENDING)
         self._note = None

@@ -52,6 +52,9 @@ if TYPE_CHECKING:
     from kgwe.workloads.controller import WorkloadController
 
 log = logging.getLogger(__name__)
+# As the controller stops, how long the reconciles running may take to end before the audit log is flushed
+# (a pod has 30 s from SIGTERM to SIGKILL by default; the flush's commit needs the rest).
+SHUTDOWN_PASS_SECONDS = 10.0
 
 
 def activity_reader(prometheus_url: str | None) -> ActivityReader | None:
@@ -320,6 +323,21 @@ class Controller:
             if elector is not None and thread is not None:
                 thread.join(timeout=elector.retry_period_seconds + 5.0)
 
+    def _flush_audit(self) -> None:
+        """As the controller stops, still the leader: each repository's waiting audit entries are committed
+        (they live in this process only), once the reconciles running have ended."""
+        if not self.is_leader():
+            return
+        if not self.repositories.join_workers(SHUTDOWN_PASS_SECONDS):
+            log.warning("reconciles still run after %gs: the audit log is not flushed", SHUTDOWN_PASS_SECONDS)
+            return
+        for name, rec in sorted(self._reconcilers.items()):
+            try:
+                if rec.flush_audit():
+                    log.info("committed the waiting audit entries of %s/%s", self.namespace, name)
+            except Exception as exc:  # one repository's failure must not keep the others' entries
+                log.warning("could not commit the audit entries of %s/%s: %s", self.namespace, name, exc)
+
     def commit_reports_now(self, name: str) -> CommitResult | None:
         """Commit repository `name`'s cost reports now, off schedule (the cost duties' own commit path);
         the CommitResult, or None without cost duties, a valid policy with prices, or spec.reports."""
@@ -337,9 +355,9 @@ class Controller:
             self.server.start()
         if self.metrics_server is not None:
             self.metrics_server.start(name="kgwe-metrics")
-        if self.elector is not None:
-            self.elector.start(stop)
-        elif self.costs is not None:  # acting alone: there is no "became leader" moment
+        lease_stop = threading.Event()  # set after the audit log is flushed: the leader flushes it
+        lease = self.elector.start(lease_stop) if self.elector is not None else None
+        if self.elector is None and self.costs is not None:  # acting alone: no "became leader" moment
             self.costs.start(self.api_client)
         if self.workloads is not None:
             self.workloads.start(stop)
@@ -358,3 +376,7 @@ class Controller:
                 self.costs.stop()
             if self.certificates is not None:
                 self.certificates.wake.set()  # its loop sees `stop` at once
+            self._flush_audit()
+            lease_stop.set()
+            if lease is not None and self.elector is not None:
+                lease.join(timeout=self.elector.retry_period_seconds + 5.0)

@@ -112,6 +112,10 @@ class RepositoryController:
     def start(self, stop: threading.Event) -> None:
         self.loop.start(stop)
 
+    def join_workers(self, timeout_seconds: float) -> bool:
+        """After `stop`: whether the reconciles running ended within `timeout_seconds`."""
+        return self.loop.join_workers(timeout_seconds)
+
     # -- one pass ----------------------------------------------------------------------------------------
     def reconcile(self, name: str) -> Result:
         """Reconcile repository `name` once; when to look at it again."""

@@ -315,6 +315,22 @@ class RepositoryReconciler:
         self.metrics.duration.labels(self.name).observe(time.monotonic() - started)
         return self._status(repo, outcome)
 
+    def flush_audit(self) -> bool:
+        """Commit the audit entries that wait, now, with KGWE's state of the log to the status (the controller
+        stops: they would be lost with this process). False when none waited or this replica cannot (not the
+        leader, no valid spec seen, the repository gone or being deleted)."""
+        spec = self.last_spec
+        if spec is None or spec.reports is None or not self.is_leader() or not self.audit.waiting():
+            return False
+        repo = self.read()
+        if repo is None or deleting(repo):
+            return False
+        p = Pass(repo, spec, self.last_rebalance)
+        self.audit.commit(p, due=True)
+        if p.audit_log:
+            self.status_writer.write(repo, {**(repo.get("status") or {}), **p.audit_log})
+        return True
+
     def _release(self, repo: KubeObject) -> Outcome | None:
         """One pass of the way out; its status, or None once the finalizer is gone. A deleted repository's
         policy is no longer in force: no cost report or budget team is taken from it any more."""

@@ -108,6 +108,7 @@ class ControlLoop:
         self._missed = False  # a key was dropped while the gate was closed: all are looked at once it opens
         self._last_resync = 0.0
         self._threads: list[threading.Thread] = []
+        self._workers: list[threading.Thread] = []  # of those, the ones that run reconciles
 
     # -- keys ------------------------------------------------------------------------------------------
     def known(self) -> list[str]:
@@ -270,10 +271,20 @@ class ControlLoop:
         for index in range(self.workers):
             targets.append((f"{self.name}-{index}", _bind(self._work, stop, index == 0)))
         targets.append((f"{self.name}-leader", _bind(self._supervisor, stop)))
-        for name, target in targets:
+        for index, (name, target) in enumerate(targets):
             thread = threading.Thread(target=target, name=f"loop-{name}", daemon=True)
             thread.start()
             self._threads.append(thread)
+            if len(self.sources) <= index < len(self.sources) + self.workers:
+                self._workers.append(thread)
+
+    def join_workers(self, timeout_seconds: float) -> bool:
+        """After `stop` was set: wait up to `timeout_seconds` for the reconciles running to end (the watches
+        are left: they end with their stream). True when every worker has ended."""
+        deadline = time.monotonic() + timeout_seconds
+        for thread in self._workers:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        return not any(t.is_alive() for t in self._workers)
 
 
 def _bind(fn: Callable[..., None], *args: object) -> Callable[[], None]:

@@ -110,3 +110,19 @@ def test_a_policy_commit_s_writes_carry_it_and_the_audit_log_lands_in_git(k8s_ap
     logged = git_bare(e2e, "show", f"main:{log_file}").encode()
     assert kept["path"] == log_file and kept["lines"] == len(lines) and kept["bytes"] == len(logged)
     assert kept["head"] == line_hash(logged.splitlines()[-1]) and "tampering" not in kept
+
+    # A hand edit the next pass puts back: its line waits (no snapshot goes out, the log was committed
+    # less than the flush interval ago) — until the controller stops, when the leader commits it at once,
+    # with KGWE's state of the log in status, so the next leader finds the file as KGWE left it.
+    key = sorted(e2e.core.read_namespaced_config_map("kgwe-scoring", SYSTEM_NS).data)[0]
+    e2e.core.patch_namespaced_config_map("kgwe-scoring", SYSTEM_NS, {"data": {key: "hand edited"}})
+    outcome = rec.reconcile()
+    assert outcome is not None and rec.last_sync.drift_corrected and rec.audit.waiting() == 1
+    assert git_bare(e2e, "rev-parse", "main") == head
+    assert rec.flush_audit()
+    flushed = git_bare(e2e, "show", f"main:{log_file}").encode()
+    last = json.loads(flushed.splitlines()[-1])
+    assert any("kgwe-scoring" in name for name in last["driftCorrected"]["names"])
+    kept = e2e.status()["auditLog"]
+    assert kept["lines"] == len(lines) + 1 and kept["head"] == line_hash(flushed.splitlines()[-1])
+    assert not rec.audit.waiting() and not rec.flush_audit()  # nothing waits: no commit

@@ -164,3 +164,37 @@ def test_kgwe_s_state_of_the_log_goes_to_status_and_is_taken_back_from_it():
     q.repo = {**q.repo, "status": {"auditLog": status}}
     assert commit_one(later, q, data, "pushed") is not None  # under the status's state: nothing found
     assert later.state is not None and later.state.lines == 2 and later.tampering is None
+
+
+class Branch:
+    """The reports branch as the trail's commit sees it: each commit's edits applied to what it holds."""
+
+    def __init__(self) -> None:
+        self.files: dict[str, bytes | None] = {}
+        self.commits = 0
+
+    def commit_files(self, files, summary: str) -> CommitResult:
+        for path, edit in files.items():
+            self.files[path] = edit(self.files.get(path))
+        self.commits += 1
+        return CommitResult("pushed", SHA, 1)
+
+
+def test_entries_waiting_when_the_controller_stops_are_committed_at_once_not_lost():
+    """commit(due=True), as the stopping leader calls it: the flush interval does not hold them back."""
+    clock, leader, branch = Clock(), [True], Branch()
+    t = trail(clock, leader)
+    t.open_commit = lambda spec, workdir: branch  # type: ignore[assignment,return-value]
+    t.add(a_pass(sync=wrote()), [])
+    t.commit(a_pass())  # never committed: due
+    assert branch.commits == 1 and t.waiting() == 0
+    t.add(a_pass(sync=wrote()), [])
+    clock.now += timedelta(seconds=1)
+    p = a_pass()
+    t.commit(p)  # within the interval: waits
+    assert branch.commits == 1 and t.waiting() == 1
+    t.commit(p, due=True)
+    assert branch.commits == 2 and t.waiting() == 0
+    (data,) = branch.files.values()
+    assert data is not None and len(data.splitlines()) == 2
+    assert p.audit_log["auditLog"]["lines"] == 2  # KGWE's state of the log, for the status

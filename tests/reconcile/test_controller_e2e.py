@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import subprocess
 import threading
 import time
 import urllib.request
@@ -351,8 +352,6 @@ def test_webhook_sync_and_only_one_replica_acts(k8s_api, e2e, kgwe_mig_manager):
 def test_drain_rollout_respects_pdb_then_uncordons_and_snapshot_is_committed_back(
     k8s_api, e2e, kgwe_mig_manager
 ):
-    import subprocess
-
     nodes = e2e.make_nodes(1)
     node = nodes[0]
     pod = gpu_pod("trainer", node)
@@ -557,3 +556,52 @@ def test_plan_against_the_live_cluster_inventory(k8s_api, e2e, kgwe_mig_manager,
         )
         == 0
     )
+
+
+def test_audit_entries_waiting_when_the_leader_stops_are_committed_before_it_goes(k8s_api, e2e):
+    """The audit log is batched (at most every audit_interval_seconds, or with a snapshot); what waits lives
+    in the leader's memory, so a leader that stops commits it before it gives up the Lease."""
+    e2e.make_nodes(1)
+    first = e2e.remote.commit(e2e.base)
+    e2e.make_repository(reports={"path": "reports"})
+    controller = Controller(
+        k8s_api,
+        SYSTEM_NS,
+        cache_dir=e2e.tmp / "flush",
+        listen=None,
+        lease_name=f"kgwe-{e2e.pool}",
+        retry_period_seconds=0.3,
+        audit_interval_seconds=3600,
+    )
+    stop = threading.Event()
+    thread = threading.Thread(target=controller.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        wait_for(
+            "the first revision applied",
+            lambda: e2e.status().get("lastAppliedRevision") == f"main@sha1:{first}",
+            60,
+        )
+        wait_for("the first pass's line logged", lambda: "auditLog" in e2e.status(), 60)
+        key = sorted(e2e.core.read_namespaced_config_map("kgwe-scoring", SYSTEM_NS).data)[0]
+        kept = e2e.core.read_namespaced_config_map("kgwe-scoring", SYSTEM_NS).data[key]
+        e2e.core.patch_namespaced_config_map("kgwe-scoring", SYSTEM_NS, {"data": {key: "hand edited"}})
+        controller.repositories.push(frozenset({e2e.pool}))
+        wait_for(
+            "the hand edit put back",
+            lambda: e2e.core.read_namespaced_config_map("kgwe-scoring", SYSTEM_NS).data[key] == kept,
+            60,
+        )
+        wait_for("the pass done", controller.repositories.loop.queue.idle, 60)
+        lines_before = e2e.status()["auditLog"]["lines"]
+    finally:
+        stop.set()
+        thread.join(timeout=60)
+    assert not thread.is_alive()
+    log_file = e2e.status()["auditLog"]["path"]
+    text = subprocess.run(
+        ["git", "show", f"main:{log_file}"], cwd=e2e.remote.bare, capture_output=True, text=True, check=True
+    ).stdout
+    last = json.loads(text.splitlines()[-1])
+    assert any("kgwe-scoring" in name for name in last["driftCorrected"]["names"])
+    assert e2e.status()["auditLog"]["lines"] == lines_before + 1 == len(text.splitlines())

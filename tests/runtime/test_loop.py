@@ -137,3 +137,31 @@ def test_a_requeue_after_seconds_comes_back():
     assert loop.process(1.0) == "a"
     assert loop.process(5.0) == "a"  # asked for again after its delay
     assert rec.seen == ["a", "a"]
+
+
+def test_after_stop_join_workers_waits_for_the_reconcile_running_and_no_longer():
+    """The controller flushes what a pass leaves (its audit entries) only once no pass runs: join_workers
+    says whether the passes running ended in the time given."""
+    cluster, stop, entered, release = MemoryCluster(), threading.Event(), threading.Event(), threading.Event()
+    finished: list[str] = []
+
+    def slow(key: str) -> Result:
+        entered.set()
+        release.wait(30)
+        finished.append(key)
+        return DONE
+
+    queue = WorkQueue(backoff=Backoff(0.01, 0.05), limit=RateLimit(1000.0, 1000))
+    source = Source("configmaps", CONFIG_MAP, key=lambda o: o["metadata"]["name"])
+    loop = ControlLoop("join", cluster, slow, [source], gate=Leader(), queue=queue, workers=2)
+    loop.start(stop)
+    cluster.create(cm("a"))
+    wait_for("a pass running", entered.is_set)
+    stop.set()
+    try:
+        assert not loop.join_workers(0.2)  # the pass still runs
+        assert finished == []
+    finally:
+        release.set()
+    assert loop.join_workers(30)
+    assert finished == ["a"]
