@@ -297,8 +297,8 @@ class WorkloadPlacement(KgweModel):
     node: str
     """The node it runs on."""
     gpus: list[int] = Field(default_factory=list)
-    """GPU indices it holds, from the node agent's `kgwe.nvidia.io/gpu-index` pod annotation (when
-    written)."""
+    """GPU indices it holds: what NVIDIA's device plugin allocated it, as the node agent reads them from the
+    kubelet (the node's `kgwe.nvidia.io/gpu-pods` annotation); empty until the agent has read them."""
 
 
 class WorkloadCost(KgweModel):

@@ -584,8 +584,9 @@ class WorkloadReconciler:
         return None if status == "True" else message
 
     def _gpu_health(self, p: _Pass, placed: list[dict[str, Any]], nodes: list[str]) -> None:
-        """Condition GPUsHealthy: False (and a Warning Event) while a pod of the run holds a GPU the agent
-        reports unhealthy. The workload keeps running: whether to restart is the owner's decision."""
+        """Each placement's GPUs as the node agent read them from the kubelet, and condition GPUsHealthy:
+        False (and a Warning Event) while a pod of the run holds a GPU the agent reports unhealthy. The
+        workload keeps running: whether to restart is the owner's decision."""
         if not nodes:
             return
         faults: dict[str, dict[int, str]] = {}
@@ -598,7 +599,8 @@ class WorkloadReconciler:
             annotations = ((node or {}).get("metadata") or {}).get("annotations") or {}
             faults[name] = unhealthy_gpus(annotations)
             holders[name] = gpu_holders({"metadata": {"annotations": annotations}})
-        sick = st.unhealthy_placements(placed, p.namespace, faults, holders)
+        placed = p.new["placements"] = st.with_held_gpus(placed, p.namespace, holders)
+        sick = st.unhealthy_placements(placed, faults)
         if sick:
             message = "; ".join(sick)[:1024]
             if p.condition(st.GPUS_HEALTHY, "False", "GPUUnhealthy", message):

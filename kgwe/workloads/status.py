@@ -157,7 +157,8 @@ def _ready(pod: Mapping[str, Any]) -> bool:
 
 
 def placements(view: RunView) -> list[dict[str, Any]]:
-    """pod -> node -> GPU indices (the agent's kgwe.nvidia.io/gpu-index annotation, when written)."""
+    """pod -> node -> GPU indices from the pod's kgwe.nvidia.io/gpu-index annotation, when written (else
+    none yet: `with_held_gpus` takes them from the node agent's record of the kubelet's allocation)."""
     out = []
     for p in sorted(live_pods(view), key=lambda p: p["metadata"]["name"]):
         node = (p.get("spec") or {}).get("nodeName")
@@ -169,27 +170,34 @@ def placements(view: RunView) -> list[dict[str, Any]]:
     return out
 
 
-def unhealthy_placements(
+def with_held_gpus(
     placements: Sequence[Mapping[str, Any]],
     namespace: str,
-    node_faults: Mapping[str, Mapping[int, str]],
     node_holders: Mapping[str, Mapping[int, str]],
-) -> list[str]:
-    """ "pod on node GPU i (reason)" for every pod of the run that holds a GPU the agent reports unhealthy.
+) -> list[dict[str, Any]]:
+    """`placements` with each pod's GPUs: its kgwe.nvidia.io/gpu-index annotation, else what the node's
+    kgwe.nvidia.io/gpu-pods annotation (the agent's reading of the kubelet's PodResources API: the GPUs the
+    device plugin allocated) says it holds; none while neither says."""
+    out = []
+    for placed in placements:
+        gpus = list(placed.get("gpus") or [])
+        if not gpus:
+            holders = node_holders.get(placed["node"]) or {}
+            gpus = sorted(i for i, who in holders.items() if who == f"{namespace}/{placed['pod']}")
+        out.append({**placed, "gpus": gpus})
+    return out
 
-    A pod's GPUs are its kgwe.nvidia.io/gpu-index annotation, else what the node's kgwe.nvidia.io/gpu-pods
-    annotation (the kubelet's view) says it holds; a pod whose GPUs are not known is not claimed."""
+
+def unhealthy_placements(
+    placements: Sequence[Mapping[str, Any]], node_faults: Mapping[str, Mapping[int, str]]
+) -> list[str]:
+    """ "pod on node GPU i (reason)" for every pod of the run that holds a GPU the agent reports unhealthy
+    (`placements` as `with_held_gpus` gives them: a pod whose GPUs are not known is not claimed)."""
     out = []
     for placed in placements:
         node, pod = placed["node"], placed["pod"]
         sick = node_faults.get(node) or {}
-        if not sick:
-            continue
-        gpus = list(placed.get("gpus") or [])
-        if not gpus:
-            holders = node_holders.get(node) or {}
-            gpus = sorted(i for i, who in holders.items() if who == f"{namespace}/{pod}")
-        out += [f"{pod} on {node} GPU {i} ({sick[i]})" for i in gpus if i in sick]
+        out += [f"{pod} on {node} GPU {i} ({sick[i]})" for i in placed.get("gpus") or [] if i in sick]
     return out
 
 

@@ -230,6 +230,19 @@ def test_a_gpuworkload_of_8_gpus_runs_on_nvidias_allocation_and_is_metered(kgwe,
         300,
     )
     assert cost["currency"] == "USD"
+    # the workload's status names the same GPUs: what NVIDIA's plugin allocated, by index
+    placed = wait_for(
+        "the workload's placement with its GPUs",
+        lambda: [
+            (p["pod"], p["node"], p["gpus"])
+            for p in custom.get_namespaced_custom_object("kgwe.nvidia.io", "v1", ml, "gpuworkloads", "llm")[
+                "status"
+            ].get("placements", [])
+            if p.get("gpus")
+        ],
+        120,
+    )
+    assert placed == [(pod.metadata.name, NODE_NAME, list(range(8)))]
     assert abs(Decimal(cost["amount"]) - Decimal(cost["gpuHours"]) * Decimal(H100_PRICE)) < Decimal("0.01")
     raw = client.ApiClient().sanitize_for_serialization(core.read_namespaced_pod(pod.metadata.name, ml))
     found, reason = holdings(raw)  # what the controller's meter reads of the pod: 8 whole GPUs

@@ -233,20 +233,23 @@ def test_the_inventory_snapshot_marks_unhealthy_gpus_for_the_planner() -> None:
 
 
 def test_workload_pods_on_an_unhealthy_gpu_are_named() -> None:
-    from kgwe.workloads.status import unhealthy_placements
+    from kgwe.workloads.status import unhealthy_placements, with_held_gpus
 
     placed = [
-        {"pod": "train-0", "node": "n1", "gpus": [2, 3]},  # the agent's gpu-index annotation
+        {"pod": "train-0", "node": "n1", "gpus": [2, 3]},  # a pod's own gpu-index annotation
         {"pod": "train-1", "node": "n1", "gpus": []},  # known only from the node's gpu-pods annotation
         {"pod": "train-2", "node": "n2", "gpus": []},  # GPUs unknown: not claimed
     ]
     faults = {"n1": {3: "XID79", 5: "ECCUncorrectable"}, "n2": {0: "XID48"}}
-    holders = {"n1": {5: "ml/train-1", 6: "ml/train-1"}, "n2": {}}
-    assert unhealthy_placements(placed, "ml", faults, holders) == [
+    holders = {"n1": {5: "ml/train-1", 6: "ml/train-1", 2: "other/train-2"}, "n2": {}}
+    held = with_held_gpus(placed, "ml", holders)
+    assert [p["gpus"] for p in held] == [[2, 3], [5, 6], []]  # the pod's own word first; another ns's pod no
+    assert placed[1]["gpus"] == []  # a new list: the input is left as it was
+    assert unhealthy_placements(held, faults) == [
         "train-0 on n1 GPU 3 (XID79)",
         "train-1 on n1 GPU 5 (ECCUncorrectable)",
     ]
-    assert unhealthy_placements(placed, "ml", {"n1": {}}, holders) == []
+    assert unhealthy_placements(held, {"n1": {}}) == []
 
 
 def test_a_gpu_nvidias_plugin_withdrew_keeps_its_index() -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import json
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -32,6 +33,7 @@ from kgwe.runtime.kinds import (
     JOB,
     KUEUE_WORKLOAD,
     LOCAL_QUEUE,
+    NODE,
     POD,
     RESOURCE_QUOTA,
     SERVICE,
@@ -41,6 +43,7 @@ from kgwe.runtime.memory import SERVED, MemoryCluster
 from kgwe.runtime.queue import Backoff
 from kgwe.vocab import (
     BUDGET_QUOTA_NAME,
+    GPU_PODS_ANNOTATION,
     KUEUE_API_VERSION,
     KUEUE_CONFIG_KEY,
     KUEUE_CONFIGMAP,
@@ -206,10 +209,18 @@ def test_a_workload_is_admitted_then_scheduled_running_and_succeeded(world):
     assert cond(status, "PodsScheduled") == ("True", "AllScheduled") and status["phase"] == "Scheduled"
     assert status["nodes"] == "h100-0" and status["placements"][0]["node"] == "h100-0"
 
+    assert status["placements"][0]["gpus"] == []  # the agent has not read the kubelet's allocation yet
+
     play_kubelet(world.cluster, name, 0, ready=True)
+    node = world.cluster.get(NODE, "h100-0")
+    pod_name = status["placements"][0]["pod"]
+    holders = {str(i): f"{TEAM_NS}/{pod_name}" for i in range(8)} | {"7": "other/pod"}
+    node["metadata"].setdefault("annotations", {})[GPU_PODS_ANNOTATION] = json.dumps(holders)
+    world.cluster.put(node)
     world.rec.reconcile(TEAM_NS, name)
     assert cond(world.status(name), "PodsReady") == ("True", "AllReady")
     assert world.status(name)["phase"] == "Running"
+    assert world.status(name)["placements"][0]["gpus"] == list(range(7))  # what the kubelet allocated it
 
     job_ends(world.cluster, name, 0, "Complete")
     assert world.rec.reconcile(TEAM_NS, name) == DONE  # nothing more to look at
