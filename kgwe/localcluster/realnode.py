@@ -180,6 +180,18 @@ NODE_PROGRAMS = ("kubelet", "kube-proxy", "containerd", "containerd-shim")
 EXCLUSIVE_PROGRAMS = ("kubelet", "kube-proxy")
 
 
+def _exited(entry: Path) -> bool:
+    """Whether the process has exited and waits to be reaped (a zombie, state Z or X): it keeps its name but
+    no command line, files, mounts or tables. A killed node's daemons stay so until their new parent, the
+    host's init, reaps them, which some inits do only every few seconds."""
+    try:
+        stat = (entry / "stat").read_text()
+    except OSError:
+        return True  # gone already
+    fields = stat[stat.rfind(")") + 1 :].split()  # "pid (comm) state ...": comm may hold spaces and ')'
+    return not fields or fields[0] in ("Z", "X")
+
+
 def foreign_node_programs(workdir: Path | None, programs: Sequence[str] = NODE_PROGRAMS) -> list[str]:
     """Node programs running on this host that are not the local cluster's (ours name its work dir or its
     containerd socket on their command line), as "kubelet (pid 123)"."""
@@ -193,7 +205,7 @@ def foreign_node_programs(workdir: Path | None, programs: Sequence[str] = NODE_P
             comm = (entry / "comm").read_text().strip()
         except OSError:
             continue
-        if comm in programs:
+        if comm in programs and not _exited(entry):
             found.append(f"{comm} (pid {entry.name})")
     return found
 

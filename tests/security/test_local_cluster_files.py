@@ -21,6 +21,7 @@ from kgwe.errors import KgweError
 from kgwe.localcluster import cluster_cmd, hoststate
 from kgwe.localcluster.controlplane import Binaries, ControlPlane, ControlPlaneError
 from kgwe.localcluster.pki import write_pki
+from tests.harness.waiting import wait_for
 
 NOBODY = 65534
 KEYS = ("ca.key", "apiserver.key", "admin.key", "sa.key")
@@ -153,6 +154,24 @@ def another_kubelet(tmp_path, host_lock) -> Iterator[subprocess.Popen[bytes]]:
     yield proc
     proc.kill()
     proc.wait()
+
+
+@pytest.mark.realnode
+def test_a_node_program_that_exited_and_awaits_its_reaper_is_no_other_node(tmp_path, another_kubelet):
+    """A killed node's daemons are zombies until the host's init reaps them (some inits take seconds): they
+    keep their name but hold nothing, so `cluster down` right after must not take them for another node."""
+    from kgwe.localcluster.realnode import EXCLUSIVE_PROGRAMS, foreign_node_programs
+
+    program = tmp_path / "exited" / "kubelet"
+    program.parent.mkdir()
+    shutil.copy("/bin/true", program)
+    exited = subprocess.Popen([str(program)])
+    state = Path(f"/proc/{exited.pid}/stat")
+    wait_for("a zombie", lambda: state.read_text().rsplit(")", 1)[1].split()[0] == "Z")
+    try:
+        assert foreign_node_programs(None, EXCLUSIVE_PROGRAMS) == [f"kubelet (pid {another_kubelet.pid})"]
+    finally:
+        exited.wait()
 
 
 @pytest.mark.realnode

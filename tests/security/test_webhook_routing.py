@@ -116,16 +116,18 @@ CASES = {
 
 @pytest.fixture
 def webhook_down(k8s_api) -> Iterator[None]:
-    """deploy/'s MutatingWebhookConfiguration, its Service pointing nowhere: the webhook is down."""
+    """deploy/'s MutatingWebhookConfiguration, its Service pointing nowhere: the webhook is down. Under a
+    name of its own: the session control plane may hold deploy/'s (tests/deploy/test_deploy_components)."""
     docs = yaml.safe_load_all((deploy_dir() / "webhook" / "webhook.yaml").read_text())
     config = next(d for d in docs if d and d["kind"] == "MutatingWebhookConfiguration")
     config = copy.deepcopy(config)
+    name = config["metadata"]["name"] = f"{WEBHOOK_CONFIGURATION}-down-{secrets.token_hex(3)}"
     for hook in config["webhooks"]:
         hook["clientConfig"] = {"url": "https://127.0.0.1:1/mutate-pods", "caBundle": ""}
     admission = client.AdmissionregistrationV1Api(k8s_api)
     admission.create_mutating_webhook_configuration(config)
     yield
-    admission.delete_mutating_webhook_configuration(WEBHOOK_CONFIGURATION)
+    admission.delete_mutating_webhook_configuration(name)
 
 
 @pytest.mark.cluster
