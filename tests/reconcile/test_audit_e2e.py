@@ -122,7 +122,7 @@ def test_a_policy_commit_s_writes_carry_it_and_the_audit_log_lands_in_git(k8s_ap
     assert rec.flush_audit()
     flushed = git_bare(e2e, "show", f"main:{log_file}").encode()
     last = json.loads(flushed.splitlines()[-1])
-    assert any("kgwe-scoring" in name for name in last["driftCorrected"]["names"])
+    assert last["objects"]["driftCorrected"]["names"] == ["ConfigMap/kgwe-system/kgwe-scoring"]
     kept = e2e.status()["auditLog"]
     assert kept["lines"] == len(lines) + 1 and kept["head"] == line_hash(flushed.splitlines()[-1])
     assert not rec.audit.waiting() and not rec.flush_audit()  # nothing waits: no commit

@@ -586,7 +586,7 @@ def test_audit_entries_waiting_when_the_leader_stops_are_committed_before_it_goe
         key = sorted(e2e.core.read_namespaced_config_map("kgwe-scoring", SYSTEM_NS).data)[0]
         kept = e2e.core.read_namespaced_config_map("kgwe-scoring", SYSTEM_NS).data[key]
         e2e.core.patch_namespaced_config_map("kgwe-scoring", SYSTEM_NS, {"data": {key: "hand edited"}})
-        controller.repositories.push(frozenset({e2e.pool}))
+        controller.repositories.loop.add(e2e.pool)  # as a push naming it would
         wait_for(
             "the hand edit put back",
             lambda: e2e.core.read_namespaced_config_map("kgwe-scoring", SYSTEM_NS).data[key] == kept,
@@ -603,5 +603,5 @@ def test_audit_entries_waiting_when_the_leader_stops_are_committed_before_it_goe
         ["git", "show", f"main:{log_file}"], cwd=e2e.remote.bare, capture_output=True, text=True, check=True
     ).stdout
     last = json.loads(text.splitlines()[-1])
-    assert any("kgwe-scoring" in name for name in last["driftCorrected"]["names"])
+    assert last["objects"]["driftCorrected"]["names"] == ["ConfigMap/kgwe-system/kgwe-scoring"]
     assert e2e.status()["auditLog"]["lines"] == lines_before + 1 == len(text.splitlines())
