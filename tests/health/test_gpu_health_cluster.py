@@ -83,7 +83,12 @@ def test_an_injected_xid_keeps_new_pods_off_that_gpu_until_it_recovers(
     )
     scheduler = LocalScheduler(control_plane.binaries, control_plane.workdir / "kgwe-health", config).start()
     try:
-        eventually(lambda: faults_on(core, node) == {}, "the agent reports every GPU healthy", timeout=120)
+        # the annotation and the node condition are two writes of the agent's (metadata, then status)
+        eventually(
+            lambda: faults_on(core, node) == {} and condition(core, node) is not None,
+            "the agent reports every GPU healthy",
+            timeout=120,
+        )
         assert condition(core, node).status == "True"
 
         fault_file.write_text("3:xid=79,3:lost\n")  # XID 79 comes with the GPU falling off the bus
